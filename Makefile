@@ -1,0 +1,25 @@
+GO        ?= go
+PKGS      := ./...
+STATICCHECK_VERSION ?= 2025.1.1
+
+.DEFAULT_GOAL := help
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+
+build: ## build every package and the binaries into ./bin
+	$(GO) build $(PKGS)
+	$(GO) build -o bin/worqr-example ./cmd/worqr-example
+
+run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
+	$(GO) run ./cmd/worqr-example
+
+test: ## unit + integration tests with -race (needs redis-server >= 6.2)
+	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+
+.PHONY: help build run test lint

@@ -1,0 +1,137 @@
+// Package rdb holds worqr's Redis plumbing: every key name, the Lua scripts and
+// their typed wrappers. It is internal: the public API lives in package worqr.
+package rdb
+
+import (
+	"context"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Keys builds every Redis key and channel name worqr uses. All names start with
+// the namespace and carry a hash tag, so the keys one script touches always
+// share one Redis Cluster slot:
+//
+//	<ns>:{<tag>}:...   the keys of one queue (or of one flow's queues)
+//	<ns>:{reg}:...     the registry: workers, keepalives, known queues, lease
+type Keys struct {
+	ns string
+}
+
+// NewKeys returns the key builder for namespace ns.
+func NewKeys(ns string) Keys { return Keys{ns: ns} }
+
+// Namespace returns the namespace the keys are built in.
+func (k Keys) Namespace() string { return k.ns }
+
+func (k Keys) reg() string { return k.ns + ":{reg}:" }
+
+// Workers is the set of registered worker ids.
+func (k Keys) Workers() string { return k.reg() + "workers" }
+
+// Keepalive is worker w's keepalive key; it exists while w is alive.
+func (k Keys) Keepalive(w string) string { return k.reg() + "w:" + w }
+
+// KeepalivePrefix is Keepalive without the worker id.
+func (k Keys) KeepalivePrefix() string { return k.reg() + "w:" }
+
+// KnownQueues is the set of queues any worker ever served (see QueueRef.Member).
+func (k Keys) KnownQueues() string { return k.reg() + "queues" }
+
+// ReaperLease is the key whose holder runs the reaper pass of this interval.
+func (k Keys) ReaperLease() string { return k.reg() + "reaper" }
+
+// QueueRef names one queue: the hash tag its keys live under and its name. A
+// stand-alone queue is its own tag.
+type QueueRef struct {
+	Tag  string
+	Name string
+}
+
+// Standalone returns the reference of a queue that is its own tag.
+func Standalone(name string) QueueRef { return QueueRef{Tag: name, Name: name} }
+
+// Member is how the queue is stored in the KnownQueues set.
+func (q QueueRef) Member() string {
+	if q.Tag == q.Name {
+		return q.Name
+	}
+	return q.Tag + "/" + q.Name
+}
+
+// ParseMember reverses Member.
+func ParseMember(m string) QueueRef {
+	if tag, name, ok := strings.Cut(m, "/"); ok {
+		return QueueRef{Tag: tag, Name: name}
+	}
+	return Standalone(m)
+}
+
+// QueueKeys holds the precomputed names of one queue's keys and channels, so
+// that the hot path concatenates nothing but ids.
+type QueueKeys struct {
+	Ref QueueRef
+	// Waiting is the list of task ids waiting to run: pushed at the back
+	// (RPUSH), taken from the front (LPOP), requeued to the front (LPUSH).
+	Waiting string
+	// Holders is the set of worker ids that may hold takings of this queue:
+	// the reaper's index, so that no taking is ever unreachable.
+	Holders string
+	// Seq is the per-tag counter that numbers takings (pids).
+	Seq string
+	// TaskPrefix + task id is the task hash.
+	TaskPrefix string
+	// ProcPrefix + pid is the processing list of one taking.
+	ProcPrefix string
+	// WorkerQueuePrefix + worker id is the set of pids that worker holds here.
+	WorkerQueuePrefix string
+	// WakeChannel carries wake-ups (the number of tasks made available).
+	WakeChannel string
+	// CancelChannel carries the ids of running tasks whose cancel was asked.
+	CancelChannel string
+}
+
+// Queue returns the keys of queue q.
+func (k Keys) Queue(q QueueRef) QueueKeys {
+	base := k.ns + ":{" + q.Tag + "}:"
+	return QueueKeys{
+		Ref:               q,
+		Waiting:           base + "q:" + q.Name,
+		Holders:           base + "h:" + q.Name,
+		Seq:               base + "seq",
+		TaskPrefix:        base + "t:",
+		ProcPrefix:        base + "p:",
+		WorkerQueuePrefix: base + "wq:" + q.Name + ":",
+		WakeChannel:       base + "wake:" + q.Name,
+		CancelChannel:     base + "cancel:" + q.Name,
+	}
+}
+
+// Task is the hash of task id.
+func (q QueueKeys) Task(id string) string { return q.TaskPrefix + id }
+
+// Proc is the processing list of taking pid.
+func (q QueueKeys) Proc(pid string) string { return q.ProcPrefix + pid }
+
+// WorkerQueue is the set of pids worker w holds in this queue.
+func (q QueueKeys) WorkerQueue(w string) string { return q.WorkerQueuePrefix + w }
+
+// HashTag returns the hash tag of a key (the part between the first { and the
+// next }), or the whole key when it has none, as Redis Cluster computes it.
+func HashTag(key string) string {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return key
+	}
+	j := strings.IndexByte(key[i+1:], '}')
+	if j <= 0 {
+		return key
+	}
+	return key[i+1 : i+1+j]
+}
+
+// ConnGetter is satisfied by *redis.Pool. worqr never closes it.
+type ConnGetter interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}

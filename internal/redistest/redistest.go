@@ -1,0 +1,274 @@
+// Package redistest starts a real redis-server for a test binary and hands out
+// isolated namespaces, so tests run in parallel on one server without FLUSHDB.
+package redistest
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// InstallHint is printed when redis-server cannot be found.
+const InstallHint = "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-server; macOS: brew install redis) or set WORQR_TEST_REDIS_URL"
+
+// Server is a redis-server for tests: one this package started, or the one
+// WORQR_TEST_REDIS_URL points at.
+type Server struct {
+	URL  string
+	Addr string
+	Dir  string // data directory of a started server; "" for an external one
+
+	cmd  *exec.Cmd
+	args []string
+	mu   sync.Mutex
+}
+
+// Start returns the server named by WORQR_TEST_REDIS_URL, or starts a private
+// redis-server on a free loopback port with persistence off. extra are more
+// redis-server arguments (for example "--appendonly", "yes").
+func Start(extra ...string) (*Server, error) {
+	if url := os.Getenv("WORQR_TEST_REDIS_URL"); url != "" && len(extra) == 0 {
+		return &Server{URL: url}, nil
+	}
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, errors.New(InstallHint)
+	}
+	dir, err := os.MkdirTemp("", "worqr-redis-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(port)}
+	s.URL = "redis://" + s.Addr
+	s.args = append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--dir", dir, "--save", "", "--appendonly", "no",
+		"--protected-mode", "no", "--maxclients", "10000",
+	}, extra...)
+	if err := s.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// MustStart is Start for TestMain: it exits the test binary on failure.
+func MustStart(extra ...string) *Server {
+	s, err := Start(extra...)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "redistest:", err)
+		os.Exit(2)
+	}
+	return s
+}
+
+func (s *Server) launch() error {
+	cmd := exec.Command("redis-server", s.args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		var log []string
+		for sc.Scan() {
+			line := sc.Text()
+			log = append(log, line)
+			if strings.Contains(line, "Ready to accept connections") {
+				ready <- nil
+				for sc.Scan() {
+				}
+				return
+			}
+		}
+		ready <- fmt.Errorf("redis-server exited before it was ready:\n%s", strings.Join(log, "\n"))
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			_ = cmd.Wait()
+			return err
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		return errors.New("redis-server did not start within 20s")
+	}
+	s.mu.Lock()
+	s.cmd = cmd
+	s.mu.Unlock()
+	return nil
+}
+
+// Stop stops a server this package started and removes its data.
+func (s *Server) Stop() {
+	s.Kill()
+	if s.Dir != "" {
+		os.RemoveAll(s.Dir)
+	}
+}
+
+// Kill stops the server process (SIGKILL) and keeps its data directory.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.cmd = nil
+	s.mu.Unlock()
+	if cmd != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+}
+
+// Restart kills the server and starts it again on the same port and data
+// directory (what survives depends on the persistence arguments).
+func (s *Server) Restart() error {
+	if s.Dir == "" {
+		return errors.New("redistest: cannot restart an external server")
+	}
+	s.Kill()
+	return s.launch()
+}
+
+// Pool returns a new connection pool to the server. The caller closes it.
+func (s *Server) Pool() *redis.Pool {
+	return &redis.Pool{
+		MaxIdle:     64,
+		IdleTimeout: time.Minute,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialURLContext(ctx, s.URL)
+		},
+	}
+}
+
+// TB is the part of testing.TB the helpers use (Ginkgo's GinkgoT satisfies it).
+type TB interface {
+	Helper()
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Cleanup(func())
+}
+
+// TagCheckedPool returns a pool whose connections fail the test when a script
+// call's KEYS do not all share one hash tag. The pool is closed at cleanup.
+func (s *Server) TagCheckedPool(t TB) *redis.Pool {
+	p := s.Pool()
+	dial := p.DialContext
+	p.DialContext = func(ctx context.Context) (redis.Conn, error) {
+		c, err := dial(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return &tagConn{Conn: c, t: t}, nil
+	}
+	t.Cleanup(func() { p.Close() })
+	return p
+}
+
+type tagConn struct {
+	redis.Conn
+	t TB
+}
+
+func (c *tagConn) check(cmd string, args []any) {
+	cmd = strings.ToUpper(cmd)
+	if (cmd != "EVALSHA" && cmd != "EVAL") || len(args) < 2 {
+		return
+	}
+	n, err := strconv.Atoi(fmt.Sprint(args[1]))
+	if err != nil || n < 2 || len(args) < 2+n {
+		return
+	}
+	first := rdb.HashTag(fmt.Sprint(args[2]))
+	for _, k := range args[3 : 2+n] {
+		if tag := rdb.HashTag(fmt.Sprint(k)); tag != first {
+			c.t.Errorf("redistest: script KEYS span hash tags %q and %q: %v", first, tag, args[2:2+n])
+			return
+		}
+	}
+}
+
+func (c *tagConn) Do(cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *tagConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *tagConn) Send(cmd string, args ...any) error {
+	c.check(cmd, args)
+	return c.Conn.Send(cmd, args...)
+}
+
+var nsCounter atomic.Int64
+
+// Namespace returns a namespace no other test of this run uses.
+func Namespace() string {
+	return "t" + strconv.FormatInt(nsCounter.Add(1), 10) + "-" + xid.New().String()
+}
+
+// Keys returns every key of namespace ns, sorted by Redis's SCAN order.
+func Keys(ctx context.Context, c redis.Conn, ns string) ([]string, error) {
+	var out []string
+	cursor := 0
+	for {
+		vals, err := redis.Values(redis.DoContext(c, ctx, "SCAN", cursor, "MATCH", ns+":*", "COUNT", 1000))
+		if err != nil {
+			return nil, err
+		}
+		cursor, _ = redis.Int(vals[0], nil)
+		keys, _ := redis.Strings(vals[1], nil)
+		out = append(out, keys...)
+		if cursor == 0 {
+			return out, nil
+		}
+	}
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (c *tagConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *tagConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *tagConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}

@@ -1,0 +1,181 @@
+package worqr
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+	"unicode/utf8"
+)
+
+// Limits and defaults.
+const (
+	DefaultNamespace         = "worqr"
+	DefaultMaxPayloadBytes   = 1 << 20 // 1 MiB
+	DefaultHeartbeatInterval = time.Second
+	DefaultHeartbeatTTL      = 3 * time.Second
+	DefaultReaperInterval    = time.Second
+	DefaultPollInterval      = time.Second
+
+	// MaxNameLen is the longest queue name or namespace, in bytes.
+	MaxNameLen = 100
+	// MaxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
+	// proto-max-bulk-len is 512 MiB).
+	MaxPayloadLimit = 256 << 20
+)
+
+// Config is what a Client needs. The zero value works: every field has a
+// default, given in its comment.
+type Config struct {
+	// Namespace prefixes every Redis key and channel, so several applications
+	// can share one Redis. Same rules as queue names. Default "worqr".
+	Namespace string
+	// MaxPayloadBytes is the largest payload Enqueue accepts. Default 1 MiB,
+	// at most 256 MiB.
+	MaxPayloadBytes int
+	// Logger receives the library's logs. Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// withDefaults returns a validated copy of c with defaults filled in.
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
+	if c != nil {
+		out = *c
+	}
+	if out.Namespace == "" {
+		out.Namespace = DefaultNamespace
+	}
+	if err := checkName("Namespace", out.Namespace); err != nil {
+		return out, err
+	}
+	switch {
+	case out.MaxPayloadBytes == 0:
+		out.MaxPayloadBytes = DefaultMaxPayloadBytes
+	case out.MaxPayloadBytes < 0 || out.MaxPayloadBytes > MaxPayloadLimit:
+		return out, invalid("MaxPayloadBytes", "(%d) must be between 1 and %d", out.MaxPayloadBytes, MaxPayloadLimit)
+	}
+	if out.Logger == nil {
+		out.Logger = slog.Default()
+	}
+	return out, nil
+}
+
+// QueueConfig says how a Worker serves one queue.
+type QueueConfig struct {
+	// Handler runs each task. Required.
+	Handler Handler
+	// Concurrency is how many tasks of this queue run at once. Required, >= 1.
+	Concurrency int
+}
+
+// WorkerConfig is what a Worker needs. Queues is required; every other field
+// has a default, given in its comment.
+type WorkerConfig struct {
+	Config
+	// Queues maps each queue name to serve to its handler and concurrency.
+	Queues map[string]QueueConfig
+	// HeartbeatInterval is how often the keepalive is renewed. Default 1s.
+	HeartbeatInterval time.Duration
+	// HeartbeatTTL is the keepalive's lifetime: a worker silent for this
+	// long is dead to its peers. Must be greater than HeartbeatInterval.
+	// Default 3s.
+	HeartbeatTTL time.Duration
+	// ReaperInterval is how often a peer checks for dead workers. Default 1s.
+	// A dead worker's tasks are offered again within HeartbeatTTL +
+	// ReaperInterval.
+	ReaperInterval time.Duration
+	// PollInterval is how often an idle worker looks at its queues without a
+	// wake-up (pub/sub messages can be lost). Default 1s.
+	PollInterval time.Duration
+	// DisableReaper turns off this worker's part in recovery. Some peer must
+	// run a reaper (worqr.NewReaper or a worker) or dead workers' tasks stay
+	// held forever. Default false.
+	DisableReaper bool
+	// OnEvent, when set, is called for every event: finishes, lost takings,
+	// keepalive loss and re-registration, recoveries. It runs on the worker's
+	// goroutines and must return quickly.
+	OnEvent func(Event)
+}
+
+func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
+	if c == nil {
+		return WorkerConfig{}, invalid("WorkerConfig", "is nil")
+	}
+	out := *c
+	base, err := c.Config.withDefaults()
+	if err != nil {
+		return out, err
+	}
+	out.Config = base
+	if len(out.Queues) == 0 {
+		return out, invalid("Queues", "is empty: a worker needs at least one queue")
+	}
+	queues := make(map[string]QueueConfig, len(out.Queues))
+	for name, q := range out.Queues {
+		field := fmt.Sprintf("Queues[%q]", name)
+		if err := checkName(field, name); err != nil {
+			return out, err
+		}
+		if q.Handler == nil {
+			return out, invalid(field+".Handler", "is nil")
+		}
+		if q.Concurrency < 1 {
+			return out, invalid(field+".Concurrency", "(%d) must be at least 1", q.Concurrency)
+		}
+		queues[name] = q
+	}
+	out.Queues = queues
+	def := func(d *time.Duration, v time.Duration, name string) error {
+		if *d == 0 {
+			*d = v
+		}
+		if *d < 0 {
+			return invalid(name, "(%s) must not be negative", *d)
+		}
+		return nil
+	}
+	for _, f := range []struct {
+		d    *time.Duration
+		v    time.Duration
+		name string
+	}{
+		{&out.HeartbeatInterval, DefaultHeartbeatInterval, "HeartbeatInterval"},
+		{&out.HeartbeatTTL, DefaultHeartbeatTTL, "HeartbeatTTL"},
+		{&out.ReaperInterval, DefaultReaperInterval, "ReaperInterval"},
+		{&out.PollInterval, DefaultPollInterval, "PollInterval"},
+	} {
+		if err := def(f.d, f.v, f.name); err != nil {
+			return out, err
+		}
+	}
+	if out.HeartbeatTTL <= out.HeartbeatInterval {
+		return out, invalid("HeartbeatTTL", "(%s) must be greater than HeartbeatInterval (%s)", out.HeartbeatTTL, out.HeartbeatInterval)
+	}
+	if out.HeartbeatTTL < 10*time.Millisecond {
+		return out, invalid("HeartbeatTTL", "(%s) must be at least 10ms", out.HeartbeatTTL)
+	}
+	return out, nil
+}
+
+// CheckQueueName returns an *InvalidError when name cannot be a queue name:
+// 1 to 100 bytes of ASCII letters, digits, '_', '-' and '.'. Braces, colons,
+// slashes, spaces and other characters would break the key layout.
+func CheckQueueName(name string) error { return checkName("queue name", name) }
+
+func checkName(field, name string) error {
+	if name == "" {
+		return invalid(field, "is empty (want 1 to %d characters of A-Z a-z 0-9 _ - .)", MaxNameLen)
+	}
+	if len(name) > MaxNameLen {
+		return invalid(field, "is %d bytes long (at most %d)", len(name), MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		b := name[i]
+		if b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-' || b == '.' {
+			continue
+		}
+		r, _ := utf8.DecodeRuneInString(name[i:])
+		return invalid(field, "%q has forbidden character %q at byte %d (allowed: A-Z a-z 0-9 _ - .)", name, r, i)
+	}
+	return nil
+}

@@ -1,0 +1,53 @@
+package worqr
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// ErrTaskLost is returned (and reported in events) when a worker tries to
+// finish or give back a taking it no longer owns: its keepalive expired and a
+// peer requeued the task. Nothing was recorded.
+var ErrTaskLost = rdb.ErrLost
+
+// ErrTaskNotFound is returned by Client.Task when no task has that id in that
+// queue (it never existed, or it ended and its record is gone).
+var ErrTaskNotFound = errors.New("worqr: task not found")
+
+// ErrKeepaliveLost is the cause of a handler context cancelled because the
+// worker's keepalive was lost (context.Cause(ctx) returns it).
+var ErrKeepaliveLost = heartbeat.ErrLost
+
+// ErrTaskCancelled is the cause of a handler context cancelled because
+// Client.Cancel was called for the task.
+var ErrTaskCancelled = errors.New("worqr: task cancelled")
+
+// ErrWorkerStopped is the cause of a handler context cancelled because
+// Worker.Stop ran out of time; the task was put back at the front of its queue.
+var ErrWorkerStopped = errors.New("worqr: worker stopped")
+
+// ErrGiveBack, returned by a handler (possibly wrapped), puts the task back at
+// the front of its queue without counting a failure.
+var ErrGiveBack = errors.New("worqr: give back")
+
+// ErrInvalid matches every InvalidError with errors.Is.
+var ErrInvalid = errors.New("worqr: invalid input")
+
+// InvalidError is returned for input that cannot work. Field names what was
+// wrong, Rule the rule it broke. Nothing was written to Redis.
+type InvalidError struct {
+	Field string
+	Rule  string
+}
+
+func (e *InvalidError) Error() string { return "worqr: " + e.Field + " " + e.Rule }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,643 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/registry"
+)
+
+// Worker is one registered process serving several queues. Start it once;
+// Stop it once. It is safe for concurrent use.
+type Worker struct {
+	pool ConnGetter
+	cfg  WorkerConfig
+	keys rdb.Keys
+	reg  *registry.Registry
+
+	queues []*queueRunner
+	byName map[string]*queueRunner
+
+	mu       sync.Mutex
+	started  bool
+	stopped  bool
+	stopErr  error
+	stopDone chan struct{}
+
+	runCtx    context.Context // lives until Stop ends; Redis calls of the loops
+	runCancel context.CancelFunc
+	takeStop  chan struct{} // closed when Stop begins: no more taking
+
+	sess        atomic.Pointer[session]
+	sessChanged chan struct{} // closed and replaced on each new session
+	sessMu      sync.Mutex
+
+	loops    sync.WaitGroup // fetchers
+	bg       sync.WaitGroup // heartbeat, subscriber, reaper
+	handlers sync.WaitGroup
+
+	runMu   sync.Mutex
+	running map[string]*inflight // by task id
+
+	hbPaused atomic.Bool // test hook: see PauseHeartbeat
+	hb       atomic.Pointer[heartbeat.Loop]
+}
+
+// session is one registered worker id. When its keepalive is lost it is
+// never used again for anything that changes Redis.
+type session struct {
+	id     string
+	ctx    context.Context // parent of every handler context of the session
+	cancel context.CancelCauseFunc
+	lost   atomic.Bool
+}
+
+type inflight struct {
+	cancel context.CancelCauseFunc
+	sess   *session
+}
+
+type queueRunner struct {
+	name        string
+	qk          rdb.QueueKeys
+	handler     Handler
+	concurrency int
+	busy        atomic.Int32
+	wake        chan struct{} // cap 1: work may be waiting
+	freed       chan struct{} // cap 1: a slot was freed
+}
+
+// NewWorker validates cfg and returns a worker that is not yet registered.
+func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
+	if pool == nil {
+		return nil, invalid("pool", "is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	w := &Worker{
+		pool:        pool,
+		cfg:         c,
+		keys:        rdb.NewKeys(c.Namespace),
+		byName:      map[string]*queueRunner{},
+		running:     map[string]*inflight{},
+		sessChanged: make(chan struct{}),
+		takeStop:    make(chan struct{}),
+		stopDone:    make(chan struct{}),
+	}
+	w.reg = registry.New(pool, w.keys)
+	for name, q := range c.Queues {
+		r := &queueRunner{
+			name:        name,
+			qk:          w.keys.Queue(rdb.Standalone(name)),
+			handler:     q.Handler,
+			concurrency: q.Concurrency,
+			wake:        make(chan struct{}, 1),
+			freed:       make(chan struct{}, 1),
+		}
+		w.queues = append(w.queues, r)
+		w.byName[name] = r
+	}
+	return w, nil
+}
+
+// ID returns the worker's current id ("" before Start). It changes when the
+// keepalive is lost and the worker registers again.
+func (w *Worker) ID() string {
+	if s := w.sess.Load(); s != nil {
+		return s.id
+	}
+	return ""
+}
+
+// PauseHeartbeat stops renewing the keepalive, as if the process were frozen,
+// until ResumeHeartbeat. It is a fault-injection hook for tests.
+func (w *Worker) PauseHeartbeat() {
+	w.hbPaused.Store(true)
+	if l := w.hb.Load(); l != nil {
+		l.Pause()
+	}
+}
+
+// ResumeHeartbeat undoes PauseHeartbeat.
+func (w *Worker) ResumeHeartbeat() {
+	w.hbPaused.Store(false)
+	if l := w.hb.Load(); l != nil {
+		l.Resume()
+	}
+}
+
+// Start registers the worker and starts serving its queues. It returns once
+// registered; the work goes on in the background until Stop. The context is
+// used for registration only. Calling Start twice is an error.
+func (w *Worker) Start(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.started {
+		return errors.New("worqr: worker already started")
+	}
+	w.runCtx, w.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	s, err := w.register(ctx)
+	if err != nil {
+		w.runCancel()
+		return err
+	}
+	w.started = true
+	w.sess.Store(s)
+	w.emit(Event{Kind: EventRegistered, WorkerID: s.id})
+
+	w.bg.Add(2)
+	go w.heartbeatLoop()
+	go w.subscribeLoop()
+	if !w.cfg.DisableReaper {
+		reaper := &recovery.Reaper{
+			Pool: w.pool, Keys: w.keys, Registry: w.reg,
+			Holder: "reaper-" + xid.New().String(), Interval: w.cfg.ReaperInterval,
+			Logger: w.cfg.Logger,
+			OnRecovered: func(r recovery.Recovered) {
+				w.emit(Event{Kind: EventRecovered, Queue: r.Queue, Count: r.Requeued, DeadWorkers: r.Workers})
+			},
+		}
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			reaper.Run(w.runCtx)
+		}()
+	}
+	for _, q := range w.queues {
+		w.loops.Add(1)
+		go w.fetchLoop(q)
+	}
+	return nil
+}
+
+func (w *Worker) register(ctx context.Context) (*session, error) {
+	refs := make([]rdb.QueueRef, len(w.queues))
+	for i, q := range w.queues {
+		refs[i] = q.qk.Ref
+	}
+	id := xid.New().String()
+	if err := w.reg.Register(ctx, id, w.cfg.HeartbeatTTL, refs); err != nil {
+		return nil, fmt.Errorf("worqr: register worker: %w", err)
+	}
+	sctx, cancel := context.WithCancelCause(w.runCtx)
+	w.cfg.Logger.Info("worker: registered", "worker_id", id)
+	return &session{id: id, ctx: sctx, cancel: cancel}, nil
+}
+
+func (w *Worker) emit(e Event) {
+	if w.cfg.OnEvent != nil {
+		w.cfg.OnEvent(e)
+	}
+}
+
+// heartbeatLoop renews the current session's keepalive; on loss it retires
+// the session and registers a new one.
+func (w *Worker) heartbeatLoop() {
+	defer w.bg.Done()
+	for {
+		s := w.sess.Load()
+		loop := &heartbeat.Loop{
+			Registry: w.reg, ID: s.id, Interval: w.cfg.HeartbeatInterval,
+			TTL: w.cfg.HeartbeatTTL, Logger: w.cfg.Logger,
+		}
+		if w.hbPaused.Load() {
+			loop.Pause()
+		}
+		w.hb.Store(loop)
+		if err := loop.Run(w.runCtx); !errors.Is(err, heartbeat.ErrLost) {
+			return // Stop
+		}
+		// Dead to the cluster: nothing may change Redis under this id again.
+		s.lost.Store(true)
+		s.cancel(ErrKeepaliveLost)
+		w.emit(Event{Kind: EventKeepaliveLost, WorkerID: s.id, Err: ErrKeepaliveLost})
+		next, ok := w.reregister()
+		if !ok {
+			return
+		}
+		w.sessMu.Lock()
+		w.sess.Store(next)
+		close(w.sessChanged)
+		w.sessChanged = make(chan struct{})
+		w.sessMu.Unlock()
+		w.emit(Event{Kind: EventRegistered, WorkerID: next.id})
+		w.pokeAll()
+	}
+}
+
+// reregister registers under a new id, retrying with capped backoff until it
+// works or the worker stops.
+func (w *Worker) reregister() (*session, bool) {
+	delay := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(w.runCtx, w.cfg.HeartbeatTTL)
+		s, err := w.register(ctx)
+		cancel()
+		if err == nil {
+			return s, true
+		}
+		w.emit(Event{Kind: EventError, Err: err})
+		w.cfg.Logger.Warn("worker: register failed", "err", err)
+		if !sleepCtx(w.runCtx, delay) {
+			return nil, false
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+func (w *Worker) currentSession() (*session, <-chan struct{}) {
+	w.sessMu.Lock()
+	defer w.sessMu.Unlock()
+	return w.sess.Load(), w.sessChanged
+}
+
+func (w *Worker) pokeAll() {
+	for _, q := range w.queues {
+		poke(q.wake)
+	}
+}
+
+func poke(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// fetchLoop takes tasks of one queue while it has free slots and reason to
+// believe work is waiting: at start, on a wake-up, on the poll tick, and after
+// a take that filled every free slot.
+func (w *Worker) fetchLoop(q *queueRunner) {
+	defer w.loops.Done()
+	poll := time.NewTicker(w.cfg.PollInterval)
+	defer poll.Stop()
+	hint := true
+	delay := 50 * time.Millisecond
+	for {
+		s, changed := w.currentSession()
+		free := q.concurrency - int(q.busy.Load())
+		if hint && free > 0 && !s.lost.Load() {
+			tasks, err := w.take(s, q, free)
+			switch {
+			case err != nil:
+				if w.runCtx.Err() != nil {
+					return
+				}
+				w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.id, Err: err})
+				w.cfg.Logger.Warn("worker: take failed", "queue", q.name, "err", err)
+				if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
+					return
+				}
+				delay = min(delay*2, 5*time.Second)
+				continue
+			default:
+				delay = 50 * time.Millisecond
+				hint = len(tasks) == free
+				w.launch(s, q, tasks)
+			}
+		}
+		select {
+		case <-w.takeStop:
+			return
+		case <-q.wake:
+			hint = true
+		case <-q.freed:
+		case <-poll.C:
+			hint = true
+		case <-changed:
+			hint = true
+		}
+	}
+}
+
+func (w *Worker) take(s *session, q *queueRunner, n int) ([]rdb.Taken, error) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	c, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return rdb.Take(ctx, c, q.qk, s.id, n)
+}
+
+func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
+	for _, t := range tasks {
+		if t.PID == "" {
+			w.cfg.Logger.Warn("worker: dropped a task id without task data", "queue", q.name, "task_id", t.ID)
+			w.emit(Event{Kind: EventDropped, Queue: q.name, TaskID: t.ID, WorkerID: s.id})
+			continue
+		}
+		if s.lost.Load() {
+			// Taken under an id that just died: leave it to the reaper.
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.id, Err: ErrKeepaliveLost})
+			continue
+		}
+		q.busy.Add(1)
+		w.handlers.Add(1)
+		go w.run(s, q, &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt, pid: t.PID, worker: s.id})
+	}
+}
+
+func (w *Worker) run(s *session, q *queueRunner, t *Task) {
+	defer func() {
+		q.busy.Add(-1)
+		poke(q.freed)
+		w.handlers.Done()
+	}()
+	hctx, cancel := context.WithCancelCause(s.ctx)
+	me := &inflight{cancel: cancel, sess: s}
+	w.runMu.Lock()
+	w.running[t.ID] = me
+	w.runMu.Unlock()
+
+	err := callHandler(hctx, q.handler, t)
+
+	w.runMu.Lock()
+	if w.running[t.ID] == me {
+		delete(w.running, t.ID)
+	}
+	w.runMu.Unlock()
+	cancel(nil)
+	w.complete(s, q, t, err)
+}
+
+// callHandler runs the handler and turns a panic into an error.
+func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleTask(ctx, t)
+}
+
+// PanicError is the error of a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("worqr: handler panic: %v\n%s", e.Value, e.Stack)
+}
+
+// complete records the end of a taking, retrying on connection errors for as
+// long as the session lives: a taking left in Redis by a live worker would
+// never be recovered.
+func (w *Worker) complete(s *session, q *queueRunner, t *Task, herr error) {
+	giveBack := errors.Is(herr, ErrGiveBack)
+	delay := 20 * time.Millisecond
+	for {
+		if s.lost.Load() {
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: ErrKeepaliveLost})
+			return
+		}
+		out, err := w.finish(s, q, t, giveBack)
+		if err == nil {
+			kind := EventDone
+			switch out {
+			case rdb.OutcomeCancelled:
+				kind = EventCancelled
+			case rdb.OutcomeRequeued:
+				kind = EventGivenBack
+			}
+			w.emit(Event{Kind: kind, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: herr})
+			return
+		}
+		if errors.Is(err, ErrTaskLost) {
+			w.cfg.Logger.Warn("worker: taking lost", "queue", q.name, "task_id", t.ID, "pid", t.pid, "worker_id", s.id)
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: ErrTaskLost})
+			return
+		}
+		if w.runCtx.Err() != nil {
+			return // hard stop: the keepalive expires and a peer requeues
+		}
+		w.emit(Event{Kind: EventError, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: err})
+		w.cfg.Logger.Warn("worker: finish failed, retrying", "queue", q.name, "task_id", t.ID, "err", err)
+		if !sleepCtx(w.runCtx, delay) {
+			return
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+func (w *Worker) finish(s *session, q *queueRunner, t *Task, giveBack bool) (rdb.Outcome, error) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	c, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return rdb.OutcomeLost, err
+	}
+	defer c.Close()
+	if giveBack {
+		return rdb.GiveBack(ctx, c, q.qk, s.id, t.pid, t.ID)
+	}
+	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID)
+}
+
+// subscribeLoop holds the worker's one pub/sub connection: wake-ups and
+// cancels of every queue it serves. After each (re)subscribe it polls every
+// queue, since messages sent while it was away are gone.
+func (w *Worker) subscribeLoop() {
+	defer w.bg.Done()
+	channels := make([]any, 0, 2*len(w.queues))
+	route := map[string]func(data []byte){}
+	for _, q := range w.queues {
+		q := q
+		channels = append(channels, q.qk.WakeChannel, q.qk.CancelChannel)
+		route[q.qk.WakeChannel] = func([]byte) { poke(q.wake) }
+		route[q.qk.CancelChannel] = func(id []byte) { w.cancelRunning(string(id)) }
+	}
+	delay := 50 * time.Millisecond
+	for w.runCtx.Err() == nil {
+		err := w.subscribeOnce(channels, route)
+		if w.runCtx.Err() != nil {
+			return
+		}
+		w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
+		w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
+		if !sleepCtx(w.runCtx, delay) {
+			return
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+const pubsubPing = 2 * time.Second
+
+func (w *Worker) subscribeOnce(channels []any, route map[string]func([]byte)) error {
+	c, err := w.pool.GetContext(w.runCtx)
+	if err != nil {
+		return err
+	}
+	psc := redis.PubSubConn{Conn: c}
+	defer psc.Close()
+	if err := psc.Subscribe(channels...); err != nil {
+		return err
+	}
+	// Close the connection to unblock Receive when the worker stops; ping so
+	// that a silently dead connection is noticed.
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		t := time.NewTicker(pubsubPing)
+		defer t.Stop()
+		for {
+			select {
+			case <-w.runCtx.Done():
+				psc.Close()
+				return
+			case <-done:
+				return
+			case <-t.C:
+				if psc.Ping("") != nil {
+					return
+				}
+			}
+		}
+	}()
+	confirmed := 0
+	for {
+		switch v := psc.ReceiveWithTimeout(3 * pubsubPing).(type) {
+		case redis.Message:
+			if f := route[v.Channel]; f != nil {
+				f(v.Data)
+			}
+		case redis.Subscription:
+			if v.Kind == "subscribe" {
+				confirmed++
+				if confirmed == len(channels) {
+					w.pokeAll()
+				}
+			}
+		case error:
+			return v
+		}
+	}
+}
+
+func (w *Worker) cancelRunning(id string) {
+	w.runMu.Lock()
+	f := w.running[id]
+	w.runMu.Unlock()
+	if f != nil {
+		f.cancel(ErrTaskCancelled)
+	}
+}
+
+// Stop stops taking, lets running handlers finish until ctx ends, then puts
+// the takings still running back at the front of their queues (cancelling
+// their handlers with ErrWorkerStopped), deregisters and stops every loop. It
+// returns ctx.Err() when the grace period ran out, nil otherwise. Calling it
+// again waits for the first call and returns its result.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if !w.started {
+		w.mu.Unlock()
+		return nil
+	}
+	if w.stopped {
+		w.mu.Unlock()
+		<-w.stopDone
+		return w.stopErr
+	}
+	w.stopped = true
+	w.mu.Unlock()
+
+	close(w.takeStop)
+	w.loops.Wait()
+
+	drained := make(chan struct{})
+	go func() {
+		w.handlers.Wait()
+		close(drained)
+	}()
+	var err error
+	select {
+	case <-drained:
+	case <-ctx.Done():
+		err = ctx.Err()
+	}
+
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	s := w.sess.Load()
+	if !s.lost.Load() {
+		// Put back what still runs (nothing when drained) and leave the
+		// queues' holder indexes, then deregister.
+		w.requeueOwn(cctx, s)
+		if derr := w.reg.Deregister(cctx, s.id); derr != nil {
+			w.cfg.Logger.Warn("worker: deregister failed (the reaper will clean up)", "worker_id", s.id, "err", derr)
+		}
+	}
+	w.runCancel()
+	w.bg.Wait()
+	if err == nil {
+		<-drained
+	}
+	w.stopErr = err
+	close(w.stopDone)
+	return err
+}
+
+// requeueOwn puts every taking of session s back at the front of its queue and
+// cancels the handlers still running them; their finishes then find the
+// taking lost and change nothing.
+func (w *Worker) requeueOwn(ctx context.Context, s *session) {
+	c, err := w.pool.GetContext(ctx)
+	if err != nil {
+		w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will)", "err", err)
+		return
+	}
+	defer c.Close()
+	for _, q := range w.queues {
+		n, _, err := rdb.Requeue(ctx, c, q.qk, []string{s.id}, false)
+		if err != nil {
+			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will)", "queue", q.name, "err", err)
+			continue
+		}
+		if n > 0 {
+			w.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.id, Count: n})
+		}
+	}
+	s.lost.Store(true) // nothing may change Redis under this id any more
+	s.cancel(ErrWorkerStopped)
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	case <-t.C:
+		return true
+	}
+}
