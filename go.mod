@@ -1,6 +1,6 @@
 module github.com/worqr/worqr-go
 
-go 1.26.8
+go 1.23
 
 require (
 	github.com/gomodule/redigo v1.9.3
