@@ -18,6 +18,12 @@
 // worker that takes after its key expired and after a pass is found by the
 // next pass: every taking stays reachable until it is finished or requeued.
 //
+// The same loop runs the mover: under the same lease, each interval it moves
+// due tasks of every known queue's scheduled set (delayed enqueues, retries)
+// to the back of the queue, in atomic batches timed by Redis's clock, and
+// trims dead sets by age. A delayed task is offered within one reaper
+// interval after it is due.
+//
 // Timing: kill -9 -> key expires within the heartbeat TTL (3 s) -> the next
 // pass, within one reaper interval (1 s), requeues: about 4 s in the worst case.
 package recovery

@@ -58,6 +58,9 @@ func (r *Reaper) Run(ctx context.Context) {
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.log().Warn("recovery: pass failed", "err", err)
 		}
+		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
+			r.log().Warn("recovery: mover failed", "err", err)
+		}
 	}
 }
 
@@ -164,6 +167,41 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 		return out, err
 	}
 	return out, nil
+}
+
+// MoveBatch is how many due tasks one move script call moves.
+const MoveBatch = 500
+
+// Move pushes every due scheduled task (delayed enqueues, retries) of every
+// known queue to the back of its queue, in batches of MoveBatch, each batch
+// one atomic script run against Redis time; it also trims dead sets by age.
+// It is safe to run concurrently with other movers: each task moves once.
+// It returns how many tasks it moved.
+func (r *Reaper) Move(ctx context.Context) (int, error) {
+	queues, err := r.Registry.KnownQueues(ctx)
+	if err != nil {
+		return 0, err
+	}
+	c, err := r.Pool.GetContext(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	total := 0
+	for _, q := range queues {
+		qk := r.Keys.Queue(q)
+		for {
+			n, err := rdb.Move(ctx, c, qk, MoveBatch)
+			if err != nil {
+				return total, fmt.Errorf("recovery: move %s: %w", q.Name, err)
+			}
+			total += n
+			if n < MoveBatch {
+				break
+			}
+		}
+	}
+	return total, nil
 }
 
 func (r *Reaper) log() *slog.Logger {

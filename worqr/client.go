@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
@@ -35,7 +36,69 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 
 // EnqueueOpts are per-call options of Enqueue and EnqueueBatch. A nil pointer
 // means the defaults.
-type EnqueueOpts struct{}
+type EnqueueOpts struct {
+	// Delay makes the task available this long after Redis's current time
+	// (at the back of the queue, within one reaper interval of being due).
+	Delay time.Duration
+	// At makes the task available at this time. Not with Delay.
+	At time.Time
+	// MaxAttempts overrides the queue's QueueConfig.MaxAttempts.
+	MaxAttempts int
+	// Timeout overrides the queue's QueueConfig.Timeout.
+	Timeout time.Duration
+	// UniqueKey makes the enqueue fail with ErrDuplicate while another task
+	// of the queue holds the same key: until that task ends (done, dead or
+	// cancelled) or UniqueTTL passes, whichever comes first. Single Enqueue
+	// only, at most MaxUniqueKeyLen bytes.
+	UniqueKey string
+	// UniqueTTL bounds how long UniqueKey is held. Required with UniqueKey.
+	UniqueTTL time.Duration
+}
+
+// MaxUniqueKeyLen is the longest EnqueueOpts.UniqueKey, in bytes.
+const MaxUniqueKeyLen = 512
+
+func (o *EnqueueOpts) args(qk rdb.QueueKeys, n int) (*rdb.EnqueueArgs, error) {
+	a := &rdb.EnqueueArgs{}
+	if o == nil {
+		return a, nil
+	}
+	switch {
+	case o.Delay < 0:
+		return nil, invalid("EnqueueOpts.Delay", "(%s) must not be negative", o.Delay)
+	case o.Delay > 0 && !o.At.IsZero():
+		return nil, invalid("EnqueueOpts.At", "cannot be set together with Delay")
+	case o.MaxAttempts < 0:
+		return nil, invalid("EnqueueOpts.MaxAttempts", "(%d) must not be negative", o.MaxAttempts)
+	case o.Timeout < 0:
+		return nil, invalid("EnqueueOpts.Timeout", "(%s) must not be negative", o.Timeout)
+	}
+	if o.Delay > 0 {
+		a.DelayMillis = max(o.Delay.Milliseconds(), 1)
+	}
+	if !o.At.IsZero() {
+		a.DueMillis = max(o.At.UnixMilli(), 1)
+	}
+	a.MaxAttempts = o.MaxAttempts
+	if o.Timeout > 0 {
+		a.TimeoutMs = max(o.Timeout.Milliseconds(), 1)
+	}
+	if o.UniqueKey != "" || o.UniqueTTL != 0 {
+		switch {
+		case o.UniqueKey == "":
+			return nil, invalid("EnqueueOpts.UniqueKey", "is empty but UniqueTTL is set")
+		case len(o.UniqueKey) > MaxUniqueKeyLen:
+			return nil, invalid("EnqueueOpts.UniqueKey", "is %d bytes long (at most %d)", len(o.UniqueKey), MaxUniqueKeyLen)
+		case o.UniqueTTL < time.Millisecond:
+			return nil, invalid("EnqueueOpts.UniqueTTL", "(%s) must be at least 1ms when UniqueKey is set", o.UniqueTTL)
+		case n != 1:
+			return nil, invalid("EnqueueOpts.UniqueKey", "applies to a single Enqueue, not a batch of %d", n)
+		}
+		a.UniqueKey = qk.UniquePrefix + o.UniqueKey
+		a.UniqueTTL = o.UniqueTTL.Milliseconds()
+	}
+	return a, nil
+}
 
 func (c *Client) queue(name string) (rdb.QueueKeys, error) {
 	if err := CheckQueueName(name); err != nil {
@@ -51,7 +114,7 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // Enqueue adds a task at the back of queue and wakes a worker. It returns the
 // new task's id.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
-	ids, err := c.enqueue(ctx, queue, [][]byte{payload}, "payload")
+	ids, err := c.enqueue(ctx, queue, [][]byte{payload}, "payload", opts)
 	if err != nil {
 		return "", err
 	}
@@ -65,11 +128,15 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, payloads [][]by
 	if len(payloads) == 0 {
 		return nil, invalid("payloads", "is empty")
 	}
-	return c.enqueue(ctx, queue, payloads, "payloads[%d]")
+	return c.enqueue(ctx, queue, payloads, "payloads[%d]", opts)
 }
 
-func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, field string) ([]string, error) {
+func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, field string, opts *EnqueueOpts) ([]string, error) {
 	qk, err := c.queue(queue)
+	if err != nil {
+		return nil, err
+	}
+	args, err := opts.args(qk, len(payloads))
 	if err != nil {
 		return nil, err
 	}
@@ -91,21 +158,41 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
 	defer conn.Close()
-	if err := rdb.Enqueue(ctx, conn, qk, ids, payloads); err != nil {
+	holder, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, args)
+	if err == rdb.ErrDuplicate {
+		return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
+	}
+	if err != nil {
 		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
 	return ids, nil
 }
+
+// DuplicateError is returned by Enqueue when the unique key is held. It
+// matches ErrDuplicate with errors.Is.
+type DuplicateError struct {
+	Queue     string
+	UniqueKey string
+	HolderID  string // the task holding the key
+}
+
+func (e *DuplicateError) Error() string {
+	return fmt.Sprintf("worqr: duplicate task: unique key %q of queue %s is held by task %s", e.UniqueKey, e.Queue, e.HolderID)
+}
+
+// Is makes errors.Is(err, ErrDuplicate) true.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
 
 // CancelStatus says what Cancel did.
 type CancelStatus int
 
 // The results of Cancel.
 const (
-	// CancelNotFound: no such task waiting or running (unknown, already
-	// finished, or its cancel was already asked). Nothing changed.
+	// CancelNotFound: no such task waiting, scheduled or running (unknown,
+	// ended, dead, or its cancel was already asked). Nothing changed.
 	CancelNotFound CancelStatus = iota
-	// CancelRemoved: the task was waiting; it is gone and no worker gets it.
+	// CancelRemoved: the task was waiting or scheduled; it ended as
+	// cancelled and no worker gets it.
 	CancelRemoved
 	// CancelRequested: the task is running; its owner's handler context is
 	// cancelled and the taking ends as cancelled, not requeued.
@@ -223,66 +310,187 @@ func (c *Client) info(ctx context.Context, conn redis.Conn, qk rdb.QueueKeys, id
 		WorkerID:        m["w"],
 		PID:             m["p"],
 		CancelRequested: m["x"] != "",
+		LastError:       m["e"],
+		DeadReason:      m["dr"],
+		DiedOn:          m["dw"],
 	}
-	if m["s"] == "active" {
-		info.State = StateActive
+	if s := m["s"]; s != "" {
+		info.State = TaskState(s)
 	}
-	info.Attempt, _ = strconv.Atoi(m["n"])
+	if r, ok := m["r"]; ok {
+		info.Result = []byte(r)
+	}
+	info.Failures, _ = strconv.Atoi(m["n"])
 	info.Crashes, _ = strconv.Atoi(m["c"])
+	info.DiedAt = msTime(m["dt"])
+	info.FinishedAt = msTime(m["ft"])
 	if x, err := xid.FromString(id); err == nil {
 		info.EnqueuedAt = x.Time()
+	}
+	if info.State == StateScheduled {
+		if due, err := redis.Int64(redis.DoContext(conn, ctx, "ZSCORE", qk.Scheduled, id)); err == nil {
+			info.DueAt = time.UnixMilli(due)
+		}
 	}
 	return info, nil
 }
 
+func msTime(s string) time.Time {
+	ms, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || ms <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(ms)
+}
+
+// Dead returns up to limit tasks of queue's dead set, newest first, skipping
+// the offset newest, and the dead set's size.
+func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*TaskInfo, int, error) {
+	qk, err := c.queue(queue)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 {
+		return nil, 0, invalid("offset", "(%d) must not be negative", offset)
+	}
+	if limit < 1 {
+		return nil, 0, invalid("limit", "(%d) must be at least 1", limit)
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer conn.Close()
+	total, err := redis.Int(redis.DoContext(conn, ctx, "ZCARD", qk.Dead))
+	if err != nil {
+		return nil, 0, err
+	}
+	ids, err := redis.Strings(redis.DoContext(conn, ctx, "ZREVRANGE", qk.Dead, offset, offset+limit-1))
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*TaskInfo, 0, len(ids))
+	for _, id := range ids {
+		info, err := c.info(ctx, conn, qk, id)
+		if err == ErrTaskNotFound {
+			continue // requeued or deleted between the two reads
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+		out = append(out, info)
+	}
+	return out, total, nil
+}
+
+// RequeueDead moves the given dead tasks of queue to the back of the queue
+// with their failure and crash counts reset, and returns how many were dead.
+func (c *Client) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return c.deadIDs(ctx, queue, rdb.DeadRequeue, ids)
+}
+
+// DeleteDead deletes the given dead tasks of queue and returns how many were dead.
+func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return c.deadIDs(ctx, queue, rdb.DeadDelete, ids)
+}
+
+// RequeueAllDead moves every dead task of queue to the back of the queue,
+// oldest first, in atomic batches, and returns how many it moved.
+func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
+	return c.deadAll(ctx, queue, rdb.DeadRequeue)
+}
+
+// PurgeDead deletes every dead task of queue, in atomic batches, and returns
+// how many it deleted.
+func (c *Client) PurgeDead(ctx context.Context, queue string) (int, error) {
+	return c.deadAll(ctx, queue, rdb.DeadDelete)
+}
+
+func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids []string) (int, error) {
+	qk, err := c.queue(queue)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, invalid("ids", "is empty")
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	return rdb.DeadIDs(ctx, conn, qk, op, ids)
+}
+
+const deadBatch = 1000
+
+func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int, error) {
+	qk, err := c.queue(queue)
+	if err != nil {
+		return 0, err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return 0, err
+	}
+	defer conn.Close()
+	total := 0
+	for {
+		n, err := rdb.DeadOldest(ctx, conn, qk, op, deadBatch)
+		total += n
+		if err != nil || n < deadBatch {
+			return total, err
+		}
+	}
+}
+
 // SubscribeCancels delivers the ids of running tasks of queue whose cancel is
-// asked from now on, until ctx ends (then the channel is closed). Pub/sub is
-// fire-and-forget: ids published while the subscription is reconnecting are
-// missed. The subscription holds one connection of the pool.
+// asked from now on, until ctx ends (then the channel is closed). It returns
+// once subscribed. Pub/sub is fire-and-forget: ids published while the
+// subscription reconnects after a connection failure are missed (a worker's
+// finish still honours the cancel). It holds one connection of the pool.
 func (c *Client) SubscribeCancels(ctx context.Context, queue string) (<-chan string, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
 		return nil, err
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	psc := redis.PubSubConn{Conn: conn}
-	if err := psc.Subscribe(qk.CancelChannel); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	// Wait for the confirmation so that no cancel published after this
-	// returns is missed.
-	for {
-		switch v := psc.ReceiveContext(ctx).(type) {
-		case redis.Subscription:
-			goto subscribed
-		case error:
-			conn.Close()
-			return nil, v
-		}
-	}
-subscribed:
 	out := make(chan string, 64)
+	ready := make(chan error, 1)
 	go func() {
 		defer close(out)
-		stop := context.AfterFunc(ctx, func() { conn.Close() })
-		defer stop()
-		defer conn.Close()
-		for {
-			switch v := psc.Receive().(type) {
-			case redis.Message:
-				select {
-				case out <- string(v.Data):
-				case <-ctx.Done():
+		first := true
+		delay := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			conn, err := c.conn(ctx)
+			if err == nil {
+				err = listen(ctx, conn, []any{qk.CancelChannel}, func() {
+					if first {
+						first = false
+						ready <- nil
+					}
+				}, func(_ string, data []byte) {
+					select {
+					case out <- string(data):
+					case <-ctx.Done():
+					}
+				})
+				conn.Close()
+			}
+			if first {
+				ready <- err
+				return
+			}
+			if err != nil {
+				c.cfg.Logger.Warn("client: cancel subscription lost, reconnecting", "queue", queue, "err", err)
+				if !sleepCtx(ctx, delay) {
 					return
 				}
-			case error:
-				return
+				delay = min(delay*2, 5*time.Second)
 			}
 		}
 	}()
+	if err := <-ready; err != nil {
+		return nil, fmt.Errorf("worqr: subscribe to cancels of %s: %w", queue, err)
+	}
 	return out, nil
 }

@@ -3,6 +3,7 @@ package worqr
 import (
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"time"
 	"unicode/utf8"
 )
@@ -15,6 +16,10 @@ const (
 	DefaultHeartbeatTTL      = 3 * time.Second
 	DefaultReaperInterval    = time.Second
 	DefaultPollInterval      = time.Second
+	DefaultMaxAttempts       = 25
+	DefaultMaxCrashes        = 5
+	DefaultDeadMaxCount      = 10000
+	DefaultDeadMaxAge        = 90 * 24 * time.Hour
 
 	// MaxNameLen is the longest queue name or namespace, in bytes.
 	MaxNameLen = 100
@@ -66,6 +71,40 @@ type QueueConfig struct {
 	Handler Handler
 	// Concurrency is how many tasks of this queue run at once. Required, >= 1.
 	Concurrency int
+	// MaxAttempts is how many times a task may fail (return an error, panic,
+	// time out) before it goes to the dead set. A task's EnqueueOpts
+	// overrides it. Crashes are counted apart (MaxCrashes). Default 25.
+	MaxAttempts int
+	// Backoff returns how long to wait before the next attempt after failed
+	// attempt number attempt (1-based). Default DefaultBackoff.
+	Backoff func(attempt int, err error) time.Duration
+	// Timeout is the deadline of each run's context; the run then counts as a
+	// failed attempt. A task's EnqueueOpts overrides it. Default 0: none.
+	Timeout time.Duration
+	// MaxCrashes is how many workers may die while running one task before
+	// the task goes to the dead set with reason "crashed", so that a task
+	// that kills its worker cannot starve the queue. Negative: no limit.
+	// Default 5.
+	MaxCrashes int
+	// Retention is how long a done or cancelled task (its outcome and
+	// result) stays readable by Client.Task. Default 0: deleted at once.
+	Retention time.Duration
+	// DeadMaxCount caps the dead set; the oldest entries go first.
+	// Default 10,000.
+	DeadMaxCount int
+	// DeadMaxAge caps how long a task stays in the dead set. Default 90 days.
+	DeadMaxAge time.Duration
+}
+
+// DefaultBackoff waits 1s after the first failed attempt and doubles each
+// time up to an hour, with equal jitter: the wait is uniformly random in
+// [d/2, d], so that retries of tasks that failed together spread out.
+func DefaultBackoff(attempt int, _ error) time.Duration {
+	d := time.Hour
+	if attempt < 13 {
+		d = min(time.Second<<max(attempt-1, 0), time.Hour)
+	}
+	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
 // WorkerConfig is what a Worker needs. Queues is required; every other field
@@ -122,6 +161,9 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		if q.Concurrency < 1 {
 			return out, invalid(field+".Concurrency", "(%d) must be at least 1", q.Concurrency)
 		}
+		if err := q.fill(field); err != nil {
+			return out, err
+		}
 		queues[name] = q
 	}
 	out.Queues = queues
@@ -155,6 +197,46 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		return out, invalid("HeartbeatTTL", "(%s) must be at least 10ms", out.HeartbeatTTL)
 	}
 	return out, nil
+}
+
+func (q *QueueConfig) fill(field string) error {
+	switch {
+	case q.MaxAttempts == 0:
+		q.MaxAttempts = DefaultMaxAttempts
+	case q.MaxAttempts < 0:
+		return invalid(field+".MaxAttempts", "(%d) must not be negative", q.MaxAttempts)
+	}
+	if q.Backoff == nil {
+		q.Backoff = DefaultBackoff
+	}
+	if q.Timeout < 0 {
+		return invalid(field+".Timeout", "(%s) must not be negative", q.Timeout)
+	}
+	switch {
+	case q.MaxCrashes == 0:
+		q.MaxCrashes = DefaultMaxCrashes
+	case q.MaxCrashes < 0:
+		q.MaxCrashes = 0 // no limit, as the take script reads it
+	}
+	if q.Retention < 0 {
+		return invalid(field+".Retention", "(%s) must not be negative", q.Retention)
+	}
+	if q.Retention > 0 && q.Retention < time.Millisecond {
+		return invalid(field+".Retention", "(%s) must be at least 1ms", q.Retention)
+	}
+	switch {
+	case q.DeadMaxCount == 0:
+		q.DeadMaxCount = DefaultDeadMaxCount
+	case q.DeadMaxCount < 0:
+		return invalid(field+".DeadMaxCount", "(%d) must not be negative", q.DeadMaxCount)
+	}
+	switch {
+	case q.DeadMaxAge == 0:
+		q.DeadMaxAge = DefaultDeadMaxAge
+	case q.DeadMaxAge < time.Millisecond:
+		return invalid(field+".DeadMaxAge", "(%s) must be at least 1ms", q.DeadMaxAge)
+	}
+	return nil
 }
 
 // CheckQueueName returns an *InvalidError when name cannot be a queue name:

@@ -3,6 +3,7 @@ package worqr
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -32,6 +33,44 @@ var ErrWorkerStopped = errors.New("worqr: worker stopped")
 // ErrGiveBack, returned by a handler (possibly wrapped), puts the task back at
 // the front of its queue without counting a failure.
 var ErrGiveBack = errors.New("worqr: give back")
+
+// ErrDuplicate is returned by Enqueue when EnqueueOpts.UniqueKey is held by
+// another task that has not ended. Nothing was enqueued.
+var ErrDuplicate = rdb.ErrDuplicate
+
+// ErrSkipRetry, wrapped into a handler's error (see SkipRetry), sends the task
+// to the dead set at once instead of retrying it.
+var ErrSkipRetry = errors.New("worqr: skip retry")
+
+// SkipRetry returns an error that sends the task to the dead set at once, with
+// err as its last error. Use it for work that can never succeed, such as a
+// payload that cannot be decoded.
+func SkipRetry(err error) error {
+	if err == nil {
+		return ErrSkipRetry
+	}
+	return fmt.Errorf("%w: %w", ErrSkipRetry, err)
+}
+
+// RetryAfterError, returned by a handler (see RetryAfter), schedules the next
+// attempt after Delay instead of the queue's backoff. The attempt still counts
+// against MaxAttempts.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("worqr: retry after %s", e.Delay)
+	}
+	return fmt.Sprintf("worqr: retry after %s: %v", e.Delay, e.Err)
+}
+
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns an error that schedules the next attempt after d.
+func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
 
 // ErrInvalid matches every InvalidError with errors.Is.
 var ErrInvalid = errors.New("worqr: invalid input")

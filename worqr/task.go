@@ -13,13 +13,22 @@ type Task struct {
 	Queue string
 	// Payload is the bytes given to Enqueue, unchanged.
 	Payload []byte
-	// Attempt counts takings of this task, starting at 1. A task requeued
-	// after a crash or given back is taken again with the next number.
+	// Attempt is 1 on the first run and grows by one with each failed
+	// attempt. A run lost to a crash or given back does not count: the
+	// next run has the same number (see Crashes).
 	Attempt int
+	// Crashes counts runs of this task lost because their worker died.
+	Crashes int
 
 	pid    string
 	worker string
+	result []byte
 }
+
+// SetResult sets the bytes recorded as the task's result when the handler
+// returns nil. They are readable with Client.Task while the queue's
+// Retention keeps the task.
+func (t *Task) SetResult(b []byte) { t.result = b }
 
 // PID is the id of this taking, unique within the queue's tag.
 func (t *Task) PID() string { return t.pid }
@@ -49,8 +58,12 @@ type TaskState string
 
 // The states Client.Task reports.
 const (
-	StateQueued TaskState = "queued"
-	StateActive TaskState = "active"
+	StateQueued    TaskState = "queued"    // waiting in the queue
+	StateActive    TaskState = "active"    // taken by a worker
+	StateScheduled TaskState = "scheduled" // delayed, or waiting for a retry
+	StateDead      TaskState = "dead"      // in the dead set
+	StateDone      TaskState = "done"      // ended well (kept for Retention)
+	StateCancelled TaskState = "cancelled" // ended by Cancel (kept for Retention)
 )
 
 // TaskInfo is what Redis holds about a task.
@@ -59,10 +72,24 @@ type TaskInfo struct {
 	Queue   string
 	Payload []byte
 	State   TaskState
-	// Attempt is the number of takings so far.
-	Attempt int
-	// Crashes counts takings lost to a dead worker.
+	// Failures counts failed attempts so far.
+	Failures int
+	// Crashes counts runs lost to a dead worker.
 	Crashes int
+	// LastError is the error of the last failed attempt.
+	LastError string
+	// DeadReason says why a dead task died: "failed" (attempts used up or
+	// SkipRetry), "crashed: ...", "corrupt: ..." or "missing: ...".
+	DeadReason string
+	// DiedAt and DiedOn say when, and on which worker, it died.
+	DiedAt time.Time
+	DiedOn string
+	// DueAt is when a scheduled task becomes available.
+	DueAt time.Time
+	// Result is what the handler set with Task.SetResult (done tasks).
+	Result []byte
+	// FinishedAt is when a done or cancelled task ended.
+	FinishedAt time.Time
 	// WorkerID and PID name the current taking while State is active.
 	WorkerID string
 	PID      string
@@ -86,8 +113,10 @@ const (
 	// EventLost: a finish or give-back was refused (ErrTaskLost) or dropped
 	// because the keepalive of the taking's worker id was lost.
 	EventLost EventKind = "lost"
-	// EventDropped: a task id without task data was taken and dropped.
-	EventDropped EventKind = "dropped"
+	// EventRetry: a failed attempt; the task is scheduled to run again.
+	EventRetry EventKind = "retry"
+	// EventDead: the task went to the dead set (Err says why).
+	EventDead EventKind = "dead"
 	// EventKeepaliveLost: the worker id died; handlers were cancelled.
 	EventKeepaliveLost EventKind = "keepalive_lost"
 	// EventRegistered: the worker registered (at start or after a loss).

@@ -71,6 +71,7 @@ type inflight struct {
 type queueRunner struct {
 	name        string
 	qk          rdb.QueueKeys
+	cfg         QueueConfig
 	handler     Handler
 	concurrency int
 	busy        atomic.Int32
@@ -102,6 +103,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r := &queueRunner{
 			name:        name,
 			qk:          w.keys.Queue(rdb.Standalone(name)),
+			cfg:         q,
 			handler:     q.Handler,
 			concurrency: q.Concurrency,
 			wake:        make(chan struct{}, 1),
@@ -149,6 +151,10 @@ func (w *Worker) Start(ctx context.Context) error {
 		return errors.New("worqr: worker already started")
 	}
 	w.runCtx, w.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	if err := w.writeQueueConfig(ctx); err != nil {
+		w.runCancel()
+		return err
+	}
 	s, err := w.register(ctx)
 	if err != nil {
 		w.runCancel()
@@ -179,6 +185,33 @@ func (w *Worker) Start(ctx context.Context) error {
 	for _, q := range w.queues {
 		w.loops.Add(1)
 		go w.fetchLoop(q)
+	}
+	return nil
+}
+
+// writeQueueConfig stores the settings the scripts read from Redis (those not
+// passed on every call): retention of ended tasks and the dead set's caps.
+func (w *Worker) writeQueueConfig(ctx context.Context) error {
+	c, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return fmt.Errorf("worqr: write queue config: %w", err)
+	}
+	defer c.Close()
+	for _, q := range w.queues {
+		if err := c.Send("HSET", q.qk.Config,
+			"retention", q.cfg.Retention.Milliseconds(),
+			"dead_max", q.cfg.DeadMaxCount,
+			"dead_age", q.cfg.DeadMaxAge.Milliseconds()); err != nil {
+			return err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("worqr: write queue config: %w", err)
+	}
+	for range w.queues {
+		if _, err := redis.ReceiveContext(c, ctx); err != nil {
+			return fmt.Errorf("worqr: write queue config: %w", err)
+		}
 	}
 	return nil
 }
@@ -331,14 +364,14 @@ func (w *Worker) take(s *session, q *queueRunner, n int) ([]rdb.Taken, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return rdb.Take(ctx, c, q.qk, s.id, n)
+	return rdb.Take(ctx, c, q.qk, s.id, n, q.cfg.MaxCrashes)
 }
 
 func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
 	for _, t := range tasks {
 		if t.PID == "" {
-			w.cfg.Logger.Warn("worker: dropped a task id without task data", "queue", q.name, "task_id", t.ID)
-			w.emit(Event{Kind: EventDropped, Queue: q.name, TaskID: t.ID, WorkerID: s.id})
+			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.name, "task_id", t.ID, "reason", t.Reason)
+			w.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.id, Err: errors.New(t.Reason)})
 			continue
 		}
 		if s.lost.Load() {
@@ -348,23 +381,37 @@ func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
 		}
 		q.busy.Add(1)
 		w.handlers.Add(1)
-		go w.run(s, q, &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt, pid: t.PID, worker: s.id})
+		go w.run(s, q, t, &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+			Crashes: t.Crashes, pid: t.PID, worker: s.id})
 	}
 }
 
-func (w *Worker) run(s *session, q *queueRunner, t *Task) {
+func (w *Worker) run(s *session, q *queueRunner, taken rdb.Taken, t *Task) {
 	defer func() {
 		q.busy.Add(-1)
 		poke(q.freed)
 		w.handlers.Done()
 	}()
 	hctx, cancel := context.WithCancelCause(s.ctx)
+	timeout := q.cfg.Timeout
+	if taken.TimeoutMs > 0 {
+		timeout = time.Duration(taken.TimeoutMs) * time.Millisecond
+	}
+	if timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
+		defer stop()
+	}
 	me := &inflight{cancel: cancel, sess: s}
 	w.runMu.Lock()
 	w.running[t.ID] = me
 	w.runMu.Unlock()
 
 	err := callHandler(hctx, q.handler, t)
+	var te *TimeoutError
+	if err != nil && errors.As(context.Cause(hctx), &te) {
+		err = fmt.Errorf("%w: %w", te, err)
+	}
 
 	w.runMu.Lock()
 	if w.running[t.ID] == me {
@@ -372,7 +419,59 @@ func (w *Worker) run(s *session, q *queueRunner, t *Task) {
 	}
 	w.runMu.Unlock()
 	cancel(nil)
-	w.complete(s, q, t, err)
+	w.complete(s, q, t, w.finishArgs(q, taken, t, err))
+}
+
+// TimeoutError is the cause of a handler context whose run took longer than
+// its timeout; the run counts as a failed attempt.
+type TimeoutError struct{ Timeout time.Duration }
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("worqr: task timed out after %s", e.Timeout)
+}
+
+// maxErrorLen caps the error text stored with a task.
+const maxErrorLen = 8 << 10
+
+// finishArgs turns a handler's return into what the finish records.
+func (w *Worker) finishArgs(q *queueRunner, taken rdb.Taken, t *Task, herr error) finishPlan {
+	p := finishPlan{herr: herr}
+	if herr == nil {
+		p.args = rdb.FinishArgs{Mode: rdb.FinishDone, RetentionMillis: q.cfg.Retention.Milliseconds(), Result: t.result}
+		return p
+	}
+	if errors.Is(herr, ErrGiveBack) {
+		p.giveBack = true
+		return p
+	}
+	msg := herr.Error()
+	if len(msg) > maxErrorLen {
+		msg = msg[:maxErrorLen]
+	}
+	maxAttempts := q.cfg.MaxAttempts
+	if taken.MaxAttempts > 0 {
+		maxAttempts = taken.MaxAttempts
+	}
+	p.args = rdb.FinishArgs{Err: msg, RetentionMillis: q.cfg.Retention.Milliseconds()}
+	var ra *RetryAfterError
+	switch {
+	case errors.Is(herr, ErrSkipRetry) || t.Attempt >= maxAttempts:
+		p.args.Mode = rdb.FinishDead
+	case errors.As(herr, &ra):
+		p.args.Mode = rdb.FinishRetry
+		p.args.RetryDelayMs = max(ra.Delay.Milliseconds(), 0)
+	default:
+		p.args.Mode = rdb.FinishRetry
+		p.args.RetryDelayMs = max(q.cfg.Backoff(t.Attempt, herr).Milliseconds(), 0)
+	}
+	return p
+}
+
+// finishPlan is what complete records for one run.
+type finishPlan struct {
+	herr     error
+	giveBack bool
+	args     rdb.FinishArgs
 }
 
 // callHandler runs the handler and turns a panic into an error.
@@ -398,15 +497,14 @@ func (e *PanicError) Error() string {
 // complete records the end of a taking, retrying on connection errors for as
 // long as the session lives: a taking left in Redis by a live worker would
 // never be recovered.
-func (w *Worker) complete(s *session, q *queueRunner, t *Task, herr error) {
-	giveBack := errors.Is(herr, ErrGiveBack)
+func (w *Worker) complete(s *session, q *queueRunner, t *Task, p finishPlan) {
 	delay := 20 * time.Millisecond
 	for {
 		if s.lost.Load() {
 			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: ErrKeepaliveLost})
 			return
 		}
-		out, err := w.finish(s, q, t, giveBack)
+		out, err := w.finish(s, q, t, p)
 		if err == nil {
 			kind := EventDone
 			switch out {
@@ -414,8 +512,12 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, herr error) {
 				kind = EventCancelled
 			case rdb.OutcomeRequeued:
 				kind = EventGivenBack
+			case rdb.OutcomeRetry:
+				kind = EventRetry
+			case rdb.OutcomeDead:
+				kind = EventDead
 			}
-			w.emit(Event{Kind: kind, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: herr})
+			w.emit(Event{Kind: kind, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: p.herr})
 			return
 		}
 		if errors.Is(err, ErrTaskLost) {
@@ -435,7 +537,7 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, herr error) {
 	}
 }
 
-func (w *Worker) finish(s *session, q *queueRunner, t *Task, giveBack bool) (rdb.Outcome, error) {
+func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.Outcome, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
 	c, err := w.pool.GetContext(ctx)
@@ -443,10 +545,10 @@ func (w *Worker) finish(s *session, q *queueRunner, t *Task, giveBack bool) (rdb
 		return rdb.OutcomeLost, err
 	}
 	defer c.Close()
-	if giveBack {
+	if p.giveBack {
 		return rdb.GiveBack(ctx, c, q.qk, s.id, t.pid, t.ID)
 	}
-	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID)
+	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args)
 }
 
 // subscribeLoop holds the worker's one pub/sub connection: wake-ups and
@@ -468,6 +570,9 @@ func (w *Worker) subscribeLoop() {
 		if w.runCtx.Err() != nil {
 			return
 		}
+		if err == nil {
+			err = errors.New("unsubscribed")
+		}
 		w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
 		w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
 		if !sleepCtx(w.runCtx, delay) {
@@ -477,57 +582,17 @@ func (w *Worker) subscribeLoop() {
 	}
 }
 
-const pubsubPing = 2 * time.Second
-
 func (w *Worker) subscribeOnce(channels []any, route map[string]func([]byte)) error {
 	c, err := w.pool.GetContext(w.runCtx)
 	if err != nil {
 		return err
 	}
-	psc := redis.PubSubConn{Conn: c}
-	defer psc.Close()
-	if err := psc.Subscribe(channels...); err != nil {
-		return err
-	}
-	// Close the connection to unblock Receive when the worker stops; ping so
-	// that a silently dead connection is noticed.
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		t := time.NewTicker(pubsubPing)
-		defer t.Stop()
-		for {
-			select {
-			case <-w.runCtx.Done():
-				psc.Close()
-				return
-			case <-done:
-				return
-			case <-t.C:
-				if psc.Ping("") != nil {
-					return
-				}
-			}
+	defer c.Close()
+	return listen(w.runCtx, c, channels, w.pokeAll, func(ch string, data []byte) {
+		if f := route[ch]; f != nil {
+			f(data)
 		}
-	}()
-	confirmed := 0
-	for {
-		switch v := psc.ReceiveWithTimeout(3 * pubsubPing).(type) {
-		case redis.Message:
-			if f := route[v.Channel]; f != nil {
-				f(v.Data)
-			}
-		case redis.Subscription:
-			if v.Kind == "subscribe" {
-				confirmed++
-				if confirmed == len(channels) {
-					w.pokeAll()
-				}
-			}
-		case error:
-			return v
-		}
-	}
+	})
 }
 
 func (w *Worker) cancelRunning(id string) {

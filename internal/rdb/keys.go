@@ -86,6 +86,16 @@ type QueueKeys struct {
 	ProcPrefix string
 	// WorkerQueuePrefix + worker id is the set of pids that worker holds here.
 	WorkerQueuePrefix string
+	// Scheduled is the sorted set of ids waiting for a due time (delayed
+	// enqueues and retries), scored by due time in unix ms (Redis time).
+	Scheduled string
+	// Dead is the sorted set of dead ids, scored by time of death (unix ms).
+	Dead string
+	// Config is the hash of queue settings the scripts read (retention,
+	// dead-set caps), written by each worker serving the queue.
+	Config string
+	// UniquePrefix + user key is a uniqueness lock holding a task id.
+	UniquePrefix string
 	// WakeChannel carries wake-ups (the number of tasks made available).
 	WakeChannel string
 	// CancelChannel carries the ids of running tasks whose cancel was asked.
@@ -103,6 +113,10 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		TaskPrefix:        base + "t:",
 		ProcPrefix:        base + "p:",
 		WorkerQueuePrefix: base + "wq:" + q.Name + ":",
+		Scheduled:         base + "s:" + q.Name,
+		Dead:              base + "dead:" + q.Name,
+		Config:            base + "cfg:" + q.Name,
+		UniquePrefix:      base + "u:" + q.Name + ":",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

@@ -5,6 +5,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -12,81 +13,141 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
+// load builds a script from lua/<name>.lua with lua/lib.lua prepended.
 func load(name string, keyCount int) *redis.Script {
+	lib, err := luaFiles.ReadFile("lua/lib.lua")
+	if err != nil {
+		panic("rdb: missing embedded lib.lua") // a build defect, caught by every test
+	}
 	src, err := luaFiles.ReadFile("lua/" + name + ".lua")
 	if err != nil {
-		panic("rdb: missing embedded script " + name) // a build defect, caught by every test
+		panic("rdb: missing embedded script " + name)
 	}
-	return redis.NewScript(keyCount, string(src))
+	return redis.NewScript(keyCount, string(lib)+string(src))
 }
 
 // The scripts are immutable once built; redigo's Script runs EVALSHA and falls
 // back to EVAL on NOSCRIPT.
 var (
 	enqueueScript  = load("enqueue", -1)
-	takeScript     = load("take", 4)
-	finishScript   = load("finish", 3)
-	givebackScript = load("giveback", 4)
+	takeScript     = load("take", 6)
+	finishScript   = load("finish", 6)
+	givebackScript = load("giveback", 5)
 	requeueScript  = load("requeue", -1)
-	cancelScript   = load("cancel", 2)
+	cancelScript   = load("cancel", 4)
 	registerScript = load("register", 3)
+	moveScript     = load("move", 4)
+	deadScript     = load("dead", 2)
 )
 
 // ErrLost is returned by Finish and GiveBack when the caller no longer owns the
 // taking: nothing was changed. Package worqr exports it as ErrTaskLost.
 var ErrLost = errors.New("worqr: task lost")
 
+// ErrDuplicate is returned by Enqueue when the unique key is held by another
+// task. Package worqr exports it.
+var ErrDuplicate = errors.New("worqr: duplicate task")
+
 // Conn is the part of a redigo connection the wrappers use.
 type Conn = redis.Conn
 
-// Enqueue writes the tasks and pushes their ids at the back of the queue in one
-// script call, then publishes one wake-up.
-func Enqueue(ctx context.Context, c Conn, q QueueKeys, ids []string, payloads [][]byte) error {
-	if len(ids) != len(payloads) {
-		return fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+// EnqueueArgs are the options of one Enqueue call.
+type EnqueueArgs struct {
+	DelayMillis int64  // > 0: scheduled at Redis time + delay
+	DueMillis   int64  // > 0: scheduled at this unix time (ms)
+	UniqueKey   string // full key (QueueKeys.UniquePrefix + user key); one task only
+	UniqueTTL   int64  // ms
+	MaxAttempts int    // > 0: per-task override
+	TimeoutMs   int64  // > 0: per-task override
+}
+
+func optInt(v int64) string {
+	if v <= 0 {
+		return ""
 	}
-	args := make([]any, 0, 2+3*len(ids))
-	args = append(args, 1+len(ids), q.Waiting)
+	return strconv.FormatInt(v, 10)
+}
+
+// Enqueue writes the tasks and pushes their ids at the back of the queue (or
+// schedules them) in one script call. When a.UniqueKey is held it returns
+// the holder's id and ErrDuplicate.
+func Enqueue(ctx context.Context, c Conn, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (string, error) {
+	if len(ids) != len(payloads) {
+		return "", fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+	}
+	if a == nil {
+		a = &EnqueueArgs{}
+	}
+	args := make([]any, 0, 10+3*len(ids))
+	args = append(args, 2+len(ids), q.Waiting, q.Scheduled)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
 	}
-	args = append(args, q.WakeChannel)
+	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
+		a.UniqueKey, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs))
 	for _, id := range ids {
 		args = append(args, id)
 	}
 	for _, p := range payloads {
 		args = append(args, p)
 	}
-	_, err := enqueueScript.DoContext(ctx, c, args...)
-	return err
+	vals, err := redis.Values(enqueueScript.DoContext(ctx, c, args...))
+	if err != nil {
+		return "", err
+	}
+	if n, _ := redis.Int(vals[0], nil); n < 0 && len(vals) > 1 {
+		holder, _ := redis.String(vals[1], nil)
+		return holder, ErrDuplicate
+	}
+	return "", nil
 }
 
-// Taken is one task handed to a worker by Take.
+// Taken is one task handed to a worker by Take, or buried by it.
 type Taken struct {
-	ID      string
-	PID     string // "" when the task hash was missing: the id was dropped
-	Payload []byte
-	Attempt int
+	ID string
+	// PID is "" when the task was buried instead (bad data, or too many
+	// crashes); Reason then says why.
+	PID         string
+	Reason      string
+	Payload     []byte
+	Attempt     int // failed attempts so far + 1
+	Crashes     int
+	MaxAttempts int   // per-task override, 0 = queue default
+	TimeoutMs   int64 // per-task override, 0 = queue default
 }
 
-// Take pops up to max ids from the front of the queue for worker w.
-func Take(ctx context.Context, c Conn, q QueueKeys, w string, max int) ([]Taken, error) {
+// Take pops up to max ids from the front of the queue for worker w. Tasks that
+// crashed maxCrashes workers (0 = no limit) or whose data is bad are buried.
+func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes int) ([]Taken, error) {
 	vals, err := redis.Values(takeScript.DoContext(ctx, c,
-		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq,
-		w, max, q.TaskPrefix, q.ProcPrefix))
+		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
+		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes))
 	if err != nil {
 		return nil, err
 	}
-	if len(vals)%4 != 0 {
+	const width = 7
+	if len(vals)%width != 0 {
 		return nil, fmt.Errorf("rdb: take: reply of %d values", len(vals))
 	}
-	out := make([]Taken, 0, len(vals)/4)
-	for i := 0; i < len(vals); i += 4 {
-		id, _ := redis.String(vals[i], nil)
-		pid, _ := redis.String(vals[i+1], nil)
-		payload, _ := redis.Bytes(vals[i+2], nil)
-		attempt, _ := redis.Int(vals[i+3], nil)
-		out = append(out, Taken{ID: id, PID: pid, Payload: payload, Attempt: attempt})
+	out := make([]Taken, 0, len(vals)/width)
+	for i := 0; i < len(vals); i += width {
+		var t Taken
+		t.ID, _ = redis.String(vals[i], nil)
+		t.PID, _ = redis.String(vals[i+1], nil)
+		if t.PID == "" {
+			t.Reason, _ = redis.String(vals[i+2], nil)
+		} else {
+			t.Payload, _ = redis.Bytes(vals[i+2], nil)
+			t.Attempt, _ = redis.Int(vals[i+3], nil)
+			t.Crashes, _ = redis.Int(vals[i+4], nil)
+			if s, _ := redis.String(vals[i+5], nil); s != "" {
+				t.MaxAttempts, _ = strconv.Atoi(s)
+			}
+			if s, _ := redis.String(vals[i+6], nil); s != "" {
+				t.TimeoutMs, _ = strconv.ParseInt(s, 10, 64)
+			}
+		}
+		out = append(out, t)
 	}
 	return out, nil
 }
@@ -100,6 +161,8 @@ const (
 	OutcomeDone      Outcome = 1
 	OutcomeCancelled Outcome = 2
 	OutcomeRequeued  Outcome = 3
+	OutcomeRetry     Outcome = 4
+	OutcomeDead      Outcome = 5
 )
 
 func (o Outcome) String() string {
@@ -110,44 +173,66 @@ func (o Outcome) String() string {
 		return "cancelled"
 	case OutcomeRequeued:
 		return "requeued"
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeDead:
+		return "dead"
 	default:
 		return "lost"
 	}
 }
 
-// Finish records that worker w's taking pid of task id is done. It returns
-// ErrLost, having changed nothing, when w no longer owns pid.
-func Finish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string) (Outcome, error) {
+// FinishMode says what a finish records.
+type FinishMode string
+
+// The finish modes.
+const (
+	FinishDone  FinishMode = "done"
+	FinishRetry FinishMode = "retry"
+	FinishDead  FinishMode = "dead"
+)
+
+// FinishArgs describe the end of one taking.
+type FinishArgs struct {
+	Mode            FinishMode
+	RetryDelayMs    int64  // FinishRetry
+	Err             string // FinishRetry, FinishDead
+	RetentionMillis int64  // how long a done or cancelled task is kept
+	Result          []byte // FinishDone
+}
+
+// Finish records the end of worker w's taking pid of task id. It returns
+// ErrLost, having changed nothing, when w no longer owns pid. A cancel asked
+// while the task ran wins over every mode (OutcomeCancelled).
+func Finish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a FinishArgs) (Outcome, error) {
+	if a.Mode == "" {
+		a.Mode = FinishDone
+	}
 	code, err := redis.Int(finishScript.DoContext(ctx, c,
-		q.WorkerQueue(w), q.Proc(pid), q.Task(id), pid))
+		q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Scheduled, q.Dead, q.Config,
+		pid, id, w, string(a.Mode), a.RetryDelayMs, a.Err, a.RetentionMillis, a.Result, q.TaskPrefix))
 	if err != nil {
 		return OutcomeLost, err
 	}
-	switch code {
-	case 0:
+	if code == 0 {
 		return OutcomeLost, ErrLost
-	case 2:
-		return OutcomeCancelled, nil
 	}
-	return OutcomeDone, nil
+	return Outcome(code), nil
 }
 
 // GiveBack puts worker w's taking pid of task id back at the front of its queue.
 // It returns ErrLost, having changed nothing, when w no longer owns pid, and
-// OutcomeCancelled when a cancel was asked meanwhile (the task is dropped).
+// OutcomeCancelled when a cancel was asked meanwhile (the task ends).
 func GiveBack(ctx context.Context, c Conn, q QueueKeys, w, pid, id string) (Outcome, error) {
 	code, err := redis.Int(givebackScript.DoContext(ctx, c,
-		q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Waiting, pid, id, q.WakeChannel))
+		q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Waiting, q.Config, pid, id, q.WakeChannel))
 	if err != nil {
 		return OutcomeLost, err
 	}
-	switch code {
-	case 0:
+	if code == 0 {
 		return OutcomeLost, ErrLost
-	case 2:
-		return OutcomeCancelled, nil
 	}
-	return OutcomeRequeued, nil
+	return Outcome(code), nil
 }
 
 // Requeue puts every taking the given workers hold in the queue back at its
@@ -158,8 +243,8 @@ func Requeue(ctx context.Context, c Conn, q QueueKeys, workers []string, crashed
 	if len(workers) == 0 {
 		return 0, 0, nil
 	}
-	args := make([]any, 0, 7+2*len(workers))
-	args = append(args, 2+len(workers), q.Waiting, q.Holders)
+	args := make([]any, 0, 8+2*len(workers))
+	args = append(args, 3+len(workers), q.Waiting, q.Holders, q.Config)
 	for _, w := range workers {
 		args = append(args, q.WorkerQueue(w))
 	}
@@ -186,15 +271,49 @@ type CancelResult int
 
 // The results of Cancel.
 const (
-	CancelNoop      CancelResult = 0 // unknown, finished, or already asked
-	CancelRemoved   CancelResult = 1 // was waiting: removed, no worker gets it
+	CancelNoop      CancelResult = 0 // unknown, ended, dead, or already asked
+	CancelRemoved   CancelResult = 1 // was waiting or scheduled: ended, no worker gets it
 	CancelRequested CancelResult = 2 // running: its owner was told to stop
 )
 
-// Cancel removes a waiting task or asks the owner of a running one to stop.
+// Cancel ends a waiting or scheduled task or asks the owner of a running one
+// to stop.
 func Cancel(ctx context.Context, c Conn, q QueueKeys, id string) (CancelResult, error) {
-	code, err := redis.Int(cancelScript.DoContext(ctx, c, q.Waiting, q.Task(id), id, q.CancelChannel))
+	code, err := redis.Int(cancelScript.DoContext(ctx, c,
+		q.Waiting, q.Task(id), q.Scheduled, q.Config, id, q.CancelChannel))
 	return CancelResult(code), err
+}
+
+// Move pushes up to batch due scheduled tasks to the back of the queue and
+// trims the dead set by age. It returns how many it moved.
+func Move(ctx context.Context, c Conn, q QueueKeys, batch int) (int, error) {
+	return redis.Int(moveScript.DoContext(ctx, c,
+		q.Scheduled, q.Waiting, q.Dead, q.Config, batch, q.TaskPrefix, q.WakeChannel))
+}
+
+// DeadOp is what to do with dead tasks.
+type DeadOp string
+
+// The dead-set operations.
+const (
+	DeadRequeue DeadOp = "requeue"
+	DeadDelete  DeadOp = "delete"
+)
+
+// DeadIDs applies op to the given dead ids and returns how many were dead.
+func DeadIDs(ctx context.Context, c Conn, q QueueKeys, op DeadOp, ids []string) (int, error) {
+	args := make([]any, 0, 4+len(ids))
+	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, "ids")
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	return redis.Int(deadScript.DoContext(ctx, c, args...))
+}
+
+// DeadOldest applies op to up to n of the oldest dead tasks.
+func DeadOldest(ctx context.Context, c Conn, q QueueKeys, op DeadOp, n int) (int, error) {
+	return redis.Int(deadScript.DoContext(ctx, c,
+		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, "oldest", n))
 }
 
 // Register creates worker w's keepalive with the given TTL, lists w among the

@@ -1,16 +1,30 @@
--- cancel: remove a waiting task, or ask the owner of a running one to stop.
+-- cancel: end a waiting or scheduled task, or ask the owner of a running one
+-- to stop.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
 -- KEYS[2] <ns>:{T}:t:<id>             (hash) the task
+-- KEYS[3] <ns>:{T}:s:<queue>          (zset) scheduled ids
+-- KEYS[4] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- ARGV[1] task id   ARGV[2] cancel channel
--- Returns: 0 nothing to cancel (unknown, finished, or already asked),
--- 1 removed from the queue, 2 cancel asked of the running owner.
-local s = redis.call('HMGET', KEYS[2], 's', 'x')
-if redis.call('EXISTS', KEYS[2]) == 0 or s[2] then
+-- Returns: 0 nothing to cancel (unknown, ended, dead, or already asked),
+-- 1 removed from the queue or the scheduled set, 2 cancel asked of the
+-- running owner.
+local t = redis.pcall('HMGET', KEYS[2], 's', 'x', 'u')
+if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end
-if s[1] ~= 'active' then
-  if redis.call('LREM', KEYS[1], 1, ARGV[1]) > 0 then
-    redis.call('DEL', KEYS[2])
+local s = t[1]
+if s == 'done' or s == 'cancelled' or s == 'dead' then
+  return 0
+end
+if s ~= 'active' then
+  local removed
+  if s == 'scheduled' then
+    removed = redis.call('ZREM', KEYS[3], ARGV[1])
+  else
+    removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
+  end
+  if removed > 0 then
+    finalize(KEYS[2], ARGV[1], t[3], 'cancelled', cfg_num(KEYS[4], 'retention', 0), '')
     return 1
   end
 end

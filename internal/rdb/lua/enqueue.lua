@@ -1,21 +1,52 @@
--- enqueue: write task hashes and push their ids at the back of a queue, then
--- publish one wake-up carrying the number of new tasks.
+-- enqueue: write task hashes and push their ids at the back of a queue (or
+-- into its scheduled set when delayed), then publish one wake-up carrying the
+-- number of tasks made available.
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
--- KEYS[2..n+1] <ns>:{T}:t:<id>        (hash)  one per task
--- ARGV[1]      wake channel
--- ARGV[2..n+1] task ids, in KEYS order
--- ARGV[n+2..]  payloads, in KEYS order
--- Returns: the number of tasks written.
-local n = #KEYS - 1
+-- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
+-- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
+-- ARGV[1] wake channel
+-- ARGV[2] delay ms, relative to Redis time ("" = none)
+-- ARGV[3] due time in unix ms ("" = none)
+-- ARGV[4] unique key <ns>:{T}:u:<queue>:<key> ("" = none; one task only)
+-- ARGV[5] unique TTL ms
+-- ARGV[6] max attempts override ("" = queue default)
+-- ARGV[7] timeout override in ms ("" = queue default)
+-- ARGV[8..n+7] task ids, in KEYS order;  ARGV[n+8..] payloads, in KEYS order
+-- Returns: {n} on success; {-1, holder id} when the unique key is held.
+local n = #KEYS - 2
+local first = 8
+if ARGV[4] ~= '' then
+  if not redis.call('SET', ARGV[4], ARGV[first], 'PX', ARGV[5], 'NX') then
+    return {-1, redis.call('GET', ARGV[4])}
+  end
+end
+local due
+if ARGV[2] ~= '' then
+  due = now_ms() + tonumber(ARGV[2])
+elseif ARGV[3] ~= '' then
+  due = tonumber(ARGV[3])
+end
 for i = 1, n do
-  redis.call('HSET', KEYS[i + 1], 'd', ARGV[n + 1 + i])
+  local tkey = KEYS[i + 2]
+  redis.call('HSET', tkey, 'd', ARGV[first + n + i - 1])
+  if ARGV[4] ~= '' then redis.call('HSET', tkey, 'u', ARGV[4]) end
+  if ARGV[6] ~= '' then redis.call('HSET', tkey, 'ma', ARGV[6]) end
+  if ARGV[7] ~= '' then redis.call('HSET', tkey, 'to', ARGV[7]) end
+  if due then
+    redis.call('HSET', tkey, 's', 'scheduled')
+    redis.call('ZADD', KEYS[2], due, ARGV[first + i - 1])
+  end
+end
+if due then
+  return {n}
 end
 -- RPUSH in chunks: Lua's unpack is limited to a few thousand values.
-local i = 2
-while i <= n + 1 do
-  local j = math.min(i + 999, n + 1)
+local i = first
+local last = first + n - 1
+while i <= last do
+  local j = math.min(i + 999, last)
   redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
   i = j + 1
 end
 redis.call('PUBLISH', ARGV[1], n)
-return n
+return {n}

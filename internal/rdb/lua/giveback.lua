@@ -4,19 +4,21 @@
 -- KEYS[2] <ns>:{T}:p:<pid>            (list) processing list of the taking
 -- KEYS[3] <ns>:{T}:t:<id>             (hash) the task
 -- KEYS[4] <ns>:{T}:q:<queue>          (list) waiting ids
+-- KEYS[5] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- ARGV[1] pid   ARGV[2] task id   ARGV[3] wake channel
--- Returns: 0 lost (not the owner: nothing changed), 1 requeued, 2 cancelled
+-- Returns: 0 lost (not the owner: nothing changed), 3 requeued, 2 cancelled
 -- (a cancel was asked while it ran, so it is not requeued).
 if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('DEL', KEYS[2])
-if redis.call('HGET', KEYS[3], 'x') then
-  redis.call('DEL', KEYS[3])
+local t = redis.call('HMGET', KEYS[3], 'x', 'u')
+if t[1] then
+  finalize(KEYS[3], ARGV[2], t[2], 'cancelled', cfg_num(KEYS[5], 'retention', 0), '')
   return 2
 end
 redis.call('HSET', KEYS[3], 's', 'queued')
 redis.call('HDEL', KEYS[3], 'w', 'p')
 redis.call('LPUSH', KEYS[4], ARGV[2])
 redis.call('PUBLISH', ARGV[3], 1)
-return 1
+return 3

@@ -3,19 +3,20 @@
 -- workers' holdings there. Idempotent: a second run finds nothing.
 -- KEYS[1]    <ns>:{T}:q:<queue>        (list) waiting ids
 -- KEYS[2]    <ns>:{T}:h:<queue>        (set)  workers that may hold takings
--- KEYS[3..]  <ns>:{T}:wq:<queue>:<w>   (set)  one per worker, in ARGV order
+-- KEYS[3]    <ns>:{T}:cfg:<queue>      (hash) queue settings
+-- KEYS[4..]  <ns>:{T}:wq:<queue>:<w>   (set)  one per worker, in ARGV order
 -- ARGV[1] wake channel   ARGV[2] processing list prefix   ARGV[3] task key prefix
 -- ARGV[4] "1" when the workers died (each requeued task counts a crash)
--- ARGV[5..] worker ids, aligned with KEYS[3..]
--- Returns: {requeued, cancelled}. A task whose cancel was asked is dropped
--- (its hash deleted) instead of requeued.
+-- ARGV[5..] worker ids, aligned with KEYS[4..]
+-- Returns: {requeued, cancelled}. A task whose cancel was asked ends as
+-- cancelled instead of being requeued.
 local pids = {}
-for i = 3, #KEYS do
+for i = 4, #KEYS do
   for _, pid in ipairs(redis.call('SMEMBERS', KEYS[i])) do
     table.insert(pids, tonumber(pid))
   end
   redis.call('DEL', KEYS[i])
-  redis.call('SREM', KEYS[2], ARGV[i + 2])
+  redis.call('SREM', KEYS[2], ARGV[i + 1])
 end
 -- pids number takings in the order tasks left the queue: push the newest
 -- first so that the oldest ends up at the very front.
@@ -27,11 +28,11 @@ for i = #pids, 1, -1 do
   redis.call('DEL', pkey)
   if id then
     local tkey = ARGV[3] .. id
-    local t = redis.call('HMGET', tkey, 'x', 'd')
+    local t = redis.call('HMGET', tkey, 'x', 'u', 's')
     if t[1] then
-      redis.call('DEL', tkey)
+      finalize(tkey, id, t[2], 'cancelled', cfg_num(KEYS[3], 'retention', 0), '')
       cancelled = cancelled + 1
-    elseif t[2] then
+    elseif t[3] == 'active' then
       if ARGV[4] == '1' then
         redis.call('HINCRBY', tkey, 'c', 1)
       end

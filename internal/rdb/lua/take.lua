@@ -1,42 +1,75 @@
 -- take: pop up to ARGV[2] task ids from the front of a queue and record that
--- worker ARGV[1] owns each taking.
+-- worker ARGV[1] owns each taking. Bad task data never reaches a worker and
+-- never loops: such a task goes to the dead set with the reason.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
 -- KEYS[2] <ns>:{T}:wq:<queue>:<w>     (set)  pids worker w holds in this queue
 -- KEYS[3] <ns>:{T}:h:<queue>          (set)  workers that may hold takings
 -- KEYS[4] <ns>:{T}:seq                (string) taking counter of the tag
+-- KEYS[5] <ns>:{T}:dead:<queue>       (zset) dead ids by time of death
+-- KEYS[6] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- ARGV[1] worker id   ARGV[2] max count
 -- ARGV[3] task key prefix   ARGV[4] processing list prefix
+-- ARGV[5] max crashes (a task that crashed this many workers is buried; 0 = no limit)
 -- Every key built from a prefix shares KEYS[1]'s hash tag.
--- Returns: flat array {id, pid, payload, attempt, ...}; empty when the queue
--- is empty. An id whose task hash is missing is dropped and returned with
--- pid "" so the caller can report it; it is owned by nobody.
+-- Returns: flat array of 7 values per id:
+--   {id, pid, payload, attempt, crashes, max attempts ("" = default), timeout ms ("")}
+-- For an id buried instead of handed out, pid is "" and payload is the reason.
 local ids = redis.call('LPOP', KEYS[1], ARGV[2])
 if not ids then
   return {}
 end
 local last = redis.call('INCRBY', KEYS[4], #ids)
 local pid = last - #ids
+local maxc = tonumber(ARGV[5])
 local out = {}
 local pids = {}
+
+local function buried(id, reason)
+  table.insert(out, id)
+  table.insert(out, '')
+  table.insert(out, reason)
+  for _ = 1, 4 do table.insert(out, '') end
+end
+
 for _, id in ipairs(ids) do
   pid = pid + 1
   local tkey = ARGV[3] .. id
-  local t = redis.call('HMGET', tkey, 'd', 'n')
-  if not t[1] then
-    table.insert(out, id)
-    table.insert(out, '')
-    table.insert(out, '')
-    table.insert(out, 0)
+  local t = redis.pcall('HMGET', tkey, 'd', 'n', 'c', 'ma', 'to')
+  local reason
+  if type(t) ~= 'table' or t.err then
+    -- Not a hash: keep what it held, for the operator, in a hash of its own.
+    local kind = redis.call('TYPE', tkey).ok
+    local raw = ''
+    if kind == 'string' then raw = redis.call('GET', tkey) end
+    redis.call('DEL', tkey)
+    redis.call('HSET', tkey, 'raw', raw)
+    reason = 'corrupt: task data is a ' .. kind .. ', not a hash'
+  elseif not t[1] then
+    if redis.call('EXISTS', tkey) == 0 then
+      reason = 'missing: no task data for this id'
+    else
+      reason = 'corrupt: task data has no payload'
+    end
+  elseif (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) then
+    reason = 'corrupt: attempt or crash count is not a number'
+  elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc then
+    reason = 'crashed: the task was running on ' .. t[3] .. ' workers that died'
+  end
+  if reason then
+    bury(KEYS[5], KEYS[6], ARGV[3], id, reason, '', ARGV[1])
+    buried(id, reason)
   else
-    local attempt = (tonumber(t[2]) or 0) + 1
     local spid = tostring(pid)
-    redis.call('HSET', tkey, 's', 'active', 'n', attempt, 'w', ARGV[1], 'p', spid)
+    redis.call('HSET', tkey, 's', 'active', 'w', ARGV[1], 'p', spid)
     redis.call('RPUSH', ARGV[4] .. spid, id)
     table.insert(pids, spid)
     table.insert(out, id)
     table.insert(out, spid)
     table.insert(out, t[1])
-    table.insert(out, attempt)
+    table.insert(out, (tonumber(t[2]) or 0) + 1)
+    table.insert(out, tonumber(t[3]) or 0)
+    table.insert(out, t[4] or '')
+    table.insert(out, t[5] or '')
   end
 end
 if #pids > 0 then

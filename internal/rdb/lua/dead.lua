@@ -1,0 +1,35 @@
+-- dead: requeue or delete tasks of a queue's dead set.
+-- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
+-- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
+-- ARGV[1] "requeue" | "delete"   ARGV[2] task key prefix   ARGV[3] wake channel
+-- ARGV[4] "ids" followed by ids in ARGV[5..], or "oldest" followed by a count
+-- in ARGV[5] (that many of the oldest entries).
+-- A requeued task goes to the back of the queue with its attempt and crash
+-- counts reset. Returns: the number of tasks handled.
+local ids
+if ARGV[4] == 'oldest' then
+  ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[5]) - 1)
+else
+  ids = {}
+  for i = 5, #ARGV do
+    table.insert(ids, ARGV[i])
+  end
+end
+local handled = {}
+for _, id in ipairs(ids) do
+  if redis.call('ZREM', KEYS[1], id) == 1 then
+    local tkey = ARGV[2] .. id
+    if ARGV[1] == 'delete' then
+      redis.call('DEL', tkey)
+    else
+      redis.call('HSET', tkey, 's', 'queued')
+      redis.call('HDEL', tkey, 'n', 'c', 'dr', 'dt', 'dw', 'u')
+    end
+    table.insert(handled, id)
+  end
+end
+if ARGV[1] == 'requeue' and #handled > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(handled))
+  redis.call('PUBLISH', ARGV[3], #handled)
+end
+return #handled
