@@ -1,0 +1,40 @@
+// Package worqr runs background work on Redis with no broker: every process
+// that embeds it is a peer.
+//
+// # Enqueueing
+//
+// A Client enqueues tasks (an opaque payload; worqr adds no envelope), one at
+// a time or in batches (one round trip, all or nothing), immediately or after a
+// delay, optionally unique; it cancels them, looks them up by id, and lists,
+// requeues and purges the dead set.
+//
+// # Running workers
+//
+// A Worker is one registered process serving several queues, each with a
+// Handler and a concurrency limit. Start registers it (a keepalive key renewed
+// every HeartbeatInterval) and starts taking; it wakes on Redis pub/sub and
+// polls as a fallback. Every worker also takes part in recovery: any peer may
+// requeue, to the front of their queues, the tasks of a worker whose keepalive
+// expired, within HeartbeatTTL + ReaperInterval (about 4 s by default).
+//
+// # Stopping
+//
+// Stop stops taking, gives running handlers until its context ends, then puts
+// what still runs back at the front of its queue, cancels those handlers and
+// deregisters. The library never installs signal handlers.
+//
+// # Failure semantics
+//
+// Each taking of a task has exactly one owner; finishing checks ownership in
+// the same script that records the outcome, so a worker that lost its
+// keepalive cannot record anything (ErrTaskLost). Execution is at-least-once:
+// after a crash, a lost keepalive or a failed attempt the handler runs again,
+// so handlers must be idempotent. A handler's error is a failed attempt,
+// retried with backoff up to MaxAttempts, then the task goes to the dead set;
+// SkipRetry sends it there at once, RetryAfter picks the delay, ErrGiveBack
+// puts it back at the front, a panic is a failed attempt (never a crash of the
+// process), and a timeout cancels the handler's context and counts as a
+// failed attempt. A task whose workers keep dying is buried after MaxCrashes.
+//
+// docs/PROTOCOL.md in the repository describes every key and script.
+package worqr
