@@ -230,6 +230,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	if err != nil {
 		return CancelNotFound, fmt.Errorf("worqr: cancel %s: %w", id, err)
 	}
+	if res == rdb.CancelRefused {
+		return CancelNotFound, invalid("id", "%s is a flow run or one of its children: cancel the run with CancelRun", id)
+	}
 	return CancelStatus(res), nil
 }
 

@@ -113,6 +113,8 @@ type WorkerConfig struct {
 	Config
 	// Queues maps each queue name to serve to its handler and concurrency.
 	Queues map[string]QueueConfig
+	// Flows are served whole: every stage and child queue of each.
+	Flows []*Flow
 	// HeartbeatInterval is how often the keepalive is renewed. Default 1s.
 	HeartbeatInterval time.Duration
 	// HeartbeatTTL is the keepalive's lifetime: a worker silent for this
@@ -146,9 +148,23 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		return out, err
 	}
 	out.Config = base
-	if len(out.Queues) == 0 {
-		return out, invalid("Queues", "is empty: a worker needs at least one queue")
+	if len(out.Queues) == 0 && len(out.Flows) == 0 {
+		return out, invalid("Queues", "is empty and there are no Flows: a worker needs at least one queue")
 	}
+	flows := make([]*Flow, len(out.Flows))
+	names := map[string]bool{}
+	for i, f := range out.Flows {
+		v, err := f.validate()
+		if err != nil {
+			return out, err
+		}
+		if names[v.Name] {
+			return out, invalid(fmt.Sprintf("Flows[%d]", i), "%q is served twice", v.Name)
+		}
+		names[v.Name] = true
+		flows[i] = v
+	}
+	out.Flows = flows
 	queues := make(map[string]QueueConfig, len(out.Queues))
 	for name, q := range out.Queues {
 		field := fmt.Sprintf("Queues[%q]", name)

@@ -104,7 +104,8 @@ type EventKind string
 
 // The events a Worker reports through WorkerConfig.OnEvent.
 const (
-	// EventDone: a taking was finished and Redis accepted it.
+	// EventDone: a taking was finished and Redis accepted it (for a flow's
+	// last stage: the run is done).
 	EventDone EventKind = "done"
 	// EventCancelled: a taking ended as cancelled (Cancel was called).
 	EventCancelled EventKind = "cancelled"
@@ -117,6 +118,10 @@ const (
 	EventRetry EventKind = "retry"
 	// EventDead: the task went to the dead set (Err says why).
 	EventDead EventKind = "dead"
+	// EventForwarded: a flow stage ended and its run moved to the next stage.
+	EventForwarded EventKind = "forwarded"
+	// EventFannedOut: a flow stage ended by fanning out children.
+	EventFannedOut EventKind = "fanned_out"
 	// EventKeepaliveLost: the worker id died; handlers were cancelled.
 	EventKeepaliveLost EventKind = "keepalive_lost"
 	// EventRegistered: the worker registered (at start or after a loss).

@@ -68,7 +68,19 @@ type inflight struct {
 	sess   *session
 }
 
+// queueKind says which finish script a queue's takings end with.
+type queueKind int
+
+const (
+	plainQueue queueKind = iota
+	stageQueue
+	childQueue
+)
+
 type queueRunner struct {
+	kind        queueKind
+	flow        *Flow // stage and child queues
+	stage       int   // the stage (declaring the child queue)
 	name        string
 	qk          rdb.QueueKeys
 	cfg         QueueConfig
@@ -99,18 +111,27 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		stopDone:    make(chan struct{}),
 	}
 	w.reg = registry.New(pool, w.keys)
-	for name, q := range c.Queues {
-		r := &queueRunner{
-			name:        name,
-			qk:          w.keys.Queue(rdb.Standalone(name)),
-			cfg:         q,
-			handler:     q.Handler,
-			concurrency: q.Concurrency,
-			wake:        make(chan struct{}, 1),
-			freed:       make(chan struct{}, 1),
-		}
+	add := func(r *queueRunner, ref rdb.QueueRef) {
+		r.qk = w.keys.Queue(ref)
+		r.concurrency = r.cfg.Concurrency
+		r.handler = r.cfg.Handler
+		r.wake = make(chan struct{}, 1)
+		r.freed = make(chan struct{}, 1)
 		w.queues = append(w.queues, r)
-		w.byName[name] = r
+		w.byName[ref.Member()] = r
+	}
+	for name, q := range c.Queues {
+		add(&queueRunner{name: name, cfg: q}, rdb.Standalone(name))
+	}
+	for _, f := range c.Flows {
+		for i, st := range f.Stages {
+			add(&queueRunner{kind: stageQueue, flow: f, stage: i, name: st.Name, cfg: st.Queue},
+				rdb.QueueRef{Tag: f.Name, Name: st.Name})
+			for name, cq := range st.Children {
+				add(&queueRunner{kind: childQueue, flow: f, stage: i, name: name, cfg: cq},
+					rdb.QueueRef{Tag: f.Name, Name: name})
+			}
+		}
 	}
 	return w, nil
 }
@@ -364,7 +385,7 @@ func (w *Worker) take(s *session, q *queueRunner, n int) ([]rdb.Taken, error) {
 		return nil, err
 	}
 	defer c.Close()
-	return rdb.Take(ctx, c, q.qk, s.id, n, q.cfg.MaxCrashes)
+	return rdb.Take(ctx, c, q.qk, s.id, n, q.cfg.MaxCrashes, q.kind == stageQueue)
 }
 
 func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
@@ -407,7 +428,17 @@ func (w *Worker) run(s *session, q *queueRunner, taken rdb.Taken, t *Task) {
 	w.running[t.ID] = me
 	w.runMu.Unlock()
 
-	err := callHandler(hctx, q.handler, t)
+	var (
+		err error
+		res *StageResult
+		run *Run
+	)
+	if q.kind == stageQueue {
+		run = newRun(q, taken, t)
+		res, err = callStage(hctx, q.flow.Stages[q.stage].Handler, run)
+	} else {
+		err = callHandler(hctx, q.handler, t)
+	}
 	var te *TimeoutError
 	if err != nil && errors.As(context.Cause(hctx), &te) {
 		err = fmt.Errorf("%w: %w", te, err)
@@ -419,7 +450,65 @@ func (w *Worker) run(s *session, q *queueRunner, taken rdb.Taken, t *Task) {
 	}
 	w.runMu.Unlock()
 	cancel(nil)
-	w.complete(s, q, t, w.finishArgs(q, taken, t, err))
+	p := w.finishArgs(q, taken, t, err)
+	if q.kind == stageQueue && err == nil {
+		if perr := w.planStage(q, res, &p); perr != nil {
+			// A result the flow cannot record: nothing is written; the
+			// stage goes to the dead set with the reason.
+			p = w.finishArgs(q, taken, t, SkipRetry(perr))
+		}
+	}
+	if q.kind == childQueue {
+		p.parent = taken.Parent
+	}
+	w.complete(s, q, t, p)
+}
+
+// nextStage is the stage after q's (its declaring stage's, for a child
+// queue), or "" after the last.
+func (q *queueRunner) nextStage() string {
+	if q.stage+1 < len(q.flow.Stages) {
+		return q.flow.Stages[q.stage+1].Name
+	}
+	return ""
+}
+
+func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
+	state, kids := decodeRun(taken.Run)
+	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: state, Children: kids, Attempt: t.Attempt}
+}
+
+// callStage runs a stage handler and turns a panic into an error.
+func callStage(ctx context.Context, h StageHandler, r *Run) (res *StageResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleStage(ctx, r)
+}
+
+// planStage checks a stage's result and adds what the flow finish records.
+func (w *Worker) planStage(q *queueRunner, res *StageResult, p *finishPlan) error {
+	st := q.flow.Stages[q.stage]
+	if res == nil {
+		res = &StageResult{}
+	}
+	fields, err := stateFields(fmt.Sprintf("StageResult.Fields of stage %s", st.Name), res.Fields, w.cfg.MaxPayloadBytes)
+	if err != nil {
+		return err
+	}
+	p.fields = fields
+	for i, c := range res.Children {
+		if _, ok := st.Children[c.Queue]; !ok {
+			return invalid(fmt.Sprintf("StageResult.Children[%d].Queue", i), "%q is not a child queue declared by stage %s", c.Queue, st.Name)
+		}
+		if len(c.Payload) > w.cfg.MaxPayloadBytes {
+			return invalid(fmt.Sprintf("StageResult.Children[%d].Payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), w.cfg.MaxPayloadBytes)
+		}
+		p.children = append(p.children, rdb.Child{ID: xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+	}
+	return nil
 }
 
 // TimeoutError is the cause of a handler context whose run took longer than
@@ -472,6 +561,9 @@ type finishPlan struct {
 	herr     error
 	giveBack bool
 	args     rdb.FinishArgs
+	fields   []string    // stage: state fields to merge
+	children []rdb.Child // stage: children to fan out
+	parent   string      // child: its run
 }
 
 // callHandler runs the handler and turns a panic into an error.
@@ -516,6 +608,10 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, p finishPlan) {
 				kind = EventRetry
 			case rdb.OutcomeDead:
 				kind = EventDead
+			case rdb.OutcomeForwarded:
+				kind = EventForwarded
+			case rdb.OutcomeFannedOut:
+				kind = EventFannedOut
 			}
 			w.emit(Event{Kind: kind, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: p.herr})
 			return
@@ -547,6 +643,14 @@ func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.
 	defer c.Close()
 	if p.giveBack {
 		return rdb.GiveBack(ctx, c, q.qk, s.id, t.pid, t.ID)
+	}
+	switch q.kind {
+	case stageQueue:
+		return rdb.FlowFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args, q.flow.ref(), q.nextStage(), p.fields, p.children)
+	case childQueue:
+		child, _, err := rdb.ChildFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.parent, p.args, q.flow.ref(),
+			q.nextStage(), !q.flow.Stages[q.stage].ContinueOnChildFailure)
+		return child, err
 	}
 	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args)
 }

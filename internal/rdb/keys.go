@@ -96,6 +96,12 @@ type QueueKeys struct {
 	Config string
 	// UniquePrefix + user key is a uniqueness lock holding a task id.
 	UniquePrefix string
+	// QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix +
+	// a queue name of the same tag give that queue's keys and channels (flow
+	// scripts reach sibling queues of their tag with them).
+	QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix string
+	// IndexPrefix + property + ":" + value is a flow's run index (zset).
+	IndexPrefix string
 	// WakeChannel carries wake-ups (the number of tasks made available).
 	WakeChannel string
 	// CancelChannel carries the ids of running tasks whose cancel was asked.
@@ -117,6 +123,12 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		Dead:              base + "dead:" + q.Name,
 		Config:            base + "cfg:" + q.Name,
 		UniquePrefix:      base + "u:" + q.Name + ":",
+		QueuePrefix:       base + "q:",
+		ScheduledPrefix:   base + "s:",
+		DeadPrefix:        base + "dead:",
+		WakePrefix:        base + "wake:",
+		CancelPrefix:      base + "cancel:",
+		IndexPrefix:       base + "ix:",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

@@ -38,6 +38,10 @@ var (
 	registerScript = load("register", 3)
 	moveScript     = load("move", 4)
 	deadScript     = load("dead", 2)
+	flowStart      = load("flow_start", -1)
+	flowFinish     = load("flow_finish", 6)
+	childFinish    = load("child_finish", 7)
+	runCancel      = load("run_cancel", 1)
 )
 
 // ErrLost is returned by Finish and GiveBack when the caller no longer owns the
@@ -114,18 +118,27 @@ type Taken struct {
 	Crashes     int
 	MaxAttempts int   // per-task override, 0 = queue default
 	TimeoutMs   int64 // per-task override, 0 = queue default
+	// Run is the flow run's whole hash, for takes of a stage queue.
+	Run map[string]string
+	// Parent is the run id of a flow child.
+	Parent string
 }
 
 // Take pops up to max ids from the front of the queue for worker w. Tasks that
 // crashed maxCrashes workers (0 = no limit) or whose data is bad are buried.
-func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes int) ([]Taken, error) {
+// For a flow stage queue (stage true) each Taken carries the run's hash.
+func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes int, stage bool) ([]Taken, error) {
+	flag := "0"
+	if stage {
+		flag = "1"
+	}
 	vals, err := redis.Values(takeScript.DoContext(ctx, c,
 		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
-		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes))
+		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag))
 	if err != nil {
 		return nil, err
 	}
-	const width = 7
+	const width = 8
 	if len(vals)%width != 0 {
 		return nil, fmt.Errorf("rdb: take: reply of %d values", len(vals))
 	}
@@ -137,7 +150,11 @@ func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes in
 		if t.PID == "" {
 			t.Reason, _ = redis.String(vals[i+2], nil)
 		} else {
-			t.Payload, _ = redis.Bytes(vals[i+2], nil)
+			if stage {
+				t.Run, _ = redis.StringMap(vals[i+2], nil)
+			} else {
+				t.Payload, _ = redis.Bytes(vals[i+2], nil)
+			}
 			t.Attempt, _ = redis.Int(vals[i+3], nil)
 			t.Crashes, _ = redis.Int(vals[i+4], nil)
 			if s, _ := redis.String(vals[i+5], nil); s != "" {
@@ -146,6 +163,7 @@ func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes in
 			if s, _ := redis.String(vals[i+6], nil); s != "" {
 				t.TimeoutMs, _ = strconv.ParseInt(s, 10, 64)
 			}
+			t.Parent, _ = redis.String(vals[i+7], nil)
 		}
 		out = append(out, t)
 	}
@@ -274,6 +292,7 @@ const (
 	CancelNoop      CancelResult = 0 // unknown, ended, dead, or already asked
 	CancelRemoved   CancelResult = 1 // was waiting or scheduled: ended, no worker gets it
 	CancelRequested CancelResult = 2 // running: its owner was told to stop
+	CancelRefused   CancelResult = 3 // a flow run or child: cancel the run
 )
 
 // Cancel ends a waiting or scheduled task or asks the owner of a running one
@@ -333,4 +352,126 @@ func Register(ctx context.Context, c Conn, k Keys, w string, ttlMillis int64, qu
 		return fmt.Errorf("worqr: register %s: id already in use", w)
 	}
 	return nil
+}
+
+// FlowRef is what flow scripts need beyond one queue's keys: how long ended
+// runs are kept and the state properties runs are indexed by.
+type FlowRef struct {
+	RetentionMillis int64
+	IndexBy         []string
+}
+
+func (q QueueKeys) prefixes() []any {
+	return []any{q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix}
+}
+
+// IndexKey is the index of runs whose state property prop is value.
+func (q QueueKeys) IndexKey(prop, value string) string { return q.IndexPrefix + prop + ":" + value }
+
+func appendList(args []any, vals []string) []any {
+	args = append(args, len(vals))
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	return args
+}
+
+// FlowStart creates run id in the first stage's queue q with the given state
+// fields (names already prefixed) and index keys. It returns false when the
+// id exists.
+func FlowStart(ctx context.Context, c Conn, q QueueKeys, id string, fields []string, indexKeys []string) (bool, error) {
+	args := make([]any, 0, 6+len(fields)+len(indexKeys))
+	args = append(args, 2+len(indexKeys), q.Waiting, q.Task(id))
+	for _, k := range indexKeys {
+		args = append(args, k)
+	}
+	args = append(args, q.WakeChannel, id, q.Ref.Name)
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	n, err := redis.Int(flowStart.DoContext(ctx, c, args...))
+	return n == 1, err
+}
+
+// Child is one child task a stage fans out.
+type Child struct {
+	ID, Queue string
+	Payload   []byte
+}
+
+// Outcomes of flow scripts beyond those of Finish.
+const (
+	OutcomeFannedOut Outcome = 6
+	OutcomeForwarded Outcome = 7
+)
+
+// FlowFinish records the end of worker w's stage taking pid of run id (in
+// stage queue q): a done stage merges fields (prefixed name/value pairs) into
+// the run and fans out children or forwards the run to next ("" after the
+// last stage). ErrLost when w no longer owns pid.
+func FlowFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a FinishArgs, f FlowRef, next string, fields []string, children []Child) (Outcome, error) {
+	if a.Mode == "" {
+		a.Mode = FinishDone
+	}
+	args := make([]any, 0, 24+len(f.IndexBy)+len(fields)+3*len(children))
+	args = append(args, q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Scheduled, q.Dead, q.Config,
+		pid, id, w, string(a.Mode), a.RetryDelayMs, a.Err, f.RetentionMillis, q.TaskPrefix, next)
+	args = append(args, q.prefixes()...)
+	args = appendList(args, f.IndexBy)
+	args = appendList(args, fields)
+	args = append(args, 3*len(children))
+	for _, ch := range children {
+		args = append(args, ch.ID, ch.Queue, ch.Payload)
+	}
+	code, err := redis.Int(flowFinish.DoContext(ctx, c, args...))
+	if err != nil {
+		return OutcomeLost, err
+	}
+	if code == 0 {
+		return OutcomeLost, ErrLost
+	}
+	return Outcome(code), nil
+}
+
+// ChildFinish records the end of worker w's taking pid of child id (in child
+// queue q) of run runID, records it in the run and, for the last pending
+// child, forwards the run to next. failFast fails the run on a dead child.
+// It returns the child's outcome and the run's (0 when unchanged).
+func ChildFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id, runID string, a FinishArgs, f FlowRef, next string, failFast bool) (child, run Outcome, err error) {
+	if a.Mode == "" {
+		a.Mode = FinishDone
+	}
+	policy := "continue"
+	if failFast {
+		policy = "failfast"
+	}
+	args := make([]any, 0, 24+len(f.IndexBy))
+	args = append(args, q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Scheduled, q.Dead, q.Config, q.Task(runID),
+		pid, id, w, string(a.Mode), a.RetryDelayMs, a.Err, f.RetentionMillis, q.TaskPrefix, next)
+	args = append(args, q.prefixes()...)
+	args = append(args, policy, a.Result)
+	args = appendList(args, f.IndexBy)
+	vals, err := redis.Ints(childFinish.DoContext(ctx, c, args...))
+	if err != nil {
+		return OutcomeLost, 0, err
+	}
+	if len(vals) != 2 {
+		return OutcomeLost, 0, fmt.Errorf("rdb: child finish: reply of %d values", len(vals))
+	}
+	if vals[0] == 0 {
+		return OutcomeLost, 0, ErrLost
+	}
+	return Outcome(vals[0]), Outcome(vals[1]), nil
+}
+
+// RunCancel ends running run id as cancelled, with its stage task and pending
+// children. It reports false when the run was not running. q is any queue of
+// the flow's tag.
+func RunCancel(ctx context.Context, c Conn, q QueueKeys, id string, f FlowRef) (bool, error) {
+	args := make([]any, 0, 10+len(f.IndexBy))
+	args = append(args, q.Task(id), id, q.TaskPrefix, f.RetentionMillis)
+	args = append(args, q.prefixes()...)
+	args = appendList(args, f.IndexBy)
+	n, err := redis.Int(runCancel.DoContext(ctx, c, args...))
+	return n == 1, err
 }

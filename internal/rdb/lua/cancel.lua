@@ -7,10 +7,14 @@
 -- ARGV[1] task id   ARGV[2] cancel channel
 -- Returns: 0 nothing to cancel (unknown, ended, dead, or already asked),
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
--- running owner.
-local t = redis.pcall('HMGET', KEYS[2], 's', 'x', 'u')
+-- running owner, 3 refused: the task is a flow run or one of its children
+-- (cancel the run instead).
+local t = redis.pcall('HMGET', KEYS[2], 's', 'x', 'u', 'fs', 'pr')
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
+end
+if t[4] or t[5] then
+  return 3
 end
 local s = t[1]
 if s == 'done' or s == 'cancelled' or s == 'dead' then

@@ -24,6 +24,9 @@ for _, id in ipairs(ids) do
     else
       redis.call('HSET', tkey, 's', 'queued')
       redis.call('HDEL', tkey, 'n', 'c', 'dr', 'dt', 'dw', 'u')
+      if redis.call('HEXISTS', tkey, 'fs') == 1 then
+        redis.call('HSET', tkey, 'fs', 'running') -- a failed flow run resumes
+      end
     end
     table.insert(handled, id)
   end

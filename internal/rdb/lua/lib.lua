@@ -85,3 +85,104 @@ local function bury(deadkey, cfgkey, tprefix, id, reason, err, worker)
   trim_dead(deadkey, cfgkey, tprefix)
 end
 
+-- index_expire gives run id's entries in the index zsets their expiry time
+-- and lets each index key expire once every run in it has ended (running runs
+-- are scored +inf).
+local function index_expire(ixkeys, id, at)
+  for _, ix in ipairs(ixkeys) do
+    redis.call('ZADD', ix, 'XX', at, id)
+    local top = redis.call('ZRANGE', ix, -1, -1, 'WITHSCORES')
+    if top[2] and top[2] ~= 'inf' then
+      redis.call('PEXPIREAT', ix, math.floor(tonumber(top[2])))
+    end
+  end
+end
+
+-- end_run ends flow run id with status (done, failed, cancelled): the run and
+-- its index entries are kept for retention ms.
+local function end_run(tkey, id, status, retention, ixkeys)
+  local now = now_ms()
+  redis.call('HSET', tkey, 'fs', status, 's', status, 'ft', now)
+  redis.call('HDEL', tkey, 'w', 'p', 'x')
+  redis.call('PEXPIRE', tkey, retention)
+  index_expire(ixkeys, id, now + retention)
+end
+
+-- forward_run moves a run whose stage is complete to the back of the next
+-- stage's queue with a wake-up, or ends it as done after the last stage.
+-- Returns 7 (forwarded) or 1 (run done).
+local function forward_run(tkey, id, nexts, pfx, retention, ixkeys)
+  if nexts == '' then
+    end_run(tkey, id, 'done', retention, ixkeys)
+    return 1
+  end
+  redis.call('HSET', tkey, 'st', nexts, 's', 'queued')
+  redis.call('HDEL', tkey, 'w', 'p', 'n', 'c', 'kp', 'e')
+  redis.call('RPUSH', pfx.queue .. nexts, id)
+  redis.call('PUBLISH', pfx.wake .. nexts, 1)
+  return 7
+end
+
+-- stop_task takes task id (hash tkey) of queue qname out of its waiting list
+-- or scheduled set, or, when it runs, marks it and tells its owner. Returns
+-- true when it was taken out (nobody runs it).
+local function stop_task(pfx, tkey, id, qname)
+  local s = redis.call('HGET', tkey, 's')
+  if s == 'active' then
+    redis.call('HSET', tkey, 'x', '1')
+    redis.call('PUBLISH', pfx.cancel .. qname, id)
+    return false
+  elseif s == 'scheduled' then
+    redis.call('ZREM', pfx.sched .. qname, id)
+  else
+    redis.call('LREM', pfx.queue .. qname, 1, id)
+  end
+  return true
+end
+
+-- cancel_children stops every pending child of a run and records each as
+-- cancelled in the run.
+local function cancel_children(runkey, pfx, tprefix)
+  local h = redis.call('HGETALL', runkey)
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if string.sub(f, 1, 2) == 'k:' and h[i + 1] == 'pending' then
+      local cid = string.sub(f, 3)
+      local q = redis.call('HGET', runkey, 'kq:' .. cid)
+      if stop_task(pfx, tprefix .. cid, cid, q) then
+        redis.call('DEL', tprefix .. cid)
+      end
+      redis.call('HSET', runkey, f, 'cancelled')
+    end
+  end
+end
+
+-- prefixes reads the sibling-queue and index prefixes from ARGV[i..i+4].
+local function prefixes(i)
+  return {queue = ARGV[i], wake = ARGV[i + 1], sched = ARGV[i + 2], cancel = ARGV[i + 3], index = ARGV[i + 4]}
+end
+
+-- index_keys returns the index keys of a run: one per declared property the
+-- run's state holds (<index prefix><prop>:<value>).
+local function index_keys(runkey, props, pfx)
+  local keys = {}
+  for _, prop in ipairs(props) do
+    local v = redis.call('HGET', runkey, 'f:' .. prop)
+    if v then
+      table.insert(keys, pfx.index .. prop .. ':' .. v)
+    end
+  end
+  return keys
+end
+
+-- list_from reads a count at ARGV[i] and that many values after it; returns
+-- the values and the index after them.
+local function list_from(i)
+  local n = tonumber(ARGV[i])
+  local out = {}
+  for j = 1, n do
+    out[j] = ARGV[i + j]
+  end
+  return out, i + n + 1
+end
+

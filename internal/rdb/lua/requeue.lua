@@ -9,7 +9,8 @@
 -- ARGV[4] "1" when the workers died (each requeued task counts a crash)
 -- ARGV[5..] worker ids, aligned with KEYS[4..]
 -- Returns: {requeued, cancelled}. A task whose cancel was asked ends as
--- cancelled instead of being requeued.
+-- cancelled instead of being requeued; a flow run that ended meanwhile is left
+-- as it is.
 local pids = {}
 for i = 4, #KEYS do
   for _, pid in ipairs(redis.call('SMEMBERS', KEYS[i])) do
@@ -28,8 +29,11 @@ for i = #pids, 1, -1 do
   redis.call('DEL', pkey)
   if id then
     local tkey = ARGV[3] .. id
-    local t = redis.call('HMGET', tkey, 'x', 'u', 's')
-    if t[1] then
+    local t = redis.call('HMGET', tkey, 'x', 'u', 's', 'fs')
+    if t[4] and t[4] ~= 'running' then
+      -- A flow run that ended (cancelled) while this taking ran: keep it.
+      redis.call('HDEL', tkey, 'w', 'p')
+    elseif t[1] then
       finalize(tkey, id, t[2], 'cancelled', cfg_num(KEYS[3], 'retention', 0), '')
       cancelled = cancelled + 1
     elseif t[3] == 'active' then

@@ -10,9 +10,12 @@
 -- ARGV[1] worker id   ARGV[2] max count
 -- ARGV[3] task key prefix   ARGV[4] processing list prefix
 -- ARGV[5] max crashes (a task that crashed this many workers is buried; 0 = no limit)
+-- ARGV[6] "1" for a flow stage queue: the payload slot holds the run's whole
+--         hash (flat field/value array) instead of the payload
 -- Every key built from a prefix shares KEYS[1]'s hash tag.
--- Returns: flat array of 7 values per id:
---   {id, pid, payload, attempt, crashes, max attempts ("" = default), timeout ms ("")}
+-- Returns: flat array of 8 values per id:
+--   {id, pid, payload, attempt, crashes, max attempts ("" = default),
+--    timeout ms (""), parent run id ("" unless a flow child)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
 local ids = redis.call('LPOP', KEYS[1], ARGV[2])
 if not ids then
@@ -28,13 +31,13 @@ local function buried(id, reason)
   table.insert(out, id)
   table.insert(out, '')
   table.insert(out, reason)
-  for _ = 1, 4 do table.insert(out, '') end
+  for _ = 1, 5 do table.insert(out, '') end
 end
 
 for _, id in ipairs(ids) do
   pid = pid + 1
   local tkey = ARGV[3] .. id
-  local t = redis.pcall('HMGET', tkey, 'd', 'n', 'c', 'ma', 'to')
+  local t = redis.pcall('HMGET', tkey, 'd', 'n', 'c', 'ma', 'to', 'pr')
   local reason
   if type(t) ~= 'table' or t.err then
     -- Not a hash: keep what it held, for the operator, in a hash of its own.
@@ -65,11 +68,16 @@ for _, id in ipairs(ids) do
     table.insert(pids, spid)
     table.insert(out, id)
     table.insert(out, spid)
-    table.insert(out, t[1])
+    if ARGV[6] == '1' then
+      table.insert(out, redis.call('HGETALL', tkey))
+    else
+      table.insert(out, t[1])
+    end
     table.insert(out, (tonumber(t[2]) or 0) + 1)
     table.insert(out, tonumber(t[3]) or 0)
     table.insert(out, t[4] or '')
     table.insert(out, t[5] or '')
+    table.insert(out, t[6] or '')
   end
 end
 if #pids > 0 then

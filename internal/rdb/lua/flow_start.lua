@@ -1,0 +1,22 @@
+-- flow_start: create a flow run and push it at the back of its first stage's
+-- queue, with a wake-up; index it by its declared properties.
+-- KEYS[1]    <ns>:{F}:q:<first stage>  (list) waiting ids
+-- KEYS[2]    <ns>:{F}:t:<run id>       (hash) the run: task fields + state
+-- KEYS[3..]  <ns>:{F}:ix:<prop>:<value> (zset) run ids, +inf while running
+-- ARGV[1] wake channel   ARGV[2] run id   ARGV[3] first stage name
+-- ARGV[4..] state field/value pairs (names already prefixed "f:")
+-- Returns: 1, or 0 when the run id exists.
+if redis.call('EXISTS', KEYS[2]) == 1 then
+  return 0
+end
+redis.call('HSET', KEYS[2], 'd', '', 'st', ARGV[3], 'fs', 'running', 's', 'queued')
+if #ARGV > 3 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+end
+for i = 3, #KEYS do
+  redis.call('ZADD', KEYS[i], 'inf', ARGV[2])
+  redis.call('PERSIST', KEYS[i])
+end
+redis.call('RPUSH', KEYS[1], ARGV[2])
+redis.call('PUBLISH', ARGV[1], 1)
+return 1

@@ -1,0 +1,20 @@
+-- run_cancel: end a running flow run as cancelled: its waiting or scheduled
+-- stage task is taken out, a running one is told to stop, and so are its
+-- pending children; later finishes of any of them change nothing.
+-- KEYS[1] <ns>:{F}:t:<run id>         (hash) the run
+-- ARGV[1] run id   ARGV[2] task key prefix   ARGV[3] run retention ms
+-- ARGV[4..8] queue, wake, scheduled, cancel, index prefixes of the tag
+-- ARGV[9] n indexed properties, then the property names
+-- Returns: 1 cancelled, 0 not running (unknown or ended).
+local t = redis.call('HMGET', KEYS[1], 'fs', 'st', 's')
+if t[1] ~= 'running' then
+  return 0
+end
+local pfx = prefixes(4)
+if t[3] == 'children' then
+  cancel_children(KEYS[1], pfx, ARGV[2])
+else
+  stop_task(pfx, KEYS[1], ARGV[1], t[2])
+end
+end_run(KEYS[1], ARGV[1], 'cancelled', tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(9)), pfx))
+return 1

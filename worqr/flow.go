@@ -1,0 +1,398 @@
+package worqr
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// DefaultRunRetention is how long an ended flow run is kept by default.
+const DefaultRunRetention = 24 * time.Hour
+
+// MaxFieldNameLen is the longest state field name, in bytes.
+const MaxFieldNameLen = 200
+
+// Flow is a pipeline of stages (queues) that share one state per run. A
+// finished stage forwards the run to the next stage's queue in the same
+// atomic step that records the finish; a stage may fan out child tasks, and
+// the run moves on exactly once, when the last child ends.
+//
+// All keys of a flow share the flow's hash tag. Declare the same Flow value in
+// the processes that start runs (Client) and those that serve them (Worker).
+type Flow struct {
+	// Name is the flow's name and hash tag; queue-name rules apply.
+	Name string
+	// Stages run in order. At least one; names unique within the flow and
+	// different from the flow's name and from every child queue's.
+	Stages []Stage
+	// IndexBy lists state fields runs can be found by (Client.FindRuns).
+	// Queue-name rules apply to these names.
+	IndexBy []string
+	// Retention is how long an ended run (done, failed, cancelled) and its
+	// index entries are kept. Default 24h.
+	Retention time.Duration
+}
+
+// Stage is one step of a flow.
+type Stage struct {
+	// Name is the stage's queue name within the flow.
+	Name string
+	// Handler runs the stage for each run.
+	Handler StageHandler
+	// Queue sets the stage queue's concurrency (required) and its retry,
+	// timeout and dead-set settings. Its Handler must be nil.
+	Queue QueueConfig
+	// Children declares the child queues this stage may fan out into, with
+	// the handler (a plain Handler: the child's payload is its Task.Payload,
+	// its result is what it passes to Task.SetResult) and settings of each.
+	Children map[string]QueueConfig
+	// ContinueOnChildFailure makes a child that ends dead (attempts used up)
+	// count as ended, with its error recorded in the run, instead of failing
+	// the run and cancelling the other children (the default).
+	ContinueOnChildFailure bool
+}
+
+// StageHandler runs one stage of a flow run. It returns the fields to merge
+// into the run's state and, optionally, children to fan out. An error is a
+// failed attempt of the stage, as for a Handler.
+type StageHandler interface {
+	HandleStage(ctx context.Context, r *Run) (*StageResult, error)
+}
+
+// StageHandlerFunc adapts a function to StageHandler.
+type StageHandlerFunc func(ctx context.Context, r *Run) (*StageResult, error)
+
+// HandleStage calls f(ctx, r).
+func (f StageHandlerFunc) HandleStage(ctx context.Context, r *Run) (*StageResult, error) {
+	return f(ctx, r)
+}
+
+// StageResult is what a stage hands back. A nil *StageResult is an empty one.
+type StageResult struct {
+	// Fields are merged into the run's state.
+	Fields map[string]string
+	// Children are fanned out; each must name a queue the stage declared.
+	// The run continues to the next stage when all of them have ended.
+	Children []ChildSpec
+}
+
+// ChildSpec is one child task to fan out.
+type ChildSpec struct {
+	Queue   string
+	Payload []byte
+}
+
+// Run is a flow run as a stage handler sees it.
+type Run struct {
+	ID    string
+	Flow  string
+	Stage string
+	// State holds the run's fields: the initial ones and every stage's.
+	State map[string]string
+	// Children lists the children of earlier fan-outs with their outcomes.
+	Children []ChildResult
+	// Attempt is 1 on the stage's first run, plus its failed attempts.
+	Attempt int
+}
+
+// ChildResult is one child of a run and how it ended.
+type ChildResult struct {
+	ID     string
+	Queue  string
+	Status string // pending, done, failed, cancelled
+	Result []byte
+	Err    string
+}
+
+// RunStatus is where a flow run stands.
+type RunStatus string
+
+// The statuses of a run.
+const (
+	RunRunning   RunStatus = "running"
+	RunDone      RunStatus = "done"
+	RunFailed    RunStatus = "failed"
+	RunCancelled RunStatus = "cancelled"
+)
+
+// RunInfo is what Redis holds about a flow run.
+type RunInfo struct {
+	ID     string
+	Flow   string
+	Stage  string // the current stage, or the last one once ended
+	Status RunStatus
+	// TaskState is the state of the run's current stage task (queued,
+	// active, scheduled, dead, or "children" while waiting for children).
+	TaskState  string
+	State      map[string]string
+	Children   []ChildResult
+	LastError  string
+	FinishedAt time.Time
+}
+
+// validate checks the flow and fills defaults on a copy.
+func (f *Flow) validate() (*Flow, error) {
+	if f == nil {
+		return nil, invalid("Flow", "is nil")
+	}
+	out := *f
+	field := fmt.Sprintf("Flow[%q]", f.Name)
+	if err := checkName("Flow.Name", f.Name); err != nil {
+		return nil, err
+	}
+	if len(f.Stages) == 0 {
+		return nil, invalid(field+".Stages", "is empty: a flow needs at least one stage")
+	}
+	switch {
+	case out.Retention == 0:
+		out.Retention = DefaultRunRetention
+	case out.Retention < time.Millisecond:
+		return nil, invalid(field+".Retention", "(%s) must be at least 1ms", out.Retention)
+	}
+	seen := map[string]string{f.Name: "the flow's name"}
+	claim := func(name, what string) error {
+		if prev, ok := seen[name]; ok {
+			return invalid(what, "%q is already used by %s (stage and child queue names must be unique within a flow and differ from its name)", name, prev)
+		}
+		seen[name] = what
+		return nil
+	}
+	out.Stages = make([]Stage, len(f.Stages))
+	for i, s := range f.Stages {
+		sf := fmt.Sprintf("%s.Stages[%d]", field, i)
+		if err := checkName(sf+".Name", s.Name); err != nil {
+			return nil, err
+		}
+		if err := claim(s.Name, sf+".Name"); err != nil {
+			return nil, err
+		}
+		if s.Handler == nil {
+			return nil, invalid(sf+".Handler", "is nil")
+		}
+		if s.Queue.Handler != nil {
+			return nil, invalid(sf+".Queue.Handler", "must be nil: the stage's Handler runs it")
+		}
+		q := s.Queue
+		q.Handler = HandlerFunc(func(context.Context, *Task) error { return nil }) // placeholder for checks
+		if q.Concurrency < 1 {
+			return nil, invalid(sf+".Queue.Concurrency", "(%d) must be at least 1", q.Concurrency)
+		}
+		if err := q.fill(sf + ".Queue"); err != nil {
+			return nil, err
+		}
+		q.Handler = nil
+		s.Queue = q
+		children := make(map[string]QueueConfig, len(s.Children))
+		for name, c := range s.Children {
+			cf := fmt.Sprintf("%s.Children[%q]", sf, name)
+			if err := checkName(cf, name); err != nil {
+				return nil, err
+			}
+			if err := claim(name, cf); err != nil {
+				return nil, err
+			}
+			if c.Handler == nil {
+				return nil, invalid(cf+".Handler", "is nil")
+			}
+			if c.Concurrency < 1 {
+				return nil, invalid(cf+".Concurrency", "(%d) must be at least 1", c.Concurrency)
+			}
+			if err := c.fill(cf); err != nil {
+				return nil, err
+			}
+			children[name] = c
+		}
+		s.Children = children
+		out.Stages[i] = s
+	}
+	for i, p := range f.IndexBy {
+		if err := checkName(fmt.Sprintf("%s.IndexBy[%d]", field, i), p); err != nil {
+			return nil, err
+		}
+	}
+	return &out, nil
+}
+
+func (f *Flow) ref() rdb.FlowRef {
+	return rdb.FlowRef{RetentionMillis: f.Retention.Milliseconds(), IndexBy: f.IndexBy}
+}
+
+// stateFields checks state fields and returns them as prefixed name/value
+// pairs, sorted by name.
+func stateFields(field string, m map[string]string, maxValue int) ([]string, error) {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]string, 0, 2*len(m))
+	for _, k := range names {
+		v := m[k]
+		switch {
+		case k == "":
+			return nil, invalid(field, "has an empty field name")
+		case len(k) > MaxFieldNameLen:
+			return nil, invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
+		case len(v) > maxValue:
+			return nil, invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
+		}
+		out = append(out, "f:"+k, v)
+	}
+	return out, nil
+}
+
+func (c *Client) flowQueue(f *Flow, stage string) rdb.QueueKeys {
+	return c.keys.Queue(rdb.QueueRef{Tag: f.Name, Name: stage})
+}
+
+// StartRun starts a run of flow with the initial state fields and returns its
+// id. The run is queued at the back of the first stage's queue.
+func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string) (string, error) {
+	f, err := flow.validate()
+	if err != nil {
+		return "", err
+	}
+	fields, err := stateFields("state", state, c.cfg.MaxPayloadBytes)
+	if err != nil {
+		return "", err
+	}
+	qk := c.flowQueue(f, f.Stages[0].Name)
+	var ix []string
+	for _, p := range f.IndexBy {
+		if v, ok := state[p]; ok {
+			ix = append(ix, qk.IndexKey(p, v))
+		}
+	}
+	id := xid.New().String()
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
+	}
+	defer conn.Close()
+	if _, err := rdb.FlowStart(ctx, conn, qk, id, fields, ix); err != nil {
+		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
+	}
+	return id, nil
+}
+
+// Run returns what Redis holds about run id of flow, or ErrTaskNotFound.
+func (c *Client) Run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+	if err := checkName("Flow.Name", flow.Name); err != nil {
+		return nil, err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return c.runInfo(ctx, conn, flow, id)
+}
+
+func (c *Client) runInfo(ctx context.Context, conn redis.Conn, flow *Flow, id string) (*RunInfo, error) {
+	m, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", c.flowQueue(flow, flow.Name).Task(id)))
+	if err != nil {
+		return nil, err
+	}
+	if len(m) == 0 || m["fs"] == "" {
+		return nil, ErrTaskNotFound
+	}
+	st, kids := decodeRun(m)
+	return &RunInfo{
+		ID: id, Flow: flow.Name, Stage: m["st"], Status: RunStatus(m["fs"]), TaskState: m["s"],
+		State: st, Children: kids, LastError: m["e"], FinishedAt: msTime(m["ft"]),
+	}, nil
+}
+
+// decodeRun splits a run hash into its state and its children.
+func decodeRun(m map[string]string) (map[string]string, []ChildResult) {
+	state := map[string]string{}
+	var kids []ChildResult
+	for k, v := range m {
+		switch {
+		case strings.HasPrefix(k, "f:"):
+			state[k[2:]] = v
+		case strings.HasPrefix(k, "k:"):
+			cid := k[2:]
+			kids = append(kids, ChildResult{ID: cid, Queue: m["kq:"+cid], Status: v, Result: bytesOrNil(m, "kr:"+cid), Err: m["ke:"+cid]})
+		}
+	}
+	sort.Slice(kids, func(i, j int) bool { return kids[i].ID < kids[j].ID })
+	return state, kids
+}
+
+func bytesOrNil(m map[string]string, k string) []byte {
+	if v, ok := m[k]; ok {
+		return []byte(v)
+	}
+	return nil
+}
+
+// FindRuns returns the runs of flow whose state field prop (declared in
+// IndexBy) is value, running or ended within the retention.
+func (c *Client) FindRuns(ctx context.Context, flow *Flow, prop, value string) ([]*RunInfo, error) {
+	f, err := flow.validate()
+	if err != nil {
+		return nil, err
+	}
+	declared := false
+	for _, p := range f.IndexBy {
+		declared = declared || p == prop
+	}
+	if !declared {
+		return nil, invalid("prop", "%q is not in Flow.IndexBy of %s", prop, f.Name)
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	now, err := redis.Int64s(redis.DoContext(conn, ctx, "TIME"))
+	if err != nil || len(now) != 2 {
+		return nil, fmt.Errorf("worqr: find runs: TIME: %w", err)
+	}
+	nowMs := now[0]*1000 + now[1]/1000
+	key := c.flowQueue(f, f.Name).IndexKey(prop, value)
+	ids, err := redis.Strings(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", key, fmt.Sprintf("(%d", nowMs), "+inf"))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*RunInfo, 0, len(ids))
+	for _, id := range ids {
+		info, err := c.runInfo(ctx, conn, f, id)
+		if err == ErrTaskNotFound {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, info)
+	}
+	return out, nil
+}
+
+// CancelRun ends a running run as cancelled: its waiting stage task and
+// children are removed, running ones are told to stop, and their later
+// finishes change nothing. It reports whether the run was running.
+func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, error) {
+	f, err := flow.validate()
+	if err != nil {
+		return false, err
+	}
+	conn, err := c.conn(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	ok, err := rdb.RunCancel(ctx, conn, c.flowQueue(f, f.Name), id, f.ref())
+	if err != nil {
+		return false, fmt.Errorf("worqr: cancel run %s: %w", id, err)
+	}
+	return ok, nil
+}
