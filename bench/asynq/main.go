@@ -1,0 +1,5 @@
+package main
+
+import _ "github.com/hibiken/asynq"
+
+func main() {}
