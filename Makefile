@@ -1,6 +1,6 @@
 GO        ?= go
 PKGS      := ./...
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.6.1
 
 .DEFAULT_GOAL := help
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"os"
 	"time"
 	"unicode/utf8"
 )
@@ -37,7 +38,8 @@ type Config struct {
 	// MaxPayloadBytes is the largest payload Enqueue accepts. Default 1 MiB,
 	// at most 256 MiB.
 	MaxPayloadBytes int
-	// Logger receives the library's logs. Default: slog.Default().
+	// Logger receives the library's logs. Default: warnings and errors as
+	// text on stderr.
 	Logger *slog.Logger
 }
 
@@ -60,7 +62,7 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, invalid("MaxPayloadBytes", "(%d) must be between 1 and %d", out.MaxPayloadBytes, MaxPayloadLimit)
 	}
 	if out.Logger == nil {
-		out.Logger = slog.Default()
+		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	return out, nil
 }

@@ -61,6 +61,24 @@ type session struct {
 	ctx    context.Context // parent of every handler context of the session
 	cancel context.CancelCauseFunc
 	lost   atomic.Bool
+	// why is set before lost: ErrKeepaliveLost, or ErrWorkerStopped when
+	// Stop requeued the session's takings.
+	why atomic.Pointer[error]
+}
+
+// retire marks the session dead for good: nothing may change Redis under its
+// id any more. It cancels the handlers' contexts with cause why.
+func (s *session) retire(why error) {
+	s.why.Store(&why)
+	s.lost.Store(true)
+	s.cancel(why)
+}
+
+func (s *session) cause() error {
+	if p := s.why.Load(); p != nil {
+		return *p
+	}
+	return ErrKeepaliveLost
 }
 
 type inflight struct {
@@ -194,7 +212,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Holder: "reaper-" + xid.New().String(), Interval: w.cfg.ReaperInterval,
 			Logger: w.cfg.Logger,
 			OnRecovered: func(r recovery.Recovered) {
-				w.emit(Event{Kind: EventRecovered, Queue: r.Queue, Count: r.Requeued, DeadWorkers: r.Workers})
+				w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue, Count: r.Requeued, DeadWorkers: r.Workers})
 			},
 		}
 		w.bg.Add(1)
@@ -275,8 +293,7 @@ func (w *Worker) heartbeatLoop() {
 			return // Stop
 		}
 		// Dead to the cluster: nothing may change Redis under this id again.
-		s.lost.Store(true)
-		s.cancel(ErrKeepaliveLost)
+		s.retire(ErrKeepaliveLost)
 		w.emit(Event{Kind: EventKeepaliveLost, WorkerID: s.id, Err: ErrKeepaliveLost})
 		next, ok := w.reregister()
 		if !ok {
@@ -593,7 +610,7 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, p finishPlan) {
 	delay := 20 * time.Millisecond
 	for {
 		if s.lost.Load() {
-			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: ErrKeepaliveLost})
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.id, Err: s.cause()})
 			return
 		}
 		out, err := w.finish(s, q, t, p)
@@ -755,8 +772,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	w.runCancel()
 	w.bg.Wait()
-	if err == nil {
-		<-drained
+	if err != nil {
+		// The handlers' contexts are cancelled; give them a moment to
+		// return, so their events come before Stop does. A handler that
+		// ignores its context is left behind: it can no longer change Redis.
+		select {
+		case <-drained:
+		case <-time.After(time.Second):
+		}
 	}
 	w.stopErr = err
 	close(w.stopDone)
@@ -783,8 +806,7 @@ func (w *Worker) requeueOwn(ctx context.Context, s *session) {
 			w.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.id, Count: n})
 		}
 	}
-	s.lost.Store(true) // nothing may change Redis under this id any more
-	s.cancel(ErrWorkerStopped)
+	s.retire(ErrWorkerStopped)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
