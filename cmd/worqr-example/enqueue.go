@@ -1,0 +1,78 @@
+package main
+
+import (
+	"context"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+const enqueueHead = `Usage: worqr-example enqueue [flags]
+
+Enqueues --count tasks with the same payload at the back of --queue, one by one
+or, with --batch, in one atomic step. Prints one line per task on stdout:
+  enqueued <queue> <task_id>
+`
+
+func runEnqueue(ctx context.Context, args []string, io stdio) error {
+	fs := newFlagSet("enqueue")
+	var c common
+	c.register(fs, io.getenv, true)
+	queue := fs.String("queue", "default", "queue to enqueue on")
+	count := fs.Int("count", 1, "number of tasks (at least 1)")
+	payload := fs.String("payload", "", "payload of every task (opaque bytes)")
+	batch := fs.Bool("batch", false, "enqueue all tasks in one atomic step (all or none)")
+	if err := parse(fs, args, io.out, enqueueHead, "\nEnvironment:\n"+envHelp(true, false)); err != nil {
+		return err
+	}
+	if err := c.check(true); err != nil {
+		return err
+	}
+	if err := worqr.CheckQueueName(*queue); err != nil {
+		return usagef("--queue: queue name %s", ruleOf(err))
+	}
+	if *count < 1 {
+		return usagef("--count (%d) must be at least 1", *count)
+	}
+	zl, log, err := newLogger(io.err, io.getenv)
+	if err != nil {
+		return err
+	}
+	defer zl.Sync() //nolint:errcheck // stderr
+
+	pool := newPool(c.redisURL)
+	defer pool.Close()
+	if err := ping(ctx, pool, c.redisURL); err != nil {
+		return err
+	}
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: c.namespace, Logger: log})
+	if err != nil {
+		return err
+	}
+	out := &lineWriter{w: io.out}
+	if *batch {
+		payloads := make([][]byte, *count)
+		for i := range payloads {
+			payloads[i] = []byte(*payload)
+		}
+		ids, err := client.EnqueueBatch(ctx, *queue, payloads, nil)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if err := out.line("enqueued", *queue, id); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for i := 0; i < *count; i++ {
+		id, err := client.Enqueue(ctx, *queue, []byte(*payload), nil)
+		if err != nil {
+			return err
+		}
+		if err := out.line("enqueued", *queue, id); err != nil {
+			return err
+		}
+	}
+	return nil
+}

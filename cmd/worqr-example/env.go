@@ -1,0 +1,336 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"go.uber.org/zap"
+	"go.uber.org/zap/exp/zapslog"
+	"go.uber.org/zap/zapcore"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// The environment variables the binary reads. .example.env lists them too.
+const (
+	envRedisURL          = "WORQR_REDIS_URL"
+	envNamespace         = "WORQR_NAMESPACE"
+	envHeartbeatInterval = "WORQR_HEARTBEAT_INTERVAL"
+	envHeartbeatTTL      = "WORQR_HEARTBEAT_TTL"
+	envReaperInterval    = "WORQR_REAPER_INTERVAL"
+	envPollInterval      = "WORQR_POLL_INTERVAL"
+	envLogLevel          = "WORQR_LOG_LEVEL"
+)
+
+// usageError is bad input: the binary exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// errHelpShown ends a subcommand whose --help was printed.
+var errHelpShown = errors.New("help shown")
+
+// envHelp describes the variables; timings says whether the worker timings
+// apply.
+func envHelp(redisRequired, timings bool) string {
+	var b strings.Builder
+	if redisRequired {
+		fmt.Fprintf(&b, "  %-25s Redis URL, redis[s]://[user:password@]host[:port][/db]; required except for the demo\n", envRedisURL)
+	} else {
+		fmt.Fprintf(&b, "  %-25s Redis URL; when unset the demo uses an embedded in-process Redis\n", envRedisURL)
+	}
+	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, worqr.DefaultNamespace)
+	if timings {
+		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, worqr.DefaultHeartbeatInterval)
+		fmt.Fprintf(&b, "  %-25s keepalive lifetime: a worker silent this long is dead (default %s)\n", envHeartbeatTTL, worqr.DefaultHeartbeatTTL)
+		fmt.Fprintf(&b, "  %-25s how often a worker looks for dead peers (default %s)\n", envReaperInterval, worqr.DefaultReaperInterval)
+		fmt.Fprintf(&b, "  %-25s how often an idle worker polls its queues (default %s)\n", envPollInterval, worqr.DefaultPollInterval)
+	}
+	fmt.Fprintf(&b, "  %-25s debug, info, warn or error; logs go to stderr (default info)\n", envLogLevel)
+	return b.String()
+}
+
+// newFlagSet returns a flag set that prints nothing by itself: parse reports
+// errors and help.
+func newFlagSet(name string) *flag.FlagSet {
+	fs := flag.NewFlagSet(prog+" "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	return fs
+}
+
+// parse parses args. On --help it prints the usage (head, then the flags,
+// then tail) on stdout and returns errHelpShown; a bad flag is a usageError.
+func parse(fs *flag.FlagSet, args []string, out io.Writer, head, tail string) error {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprint(out, head)
+		fmt.Fprintln(out, "\nFlags:")
+		fs.SetOutput(out)
+		fs.PrintDefaults()
+		fs.SetOutput(io.Discard)
+		fmt.Fprint(out, tail)
+		return errHelpShown
+	}
+	if err != nil {
+		return &usageError{msg: err.Error()}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	return nil
+}
+
+// common holds the flags every subcommand shares.
+type common struct {
+	fs        *flag.FlagSet
+	getenv    func(string) string
+	redisURL  string
+	namespace string
+}
+
+func (c *common) register(fs *flag.FlagSet, getenv func(string) string, namespace bool) {
+	c.fs, c.getenv = fs, getenv
+	fs.StringVar(&c.redisURL, "redis-url", getenv(envRedisURL),
+		"Redis URL, redis[s]://[user:password@]host[:port][/db] (env "+envRedisURL+")")
+	if namespace {
+		ns := getenv(envNamespace)
+		if ns == "" {
+			ns = worqr.DefaultNamespace
+		}
+		fs.StringVar(&c.namespace, "namespace", ns, "key prefix of every Redis key (env "+envNamespace+")")
+	}
+}
+
+// source names where flag name's value came from: the flag itself or its
+// variable.
+func (c *common) source(name, env string) string {
+	set := false
+	c.fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
+	if !set && c.getenv(env) != "" {
+		return env
+	}
+	return "--" + name
+}
+
+// check validates the shared flags; redis says whether --redis-url is
+// required.
+func (c *common) check(redisRequired bool) error {
+	if c.redisURL == "" {
+		if redisRequired {
+			return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0", envRedisURL)
+		}
+	} else if err := checkRedisURL(c.redisURL); err != nil {
+		return usagef("%s: %v", c.source("redis-url", envRedisURL), err)
+	}
+	if c.fs.Lookup("namespace") != nil {
+		if err := worqr.CheckQueueName(c.namespace); err != nil {
+			return usagef("%s %s", c.source("namespace", envNamespace), ruleOf(err))
+		}
+	}
+	return nil
+}
+
+// ruleOf returns the rule an *worqr.InvalidError broke, or err's text.
+func ruleOf(err error) string {
+	var ie *worqr.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Rule
+	}
+	return err.Error()
+}
+
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("not a URL: %v", err)
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "valkey", "valkeys":
+	default:
+		return fmt.Errorf("%q: the scheme must be redis:// or rediss://", u.Redacted())
+	}
+	if u.Opaque != "" {
+		return fmt.Errorf("%q: want redis://host:port, not redis:host", u.Redacted())
+	}
+	return nil
+}
+
+// redacted hides the password of a Redis URL.
+func redacted(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+// newPool returns a redigo pool on rawURL. The caller closes it.
+func newPool(rawURL string) *redis.Pool {
+	return &redis.Pool{
+		MaxIdle:     16,
+		IdleTimeout: 5 * time.Minute,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialURLContext(ctx, rawURL, redis.DialConnectTimeout(5*time.Second))
+		},
+	}
+}
+
+// ping checks that Redis answers, so that a wrong URL fails at once with a
+// clear message.
+func ping(ctx context.Context, pool *redis.Pool, rawURL string) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := pool.GetContext(ctx)
+	if err == nil {
+		_, err = redis.DoContext(c, ctx, "PING")
+		c.Close()
+	}
+	if err != nil {
+		return fmt.Errorf("cannot reach Redis at %s: %w", redacted(rawURL), err)
+	}
+	return nil
+}
+
+// timings are the worker timings read from the environment; zero means the
+// library default.
+type timings struct {
+	HeartbeatInterval time.Duration
+	HeartbeatTTL      time.Duration
+	ReaperInterval    time.Duration
+	PollInterval      time.Duration
+}
+
+// fieldEnv maps WorkerConfig fields to the variables that set them.
+var fieldEnv = map[string]string{
+	"HeartbeatInterval": envHeartbeatInterval,
+	"HeartbeatTTL":      envHeartbeatTTL,
+	"ReaperInterval":    envReaperInterval,
+	"PollInterval":      envPollInterval,
+}
+
+func readTimings(getenv func(string) string) (timings, error) {
+	var t timings
+	for _, f := range []struct {
+		d   *time.Duration
+		env string
+	}{
+		{&t.HeartbeatInterval, envHeartbeatInterval},
+		{&t.HeartbeatTTL, envHeartbeatTTL},
+		{&t.ReaperInterval, envReaperInterval},
+		{&t.PollInterval, envPollInterval},
+	} {
+		v := strings.TrimSpace(getenv(f.env))
+		if v == "" {
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return t, usagef("%s: %q is not a duration (want for example 500ms, 3s, 1m)", f.env, v)
+		}
+		if d <= 0 {
+			return t, usagef("%s: %q must be positive (leave it empty for the default)", f.env, v)
+		}
+		*f.d = d
+	}
+	return t, nil
+}
+
+// apply copies the timings into cfg.
+func (t timings) apply(cfg *worqr.WorkerConfig) {
+	cfg.HeartbeatInterval = t.HeartbeatInterval
+	cfg.HeartbeatTTL = t.HeartbeatTTL
+	cfg.ReaperInterval = t.ReaperInterval
+	cfg.PollInterval = t.PollInterval
+}
+
+// orDefaults returns t with the library defaults filled in.
+func (t timings) orDefaults() timings {
+	def := func(d, v time.Duration) time.Duration {
+		if d == 0 {
+			return v
+		}
+		return d
+	}
+	return timings{
+		HeartbeatInterval: def(t.HeartbeatInterval, worqr.DefaultHeartbeatInterval),
+		HeartbeatTTL:      def(t.HeartbeatTTL, worqr.DefaultHeartbeatTTL),
+		ReaperInterval:    def(t.ReaperInterval, worqr.DefaultReaperInterval),
+		PollInterval:      def(t.PollInterval, worqr.DefaultPollInterval),
+	}
+}
+
+// workerConfigError names the variable behind a rejected timing.
+func workerConfigError(err error) error {
+	var ie *worqr.InvalidError
+	if errors.As(err, &ie) {
+		if env, ok := fieldEnv[ie.Field]; ok {
+			return usagef("%s: %v", env, err)
+		}
+	}
+	return err
+}
+
+// newLogger builds the zap logger of the binary, writing to w at the level
+// WORQR_LOG_LEVEL names, and the slog logger the library gets through zapslog.
+func newLogger(w io.Writer, getenv func(string) string) (*zap.Logger, *slog.Logger, error) {
+	level := zapcore.InfoLevel
+	switch v := strings.ToLower(strings.TrimSpace(getenv(envLogLevel))); v {
+	case "", "info":
+	case "debug":
+		level = zapcore.DebugLevel
+	case "warn":
+		level = zapcore.WarnLevel
+	case "error":
+		level = zapcore.ErrorLevel
+	default:
+		return nil, nil, usagef("%s: %q is not a log level (want debug, info, warn or error)", envLogLevel, getenv(envLogLevel))
+	}
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	enc.EncodeLevel = zapcore.CapitalLevelEncoder
+	enc.EncodeDuration = zapcore.StringDurationEncoder
+	var ws zapcore.WriteSyncer
+	if f, ok := w.(*os.File); ok {
+		ws = zapcore.Lock(f)
+	} else {
+		ws = zapcore.Lock(zapcore.AddSync(w))
+	}
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), ws, level)
+	zl := zap.New(core)
+	sl := slog.New(zapslog.NewHandler(core, zapslog.AddStacktraceAt(slog.LevelError+100)))
+	return zl, sl, nil
+}
+
+// parseQueues splits a comma-separated list of queue names and checks each.
+func parseQueues(flagName, list string) ([]string, error) {
+	var out []string
+	seen := map[string]bool{}
+	for _, q := range strings.Split(list, ",") {
+		q = strings.TrimSpace(q)
+		if err := worqr.CheckQueueName(q); err != nil {
+			if q == "" {
+				return nil, usagef("%s %q: empty queue name (want a,b,c)", flagName, list)
+			}
+			return nil, usagef("%s: queue name %s", flagName, ruleOf(err))
+		}
+		if seen[q] {
+			return nil, usagef("%s: queue %q is listed twice", flagName, q)
+		}
+		seen[q] = true
+		out = append(out, q)
+	}
+	return out, nil
+}

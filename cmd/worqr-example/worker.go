@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+const workerHead = `Usage: worqr-example worker [flags]
+
+Runs one worqr worker serving the given queues until SIGINT or SIGTERM. Each
+handler sleeps --work-time (returning early when its context ends: cancel,
+lost keepalive, stop). On a signal the worker stops taking, lets running
+handlers finish for up to --grace, puts back what still runs, deregisters and
+exits 0. A second signal kills it at once.
+
+Stdout carries one line per event, written as it happens (logs go to stderr):
+  registered <worker_id>
+  took <queue> <task_id> <pid> <attempt>
+  done <queue> <task_id>
+  cancelled <queue> <task_id>
+  lost <queue> <task_id> <pid>
+  keepalive_lost <worker_id>
+  recovered <queue> <count>
+`
+
+func runWorker(ctx context.Context, args []string, io stdio) error {
+	fs := newFlagSet("worker")
+	var c common
+	c.register(fs, io.getenv, true)
+	queueList := fs.String("queues", "default", "comma-separated queues to serve")
+	concurrency := fs.Int("concurrency", 4, "handlers per queue (at least 1)")
+	workTime := fs.Duration("work-time", time.Second, "how long each handler sleeps")
+	grace := fs.Duration("grace", 10*time.Second, "on SIGINT/SIGTERM, how long running handlers may finish before their tasks are put back")
+	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
+		return err
+	}
+	if err := c.check(true); err != nil {
+		return err
+	}
+	queues, err := parseQueues("--queues", *queueList)
+	if err != nil {
+		return err
+	}
+	if *concurrency < 1 {
+		return usagef("--concurrency (%d) must be at least 1", *concurrency)
+	}
+	if *workTime < 0 {
+		return usagef("--work-time (%s) must not be negative", *workTime)
+	}
+	if *grace < 0 {
+		return usagef("--grace (%s) must not be negative", *grace)
+	}
+	tm, err := readTimings(io.getenv)
+	if err != nil {
+		return err
+	}
+	zl, log, err := newLogger(io.err, io.getenv)
+	if err != nil {
+		return err
+	}
+	defer zl.Sync() //nolint:errcheck // stderr
+
+	out := &lineWriter{w: io.out}
+	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		if err := out.line(tookLine(t)...); err != nil {
+			log.Warn("worker: stdout write failed", "err", err)
+		}
+		timer := time.NewTimer(*workTime)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+	cfg := worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: c.namespace, Logger: log},
+		Queues: map[string]worqr.QueueConfig{},
+		OnEvent: func(e worqr.Event) {
+			if words := eventLine(e); words != nil {
+				if err := out.line(words...); err != nil {
+					log.Warn("worker: stdout write failed", "err", err)
+				}
+			}
+			logEvent(log, e)
+		},
+	}
+	for _, q := range queues {
+		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency}
+	}
+	tm.apply(&cfg)
+	pool := newPool(c.redisURL) // dials nothing yet
+	defer pool.Close()
+	w, err := worqr.NewWorker(pool, &cfg)
+	if err != nil {
+		return workerConfigError(err)
+	}
+
+	sigCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stopSignals()
+	if err := ping(sigCtx, pool, c.redisURL); err != nil {
+		return err
+	}
+	if err := w.Start(sigCtx); err != nil {
+		return err
+	}
+	log.Info("worker: serving", "queues", queues, "concurrency", *concurrency,
+		"work_time", *workTime, "namespace", c.namespace)
+
+	<-sigCtx.Done()
+	stopSignals() // from now on a second signal kills the process
+	log.Info("worker: stopping", "grace", *grace)
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), *grace)
+	defer cancel()
+	if err := w.Stop(stopCtx); err != nil {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("stop: %w", err)
+		}
+		log.Warn("worker: grace period over; running tasks were put back", "grace", *grace)
+	}
+	log.Info("worker: stopped")
+	return nil
+}
+
+// logEvent logs the events the line protocol does not carry, and the errors
+// of those it does.
+func logEvent(log *slog.Logger, e worqr.Event) {
+	switch e.Kind {
+	case worqr.EventDone:
+		if e.Err != nil {
+			log.Warn("worker: handler failed", "queue", e.Queue, "task_id", e.TaskID, "err", e.Err)
+		}
+	case worqr.EventGivenBack:
+		log.Info("worker: task given back", "queue", e.Queue, "task_id", e.TaskID)
+	case worqr.EventDropped:
+		log.Warn("worker: task id without data dropped", "queue", e.Queue, "task_id", e.TaskID)
+	case worqr.EventStopRequeued:
+		log.Info("worker: stop put tasks back", "queue", e.Queue, "count", e.Count)
+	case worqr.EventError:
+		log.Warn("worker: background step failed", "queue", e.Queue, "task_id", e.TaskID, "err", e.Err)
+	case worqr.EventRecovered:
+		log.Info("worker: recovered tasks of dead workers", "queue", e.Queue, "count", e.Count, "dead_workers", e.DeadWorkers)
+	}
+}

@@ -1,0 +1,161 @@
+package integration_test
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+var _ = Describe("Recovery", func() {
+	It("recovers a dead worker's tasks without touching a live worker's tasks on the same queue", func(ctx SpecContext) {
+		e := newEnv()
+		var rec recorder
+		started := make(chan string, 3)
+		release := newGate()
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"shared": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+				started <- t.ID
+				select {
+				case <-release.ch:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}), 3),
+		}, &rec)
+		cfg.DisableReaper = true
+		cfg.PollInterval = neverPoll
+		live := e.start(nil, cfg)
+		liveIDs := e.enqueueN("shared", 3)
+		for range liveIDs {
+			Eventually(ctx, started).WithTimeout(3 * time.Second).Should(Receive())
+		}
+		// The live worker is full; the dead one takes the next three.
+		dead := e.register(time.Minute, "shared")
+		deadIDs := e.enqueueN("shared", 3)
+		Expect(e.take(dead, "shared", 3)).To(HaveLen(3))
+		Expect(e.waiting("shared")).To(BeEmpty())
+
+		q := e.qk("shared")
+		liveWQ := q.WorkerQueue(live.ID())
+		livePIDs := e.smembers(liveWQ)
+		Expect(livePIDs).To(HaveLen(3))
+		before := e.snapshot()
+		Expect(e.smembers(q.Holders)).To(ConsistOf(live.ID(), dead))
+
+		e.kill(dead)
+		Expect(e.pass()).To(Equal(3))
+
+		Expect(e.waiting("shared")).To(Equal(deadIDs), "only the dead worker's tasks are requeued")
+		after := e.snapshot()
+		Expect(after[liveWQ]).To(Equal(before[liveWQ]), "the live worker's wq set is unchanged")
+		for _, pid := range livePIDs {
+			Expect(after[q.Proc(pid)]).NotTo(BeEmpty())
+			Expect(after[q.Proc(pid)]).To(Equal(before[q.Proc(pid)]), "the live worker's processing list %s is unchanged", pid)
+		}
+		for _, id := range liveIDs {
+			Expect(after[q.Task(id)]).To(Equal(before[q.Task(id)]), "the live worker's task %s is unchanged", id)
+		}
+		Expect(e.smembers(q.Holders)).To(Equal([]string{live.ID()}))
+		Expect(e.exists(q.WorkerQueue(dead))).To(BeFalse())
+		Expect(e.smembers(e.keys.Workers())).To(ContainElement(live.ID()))
+		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(dead))
+
+		// The live worker still owns its takings and finishes them.
+		release.open()
+		Eventually(ctx, func() int { return rec.count(worqr.EventDone) }).
+			WithTimeout(5 * time.Second).Should(BeNumerically(">=", 3))
+		for _, id := range liveIDs {
+			Expect(rec.kinds(id)).To(Equal([]worqr.EventKind{worqr.EventDone}))
+		}
+		Expect(rec.count(worqr.EventLost)).To(BeZero())
+	}, SpecTimeout(20*time.Second))
+
+	It("requeues each task exactly once when several peers run a pass over the same dead worker at the same moment", func(ctx SpecContext) {
+		const (
+			peers  = 8
+			rounds = 50
+			tasks  = 5
+		)
+		pools := make([]*redis.Pool, peers)
+		for i := range pools {
+			pools[i] = newPool()
+		}
+		for round := 0; round < rounds; round++ {
+			e := newEnv()
+			ids := e.enqueueN("herd", tasks)
+			dead := e.register(time.Minute, "herd")
+			Expect(e.take(dead, "herd", 2)).To(HaveLen(2))
+			Expect(e.take(dead, "herd", tasks-2)).To(HaveLen(tasks - 2))
+			e.kill(dead)
+
+			barrier := make(chan struct{})
+			var wg sync.WaitGroup
+			requeued := make([]int, peers)
+			errs := make([]error, peers)
+			for i := 0; i < peers; i++ {
+				r := e.reaper(pools[i])
+				wg.Add(1)
+				go func(i int) {
+					defer GinkgoRecover()
+					defer wg.Done()
+					<-barrier
+					recs, err := r.Pass(ctx)
+					errs[i] = err
+					for _, rc := range recs {
+						requeued[i] += rc.Requeued
+					}
+				}(i)
+			}
+			close(barrier)
+			wg.Wait()
+			total := 0
+			for i := range errs {
+				Expect(errs[i]).NotTo(HaveOccurred())
+				total += requeued[i]
+			}
+			Expect(total).To(Equal(tasks), "round %d: requeued counts of the passes: %v", round, requeued)
+			Expect(e.waiting("herd")).To(Equal(ids), "round %d: each id once, in order, nothing else", round)
+			Expect(e.keysWith(":p:")).To(BeEmpty())
+			Expect(e.keysWith(":wq:")).To(BeEmpty())
+			Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(dead))
+			Expect(e.smembers(e.qk("herd").Holders)).To(BeEmpty())
+		}
+	}, SpecTimeout(60*time.Second))
+
+	It("recovers a task taken by a worker after its keepalive expired and a pass had already forgotten it (orphan race)", func(ctx SpecContext) {
+		e := newEnv()
+		id := e.enqueue("orphan", "x")
+		w := e.register(300*time.Millisecond, "orphan")
+		// Wait past the TTL: Redis expires the keepalive.
+		Eventually(ctx, func() bool { return e.exists(e.keys.Keepalive(w)) }).
+			WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
+		Expect(e.pass()).To(BeZero())
+		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(w), "the first pass forgot the dead worker")
+
+		// The zombie takes after it was forgotten: only the queue's holder
+		// index can lead a reaper to this taking.
+		taken := e.take(w, "orphan", 1)
+		Expect(taken).To(HaveLen(1))
+		Expect(taken[0].ID).To(Equal(id))
+		Expect(e.waiting("orphan")).To(BeEmpty())
+		Expect(e.smembers(e.qk("orphan").Holders)).To(Equal([]string{w}))
+
+		Expect(e.pass()).To(Equal(1), "a later pass recovers the orphan taking")
+		Expect(e.waiting("orphan")).To(Equal([]string{id}))
+		Expect(e.exists(e.qk("orphan").WorkerQueue(w))).To(BeFalse())
+		Expect(e.exists(e.qk("orphan").Proc(taken[0].PID))).To(BeFalse())
+		Expect(e.smembers(e.qk("orphan").Holders)).To(BeEmpty())
+		// And the zombie can no longer finish it.
+		_, err := e.finish(w, "orphan", taken[0].PID, id)
+		Expect(err).To(MatchError(rdb.ErrLost))
+		Expect(e.waiting("orphan")).To(Equal([]string{id}))
+	}, SpecTimeout(15*time.Second))
+})
