@@ -460,7 +460,7 @@ func (d *demo) onEvent(name string, e worqr.Event) {
 			d.recoveredBy = append(d.recoveredBy, name)
 			d.deadWorkers = append(d.deadWorkers, e.DeadWorkers...)
 		})
-	case worqr.EventLost, worqr.EventKeepaliveLost, worqr.EventCancelled, worqr.EventDropped:
+	case worqr.EventLost, worqr.EventKeepaliveLost, worqr.EventCancelled, worqr.EventDead:
 		d.update(func() {
 			d.anomalies = append(d.anomalies, fmt.Sprintf("%s %s %s", name, e.Kind, e.TaskID))
 		})

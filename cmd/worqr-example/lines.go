@@ -69,6 +69,10 @@ func eventLine(e worqr.Event) []string {
 		return []string{lineKeepaliveLost, e.WorkerID}
 	case worqr.EventRecovered:
 		return []string{lineRecovered, e.Queue, strconv.Itoa(e.Count)}
+	case worqr.EventRetry:
+		return []string{"retry", e.Queue, e.TaskID}
+	case worqr.EventDead:
+		return []string{"dead", e.Queue, e.TaskID}
 	}
 	return nil
 }

@@ -28,20 +28,6 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// skipUnderRace skips, under the race detector, the tests that stop an
-// in-process worqr.Worker built on a *redis.Pool: Worker.Stop closes the
-// pooled pub/sub connection (redigo's activeConn.Close, which reads the
-// connection) in one goroutine while subscribeOnce is blocked reading it in
-// another (worqr/worker.go, subscribeOnce), and the detector reports that.
-// The library's own smoke test shows it too:
-// go test -race -count=20 -run TestSmoke ./worqr/. Delete this once fixed.
-func skipUnderRace(t *testing.T) {
-	t.Helper()
-	if raceDetector {
-		t.Skip("known data race in worqr.Worker.Stop (pub/sub connection closed while being read); see skipUnderRace")
-	}
-}
-
 // env is a fake environment.
 type env map[string]string
 
@@ -139,7 +125,8 @@ func TestEventLine(t *testing.T) {
 		{worqr.Event{Kind: worqr.EventGivenBack, Queue: "q", TaskID: "t1"}, ""},
 		{worqr.Event{Kind: worqr.EventStopRequeued, Queue: "q", Count: 1}, ""},
 		{worqr.Event{Kind: worqr.EventError, Err: errors.New("x")}, ""},
-		{worqr.Event{Kind: worqr.EventDropped, Queue: "q", TaskID: "t1"}, ""},
+		{worqr.Event{Kind: worqr.EventDead, Queue: "q", TaskID: "t1"}, "dead q t1"},
+		{worqr.Event{Kind: worqr.EventRetry, Queue: "q", TaskID: "t1"}, "retry q t1"},
 	} {
 		if got := strings.Join(eventLine(tc.e), " "); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.e.Kind, got, tc.want)
@@ -248,7 +235,6 @@ func startWorker(t *testing.T, url, ns string, args ...string) *lineReader {
 }
 
 func TestWorkerEnqueueStats(t *testing.T) {
-	skipUnderRace(t)
 	url := startMiniredis(t)
 	ns := "t-" + strings.ReplaceAll(t.Name(), "/", "-")
 	e := env{envRedisURL: url, envNamespace: ns}
@@ -313,7 +299,6 @@ func TestWorkerEnqueueStats(t *testing.T) {
 }
 
 func TestWorkerCancelled(t *testing.T) {
-	skipUnderRace(t)
 	url := startMiniredis(t)
 	ns := "t-" + t.Name()
 	lr := startWorker(t, url, ns, "--queues", "slow", "--work-time", "1m")
@@ -348,7 +333,6 @@ func TestDemo(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the demo takes a few seconds")
 	}
-	skipUnderRace(t)
 	t.Setenv(childMarker, "1")
 	code, stdout, stderr := runArgs(t, env{})
 	if code != 0 {

@@ -28,6 +28,8 @@ Stdout carries one line per event, written as it happens (logs go to stderr):
   lost <queue> <task_id> <pid>
   keepalive_lost <worker_id>
   recovered <queue> <count>
+  retry <queue> <task_id>           (a failed attempt, scheduled again)
+  dead <queue> <task_id>            (moved to the dead set: an accepted end)
 `
 
 func runWorker(ctx context.Context, args []string, io stdio) error {
@@ -140,8 +142,10 @@ func logEvent(log *slog.Logger, e worqr.Event) {
 		}
 	case worqr.EventGivenBack:
 		log.Info("worker: task given back", "queue", e.Queue, "task_id", e.TaskID)
-	case worqr.EventDropped:
-		log.Warn("worker: task id without data dropped", "queue", e.Queue, "task_id", e.TaskID)
+	case worqr.EventRetry:
+		log.Info("worker: attempt failed, retry scheduled", "queue", e.Queue, "task_id", e.TaskID, "err", e.Err)
+	case worqr.EventDead:
+		log.Warn("worker: task moved to the dead set", "queue", e.Queue, "task_id", e.TaskID, "err", e.Err)
 	case worqr.EventStopRequeued:
 		log.Info("worker: stop put tasks back", "queue", e.Queue, "count", e.Count)
 	case worqr.EventError:

@@ -255,7 +255,7 @@ func (e *env) take(w, queue string, n int) []rdb.Taken {
 	c, err := e.pool.GetContext(ctx)
 	Expect(err).NotTo(HaveOccurred())
 	defer c.Close()
-	got, err := rdb.Take(ctx, c, e.qk(queue), w, n)
+	got, err := rdb.Take(ctx, c, e.qk(queue), w, n, 0, false)
 	Expect(err).NotTo(HaveOccurred())
 	return got
 }
@@ -281,7 +281,7 @@ func (e *env) finish(w, queue, pid, id string) (rdb.Outcome, error) {
 		return rdb.OutcomeLost, err
 	}
 	defer c.Close()
-	return rdb.Finish(ctx, c, e.qk(queue), w, pid, id)
+	return rdb.Finish(ctx, c, e.qk(queue), w, pid, id, rdb.FinishArgs{})
 }
 
 func (e *env) enqueue(queue string, payload string) string {

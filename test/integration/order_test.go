@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -46,10 +47,11 @@ var _ = Describe("Queue order", func() {
 		// Through a worker: the handler gives A back once; A is taken again
 		// before B and C.
 		var seen trail
+		var gaveBack atomic.Bool
 		e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{
 			"gb": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 				seen.add(t.ID)
-				if t.ID == a && t.Attempt == 2 { // attempt 1 was the hand-driven taking
+				if t.ID == a && gaveBack.CompareAndSwap(false, true) {
 					return worqr.ErrGiveBack
 				}
 				return nil
