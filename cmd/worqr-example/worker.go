@@ -40,6 +40,10 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	concurrency := fs.Int("concurrency", 4, "handlers per queue (at least 1)")
 	workTime := fs.Duration("work-time", time.Second, "how long each handler sleeps")
 	grace := fs.Duration("grace", 10*time.Second, "on SIGINT/SIGTERM, how long running handlers may finish before their tasks are put back")
+	failFirst := fs.Int("fail-first", 0, "the handler returns an error on the first N attempts of each task (to exercise retries)")
+	maxAttempts := fs.Int("max-attempts", 0, "failed attempts before a task goes to the dead set (0: library default, 25)")
+	maxCrashes := fs.Int("max-crashes", 0, "worker deaths one task may cause before it goes to the dead set (0: library default, 5; -1: no limit)")
+	retryDelay := fs.Duration("retry-delay", 0, "fixed delay before a retry (0: the library's exponential backoff)")
 	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
 	}
@@ -59,6 +63,15 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if *grace < 0 {
 		return usagef("--grace (%s) must not be negative", *grace)
 	}
+	if *failFirst < 0 {
+		return usagef("--fail-first (%d) must not be negative", *failFirst)
+	}
+	if *maxAttempts < 0 {
+		return usagef("--max-attempts (%d) must not be negative", *maxAttempts)
+	}
+	if *retryDelay < 0 {
+		return usagef("--retry-delay (%s) must not be negative", *retryDelay)
+	}
 	tm, err := readTimings(io.getenv)
 	if err != nil {
 		return err
@@ -73,6 +86,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 		if err := out.line(tookLine(t)...); err != nil {
 			log.Warn("worker: stdout write failed", "err", err)
+		}
+		if t.Attempt <= *failFirst {
+			return fmt.Errorf("failing attempt %d of %d on purpose (--fail-first)", t.Attempt, *failFirst)
 		}
 		timer := time.NewTimer(*workTime)
 		defer timer.Stop()
@@ -95,8 +111,14 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 			logEvent(log, e)
 		},
 	}
+	var backoff func(int, error) time.Duration
+	if *retryDelay > 0 {
+		d := *retryDelay
+		backoff = func(int, error) time.Duration { return d }
+	}
 	for _, q := range queues {
-		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency}
+		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency,
+			MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes, Backoff: backoff}
 	}
 	tm.apply(&cfg)
 	pool := newPool(c.redisURL) // dials nothing yet

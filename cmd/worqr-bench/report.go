@@ -1,0 +1,208 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"math"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// Report is what one system's run produced. The asynq program prints the same
+// shape as JSON on stdout; keep the two in step (bench/asynq/report.go).
+type Report struct {
+	System  string `json:"system"`
+	Version string `json:"version"`
+	// Metrics holds one sample per repetition; the table shows medians.
+	Metrics map[string][]float64 `json:"metrics"`
+	// Capped marks metrics whose wait hit its cap: the samples hold the cap.
+	Capped map[string]bool `json:"capped,omitempty"`
+	// Commands holds, for the last repetition, each phase's Redis commands
+	// per job: command -> {calls per job, microseconds per job}.
+	Commands map[string]map[string][2]float64 `json:"commands,omitempty"`
+	Notes    []string                         `json:"notes,omitempty"`
+}
+
+func newReport(system, version string) *Report {
+	return &Report{System: system, Version: version, Metrics: map[string][]float64{},
+		Capped: map[string]bool{}, Commands: map[string]map[string][2]float64{}}
+}
+
+func (r *Report) add(key string, v float64) { r.Metrics[key] = append(r.Metrics[key], v) }
+
+func (r *Report) median(key string) (float64, bool) {
+	if r == nil {
+		return 0, false
+	}
+	xs := r.Metrics[key]
+	if len(xs) == 0 {
+		return 0, false
+	}
+	return median(xs), true
+}
+
+// row is one line of the results table. asynqKey, when set, takes the asynq
+// column from another metric (the latency rows with asynq's shorter poll).
+type row struct {
+	key, asynqKey string
+	label         string
+	higher        bool // higher is better
+	format        func(float64) string
+}
+
+func rows(o *options) []row {
+	jobs := func(v float64) string { return thousands(int64(math.Round(v))) }
+	msf := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
+	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+	b := func(v float64) string { return thousands(int64(math.Round(v))) }
+	out := []row{
+		{key: "enqueue_jobs_per_s", label: "a. enqueue one by one, 10 goroutines (jobs/s)", higher: true, format: jobs},
+		{key: "drain_jobs_per_s", label: fmt.Sprintf("b. drain, concurrency %d, no-op handler (jobs/s)", o.concurrency), higher: true, format: jobs},
+	}
+	for _, p := range []string{"p50", "p90", "p99", "max"} {
+		out = append(out, row{key: "latency_" + p + "_ms", label: "c. latency enqueue -> handler start, " + p + " (ms)", format: msf})
+	}
+	for _, p := range []string{"p50", "p90", "p99", "max"} {
+		out = append(out, row{key: "latency_" + p + "_ms", asynqKey: "latency_fastpoll_" + p + "_ms",
+			label: fmt.Sprintf("c'. latency %s (ms), asynq TaskCheckInterval=%s", p, o.asynqFastPoll), format: msf})
+	}
+	out = append(out,
+		row{key: "cmds_per_job", label: "d. Redis commands per job, enqueue + drain", format: f2},
+		row{key: "cmds_per_job_enqueue", label: "   of which enqueue (a)", format: f2},
+		row{key: "cmds_per_job_drain", label: "   of which take + finish (b)", format: f2},
+		row{key: "redis_cpu_us_per_job", label: "e. Redis CPU per job, drain (µs)", format: f1},
+		row{key: "client_cpu_us_per_job", label: "e. client CPU per job, drain (µs)", format: f1},
+		row{key: "enqueue_allocs_per_job", label: "   client heap allocations per job, enqueue (a)", format: f1},
+		row{key: "drain_allocs_per_job", label: "   client heap allocations per job, drain (b)", format: f1},
+		row{key: "mem_bytes_per_job", label: "f. Redis memory per waiting job (bytes)", format: b},
+		row{key: "recovery_released_s", label: fmt.Sprintf("g. SIGKILL -> %d held jobs released by a peer (s)", o.recoveryJobs), format: f2},
+		row{key: "recovery_first_s", label: "g. SIGKILL -> first job taken again (s)", format: f2},
+		row{key: "recovery_all_s", label: fmt.Sprintf("g. SIGKILL -> all %d jobs taken again (s)", o.recoveryJobs), format: f2},
+	)
+	return out
+}
+
+func thousands(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// printTable writes the results as a Markdown table of medians.
+func printTable(w io.Writer, o *options, wq, aq *Report) {
+	fmt.Fprintf(w, "| metric (median of reps) | worqr | asynq | worqr/asynq |\n|---|--:|--:|--:|\n")
+	for _, r := range rows(o) {
+		wv, wok := wq.median(r.key)
+		ak := r.key
+		if r.asynqKey != "" {
+			ak = r.asynqKey
+		}
+		av, aok := aq.median(ak)
+		if !wok && !aok {
+			continue
+		}
+		if r.asynqKey != "" && !aok {
+			continue // no fast-poll run: the plain latency rows say it all
+		}
+		cell := func(rep *Report, key string, v float64, ok bool) string {
+			if !ok {
+				return "—"
+			}
+			if rep.Capped[key] {
+				return ">" + r.format(v)
+			}
+			return r.format(v)
+		}
+		ratio := "—"
+		if wok && aok && av != 0 {
+			x := wv / av
+			prefix := ""
+			switch {
+			case aq.Capped[ak] && !wq.Capped[r.key]:
+				prefix = "<" // asynq's value is only a lower bound
+			case wq.Capped[r.key] && !aq.Capped[ak]:
+				prefix = ">"
+			case wq.Capped[r.key]:
+				prefix = "?"
+			}
+			dir := "lower is better"
+			if r.higher {
+				dir = "higher is better"
+			}
+			ratio = fmt.Sprintf("%s%.2fx (%s)", prefix, x, dir)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.label, cell(wq, r.key, wv, wok), cell(aq, ak, av, aok), ratio)
+	}
+}
+
+// printCommands writes each phase's Redis commands per job, most called first.
+func printCommands(w io.Writer, rep *Report) {
+	if rep == nil || len(rep.Commands) == 0 {
+		return
+	}
+	phases := make([]string, 0, len(rep.Commands))
+	for p := range rep.Commands {
+		phases = append(phases, p)
+	}
+	sort.Strings(phases)
+	for _, p := range phases {
+		cmds := rep.Commands[p]
+		names := make([]string, 0, len(cmds))
+		var total float64
+		for n, v := range cmds {
+			names = append(names, n)
+			total += v[0]
+		}
+		sort.Slice(names, func(i, j int) bool {
+			if cmds[names[i]][0] != cmds[names[j]][0] {
+				return cmds[names[i]][0] > cmds[names[j]][0]
+			}
+			return names[i] < names[j]
+		})
+		fmt.Fprintf(w, "\n%s, %s: %.2f Redis commands per job (calls/job, µs/job; a script's µs include its inner commands)\n", rep.System, p, total)
+		for _, n := range names {
+			v := cmds[n]
+			if v[0] < 0.005 {
+				continue
+			}
+			fmt.Fprintf(w, "  %-22s %7.3f %9.2f\n", n, v[0], v[1])
+		}
+	}
+}
+
+// printSamples writes every repetition's value of every metric.
+func printSamples(w io.Writer, rep *Report) {
+	if rep == nil {
+		return
+	}
+	keys := make([]string, 0, len(rep.Metrics))
+	for k := range rep.Metrics {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	fmt.Fprintf(w, "\n%s samples:\n", rep.System)
+	for _, k := range keys {
+		var parts []string
+		for _, v := range rep.Metrics[k] {
+			parts = append(parts, strconv.FormatFloat(v, 'g', 5, 64))
+		}
+		capped := ""
+		if rep.Capped[k] {
+			capped = " (capped)"
+		}
+		fmt.Fprintf(w, "  %-26s %s%s\n", k, strings.Join(parts, " "), capped)
+	}
+}
