@@ -34,8 +34,8 @@ Runs a short demo of worqr and exits 0 when every check passed:
      a few tasks and sits on them;
   3. start three in-process workers, which do the rest;
   4. kill the child with SIGKILL: once its keepalive expires (WORQR_HEARTBEAT_TTL)
-     a peer's reaper (WORQR_REAPER_INTERVAL) puts its tasks back, and a peer
-     completes them on their second attempt;
+     a peer's reaper (WORQR_REAPER_INTERVAL) puts its tasks back at the front,
+     and a peer completes them (each counted as having crashed once);
   5. print a summary.
 Without --redis-url / WORQR_REDIS_URL it runs on an embedded in-process Redis
 (miniredis). On a real Redis it uses a fresh namespace demo-<id> and deletes
@@ -153,7 +153,7 @@ func runClock(m *miniredis.Miniredis, step time.Duration) func() {
 
 type handlerRun struct {
 	worker  string
-	attempt int
+	crashes int
 }
 
 type demo struct {
@@ -313,11 +313,11 @@ func (d *demo) run(ctx context.Context) error {
 	var lines []string
 	d.mu.Lock()
 	for _, id := range held {
-		attempt := 0
+		crashes := 0
 		if r := d.runs[id]; len(r) > 0 {
-			attempt = r[len(r)-1].attempt
+			crashes = r[len(r)-1].crashes
 		}
-		lines = append(lines, fmt.Sprintf("task %s, held by the killed child, done by %s on attempt %d", id, d.done[id], attempt))
+		lines = append(lines, fmt.Sprintf("task %s, held by the killed child, done by %s after %d crash", id, d.done[id], crashes))
 	}
 	d.mu.Unlock()
 	for _, l := range lines {
@@ -360,8 +360,8 @@ func (d *demo) check(ids, held []string, extra, childID string, waiting int) err
 	}
 	for _, id := range held {
 		r := d.runs[id]
-		if len(r) == 0 || r[len(r)-1].attempt != 2 {
-			bad("task %s held by the child: runs %v, want a last run on attempt 2", id, r)
+		if len(r) == 0 || r[len(r)-1].crashes != 1 {
+			bad("task %s held by the child: runs %v, want a last run after 1 crash", id, r)
 		}
 	}
 	if d.recovered != len(held) {
@@ -420,7 +420,7 @@ func (d *demo) report(held []string) {
 // story.
 func (d *demo) newWorker(name string) (*worqr.Worker, error) {
 	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-		d.update(func() { d.runs[t.ID] = append(d.runs[t.ID], handlerRun{worker: name, attempt: t.Attempt}) })
+		d.update(func() { d.runs[t.ID] = append(d.runs[t.ID], handlerRun{worker: name, crashes: t.Crashes}) })
 		timer := time.NewTimer(demoWorkTime)
 		defer timer.Stop()
 		select {
