@@ -46,24 +46,35 @@ func Start(extra ...string) (*Server, error) {
 	if url := os.Getenv("WORQR_TEST_REDIS_URL"); url != "" && len(extra) == 0 {
 		return &Server{URL: url}, nil
 	}
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, errors.New(InstallHint)
-	}
 	dir, err := os.MkdirTemp("", "worqr-redis-")
 	if err != nil {
 		return nil, err
 	}
+	return start(dir, extra, false)
+}
+
+// start launches redis-server with its data in dir; with tls, the free port
+// is its TLS port and plain TCP is off.
+func start(dir string, extra []string, tls bool) (*Server, error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		os.RemoveAll(dir)
+		return nil, errors.New(InstallHint)
+	}
 	port, err := freePort()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &Server{Dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(port)}
 	s.URL = "redis://" + s.Addr
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+	portArgs := []string{"--port", strconv.Itoa(port)}
+	if tls {
+		s.URL = "rediss://" + s.Addr
+		portArgs = []string{"--port", "0", "--tls-port", strconv.Itoa(port)}
+	}
+	s.args = append(append(portArgs, "--bind", "127.0.0.1",
 		"--dir", dir, "--save", "", "--appendonly", "no",
-		"--protected-mode", "no", "--maxclients", "10000",
-	}, extra...)
+		"--protected-mode", "no", "--maxclients", "10000"), extra...)
 	if err := s.launch(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
