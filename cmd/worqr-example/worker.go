@@ -44,6 +44,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	maxAttempts := fs.Int("max-attempts", 0, "failed attempts before a task goes to the dead set (0: library default, 25)")
 	maxCrashes := fs.Int("max-crashes", 0, "worker deaths one task may cause before it goes to the dead set (0: library default, 5; -1: no limit)")
 	retryDelay := fs.Duration("retry-delay", 0, "fixed delay before a retry (0: the library's exponential backoff)")
+	retention := fs.Duration("retention", 0, "how long done and cancelled tasks stay readable in Redis (0: deleted at once)")
 	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
 	}
@@ -68,6 +69,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	}
 	if *maxAttempts < 0 {
 		return usagef("--max-attempts (%d) must not be negative", *maxAttempts)
+	}
+	if *retention < 0 {
+		return usagef("--retention (%s) must not be negative", *retention)
 	}
 	if *retryDelay < 0 {
 		return usagef("--retry-delay (%s) must not be negative", *retryDelay)
@@ -118,7 +122,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	}
 	for _, q := range queues {
 		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency,
-			MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes, Backoff: backoff}
+			MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes, Backoff: backoff, Retention: *retention}
 	}
 	tm.apply(&cfg)
 	pool := newPool(c.redisURL) // dials nothing yet
