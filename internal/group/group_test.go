@@ -1,0 +1,110 @@
+package group
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// Every caller gets its own result, batches form under concurrency, and at
+// most MaxInFlight batches run at once.
+func TestGroupBatchesAndAnswersEachCaller(t *testing.T) {
+	var running, maxRunning, batches, items atomic.Int64
+	g := &Group[int, int]{MaxInFlight: 2, MaxBatch: 8, Run: func(_ context.Context, in []int) ([]int, error) {
+		n := running.Add(1)
+		for {
+			m := maxRunning.Load()
+			if n <= m || maxRunning.CompareAndSwap(m, n) {
+				break
+			}
+		}
+		time.Sleep(time.Millisecond)
+		running.Add(-1)
+		batches.Add(1)
+		items.Add(int64(len(in)))
+		if len(in) > 8 {
+			t.Errorf("batch of %d over MaxBatch", len(in))
+		}
+		out := make([]int, len(in))
+		for i, v := range in {
+			out[i] = v * 2
+		}
+		return out, nil
+	}}
+	var wg sync.WaitGroup
+	for i := 0; i < 400; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			got, err := g.Do(context.Background(), i)
+			if err != nil || got != 2*i {
+				t.Errorf("Do(%d) = %d, %v", i, got, err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	if items.Load() != 400 {
+		t.Fatalf("%d items run, want 400", items.Load())
+	}
+	if maxRunning.Load() > 2 {
+		t.Fatalf("%d batches at once, want at most 2", maxRunning.Load())
+	}
+	if batches.Load() >= 400 {
+		t.Fatalf("no batching: %d batches for 400 items", batches.Load())
+	}
+	if g.inFlight != 0 || len(g.pending) != 0 {
+		t.Fatalf("left in flight %d, pending %d", g.inFlight, len(g.pending))
+	}
+}
+
+func TestGroupErrorReachesEveryCallerOfTheBatch(t *testing.T) {
+	boom := errors.New("boom")
+	g := &Group[int, int]{Run: func(context.Context, []int) ([]int, error) { return nil, boom }}
+	if _, err := g.Do(context.Background(), 1); !errors.Is(err, boom) {
+		t.Fatalf("err = %v", err)
+	}
+}
+
+// A waiting caller whose context ends is removed and never run; the lead it
+// may have been handed is passed on, so later callers still complete.
+func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
+	release := make(chan struct{})
+	var ran sync.Map
+	g := &Group[int, int]{MaxInFlight: 1, Run: func(_ context.Context, in []int) ([]int, error) {
+		for _, v := range in {
+			ran.Store(v, true)
+			if v == 0 {
+				<-release
+			}
+		}
+		return in, nil
+	}}
+	go g.Do(context.Background(), 0) // holds the only lead until released
+	time.Sleep(20 * time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { _, err := g.Do(ctx, 1); errc <- err }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	if err := <-errc; !errors.Is(err, context.Canceled) {
+		t.Fatalf("abandoned call returned %v", err)
+	}
+	done := make(chan int, 1)
+	go func() { v, _ := g.Do(context.Background(), 2); done <- v }()
+	time.Sleep(20 * time.Millisecond)
+	close(release)
+	select {
+	case v := <-done:
+		if v != 2 {
+			t.Fatalf("got %d", v)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a later caller never completed: the lead was lost")
+	}
+	if _, ok := ran.Load(1); ok {
+		t.Fatal("the abandoned item was run")
+	}
+}
