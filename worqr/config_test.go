@@ -1,0 +1,361 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var noop = HandlerFunc(func(context.Context, *Task) error { return nil })
+
+const allowed = " (allowed: A-Z a-z 0-9 _ - .)"
+
+// checkInvalid asserts that err is an *InvalidError matching ErrInvalid
+// with exactly the message want.
+func checkInvalid(t *testing.T, err error, want string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("err = nil, want %q", want)
+	}
+	if err.Error() != want {
+		t.Errorf("err = %q\nwant  %q", err.Error(), want)
+	}
+	if !errors.Is(err, ErrInvalid) {
+		t.Errorf("errors.Is(%v, ErrInvalid) = false", err)
+	}
+	var ie *InvalidError
+	if !errors.As(err, &ie) {
+		t.Errorf("%v is not an *InvalidError", err)
+	} else if !strings.HasPrefix(want, "worqr: "+ie.Field+" ") {
+		t.Errorf("InvalidError.Field = %q, not the field named in %q", ie.Field, want)
+	}
+}
+
+func TestConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	tests := []struct {
+		name    string
+		cfg     *Config
+		want    Config       // Logger is checked apart
+		logger  *slog.Logger // nil: any non-nil default
+		wantErr string
+	}{
+		{
+			name: "nil: every default",
+			cfg:  nil,
+			want: Config{Namespace: "worqr", MaxPayloadBytes: 1 << 20},
+		},
+		{
+			name: "zero value: every default",
+			cfg:  &Config{},
+			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes},
+		},
+		{
+			name:   "values given are kept",
+			cfg:    &Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit, Logger: logger},
+			want:   Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit},
+			logger: logger,
+		},
+		{
+			name:    "MaxPayloadBytes negative",
+			cfg:     &Config{MaxPayloadBytes: -1},
+			wantErr: "worqr: MaxPayloadBytes (-1) must be between 1 and 268435456",
+		},
+		{
+			name:    "MaxPayloadBytes above the limit",
+			cfg:     &Config{MaxPayloadBytes: MaxPayloadLimit + 1},
+			wantErr: "worqr: MaxPayloadBytes (268435457) must be between 1 and 268435456",
+		},
+		{
+			name:    "Namespace with a forbidden character",
+			cfg:     &Config{Namespace: "my:app"},
+			wantErr: `worqr: Namespace "my:app" has forbidden character ':' at byte 2` + allowed,
+		},
+		{
+			name:    "Namespace with a hash-tag brace",
+			cfg:     &Config{Namespace: "{app}"},
+			wantErr: `worqr: Namespace "{app}" has forbidden character '{' at byte 0` + allowed,
+		},
+		{
+			name:    "Namespace too long",
+			cfg:     &Config{Namespace: strings.Repeat("n", MaxNameLen+1)},
+			wantErr: "worqr: Namespace is 101 bytes long (at most 100)",
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := tc.cfg.withDefaults()
+			if tc.wantErr != "" {
+				checkInvalid(t, err, tc.wantErr)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.logger == nil && got.Logger == nil:
+				t.Error("Logger default not filled")
+			case tc.logger != nil && got.Logger != tc.logger:
+				t.Errorf("Logger = %p, want the one given (%p)", got.Logger, tc.logger)
+			}
+			got.Logger = nil
+			if got != tc.want {
+				t.Errorf("withDefaults = %+v, want %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+// worker returns a valid WorkerConfig for queue "q", changed by edit.
+func worker(edit func(c *WorkerConfig)) *WorkerConfig {
+	c := &WorkerConfig{Queues: map[string]QueueConfig{"q": {Handler: noop, Concurrency: 2}}}
+	if edit != nil {
+		edit(c)
+	}
+	return c
+}
+
+func TestWorkerConfigWithDefaults(t *testing.T) {
+	t.Parallel()
+	type durations struct{ HeartbeatInterval, HeartbeatTTL, ReaperInterval, PollInterval time.Duration }
+	tests := []struct {
+		name    string
+		cfg     *WorkerConfig
+		want    durations
+		wantErr string
+	}{
+		{
+			name: "durations default",
+			cfg:  worker(nil),
+			want: durations{time.Second, 3 * time.Second, time.Second, time.Second},
+		},
+		{
+			name: "durations given are kept",
+			cfg: worker(func(c *WorkerConfig) {
+				c.HeartbeatInterval = 100 * time.Millisecond
+				c.HeartbeatTTL = 300 * time.Millisecond
+				c.ReaperInterval = 200 * time.Millisecond
+				c.PollInterval = 50 * time.Millisecond
+			}),
+			want: durations{100 * time.Millisecond, 300 * time.Millisecond, 200 * time.Millisecond, 50 * time.Millisecond},
+		},
+		{
+			name: "TTL alone above the default interval",
+			cfg:  worker(func(c *WorkerConfig) { c.HeartbeatTTL = 1500 * time.Millisecond }),
+			want: durations{time.Second, 1500 * time.Millisecond, time.Second, time.Second},
+		},
+		{
+			name: "smallest TTL allowed",
+			cfg: worker(func(c *WorkerConfig) {
+				c.HeartbeatInterval = time.Millisecond
+				c.HeartbeatTTL = 10 * time.Millisecond
+			}),
+			want: durations{time.Millisecond, 10 * time.Millisecond, time.Second, time.Second},
+		},
+		{
+			name:    "nil",
+			cfg:     nil,
+			wantErr: "worqr: WorkerConfig is nil",
+		},
+		{
+			name:    "no queues",
+			cfg:     worker(func(c *WorkerConfig) { c.Queues = nil }),
+			wantErr: "worqr: Queues is empty: a worker needs at least one queue",
+		},
+		{
+			name: "queue name with a space",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues = map[string]QueueConfig{"a b": {Handler: noop, Concurrency: 1}}
+			}),
+			wantErr: `worqr: Queues["a b"] "a b" has forbidden character ' ' at byte 1` + allowed,
+		},
+		{
+			name: "empty queue name",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues = map[string]QueueConfig{"": {Handler: noop, Concurrency: 1}}
+			}),
+			wantErr: `worqr: Queues[""] is empty (want 1 to 100 characters of A-Z a-z 0-9 _ - .)`,
+		},
+		{
+			name:    "nil handler",
+			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Concurrency: 1} }),
+			wantErr: `worqr: Queues["q"].Handler is nil`,
+		},
+		{
+			name:    "zero concurrency",
+			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop} }),
+			wantErr: `worqr: Queues["q"].Concurrency (0) must be at least 1`,
+		},
+		{
+			name:    "negative concurrency",
+			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: -3} }),
+			wantErr: `worqr: Queues["q"].Concurrency (-3) must be at least 1`,
+		},
+		{
+			name: "TTL equal to the interval",
+			cfg: worker(func(c *WorkerConfig) {
+				c.HeartbeatInterval = time.Second
+				c.HeartbeatTTL = time.Second
+			}),
+			wantErr: "worqr: HeartbeatTTL (1s) must be greater than HeartbeatInterval (1s)",
+		},
+		{
+			name:    "TTL below the default interval",
+			cfg:     worker(func(c *WorkerConfig) { c.HeartbeatTTL = 500 * time.Millisecond }),
+			wantErr: "worqr: HeartbeatTTL (500ms) must be greater than HeartbeatInterval (1s)",
+		},
+		{
+			name:    "interval above the default TTL",
+			cfg:     worker(func(c *WorkerConfig) { c.HeartbeatInterval = 5 * time.Second }),
+			wantErr: "worqr: HeartbeatTTL (3s) must be greater than HeartbeatInterval (5s)",
+		},
+		{
+			name: "TTL below 10ms",
+			cfg: worker(func(c *WorkerConfig) {
+				c.HeartbeatInterval = time.Millisecond
+				c.HeartbeatTTL = 5 * time.Millisecond
+			}),
+			wantErr: "worqr: HeartbeatTTL (5ms) must be at least 10ms",
+		},
+		{
+			name:    "negative HeartbeatInterval",
+			cfg:     worker(func(c *WorkerConfig) { c.HeartbeatInterval = -time.Second }),
+			wantErr: "worqr: HeartbeatInterval (-1s) must not be negative",
+		},
+		{
+			name:    "negative HeartbeatTTL",
+			cfg:     worker(func(c *WorkerConfig) { c.HeartbeatTTL = -time.Second }),
+			wantErr: "worqr: HeartbeatTTL (-1s) must not be negative",
+		},
+		{
+			name:    "negative ReaperInterval",
+			cfg:     worker(func(c *WorkerConfig) { c.ReaperInterval = -time.Millisecond }),
+			wantErr: "worqr: ReaperInterval (-1ms) must not be negative",
+		},
+		{
+			name:    "negative PollInterval",
+			cfg:     worker(func(c *WorkerConfig) { c.PollInterval = -time.Millisecond }),
+			wantErr: "worqr: PollInterval (-1ms) must not be negative",
+		},
+		{
+			name:    "embedded Config is checked",
+			cfg:     worker(func(c *WorkerConfig) { c.MaxPayloadBytes = -5 }),
+			wantErr: "worqr: MaxPayloadBytes (-5) must be between 1 and 268435456",
+		},
+		{
+			name:    "embedded Config namespace is checked",
+			cfg:     worker(func(c *WorkerConfig) { c.Namespace = "a/b" }),
+			wantErr: `worqr: Namespace "a/b" has forbidden character '/' at byte 1` + allowed,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			got, err := tc.cfg.withDefaults()
+			if tc.wantErr != "" {
+				checkInvalid(t, err, tc.wantErr)
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := durations{got.HeartbeatInterval, got.HeartbeatTTL, got.ReaperInterval, got.PollInterval}
+			if d != tc.want {
+				t.Errorf("durations = %+v, want %+v", d, tc.want)
+			}
+			if got.Namespace != DefaultNamespace || got.MaxPayloadBytes != DefaultMaxPayloadBytes || got.Logger == nil {
+				t.Errorf("embedded Config defaults not filled: %+v", got.Config)
+			}
+			if q := got.Queues["q"]; len(got.Queues) != 1 || q.Concurrency != 2 || q.Handler == nil {
+				t.Errorf("Queues = %+v, want q with its handler and concurrency 2", got.Queues)
+			}
+		})
+	}
+}
+
+func TestWorkerConfigWithDefaultsWorksOnACopy(t *testing.T) {
+	t.Parallel()
+	cfg := worker(nil)
+	got, err := cfg.withDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HeartbeatTTL != 0 || cfg.Namespace != "" || cfg.Logger != nil || cfg.MaxPayloadBytes != 0 {
+		t.Errorf("withDefaults wrote defaults into the caller's config: %+v", cfg)
+	}
+	got.Queues["other"] = QueueConfig{Handler: noop, Concurrency: 1}
+	if len(cfg.Queues) != 1 {
+		t.Errorf("the validated config shares its Queues map with the caller's")
+	}
+}
+
+// The queue-name rule, through CheckQueueName and through the Queues and
+// Namespace fields, which share it.
+func TestCheckQueueName(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		rule string // "" when the name is valid
+	}{
+		{"q", ""},
+		{"AZaz09_-.", ""},
+		{strings.Repeat("x", 100), ""},
+		{"", "is empty (want 1 to 100 characters of A-Z a-z 0-9 _ - .)"},
+		{strings.Repeat("x", 101), "is 101 bytes long (at most 100)"},
+		{"a{b", `"a{b" has forbidden character '{' at byte 1` + allowed},
+		{"a}b", `"a}b" has forbidden character '}' at byte 1` + allowed},
+		{"a:b", `"a:b" has forbidden character ':' at byte 1` + allowed},
+		{"a b", `"a b" has forbidden character ' ' at byte 1` + allowed},
+		{"a/b", `"a/b" has forbidden character '/' at byte 1` + allowed},
+		{"a\tb", `"a\tb" has forbidden character '\t' at byte 1` + allowed},
+		{"a\nb", `"a\nb" has forbidden character '\n' at byte 1` + allowed},
+		{"qé", `"qé" has forbidden character 'é' at byte 1` + allowed},
+		{"ab*", `"ab*" has forbidden character '*' at byte 2` + allowed},
+	}
+	for _, tc := range tests {
+		err := CheckQueueName(tc.name)
+		if tc.rule == "" {
+			if err != nil {
+				t.Errorf("CheckQueueName(%q) = %v, want nil", tc.name, err)
+			}
+		} else {
+			t.Run("CheckQueueName/"+tc.name, func(t *testing.T) {
+				checkInvalid(t, err, "worqr: queue name "+tc.rule)
+			})
+		}
+
+		_, err = worker(func(c *WorkerConfig) {
+			c.Queues = map[string]QueueConfig{tc.name: {Handler: noop, Concurrency: 1}}
+		}).withDefaults()
+		if tc.rule == "" {
+			if err != nil {
+				t.Errorf("queue %q rejected: %v", tc.name, err)
+			}
+		} else {
+			t.Run("Queues/"+tc.name, func(t *testing.T) {
+				checkInvalid(t, err, `worqr: Queues[`+strconv.Quote(tc.name)+`] `+tc.rule)
+			})
+		}
+
+		if tc.name == "" { // an empty namespace means the default
+			continue
+		}
+		_, err = (&Config{Namespace: tc.name}).withDefaults()
+		if tc.rule == "" {
+			if err != nil {
+				t.Errorf("namespace %q rejected: %v", tc.name, err)
+			}
+		} else {
+			t.Run("Namespace/"+tc.name, func(t *testing.T) {
+				checkInvalid(t, err, "worqr: Namespace "+tc.rule)
+			})
+		}
+	}
+}
