@@ -45,7 +45,10 @@ func (r *Reaper) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ok, err := r.Registry.AcquireLease(ctx, r.Holder, r.Interval)
+		// The lease ends a little before the next tick, so that a lone
+		// reaper gets it every interval (Redis expires to the millisecond,
+		// and a lease of exactly one interval is often still there).
+		ok, err := r.Registry.AcquireLease(ctx, r.Holder, r.Interval*9/10)
 		if err != nil {
 			if ctx.Err() == nil {
 				r.log().Warn("recovery: lease failed", "err", err)
