@@ -105,14 +105,14 @@ func (e *env) enqueue(t *testing.T, q rdb.QueueKeys, ids ...string) {
 	for i := range ids {
 		ps[i] = []byte("p" + ids[i])
 	}
-	if err := rdb.Enqueue(e.ctx, e.conn(t), q, ids, ps); err != nil {
+	if _, err := rdb.Enqueue(e.ctx, e.conn(t), q, ids, ps, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *env) take(t *testing.T, q rdb.QueueKeys, w string, max int) []rdb.Taken {
 	t.Helper()
-	got, err := rdb.Take(e.ctx, e.conn(t), q, w, max)
+	got, err := rdb.Take(e.ctx, e.conn(t), q, w, max, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,6 +144,8 @@ func (e *env) snapshot(t *testing.T) map[string]string {
 			v = m
 		case "hash":
 			v, err = redis.StringMap(c.Do("HGETALL", k))
+		case "zset":
+			v, err = redis.Strings(c.Do("ZRANGE", k, 0, -1, "WITHSCORES"))
 		default:
 			v, err = redis.String(c.Do("GET", k))
 		}
@@ -512,7 +514,7 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 		mu.Lock()
 		passes++
 		mu.Unlock()
-		if _, err := rdb.Take(e.ctx, zc, e.q, "Z", 1); err != nil {
+		if _, err := rdb.Take(e.ctx, zc, e.q, "Z", 1, 0, false); err != nil {
 			t.Error(err)
 		}
 	}
@@ -529,4 +531,96 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 		t.Errorf("a lone reaper made %d passes in %d intervals of %v, want about %d (one per interval)",
 			passes, ticks, r.Interval, ticks)
 	}
+}
+
+// enqueueDue enqueues ids into q's scheduled set, due at unix ms due.
+func (e *env) enqueueDue(t *testing.T, q rdb.QueueKeys, due int64, ids ...string) {
+	t.Helper()
+	ps := make([][]byte, len(ids))
+	for i := range ids {
+		ps[i] = []byte("p" + ids[i])
+	}
+	if _, err := rdb.Enqueue(e.ctx, e.conn(t), q, ids, ps, &rdb.EnqueueArgs{DueMillis: due}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// far is a due time in the far future (2100-01-01).
+const far = 4102444800000
+
+func TestMoveMovesDueTasksOfEveryKnownQueue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	stage := e.k.Queue(rdb.QueueRef{Tag: "flow", Name: "stage"})
+	unknown := e.k.Queue(rdb.Standalone("unknown"))
+	e.register(t, "A", e.q.Ref, stage.Ref)
+
+	// More than two batches in q, due in the reverse of name order.
+	n := 2*recovery.MoveBatch + 3
+	due := ids("t", n)
+	for i, id := range due {
+		e.enqueueDue(t, e.q, int64(10000-i), id)
+	}
+	e.enqueueDue(t, e.q, far, "later")
+	e.enqueueDue(t, stage, 1000, "s1", "s2")
+	e.enqueueDue(t, unknown, 1000, "u1")
+	// An entry older than the queue's dead_age goes with the mover.
+	e.do(t, "HSET", e.q.Config, "dead_age", 60000)
+	e.do(t, "ZADD", e.q.Dead, 1000, "old")
+	e.do(t, "HSET", e.q.Task("old"), "d", "pold", "s", "dead")
+
+	r := e.reaper("r1")
+	got, err := r.Move(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != n+2 {
+		t.Errorf("Move = %d, want %d", got, n+2)
+	}
+	wantQ := make([]string, n)
+	for i := range due {
+		wantQ[i] = due[n-1-i]
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, wantQ) {
+		t.Errorf("q waiting = %v..., want every due task once, in due order", w[:min(len(w), 5)])
+	}
+	if w := e.waiting(t, stage); !reflect.DeepEqual(w, []string{"s1", "s2"}) {
+		t.Errorf("stage waiting = %v, want [s1 s2]", w)
+	}
+	if w := e.waiting(t, unknown); len(w) != 0 {
+		t.Errorf("a queue no worker serves was moved: %v", w)
+	}
+	if s := e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1); !reflect.DeepEqual(s, []string{"later"}) {
+		t.Errorf("q scheduled = %v, want [later]", s)
+	}
+	if s, _ := redis.String(e.do(t, "HGET", e.q.Task(due[0]), "s"), nil); s != "queued" {
+		t.Errorf("moved task state = %q, want queued", s)
+	}
+	if e.do(t, "EXISTS", e.q.Dead, e.q.Task("old")).(int64) != 0 {
+		t.Error("the dead entry older than dead_age survived the mover")
+	}
+
+	// Run twice: nothing more is due, nothing changes.
+	before := e.snapshot(t)
+	if got, err := r.Move(e.ctx); err != nil || got != 0 {
+		t.Errorf("second Move = %d, %v; want 0", got, err)
+	}
+	if after := e.snapshot(t); !reflect.DeepEqual(after, before) {
+		t.Error("a second Move changed Redis")
+	}
+}
+
+// The lease holder's Run moves due tasks after its pass.
+func TestRunMovesDelayedTasks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	ps := [][]byte{[]byte("pt1")}
+	if _, err := rdb.Enqueue(e.ctx, e.conn(t), e.q, []string{"t1"}, ps, &rdb.EnqueueArgs{DelayMillis: 100}); err != nil {
+		t.Fatal(err)
+	}
+	runReapers(t, e.reaper("r1"))
+	eventually(t, "the delayed task is moved to its queue", func() bool {
+		return reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"})
+	})
 }

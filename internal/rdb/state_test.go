@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,15 +18,64 @@ import (
 
 // The Redis values a state holds, by type. A state maps every key of a
 // namespace to its value, so that comparing two states compares everything
-// a script could have written.
+// a script could have written, expiries included.
 type (
 	list []string          // LRANGE 0 -1, in order
 	set  []string          // SMEMBERS, sorted
 	hash map[string]string // HGETALL
 	str  string            // GET
+	zset []z               // ZRANGE 0 -1 WITHSCORES, in score order
 )
 
+// z is one member of a sorted set with its score as Redis prints it
+// ("1700000000123", "inf").
+type z struct{ M, S string }
+
+// expiring is a key with a TTL: V is its value, TTL its PTTL in ms.
+type expiring struct {
+	V   any
+	TTL int64
+}
+
+// ttl wraps an expected value whose key expires in ms milliseconds: the
+// key's PTTL must be in (ms - ttlSlack, ms]. A key without a TTL must not be
+// wrapped, and a key with one must be.
+func ttl(v any, ms int64) expiring { return expiring{V: v, TTL: ms} }
+
+// ttlSlack is how much a TTL may have run down between the script that set
+// it and the dump that reads it.
+const ttlSlack = 5000
+
+// Time placeholders. Where a script writes Redis time, an expected hash
+// value or zset score can be "@now" (the Redis time of the call under test,
+// between the TIME read just before it and the one just after) or "@seed"
+// (between the test's start and the call: set while seeding), each with an
+// optional offset in ms: "@now+5000", "@seed-120000".
+
 type state map[string]any
+
+func formatValue(v any) string {
+	switch x := v.(type) {
+	case list:
+		return fmt.Sprintf("list %q", []string(x))
+	case set:
+		return fmt.Sprintf("set %q", []string(x))
+	case hash:
+		return fmt.Sprintf("hash %q", map[string]string(x)) // fmt sorts map keys
+	case str:
+		return fmt.Sprintf("string %q", string(x))
+	case zset:
+		parts := make([]string, len(x))
+		for i, m := range x {
+			parts[i] = fmt.Sprintf("%q:%s", m.M, m.S)
+		}
+		return "zset [" + strings.Join(parts, " ") + "]"
+	case expiring:
+		return fmt.Sprintf("%s (pttl %dms)", formatValue(x.V), x.TTL)
+	default:
+		return fmt.Sprintf("%T %v", x, x)
+	}
+}
 
 func (s state) format(ns string) string {
 	keys := make([]string, 0, len(s))
@@ -35,20 +85,7 @@ func (s state) format(ns string) string {
 	sort.Strings(keys)
 	var b strings.Builder
 	for _, k := range keys {
-		var v string
-		switch x := s[k].(type) {
-		case list:
-			v = fmt.Sprintf("list %q", []string(x))
-		case set:
-			v = fmt.Sprintf("set %q", []string(x))
-		case hash:
-			v = fmt.Sprintf("hash %q", map[string]string(x)) // fmt sorts map keys
-		case str:
-			v = fmt.Sprintf("string %q", string(x))
-		default:
-			v = fmt.Sprintf("%T %v", x, x)
-		}
-		fmt.Fprintf(&b, "  %s = %s\n", strings.TrimPrefix(k, ns+":"), v)
+		fmt.Fprintf(&b, "  %s = %s\n", strings.TrimPrefix(k, ns+":"), formatValue(s[k]))
 	}
 	if len(keys) == 0 {
 		b.WriteString("  (no keys)\n")
@@ -56,15 +93,36 @@ func (s state) format(ns string) string {
 	return b.String()
 }
 
+// with returns a copy of s with more keys (a nil value deletes the key).
+func (s state) with(kv ...any) state {
+	out := state{}
+	for k, v := range s {
+		out[k] = v
+	}
+	for i := 0; i+1 < len(kv); i += 2 {
+		if kv[i+1] == nil {
+			delete(out, kv[i].(string))
+		} else {
+			out[kv[i].(string)] = kv[i+1]
+		}
+	}
+	return out
+}
+
 // env is one test's private namespace on the shared server: a connection
-// whose script calls are checked for hash-tag safety, and the keys of the
-// stand-alone queue "q".
+// whose script calls are checked for hash-tag safety, the keys of the
+// stand-alone queue "q", and the Redis times that "@seed" and "@now" stand
+// for.
 type env struct {
-	ctx context.Context
-	c   redis.Conn
-	ns  string
-	k   rdb.Keys
-	q   rdb.QueueKeys
+	ctx  context.Context
+	pool *redis.Pool
+	c    redis.Conn
+	ns   string
+	k    rdb.Keys
+	q    rdb.QueueKeys
+	// start is the Redis time (ms) when the test began; t0 and t1 bracket
+	// the call under test (see call).
+	start, t0, t1 int64
 }
 
 func newEnv(t *testing.T) *env {
@@ -78,77 +136,197 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { c.Close() })
 	ns := redistest.Namespace()
 	k := rdb.NewKeys(ns)
-	return &env{ctx: ctx, c: c, ns: ns, k: k, q: k.Queue(rdb.Standalone("q"))}
+	e := &env{ctx: ctx, pool: pool, c: c, ns: ns, k: k, q: k.Queue(rdb.Standalone("q"))}
+	e.start = e.now(t)
+	return e
 }
 
-// dump reads every key of the namespace, in two pipelined round trips.
+// now returns the Redis server time in ms, as the scripts compute it.
+func (e *env) now(t *testing.T) int64 {
+	t.Helper()
+	v, err := redis.Int64s(e.c.Do("TIME"))
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME: %v %v", v, err)
+	}
+	return v[0]*1000 + v[1]/1000
+}
+
+// call runs the call under test and records the Redis times around it.
+func (e *env) call(t *testing.T, f func()) {
+	t.Helper()
+	e.t0 = e.now(t)
+	f()
+	e.t1 = e.now(t)
+}
+
+// pipe sends cmds in one round trip and returns the replies.
+func (e *env) pipe(t *testing.T, cmds [][]any) []any {
+	t.Helper()
+	for _, cmd := range cmds {
+		if err := e.c.Send(cmd[0].(string), cmd[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := e.c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]any, len(cmds))
+	for i := range cmds {
+		var err error
+		if out[i], err = e.c.Receive(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// dump reads every key of the namespace with its TTL, in two pipelined
+// round trips.
 func (e *env) dump(t *testing.T) state {
 	t.Helper()
 	keys, err := redistest.Keys(e.ctx, e.c, e.ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pipe := func(cmd func(k string) (string, []any)) []any {
-		t.Helper()
-		for _, k := range keys {
-			name, args := cmd(k)
-			if err := e.c.Send(name, args...); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := e.c.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		out := make([]any, len(keys))
-		for i := range keys {
-			if out[i], err = e.c.Receive(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		return out
+	var meta [][]any
+	for _, k := range keys {
+		meta = append(meta, []any{"TYPE", k}, []any{"PTTL", k})
 	}
-	types := pipe(func(k string) (string, []any) { return "TYPE", []any{k} })
-	reads := map[string]string{"list": "LRANGE", "set": "SMEMBERS", "hash": "HGETALL", "string": "GET", "none": "EXISTS"}
-	i := 0
-	vals := pipe(func(k string) (string, []any) {
-		typ, _ := redis.String(types[i], nil)
-		i++
-		switch reads[typ] {
-		case "":
-			t.Fatalf("key %s has unexpected type %s", k, typ)
-		case "LRANGE":
-			return "LRANGE", []any{k, 0, -1}
-		}
-		return reads[typ], []any{k}
-	})
-	st := state{}
+	metas := e.pipe(t, meta)
+	reads := make([][]any, len(keys))
 	for i, k := range keys {
-		typ, _ := redis.String(types[i], nil)
-		var err error
+		typ, _ := redis.String(metas[2*i], nil)
 		switch typ {
 		case "list":
-			var v []string
-			v, err = redis.Strings(vals[i], nil)
-			st[k] = list(v)
+			reads[i] = []any{"LRANGE", k, 0, -1}
 		case "set":
-			var v []string
-			v, err = redis.Strings(vals[i], nil)
-			sort.Strings(v)
-			st[k] = set(v)
+			reads[i] = []any{"SMEMBERS", k}
 		case "hash":
-			var v map[string]string
-			v, err = redis.StringMap(vals[i], nil)
-			st[k] = hash(v)
+			reads[i] = []any{"HGETALL", k}
 		case "string":
-			var v string
-			v, err = redis.String(vals[i], nil)
-			st[k] = str(v)
-		} // "none": expired between SCAN and TYPE
+			reads[i] = []any{"GET", k}
+		case "zset":
+			reads[i] = []any{"ZRANGE", k, 0, -1, "WITHSCORES"}
+		case "none":
+			reads[i] = []any{"EXISTS", k} // expired between SCAN and TYPE
+		default:
+			t.Fatalf("key %s has unexpected type %s", k, typ)
+		}
+	}
+	vals := e.pipe(t, reads)
+	st := state{}
+	for i, k := range keys {
+		var v any
+		var err error
+		switch reads[i][0] {
+		case "LRANGE":
+			var l []string
+			l, err = redis.Strings(vals[i], nil)
+			v = list(l)
+		case "SMEMBERS":
+			var m []string
+			m, err = redis.Strings(vals[i], nil)
+			sort.Strings(m)
+			v = set(m)
+		case "HGETALL":
+			var m map[string]string
+			m, err = redis.StringMap(vals[i], nil)
+			v = hash(m)
+		case "GET":
+			var s string
+			s, err = redis.String(vals[i], nil)
+			v = str(s)
+		case "ZRANGE":
+			var flat []string
+			flat, err = redis.Strings(vals[i], nil)
+			zs := zset{}
+			for j := 0; j+1 < len(flat); j += 2 {
+				zs = append(zs, z{flat[j], flat[j+1]})
+			}
+			v = zs
+		default:
+			continue
+		}
 		if err != nil {
 			t.Fatalf("reading %s: %v", k, err)
 		}
+		if pttl, _ := redis.Int64(metas[2*i+1], nil); pttl > 0 {
+			v = expiring{V: v, TTL: pttl}
+		}
+		st[k] = v
 	}
 	return st
+}
+
+// timeOK reports whether got is a time (ms) that placeholder want allows.
+func (e *env) timeOK(got, want string) bool {
+	if !strings.HasPrefix(want, "@") {
+		return false
+	}
+	name, off := want[1:], int64(0)
+	if i := strings.IndexAny(name, "+-"); i >= 0 {
+		n, err := strconv.ParseInt(name[i:], 10, 64)
+		if err != nil {
+			return false
+		}
+		name, off = name[:i], n
+	}
+	var lo, hi int64
+	switch name {
+	case "now":
+		lo, hi = e.t0, e.t1
+	case "seed":
+		lo, hi = e.start, e.t0
+	default:
+		return false
+	}
+	g, err := strconv.ParseInt(got, 10, 64)
+	return err == nil && lo > 0 && g >= lo+off && g <= hi+off
+}
+
+// settle returns got with every value that satisfies a placeholder or a
+// TTL range of want replaced by want's, so that a DeepEqual compares the
+// rest exactly and a diff shows only real differences.
+func (e *env) settle(got, want any) any {
+	switch w := want.(type) {
+	case expiring:
+		g, ok := got.(expiring)
+		if !ok {
+			return got
+		}
+		g.V = e.settle(g.V, w.V)
+		if g.TTL <= w.TTL && g.TTL > w.TTL-ttlSlack {
+			g.TTL = w.TTL
+		}
+		return g
+	case hash:
+		g, ok := got.(hash)
+		if !ok {
+			return got
+		}
+		out := hash{}
+		for f, v := range g {
+			if wv, ok := w[f]; ok && e.timeOK(v, wv) {
+				v = wv
+			}
+			out[f] = v
+		}
+		return out
+	case zset:
+		g, ok := got.(zset)
+		if !ok || len(g) != len(w) {
+			return got
+		}
+		out := make(zset, len(g))
+		for i, m := range g {
+			if m.M == w[i].M && e.timeOK(m.S, w[i].S) {
+				m.S = w[i].S
+			}
+			out[i] = m
+		}
+		return out
+	}
+	return got
 }
 
 // checkState compares the namespace with want, or with before when want is
@@ -159,7 +337,11 @@ func (e *env) checkState(t *testing.T, before state, want func(e *env) state) {
 	if want != nil {
 		w = want(e)
 	}
-	if got := e.dump(t); !reflect.DeepEqual(got, w) {
+	got := e.dump(t)
+	for k, v := range got {
+		got[k] = e.settle(v, w[k])
+	}
+	if !reflect.DeepEqual(got, w) {
 		t.Errorf("redis state:\ngot:\n%swant:\n%s", got.format(e.ns), w.format(e.ns))
 	}
 }
@@ -178,29 +360,56 @@ func payload(id string) string { return "p" + id }
 
 // Seeding helpers: they call the wrappers and fail the test on error.
 
-func (e *env) enqueue(t *testing.T, ids ...string) {
+// enqueueTo enqueues ids (payload "p"+id) into q with the given options.
+func (e *env) enqueueTo(t *testing.T, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids ...string) {
 	t.Helper()
 	ps := make([][]byte, len(ids))
 	for i, id := range ids {
 		ps[i] = []byte(payload(id))
 	}
-	if err := rdb.Enqueue(e.ctx, e.c, e.q, ids, ps); err != nil {
+	if _, err := rdb.Enqueue(e.ctx, e.c, q, ids, ps, a); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (e *env) take(t *testing.T, w string, max int) {
+func (e *env) enqueue(t *testing.T, ids ...string) { t.Helper(); e.enqueueTo(t, e.q, nil, ids...) }
+
+// uniqueKey is the full unique key of user key k in queue q.
+func uniqueKey(q rdb.QueueKeys, k string) string { return q.UniquePrefix + k }
+
+// enqueueUnique enqueues id under unique key k (TTL one minute).
+func (e *env) enqueueUnique(t *testing.T, id, k string) {
 	t.Helper()
-	if _, err := rdb.Take(e.ctx, e.c, e.q, w, max); err != nil {
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, k), UniqueTTL: 60000}, id)
+}
+
+// enqueueDue enqueues ids into the scheduled set, due at unix ms due.
+func (e *env) enqueueDue(t *testing.T, due int64, ids ...string) {
+	t.Helper()
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DueMillis: due}, ids...)
+}
+
+func (e *env) takeFrom(t *testing.T, q rdb.QueueKeys, w string, max int, stage bool) []rdb.Taken {
+	t.Helper()
+	got, err := rdb.Take(e.ctx, e.c, q, w, max, 0, stage)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func (e *env) take(t *testing.T, w string, max int) { t.Helper(); e.takeFrom(t, e.q, w, max, false) }
+
+func (e *env) finishWith(t *testing.T, w, pid, id string, a rdb.FinishArgs) {
+	t.Helper()
+	if _, err := rdb.Finish(e.ctx, e.c, e.q, w, pid, id, a); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *env) finish(t *testing.T, w, pid, id string) {
 	t.Helper()
-	if _, err := rdb.Finish(e.ctx, e.c, e.q, w, pid, id); err != nil {
-		t.Fatal(err)
-	}
+	e.finishWith(t, w, pid, id, rdb.FinishArgs{Mode: rdb.FinishDone})
 }
 
 func (e *env) giveBack(t *testing.T, w, pid, id string) {
@@ -224,24 +433,42 @@ func (e *env) cancel(t *testing.T, id string) {
 	}
 }
 
+// setCfg writes fields of queue q's config hash, as a worker does.
+func (e *env) setCfg(t *testing.T, q rdb.QueueKeys, kv ...any) {
+	t.Helper()
+	e.do(t, "HSET", append([]any{q.Config}, kv...)...)
+}
+
+// seedDead puts id straight into q's dead set with score at (unix ms) and
+// the hash deadSeed(id, at).
+func (e *env) seedDead(t *testing.T, q rdb.QueueKeys, id string, at int64) {
+	t.Helper()
+	args := []any{q.Task(id)}
+	for k, v := range deadSeed(id, strconv.FormatInt(at, 10)) {
+		args = append(args, k, v)
+	}
+	e.do(t, "HSET", args...)
+	e.do(t, "ZADD", q.Dead, at, id)
+}
+
 // Expected task hashes.
 
 // fresh is the hash of a task that was enqueued and never taken.
 func fresh(id string) hash { return hash{"d": payload(id)} }
 
-// active is the hash of a task worker w holds as taking pid, attempt n.
-func active(id, w, pid, n string) hash {
-	return hash{"d": payload(id), "s": "active", "n": n, "w": w, "p": pid}
+// active is the hash of a task worker w holds as taking pid.
+func active(id, w, pid string) hash {
+	return hash{"d": payload(id), "s": "active", "w": w, "p": pid}
 }
 
-// queued is the hash of a task that was taken n times and put back; crashes
-// is its 'c' field ("" for none).
-func queued(id, n, crashes string) hash {
-	h := hash{"d": payload(id), "s": "queued", "n": n}
-	if crashes != "" {
-		h["c"] = crashes
-	}
-	return h
+// queued is the hash of a task that was taken and put back.
+func queued(id string) hash { return hash{"d": payload(id), "s": "queued"} }
+
+// deadSeed is the hash seedDead writes: a task that failed three times on
+// worker A, died at time at, and held a unique key.
+func deadSeed(id, at string) hash {
+	return hash{"d": payload(id), "s": "dead", "n": "3", "c": "1", "e": "boom",
+		"dr": "failed", "dt": at, "dw": "A", "u": "u-" + id}
 }
 
 // with returns a copy of h with more fields.
@@ -256,13 +483,29 @@ func (h hash) with(kv ...string) hash {
 	return out
 }
 
-// msg is one pub/sub message: Channel is "wake" or "cancel" for the queue's
-// channels.
+// without returns a copy of h without the given fields.
+func (h hash) without(fields ...string) hash {
+	out := h.with()
+	for _, f := range fields {
+		delete(out, f)
+	}
+	return out
+}
+
+// buried is h as bury leaves it: in the dead set for reason, by worker w,
+// at the call's time.
+func (h hash) buried(reason, w string) hash {
+	return h.without("w", "p", "x").with("s", "dead", "dr", reason, "dt", "@now", "dw", w)
+}
+
+// msg is one pub/sub message. Channel is "wake" or "cancel" for queue q's
+// channels, else the channel name without the namespace ("{F}:wake:s2").
 type msg struct{ Channel, Data string }
 
-// listener is subscribed to the queue's wake and cancel channels.
+// listener receives every message published on a channel of the namespace.
 type listener struct {
 	psc      redis.PubSubConn
+	ns       string
 	names    map[string]string
 	sentinel string
 }
@@ -276,13 +519,14 @@ func (e *env) listen(t *testing.T) *listener {
 	t.Cleanup(func() { c.Close() })
 	l := &listener{
 		psc:      redis.PubSubConn{Conn: c},
+		ns:       e.ns,
 		names:    map[string]string{e.q.WakeChannel: "wake", e.q.CancelChannel: "cancel"},
 		sentinel: e.ns + ":sentinel",
 	}
-	if err := l.psc.Subscribe(e.q.WakeChannel, e.q.CancelChannel, l.sentinel); err != nil {
+	if err := l.psc.PSubscribe(e.ns + ":*"); err != nil {
 		t.Fatal(err)
 	}
-	for n := 0; n < 3; {
+	for n := 0; n < 1; {
 		switch v := l.psc.ReceiveWithTimeout(5 * time.Second).(type) {
 		case redis.Subscription:
 			n++
@@ -308,7 +552,7 @@ func (l *listener) collect(t *testing.T, e *env) []msg {
 			}
 			name, ok := l.names[v.Channel]
 			if !ok {
-				name = v.Channel
+				name = strings.TrimPrefix(v.Channel, l.ns+":")
 			}
 			out = append(out, msg{name, string(v.Data)})
 		case error:
@@ -325,4 +569,18 @@ func checkPubs(t *testing.T, got, want []msg) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("published %v, want %v", got, want)
 	}
+}
+
+// checkPubsAnyOrder is checkPubs for scripts that publish in Lua table
+// order (one wake-up per queue of a fan-out).
+func checkPubsAnyOrder(t *testing.T, got, want []msg) {
+	t.Helper()
+	sorted := func(m []msg) []msg {
+		out := append([]msg(nil), m...)
+		sort.Slice(out, func(i, j int) bool {
+			return out[i].Channel+"\x00"+out[i].Data < out[j].Channel+"\x00"+out[j].Data
+		})
+		return out
+	}
+	checkPubs(t, sorted(got), sorted(want))
 }

@@ -1,0 +1,967 @@
+package rdb_test
+
+import (
+	"errors"
+	"reflect"
+	"testing"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// flowEnv is env plus a flow of tag F: stages s1 and s2, child queues c1
+// and c2, runs indexed by their "user" field, kept one minute once ended.
+type flowEnv struct {
+	*env
+	s1, s2, c1, c2 rdb.QueueKeys
+	ix             string // the index of user u1
+	ref            rdb.FlowRef
+}
+
+func newFlowEnv(t *testing.T) *flowEnv {
+	e := newEnv(t)
+	q := func(name string) rdb.QueueKeys { return e.k.Queue(rdb.QueueRef{Tag: "F", Name: name}) }
+	f := &flowEnv{env: e, s1: q("s1"), s2: q("s2"), c1: q("c1"), c2: q("c2"),
+		ref: rdb.FlowRef{RetentionMillis: 60000, IndexBy: []string{"user"}}}
+	f.ix = f.s1.IndexKey("user", "u1")
+	return f
+}
+
+// start starts run id of user u1 in stage queue q.
+func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
+	t.Helper()
+	ok, err := rdb.FlowStart(f.ctx, f.c, q, id, []string{"f:user", "u1"}, []string{f.ix})
+	if err != nil || !ok {
+		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
+	}
+}
+
+func (f *flowEnv) flowFinish(t *testing.T, w, pid, id string, a rdb.FinishArgs, next string, children ...rdb.Child) {
+	t.Helper()
+	if _, err := rdb.FlowFinish(f.ctx, f.c, f.s1, w, pid, id, a, f.ref, next, nil, children); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *flowEnv) childFinish(t *testing.T, q rdb.QueueKeys, w, pid, id string, a rdb.FinishArgs, failFast bool) {
+	t.Helper()
+	if _, _, err := rdb.ChildFinish(f.ctx, f.c, q, w, pid, id, "r1", a, f.ref, "s2", failFast); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *flowEnv) runCancel(t *testing.T, id string) {
+	t.Helper()
+	if ok, err := rdb.RunCancel(f.ctx, f.c, f.s1, id, f.ref); err != nil || !ok {
+		t.Fatalf("RunCancel %s: %v, %v", id, ok, err)
+	}
+}
+
+// children are the three children r1's first stage fans out: k1 and k2 in
+// c1, k3 in c2.
+var children = []rdb.Child{
+	{ID: "k1", Queue: "c1", Payload: []byte("pk1")},
+	{ID: "k2", Queue: "c1", Payload: []byte("pk2")},
+	{ID: "k3", Queue: "c2", Payload: []byte("pk3")},
+}
+
+// fanOut seeds run r1, taken by A in s1 (pid 1) and fanned out, and its
+// child k1 taken by A (pid 2): the state fannedOut describes.
+func (f *flowEnv) fanOut(t *testing.T) {
+	t.Helper()
+	f.start(t, f.s1, "r1")
+	f.takeFrom(t, f.s1, "A", 1, true)
+	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "s2", children...)
+	f.takeFrom(t, f.c1, "A", 1, false)
+}
+
+// Expected run hashes: run r1 of user u1, in stage st.
+func runQueued(st string) hash {
+	return hash{"d": "", "st": st, "fs": "running", "s": "queued", "f:user": "u1"}
+}
+
+func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
+
+// runEnded is a run that ended with status at the call's time.
+func runEnded(h hash, status string) hash {
+	return h.without("w", "p", "x").with("fs", status, "s", status, "ft", "@now")
+}
+
+func runFanned() hash {
+	return runQueued("s1").with("s", "children", "kp", "3",
+		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
+}
+
+func child(id string) hash { return hash{"d": payload(id), "pr": "r1"} }
+
+// fannedOut is the state fanOut leaves.
+func (f *flowEnv) fannedOut() state {
+	return state{
+		f.s1.Task("r1"):       runFanned(),
+		f.ix:                  zset{{"r1", "inf"}},
+		f.s1.Holders:          set{"A"},
+		f.s1.Seq:              str("2"),
+		f.c1.Task("k1"):       child("k1").with("s", "active", "w", "A", "p", "2"),
+		f.c1.Task("k2"):       child("k2"),
+		f.c1.Task("k3"):       child("k3"),
+		f.c1.Waiting:          list{"k2"},
+		f.c2.Waiting:          list{"k3"},
+		f.c1.Holders:          set{"A"},
+		f.c1.WorkerQueue("A"): set{"2"},
+		f.c1.Proc("2"):        list{"k1"},
+	}
+}
+
+func TestFlowStart(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		seed   func(t *testing.T, f *flowEnv)
+		id     string
+		fields []string
+		index  bool
+		want   bool
+		state  func(f *flowEnv) state
+		pubs   []msg
+	}{
+		{
+			name: "new run: created, indexed as running (+inf), queued in the first stage, one wake-up",
+			id:   "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: true,
+			want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("f:plan", "gold"),
+					f.ix:            zset{{"r1", "inf"}},
+					f.s1.Waiting:    list{"r1"},
+				}
+			},
+			pubs: []msg{{"{F}:wake:s1", "1"}},
+		},
+		{
+			name: "behind waiting runs, no index, no fields",
+			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r0") },
+			id:   "r1",
+			want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r0"): runQueued("s1"),
+					f.s1.Task("r1"): hash{"d": "", "st": "s1", "fs": "running", "s": "queued"},
+					f.ix:            zset{{"r0", "inf"}},
+					f.s1.Waiting:    list{"r0", "r1"},
+				}
+			},
+			pubs: []msg{{"{F}:wake:s1", "1"}},
+		},
+		{
+			name: "an index whose runs had all ended stops expiring",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r0")
+				f.takeFrom(t, f.s1, "A", 1, true)
+				f.flowFinish(t, "A", "1", "r0", rdb.FinishArgs{}, "")
+			},
+			id: "r1", fields: []string{"f:user", "u1"}, index: true,
+			want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r0"): ttl(runEnded(runQueued("s1"), "done").with("ft", "@seed"), 60000),
+					f.s1.Task("r1"): runQueued("s1"),
+					f.ix:            zset{{"r0", "@seed+60000"}, {"r1", "inf"}},
+					f.s1.Waiting:    list{"r1"},
+					f.s1.Holders:    set{"A"},
+					f.s1.Seq:        str("1"),
+				}
+			},
+			pubs: []msg{{"{F}:wake:s1", "1"}},
+		},
+		{
+			name: "same id twice: false, nothing changed, no wake-up",
+			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r1") },
+			id:   "r1", fields: []string{"f:user", "u2"}, index: true,
+			want: false,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			if tc.seed != nil {
+				tc.seed(t, f)
+			}
+			var ix []string
+			if tc.index {
+				ix = []string{f.ix}
+			}
+			before := f.dump(t)
+			l := f.listen(t)
+			var got bool
+			var err error
+			f.call(t, func() { got, err = rdb.FlowStart(f.ctx, f.c, f.s1, tc.id, tc.fields, ix) })
+			pubs := l.collect(t, f.env)
+			if err != nil || got != tc.want {
+				t.Errorf("FlowStart = %v, %v; want %v", got, err, tc.want)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
+
+// stateOf adapts a flow table's expected state to checkState.
+func stateOf(f *flowEnv, want func(f *flowEnv) state) func(*env) state {
+	if want == nil {
+		return nil
+	}
+	return func(*env) state { return want(f) }
+}
+
+func TestFlowFinish(t *testing.T) {
+	t.Parallel()
+	done := rdb.FinishArgs{Mode: rdb.FinishDone}
+	// taken seeds run r1 taken by A in s1 as pid 1.
+	taken := func(t *testing.T, f *flowEnv) {
+		f.start(t, f.s1, "r1")
+		f.takeFrom(t, f.s1, "A", 1, true)
+	}
+	// after is the state taken leaves, the taking released, with the run
+	// hash and more keys.
+	after := func(f *flowEnv, run any, kv ...any) state {
+		return state{
+			f.s1.Task("r1"): run,
+			f.ix:            zset{{"r1", "inf"}},
+			f.s1.Holders:    set{"A"},
+			f.s1.Seq:        str("1"),
+		}.with(kv...)
+	}
+	tests := []struct {
+		name       string
+		seed       func(t *testing.T, f *flowEnv)
+		w, pid     string
+		args       rdb.FinishArgs
+		next       string
+		fields     []string
+		children   []rdb.Child
+		want       rdb.Outcome
+		wantErr    error
+		state      func(f *flowEnv) state
+		pubs       []msg
+		pubsUnordr bool
+	}{
+		{
+			name: "done, no children: fields merged, forwarded to the back of the next stage, one wake-up",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s2, "r0")
+				taken(t, f)
+			},
+			w: "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1", "f:user", "u1"},
+			want: rdb.OutcomeForwarded,
+			state: func(f *flowEnv) state {
+				return after(f, runQueued("s2").with("f:out", "v1"),
+					f.s2.Task("r0"), runQueued("s2"),
+					f.s2.Waiting, list{"r0", "r1"},
+					f.ix, zset{{"r0", "inf"}, {"r1", "inf"}})
+			},
+			pubs: []msg{{"{F}:wake:s2", "1"}},
+		},
+		{
+			name: "forwarded: the stage's attempt, crash and error fields cleared",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.do(t, "HSET", f.s1.Task("r1"), "n", "2", "c", "1", "e", "boom")
+			},
+			w: "A", pid: "1", args: done, next: "s2",
+			want: rdb.OutcomeForwarded,
+			state: func(f *flowEnv) state {
+				return after(f, runQueued("s2"), f.s2.Waiting, list{"r1"})
+			},
+			pubs: []msg{{"{F}:wake:s2", "1"}},
+		},
+		{
+			name: "last stage: the run ends done, kept for the retention, its index entry expiring with it",
+			seed: taken,
+			w:    "A", pid: "1", args: done, next: "", fields: []string{"f:out", "v1"},
+			want: rdb.OutcomeDone,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "done").with("f:out", "v1"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
+			},
+		},
+		{
+			name: "last stage, another run of the index still running: the index does not expire",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.start(t, f.s1, "r0")
+			},
+			w: "A", pid: "1", args: done, next: "",
+			want: rdb.OutcomeDone,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "done"), 60000),
+					f.s1.Task("r0"), runQueued("s1"),
+					f.s1.Waiting, list{"r0"},
+					f.ix, zset{{"r1", "@now+60000"}, {"r0", "inf"}})
+			},
+		},
+		{
+			name: "fan-out: child hashes created and queued, recorded pending in the run, one wake-up per queue",
+			seed: taken,
+			w:    "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
+			want: rdb.OutcomeFannedOut,
+			state: func(f *flowEnv) state {
+				return after(f, runFanned().with("f:out", "v1"),
+					f.c1.Task("k1"), child("k1"),
+					f.c1.Task("k2"), child("k2"),
+					f.c1.Task("k3"), child("k3"),
+					f.c1.Waiting, list{"k1", "k2"},
+					f.c2.Waiting, list{"k3"})
+			},
+			pubs:       []msg{{"{F}:wake:c1", "2"}, {"{F}:wake:c2", "1"}},
+			pubsUnordr: true,
+		},
+		{
+			name: "fan-out: the stage's attempt fields cleared, children behind waiting ones",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.do(t, "HSET", f.s1.Task("r1"), "n", "1", "e", "boom")
+				f.do(t, "RPUSH", f.c2.Waiting, "k0")
+			},
+			w: "A", pid: "1", args: done, next: "", children: children[2:],
+			want: rdb.OutcomeFannedOut,
+			state: func(f *flowEnv) state {
+				return after(f, runQueued("s1").with("s", "children", "kp", "1", "k:k3", "pending", "kq:k3", "c2"),
+					f.c1.Task("k3"), child("k3"),
+					f.c2.Waiting, list{"k0", "k3"})
+			},
+			pubs: []msg{{"{F}:wake:c2", "1"}},
+		},
+		{
+			name: "retry: a failed attempt counted, scheduled in the stage, the run still running",
+			seed: taken,
+			w:    "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"},
+			next: "s2", fields: []string{"f:out", "ignored"}, children: children,
+			want: rdb.OutcomeRetry,
+			state: func(f *flowEnv) state {
+				return after(f, runQueued("s1").with("s", "scheduled", "n", "1", "e", "boom"),
+					f.s1.Scheduled, zset{{"r1", "@now+5000"}})
+			},
+		},
+		{
+			name: "dead: the run fails, buried in the stage's dead set, its index entry expiring",
+			seed: taken,
+			w:    "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"},
+			next: "s2", fields: []string{"f:out", "ignored"}, children: children,
+			want: rdb.OutcomeDead,
+			state: func(f *flowEnv) state {
+				return after(f, runActive().with("fs", "failed", "ft", "@now", "n", "1", "e", "bad").buried("failed", "A"),
+					f.s1.Dead, zset{{"r1", "@now"}},
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
+			},
+		},
+		{
+			name: "cancelled run: nothing changes but the taking is released",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.runCancel(t, "r1")
+			},
+			w: "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
+			want: rdb.OutcomeCancelled,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
+					f.ix, ttl(zset{{"r1", "@seed+60000"}}, 60000))
+			},
+		},
+		{
+			name: "cancelled run, dead mode: still nothing buried",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.runCancel(t, "r1")
+			},
+			w: "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, next: "s2",
+			want: rdb.OutcomeCancelled,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
+					f.ix, ttl(zset{{"r1", "@seed+60000"}}, 60000))
+			},
+		},
+		{
+			// What a later taking of an ended run looks like (w, p written
+			// by take): finishing it removes them and changes nothing else.
+			name: "ended run held by this taking: the taking's fields removed, nothing else changes",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.runCancel(t, "r1")
+				f.do(t, "HSET", f.s1.Task("r1"), "w", "A", "p", "1")
+			},
+			w: "A", pid: "1", args: done, next: "s2", children: children,
+			want: rdb.OutcomeCancelled,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
+					f.ix, ttl(zset{{"r1", "@seed+60000"}}, 60000))
+			},
+		},
+		{
+			name: "cancel mark on the running run: it ends cancelled",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.do(t, "HSET", f.s1.Task("r1"), "x", "1")
+			},
+			w: "A", pid: "1", args: done, next: "s2", children: children,
+			want: rdb.OutcomeCancelled,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "cancelled"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
+			},
+		},
+		{
+			name: "not the owner: lost, nothing changed",
+			seed: taken,
+			w:    "B", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
+			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+		},
+		{
+			name: "not the owner (stale pid, requeued): lost, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				if _, _, err := rdb.Requeue(f.ctx, f.c, f.s1, []string{"A"}, true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			w: "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, next: "s2",
+			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+		},
+		{
+			name: "run twice (forwarded): lost, not forwarded again",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.flowFinish(t, "A", "1", "r1", done, "s2")
+			},
+			w: "A", pid: "1", args: done, next: "s2",
+			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+		},
+		{
+			name: "run twice (fanned out): lost, no second set of children",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.flowFinish(t, "A", "1", "r1", done, "s2", children...)
+			},
+			w: "A", pid: "1", args: done, next: "s2", children: children,
+			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var got rdb.Outcome
+			var err error
+			f.call(t, func() {
+				got, err = rdb.FlowFinish(f.ctx, f.c, f.s1, tc.w, tc.pid, "r1", tc.args, f.ref, tc.next, tc.fields, tc.children)
+			})
+			pubs := l.collect(t, f.env)
+			if got != tc.want || !errors.Is(err, tc.wantErr) {
+				t.Errorf("FlowFinish = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			if tc.pubsUnordr {
+				checkPubsAnyOrder(t, pubs, tc.pubs)
+			} else {
+				checkPubs(t, pubs, tc.pubs)
+			}
+		})
+	}
+}
+
+func TestChildFinish(t *testing.T) {
+	t.Parallel()
+	done := rdb.FinishArgs{Mode: rdb.FinishDone}
+	dead := rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}
+	// siblingsDone seeds fanOut with k2 and k3 finished done by A (pids 3, 4).
+	siblingsDone := func(t *testing.T, f *flowEnv) {
+		f.fanOut(t)
+		f.takeFrom(t, f.c1, "A", 1, false)
+		f.takeFrom(t, f.c2, "A", 1, false)
+		f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")}, true)
+		f.childFinish(t, f.c2, "A", "4", "k3", done, true)
+	}
+	// siblingsDoneState is the state siblingsDone leaves, k1's taking
+	// released.
+	siblingsDoneState := func(f *flowEnv) state {
+		return f.fannedOut().with(
+			f.s1.Task("r1"), runFanned().with("k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "1"),
+			f.c1.Task("k1"), nil, f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
+			f.c1.Waiting, nil, f.c2.Waiting, nil,
+			f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil,
+			f.c2.Holders, set{"A"},
+			f.s1.Seq, str("4"))
+	}
+	// k1Released is fannedOut with k1's taking released and its hash gone.
+	k1Released := func(f *flowEnv, kv ...any) state {
+		return f.fannedOut().with(f.c1.Task("k1"), nil, f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil).with(kv...)
+	}
+	tests := []struct {
+		name     string
+		seed     func(t *testing.T, f *flowEnv)
+		w, pid   string
+		id       string
+		args     rdb.FinishArgs
+		next     string
+		failFast bool
+		want     [2]rdb.Outcome
+		wantErr  error
+		state    func(f *flowEnv) state
+		pubs     []msg
+	}{
+		{
+			name: "done, not the last: result recorded, the run waits for the others",
+			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
+			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f, f.s1.Task("r1"), runFanned().with("k:k1", "done", "kr:k1", "rk1", "kp", "2"))
+			},
+		},
+		{
+			name: "done without a result: no result field",
+			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
+			w:    "A", pid: "2", id: "k1", args: done, next: "s2",
+			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f, f.s1.Task("r1"), runFanned().with("k:k1", "done", "kp", "2"))
+			},
+		},
+		{
+			name: "the last child done: the run forwarded to the next stage in the same step",
+			seed: siblingsDone,
+			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeForwarded},
+			state: func(f *flowEnv) state {
+				return siblingsDoneState(f).with(
+					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+						"k:k1", "done", "kr:k1", "rk1", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
+					f.s2.Waiting, list{"r1"})
+			},
+			pubs: []msg{{"{F}:wake:s2", "1"}},
+		},
+		{
+			name: "the last child done after the last stage: the run ends done",
+			seed: siblingsDone,
+			w:    "A", pid: "2", id: "k1", next: "", args: done,
+			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeDone},
+			state: func(f *flowEnv) state {
+				return siblingsDoneState(f).with(
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "done").with(
+						"k:k1", "done", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "0"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
+			},
+		},
+		{
+			name: "retry: the child scheduled in its queue, the run waits",
+			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
+			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			args: rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"},
+			want: [2]rdb.Outcome{rdb.OutcomeRetry, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.c1.Task("k1"), child("k1").with("s", "scheduled", "n", "1", "e", "boom"),
+					f.c1.Scheduled, zset{{"k1", "@now+5000"}})
+			},
+		},
+		{
+			name: "fail-fast, dead child: buried, the run fails, pending children removed or told to stop",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.takeFrom(t, f.c2, "B", 1, false) // k3, pid 3
+			},
+			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
+						"k:k2", "cancelled", "k:k3", "cancelled"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}},
+					f.c1.Task("k2"), nil, f.c1.Waiting, nil,
+					f.c2.Task("k3"), child("k3").with("s", "active", "w", "B", "p", "3", "x", "1"),
+					f.c2.Waiting, nil,
+					f.c2.WorkerQueue("B"), set{"3"},
+					f.c2.Proc("3"), list{"k3"},
+					f.c2.Holders, set{"B"},
+					f.s1.Seq, str("3"))
+			},
+			pubs: []msg{{"{F}:cancel:c2", "k3"}},
+		},
+		{
+			name: "fail-fast: a done sibling stays done, a scheduled one is taken out",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
+				f.takeFrom(t, f.c2, "A", 1, false) // k3, pid 4
+				f.childFinish(t, f.c1, "A", "3", "k2", done, true)
+				f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000}, true)
+			},
+			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
+						"k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
+					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k1"): child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Dead:       zset{{"k1", "@now"}},
+					f.s1.Holders:    set{"A"},
+					f.c1.Holders:    set{"A"},
+					f.c2.Holders:    set{"A"},
+					f.s1.Seq:        str("4"),
+				}
+			},
+		},
+		{
+			name: "continue, dead child, not the last: error recorded, the run goes on",
+			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
+			w:    "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: false,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
+					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}})
+			},
+		},
+		{
+			name: "continue, dead child, the last: the run forwarded",
+			seed: siblingsDone,
+			w:    "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: false,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeForwarded},
+			state: func(f *flowEnv) state {
+				return siblingsDoneState(f).with(
+					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+						"k:k1", "failed", "ke:k1", "bad", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
+					f.s2.Waiting, list{"r1"},
+					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}})
+			},
+			pubs: []msg{{"{F}:wake:s2", "1"}},
+		},
+		{
+			name: "cancel mark on the child: counted as failed with error \"cancelled\"",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.do(t, "HSET", f.c1.Task("k1"), "x", "1")
+			},
+			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: false,
+			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "cancelled", "kp", "2"))
+			},
+		},
+		{
+			name: "a child already counted (failed, then requeued from the dead set) ends without counting again",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.childFinish(t, f.c1, "A", "2", "k1", dead, false)
+				if n, err := rdb.DeadIDs(f.ctx, f.c, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
+					t.Fatalf("DeadIDs = %d, %v", n, err)
+				}
+				f.takeFrom(t, f.c1, "B", 2, false) // k2 pid 3, k1 pid 4
+			},
+			w: "B", pid: "4", id: "k1", args: done, next: "s2", failFast: false,
+			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
+					f.c1.Task("k2"), child("k2").with("s", "active", "w", "B", "p", "3"),
+					f.c1.Waiting, nil,
+					f.c1.WorkerQueue("B"), set{"3"},
+					f.c1.Proc("3"), list{"k2"},
+					f.c1.Holders, set{"A", "B"},
+					f.s1.Seq, str("4"))
+			},
+		},
+		{
+			name: "child of a cancelled run: the child ends, nothing else changes",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.runCancel(t, "r1")
+			},
+			w: "A", pid: "2", id: "k1", args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): ttl(runEnded(runFanned(), "cancelled").with("ft", "@seed",
+						"k:k1", "cancelled", "k:k2", "cancelled", "k:k3", "cancelled"), 60000),
+					f.ix:         ttl(zset{{"r1", "@seed+60000"}}, 60000),
+					f.s1.Holders: set{"A"},
+					f.c1.Holders: set{"A"},
+					f.s1.Seq:     str("2"),
+				}
+			},
+		},
+		{
+			name: "child of a failed run, dead mode: the child ends, not buried",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.takeFrom(t, f.c1, "B", 1, false) // k2, pid 3
+				f.childFinish(t, f.c1, "B", "3", "k2", dead, true)
+			},
+			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("ft", "@seed",
+						"k:k1", "cancelled", "k:k2", "failed", "ke:k2", "bad", "k:k3", "cancelled"), 60000),
+					f.ix:            ttl(zset{{"r1", "@seed+60000"}}, 60000),
+					f.c1.Task("k2"): child("k2").with("n", "1", "e", "bad", "s", "dead", "dr", "failed", "dt", "@seed", "dw", "B"),
+					f.c1.Dead:       zset{{"k2", "@seed"}},
+					f.s1.Holders:    set{"A"},
+					f.c1.Holders:    set{"A", "B"},
+					f.s1.Seq:        str("3"),
+				}
+			},
+		},
+		{
+			name: "not the owner: lost, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
+			w:    "B", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+		},
+		{
+			name: "run twice: the second finish is lost and counts nothing",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)
+				f.childFinish(t, f.c1, "A", "2", "k1", done, true)
+			},
+			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+		},
+		{
+			name: "run twice, the last child: the run is not forwarded twice",
+			seed: func(t *testing.T, f *flowEnv) {
+				siblingsDone(t, f)
+				f.childFinish(t, f.c1, "A", "2", "k1", done, true)
+			},
+			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var c, r rdb.Outcome
+			var err error
+			f.call(t, func() {
+				c, r, err = rdb.ChildFinish(f.ctx, f.c, f.c1, tc.w, tc.pid, tc.id, "r1", tc.args, f.ref, tc.next, tc.failFast)
+			})
+			pubs := l.collect(t, f.env)
+			if [2]rdb.Outcome{c, r} != tc.want || !errors.Is(err, tc.wantErr) {
+				t.Errorf("ChildFinish = %v, %v, %v; want %v, %v", c, r, err, tc.want, tc.wantErr)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
+
+func TestRunCancel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, f *flowEnv)
+		id    string
+		want  bool
+		state func(f *flowEnv) state
+		pubs  []msg
+	}{
+		{
+			name: "queued in a stage: taken out of the queue, the run ends cancelled for the retention",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r0")
+				f.start(t, f.s1, "r1")
+				f.start(t, f.s1, "r2")
+			},
+			id: "r1", want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r0"): runQueued("s1"),
+					f.s1.Task("r1"): ttl(runEnded(runQueued("s1"), "cancelled"), 60000),
+					f.s1.Task("r2"): runQueued("s1"),
+					f.s1.Waiting:    list{"r0", "r2"},
+					f.ix:            zset{{"r1", "@now+60000"}, {"r0", "inf"}, {"r2", "inf"}},
+				}
+			},
+		},
+		{
+			name: "scheduled for a stage retry: taken out of the scheduled set",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.takeFrom(t, f.s1, "A", 1, true)
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000, Err: "boom"}, "s2")
+			},
+			id: "r1", want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): ttl(runEnded(runQueued("s1"), "cancelled").with("n", "1", "e", "boom"), 60000),
+					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.s1.Holders:    set{"A"},
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "running stage: its worker told on the stage's cancel channel, the taking left to it",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.takeFrom(t, f.s1, "A", 1, true)
+			},
+			id: "r1", want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"):       ttl(runEnded(runActive(), "cancelled"), 60000),
+					f.ix:                  ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.s1.WorkerQueue("A"): set{"1"},
+					f.s1.Proc("1"):        list{"r1"},
+					f.s1.Holders:          set{"A"},
+					f.s1.Seq:              str("1"),
+				}
+			},
+			pubs: []msg{{"{F}:cancel:s1", "r1"}},
+		},
+		{
+			name: "children: waiting ones removed, running ones marked and told, done ones kept",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t)                        // k1 running on A, pid 2
+				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
+				f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{}, true)
+			},
+			id: "r1", want: true,
+			state: func(f *flowEnv) state {
+				return f.fannedOut().with(
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "cancelled").with(
+						"k:k1", "cancelled", "k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k1"), child("k1").with("s", "active", "w", "A", "p", "2", "x", "1"),
+					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
+					f.c1.Waiting, nil, f.c2.Waiting, nil,
+					f.s1.Seq, str("3"))
+			},
+			pubs: []msg{{"{F}:cancel:c1", "k1"}},
+		},
+		{
+			name: "run twice: the second finds it ended, false, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.runCancel(t, "r1")
+			},
+			id: "r1", want: false,
+		},
+		{
+			name: "done run: false, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.takeFrom(t, f.s1, "A", 1, true)
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "")
+			},
+			id: "r1", want: false,
+		},
+		{
+			name: "failed run, in the dead set: false, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.takeFrom(t, f.s1, "A", 1, true)
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2")
+			},
+			id: "r1", want: false,
+		},
+		{
+			name: "unknown run: false, nothing changed",
+			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r0") },
+			id:   "r1", want: false,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var got bool
+			var err error
+			f.call(t, func() { got, err = rdb.RunCancel(f.ctx, f.c, f.s1, tc.id, f.ref) })
+			pubs := l.collect(t, f.env)
+			if err != nil || got != tc.want {
+				t.Errorf("RunCancel = %v, %v; want %v", got, err, tc.want)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
+
+// A flow run or child that Take buries (it crashed MaxCrashes workers, or
+// its data is bad) must not leave its run waiting for ever: a buried run
+// must end (fs not "running"), and a buried child must be counted in its run
+// (k:<child> not "pending"), or the run never moves on.
+
+func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
+	got, err := rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true)
+	if err != nil || len(got) != 1 || got[0].PID != "" {
+		t.Fatalf("Take = %+v, %v; want r1 buried", got, err)
+	}
+	if fs := f.dump(t)[f.s1.Task("r1")].(hash)["fs"]; fs == "running" {
+		t.Errorf("run r1 buried by Take (%s) still has fs=%q: it shows as running for ever "+
+			"(index score +inf, no expiry) and nothing will ever end it", got[0].Reason, fs)
+	}
+}
+
+func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.fanOut(t)
+	if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
+		t.Fatal(err)
+	}
+	// k1 has crashed one worker; with MaxCrashes 1 the next take buries it.
+	got, err := rdb.Take(f.ctx, f.c, f.c1, "B", 1, 1, false)
+	if err != nil || len(got) != 1 || got[0].ID != "k1" || got[0].PID != "" {
+		t.Fatalf("Take = %+v, %v; want k1 buried", got, err)
+	}
+	run := f.dump(t)[f.s1.Task("r1")].(hash)
+	if run["k:k1"] == "pending" {
+		t.Errorf("child k1 buried by Take (%s) is still pending in run r1 (kp=%s): "+
+			"the run waits for it for ever, neither failing fast nor moving on", got[0].Reason, run["kp"])
+	}
+}
+
+// A failed run requeued from its stage's dead set runs again: its index
+// entries must say so (score +inf, index key not expiring), or FindRuns
+// loses the running run once the failed run's retention passes.
+func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	f.takeFrom(t, f.s1, "A", 1, true)
+	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2")
+	if n, err := rdb.DeadIDs(f.ctx, f.c, f.s1, rdb.DeadRequeue, []string{"r1"}); err != nil || n != 1 {
+		t.Fatalf("DeadIDs = %d, %v", n, err)
+	}
+	st := f.dump(t)
+	if fs := st[f.s1.Task("r1")].(hash)["fs"]; fs != "running" {
+		t.Fatalf("requeued run fs = %q, want running", fs)
+	}
+	if ix := st[f.ix]; !reflect.DeepEqual(ix, zset{{"r1", "inf"}}) {
+		t.Errorf("index of the requeued, running run = %s; want zset [\"r1\":inf] without expiry", formatValue(ix))
+	}
+}

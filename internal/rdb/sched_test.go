@@ -1,0 +1,398 @@
+package rdb_test
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+func TestMove(t *testing.T) {
+	t.Parallel()
+	// due3 seeds three tasks due long ago, out of name order (b, c, a), one
+	// due in the far future, and one waiting task.
+	due3 := func(t *testing.T, e *env) {
+		e.enqueue(t, "w1")
+		e.enqueueDue(t, 3000, "a")
+		e.enqueueDue(t, 1000, "b")
+		e.enqueueDue(t, 2000, "c")
+		e.enqueueDue(t, far, "f")
+	}
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, e *env)
+		batch int
+		want  int
+		state func(e *env) state
+		pubs  []msg
+	}{
+		{
+			name:  "only due tasks move, to the back, in due order, one wake-up",
+			seed:  due3,
+			batch: 100,
+			want:  3,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "b", "c", "a"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("a"):  queued("a"),
+					e.q.Task("b"):  queued("b"),
+					e.q.Task("c"):  queued("c"),
+					e.q.Task("f"):  fresh("f").with("s", "scheduled"),
+					e.q.Scheduled:  zset{{"f", fmt.Sprint(far)}},
+				}
+			},
+			pubs: []msg{{"wake", "3"}},
+		},
+		{
+			name:  "batch limit: the earliest due move first",
+			seed:  due3,
+			batch: 2,
+			want:  2,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "b", "c"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("a"):  fresh("a").with("s", "scheduled"),
+					e.q.Task("b"):  queued("b"),
+					e.q.Task("c"):  queued("c"),
+					e.q.Task("f"):  fresh("f").with("s", "scheduled"),
+					e.q.Scheduled:  zset{{"a", "3000"}, {"f", fmt.Sprint(far)}},
+				}
+			},
+			pubs: []msg{{"wake", "2"}},
+		},
+		{
+			name: "a retry due now (delay 0) moves, keeping its failure record",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.finishWith(t, "A", "1", "t1", rdb.FinishArgs{Mode: rdb.FinishRetry, Err: "boom"})
+			},
+			batch: 100,
+			want:  1,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1"},
+					e.q.Task("t1"): queued("t1").with("n", "1", "e", "boom"),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "delayed by Redis time, not due yet: nothing moves",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DelayMillis: 60000}, "t1")
+			},
+			batch: 100,
+		},
+		{
+			name:  "nothing scheduled: nothing moves",
+			seed:  func(t *testing.T, e *env) { e.enqueue(t, "w1") },
+			batch: 100,
+		},
+		{
+			name: "run twice: the second run moves nothing",
+			seed: func(t *testing.T, e *env) {
+				due3(t, e)
+				if _, err := rdb.Move(e.ctx, e.c, e.q, 100); err != nil {
+					t.Fatal(err)
+				}
+			},
+			batch: 100,
+		},
+		{
+			name: "dead set trimmed by dead_age, hashes included, even with nothing to move",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "dead_age", 60000)
+				now := e.now(t)
+				e.seedDead(t, e.q, "d1", now-120000)
+				e.seedDead(t, e.q, "d2", now-1000)
+			},
+			batch: 100,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"dead_age": "60000"},
+					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
+					e.q.Dead:       zset{{"d2", "@seed-1000"}},
+				}
+			},
+		},
+		{
+			name: "dead set trimmed to dead_max, oldest first",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "dead_max", 1)
+				now := e.now(t)
+				e.seedDead(t, e.q, "d1", now-2000)
+				e.seedDead(t, e.q, "d2", now-1000)
+			},
+			batch: 100,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"dead_max": "1"},
+					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
+					e.q.Dead:       zset{{"d2", "@seed-1000"}},
+				}
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tc.seed(t, e)
+			before := e.dump(t)
+			l := e.listen(t)
+			var got int
+			var err error
+			e.call(t, func() { got, err = rdb.Move(e.ctx, e.c, e.q, tc.batch) })
+			pubs := l.collect(t, e)
+			if err != nil {
+				t.Fatalf("Move: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("Move = %d, want %d", got, tc.want)
+			}
+			e.checkState(t, before, tc.state)
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
+
+// Many movers at once (every peer's reaper may run one) must move each due
+// task exactly once, and, each batch being atomic, keep the due order.
+func TestMoveConcurrentMovesEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n, movers, batch = 5000, 10, 50
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%04d", i)
+	}
+	e.enqueueDue(t, 1000, ids...)
+	l := e.listen(t)
+
+	var wg sync.WaitGroup
+	counts := make([]int, movers)
+	errs := make([]error, movers)
+	for m := 0; m < movers; m++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := e.pool.GetContext(e.ctx)
+			if err != nil {
+				errs[m] = err
+				return
+			}
+			defer c.Close()
+			for {
+				k, err := rdb.Move(e.ctx, c, e.q, batch)
+				if err != nil {
+					errs[m] = err
+					return
+				}
+				counts[m] += k
+				if k == 0 {
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	total := 0
+	for m := range counts {
+		if errs[m] != nil {
+			t.Fatalf("mover %d: %v", m, errs[m])
+		}
+		total += counts[m]
+	}
+	if total != n {
+		t.Errorf("movers moved %d in all, want %d", total, n)
+	}
+	woken := 0
+	for _, p := range l.collect(t, e) {
+		var k int
+		if _, err := fmt.Sscan(p.Data, &k); err != nil || p.Channel != "wake" {
+			t.Fatalf("unexpected message %v", p)
+		}
+		woken += k
+	}
+	if woken != n {
+		t.Errorf("wake-ups announced %d tasks, want %d", woken, n)
+	}
+	want := state{e.q.Waiting: list(ids)}
+	for _, id := range ids {
+		want[e.q.Task(id)] = queued(id)
+	}
+	e.checkState(t, nil, func(*env) state { return want })
+}
+
+func TestDead(t *testing.T) {
+	t.Parallel()
+	// dead3 seeds d1, d2, d3 dead at times 1000, 2000, 3000 and w1 waiting.
+	dead3 := func(t *testing.T, e *env) {
+		e.enqueue(t, "w1")
+		e.seedDead(t, e.q, "d1", 1000)
+		e.seedDead(t, e.q, "d2", 2000)
+		e.seedDead(t, e.q, "d3", 3000)
+	}
+	// requeued is a dead seed requeued: counters, death record and unique
+	// key gone, the last error kept.
+	requeued := func(id string) hash { return queued(id).with("e", "boom") }
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, e *env)
+		op    rdb.DeadOp
+		ids   []string // nil: the oldest n
+		n     int
+		want  int
+		state func(e *env) state
+		pubs  []msg
+	}{
+		{
+			name: "requeue ids: counters reset, pushed to the back in the given order, one wake-up",
+			seed: dead3,
+			op:   rdb.DeadRequeue, ids: []string{"d3", "d2"},
+			want: 2,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "d3", "d2"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("d1"): deadSeed("d1", "1000"),
+					e.q.Task("d2"): requeued("d2"),
+					e.q.Task("d3"): requeued("d3"),
+					e.q.Dead:       zset{{"d1", "1000"}},
+				}
+			},
+			pubs: []msg{{"wake", "2"}},
+		},
+		{
+			name: "requeue ids: ids not in the dead set are left alone and not counted",
+			seed: dead3,
+			op:   rdb.DeadRequeue, ids: []string{"w1", "nope", "d1"},
+			want: 1,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "d1"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("d1"): requeued("d1"),
+					e.q.Task("d2"): deadSeed("d2", "2000"),
+					e.q.Task("d3"): deadSeed("d3", "3000"),
+					e.q.Dead:       zset{{"d2", "2000"}, {"d3", "3000"}},
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "requeue a failed flow run: it runs again",
+			seed: func(t *testing.T, e *env) {
+				e.seedDead(t, e.q, "r1", 1000)
+				e.do(t, "HSET", e.q.Task("r1"), "fs", "failed", "st", "q")
+			},
+			op: rdb.DeadRequeue, ids: []string{"r1"},
+			want: 1,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"r1"},
+					e.q.Task("r1"): requeued("r1").with("fs", "running", "st", "q"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "run twice (requeue): the second finds nothing dead, changes nothing",
+			seed: func(t *testing.T, e *env) {
+				dead3(t, e)
+				if _, err := rdb.DeadIDs(e.ctx, e.c, e.q, rdb.DeadRequeue, []string{"d3", "d2"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			op: rdb.DeadRequeue, ids: []string{"d3", "d2"},
+		},
+		{
+			name: "delete ids: entries and hashes gone, no wake-up",
+			seed: dead3,
+			op:   rdb.DeadDelete, ids: []string{"d1", "d3", "w1"},
+			want: 2,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("d2"): deadSeed("d2", "2000"),
+					e.q.Dead:       zset{{"d2", "2000"}},
+				}
+			},
+		},
+		{
+			name: "run twice (delete): changes nothing",
+			seed: func(t *testing.T, e *env) {
+				dead3(t, e)
+				if _, err := rdb.DeadIDs(e.ctx, e.c, e.q, rdb.DeadDelete, []string{"d1"}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			op: rdb.DeadDelete, ids: []string{"d1"},
+		},
+		{
+			name: "requeue the oldest n, oldest first",
+			seed: dead3,
+			op:   rdb.DeadRequeue, n: 2,
+			want: 2,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "d1", "d2"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("d1"): requeued("d1"),
+					e.q.Task("d2"): requeued("d2"),
+					e.q.Task("d3"): deadSeed("d3", "3000"),
+					e.q.Dead:       zset{{"d3", "3000"}},
+				}
+			},
+			pubs: []msg{{"wake", "2"}},
+		},
+		{
+			name: "delete the oldest n, more than there are: all gone",
+			seed: dead3,
+			op:   rdb.DeadDelete, n: 10,
+			want: 3,
+			state: func(e *env) state {
+				return state{e.q.Waiting: list{"w1"}, e.q.Task("w1"): fresh("w1")}
+			},
+		},
+		{
+			name: "oldest n of an empty dead set: nothing",
+			seed: func(t *testing.T, e *env) { e.enqueue(t, "w1") },
+			op:   rdb.DeadRequeue, n: 5,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tc.seed(t, e)
+			before := e.dump(t)
+			l := e.listen(t)
+			var got int
+			var err error
+			e.call(t, func() {
+				if tc.ids != nil {
+					got, err = rdb.DeadIDs(e.ctx, e.c, e.q, tc.op, tc.ids)
+				} else {
+					got, err = rdb.DeadOldest(e.ctx, e.c, e.q, tc.op, tc.n)
+				}
+			})
+			pubs := l.collect(t, e)
+			if err != nil {
+				t.Fatalf("dead %s: %v", tc.op, err)
+			}
+			if got != tc.want {
+				t.Errorf("dead %s = %d, want %d", tc.op, got, tc.want)
+			}
+			e.checkState(t, before, tc.state)
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
