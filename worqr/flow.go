@@ -276,7 +276,7 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	defer conn.Close()
-	if _, err := rdb.FlowStart(ctx, conn, qk, id, fields, ix); err != nil {
+	if _, err := rdb.FlowStart(ctx, conn, qk, id, fields, ix, f.ref()); err != nil {
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	return id, nil

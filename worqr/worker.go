@@ -663,10 +663,10 @@ func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.
 	}
 	switch q.kind {
 	case stageQueue:
-		return rdb.FlowFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args, q.flow.ref(), q.nextStage(), p.fields, p.children)
+		return rdb.FlowFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args, q.flow.ref(), q.nextStage(), p.fields, p.children,
+			!q.flow.Stages[q.stage].ContinueOnChildFailure)
 	case childQueue:
-		child, _, err := rdb.ChildFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.parent, p.args, q.flow.ref(),
-			q.nextStage(), !q.flow.Stages[q.stage].ContinueOnChildFailure)
+		child, _, err := rdb.ChildFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.parent, p.args)
 		return child, err
 	}
 	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -134,7 +135,8 @@ func Take(ctx context.Context, c Conn, q QueueKeys, w string, max, maxCrashes in
 	}
 	vals, err := redis.Values(takeScript.DoContext(ctx, c,
 		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
-		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag))
+		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag,
+		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix))
 	if err != nil {
 		return nil, err
 	}
@@ -322,7 +324,7 @@ const (
 // DeadIDs applies op to the given dead ids and returns how many were dead.
 func DeadIDs(ctx context.Context, c Conn, q QueueKeys, op DeadOp, ids []string) (int, error) {
 	args := make([]any, 0, 4+len(ids))
-	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, "ids")
+	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -331,8 +333,11 @@ func DeadIDs(ctx context.Context, c Conn, q QueueKeys, op DeadOp, ids []string) 
 
 // DeadOldest applies op to up to n of the oldest dead tasks.
 func DeadOldest(ctx context.Context, c Conn, q QueueKeys, op DeadOp, n int) (int, error) {
+	if n < 1 {
+		return 0, nil
+	}
 	return redis.Int(deadScript.DoContext(ctx, c,
-		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, "oldest", n))
+		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", n))
 }
 
 // Register creates worker w's keepalive with the given TTL, lists w among the
@@ -377,15 +382,16 @@ func appendList(args []any, vals []string) []any {
 }
 
 // FlowStart creates run id in the first stage's queue q with the given state
-// fields (names already prefixed) and index keys. It returns false when the
-// id exists.
-func FlowStart(ctx context.Context, c Conn, q QueueKeys, id string, fields []string, indexKeys []string) (bool, error) {
-	args := make([]any, 0, 6+len(fields)+len(indexKeys))
+// fields (names already prefixed) and index keys, and stores the flow's
+// retention and indexed properties on the run. It returns false when the id
+// exists.
+func FlowStart(ctx context.Context, c Conn, q QueueKeys, id string, fields []string, indexKeys []string, f FlowRef) (bool, error) {
+	args := make([]any, 0, 8+len(fields)+len(indexKeys))
 	args = append(args, 2+len(indexKeys), q.Waiting, q.Task(id))
 	for _, k := range indexKeys {
 		args = append(args, k)
 	}
-	args = append(args, q.WakeChannel, id, q.Ref.Name)
+	args = append(args, q.WakeChannel, id, q.Ref.Name, f.RetentionMillis, strings.Join(f.IndexBy, ","))
 	for _, f := range fields {
 		args = append(args, f)
 	}
@@ -407,9 +413,10 @@ const (
 
 // FlowFinish records the end of worker w's stage taking pid of run id (in
 // stage queue q): a done stage merges fields (prefixed name/value pairs) into
-// the run and fans out children or forwards the run to next ("" after the
-// last stage). ErrLost when w no longer owns pid.
-func FlowFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a FinishArgs, f FlowRef, next string, fields []string, children []Child) (Outcome, error) {
+// the run and fans out children (failFast: a dead child fails the run) or
+// forwards the run to next ("" after the last stage). ErrLost when w no
+// longer owns pid.
+func FlowFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a FinishArgs, f FlowRef, next string, fields []string, children []Child, failFast bool) (Outcome, error) {
 	if a.Mode == "" {
 		a.Mode = FinishDone
 	}
@@ -423,6 +430,11 @@ func FlowFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a F
 	for _, ch := range children {
 		args = append(args, ch.ID, ch.Queue, ch.Payload)
 	}
+	policy := "continue"
+	if failFast {
+		policy = "failfast"
+	}
+	args = append(args, policy)
 	code, err := redis.Int(flowFinish.DoContext(ctx, c, args...))
 	if err != nil {
 		return OutcomeLost, err
@@ -435,22 +447,17 @@ func FlowFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a F
 
 // ChildFinish records the end of worker w's taking pid of child id (in child
 // queue q) of run runID, records it in the run and, for the last pending
-// child, forwards the run to next. failFast fails the run on a dead child.
-// It returns the child's outcome and the run's (0 when unchanged).
-func ChildFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id, runID string, a FinishArgs, f FlowRef, next string, failFast bool) (child, run Outcome, err error) {
+// child, forwards the run (the run's next stage and the fan-out policy were
+// stored on the child at fan-out). It returns the child's outcome and the
+// run's (0 when unchanged).
+func ChildFinish(ctx context.Context, c Conn, q QueueKeys, w, pid, id, runID string, a FinishArgs) (child, run Outcome, err error) {
 	if a.Mode == "" {
 		a.Mode = FinishDone
 	}
-	policy := "continue"
-	if failFast {
-		policy = "failfast"
-	}
-	args := make([]any, 0, 24+len(f.IndexBy))
+	args := make([]any, 0, 20)
 	args = append(args, q.WorkerQueue(w), q.Proc(pid), q.Task(id), q.Scheduled, q.Dead, q.Config, q.Task(runID),
-		pid, id, w, string(a.Mode), a.RetryDelayMs, a.Err, f.RetentionMillis, q.TaskPrefix, next)
+		pid, id, w, string(a.Mode), a.RetryDelayMs, a.Err, a.Result, q.TaskPrefix)
 	args = append(args, q.prefixes()...)
-	args = append(args, policy, a.Result)
-	args = appendList(args, f.IndexBy)
 	vals, err := redis.Ints(childFinish.DoContext(ctx, c, args...))
 	if err != nil {
 		return OutcomeLost, 0, err

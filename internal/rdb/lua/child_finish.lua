@@ -9,11 +9,11 @@
 -- KEYS[6] <ns>:{F}:cfg:<child q>      (hash) queue settings
 -- KEYS[7] <ns>:{F}:t:<run id>         (hash) the run
 -- ARGV[1] pid  ARGV[2] child id  ARGV[3] worker id  ARGV[4] mode done|retry|dead
--- ARGV[5] retry delay ms  ARGV[6] error text  ARGV[7] run retention ms
--- ARGV[8] task key prefix  ARGV[9] the run's next stage ("" after the last)
--- ARGV[10..14] queue, wake, scheduled, cancel, index prefixes of the tag
--- ARGV[15] "failfast" | "continue"   ARGV[16] result
--- ARGV[17] n indexed properties, then the property names
+-- ARGV[5] retry delay ms  ARGV[6] error text  ARGV[7] result
+-- ARGV[8] task key prefix
+-- ARGV[9..13] queue, wake, scheduled, cancel, index prefixes of the tag
+-- The run's next stage and the fan-out policy were stored on the child at
+-- fan-out ('pn', 'pf'); the run's retention and indexed fields on the run.
 -- Returns: {child outcome, run outcome}: child 0 lost, 1 done, 2 cancelled
 -- (its run ended, or it was already counted), 4 retry, 5 dead; run 0
 -- unchanged, 1 done, 5 failed, 7 forwarded.
@@ -23,9 +23,7 @@ end
 redis.call('DEL', KEYS[2])
 local cid = ARGV[2]
 local runkey = KEYS[7]
-local retention = tonumber(ARGV[7])
-local pfx = prefixes(10)
-local ixkeys = index_keys(runkey, (list_from(17)), pfx)
+local pfx = prefixes(9)
 local runid = redis.call('HGET', KEYS[3], 'pr')
 local r = redis.call('HMGET', runkey, 'fs', 'k:' .. cid)
 if r[1] ~= 'running' or r[2] ~= 'pending' then
@@ -46,31 +44,17 @@ if mode == 'retry' then
   redis.call('ZADD', KEYS[4], now_ms() + tonumber(ARGV[5]), cid)
   return {4, 0}
 end
-local child
+local child, ok = 2, false
 if mode == 'done' then
-  redis.call('HSET', runkey, 'k:' .. cid, 'done')
-  if ARGV[16] ~= '' then
-    redis.call('HSET', runkey, 'kr:' .. cid, ARGV[16])
-  end
-  redis.call('DEL', KEYS[3])
-  child = 1
+  child, ok = 1, true
+elseif mode == 'dead' then
+  child = 5
+end
+local run = child_ended(runkey, runid, cid, KEYS[3], ok, ARGV[7], err, pfx, ARGV[8])
+if child == 5 then
+  redis.call('HINCRBY', KEYS[3], 'n', 1)
+  bury(KEYS[5], KEYS[6], ARGV[8], cid, 'failed', err, ARGV[3])
 else
-  if mode == 'dead' then
-    redis.call('HINCRBY', KEYS[3], 'n', 1)
-    bury(KEYS[5], KEYS[6], ARGV[8], cid, 'failed', err, ARGV[3])
-    child = 5
-  else
-    redis.call('DEL', KEYS[3])
-    child = 2
-  end
-  redis.call('HSET', runkey, 'k:' .. cid, 'failed', 'ke:' .. cid, err)
-  if ARGV[15] == 'failfast' then
-    cancel_children(runkey, pfx, ARGV[8])
-    end_run(runkey, runid, 'failed', retention, ixkeys)
-    return {child, 5}
-  end
+  redis.call('DEL', KEYS[3])
 end
-if redis.call('HINCRBY', runkey, 'kp', -1) > 0 then
-  return {child, 0}
-end
-return {child, forward_run(runkey, runid, ARGV[9], pfx, retention, ixkeys)}
+return {child, run}

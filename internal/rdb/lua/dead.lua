@@ -2,16 +2,18 @@
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
 -- ARGV[1] "requeue" | "delete"   ARGV[2] task key prefix   ARGV[3] wake channel
--- ARGV[4] "ids" followed by ids in ARGV[5..], or "oldest" followed by a count
--- in ARGV[5] (that many of the oldest entries).
+-- ARGV[4] index key prefix of the tag (a requeued flow run is indexed as
+--         running again)
+-- ARGV[5] "ids" followed by ids in ARGV[6..], or "oldest" followed by a count
+-- in ARGV[6] (that many of the oldest entries).
 -- A requeued task goes to the back of the queue with its attempt and crash
 -- counts reset. Returns: the number of tasks handled.
 local ids
-if ARGV[4] == 'oldest' then
-  ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[5]) - 1)
+if ARGV[5] == 'oldest' then
+  ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)
 else
   ids = {}
-  for i = 5, #ARGV do
+  for i = 6, #ARGV do
     table.insert(ids, ARGV[i])
   end
 end
@@ -25,7 +27,13 @@ for _, id in ipairs(ids) do
       redis.call('HSET', tkey, 's', 'queued')
       redis.call('HDEL', tkey, 'n', 'c', 'dr', 'dt', 'dw', 'u')
       if redis.call('HEXISTS', tkey, 'fs') == 1 then
-        redis.call('HSET', tkey, 'fs', 'running') -- a failed flow run resumes
+        -- A failed flow run resumes: running again, and indexed as such.
+        redis.call('HSET', tkey, 'fs', 'running')
+        redis.call('HDEL', tkey, 'ft')
+        for _, ix in ipairs(run_index_keys(tkey, {index = ARGV[4]})) do
+          redis.call('ZADD', ix, 'inf', id)
+          redis.call('PERSIST', ix)
+        end
       end
     end
     table.insert(handled, id)

@@ -14,6 +14,8 @@
 -- ARGV[15] n indexed properties, then the property names
 -- then: n field/value pairs (count of values), then the values ("f:" names)
 -- then: n child values (3 per child: child id, child queue, payload)
+-- last: the stage's fan-out policy, "failfast" | "continue"
+-- (the run's next stage and the policy are stored on each child)
 -- Returns: 0 lost, 1 run done, 2 cancelled, 4 retry, 5 dead (run failed),
 -- 6 fanned out, 7 forwarded.
 if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
@@ -58,7 +60,7 @@ if #children > 0 then
   local n = 0
   for c = 1, #children, 3 do
     local cid, q, payload = children[c], children[c + 1], children[c + 2]
-    redis.call('HSET', ARGV[8] .. cid, 'd', payload, 'pr', id)
+    redis.call('HSET', ARGV[8] .. cid, 'd', payload, 'pr', id, 'pn', ARGV[9], 'pf', ARGV[#ARGV])
     redis.call('RPUSH', pfx.queue .. q, cid)
     redis.call('HSET', KEYS[3], 'k:' .. cid, 'pending', 'kq:' .. cid, q)
     woken[q] = (woken[q] or 0) + 1

@@ -4,14 +4,16 @@
 -- KEYS[2]    <ns>:{F}:t:<run id>       (hash) the run: task fields + state
 -- KEYS[3..]  <ns>:{F}:ix:<prop>:<value> (zset) run ids, +inf while running
 -- ARGV[1] wake channel   ARGV[2] run id   ARGV[3] first stage name
--- ARGV[4..] state field/value pairs (names already prefixed "f:")
+-- ARGV[4] run retention ms   ARGV[5] indexed properties, comma-separated
+--         (both stored on the run, so any script can end it)
+-- ARGV[6..] state field/value pairs (names already prefixed "f:")
 -- Returns: 1, or 0 when the run id exists.
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[2], 'd', '', 'st', ARGV[3], 'fs', 'running', 's', 'queued')
-if #ARGV > 3 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 4))
+redis.call('HSET', KEYS[2], 'd', '', 'st', ARGV[3], 'fs', 'running', 's', 'queued', 'fr', ARGV[4], 'fi', ARGV[5])
+if #ARGV > 5 then
+  redis.call('HSET', KEYS[2], unpack(ARGV, 6))
 end
 for i = 3, #KEYS do
   redis.call('ZADD', KEYS[i], 'inf', ARGV[2])

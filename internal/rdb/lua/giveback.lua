@@ -12,7 +12,12 @@ if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('DEL', KEYS[2])
-local t = redis.call('HMGET', KEYS[3], 'x', 'u')
+local t = redis.call('HMGET', KEYS[3], 'x', 'u', 'fs')
+if t[3] and t[3] ~= 'running' then
+  -- A flow run that ended (cancelled) while this taking ran: keep it as is.
+  redis.call('HDEL', KEYS[3], 'w', 'p')
+  return 2
+end
 if t[1] then
   finalize(KEYS[3], ARGV[2], t[2], 'cancelled', cfg_num(KEYS[5], 'retention', 0), '')
   return 2

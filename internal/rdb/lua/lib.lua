@@ -19,6 +19,21 @@ local function cfg_num(cfgkey, field, default)
   return v or default
 end
 
+-- fix_type makes sure tkey is a hash (or absent). A key of another type
+-- (corrupt data) is replaced by a hash keeping what it held ('raw' for a
+-- string) and the reason is returned; nil when it was fine.
+local function fix_type(tkey)
+  local kind = redis.call('TYPE', tkey).ok
+  if kind == 'hash' or kind == 'none' then
+    return nil
+  end
+  local raw = ''
+  if kind == 'string' then raw = redis.call('GET', tkey) end
+  redis.call('DEL', tkey)
+  redis.call('HSET', tkey, 'raw', raw)
+  return 'corrupt: task data is a ' .. kind .. ', not a hash'
+end
+
 -- release_unique deletes unique key u if it still names task id.
 local function release_unique(u, id)
   if u and u ~= '' then
@@ -184,5 +199,61 @@ local function list_from(i)
     out[j] = ARGV[i + j]
   end
   return out, i + n + 1
+end
+
+-- run_index_keys returns a run's index keys from the settings flow_start
+-- stored on it ('fi': the indexed properties, comma-separated).
+local function run_index_keys(runkey, pfx)
+  local fi = redis.call('HGET', runkey, 'fi')
+  local props = {}
+  if fi and fi ~= '' then
+    for p in string.gmatch(fi, '[^,]+') do
+      table.insert(props, p)
+    end
+  end
+  return index_keys(runkey, props, pfx)
+end
+
+-- child_ended counts the end of child cid in its run, once: done (result) or
+-- failed (err, with the child's fan-out policy 'pf' and the run's next stage
+-- 'pn', both stored on the child at fan-out). The run ends failed (fail-fast)
+-- or moves on when this was its last pending child. Returns the run's
+-- outcome: 0 unchanged, 1 done, 5 failed, 7 forwarded.
+local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tprefix)
+  local r = redis.call('HMGET', runkey, 'fs', 'k:' .. cid, 'fr')
+  if r[1] ~= 'running' or r[2] ~= 'pending' then
+    return 0
+  end
+  local c = redis.call('HMGET', ckey, 'pn', 'pf')
+  local retention = tonumber(r[3]) or 86400000
+  if ok then
+    redis.call('HSET', runkey, 'k:' .. cid, 'done')
+    if result and result ~= '' then
+      redis.call('HSET', runkey, 'kr:' .. cid, result)
+    end
+  else
+    redis.call('HSET', runkey, 'k:' .. cid, 'failed', 'ke:' .. cid, err)
+    if c[2] ~= 'continue' then
+      cancel_children(runkey, pfx, tprefix)
+      end_run(runkey, runid, 'failed', retention, run_index_keys(runkey, pfx))
+      return 5
+    end
+  end
+  if redis.call('HINCRBY', runkey, 'kp', -1) > 0 then
+    return 0
+  end
+  return forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
+end
+
+-- buried_in_flow ends what a buried flow task leaves waiting: a stage run
+-- ('fs' running) fails; a child ('pr') counts as failed in its run.
+local function buried_in_flow(tkey, id, reason, pfx, tprefix)
+  local t = redis.call('HMGET', tkey, 'fs', 'pr', 'fr')
+  if t[1] == 'running' then
+    redis.call('HSET', tkey, 'fs', 'failed', 'ft', now_ms())
+    index_expire(run_index_keys(tkey, pfx), id, now_ms() + (tonumber(t[3]) or 86400000))
+  elseif t[2] then
+    child_ended(tprefix .. t[2], t[2], id, tkey, false, '', reason, pfx, tprefix)
+  end
 end
 

@@ -14,7 +14,8 @@ if #ids == 0 then
 end
 redis.call('ZREM', KEYS[1], unpack(ids))
 for _, id in ipairs(ids) do
-  redis.call('HSET', ARGV[2] .. id, 's', 'queued')
+  -- A key of the wrong type must not abort the batch: the take buries it.
+  redis.pcall('HSET', ARGV[2] .. id, 's', 'queued')
 end
 redis.call('RPUSH', KEYS[2], unpack(ids))
 redis.call('PUBLISH', ARGV[3], #ids)

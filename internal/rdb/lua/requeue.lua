@@ -29,8 +29,12 @@ for i = #pids, 1, -1 do
   redis.call('DEL', pkey)
   if id then
     local tkey = ARGV[3] .. id
-    local t = redis.call('HMGET', tkey, 'x', 'u', 's', 'fs')
-    if t[4] and t[4] ~= 'running' then
+    local t = redis.pcall('HMGET', tkey, 'x', 'u', 's', 'fs')
+    if t.err then
+      -- Corrupt data: requeue the id; the take buries it with the reason.
+      redis.call('LPUSH', KEYS[1], id)
+      requeued = requeued + 1
+    elseif t[4] and t[4] ~= 'running' then
       -- A flow run that ended (cancelled) while this taking ran: keep it.
       redis.call('HDEL', tkey, 'w', 'p')
     elseif t[1] then

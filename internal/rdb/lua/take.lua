@@ -12,6 +12,8 @@
 -- ARGV[5] max crashes (a task that crashed this many workers is buried; 0 = no limit)
 -- ARGV[6] "1" for a flow stage queue: the payload slot holds the run's whole
 --         hash (flat field/value array) instead of the payload
+-- ARGV[7..11] queue, wake, scheduled, cancel, index prefixes of the tag (a
+--         buried flow run fails; a buried flow child counts as failed)
 -- Every key built from a prefix shares KEYS[1]'s hash tag.
 -- Returns: flat array of 8 values per id:
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
@@ -24,6 +26,7 @@ end
 local last = redis.call('INCRBY', KEYS[4], #ids)
 local pid = last - #ids
 local maxc = tonumber(ARGV[5])
+local pfx = prefixes(7)
 local out = {}
 local pids = {}
 
@@ -40,13 +43,7 @@ for _, id in ipairs(ids) do
   local t = redis.pcall('HMGET', tkey, 'd', 'n', 'c', 'ma', 'to', 'pr')
   local reason
   if type(t) ~= 'table' or t.err then
-    -- Not a hash: keep what it held, for the operator, in a hash of its own.
-    local kind = redis.call('TYPE', tkey).ok
-    local raw = ''
-    if kind == 'string' then raw = redis.call('GET', tkey) end
-    redis.call('DEL', tkey)
-    redis.call('HSET', tkey, 'raw', raw)
-    reason = 'corrupt: task data is a ' .. kind .. ', not a hash'
+    reason = fix_type(tkey)
   elseif not t[1] then
     if redis.call('EXISTS', tkey) == 0 then
       reason = 'missing: no task data for this id'
@@ -60,6 +57,7 @@ for _, id in ipairs(ids) do
   end
   if reason then
     bury(KEYS[5], KEYS[6], ARGV[3], id, reason, '', ARGV[1])
+    buried_in_flow(tkey, id, reason, pfx, ARGV[3])
     buried(id, reason)
   else
     local spid = tostring(pid)
