@@ -15,6 +15,12 @@ redis.call('HSET', KEYS[2], 'd', '', 'st', ARGV[3], 'fs', 'running', 's', 'queue
 if #ARGV > 5 then
   redis.call('HSET', KEYS[2], unpack(ARGV, 6))
 end
+for prop in string.gmatch(ARGV[5], '[^,]+') do
+  local v = redis.call('HGET', KEYS[2], 'f:' .. prop)
+  if v then
+    redis.call('HSET', KEYS[2], 'i:' .. prop, v)
+  end
+end
 for i = 3, #KEYS do
   redis.call('ZADD', KEYS[i], 'inf', ARGV[2])
   redis.call('PERSIST', KEYS[i])

@@ -178,11 +178,12 @@ local function prefixes(i)
 end
 
 -- index_keys returns the index keys of a run: one per declared property the
--- run's state holds (<index prefix><prop>:<value>).
+-- run was started with (<index prefix><prop>:<value>); flow_start keeps those
+-- values in 'i:<prop>', so a stage rewriting the field does not move them.
 local function index_keys(runkey, props, pfx)
   local keys = {}
   for _, prop in ipairs(props) do
-    local v = redis.call('HGET', runkey, 'f:' .. prop)
+    local v = redis.call('HGET', runkey, 'i:' .. prop)
     if v then
       table.insert(keys, pfx.index .. prop .. ':' .. v)
     end
