@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -15,6 +16,10 @@ type flowEnv struct {
 	s1, s2, c1, c2 rdb.QueueKeys
 	ix             string // the index of user u1
 	ref            rdb.FlowRef
+	// next and failFast are how fanOut fanned r1 out: the run's next stage
+	// and the policy, stored on each child.
+	next     string
+	failFast bool
 }
 
 func newFlowEnv(t *testing.T) *flowEnv {
@@ -29,22 +34,22 @@ func newFlowEnv(t *testing.T) *flowEnv {
 // start starts run id of user u1 in stage queue q.
 func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
 	t.Helper()
-	ok, err := rdb.FlowStart(f.ctx, f.c, q, id, []string{"f:user", "u1"}, []string{f.ix})
+	ok, err := rdb.FlowStart(f.ctx, f.c, q, id, []string{"f:user", "u1"}, []string{f.ix}, f.ref)
 	if err != nil || !ok {
 		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
 	}
 }
 
-func (f *flowEnv) flowFinish(t *testing.T, w, pid, id string, a rdb.FinishArgs, next string, children ...rdb.Child) {
+func (f *flowEnv) flowFinish(t *testing.T, w, pid, id string, a rdb.FinishArgs, next string, failFast bool, children ...rdb.Child) {
 	t.Helper()
-	if _, err := rdb.FlowFinish(f.ctx, f.c, f.s1, w, pid, id, a, f.ref, next, nil, children); err != nil {
+	if _, err := rdb.FlowFinish(f.ctx, f.c, f.s1, w, pid, id, a, f.ref, next, nil, children, failFast); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (f *flowEnv) childFinish(t *testing.T, q rdb.QueueKeys, w, pid, id string, a rdb.FinishArgs, failFast bool) {
+func (f *flowEnv) childFinish(t *testing.T, q rdb.QueueKeys, w, pid, id string, a rdb.FinishArgs) {
 	t.Helper()
-	if _, _, err := rdb.ChildFinish(f.ctx, f.c, q, w, pid, id, "r1", a, f.ref, "s2", failFast); err != nil {
+	if _, _, err := rdb.ChildFinish(f.ctx, f.c, q, w, pid, id, "r1", a); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -64,19 +69,24 @@ var children = []rdb.Child{
 	{ID: "k3", Queue: "c2", Payload: []byte("pk3")},
 }
 
-// fanOut seeds run r1, taken by A in s1 (pid 1) and fanned out, and its
-// child k1 taken by A (pid 2): the state fannedOut describes.
-func (f *flowEnv) fanOut(t *testing.T) {
+// fanOut seeds run r1, taken by A in s1 (pid 1) and fanned out towards
+// stage next with the given policy, and its child k1 taken by A (pid 2): the
+// state fannedOut describes.
+func (f *flowEnv) fanOut(t *testing.T, next string, failFast bool) {
 	t.Helper()
+	f.next, f.failFast = next, failFast
 	f.start(t, f.s1, "r1")
 	f.takeFrom(t, f.s1, "A", 1, true)
-	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "s2", children...)
+	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, next, failFast, children...)
 	f.takeFrom(t, f.c1, "A", 1, false)
 }
 
-// Expected run hashes: run r1 of user u1, in stage st.
+// Expected run hashes: run r1 of user u1, in stage st, with the retention
+// and indexed properties of flowEnv's FlowRef, and the value it is indexed
+// by ('i:user', kept from the start).
 func runQueued(st string) hash {
-	return hash{"d": "", "st": st, "fs": "running", "s": "queued", "f:user": "u1"}
+	return hash{"d": "", "st": st, "fs": "running", "s": "queued", "f:user": "u1", "fr": "60000", "fi": "user",
+		"i:user": "u1"}
 }
 
 func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
@@ -91,7 +101,22 @@ func runFanned() hash {
 		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
 }
 
-func child(id string) hash { return hash{"d": payload(id), "pr": "r1"} }
+// policy is how a fan-out policy is stored on a child ('pf').
+func policy(failFast bool) string {
+	if failFast {
+		return "failfast"
+	}
+	return "continue"
+}
+
+// childOf is the hash of child id of run r1 as a fan-out towards stage next
+// with the given policy creates it.
+func childOf(id, next string, failFast bool) hash {
+	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast)}
+}
+
+// child is childOf as fanOut fanned out.
+func (f *flowEnv) child(id string) hash { return childOf(id, f.next, f.failFast) }
 
 // fannedOut is the state fanOut leaves.
 func (f *flowEnv) fannedOut() state {
@@ -100,9 +125,9 @@ func (f *flowEnv) fannedOut() state {
 		f.ix:                  zset{{"r1", "inf"}},
 		f.s1.Holders:          set{"A"},
 		f.s1.Seq:              str("2"),
-		f.c1.Task("k1"):       child("k1").with("s", "active", "w", "A", "p", "2"),
-		f.c1.Task("k2"):       child("k2"),
-		f.c1.Task("k3"):       child("k3"),
+		f.c1.Task("k1"):       f.child("k1").with("s", "active", "w", "A", "p", "2"),
+		f.c1.Task("k2"):       f.child("k2"),
+		f.c1.Task("k3"):       f.child("k3"),
 		f.c1.Waiting:          list{"k2"},
 		f.c2.Waiting:          list{"k3"},
 		f.c1.Holders:          set{"A"},
@@ -118,14 +143,16 @@ func TestFlowStart(t *testing.T) {
 		seed   func(t *testing.T, f *flowEnv)
 		id     string
 		fields []string
-		index  bool
+		index  []string     // "prop:value": the index keys passed
+		ref    *rdb.FlowRef // nil: flowEnv's (one minute, by user)
 		want   bool
 		state  func(f *flowEnv) state
 		pubs   []msg
 	}{
 		{
-			name: "new run: created, indexed as running (+inf), queued in the first stage, one wake-up",
-			id:   "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: true,
+			name: "new run: created with its retention and indexed properties, indexed as running (+inf), " +
+				"queued in the first stage, one wake-up",
+			id: "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: []string{"user:u1"},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
@@ -137,14 +164,42 @@ func TestFlowStart(t *testing.T) {
 			pubs: []msg{{"{F}:wake:s1", "1"}},
 		},
 		{
-			name: "behind waiting runs, no index, no fields",
+			name: "several indexed properties: stored comma-separated, the run in each index",
+			id:   "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: []string{"user:u1", "plan:gold"},
+			ref:  &rdb.FlowRef{RetentionMillis: 5000, IndexBy: []string{"user", "plan"}},
+			want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("f:plan", "gold", "fr", "5000", "fi", "user,plan",
+						"i:plan", "gold"),
+					f.ix:                          zset{{"r1", "inf"}},
+					f.s1.IndexKey("plan", "gold"): zset{{"r1", "inf"}},
+					f.s1.Waiting:                  list{"r1"},
+				}
+			},
+			pubs: []msg{{"{F}:wake:s1", "1"}},
+		},
+		{
+			name: "an indexed property the fields do not hold: no value kept for it, no index",
+			id:   "r1", fields: []string{"f:plan", "gold"},
+			want: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").without("f:user", "i:user").with("f:plan", "gold"),
+					f.s1.Waiting:    list{"r1"},
+				}
+			},
+			pubs: []msg{{"{F}:wake:s1", "1"}},
+		},
+		{
+			name: "behind waiting runs; no index, no fields, zero retention, no indexed property",
 			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r0") },
-			id:   "r1",
+			id:   "r1", ref: &rdb.FlowRef{},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Task("r0"): runQueued("s1"),
-					f.s1.Task("r1"): hash{"d": "", "st": "s1", "fs": "running", "s": "queued"},
+					f.s1.Task("r1"): hash{"d": "", "st": "s1", "fs": "running", "s": "queued", "fr": "0", "fi": ""},
 					f.ix:            zset{{"r0", "inf"}},
 					f.s1.Waiting:    list{"r0", "r1"},
 				}
@@ -156,9 +211,9 @@ func TestFlowStart(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r0")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r0", rdb.FinishArgs{}, "")
+				f.flowFinish(t, "A", "1", "r0", rdb.FinishArgs{}, "", false)
 			},
-			id: "r1", fields: []string{"f:user", "u1"}, index: true,
+			id: "r1", fields: []string{"f:user", "u1"}, index: []string{"user:u1"},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
@@ -175,7 +230,8 @@ func TestFlowStart(t *testing.T) {
 		{
 			name: "same id twice: false, nothing changed, no wake-up",
 			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r1") },
-			id:   "r1", fields: []string{"f:user", "u2"}, index: true,
+			id:   "r1", fields: []string{"f:user", "u2"}, index: []string{"user:u2"},
+			ref:  &rdb.FlowRef{RetentionMillis: 1000},
 			want: false,
 		},
 	}
@@ -187,14 +243,19 @@ func TestFlowStart(t *testing.T) {
 				tc.seed(t, f)
 			}
 			var ix []string
-			if tc.index {
-				ix = []string{f.ix}
+			for _, pv := range tc.index {
+				prop, v, _ := strings.Cut(pv, ":")
+				ix = append(ix, f.s1.IndexKey(prop, v))
+			}
+			ref := f.ref
+			if tc.ref != nil {
+				ref = *tc.ref
 			}
 			before := f.dump(t)
 			l := f.listen(t)
 			var got bool
 			var err error
-			f.call(t, func() { got, err = rdb.FlowStart(f.ctx, f.c, f.s1, tc.id, tc.fields, ix) })
+			f.call(t, func() { got, err = rdb.FlowStart(f.ctx, f.c, f.s1, tc.id, tc.fields, ix, ref) })
 			pubs := l.collect(t, f.env)
 			if err != nil || got != tc.want {
 				t.Errorf("FlowStart = %v, %v; want %v", got, err, tc.want)
@@ -239,6 +300,7 @@ func TestFlowFinish(t *testing.T) {
 		next       string
 		fields     []string
 		children   []rdb.Child
+		failFast   bool
 		want       rdb.Outcome
 		wantErr    error
 		state      func(f *flowEnv) state
@@ -285,6 +347,21 @@ func TestFlowFinish(t *testing.T) {
 			},
 		},
 		{
+			// The index entry is found by the value the run started with,
+			// not by the field a stage rewrote, or it would stay +inf.
+			name: "last stage, the indexed field rewritten by a stage: the entry of the start value expires",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.do(t, "HSET", f.s1.Task("r1"), "f:user", "u2")
+			},
+			w: "A", pid: "1", args: done, next: "", fields: []string{"f:user", "u3"},
+			want: rdb.OutcomeDone,
+			state: func(f *flowEnv) state {
+				return after(f, ttl(runEnded(runActive(), "done").with("f:user", "u3"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
+			},
+		},
+		{
 			name: "last stage, another run of the index still running: the index does not expire",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
@@ -300,15 +377,17 @@ func TestFlowFinish(t *testing.T) {
 			},
 		},
 		{
-			name: "fan-out: child hashes created and queued, recorded pending in the run, one wake-up per queue",
+			name: "fan-out: child hashes created (with the run's next stage and the fail-fast policy) and queued, " +
+				"recorded pending in the run, one wake-up per queue",
 			seed: taken,
 			w:    "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
-			want: rdb.OutcomeFannedOut,
+			failFast: true,
+			want:     rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
 				return after(f, runFanned().with("f:out", "v1"),
-					f.c1.Task("k1"), child("k1"),
-					f.c1.Task("k2"), child("k2"),
-					f.c1.Task("k3"), child("k3"),
+					f.c1.Task("k1"), childOf("k1", "s2", true),
+					f.c1.Task("k2"), childOf("k2", "s2", true),
+					f.c1.Task("k3"), childOf("k3", "s2", true),
 					f.c1.Waiting, list{"k1", "k2"},
 					f.c2.Waiting, list{"k3"})
 			},
@@ -316,7 +395,8 @@ func TestFlowFinish(t *testing.T) {
 			pubsUnordr: true,
 		},
 		{
-			name: "fan-out: the stage's attempt fields cleared, children behind waiting ones",
+			name: "fan-out after the last stage, continue policy: the stage's attempt fields cleared, " +
+				"children behind waiting ones",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
 				f.do(t, "HSET", f.s1.Task("r1"), "n", "1", "e", "boom")
@@ -326,7 +406,7 @@ func TestFlowFinish(t *testing.T) {
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
 				return after(f, runQueued("s1").with("s", "children", "kp", "1", "k:k3", "pending", "kq:k3", "c2"),
-					f.c1.Task("k3"), child("k3"),
+					f.c1.Task("k3"), childOf("k3", "", false),
 					f.c2.Waiting, list{"k0", "k3"})
 			},
 			pubs: []msg{{"{F}:wake:c2", "1"}},
@@ -430,7 +510,7 @@ func TestFlowFinish(t *testing.T) {
 			name: "run twice (forwarded): lost, not forwarded again",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
-				f.flowFinish(t, "A", "1", "r1", done, "s2")
+				f.flowFinish(t, "A", "1", "r1", done, "s2", false)
 			},
 			w: "A", pid: "1", args: done, next: "s2",
 			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
@@ -439,7 +519,7 @@ func TestFlowFinish(t *testing.T) {
 			name: "run twice (fanned out): lost, no second set of children",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
-				f.flowFinish(t, "A", "1", "r1", done, "s2", children...)
+				f.flowFinish(t, "A", "1", "r1", done, "s2", true, children...)
 			},
 			w: "A", pid: "1", args: done, next: "s2", children: children,
 			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
@@ -455,7 +535,8 @@ func TestFlowFinish(t *testing.T) {
 			var got rdb.Outcome
 			var err error
 			f.call(t, func() {
-				got, err = rdb.FlowFinish(f.ctx, f.c, f.s1, tc.w, tc.pid, "r1", tc.args, f.ref, tc.next, tc.fields, tc.children)
+				got, err = rdb.FlowFinish(f.ctx, f.c, f.s1, tc.w, tc.pid, "r1", tc.args, f.ref, tc.next, tc.fields, tc.children,
+					tc.failFast)
 			})
 			pubs := l.collect(t, f.env)
 			if got != tc.want || !errors.Is(err, tc.wantErr) {
@@ -475,13 +556,19 @@ func TestChildFinish(t *testing.T) {
 	t.Parallel()
 	done := rdb.FinishArgs{Mode: rdb.FinishDone}
 	dead := rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}
+	// fannedOutTo seeds fanOut towards next with the given policy.
+	fannedOutTo := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
+		return func(t *testing.T, f *flowEnv) { f.fanOut(t, next, failFast) }
+	}
 	// siblingsDone seeds fanOut with k2 and k3 finished done by A (pids 3, 4).
-	siblingsDone := func(t *testing.T, f *flowEnv) {
-		f.fanOut(t)
-		f.takeFrom(t, f.c1, "A", 1, false)
-		f.takeFrom(t, f.c2, "A", 1, false)
-		f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")}, true)
-		f.childFinish(t, f.c2, "A", "4", "k3", done, true)
+	siblingsDone := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
+		return func(t *testing.T, f *flowEnv) {
+			f.fanOut(t, next, failFast)
+			f.takeFrom(t, f.c1, "A", 1, false)
+			f.takeFrom(t, f.c2, "A", 1, false)
+			f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")})
+			f.childFinish(t, f.c2, "A", "4", "k3", done)
+		}
 	}
 	// siblingsDoneState is the state siblingsDone leaves, k1's taking
 	// released.
@@ -499,22 +586,20 @@ func TestChildFinish(t *testing.T) {
 		return f.fannedOut().with(f.c1.Task("k1"), nil, f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil).with(kv...)
 	}
 	tests := []struct {
-		name     string
-		seed     func(t *testing.T, f *flowEnv)
-		w, pid   string
-		id       string
-		args     rdb.FinishArgs
-		next     string
-		failFast bool
-		want     [2]rdb.Outcome
-		wantErr  error
-		state    func(f *flowEnv) state
-		pubs     []msg
+		name    string
+		seed    func(t *testing.T, f *flowEnv)
+		w, pid  string
+		id      string
+		args    rdb.FinishArgs
+		want    [2]rdb.Outcome
+		wantErr error
+		state   func(f *flowEnv) state
+		pubs    []msg
 	}{
 		{
 			name: "done, not the last: result recorded, the run waits for the others",
-			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
-			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			seed: fannedOutTo("s2", true),
+			w:    "A", pid: "2", id: "k1",
 			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
 			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
 			state: func(f *flowEnv) state {
@@ -523,17 +608,17 @@ func TestChildFinish(t *testing.T) {
 		},
 		{
 			name: "done without a result: no result field",
-			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
-			w:    "A", pid: "2", id: "k1", args: done, next: "s2",
+			seed: fannedOutTo("s2", false),
+			w:    "A", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f, f.s1.Task("r1"), runFanned().with("k:k1", "done", "kp", "2"))
 			},
 		},
 		{
-			name: "the last child done: the run forwarded to the next stage in the same step",
-			seed: siblingsDone,
-			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			name: "the last child done: the run forwarded to the next stage stored on the child, in the same step",
+			seed: siblingsDone("s2", true),
+			w:    "A", pid: "2", id: "k1",
 			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
 			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
@@ -545,9 +630,9 @@ func TestChildFinish(t *testing.T) {
 			pubs: []msg{{"{F}:wake:s2", "1"}},
 		},
 		{
-			name: "the last child done after the last stage: the run ends done",
-			seed: siblingsDone,
-			w:    "A", pid: "2", id: "k1", next: "", args: done,
+			name: "the last child done after the last stage: the run ends done, kept for the run's retention",
+			seed: siblingsDone("", false),
+			w:    "A", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeDone},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
@@ -558,33 +643,33 @@ func TestChildFinish(t *testing.T) {
 		},
 		{
 			name: "retry: the child scheduled in its queue, the run waits",
-			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
-			w:    "A", pid: "2", id: "k1", next: "s2", failFast: true,
+			seed: fannedOutTo("s2", true),
+			w:    "A", pid: "2", id: "k1",
 			args: rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"},
 			want: [2]rdb.Outcome{rdb.OutcomeRetry, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
-					f.c1.Task("k1"), child("k1").with("s", "scheduled", "n", "1", "e", "boom"),
+					f.c1.Task("k1"), f.child("k1").with("s", "scheduled", "n", "1", "e", "boom"),
 					f.c1.Scheduled, zset{{"k1", "@now+5000"}})
 			},
 		},
 		{
 			name: "fail-fast, dead child: buried, the run fails, pending children removed or told to stop",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
+				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c2, "B", 1, false) // k3, pid 3
 			},
-			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			w: "A", pid: "2", id: "k1", args: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "cancelled", "k:k3", "cancelled"), 60000),
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
 					f.c1.Dead, zset{{"k1", "@now"}},
 					f.c1.Task("k2"), nil, f.c1.Waiting, nil,
-					f.c2.Task("k3"), child("k3").with("s", "active", "w", "B", "p", "3", "x", "1"),
+					f.c2.Task("k3"), f.child("k3").with("s", "active", "w", "B", "p", "3", "x", "1"),
 					f.c2.Waiting, nil,
 					f.c2.WorkerQueue("B"), set{"3"},
 					f.c2.Proc("3"), list{"k3"},
@@ -596,20 +681,20 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "fail-fast: a done sibling stays done, a scheduled one is taken out",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
+				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
 				f.takeFrom(t, f.c2, "A", 1, false) // k3, pid 4
-				f.childFinish(t, f.c1, "A", "3", "k2", done, true)
-				f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000}, true)
+				f.childFinish(t, f.c1, "A", "3", "k2", done)
+				f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000})
 			},
-			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			w: "A", pid: "2", id: "k1", args: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"): child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"): f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
 					f.c1.Dead:       zset{{"k1", "@now"}},
 					f.s1.Holders:    set{"A"},
 					f.c1.Holders:    set{"A"},
@@ -620,38 +705,52 @@ func TestChildFinish(t *testing.T) {
 		},
 		{
 			name: "continue, dead child, not the last: error recorded, the run goes on",
-			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
-			w:    "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: false,
+			seed: fannedOutTo("s2", false),
+			w:    "A", pid: "2", id: "k1", args: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
-					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 		},
 		{
 			name: "continue, dead child, the last: the run forwarded",
-			seed: siblingsDone,
-			w:    "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: false,
+			seed: siblingsDone("s2", false),
+			w:    "A", pid: "2", id: "k1", args: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
 					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
 						"k:k1", "failed", "ke:k1", "bad", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
 					f.s2.Waiting, list{"r1"},
-					f.c1.Task("k1"), child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 			pubs: []msg{{"{F}:wake:s2", "1"}},
 		},
 		{
+			name: "continue, dead child, the last after the last stage: the run ends done",
+			seed: siblingsDone("", false),
+			w:    "A", pid: "2", id: "k1", args: dead,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDone},
+			state: func(f *flowEnv) state {
+				return siblingsDoneState(f).with(
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "done").with("k:k1", "failed", "ke:k1", "bad",
+						"k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "0"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}})
+			},
+		},
+		{
 			name: "cancel mark on the child: counted as failed with error \"cancelled\"",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
+				f.fanOut(t, "s2", false)
 				f.do(t, "HSET", f.c1.Task("k1"), "x", "1")
 			},
-			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: false,
+			w: "A", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -661,19 +760,19 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "a child already counted (failed, then requeued from the dead set) ends without counting again",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
-				f.childFinish(t, f.c1, "A", "2", "k1", dead, false)
+				f.fanOut(t, "s2", false)
+				f.childFinish(t, f.c1, "A", "2", "k1", dead)
 				if n, err := rdb.DeadIDs(f.ctx, f.c, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
 					t.Fatalf("DeadIDs = %d, %v", n, err)
 				}
 				f.takeFrom(t, f.c1, "B", 2, false) // k2 pid 3, k1 pid 4
 			},
-			w: "B", pid: "4", id: "k1", args: done, next: "s2", failFast: false,
+			w: "B", pid: "4", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
-					f.c1.Task("k2"), child("k2").with("s", "active", "w", "B", "p", "3"),
+					f.c1.Task("k2"), f.child("k2").with("s", "active", "w", "B", "p", "3"),
 					f.c1.Waiting, nil,
 					f.c1.WorkerQueue("B"), set{"3"},
 					f.c1.Proc("3"), list{"k2"},
@@ -684,11 +783,10 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "child of a cancelled run: the child ends, nothing else changes",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
+				f.fanOut(t, "s2", true)
 				f.runCancel(t, "r1")
 			},
 			w: "A", pid: "2", id: "k1", args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
-			next: "s2", failFast: true,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return state{
@@ -704,47 +802,48 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "child of a failed run, dead mode: the child ends, not buried",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
+				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c1, "B", 1, false) // k2, pid 3
-				f.childFinish(t, f.c1, "B", "3", "k2", dead, true)
+				f.childFinish(t, f.c1, "B", "3", "k2", dead)
 			},
-			w: "A", pid: "2", id: "k1", args: dead, next: "s2", failFast: true,
+			w: "A", pid: "2", id: "k1", args: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("ft", "@seed",
 						"k:k1", "cancelled", "k:k2", "failed", "ke:k2", "bad", "k:k3", "cancelled"), 60000),
-					f.ix:            ttl(zset{{"r1", "@seed+60000"}}, 60000),
-					f.c1.Task("k2"): child("k2").with("n", "1", "e", "bad", "s", "dead", "dr", "failed", "dt", "@seed", "dw", "B"),
-					f.c1.Dead:       zset{{"k2", "@seed"}},
-					f.s1.Holders:    set{"A"},
-					f.c1.Holders:    set{"A", "B"},
-					f.s1.Seq:        str("3"),
+					f.ix: ttl(zset{{"r1", "@seed+60000"}}, 60000),
+					f.c1.Task("k2"): f.child("k2").with("n", "1", "e", "bad",
+						"s", "dead", "dr", "failed", "dt", "@seed", "dw", "B"),
+					f.c1.Dead:    zset{{"k2", "@seed"}},
+					f.s1.Holders: set{"A"},
+					f.c1.Holders: set{"A", "B"},
+					f.s1.Seq:     str("3"),
 				}
 			},
 		},
 		{
 			name: "not the owner: lost, nothing changed",
-			seed: func(t *testing.T, f *flowEnv) { f.fanOut(t) },
-			w:    "B", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			seed: fannedOutTo("s2", true),
+			w:    "B", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
 		},
 		{
 			name: "run twice: the second finish is lost and counts nothing",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)
-				f.childFinish(t, f.c1, "A", "2", "k1", done, true)
+				f.fanOut(t, "s2", true)
+				f.childFinish(t, f.c1, "A", "2", "k1", done)
 			},
-			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			w: "A", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
 		},
 		{
 			name: "run twice, the last child: the run is not forwarded twice",
 			seed: func(t *testing.T, f *flowEnv) {
-				siblingsDone(t, f)
-				f.childFinish(t, f.c1, "A", "2", "k1", done, true)
+				siblingsDone("s2", true)(t, f)
+				f.childFinish(t, f.c1, "A", "2", "k1", done)
 			},
-			w: "A", pid: "2", id: "k1", args: done, next: "s2", failFast: true,
+			w: "A", pid: "2", id: "k1", args: done,
 			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
 		},
 	}
@@ -757,9 +856,7 @@ func TestChildFinish(t *testing.T) {
 			l := f.listen(t)
 			var c, r rdb.Outcome
 			var err error
-			f.call(t, func() {
-				c, r, err = rdb.ChildFinish(f.ctx, f.c, f.c1, tc.w, tc.pid, tc.id, "r1", tc.args, f.ref, tc.next, tc.failFast)
-			})
+			f.call(t, func() { c, r, err = rdb.ChildFinish(f.ctx, f.c, f.c1, tc.w, tc.pid, tc.id, "r1", tc.args) })
 			pubs := l.collect(t, f.env)
 			if [2]rdb.Outcome{c, r} != tc.want || !errors.Is(err, tc.wantErr) {
 				t.Errorf("ChildFinish = %v, %v, %v; want %v, %v", c, r, err, tc.want, tc.wantErr)
@@ -803,7 +900,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000, Err: "boom"}, "s2")
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000, Err: "boom"}, "s2", false)
 			},
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
@@ -837,9 +934,9 @@ func TestRunCancel(t *testing.T) {
 		{
 			name: "children: waiting ones removed, running ones marked and told, done ones kept",
 			seed: func(t *testing.T, f *flowEnv) {
-				f.fanOut(t)                        // k1 running on A, pid 2
+				f.fanOut(t, "s2", true)            // k1 running on A, pid 2
 				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
-				f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{}, true)
+				f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{})
 			},
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
@@ -847,7 +944,7 @@ func TestRunCancel(t *testing.T) {
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "cancelled").with(
 						"k:k1", "cancelled", "k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"), child("k1").with("s", "active", "w", "A", "p", "2", "x", "1"),
+					f.c1.Task("k1"), f.child("k1").with("s", "active", "w", "A", "p", "2", "x", "1"),
 					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
 					f.c1.Waiting, nil, f.c2.Waiting, nil,
 					f.s1.Seq, str("3"))
@@ -867,7 +964,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "")
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "", false)
 			},
 			id: "r1", want: false,
 		},
@@ -876,7 +973,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2")
+				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2", false)
 			},
 			id: "r1", want: false,
 		},
@@ -908,40 +1005,185 @@ func TestRunCancel(t *testing.T) {
 
 // A flow run or child that Take buries (it crashed MaxCrashes workers, or
 // its data is bad) must not leave its run waiting for ever: a buried run
-// must end (fs not "running"), and a buried child must be counted in its run
-// (k:<child> not "pending"), or the run never moves on.
+// ends failed (its index entries expiring with the run's retention), and a
+// buried child counts as failed in its run, by the policy stored on it.
 
 func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
 	t.Parallel()
-	f := newFlowEnv(t)
-	f.start(t, f.s1, "r1")
-	f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
-	got, err := rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true)
-	if err != nil || len(got) != 1 || got[0].PID != "" {
-		t.Fatalf("Take = %+v, %v; want r1 buried", got, err)
+	const (
+		crashed = "crashed: the task was running on 3 workers that died"
+		nan     = "corrupt: attempt or crash count is not a number"
+	)
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, f *flowEnv)
+		want  []taken
+		state func(f *flowEnv) state
+	}{
+		{
+			name: "crashed max-crashes workers: buried, the run failed, its index entry expiring with the run",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
+			},
+			want: []taken{{ID: "r1", Reason: crashed}},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("c", "3", "fs", "failed", "ft", "@now").buried(crashed, "A"),
+					f.s1.Dead:       zset{{"r1", "@now"}},
+					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "bad data, another run of the index running: the run failed, the index does not expire",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.start(t, f.s1, "r0")
+				f.do(t, "HSET", f.s1.Task("r1"), "n", "x")
+			},
+			want: []taken{{ID: "r1", Reason: nan}},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("n", "x", "fs", "failed", "ft", "@now").buried(nan, "A"),
+					f.s1.Task("r0"): runQueued("s1"),
+					f.s1.Waiting:    list{"r0"},
+					f.s1.Dead:       zset{{"r1", "@now"}},
+					f.ix:            zset{{"r1", "@now+60000"}, {"r0", "inf"}},
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
 	}
-	if fs := f.dump(t)[f.s1.Task("r1")].(hash)["fs"]; fs == "running" {
-		t.Errorf("run r1 buried by Take (%s) still has fs=%q: it shows as running for ever "+
-			"(index score +inf, no expiry) and nothing will ever end it", got[0].Reason, fs)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var res []rdb.Taken
+			var err error
+			f.call(t, func() { res, err = rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true) })
+			pubs := l.collect(t, f.env)
+			if got := takenOf(res); err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Take = %+v, %v; want %+v", got, err, tc.want)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, nil)
+		})
 	}
 }
 
 func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 	t.Parallel()
-	f := newFlowEnv(t)
-	f.fanOut(t)
-	if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
-		t.Fatal(err)
+	const crashed = "crashed: the task was running on 1 workers that died"
+	// crashedOnce seeds fanOut towards next with the given policy, then A
+	// dies: k1 back at the front of c1, one crash counted. With MaxCrashes 1
+	// the next take buries it.
+	crashedOnce := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
+		return func(t *testing.T, f *flowEnv) {
+			f.fanOut(t, next, failFast)
+			if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	// k1 has crashed one worker; with MaxCrashes 1 the next take buries it.
-	got, err := rdb.Take(f.ctx, f.c, f.c1, "B", 1, 1, false)
-	if err != nil || len(got) != 1 || got[0].ID != "k1" || got[0].PID != "" {
-		t.Fatalf("Take = %+v, %v; want k1 buried", got, err)
+	// siblingsDone is crashedOnce with k2 and k3 finished done by A first
+	// (pids 3, 4): k1 is the last pending child.
+	siblingsDone := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
+		return func(t *testing.T, f *flowEnv) {
+			f.fanOut(t, next, failFast)
+			f.takeFrom(t, f.c1, "A", 1, false)
+			f.takeFrom(t, f.c2, "A", 1, false)
+			f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")})
+			f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{})
+			if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
-	run := f.dump(t)[f.s1.Task("r1")].(hash)
-	if run["k:k1"] == "pending" {
-		t.Errorf("child k1 buried by Take (%s) is still pending in run r1 (kp=%s): "+
-			"the run waits for it for ever, neither failing fast nor moving on", got[0].Reason, run["kp"])
+	// k1Buried is fannedOut with k1 buried by B's take (pid seq) and more
+	// keys.
+	k1Buried := func(f *flowEnv, seq string, kv ...any) state {
+		return f.fannedOut().with(
+			f.c1.Task("k1"), f.child("k1").with("c", "1").buried(crashed, "B"),
+			f.c1.Dead, zset{{"k1", "@now"}},
+			f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil, f.c1.Holders, nil,
+			f.s1.Seq, str(seq)).with(kv...)
+	}
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, f *flowEnv)
+		state func(f *flowEnv) state
+		pubs  []msg
+	}{
+		{
+			name: "fail-fast: counted as failed with the reason, the run fails, pending children removed",
+			seed: crashedOnce("s2", true),
+			state: func(f *flowEnv) state {
+				return k1Buried(f, "3",
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", crashed,
+						"k:k2", "cancelled", "k:k3", "cancelled"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
+					f.c1.Waiting, nil, f.c2.Waiting, nil)
+			},
+		},
+		{
+			name: "continue, not the last: counted as failed with the reason, the run waits for the others",
+			seed: crashedOnce("s2", false),
+			state: func(f *flowEnv) state {
+				return k1Buried(f, "3",
+					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", crashed, "kp", "2"))
+			},
+		},
+		{
+			name: "continue, the last: the run forwarded to the next stage",
+			seed: siblingsDone("s2", false),
+			state: func(f *flowEnv) state {
+				return k1Buried(f, "5",
+					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+						"k:k1", "failed", "ke:k1", crashed, "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
+					f.s2.Waiting, list{"r1"},
+					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
+					f.c1.Waiting, nil, f.c2.Waiting, nil,
+					f.c2.Holders, set{"A"})
+			},
+			pubs: []msg{{"{F}:wake:s2", "1"}},
+		},
+		{
+			name: "continue, the last after the last stage: the run ends done",
+			seed: siblingsDone("", false),
+			state: func(f *flowEnv) state {
+				return k1Buried(f, "5",
+					f.s1.Task("r1"), ttl(runEnded(runFanned(), "done").with("k:k1", "failed", "ke:k1", crashed,
+						"k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "0"), 60000),
+					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
+					f.c1.Waiting, nil, f.c2.Waiting, nil,
+					f.c2.Holders, set{"A"})
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var res []rdb.Taken
+			var err error
+			f.call(t, func() { res, err = rdb.Take(f.ctx, f.c, f.c1, "B", 1, 1, false) })
+			pubs := l.collect(t, f.env)
+			if got, want := takenOf(res), []taken{{ID: "k1", Reason: crashed}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("Take = %+v, %v; want %+v", got, err, want)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, tc.pubs)
+		})
 	}
 }
 
@@ -950,18 +1192,85 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 // loses the running run once the failed run's retention passes.
 func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 	t.Parallel()
-	f := newFlowEnv(t)
-	f.start(t, f.s1, "r1")
-	f.takeFrom(t, f.s1, "A", 1, true)
-	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2")
-	if n, err := rdb.DeadIDs(f.ctx, f.c, f.s1, rdb.DeadRequeue, []string{"r1"}); err != nil || n != 1 {
-		t.Fatalf("DeadIDs = %d, %v", n, err)
+	// failed seeds run r1 failed by its stage (dead mode), in s1's dead set.
+	failed := func(t *testing.T, f *flowEnv) {
+		f.start(t, f.s1, "r1")
+		f.takeFrom(t, f.s1, "A", 1, true)
+		f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2", false)
 	}
-	st := f.dump(t)
-	if fs := st[f.s1.Task("r1")].(hash)["fs"]; fs != "running" {
-		t.Fatalf("requeued run fs = %q, want running", fs)
+	tests := []struct {
+		name   string
+		seed   func(t *testing.T, f *flowEnv)
+		oldest bool // DeadOldest(1) instead of DeadIDs(r1)
+		state  func(f *flowEnv) state
+	}{
+		{
+			name: "by id: running again, the death record and finish time gone, the index entry +inf for good",
+			seed: failed,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
+					f.ix:            zset{{"r1", "inf"}},
+					f.s1.Waiting:    list{"r1"},
+					f.s1.Holders:    set{"A"},
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "the oldest: the same",
+			seed: failed, oldest: true,
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
+					f.ix:            zset{{"r1", "inf"}},
+					f.s1.Waiting:    list{"r1"},
+					f.s1.Holders:    set{"A"},
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "a run Take buried: running again, its crash count reset, indexed as running",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.start(t, f.s1, "r1")
+				f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
+				if _, err := rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true); err != nil {
+					t.Fatal(err)
+				}
+			},
+			state: func(f *flowEnv) state {
+				return state{
+					f.s1.Task("r1"): runQueued("s1"),
+					f.ix:            zset{{"r1", "inf"}},
+					f.s1.Waiting:    list{"r1"},
+					f.s1.Seq:        str("1"),
+				}
+			},
+		},
 	}
-	if ix := st[f.ix]; !reflect.DeepEqual(ix, zset{{"r1", "inf"}}) {
-		t.Errorf("index of the requeued, running run = %s; want zset [\"r1\":inf] without expiry", formatValue(ix))
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFlowEnv(t)
+			tc.seed(t, f)
+			before := f.dump(t)
+			l := f.listen(t)
+			var n int
+			var err error
+			f.call(t, func() {
+				if tc.oldest {
+					n, err = rdb.DeadOldest(f.ctx, f.c, f.s1, rdb.DeadRequeue, 1)
+				} else {
+					n, err = rdb.DeadIDs(f.ctx, f.c, f.s1, rdb.DeadRequeue, []string{"r1"})
+				}
+			})
+			pubs := l.collect(t, f.env)
+			if err != nil || n != 1 {
+				t.Errorf("dead requeue = %d, %v; want 1", n, err)
+			}
+			f.checkState(t, before, stateOf(f, tc.state))
+			checkPubs(t, pubs, []msg{{"{F}:wake:s1", "1"}})
+		})
 	}
 }

@@ -83,6 +83,31 @@ func TestMove(t *testing.T) {
 			pubs: []msg{{"wake", "1"}},
 		},
 		{
+			// A key of the wrong type must not abort the batch after the
+			// ZREM: every due id is moved, the take buries the bad ones.
+			name:  "task data not a hash among the due ids: every id moved, the bad data left for the take",
+			batch: 100,
+			seed: func(t *testing.T, e *env) {
+				due3(t, e)
+				e.do(t, "SET", e.q.Task("c"), "garbage")
+				e.do(t, "DEL", e.q.Task("a"))
+				e.do(t, "RPUSH", e.q.Task("a"), "x")
+			},
+			want: 3,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"w1", "b", "c", "a"},
+					e.q.Task("w1"): fresh("w1"),
+					e.q.Task("a"):  list{"x"},
+					e.q.Task("b"):  queued("b"),
+					e.q.Task("c"):  str("garbage"),
+					e.q.Task("f"):  fresh("f").with("s", "scheduled"),
+					e.q.Scheduled:  zset{{"f", fmt.Sprint(far)}},
+				}
+			},
+			pubs: []msg{{"wake", "3"}},
+		},
+		{
 			name: "delayed by Redis time, not due yet: nothing moves",
 			seed: func(t *testing.T, e *env) {
 				e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DelayMillis: 60000}, "t1")
@@ -287,17 +312,22 @@ func TestDead(t *testing.T) {
 			pubs: []msg{{"wake", "1"}},
 		},
 		{
-			name: "requeue a failed flow run: it runs again",
+			name: "requeue a failed flow run: it runs again, its finish time gone, indexed as running for good",
 			seed: func(t *testing.T, e *env) {
 				e.seedDead(t, e.q, "r1", 1000)
-				e.do(t, "HSET", e.q.Task("r1"), "fs", "failed", "st", "q")
+				e.do(t, "HSET", e.q.Task("r1"), "fs", "failed", "st", "q", "ft", "1000",
+					"fi", "user", "f:user", "u2", "i:user", "u1")
+				e.do(t, "ZADD", e.q.IndexKey("user", "u1"), 61000, "r1", 2000, "r0")
+				e.do(t, "PEXPIRE", e.q.IndexKey("user", "u1"), 60000)
 			},
 			op: rdb.DeadRequeue, ids: []string{"r1"},
 			want: 1,
 			state: func(e *env) state {
 				return state{
-					e.q.Waiting:    list{"r1"},
-					e.q.Task("r1"): requeued("r1").with("fs", "running", "st", "q"),
+					e.q.Waiting: list{"r1"},
+					e.q.Task("r1"): requeued("r1").with("fs", "running", "st", "q",
+						"fi", "user", "f:user", "u2", "i:user", "u1"),
+					e.q.IndexKey("user", "u1"): zset{{"r0", "2000"}, {"r1", "inf"}},
 				}
 			},
 			pubs: []msg{{"wake", "1"}},
@@ -361,6 +391,16 @@ func TestDead(t *testing.T) {
 			state: func(e *env) state {
 				return state{e.q.Waiting: list{"w1"}, e.q.Task("w1"): fresh("w1")}
 			},
+		},
+		{
+			name: "requeue the oldest 0: nothing (not every entry)",
+			seed: dead3,
+			op:   rdb.DeadRequeue, n: 0,
+		},
+		{
+			name: "delete the oldest -1: nothing (not all but the newest)",
+			seed: dead3,
+			op:   rdb.DeadDelete, n: -1,
 		},
 		{
 			name: "oldest n of an empty dead set: nothing",

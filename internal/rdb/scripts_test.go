@@ -283,6 +283,28 @@ type taken struct {
 	Run                           hash
 }
 
+// takenOf converts Take's result for comparison.
+func takenOf(res []rdb.Taken) []taken {
+	got := make([]taken, len(res))
+	for i, r := range res {
+		got[i] = taken{r.ID, r.PID, r.Reason, string(r.Payload), r.Attempt, r.Crashes,
+			r.MaxAttempts, r.TimeoutMs, r.Parent, nil}
+		if r.Run != nil {
+			got[i].Run = hash(r.Run)
+		}
+	}
+	return got
+}
+
+// startRun starts flow run id in e.q (its first stage), without state
+// fields or index, kept one minute once ended.
+func (e *env) startRun(t *testing.T, id string) {
+	t.Helper()
+	if ok, err := rdb.FlowStart(e.ctx, e.c, e.q, id, nil, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
+		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
+	}
+}
+
 // tk is a first attempt at task id (payload "p"+id) as taking pid.
 func tk(id, pid string) taken {
 	return taken{ID: id, PID: pid, Payload: payload(id), Attempt: 1}
@@ -481,17 +503,18 @@ func TestTake(t *testing.T) {
 		{
 			name: "stage queue: the run's whole hash handed out, as taken",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", []string{"f:user", "u1"}, nil); err != nil {
+				ref := rdb.FlowRef{RetentionMillis: 60000, IndexBy: []string{"user"}}
+				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", []string{"f:user", "u1"}, nil, ref); err != nil {
 					t.Fatal(err)
 				}
 			},
 			w: "A", max: 1, stage: true,
 			want: []taken{{ID: "r1", PID: "1", Attempt: 1, Run: hash{"d": "", "st": "q", "fs": "running",
-				"s": "active", "w": "A", "p": "1", "f:user": "u1"}}},
+				"s": "active", "w": "A", "p": "1", "f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"}}},
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): hash{"d": "", "st": "q", "fs": "running", "s": "active", "w": "A", "p": "1",
-						"f:user": "u1"},
+						"f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"},
 					e.q.Proc("1"):        list{"r1"},
 					e.q.WorkerQueue("A"): set{"1"},
 					e.q.Holders:          set{"A"},
@@ -699,14 +722,7 @@ func TestTake(t *testing.T) {
 			if err != nil {
 				t.Fatalf("Take: %v", err)
 			}
-			got := make([]taken, len(res))
-			for i, r := range res {
-				got[i] = taken{r.ID, r.PID, r.Reason, string(r.Payload), r.Attempt, r.Crashes,
-					r.MaxAttempts, r.TimeoutMs, r.Parent, nil}
-				if r.Run != nil {
-					got[i].Run = hash(r.Run)
-				}
-			}
+			got := takenOf(res)
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Take = %+v, want %+v", got, tc.want)
 			}
@@ -1036,6 +1052,25 @@ func TestFinish(t *testing.T) {
 			},
 		},
 		{
+			// Corrupt data must not abort the script after the taking was
+			// released: the id would be nowhere (invariant 1).
+			name: "task data not a hash: buried with the reason, what it held kept in 'raw'",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			w: "A", pid: "1", id: "t1", args: done,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): hash{"raw": "garbage"}.buried("corrupt: task data is a string, not a hash", "A"),
+					e.q.Dead:       zset{{"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
 			name: "not the owner (another worker's pid): lost, nothing changed",
 			seed: taken1,
 			w:    "B", pid: "1", id: "t1", args: done,
@@ -1220,9 +1255,7 @@ func TestGiveBack(t *testing.T) {
 			// (end_run removed the run's cancel mark, so only fs tells).
 			name: "a flow run cancelled while its stage ran: not put back, left as it is",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
 				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
@@ -1233,11 +1266,34 @@ func TestGiveBack(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
-						"ft": "@seed"}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
 					e.q.Holders: set{"A"},
 					e.q.Seq:     str("1"),
 				}
 			},
+		},
+		{
+			// As requeue does: corrupt data must not abort the script after
+			// the taking was released (the id would be nowhere); the id goes
+			// back and the take buries it with the reason.
+			name: "task data not a hash: the id back at the front as it is, with a wake-up",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeRequeued,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t2"},
+					e.q.Task("t1"): str("garbage"),
+					e.q.Task("t2"): fresh("t2"),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
 		},
 		{
 			name: "not the owner (another worker's pid): lost, nothing changed",
@@ -1469,9 +1525,7 @@ func TestRequeue(t *testing.T) {
 		{
 			name: "a flow run that ended while its stage ran: left as it is, the taking forgotten",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
 				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
@@ -1481,7 +1535,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
-						"ft": "@seed"}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
 					e.q.Seq: str("1"),
 				}
 			},
@@ -1491,9 +1545,7 @@ func TestRequeue(t *testing.T) {
 			// take): the run ended, so it is not queued again.
 			name: "an ended flow run held as active: not requeued, its taking fields removed",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
 				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
@@ -1504,10 +1556,30 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "active",
-						"ft": "@seed"}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
 					e.q.Seq: str("1"),
 				}
 			},
+		},
+		{
+			name: "task data not a hash: the id requeued in its place (the take buries it), the others as usual",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2", "t3")
+				e.take(t, "A", 2)
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			workers: []string{"A"}, crashed: true,
+			wantRequeued: 2,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t2", "t3"},
+					e.q.Task("t1"): str("garbage"),
+					e.q.Task("t2"): queued("t2").with("c", "1"),
+					e.q.Task("t3"): fresh("t3"),
+					e.q.Seq:        str("2"),
+				}
+			},
+			pubs: []msg{{"wake", "2"}},
 		},
 		{
 			name: "missing task hash: the taking is forgotten, nothing pushed",
@@ -1681,9 +1753,7 @@ func TestCancel(t *testing.T) {
 		{
 			name: "flow run: refused, nothing changed",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", nil, nil); err != nil {
-					t.Fatal(err)
-				}
+				e.startRun(t, "r1")
 			},
 			id:   "r1",
 			want: rdb.CancelRefused,
