@@ -186,3 +186,30 @@ local function list_from(i)
   return out, i + n + 1
 end
 
+-- finish_one records the end of one taking if worker still owns pid (see
+-- finish.lua for the modes and return codes).
+local function finish_one(wq, pkey, tkey, sched, dead, cfg, tprefix, pid, id, worker, mode, delay, err, retention, result)
+  if redis.call('SREM', wq, pid) == 0 then
+    return 0
+  end
+  redis.call('DEL', pkey)
+  local t = redis.call('HMGET', tkey, 'x', 'u')
+  if t[1] then
+    finalize(tkey, id, t[2], 'cancelled', retention, '')
+    return 2
+  end
+  if mode == 'done' then
+    finalize(tkey, id, t[2], 'done', retention, result)
+    return 1
+  end
+  redis.call('HINCRBY', tkey, 'n', 1)
+  if mode == 'retry' then
+    redis.call('HSET', tkey, 's', 'scheduled', 'e', err)
+    redis.call('HDEL', tkey, 'w', 'p')
+    redis.call('ZADD', sched, now_ms() + tonumber(delay), id)
+    return 4
+  end
+  bury(dead, cfg, tprefix, id, 'failed', err, worker)
+  return 5
+end
+
