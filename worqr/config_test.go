@@ -167,7 +167,7 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 		{
 			name:    "no queues",
 			cfg:     worker(func(c *WorkerConfig) { c.Queues = nil }),
-			wantErr: "worqr: Queues is empty: a worker needs at least one queue",
+			wantErr: "worqr: Queues is empty and there are no Flows: a worker needs at least one queue",
 		},
 		{
 			name: "queue name with a space",
