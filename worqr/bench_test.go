@@ -16,7 +16,14 @@ import (
 
 // commands returns the total number of commands Redis has run (INFO
 // commandstats), including those run inside scripts.
-func commands(b *testing.B, pool *redis.Pool) int64 {
+func commands(b *testing.B, pool *redis.Pool) int64 { return count(b, pool, "") }
+
+// scriptCalls returns the number of EVALSHA and EVAL calls Redis has run.
+func scriptCalls(b *testing.B, pool *redis.Pool) int64 {
+	return count(b, pool, "cmdstat_evalsha:") + count(b, pool, "cmdstat_eval:")
+}
+
+func count(b *testing.B, pool *redis.Pool, only string) int64 {
 	c := pool.Get()
 	defer c.Close()
 	info, err := redis.String(c.Do("INFO", "commandstats"))
@@ -25,7 +32,8 @@ func commands(b *testing.B, pool *redis.Pool) int64 {
 	}
 	var total int64
 	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") ||
+			only != "" && !strings.HasPrefix(line, only) {
 			continue
 		}
 		i := strings.Index(line, "calls=")
@@ -124,6 +132,7 @@ func BenchmarkDrain50(b *testing.B) {
 		b.Fatal(err)
 	}
 	before := commands(b, pool)
+	scripts := scriptCalls(b, pool)
 	cpu := redisCPU(b, pool)
 	b.ResetTimer()
 	if err := w.Start(ctx); err != nil {
@@ -132,6 +141,7 @@ func BenchmarkDrain50(b *testing.B) {
 	<-all
 	b.StopTimer()
 	b.ReportMetric(float64(commands(b, pool)-before)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(scriptCalls(b, pool)-scripts)/float64(b.N), "scripts/op")
 	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
 	w.Stop(ctx)
 }
