@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -20,6 +22,8 @@ type Client struct {
 	pool ConnGetter
 	cfg  Config
 	keys rdb.Keys
+
+	groups sync.Map // queue name -> *group.Group: concurrent plain enqueues
 }
 
 // NewClient returns a client on pool. A nil cfg means all defaults.
@@ -114,11 +118,55 @@ func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
 // Enqueue adds a task at the back of queue and wakes a worker. It returns the
 // new task's id.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
+	if opts == nil || *opts == (EnqueueOpts{}) {
+		return c.enqueuePlain(ctx, queue, payload)
+	}
 	ids, err := c.enqueue(ctx, queue, [][]byte{payload}, "payload", opts)
 	if err != nil {
 		return "", err
 	}
 	return ids[0], nil
+}
+
+// enqueuePlain enqueues one task without options through the queue's group:
+// plain enqueues that arrive together share one atomic script call (one
+// round trip, one wake-up), and each caller gets its own id or error.
+func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte) (string, error) {
+	qk, err := c.queue(queue)
+	if err != nil {
+		return "", err
+	}
+	if len(payload) > c.cfg.MaxPayloadBytes {
+		return "", invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
+	}
+	g, ok := c.groups.Load(queue)
+	if !ok {
+		g, _ = c.groups.LoadOrStore(queue, &group.Group[[]byte, string]{
+			MaxBatch: 256, MaxInFlight: 2,
+			Run: func(ctx context.Context, payloads [][]byte) ([]string, error) {
+				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				ids := make([]string, len(payloads))
+				for i := range ids {
+					ids[i] = xid.New().String()
+				}
+				conn, err := c.conn(ctx)
+				if err != nil {
+					return nil, err
+				}
+				defer conn.Close()
+				if _, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, nil); err != nil {
+					return nil, err
+				}
+				return ids, nil
+			},
+		})
+	}
+	id, err := g.(*group.Group[[]byte, string]).Do(ctx, payload)
+	if err != nil {
+		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
+	return id, nil
 }
 
 // EnqueueBatch adds tasks at the back of queue, in order, in one atomic step

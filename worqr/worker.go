@@ -13,6 +13,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
@@ -107,6 +108,7 @@ type queueRunner struct {
 	busy        atomic.Int32
 	wake        chan struct{} // cap 1: work may be waiting
 	freed       chan struct{} // cap 1: a slot was freed
+	finishes    *group.Group[rdb.Taking, rdb.Outcome]
 }
 
 // NewWorker validates cfg and returns a worker that is not yet registered.
@@ -135,6 +137,20 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.handler = r.cfg.Handler
 		r.wake = make(chan struct{}, 1)
 		r.freed = make(chan struct{}, 1)
+		qk := r.qk
+		r.finishes = &group.Group[rdb.Taking, rdb.Outcome]{
+			MaxBatch: 64, MaxInFlight: 2,
+			Run: func(ctx context.Context, ts []rdb.Taking) ([]rdb.Outcome, error) {
+				ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				defer cancel()
+				c, err := w.pool.GetContext(ctx)
+				if err != nil {
+					return nil, err
+				}
+				defer c.Close()
+				return rdb.FinishMany(ctx, c, qk, ts)
+			},
+		}
 		w.queues = append(w.queues, r)
 		w.byName[ref.Member()] = r
 	}
@@ -653,6 +669,15 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, p finishPlan) {
 func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.Outcome, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
+	if q.kind == plainQueue && !p.giveBack {
+		// Group commit: finishes of this queue that arrive together share
+		// one script call; each is checked and answered on its own.
+		out, err := q.finishes.Do(ctx, rdb.Taking{Worker: s.id, PID: t.pid, ID: t.ID, Args: p.args})
+		if err == nil && out == rdb.OutcomeLost {
+			return out, ErrTaskLost
+		}
+		return out, err
+	}
 	c, err := w.pool.GetContext(ctx)
 	if err != nil {
 		return rdb.OutcomeLost, err

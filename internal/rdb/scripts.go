@@ -2,11 +2,14 @@ package rdb
 
 import (
 	"context"
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -14,8 +17,15 @@ import (
 //go:embed lua/*.lua
 var luaFiles embed.FS
 
+// script is one Lua script, run by SHA with a fallback to EVAL on NOSCRIPT.
+type script struct {
+	src      string
+	hash     string
+	keyCount int // -1: the caller passes the key count first
+}
+
 // load builds a script from lua/<name>.lua with lua/lib.lua prepended.
-func load(name string, keyCount int) *redis.Script {
+func load(name string, keyCount int) *script {
 	lib, err := luaFiles.ReadFile("lua/lib.lua")
 	if err != nil {
 		panic("rdb: missing embedded lib.lua") // a build defect, caught by every test
@@ -24,15 +34,47 @@ func load(name string, keyCount int) *redis.Script {
 	if err != nil {
 		panic("rdb: missing embedded script " + name)
 	}
-	return redis.NewScript(keyCount, string(lib)+string(src))
+	full := string(lib) + string(src)
+	sum := sha1.Sum([]byte(full))
+	return &script{src: full, hash: hex.EncodeToString(sum[:]), keyCount: keyCount}
 }
 
-// The scripts are immutable once built; redigo's Script runs EVALSHA and falls
-// back to EVAL on NOSCRIPT.
+// DoContext runs the script on c. When ctx carries a deadline and c supports
+// timeouts, it uses the connection's read deadline rather than redigo's
+// goroutine-per-call DoContext: cheaper on the hot path, and bounded the same.
+func (s *script) DoContext(ctx context.Context, c redis.Conn, keysAndArgs ...any) (any, error) {
+	args := make([]any, 0, 2+len(keysAndArgs))
+	args = append(args, s.hash)
+	if s.keyCount >= 0 {
+		args = append(args, s.keyCount)
+	}
+	args = append(args, keysAndArgs...)
+	r, err := s.do(ctx, c, "EVALSHA", args)
+	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
+		args[0] = s.src
+		r, err = s.do(ctx, c, "EVAL", args)
+	}
+	return r, err
+}
+
+func (s *script) do(ctx context.Context, c redis.Conn, cmd string, args []any) (any, error) {
+	if dl, ok := ctx.Deadline(); ok {
+		if cwt, ok := c.(redis.ConnWithTimeout); ok {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return cwt.DoWithTimeout(time.Until(dl), cmd, args...)
+		}
+	}
+	return redis.DoContext(c, ctx, cmd, args...)
+}
+
+// The scripts are immutable once built.
 var (
 	enqueueScript  = load("enqueue", -1)
 	takeScript     = load("take", 6)
 	finishScript   = load("finish", 6)
+	finishMany     = load("finish_many", 3)
 	givebackScript = load("giveback", 5)
 	requeueScript  = load("requeue", -1)
 	cancelScript   = load("cancel", 4)
@@ -238,6 +280,40 @@ func Finish(ctx context.Context, c Conn, q QueueKeys, w, pid, id string, a Finis
 		return OutcomeLost, ErrLost
 	}
 	return Outcome(code), nil
+}
+
+// Taking names one taking to finish: its worker, pid and task id.
+type Taking struct {
+	Worker, PID, ID string
+	Args            FinishArgs
+}
+
+// FinishMany records the ends of several takings of queue q in one script
+// call. Each gets its own outcome; OutcomeLost (with no error) for a taking
+// its worker no longer owns, which was left unchanged.
+func FinishMany(ctx context.Context, c Conn, q QueueKeys, ts []Taking) ([]Outcome, error) {
+	args := make([]any, 0, 6+8*len(ts))
+	args = append(args, q.Scheduled, q.Dead, q.Config, q.TaskPrefix, q.ProcPrefix, q.WorkerQueuePrefix)
+	for _, t := range ts {
+		mode := t.Args.Mode
+		if mode == "" {
+			mode = FinishDone
+		}
+		args = append(args, t.Worker, t.PID, t.ID, string(mode), t.Args.RetryDelayMs, t.Args.Err,
+			t.Args.RetentionMillis, t.Args.Result)
+	}
+	codes, err := redis.Ints(finishMany.DoContext(ctx, c, args...))
+	if err != nil {
+		return nil, err
+	}
+	if len(codes) != len(ts) {
+		return nil, fmt.Errorf("rdb: finish many: %d codes for %d takings", len(codes), len(ts))
+	}
+	out := make([]Outcome, len(codes))
+	for i, code := range codes {
+		out[i] = Outcome(code)
+	}
+	return out, nil
 }
 
 // GiveBack puts worker w's taking pid of task id back at the front of its queue.

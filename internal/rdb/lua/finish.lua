@@ -13,27 +13,5 @@
 -- Returns: 0 lost (not the owner: nothing changed), 1 done, 2 cancelled (a
 -- cancel was asked while it ran; it wins over every mode), 4 retry
 -- scheduled, 5 dead.
-if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
-  return 0
-end
-redis.call('DEL', KEYS[2])
-local t = redis.call('HMGET', KEYS[3], 'x', 'u')
-local retention = tonumber(ARGV[7])
-if t[1] then
-  finalize(KEYS[3], ARGV[2], t[2], 'cancelled', retention, '')
-  return 2
-end
-local mode = ARGV[4]
-if mode == 'done' then
-  finalize(KEYS[3], ARGV[2], t[2], 'done', retention, ARGV[8])
-  return 1
-end
-redis.call('HINCRBY', KEYS[3], 'n', 1)
-if mode == 'retry' then
-  redis.call('HSET', KEYS[3], 's', 'scheduled', 'e', ARGV[6])
-  redis.call('HDEL', KEYS[3], 'w', 'p')
-  redis.call('ZADD', KEYS[4], now_ms() + tonumber(ARGV[5]), ARGV[2])
-  return 4
-end
-bury(KEYS[5], KEYS[6], ARGV[9], ARGV[2], 'failed', ARGV[6], ARGV[3])
-return 5
+return finish_one(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[9],
+  ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], tonumber(ARGV[7]), ARGV[8])

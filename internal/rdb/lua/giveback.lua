@@ -12,7 +12,13 @@ if redis.call('SREM', KEYS[1], ARGV[1]) == 0 then
   return 0
 end
 redis.call('DEL', KEYS[2])
-local t = redis.call('HMGET', KEYS[3], 'x', 'u', 'fs')
+local t = redis.pcall('HMGET', KEYS[3], 'x', 'u', 'fs')
+if t.err then
+  -- Corrupt task data: put the id back; the take buries it with the reason.
+  redis.call('LPUSH', KEYS[4], ARGV[2])
+  redis.call('PUBLISH', ARGV[3], 1)
+  return 3
+end
 if t[3] and t[3] ~= 'running' then
   -- A flow run that ended (cancelled) while this taking ran: keep it as is.
   redis.call('HDEL', KEYS[3], 'w', 'p')

@@ -258,3 +258,34 @@ local function buried_in_flow(tkey, id, reason, pfx, tprefix)
   end
 end
 
+-- finish_one records the end of one taking if worker still owns pid (see
+-- finish.lua for the modes and return codes).
+local function finish_one(wq, pkey, tkey, sched, dead, cfg, tprefix, pid, id, worker, mode, delay, err, retention, result)
+  if redis.call('SREM', wq, pid) == 0 then
+    return 0
+  end
+  redis.call('DEL', pkey)
+  local t = redis.pcall('HMGET', tkey, 'x', 'u')
+  if t.err then
+    bury(dead, cfg, tprefix, id, fix_type(tkey), '', worker)
+    return 5
+  end
+  if t[1] then
+    finalize(tkey, id, t[2], 'cancelled', retention, '')
+    return 2
+  end
+  if mode == 'done' then
+    finalize(tkey, id, t[2], 'done', retention, result)
+    return 1
+  end
+  redis.call('HINCRBY', tkey, 'n', 1)
+  if mode == 'retry' then
+    redis.call('HSET', tkey, 's', 'scheduled', 'e', err)
+    redis.call('HDEL', tkey, 'w', 'p')
+    redis.call('ZADD', sched, now_ms() + tonumber(delay), id)
+    return 4
+  end
+  bury(dead, cfg, tprefix, id, 'failed', err, worker)
+  return 5
+end
+

@@ -1,0 +1,163 @@
+package rdb_test
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// Hot-path benchmarks: one connection, one round trip per script call, so
+// ns/op is mostly loopback latency plus the script's time in Redis; allocs/op
+// is the client's share. Run them with
+//
+//	go test -run '^$' -bench . -benchmem ./internal/rdb
+//
+// Batched benchmarks also report ns/job.
+
+const payloadSize = 100
+
+func benchConn(b *testing.B) (redis.Conn, rdb.QueueKeys) {
+	b.Helper()
+	c, err := redis.DialURL(server(b).URL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { c.Close() })
+	ns := redistest.Namespace()
+	b.Cleanup(func() { cleanup(b, ns) })
+	return c, rdb.NewKeys(ns).Queue(rdb.Standalone("bench"))
+}
+
+// cleanup deletes every key of namespace ns.
+func cleanup(b *testing.B, ns string) {
+	c, err := redis.DialURL(server(b).URL)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	defer c.Close()
+	ctx := context.Background()
+	keys, err := redistest.Keys(ctx, c, ns)
+	if err != nil {
+		b.Error(err)
+		return
+	}
+	for len(keys) > 0 {
+		n := min(len(keys), 1000)
+		args := make([]any, n)
+		for i, k := range keys[:n] {
+			args[i] = k
+		}
+		if _, err := c.Do("UNLINK", args...); err != nil {
+			b.Error(err)
+			return
+		}
+		keys = keys[n:]
+	}
+}
+
+func newIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = xid.New().String()
+	}
+	return ids
+}
+
+func payloads(n int) [][]byte {
+	p := make([]byte, payloadSize)
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = p
+	}
+	return out
+}
+
+func BenchmarkEnqueue(b *testing.B) {
+	for _, batch := range []int{1, 100} {
+		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+			c, qk := benchConn(b)
+			ctx := context.Background()
+			ids := newIDs(b.N * batch)
+			ps := payloads(batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if _, err := rdb.Enqueue(ctx, c, qk, ids[i*batch:(i+1)*batch], ps, nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*batch), "ns/job")
+		})
+	}
+}
+
+// BenchmarkTakeFinish takes batch tasks and finishes each: one round of the
+// worker's hot path (enqueue excluded, done before the timer starts).
+func BenchmarkTakeFinish(b *testing.B) {
+	for _, batch := range []int{1, 16} {
+		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+			c, qk := benchConn(b)
+			ctx := context.Background()
+			total := b.N * batch
+			ids := newIDs(total)
+			for i := 0; i < total; i += 1000 {
+				j := min(i+1000, total)
+				if _, err := rdb.Enqueue(ctx, c, qk, ids[i:j], payloads(j-i), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			const w = "bench-worker"
+			args := rdb.FinishArgs{Mode: rdb.FinishDone}
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				taken, err := rdb.Take(ctx, c, qk, w, batch, 5, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(taken) != batch {
+					b.Fatalf("took %d, want %d", len(taken), batch)
+				}
+				for _, t := range taken {
+					if _, err := rdb.Finish(ctx, c, qk, w, t.PID, t.ID, args); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/job")
+		})
+	}
+}
+
+var (
+	sinkKeys rdb.QueueKeys
+	sinkKey  string
+)
+
+func BenchmarkKeys(b *testing.B) {
+	keys := rdb.NewKeys("worqr")
+	ref := rdb.Standalone("emails")
+	b.Run("Queue", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			sinkKeys = keys.Queue(ref)
+		}
+	})
+	qk := keys.Queue(ref)
+	id := xid.New().String()
+	b.Run("Task", func(b *testing.B) {
+		b.ReportAllocs()
+		for i := 0; i < b.N; i++ {
+			sinkKey = qk.Task(id)
+		}
+	})
+}

@@ -1,0 +1,147 @@
+package worqr_test
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// commands returns the total number of commands Redis has run (INFO
+// commandstats), including those run inside scripts.
+func commands(b *testing.B, pool *redis.Pool) int64 { return count(b, pool, "") }
+
+// scriptCalls returns the number of EVALSHA and EVAL calls Redis has run.
+func scriptCalls(b *testing.B, pool *redis.Pool) int64 {
+	return count(b, pool, "cmdstat_evalsha:") + count(b, pool, "cmdstat_eval:")
+}
+
+func count(b *testing.B, pool *redis.Pool, only string) int64 {
+	c := pool.Get()
+	defer c.Close()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") ||
+			only != "" && !strings.HasPrefix(line, only) {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.IndexByte(line[i:], ',')
+		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
+		total += n
+	}
+	return total
+}
+
+// redisCPU returns Redis's used CPU (user + sys) in microseconds.
+func redisCPU(b *testing.B, pool *redis.Pool) float64 {
+	c := pool.Get()
+	defer c.Close()
+	info, err := redis.String(c.Do("INFO", "cpu"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var total float64
+	for _, line := range strings.Split(info, "\n") {
+		line = strings.TrimSpace(line)
+		for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+			if strings.HasPrefix(line, k) {
+				v, _ := strconv.ParseFloat(line[len(k):], 64)
+				total += v * 1e6
+			}
+		}
+	}
+	return total
+}
+
+var payload100 = []byte(strings.Repeat("p", 100))
+
+// BenchmarkEnqueueParallel10 enqueues one task per call from 10 goroutines.
+func BenchmarkEnqueueParallel10(b *testing.B) {
+	pool := srv.Pool()
+	defer pool.Close()
+	pool.MaxIdle = 32
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	ctx := context.Background()
+	before := commands(b, pool)
+	cpu := redisCPU(b, pool)
+	var next atomic.Int64
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	for g := 0; g < 10; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(b.N) {
+				if _, err := c.Enqueue(ctx, "bench", payload100, nil); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(commands(b, pool)-before)/float64(b.N), "cmds/op")
+	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
+}
+
+// BenchmarkDrain50 drains b.N pre-enqueued tasks with a no-op handler at
+// concurrency 50.
+func BenchmarkDrain50(b *testing.B) {
+	pool := srv.Pool()
+	defer pool.Close()
+	pool.MaxIdle = 64
+	ns := redistest.Namespace()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	ctx := context.Background()
+	for left := b.N; left > 0; left -= 1000 {
+		batch := make([][]byte, min(left, 1000))
+		for i := range batch {
+			batch[i] = payload100
+		}
+		if _, err := c.EnqueueBatch(ctx, "bench", batch, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: ns},
+		Queues: map[string]worqr.QueueConfig{"bench": {Concurrency: 50, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			return nil
+		})}},
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventDone && done.Add(1) == int64(b.N) {
+				close(all)
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := commands(b, pool)
+	scripts := scriptCalls(b, pool)
+	cpu := redisCPU(b, pool)
+	b.ResetTimer()
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	<-all
+	b.StopTimer()
+	b.ReportMetric(float64(commands(b, pool)-before)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(scriptCalls(b, pool)-scripts)/float64(b.N), "scripts/op")
+	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
+	w.Stop(ctx)
+}
