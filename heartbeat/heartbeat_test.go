@@ -18,7 +18,7 @@ import (
 
 const (
 	interval = 50 * time.Millisecond
-	ttl      = 200 * time.Millisecond
+	ttl      = 500 * time.Millisecond // ten intervals: slack for a loaded CI machine
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -115,8 +115,8 @@ func TestRunKeepsKeyAlive(t *testing.T) {
 	e := newEnv(t)
 	done := e.start(t, context.Background())
 
-	// Over five TTLs the key, left alone, would expire; the loop renews it.
-	end := time.Now().Add(5 * ttl)
+	// Over three TTLs the key, left alone, would expire; the loop renews it.
+	end := time.Now().Add(3 * ttl)
 	for time.Now().Before(end) {
 		if !e.keyExists(t) {
 			t.Fatal("keepalive expired while the loop was running")
