@@ -145,3 +145,35 @@ func BenchmarkDrain50(b *testing.B) {
 	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
 	w.Stop(ctx)
 }
+
+// BenchmarkMemoryPerWaitingTask reports Redis memory per waiting task
+// (100-byte payloads, enqueued in batches).
+func BenchmarkMemoryPerWaitingTask(b *testing.B) {
+	pool := srv.Pool()
+	defer pool.Close()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	ctx := context.Background()
+	used := func() float64 {
+		conn := pool.Get()
+		defer conn.Close()
+		info, _ := redis.String(conn.Do("INFO", "memory"))
+		for _, line := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				return n
+			}
+		}
+		return 0
+	}
+	before := used()
+	for left := b.N; left > 0; left -= 1000 {
+		batch := make([][]byte, min(left, 1000))
+		for i := range batch {
+			batch[i] = payload100
+		}
+		if _, err := c.EnqueueBatch(ctx, "mem", batch, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric((used()-before)/float64(b.N), "B/task")
+}
