@@ -23,3 +23,10 @@ lint: ## gofmt, go vet, staticcheck
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 
 .PHONY: help build run test lint
+
+BENCH_FLAGS ?=
+
+bench: ## worqr vs asynq, own redis-server, ~5 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
+	$(GO) run ./cmd/worqr-bench $(BENCH_FLAGS)
+
+.PHONY: bench

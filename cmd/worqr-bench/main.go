@@ -9,9 +9,10 @@
 // -skip-asynq, it then runs the asynq side (bench/asynq, a module of its own)
 // with `go run` against the same server, and prints one table of medians.
 //
-//	go run ./cmd/worqr-bench                    # everything, ~6 minutes
+//	go run ./cmd/worqr-bench                    # everything, about 4-5 minutes
 //	go run ./cmd/worqr-bench -only a,b -reps 5  # enqueue and drain only
 //	go run ./cmd/worqr-bench -skip-asynq -only drain -cpuprofile drain.pprof
+//	go run ./cmd/worqr-bench -skip-asynq -only a -profile a -cpuprofile enqueue.pprof
 package main
 
 import (
@@ -56,6 +57,7 @@ type options struct {
 	recoveryJobs  int
 	recoveryCap   time.Duration
 	cpuprofile    string
+	profile       string
 	jsonOut       string
 	verbose       bool
 
@@ -69,6 +71,21 @@ type workloads struct {
 
 func (w workloads) needEnqueue() bool { return w.enqueue || w.commands }
 func (w workloads) needDrain() bool   { return w.drain || w.commands || w.cpu || w.memory }
+
+// letters is the -only list of the selected workloads, without recovery
+// unless withRecovery.
+func (w workloads) letters(withRecovery bool) string {
+	var out []string
+	for _, l := range []struct {
+		on     bool
+		letter string
+	}{{w.enqueue, "a"}, {w.drain, "b"}, {w.latency, "c"}, {w.commands, "d"}, {w.cpu, "e"}, {w.memory, "f"}, {w.recovery && withRecovery, "g"}} {
+		if l.on {
+			out = append(out, l.letter)
+		}
+	}
+	return strings.Join(out, ",")
+}
 
 func parseOnly(s string) (workloads, error) {
 	if s == "" {
@@ -136,7 +153,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.asynqRecReps, "asynq-recovery-reps", 1, "repetitions of asynq's recovery run (each takes one to two minutes)")
 	fs.IntVar(&o.recoveryJobs, "recovery-jobs", 10, "recovery: jobs held by the worker that is killed")
 	fs.DurationVar(&o.recoveryCap, "recovery-cap", 120*time.Second, "recovery: longest wait for the jobs to be taken again")
-	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the first worqr drain to this file")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the first worqr run of -profile's workload to this file")
+	fs.StringVar(&o.profile, "profile", "b", "workload -cpuprofile covers: a (enqueue) or b (drain)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write both reports as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every repetition's samples")
 	if err := fs.Parse(args); err != nil {
@@ -170,6 +188,8 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-recovery-cap (%s) must be at least 1s", o.recoveryCap)
 	case o.asynqRecReps < 1:
 		return nil, fmt.Errorf("-asynq-recovery-reps (%d) must be at least 1", o.asynqRecReps)
+	case o.profile != "a" && o.profile != "b":
+		return nil, fmt.Errorf("-profile (%q) must be a (enqueue) or b (drain)", o.profile)
 	case o.asynqFastPoll < 0:
 		return nil, fmt.Errorf("-asynq-fast-poll (%s) must not be negative", o.asynqFastPoll)
 	}
@@ -219,20 +239,32 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	defer b.close()
-	wq, err := b.runAll(ctx)
-	if err != nil {
-		return fmt.Errorf("worqr: %w", err)
-	}
-	if _, err := redis.DoContext(stats, ctx, "FLUSHDB"); err != nil {
-		return err
-	}
-
-	var aq *Report
+	asynqDir := ""
 	if !o.skipAsynq {
-		if aq, err = runAsynq(ctx, o, url); err != nil {
-			return fmt.Errorf("asynq: %w", err)
+		if asynqDir, err = findAsynqDir(o.asynqDir); err != nil {
+			return err
 		}
 	}
+	// The systems take turns, one repetition each, so that both see the
+	// same conditions on a machine whose load changes.
+	var aq *Report
+	for rep := 0; rep < o.reps; rep++ {
+		if err := b.runRep(ctx, rep); err != nil {
+			return fmt.Errorf("worqr: %w", err)
+		}
+		if _, err := redis.DoContext(stats, ctx, "FLUSHDB"); err != nil {
+			return err
+		}
+		if o.skipAsynq {
+			continue
+		}
+		r, err := runAsynq(ctx, o, url, asynqDir, rep)
+		if err != nil {
+			return fmt.Errorf("asynq: %w", err)
+		}
+		aq = aq.merge(r)
+	}
+	wq := b.report()
 
 	load1 := loadAvg()
 	wq.Notes = append(wq.Notes, fmt.Sprintf("1-minute load average before the run %.2f, after %.2f (%d CPUs)", load0, load1, runtime.NumCPU()))
@@ -290,6 +322,9 @@ func printTargets(w io.Writer, wq, aq *Report) {
 			if !ok {
 				return "", false, false
 			}
+			if wq.Capped[key] { // the wait ran out: the value is a lower bound
+				return ">" + strconv.FormatFloat(v, 'g', 3, 64) + unit, false, true
+			}
 			return strconv.FormatFloat(v, 'g', 3, 64) + unit, v <= limit, true
 		}
 	}
@@ -316,15 +351,13 @@ func printTargets(w io.Writer, wq, aq *Report) {
 	}
 }
 
-// runAsynq runs the asynq module's program with `go run` against url and
-// parses the report it prints on stdout.
-func runAsynq(ctx context.Context, o *options, url string) (*Report, error) {
-	dir := o.asynqDir
-	if dir == "" {
-		var err error
-		if dir, err = findAsynqDir(); err != nil {
-			return nil, err
-		}
+// runAsynq runs repetition rep of the asynq module's program with `go run`
+// in dir against url and parses the report it prints on stdout (nil when
+// nothing is left to run: recovery only, and its repetitions are done).
+func runAsynq(ctx context.Context, o *options, url, dir string, rep int) (*Report, error) {
+	only := o.run.letters(rep < o.asynqRecReps)
+	if only == "" {
+		return nil, nil
 	}
 	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
 	if _, err := os.Stat(goBin); err != nil {
@@ -338,14 +371,12 @@ func runAsynq(ctx context.Context, o *options, url string) (*Report, error) {
 		"-rate", strconv.Itoa(o.rate),
 		"-duration", o.duration.String(),
 		"-procs", strconv.Itoa(o.procs),
-		"-reps", strconv.Itoa(o.reps),
-		"-recovery-reps", strconv.Itoa(o.asynqRecReps),
+		"-reps", "1",
+		"-recovery-reps", "1",
 		"-recovery-jobs", strconv.Itoa(o.recoveryJobs),
 		"-recovery-cap", o.recoveryCap.String(),
 		"-fast-poll", o.asynqFastPoll.String(),
-	}
-	if o.only != "" {
-		args = append(args, "-only", o.only)
+		"-only", only,
 	}
 	fmt.Fprintf(os.Stderr, "worqr-bench: running the asynq side: (cd %s && go %s)\n", dir, strings.Join(args, " "))
 	cmd := exec.CommandContext(ctx, goBin, args...)
@@ -361,16 +392,22 @@ func runAsynq(ctx context.Context, o *options, url string) (*Report, error) {
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("%s: %w", strings.Join(cmd.Args, " "), err)
 	}
-	var rep Report
-	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
+	var out Report
+	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
 		return nil, fmt.Errorf("parse its report: %w (output: %.200q)", err, stdout.String())
 	}
-	return &rep, nil
+	return &out, nil
 }
 
-// findAsynqDir looks for bench/asynq/go.mod in the working directory and the
-// directories above it.
-func findAsynqDir() (string, error) {
+// findAsynqDir returns dir, or when it is empty looks for bench/asynq/go.mod
+// in the working directory and the directories above it.
+func findAsynqDir(dir string) (string, error) {
+	if dir != "" {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+			return "", fmt.Errorf("-asynq-dir: %w", err)
+		}
+		return dir, nil
+	}
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -31,6 +32,32 @@ func newReport(system, version string) *Report {
 
 func (r *Report) add(key string, v float64) { r.Metrics[key] = append(r.Metrics[key], v) }
 
+// merge adds the samples of next (one repetition) to r and returns the result;
+// the command breakdown is next's, notes are kept once.
+func (r *Report) merge(next *Report) *Report {
+	if next == nil {
+		return r
+	}
+	if r == nil {
+		r = newReport(next.System, next.Version)
+	}
+	for k, v := range next.Metrics {
+		r.Metrics[k] = append(r.Metrics[k], v...)
+	}
+	for k, v := range next.Capped {
+		r.Capped[k] = r.Capped[k] || v
+	}
+	for k, v := range next.Commands {
+		r.Commands[k] = v
+	}
+	for _, n := range next.Notes {
+		if !slices.Contains(r.Notes, n) {
+			r.Notes = append(r.Notes, n)
+		}
+	}
+	return r
+}
+
 func (r *Report) median(key string) (float64, bool) {
 	if r == nil {
 		return 0, false
@@ -53,13 +80,23 @@ type row struct {
 
 func rows(o *options) []row {
 	jobs := func(v float64) string { return thousands(int64(math.Round(v))) }
-	msf := func(v float64) string { return strconv.FormatFloat(v, 'g', 3, 64) }
+	msf := func(v float64) string { // three significant digits, no exponent
+		switch {
+		case v >= 100:
+			return thousands(int64(math.Round(v)))
+		case v >= 10:
+			return strconv.FormatFloat(v, 'f', 1, 64)
+		case v >= 1:
+			return strconv.FormatFloat(v, 'f', 2, 64)
+		}
+		return strconv.FormatFloat(v, 'f', 3, 64)
+	}
 	f2 := func(v float64) string { return strconv.FormatFloat(v, 'f', 2, 64) }
 	f1 := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	b := func(v float64) string { return thousands(int64(math.Round(v))) }
 	out := []row{
 		{key: "enqueue_jobs_per_s", label: "a. enqueue one by one, 10 goroutines (jobs/s)", higher: true, format: jobs},
-		{key: "drain_jobs_per_s", label: fmt.Sprintf("b. drain, concurrency %d, no-op handler (jobs/s)", o.concurrency), higher: true, format: jobs},
+		{key: "drain_jobs_per_s", label: drainLabel(o), higher: true, format: jobs},
 	}
 	for _, p := range []string{"p50", "p90", "p99", "max"} {
 		out = append(out, row{key: "latency_" + p + "_ms", label: "c. latency enqueue -> handler start, " + p + " (ms)", format: msf})
@@ -74,6 +111,8 @@ func rows(o *options) []row {
 		row{key: "cmds_per_job_drain", label: "   of which take + finish (b)", format: f2},
 		row{key: "redis_cpu_us_per_job", label: "e. Redis CPU per job, drain (µs)", format: f1},
 		row{key: "client_cpu_us_per_job", label: "e. client CPU per job, drain (µs)", format: f1},
+		row{key: "enqueue_redis_cpu_us_per_job", label: "   Redis CPU per job, enqueue (µs)", format: f1},
+		row{key: "enqueue_client_cpu_us_per_job", label: "   client CPU per job, enqueue (µs)", format: f1},
 		row{key: "enqueue_allocs_per_job", label: "   client heap allocations per job, enqueue (a)", format: f1},
 		row{key: "drain_allocs_per_job", label: "   client heap allocations per job, drain (b)", format: f1},
 		row{key: "mem_bytes_per_job", label: "f. Redis memory per waiting job (bytes)", format: b},
@@ -82,6 +121,13 @@ func rows(o *options) []row {
 		row{key: "recovery_all_s", label: fmt.Sprintf("g. SIGKILL -> all %d jobs taken again (s)", o.recoveryJobs), format: f2},
 	)
 	return out
+}
+
+func drainLabel(o *options) string {
+	if o.procs == 1 {
+		return fmt.Sprintf("b. drain, concurrency %d, no-op handler (jobs/s)", o.concurrency)
+	}
+	return fmt.Sprintf("b. drain, %d processes x concurrency %d, no-op handler (jobs/s)", o.procs, o.concurrency)
 }
 
 func thousands(n int64) string {
@@ -142,7 +188,11 @@ func printTable(w io.Writer, o *options, wq, aq *Report) {
 			if r.higher {
 				dir = "higher is better"
 			}
-			ratio = fmt.Sprintf("%s%.2fx (%s)", prefix, x, dir)
+			if x < 0.01 && prefix == "" {
+				ratio = fmt.Sprintf("<0.01x (%s)", dir)
+			} else {
+				ratio = fmt.Sprintf("%s%.2fx (%s)", prefix, x, dir)
+			}
 		}
 		fmt.Fprintf(w, "| %s | %s | %s | %s |\n", r.label, cell(wq, r.key, wv, wok), cell(aq, ak, av, aok), ratio)
 	}

@@ -164,48 +164,51 @@ func (b *bench) progress(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "worqr-bench: worqr "+format+"\n", args...)
 }
 
-// runAll runs the selected workloads -reps times and returns the report.
-func (b *bench) runAll(ctx context.Context) (*Report, error) {
+// runRep runs repetition rep of the selected workloads.
+func (b *bench) runRep(ctx context.Context, rep int) error {
 	o := b.o
-	for rep := 0; rep < o.reps; rep++ {
-		enq, drain := -1.0, -1.0
-		if o.run.needEnqueue() {
-			v, err := b.enqueue(ctx)
-			if err != nil {
-				return nil, fmt.Errorf("enqueue: %w", err)
-			}
-			enq = v
+	enq, drain := -1.0, -1.0
+	if o.run.needEnqueue() {
+		v, err := b.enqueue(ctx, rep == 0 && o.cpuprofile != "" && o.profile == "a")
+		if err != nil {
+			return fmt.Errorf("enqueue: %w", err)
 		}
-		if o.run.needDrain() {
-			v, err := b.drain(ctx, rep)
-			if err != nil {
-				return nil, fmt.Errorf("drain: %w", err)
-			}
-			drain = v
+		enq = v
+	}
+	if o.run.needDrain() {
+		v, err := b.drain(ctx, rep == 0 && o.cpuprofile != "" && o.profile == "b")
+		if err != nil {
+			return fmt.Errorf("drain: %w", err)
 		}
-		if enq >= 0 && drain >= 0 {
-			b.rep.add("cmds_per_job", enq+drain)
-		}
-		if o.run.latency {
-			if err := b.latency(ctx); err != nil {
-				return nil, fmt.Errorf("latency: %w", err)
-			}
-		}
-		if o.run.recovery {
-			if err := b.recovery(ctx); err != nil {
-				return nil, fmt.Errorf("recovery: %w", err)
-			}
+		drain = v
+	}
+	if enq >= 0 && drain >= 0 {
+		b.rep.add("cmds_per_job", enq+drain)
+	}
+	if o.run.latency {
+		if err := b.latency(ctx); err != nil {
+			return fmt.Errorf("latency: %w", err)
 		}
 	}
-	if o.procs > 1 {
-		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("drain ran in %d child processes of %d handlers each; their CPU is in the client CPU", o.procs, o.concurrency))
+	if o.run.recovery {
+		if err := b.recovery(ctx); err != nil {
+			return fmt.Errorf("recovery: %w", err)
+		}
 	}
-	return b.rep, nil
+	return nil
+}
+
+// report returns what the repetitions measured.
+func (b *bench) report() *Report {
+	if b.o.procs > 1 {
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("drain ran in %d child processes of %d handlers each; their CPU is in the client CPU", b.o.procs, b.o.concurrency))
+	}
+	return b.rep
 }
 
 // enqueue (a): N single Enqueue calls from 10 goroutines. It returns the
 // Redis commands per job.
-func (b *bench) enqueue(ctx context.Context) (float64, error) {
+func (b *bench) enqueue(ctx context.Context, profile bool) (float64, error) {
 	ns, err := b.fresh(ctx)
 	if err != nil {
 		return 0, err
@@ -222,6 +225,12 @@ func (b *bench) enqueue(ctx context.Context) (float64, error) {
 	var next atomic.Int64
 	errs := make(chan error, enqueueRoutines)
 	var wg sync.WaitGroup
+	stopProfile := func() {}
+	if profile {
+		if stopProfile, err = b.startProfile(); err != nil {
+			return 0, err
+		}
+	}
 	start := time.Now()
 	for g := 0; g < enqueueRoutines; g++ {
 		wg.Add(1)
@@ -237,6 +246,7 @@ func (b *bench) enqueue(ctx context.Context) (float64, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	stopProfile()
 	close(errs)
 	if err := <-errs; err != nil {
 		return 0, err
@@ -249,17 +259,20 @@ func (b *bench) enqueue(ctx context.Context) (float64, error) {
 	perJobCmds := float64(totalCalls(d)) / float64(n)
 	b.rep.add("enqueue_jobs_per_s", float64(n)/elapsed.Seconds())
 	b.rep.add("cmds_per_job_enqueue", perJobCmds)
+	b.rep.add("enqueue_redis_cpu_us_per_job", (s1.redisCPU-s0.redisCPU)*1e6/float64(n))
+	b.rep.add("enqueue_client_cpu_us_per_job", (s1.selfCPU-s0.selfCPU)*1e6/float64(n))
 	b.rep.add("enqueue_allocs_per_job", float64(s1.mallocs-s0.mallocs)/float64(n))
 	b.rep.add("enqueue_alloc_bytes_per_job", float64(s1.allocBytes-s0.allocBytes)/float64(n))
 	b.rep.Commands["a. enqueue"] = perJob(d, n)
-	b.progress("enqueue: %.0f jobs/s, %.2f commands/job", float64(n)/elapsed.Seconds(), perJobCmds)
+	b.progress("enqueue: %.0f jobs/s, %.2f commands/job, redis CPU %.1f µs/job, client CPU %.1f µs/job",
+		float64(n)/elapsed.Seconds(), perJobCmds, (s1.redisCPU-s0.redisCPU)*1e6/float64(n), (s1.selfCPU-s0.selfCPU)*1e6/float64(n))
 	return perJobCmds, nil
 }
 
 // drain (b, e, f): pre-enqueue N jobs in batches (untimed; measures the
 // memory per waiting job), then time a worker from Start to the Nth finish
 // Redis accepted. It returns the Redis commands per job of the drain.
-func (b *bench) drain(ctx context.Context, rep int) (float64, error) {
+func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
 	o := b.o
 	ns, err := b.fresh(ctx)
 	if err != nil {
@@ -294,7 +307,7 @@ func (b *bench) drain(ctx context.Context, rep int) (float64, error) {
 		s1      snapshot
 	)
 	if o.procs == 1 {
-		elapsed, s1, err = b.drainInProcess(ctx, ns, rep == 0 && o.cpuprofile != "")
+		elapsed, s1, err = b.drainInProcess(ctx, ns, profile)
 	} else {
 		elapsed, s1, err = b.drainProcs(ctx, ns)
 	}
@@ -347,31 +360,22 @@ func (b *bench) drainInProcess(ctx context.Context, ns string, profile bool) (ti
 	if err != nil {
 		return 0, snapshot{}, err
 	}
+	stopProfile := func() {}
 	if profile {
-		f, err := os.Create(b.o.cpuprofile)
-		if err != nil {
-			return 0, snapshot{}, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
+		if stopProfile, err = b.startProfile(); err != nil {
 			return 0, snapshot{}, err
 		}
 	}
 	start := time.Now()
 	if err := w.Start(ctx); err != nil {
-		if profile {
-			pprof.StopCPUProfile()
-		}
+		stopProfile()
 		return 0, snapshot{}, err
 	}
 	defer stopWorker(w)
 	err = waitFor(ctx, finished, drainLimit(b.o.n), func() string {
 		return fmt.Sprintf("%d handled, %d done of %d", handled.Load(), done.Load(), n)
 	})
-	if profile {
-		pprof.StopCPUProfile()
-		fmt.Fprintf(os.Stderr, "worqr-bench: CPU profile of the drain written to %s\n", b.o.cpuprofile)
-	}
+	stopProfile()
 	if err != nil {
 		return 0, snapshot{}, err
 	}
@@ -383,6 +387,24 @@ func (b *bench) drainInProcess(ctx context.Context, ns string, profile bool) (ti
 		return 0, snapshot{}, fmt.Errorf("%d handler runs for %d jobs", h, n)
 	}
 	return end.Sub(start), s1, nil
+}
+
+// startProfile starts the CPU profile of -cpuprofile; the returned function
+// stops it.
+func (b *bench) startProfile() (func(), error) {
+	f, err := os.Create(b.o.cpuprofile)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+		fmt.Fprintf(os.Stderr, "worqr-bench: CPU profile written to %s\n", b.o.cpuprofile)
+	}, nil
 }
 
 func drainLimit(n int) time.Duration { return max(2*time.Minute, time.Duration(n)*time.Millisecond) }
@@ -504,7 +526,7 @@ func (b *bench) latency(ctx context.Context) error {
 	}
 	total := int(float64(o.rate) * o.duration.Seconds())
 	lats := make([]time.Duration, total)
-	var got, warm atomic.Int64
+	var got, stored, warm atomic.Int64
 	allIn := make(chan struct{})
 	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
 		Config: b.config(ns),
@@ -521,7 +543,7 @@ func (b *bench) latency(ctx context.Context) error {
 				if i < int64(total) {
 					lats[i] = time.Duration(now - ts)
 				}
-				if i+1 == int64(total) {
+				if stored.Add(1) == int64(total) { // every slot written
 					close(allIn)
 				}
 				return nil
@@ -703,7 +725,9 @@ func (b *bench) recovery(ctx context.Context) error {
 		return err
 	}
 	defer stopWorker(peer)
-	if !sleepCtx(ctx, 1500*time.Millisecond) { // the peer settles; the kill lands at a random beat phase
+	// Let the peer settle, then kill at a random phase of its reaper's
+	// ticker (the child's heartbeat phase is random already).
+	if !sleepCtx(ctx, 1500*time.Millisecond+rand.N(time.Second)) {
 		return ctx.Err()
 	}
 	if n := taken.Load(); n != 0 {

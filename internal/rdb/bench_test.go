@@ -138,6 +138,46 @@ func BenchmarkTakeFinish(b *testing.B) {
 	}
 }
 
+// BenchmarkTakeFinishMany is BenchmarkTakeFinish with the batch's finishes
+// sent as one FinishMany call, as the worker's group commit does.
+func BenchmarkTakeFinishMany(b *testing.B) {
+	for _, batch := range []int{1, 16} {
+		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
+			c, qk := benchConn(b)
+			ctx := context.Background()
+			total := b.N * batch
+			ids := newIDs(total)
+			for i := 0; i < total; i += 1000 {
+				j := min(i+1000, total)
+				if _, err := rdb.Enqueue(ctx, c, qk, ids[i:j], payloads(j-i), nil); err != nil {
+					b.Fatal(err)
+				}
+			}
+			const w = "bench-worker"
+			ts := make([]rdb.Taking, batch)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				taken, err := rdb.Take(ctx, c, qk, w, batch, 5, false)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(taken) != batch {
+					b.Fatalf("took %d, want %d", len(taken), batch)
+				}
+				for j, t := range taken {
+					ts[j] = rdb.Taking{Worker: w, PID: t.PID, ID: t.ID, Args: rdb.FinishArgs{Mode: rdb.FinishDone}}
+				}
+				if _, err := rdb.FinishMany(ctx, c, qk, ts); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/job")
+		})
+	}
+}
+
 var (
 	sinkKeys rdb.QueueKeys
 	sinkKey  string
