@@ -23,7 +23,14 @@ type Client struct {
 	cfg  Config
 	keys rdb.Keys
 
-	groups sync.Map // queue name -> *group.Group: concurrent plain enqueues
+	queues sync.Map // queue name -> *clientQueue
+}
+
+// clientQueue is what a Client keeps per queue it used: the key names, built
+// once, and the group that coalesces concurrent plain enqueues.
+type clientQueue struct {
+	qk      rdb.QueueKeys
+	enqueue *group.Group[[]byte, string]
 }
 
 // NewClient returns a client on pool. A nil cfg means all defaults.
@@ -105,10 +112,46 @@ func (o *EnqueueOpts) args(qk rdb.QueueKeys, n int) (*rdb.EnqueueArgs, error) {
 }
 
 func (c *Client) queue(name string) (rdb.QueueKeys, error) {
-	if err := CheckQueueName(name); err != nil {
+	q, err := c.clientQueue(name)
+	if err != nil {
 		return rdb.QueueKeys{}, err
 	}
-	return c.keys.Queue(rdb.Standalone(name)), nil
+	return q.qk, nil
+}
+
+// clientQueue returns the state of queue name, made on first use (a name is
+// checked once; an invalid one is never stored).
+func (c *Client) clientQueue(name string) (*clientQueue, error) {
+	if q, ok := c.queues.Load(name); ok {
+		return q.(*clientQueue), nil
+	}
+	if err := CheckQueueName(name); err != nil {
+		return nil, err
+	}
+	q := &clientQueue{qk: c.keys.Queue(rdb.Standalone(name))}
+	qk := q.qk
+	q.enqueue = &group.Group[[]byte, string]{
+		MaxBatch: 256, MaxInFlight: 2,
+		Run: func(ctx context.Context, payloads [][]byte) ([]string, error) {
+			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			defer cancel()
+			ids := make([]string, len(payloads))
+			for i := range ids {
+				ids[i] = xid.New().String()
+			}
+			conn, err := c.conn(ctx)
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close()
+			if _, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, nil); err != nil {
+				return nil, err
+			}
+			return ids, nil
+		},
+	}
+	actual, _ := c.queues.LoadOrStore(name, q)
+	return actual.(*clientQueue), nil
 }
 
 func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
@@ -132,37 +175,14 @@ func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts
 // plain enqueues that arrive together share one atomic script call (one
 // round trip, one wake-up), and each caller gets its own id or error.
 func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte) (string, error) {
-	qk, err := c.queue(queue)
+	q, err := c.clientQueue(queue)
 	if err != nil {
 		return "", err
 	}
 	if len(payload) > c.cfg.MaxPayloadBytes {
 		return "", invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
 	}
-	g, ok := c.groups.Load(queue)
-	if !ok {
-		g, _ = c.groups.LoadOrStore(queue, &group.Group[[]byte, string]{
-			MaxBatch: 256, MaxInFlight: 2,
-			Run: func(ctx context.Context, payloads [][]byte) ([]string, error) {
-				ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				defer cancel()
-				ids := make([]string, len(payloads))
-				for i := range ids {
-					ids[i] = xid.New().String()
-				}
-				conn, err := c.conn(ctx)
-				if err != nil {
-					return nil, err
-				}
-				defer conn.Close()
-				if _, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, nil); err != nil {
-					return nil, err
-				}
-				return ids, nil
-			},
-		})
-	}
-	id, err := g.(*group.Group[[]byte, string]).Do(ctx, payload)
+	id, err := q.enqueue.Do(ctx, payload)
 	if err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}

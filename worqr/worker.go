@@ -106,6 +106,7 @@ type queueRunner struct {
 	handler     Handler
 	concurrency int
 	busy        atomic.Int32
+	work        chan job      // cap concurrency: takings for the handler goroutines
 	wake        chan struct{} // cap 1: work may be waiting
 	freed       chan struct{} // cap 1: a slot was freed
 	finishes    *group.Group[rdb.Taking, rdb.Outcome]
@@ -137,6 +138,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.handler = r.cfg.Handler
 		r.wake = make(chan struct{}, 1)
 		r.freed = make(chan struct{}, 1)
+		r.work = make(chan job, r.concurrency)
 		qk := r.qk
 		r.finishes = &group.Group[rdb.Taking, rdb.Outcome]{
 			MaxBatch: 64, MaxInFlight: 2,
@@ -238,6 +240,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		}()
 	}
 	for _, q := range w.queues {
+		for i := 0; i < q.concurrency; i++ {
+			go w.serve(q)
+		}
 		w.loops.Add(1)
 		go w.fetchLoop(q)
 	}
@@ -435,8 +440,25 @@ func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
 		}
 		q.busy.Add(1)
 		w.handlers.Add(1)
-		go w.run(s, q, t, &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
-			Crashes: t.Crashes, pid: t.PID, worker: s.id})
+		// Never blocks: at most concurrency tasks are busy, and the channel
+		// holds that many.
+		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+			Crashes: t.Crashes, pid: t.PID, worker: s.id}}
+	}
+}
+
+// job is one taking handed to a queue's handler goroutines.
+type job struct {
+	s     *session
+	taken rdb.Taken
+	task  *Task
+}
+
+// serve is one of a queue's long-lived handler goroutines (concurrency of
+// them): reusing goroutines saves a new stack per task.
+func (w *Worker) serve(q *queueRunner) {
+	for j := range q.work {
+		w.run(j.s, q, j.taken, j.task)
 	}
 }
 
@@ -667,17 +689,18 @@ func (w *Worker) complete(s *session, q *queueRunner, t *Task, p finishPlan) {
 }
 
 func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.Outcome, error) {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
-	defer cancel()
 	if q.kind == plainQueue && !p.giveBack {
 		// Group commit: finishes of this queue that arrive together share
-		// one script call; each is checked and answered on its own.
-		out, err := q.finishes.Do(ctx, rdb.Taking{Worker: s.id, PID: t.pid, ID: t.ID, Args: p.args})
+		// one script call (with its own timeout); each is checked and
+		// answered on its own.
+		out, err := q.finishes.Do(w.runCtx, rdb.Taking{Worker: s.id, PID: t.pid, ID: t.ID, Args: p.args})
 		if err == nil && out == rdb.OutcomeLost {
 			return out, ErrTaskLost
 		}
 		return out, err
 	}
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
 	c, err := w.pool.GetContext(ctx)
 	if err != nil {
 		return rdb.OutcomeLost, err
@@ -771,6 +794,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 	close(w.takeStop)
 	w.loops.Wait()
+	for _, q := range w.queues {
+		close(q.work) // no more takings: handler goroutines end after theirs
+	}
 
 	drained := make(chan struct{})
 	go func() {

@@ -24,7 +24,8 @@ type script struct {
 	keyCount int // -1: the caller passes the key count first
 }
 
-// load builds a script from lua/<name>.lua with lua/lib.lua prepended.
+// load builds a script from lua/<name>.lua with the parts of lua/lib.lua it
+// uses prepended.
 func load(name string, keyCount int) *script {
 	lib, err := luaFiles.ReadFile("lua/lib.lua")
 	if err != nil {
@@ -34,7 +35,7 @@ func load(name string, keyCount int) *script {
 	if err != nil {
 		panic("rdb: missing embedded script " + name)
 	}
-	full := string(lib) + string(src)
+	full := libFor(string(lib), string(src)) + string(src)
 	sum := sha1.Sum([]byte(full))
 	return &script{src: full, hash: hex.EncodeToString(sum[:]), keyCount: keyCount}
 }
@@ -67,6 +68,51 @@ func (s *script) do(ctx context.Context, c redis.Conn, cmd string, args []any) (
 		}
 	}
 	return redis.DoContext(c, ctx, cmd, args...)
+}
+
+// libFor returns the parts of lib that src needs: its local values and the
+// local functions src calls, directly or through other lib functions, in lib's
+// order. Each script run defines only what it uses, which keeps the fixed
+// cost of a call low.
+func libFor(lib, src string) string {
+	type block struct{ name, text string }
+	var blocks []block
+	var head strings.Builder // comments and local values: always kept
+	lines := strings.SplitAfter(lib, "\n")
+	for i := 0; i < len(lines); i++ {
+		name, ok := strings.CutPrefix(lines[i], "local function ")
+		if !ok {
+			if strings.HasPrefix(lines[i], "local ") {
+				head.WriteString(lines[i])
+			}
+			continue
+		}
+		name = name[:strings.IndexByte(name, '(')]
+		j := i
+		for j < len(lines) && lines[j] != "end\n" {
+			j++
+		}
+		blocks = append(blocks, block{name, strings.Join(lines[i:j+1], "")})
+		i = j
+	}
+	need := map[string]bool{}
+	var mark func(text string)
+	mark = func(text string) {
+		for _, b := range blocks {
+			if !need[b.name] && strings.Contains(text, b.name+"(") {
+				need[b.name] = true
+				mark(b.text)
+			}
+		}
+	}
+	mark(src)
+	out := head.String()
+	for _, b := range blocks {
+		if need[b.name] {
+			out += b.text
+		}
+	}
+	return out
 }
 
 // The scripts are immutable once built.
