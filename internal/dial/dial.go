@@ -67,10 +67,10 @@ func scrub(err error, rawURL string) error {
 func (o Options) Check() error {
 	u, err := url.Parse(o.URL)
 	if err != nil {
-		return fmt.Errorf("Redis URL %s does not parse", Redact(o.URL))
+		return fmt.Errorf("the Redis URL %s does not parse", Redact(o.URL))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return fmt.Errorf("Redis URL %s: scheme must be redis or rediss", Redact(o.URL))
+		return fmt.Errorf("the Redis URL %s: scheme must be redis or rediss", Redact(o.URL))
 	}
 	if (o.CAFile != "" || o.CertFile != "" || o.KeyFile != "") && u.Scheme != "rediss" {
 		return fmt.Errorf("TLS files are set but the Redis URL %s is not rediss://", Redact(o.URL))
