@@ -36,7 +36,11 @@ Runs a short demo of worqr and exits 0 when every check passed:
   4. kill the child with SIGKILL: once its keepalive expires (WORQR_HEARTBEAT_TTL)
      a peer's reaper (WORQR_REAPER_INTERVAL) puts its tasks back at the front,
      and a peer completes them (each counted as having crashed once);
-  5. print a summary.
+  5. run three runs of the built-in flow guild-access through the in-process
+     workers (access-check -> update-membership -> manage-reward, fanned out
+     to the child queues discord and telegram -> notify) and print each run's
+     state: its stages' fields and each child's status and result;
+  6. print a summary.
 Without --redis-url / WORQR_REDIS_URL it runs on an embedded in-process Redis
 (miniredis). On a real Redis it uses a fresh namespace demo-<id> and deletes
 its keys at the end, so it never meets other workers.
@@ -179,7 +183,8 @@ type demo struct {
 	childID     string
 	childTook   []string
 	childDone   []string
-	childGone   bool // its stdout closed
+	childGone   bool           // its stdout closed
+	flowEnds    map[string]int // "<queue> <id>" -> accepted ends of a flow stage or child
 }
 
 // say prints one line of the story on stdout.
@@ -324,7 +329,12 @@ func (d *demo) run(ctx context.Context) error {
 		d.say("%s", l)
 	}
 
-	// 5. Stop, check, sum up.
+	// 5. A few runs of the built-in flow, with a fan-out.
+	if err := d.runFlows(ctx, client); err != nil {
+		return err
+	}
+
+	// 6. Stop, check, sum up.
 	d.stopWorkers(workers)
 	workers = nil
 	waiting, err := client.Len(ctx, demoQueue)
@@ -435,6 +445,7 @@ func (d *demo) newWorker(name string) (*worqr.Worker, error) {
 		Queues: map[string]worqr.QueueConfig{
 			demoQueue: {Handler: handler, Concurrency: demoWorkerSlots},
 		},
+		Flows:   []*worqr.Flow{newAccessFlow(demoFlowOpts())},
 		OnEvent: func(e worqr.Event) { d.onEvent(name, e) },
 	}
 	d.tm.apply(&cfg)
@@ -446,6 +457,11 @@ func (d *demo) newWorker(name string) (*worqr.Worker, error) {
 }
 
 func (d *demo) onEvent(name string, e worqr.Event) {
+	if isAccessFlowQueue(e.Queue) {
+		d.flowEvent(e)
+		logEvent(d.log.With("worker", name), e)
+		return
+	}
 	switch e.Kind {
 	case worqr.EventDone:
 		d.update(func() {

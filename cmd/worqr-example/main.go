@@ -55,6 +55,7 @@ func commands() []command {
 	return []command{
 		{"demo", "run the demo (the default when no subcommand is given)", runDemo},
 		{"enqueue", "enqueue tasks and print their ids", runEnqueue},
+		{"flow", "start runs of the built-in flow guild-access and print their ids", runFlow},
 		{"worker", "serve queues until SIGINT/SIGTERM, printing one line per event", runWorker},
 		{"stats", "print queue lengths and registered workers", runStats},
 	}

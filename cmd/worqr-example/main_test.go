@@ -343,6 +343,8 @@ func TestDemo(t *testing.T) {
 		"removed, no worker will ever get it",
 		"reaper recovered 4 tasks",
 		"summary: enqueued 31, done 30, recovered 4, cancelled 1, elapsed",
+		"flow guild-access: 3 runs done, each stage and child ended once, each run found by userId",
+		`state: access=granted membership=member notified="discord=done telegram=done" rewards=discord,telegram userId=user-1`,
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout does not hold %q:\n%s", want, stdout)

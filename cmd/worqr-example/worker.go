@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,6 +31,18 @@ Stdout carries one line per event, written as it happens (logs go to stderr):
   recovered <queue> <count>
   retry <queue> <task_id>           (a failed attempt, scheduled again)
   dead <queue> <task_id>            (moved to the dead set: an accepted end)
+
+With --flow it also serves the built-in flow guild-access (start runs with
+'worqr-example flow'): access-check -> update-membership -> manage-reward,
+which fans out one child per platform into the child queues discord and
+telegram -> notify; runs are indexed by userId. Stage handlers sleep
+--work-time, child handlers --child-work-time, each returning early when its
+context ends. With --flow, --queues may be empty (serve the flow only). The
+flow adds these lines (a stage's took line has "-" for the pid, which stage
+handlers do not see; done after the last stage means the run is done):
+  took <stage> <run_id> - <attempt>
+  forwarded <stage> <run_id>        (the stage ended; the run moved on)
+  fanned_out <stage> <run_id>       (the stage ended by fanning out children)
 `
 
 func runWorker(ctx context.Context, args []string, io stdio) error {
@@ -45,21 +58,32 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	maxCrashes := fs.Int("max-crashes", 0, "worker deaths one task may cause before it goes to the dead set (0: library default, 5; -1: no limit)")
 	retryDelay := fs.Duration("retry-delay", 0, "fixed delay before a retry (0: the library's exponential backoff)")
 	retention := fs.Duration("retention", 0, "how long done and cancelled tasks stay readable in Redis (0: deleted at once)")
+	serveFlow := fs.Bool("flow", false, "also serve the built-in flow guild-access (see above)")
+	childWorkTime := fs.Duration("child-work-time", 0, "with --flow: how long each child handler sleeps (default: --work-time)")
 	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
 	}
 	if err := c.check(true); err != nil {
 		return err
 	}
-	queues, err := parseQueues("--queues", *queueList)
-	if err != nil {
-		return err
+	var queues []string
+	if !*serveFlow || strings.TrimSpace(*queueList) != "" {
+		var err error
+		if queues, err = parseQueues("--queues", *queueList); err != nil {
+			return err
+		}
 	}
 	if *concurrency < 1 {
 		return usagef("--concurrency (%d) must be at least 1", *concurrency)
 	}
 	if *workTime < 0 {
 		return usagef("--work-time (%s) must not be negative", *workTime)
+	}
+	if *childWorkTime < 0 {
+		return usagef("--child-work-time (%s) must not be negative", *childWorkTime)
+	}
+	if !flagSet(fs, "child-work-time") {
+		*childWorkTime = *workTime
 	}
 	if *grace < 0 {
 		return usagef("--grace (%s) must not be negative", *grace)
@@ -107,7 +131,11 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		Config: worqr.Config{Namespace: c.namespace, Logger: log},
 		Queues: map[string]worqr.QueueConfig{},
 		OnEvent: func(e worqr.Event) {
-			if words := eventLine(e); words != nil {
+			words := eventLine(e)
+			if words == nil {
+				words = flowEventLine(e)
+			}
+			if words != nil {
 				if err := out.line(words...); err != nil {
 					log.Warn("worker: stdout write failed", "err", err)
 				}
@@ -123,6 +151,21 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	for _, q := range queues {
 		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency,
 			MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes, Backoff: backoff, Retention: *retention}
+	}
+	if *serveFlow {
+		cfg.Flows = []*worqr.Flow{newAccessFlow(accessFlowOpts{
+			concurrency: *concurrency, workTime: *workTime, childWorkTime: *childWorkTime,
+			onStage: func(r *worqr.Run) {
+				if err := out.line(stageTookLine(r)...); err != nil {
+					log.Warn("worker: stdout write failed", "err", err)
+				}
+			},
+			onChild: func(t *worqr.Task) {
+				if err := out.line(tookLine(t)...); err != nil {
+					log.Warn("worker: stdout write failed", "err", err)
+				}
+			},
+		})}
 	}
 	tm.apply(&cfg)
 	pool := newPool(c.redisURL) // dials nothing yet
@@ -140,7 +183,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if err := w.Start(sigCtx); err != nil {
 		return err
 	}
-	log.Info("worker: serving", "queues", queues, "concurrency", *concurrency,
+	log.Info("worker: serving", "queues", queues, "flow", *serveFlow, "concurrency", *concurrency,
 		"work_time", *workTime, "namespace", c.namespace)
 
 	<-sigCtx.Done()

@@ -285,6 +285,10 @@ func (o Outcome) String() string {
 		return "retry"
 	case OutcomeDead:
 		return "dead"
+	case OutcomeFannedOut:
+		return "fanned_out"
+	case OutcomeForwarded:
+		return "forwarded"
 	default:
 		return "lost"
 	}

@@ -183,7 +183,7 @@ var _ = Describe("Worker processes", func() {
 
 		Expect(p.sess.Command.Process.Signal(syscall.SIGKILL)).To(Succeed())
 		killed := time.Now()
-		Eventually(ctx, p.sess).WithTimeout(5 * time.Second).Should(gexec.Exit())
+		Eventually(p.sess).WithContext(ctx).WithTimeout(5 * time.Second).Should(gexec.Exit())
 
 		Eventually(ctx, seen.ids).WithTimeout(10 * time.Second).Should(ConsistOf(all))
 		bound := procHeartbeatTTL + procReaperInterval + 1500*time.Millisecond

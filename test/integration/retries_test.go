@@ -376,7 +376,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		kill := func(p *workerProc) {
 			GinkgoHelper()
 			Expect(p.sess.Command.Process.Signal(syscall.SIGKILL)).To(Succeed())
-			Eventually(ctx, p.sess).WithTimeout(5 * time.Second).Should(gexec.Exit())
+			Eventually(p.sess).WithContext(ctx).WithTimeout(5 * time.Second).Should(gexec.Exit())
 		}
 		flows(5)
 
