@@ -114,7 +114,11 @@ func runDemo(ctx context.Context, args []string, io stdio) error {
 	d.say("namespace %s; keepalive TTL %s, heartbeat %s, reaper every %s",
 		d.ns, eff.HeartbeatTTL, eff.HeartbeatInterval, eff.ReaperInterval)
 
-	d.pool = newPool(url)
+	pool, err := newPool(c.dialOptions(url))
+	if err != nil {
+		return err
+	}
+	d.pool = pool
 	defer d.pool.Close()
 	if err := ping(ctx, d.pool, url); err != nil {
 		return err

@@ -39,7 +39,10 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 	}
 	defer zl.Sync() //nolint:errcheck // stderr
 
-	pool := newPool(c.redisURL)
+	pool, err := newPool(c.dialOptions(c.redisURL))
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	if err := ping(ctx, pool, c.redisURL); err != nil {
 		return err

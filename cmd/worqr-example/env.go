@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -29,6 +30,9 @@ const (
 	envReaperInterval    = "WORQR_REAPER_INTERVAL"
 	envPollInterval      = "WORQR_POLL_INTERVAL"
 	envLogLevel          = "WORQR_LOG_LEVEL"
+	envTLSCA             = "WORQR_TLS_CA_FILE"
+	envTLSCert           = "WORQR_TLS_CERT_FILE"
+	envTLSKey            = "WORQR_TLS_KEY_FILE"
 )
 
 // usageError is bad input: the binary exits 2.
@@ -59,6 +63,9 @@ func envHelp(redisRequired, timings bool) string {
 		fmt.Fprintf(&b, "  %-25s how often a worker looks for dead peers (default %s)\n", envReaperInterval, worqr.DefaultReaperInterval)
 		fmt.Fprintf(&b, "  %-25s how often an idle worker polls its queues (default %s)\n", envPollInterval, worqr.DefaultPollInterval)
 	}
+	fmt.Fprintf(&b, "  %-25s PEM file of the CAs that sign the server's certificate (rediss:// only)\n", envTLSCA)
+	fmt.Fprintf(&b, "  %-25s PEM client certificate, for servers that require one (rediss:// only)\n", envTLSCert)
+	fmt.Fprintf(&b, "  %-25s PEM key of the client certificate\n", envTLSKey)
 	fmt.Fprintf(&b, "  %-25s debug, info, warn or error; logs go to stderr (default info)\n", envLogLevel)
 	return b.String()
 }
@@ -135,6 +142,8 @@ func (c *common) check(redisRequired bool) error {
 		}
 	} else if err := checkRedisURL(c.redisURL); err != nil {
 		return usagef("%s: %v", c.source("redis-url", envRedisURL), err)
+	} else if err := c.dialOptions(c.redisURL).Check(); err != nil {
+		return usagef("%v (%s, %s, %s)", err, envTLSCA, envTLSCert, envTLSKey)
 	}
 	if c.fs.Lookup("namespace") != nil {
 		if err := worqr.CheckQueueName(c.namespace); err != nil {
@@ -177,15 +186,21 @@ func redacted(raw string) string {
 	return "(unparsable URL)"
 }
 
-// newPool returns a redigo pool on rawURL. The caller closes it.
-func newPool(rawURL string) *redis.Pool {
-	return &redis.Pool{
-		MaxIdle:     16,
-		IdleTimeout: 5 * time.Minute,
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialURLContext(ctx, rawURL, redis.DialConnectTimeout(5*time.Second))
-		},
+// dialOptions says how to reach rawURL: TLS files come from WORQR_TLS_CA_FILE,
+// WORQR_TLS_CERT_FILE and WORQR_TLS_KEY_FILE (dial refuses them with a
+// redis:// URL: TLS files without TLS are a mistake worth naming).
+func (c *common) dialOptions(rawURL string) dial.Options {
+	return dial.Options{URL: rawURL, CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey)}
+}
+
+// newPool returns a redigo pool for o. The caller closes it. Its errors never
+// show the password.
+func newPool(o dial.Options) (*redis.Pool, error) {
+	p, err := dial.Pool(o)
+	if err != nil {
+		return nil, usagef("%v", err)
 	}
+	return p, nil
 }
 
 // ping checks that Redis answers, so that a wrong URL fails at once with a

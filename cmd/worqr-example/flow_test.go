@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -106,7 +107,10 @@ func TestWorkerFlow(t *testing.T) {
 		t.Fatalf("done lines %q", dones)
 	}
 
-	pool := newPool(url)
+	pool, err := newPool(dial.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pool.Close()
 	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
 	if err != nil {

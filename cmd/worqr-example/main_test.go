@@ -14,6 +14,7 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 
+	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -312,7 +313,10 @@ func TestWorkerCancelled(t *testing.T) {
 	if f := lr.next(t, "took "); f[2] != id {
 		t.Fatalf("took %v, want task %s", f, id)
 	}
-	pool := newPool(url)
+	pool, err := newPool(dial.Options{URL: url})
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer pool.Close()
 	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
 	if err != nil {

@@ -48,7 +48,10 @@ func runStats(ctx context.Context, args []string, io stdio) error {
 	}
 	defer zl.Sync() //nolint:errcheck // stderr
 
-	pool := newPool(c.redisURL)
+	pool, err := newPool(c.dialOptions(c.redisURL))
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	if err := ping(ctx, pool, c.redisURL); err != nil {
 		return err

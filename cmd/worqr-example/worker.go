@@ -168,7 +168,10 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		})}
 	}
 	tm.apply(&cfg)
-	pool := newPool(c.redisURL) // dials nothing yet
+	pool, err := newPool(c.dialOptions(c.redisURL)) // dials nothing yet
+	if err != nil {
+		return err
+	}
 	defer pool.Close()
 	w, err := worqr.NewWorker(pool, &cfg)
 	if err != nil {
