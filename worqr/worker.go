@@ -110,6 +110,29 @@ type queueRunner struct {
 	wake        chan struct{} // cap 1: work may be waiting
 	freed       chan struct{} // cap 1: a slot was freed
 	finishes    *group.Group[rdb.Taking, rdb.Outcome]
+
+	heldMu sync.Mutex
+	held   map[string]bool // pids of this queue's takings being run
+}
+
+func (q *queueRunner) hold(pid string, on bool) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	if on {
+		q.held[pid] = true
+	} else {
+		delete(q.held, pid)
+	}
+}
+
+func (q *queueRunner) heldPIDs() []string {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	out := make([]string, 0, len(q.held))
+	for pid := range q.held {
+		out = append(out, pid)
+	}
+	return out
 }
 
 // NewWorker validates cfg and returns a worker that is not yet registered.
@@ -139,6 +162,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.wake = make(chan struct{}, 1)
 		r.freed = make(chan struct{}, 1)
 		r.work = make(chan job, r.concurrency)
+		r.held = map[string]bool{}
 		qk := r.qk
 		r.finishes = &group.Group[rdb.Taking, rdb.Outcome]{
 			MaxBatch: 64, MaxInFlight: 2,
@@ -377,12 +401,32 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	hint := true
+	unsure := "" // the session id under which a take's reply was lost
 	delay := 50 * time.Millisecond
 	for {
 		s, changed := w.currentSession()
+		if unsure != "" && unsure != s.id {
+			unsure = "" // that id is dead: the reaper requeues what it held
+		}
 		free := q.concurrency - int(q.busy.Load())
 		if hint && free > 0 && !s.lost.Load() {
-			tasks, err := w.take(s, q, free)
+			var (
+				tasks []rdb.Taken
+				err   error
+			)
+			if unsure != "" {
+				err = w.release(s, q)
+			}
+			if err == nil {
+				unsure = ""
+				tasks, err = w.take(s, q, free)
+				if err != nil {
+					// The take may have run with its reply lost: its
+					// takings would be held by a live worker that never
+					// runs them. Release them before taking again.
+					unsure = s.id
+				}
+			}
 			switch {
 			case err != nil:
 				if w.runCtx.Err() != nil {
@@ -426,6 +470,23 @@ func (w *Worker) take(s *session, q *queueRunner, n int) ([]rdb.Taken, error) {
 	return rdb.Take(ctx, c, q.qk, s.id, n, q.cfg.MaxCrashes, q.kind == stageQueue)
 }
 
+// release puts back the takings session s holds in q that no handler runs
+// (those of a take whose reply was lost).
+func (w *Worker) release(s *session, q *queueRunner) error {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	c, err := w.pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n, _, err := rdb.Release(ctx, c, q.qk, s.id, q.heldPIDs())
+	if err == nil && n > 0 {
+		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", n)
+	}
+	return err
+}
+
 func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
 	for _, t := range tasks {
 		if t.PID == "" {
@@ -440,6 +501,7 @@ func (w *Worker) launch(s *session, q *queueRunner, tasks []rdb.Taken) {
 		}
 		q.busy.Add(1)
 		w.handlers.Add(1)
+		q.hold(t.PID, true)
 		// Never blocks: at most concurrency tasks are busy, and the channel
 		// holds that many.
 		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
@@ -464,6 +526,7 @@ func (w *Worker) serve(q *queueRunner) {
 
 func (w *Worker) run(s *session, q *queueRunner, taken rdb.Taken, t *Task) {
 	defer func() {
+		q.hold(t.pid, false)
 		q.busy.Add(-1)
 		poke(q.freed)
 		w.handlers.Done()

@@ -123,6 +123,7 @@ var (
 	finishMany     = load("finish_many", 3)
 	givebackScript = load("giveback", 5)
 	requeueScript  = load("requeue", -1)
+	releaseScript  = load("release", 3)
 	cancelScript   = load("cancel", 4)
 	registerScript = load("register", 3)
 	moveScript     = load("move", 4)
@@ -408,6 +409,25 @@ func Requeue(ctx context.Context, c Conn, q QueueKeys, workers []string, crashed
 	}
 	if len(vals) != 2 {
 		return 0, 0, fmt.Errorf("rdb: requeue: reply of %d values", len(vals))
+	}
+	return vals[0], vals[1], nil
+}
+
+// Release puts back at the front of the queue the takings worker w holds in
+// it other than known (pids w runs): takings whose take reply was lost. It
+// is idempotent; requeued tasks count no crash.
+func Release(ctx context.Context, c Conn, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
+	args := make([]any, 0, 7+len(known))
+	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, "")
+	for _, pid := range known {
+		args = append(args, pid)
+	}
+	vals, err := redis.Ints(releaseScript.DoContext(ctx, c, args...))
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(vals) != 2 {
+		return 0, 0, fmt.Errorf("rdb: release: reply of %d values", len(vals))
 	}
 	return vals[0], vals[1], nil
 }

@@ -289,3 +289,43 @@ local function finish_one(wq, pkey, tkey, sched, dead, cfg, tprefix, pid, id, wo
   return 5
 end
 
+-- requeue_pids puts the takings pids (numbers) back at the front of queue,
+-- oldest first, and deletes their processing lists. A task whose cancel was
+-- asked ends as cancelled; a flow run that ended meanwhile is left as it is;
+-- crashed counts a crash on each. Returns requeued, cancelled.
+local function requeue_pids(pids, queue, cfg, pprefix, tprefix, crashed)
+  -- pids number takings in the order tasks left the queue: push the newest
+  -- first so that the oldest ends up at the very front.
+  table.sort(pids)
+  local requeued, cancelled = 0, 0
+  for i = #pids, 1, -1 do
+    local pkey = pprefix .. pids[i]
+    local id = redis.call('LINDEX', pkey, 0)
+    redis.call('DEL', pkey)
+    if id then
+      local tkey = tprefix .. id
+      local t = redis.pcall('HMGET', tkey, 'x', 'u', 's', 'fs')
+      if t.err then
+        -- Corrupt data: requeue the id; the take buries it with the reason.
+        redis.call('LPUSH', queue, id)
+        requeued = requeued + 1
+      elseif t[4] and t[4] ~= 'running' then
+        -- A flow run that ended (cancelled) while this taking ran: keep it.
+        redis.call('HDEL', tkey, 'w', 'p')
+      elseif t[1] then
+        finalize(tkey, id, t[2], 'cancelled', cfg_num(cfg, 'retention', 0), '')
+        cancelled = cancelled + 1
+      elseif t[3] == 'active' then
+        if crashed then
+          redis.call('HINCRBY', tkey, 'c', 1)
+        end
+        redis.call('HSET', tkey, 's', 'queued')
+        redis.call('HDEL', tkey, 'w', 'p')
+        redis.call('LPUSH', queue, id)
+        requeued = requeued + 1
+      end
+    end
+  end
+  return requeued, cancelled
+end
+

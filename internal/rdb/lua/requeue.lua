@@ -19,38 +19,7 @@ for i = 4, #KEYS do
   redis.call('DEL', KEYS[i])
   redis.call('SREM', KEYS[2], ARGV[i + 1])
 end
--- pids number takings in the order tasks left the queue: push the newest
--- first so that the oldest ends up at the very front.
-table.sort(pids)
-local requeued, cancelled = 0, 0
-for i = #pids, 1, -1 do
-  local pkey = ARGV[2] .. pids[i]
-  local id = redis.call('LINDEX', pkey, 0)
-  redis.call('DEL', pkey)
-  if id then
-    local tkey = ARGV[3] .. id
-    local t = redis.pcall('HMGET', tkey, 'x', 'u', 's', 'fs')
-    if t.err then
-      -- Corrupt data: requeue the id; the take buries it with the reason.
-      redis.call('LPUSH', KEYS[1], id)
-      requeued = requeued + 1
-    elseif t[4] and t[4] ~= 'running' then
-      -- A flow run that ended (cancelled) while this taking ran: keep it.
-      redis.call('HDEL', tkey, 'w', 'p')
-    elseif t[1] then
-      finalize(tkey, id, t[2], 'cancelled', cfg_num(KEYS[3], 'retention', 0), '')
-      cancelled = cancelled + 1
-    elseif t[3] == 'active' then
-      if ARGV[4] == '1' then
-        redis.call('HINCRBY', tkey, 'c', 1)
-      end
-      redis.call('HSET', tkey, 's', 'queued')
-      redis.call('HDEL', tkey, 'w', 'p')
-      redis.call('LPUSH', KEYS[1], id)
-      requeued = requeued + 1
-    end
-  end
-end
+local requeued, cancelled = requeue_pids(pids, KEYS[1], KEYS[3], ARGV[2], ARGV[3], ARGV[4] == '1')
 if requeued > 0 then
   redis.call('PUBLISH', ARGV[1], requeued)
 end
