@@ -48,9 +48,7 @@ func (l *Loop) Run(ctx context.Context) error {
 		if l.paused.Load() {
 			continue
 		}
-		bctx, cancel := context.WithTimeout(ctx, l.Interval)
-		alive, err := l.Registry.Beat(bctx, l.ID, l.TTL)
-		cancel()
+		alive, err := l.beat(ctx)
 		switch {
 		case err == nil && alive:
 			lastOK = time.Now()
@@ -68,6 +66,27 @@ func (l *Loop) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// beatAttempts is how many connections one beat tries before it counts as
+// failed: after a blip every idle connection of the pool may be dead, and
+// each failed attempt makes the pool drop one.
+const beatAttempts = 4
+
+// beat renews the keepalive once, retrying at once on connection errors
+// within one interval.
+func (l *Loop) beat(ctx context.Context) (bool, error) {
+	bctx, cancel := context.WithTimeout(ctx, l.Interval)
+	defer cancel()
+	var err error
+	for i := 0; i < beatAttempts; i++ {
+		var alive bool
+		alive, err = l.Registry.Beat(bctx, l.ID, l.TTL)
+		if err == nil || bctx.Err() != nil {
+			return alive, err
+		}
+	}
+	return false, err
 }
 
 func (l *Loop) log() *slog.Logger {

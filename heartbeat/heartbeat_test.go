@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,5 +212,48 @@ func TestRunLostWhenNoBeatForATTL(t *testing.T) {
 	// Failed beats alone are not a loss: only a whole TTL without a good one.
 	if elapsed < ttl {
 		t.Errorf("Run gave up after %v, before a whole TTL (%v) without a beat", elapsed, ttl)
+	}
+}
+
+// deadFirst hands out n dead connections (as a pool full of connections
+// reset by a blip would), then live ones from pool.
+type deadFirst struct {
+	pool *redis.Pool
+	mu   sync.Mutex
+	n    int
+}
+
+func (d *deadFirst) GetContext(ctx context.Context) (redis.Conn, error) {
+	d.mu.Lock()
+	dead := d.n > 0
+	if dead {
+		d.n--
+	}
+	d.mu.Unlock()
+	if dead {
+		a, b := net.Pipe()
+		b.Close()
+		return redis.NewConn(a, time.Second, time.Second), nil
+	}
+	return d.pool.GetContext(ctx)
+}
+
+// One blip must not cost the keepalive: a beat that draws dead connections
+// tries others within the same interval.
+func TestBeatSurvivesDeadPooledConnections(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	// As many dead connections as beats in one TTL: without retries inside
+	// a beat, every beat of a whole TTL fails and the keepalive is lost.
+	getter := &deadFirst{pool: e.pool, n: int(ttl/interval) + 1}
+	e.loop.Registry = registry.New(getter, e.k)
+	done := e.start(t, context.Background())
+	select {
+	case err := <-done:
+		t.Fatalf("Run returned %v: dead pooled connections cost the keepalive", err)
+	case <-time.After(2 * ttl):
+	}
+	if !e.keyExists(t) {
+		t.Fatal("keepalive expired")
 	}
 }

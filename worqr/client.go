@@ -535,6 +535,7 @@ func (c *Client) SubscribeCancels(ctx context.Context, queue string) (<-chan str
 			conn, err := c.conn(ctx)
 			if err == nil {
 				err = listen(ctx, conn, []any{qk.CancelChannel}, func() {
+					delay = 50 * time.Millisecond // a new failure starts a new backoff
 					if first {
 						first = false
 						ready <- nil

@@ -798,12 +798,15 @@ func (w *Worker) subscribeLoop() {
 	}
 	delay := 50 * time.Millisecond
 	for w.runCtx.Err() == nil {
-		err := w.subscribeOnce(channels, route)
+		subscribed, err := w.subscribeOnce(channels, route)
 		if w.runCtx.Err() != nil {
 			return
 		}
 		if err == nil {
 			err = errors.New("unsubscribed")
+		}
+		if subscribed {
+			delay = 50 * time.Millisecond // a new failure starts a new backoff
 		}
 		w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
 		w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
@@ -814,17 +817,24 @@ func (w *Worker) subscribeLoop() {
 	}
 }
 
-func (w *Worker) subscribeOnce(channels []any, route map[string]func([]byte)) error {
+// subscribeOnce subscribes and dispatches until the connection fails; it
+// reports whether the subscription was confirmed.
+func (w *Worker) subscribeOnce(channels []any, route map[string]func([]byte)) (bool, error) {
 	c, err := w.pool.GetContext(w.runCtx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Close()
-	return listen(w.runCtx, c, channels, w.pokeAll, func(ch string, data []byte) {
+	subscribed := false
+	err = listen(w.runCtx, c, channels, func() {
+		subscribed = true
+		w.pokeAll()
+	}, func(ch string, data []byte) {
 		if f := route[ch]; f != nil {
 			f(data)
 		}
 	})
+	return subscribed, err
 }
 
 func (w *Worker) cancelRunning(id string) {
