@@ -37,7 +37,13 @@ var accessPlatforms = []string{childDiscord, childTelegram}
 
 // accessFlowOpts tune the built-in flow's handlers.
 type accessFlowOpts struct {
-	concurrency   int
+	concurrency int
+	// queue carries the retry settings of every stage and child queue
+	// (MaxAttempts, MaxCrashes, Backoff, Retention); its Handler and
+	// Concurrency are ignored.
+	queue worqr.QueueConfig
+	// failFirst makes each stage and child fail its first attempts.
+	failFirst     int
 	workTime      time.Duration // each stage handler sleeps this long
 	childWorkTime time.Duration // each child handler sleeps this long
 	// onStage and onChild, when set, are called as a handler starts.
@@ -47,13 +53,18 @@ type accessFlowOpts struct {
 
 // newAccessFlow returns the built-in flow with handlers tuned by o.
 func newAccessFlow(o accessFlowOpts) *worqr.Flow {
+	qc := o.queue
+	qc.Handler, qc.Concurrency = nil, o.concurrency
 	stage := func(name string, result func(r *worqr.Run) *worqr.StageResult) worqr.Stage {
 		return worqr.Stage{
 			Name:  name,
-			Queue: worqr.QueueConfig{Concurrency: o.concurrency},
+			Queue: qc,
 			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
 				if o.onStage != nil {
 					o.onStage(r)
+				}
+				if r.Attempt <= o.failFirst {
+					return nil, fmt.Errorf("failing attempt %d of stage %s on purpose (--fail-first)", r.Attempt, r.Stage)
 				}
 				if err := sleepCtx(ctx, o.workTime); err != nil {
 					return nil, err
@@ -62,16 +73,20 @@ func newAccessFlow(o accessFlowOpts) *worqr.Flow {
 			}),
 		}
 	}
-	child := worqr.QueueConfig{Concurrency: o.concurrency, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+	child := qc
+	child.Handler = worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 		if o.onChild != nil {
 			o.onChild(t)
+		}
+		if t.Attempt <= o.failFirst {
+			return fmt.Errorf("failing attempt %d of child %s on purpose (--fail-first)", t.Attempt, t.ID)
 		}
 		if err := sleepCtx(ctx, o.childWorkTime); err != nil {
 			return err
 		}
 		t.SetResult([]byte(fmt.Sprintf("granted %s role to user %s", t.Queue, t.Payload)))
 		return nil
-	})}
+	})
 
 	access := stage(stageAccessCheck, func(r *worqr.Run) *worqr.StageResult {
 		return &worqr.StageResult{Fields: map[string]string{"access": "granted"}}

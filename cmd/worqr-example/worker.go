@@ -155,6 +155,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if *serveFlow {
 		cfg.Flows = []*worqr.Flow{newAccessFlow(accessFlowOpts{
 			concurrency: *concurrency, workTime: *workTime, childWorkTime: *childWorkTime,
+			failFirst: *failFirst,
+			queue: worqr.QueueConfig{MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes,
+				Backoff: backoff, Retention: *retention},
 			onStage: func(r *worqr.Run) {
 				if err := out.line(stageTookLine(r)...); err != nil {
 					log.Warn("worker: stdout write failed", "err", err)
