@@ -203,6 +203,42 @@ func newPool(o dial.Options) (*redis.Pool, error) {
 	return p, nil
 }
 
+// conn is what the client subcommands share: the logger, a pool that
+// answered a PING, and a client on it.
+type conn struct {
+	log    *slog.Logger
+	pool   *redis.Pool
+	client *worqr.Client
+	close  func()
+}
+
+// connect builds the logger, the pool and the client, and checks that Redis
+// answers. The caller runs close when done.
+func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
+	zl, log, err := newLogger(io.err, io.getenv)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := newPool(c.dialOptions(c.redisURL))
+	if err != nil {
+		return nil, err
+	}
+	done := func() {
+		pool.Close()
+		zl.Sync() //nolint:errcheck // stderr
+	}
+	if err := ping(ctx, pool, c.redisURL); err != nil {
+		done()
+		return nil, err
+	}
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: c.namespace, Logger: log})
+	if err != nil {
+		done()
+		return nil, err
+	}
+	return &conn{log: log, pool: pool, client: client, close: done}, nil
+}
+
 // ping checks that Redis answers, so that a wrong URL fails at once with a
 // clear message.
 func ping(ctx context.Context, pool *redis.Pool, rawURL string) error {

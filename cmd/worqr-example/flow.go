@@ -196,24 +196,12 @@ func runFlow(ctx context.Context, args []string, io stdio) error {
 	if *count < 1 {
 		return usagef("--count (%d) must be at least 1", *count)
 	}
-	zl, log, err := newLogger(io.err, io.getenv)
+	cn, err := c.connect(ctx, io)
 	if err != nil {
 		return err
 	}
-	defer zl.Sync() //nolint:errcheck // stderr
-
-	pool, err := newPool(c.dialOptions(c.redisURL))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := ping(ctx, pool, c.redisURL); err != nil {
-		return err
-	}
-	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: c.namespace, Logger: log})
-	if err != nil {
-		return err
-	}
+	defer cn.close()
+	client := cn.client
 	flow := newAccessFlow(accessFlowOpts{concurrency: 1})
 	out := &lineWriter{w: io.out}
 	for i := 1; i <= *count; i++ {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
-	"github.com/worqr/worqr-go/worqr"
 )
 
 const statsHead = `Usage: worqr-example stats [flags]
@@ -42,26 +41,14 @@ func runStats(ctx context.Context, args []string, io stdio) error {
 			return err
 		}
 	}
-	zl, log, err := newLogger(io.err, io.getenv)
+	cn, err := c.connect(ctx, io)
 	if err != nil {
 		return err
 	}
-	defer zl.Sync() //nolint:errcheck // stderr
-
-	pool, err := newPool(c.dialOptions(c.redisURL))
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	if err := ping(ctx, pool, c.redisURL); err != nil {
-		return err
-	}
+	defer cn.close()
+	pool, client := cn.pool, cn.client
 	keys := rdb.NewKeys(c.namespace)
 	reg := registry.New(pool, keys)
-	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: c.namespace, Logger: log})
-	if err != nil {
-		return err
-	}
 	if queues == nil {
 		known, err := reg.KnownQueues(ctx)
 		if err != nil {
