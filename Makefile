@@ -30,3 +30,13 @@ bench: ## worqr vs asynq, own redis-server, ~5 min (BENCH_FLAGS="-only a,b -reps
 	$(GO) run ./cmd/worqr-bench $(BENCH_FLAGS)
 
 .PHONY: bench
+
+CHAOS_DURATION ?= 10m
+CHAOS_TASKS    ?= 100000
+CHAOS_TIMEOUT  ?= 1h
+
+chaos: ## mixed-fault chaos run, own redis-server (CHAOS_DURATION=10m CHAOS_TASKS=100000; docs/RELIABILITY.md)
+	WORQR_CHAOS=long WORQR_CHAOS_DURATION=$(CHAOS_DURATION) WORQR_CHAOS_TASKS=$(CHAOS_TASKS) \
+		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run 'TestChaos(Mixed|Durability)$$' ./test/chaos
+
+.PHONY: chaos

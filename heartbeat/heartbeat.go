@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/registry"
 )
 
@@ -68,25 +70,36 @@ func (l *Loop) Run(ctx context.Context) error {
 	}
 }
 
-// beatAttempts is how many connections one beat tries before it counts as
-// failed: after a blip every idle connection of the pool may be dead, and
-// each failed attempt makes the pool drop one.
-const beatAttempts = 4
+// A beat draws connections from the user's pool. After a blip every idle
+// connection in it may be dead, and each failed attempt makes the pool drop
+// one, so a beat retries at once up to quickRetries times (a dead connection
+// fails in microseconds), then every retryPause until its interval is over:
+// one blip never costs the keepalive, and an outage never spins the CPU.
+const (
+	quickRetries = 32
+	retryPause   = 25 * time.Millisecond
+)
 
-// beat renews the keepalive once, retrying at once on connection errors
-// within one interval.
+// beat renews the keepalive once, retrying connection errors within one
+// interval. A Redis error reply (for example a permission error) is not
+// retried.
 func (l *Loop) beat(ctx context.Context) (bool, error) {
 	bctx, cancel := context.WithTimeout(ctx, l.Interval)
 	defer cancel()
-	var err error
-	for i := 0; i < beatAttempts; i++ {
-		var alive bool
-		alive, err = l.Registry.Beat(bctx, l.ID, l.TTL)
-		if err == nil || bctx.Err() != nil {
+	for i := 0; ; i++ {
+		alive, err := l.Registry.Beat(bctx, l.ID, l.TTL)
+		var reply redis.Error
+		if err == nil || errors.As(err, &reply) || bctx.Err() != nil {
 			return alive, err
 		}
+		if i >= quickRetries {
+			select {
+			case <-bctx.Done():
+				return false, err
+			case <-time.After(retryPause):
+			}
+		}
 	}
-	return false, err
 }
 
 func (l *Loop) log() *slog.Logger {

@@ -245,7 +245,7 @@ func TestBeatSurvivesDeadPooledConnections(t *testing.T) {
 	e := newEnv(t)
 	// As many dead connections as beats in one TTL: without retries inside
 	// a beat, every beat of a whole TTL fails and the keepalive is lost.
-	getter := &deadFirst{pool: e.pool, n: int(ttl/interval) + 1}
+	getter := &deadFirst{pool: e.pool, n: 2 * int(ttl/interval)}
 	e.loop.Registry = registry.New(getter, e.k)
 	done := e.start(t, context.Background())
 	select {
