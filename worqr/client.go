@@ -373,9 +373,21 @@ func (c *Client) info(ctx context.Context, conn redis.Conn, qk rdb.QueueKeys, id
 	if len(m) == 0 {
 		return nil, ErrTaskNotFound
 	}
+	info := decodeTask(id, qk.Ref.Name, m)
+	if info.State == StateScheduled {
+		if due, err := redis.Int64(redis.DoContext(conn, ctx, "ZSCORE", qk.Scheduled, id)); err == nil {
+			info.DueAt = time.UnixMilli(due)
+		}
+	}
+	return info, nil
+}
+
+// decodeTask reads a task hash as Redis holds it. It never fails: a field
+// that does not parse (corrupt data) reads as its zero value.
+func decodeTask(id, queue string, m map[string]string) *TaskInfo {
 	info := &TaskInfo{
 		ID:              id,
-		Queue:           qk.Ref.Name,
+		Queue:           queue,
 		Payload:         []byte(m["d"]),
 		State:           StateQueued,
 		WorkerID:        m["w"],
@@ -398,12 +410,7 @@ func (c *Client) info(ctx context.Context, conn redis.Conn, qk rdb.QueueKeys, id
 	if x, err := xid.FromString(id); err == nil {
 		info.EnqueuedAt = x.Time()
 	}
-	if info.State == StateScheduled {
-		if due, err := redis.Int64(redis.DoContext(conn, ctx, "ZSCORE", qk.Scheduled, id)); err == nil {
-			info.DueAt = time.UnixMilli(due)
-		}
-	}
-	return info, nil
+	return info
 }
 
 func msTime(s string) time.Time {
