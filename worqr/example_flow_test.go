@@ -1,0 +1,82 @@
+package worqr_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// A flow of three stages; the middle one fans out to two child queues, and the
+// last one sees how the children ended.
+func ExampleFlow() {
+	ctx := context.Background()
+	pool := srv.Pool() // any *redis.Pool
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+
+	send := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		t.SetResult([]byte(t.Queue + " sent to " + string(t.Payload)))
+		return nil
+	})
+	stage := func(f func(r *worqr.Run) *worqr.StageResult) worqr.StageHandler {
+		return worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+			return f(r), nil
+		})
+	}
+	flow := &worqr.Flow{Name: "welcome", IndexBy: []string{"user"}, Stages: []worqr.Stage{
+		{Name: "check", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			return &worqr.StageResult{Fields: map[string]string{"allowed": "yes"}}
+		})},
+		{Name: "notify", Queue: worqr.QueueConfig{Concurrency: 2},
+			Children: map[string]worqr.QueueConfig{"mail": {Concurrency: 2, Handler: send}, "sms": {Concurrency: 2, Handler: send}},
+			Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+				u := []byte(r.State["user"])
+				return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "mail", Payload: u}, {Queue: "sms", Payload: u}}}
+			})},
+		{Name: "record", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			return &worqr.StageResult{Fields: map[string]string{"children": fmt.Sprint(len(r.Children))}}
+		})},
+	}}
+
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer w.Stop(ctx)
+
+	id, err := client.StartRun(ctx, flow, map[string]string{"user": "ada"})
+	if err != nil {
+		panic(err)
+	}
+	for {
+		run, err := client.Run(ctx, flow, id)
+		if err != nil {
+			panic(err)
+		}
+		if run.Status != worqr.RunRunning {
+			fmt.Println(run.Status, run.State["allowed"], run.State["children"])
+			for _, c := range run.Children {
+				fmt.Printf("%s %s %q\n", c.Queue, c.Status, c.Result)
+			}
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	runs, _ := client.FindRuns(ctx, flow, "user", "ada")
+	fmt.Println(len(runs), "run for user ada")
+	// Unordered output:
+	// done yes 2
+	// mail done "mail sent to ada"
+	// sms done "sms sent to ada"
+	// 1 run for user ada
+}
