@@ -10,6 +10,7 @@ package group
 
 import (
 	"context"
+	"runtime"
 	"sync"
 )
 
@@ -99,6 +100,7 @@ func (g *Group[T, R]) abandon(c *call[T, R]) bool {
 // lead runs one batch for caller c, which holds a lead, then passes the lead
 // on or gives it up.
 func (g *Group[T, R]) lead(ctx context.Context, c *call[T, R]) {
+	runtime.Gosched() // let callers that are about to arrive join this batch
 	g.mu.Lock()
 	c.led = false
 	batch := g.take()
