@@ -2,10 +2,11 @@
 // caller hands in one item and gets back its own result or error, while the
 // items of callers that arrive together travel in one batch, one round trip.
 //
-// There is no background goroutine and no added delay: a caller that finds
-// fewer than MaxInFlight batches in flight runs a batch itself, made of every
-// item waiting, its own included; a caller that finds them all busy waits, and
-// is either served by a later batch or handed the lead to run one.
+// There is no background goroutine and no timer: a caller that finds fewer
+// than MaxInFlight batches in flight yields once (so that callers already
+// runnable can join) and runs a batch itself, made of every item waiting, its
+// own included; a caller that finds them all busy waits, and is either served
+// by a later batch or handed the lead to run one.
 package group
 
 import (
