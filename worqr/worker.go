@@ -769,18 +769,16 @@ func (w *Worker) finish(s *session, q *queueRunner, t *Task, p finishPlan) (rdb.
 		return rdb.OutcomeLost, err
 	}
 	defer c.Close()
-	if p.giveBack {
+	switch {
+	case p.giveBack:
 		return rdb.GiveBack(ctx, c, q.qk, s.id, t.pid, t.ID)
-	}
-	switch q.kind {
-	case stageQueue:
+	case q.kind == stageQueue:
 		return rdb.FlowFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args, q.flow.ref(), q.nextStage(), p.fields, p.children,
 			!q.flow.Stages[q.stage].ContinueOnChildFailure)
-	case childQueue:
+	default: // childQueue: plain queues went through the group above
 		child, _, err := rdb.ChildFinish(ctx, c, q.qk, s.id, t.pid, t.ID, p.parent, p.args)
 		return child, err
 	}
-	return rdb.Finish(ctx, c, q.qk, s.id, t.pid, t.ID, p.args)
 }
 
 // subscribeLoop holds the worker's one pub/sub connection: wake-ups and
