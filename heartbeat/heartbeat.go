@@ -4,66 +4,227 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
 )
 
-// ErrLost is returned by Loop.Run when the keepalive was lost.
+// ErrLost is the cause of a session's context when its keepalive was lost.
 var ErrLost = errors.New("worqr: keepalive lost")
 
-// Loop renews one worker id's keepalive every Interval.
-type Loop struct {
-	Registry *registry.Registry
-	ID       string
-	Interval time.Duration
-	TTL      time.Duration
-	Logger   *slog.Logger
-
-	paused atomic.Bool
+// Session is one registered worker id. When its keepalive is lost it is
+// retired for good: nothing may change Redis under its id any more.
+type Session struct {
+	id     string
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	lost   atomic.Bool
+	why    atomic.Pointer[error]
 }
 
-// Pause stops renewing the keepalive without declaring anything lost, as a
-// frozen process would. It exists for fault-injection tests.
-func (l *Loop) Pause() { l.paused.Store(true) }
+// ID is the session's worker id.
+func (s *Session) ID() string { return s.id }
 
-// Resume undoes Pause; the next beat finds out whether the key survived.
-func (l *Loop) Resume() { l.paused.Store(false) }
+// Context ends when the session is retired; context.Cause says why. Handler
+// contexts of the session derive from it.
+func (s *Session) Context() context.Context { return s.ctx }
 
-// Run beats until ctx ends (returning ctx.Err()) or the keepalive is lost
-// (returning ErrLost). The keepalive counts as lost when a beat finds the key
-// gone, or when no beat succeeded for a whole TTL (Redis unreachable): by then
-// the key has expired and peers may already have requeued this worker's tasks.
-func (l *Loop) Run(ctx context.Context) error {
-	t := time.NewTicker(l.Interval)
+// Lost reports whether the session was retired.
+func (s *Session) Lost() bool { return s.lost.Load() }
+
+// Cause says why the session was retired (ErrLost when it was not said).
+func (s *Session) Cause() error {
+	if p := s.why.Load(); p != nil {
+		return *p
+	}
+	return ErrLost
+}
+
+// Retire marks the session dead for good and cancels its context with
+// cause why. The first cause wins.
+func (s *Session) Retire(why error) {
+	s.why.CompareAndSwap(nil, &why)
+	s.lost.Store(true)
+	s.cancel(s.Cause())
+}
+
+// EventKind names what a Keeper reports.
+type EventKind int
+
+// The events of a Keeper.
+const (
+	Registered EventKind = iota // a new session (ID) is registered
+	Lost                        // session ID's keepalive was lost
+	Failed                      // a registration or beat failed (Err); retried
+)
+
+// Event is one thing that happened to the keepalive.
+type Event struct {
+	Kind EventKind
+	ID   string
+	Err  error
+}
+
+// Keeper keeps a worker registered and alive: it registers a session, beats
+// its keepalive every Interval, and when the keepalive is lost retires the
+// session and registers a new one under a new id (see the package doc for the
+// state machine). Fill the exported fields before Start.
+type Keeper struct {
+	Registry *registry.Registry
+	// Queues are recorded with each registration (the reaper's view of
+	// what the worker may hold).
+	Queues   []registry.Queue
+	Interval time.Duration // between beats
+	TTL      time.Duration // keepalive lifetime; > Interval
+	Logger   *slog.Logger
+	// OnEvent, when set, is called for each event, on the Keeper's
+	// goroutine; it must return quickly.
+	OnEvent func(Event)
+	// Clock defaults to the system clock.
+	Clock Clock
+
+	mu      sync.Mutex
+	cur     *Session
+	changed chan struct{}
+	lastOK  atomic.Int64 // unix ns (Clock) when the last good beat was sent
+	parent  context.Context
+}
+
+// Start registers the first session; ctx bounds the registration and is the
+// parent of every session's context.
+func (k *Keeper) Start(ctx context.Context) (*Session, error) {
+	if k.Registry == nil {
+		return nil, errors.New("heartbeat: Keeper.Registry is nil")
+	}
+	if k.Interval <= 0 || k.TTL <= k.Interval {
+		return nil, errors.New("heartbeat: Keeper needs 0 < Interval < TTL")
+	}
+	if k.Clock == nil {
+		k.Clock = systemClock{}
+	}
+	k.parent = ctx
+	k.changed = make(chan struct{})
+	s, err := k.register(ctx)
+	if err != nil {
+		return nil, err
+	}
+	k.cur = s
+	return s, nil
+}
+
+func (k *Keeper) register(ctx context.Context) (*Session, error) {
+	id := xid.New().String()
+	host, _ := os.Hostname()
+	sent := k.Clock.Now()
+	if err := k.Registry.Register(ctx, id, k.TTL, host, os.Getpid(), k.Queues); err != nil {
+		return nil, err
+	}
+	k.lastOK.Store(sent.UnixNano())
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(k.parent))
+	k.log().Info("heartbeat: registered", "worker_id", id)
+	return &Session{id: id, ctx: sctx, cancel: cancel}, nil
+}
+
+// Current returns the live session and a channel closed when it is replaced.
+func (k *Keeper) Current() (*Session, <-chan struct{}) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.cur, k.changed
+}
+
+// Fresh reports whether the current session's last good beat was sent less
+// than TTL - Interval ago by the Keeper's clock: a process that was frozen
+// (or cut off) longer than that must not take work before a beat says its
+// id is still alive.
+func (k *Keeper) Fresh() bool {
+	last := time.Unix(0, k.lastOK.Load())
+	return k.Clock.Now().Sub(last) < k.TTL-k.Interval
+}
+
+// Run beats until ctx ends. On a lost keepalive it retires the session
+// (cause ErrLost), reports Lost, registers a new session (retrying with
+// capped backoff) and reports Registered.
+func (k *Keeper) Run(ctx context.Context) {
+	for {
+		s, _ := k.Current()
+		if err := k.beatLoop(ctx, s.id); !errors.Is(err, ErrLost) {
+			s.Retire(context.Cause(ctx))
+			return
+		}
+		s.Retire(ErrLost)
+		k.emit(Event{Kind: Lost, ID: s.id, Err: ErrLost})
+		next, ok := k.reregister(ctx)
+		if !ok {
+			return // the retired session stays current
+		}
+		k.mu.Lock()
+		k.cur = next
+		close(k.changed)
+		k.changed = make(chan struct{})
+		k.mu.Unlock()
+		k.emit(Event{Kind: Registered, ID: next.id})
+	}
+}
+
+// reregister registers under a new id, retrying with capped backoff until it
+// works or ctx ends.
+func (k *Keeper) reregister(ctx context.Context) (*Session, bool) {
+	delay := 50 * time.Millisecond
+	for {
+		rctx, cancel := context.WithTimeout(ctx, k.TTL)
+		s, err := k.register(rctx)
+		cancel()
+		if err == nil {
+			return s, true
+		}
+		k.emit(Event{Kind: Failed, Err: err})
+		k.log().Warn("heartbeat: register failed", "err", err)
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, false
+		case <-t.C:
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+// beatLoop beats id until ctx ends (returning ctx.Err()) or the keepalive is
+// lost (returning ErrLost): a beat found the key gone, or no beat succeeded
+// for a whole TTL (Redis unreachable), by when the key has expired and peers
+// may already have requeued this worker's tasks.
+func (k *Keeper) beatLoop(ctx context.Context, id string) error {
+	t := k.Clock.NewTicker(k.Interval)
 	defer t.Stop()
-	lastOK := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-t.C:
+		case <-t.C():
 		}
-		if l.paused.Load() {
-			continue
-		}
-		alive, err := l.beat(ctx)
+		sent := k.Clock.Now()
+		alive, err := k.beat(ctx, id)
 		switch {
 		case err == nil && alive:
-			lastOK = time.Now()
+			k.lastOK.Store(sent.UnixNano())
 		case err == nil:
-			l.log().Warn("heartbeat: keepalive lost", "worker_id", l.ID)
+			k.log().Warn("heartbeat: keepalive lost", "worker_id", id)
 			return ErrLost
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
-			since := time.Since(lastOK)
-			l.log().Warn("heartbeat: beat failed", "worker_id", l.ID, "since_last_ok", since, "err", err)
-			if since >= l.TTL {
-				l.log().Warn("heartbeat: keepalive lost (no beat for a whole TTL)", "worker_id", l.ID)
+			since := k.Clock.Now().Sub(time.Unix(0, k.lastOK.Load()))
+			k.emit(Event{Kind: Failed, ID: id, Err: err})
+			k.log().Warn("heartbeat: beat failed", "worker_id", id, "since_last_ok", since, "err", err)
+			if since >= k.TTL {
+				k.log().Warn("heartbeat: keepalive lost (no beat for a whole TTL)", "worker_id", id)
 				return ErrLost
 			}
 		}
@@ -83,13 +244,12 @@ const (
 // beat renews the keepalive once, retrying connection errors within one
 // interval. A Redis error reply (for example a permission error) is not
 // retried.
-func (l *Loop) beat(ctx context.Context) (bool, error) {
-	bctx, cancel := context.WithTimeout(ctx, l.Interval)
+func (k *Keeper) beat(ctx context.Context, id string) (bool, error) {
+	bctx, cancel := context.WithTimeout(ctx, k.Interval)
 	defer cancel()
 	for i := 0; ; i++ {
-		alive, err := l.Registry.Beat(bctx, l.ID, l.TTL)
-		var reply redis.Error
-		if err == nil || errors.As(err, &reply) || bctx.Err() != nil {
+		alive, err := k.Registry.Beat(bctx, id, k.TTL)
+		if err == nil || rdb.IsReplyError(err) || bctx.Err() != nil {
 			return alive, err
 		}
 		if i >= quickRetries {
@@ -102,9 +262,15 @@ func (l *Loop) beat(ctx context.Context) (bool, error) {
 	}
 }
 
-func (l *Loop) log() *slog.Logger {
-	if l.Logger == nil {
+func (k *Keeper) emit(e Event) {
+	if k.OnEvent != nil {
+		k.OnEvent(e)
+	}
+}
+
+func (k *Keeper) log() *slog.Logger {
+	if k.Logger == nil {
 		return slog.Default()
 	}
-	return l.Logger
+	return k.Logger
 }

@@ -2,42 +2,98 @@ package recovery
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
 )
 
+// ConnGetter is satisfied by *redis.Pool. The reaper never closes it.
+type ConnGetter = rdb.ConnGetter
+
+// MinInterval is the shortest reaper interval: the lease lasts nine tenths
+// of it, in whole milliseconds.
+const MinInterval = 10 * time.Millisecond
+
 // Recovered reports what a pass did for one queue.
 type Recovered struct {
-	Queue     string
+	Queue     registry.Queue
 	Workers   []string // the dead workers whose takings were requeued
 	Requeued  int
 	Cancelled int // takings dropped because their cancel had been asked
 }
 
-// Reaper requeues the takings of dead workers.
-type Reaper struct {
-	Pool     rdb.ConnGetter
-	Keys     rdb.Keys
-	Registry *registry.Registry
-	// Holder is written into the lease; any string that names this process.
-	Holder string
-	// Interval between lease attempts and the lease's length.
+// Config is what a Reaper needs. Namespace and Interval are required.
+type Config struct {
+	// Namespace of the keys (worqr's Config.Namespace, default "worqr").
+	Namespace string
+	// Interval between lease attempts, and the lease's length. At least
+	// MinInterval.
 	Interval time.Duration
-	Logger   *slog.Logger
+	// Holder is written into the lease: any string that names this
+	// process. Default "reaper-<xid>".
+	Holder string
+	// Logger receives warnings. Default slog.Default().
+	Logger *slog.Logger
 	// OnRecovered, when set, is called for each queue a pass requeued in.
 	OnRecovered func(Recovered)
+	// OnError, when set, is called for each failed lease, pass or move (the
+	// loop goes on at the next interval).
+	OnError func(error)
 }
 
-// Run tries the lease every Interval and runs a pass when it gets it, until
-// ctx ends. Errors are logged and the loop goes on.
+// Reaper requeues the takings of dead workers and moves due scheduled tasks.
+type Reaper struct {
+	st  *rdb.Store
+	reg *registry.Registry
+	cfg Config
+}
+
+// New returns a reaper on pool.
+func New(pool ConnGetter, cfg *Config) (*Reaper, error) {
+	if pool == nil {
+		return nil, errors.New("recovery: pool is nil")
+	}
+	if cfg == nil {
+		return nil, errors.New("recovery: Config is nil")
+	}
+	c := *cfg
+	if c.Namespace == "" {
+		return nil, errors.New("recovery: Config.Namespace is empty")
+	}
+	if c.Interval < MinInterval {
+		return nil, fmt.Errorf("recovery: Config.Interval (%s) must be at least %s", c.Interval, MinInterval)
+	}
+	if c.Holder == "" {
+		c.Holder = "reaper-" + xid.New().String()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	reg, err := registry.New(pool, c.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &Reaper{st: rdb.NewStore(pool, c.Namespace), reg: reg, cfg: c}, nil
+}
+
+func (r *Reaper) fail(what string, err error) {
+	err = fmt.Errorf("recovery: %s: %w", what, err)
+	r.cfg.Logger.Warn(err.Error())
+	if r.cfg.OnError != nil {
+		r.cfg.OnError(err)
+	}
+}
+
+// Run tries the lease every Interval and runs a pass and the mover when it
+// gets it, until ctx ends. Errors reach OnError and the loop goes on.
 func (r *Reaper) Run(ctx context.Context) {
-	t := time.NewTicker(r.Interval)
+	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
 	for {
 		select {
@@ -48,10 +104,10 @@ func (r *Reaper) Run(ctx context.Context) {
 		// The lease ends a little before the next tick, so that a lone
 		// reaper gets it every interval (Redis expires to the millisecond,
 		// and a lease of exactly one interval is often still there).
-		ok, err := r.Registry.AcquireLease(ctx, r.Holder, r.Interval*9/10)
+		ok, err := r.reg.AcquireLease(ctx, r.cfg.Holder, r.cfg.Interval*9/10)
 		if err != nil {
 			if ctx.Err() == nil {
-				r.log().Warn("recovery: lease failed", "err", err)
+				r.fail("lease", err)
 			}
 			continue
 		}
@@ -59,10 +115,10 @@ func (r *Reaper) Run(ctx context.Context) {
 			continue
 		}
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.log().Warn("recovery: pass failed", "err", err)
+			r.fail("pass", err)
 		}
 		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
-			r.log().Warn("recovery: mover failed", "err", err)
+			r.fail("move", err)
 		}
 	}
 }
@@ -70,34 +126,25 @@ func (r *Reaper) Run(ctx context.Context) {
 // Pass runs one recovery pass without the lease and returns what it requeued.
 // It is safe to run concurrently with other passes.
 func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
-	queues, err := r.Registry.KnownQueues(ctx)
+	queues, err := r.st.KnownQueues(ctx)
 	if err != nil {
 		return nil, err
 	}
-	c, err := r.Pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-
-	// One round trip: every queue's holder index and the Workers set.
 	qks := make([]rdb.QueueKeys, len(queues))
 	for i, q := range queues {
-		qks[i] = r.Keys.Queue(q)
-		if err := c.Send("SMEMBERS", qks[i].Holders); err != nil {
-			return nil, err
-		}
+		qks[i] = r.st.Queue(q)
 	}
-	if err := c.Send("SMEMBERS", r.Keys.Workers()); err != nil {
+	holders, err := r.st.Holders(ctx, qks)
+	if err != nil {
 		return nil, err
 	}
-	if err := c.Flush(); err != nil {
+	registered, err := r.st.Workers(ctx)
+	if err != nil {
 		return nil, err
 	}
-	holders := make([][]string, len(queues))
 	seen := map[string]bool{}
 	var ids []string
-	add := func(list []string) {
+	for _, list := range append(holders, registered) {
 		for _, w := range list {
 			if !seen[w] {
 				seen[w] = true
@@ -105,23 +152,10 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 			}
 		}
 	}
-	for i := range queues {
-		holders[i], err = redis.Strings(redis.ReceiveContext(c, ctx))
-		if err != nil {
-			return nil, err
-		}
-		add(holders[i])
-	}
-	registered, err := redis.Strings(redis.ReceiveContext(c, ctx))
-	if err != nil {
-		return nil, err
-	}
-	add(registered)
 	if len(ids) == 0 {
 		return nil, nil
 	}
-
-	alive, err := r.Registry.Alive(ctx, ids)
+	alive, err := r.st.Alive(ctx, ids)
 	if err != nil {
 		return nil, err
 	}
@@ -134,7 +168,6 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	if len(dead) == 0 {
 		return nil, nil
 	}
-
 	var out []Recovered
 	for i, qk := range qks {
 		var ws []string
@@ -146,16 +179,16 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 		if len(ws) == 0 {
 			continue
 		}
-		n, cancelled, err := rdb.Requeue(ctx, c, qk, ws, true)
+		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
 		if err != nil {
-			return out, fmt.Errorf("recovery: requeue %s: %w", qk.Ref.Name, err)
+			return out, fmt.Errorf("requeue %s: %w", qk.Ref.Member(), err)
 		}
-		rec := Recovered{Queue: qk.Ref.Name, Workers: ws, Requeued: n, Cancelled: cancelled}
+		rec := Recovered{Queue: qk.Ref, Workers: ws, Requeued: n, Cancelled: cancelled}
 		if n > 0 || cancelled > 0 {
-			r.log().Info("recovery: requeued takings of dead workers",
-				"queue", rec.Queue, "workers", ws, "requeued", n, "cancelled", cancelled)
-			if r.OnRecovered != nil {
-				r.OnRecovered(rec)
+			r.cfg.Logger.Info("recovery: requeued takings of dead workers",
+				"queue", qk.Ref.Member(), "workers", ws, "requeued", n, "cancelled", cancelled)
+			if r.cfg.OnRecovered != nil {
+				r.cfg.OnRecovered(rec)
 			}
 			out = append(out, rec)
 		}
@@ -166,10 +199,7 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 			gone = append(gone, w)
 		}
 	}
-	if err := r.Registry.Forget(ctx, gone); err != nil {
-		return out, err
-	}
-	return out, nil
+	return out, r.st.Forget(ctx, gone)
 }
 
 // MoveBatch is how many due tasks one move script call moves.
@@ -181,22 +211,17 @@ const MoveBatch = 500
 // It is safe to run concurrently with other movers: each task moves once.
 // It returns how many tasks it moved.
 func (r *Reaper) Move(ctx context.Context) (int, error) {
-	queues, err := r.Registry.KnownQueues(ctx)
+	queues, err := r.st.KnownQueues(ctx)
 	if err != nil {
 		return 0, err
 	}
-	c, err := r.Pool.GetContext(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
 	total := 0
 	for _, q := range queues {
-		qk := r.Keys.Queue(q)
+		qk := r.st.Queue(q)
 		for {
-			n, err := rdb.Move(ctx, c, qk, MoveBatch)
+			n, err := r.st.Move(ctx, qk, MoveBatch)
 			if err != nil {
-				return total, fmt.Errorf("recovery: move %s: %w", q.Name, err)
+				return total, fmt.Errorf("move %s: %w", q.Member(), err)
 			}
 			total += n
 			if n < MoveBatch {
@@ -205,11 +230,4 @@ func (r *Reaper) Move(ctx context.Context) (int, error) {
 		}
 	}
 	return total, nil
-}
-
-func (r *Reaper) log() *slog.Logger {
-	if r.Logger == nil {
-		return slog.Default()
-	}
-	return r.Logger
 }

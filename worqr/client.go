@@ -3,11 +3,11 @@ package worqr
 import (
 	"context"
 	"fmt"
-	"strconv"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/group"
@@ -19,18 +19,19 @@ type ConnGetter = rdb.ConnGetter
 
 // Client enqueues, cancels and inspects tasks. It is safe for concurrent use.
 type Client struct {
-	pool ConnGetter
-	cfg  Config
-	keys rdb.Keys
+	st  *rdb.Store
+	cfg Config
 
 	queues sync.Map // queue name -> *clientQueue
 }
 
 // clientQueue is what a Client keeps per queue it used: the key names, built
-// once, and the group that coalesces concurrent plain enqueues.
+// once, the group that coalesces concurrent plain enqueues, and whether the
+// queue was recorded among the known queues.
 type clientQueue struct {
 	qk      rdb.QueueKeys
 	enqueue *group.Group[[]byte, string]
+	known   atomic.Bool
 }
 
 // NewClient returns a client on pool. A nil cfg means all defaults.
@@ -42,7 +43,8 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{pool: pool, cfg: c, keys: rdb.NewKeys(c.Namespace)}, nil
+	warnPool(pool, c.Logger)
+	return &Client{st: rdb.NewStore(pool, c.Namespace), cfg: c}, nil
 }
 
 // EnqueueOpts are per-call options of Enqueue and EnqueueBatch. A nil pointer
@@ -69,7 +71,7 @@ type EnqueueOpts struct {
 // MaxUniqueKeyLen is the longest EnqueueOpts.UniqueKey, in bytes.
 const MaxUniqueKeyLen = 512
 
-func (o *EnqueueOpts) args(qk rdb.QueueKeys, n int) (*rdb.EnqueueArgs, error) {
+func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 	a := &rdb.EnqueueArgs{}
 	if o == nil {
 		return a, nil
@@ -105,22 +107,48 @@ func (o *EnqueueOpts) args(qk rdb.QueueKeys, n int) (*rdb.EnqueueArgs, error) {
 		case n != 1:
 			return nil, invalid("EnqueueOpts.UniqueKey", "applies to a single Enqueue, not a batch of %d", n)
 		}
-		a.UniqueKey = qk.UniquePrefix + o.UniqueKey
+		a.UniqueKey = o.UniqueKey
 		a.UniqueTTL = o.UniqueTTL.Milliseconds()
 	}
 	return a, nil
 }
 
+// queue resolves name for reads and dead-set operations: a stand-alone
+// queue, or a flow's stage or child queue written "<flow>/<queue>".
 func (c *Client) queue(name string) (rdb.QueueKeys, error) {
-	q, err := c.clientQueue(name)
+	ref, err := parseQueue(name)
 	if err != nil {
 		return rdb.QueueKeys{}, err
 	}
-	return q.qk, nil
+	if !ref.Flow() {
+		q, err := c.clientQueue(name)
+		if err != nil {
+			return rdb.QueueKeys{}, err
+		}
+		return q.qk, nil
+	}
+	return c.st.Queue(ref), nil
 }
 
-// clientQueue returns the state of queue name, made on first use (a name is
-// checked once; an invalid one is never stored).
+// parseQueue reads "<queue>" or "<flow>/<queue>".
+func parseQueue(name string) (rdb.QueueRef, error) {
+	if flow, q, ok := strings.Cut(name, "/"); ok {
+		if err := checkName("queue name (flow part)", flow); err != nil {
+			return rdb.QueueRef{}, err
+		}
+		if err := checkName("queue name (queue part)", q); err != nil {
+			return rdb.QueueRef{}, err
+		}
+		return rdb.QueueRef{Tag: flow, Name: q}, nil
+	}
+	if err := CheckQueueName(name); err != nil {
+		return rdb.QueueRef{}, err
+	}
+	return rdb.Standalone(name), nil
+}
+
+// clientQueue returns the state of stand-alone queue name, made on first use
+// (a name is checked once; an invalid one is never stored).
 func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	if q, ok := c.queues.Load(name); ok {
 		return q.(*clientQueue), nil
@@ -128,7 +156,7 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	if err := CheckQueueName(name); err != nil {
 		return nil, err
 	}
-	q := &clientQueue{qk: c.keys.Queue(rdb.Standalone(name))}
+	q := &clientQueue{qk: c.st.Queue(rdb.Standalone(name))}
 	qk := q.qk
 	q.enqueue = &group.Group[[]byte, string]{
 		MaxBatch: 256, MaxInFlight: 2,
@@ -139,12 +167,7 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 			for i := range ids {
 				ids[i] = xid.New().String()
 			}
-			conn, err := c.conn(ctx)
-			if err != nil {
-				return nil, err
-			}
-			defer conn.Close()
-			if _, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, nil); err != nil {
+			if _, err := c.st.Enqueue(ctx, qk, ids, payloads, nil); err != nil {
 				return nil, err
 			}
 			return ids, nil
@@ -154,8 +177,17 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	return actual.(*clientQueue), nil
 }
 
-func (c *Client) conn(ctx context.Context) (redis.Conn, error) {
-	return c.pool.GetContext(ctx)
+// markKnown records q among the known queues once per client, so that the
+// Inspector and the mover see a queue that was only enqueued to.
+func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
+	if q.known.Load() {
+		return nil
+	}
+	if err := c.st.AddKnownQueues(ctx, []rdb.QueueRef{q.qk.Ref}); err != nil {
+		return err
+	}
+	q.known.Store(true)
+	return nil
 }
 
 // Enqueue adds a task at the back of queue and wakes a worker. It returns the
@@ -182,6 +214,9 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if len(payload) > c.cfg.MaxPayloadBytes {
 		return "", invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
 	}
+	if err := c.markKnown(ctx, q); err != nil {
+		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
 	id, err := q.enqueue.Do(ctx, payload)
 	if err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
@@ -189,9 +224,13 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	return id, nil
 }
 
-// EnqueueBatch adds tasks at the back of queue, in order, in one atomic step
-// and one round trip, and returns their ids in the same order. Either all
-// are enqueued or none.
+// EnqueueBatch adds tasks at the back of queue, in order, and returns their
+// ids in the same order. A batch of up to 1,000 tasks (and 4 MiB of
+// payloads) is one atomic step: all are enqueued or none. A larger batch is
+// split into such steps, sent a few at a time and applied in order, so that
+// no call holds Redis for more than a few milliseconds; if one fails, the
+// error is a *BatchError saying how many tasks, from the first, were
+// enqueued (their ids are returned), and the rest may or may not have been.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, payloads [][]byte, opts *EnqueueOpts) ([]string, error) {
 	if len(payloads) == 0 {
 		return nil, invalid("payloads", "is empty")
@@ -200,11 +239,11 @@ func (c *Client) EnqueueBatch(ctx context.Context, queue string, payloads [][]by
 }
 
 func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, field string, opts *EnqueueOpts) ([]string, error) {
-	qk, err := c.queue(queue)
+	q, err := c.clientQueue(queue)
 	if err != nil {
 		return nil, err
 	}
-	args, err := opts.args(qk, len(payloads))
+	args, err := opts.args(len(payloads))
 	if err != nil {
 		return nil, err
 	}
@@ -217,24 +256,45 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 			return nil, invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", len(p), c.cfg.MaxPayloadBytes)
 		}
 	}
+	if err := c.markKnown(ctx, q); err != nil {
+		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
 	ids := make([]string, len(payloads))
 	for i := range ids {
 		ids[i] = xid.New().String()
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	if len(payloads) == 1 {
+		holder, err := c.st.Enqueue(ctx, q.qk, ids, payloads, args)
+		if err == rdb.ErrDuplicate {
+			return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+		}
+		return ids, nil
 	}
-	defer conn.Close()
-	holder, err := rdb.Enqueue(ctx, conn, qk, ids, payloads, args)
-	if err == rdb.ErrDuplicate {
-		return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
-	}
+	n, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
 	if err != nil {
-		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err}
 	}
 	return ids, nil
 }
+
+// BatchError is returned by EnqueueBatch when a batch split into several
+// atomic steps failed part way: the first Enqueued tasks are in the queue;
+// of the rest, the step that failed may or may not have been applied (a
+// lost reply), and none after it was.
+type BatchError struct {
+	Queue           string
+	Enqueued, Total int
+	Err             error
+}
+
+func (e *BatchError) Error() string {
+	return fmt.Sprintf("worqr: enqueue %s: %d of %d tasks enqueued: %v", e.Queue, e.Enqueued, e.Total, e.Err)
+}
+
+func (e *BatchError) Unwrap() error { return e.Err }
 
 // DuplicateError is returned by Enqueue when the unique key is held. It
 // matches ErrDuplicate with errors.Is.
@@ -280,7 +340,8 @@ func (s CancelStatus) String() string {
 // Cancel stops task id of queue: a waiting task is removed; a running task's
 // owner is told to stop and its taking ends as cancelled (even if the owner
 // missed the message: its finish sees the mark). Cancelling an unknown or
-// finished task is a no-op and not an error.
+// finished task is a no-op and not an error. A flow run or child is refused:
+// use CancelRun.
 func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
@@ -289,12 +350,7 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	if id == "" {
 		return CancelNotFound, invalid("id", "is empty")
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return CancelNotFound, fmt.Errorf("worqr: cancel %s: %w", id, err)
-	}
-	defer conn.Close()
-	res, err := rdb.Cancel(ctx, conn, qk, id)
+	res, err := c.st.Cancel(ctx, qk, id)
 	if err != nil {
 		return CancelNotFound, fmt.Errorf("worqr: cancel %s: %w", id, err)
 	}
@@ -304,18 +360,14 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	return CancelStatus(res), nil
 }
 
-// Len returns the number of tasks waiting in queue.
+// Len returns the number of tasks waiting in queue ("<flow>/<queue>" for a
+// flow's stage or child queue).
 func (c *Client) Len(ctx context.Context, queue string) (int, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
 		return 0, err
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
-	return redis.Int(redis.DoContext(conn, ctx, "LLEN", qk.Waiting))
+	return c.st.Len(ctx, qk)
 }
 
 // Peek returns up to n tasks from the front of queue (the next to be taken
@@ -328,25 +380,22 @@ func (c *Client) Peek(ctx context.Context, queue string, n int) ([]*TaskInfo, er
 	if n < 1 {
 		return nil, invalid("n", "(%d) must be at least 1", n)
 	}
-	conn, err := c.conn(ctx)
+	span, err := c.st.Waiting(ctx, qk, 0, n)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	ids, err := redis.Strings(redis.DoContext(conn, ctx, "LRANGE", qk.Waiting, 0, n-1))
+	return c.infos(ctx, qk, span.IDs)
+}
+
+// infos reads tasks of qk, skipping those that ended between two reads.
+func (c *Client) infos(ctx context.Context, qk rdb.QueueKeys, ids []string) ([]*TaskInfo, error) {
+	recs, err := c.st.Tasks(ctx, qk, ids)
 	if err != nil {
 		return nil, err
 	}
-	out := make([]*TaskInfo, 0, len(ids))
-	for _, id := range ids {
-		info, err := c.info(ctx, conn, qk, id)
-		if err == ErrTaskNotFound {
-			continue // finished or cancelled between the two reads
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
+	out := make([]*TaskInfo, len(recs))
+	for i, r := range recs {
+		out[i] = taskInfo(qk.Ref, r)
 	}
 	return out, nil
 }
@@ -357,72 +406,55 @@ func (c *Client) Task(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	if err != nil {
 		return nil, err
 	}
-	conn, err := c.conn(ctx)
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	r, err := c.st.Task(ctx, qk, id)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	return c.info(ctx, conn, qk, id)
-}
-
-func (c *Client) info(ctx context.Context, conn redis.Conn, qk rdb.QueueKeys, id string) (*TaskInfo, error) {
-	m, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", qk.Task(id)))
-	if err != nil {
-		return nil, err
-	}
-	if len(m) == 0 {
+	if r == nil {
 		return nil, ErrTaskNotFound
 	}
-	info := decodeTask(id, qk.Ref.Name, m)
-	if info.State == StateScheduled {
-		if due, err := redis.Int64(redis.DoContext(conn, ctx, "ZSCORE", qk.Scheduled, id)); err == nil {
-			info.DueAt = time.UnixMilli(due)
-		}
-	}
-	return info, nil
+	return taskInfo(qk.Ref, r), nil
 }
 
-// decodeTask reads a task hash as Redis holds it. It never fails: a field
-// that does not parse (corrupt data) reads as its zero value.
-func decodeTask(id, queue string, m map[string]string) *TaskInfo {
+// taskInfo turns a record into the public view.
+func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 	info := &TaskInfo{
-		ID:              id,
-		Queue:           queue,
-		Payload:         []byte(m["d"]),
-		State:           StateQueued,
-		WorkerID:        m["w"],
-		PID:             m["p"],
-		CancelRequested: m["x"] != "",
-		LastError:       m["e"],
-		DeadReason:      m["dr"],
-		DiedOn:          m["dw"],
+		ID:              r.ID,
+		Queue:           q.Member(),
+		Payload:         r.Payload,
+		State:           TaskState(r.State),
+		Failures:        r.Failures,
+		Crashes:         r.Crashes,
+		LastError:       r.LastError,
+		DeadReason:      r.DeadReason,
+		DiedAt:          msTime(r.DeadAt),
+		DiedOn:          r.DeadWorker,
+		DueAt:           msTime(r.DueAt),
+		Result:          r.Result,
+		FinishedAt:      msTime(r.FinishedAt),
+		WorkerID:        r.WorkerID,
+		PID:             r.PID,
+		CancelRequested: r.CancelRequested,
 	}
-	if s := m["s"]; s != "" {
-		info.State = TaskState(s)
-	}
-	if r, ok := m["r"]; ok {
-		info.Result = []byte(r)
-	}
-	info.Failures, _ = strconv.Atoi(m["n"])
-	info.Crashes, _ = strconv.Atoi(m["c"])
-	info.DiedAt = msTime(m["dt"])
-	info.FinishedAt = msTime(m["ft"])
-	if x, err := xid.FromString(id); err == nil {
+	if x, err := xid.FromString(r.ID); err == nil {
 		info.EnqueuedAt = x.Time()
 	}
 	return info
 }
 
-func msTime(s string) time.Time {
-	ms, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || ms <= 0 {
+func msTime(ms int64) time.Time {
+	if ms <= 0 {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
 }
 
 // Dead returns up to limit tasks of queue's dead set, newest first, skipping
-// the offset newest, and the dead set's size.
+// the offset newest, and the dead set's size. A flow's failed runs are in
+// the dead set of the stage they failed in ("<flow>/<stage>").
 func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*TaskInfo, int, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
@@ -434,31 +466,12 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 	if limit < 1 {
 		return nil, 0, invalid("limit", "(%d) must be at least 1", limit)
 	}
-	conn, err := c.conn(ctx)
+	span, err := c.st.Dead(ctx, qk, offset, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	defer conn.Close()
-	total, err := redis.Int(redis.DoContext(conn, ctx, "ZCARD", qk.Dead))
-	if err != nil {
-		return nil, 0, err
-	}
-	ids, err := redis.Strings(redis.DoContext(conn, ctx, "ZREVRANGE", qk.Dead, offset, offset+limit-1))
-	if err != nil {
-		return nil, 0, err
-	}
-	out := make([]*TaskInfo, 0, len(ids))
-	for _, id := range ids {
-		info, err := c.info(ctx, conn, qk, id)
-		if err == ErrTaskNotFound {
-			continue // requeued or deleted between the two reads
-		}
-		if err != nil {
-			return nil, 0, err
-		}
-		out = append(out, info)
-	}
-	return out, total, nil
+	out, err := c.infos(ctx, qk, span.IDs)
+	return out, span.Total, err
 }
 
 // RequeueDead moves the given dead tasks of queue to the back of the queue
@@ -473,15 +486,16 @@ func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (i
 }
 
 // RequeueAllDead moves every dead task of queue to the back of the queue,
-// oldest first, in atomic batches, and returns how many it moved.
+// oldest first, in atomic batches of at most 1,000, and returns how many it
+// moved.
 func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadRequeue)
+	return c.deadAll(ctx, queue, rdb.DeadRequeue, nil)
 }
 
-// PurgeDead deletes every dead task of queue, in atomic batches, and returns
-// how many it deleted.
+// PurgeDead deletes every dead task of queue, in atomic batches of at most
+// 1,000, and returns how many it deleted.
 func (c *Client) PurgeDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadDelete)
+	return c.deadAll(ctx, queue, rdb.DeadDelete, nil)
 }
 
 func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids []string) (int, error) {
@@ -492,32 +506,33 @@ func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids [
 	if len(ids) == 0 {
 		return 0, invalid("ids", "is empty")
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return 0, err
+	total := 0
+	for len(ids) > 0 {
+		n := min(len(ids), rdb.BulkChunk)
+		k, err := c.st.DeadIDs(ctx, qk, op, ids[:n])
+		total += k
+		if err != nil {
+			return total, err
+		}
+		ids = ids[n:]
 	}
-	defer conn.Close()
-	return rdb.DeadIDs(ctx, conn, qk, op, ids)
+	return total, nil
 }
 
-const deadBatch = 1000
-
-func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int, error) {
+func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp, progress func(int)) (int, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
 		return 0, err
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer conn.Close()
 	total := 0
 	for {
-		n, err := rdb.DeadOldest(ctx, conn, qk, op, deadBatch)
+		n, err := c.st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
 		total += n
-		if err != nil || n < deadBatch {
+		if err != nil || n < rdb.BulkChunk {
 			return total, err
+		}
+		if progress != nil {
+			progress(total)
 		}
 	}
 }
@@ -539,22 +554,18 @@ func (c *Client) SubscribeCancels(ctx context.Context, queue string) (<-chan str
 		first := true
 		delay := 50 * time.Millisecond
 		for ctx.Err() == nil {
-			conn, err := c.conn(ctx)
-			if err == nil {
-				err = listen(ctx, conn, []any{qk.CancelChannel}, func() {
-					delay = 50 * time.Millisecond // a new failure starts a new backoff
-					if first {
-						first = false
-						ready <- nil
-					}
-				}, func(_ string, data []byte) {
-					select {
-					case out <- string(data):
-					case <-ctx.Done():
-					}
-				})
-				conn.Close()
-			}
+			err := c.st.Listen(ctx, []string{qk.CancelChannel}, func() {
+				delay = 50 * time.Millisecond // a new failure starts a new backoff
+				if first {
+					first = false
+					ready <- nil
+				}
+			}, func(_ string, data []byte) {
+				select {
+				case out <- string(data):
+				case <-ctx.Done():
+				}
+			})
 			if first {
 				ready <- err
 				return

@@ -3,11 +3,8 @@ package worqr
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -224,32 +221,24 @@ func (f *Flow) ref() rdb.FlowRef {
 	return rdb.FlowRef{RetentionMillis: f.Retention.Milliseconds(), IndexBy: f.IndexBy}
 }
 
-// stateFields checks state fields and returns them as prefixed name/value
-// pairs, sorted by name.
-func stateFields(field string, m map[string]string, maxValue int) ([]string, error) {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	out := make([]string, 0, 2*len(m))
-	for _, k := range names {
-		v := m[k]
+// checkStateFields checks state fields: names non-empty and at most
+// MaxFieldNameLen bytes, values at most maxValue bytes.
+func checkStateFields(field string, m map[string]string, maxValue int) error {
+	for k, v := range m {
 		switch {
 		case k == "":
-			return nil, invalid(field, "has an empty field name")
+			return invalid(field, "has an empty field name")
 		case len(k) > MaxFieldNameLen:
-			return nil, invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
+			return invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
 		case len(v) > maxValue:
-			return nil, invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
+			return invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
 		}
-		out = append(out, "f:"+k, v)
 	}
-	return out, nil
+	return nil
 }
 
-func (c *Client) flowQueue(f *Flow, stage string) rdb.QueueKeys {
-	return c.keys.Queue(rdb.QueueRef{Tag: f.Name, Name: stage})
+func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
+	return c.st.Queue(rdb.QueueRef{Tag: f.Name, Name: queue})
 }
 
 // StartRun starts a run of flow with the initial state fields and returns its
@@ -259,24 +248,12 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	if err != nil {
 		return "", err
 	}
-	fields, err := stateFields("state", state, c.cfg.MaxPayloadBytes)
-	if err != nil {
+	if err := checkStateFields("state", state, c.cfg.MaxPayloadBytes); err != nil {
 		return "", err
 	}
 	qk := c.flowQueue(f, f.Stages[0].Name)
-	var ix []string
-	for _, p := range f.IndexBy {
-		if v, ok := state[p]; ok {
-			ix = append(ix, qk.IndexKey(p, v))
-		}
-	}
 	id := xid.New().String()
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
-	}
-	defer conn.Close()
-	if _, err := rdb.FlowStart(ctx, conn, qk, id, fields, ix, f.ref()); err != nil {
+	if _, err := c.st.FlowStart(ctx, qk, id, state, f.ref()); err != nil {
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	return id, nil
@@ -284,54 +261,38 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 
 // Run returns what Redis holds about run id of flow, or ErrTaskNotFound.
 func (c *Client) Run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+	if flow == nil {
+		return nil, invalid("Flow", "is nil")
+	}
 	if err := checkName("Flow.Name", flow.Name); err != nil {
 		return nil, err
 	}
-	conn, err := c.conn(ctx)
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	r, err := c.st.Run(ctx, c.flowQueue(flow, flow.Name), id)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	return c.runInfo(ctx, conn, flow, id)
-}
-
-func (c *Client) runInfo(ctx context.Context, conn redis.Conn, flow *Flow, id string) (*RunInfo, error) {
-	m, err := redis.StringMap(redis.DoContext(conn, ctx, "HGETALL", c.flowQueue(flow, flow.Name).Task(id)))
-	if err != nil {
-		return nil, err
-	}
-	if len(m) == 0 || m["fs"] == "" {
+	if r == nil {
 		return nil, ErrTaskNotFound
 	}
-	st, kids := decodeRun(m)
+	return runInfo(flow.Name, r), nil
+}
+
+func runInfo(flow string, r *rdb.RunRecord) *RunInfo {
 	return &RunInfo{
-		ID: id, Flow: flow.Name, Stage: m["st"], Status: RunStatus(m["fs"]), TaskState: m["s"],
-		State: st, Children: kids, LastError: m["e"], FinishedAt: msTime(m["ft"]),
-	}, nil
+		ID: r.ID, Flow: flow, Stage: r.Stage, Status: RunStatus(r.Status), TaskState: r.TaskState,
+		State: r.State, Children: childResults(r.Children), LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
+	}
 }
 
-// decodeRun splits a run hash into its state and its children.
-func decodeRun(m map[string]string) (map[string]string, []ChildResult) {
-	state := map[string]string{}
-	var kids []ChildResult
-	for k, v := range m {
-		switch {
-		case strings.HasPrefix(k, "f:"):
-			state[k[2:]] = v
-		case strings.HasPrefix(k, "k:"):
-			cid := k[2:]
-			kids = append(kids, ChildResult{ID: cid, Queue: m["kq:"+cid], Status: v, Result: bytesOrNil(m, "kr:"+cid), Err: m["ke:"+cid]})
-		}
+func childResults(cs []rdb.ChildRecord) []ChildResult {
+	out := make([]ChildResult, len(cs))
+	for i, c := range cs {
+		out[i] = ChildResult{ID: c.ID, Queue: c.Queue, Status: c.Status, Result: c.Result, Err: c.Err}
 	}
-	sort.Slice(kids, func(i, j int) bool { return kids[i].ID < kids[j].ID })
-	return state, kids
-}
-
-func bytesOrNil(m map[string]string, k string) []byte {
-	if v, ok := m[k]; ok {
-		return []byte(v)
-	}
-	return nil
+	return out
 }
 
 // FindRuns returns the runs of flow whose state field prop (declared in
@@ -348,31 +309,18 @@ func (c *Client) FindRuns(ctx context.Context, flow *Flow, prop, value string) (
 	if !declared {
 		return nil, invalid("prop", "%q is not in Flow.IndexBy of %s", prop, f.Name)
 	}
-	conn, err := c.conn(ctx)
+	qk := c.flowQueue(f, f.Name)
+	ids, err := c.st.FindRuns(ctx, qk, prop, value)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: find runs: %w", err)
+	}
+	recs, err := c.st.Runs(ctx, qk, ids)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Close()
-	now, err := redis.Int64s(redis.DoContext(conn, ctx, "TIME"))
-	if err != nil || len(now) != 2 {
-		return nil, fmt.Errorf("worqr: find runs: TIME: %w", err)
-	}
-	nowMs := now[0]*1000 + now[1]/1000
-	key := c.flowQueue(f, f.Name).IndexKey(prop, value)
-	ids, err := redis.Strings(redis.DoContext(conn, ctx, "ZRANGEBYSCORE", key, fmt.Sprintf("(%d", nowMs), "+inf"))
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*RunInfo, 0, len(ids))
-	for _, id := range ids {
-		info, err := c.runInfo(ctx, conn, f, id)
-		if err == ErrTaskNotFound {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, info)
+	out := make([]*RunInfo, len(recs))
+	for i, r := range recs {
+		out[i] = runInfo(f.Name, r)
 	}
 	return out, nil
 }
@@ -385,12 +333,10 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 	if err != nil {
 		return false, err
 	}
-	conn, err := c.conn(ctx)
-	if err != nil {
-		return false, err
+	if id == "" {
+		return false, invalid("id", "is empty")
 	}
-	defer conn.Close()
-	ok, err := rdb.RunCancel(ctx, conn, c.flowQueue(f, f.Name), id, f.ref())
+	ok, err := c.st.RunCancel(ctx, c.flowQueue(f, f.Name), id, f.ref())
 	if err != nil {
 		return false, fmt.Errorf("worqr: cancel run %s: %w", id, err)
 	}

@@ -5,8 +5,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // FuzzCheckQueueName: a name is accepted exactly when it is 1 to MaxNameLen
@@ -43,8 +41,7 @@ func FuzzEnqueueOpts(f *testing.F) {
 		if at != 0 {
 			o.At = time.UnixMilli(at)
 		}
-		qk := rdb.NewKeys("ns").Queue(rdb.Standalone("q"))
-		a, err := o.args(qk, n)
+		a, err := o.args(n)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("non-InvalidError %v", err)
@@ -54,50 +51,8 @@ func FuzzEnqueueOpts(f *testing.F) {
 		if a.DelayMillis < 0 || a.TimeoutMs < 0 || a.MaxAttempts < 0 {
 			t.Fatalf("accepted negative values: %+v", a)
 		}
-		if a.UniqueKey != "" && (n != 1 || a.UniqueTTL < 1 || !strings.HasPrefix(a.UniqueKey, qk.UniquePrefix)) {
+		if a.UniqueKey != "" && (n != 1 || a.UniqueTTL < 1 || a.UniqueKey != key) {
 			t.Fatalf("accepted a bad unique key: %+v (n=%d)", a, n)
-		}
-	})
-}
-
-// FuzzDecodeRun: decoding a run hash read from Redis never panics, keeps
-// every "f:" field, and finds one child per "k:" field.
-func FuzzDecodeRun(f *testing.F) {
-	f.Add("f:userId", "42", "k:c1", "done", "kr:c1", "ok")
-	f.Add("k:", "", "kq:", "x", "f:", "")
-	f.Add("s", "active", "n", "abc", "ft", "-1")
-	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
-		m := map[string]string{k1: v1, k2: v2, k3: v3}
-		state, kids := decodeRun(m)
-		wantF, wantK := 0, 0
-		for k := range m {
-			if strings.HasPrefix(k, "f:") {
-				wantF++
-			}
-			if strings.HasPrefix(k, "k:") {
-				wantK++
-			}
-		}
-		if len(state) != wantF || len(kids) != wantK {
-			t.Fatalf("decodeRun(%v): %d fields, %d children; want %d, %d", m, len(state), len(kids), wantF, wantK)
-		}
-		_ = msTime(v1)
-	})
-}
-
-// FuzzDecodeTask: a task hash read from Redis, however corrupt, decodes
-// without panicking; the payload and the error text come back unchanged.
-func FuzzDecodeTask(f *testing.F) {
-	f.Add("dc0tj79ksdue97si2fng", "payload", "active", "3", "x", "boom", "1700000000000")
-	f.Add("not-an-xid", "", "", "-1", "", "", "abc")
-	f.Add("", "\x00\xff", "dead", "99999999999999999999", "1", "", "-5")
-	f.Fuzz(func(t *testing.T, id, d, s, n, x, e, ft string) {
-		info := decodeTask(id, "q", map[string]string{"d": d, "s": s, "n": n, "c": n, "x": x, "e": e, "ft": ft, "dt": ft})
-		if string(info.Payload) != d || info.LastError != e || info.ID != id {
-			t.Fatalf("decodeTask changed what it read: %+v", info)
-		}
-		if s == "" && info.State != StateQueued || s != "" && string(info.State) != s {
-			t.Fatalf("state %q read as %q", s, info.State)
 		}
 	})
 }

@@ -20,8 +20,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
-	"github.com/worqr/worqr-go/internal/rdb"
-	"github.com/worqr/worqr-go/registry"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -114,13 +112,13 @@ func runDemo(ctx context.Context, args []string, io stdio) error {
 	d.say("namespace %s; keepalive TTL %s, heartbeat %s, reaper every %s",
 		d.ns, eff.HeartbeatTTL, eff.HeartbeatInterval, eff.ReaperInterval)
 
-	pool, err := newPool(c.dialOptions(url))
+	pool, err := newPool(url, c.poolOptions())
 	if err != nil {
 		return err
 	}
 	d.pool = pool
 	defer d.pool.Close()
-	if err := ping(ctx, d.pool, url); err != nil {
+	if err := ping(ctx, d.pool, d.ns, url); err != nil {
 		return err
 	}
 	if d.real {
@@ -348,8 +346,10 @@ func (d *demo) run(ctx context.Context) error {
 	if err := d.check(ids, held, extra, childID, waiting); err != nil {
 		return err
 	}
-	if left, err := registry.New(d.pool, rdb.NewKeys(d.ns)).Workers(ctx); err == nil {
-		d.say("workers still registered after stop: %d", len(left))
+	if in, err := worqr.NewInspector(d.pool, &worqr.Config{Namespace: d.ns}); err == nil {
+		if left, err := in.Workers(ctx); err == nil {
+			d.say("workers still registered after stop: %d", len(left))
+		}
 	}
 	d.report(held)
 	return nil
@@ -576,9 +576,9 @@ func (d *demo) startChild(ctx context.Context) (*child, error) {
 			switch {
 			case f[0] == lineRegistered && len(f) == 2:
 				d.update(func() { d.childID = f[1] })
-			case f[0] == lineTook && len(f) == 5:
+			case f[0] == lineTook && len(f) >= 5:
 				d.update(func() { d.childTook = append(d.childTook, f[2]) })
-			case f[0] == lineDone && len(f) == 3:
+			case f[0] == lineDone && len(f) >= 3:
 				d.update(func() { d.childDone = append(d.childDone, f[2]) })
 			}
 		}

@@ -17,7 +17,6 @@ import (
 	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
 
-	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -82,6 +81,37 @@ func newFlagSet(name string) *flag.FlagSet {
 // parse parses args. On --help it prints the usage (head, then the flags,
 // then tail) on stdout and returns errHelpShown; a bad flag is a usageError.
 func parse(fs *flag.FlagSet, args []string, out io.Writer, head, tail string) error {
+	if err := parseFlags(fs, args, out, head, tail); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
+	}
+	return nil
+}
+
+// parseWithArgs is parse for a subcommand that also takes arguments: flags
+// may come before, between or after them ("--" ends the flags). It returns
+// the arguments in order.
+func parseWithArgs(fs *flag.FlagSet, args []string, out io.Writer, head, tail string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args, out, head, tail); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		if n := len(args) - len(rest); n > 0 && args[n-1] == "--" {
+			return append(pos, rest...), nil
+		}
+		pos, args = append(pos, rest[0]), rest[1:]
+	}
+}
+
+// parseFlags is fs.Parse with parse's handling of --help and of errors.
+func parseFlags(fs *flag.FlagSet, args []string, out io.Writer, head, tail string) error {
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
 		fmt.Fprint(out, head)
@@ -94,9 +124,6 @@ func parse(fs *flag.FlagSet, args []string, out io.Writer, head, tail string) er
 	}
 	if err != nil {
 		return &usageError{msg: err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q (flags only)", fs.Arg(0))
 	}
 	return nil
 }
@@ -142,8 +169,10 @@ func (c *common) check(redisRequired bool) error {
 		}
 	} else if err := checkRedisURL(c.redisURL); err != nil {
 		return usagef("%s: %v", c.source("redis-url", envRedisURL), err)
-	} else if err := c.dialOptions(c.redisURL).Check(); err != nil {
-		return usagef("%v (%s, %s, %s)", err, envTLSCA, envTLSCert, envTLSKey)
+	} else if p, err := worqr.NewPool(c.redisURL, c.poolOptions()); err != nil {
+		return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
+	} else {
+		p.Close() // it dialed nothing: the check is of the settings only
 	}
 	if c.fs.Lookup("namespace") != nil {
 		if err := worqr.CheckQueueName(c.namespace); err != nil {
@@ -186,18 +215,22 @@ func redacted(raw string) string {
 	return "(unparsable URL)"
 }
 
-// dialOptions says how to reach rawURL: TLS files come from WORQR_TLS_CA_FILE,
-// WORQR_TLS_CERT_FILE and WORQR_TLS_KEY_FILE (dial refuses them with a
-// redis:// URL: TLS files without TLS are a mistake worth naming).
-func (c *common) dialOptions(rawURL string) dial.Options {
-	return dial.Options{URL: rawURL, CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey)}
+// poolOptions says how to reach Redis: TLS files come from
+// WORQR_TLS_CA_FILE, WORQR_TLS_CERT_FILE and WORQR_TLS_KEY_FILE (refused with
+// a redis:// URL: TLS files without TLS are a mistake worth naming).
+func (c *common) poolOptions() *worqr.PoolOptions {
+	return &worqr.PoolOptions{CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey)}
 }
 
-// newPool returns a redigo pool for o. The caller closes it. Its errors never
-// show the password.
-func newPool(o dial.Options) (*redis.Pool, error) {
-	p, err := dial.Pool(o)
+// newPool returns a redigo pool for rawURL (it dials nothing yet). The caller
+// closes it. Its errors never show the password.
+func newPool(rawURL string, o *worqr.PoolOptions) (*redis.Pool, error) {
+	p, err := worqr.NewPool(rawURL, o)
 	if err != nil {
+		var ie *worqr.InvalidError
+		if errors.As(err, &ie) {
+			return nil, usagef("%s", ie.Rule)
+		}
 		return nil, usagef("%v", err)
 	}
 	return p, nil
@@ -219,7 +252,7 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := newPool(c.dialOptions(c.redisURL))
+	pool, err := newPool(c.redisURL, c.poolOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -227,7 +260,7 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 		pool.Close()
 		zl.Sync() //nolint:errcheck // stderr
 	}
-	if err := ping(ctx, pool, c.redisURL); err != nil {
+	if err := ping(ctx, pool, c.namespace, c.redisURL); err != nil {
 		done()
 		return nil, err
 	}
@@ -241,13 +274,12 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 
 // ping checks that Redis answers, so that a wrong URL fails at once with a
 // clear message.
-func ping(ctx context.Context, pool *redis.Pool, rawURL string) error {
+func ping(ctx context.Context, pool *redis.Pool, ns, rawURL string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := pool.GetContext(ctx)
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
 	if err == nil {
-		_, err = redis.DoContext(c, ctx, "PING")
-		c.Close()
+		err = in.Ping(ctx)
 	}
 	if err != nil {
 		return fmt.Errorf("cannot reach Redis at %s: %w", redacted(rawURL), err)

@@ -3,24 +3,22 @@ package main
 import (
 	"context"
 	"fmt"
-	"sort"
 	"strconv"
 
-	"github.com/gomodule/redigo/redis"
-
-	"github.com/worqr/worqr-go/internal/rdb"
-	"github.com/worqr/worqr-go/registry"
+	"github.com/worqr/worqr-go/worqr"
 )
 
 const statsHead = `Usage: worqr-example stats [flags]
 
-Prints, for each queue, how many tasks wait and how many are held by workers,
-then the registered workers and whether their keepalive is still there (a dead
-one is listed until a peer's reaper forgets it):
-  queue <name> waiting <n> active <n>
+Prints, for each queue, how many tasks wait, are scheduled, are held by
+workers and are dead, whether it is paused and the age of its oldest waiting
+task, then the registered workers and whether their keepalive is still there
+(a dead one is listed until a peer's reaper forgets it):
+  queue <name> waiting <n> scheduled <n> active <n> dead <n> paused <bool> latency_ms <n>
   workers <n>
   worker <worker_id> alive|dead
-Without --queues, every queue a worker of the namespace ever served is shown.
+Without --queues, every known queue is shown: served by a worker or enqueued
+to, flow stage and child queues included (as <flow>/<queue>).
 `
 
 func runStats(ctx context.Context, args []string, io stdio) error {
@@ -46,84 +44,48 @@ func runStats(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer cn.close()
-	pool, client := cn.pool, cn.client
-	keys := rdb.NewKeys(c.namespace)
-	reg := registry.New(pool, keys)
+	in, err := worqr.NewInspector(cn.pool, &worqr.Config{Namespace: c.namespace, Logger: cn.log})
+	if err != nil {
+		return err
+	}
+	var infos []worqr.QueueInfo
 	if queues == nil {
-		known, err := reg.KnownQueues(ctx)
+		if infos, err = in.Queues(ctx); err != nil {
+			return fmt.Errorf("queues: %w", err)
+		}
+	}
+	for _, q := range queues {
+		qi, err := in.Queue(ctx, q)
 		if err != nil {
-			return fmt.Errorf("known queues: %w", err)
+			return fmt.Errorf("queue %s: %w", q, err)
 		}
-		for _, q := range known {
-			queues = append(queues, q.Name)
-		}
-		sort.Strings(queues)
+		infos = append(infos, *qi)
 	}
 	out := &lineWriter{w: io.out}
-	for _, q := range queues {
-		waiting, err := client.Len(ctx, q)
-		if err != nil {
-			return fmt.Errorf("length of %s: %w", q, err)
-		}
-		active, err := activeTakings(ctx, pool, keys.Queue(rdb.Standalone(q)))
-		if err != nil {
-			return fmt.Errorf("takings of %s: %w", q, err)
-		}
-		if err := out.line("queue", q, "waiting", strconv.Itoa(waiting), "active", strconv.Itoa(active)); err != nil {
+	for _, q := range infos {
+		if err := out.line("queue", q.Name, "waiting", itoa(q.Waiting), "scheduled", itoa(q.Scheduled),
+			"active", itoa(q.Active), "dead", itoa(q.Dead), "paused", strconv.FormatBool(q.Paused),
+			"latency_ms", itoa(q.Latency.Milliseconds())); err != nil {
 			return err
 		}
 	}
-	workers, err := reg.Workers(ctx)
+	workers, err := in.Workers(ctx)
 	if err != nil {
 		return fmt.Errorf("workers: %w", err)
-	}
-	sort.Strings(workers)
-	alive, err := reg.Alive(ctx, workers)
-	if err != nil {
-		return fmt.Errorf("keepalives: %w", err)
 	}
 	if err := out.line("workers", strconv.Itoa(len(workers))); err != nil {
 		return err
 	}
-	for i, w := range workers {
+	for _, w := range workers {
 		state := "dead"
-		if alive[i] {
+		if w.Alive {
 			state = "alive"
 		}
-		if err := out.line("worker", w, state); err != nil {
+		if err := out.line("worker", w.ID, state); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// activeTakings counts the takings of a queue: the pids held by every worker
-// in the queue's holder index.
-func activeTakings(ctx context.Context, pool *redis.Pool, qk rdb.QueueKeys) (int, error) {
-	c, err := pool.GetContext(ctx)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	holders, err := redis.Strings(redis.DoContext(c, ctx, "SMEMBERS", qk.Holders))
-	if err != nil || len(holders) == 0 {
-		return 0, err
-	}
-	for _, w := range holders {
-		if err := c.Send("SCARD", qk.WorkerQueue(w)); err != nil {
-			return 0, err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return 0, err
-	}
-	n := 0
-	for range holders {
-		k, err := redis.Int(redis.ReceiveContext(c, ctx))
-		if err != nil {
-			return 0, err
-		}
-		n += k
-	}
-	return n, nil
-}
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }

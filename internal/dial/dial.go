@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // Options say how to reach Redis.
@@ -32,6 +34,14 @@ type Options struct {
 	ServerName string
 	// MaxIdle is the pool's idle connection count (default 16).
 	MaxIdle int
+	// MaxActive caps the pool's open connections (default 0: no cap).
+	MaxActive int
+	// ConnectTimeout bounds a dial (default 5s).
+	ConnectTimeout time.Duration
+	// ReadTimeout and WriteTimeout bound each reply and request on a
+	// connection that has no context deadline (default 0: none; worqr's own
+	// calls carry deadlines).
+	ReadTimeout, WriteTimeout time.Duration
 }
 
 // Redact returns rawURL with its password replaced by "xxxxx", for logs and
@@ -122,7 +132,12 @@ func Pool(o Options) (*redis.Pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := []redis.DialOption{redis.DialConnectTimeout(5 * time.Second)}
+	connect := o.ConnectTimeout
+	if connect == 0 {
+		connect = 5 * time.Second
+	}
+	opts := []redis.DialOption{redis.DialConnectTimeout(connect),
+		redis.DialReadTimeout(o.ReadTimeout), redis.DialWriteTimeout(o.WriteTimeout)}
 	if tc != nil {
 		opts = append(opts, redis.DialTLSConfig(tc))
 	}
@@ -133,17 +148,12 @@ func Pool(o Options) (*redis.Pool, error) {
 	raw := o.URL
 	return &redis.Pool{
 		MaxIdle:     maxIdle,
+		MaxActive:   o.MaxActive,
 		IdleTimeout: 5 * time.Minute,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
 			c, err := redis.DialURLContext(ctx, raw, opts...)
 			return c, scrub(err, raw)
 		},
-		TestOnBorrow: func(c redis.Conn, idle time.Time) error {
-			if time.Since(idle) < time.Minute {
-				return nil
-			}
-			_, err := c.Do("PING")
-			return err
-		},
+		TestOnBorrow: rdb.TestOnBorrow,
 	}, nil
 }

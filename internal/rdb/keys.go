@@ -3,10 +3,7 @@
 package rdb
 
 import (
-	"context"
 	"strings"
-
-	"github.com/gomodule/redigo/redis"
 )
 
 // Keys builds every Redis key and channel name worqr uses. All names start with
@@ -36,6 +33,9 @@ func (k Keys) Keepalive(w string) string { return k.reg() + "w:" + w }
 // KeepalivePrefix is Keepalive without the worker id.
 func (k Keys) KeepalivePrefix() string { return k.reg() + "w:" }
 
+// WorkerInfo is the hash describing worker w: host, pid, start, ttl, queues.
+func (k Keys) WorkerInfo(w string) string { return k.reg() + "wi:" + w }
+
 // KnownQueues is the set of queues any worker ever served (see QueueRef.Member).
 func (k Keys) KnownQueues() string { return k.reg() + "queues" }
 
@@ -59,6 +59,9 @@ func (q QueueRef) Member() string {
 	}
 	return q.Tag + "/" + q.Name
 }
+
+// Flow reports whether the queue is a flow's stage or child queue.
+func (q QueueRef) Flow() bool { return q.Tag != q.Name }
 
 // ParseMember reverses Member.
 func ParseMember(m string) QueueRef {
@@ -91,6 +94,11 @@ type QueueKeys struct {
 	Scheduled string
 	// Dead is the sorted set of dead ids, scored by time of death (unix ms).
 	Dead string
+	// Retained is the sorted set of ended tasks kept for the retention,
+	// scored by finish time.
+	Retained string
+	// Runs is the sorted set of the tag's flow runs by start time.
+	Runs string
 	// Config is the hash of queue settings the scripts read (retention,
 	// dead-set caps), written by each worker serving the queue.
 	Config string
@@ -122,6 +130,8 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		Scheduled:         base + "s:" + q.Name,
 		Dead:              base + "dead:" + q.Name,
 		Config:            base + "cfg:" + q.Name,
+		Retained:          base + "done:" + q.Name,
+		Runs:              base + "runs",
 		UniquePrefix:      base + "u:" + q.Name + ":",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",
@@ -155,9 +165,4 @@ func HashTag(key string) string {
 		return key
 	}
 	return key[i+1 : i+1+j]
-}
-
-// ConnGetter is satisfied by *redis.Pool. worqr never closes it.
-type ConnGetter interface {
-	GetContext(ctx context.Context) (redis.Conn, error)
 }

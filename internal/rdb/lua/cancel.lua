@@ -1,15 +1,19 @@
+--- @include "codes"
+--- @include "cfg"
+--- @include "finalize"
 -- cancel: end a waiting or scheduled task, or ask the owner of a running one
 -- to stop.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
 -- KEYS[2] <ns>:{T}:t:<id>             (hash) the task
 -- KEYS[3] <ns>:{T}:s:<queue>          (zset) scheduled ids
 -- KEYS[4] <ns>:{T}:cfg:<queue>        (hash) queue settings
+-- KEYS[5] <ns>:{T}:done:<queue>       (zset) retained ended ids
 -- ARGV[1] task id   ARGV[2] cancel channel
 -- Returns: 0 nothing to cancel (unknown, ended, dead, or already asked),
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
-local t = redis.pcall('HMGET', KEYS[2], 's', 'x', 'u', 'fs', 'pr')
+local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT)
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end
@@ -17,23 +21,23 @@ if t[4] or t[5] then
   return 3
 end
 local s = t[1]
-if s == 'done' or s == 'cancelled' or s == 'dead' then
+if s == S_DONE or s == S_CANCELLED or s == S_DEAD then
   return 0
 end
-if s ~= 'active' then
+if s ~= S_ACTIVE then
   local removed
-  if s == 'scheduled' then
+  if s == S_SCHEDULED then
     removed = redis.call('ZREM', KEYS[3], ARGV[1])
   else
     removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
   end
   if removed > 0 then
-    finalize(KEYS[2], ARGV[1], t[3], 'cancelled', cfg_num(KEYS[4], 'retention', 0), '')
+    finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5])
     return 1
   end
 end
 -- Running, or held by a dead worker and about to be recovered: the finish
 -- (or the recovery) of that taking sees the mark and ends it as cancelled.
-redis.call('HSET', KEYS[2], 'x', '1')
+redis.call('HSET', KEYS[2], F_CANCEL, '1')
 redis.call('PUBLISH', ARGV[2], ARGV[1])
 return 2

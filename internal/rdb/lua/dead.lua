@@ -1,3 +1,5 @@
+--- @include "codes"
+--- @include "flow"
 -- dead: requeue or delete tasks of a queue's dead set.
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -24,12 +26,12 @@ for _, id in ipairs(ids) do
     if ARGV[1] == 'delete' then
       redis.call('DEL', tkey)
     else
-      redis.call('HSET', tkey, 's', 'queued')
-      redis.call('HDEL', tkey, 'n', 'c', 'dr', 'dt', 'dw', 'u')
-      if redis.call('HEXISTS', tkey, 'fs') == 1 then
+      redis.call('HSET', tkey, F_STATE, S_QUEUED)
+      redis.call('HDEL', tkey, F_FAILURES, F_CRASHES, F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_UNIQUE, F_CRASHED_ON)
+      if redis.call('HEXISTS', tkey, F_RUN_STATUS) == 1 then
         -- A failed flow run resumes: running again, and indexed as such.
-        redis.call('HSET', tkey, 'fs', 'running')
-        redis.call('HDEL', tkey, 'ft')
+        redis.call('HSET', tkey, F_RUN_STATUS, R_RUNNING)
+        redis.call('HDEL', tkey, F_FINISHED_AT)
         for _, ix in ipairs(run_index_keys(tkey, {index = ARGV[4]})) do
           redis.call('ZADD', ix, 'inf', id)
           redis.call('PERSIST', ix)

@@ -1,6 +1,9 @@
+--- @include "codes"
+--- @include "time"
 -- enqueue: write task hashes and push their ids at the back of a queue (or
 -- into its scheduled set when delayed), then publish one wake-up carrying the
--- number of tasks made available.
+-- number of tasks made available. The caller splits large batches (Go:
+-- rdb.MaxEnqueueBatch), so that one call never holds Redis for long.
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
@@ -28,12 +31,12 @@ elseif ARGV[3] ~= '' then
 end
 for i = 1, n do
   local tkey = KEYS[i + 2]
-  redis.call('HSET', tkey, 'd', ARGV[first + n + i - 1])
-  if ARGV[4] ~= '' then redis.call('HSET', tkey, 'u', ARGV[4]) end
-  if ARGV[6] ~= '' then redis.call('HSET', tkey, 'ma', ARGV[6]) end
-  if ARGV[7] ~= '' then redis.call('HSET', tkey, 'to', ARGV[7]) end
+  redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1])
+  if ARGV[4] ~= '' then redis.call('HSET', tkey, F_UNIQUE, ARGV[4]) end
+  if ARGV[6] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[6]) end
+  if ARGV[7] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[7]) end
   if due then
-    redis.call('HSET', tkey, 's', 'scheduled')
+    redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
     redis.call('ZADD', KEYS[2], due, ARGV[first + i - 1])
   end
 end

@@ -1,8 +1,11 @@
+--- @include "codes"
+--- @include "time"
 -- flow_start: create a flow run and push it at the back of its first stage's
 -- queue, with a wake-up; index it by its declared properties.
 -- KEYS[1]    <ns>:{F}:q:<first stage>  (list) waiting ids
 -- KEYS[2]    <ns>:{F}:t:<run id>       (hash) the run: task fields + state
--- KEYS[3..]  <ns>:{F}:ix:<prop>:<value> (zset) run ids, +inf while running
+-- KEYS[3]    <ns>:{F}:runs            (zset) every run id by start time
+-- KEYS[4..]  <ns>:{F}:ix:<prop>:<value> (zset) run ids, +inf while running
 -- ARGV[1] wake channel   ARGV[2] run id   ARGV[3] first stage name
 -- ARGV[4] run retention ms   ARGV[5] indexed properties, comma-separated
 --         (both stored on the run, so any script can end it)
@@ -11,7 +14,8 @@
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0
 end
-redis.call('HSET', KEYS[2], 'd', '', 'st', ARGV[3], 'fs', 'running', 's', 'queued', 'fr', ARGV[4], 'fi', ARGV[5])
+redis.call('HSET', KEYS[2], F_PAYLOAD, '', F_STAGE, ARGV[3], F_RUN_STATUS, R_RUNNING, F_STATE, S_QUEUED,
+  F_RUN_RETENTION, ARGV[4], F_RUN_INDEXED, ARGV[5])
 if #ARGV > 5 then
   redis.call('HSET', KEYS[2], unpack(ARGV, 6))
 end
@@ -21,7 +25,8 @@ for prop in string.gmatch(ARGV[5], '[^,]+') do
     redis.call('HSET', KEYS[2], 'i:' .. prop, v)
   end
 end
-for i = 3, #KEYS do
+redis.call('ZADD', KEYS[3], now_ms(), ARGV[2])
+for i = 4, #KEYS do
   redis.call('ZADD', KEYS[i], 'inf', ARGV[2])
   redis.call('PERSIST', KEYS[i])
 end

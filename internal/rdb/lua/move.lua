@@ -1,3 +1,6 @@
+--- @include "codes"
+--- @include "time"
+--- @include "bury"
 -- move: push up to ARGV[1] scheduled tasks that are due (by Redis time) to the
 -- back of their queue, publish a wake-up, and trim the dead set by age.
 -- Atomic, so many peers moving at once move each task exactly once.
@@ -15,7 +18,7 @@ end
 redis.call('ZREM', KEYS[1], unpack(ids))
 for _, id in ipairs(ids) do
   -- A key of the wrong type must not abort the batch: the take buries it.
-  redis.pcall('HSET', ARGV[2] .. id, 's', 'queued')
+  redis.pcall('HSET', ARGV[2] .. id, F_STATE, S_QUEUED)
 end
 redis.call('RPUSH', KEYS[2], unpack(ids))
 redis.call('PUBLISH', ARGV[3], #ids)

@@ -1,3 +1,5 @@
+--- @include "codes"
+--- @include "flow"
 -- run_cancel: end a running flow run as cancelled: its waiting or scheduled
 -- stage task is taken out, a running one is told to stop, and so are its
 -- pending children; later finishes of any of them change nothing.
@@ -6,15 +8,15 @@
 -- ARGV[4..8] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[9] n indexed properties, then the property names
 -- Returns: 1 cancelled, 0 not running (unknown or ended).
-local t = redis.call('HMGET', KEYS[1], 'fs', 'st', 's')
-if t[1] ~= 'running' then
+local t = redis.call('HMGET', KEYS[1], F_RUN_STATUS, F_STAGE, F_STATE)
+if t[1] ~= R_RUNNING then
   return 0
 end
 local pfx = prefixes(4)
-if t[3] == 'children' then
+if t[3] == S_CHILDREN then
   cancel_children(KEYS[1], pfx, ARGV[2])
 else
   stop_task(pfx, KEYS[1], ARGV[1], t[2])
 end
-end_run(KEYS[1], ARGV[1], 'cancelled', tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(9)), pfx))
+end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(9)), pfx))
 return 1

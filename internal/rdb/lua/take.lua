@@ -1,3 +1,7 @@
+--- @include "codes"
+--- @include "fix_type"
+--- @include "bury"
+--- @include "flow"
 -- take: pop up to ARGV[2] task ids from the front of a queue and record that
 -- worker ARGV[1] owns each taking. Bad task data never reaches a worker and
 -- never loops: such a task goes to the dead set with the reason.
@@ -14,7 +18,9 @@
 --         hash (flat field/value array) instead of the payload
 -- ARGV[7..11] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
--- Every key built from a prefix shares KEYS[1]'s hash tag.
+-- The task hashes and processing lists a take touches cannot be declared in
+-- KEYS (the ids are popped here); they are built from prefixes of KEYS[1]'s
+-- hash tag, so they live in its slot.
 -- Returns: flat array of 8 values per id:
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
 --    timeout ms (""), parent run id ("" unless a flow child)}
@@ -40,7 +46,7 @@ end
 for _, id in ipairs(ids) do
   pid = pid + 1
   local tkey = ARGV[3] .. id
-  local t = redis.pcall('HMGET', tkey, 'd', 'n', 'c', 'ma', 'to', 'pr')
+  local t = redis.pcall('HMGET', tkey, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
   local reason
   if type(t) ~= 'table' or t.err then
     reason = fix_type(tkey)
@@ -61,7 +67,7 @@ for _, id in ipairs(ids) do
     buried(id, reason)
   else
     local spid = tostring(pid)
-    redis.call('HSET', tkey, 's', 'active', 'w', ARGV[1], 'p', spid)
+    redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, ARGV[1], F_PID, spid)
     redis.call('RPUSH', ARGV[4] .. spid, id)
     table.insert(pids, spid)
     table.insert(out, id)

@@ -1,4 +1,4 @@
-package worqr
+package rdb
 
 import (
 	"context"
@@ -9,12 +9,30 @@ import (
 
 const pubsubPing = 2 * time.Second
 
-// listen subscribes c to channels and calls onMessage for each message until
-// ctx ends (it then returns nil) or the connection fails (it returns the
-// error). onReady runs once every subscription is confirmed. It pings every
-// pubsubPing so that a silently dead connection is noticed within three
-// pings. It never closes c from another goroutine (redigo forbids it): on
-// ctx's end it unsubscribes, which ends the receive loop.
+// Listen opens a connection and subscribes it to channels (all of one hash
+// tag's node on a single Redis; a cluster router gives each tag its own),
+// then calls onMessage for each message until ctx ends (it then returns nil)
+// or the connection fails (it returns the error). onReady runs once every
+// subscription is confirmed. It pings every pubsubPing so that a silently
+// dead connection is noticed within three pings.
+func (s *Store) Listen(ctx context.Context, channels []string, onReady func(), onMessage func(channel string, data []byte)) error {
+	if len(channels) == 0 {
+		return nil
+	}
+	c, err := s.conn(ctx, HashTag(channels[0]))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	chs := make([]any, len(channels))
+	for i, ch := range channels {
+		chs[i] = ch
+	}
+	return listen(ctx, c, chs, onReady, onMessage)
+}
+
+// listen runs Listen on c. It never closes c from another goroutine (redigo
+// forbids it): on ctx's end it unsubscribes, which ends the receive loop.
 func listen(ctx context.Context, c redis.Conn, channels []any, onReady func(), onMessage func(channel string, data []byte)) error {
 	psc := redis.PubSubConn{Conn: c}
 	if err := psc.Subscribe(channels...); err != nil {

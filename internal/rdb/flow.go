@@ -1,0 +1,216 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// FlowRef is what flow scripts need beyond one queue's keys: how long ended
+// runs are kept and the state properties runs are indexed by.
+type FlowRef struct {
+	RetentionMillis int64
+	IndexBy         []string
+}
+
+// IndexKey is the index of runs whose state property prop is value.
+func (q QueueKeys) IndexKey(prop, value string) string { return q.IndexPrefix + prop + ":" + value }
+
+// StateFields turns a run's state into the prefixed name/value pairs the
+// scripts store, sorted by name.
+func StateFields(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	out := make([]string, 0, 2*len(m))
+	for _, k := range names {
+		out = append(out, runFieldPrefix+k, m[k])
+	}
+	return out
+}
+
+// FlowStart creates run id in the first stage's queue q with the given state
+// and indexes it by the properties f.IndexBy it has. It returns false when
+// the id exists.
+func (s *Store) FlowStart(ctx context.Context, q QueueKeys, id string, state map[string]string, f FlowRef) (bool, error) {
+	fields := StateFields(state)
+	var ix []string
+	for _, p := range f.IndexBy {
+		if v, ok := state[p]; ok {
+			ix = append(ix, q.IndexKey(p, v))
+		}
+	}
+	args := make([]any, 0, 9+len(fields)+len(ix))
+	args = append(args, 3+len(ix), q.Waiting, q.Task(id), q.Runs)
+	for _, k := range ix {
+		args = append(args, k)
+	}
+	args = append(args, q.WakeChannel, id, q.Ref.Name, f.RetentionMillis, strings.Join(f.IndexBy, ","))
+	for _, f := range fields {
+		args = append(args, f)
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	n, err := redis.Int(flowStartScript.DoContext(ctx, c, args...))
+	return n == 1, err
+}
+
+// RunCancel ends running run id as cancelled, with its stage task and pending
+// children. It reports false when the run was not running. q is any queue of
+// the flow's tag.
+func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef) (bool, error) {
+	args := make([]any, 0, 10+len(f.IndexBy))
+	args = append(args, q.Task(id), id, q.TaskPrefix, f.RetentionMillis)
+	args = append(args, q.prefixes()...)
+	args = appendList(args, f.IndexBy)
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	n, err := redis.Int(runCancelScript.DoContext(ctx, c, args...))
+	return n == 1, err
+}
+
+// RunRecord is a flow run as Redis holds it.
+type RunRecord struct {
+	ID         string
+	Stage      string
+	Status     string
+	TaskState  string
+	State      map[string]string
+	Children   []ChildRecord
+	LastError  string
+	FinishedAt int64 // unix ms, 0 while running
+	Attempt    int   // failed attempts of the current stage + 1
+}
+
+// ChildRecord is one child of a run and how it ended.
+type ChildRecord struct {
+	ID, Queue, Status string
+	Result            []byte
+	Err               string
+}
+
+// DecodeRun reads a run hash (as Take returns it for a stage); nil when m is
+// not a run.
+func DecodeRun(id string, m map[string]string) *RunRecord {
+	if len(m) == 0 || m[FieldRunStatus] == "" {
+		return nil
+	}
+	r := &RunRecord{ID: id, Stage: m[FieldStage], Status: m[FieldRunStatus], TaskState: m[FieldState],
+		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt])}
+	for k, v := range m {
+		switch {
+		case strings.HasPrefix(k, runFieldPrefix):
+			r.State[k[len(runFieldPrefix):]] = v
+		case strings.HasPrefix(k, runChildPrefix):
+			cid := k[len(runChildPrefix):]
+			ch := ChildRecord{ID: cid, Queue: m[runChildQueuePrefix+cid], Status: v, Err: m[runChildErrorPrefix+cid]}
+			if res, ok := m[runChildResultPrefix+cid]; ok {
+				ch.Result = []byte(res)
+			}
+			r.Children = append(r.Children, ch)
+		}
+	}
+	sort.Slice(r.Children, func(i, j int) bool { return r.Children[i].ID < r.Children[j].ID })
+	return r
+}
+
+// Run returns run id of the flow whose queue q is (any queue of its tag), or
+// nil when there is none.
+func (s *Store) Run(ctx context.Context, q QueueKeys, id string) (*RunRecord, error) {
+	m, err := redis.StringMap(s.cmd(ctx, q.Ref.Tag, "HGETALL", q.Task(id)))
+	if err != nil {
+		return nil, err
+	}
+	return DecodeRun(id, m), nil
+}
+
+// Runs returns the runs whose ids are given, in order, skipping those gone.
+func (s *Store) Runs(ctx context.Context, q QueueKeys, ids []string) ([]*RunRecord, error) {
+	cmds := make([]command, len(ids))
+	for i, id := range ids {
+		cmds[i] = cmdOf("HGETALL", q.Task(id))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*RunRecord, 0, len(ids))
+	for i, id := range ids {
+		m, err := redis.StringMap(rs[i], nil)
+		if err != nil {
+			return nil, err
+		}
+		if r := DecodeRun(id, m); r != nil {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// FindRuns returns the ids of the runs indexed under prop = value that are
+// running or ended within their retention (by Redis time).
+func (s *Store) FindRuns(ctx context.Context, q QueueKeys, prop, value string) ([]string, error) {
+	var ids []string
+	err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
+		now, err := redisNow(ctx, c)
+		if err != nil {
+			return err
+		}
+		ids, err = redis.Strings(do(ctx, c, "ZRANGEBYSCORE", q.IndexKey(prop, value), fmt.Sprintf("(%d", now), "+inf"))
+		return err
+	})
+	return ids, err
+}
+
+// RunIDs returns up to limit run ids of the flow, newest first, after
+// skipping offset, and how many the list holds (it may name runs whose
+// retention ended: Runs skips them).
+func (s *Store) RunIDs(ctx context.Context, q QueueKeys, offset, limit int) ([]string, int, error) {
+	rs, err := s.pipeline(ctx, q.Ref.Tag, []command{
+		cmdOf("ZCARD", q.Runs),
+		cmdOf("ZREVRANGE", q.Runs, offset, offset+limit-1),
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	total, err := redis.Int(rs[0], nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	ids, err := redis.Strings(rs[1], nil)
+	return ids, total, err
+}
+
+// ForgetRuns drops run ids from the flow's list of runs (their hashes
+// expired).
+func (s *Store) ForgetRuns(ctx context.Context, q QueueKeys, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 1+len(ids))
+	args = append(args, q.Runs)
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	_, err := s.cmd(ctx, q.Ref.Tag, "ZREM", args...)
+	return err
+}
+
+func redisNow(ctx context.Context, c redis.Conn) (int64, error) {
+	now, err := redis.Int64s(do(ctx, c, "TIME"))
+	if err != nil || len(now) != 2 {
+		return 0, fmt.Errorf("rdb: TIME: %v", err)
+	}
+	return now[0]*1000 + now[1]/1000, nil
+}

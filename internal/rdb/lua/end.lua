@@ -1,0 +1,190 @@
+--- @include "codes"
+--- @include "own"
+--- @include "fix_type"
+--- @include "finalize"
+--- @include "fail"
+--- @include "flow"
+-- end: the one way a taking ends. Ends a batch of takings of one queue (group
+-- commit), each checked for ownership on its own and answered on its own:
+-- done, retry, dead, give back, and for flows a stage's forward or fan-out
+-- and a child's end. A cancel asked while a taking ran wins over what the
+-- handler said.
+-- KEYS[1] <ns>:{T}:s:<queue>          (zset) scheduled ids by due time
+-- KEYS[2] <ns>:{T}:dead:<queue>       (zset) dead ids by time of death
+-- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
+-- KEYS[4] <ns>:{T}:q:<queue>          (list) waiting ids (give back)
+-- KEYS[5] <ns>:{T}:done:<queue>       (zset) retained ended ids by finish time
+-- then per taking, in ARGV order:
+--   <ns>:{T}:wq:<queue>:<w> (set), <ns>:{T}:p:<pid> (list), <ns>:{T}:t:<id>
+--   (hash), and for a child its run <ns>:{T}:t:<run id> (hash)
+-- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
+-- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
+-- ARGV[8] retention ms of ended tasks (0 = delete at once)
+-- ARGV[9..] per taking: a count n, then n values:
+--   kind (task | stage | child), worker id, pid, task id,
+--   ask (done | retry | dead | back), retry delay ms, error text, result;
+--   a child adds its run id; a stage adds its next stage ("" after the
+--   last), its fan-out policy (failfast | continue), the run retention ms,
+--   then three counted lists: indexed properties, state field/value pairs
+--   ("f:" names), child values (3 per child: id, queue, payload).
+-- Returns: 2 values per taking: its outcome (OUT_*; OUT_LOST: not the owner,
+-- nothing changed) and, for a child, its run's (OUT_LOST when unchanged).
+local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[1]}
+local waiting, retained = KEYS[4], KEYS[5]
+local pfx = prefixes(3)
+local retention = tonumber(ARGV[8])
+local woken = {}
+
+local function wake(channel, n)
+  woken[channel] = (woken[channel] or 0) + n
+end
+
+-- give_back puts the taking back at the front of the queue.
+local function give_back(tkey, id)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS)
+  if t.err then
+    -- Corrupt task data: put the id back; the take buries it with the reason.
+    redis.call('LPUSH', waiting, id)
+    wake(ARGV[2], 1)
+    return OUT_REQUEUED
+  end
+  if t[3] and t[3] ~= R_RUNNING then
+    -- A flow run that ended (cancelled) while this taking ran: keep it as is.
+    redis.call('HDEL', tkey, F_WORKER, F_PID)
+    return OUT_CANCELLED
+  end
+  if t[1] then
+    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained)
+    return OUT_CANCELLED
+  end
+  redis.call('HSET', tkey, F_STATE, S_QUEUED)
+  redis.call('HDEL', tkey, F_WORKER, F_PID)
+  redis.call('LPUSH', waiting, id)
+  wake(ARGV[2], 1)
+  return OUT_REQUEUED
+end
+
+-- end_task ends a taking of a plain queue.
+local function end_task(tkey, id, ask, delay, err, result, worker)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE)
+  if t.err then
+    bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
+    return OUT_DEAD
+  end
+  if t[1] then
+    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained)
+    return OUT_CANCELLED
+  end
+  if ask == 'done' then
+    finalize(tkey, id, t[2], S_DONE, retention, result, retained)
+    return OUT_DONE
+  end
+  return fail_attempt(q, tkey, id, ask, delay, err, worker)
+end
+
+-- end_stage ends a stage taking of flow run id: a done stage merges its
+-- fields into the run, then fans out children or forwards the run.
+local function end_stage(tkey, id, ask, delay, err, worker, a)
+  local nexts, policy, runret = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
+  local props, b = list_from(a + 3)
+  local fields, c = list_from(b)
+  local children = list_from(c)
+  local ixkeys = index_keys(tkey, props, pfx)
+  local t = redis.call('HMGET', tkey, F_CANCEL, F_RUN_STATUS)
+  if t[2] ~= R_RUNNING then
+    redis.call('HDEL', tkey, F_WORKER, F_PID)
+    return OUT_CANCELLED
+  end
+  if t[1] then
+    end_run(tkey, id, R_CANCELLED, runret, ixkeys)
+    return OUT_CANCELLED
+  end
+  if ask ~= 'done' then
+    local out = fail_attempt(q, tkey, id, ask, delay, err, worker)
+    if out == OUT_DEAD then
+      redis.call('HSET', tkey, F_RUN_STATUS, R_FAILED, F_FINISHED_AT, now_ms())
+      index_expire(ixkeys, id, now_ms() + runret)
+    end
+    return out
+  end
+  if #fields > 0 then
+    redis.call('HSET', tkey, unpack(fields))
+  end
+  if #children == 0 then
+    return forward_run(tkey, id, nexts, pfx, runret, ixkeys)
+  end
+  local n = 0
+  for k = 1, #children, 3 do
+    local cid, cq, payload = children[k], children[k + 1], children[k + 2]
+    redis.call('HSET', q.tprefix .. cid, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy)
+    redis.call('RPUSH', pfx.queue .. cq, cid)
+    redis.call('HSET', tkey, 'k:' .. cid, 'pending', 'kq:' .. cid, cq)
+    wake(pfx.wake .. cq, 1)
+    n = n + 1
+  end
+  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN)
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON)
+  return OUT_FANNED_OUT
+end
+
+-- end_child ends a child taking and counts it in its run, once; the last
+-- pending child moves the run on, in the same step.
+local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runid)
+  local r = redis.call('HMGET', runkey, F_RUN_STATUS, 'k:' .. id)
+  if r[1] ~= R_RUNNING or r[2] ~= 'pending' then
+    -- The run ended (cancelled, failed) or this child was already counted.
+    redis.call('DEL', tkey)
+    return OUT_CANCELLED, OUT_LOST
+  end
+  if redis.call('HGET', tkey, F_CANCEL) then
+    ask, err = 'cancelled', 'cancelled'
+  end
+  if ask == 'retry' then
+    return fail_attempt(q, tkey, id, ask, delay, err, worker), OUT_LOST
+  end
+  if ask == 'done' then
+    local run = child_ended(runkey, runid, id, tkey, true, result, err, pfx, q.tprefix)
+    redis.call('DEL', tkey)
+    return OUT_DONE, run
+  end
+  local run = child_ended(runkey, runid, id, tkey, false, '', err, pfx, q.tprefix)
+  if ask == 'cancelled' then
+    redis.call('DEL', tkey)
+    return OUT_CANCELLED, run
+  end
+  return fail_attempt(q, tkey, id, 'dead', delay, err, worker), run
+end
+
+local out = {}
+local k, i = 6, 9
+while i <= #ARGV do
+  local n = tonumber(ARGV[i])
+  local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local ask, delay, err, result = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  local wq, pkey, tkey = KEYS[k], KEYS[k + 1], KEYS[k + 2]
+  k = k + 3
+  local runkey
+  if kind == 'child' then
+    runkey = KEYS[k]
+    k = k + 1
+  end
+  local code, run = OUT_LOST, OUT_LOST
+  if own(wq, pkey, pid) then
+    if ask == 'back' then
+      code = give_back(tkey, id)
+    elseif kind == 'stage' then
+      code = end_stage(tkey, id, ask, delay, err, worker, i + 9)
+    elseif kind == 'child' then
+      code, run = end_child(tkey, id, ask, delay, err, result, worker, runkey, ARGV[i + 9])
+    else
+      code = end_task(tkey, id, ask, delay, err, result, worker)
+    end
+  end
+  out[#out + 1] = code
+  out[#out + 1] = run
+  i = i + n + 1
+end
+for channel, n in pairs(woken) do
+  redis.call('PUBLISH', channel, n)
+end
+return out

@@ -1,0 +1,162 @@
+--- @include "codes"
+--- @include "time"
+-- flow: what the scripts that move flow runs and children share.
+
+-- prefixes reads the sibling-queue and index prefixes from ARGV[i..i+4].
+local function prefixes(i)
+  return {queue = ARGV[i], wake = ARGV[i + 1], sched = ARGV[i + 2], cancel = ARGV[i + 3], index = ARGV[i + 4]}
+end
+
+-- list_from reads a count at ARGV[i] and that many values after it; returns
+-- the values and the index after them.
+local function list_from(i)
+  local n = tonumber(ARGV[i])
+  local out = {}
+  for j = 1, n do
+    out[j] = ARGV[i + j]
+  end
+  return out, i + n + 1
+end
+
+-- index_expire gives run id's entries in the index zsets their expiry time
+-- and lets each index key expire once every run in it has ended (running runs
+-- are scored +inf).
+local function index_expire(ixkeys, id, at)
+  for _, ix in ipairs(ixkeys) do
+    redis.call('ZADD', ix, 'XX', at, id)
+    local top = redis.call('ZRANGE', ix, -1, -1, 'WITHSCORES')
+    if top[2] and top[2] ~= 'inf' then
+      redis.call('PEXPIREAT', ix, math.floor(tonumber(top[2])))
+    end
+  end
+end
+
+-- index_keys returns the index keys of a run: one per declared property the
+-- run was started with (<index prefix><prop>:<value>); flow_start keeps those
+-- values in 'i:<prop>', so a stage rewriting the field does not move them.
+local function index_keys(runkey, props, pfx)
+  local keys = {}
+  for _, prop in ipairs(props) do
+    local v = redis.call('HGET', runkey, 'i:' .. prop)
+    if v then
+      table.insert(keys, pfx.index .. prop .. ':' .. v)
+    end
+  end
+  return keys
+end
+
+-- run_index_keys returns a run's index keys from the settings flow_start
+-- stored on it (F_RUN_INDEXED: the indexed properties, comma-separated).
+local function run_index_keys(runkey, pfx)
+  local fi = redis.call('HGET', runkey, F_RUN_INDEXED)
+  local props = {}
+  if fi and fi ~= '' then
+    for p in string.gmatch(fi, '[^,]+') do
+      table.insert(props, p)
+    end
+  end
+  return index_keys(runkey, props, pfx)
+end
+
+-- end_run ends flow run id with status (done, failed, cancelled): the run and
+-- its index entries are kept for retention ms.
+local function end_run(tkey, id, status, retention, ixkeys)
+  local now = now_ms()
+  redis.call('HSET', tkey, F_RUN_STATUS, status, F_STATE, status, F_FINISHED_AT, now)
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_CANCEL)
+  redis.call('PEXPIRE', tkey, retention)
+  index_expire(ixkeys, id, now + retention)
+end
+
+-- forward_run moves a run whose stage is complete to the back of the next
+-- stage's queue with a wake-up, or ends it as done after the last stage.
+-- Returns OUT_FORWARDED or OUT_DONE.
+local function forward_run(tkey, id, nexts, pfx, retention, ixkeys)
+  if nexts == '' then
+    end_run(tkey, id, R_DONE, retention, ixkeys)
+    return OUT_DONE
+  end
+  redis.call('HSET', tkey, F_STAGE, nexts, F_STATE, S_QUEUED)
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON)
+  redis.call('RPUSH', pfx.queue .. nexts, id)
+  redis.call('PUBLISH', pfx.wake .. nexts, 1)
+  return OUT_FORWARDED
+end
+
+-- stop_task takes task id (hash tkey) of queue qname out of its waiting list
+-- or scheduled set, or, when it runs, marks it and tells its owner. Returns
+-- true when it was taken out (nobody runs it).
+local function stop_task(pfx, tkey, id, qname)
+  local s = redis.call('HGET', tkey, F_STATE)
+  if s == S_ACTIVE then
+    redis.call('HSET', tkey, F_CANCEL, '1')
+    redis.call('PUBLISH', pfx.cancel .. qname, id)
+    return false
+  elseif s == S_SCHEDULED then
+    redis.call('ZREM', pfx.sched .. qname, id)
+  else
+    redis.call('LREM', pfx.queue .. qname, 1, id)
+  end
+  return true
+end
+
+-- cancel_children stops every pending child of a run and records each as
+-- cancelled in the run.
+local function cancel_children(runkey, pfx, tprefix)
+  local h = redis.call('HGETALL', runkey)
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if string.sub(f, 1, 2) == 'k:' and h[i + 1] == 'pending' then
+      local cid = string.sub(f, 3)
+      local q = redis.call('HGET', runkey, 'kq:' .. cid)
+      if stop_task(pfx, tprefix .. cid, cid, q) then
+        redis.call('DEL', tprefix .. cid)
+      end
+      redis.call('HSET', runkey, f, 'cancelled')
+    end
+  end
+end
+
+-- child_ended counts the end of child cid in its run, once: done (result) or
+-- failed (err, with the child's fan-out policy F_PARENT_POLICY and the run's
+-- next stage F_PARENT_NEXT, both stored on the child at fan-out). The run
+-- ends failed (fail-fast) or moves on when this was its last pending child.
+-- Returns the run's outcome: OUT_LOST (unchanged), OUT_DONE, OUT_DEAD
+-- (failed) or OUT_FORWARDED.
+local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tprefix)
+  local r = redis.call('HMGET', runkey, F_RUN_STATUS, 'k:' .. cid, F_RUN_RETENTION)
+  if r[1] ~= R_RUNNING or r[2] ~= 'pending' then
+    return OUT_LOST
+  end
+  local c = redis.call('HMGET', ckey, F_PARENT_NEXT, F_PARENT_POLICY)
+  local retention = tonumber(r[3]) or 86400000
+  if ok then
+    redis.call('HSET', runkey, 'k:' .. cid, 'done')
+    if result and result ~= '' then
+      redis.call('HSET', runkey, 'kr:' .. cid, result)
+    end
+  else
+    redis.call('HSET', runkey, 'k:' .. cid, 'failed', 'ke:' .. cid, err)
+    if c[2] ~= 'continue' then
+      cancel_children(runkey, pfx, tprefix)
+      end_run(runkey, runid, R_FAILED, retention, run_index_keys(runkey, pfx))
+      return OUT_DEAD
+    end
+  end
+  if redis.call('HINCRBY', runkey, F_PENDING, -1) > 0 then
+    return OUT_LOST
+  end
+  return forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
+end
+
+-- buried_in_flow ends what a buried flow task leaves waiting: a stage run
+-- (running) fails; a child counts as failed in its run.
+local function buried_in_flow(tkey, id, reason, pfx, tprefix)
+  local t = redis.call('HMGET', tkey, F_RUN_STATUS, F_PARENT, F_RUN_RETENTION)
+  if t[1] == R_RUNNING then
+    redis.call('HSET', tkey, F_RUN_STATUS, R_FAILED, F_FINISHED_AT, now_ms())
+    index_expire(run_index_keys(tkey, pfx), id, now_ms() + (tonumber(t[3]) or 86400000))
+  elseif t[2] then
+    child_ended(tprefix .. t[2], t[2], id, tkey, false, '', reason, pfx, tprefix)
+  end
+end

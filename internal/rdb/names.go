@@ -1,0 +1,99 @@
+package rdb
+
+// The names the Lua scripts share with Go, as lua/include/codes.lua defines
+// them (TestNamesMatchLua checks that both sides agree).
+
+// Outcome is how a taking ended, as a script recorded it.
+type Outcome int
+
+// The outcomes scripts return (OUT_* in Lua).
+const (
+	OutcomeLost      Outcome = 0 // not the owner: nothing changed
+	OutcomeDone      Outcome = 1
+	OutcomeCancelled Outcome = 2
+	OutcomeRequeued  Outcome = 3
+	OutcomeRetry     Outcome = 4
+	OutcomeDead      Outcome = 5
+	OutcomeFannedOut Outcome = 6
+	OutcomeForwarded Outcome = 7
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeDone:
+		return "done"
+	case OutcomeCancelled:
+		return "cancelled"
+	case OutcomeRequeued:
+		return "requeued"
+	case OutcomeRetry:
+		return "retry"
+	case OutcomeDead:
+		return "dead"
+	case OutcomeFannedOut:
+		return "fanned_out"
+	case OutcomeForwarded:
+		return "forwarded"
+	default:
+		return "lost"
+	}
+}
+
+// Fields of a task hash (F_* in Lua).
+const (
+	FieldPayload      = "d"
+	FieldState        = "s"
+	FieldFailures     = "n"
+	FieldCrashes      = "c"
+	FieldCancel       = "x"
+	FieldWorker       = "w"
+	FieldPID          = "p"
+	FieldError        = "e"
+	FieldMaxAttempts  = "ma"
+	FieldTimeout      = "to"
+	FieldUnique       = "u"
+	FieldResult       = "r"
+	FieldDeadReason   = "dr"
+	FieldDeadAt       = "dt"
+	FieldDeadWorker   = "dw"
+	FieldFinishedAt   = "ft"
+	FieldCrashedOn    = "cw"
+	FieldRaw          = "raw"
+	FieldStage        = "st"
+	FieldRunStatus    = "fs"
+	FieldRunRetention = "fr"
+	FieldRunIndexed   = "fi"
+	FieldPending      = "kp"
+	FieldParent       = "pr"
+	FieldParentNext   = "pn"
+	FieldParentPolicy = "pf"
+)
+
+// Prefixes of the per-child and per-field entries of a run hash.
+const (
+	runFieldPrefix       = "f:"  // state field
+	runChildPrefix       = "k:"  // child status
+	runChildQueuePrefix  = "kq:" // child queue
+	runChildResultPrefix = "kr:" // child result
+	runChildErrorPrefix  = "ke:" // child error
+	runIndexedPrefix     = "i:"  // indexed value the run was started with
+)
+
+// Task states (field FieldState; S_* in Lua).
+const (
+	StateQueued    = "queued"
+	StateActive    = "active"
+	StateScheduled = "scheduled"
+	StateDead      = "dead"
+	StateDone      = "done"
+	StateCancelled = "cancelled"
+	StateChildren  = "children"
+)
+
+// Run statuses (field FieldRunStatus; R_* in Lua).
+const (
+	RunRunning   = "running"
+	RunDone      = "done"
+	RunFailed    = "failed"
+	RunCancelled = "cancelled"
+)

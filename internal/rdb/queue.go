@@ -1,0 +1,676 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// ErrLost is reported when the caller no longer owns a taking: nothing was
+// changed. Package worqr exports it as ErrTaskLost.
+var ErrLost = errors.New("worqr: task lost")
+
+// ErrDuplicate is returned by Enqueue when the unique key is held by another
+// task. Package worqr exports it.
+var ErrDuplicate = errors.New("worqr: duplicate task")
+
+// Limits that keep every script call short (a few milliseconds at most).
+const (
+	// MaxEnqueueChunk is the most tasks one enqueue script call writes;
+	// EnqueueBatch splits larger batches.
+	MaxEnqueueChunk = 1000
+	// MaxEnqueueChunkBytes caps the payload bytes of one enqueue call.
+	MaxEnqueueChunkBytes = 4 << 20
+	// MaxTake is the most tasks one take script call pops.
+	MaxTake = 1000
+	// BulkChunk is the most tasks one call of a bulk operation handles.
+	BulkChunk = 1000
+	// enqueueWindow is how many enqueue chunks travel at once on the wire.
+	enqueueWindow = 4
+)
+
+// EnqueueArgs are the options of one Enqueue call.
+type EnqueueArgs struct {
+	DelayMillis int64  // > 0: scheduled at Redis time + delay
+	DueMillis   int64  // > 0: scheduled at this unix time (ms)
+	UniqueKey   string // user key; one task only
+	UniqueTTL   int64  // ms
+	MaxAttempts int    // > 0: per-task override
+	TimeoutMs   int64  // > 0: per-task override
+}
+
+func optInt(v int64) string {
+	if v <= 0 {
+		return ""
+	}
+	return strconv.FormatInt(v, 10)
+}
+
+func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) []any {
+	args := make([]any, 0, 10+3*len(ids))
+	args = append(args, 2+len(ids), q.Waiting, q.Scheduled)
+	for _, id := range ids {
+		args = append(args, q.Task(id))
+	}
+	unique := ""
+	if a.UniqueKey != "" {
+		unique = q.UniquePrefix + a.UniqueKey
+	}
+	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
+		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, p := range payloads {
+		args = append(args, p)
+	}
+	return args
+}
+
+func enqueueReply(r any, err error) (string, error) {
+	vals, err := redis.Values(r, err)
+	if err != nil {
+		return "", err
+	}
+	if len(vals) == 0 {
+		return "", fmt.Errorf("rdb: enqueue: empty reply")
+	}
+	if n, _ := redis.Int(vals[0], nil); n < 0 && len(vals) > 1 {
+		holder, _ := redis.String(vals[1], nil)
+		return holder, ErrDuplicate
+	}
+	return "", nil
+}
+
+// Enqueue writes the tasks and pushes their ids at the back of the queue (or
+// schedules them) in one script call, all or nothing. When a.UniqueKey is
+// held it returns the holder's id and ErrDuplicate. Callers keep batches
+// within MaxEnqueueChunk (EnqueueBatch splits).
+func (s *Store) Enqueue(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (string, error) {
+	if len(ids) != len(payloads) {
+		return "", fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+	}
+	if a == nil {
+		a = &EnqueueArgs{}
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return enqueueReply(enqueueScript.DoContext(ctx, c, enqueueArgs(q, ids, payloads, a)...))
+}
+
+// Chunks splits n payloads into runs of at most MaxEnqueueChunk tasks and
+// MaxEnqueueChunkBytes bytes (a single larger payload is a run of its own).
+// It returns the end index of each run.
+func Chunks(payloads [][]byte) []int {
+	var ends []int
+	count, size := 0, 0
+	for i, p := range payloads {
+		if count > 0 && (count == MaxEnqueueChunk || size+len(p) > MaxEnqueueChunkBytes) {
+			ends = append(ends, i)
+			count, size = 0, 0
+		}
+		count++
+		size += len(p)
+	}
+	if count > 0 {
+		ends = append(ends, len(payloads))
+	}
+	return ends
+}
+
+// EnqueueBatch enqueues a batch of any size as a sequence of atomic chunks
+// (see Chunks), in order, a few chunks on the wire at once, so that no call
+// holds Redis for long. It returns how many tasks, from the first, are known
+// to be enqueued; on an error the chunk that failed and those after it may or
+// may not have been applied (a lost reply) except when the error is a Redis
+// error reply, in which case they were not.
+func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (int, error) {
+	if len(ids) != len(payloads) {
+		return 0, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+	}
+	if a == nil {
+		a = &EnqueueArgs{}
+	}
+	ends := Chunks(payloads)
+	if len(ends) == 1 {
+		if _, err := s.Enqueue(ctx, q, ids, payloads, a); err != nil {
+			return 0, err
+		}
+		return len(ids), nil
+	}
+	// The first chunk runs on its own (it loads the script on NOSCRIPT);
+	// the others travel enqueueWindow at a time by SHA.
+	if _, err := s.Enqueue(ctx, q, ids[:ends[0]], payloads[:ends[0]], a); err != nil {
+		return 0, err
+	}
+	done := ends[0]
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return done, err
+	}
+	defer c.Close()
+	sent, received := 1, 1
+	recv := func() error {
+		r, err := redis.ReceiveContext(c, ctx)
+		if _, err := enqueueReply(r, err); err != nil {
+			return err
+		}
+		done = ends[received]
+		received++
+		return nil
+	}
+	for sent < len(ends) {
+		lo, hi := ends[sent-1], ends[sent]
+		args := append([]any{enqueueScript.hash}, enqueueArgs(q, ids[lo:hi], payloads[lo:hi], a)...)
+		if err := c.Send("EVALSHA", args...); err != nil {
+			return done, err
+		}
+		sent++
+		if sent-received < enqueueWindow {
+			continue
+		}
+		if err := c.Flush(); err != nil {
+			return done, err
+		}
+		if err := recv(); err != nil {
+			return done, err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return done, err
+	}
+	for received < sent {
+		if err := recv(); err != nil {
+			return done, err
+		}
+	}
+	return done, nil
+}
+
+// Taken is one task handed to a worker by Take, or buried by it.
+type Taken struct {
+	ID string
+	// PID is "" when the task was buried instead (bad data, or too many
+	// crashes); Reason then says why.
+	PID         string
+	Reason      string
+	Payload     []byte
+	Attempt     int // failed attempts so far + 1
+	Crashes     int
+	MaxAttempts int   // per-task override, 0 = queue default
+	TimeoutMs   int64 // per-task override, 0 = queue default
+	// Run is the flow run's whole hash, for takes of a stage queue.
+	Run map[string]string
+	// Parent is the run id of a flow child.
+	Parent string
+}
+
+// Take pops up to max (at most MaxTake) ids from the front of the queue for
+// worker w. Tasks that crashed maxCrashes workers (0 = no limit) or whose
+// data is bad are buried. For a flow stage queue (stage true) each Taken
+// carries the run's hash.
+func (s *Store) Take(ctx context.Context, q QueueKeys, w string, max, maxCrashes int, stage bool) ([]Taken, error) {
+	flag := "0"
+	if stage {
+		flag = "1"
+	}
+	max = min(max, MaxTake)
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	vals, err := redis.Values(takeScript.DoContext(ctx, c,
+		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
+		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag,
+		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix))
+	if err != nil {
+		return nil, err
+	}
+	const width = 8
+	if len(vals)%width != 0 {
+		return nil, fmt.Errorf("rdb: take: reply of %d values", len(vals))
+	}
+	out := make([]Taken, 0, len(vals)/width)
+	for i := 0; i < len(vals); i += width {
+		var t Taken
+		t.ID, _ = redis.String(vals[i], nil)
+		t.PID, _ = redis.String(vals[i+1], nil)
+		if t.PID == "" {
+			t.Reason, _ = redis.String(vals[i+2], nil)
+		} else {
+			if stage {
+				t.Run, _ = redis.StringMap(vals[i+2], nil)
+			} else {
+				t.Payload, _ = redis.Bytes(vals[i+2], nil)
+			}
+			t.Attempt, _ = redis.Int(vals[i+3], nil)
+			t.Crashes, _ = redis.Int(vals[i+4], nil)
+			if s, _ := redis.String(vals[i+5], nil); s != "" {
+				t.MaxAttempts, _ = strconv.Atoi(s)
+			}
+			if s, _ := redis.String(vals[i+6], nil); s != "" {
+				t.TimeoutMs, _ = strconv.ParseInt(s, 10, 64)
+			}
+			t.Parent, _ = redis.String(vals[i+7], nil)
+		}
+		out = append(out, t)
+	}
+	return out, nil
+}
+
+// Ask is what the owner of a taking asks its end to record.
+type Ask string
+
+// The asks of an Ending.
+const (
+	AskDone  Ask = "done"  // the work is done (a stage: forward or fan out)
+	AskRetry Ask = "retry" // a failed attempt, to run again after a delay
+	AskDead  Ask = "dead"  // a failed attempt, to the dead set
+	AskBack  Ask = "back"  // give back: to the front of the queue, nothing counted
+)
+
+// Kind is the kind of queue a taking belongs to.
+type Kind string
+
+// The kinds of queue.
+const (
+	KindTask  Kind = "task"  // a stand-alone queue
+	KindStage Kind = "stage" // a flow's stage queue
+	KindChild Kind = "child" // a flow's child queue
+)
+
+// StageEnd is what a done stage records: fields merged into the run, then
+// either children fanned out or the run forwarded to Next.
+type StageEnd struct {
+	Next           string // "" after the last stage
+	FailFast       bool   // a dead child fails the run
+	RunRetentionMs int64
+	IndexBy        []string
+	Fields         []string // "f:"-prefixed name/value pairs
+	Children       []Child
+}
+
+// Child is one child task a stage fans out.
+type Child struct {
+	ID, Queue string
+	Payload   []byte
+}
+
+// Ending is how one taking ends. Build it with Done, Retry, Dead or GiveBack.
+type Ending struct {
+	Kind         Kind
+	Worker, PID  string
+	ID           string
+	Ask          Ask
+	RetryDelayMs int64
+	Err          string
+	Result       []byte
+	Stage        *StageEnd // KindStage
+	Run          string    // KindChild: the child's run
+}
+
+// Done ends a taking whose work is done, with its result.
+func Done(k Kind, worker, pid, id string, result []byte) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskDone, Result: result}
+}
+
+// Retry ends a failed attempt that runs again after delayMs.
+func Retry(k Kind, worker, pid, id string, delayMs int64, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskRetry, RetryDelayMs: delayMs, Err: err}
+}
+
+// Dead ends a failed attempt in the dead set.
+func Dead(k Kind, worker, pid, id string, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskDead, Err: err}
+}
+
+// GiveBack puts a taking back at the front of its queue.
+func GiveBack(k Kind, worker, pid, id string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskBack}
+}
+
+// Ended is what End recorded for one taking: its outcome (OutcomeLost when
+// the worker no longer owned it: nothing changed) and, for a flow child, its
+// run's (OutcomeLost when the run did not change).
+type Ended struct {
+	Outcome Outcome
+	Run     Outcome
+}
+
+func appendList(args []any, vals []string) []any {
+	args = append(args, len(vals))
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	return args
+}
+
+// End records the ends of takings of queue q in one script call: the one way
+// a taking ends. retentionMs is how long the queue keeps ended tasks. Each
+// taking is checked for ownership and answered on its own.
+func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending) ([]Ended, error) {
+	keys := make([]any, 0, 5+4*len(es))
+	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained)
+	args := make([]any, 0, 8+10*len(es))
+	args = append(args, q.TaskPrefix, q.WakeChannel)
+	args = append(args, q.prefixes()...)
+	args = append(args, retentionMs)
+	for _, e := range es {
+		keys = append(keys, q.WorkerQueue(e.Worker), q.Proc(e.PID), q.Task(e.ID))
+		if e.Kind == KindChild {
+			keys = append(keys, q.Task(e.Run))
+		}
+		mark := len(args)
+		args = append(args, 0, string(e.Kind), e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
+		switch e.Kind {
+		case KindChild:
+			args = append(args, e.Run)
+		case KindStage:
+			st := e.Stage
+			if st == nil {
+				st = &StageEnd{}
+			}
+			policy := "continue"
+			if st.FailFast {
+				policy = "failfast"
+			}
+			args = append(args, st.Next, policy, st.RunRetentionMs)
+			args = appendList(args, st.IndexBy)
+			args = appendList(args, st.Fields)
+			args = append(args, 3*len(st.Children))
+			for _, ch := range st.Children {
+				args = append(args, ch.ID, ch.Queue, ch.Payload)
+			}
+		}
+		args[mark] = len(args) - mark - 1
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	all := make([]any, 0, 1+len(keys)+len(args))
+	all = append(all, len(keys))
+	all = append(all, keys...)
+	all = append(all, args...)
+	codes, err := redis.Ints(endScript.DoContext(ctx, c, all...))
+	if err != nil {
+		return nil, err
+	}
+	if len(codes) != 2*len(es) {
+		return nil, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
+	}
+	out := make([]Ended, len(es))
+	for i := range out {
+		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
+	}
+	return out, nil
+}
+
+func (q QueueKeys) prefixes() []any {
+	return []any{q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix}
+}
+
+// Requeue puts every taking the given workers hold in the queue back at its
+// front, oldest first, and forgets their holdings there (the fail-worker
+// step). crashed says whether the workers died (each task counts a crash,
+// once per dead worker) or stopped on purpose. It is idempotent.
+func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued, cancelled int, err error) {
+	if len(workers) == 0 {
+		return 0, 0, nil
+	}
+	args := make([]any, 0, 9+2*len(workers))
+	args = append(args, 4+len(workers), q.Waiting, q.Holders, q.Config, q.Retained)
+	for _, w := range workers {
+		args = append(args, q.WorkerQueue(w))
+	}
+	flag := "0"
+	if crashed {
+		flag = "1"
+	}
+	args = append(args, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, flag)
+	for _, w := range workers {
+		args = append(args, w)
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	return pair(redis.Ints(requeueScript.DoContext(ctx, c, args...)))
+}
+
+func pair(vals []int, err error) (int, int, error) {
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(vals) != 2 {
+		return 0, 0, fmt.Errorf("rdb: reply of %d values, want 2", len(vals))
+	}
+	return vals[0], vals[1], nil
+}
+
+// Release puts back at the front of the queue the takings worker w holds in
+// it other than known (pids w runs): takings whose take reply was lost. It
+// is idempotent; requeued tasks count no crash.
+func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
+	args := make([]any, 0, 8+len(known))
+	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, "")
+	for _, pid := range known {
+		args = append(args, pid)
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	return pair(redis.Ints(releaseScript.DoContext(ctx, c, args...)))
+}
+
+// CancelResult says what Cancel did.
+type CancelResult int
+
+// The results of Cancel.
+const (
+	CancelNoop      CancelResult = 0 // unknown, ended, dead, or already asked
+	CancelRemoved   CancelResult = 1 // was waiting or scheduled: ended, no worker gets it
+	CancelRequested CancelResult = 2 // running: its owner was told to stop
+	CancelRefused   CancelResult = 3 // a flow run or child: cancel the run
+)
+
+// Cancel ends a waiting or scheduled task or asks the owner of a running one
+// to stop.
+func (s *Store) Cancel(ctx context.Context, q QueueKeys, id string) (CancelResult, error) {
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return CancelNoop, err
+	}
+	defer c.Close()
+	code, err := redis.Int(cancelScript.DoContext(ctx, c,
+		q.Waiting, q.Task(id), q.Scheduled, q.Config, q.Retained, id, q.CancelChannel))
+	return CancelResult(code), err
+}
+
+// Move pushes up to batch due scheduled tasks to the back of the queue and
+// trims the dead set by age. It returns how many it moved.
+func (s *Store) Move(ctx context.Context, q QueueKeys, batch int) (int, error) {
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return redis.Int(moveScript.DoContext(ctx, c,
+		q.Scheduled, q.Waiting, q.Dead, q.Config, batch, q.TaskPrefix, q.WakeChannel))
+}
+
+// DeadOp is what to do with dead tasks.
+type DeadOp string
+
+// The dead-set operations.
+const (
+	DeadRequeue DeadOp = "requeue"
+	DeadDelete  DeadOp = "delete"
+)
+
+// DeadIDs applies op to the given dead ids and returns how many were dead.
+func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, error) {
+	args := make([]any, 0, 7+len(ids))
+	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return redis.Int(deadScript.DoContext(ctx, c, args...))
+}
+
+// DeadOldest applies op to up to n (at most BulkChunk) of the oldest dead
+// tasks.
+func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (int, error) {
+	if n < 1 {
+		return 0, nil
+	}
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return redis.Int(deadScript.DoContext(ctx, c,
+		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
+}
+
+// Place is where a bulk operation takes tasks from.
+type Place string
+
+// The places of Bulk.
+const (
+	PlaceWaiting   Place = "waiting"
+	PlaceScheduled Place = "scheduled"
+)
+
+// BulkAction is what a bulk operation does to each task.
+type BulkAction string
+
+// The actions of Bulk.
+const (
+	BulkDelete BulkAction = "delete"
+	BulkCancel BulkAction = "cancel"
+)
+
+// Bulk deletes or cancels up to BulkChunk tasks of a stand-alone queue's
+// waiting list (front first) or scheduled set (earliest first) and returns
+// how many it handled: fewer than BulkChunk means none are left.
+func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	return redis.Int(bulkScript.DoContext(ctx, c,
+		q.Waiting, q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkChunk, q.TaskPrefix))
+}
+
+// QueueSettings are the settings scripts read from a queue's config hash.
+type QueueSettings struct {
+	RetentionMs  int64
+	DeadMaxCount int
+	DeadMaxAgeMs int64
+}
+
+// WriteSettings stores the settings of queue q.
+func (s *Store) WriteSettings(ctx context.Context, q QueueKeys, v QueueSettings) error {
+	_, err := s.cmd(ctx, q.Ref.Tag, "HSET", q.Config,
+		"retention", v.RetentionMs, "dead_max", v.DeadMaxCount, "dead_age", v.DeadMaxAgeMs)
+	return err
+}
+
+// SetPaused pauses (on) or resumes queue q: stored in its config hash, and
+// announced on its wake channel so that workers look at once.
+func (s *Store) SetPaused(ctx context.Context, q QueueKeys, on bool) error {
+	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
+		var err error
+		if on {
+			_, err = do(ctx, c, "HSET", q.Config, "paused", "1")
+		} else {
+			_, err = do(ctx, c, "HDEL", q.Config, "paused")
+		}
+		if err != nil {
+			return err
+		}
+		_, err = do(ctx, c, "PUBLISH", q.WakeChannel, "0")
+		return err
+	})
+}
+
+// Paused reports for each queue whether it is paused.
+func (s *Store) Paused(ctx context.Context, qs []QueueKeys) ([]bool, error) {
+	out := make([]bool, len(qs))
+	err := s.perTag(qs, func(tag string, idx []int) error {
+		cmds := make([]command, len(idx))
+		for j, i := range idx {
+			cmds[j] = cmdOf("HEXISTS", qs[i].Config, "paused")
+		}
+		rs, err := s.pipeline(ctx, tag, cmds)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			n, _ := redis.Int(rs[j], nil)
+			out[i] = n == 1
+		}
+		return nil
+	})
+	return out, err
+}
+
+// perTag calls f once per hash tag of qs with the indexes of its queues, in
+// the order tags first appear.
+func (s *Store) perTag(qs []QueueKeys, f func(tag string, idx []int) error) error {
+	var tags []string
+	by := map[string][]int{}
+	for i, q := range qs {
+		if _, ok := by[q.Ref.Tag]; !ok {
+			tags = append(tags, q.Ref.Tag)
+		}
+		by[q.Ref.Tag] = append(by[q.Ref.Tag], i)
+	}
+	for _, t := range tags {
+		if err := f(t, by[t]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Holders returns the holder index (workers that may hold takings) of each
+// queue.
+func (s *Store) Holders(ctx context.Context, qs []QueueKeys) ([][]string, error) {
+	out := make([][]string, len(qs))
+	err := s.perTag(qs, func(tag string, idx []int) error {
+		cmds := make([]command, len(idx))
+		for j, i := range idx {
+			cmds[j] = cmdOf("SMEMBERS", qs[i].Holders)
+		}
+		rs, err := s.pipeline(ctx, tag, cmds)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			if out[i], err = redis.Strings(rs[j], nil); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,266 @@
+package rdb
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// TaskRecord is a task hash as Redis holds it, decoded. Decoding never
+// fails: a field that does not parse (corrupt data) reads as its zero value.
+type TaskRecord struct {
+	ID              string
+	Payload         []byte
+	State           string // a State* constant; StateQueued when unset
+	Failures        int
+	Crashes         int
+	CancelRequested bool
+	WorkerID        string
+	PID             string
+	LastError       string
+	DeadReason      string
+	DeadAt          int64 // unix ms
+	DeadWorker      string
+	Result          []byte
+	FinishedAt      int64 // unix ms
+	DueAt           int64 // unix ms, scheduled tasks only
+	MaxAttempts     int
+	TimeoutMs       int64
+	Parent          string // a flow child's run
+	RunStatus       string // a flow run's status
+}
+
+func atoi64(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// DecodeTask reads a task hash; nil when m is empty (no such task).
+func DecodeTask(id string, m map[string]string) *TaskRecord {
+	if len(m) == 0 {
+		return nil
+	}
+	r := &TaskRecord{
+		ID:              id,
+		Payload:         []byte(m[FieldPayload]),
+		State:           StateQueued,
+		CancelRequested: m[FieldCancel] != "",
+		WorkerID:        m[FieldWorker],
+		PID:             m[FieldPID],
+		LastError:       m[FieldError],
+		DeadReason:      m[FieldDeadReason],
+		DeadAt:          atoi64(m[FieldDeadAt]),
+		DeadWorker:      m[FieldDeadWorker],
+		FinishedAt:      atoi64(m[FieldFinishedAt]),
+		TimeoutMs:       atoi64(m[FieldTimeout]),
+		Parent:          m[FieldParent],
+		RunStatus:       m[FieldRunStatus],
+	}
+	if s := m[FieldState]; s != "" {
+		r.State = s
+	}
+	if v, ok := m[FieldResult]; ok {
+		r.Result = []byte(v)
+	}
+	r.Failures, _ = strconv.Atoi(m[FieldFailures])
+	r.Crashes, _ = strconv.Atoi(m[FieldCrashes])
+	r.MaxAttempts, _ = strconv.Atoi(m[FieldMaxAttempts])
+	return r
+}
+
+// Tasks returns the tasks of queue q with the given ids, in order, skipping
+// those gone; a scheduled task carries its due time.
+func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRecord, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]command, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, cmdOf("HGETALL", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*TaskRecord, 0, len(ids))
+	for i, id := range ids {
+		m, err := redis.StringMap(rs[2*i], nil)
+		if err != nil {
+			return nil, err
+		}
+		r := DecodeTask(id, m)
+		if r == nil {
+			continue
+		}
+		if r.State == StateScheduled {
+			r.DueAt, _ = redis.Int64(rs[2*i+1], nil)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// Task returns task id of queue q, or nil when there is none.
+func (s *Store) Task(ctx context.Context, q QueueKeys, id string) (*TaskRecord, error) {
+	ts, err := s.Tasks(ctx, q, []string{id})
+	if err != nil || len(ts) == 0 {
+		return nil, err
+	}
+	return ts[0], nil
+}
+
+// Len returns the number of tasks waiting in q.
+func (s *Store) Len(ctx context.Context, q QueueKeys) (int, error) {
+	return redis.Int(s.cmd(ctx, q.Ref.Tag, "LLEN", q.Waiting))
+}
+
+// Span is one page of ids of a queue's place, with the place's size.
+type Span struct {
+	IDs   []string
+	Total int
+}
+
+// Waiting returns the ids from position offset of q's waiting list (front
+// first) and its length.
+func (s *Store) Waiting(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
+	return s.span(ctx, q.Ref.Tag, cmdOf("LLEN", q.Waiting), cmdOf("LRANGE", q.Waiting, offset, offset+limit-1))
+}
+
+// Scheduled returns a page of q's scheduled ids, soonest first.
+func (s *Store) Scheduled(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
+	return s.span(ctx, q.Ref.Tag, cmdOf("ZCARD", q.Scheduled), cmdOf("ZRANGE", q.Scheduled, offset, offset+limit-1))
+}
+
+// Dead returns a page of q's dead ids, newest first.
+func (s *Store) Dead(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
+	return s.span(ctx, q.Ref.Tag, cmdOf("ZCARD", q.Dead), cmdOf("ZREVRANGE", q.Dead, offset, offset+limit-1))
+}
+
+// Retained returns a page of q's retained ended ids, newest first (entries
+// whose hash expired are skipped by Tasks).
+func (s *Store) Retained(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
+	return s.span(ctx, q.Ref.Tag, cmdOf("ZCARD", q.Retained), cmdOf("ZREVRANGE", q.Retained, offset, offset+limit-1))
+}
+
+func (s *Store) span(ctx context.Context, tag string, count, page command) (Span, error) {
+	rs, err := s.pipeline(ctx, tag, []command{count, page})
+	if err != nil {
+		return Span{}, err
+	}
+	total, err := redis.Int(rs[0], nil)
+	if err != nil {
+		return Span{}, err
+	}
+	ids, err := redis.Strings(rs[1], nil)
+	return Span{IDs: ids, Total: total}, err
+}
+
+// Holding is one taking held by a worker.
+type Holding struct {
+	Worker, PID, ID string
+}
+
+// Active returns every taking of q: the pids each worker of the holder index
+// holds and the task id of each.
+func (s *Store) Active(ctx context.Context, q QueueKeys) ([]Holding, error) {
+	hs, err := s.Holders(ctx, []QueueKeys{q})
+	if err != nil || len(hs[0]) == 0 {
+		return nil, err
+	}
+	cmds := make([]command, len(hs[0]))
+	for i, w := range hs[0] {
+		cmds[i] = cmdOf("SMEMBERS", q.WorkerQueue(w))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	var out []Holding
+	for i, w := range hs[0] {
+		pids, err := redis.Strings(rs[i], nil)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range pids {
+			out = append(out, Holding{Worker: w, PID: p})
+		}
+	}
+	if len(out) == 0 {
+		return nil, nil
+	}
+	cmds = make([]command, len(out))
+	for i, h := range out {
+		cmds[i] = cmdOf("LINDEX", q.Proc(h.PID), 0)
+	}
+	rs, err = s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].ID, _ = redis.String(rs[i], nil)
+	}
+	return out, nil
+}
+
+// QueueStat counts the tasks of one queue by place.
+type QueueStat struct {
+	Waiting, Scheduled, Active, Dead, Retained int64
+	Paused                                     bool
+	// Head is the id at the front of the waiting list ("" when empty).
+	Head string
+}
+
+// Stats counts the tasks of each queue, two round trips per tag.
+func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
+	out := make([]QueueStat, len(qs))
+	err := s.perTag(qs, func(tag string, idx []int) error {
+		const per = 7
+		cmds := make([]command, 0, per*len(idx))
+		for _, i := range idx {
+			q := qs[i]
+			cmds = append(cmds, cmdOf("LLEN", q.Waiting), cmdOf("ZCARD", q.Scheduled), cmdOf("ZCARD", q.Dead),
+				cmdOf("ZCARD", q.Retained), cmdOf("HEXISTS", q.Config, "paused"), cmdOf("LINDEX", q.Waiting, 0),
+				cmdOf("SMEMBERS", q.Holders))
+		}
+		rs, err := s.pipeline(ctx, tag, cmds)
+		if err != nil {
+			return err
+		}
+		var scards []command
+		var owner []int
+		for j, i := range idx {
+			r := rs[per*j : per*j+per]
+			st := &out[i]
+			for k, dst := range []*int64{&st.Waiting, &st.Scheduled, &st.Dead, &st.Retained} {
+				if *dst, err = redis.Int64(r[k], nil); err != nil {
+					return err
+				}
+			}
+			p, _ := redis.Int(r[4], nil)
+			st.Paused = p == 1
+			st.Head, _ = redis.String(r[5], nil)
+			holders, err := redis.Strings(r[6], nil)
+			if err != nil {
+				return err
+			}
+			for _, w := range holders {
+				scards = append(scards, cmdOf("SCARD", qs[i].WorkerQueue(w)))
+				owner = append(owner, i)
+			}
+		}
+		rs, err = s.pipeline(ctx, tag, scards)
+		if err != nil {
+			return err
+		}
+		for k, i := range owner {
+			n, _ := redis.Int64(rs[k], nil)
+			out[i].Active += n
+		}
+		return nil
+	})
+	return out, err
+}

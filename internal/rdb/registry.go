@@ -1,0 +1,211 @@
+package rdb
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// ErrIDInUse is returned by Register when the worker id's keepalive exists.
+var ErrIDInUse = fmt.Errorf("worqr: worker id already in use")
+
+// Register creates worker w's keepalive with the given TTL, lists w among the
+// workers, describes it (host, process id) and records the queues it serves,
+// atomically. It fails with ErrIDInUse if the id's key still exists.
+func (s *Store) Register(ctx context.Context, w string, ttlMillis int64, host string, pid int, queues []QueueRef) error {
+	k := s.keys
+	args := make([]any, 0, 8+len(queues))
+	args = append(args, k.Keepalive(w), k.Workers(), k.KnownQueues(), k.WorkerInfo(w), ttlMillis, w, host, pid)
+	for _, q := range queues {
+		args = append(args, q.Member())
+	}
+	c, err := s.conn(ctx, RegistryTag)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ok, err := redis.Int(registerScript.DoContext(ctx, c, args...))
+	if err != nil {
+		return err
+	}
+	if ok != 1 {
+		return fmt.Errorf("register %s: %w", w, ErrIDInUse)
+	}
+	return nil
+}
+
+// Beat renews worker w's keepalive for ttlMillis. It reports false when the
+// key was already gone: w is dead to the cluster and must not renew it.
+func (s *Store) Beat(ctx context.Context, w string, ttlMillis int64) (bool, error) {
+	reply, err := s.cmd(ctx, RegistryTag, "SET", s.keys.Keepalive(w), "RUN", "PX", ttlMillis, "XX")
+	if err != nil {
+		return false, err
+	}
+	return reply != nil, nil
+}
+
+// Deregister deletes worker w's keepalive and description and removes it
+// from the workers, in one transaction.
+func (s *Store) Deregister(ctx context.Context, w string) error {
+	return s.withConn(ctx, RegistryTag, func(c redis.Conn) error {
+		if err := c.Send("MULTI"); err != nil {
+			return err
+		}
+		_ = c.Send("DEL", s.keys.Keepalive(w), s.keys.WorkerInfo(w))
+		_ = c.Send("SREM", s.keys.Workers(), w)
+		_, err := do(ctx, c, "EXEC")
+		return err
+	})
+}
+
+// Workers returns the registered worker ids, alive or not yet reaped.
+func (s *Store) Workers(ctx context.Context) ([]string, error) {
+	return redis.Strings(s.cmd(ctx, RegistryTag, "SMEMBERS", s.keys.Workers()))
+}
+
+// Alive reports for each id whether its keepalive key exists.
+func (s *Store) Alive(ctx context.Context, ids []string) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		args[i] = s.keys.Keepalive(id)
+	}
+	vals, err := redis.Values(s.cmd(ctx, RegistryTag, "MGET", args...))
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != len(ids) {
+		return nil, fmt.Errorf("rdb: MGET returned %d values for %d keys", len(vals), len(ids))
+	}
+	out := make([]bool, len(ids))
+	for i, v := range vals {
+		out[i] = v != nil
+	}
+	return out, nil
+}
+
+// Forget removes ids from the workers and deletes their descriptions (their
+// keepalives are gone).
+func (s *Store) Forget(ctx context.Context, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	srem := make([]any, 0, len(ids)+1)
+	srem = append(srem, s.keys.Workers())
+	del := make([]any, 0, len(ids))
+	for _, id := range ids {
+		srem = append(srem, id)
+		del = append(del, s.keys.WorkerInfo(id))
+	}
+	rs, err := s.pipeline(ctx, RegistryTag, []command{cmdOf("SREM", srem...), cmdOf("DEL", del...)})
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if e, ok := r.(redis.Error); ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// KnownQueues returns every queue any worker of the namespace ever served.
+func (s *Store) KnownQueues(ctx context.Context) ([]QueueRef, error) {
+	members, err := redis.Strings(s.cmd(ctx, RegistryTag, "SMEMBERS", s.keys.KnownQueues()))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]QueueRef, len(members))
+	for i, m := range members {
+		out[i] = ParseMember(m)
+	}
+	return out, nil
+}
+
+// AddKnownQueues records queues as known (a client that enqueued to them).
+func (s *Store) AddKnownQueues(ctx context.Context, qs []QueueRef) error {
+	if len(qs) == 0 {
+		return nil
+	}
+	args := make([]any, 0, 1+len(qs))
+	args = append(args, s.keys.KnownQueues())
+	for _, q := range qs {
+		args = append(args, q.Member())
+	}
+	_, err := s.cmd(ctx, RegistryTag, "SADD", args...)
+	return err
+}
+
+// AcquireLease makes holder the reaper for ttlMillis (at least 1) if nobody
+// holds the lease, and reports whether it got it.
+func (s *Store) AcquireLease(ctx context.Context, holder string, ttlMillis int64) (bool, error) {
+	reply, err := s.cmd(ctx, RegistryTag, "SET", s.keys.ReaperLease(), holder, "PX", max(ttlMillis, 1), "NX")
+	if err != nil {
+		return false, err
+	}
+	return reply != nil, nil
+}
+
+// WorkerRecord describes one registered worker.
+type WorkerRecord struct {
+	ID     string
+	Host   string
+	PID    int
+	Start  int64 // unix ms, Redis time
+	TTLMs  int64
+	Queues []QueueRef
+	// KeepaliveLeftMs is the keepalive's remaining life; < 0 when it is
+	// gone (the worker is dead and not yet reaped).
+	KeepaliveLeftMs int64
+}
+
+// WorkerRecords describes the given workers.
+func (s *Store) WorkerRecords(ctx context.Context, ids []string) ([]WorkerRecord, error) {
+	cmds := make([]command, 0, 2*len(ids))
+	for _, id := range ids {
+		cmds = append(cmds, cmdOf("HGETALL", s.keys.WorkerInfo(id)), cmdOf("PTTL", s.keys.Keepalive(id)))
+	}
+	rs, err := s.pipeline(ctx, RegistryTag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]WorkerRecord, len(ids))
+	for i, id := range ids {
+		m, err := redis.StringMap(rs[2*i], nil)
+		if err != nil {
+			return nil, err
+		}
+		r := WorkerRecord{ID: id, Host: m["host"], Start: atoi64(m["start"]), TTLMs: atoi64(m["ttl"])}
+		r.PID, _ = strconv.Atoi(m["pid"])
+		if q := m["queues"]; q != "" {
+			for _, name := range strings.Split(q, ",") {
+				r.Queues = append(r.Queues, ParseMember(name))
+			}
+		}
+		r.KeepaliveLeftMs, _ = redis.Int64(rs[2*i+1], nil)
+		out[i] = r
+	}
+	return out, nil
+}
+
+// HeldCounts returns how many takings each worker holds in queue q.
+func (s *Store) HeldCounts(ctx context.Context, q QueueKeys, workers []string) ([]int, error) {
+	cmds := make([]command, len(workers))
+	for i, w := range workers {
+		cmds[i] = cmdOf("SCARD", q.WorkerQueue(w))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(workers))
+	for i := range workers {
+		out[i], _ = redis.Int(rs[i], nil)
+	}
+	return out, nil
+}

@@ -1,0 +1,168 @@
+// Package rdb is worqr's one owner of the Redis protocol: it alone sends
+// Redis commands, builds key names and knows the fields of a task hash. Every
+// call chooses its connection from the hash tag of the keys it touches
+// (Router), so a single pool, a Sentinel-discovered primary or a Redis
+// Cluster slot map plug in behind the same choice without touching callers.
+// It is internal: the public API lives in packages worqr, registry,
+// heartbeat and recovery.
+package rdb
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// ConnGetter is satisfied by *redis.Pool. worqr never closes it.
+type ConnGetter interface {
+	GetContext(ctx context.Context) (redis.Conn, error)
+}
+
+// TagConnGetter is a ConnGetter that knows where each hash tag lives (a
+// Redis Cluster client, for instance). When the pool given to worqr
+// implements it, every call asks it for the connection of the call's tag.
+type TagConnGetter interface {
+	ConnGetter
+	GetContextForTag(ctx context.Context, tag string) (redis.Conn, error)
+}
+
+// Router chooses the connection a call runs on from the hash tag that all
+// of the call's keys share.
+type Router interface {
+	Conn(ctx context.Context, tag string) (redis.Conn, error)
+}
+
+type poolRouter struct{ pool ConnGetter }
+
+func (r poolRouter) Conn(ctx context.Context, _ string) (redis.Conn, error) {
+	return r.pool.GetContext(ctx)
+}
+
+type tagRouter struct{ pool TagConnGetter }
+
+func (r tagRouter) Conn(ctx context.Context, tag string) (redis.Conn, error) {
+	return r.pool.GetContextForTag(ctx, tag)
+}
+
+// RouterFor returns the router of pool: by tag when it is a TagConnGetter,
+// else one pool for every tag.
+func RouterFor(pool ConnGetter) Router {
+	if t, ok := pool.(TagConnGetter); ok {
+		return tagRouter{t}
+	}
+	return poolRouter{pool}
+}
+
+// RegistryTag is the hash tag of the registry keys.
+const RegistryTag = "reg"
+
+// Store runs worqr's protocol in one namespace. It is safe for concurrent use
+// and holds no connection between calls.
+type Store struct {
+	keys   Keys
+	router Router
+}
+
+// NewStore returns the store of namespace ns on pool.
+func NewStore(pool ConnGetter, ns string) *Store {
+	return &Store{keys: NewKeys(ns), router: RouterFor(pool)}
+}
+
+// Keys returns the key builder of the store's namespace.
+func (s *Store) Keys() Keys { return s.keys }
+
+// Queue returns the keys of queue q.
+func (s *Store) Queue(q QueueRef) QueueKeys { return s.keys.Queue(q) }
+
+// conn returns a connection for a call on the keys of tag.
+func (s *Store) conn(ctx context.Context, tag string) (redis.Conn, error) {
+	return s.router.Conn(ctx, tag)
+}
+
+// withConn runs f on a connection for tag and closes it.
+func (s *Store) withConn(ctx context.Context, tag string, f func(c redis.Conn) error) error {
+	c, err := s.conn(ctx, tag)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return f(c)
+}
+
+// cmd sends one command on the keys of tag.
+func (s *Store) cmd(ctx context.Context, tag, name string, args ...any) (any, error) {
+	c, err := s.conn(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return do(ctx, c, name, args...)
+}
+
+// pipeline sends cmds on one connection for tag in one round trip and
+// returns their replies in order. A reply that is a Redis error is returned
+// as such in its slot; a connection error fails the whole call.
+func (s *Store) pipeline(ctx context.Context, tag string, cmds []command) ([]any, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	c, err := s.conn(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	for _, cm := range cmds {
+		if err := c.Send(cm.name, cm.args...); err != nil {
+			return nil, err
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return nil, err
+	}
+	out := make([]any, len(cmds))
+	for i := range cmds {
+		r, err := redis.ReceiveContext(c, ctx)
+		var re redis.Error
+		if err != nil && !errors.As(err, &re) {
+			return nil, err
+		}
+		if err != nil {
+			r = re
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+type command struct {
+	name string
+	args []any
+}
+
+func cmdOf(name string, args ...any) command { return command{name: name, args: args} }
+
+// IsReplyError reports whether err is an error reply of Redis (the command
+// reached Redis and was refused) rather than a connection error, after which
+// the command may or may not have run.
+func IsReplyError(err error) bool {
+	var re redis.Error
+	return errors.As(err, &re)
+}
+
+// TestOnBorrow is a redis.Pool TestOnBorrow: a connection idle for a minute
+// or more is pinged before it is handed out.
+func TestOnBorrow(c redis.Conn, idle time.Time) error {
+	if time.Since(idle) < time.Minute {
+		return nil
+	}
+	_, err := c.Do("PING")
+	return err
+}
+
+// Ping checks that the server of tag answers.
+func (s *Store) Ping(ctx context.Context, tag string) error {
+	_, err := s.cmd(ctx, tag, "PING")
+	return err
+}

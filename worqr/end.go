@@ -1,0 +1,166 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/group"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// endGroup is a queue's one way to end takings: ends that arrive together
+// share one script call (group commit), whatever their kind (done, retry,
+// dead, give back, a stage's forward or fan-out, a child's end); each is
+// checked and answered on its own.
+func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
+	retention := q.cfg.Retention.Milliseconds()
+	return &group.Group[rdb.Ending, rdb.Ended]{
+		MaxBatch: 64, MaxInFlight: 2,
+		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return w.st.End(ctx, q.qk, retention, es)
+		},
+	}
+}
+
+// maxErrorLen caps the error text stored with a task.
+const maxErrorLen = 8 << 10
+
+// ending turns a handler's return into how its taking ends.
+func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rdb.Ending {
+	var e rdb.Ending
+	switch {
+	case herr == nil:
+		e = rdb.Done(q.kind, t.worker, t.pid, t.ID, t.result)
+	case errors.Is(herr, ErrGiveBack):
+		e = rdb.GiveBack(q.kind, t.worker, t.pid, t.ID)
+	default:
+		msg := herr.Error()
+		if len(msg) > maxErrorLen {
+			msg = msg[:maxErrorLen]
+		}
+		maxAttempts := q.cfg.MaxAttempts
+		if taken.MaxAttempts > 0 {
+			maxAttempts = taken.MaxAttempts
+		}
+		var ra *RetryAfterError
+		switch {
+		case errors.Is(herr, ErrSkipRetry) || t.Attempt >= maxAttempts:
+			e = rdb.Dead(q.kind, t.worker, t.pid, t.ID, msg)
+		case errors.As(herr, &ra):
+			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(ra.Delay.Milliseconds(), 0), msg)
+		default:
+			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(q.cfg.Backoff(t.Attempt, herr).Milliseconds(), 0), msg)
+		}
+	}
+	switch q.kind {
+	case rdb.KindStage:
+		e.Stage = &rdb.StageEnd{
+			Next: q.nextStage(), FailFast: !q.flow.Stages[q.stage].ContinueOnChildFailure,
+			RunRetentionMs: q.flow.Retention.Milliseconds(), IndexBy: q.flow.IndexBy,
+		}
+	case rdb.KindChild:
+		e.Run = taken.Parent
+	}
+	return e
+}
+
+// asked is the outcome an ending asks for (a cancel asked meanwhile would
+// have made it OutcomeCancelled).
+func asked(e rdb.Ending) rdb.Outcome {
+	switch e.Ask {
+	case rdb.AskRetry:
+		return rdb.OutcomeRetry
+	case rdb.AskDead:
+		return rdb.OutcomeDead
+	case rdb.AskBack:
+		return rdb.OutcomeRequeued
+	}
+	if e.Kind == rdb.KindStage && e.Stage != nil {
+		switch {
+		case len(e.Stage.Children) > 0:
+			return rdb.OutcomeFannedOut
+		case e.Stage.Next != "":
+			return rdb.OutcomeForwarded
+		}
+	}
+	return rdb.OutcomeDone
+}
+
+var eventOf = map[rdb.Outcome]EventKind{
+	rdb.OutcomeDone:      EventDone,
+	rdb.OutcomeCancelled: EventCancelled,
+	rdb.OutcomeRequeued:  EventGivenBack,
+	rdb.OutcomeRetry:     EventRetry,
+	rdb.OutcomeDead:      EventDead,
+	rdb.OutcomeForwarded: EventForwarded,
+	rdb.OutcomeFannedOut: EventFannedOut,
+}
+
+// complete records the end of a taking, retrying on connection errors for as
+// long as the session lives: a taking left in Redis by a live worker would
+// never be recovered.
+//
+// A retry after a connection error may find the taking gone because the
+// first attempt was applied and only its reply was lost. While the session's
+// keepalive still exists nobody else can have moved the taking (the reaper
+// only requeues workers whose key is gone, and a key never comes back), so a
+// taking that vanished from a live session was ended by this worker: that
+// is reported as the outcome asked for, not as lost.
+func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, t *Task, e rdb.Ending, herr error) {
+	delay := 20 * time.Millisecond
+	unsure := false // an earlier attempt may have been applied
+	for {
+		if s.Lost() {
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
+			return
+		}
+		res, err := q.ends.Do(w.runCtx, e)
+		out := res.Outcome
+		if err == nil && out == rdb.OutcomeLost && unsure {
+			var applied bool
+			if applied, err = w.appliedBefore(s); err == nil {
+				if !applied {
+					unsure = false
+				} else {
+					out = asked(e)
+					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.name, "task_id", t.ID, "pid", t.pid)
+				}
+			}
+		}
+		if err == nil {
+			if out == rdb.OutcomeLost {
+				w.cfg.Logger.Warn("worker: taking lost", "queue", q.name, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
+				w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
+				return
+			}
+			w.emit(Event{Kind: eventOf[out], Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
+			return
+		}
+		if w.runCtx.Err() != nil {
+			return // hard stop: the keepalive expires and a peer requeues
+		}
+		unsure = unsure || !rdb.IsReplyError(err)
+		w.emit(Event{Kind: EventError, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
+		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.name, "task_id", t.ID, "err", err)
+		if !sleepCtx(w.runCtx, delay) {
+			return
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// appliedBefore reports whether session s is still alive in Redis (and not
+// retired here): then a taking of s that vanished was ended by s itself.
+func (w *Worker) appliedBefore(s *heartbeat.Session) (bool, error) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	alive, err := w.reg.Alive(ctx, []string{s.ID()})
+	if err != nil {
+		return false, err
+	}
+	return alive[0] && !s.Lost(), nil
+}

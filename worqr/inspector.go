@@ -1,0 +1,451 @@
+package worqr
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/registry"
+)
+
+// Inspector reads and steers what a namespace holds in Redis: queues, tasks,
+// workers, flow runs, pauses and bulk operations. Binaries and dashboards
+// use it rather than reading keys. It is safe for concurrent use.
+type Inspector struct {
+	st  *rdb.Store
+	reg *registry.Registry
+	cfg Config
+}
+
+// NewInspector returns an inspector on pool. A nil cfg means all defaults
+// (namespace "worqr").
+func NewInspector(pool ConnGetter, cfg *Config) (*Inspector, error) {
+	if pool == nil {
+		return nil, invalid("pool", "is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	reg, err := registry.New(pool, c.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &Inspector{st: rdb.NewStore(pool, c.Namespace), reg: reg, cfg: c}, nil
+}
+
+// QueueInfo counts the tasks of one queue.
+type QueueInfo struct {
+	// Name is the queue's name: "<queue>", or "<flow>/<queue>" for a flow's
+	// stage or child queue (the form every Client and Inspector method
+	// takes).
+	Name string
+	// Flow is the flow of a stage or child queue, "" for a stand-alone one.
+	Flow                       string
+	Waiting, Scheduled, Active int64
+	Dead                       int64
+	// Retained counts ended tasks kept for the queue's Retention.
+	Retained int64
+	Paused   bool
+	// Latency is the age of the oldest waiting task: how long ago the task
+	// at the front of the queue was enqueued (0 when none waits).
+	Latency time.Duration
+}
+
+// Queues lists every known queue (served by a worker, or enqueued to by a
+// client, including every flow stage and child queue), sorted by name.
+func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
+	refs, err := in.st.KnownQueues(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: queues: %w", err)
+	}
+	sort.Slice(refs, func(i, j int) bool { return refs[i].Member() < refs[j].Member() })
+	return in.stats(ctx, refs)
+}
+
+// Queue returns the counts of one queue ("<queue>" or "<flow>/<queue>").
+func (in *Inspector) Queue(ctx context.Context, queue string) (*QueueInfo, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	qs, err := in.stats(ctx, []rdb.QueueRef{ref})
+	if err != nil {
+		return nil, err
+	}
+	return &qs[0], nil
+}
+
+func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInfo, error) {
+	qks := make([]rdb.QueueKeys, len(refs))
+	for i, r := range refs {
+		qks[i] = in.st.Queue(r)
+	}
+	st, err := in.st.Stats(ctx, qks)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: queue stats: %w", err)
+	}
+	now := time.Now()
+	out := make([]QueueInfo, len(refs))
+	for i, r := range refs {
+		qi := QueueInfo{Name: r.Member(), Waiting: st[i].Waiting, Scheduled: st[i].Scheduled, Active: st[i].Active,
+			Dead: st[i].Dead, Retained: st[i].Retained, Paused: st[i].Paused}
+		if r.Flow() {
+			qi.Flow = r.Tag
+		}
+		if x, err := xid.FromString(st[i].Head); err == nil {
+			qi.Latency = max(now.Sub(x.Time()), 0)
+		}
+		out[i] = qi
+	}
+	return out, nil
+}
+
+// Tasks returns a page of the tasks of queue in one state, and how many the
+// state holds: StateQueued (waiting, front first), StateScheduled (soonest
+// first), StateActive (held by workers), StateDead (newest first), or
+// StateDone / StateCancelled (retained ended tasks, newest first; both are
+// listed for either).
+func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, offset, limit int) ([]*TaskInfo, int, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return nil, 0, err
+	}
+	if offset < 0 {
+		return nil, 0, invalid("offset", "(%d) must not be negative", offset)
+	}
+	if limit < 1 || limit > rdb.BulkChunk {
+		return nil, 0, invalid("limit", "(%d) must be between 1 and %d", limit, rdb.BulkChunk)
+	}
+	qk := in.st.Queue(ref)
+	var span rdb.Span
+	switch state {
+	case StateQueued:
+		span, err = in.st.Waiting(ctx, qk, offset, limit)
+	case StateScheduled:
+		span, err = in.st.Scheduled(ctx, qk, offset, limit)
+	case StateDead:
+		span, err = in.st.Dead(ctx, qk, offset, limit)
+	case StateDone, StateCancelled:
+		span, err = in.st.Retained(ctx, qk, offset, limit)
+	case StateActive:
+		var hs []rdb.Holding
+		hs, err = in.st.Active(ctx, qk)
+		sort.Slice(hs, func(i, j int) bool { return hs[i].PID < hs[j].PID })
+		span.Total = len(hs)
+		for i := offset; i < len(hs) && i < offset+limit; i++ {
+			span.IDs = append(span.IDs, hs[i].ID)
+		}
+	default:
+		return nil, 0, invalid("state", "%q is not one of queued, scheduled, active, dead, done, cancelled", state)
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("worqr: tasks of %s: %w", queue, err)
+	}
+	recs, err := in.st.Tasks(ctx, qk, span.IDs)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]*TaskInfo, len(recs))
+	for i, r := range recs {
+		out[i] = taskInfo(ref, r)
+	}
+	return out, span.Total, nil
+}
+
+// Task finds task id in any known queue, or returns ErrTaskNotFound. For a
+// flow run it reports the run's current stage queue.
+func (in *Inspector) Task(ctx context.Context, id string) (*TaskInfo, error) {
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	refs, err := in.st.KnownQueues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, r := range refs {
+		if seen[r.Tag] {
+			continue
+		}
+		seen[r.Tag] = true
+		qk := in.st.Queue(r)
+		rec, err := in.st.Task(ctx, qk, id)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			continue
+		}
+		ref := r
+		switch {
+		case rec.RunStatus != "":
+			run, err := in.st.Run(ctx, qk, id)
+			if err == nil && run != nil {
+				ref = rdb.QueueRef{Tag: r.Tag, Name: run.Stage}
+			}
+		case rec.Parent != "":
+			run, err := in.st.Run(ctx, qk, rec.Parent)
+			if err == nil && run != nil {
+				for _, c := range run.Children {
+					if c.ID == id {
+						ref = rdb.QueueRef{Tag: r.Tag, Name: c.Queue}
+					}
+				}
+			}
+		}
+		return taskInfo(ref, rec), nil
+	}
+	return nil, ErrTaskNotFound
+}
+
+// WorkerInfo describes one registered worker.
+type WorkerInfo struct {
+	ID      string
+	Host    string
+	PID     int
+	Started time.Time
+	// Alive is false for a worker whose keepalive expired and that no
+	// reaper pass has forgotten yet.
+	Alive bool
+	// KeepaliveAge is how long ago its keepalive was renewed.
+	KeepaliveAge time.Duration
+	// Queues are the queues it serves ("<flow>/<queue>" for flow queues).
+	Queues []string
+	// Held counts the takings it holds, by queue (queues with none are
+	// left out).
+	Held map[string]int
+}
+
+// Workers lists the registered workers, sorted by id.
+func (in *Inspector) Workers(ctx context.Context) ([]WorkerInfo, error) {
+	ids, err := in.reg.Workers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: workers: %w", err)
+	}
+	sort.Strings(ids)
+	infos, err := in.reg.Describe(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: workers: %w", err)
+	}
+	out := make([]WorkerInfo, len(infos))
+	for i, wi := range infos {
+		w := WorkerInfo{ID: wi.ID, Host: wi.Host, PID: wi.PID, Started: wi.Started, Alive: wi.Alive,
+			KeepaliveAge: wi.KeepaliveAge, Held: map[string]int{}}
+		for _, q := range wi.Queues {
+			w.Queues = append(w.Queues, q.Member())
+			n, err := in.st.HeldCounts(ctx, in.st.Queue(q), []string{wi.ID})
+			if err != nil {
+				return nil, fmt.Errorf("worqr: takings of %s: %w", wi.ID, err)
+			}
+			if n[0] > 0 {
+				w.Held[q.Member()] = n[0]
+			}
+		}
+		out[i] = w
+	}
+	return out, nil
+}
+
+// Runs returns up to limit runs of flow (newest first) whose status is
+// status ("" for any), skipping the first offset that match. It scans at most
+// the flow's 10,000 newest runs.
+func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, offset, limit int) ([]*RunInfo, error) {
+	if err := checkName("flow", flow); err != nil {
+		return nil, err
+	}
+	switch status {
+	case "", RunRunning, RunDone, RunFailed, RunCancelled:
+	default:
+		return nil, invalid("status", "%q is not one of running, done, failed, cancelled", status)
+	}
+	if offset < 0 {
+		return nil, invalid("offset", "(%d) must not be negative", offset)
+	}
+	if limit < 1 || limit > rdb.BulkChunk {
+		return nil, invalid("limit", "(%d) must be between 1 and %d", limit, rdb.BulkChunk)
+	}
+	qk := in.st.Queue(rdb.QueueRef{Tag: flow, Name: flow})
+	const page, scanMax = 200, 10000
+	var out []*RunInfo
+	skipped := 0
+	for pos := 0; pos < scanMax; pos += page {
+		ids, total, err := in.st.RunIDs(ctx, qk, pos, page)
+		if err != nil {
+			return nil, err
+		}
+		runs, err := in.st.Runs(ctx, qk, ids)
+		if err != nil {
+			return nil, err
+		}
+		if len(runs) < len(ids) { // some expired: drop them from the list
+			have := map[string]bool{}
+			for _, r := range runs {
+				have[r.ID] = true
+			}
+			var gone []string
+			for _, id := range ids {
+				if !have[id] {
+					gone = append(gone, id)
+				}
+			}
+			if err := in.st.ForgetRuns(ctx, qk, gone); err != nil {
+				return nil, err
+			}
+			pos -= len(gone)
+		}
+		for _, r := range runs {
+			if status != "" && RunStatus(r.Status) != status {
+				continue
+			}
+			if skipped < offset {
+				skipped++
+				continue
+			}
+			out = append(out, runInfo(flow, r))
+			if len(out) == limit {
+				return out, nil
+			}
+		}
+		if pos+page >= total {
+			break
+		}
+	}
+	return out, nil
+}
+
+// Pause stops every worker from taking tasks of queue within one poll
+// interval (at once when the announcement reaches them); running tasks
+// finish. The flag is stored in Redis.
+func (in *Inspector) Pause(ctx context.Context, queue string) error {
+	return in.setPaused(ctx, queue, true)
+}
+
+// Resume undoes Pause.
+func (in *Inspector) Resume(ctx context.Context, queue string) error {
+	return in.setPaused(ctx, queue, false)
+}
+
+func (in *Inspector) setPaused(ctx context.Context, queue string, on bool) error {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return err
+	}
+	if err := in.st.SetPaused(ctx, in.st.Queue(ref), on); err != nil {
+		return fmt.Errorf("worqr: pause %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Progress is called after each chunk of a bulk operation with how many
+// tasks it handled so far.
+type Progress func(done int)
+
+// RequeueAllDead moves every dead task of queue to the back of the queue,
+// oldest first, in atomic chunks of at most 1,000, and returns how many.
+func (in *Inspector) RequeueAllDead(ctx context.Context, queue string, progress Progress) (int, error) {
+	return in.deadAll(ctx, queue, rdb.DeadRequeue, progress)
+}
+
+// DeleteAllDead deletes every dead task of queue in chunks of at most 1,000.
+func (in *Inspector) DeleteAllDead(ctx context.Context, queue string, progress Progress) (int, error) {
+	return in.deadAll(ctx, queue, rdb.DeadDelete, progress)
+}
+
+func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, progress Progress) (int, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return 0, err
+	}
+	qk := in.st.Queue(ref)
+	total := 0
+	for {
+		n, err := in.st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
+		total += n
+		if err != nil {
+			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, queue, err)
+		}
+		if progress != nil && n > 0 {
+			progress(total)
+		}
+		if n < rdb.BulkChunk {
+			return total, nil
+		}
+	}
+}
+
+// DeleteAllWaiting deletes every task waiting in stand-alone queue (its
+// scheduled tasks too) in chunks of at most 1,000; running tasks are left
+// alone. A flow's runs are ended with Client.CancelRun instead.
+func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progress Progress) (int, error) {
+	return in.bulk(ctx, queue, rdb.BulkDelete, progress)
+}
+
+// CancelAll cancels every task of stand-alone queue: waiting and scheduled
+// ones end as cancelled (in chunks of at most 1,000), running ones are asked
+// to stop. It returns how many it cancelled or asked.
+func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progress) (int, error) {
+	n, err := in.bulk(ctx, queue, rdb.BulkCancel, progress)
+	if err != nil {
+		return n, err
+	}
+	ref, _ := parseQueue(queue)
+	qk := in.st.Queue(ref)
+	hs, err := in.st.Active(ctx, qk)
+	if err != nil {
+		return n, fmt.Errorf("worqr: cancel all of %s: %w", queue, err)
+	}
+	for _, h := range hs {
+		if h.ID == "" {
+			continue
+		}
+		res, err := in.st.Cancel(ctx, qk, h.ID)
+		if err != nil {
+			return n, fmt.Errorf("worqr: cancel all of %s: %w", queue, err)
+		}
+		if res == rdb.CancelRequested || res == rdb.CancelRemoved {
+			n++
+		}
+	}
+	if progress != nil {
+		progress(n)
+	}
+	return n, nil
+}
+
+func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkAction, progress Progress) (int, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return 0, err
+	}
+	if ref.Flow() {
+		return 0, invalid("queue", "%s is a flow queue: end its runs with Client.CancelRun", queue)
+	}
+	qk := in.st.Queue(ref)
+	total := 0
+	for _, place := range []rdb.Place{rdb.PlaceWaiting, rdb.PlaceScheduled} {
+		for {
+			n, err := in.st.Bulk(ctx, qk, place, action)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("worqr: %s %s tasks of %s: %w", action, place, queue, err)
+			}
+			if progress != nil && n > 0 {
+				progress(total)
+			}
+			if n < rdb.BulkChunk {
+				break
+			}
+		}
+	}
+	return total, nil
+}
+
+// Ping checks that Redis answers.
+func (in *Inspector) Ping(ctx context.Context) error {
+	return in.st.Ping(ctx, rdb.RegistryTag)
+}

@@ -1,0 +1,169 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"time"
+
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// job is one taking handed to a queue's handler goroutines.
+type job struct {
+	s     *heartbeat.Session
+	taken rdb.Taken
+	task  *Task
+}
+
+// serve is one of a queue's long-lived handler goroutines (concurrency of
+// them): reusing goroutines saves a new stack per task.
+func (w *Worker) serve(q *queueRunner) {
+	for j := range q.work {
+		w.run(j.s, q, j.taken, j.task)
+	}
+}
+
+func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task) {
+	defer func() {
+		q.hold(t.pid, false)
+		q.busy.Add(-1)
+		poke(q.freed)
+		w.handlers.Done()
+	}()
+	hctx, cancel := context.WithCancelCause(s.Context())
+	timeout := q.cfg.Timeout
+	if taken.TimeoutMs > 0 {
+		timeout = time.Duration(taken.TimeoutMs) * time.Millisecond
+	}
+	if timeout > 0 {
+		var stop context.CancelFunc
+		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
+		defer stop()
+	}
+	me := &inflight{cancel: cancel, sess: s}
+	w.runMu.Lock()
+	w.running[t.ID] = me
+	w.runMu.Unlock()
+
+	var (
+		err error
+		res *StageResult
+		run *Run
+	)
+	if q.kind == rdb.KindStage {
+		run = newRun(q, taken, t)
+		res, err = callStage(hctx, q.flow.Stages[q.stage].Handler, run)
+	} else {
+		err = callHandler(hctx, q.handler, t)
+	}
+	var te *TimeoutError
+	if err != nil && errors.As(context.Cause(hctx), &te) {
+		err = fmt.Errorf("%w: %w", te, err)
+	}
+
+	w.runMu.Lock()
+	if w.running[t.ID] == me {
+		delete(w.running, t.ID)
+	}
+	w.runMu.Unlock()
+	cancel(nil)
+	e := w.ending(q, taken, t, err)
+	if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
+		if perr := w.planStage(q, res, &e); perr != nil {
+			// A result the flow cannot record: nothing is written; the
+			// stage goes to the dead set with the reason.
+			err = SkipRetry(perr)
+			e = w.ending(q, taken, t, err)
+		}
+	}
+	w.complete(s, q, t, e, err)
+}
+
+// nextStage is the stage after q's (its declaring stage's, for a child
+// queue), or "" after the last.
+func (q *queueRunner) nextStage() string {
+	if q.stage+1 < len(q.flow.Stages) {
+		return q.flow.Stages[q.stage+1].Name
+	}
+	return ""
+}
+
+func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
+	r := rdb.DecodeRun(t.ID, taken.Run)
+	if r == nil {
+		r = &rdb.RunRecord{State: map[string]string{}}
+	}
+	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children), Attempt: t.Attempt}
+}
+
+// callStage runs a stage handler and turns a panic into an error.
+func callStage(ctx context.Context, h StageHandler, r *Run) (res *StageResult, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleStage(ctx, r)
+}
+
+// MaxChildren is the most children one stage may fan out: they are created
+// in the same atomic step as the stage's end, which must stay short.
+const MaxChildren = 1000
+
+// planStage checks a stage's result and adds what the stage's end records.
+func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) error {
+	st := q.flow.Stages[q.stage]
+	if res == nil {
+		res = &StageResult{}
+	}
+	if err := checkStateFields(fmt.Sprintf("StageResult.Fields of stage %s", st.Name), res.Fields, w.cfg.MaxPayloadBytes); err != nil {
+		return err
+	}
+	if len(res.Children) > MaxChildren {
+		return invalid("StageResult.Children", "has %d children (at most %d per stage)", len(res.Children), MaxChildren)
+	}
+	e.Stage.Fields = rdb.StateFields(res.Fields)
+	for i, c := range res.Children {
+		if _, ok := st.Children[c.Queue]; !ok {
+			return invalid(fmt.Sprintf("StageResult.Children[%d].Queue", i), "%q is not a child queue declared by stage %s", c.Queue, st.Name)
+		}
+		if len(c.Payload) > w.cfg.MaxPayloadBytes {
+			return invalid(fmt.Sprintf("StageResult.Children[%d].Payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), w.cfg.MaxPayloadBytes)
+		}
+		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+	}
+	return nil
+}
+
+// TimeoutError is the cause of a handler context whose run took longer than
+// its timeout; the run counts as a failed attempt.
+type TimeoutError struct{ Timeout time.Duration }
+
+func (e *TimeoutError) Error() string {
+	return fmt.Sprintf("worqr: task timed out after %s", e.Timeout)
+}
+
+// callHandler runs the handler and turns a panic into an error.
+func callHandler(ctx context.Context, h Handler, t *Task) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &PanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return h.HandleTask(ctx, t)
+}
+
+// PanicError is the error of a handler that panicked.
+type PanicError struct {
+	Value any
+	Stack []byte
+}
+
+func (e *PanicError) Error() string {
+	return fmt.Sprintf("worqr: handler panic: %v\n%s", e.Value, e.Stack)
+}

@@ -1,0 +1,127 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// fetchLoop takes tasks of one queue while it has free slots and reason to
+// believe work is waiting: at start, on a wake-up, on the poll tick, after a
+// take that filled every free slot, and after a take that buried something
+// (bad data or a crash breaker must not cost the good task behind it a poll
+// interval).
+func (w *Worker) fetchLoop(q *queueRunner) {
+	defer w.loops.Done()
+	poll := time.NewTicker(w.cfg.PollInterval)
+	defer poll.Stop()
+	hint := true
+	unsure := "" // the session id under which a take's reply was lost
+	delay := 50 * time.Millisecond
+	for {
+		s, changed := w.keeper.Current()
+		if unsure != "" && unsure != s.ID() {
+			unsure = "" // that id is dead: the reaper requeues what it held
+		}
+		free := q.concurrency - int(q.busy.Load())
+		// A process frozen (or cut off) for most of a TTL does not take
+		// before a beat confirms its id still lives: a zombie re-taking its
+		// own requeued task would count a second crash for it.
+		if hint && free > 0 && !s.Lost() && !q.paused.Load() && w.keeper.Fresh() {
+			var (
+				tasks []rdb.Taken
+				err   error
+			)
+			if unsure != "" {
+				err = w.release(s, q)
+			}
+			if err == nil {
+				unsure = ""
+				tasks, err = w.take(s, q, free)
+				if err != nil {
+					// The take may have run with its reply lost: its
+					// takings would be held by a live worker that never
+					// runs them. Release them before taking again.
+					unsure = s.ID()
+				}
+			}
+			if err != nil {
+				if w.runCtx.Err() != nil {
+					return
+				}
+				w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: err})
+				w.cfg.Logger.Warn("worker: take failed", "queue", q.name, "err", err)
+				if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
+					return
+				}
+				delay = min(delay*2, 5*time.Second)
+				continue
+			}
+			delay = 50 * time.Millisecond
+			launched, buried := w.launch(s, q, tasks)
+			hint = buried > 0 || (launched == free && free > 0)
+			if hint {
+				continue
+			}
+		}
+		select {
+		case <-w.takeStop:
+			return
+		case <-q.wake:
+			hint = true
+		case <-q.freed:
+		case <-poll.C:
+			hint = true
+		case <-changed:
+			hint = true
+		}
+	}
+}
+
+func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, error) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	return w.st.Take(ctx, q.qk, s.ID(), min(n, rdb.MaxTake), q.cfg.MaxCrashes, q.kind == rdb.KindStage)
+}
+
+// release puts back the takings session s holds in q that no handler runs
+// (those of a take whose reply was lost).
+func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	n, _, err := w.st.Release(ctx, q.qk, s.ID(), q.heldPIDs())
+	if err == nil && n > 0 {
+		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", n)
+	}
+	return err
+}
+
+// launch hands the takings to the queue's handler goroutines and returns how
+// many it launched and how many the take buried.
+func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
+	for _, t := range tasks {
+		if t.PID == "" {
+			buried++
+			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.name, "task_id", t.ID, "reason", t.Reason)
+			w.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			continue
+		}
+		if s.Lost() {
+			// Taken under an id that just died: leave it to the reaper.
+			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
+			continue
+		}
+		launched++
+		q.busy.Add(1)
+		w.handlers.Add(1)
+		q.hold(t.PID, true)
+		// Never blocks: at most concurrency tasks are busy, and the channel
+		// holds that many.
+		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+			Crashes: t.Crashes, pid: t.PID, worker: s.ID()}}
+	}
+	return launched, buried
+}

@@ -1,0 +1,106 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// subscribeLoop holds the worker's one pub/sub connection: wake-ups and
+// cancels of every queue it serves. After each (re)subscribe it polls every
+// queue, since messages sent while it was away are gone. A wake-up carrying
+// 0 announces a pause or resume.
+func (w *Worker) subscribeLoop() {
+	defer w.bg.Done()
+	channels := make([]string, 0, 2*len(w.queues))
+	route := map[string]func(data []byte){}
+	for _, q := range w.queues {
+		q := q
+		channels = append(channels, q.qk.WakeChannel, q.qk.CancelChannel)
+		route[q.qk.WakeChannel] = func(data []byte) {
+			if string(data) == "0" {
+				w.refreshPaused()
+			}
+			poke(q.wake)
+		}
+		route[q.qk.CancelChannel] = func(id []byte) { w.cancelRunning(string(id)) }
+	}
+	delay := 50 * time.Millisecond
+	for w.runCtx.Err() == nil {
+		subscribed := false
+		err := w.st.Listen(w.runCtx, channels, func() {
+			subscribed = true
+			w.pokeAll()
+		}, func(ch string, data []byte) {
+			if f := route[ch]; f != nil {
+				f(data)
+			}
+		})
+		if w.runCtx.Err() != nil {
+			return
+		}
+		if err == nil {
+			err = errors.New("unsubscribed")
+		}
+		if subscribed {
+			delay = 50 * time.Millisecond // a new failure starts a new backoff
+		}
+		w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
+		w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
+		if !sleepCtx(w.runCtx, delay) {
+			return
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}
+
+func (w *Worker) cancelRunning(id string) {
+	w.runMu.Lock()
+	f := w.running[id]
+	w.runMu.Unlock()
+	if f != nil {
+		f.cancel(ErrTaskCancelled)
+	}
+}
+
+// pauseLoop reads the pause flags of every served queue once per poll
+// interval (one round trip per tag), so a pause stored in Redis is honoured
+// within one poll interval even if its announcement was lost.
+func (w *Worker) pauseLoop() {
+	defer w.bg.Done()
+	w.refreshPaused()
+	t := time.NewTicker(w.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.runCtx.Done():
+			return
+		case <-t.C:
+			w.refreshPaused()
+		}
+	}
+}
+
+func (w *Worker) refreshPaused() {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	qks := make([]rdb.QueueKeys, len(w.queues))
+	for i, q := range w.queues {
+		qks[i] = q.qk
+	}
+	paused, err := w.st.Paused(ctx, qks)
+	if err != nil {
+		if w.runCtx.Err() == nil {
+			w.cfg.Logger.Warn("worker: reading pause flags failed", "err", err)
+		}
+		return
+	}
+	for i, q := range w.queues {
+		if was := q.paused.Swap(paused[i]); was && !paused[i] {
+			poke(q.wake)
+		}
+	}
+}
