@@ -1,19 +1,34 @@
-// Package heartbeat keeps one worker id alive in the registry and says when it
-// is not.
+// Package heartbeat keeps a worker registered and alive in the registry, and
+// says when it is not: Keeper is the keepalive's state machine.
 //
-// The life of a worker id:
+// The life of a worker id (a Session):
 //
-//	registered --beat ok--> alive --beat ok--> alive ...
-//	                          |
-//	                          +--key gone (SET XX found nothing), or no beat
-//	                          |  succeeded for a whole TTL--> lost
-//	                          v
-//	                        lost: stop taking, cancel handlers, never finish or
-//	                        give back anything under this id, register again
-//	                        under a NEW id (a lost id never comes back)
+//	Start: register(id1) --> alive --beat ok every Interval--> alive ...
+//	                           |
+//	                           +--key gone (SET XX found nothing), or no beat
+//	                           |  succeeded for a whole TTL
+//	                           v
+//	                         lost: Session.Retire(ErrLost) cancels the
+//	                         session's context (handlers stop), Lost() is true
+//	                         for good: nothing may finish or give back under
+//	                         id1 again; OnEvent(Lost)
+//	                           |
+//	                           v
+//	                         register(id2), a NEW id (a lost id never comes
+//	                         back), retried with capped backoff;
+//	                         OnEvent(Registered); Current() returns it and its
+//	                         old change channel is closed
 //
-// Timing: a worker beats every Interval (default 1 s) with a TTL (default 3 s).
-// After a kill -9 its key expires within TTL; a reaper pass runs at least every
-// reaper interval (default 1 s), so its tasks are offered again within
-// TTL + reaper interval (about 4 s by default).
+// Fresh reports whether the last good beat was sent less than TTL - Interval
+// ago: a process frozen (SIGSTOP, a long GC pause, a VM migration) or cut off
+// for that long must not take new work before a beat says its id survived.
+//
+// Timing: a worker beats every Interval (default 1 s) with a TTL (default 3
+// s). After a kill -9 its key expires within TTL; a reaper pass runs at
+// least every reaper interval (default 1 s), so its tasks are offered again
+// within TTL + reaper interval (about 4 s by default; the chaos suite's worst
+// case was 4.56 s, the wake-up's delivery included).
+//
+// The Keeper reads time through a Clock, so tests drive beats by advancing a
+// manual clock instead of sleeping.
 package heartbeat

@@ -96,8 +96,9 @@ type Keeper struct {
 	parent  context.Context
 }
 
-// Start registers the first session; ctx bounds the registration and is the
-// parent of every session's context.
+// Start registers the first session; ctx bounds the registration, and every
+// session's context carries its values (not its cancellation: a session ends
+// when it is retired, and Run retires the current one when it returns).
 func (k *Keeper) Start(ctx context.Context) (*Session, error) {
 	if k.Registry == nil {
 		return nil, errors.New("heartbeat: Keeper.Registry is nil")

@@ -22,6 +22,10 @@ const (
 	DefaultDeadMaxCount      = 10000
 	DefaultDeadMaxAge        = 90 * 24 * time.Hour
 
+	// MinInterval is the shortest HeartbeatInterval, ReaperInterval and
+	// PollInterval: leases and keepalives are set in whole milliseconds.
+	MinInterval = 10 * time.Millisecond
+
 	// MaxNameLen is the longest queue name or namespace, in bytes.
 	MaxNameLen = 100
 	// MaxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
@@ -131,8 +135,9 @@ type WorkerConfig struct {
 	// wake-up (pub/sub messages can be lost). Default 1s.
 	PollInterval time.Duration
 	// DisableReaper turns off this worker's part in recovery. Some peer must
-	// run a reaper (worqr.NewReaper or a worker) or dead workers' tasks stay
-	// held forever. Default false.
+	// run a reaper (another worker, a recovery.Reaper, or the stand-alone
+	// `worqr-example reaper`) or dead workers' tasks stay held forever.
+	// Default false.
 	DisableReaper bool
 	// OnEvent, when set, is called for every event: finishes, lost takings,
 	// keepalive loss and re-registration, recoveries. It runs on the worker's
@@ -208,11 +213,20 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 			return out, err
 		}
 	}
+	for _, f := range []struct {
+		d    time.Duration
+		name string
+	}{
+		{out.HeartbeatInterval, "HeartbeatInterval"},
+		{out.ReaperInterval, "ReaperInterval"},
+		{out.PollInterval, "PollInterval"},
+	} {
+		if f.d < MinInterval {
+			return out, invalid(f.name, "(%s) must be at least %s", f.d, MinInterval)
+		}
+	}
 	if out.HeartbeatTTL <= out.HeartbeatInterval {
 		return out, invalid("HeartbeatTTL", "(%s) must be greater than HeartbeatInterval (%s)", out.HeartbeatTTL, out.HeartbeatInterval)
-	}
-	if out.HeartbeatTTL < 10*time.Millisecond {
-		return out, invalid("HeartbeatTTL", "(%s) must be at least 10ms", out.HeartbeatTTL)
 	}
 	return out, nil
 }

@@ -152,12 +152,14 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			want: durations{time.Second, 1500 * time.Millisecond, time.Second, time.Second},
 		},
 		{
-			name: "smallest TTL allowed",
+			name: "smallest timings allowed",
 			cfg: worker(func(c *WorkerConfig) {
-				c.HeartbeatInterval = time.Millisecond
-				c.HeartbeatTTL = 10 * time.Millisecond
+				c.HeartbeatInterval = 10 * time.Millisecond
+				c.HeartbeatTTL = 11 * time.Millisecond
+				c.ReaperInterval = 10 * time.Millisecond
+				c.PollInterval = 10 * time.Millisecond
 			}),
-			want: durations{time.Millisecond, 10 * time.Millisecond, time.Second, time.Second},
+			want: durations{10 * time.Millisecond, 11 * time.Millisecond, 10 * time.Millisecond, 10 * time.Millisecond},
 		},
 		{
 			name:    "nil",
@@ -217,12 +219,25 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: "worqr: HeartbeatTTL (3s) must be greater than HeartbeatInterval (5s)",
 		},
 		{
-			name: "TTL below 10ms",
+			name: "HeartbeatInterval below 10ms",
 			cfg: worker(func(c *WorkerConfig) {
 				c.HeartbeatInterval = time.Millisecond
 				c.HeartbeatTTL = 5 * time.Millisecond
 			}),
-			wantErr: "worqr: HeartbeatTTL (5ms) must be at least 10ms",
+			wantErr: "worqr: HeartbeatInterval (1ms) must be at least 10ms",
+		},
+		{
+			// Below about 1.2ms the reaper lease (nine tenths of the
+			// interval, in whole ms) was 0, which Redis rejects: recovery
+			// and the mover stopped without a word.
+			name:    "ReaperInterval below 10ms",
+			cfg:     worker(func(c *WorkerConfig) { c.ReaperInterval = time.Millisecond }),
+			wantErr: "worqr: ReaperInterval (1ms) must be at least 10ms",
+		},
+		{
+			name:    "PollInterval below 10ms",
+			cfg:     worker(func(c *WorkerConfig) { c.PollInterval = 500 * time.Microsecond }),
+			wantErr: "worqr: PollInterval (500µs) must be at least 10ms",
 		},
 		{
 			name:    "negative HeartbeatInterval",

@@ -3,9 +3,9 @@ package worqr_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -13,9 +13,12 @@ import (
 // last one sees how the children ended.
 func ExampleFlow() {
 	ctx := context.Background()
-	pool := srv.Pool() // any *redis.Pool
+	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	cfg := worqr.Config{Namespace: "example-flow"}
 
 	send := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 		t.SetResult([]byte(t.Queue + " sent to " + string(t.Payload)))

@@ -3,17 +3,20 @@ package worqr_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
 func Example() {
 	ctx := context.Background()
-	pool := srv.Pool() // any *redis.Pool
+	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	if err != nil {
+		panic(err)
+	}
 	defer pool.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	cfg := worqr.Config{Namespace: "example"}
 
 	client, err := worqr.NewClient(pool, &cfg)
 	if err != nil {

@@ -188,7 +188,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		Registry: w.reg, Queues: refs, Interval: w.cfg.HeartbeatInterval, TTL: w.cfg.HeartbeatTTL,
 		Logger: w.cfg.Logger, Clock: seam.HeartbeatClock(ctx), OnEvent: w.onKeepalive,
 	}
-	s, err := w.keeper.Start(w.runCtx)
+	s, err := w.keeper.Start(ctx)
 	if err != nil {
 		w.runCancel()
 		return fmt.Errorf("worqr: register worker: %w", err)
