@@ -166,9 +166,10 @@ func flowEventLine(e worqr.Event) []string {
 }
 
 // stageTookLine is the line a stage handler prints when it starts: a stage
-// handler does not see its taking's pid, so that word is "-".
+// handler sees neither its taking's pid nor the crashes, so those words are
+// "-".
 func stageTookLine(r *worqr.Run) []string {
-	return []string{lineTook, r.Stage, r.ID, "-", strconv.Itoa(r.Attempt)}
+	return []string{lineTook, r.Stage, r.ID, "-", strconv.Itoa(r.Attempt), "-"}
 }
 
 const flowHead = `Usage: worqr-example flow [flags]

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -77,8 +76,12 @@ func TestWorkerFlow(t *testing.T) {
 	// its finish, so the next stage may already have printed its took line:
 	// only orders the protocol guarantees are checked.
 	var lines []string
-	for len(lines) == 0 || lines[len(lines)-1] != "done notify "+id {
-		lines = append(lines, strings.Join(lr.next(t, ""), " "))
+	for {
+		f := lr.next(t, "")
+		lines = append(lines, strings.Join(f, " "))
+		if len(f) == 4 && f[0] == "done" && f[1] == "notify" && f[2] == id && f[3] != "-" {
+			break
+		}
 	}
 	at := map[string]int{}
 	for i, l := range lines {
@@ -97,8 +100,8 @@ func TestWorkerFlow(t *testing.T) {
 	}
 	stages := []string{"access-check", "update-membership", "manage-reward", "notify"}
 	for i, st := range stages {
-		took := pos("took " + st + " " + id + " - 1")
-		if i > 0 && took < pos("took "+stages[i-1]+" "+id+" - 1") {
+		took := pos("took " + st + " " + id + " - 1 -")
+		if i > 0 && took < pos("took "+stages[i-1]+" "+id+" - 1 -") {
 			t.Fatalf("stage %s taken before stage %s: %q", st, stages[i-1], lines)
 		}
 		switch st {
@@ -117,29 +120,31 @@ func TestWorkerFlow(t *testing.T) {
 	// stage and before the last stage (a child's done line, like a stage's
 	// forwarded line, may follow the next stage's took line).
 	children := map[string]string{} // child id -> queue
+	childPID := map[string]string{} // child id -> pid of its taking
 	for i, l := range lines {
 		f := strings.Fields(l)
 		if f[0] != "took" || (f[1] != "discord" && f[1] != "telegram") {
 			continue
 		}
-		if len(f) != 5 || f[3] == "-" || f[4] != "1" || i < pos("took manage-reward "+id+" - 1") {
+		if len(f) != 6 || f[3] == "-" || f[4] != "1" || f[5] != "0" || i < pos("took manage-reward "+id+" - 1 -") {
 			t.Fatalf("bad child took line %q in %q", l, lines)
 		}
 		children[f[2]] = f[1]
+		childPID[f[2]] = f[3]
 	}
 	if len(children) != 2 {
 		t.Fatalf("children %v, want one on discord and one on telegram: %q", children, lines)
 	}
 	for cid, q := range children {
-		pos("done " + q + " " + cid)
-		for _, l := range lines[pos("took notify "+id+" - 1"):] {
+		pos("done " + q + " " + cid + " " + childPID[cid]) // the pid of its took line
+		for _, l := range lines[pos("took notify "+id+" - 1 -"):] {
 			if strings.HasPrefix(l, "took "+q+" "+cid+" ") {
 				t.Fatalf("child %s taken after the last stage: %q", cid, lines)
 			}
 		}
 	}
 
-	pool, err := newPool(dial.Options{URL: url})
+	pool, err := newPool(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,9 +5,10 @@
 // killed with SIGKILL while it holds tasks, and a peer recovers them. Without
 // WORQR_REDIS_URL the demo runs on an embedded in-process Redis (miniredis).
 //
-// The subcommands enqueue, worker and stats work on a real Redis, across as
-// many processes as you like. The worker subcommand prints one line per event
-// on stdout (see lines.go); logs go to stderr.
+// The subcommands enqueue, flow, worker, stats, task and reaper work on a real Redis,
+// across as many processes as you like. The worker subcommand prints one line
+// per event on stdout (see lines.go; --timestamps stamps each line); logs go
+// to stderr. The task subcommand prints what Redis holds about one task.
 //
 // Exit codes: 0 success, 1 failure, 2 bad input (unknown subcommand, bad
 // flag, bad environment variable).
@@ -58,6 +59,8 @@ func commands() []command {
 		{"flow", "start runs of the built-in flow guild-access and print their ids", runFlow},
 		{"worker", "serve queues until SIGINT/SIGTERM, printing one line per event", runWorker},
 		{"stats", "print queue lengths and registered workers", runStats},
+		{"task", "print what Redis holds about one task", runTask},
+		{"reaper", "run a stand-alone reaper (recovery and the mover) until SIGINT/SIGTERM", runReaper},
 	}
 }
 

@@ -4,17 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
 
-	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -72,7 +76,17 @@ func TestUsage(t *testing.T) {
 		{name: "top help", args: []string{"--help"}, code: 0, stdout: "worker    serve queues"},
 		{name: "help word", args: []string{"help"}, code: 0, stdout: "Subcommands:"},
 		{name: "help of a subcommand", args: []string{"help", "enqueue"}, code: 0, stdout: "enqueued <queue> <task_id>"},
-		{name: "subcommand help", args: []string{"worker", "--help"}, code: 0, stdout: "took <queue> <task_id> <pid> <attempt>"},
+		{name: "subcommand help", args: []string{"worker", "--help"}, code: 0, stdout: "took <queue> <task_id> <pid> <attempt> <crashes>"},
+		{name: "worker help names the pid of done", args: []string{"worker", "--help"}, code: 0, stdout: "done <queue> <task_id> <pid>\n"},
+		{name: "worker help names the dead workers", args: []string{"worker", "--help"}, code: 0, stdout: "recovered <queue> <count> <worker_id>[,<worker_id>...]"},
+		{name: "worker help names --timestamps", args: []string{"worker", "--help"}, code: 0, stdout: "-timestamps"},
+		{name: "top help lists task", args: []string{"--help"}, code: 0, stdout: "task      print what Redis holds about one task"},
+		{name: "help of task", args: []string{"help", "task"}, code: 0, stdout: "payload_bytes <n>"},
+		{name: "task needs redis", args: []string{"task", "q", "id"}, code: 2, stderr: "--redis-url is required"},
+		{name: "task needs two arguments", args: []string{"task", "--redis-url", "redis://x", "q"}, code: 2, stderr: "want two arguments, <queue> <task_id>; got 1"},
+		{name: "task takes no third argument", args: []string{"task", "--redis-url", "redis://x", "q", "id", "more"}, code: 2, stderr: "got 3"},
+		{name: "task bad format", args: []string{"task", "--redis-url", "redis://x", "q", "id", "-o", "xml"}, code: 2, stderr: `-o "xml": want text or json`},
+		{name: "task bad queue", args: []string{"task", "--redis-url", "redis://x", "a{b", "id"}, code: 2, stderr: `queue name "a{b"`},
 		{name: "unknown subcommand", args: []string{"bogus"}, code: 2, stderr: `unknown subcommand "bogus"`},
 		{name: "unknown flag", args: []string{"stats", "--bogus"}, code: 2, stderr: "-bogus"},
 		{name: "stray argument", args: []string{"stats", "--redis-url", "redis://x", "more"}, code: 2, stderr: `unexpected argument "more"`},
@@ -117,12 +131,15 @@ func TestEventLine(t *testing.T) {
 		want string
 	}{
 		{worqr.Event{Kind: worqr.EventRegistered, WorkerID: "w1"}, "registered w1"},
-		{worqr.Event{Kind: worqr.EventDone, Queue: "q", TaskID: "t1", PID: "7"}, "done q t1"},
-		{worqr.Event{Kind: worqr.EventDone, Queue: "q", TaskID: "t1", Err: errors.New("boom")}, "done q t1"},
+		{worqr.Event{Kind: worqr.EventDone, Queue: "q", TaskID: "t1", PID: "7"}, "done q t1 7"},
+		{worqr.Event{Kind: worqr.EventDone, Queue: "q", TaskID: "t1", PID: "8", Err: errors.New("boom")}, "done q t1 8"},
+		{worqr.Event{Kind: worqr.EventDone, Queue: "q", TaskID: "t1"}, "done q t1 -"},
 		{worqr.Event{Kind: worqr.EventCancelled, Queue: "q", TaskID: "t1"}, "cancelled q t1"},
 		{worqr.Event{Kind: worqr.EventLost, Queue: "q", TaskID: "t1", PID: "7"}, "lost q t1 7"},
 		{worqr.Event{Kind: worqr.EventKeepaliveLost, WorkerID: "w1"}, "keepalive_lost w1"},
-		{worqr.Event{Kind: worqr.EventRecovered, Queue: "q", Count: 3}, "recovered q 3"},
+		{worqr.Event{Kind: worqr.EventRecovered, Queue: "q", Count: 3, DeadWorkers: []string{"w1"}}, "recovered q 3 w1"},
+		{worqr.Event{Kind: worqr.EventRecovered, Queue: "q", Count: 3, DeadWorkers: []string{"w1", "w2"}}, "recovered q 3 w1,w2"},
+		{worqr.Event{Kind: worqr.EventRecovered, Queue: "q", Count: 3}, "recovered q 3 -"},
 		{worqr.Event{Kind: worqr.EventGivenBack, Queue: "q", TaskID: "t1"}, ""},
 		{worqr.Event{Kind: worqr.EventStopRequeued, Queue: "q", Count: 1}, ""},
 		{worqr.Event{Kind: worqr.EventError, Err: errors.New("x")}, ""},
@@ -217,18 +234,26 @@ func (lr *lineReader) next(t *testing.T, prefix string) []string {
 // startWorker runs the worker subcommand until the test ends.
 func startWorker(t *testing.T, url, ns string, args ...string) *lineReader {
 	t.Helper()
+	return startWorkerEnv(t, env{}, url, ns, args...)
+}
+
+// startWorkerEnv is startWorker with the environment e.
+func startWorkerEnv(t *testing.T, e env, url, ns string, args ...string) *lineReader {
+	t.Helper()
 	lr := newLineReader()
 	ctx, cancel := context.WithCancel(context.Background())
 	var errb syncBuffer
 	done := make(chan int)
 	go func() {
 		done <- run(ctx, append([]string{"worker", "--redis-url", url, "--namespace", ns, "--grace", "2s"}, args...),
-			stdio{out: lr.w, err: &errb, getenv: env{}.get})
+			stdio{out: lr.w, err: &errb, getenv: e.get})
 	}()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("worker exit code %d; stderr:\n%s", code, errb.String())
+		} else if t.Failed() {
+			t.Logf("worker stderr:\n%s", errb.String())
 		}
 		lr.w.Close()
 	})
@@ -256,7 +281,7 @@ func TestWorkerEnqueueStats(t *testing.T) {
 		t.Fatalf("got %d ids, want 3", len(ids))
 	}
 	code, stdout, _ = runArgs(t, e, "stats", "--queues", "fast")
-	if code != 0 || !strings.Contains(stdout, "queue fast waiting 3 active 0\nworkers 0\n") {
+	if code != 0 || !regexp.MustCompile(`(?m)^queue fast waiting 3 scheduled 0 active 0 dead 0 paused false latency_ms \d+\nworkers 0\n`).MatchString(stdout) {
 		t.Fatalf("stats before the worker: exit %d:\n%s", code, stdout)
 	}
 
@@ -264,20 +289,23 @@ func TestWorkerEnqueueStats(t *testing.T) {
 	if f := lr.next(t, "registered "); len(f) != 2 {
 		t.Fatalf("bad registered line %v", f)
 	}
-	took, done := map[string]bool{}, map[string]bool{}
+	took, done := map[string]string{}, map[string]bool{} // task id -> pid of its taking
 	for len(done) < 3 {
 		select {
 		case l := <-lr.lines:
 			f := strings.Fields(l)
 			switch f[0] {
 			case "took":
-				if len(f) != 5 || f[1] != "fast" || f[4] != "1" {
+				if len(f) != 6 || f[1] != "fast" || f[3] == "-" || f[4] != "1" || f[5] != "0" {
 					t.Fatalf("bad took line %q", l)
 				}
-				took[f[2]] = true
+				took[f[2]] = f[3]
 			case "done":
-				if len(f) != 3 || !took[f[2]] {
+				if len(f) != 4 || took[f[2]] == "" {
 					t.Fatalf("done before took, or bad: %q", l)
+				}
+				if f[3] != took[f[2]] {
+					t.Fatalf("done line %q: pid %s, want %s of the took line", l, f[3], took[f[2]])
 				}
 				done[f[2]] = true
 			default:
@@ -293,8 +321,8 @@ func TestWorkerEnqueueStats(t *testing.T) {
 		}
 	}
 	code, stdout, _ = runArgs(t, e, "stats")
-	if code != 0 || !strings.Contains(stdout, "queue fast waiting 0 active 0\nqueue slow waiting 0 active 0\nworkers 1\nworker ") ||
-		!strings.Contains(stdout, " alive\n") {
+	if code != 0 || !regexp.MustCompile(`(?m)^queue fast waiting 0 scheduled 0 active 0 dead 0 paused false latency_ms \d+\n`+
+		`queue slow waiting 0 scheduled 0 active 0 dead 0 paused false latency_ms \d+\nworkers 1\nworker \S+ alive\n`).MatchString(stdout) {
 		t.Fatalf("stats with the worker: exit %d:\n%s", code, stdout)
 	}
 }
@@ -313,7 +341,7 @@ func TestWorkerCancelled(t *testing.T) {
 	if f := lr.next(t, "took "); f[2] != id {
 		t.Fatalf("took %v, want task %s", f, id)
 	}
-	pool, err := newPool(dial.Options{URL: url})
+	pool, err := newPool(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,6 +380,281 @@ func TestDemo(t *testing.T) {
 	} {
 		if !strings.Contains(stdout, want) {
 			t.Errorf("stdout does not hold %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestLineWriterTimestamps(t *testing.T) {
+	var buf syncBuffer
+	at := time.Date(2025, 1, 2, 4, 4, 5, 600, time.FixedZone("UTC+1", 3600))
+	lw := &lineWriter{w: &buf, now: func() time.Time { return at }}
+	if err := lw.line("took", "q", "t1", "7", "1", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := buf.String(), "2025-01-02T03:04:05.0000006Z took q t1 7 1 0\n"; got != want {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+}
+
+// parseStamp checks that the first word of a --timestamps line is an
+// RFC3339Nano time in UTC and returns it with the words after it.
+func parseStamp(t *testing.T, f []string) (time.Time, []string) {
+	t.Helper()
+	if len(f) < 2 {
+		t.Fatalf("line %q: want a timestamp and an event", f)
+	}
+	at, err := time.Parse(time.RFC3339Nano, f[0])
+	if err != nil || !strings.HasSuffix(f[0], "Z") {
+		t.Fatalf("line %q: first word is not an RFC3339Nano UTC time (%v)", f, err)
+	}
+	return at, f[1:]
+}
+
+// TestWorkerTimestamps checks that with --timestamps every event line starts
+// with the time it was written, in order, and keeps its usual words.
+func TestWorkerTimestamps(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + t.Name()
+	start := time.Now()
+	lr := startWorker(t, url, ns, "--queues", "ts", "--work-time", "10ms", "--timestamps")
+	code, stdout, stderr := runArgs(t, env{envNamespace: ns}, "enqueue", "--redis-url", url, "--queue", "ts")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	id := strings.Fields(stdout)[2]
+
+	var kinds []string
+	var last time.Time
+	for len(kinds) == 0 || kinds[len(kinds)-1] != "done" {
+		at, words := parseStamp(t, lr.next(t, ""))
+		if at.Before(start.Add(-time.Minute)) || at.After(time.Now().Add(time.Minute)) {
+			t.Fatalf("stamp %s is not the time of writing (%s)", at, start)
+		}
+		if at.Before(last) {
+			t.Fatalf("stamp %s before the previous line's %s", at, last)
+		}
+		last = at
+		switch words[0] {
+		case "registered":
+			if len(words) != 2 {
+				t.Fatalf("bad registered words %q", words)
+			}
+		case "took", "done":
+			if words[1] != "ts" || words[2] != id {
+				t.Fatalf("bad %s words %q, want task %s", words[0], words, id)
+			}
+		default:
+			t.Fatalf("unexpected line %q", words)
+		}
+		kinds = append(kinds, words[0])
+	}
+	if got := strings.Join(kinds, " "); got != "registered took done" {
+		t.Fatalf("lines %s, want registered took done", got)
+	}
+}
+
+// startChildWorker runs the worker subcommand in a child process (this test
+// binary, playing worqr-example) with the environment e, so that it can be
+// killed with SIGKILL. It returns the process and its stdout lines.
+func startChildWorker(t *testing.T, e env, url, ns string, args ...string) (*exec.Cmd, *lineReader) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, append([]string{"worker", "--redis-url", url, "--namespace", ns}, args...)...)
+	cmd.Env = append(os.Environ(), childMarker+"=1")
+	for k, v := range e {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	lr := newLineReader()
+	var errb syncBuffer
+	cmd.Stdout, cmd.Stderr = lr.w, &errb
+	setDeathSignal(cmd)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan struct{})
+	go func() {
+		_ = cmd.Wait() // returns once the child is gone and its stdout copied
+		lr.w.Close()
+		close(waited)
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-waited
+		if t.Failed() {
+			t.Logf("child worker stderr:\n%s", errb.String())
+		}
+	})
+	return cmd, lr
+}
+
+// taskFields runs the task subcommand and returns its key value lines.
+func taskFields(t *testing.T, e env, args ...string) map[string]string {
+	t.Helper()
+	code, stdout, stderr := runArgs(t, e, append([]string{"task"}, args...)...)
+	if code != 0 {
+		t.Fatalf("task %v: exit %d: %s", args, code, stderr)
+	}
+	m := map[string]string{}
+	for _, l := range strings.Split(strings.TrimSuffix(stdout, "\n"), "\n") {
+		k, v, ok := strings.Cut(l, " ")
+		if !ok || v == "" {
+			t.Fatalf("task %v: bad line %q in:\n%s", args, l, stdout)
+		}
+		m[k] = v
+	}
+	return m
+}
+
+// TestWorkerKilled kills a worker process with SIGKILL while it runs a task
+// and follows the task through a peer's lines: recovered names the dead
+// worker, the new taking has a new pid and counts the crash, and done carries
+// that taking's pid. The task subcommand shows the same story.
+func TestWorkerKilled(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + t.Name()
+	e := env{envHeartbeatInterval: "200ms", envHeartbeatTTL: "1s", envReaperInterval: "300ms", envPollInterval: "200ms"}
+	ce := env{envRedisURL: url, envNamespace: ns}
+
+	child, clr := startChildWorker(t, e, url, ns, "--queues", "crash", "--work-time", "1m", "--grace", "1s")
+	childID := clr.next(t, "registered ")[1]
+	code, stdout, stderr := runArgs(t, ce, "enqueue", "--queue", "crash", "--payload", "hello")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	id := strings.Fields(stdout)[2]
+	first := clr.next(t, "took ")
+	if len(first) != 6 || first[2] != id || first[4] != "1" || first[5] != "0" {
+		t.Fatalf("child: took %q, want task %s at attempt 1 after 0 crashes", first, id)
+	}
+	if m := taskFields(t, ce, "crash", id); m["state"] != "active" || m["worker"] != childID || m["pid"] != first[3] || m["crashes"] != "0" {
+		t.Fatalf("task while the child runs it: %v, want active on worker %s pid %s", m, childID, first[3])
+	}
+
+	peer := startWorkerEnv(t, e, url, ns, "--queues", "crash", "--work-time", "10ms", "--retention", "1m")
+	peer.next(t, "registered ")
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	// The peer's lines up to the task's done line and its recovered line, in
+	// either order: the requeue may wake the peer's fetch loop before its
+	// reaper reports.
+	var recovered, again, done []string
+	for done == nil || recovered == nil {
+		switch f := peer.next(t, ""); f[0] {
+		case "recovered":
+			if recovered != nil {
+				t.Fatalf("peer: a second recovered line %q", f)
+			}
+			recovered = f
+		case "took":
+			if again != nil {
+				t.Fatalf("peer: a second took line %q after %q", f, again)
+			}
+			again = f
+		case "done":
+			done = f
+		default:
+			t.Fatalf("peer: unexpected line %q", f)
+		}
+	}
+	if strings.Join(recovered, " ") != "recovered crash 1 "+childID {
+		t.Fatalf("peer: %q, want recovered crash 1 %s (the killed worker)", recovered, childID)
+	}
+	if len(again) != 6 || again[2] != id {
+		t.Fatalf("peer: took %q, want task %s", again, id)
+	}
+	if again[3] == first[3] {
+		t.Fatalf("peer took task %s with pid %s, the killed worker's pid", id, again[3])
+	}
+	if crashes, err := strconv.Atoi(again[5]); err != nil || crashes < 1 || again[4] != "1" {
+		t.Fatalf("peer: took %q, want attempt 1 after at least 1 crash", again)
+	}
+	if strings.Join(done, " ") != "done crash "+id+" "+again[3] {
+		t.Fatalf("peer: %q, want done crash %s %s (the pid of its took line)", done, id, again[3])
+	}
+
+	m := taskFields(t, ce, "crash", id)
+	if m["state"] != "done" || m["crashes"] != again[5] || m["failures"] != "0" || m["pid"] != "-" {
+		t.Fatalf("task after the peer finished it: %v, want done after %s crash", m, again[5])
+	}
+	if _, err := time.Parse(time.RFC3339Nano, m["finished_at"]); err != nil {
+		t.Fatalf("finished_at %q: %v", m["finished_at"], err)
+	}
+}
+
+// TestTask looks up an enqueued task, in text and in JSON, and an unknown
+// one.
+func TestTask(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + t.Name()
+	e := env{envRedisURL: url, envNamespace: ns}
+	code, stdout, stderr := runArgs(t, e, "enqueue", "--queue", "q", "--payload", "hello")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	id := strings.Fields(stdout)[2]
+
+	m := taskFields(t, e, "q", id)
+	want := map[string]string{
+		"id": id, "queue": "q", "state": "queued", "failures": "0", "crashes": "0",
+		"last_error": "-", "dead_reason": "-", "died_at": "-", "died_on": "-", "worker": "-", "pid": "-",
+		"cancel_requested": "false", "due_at": "-", "finished_at": "-", "payload_bytes": "5", "result_bytes": "0",
+	}
+	for k, v := range want {
+		if m[k] != v {
+			t.Errorf("%s = %q, want %q", k, m[k], v)
+		}
+	}
+	if at, err := time.Parse(time.RFC3339Nano, m["enqueued_at"]); err != nil || time.Since(at) > time.Minute {
+		t.Errorf("enqueued_at %q (%v), want about now", m["enqueued_at"], err)
+	}
+	if len(m) != len(want)+1 {
+		t.Errorf("%d keys, want %d: %v", len(m), len(want)+1, m)
+	}
+
+	// Flags may follow the arguments.
+	code, stdout, stderr = runArgs(t, e, "task", "q", id, "-o", "json")
+	if code != 0 {
+		t.Fatalf("task -o json: exit %d: %s", code, stderr)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(stdout), &obj); err != nil || strings.Count(stdout, "\n") != 1 {
+		t.Fatalf("task -o json: not one JSON object on one line (%v):\n%s", err, stdout)
+	}
+	if obj["id"] != id || obj["queue"] != "q" || obj["state"] != "queued" || obj["crashes"] != 0.0 ||
+		obj["payload_bytes"] != 5.0 || obj["finished_at"] != nil || obj["pid"] != "" {
+		t.Errorf("task -o json: %v", obj)
+	}
+	if s, _ := obj["enqueued_at"].(string); s != m["enqueued_at"] {
+		t.Errorf("task -o json: enqueued_at %v, want %s as in text", obj["enqueued_at"], m["enqueued_at"])
+	}
+
+	unknown := "cv0000000000000000a0"
+	code, stdout, stderr = runArgs(t, e, "task", "q", unknown)
+	if code != exitFail || stdout != "" || !strings.Contains(stderr, "task "+unknown+` not found in queue "q"`) {
+		t.Fatalf("unknown task: exit %d, stdout %q, stderr %q; want exit 1 and a not found message", code, stdout, stderr)
+	}
+	// The id exists, but not in that queue.
+	if code, _, _ = runArgs(t, e, "task", "other", id); code != exitFail {
+		t.Fatalf("task of another queue: exit %d, want 1", code)
+	}
+}
+
+func TestTextValue(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                   "-",
+		"boom":               "boom",
+		"-":                  `"-"`,
+		`"x"`:                `"\"x\""`,
+		"failing attempt 1":  `"failing attempt 1"`,
+		"panic\ngoroutine 1": `"panic\ngoroutine 1"`,
+	} {
+		if got := textValue(in); got != want {
+			t.Errorf("textValue(%q) = %s, want %s", in, got, want)
 		}
 	}
 }

@@ -23,14 +23,21 @@ exits 0. A second signal kills it at once.
 
 Stdout carries one line per event, written as it happens (logs go to stderr):
   registered <worker_id>
-  took <queue> <task_id> <pid> <attempt>
-  done <queue> <task_id>
+  took <queue> <task_id> <pid> <attempt> <crashes>
+  done <queue> <task_id> <pid>
   cancelled <queue> <task_id>
   lost <queue> <task_id> <pid>
   keepalive_lost <worker_id>
-  recovered <queue> <count>
+  recovered <queue> <count> <worker_id>[,<worker_id>...]
   retry <queue> <task_id>           (a failed attempt, scheduled again)
   dead <queue> <task_id>            (moved to the dead set: an accepted end)
+<pid> names one taking: a task taken again after a crash has a new pid, so a
+dead or cut-off worker's lines are told apart from its successor's.
+<attempt> is 1 plus the failed attempts, <crashes> the earlier runs lost
+because their worker died. recovered names the dead workers whose tasks a
+peer put back at the front of the queue. With --timestamps every line starts
+with the time it was written, RFC3339Nano in UTC, then the same words:
+  2025-01-02T15:04:05.123456789Z took <queue> <task_id> <pid> <attempt> <crashes>
 
 With --flow it also serves the built-in flow guild-access (start runs with
 'worqr-example flow'): access-check -> update-membership -> manage-reward,
@@ -38,9 +45,10 @@ which fans out one child per platform into the child queues discord and
 telegram -> notify; runs are indexed by userId. Stage handlers sleep
 --work-time, child handlers --child-work-time, each returning early when its
 context ends. With --flow, --queues may be empty (serve the flow only). The
-flow adds these lines (a stage's took line has "-" for the pid, which stage
-handlers do not see; done after the last stage means the run is done):
-  took <stage> <run_id> - <attempt>
+flow adds these lines (a stage's took line has "-" for the pid and the
+crashes, which stage handlers do not see; done after the last stage means the
+run is done):
+  took <stage> <run_id> - <attempt> -
   forwarded <stage> <run_id>        (the stage ended; the run moved on)
   fanned_out <stage> <run_id>       (the stage ended by fanning out children)
 `
@@ -60,6 +68,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	retention := fs.Duration("retention", 0, "how long done and cancelled tasks stay readable in Redis (0: deleted at once)")
 	serveFlow := fs.Bool("flow", false, "also serve the built-in flow guild-access (see above)")
 	childWorkTime := fs.Duration("child-work-time", 0, "with --flow: how long each child handler sleeps (default: --work-time)")
+	timestamps := fs.Bool("timestamps", false, "start every stdout line with the time it was written (RFC3339Nano, UTC)")
 	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
 	}
@@ -111,6 +120,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	defer zl.Sync() //nolint:errcheck // stderr
 
 	out := &lineWriter{w: io.out}
+	if *timestamps {
+		out.now = time.Now
+	}
 	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 		if err := out.line(tookLine(t)...); err != nil {
 			log.Warn("worker: stdout write failed", "err", err)
@@ -171,7 +183,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		})}
 	}
 	tm.apply(&cfg)
-	pool, err := newPool(c.dialOptions(c.redisURL)) // dials nothing yet
+	pool, err := newPool(c.redisURL, c.poolOptions()) // dials nothing yet
 	if err != nil {
 		return err
 	}
@@ -183,10 +195,15 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 
 	sigCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
-	if err := ping(sigCtx, pool, c.redisURL); err != nil {
+	if err := ping(sigCtx, pool, c.namespace, c.redisURL); err != nil {
 		return err
 	}
-	if err := w.Start(sigCtx); err != nil {
+	// The worker's life is not sigCtx: a Worker whose Start context ends
+	// stops at once, with no grace. It ends by the Stop below, or when run
+	// returns.
+	life, endLife := context.WithCancel(context.WithoutCancel(ctx))
+	defer endLife()
+	if err := w.Start(life); err != nil {
 		return err
 	}
 	log.Info("worker: serving", "queues", queues, "flow", *serveFlow, "concurrency", *concurrency,

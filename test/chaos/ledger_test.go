@@ -174,7 +174,7 @@ func (l *ledger) line(n int, text string, at time.Time) {
 		}
 		p.ids = append(p.ids, f[1])
 	case "took":
-		if len(f) != 5 {
+		if len(f) != 6 {
 			bad()
 			return
 		}

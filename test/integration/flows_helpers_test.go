@@ -386,7 +386,7 @@ func flEnds(procs []*workerProc, rec *recorder, queue, id string) int {
 	n := 0
 	for _, p := range procs {
 		for _, l := range p.lines() {
-			if len(l) == 3 && (l[0] == "forwarded" || l[0] == "fanned_out" || l[0] == "done") && l[1] == queue && l[2] == id {
+			if len(l) >= 3 && (l[0] == "forwarded" || l[0] == "fanned_out" || l[0] == "done") && l[1] == queue && l[2] == id {
 				n++
 			}
 		}

@@ -84,7 +84,7 @@ func (p *workerProc) linesOf(kind string) [][]string {
 	return out
 }
 
-// took is a `took <queue> <task_id> <pid> <attempt>` line.
+// took is a `took <queue> <task_id> <pid> <attempt> <crashes>` line.
 type took struct {
 	Queue, ID, PID string
 	Attempt        int
@@ -93,7 +93,7 @@ type took struct {
 func (p *workerProc) took() []took {
 	var out []took
 	for _, l := range p.linesOf("took") {
-		if len(l) != 5 {
+		if len(l) != 6 {
 			continue
 		}
 		n, _ := strconv.Atoi(l[4])
