@@ -12,9 +12,9 @@ import (
 	"github.com/worqr/worqr-go/internal/redistest"
 )
 
-// Hot-path benchmarks: one connection, one round trip per script call, so
-// ns/op is mostly loopback latency plus the script's time in Redis; allocs/op
-// is the client's share. Run them with
+// Hot-path benchmarks: a store on a pool of one idle connection, one round
+// trip per script call, so ns/op is mostly loopback latency plus the
+// script's time in Redis; allocs/op is the client's share (store and pool). Run them with
 //
 //	go test -run '^$' -bench . -benchmem ./internal/rdb
 //
@@ -22,16 +22,15 @@ import (
 
 const payloadSize = 100
 
-func benchConn(b *testing.B) (redis.Conn, rdb.QueueKeys) {
+func benchStore(b *testing.B) (*rdb.Store, rdb.QueueKeys) {
 	b.Helper()
-	c, err := redis.DialURL(server(b).URL)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { c.Close() })
+	pool := server(b).Pool()
+	pool.MaxIdle = 1
+	b.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	b.Cleanup(func() { cleanup(b, ns) })
-	return c, rdb.NewKeys(ns).Queue(rdb.Standalone("bench"))
+	st := rdb.NewStore(pool, ns)
+	return st, st.Queue(rdb.Standalone("bench"))
 }
 
 // cleanup deletes every key of namespace ns.
@@ -82,14 +81,14 @@ func payloads(n int) [][]byte {
 func BenchmarkEnqueue(b *testing.B) {
 	for _, batch := range []int{1, 100} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			c, qk := benchConn(b)
+			st, qk := benchStore(b)
 			ctx := context.Background()
 			ids := newIDs(b.N * batch)
 			ps := payloads(batch)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				if _, err := rdb.Enqueue(ctx, c, qk, ids[i*batch:(i+1)*batch], ps, nil); err != nil {
+				if _, err := st.Enqueue(ctx, qk, ids[i*batch:(i+1)*batch], ps, nil); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -104,22 +103,22 @@ func BenchmarkEnqueue(b *testing.B) {
 func BenchmarkTakeFinish(b *testing.B) {
 	for _, batch := range []int{1, 16} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			c, qk := benchConn(b)
+			st, qk := benchStore(b)
 			ctx := context.Background()
 			total := b.N * batch
 			ids := newIDs(total)
 			for i := 0; i < total; i += 1000 {
 				j := min(i+1000, total)
-				if _, err := rdb.Enqueue(ctx, c, qk, ids[i:j], payloads(j-i), nil); err != nil {
+				if _, err := st.Enqueue(ctx, qk, ids[i:j], payloads(j-i), nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 			const w = "bench-worker"
-			args := rdb.FinishArgs{Mode: rdb.FinishDone}
+			one := make([]rdb.Ending, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := rdb.Take(ctx, c, qk, w, batch, 5, false)
+				taken, err := st.Take(ctx, qk, w, batch, 5, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -127,7 +126,8 @@ func BenchmarkTakeFinish(b *testing.B) {
 					b.Fatalf("took %d, want %d", len(taken), batch)
 				}
 				for _, t := range taken {
-					if _, err := rdb.Finish(ctx, c, qk, w, t.PID, t.ID, args); err != nil {
+					one[0] = rdb.Done(rdb.KindTask, w, t.PID, t.ID, nil)
+					if _, err := st.End(ctx, qk, 0, one); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -138,27 +138,27 @@ func BenchmarkTakeFinish(b *testing.B) {
 	}
 }
 
-// BenchmarkTakeFinishMany is BenchmarkTakeFinish with the batch's finishes
-// sent as one FinishMany call, as the worker's group commit does.
+// BenchmarkTakeFinishMany is BenchmarkTakeFinish with the batch's endings
+// sent as one End call, as the worker's group commit does.
 func BenchmarkTakeFinishMany(b *testing.B) {
 	for _, batch := range []int{1, 16} {
 		b.Run("batch="+strconv.Itoa(batch), func(b *testing.B) {
-			c, qk := benchConn(b)
+			st, qk := benchStore(b)
 			ctx := context.Background()
 			total := b.N * batch
 			ids := newIDs(total)
 			for i := 0; i < total; i += 1000 {
 				j := min(i+1000, total)
-				if _, err := rdb.Enqueue(ctx, c, qk, ids[i:j], payloads(j-i), nil); err != nil {
+				if _, err := st.Enqueue(ctx, qk, ids[i:j], payloads(j-i), nil); err != nil {
 					b.Fatal(err)
 				}
 			}
 			const w = "bench-worker"
-			ts := make([]rdb.Taking, batch)
+			es := make([]rdb.Ending, batch)
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := rdb.Take(ctx, c, qk, w, batch, 5, false)
+				taken, err := st.Take(ctx, qk, w, batch, 5, false)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -166,9 +166,9 @@ func BenchmarkTakeFinishMany(b *testing.B) {
 					b.Fatalf("took %d, want %d", len(taken), batch)
 				}
 				for j, t := range taken {
-					ts[j] = rdb.Taking{Worker: w, PID: t.PID, ID: t.ID, Args: rdb.FinishArgs{Mode: rdb.FinishDone}}
+					es[j] = rdb.Done(rdb.KindTask, w, t.PID, t.ID, nil)
 				}
-				if _, err := rdb.FinishMany(ctx, c, qk, ts); err != nil {
+				if _, err := st.End(ctx, qk, 0, es); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -1,9 +1,7 @@
 package rdb_test
 
 import (
-	"errors"
 	"reflect"
-	"strings"
 	"testing"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -34,29 +32,37 @@ func newFlowEnv(t *testing.T) *flowEnv {
 // start starts run id of user u1 in stage queue q.
 func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
 	t.Helper()
-	ok, err := rdb.FlowStart(f.ctx, f.c, q, id, []string{"f:user", "u1"}, []string{f.ix}, f.ref)
+	ok, err := f.st.FlowStart(f.ctx, q, id, map[string]string{"user": "u1"}, f.ref)
 	if err != nil || !ok {
 		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
 	}
 }
 
-func (f *flowEnv) flowFinish(t *testing.T, w, pid, id string, a rdb.FinishArgs, next string, failFast bool, children ...rdb.Child) {
-	t.Helper()
-	if _, err := rdb.FlowFinish(f.ctx, f.c, f.s1, w, pid, id, a, f.ref, next, nil, children, failFast); err != nil {
-		t.Fatal(err)
-	}
+// stage is e, a stage taking's ending, with what a stage of flowEnv's flow
+// records: the next stage, the fan-out policy, the fields and the children.
+func (f *flowEnv) stage(e rdb.Ending, next string, failFast bool, fields map[string]string, children ...rdb.Child) rdb.Ending {
+	e.Stage = &rdb.StageEnd{Next: next, FailFast: failFast, RunRetentionMs: f.ref.RetentionMillis,
+		IndexBy: f.ref.IndexBy, Fields: rdb.StateFields(fields), Children: children}
+	return e
 }
 
-func (f *flowEnv) childFinish(t *testing.T, q rdb.QueueKeys, w, pid, id string, a rdb.FinishArgs) {
+// endStage ends a taking of stage s1 (the ending e of kind stage) towards
+// next.
+func (f *flowEnv) endStage(t *testing.T, e rdb.Ending, next string, failFast bool, children ...rdb.Child) {
 	t.Helper()
-	if _, _, err := rdb.ChildFinish(f.ctx, f.c, q, w, pid, id, "r1", a); err != nil {
-		t.Fatal(err)
-	}
+	f.endIn(t, f.s1, 0, f.stage(e, next, failFast, nil, children...))
+}
+
+// endChild ends a taking of a child of run r1 in child queue q.
+func (f *flowEnv) endChild(t *testing.T, q rdb.QueueKeys, e rdb.Ending) {
+	t.Helper()
+	e.Run = "r1"
+	f.endIn(t, q, 0, e)
 }
 
 func (f *flowEnv) runCancel(t *testing.T, id string) {
 	t.Helper()
-	if ok, err := rdb.RunCancel(f.ctx, f.c, f.s1, id, f.ref); err != nil || !ok {
+	if ok, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !ok {
 		t.Fatalf("RunCancel %s: %v, %v", id, ok, err)
 	}
 }
@@ -77,7 +83,7 @@ func (f *flowEnv) fanOut(t *testing.T, next string, failFast bool) {
 	f.next, f.failFast = next, failFast
 	f.start(t, f.s1, "r1")
 	f.takeFrom(t, f.s1, "A", 1, true)
-	f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, next, failFast, children...)
+	f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), next, failFast, children...)
 	f.takeFrom(t, f.c1, "A", 1, false)
 }
 
@@ -121,6 +127,7 @@ func (f *flowEnv) child(id string) hash { return childOf(id, f.next, f.failFast)
 // fannedOut is the state fanOut leaves.
 func (f *flowEnv) fannedOut() state {
 	return state{
+		f.s1.Runs:             runs("r1"),
 		f.s1.Task("r1"):       runFanned(),
 		f.ix:                  zset{{"r1", "inf"}},
 		f.s1.Holders:          set{"A"},
@@ -142,9 +149,8 @@ func TestFlowStart(t *testing.T) {
 		name   string
 		seed   func(t *testing.T, f *flowEnv)
 		id     string
-		fields []string
-		index  []string     // "prop:value": the index keys passed
-		ref    *rdb.FlowRef // nil: flowEnv's (one minute, by user)
+		fields map[string]string // the run's initial state
+		ref    *rdb.FlowRef      // nil: flowEnv's (one minute, by user)
 		want   bool
 		state  func(f *flowEnv) state
 		pubs   []msg
@@ -152,10 +158,11 @@ func TestFlowStart(t *testing.T) {
 		{
 			name: "new run: created with its retention and indexed properties, indexed as running (+inf), " +
 				"queued in the first stage, one wake-up",
-			id: "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: []string{"user:u1"},
+			id: "r1", fields: map[string]string{"user": "u1", "plan": "gold"},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       unordered{{"r1", "@now"}},
 					f.s1.Task("r1"): runQueued("s1").with("f:plan", "gold"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
@@ -165,11 +172,12 @@ func TestFlowStart(t *testing.T) {
 		},
 		{
 			name: "several indexed properties: stored comma-separated, the run in each index",
-			id:   "r1", fields: []string{"f:user", "u1", "f:plan", "gold"}, index: []string{"user:u1", "plan:gold"},
+			id:   "r1", fields: map[string]string{"user": "u1", "plan": "gold"},
 			ref:  &rdb.FlowRef{RetentionMillis: 5000, IndexBy: []string{"user", "plan"}},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs: unordered{{"r1", "@now"}},
 					f.s1.Task("r1"): runQueued("s1").with("f:plan", "gold", "fr", "5000", "fi", "user,plan",
 						"i:plan", "gold"),
 					f.ix:                          zset{{"r1", "inf"}},
@@ -181,10 +189,11 @@ func TestFlowStart(t *testing.T) {
 		},
 		{
 			name: "an indexed property the fields do not hold: no value kept for it, no index",
-			id:   "r1", fields: []string{"f:plan", "gold"},
+			id:   "r1", fields: map[string]string{"plan": "gold"},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       unordered{{"r1", "@now"}},
 					f.s1.Task("r1"): runQueued("s1").without("f:user", "i:user").with("f:plan", "gold"),
 					f.s1.Waiting:    list{"r1"},
 				}
@@ -198,6 +207,7 @@ func TestFlowStart(t *testing.T) {
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       unordered{{"r0", "@seed"}, {"r1", "@now"}},
 					f.s1.Task("r0"): runQueued("s1"),
 					f.s1.Task("r1"): hash{"d": "", "st": "s1", "fs": "running", "s": "queued", "fr": "0", "fi": ""},
 					f.ix:            zset{{"r0", "inf"}},
@@ -211,12 +221,13 @@ func TestFlowStart(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r0")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r0", rdb.FinishArgs{}, "", false)
+				f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r0", nil), "", false)
 			},
-			id: "r1", fields: []string{"f:user", "u1"}, index: []string{"user:u1"},
+			id: "r1", fields: map[string]string{"user": "u1"},
 			want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       unordered{{"r0", "@seed"}, {"r1", "@now"}},
 					f.s1.Task("r0"): ttl(runEnded(runQueued("s1"), "done").with("ft", "@seed"), 60000),
 					f.s1.Task("r1"): runQueued("s1"),
 					f.ix:            zset{{"r0", "@seed+60000"}, {"r1", "inf"}},
@@ -230,8 +241,8 @@ func TestFlowStart(t *testing.T) {
 		{
 			name: "same id twice: false, nothing changed, no wake-up",
 			seed: func(t *testing.T, f *flowEnv) { f.start(t, f.s1, "r1") },
-			id:   "r1", fields: []string{"f:user", "u2"}, index: []string{"user:u2"},
-			ref:  &rdb.FlowRef{RetentionMillis: 1000},
+			id:   "r1", fields: map[string]string{"user": "u2"},
+			ref:  &rdb.FlowRef{RetentionMillis: 1000, IndexBy: []string{"user"}},
 			want: false,
 		},
 	}
@@ -242,11 +253,6 @@ func TestFlowStart(t *testing.T) {
 			if tc.seed != nil {
 				tc.seed(t, f)
 			}
-			var ix []string
-			for _, pv := range tc.index {
-				prop, v, _ := strings.Cut(pv, ":")
-				ix = append(ix, f.s1.IndexKey(prop, v))
-			}
 			ref := f.ref
 			if tc.ref != nil {
 				ref = *tc.ref
@@ -255,7 +261,7 @@ func TestFlowStart(t *testing.T) {
 			l := f.listen(t)
 			var got bool
 			var err error
-			f.call(t, func() { got, err = rdb.FlowStart(f.ctx, f.c, f.s1, tc.id, tc.fields, ix, ref) })
+			f.call(t, func() { got, err = f.st.FlowStart(f.ctx, f.s1, tc.id, tc.fields, ref) })
 			pubs := l.collect(t, f.env)
 			if err != nil || got != tc.want {
 				t.Errorf("FlowStart = %v, %v; want %v", got, err, tc.want)
@@ -274,9 +280,12 @@ func stateOf(f *flowEnv, want func(f *flowEnv) state) func(*env) state {
 	return func(*env) state { return want(f) }
 }
 
-func TestFlowFinish(t *testing.T) {
+// TestEndStage is the end script for the takings of a flow's stage queue.
+func TestEndStage(t *testing.T) {
 	t.Parallel()
-	done := rdb.FinishArgs{Mode: rdb.FinishDone}
+	done := func(w, pid string) rdb.Ending { return rdb.Done(rdb.KindStage, w, pid, "r1", nil) }
+	retry := func(w, pid string) rdb.Ending { return rdb.Retry(rdb.KindStage, w, pid, "r1", 5000, "boom") }
+	dead := func(w, pid string) rdb.Ending { return rdb.Dead(rdb.KindStage, w, pid, "r1", "bad") }
 	// taken seeds run r1 taken by A in s1 as pid 1.
 	taken := func(t *testing.T, f *flowEnv) {
 		f.start(t, f.s1, "r1")
@@ -286,6 +295,7 @@ func TestFlowFinish(t *testing.T) {
 	// hash and more keys.
 	after := func(f *flowEnv, run any, kv ...any) state {
 		return state{
+			f.s1.Runs:       runs("r1"),
 			f.s1.Task("r1"): run,
 			f.ix:            zset{{"r1", "inf"}},
 			f.s1.Holders:    set{"A"},
@@ -296,13 +306,12 @@ func TestFlowFinish(t *testing.T) {
 		name       string
 		seed       func(t *testing.T, f *flowEnv)
 		w, pid     string
-		args       rdb.FinishArgs
+		end        func(w, pid string) rdb.Ending
 		next       string
-		fields     []string
+		fields     map[string]string
 		children   []rdb.Child
 		failFast   bool
 		want       rdb.Outcome
-		wantErr    error
 		state      func(f *flowEnv) state
 		pubs       []msg
 		pubsUnordr bool
@@ -313,11 +322,12 @@ func TestFlowFinish(t *testing.T) {
 				f.start(t, f.s2, "r0")
 				taken(t, f)
 			},
-			w: "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1", "f:user", "u1"},
+			w: "A", pid: "1", end: done, next: "s2", fields: map[string]string{"out": "v1", "user": "u1"},
 			want: rdb.OutcomeForwarded,
 			state: func(f *flowEnv) state {
 				return after(f, runQueued("s2").with("f:out", "v1"),
 					f.s2.Task("r0"), runQueued("s2"),
+					f.s1.Runs, runs("r0", "r1"),
 					f.s2.Waiting, list{"r0", "r1"},
 					f.ix, zset{{"r0", "inf"}, {"r1", "inf"}})
 			},
@@ -329,7 +339,7 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.do(t, "HSET", f.s1.Task("r1"), "n", "2", "c", "1", "e", "boom")
 			},
-			w: "A", pid: "1", args: done, next: "s2",
+			w: "A", pid: "1", end: done, next: "s2",
 			want: rdb.OutcomeForwarded,
 			state: func(f *flowEnv) state {
 				return after(f, runQueued("s2"), f.s2.Waiting, list{"r1"})
@@ -339,7 +349,7 @@ func TestFlowFinish(t *testing.T) {
 		{
 			name: "last stage: the run ends done, kept for the retention, its index entry expiring with it",
 			seed: taken,
-			w:    "A", pid: "1", args: done, next: "", fields: []string{"f:out", "v1"},
+			w:    "A", pid: "1", end: done, next: "", fields: map[string]string{"out": "v1"},
 			want: rdb.OutcomeDone,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "done").with("f:out", "v1"), 60000),
@@ -354,7 +364,7 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.do(t, "HSET", f.s1.Task("r1"), "f:user", "u2")
 			},
-			w: "A", pid: "1", args: done, next: "", fields: []string{"f:user", "u3"},
+			w: "A", pid: "1", end: done, next: "", fields: map[string]string{"user": "u3"},
 			want: rdb.OutcomeDone,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "done").with("f:user", "u3"), 60000),
@@ -367,11 +377,12 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.start(t, f.s1, "r0")
 			},
-			w: "A", pid: "1", args: done, next: "",
+			w: "A", pid: "1", end: done, next: "",
 			want: rdb.OutcomeDone,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "done"), 60000),
 					f.s1.Task("r0"), runQueued("s1"),
+					f.s1.Runs, runs("r0", "r1"),
 					f.s1.Waiting, list{"r0"},
 					f.ix, zset{{"r1", "@now+60000"}, {"r0", "inf"}})
 			},
@@ -380,7 +391,7 @@ func TestFlowFinish(t *testing.T) {
 			name: "fan-out: child hashes created (with the run's next stage and the fail-fast policy) and queued, " +
 				"recorded pending in the run, one wake-up per queue",
 			seed: taken,
-			w:    "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
+			w:    "A", pid: "1", end: done, next: "s2", fields: map[string]string{"out": "v1"}, children: children,
 			failFast: true,
 			want:     rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
@@ -402,7 +413,7 @@ func TestFlowFinish(t *testing.T) {
 				f.do(t, "HSET", f.s1.Task("r1"), "n", "1", "e", "boom")
 				f.do(t, "RPUSH", f.c2.Waiting, "k0")
 			},
-			w: "A", pid: "1", args: done, next: "", children: children[2:],
+			w: "A", pid: "1", end: done, next: "", children: children[2:],
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
 				return after(f, runQueued("s1").with("s", "children", "kp", "1", "k:k3", "pending", "kq:k3", "c2"),
@@ -414,8 +425,8 @@ func TestFlowFinish(t *testing.T) {
 		{
 			name: "retry: a failed attempt counted, scheduled in the stage, the run still running",
 			seed: taken,
-			w:    "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"},
-			next: "s2", fields: []string{"f:out", "ignored"}, children: children,
+			w:    "A", pid: "1", end: retry,
+			next: "s2", fields: map[string]string{"out": "ignored"}, children: children,
 			want: rdb.OutcomeRetry,
 			state: func(f *flowEnv) state {
 				return after(f, runQueued("s1").with("s", "scheduled", "n", "1", "e", "boom"),
@@ -425,8 +436,8 @@ func TestFlowFinish(t *testing.T) {
 		{
 			name: "dead: the run fails, buried in the stage's dead set, its index entry expiring",
 			seed: taken,
-			w:    "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"},
-			next: "s2", fields: []string{"f:out", "ignored"}, children: children,
+			w:    "A", pid: "1", end: dead,
+			next: "s2", fields: map[string]string{"out": "ignored"}, children: children,
 			want: rdb.OutcomeDead,
 			state: func(f *flowEnv) state {
 				return after(f, runActive().with("fs", "failed", "ft", "@now", "n", "1", "e", "bad").buried("failed", "A"),
@@ -440,7 +451,7 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.runCancel(t, "r1")
 			},
-			w: "A", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
+			w: "A", pid: "1", end: done, next: "s2", fields: map[string]string{"out": "v1"}, children: children,
 			want: rdb.OutcomeCancelled,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
@@ -453,7 +464,7 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.runCancel(t, "r1")
 			},
-			w: "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, next: "s2",
+			w: "A", pid: "1", end: dead, next: "s2",
 			want: rdb.OutcomeCancelled,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
@@ -469,7 +480,7 @@ func TestFlowFinish(t *testing.T) {
 				f.runCancel(t, "r1")
 				f.do(t, "HSET", f.s1.Task("r1"), "w", "A", "p", "1")
 			},
-			w: "A", pid: "1", args: done, next: "s2", children: children,
+			w: "A", pid: "1", end: done, next: "s2", children: children,
 			want: rdb.OutcomeCancelled,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "cancelled").with("ft", "@seed"), 60000),
@@ -482,7 +493,7 @@ func TestFlowFinish(t *testing.T) {
 				taken(t, f)
 				f.do(t, "HSET", f.s1.Task("r1"), "x", "1")
 			},
-			w: "A", pid: "1", args: done, next: "s2", children: children,
+			w: "A", pid: "1", end: done, next: "s2", children: children,
 			want: rdb.OutcomeCancelled,
 			state: func(f *flowEnv) state {
 				return after(f, ttl(runEnded(runActive(), "cancelled"), 60000),
@@ -490,39 +501,56 @@ func TestFlowFinish(t *testing.T) {
 			},
 		},
 		{
+			// As for a task: corrupt data must not abort the script once
+			// the taking was released (the run would be nowhere, and the
+			// rest of a batch not applied).
+			name: "run data not a hash: buried with the reason, what it held kept in 'raw'",
+			seed: func(t *testing.T, f *flowEnv) {
+				taken(t, f)
+				f.do(t, "DEL", f.s1.Task("r1"))
+				f.do(t, "SET", f.s1.Task("r1"), "garbage")
+			},
+			w: "A", pid: "1", end: done, next: "s2", children: children,
+			want: rdb.OutcomeDead,
+			state: func(f *flowEnv) state {
+				return after(f, hash{"raw": "garbage"}.buried("corrupt: task data is a string, not a hash", "A"),
+					f.s1.Dead, zset{{"r1", "@now"}})
+			},
+		},
+		{
 			name: "not the owner: lost, nothing changed",
 			seed: taken,
-			w:    "B", pid: "1", args: done, next: "s2", fields: []string{"f:out", "v1"}, children: children,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w:    "B", pid: "1", end: done, next: "s2", fields: map[string]string{"out": "v1"}, children: children,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner (stale pid, requeued): lost, nothing changed",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
-				if _, _, err := rdb.Requeue(f.ctx, f.c, f.s1, []string{"A"}, true); err != nil {
+				if _, _, err := f.st.Requeue(f.ctx, f.s1, []string{"A"}, true); err != nil {
 					t.Fatal(err)
 				}
 			},
-			w: "A", pid: "1", args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, next: "s2",
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", end: dead, next: "s2",
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice (forwarded): lost, not forwarded again",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
-				f.flowFinish(t, "A", "1", "r1", done, "s2", false)
+				f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), "s2", false)
 			},
-			w: "A", pid: "1", args: done, next: "s2",
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", end: done, next: "s2",
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice (fanned out): lost, no second set of children",
 			seed: func(t *testing.T, f *flowEnv) {
 				taken(t, f)
-				f.flowFinish(t, "A", "1", "r1", done, "s2", true, children...)
+				f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), "s2", true, children...)
 			},
-			w: "A", pid: "1", args: done, next: "s2", children: children,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", end: done, next: "s2", children: children,
+			want: rdb.OutcomeLost,
 		},
 	}
 	for _, tc := range tests {
@@ -532,15 +560,13 @@ func TestFlowFinish(t *testing.T) {
 			tc.seed(t, f)
 			before := f.dump(t)
 			l := f.listen(t)
-			var got rdb.Outcome
+			end := f.stage(tc.end(tc.w, tc.pid), tc.next, tc.failFast, tc.fields, tc.children...)
+			var got []rdb.Ended
 			var err error
-			f.call(t, func() {
-				got, err = rdb.FlowFinish(f.ctx, f.c, f.s1, tc.w, tc.pid, "r1", tc.args, f.ref, tc.next, tc.fields, tc.children,
-					tc.failFast)
-			})
+			f.call(t, func() { got, err = f.st.End(f.ctx, f.s1, 0, []rdb.Ending{end}) })
 			pubs := l.collect(t, f.env)
-			if got != tc.want || !errors.Is(err, tc.wantErr) {
-				t.Errorf("FlowFinish = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			if want := []rdb.Ended{{Outcome: tc.want}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
 			}
 			f.checkState(t, before, stateOf(f, tc.state))
 			if tc.pubsUnordr {
@@ -552,10 +578,14 @@ func TestFlowFinish(t *testing.T) {
 	}
 }
 
-func TestChildFinish(t *testing.T) {
+// TestEndChild is the end script for the takings of a flow's child queue.
+func TestEndChild(t *testing.T) {
 	t.Parallel()
-	done := rdb.FinishArgs{Mode: rdb.FinishDone}
-	dead := rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}
+	done := func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindChild, w, pid, id, nil) }
+	doneWith := func(result string) func(w, pid, id string) rdb.Ending {
+		return func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindChild, w, pid, id, []byte(result)) }
+	}
+	dead := func(w, pid, id string) rdb.Ending { return rdb.Dead(rdb.KindChild, w, pid, id, "bad") }
 	// fannedOutTo seeds fanOut towards next with the given policy.
 	fannedOutTo := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
 		return func(t *testing.T, f *flowEnv) { f.fanOut(t, next, failFast) }
@@ -566,8 +596,8 @@ func TestChildFinish(t *testing.T) {
 			f.fanOut(t, next, failFast)
 			f.takeFrom(t, f.c1, "A", 1, false)
 			f.takeFrom(t, f.c2, "A", 1, false)
-			f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")})
-			f.childFinish(t, f.c2, "A", "4", "k3", done)
+			f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "3", "k2", []byte("rk2")))
+			f.endChild(t, f.c2, rdb.Done(rdb.KindChild, "A", "4", "k3", nil))
 		}
 	}
 	// siblingsDoneState is the state siblingsDone leaves, k1's taking
@@ -586,21 +616,20 @@ func TestChildFinish(t *testing.T) {
 		return f.fannedOut().with(f.c1.Task("k1"), nil, f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil).with(kv...)
 	}
 	tests := []struct {
-		name    string
-		seed    func(t *testing.T, f *flowEnv)
-		w, pid  string
-		id      string
-		args    rdb.FinishArgs
-		want    [2]rdb.Outcome
-		wantErr error
-		state   func(f *flowEnv) state
-		pubs    []msg
+		name   string
+		seed   func(t *testing.T, f *flowEnv)
+		w, pid string
+		id     string
+		end    func(w, pid, id string) rdb.Ending
+		want   [2]rdb.Outcome // the child's outcome, the run's
+		state  func(f *flowEnv) state
+		pubs   []msg
 	}{
 		{
 			name: "done, not the last: result recorded, the run waits for the others",
 			seed: fannedOutTo("s2", true),
 			w:    "A", pid: "2", id: "k1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			end:  doneWith("rk1"),
 			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f, f.s1.Task("r1"), runFanned().with("k:k1", "done", "kr:k1", "rk1", "kp", "2"))
@@ -609,7 +638,7 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "done without a result: no result field",
 			seed: fannedOutTo("s2", false),
-			w:    "A", pid: "2", id: "k1", args: done,
+			w:    "A", pid: "2", id: "k1", end: done,
 			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f, f.s1.Task("r1"), runFanned().with("k:k1", "done", "kp", "2"))
@@ -619,7 +648,7 @@ func TestChildFinish(t *testing.T) {
 			name: "the last child done: the run forwarded to the next stage stored on the child, in the same step",
 			seed: siblingsDone("s2", true),
 			w:    "A", pid: "2", id: "k1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			end:  doneWith("rk1"),
 			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
@@ -632,7 +661,7 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "the last child done after the last stage: the run ends done, kept for the run's retention",
 			seed: siblingsDone("", false),
-			w:    "A", pid: "2", id: "k1", args: done,
+			w:    "A", pid: "2", id: "k1", end: done,
 			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeDone},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
@@ -645,7 +674,7 @@ func TestChildFinish(t *testing.T) {
 			name: "retry: the child scheduled in its queue, the run waits",
 			seed: fannedOutTo("s2", true),
 			w:    "A", pid: "2", id: "k1",
-			args: rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"},
+			end:  func(w, pid, id string) rdb.Ending { return rdb.Retry(rdb.KindChild, w, pid, id, 5000, "boom") },
 			want: [2]rdb.Outcome{rdb.OutcomeRetry, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -659,7 +688,7 @@ func TestChildFinish(t *testing.T) {
 				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c2, "B", 1, false) // k3, pid 3
 			},
-			w: "A", pid: "2", id: "k1", args: dead,
+			w: "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -684,13 +713,14 @@ func TestChildFinish(t *testing.T) {
 				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
 				f.takeFrom(t, f.c2, "A", 1, false) // k3, pid 4
-				f.childFinish(t, f.c1, "A", "3", "k2", done)
-				f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000})
+				f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "3", "k2", nil))
+				f.endChild(t, f.c2, rdb.Retry(rdb.KindChild, "A", "4", "k3", 60000, ""))
 			},
-			w: "A", pid: "2", id: "k1", args: dead,
+			w: "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs: runs("r1"),
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
@@ -706,7 +736,7 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "continue, dead child, not the last: error recorded, the run goes on",
 			seed: fannedOutTo("s2", false),
-			w:    "A", pid: "2", id: "k1", args: dead,
+			w:    "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -718,7 +748,7 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "continue, dead child, the last: the run forwarded",
 			seed: siblingsDone("s2", false),
-			w:    "A", pid: "2", id: "k1", args: dead,
+			w:    "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
@@ -733,7 +763,7 @@ func TestChildFinish(t *testing.T) {
 		{
 			name: "continue, dead child, the last after the last stage: the run ends done",
 			seed: siblingsDone("", false),
-			w:    "A", pid: "2", id: "k1", args: dead,
+			w:    "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDone},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
@@ -750,7 +780,7 @@ func TestChildFinish(t *testing.T) {
 				f.fanOut(t, "s2", false)
 				f.do(t, "HSET", f.c1.Task("k1"), "x", "1")
 			},
-			w: "A", pid: "2", id: "k1", args: done,
+			w: "A", pid: "2", id: "k1", end: done,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -761,13 +791,13 @@ func TestChildFinish(t *testing.T) {
 			name: "a child already counted (failed, then requeued from the dead set) ends without counting again",
 			seed: func(t *testing.T, f *flowEnv) {
 				f.fanOut(t, "s2", false)
-				f.childFinish(t, f.c1, "A", "2", "k1", dead)
-				if n, err := rdb.DeadIDs(f.ctx, f.c, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
+				f.endChild(t, f.c1, rdb.Dead(rdb.KindChild, "A", "2", "k1", "bad"))
+				if n, err := f.st.DeadIDs(f.ctx, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
 					t.Fatalf("DeadIDs = %d, %v", n, err)
 				}
 				f.takeFrom(t, f.c1, "B", 2, false) // k2 pid 3, k1 pid 4
 			},
-			w: "B", pid: "4", id: "k1", args: done,
+			w: "B", pid: "4", id: "k1", end: done,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
@@ -786,10 +816,11 @@ func TestChildFinish(t *testing.T) {
 				f.fanOut(t, "s2", true)
 				f.runCancel(t, "r1")
 			},
-			w: "A", pid: "2", id: "k1", args: rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk1")},
+			w: "A", pid: "2", id: "k1", end: doneWith("rk1"),
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs: runs("r1"),
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "cancelled").with("ft", "@seed",
 						"k:k1", "cancelled", "k:k2", "cancelled", "k:k3", "cancelled"), 60000),
 					f.ix:         ttl(zset{{"r1", "@seed+60000"}}, 60000),
@@ -804,12 +835,13 @@ func TestChildFinish(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.fanOut(t, "s2", true)
 				f.takeFrom(t, f.c1, "B", 1, false) // k2, pid 3
-				f.childFinish(t, f.c1, "B", "3", "k2", dead)
+				f.endChild(t, f.c1, rdb.Dead(rdb.KindChild, "B", "3", "k2", "bad"))
 			},
-			w: "A", pid: "2", id: "k1", args: dead,
+			w: "A", pid: "2", id: "k1", end: dead,
 			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs: runs("r1"),
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("ft", "@seed",
 						"k:k1", "cancelled", "k:k2", "failed", "ke:k2", "bad", "k:k3", "cancelled"), 60000),
 					f.ix: ttl(zset{{"r1", "@seed+60000"}}, 60000),
@@ -823,28 +855,59 @@ func TestChildFinish(t *testing.T) {
 			},
 		},
 		{
+			name: "child data not a hash: buried with the reason, the run unchanged",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t, "s2", true)
+				f.do(t, "DEL", f.c1.Task("k1"))
+				f.do(t, "SET", f.c1.Task("k1"), "garbage")
+			},
+			w: "A", pid: "2", id: "k1", end: done,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.c1.Task("k1"), hash{"raw": "garbage"}.buried("corrupt: task data is a string, not a hash", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}})
+			},
+		},
+		{
+			name: "its run's data not a hash: the child buried with the reason, the run left as it is",
+			seed: func(t *testing.T, f *flowEnv) {
+				f.fanOut(t, "s2", true)
+				f.do(t, "DEL", f.s1.Task("r1"))
+				f.do(t, "SET", f.s1.Task("r1"), "garbage")
+			},
+			w: "A", pid: "2", id: "k1", end: done,
+			want: [2]rdb.Outcome{rdb.OutcomeDead, 0},
+			state: func(f *flowEnv) state {
+				return k1Released(f,
+					f.s1.Task("r1"), str("garbage"),
+					f.c1.Task("k1"), f.child("k1").buried("corrupt: the data of its run r1 is not a hash", "A"),
+					f.c1.Dead, zset{{"k1", "@now"}})
+			},
+		},
+		{
 			name: "not the owner: lost, nothing changed",
 			seed: fannedOutTo("s2", true),
-			w:    "B", pid: "2", id: "k1", args: done,
-			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+			w:    "B", pid: "2", id: "k1", end: done,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0},
 		},
 		{
 			name: "run twice: the second finish is lost and counts nothing",
 			seed: func(t *testing.T, f *flowEnv) {
 				f.fanOut(t, "s2", true)
-				f.childFinish(t, f.c1, "A", "2", "k1", done)
+				f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "2", "k1", nil))
 			},
-			w: "A", pid: "2", id: "k1", args: done,
-			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+			w: "A", pid: "2", id: "k1", end: done,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0},
 		},
 		{
 			name: "run twice, the last child: the run is not forwarded twice",
 			seed: func(t *testing.T, f *flowEnv) {
 				siblingsDone("s2", true)(t, f)
-				f.childFinish(t, f.c1, "A", "2", "k1", done)
+				f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "2", "k1", nil))
 			},
-			w: "A", pid: "2", id: "k1", args: done,
-			want: [2]rdb.Outcome{rdb.OutcomeLost, 0}, wantErr: rdb.ErrLost,
+			w: "A", pid: "2", id: "k1", end: done,
+			want: [2]rdb.Outcome{rdb.OutcomeLost, 0},
 		},
 	}
 	for _, tc := range tests {
@@ -854,12 +917,14 @@ func TestChildFinish(t *testing.T) {
 			tc.seed(t, f)
 			before := f.dump(t)
 			l := f.listen(t)
-			var c, r rdb.Outcome
+			end := tc.end(tc.w, tc.pid, tc.id)
+			end.Run = "r1"
+			var got []rdb.Ended
 			var err error
-			f.call(t, func() { c, r, err = rdb.ChildFinish(f.ctx, f.c, f.c1, tc.w, tc.pid, tc.id, "r1", tc.args) })
+			f.call(t, func() { got, err = f.st.End(f.ctx, f.c1, 0, []rdb.Ending{end}) })
 			pubs := l.collect(t, f.env)
-			if [2]rdb.Outcome{c, r} != tc.want || !errors.Is(err, tc.wantErr) {
-				t.Errorf("ChildFinish = %v, %v, %v; want %v, %v", c, r, err, tc.want, tc.wantErr)
+			if want := []rdb.Ended{{Outcome: tc.want[0], Run: tc.want[1]}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
 			}
 			f.checkState(t, before, stateOf(f, tc.state))
 			checkPubs(t, pubs, tc.pubs)
@@ -887,6 +952,7 @@ func TestRunCancel(t *testing.T) {
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r0", "r1", "r2"),
 					f.s1.Task("r0"): runQueued("s1"),
 					f.s1.Task("r1"): ttl(runEnded(runQueued("s1"), "cancelled"), 60000),
 					f.s1.Task("r2"): runQueued("s1"),
@@ -900,11 +966,12 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000, Err: "boom"}, "s2", false)
+				f.endStage(t, rdb.Retry(rdb.KindStage, "A", "1", "r1", 60000, "boom"), "s2", false)
 			},
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r1"),
 					f.s1.Task("r1"): ttl(runEnded(runQueued("s1"), "cancelled").with("n", "1", "e", "boom"), 60000),
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
 					f.s1.Holders:    set{"A"},
@@ -921,6 +988,7 @@ func TestRunCancel(t *testing.T) {
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:             runs("r1"),
 					f.s1.Task("r1"):       ttl(runEnded(runActive(), "cancelled"), 60000),
 					f.ix:                  ttl(zset{{"r1", "@now+60000"}}, 60000),
 					f.s1.WorkerQueue("A"): set{"1"},
@@ -936,7 +1004,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.fanOut(t, "s2", true)            // k1 running on A, pid 2
 				f.takeFrom(t, f.c1, "A", 1, false) // k2, pid 3
-				f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{})
+				f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "3", "k2", nil))
 			},
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
@@ -964,7 +1032,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{}, "", false)
+				f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), "", false)
 			},
 			id: "r1", want: false,
 		},
@@ -973,7 +1041,7 @@ func TestRunCancel(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.takeFrom(t, f.s1, "A", 1, true)
-				f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2", false)
+				f.endStage(t, rdb.Dead(rdb.KindStage, "A", "1", "r1", "bad"), "s2", false)
 			},
 			id: "r1", want: false,
 		},
@@ -992,7 +1060,7 @@ func TestRunCancel(t *testing.T) {
 			l := f.listen(t)
 			var got bool
 			var err error
-			f.call(t, func() { got, err = rdb.RunCancel(f.ctx, f.c, f.s1, tc.id, f.ref) })
+			f.call(t, func() { got, err = f.st.RunCancel(f.ctx, f.s1, tc.id, f.ref) })
 			pubs := l.collect(t, f.env)
 			if err != nil || got != tc.want {
 				t.Errorf("RunCancel = %v, %v; want %v", got, err, tc.want)
@@ -1029,6 +1097,7 @@ func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
 			want: []taken{{ID: "r1", Reason: crashed}},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r1"),
 					f.s1.Task("r1"): runQueued("s1").with("c", "3", "fs", "failed", "ft", "@now").buried(crashed, "A"),
 					f.s1.Dead:       zset{{"r1", "@now"}},
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
@@ -1046,6 +1115,7 @@ func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
 			want: []taken{{ID: "r1", Reason: nan}},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r0", "r1"),
 					f.s1.Task("r1"): runQueued("s1").with("n", "x", "fs", "failed", "ft", "@now").buried(nan, "A"),
 					f.s1.Task("r0"): runQueued("s1"),
 					f.s1.Waiting:    list{"r0"},
@@ -1065,7 +1135,7 @@ func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
 			l := f.listen(t)
 			var res []rdb.Taken
 			var err error
-			f.call(t, func() { res, err = rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true) })
+			f.call(t, func() { res, err = f.st.Take(f.ctx, f.s1, "A", 1, 3, true) })
 			pubs := l.collect(t, f.env)
 			if got := takenOf(res); err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Take = %+v, %v; want %+v", got, err, tc.want)
@@ -1085,7 +1155,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 	crashedOnce := func(next string, failFast bool) func(t *testing.T, f *flowEnv) {
 		return func(t *testing.T, f *flowEnv) {
 			f.fanOut(t, next, failFast)
-			if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
+			if _, _, err := f.st.Requeue(f.ctx, f.c1, []string{"A"}, true); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1097,9 +1167,9 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 			f.fanOut(t, next, failFast)
 			f.takeFrom(t, f.c1, "A", 1, false)
 			f.takeFrom(t, f.c2, "A", 1, false)
-			f.childFinish(t, f.c1, "A", "3", "k2", rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte("rk2")})
-			f.childFinish(t, f.c2, "A", "4", "k3", rdb.FinishArgs{})
-			if _, _, err := rdb.Requeue(f.ctx, f.c, f.c1, []string{"A"}, true); err != nil {
+			f.endChild(t, f.c1, rdb.Done(rdb.KindChild, "A", "3", "k2", []byte("rk2")))
+			f.endChild(t, f.c2, rdb.Done(rdb.KindChild, "A", "4", "k3", nil))
+			if _, _, err := f.st.Requeue(f.ctx, f.c1, []string{"A"}, true); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -1108,7 +1178,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 	// keys.
 	k1Buried := func(f *flowEnv, seq string, kv ...any) state {
 		return f.fannedOut().with(
-			f.c1.Task("k1"), f.child("k1").with("c", "1").buried(crashed, "B"),
+			f.c1.Task("k1"), f.child("k1").with("c", "1", "cw", "A").buried(crashed, "B"),
 			f.c1.Dead, zset{{"k1", "@now"}},
 			f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil, f.c1.Holders, nil,
 			f.s1.Seq, str(seq)).with(kv...)
@@ -1176,7 +1246,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 			l := f.listen(t)
 			var res []rdb.Taken
 			var err error
-			f.call(t, func() { res, err = rdb.Take(f.ctx, f.c, f.c1, "B", 1, 1, false) })
+			f.call(t, func() { res, err = f.st.Take(f.ctx, f.c1, "B", 1, 1, false) })
 			pubs := l.collect(t, f.env)
 			if got, want := takenOf(res), []taken{{ID: "k1", Reason: crashed}}; err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("Take = %+v, %v; want %+v", got, err, want)
@@ -1196,7 +1266,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 	failed := func(t *testing.T, f *flowEnv) {
 		f.start(t, f.s1, "r1")
 		f.takeFrom(t, f.s1, "A", 1, true)
-		f.flowFinish(t, "A", "1", "r1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}, "s2", false)
+		f.endStage(t, rdb.Dead(rdb.KindStage, "A", "1", "r1", "bad"), "s2", false)
 	}
 	tests := []struct {
 		name   string
@@ -1209,6 +1279,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			seed: failed,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r1"),
 					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
@@ -1222,6 +1293,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			seed: failed, oldest: true,
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r1"),
 					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
@@ -1235,12 +1307,13 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
-				if _, err := rdb.Take(f.ctx, f.c, f.s1, "A", 1, 3, true); err != nil {
+				if _, err := f.st.Take(f.ctx, f.s1, "A", 1, 3, true); err != nil {
 					t.Fatal(err)
 				}
 			},
 			state: func(f *flowEnv) state {
 				return state{
+					f.s1.Runs:       runs("r1"),
 					f.s1.Task("r1"): runQueued("s1"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
@@ -1260,9 +1333,9 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			var err error
 			f.call(t, func() {
 				if tc.oldest {
-					n, err = rdb.DeadOldest(f.ctx, f.c, f.s1, rdb.DeadRequeue, 1)
+					n, err = f.st.DeadOldest(f.ctx, f.s1, rdb.DeadRequeue, 1)
 				} else {
-					n, err = rdb.DeadIDs(f.ctx, f.c, f.s1, rdb.DeadRequeue, []string{"r1"})
+					n, err = f.st.DeadIDs(f.ctx, f.s1, rdb.DeadRequeue, []string{"r1"})
 				}
 			})
 			pubs := l.collect(t, f.env)

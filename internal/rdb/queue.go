@@ -134,6 +134,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	if len(ids) != len(payloads) {
 		return 0, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
 	}
+	if len(ids) == 0 {
+		return 0, nil // nothing to send (ends[0] below would not exist)
+	}
 	if a == nil {
 		a = &EnqueueArgs{}
 	}

@@ -68,7 +68,7 @@ func TestMove(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.enqueue(t, "t1")
 				e.take(t, "A", 1)
-				e.finishWith(t, "A", "1", "t1", rdb.FinishArgs{Mode: rdb.FinishRetry, Err: "boom"})
+				e.endTask(t, 0, rdb.Retry(rdb.KindTask, "A", "1", "t1", 0, "boom"))
 			},
 			batch: 100,
 			want:  1,
@@ -123,7 +123,7 @@ func TestMove(t *testing.T) {
 			name: "run twice: the second run moves nothing",
 			seed: func(t *testing.T, e *env) {
 				due3(t, e)
-				if _, err := rdb.Move(e.ctx, e.c, e.q, 100); err != nil {
+				if _, err := e.st.Move(e.ctx, e.q, 100); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -173,7 +173,7 @@ func TestMove(t *testing.T) {
 			l := e.listen(t)
 			var got int
 			var err error
-			e.call(t, func() { got, err = rdb.Move(e.ctx, e.c, e.q, tc.batch) })
+			e.call(t, func() { got, err = e.st.Move(e.ctx, e.q, tc.batch) })
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Move: %v", err)
@@ -207,14 +207,8 @@ func TestMoveConcurrentMovesEachTaskOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := e.pool.GetContext(e.ctx)
-			if err != nil {
-				errs[m] = err
-				return
-			}
-			defer c.Close()
 			for {
-				k, err := rdb.Move(e.ctx, c, e.q, batch)
+				k, err := e.st.Move(e.ctx, e.q, batch)
 				if err != nil {
 					errs[m] = err
 					return
@@ -336,7 +330,7 @@ func TestDead(t *testing.T) {
 			name: "run twice (requeue): the second finds nothing dead, changes nothing",
 			seed: func(t *testing.T, e *env) {
 				dead3(t, e)
-				if _, err := rdb.DeadIDs(e.ctx, e.c, e.q, rdb.DeadRequeue, []string{"d3", "d2"}); err != nil {
+				if _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"d3", "d2"}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -360,7 +354,7 @@ func TestDead(t *testing.T) {
 			name: "run twice (delete): changes nothing",
 			seed: func(t *testing.T, e *env) {
 				dead3(t, e)
-				if _, err := rdb.DeadIDs(e.ctx, e.c, e.q, rdb.DeadDelete, []string{"d1"}); err != nil {
+				if _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"d1"}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -419,9 +413,9 @@ func TestDead(t *testing.T) {
 			var err error
 			e.call(t, func() {
 				if tc.ids != nil {
-					got, err = rdb.DeadIDs(e.ctx, e.c, e.q, tc.op, tc.ids)
+					got, err = e.st.DeadIDs(e.ctx, e.q, tc.op, tc.ids)
 				} else {
-					got, err = rdb.DeadOldest(e.ctx, e.c, e.q, tc.op, tc.n)
+					got, err = e.st.DeadOldest(e.ctx, e.q, tc.op, tc.n)
 				}
 			})
 			pubs := l.collect(t, e)

@@ -111,7 +111,7 @@ func TestEnqueue(t *testing.T) {
 			ids:      []string{"t1"},
 			payloads: []string{"pt1"},
 			args: func(e *env) *rdb.EnqueueArgs {
-				return &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, "k"), UniqueTTL: 60000}
+				return &rdb.EnqueueArgs{UniqueKey: "k", UniqueTTL: 60000}
 			},
 			state: func(e *env) state {
 				return state{
@@ -128,7 +128,7 @@ func TestEnqueue(t *testing.T) {
 			ids:      []string{"t2"},
 			payloads: []string{"pt2"},
 			args: func(e *env) *rdb.EnqueueArgs {
-				return &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, "k"), UniqueTTL: 90000}
+				return &rdb.EnqueueArgs{UniqueKey: "k", UniqueTTL: 90000}
 			},
 			wantHolder: "t1", wantErr: rdb.ErrDuplicate,
 		},
@@ -138,7 +138,7 @@ func TestEnqueue(t *testing.T) {
 			ids:      []string{"t1"},
 			payloads: []string{"other"},
 			args: func(e *env) *rdb.EnqueueArgs {
-				return &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, "k"), UniqueTTL: 60000}
+				return &rdb.EnqueueArgs{UniqueKey: "k", UniqueTTL: 60000}
 			},
 			wantHolder: "t1", wantErr: rdb.ErrDuplicate,
 		},
@@ -152,7 +152,7 @@ func TestEnqueue(t *testing.T) {
 			ids:      []string{"t2"},
 			payloads: []string{"pt2"},
 			args: func(e *env) *rdb.EnqueueArgs {
-				return &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, "k"), UniqueTTL: 60000}
+				return &rdb.EnqueueArgs{UniqueKey: "k", UniqueTTL: 60000}
 			},
 			state: func(e *env) state {
 				return state{
@@ -201,7 +201,7 @@ func TestEnqueue(t *testing.T) {
 			ids:      []string{"t1"},
 			payloads: []string{"pt1"},
 			args: func(e *env) *rdb.EnqueueArgs {
-				return &rdb.EnqueueArgs{DelayMillis: 60000, UniqueKey: uniqueKey(e.q, "k"), UniqueTTL: 120000,
+				return &rdb.EnqueueArgs{DelayMillis: 60000, UniqueKey: "k", UniqueTTL: 120000,
 					MaxAttempts: 1, TimeoutMs: 20}
 			},
 			state: func(e *env) state {
@@ -233,7 +233,7 @@ func TestEnqueue(t *testing.T) {
 			}
 			var holder string
 			var err error
-			e.call(t, func() { holder, err = rdb.Enqueue(e.ctx, e.c, e.q, tc.ids, ps, args) })
+			e.call(t, func() { holder, err = e.st.Enqueue(e.ctx, e.q, tc.ids, ps, args) })
 			pubs := l.collect(t, e)
 			checkErr(t, "Enqueue", err, tc.wantErr)
 			if holder != tc.wantHolder {
@@ -265,7 +265,7 @@ func TestEnqueueLargeBatchKeepsOrder(t *testing.T) {
 			}
 			want[e.q.Waiting] = append(list{"head"}, ids...)
 			l := e.listen(t)
-			if _, err := rdb.Enqueue(e.ctx, e.c, e.q, ids, ps, nil); err != nil {
+			if _, err := e.st.Enqueue(e.ctx, e.q, ids, ps, nil); err != nil {
 				t.Fatal(err)
 			}
 			checkPubs(t, l.collect(t, e), []msg{{"wake", fmt.Sprint(n)}})
@@ -300,7 +300,7 @@ func takenOf(res []rdb.Taken) []taken {
 // fields or index, kept one minute once ended.
 func (e *env) startRun(t *testing.T, id string) {
 	t.Helper()
-	if ok, err := rdb.FlowStart(e.ctx, e.c, e.q, id, nil, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
+	if ok, err := e.st.FlowStart(e.ctx, e.q, id, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
 		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
 	}
 }
@@ -373,7 +373,7 @@ func TestTake(t *testing.T) {
 		{
 			name: "empty payload is a task, not a missing hash",
 			seed: func(t *testing.T, e *env) {
-				if _, err := rdb.Enqueue(e.ctx, e.c, e.q, []string{"t1"}, [][]byte{{}}, nil); err != nil {
+				if _, err := e.st.Enqueue(e.ctx, e.q, []string{"t1"}, [][]byte{{}}, nil); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -427,22 +427,24 @@ func TestTake(t *testing.T) {
 			},
 		},
 		{
+			// Two workers that died (a crash counts once per dead worker:
+			// TestRequeueCountsACrashOncePerDeadWorker).
 			name: "requeued after crashes, below the limit: crashes reported, attempt stays 1",
 			seed: func(t *testing.T, e *env) {
 				e.enqueue(t, "t1")
 				e.take(t, "A", 1)
 				e.requeue(t, true, "A")
-				e.take(t, "A", 1)
-				e.requeue(t, true, "A")
+				e.take(t, "B", 1)
+				e.requeue(t, true, "B")
 			},
-			w: "B", max: 1, maxCrashes: 3,
+			w: "C", max: 1, maxCrashes: 3,
 			want: []taken{{ID: "t1", PID: "3", Payload: "pt1", Attempt: 1, Crashes: 2}},
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"):       active("t1", "B", "3").with("c", "2"),
+					e.q.Task("t1"):       active("t1", "C", "3").with("c", "2", "cw", "B"),
 					e.q.Proc("3"):        list{"t1"},
-					e.q.WorkerQueue("B"): set{"3"},
-					e.q.Holders:          set{"B"},
+					e.q.WorkerQueue("C"): set{"3"},
+					e.q.Holders:          set{"C"},
 					e.q.Seq:              str("3"),
 				}
 			},
@@ -504,7 +506,7 @@ func TestTake(t *testing.T) {
 			name: "stage queue: the run's whole hash handed out, as taken",
 			seed: func(t *testing.T, e *env) {
 				ref := rdb.FlowRef{RetentionMillis: 60000, IndexBy: []string{"user"}}
-				if _, err := rdb.FlowStart(e.ctx, e.c, e.q, "r1", []string{"f:user", "u1"}, nil, ref); err != nil {
+				if _, err := e.st.FlowStart(e.ctx, e.q, "r1", map[string]string{"user": "u1"}, ref); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -515,10 +517,12 @@ func TestTake(t *testing.T) {
 				return state{
 					e.q.Task("r1"): hash{"d": "", "st": "q", "fs": "running", "s": "active", "w": "A", "p": "1",
 						"f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"},
-					e.q.Proc("1"):        list{"r1"},
-					e.q.WorkerQueue("A"): set{"1"},
-					e.q.Holders:          set{"A"},
-					e.q.Seq:              str("1"),
+					e.q.IndexKey("user", "u1"): zset{{"r1", "inf"}},
+					e.q.Runs:                   runs("r1"),
+					e.q.Proc("1"):              list{"r1"},
+					e.q.WorkerQueue("A"):       set{"1"},
+					e.q.Holders:                set{"A"},
+					e.q.Seq:                    str("1"),
 				}
 			},
 		},
@@ -717,7 +721,7 @@ func TestTake(t *testing.T) {
 			l := e.listen(t)
 			var res []rdb.Taken
 			var err error
-			e.call(t, func() { res, err = rdb.Take(e.ctx, e.c, e.q, tc.w, tc.max, tc.maxCrashes, tc.stage) })
+			e.call(t, func() { res, err = e.st.Take(e.ctx, e.q, tc.w, tc.max, tc.maxCrashes, tc.stage) })
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Take: %v", err)
@@ -732,11 +736,16 @@ func TestTake(t *testing.T) {
 	}
 }
 
-func TestFinish(t *testing.T) {
+// TestEndTask is the end script for the takings of a stand-alone queue,
+// one taking per call (TestEndBatch mixes them in one call).
+func TestEndTask(t *testing.T) {
 	t.Parallel()
-	done := rdb.FinishArgs{Mode: rdb.FinishDone}
-	retry := rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 5000, Err: "boom"}
-	dead := rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"}
+	done := func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindTask, w, pid, id, nil) }
+	doneWith := func(result string) func(w, pid, id string) rdb.Ending {
+		return func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindTask, w, pid, id, []byte(result)) }
+	}
+	retry := func(w, pid, id string) rdb.Ending { return rdb.Retry(rdb.KindTask, w, pid, id, 5000, "boom") }
+	dead := func(w, pid, id string) rdb.Ending { return rdb.Dead(rdb.KindTask, w, pid, id, "bad") }
 	// taken1 seeds one task, t1, taken by A as pid 1.
 	taken1 := func(t *testing.T, e *env) {
 		e.enqueue(t, "t1")
@@ -746,9 +755,9 @@ func TestFinish(t *testing.T) {
 		name       string
 		seed       func(t *testing.T, e *env)
 		w, pid, id string
-		args       rdb.FinishArgs
+		end        func(w, pid, id string) rdb.Ending
+		retention  int64 // how long the queue keeps ended tasks (ms)
 		want       rdb.Outcome
-		wantErr    error
 		state      func(e *env) state
 	}{
 		{
@@ -757,7 +766,7 @@ func TestFinish(t *testing.T) {
 				e.enqueue(t, "t1", "t2", "t3")
 				e.take(t, "A", 2)
 			},
-			w: "A", pid: "1", id: "t1", args: done,
+			w: "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
@@ -774,16 +783,20 @@ func TestFinish(t *testing.T) {
 		{
 			name: "owner of its last taking: done, the worker's set goes",
 			seed: taken1,
-			w:    "A", pid: "1", id: "t1", args: done,
+			w:    "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
 			},
 		},
 		{
-			name: "empty mode means done",
+			// The old API's empty mode defaulted to done; the ending's
+			// constructors leave nothing to default but the result.
+			name: "done with a nil result: done, no result recorded",
 			seed: taken1,
-			w:    "A", pid: "1", id: "t1", args: rdb.FinishArgs{},
+			w:    "A", pid: "1", id: "t1", end: func(w, pid, id string) rdb.Ending {
+				return rdb.Done(rdb.KindTask, w, pid, id, nil)
+			},
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
@@ -793,11 +806,12 @@ func TestFinish(t *testing.T) {
 			name: "done with retention: kept as done with the result and finish time, expiring",
 			seed: taken1,
 			w:    "A", pid: "1", id: "t1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDone, RetentionMillis: 60000, Result: []byte("out\x00")},
+			end: doneWith("out\x00"), retention: 60000,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now", "r", "out\x00"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -807,11 +821,12 @@ func TestFinish(t *testing.T) {
 			name: "done with retention, no result: no result field",
 			seed: taken1,
 			w:    "A", pid: "1", id: "t1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDone, RetentionMillis: 60000},
+			end: done, retention: 60000,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -823,7 +838,7 @@ func TestFinish(t *testing.T) {
 				e.enqueueUnique(t, "t1", "k")
 				e.take(t, "A", 1)
 			},
-			w: "A", pid: "1", id: "t1", args: done,
+			w: "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
@@ -836,7 +851,7 @@ func TestFinish(t *testing.T) {
 				e.take(t, "A", 1)
 				e.do(t, "SET", uniqueKey(e.q, "k"), "t9", "PX", 60000)
 			},
-			w: "A", pid: "1", id: "t1", args: done,
+			w: "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
@@ -853,7 +868,7 @@ func TestFinish(t *testing.T) {
 				e.take(t, "A", 1)
 				e.cancel(t, "t1")
 			},
-			w: "A", pid: "1", id: "t1", args: done,
+			w: "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
@@ -866,11 +881,12 @@ func TestFinish(t *testing.T) {
 				e.cancel(t, "t1")
 			},
 			w: "A", pid: "1", id: "t1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDone, RetentionMillis: 60000, Result: []byte("ignored")},
+			end: doneWith("ignored"), retention: 60000,
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -882,7 +898,7 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.cancel(t, "t1")
 			},
-			w: "A", pid: "1", id: "t1", args: retry,
+			w: "A", pid: "1", id: "t1", end: retry,
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
@@ -894,7 +910,7 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.cancel(t, "t1")
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
@@ -906,7 +922,7 @@ func TestFinish(t *testing.T) {
 				e.enqueueUnique(t, "t1", "k")
 				e.take(t, "A", 1)
 			},
-			w: "A", pid: "1", id: "t1", args: retry,
+			w: "A", pid: "1", id: "t1", end: retry,
 			want: rdb.OutcomeRetry,
 			state: func(e *env) state {
 				return state{
@@ -925,7 +941,7 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.do(t, "HSET", e.q.Task("t1"), "n", "2", "e", "old")
 			},
-			w: "A", pid: "1", id: "t1", args: retry,
+			w: "A", pid: "1", id: "t1", end: retry,
 			want: rdb.OutcomeRetry,
 			state: func(e *env) state {
 				return state{
@@ -943,7 +959,7 @@ func TestFinish(t *testing.T) {
 				e.enqueueUnique(t, "t1", "k")
 				e.take(t, "A", 1)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -959,7 +975,7 @@ func TestFinish(t *testing.T) {
 			name: "dead, retention asked: a dead task never expires",
 			seed: taken1,
 			w:    "A", pid: "1", id: "t1",
-			args: rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad", RetentionMillis: 60000},
+			end: dead, retention: 60000,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -976,7 +992,7 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.do(t, "PEXPIRE", e.q.Task("t1"), 600000)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -996,7 +1012,7 @@ func TestFinish(t *testing.T) {
 				e.seedDead(t, e.q, "d2", now-1000)
 				taken1(t, e)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -1018,7 +1034,7 @@ func TestFinish(t *testing.T) {
 				e.seedDead(t, e.q, "d2", now-1000)
 				taken1(t, e)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -1039,7 +1055,7 @@ func TestFinish(t *testing.T) {
 				e.seedDead(t, e.q, "d2", now-89*24*3600*1000)
 				taken1(t, e)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
+			w: "A", pid: "1", id: "t1", end: dead,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -1059,7 +1075,7 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.do(t, "SET", e.q.Task("t1"), "garbage")
 			},
-			w: "A", pid: "1", id: "t1", args: done,
+			w: "A", pid: "1", id: "t1", end: done,
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
@@ -1073,20 +1089,20 @@ func TestFinish(t *testing.T) {
 		{
 			name: "not the owner (another worker's pid): lost, nothing changed",
 			seed: taken1,
-			w:    "B", pid: "1", id: "t1", args: done,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w:    "B", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner, retry: lost, nothing scheduled",
 			seed: taken1,
-			w:    "B", pid: "1", id: "t1", args: retry,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w:    "B", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner, dead: lost, nothing buried",
 			seed: taken1,
-			w:    "B", pid: "1", id: "t1", args: dead,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w:    "B", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner (stale pid, the taking was requeued): lost, nothing changed",
@@ -1094,8 +1110,8 @@ func TestFinish(t *testing.T) {
 				taken1(t, e)
 				e.requeue(t, true, "A")
 			},
-			w: "A", pid: "1", id: "t1", args: done,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner (stale pid, the task was taken again by the same worker): lost, nothing changed",
@@ -1104,8 +1120,8 @@ func TestFinish(t *testing.T) {
 				e.requeue(t, true, "A")
 				e.take(t, "A", 1)
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice (done): the second call is lost and changes nothing",
@@ -1114,26 +1130,26 @@ func TestFinish(t *testing.T) {
 				e.take(t, "A", 2)
 				e.finish(t, "A", "1", "t1")
 			},
-			w: "A", pid: "1", id: "t1", args: done,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice (retry): the second call is lost, n not counted again",
 			seed: func(t *testing.T, e *env) {
 				taken1(t, e)
-				e.finishWith(t, "A", "1", "t1", retry)
+				e.endTask(t, 0, retry("A", "1", "t1"))
 			},
-			w: "A", pid: "1", id: "t1", args: retry,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice (dead): the second call is lost, nothing buried again",
 			seed: func(t *testing.T, e *env) {
 				taken1(t, e)
-				e.finishWith(t, "A", "1", "t1", dead)
+				e.endTask(t, 0, dead("A", "1", "t1"))
 			},
-			w: "A", pid: "1", id: "t1", args: dead,
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
 		},
 	}
 	for _, tc := range tests {
@@ -1143,12 +1159,12 @@ func TestFinish(t *testing.T) {
 			tc.seed(t, e)
 			before := e.dump(t)
 			l := e.listen(t)
-			var got rdb.Outcome
+			var got []rdb.Ended
 			var err error
-			e.call(t, func() { got, err = rdb.Finish(e.ctx, e.c, e.q, tc.w, tc.pid, tc.id, tc.args) })
+			e.call(t, func() { got, err = e.st.End(e.ctx, e.q, tc.retention, []rdb.Ending{tc.end(tc.w, tc.pid, tc.id)}) })
 			pubs := l.collect(t, e)
-			if got != tc.want || !errors.Is(err, tc.wantErr) {
-				t.Errorf("Finish = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			if want := []rdb.Ended{{Outcome: tc.want}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
 			}
 			e.checkState(t, before, tc.state)
 			checkPubs(t, pubs, nil)
@@ -1156,14 +1172,16 @@ func TestFinish(t *testing.T) {
 	}
 }
 
-func TestGiveBack(t *testing.T) {
+// TestEndGiveBack is the end script's give back: the taking goes back to the
+// front of its queue, nothing counted.
+func TestEndGiveBack(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
 		seed       func(t *testing.T, e *env)
+		kind       rdb.Kind // "": a task
 		w, pid, id string
 		want       rdb.Outcome
-		wantErr    error
 		state      func(e *env) state
 		pubs       []msg
 	}{
@@ -1244,6 +1262,7 @@ func TestGiveBack(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -1257,17 +1276,18 @@ func TestGiveBack(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
-				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
+				if _, err := e.st.RunCancel(e.ctx, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
 				}
 			},
-			w: "A", pid: "1", id: "r1",
+			kind: rdb.KindStage, w: "A", pid: "1", id: "r1",
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
 						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
 					e.q.Holders: set{"A"},
+					e.q.Runs:    runs("r1"),
 					e.q.Seq:     str("1"),
 				}
 			},
@@ -1302,7 +1322,7 @@ func TestGiveBack(t *testing.T) {
 				e.take(t, "A", 1)
 			},
 			w: "B", pid: "1", id: "t1",
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "not the owner (stale pid, the taking was requeued): lost, nothing changed",
@@ -1312,7 +1332,7 @@ func TestGiveBack(t *testing.T) {
 				e.requeue(t, true, "A")
 			},
 			w: "A", pid: "1", id: "t1",
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			want: rdb.OutcomeLost,
 		},
 		{
 			name: "run twice: the second call is lost and pushes nothing",
@@ -1322,7 +1342,7 @@ func TestGiveBack(t *testing.T) {
 				e.giveBack(t, "A", "1", "t1")
 			},
 			w: "A", pid: "1", id: "t1",
-			want: rdb.OutcomeLost, wantErr: rdb.ErrLost,
+			want: rdb.OutcomeLost,
 		},
 	}
 	for _, tc := range tests {
@@ -1332,12 +1352,16 @@ func TestGiveBack(t *testing.T) {
 			tc.seed(t, e)
 			before := e.dump(t)
 			l := e.listen(t)
-			var got rdb.Outcome
+			kind := tc.kind
+			if kind == "" {
+				kind = rdb.KindTask
+			}
+			var got []rdb.Ended
 			var err error
-			e.call(t, func() { got, err = rdb.GiveBack(e.ctx, e.c, e.q, tc.w, tc.pid, tc.id) })
+			e.call(t, func() { got, err = e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.GiveBack(kind, tc.w, tc.pid, tc.id)}) })
 			pubs := l.collect(t, e)
-			if got != tc.want || !errors.Is(err, tc.wantErr) {
-				t.Errorf("GiveBack = %v, %v; want %v, %v", got, err, tc.want, tc.wantErr)
+			if want := []rdb.Ended{{Outcome: tc.want}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
 			}
 			e.checkState(t, before, tc.state)
 			checkPubs(t, pubs, tc.pubs)
@@ -1370,9 +1394,9 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3", "t4", "t5"},
-					e.q.Task("t1"): queued("t1").with("c", "1"),
-					e.q.Task("t2"): queued("t2").with("c", "1"),
-					e.q.Task("t3"): queued("t3").with("c", "1"),
+					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
+					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
 					e.q.Task("t4"): fresh("t4"),
 					e.q.Task("t5"): fresh("t5"),
 					e.q.Seq:        str("3"),
@@ -1392,9 +1416,9 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3"},
-					e.q.Task("t1"): queued("t1").with("c", "1"),
-					e.q.Task("t2"): queued("t2").with("c", "1"),
-					e.q.Task("t3"): queued("t3").with("c", "1"),
+					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
+					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
 					e.q.Seq:        str("11"),
 				}
 			},
@@ -1414,10 +1438,10 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3", "t4", "t5"},
-					e.q.Task("t1"): queued("t1").with("c", "1"),
-					e.q.Task("t2"): queued("t2").with("c", "1"),
-					e.q.Task("t3"): queued("t3").with("c", "1"),
-					e.q.Task("t4"): queued("t4").with("c", "1"),
+					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "B"),
+					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
+					e.q.Task("t4"): queued("t4").with("c", "1", "cw", "B"),
 					e.q.Task("t5"): fresh("t5"),
 					e.q.Seq:        str("4"),
 				}
@@ -1436,7 +1460,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:          list{"t1", "t3"},
-					e.q.Task("t1"):       queued("t1").with("c", "1"),
+					e.q.Task("t1"):       queued("t1").with("c", "1", "cw", "A"),
 					e.q.Task("t2"):       active("t2", "C", "2"),
 					e.q.Task("t3"):       fresh("t3"),
 					e.q.Proc("2"):        list{"t2"},
@@ -1478,7 +1502,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1"},
-					e.q.Task("t1"): queued("t1").with("c", "2", "n", "1"),
+					e.q.Task("t1"): queued("t1").with("c", "2", "cw", "B", "n", "1"),
 					e.q.Seq:        str("2"),
 				}
 			},
@@ -1497,7 +1521,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t2", "t3"},
-					e.q.Task("t2"): queued("t2").with("c", "1"),
+					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
 					e.q.Task("t3"): fresh("t3"),
 					e.q.Seq:        str("2"),
 				}
@@ -1518,6 +1542,7 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 					e.q.Seq:        str("1"),
 				}
 			},
@@ -1527,7 +1552,7 @@ func TestRequeue(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
-				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
+				if _, err := e.st.RunCancel(e.ctx, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -1536,7 +1561,8 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
 						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
-					e.q.Seq: str("1"),
+					e.q.Runs: runs("r1"),
+					e.q.Seq:  str("1"),
 				}
 			},
 		},
@@ -1547,7 +1573,7 @@ func TestRequeue(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.startRun(t, "r1")
 				e.takeFrom(t, e.q, "A", 1, true)
-				if _, err := rdb.RunCancel(e.ctx, e.c, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
+				if _, err := e.st.RunCancel(e.ctx, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
 					t.Fatal(err)
 				}
 				e.do(t, "HSET", e.q.Task("r1"), "s", "active", "w", "A", "p", "1")
@@ -1557,7 +1583,8 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "active",
 						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
-					e.q.Seq: str("1"),
+					e.q.Runs: runs("r1"),
+					e.q.Seq:  str("1"),
 				}
 			},
 		},
@@ -1574,7 +1601,7 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3"},
 					e.q.Task("t1"): str("garbage"),
-					e.q.Task("t2"): queued("t2").with("c", "1"),
+					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
 					e.q.Task("t3"): fresh("t3"),
 					e.q.Seq:        str("2"),
 				}
@@ -1621,7 +1648,7 @@ func TestRequeue(t *testing.T) {
 			l := e.listen(t)
 			var n, cancelled int
 			var err error
-			e.call(t, func() { n, cancelled, err = rdb.Requeue(e.ctx, e.c, e.q, tc.workers, tc.crashed) })
+			e.call(t, func() { n, cancelled, err = e.st.Requeue(e.ctx, e.q, tc.workers, tc.crashed) })
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Requeue: %v", err)
@@ -1679,6 +1706,7 @@ func TestCancel(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
 				}
 			},
 		},
@@ -1715,7 +1743,7 @@ func TestCancel(t *testing.T) {
 				e.setCfg(t, e.q, "retention", 60000)
 				e.enqueueUnique(t, "t1", "k")
 				e.take(t, "A", 1)
-				e.finishWith(t, "A", "1", "t1", rdb.FinishArgs{Mode: rdb.FinishRetry, RetryDelayMs: 60000, Err: "boom"})
+				e.endTask(t, 0, rdb.Retry(rdb.KindTask, "A", "1", "t1", 60000, "boom"))
 			},
 			id:   "t1",
 			want: rdb.CancelRemoved,
@@ -1724,8 +1752,9 @@ func TestCancel(t *testing.T) {
 					e.q.Config: hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now", "n", "1", "e", "boom",
 						"u", uniqueKey(e.q, "k")), 60000),
-					e.q.Holders: set{"A"},
-					e.q.Seq:     str("1"),
+					e.q.Retained: ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Holders:  set{"A"},
+					e.q.Seq:      str("1"),
 				}
 			},
 		},
@@ -1787,7 +1816,7 @@ func TestCancel(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.enqueue(t, "t1")
 				e.take(t, "A", 1)
-				e.finishWith(t, "A", "1", "t1", rdb.FinishArgs{Mode: rdb.FinishDone, RetentionMillis: 60000})
+				e.endTask(t, 60000, rdb.Done(rdb.KindTask, "A", "1", "t1", nil))
 			},
 			id:   "t1",
 			want: rdb.CancelNoop,
@@ -1797,7 +1826,7 @@ func TestCancel(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.enqueue(t, "t1")
 				e.take(t, "A", 1)
-				e.finishWith(t, "A", "1", "t1", rdb.FinishArgs{Mode: rdb.FinishDead, Err: "bad"})
+				e.endTask(t, 0, rdb.Dead(rdb.KindTask, "A", "1", "t1", "bad"))
 			},
 			id:   "t1",
 			want: rdb.CancelNoop,
@@ -1831,7 +1860,7 @@ func TestCancel(t *testing.T) {
 			l := e.listen(t)
 			var got rdb.CancelResult
 			var err error
-			e.call(t, func() { got, err = rdb.Cancel(e.ctx, e.c, e.q, tc.id) })
+			e.call(t, func() { got, err = e.st.Cancel(e.ctx, e.q, tc.id) })
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Cancel: %v", err)
@@ -1849,7 +1878,7 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	register := func(t *testing.T, e *env, w string, ttl int64, qs ...rdb.QueueRef) {
 		t.Helper()
-		if err := rdb.Register(e.ctx, e.c, e.k, w, ttl, qs); err != nil {
+		if err := e.st.Register(e.ctx, w, ttl, "host-"+w, 100, qs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1859,7 +1888,7 @@ func TestRegister(t *testing.T) {
 		w       string
 		ttl     int64
 		queues  []rdb.QueueRef
-		wantErr string
+		wantErr error
 		state   func(e *env) state
 	}{
 		{
@@ -1872,6 +1901,8 @@ func TestRegister(t *testing.T) {
 					e.k.Keepalive("A"): ttl(str("RUN"), 60000),
 					e.k.Workers():      set{"A"},
 					e.k.KnownQueues():  set{"emails", "flow/s1"},
+					e.k.WorkerInfo("A"): hash{"host": "host-A", "pid": "4242", "start": "@now", "ttl": "60000",
+						"queues": "emails,flow/s1"},
 				}
 			},
 		},
@@ -1880,7 +1911,11 @@ func TestRegister(t *testing.T) {
 			w:    "A",
 			ttl:  60000,
 			state: func(e *env) state {
-				return state{e.k.Keepalive("A"): ttl(str("RUN"), 60000), e.k.Workers(): set{"A"}}
+				return state{
+					e.k.Keepalive("A"):  ttl(str("RUN"), 60000),
+					e.k.Workers():       set{"A"},
+					e.k.WorkerInfo("A"): hash{"host": "host-A", "pid": "4242", "start": "@now", "ttl": "60000", "queues": ""},
+				}
 			},
 		},
 		{
@@ -1895,6 +1930,10 @@ func TestRegister(t *testing.T) {
 					e.k.Keepalive("B"): ttl(str("RUN"), 120000),
 					e.k.Workers():      set{"A", "B"},
 					e.k.KnownQueues():  set{"a", "b"},
+					e.k.WorkerInfo("A"): hash{"host": "host-A", "pid": "4242", "start": "@now", "ttl": "60000",
+						"queues": "a,b"},
+					e.k.WorkerInfo("B"): hash{"host": "host-B", "pid": "100", "start": "@seed", "ttl": "120000",
+						"queues": "a"},
 				}
 			},
 		},
@@ -1904,7 +1943,7 @@ func TestRegister(t *testing.T) {
 			w:       "A",
 			ttl:     120000,
 			queues:  []rdb.QueueRef{rdb.Standalone("b")},
-			wantErr: "register A: id already in use",
+			wantErr: rdb.ErrIDInUse,
 		},
 	}
 	for _, tc := range tests {
@@ -1916,12 +1955,14 @@ func TestRegister(t *testing.T) {
 			}
 			before := e.dump(t)
 			var err error
-			e.call(t, func() { err = rdb.Register(e.ctx, e.c, e.k, tc.w, tc.ttl, tc.queues) })
+			e.call(t, func() { err = e.st.Register(e.ctx, tc.w, tc.ttl, "host-"+tc.w, 4242, tc.queues) })
 			switch {
-			case tc.wantErr == "" && err != nil:
+			case tc.wantErr == nil && err != nil:
 				t.Fatalf("Register: %v", err)
-			case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
-				t.Fatalf("Register: err = %v, want one containing %q", err, tc.wantErr)
+			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
+				t.Fatalf("Register: err = %v, want %v", err, tc.wantErr)
+			case tc.wantErr != nil && !strings.Contains(err.Error(), tc.w):
+				t.Errorf("Register: err = %v, does not name the worker %s", err, tc.w)
 			}
 			e.checkState(t, before, tc.state)
 		})

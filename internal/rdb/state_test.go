@@ -31,6 +31,21 @@ type (
 // ("1700000000123", "inf").
 type z struct{ M, S string }
 
+// unordered is an expected zset whose order is not checked, members sorted
+// by name: for members whose scores are times that may or may not differ
+// (runs started one after the other within a millisecond or two).
+type unordered []z
+
+// runs is the expected <ns>:{T}:runs zset of runs started while seeding.
+func runs(ids ...string) unordered {
+	out := make(unordered, len(ids))
+	for i, id := range ids {
+		out[i] = z{id, "@seed"}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].M < out[j].M })
+	return out
+}
+
 // expiring is a key with a TTL: V is its value, TTL its PTTL in ms.
 type expiring struct {
 	V   any
@@ -70,6 +85,8 @@ func formatValue(v any) string {
 			parts[i] = fmt.Sprintf("%q:%s", m.M, m.S)
 		}
 		return "zset [" + strings.Join(parts, " ") + "]"
+	case unordered:
+		return formatValue(zset(x)) + " (any order)"
 	case expiring:
 		return fmt.Sprintf("%s (pttl %dms)", formatValue(x.V), x.TTL)
 	default:
@@ -109,10 +126,10 @@ func (s state) with(kv ...any) state {
 	return out
 }
 
-// env is one test's private namespace on the shared server: a connection
-// whose script calls are checked for hash-tag safety, the keys of the
+// env is one test's private namespace on the shared server: the store under
+// test, a raw connection for seeding and reading, the keys of the
 // stand-alone queue "q", and the Redis times that "@seed" and "@now" stand
-// for.
+// for. The store runs on a pool that checks what it sends (see routed).
 type env struct {
 	ctx  context.Context
 	pool *redis.Pool
@@ -120,6 +137,7 @@ type env struct {
 	ns   string
 	k    rdb.Keys
 	q    rdb.QueueKeys
+	st   *rdb.Store
 	// start is the Redis time (ms) when the test began; t0 and t1 bracket
 	// the call under test (see call).
 	start, t0, t1 int64
@@ -136,9 +154,83 @@ func newEnv(t *testing.T) *env {
 	t.Cleanup(func() { c.Close() })
 	ns := redistest.Namespace()
 	k := rdb.NewKeys(ns)
-	e := &env{ctx: ctx, pool: pool, c: c, ns: ns, k: k, q: k.Queue(rdb.Standalone("q"))}
+	e := &env{ctx: ctx, pool: pool, c: c, ns: ns, k: k, q: k.Queue(rdb.Standalone("q")),
+		st: rdb.NewStore(routed{pool: pool, t: t, ns: ns}, ns)}
 	e.start = e.now(t)
 	return e
+}
+
+// routed is the pool a test's store runs on. It is a TagConnGetter, so the
+// store must ask for each connection by the hash tag of its call, and every
+// connection it hands out fails the test when a command names a key or a
+// channel of the namespace (in KEYS or in ARGV: key prefixes, channels)
+// outside that tag: the routing a Redis Cluster client relies on. Beneath
+// it, redistest's TagCheckedPool fails a script call whose KEYS span tags.
+type routed struct {
+	pool *redis.Pool
+	t    interface {
+		Errorf(format string, args ...any)
+	}
+	ns string
+}
+
+func (r routed) GetContext(ctx context.Context) (redis.Conn, error) {
+	r.t.Errorf("store asked for a connection without naming the hash tag of its call")
+	return r.pool.GetContext(ctx)
+}
+
+func (r routed) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &routedConn{Conn: c, r: r, tag: tag}, nil
+}
+
+type routedConn struct {
+	redis.Conn
+	r   routed
+	tag string
+}
+
+func (c *routedConn) check(cmd string, args []any) {
+	for _, a := range args {
+		s, ok := a.(string)
+		if !ok || !strings.HasPrefix(s, c.r.ns+":") {
+			continue
+		}
+		if tag := rdb.HashTag(s); tag != c.tag {
+			c.r.t.Errorf("%s on a connection for tag %q names %q (tag %q)", cmd, c.tag, s, tag)
+		}
+	}
+}
+
+func (c *routedConn) Do(cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *routedConn) Send(cmd string, args ...any) error {
+	c.check(cmd, args)
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *routedConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *routedConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	c.check(cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *routedConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *routedConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
 }
 
 // now returns the Redis server time in ms, as the scripts compute it.
@@ -312,6 +404,19 @@ func (e *env) settle(got, want any) any {
 			out[f] = v
 		}
 		return out
+	case unordered:
+		g, ok := got.(zset)
+		if !ok || len(g) != len(w) {
+			return got
+		}
+		out := append(unordered(nil), g...)
+		sort.Slice(out, func(i, j int) bool { return out[i].M < out[j].M })
+		for i, m := range out {
+			if m.M == w[i].M && (m.S == w[i].S || e.timeOK(m.S, w[i].S)) {
+				out[i].S = w[i].S
+			}
+		}
+		return out
 	case zset:
 		g, ok := got.(zset)
 		if !ok || len(g) != len(w) {
@@ -358,7 +463,7 @@ func (e *env) do(t *testing.T, cmd string, args ...any) any {
 
 func payload(id string) string { return "p" + id }
 
-// Seeding helpers: they call the wrappers and fail the test on error.
+// Seeding helpers: they call the store and fail the test on error.
 
 // enqueueTo enqueues ids (payload "p"+id) into q with the given options.
 func (e *env) enqueueTo(t *testing.T, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids ...string) {
@@ -367,7 +472,7 @@ func (e *env) enqueueTo(t *testing.T, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids .
 	for i, id := range ids {
 		ps[i] = []byte(payload(id))
 	}
-	if _, err := rdb.Enqueue(e.ctx, e.c, q, ids, ps, a); err != nil {
+	if _, err := e.st.Enqueue(e.ctx, q, ids, ps, a); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -380,7 +485,7 @@ func uniqueKey(q rdb.QueueKeys, k string) string { return q.UniquePrefix + k }
 // enqueueUnique enqueues id under unique key k (TTL one minute).
 func (e *env) enqueueUnique(t *testing.T, id, k string) {
 	t.Helper()
-	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{UniqueKey: uniqueKey(e.q, k), UniqueTTL: 60000}, id)
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{UniqueKey: k, UniqueTTL: 60000}, id)
 }
 
 // enqueueDue enqueues ids into the scheduled set, due at unix ms due.
@@ -391,7 +496,7 @@ func (e *env) enqueueDue(t *testing.T, due int64, ids ...string) {
 
 func (e *env) takeFrom(t *testing.T, q rdb.QueueKeys, w string, max int, stage bool) []rdb.Taken {
 	t.Helper()
-	got, err := rdb.Take(e.ctx, e.c, q, w, max, 0, stage)
+	got, err := e.st.Take(e.ctx, q, w, max, 0, stage)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -400,35 +505,48 @@ func (e *env) takeFrom(t *testing.T, q rdb.QueueKeys, w string, max int, stage b
 
 func (e *env) take(t *testing.T, w string, max int) { t.Helper(); e.takeFrom(t, e.q, w, max, false) }
 
-func (e *env) finishWith(t *testing.T, w, pid, id string, a rdb.FinishArgs) {
+// endIn ends takings of queue q in one End call (retention ms for ended
+// tasks) and fails the test on an error or when one of them was lost.
+func (e *env) endIn(t *testing.T, q rdb.QueueKeys, retention int64, es ...rdb.Ending) []rdb.Ended {
 	t.Helper()
-	if _, err := rdb.Finish(e.ctx, e.c, e.q, w, pid, id, a); err != nil {
+	got, err := e.st.End(e.ctx, q, retention, es)
+	if err != nil {
 		t.Fatal(err)
 	}
+	for i, g := range got {
+		if g.Outcome == rdb.OutcomeLost {
+			t.Fatalf("End %+v: lost", es[i])
+		}
+	}
+	return got
+}
+
+// endTask ends a taking of task id of queue "q", kept retention ms once ended.
+func (e *env) endTask(t *testing.T, retention int64, end rdb.Ending) {
+	t.Helper()
+	e.endIn(t, e.q, retention, end)
 }
 
 func (e *env) finish(t *testing.T, w, pid, id string) {
 	t.Helper()
-	e.finishWith(t, w, pid, id, rdb.FinishArgs{Mode: rdb.FinishDone})
+	e.endTask(t, 0, rdb.Done(rdb.KindTask, w, pid, id, nil))
 }
 
 func (e *env) giveBack(t *testing.T, w, pid, id string) {
 	t.Helper()
-	if _, err := rdb.GiveBack(e.ctx, e.c, e.q, w, pid, id); err != nil {
-		t.Fatal(err)
-	}
+	e.endTask(t, 0, rdb.GiveBack(rdb.KindTask, w, pid, id))
 }
 
 func (e *env) requeue(t *testing.T, crashed bool, ws ...string) {
 	t.Helper()
-	if _, _, err := rdb.Requeue(e.ctx, e.c, e.q, ws, crashed); err != nil {
+	if _, _, err := e.st.Requeue(e.ctx, e.q, ws, crashed); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *env) cancel(t *testing.T, id string) {
 	t.Helper()
-	if _, err := rdb.Cancel(e.ctx, e.c, e.q, id); err != nil {
+	if _, err := e.st.Cancel(e.ctx, e.q, id); err != nil {
 		t.Fatal(err)
 	}
 }

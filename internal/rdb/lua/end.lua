@@ -89,8 +89,14 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
   local props, b = list_from(a + 3)
   local fields, c = list_from(b)
   local children = list_from(c)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_RUN_STATUS)
+  if t.err then
+    -- Corrupt run data: buried with the reason, as take does. An error here
+    -- would abort the whole batch with this taking already released.
+    bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
+    return OUT_DEAD
+  end
   local ixkeys = index_keys(tkey, props, pfx)
-  local t = redis.call('HMGET', tkey, F_CANCEL, F_RUN_STATUS)
   if t[2] ~= R_RUNNING then
     redis.call('HDEL', tkey, F_WORKER, F_PID)
     return OUT_CANCELLED
@@ -130,13 +136,24 @@ end
 -- end_child ends a child taking and counts it in its run, once; the last
 -- pending child moves the run on, in the same step.
 local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runid)
-  local r = redis.call('HMGET', runkey, F_RUN_STATUS, 'k:' .. id)
+  -- Corrupt child or run data: the child is buried with the reason (an
+  -- error would abort the whole batch with this taking already released).
+  local x = redis.pcall('HGET', tkey, F_CANCEL)
+  if type(x) == 'table' and x.err then
+    bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
+    return OUT_DEAD, OUT_LOST
+  end
+  local r = redis.pcall('HMGET', runkey, F_RUN_STATUS, 'k:' .. id)
+  if r.err then
+    bury(q.dead_key, q.cfg_key, q.tprefix, id, 'corrupt: the data of its run ' .. runid .. ' is not a hash', '', worker)
+    return OUT_DEAD, OUT_LOST
+  end
   if r[1] ~= R_RUNNING or r[2] ~= 'pending' then
     -- The run ended (cancelled, failed) or this child was already counted.
     redis.call('DEL', tkey)
     return OUT_CANCELLED, OUT_LOST
   end
-  if redis.call('HGET', tkey, F_CANCEL) then
+  if x then
     ask, err = 'cancelled', 'cancelled'
   end
   if ask == 'retry' then
