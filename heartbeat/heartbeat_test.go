@@ -6,6 +6,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -15,245 +18,664 @@ import (
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/registry"
 )
 
+// The Keeper's time is a manual clock: beats happen when a test advances it,
+// never on their own. interval is also a beat's wall-time budget for its
+// retries; ttl is long in wall time, so that only a test expires a key.
 const (
-	interval = 50 * time.Millisecond
-	ttl      = 500 * time.Millisecond // ten intervals: slack for a loaded CI machine
+	interval = 100 * time.Millisecond
+	ttl      = 10 * time.Second
+	patience = 5 * time.Second // how long a test waits for something that must happen
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-type env struct {
-	pool *redis.Pool
-	k    rdb.Keys
-	loop *heartbeat.Loop
+// tickClock is seam.ManualClock that says when the Keeper made a ticker, so a
+// test advances the clock only once the Keeper listens to it.
+type tickClock struct {
+	*seam.ManualClock
+	made chan struct{}
 }
 
-// newEnv registers worker "A" with the test TTL and returns a loop for it.
-func newEnv(t *testing.T) *env {
+func (c *tickClock) NewTicker(d time.Duration) heartbeat.Ticker {
+	t := c.ManualClock.NewTicker(d)
+	c.made <- struct{}{}
+	return t
+}
+
+// fault is what flaky does to one call.
+type fault int
+
+const (
+	dialFails  fault = iota + 1 // GetContext fails, as a refused dial
+	deadConn                    // GetContext hands out a dead connection: its Do fails
+	replyError                  // the command reaches "Redis", which refuses it
+)
+
+var (
+	errDown    = errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+	errNoPerm  = redis.Error("NOPERM this user has no permissions to run the 'set' command")
+	errDialing = &net.OpError{Op: "dial", Net: "tcp", Err: errors.New("connection refused")}
+)
+
+// flaky is a ConnGetter in front of the test's pool that can break and heal:
+// while down every GetContext fails; otherwise the next calls meet the queued
+// faults, one each, before calls go through again.
+type flaky struct {
+	pool  *redis.Pool
+	mu    sync.Mutex
+	down  bool
+	next  []fault
+	calls int
+}
+
+func (f *flaky) setDown(down bool) {
+	f.mu.Lock()
+	f.down = down
+	f.mu.Unlock()
+}
+
+// failNext makes the next n calls meet fault ft.
+func (f *flaky) failNext(n int, ft fault) {
+	f.mu.Lock()
+	for range n {
+		f.next = append(f.next, ft)
+	}
+	f.mu.Unlock()
+}
+
+// state returns how many calls were made and how many faults are left.
+func (f *flaky) state() (calls, left int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls, len(f.next)
+}
+
+func (f *flaky) GetContext(ctx context.Context) (redis.Conn, error) {
+	f.mu.Lock()
+	f.calls++
+	down := f.down
+	var ft fault
+	if !down && len(f.next) > 0 {
+		ft, f.next = f.next[0], f.next[1:]
+	}
+	f.mu.Unlock()
+	switch {
+	case down:
+		return nil, errDown
+	case ft == dialFails:
+		return nil, errDialing
+	case ft == deadConn:
+		// A pooled connection reset by a blip: writing to it fails.
+		a, b := net.Pipe()
+		b.Close()
+		return redis.NewConn(a, time.Second, time.Second), nil
+	case ft == replyError:
+		return errConn{errNoPerm}, nil
+	}
+	return f.pool.GetContext(ctx)
+}
+
+// errConn answers every command with err.
+type errConn struct{ err error }
+
+func (c errConn) Close() error                                           { return nil }
+func (c errConn) Err() error                                             { return nil }
+func (c errConn) Do(string, ...any) (any, error)                         { return nil, c.err }
+func (c errConn) DoContext(context.Context, string, ...any) (any, error) { return nil, c.err }
+func (c errConn) DoWithTimeout(time.Duration, string, ...any) (any, error) {
+	return nil, c.err
+}
+func (c errConn) Send(string, ...any) error                     { return c.err }
+func (c errConn) Flush() error                                  { return c.err }
+func (c errConn) Receive() (any, error)                         { return nil, c.err }
+func (c errConn) ReceiveContext(context.Context) (any, error)   { return nil, c.err }
+func (c errConn) ReceiveWithTimeout(time.Duration) (any, error) { return nil, c.err }
+
+// bundle is one test's Keeper with what drives and observes it.
+type bundle struct {
+	ctx    context.Context
+	pool   *redis.Pool
+	k      rdb.Keys
+	reg    *registry.Registry
+	net    *flaky
+	clock  *tickClock
+	keeper *heartbeat.Keeper
+	events chan heartbeat.Event
+}
+
+var emails = registry.Queue{Tag: "emails", Name: "emails"}
+
+// setup returns a Keeper (not started) on a healthy flaky pool and a manual
+// clock; edit changes the Keeper before it is returned.
+func setup(t *testing.T, edit ...func(*heartbeat.Keeper)) *bundle {
 	t.Helper()
 	pool := srv.TagCheckedPool(t)
-	k := rdb.NewKeys(redistest.Namespace())
-	reg := registry.New(pool, k)
-	if err := reg.Register(context.Background(), "A", ttl, nil); err != nil {
-		t.Fatal(err)
-	}
-	return &env{pool: pool, k: k, loop: &heartbeat.Loop{
-		Registry: reg, ID: "A", Interval: interval, TTL: ttl, Logger: quiet,
-	}}
-}
-
-func (e *env) keyExists(t *testing.T) bool {
-	t.Helper()
-	c := e.pool.Get()
-	defer c.Close()
-	n, err := redis.Int(c.Do("EXISTS", e.k.Keepalive("A")))
+	ns := redistest.Namespace()
+	fl := &flaky{pool: pool}
+	reg, err := registry.New(fl, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n == 1
+	b := &bundle{
+		ctx: context.Background(), pool: pool, k: rdb.NewKeys(ns), reg: reg, net: fl,
+		clock:  &tickClock{ManualClock: seam.NewManualClock(time.Unix(1_700_000_000, 0)), made: make(chan struct{}, 100)},
+		events: make(chan heartbeat.Event, 1000),
+	}
+	b.keeper = &heartbeat.Keeper{
+		Registry: reg, Queues: []registry.Queue{emails},
+		Interval: interval, TTL: ttl, Logger: quiet, Clock: b.clock,
+		OnEvent: func(e heartbeat.Event) { b.events <- e },
+	}
+	for _, f := range edit {
+		f(b.keeper)
+	}
+	return b
 }
 
-// start runs the loop in a goroutine; the returned channel gets Run's error.
-// The loop is stopped at cleanup.
-func (e *env) start(t *testing.T, ctx context.Context) <-chan error {
+func (b *bundle) start(t *testing.T) *heartbeat.Session {
+	t.Helper()
+	s, err := b.keeper.Start(b.ctx)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	return s
+}
+
+// run runs the Keeper until the test ends (or stop is called, which waits
+// for Run to return).
+func (b *bundle) run(t *testing.T, ctx context.Context) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
 	finished := make(chan struct{})
 	go func() {
 		defer close(finished)
-		done <- e.loop.Run(ctx)
+		b.keeper.Run(ctx)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-finished:
-		case <-time.After(5 * time.Second):
-			t.Error("Run did not return after its context was cancelled")
-		}
-	})
-	return done
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-finished:
+			case <-time.After(patience):
+				t.Error("Run did not return after its context was cancelled")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
 
-// wait returns Run's result, failing the test if it takes longer than d.
-func wait(t *testing.T, done <-chan error, d time.Duration) error {
+// waitTicker waits until the Keeper's beat loop made its next ticker (one per
+// session): advancing the clock before that would tick nothing.
+func (b *bundle) waitTicker(t *testing.T) {
 	t.Helper()
 	select {
-	case err := <-done:
-		return err
-	case <-time.After(d):
-		t.Fatalf("Run did not return within %v", d)
-		return nil
+	case <-b.clock.made:
+	case <-time.After(patience):
+		t.Fatal("the Keeper made no ticker")
 	}
 }
 
-func TestRunReturnsLostWhenKeyDeleted(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	done := e.start(t, context.Background())
-	time.Sleep(2 * interval) // a couple of good beats first
+func (b *bundle) do(t *testing.T, cmd string, args ...any) any {
+	t.Helper()
+	c := b.pool.Get()
+	defer c.Close()
+	v, err := c.Do(cmd, args...)
+	if err != nil {
+		t.Fatalf("%s %v: %v", cmd, args, err)
+	}
+	return v
+}
 
-	c := e.pool.Get()
-	_, err := c.Do("DEL", e.k.Keepalive("A"))
-	c.Close()
+func (b *bundle) keyExists(t *testing.T, id string) bool {
+	t.Helper()
+	return b.do(t, "EXISTS", b.k.Keepalive(id)).(int64) == 1
+}
+
+// beatOnce advances the clock by d and waits until a beat renewed id's
+// keepalive: the key is first given a life no beat gives, so a PTTL back
+// within the TTL can only come from a beat.
+func (b *bundle) beatOnce(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	if n := b.do(t, "PEXPIRE", b.k.Keepalive(id), 10*time.Minute.Milliseconds()).(int64); n != 1 {
+		t.Fatalf("keepalive of %s missing before the beat", id)
+	}
+	b.clock.Advance(d)
+	deadline := time.Now().Add(patience)
+	for b.do(t, "PTTL", b.k.Keepalive(id)).(int64) > ttl.Milliseconds() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no beat renewed the keepalive of %s after the clock advanced %v", id, d)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// next returns the Keeper's next event.
+func (b *bundle) next(t *testing.T) heartbeat.Event {
+	t.Helper()
+	select {
+	case e := <-b.events:
+		return e
+	case <-time.After(patience):
+		t.Fatal("the Keeper reported nothing")
+		return heartbeat.Event{}
+	}
+}
+
+// noEvents fails if the Keeper reported anything so far.
+func (b *bundle) noEvents(t *testing.T) {
+	t.Helper()
+	select {
+	case e := <-b.events:
+		t.Fatalf("unexpected event %+v", e)
+	default:
+	}
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// checkRetired checks that s was retired for good with cause why.
+func checkRetired(t *testing.T, s *heartbeat.Session, why error) {
+	t.Helper()
+	if !s.Lost() {
+		t.Errorf("session %s: Lost() = false, want true", s.ID())
+	}
+	select {
+	case <-s.Context().Done():
+	default:
+		t.Fatalf("session %s: context not cancelled", s.ID())
+	}
+	if c := context.Cause(s.Context()); !errors.Is(c, why) {
+		t.Errorf("session %s: context cause = %v, want %v", s.ID(), c, why)
+	}
+	if c := s.Cause(); !errors.Is(c, why) {
+		t.Errorf("session %s: Cause() = %v, want %v", s.ID(), c, why)
+	}
+}
+
+func checkLive(t *testing.T, s *heartbeat.Session) {
+	t.Helper()
+	if s.Lost() || s.Context().Err() != nil {
+		t.Fatalf("session %s: Lost() = %v, context error %v; want a live session", s.ID(), s.Lost(), s.Context().Err())
+	}
+}
+
+// checkRegistered checks what Redis holds about a session just registered.
+func (b *bundle) checkRegistered(t *testing.T, id string) {
+	t.Helper()
+	if ms := b.do(t, "PTTL", b.k.Keepalive(id)).(int64); ms <= (ttl-time.Second).Milliseconds() || ms > ttl.Milliseconds() {
+		t.Errorf("keepalive of %s: PTTL = %dms, want about %v", id, ms, ttl)
+	}
+	ws, err := b.reg.Workers(b.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The next beat (within one interval) finds the key gone. The bound
-	// is generous; the point is that Run does not wait for its context.
-	if err := wait(t, done, 2*time.Second); !errors.Is(err, heartbeat.ErrLost) {
-		t.Fatalf("Run = %v, want ErrLost", err)
+	if !slices.Contains(ws, id) {
+		t.Errorf("Workers = %v, want %s among them", ws, id)
 	}
-	if e.keyExists(t) {
-		t.Error("the loop recreated the deleted keepalive")
+	infos, err := b.reg.Describe(b.ctx, []string{id})
+	if err != nil {
+		t.Fatal(err)
 	}
-}
-
-func TestRunKeepsKeyAlive(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	done := e.start(t, context.Background())
-
-	// Over three TTLs the key, left alone, would expire; the loop renews it.
-	end := time.Now().Add(3 * ttl)
-	for time.Now().Before(end) {
-		if !e.keyExists(t) {
-			t.Fatal("keepalive expired while the loop was running")
-		}
-		select {
-		case err := <-done:
-			t.Fatalf("Run returned %v while the key was alive", err)
-		default:
-		}
-		time.Sleep(20 * time.Millisecond)
+	host, _ := os.Hostname()
+	wi := infos[0]
+	if wi.Host != host || wi.PID != os.Getpid() || wi.TTL != ttl || !wi.Alive ||
+		!reflect.DeepEqual(wi.Queues, []registry.Queue{emails}) {
+		t.Errorf("Describe(%s) = %+v, want this host and process, TTL %v, queues [emails], alive", id, wi, ttl)
 	}
 }
 
-func TestPauseLetsKeyExpire(t *testing.T) {
+func TestStartValidates(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	done := e.start(t, context.Background())
-	time.Sleep(2 * interval)
+	for _, tc := range []struct {
+		name string
+		edit func(*heartbeat.Keeper)
+	}{
+		{"no registry", func(k *heartbeat.Keeper) { k.Registry = nil }},
+		{"zero interval", func(k *heartbeat.Keeper) { k.Interval = 0 }},
+		{"ttl equal to interval", func(k *heartbeat.Keeper) { k.TTL = k.Interval }},
+		{"ttl under interval", func(k *heartbeat.Keeper) { k.TTL = k.Interval / 2 }},
+	} {
+		b := setup(t, tc.edit)
+		if s, err := b.keeper.Start(b.ctx); err == nil {
+			t.Errorf("%s: Start = session %s, want an error", tc.name, s.ID())
+		}
+		if calls, _ := b.net.state(); calls != 0 {
+			t.Errorf("%s: a refused Start still sent %d commands", tc.name, calls)
+		}
+	}
 
-	e.loop.Pause()
-	deadline := time.Now().Add(5 * time.Second)
-	for e.keyExists(t) {
+	// A registration that fails is Start's error.
+	b := setup(t)
+	b.net.setDown(true)
+	if _, err := b.keeper.Start(b.ctx); !errors.Is(err, errDown) {
+		t.Errorf("Start with Redis unreachable = %v, want the pool's error", err)
+	}
+}
+
+// registered -> alive -> lost (key deleted) -> registered again under a new id.
+func TestKeeperLifecycle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1 := b.start(t)
+	b.checkRegistered(t, s1.ID())
+	cur, changed := b.keeper.Current()
+	if cur != s1 {
+		t.Fatalf("Current() = %s, want the session Start returned (%s)", cur.ID(), s1.ID())
+	}
+	checkLive(t, s1)
+	if !b.keeper.Fresh() {
+		t.Error("Fresh() = false right after registration")
+	}
+
+	// Alive: each tick beats, over three TTLs of the Keeper's clock.
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	for range 6 {
+		b.beatOnce(t, s1.ID(), ttl/2)
+		if !b.keeper.Fresh() {
+			t.Fatal("Fresh() = false right after a good beat")
+		}
+	}
+	b.noEvents(t)
+	checkLive(t, s1)
+	if closed(changed) {
+		t.Fatal("Current()'s channel closed while the session was alive")
+	}
+
+	// Lost: the key is gone, the next beat finds it so.
+	b.do(t, "DEL", b.k.Keepalive(s1.ID()))
+	b.clock.Advance(interval)
+	if e := b.next(t); e.Kind != heartbeat.Lost || e.ID != s1.ID() || !errors.Is(e.Err, heartbeat.ErrLost) {
+		t.Fatalf("first event after the key was deleted = %+v, want Lost of %s", e, s1.ID())
+	}
+	checkRetired(t, s1, heartbeat.ErrLost)
+
+	// Registered again, under a new id.
+	e := b.next(t)
+	if e.Kind != heartbeat.Registered || e.ID == "" || e.ID == s1.ID() {
+		t.Fatalf("event after Lost = %+v, want Registered under a new id", e)
+	}
+	// By the time Registered is reported, Current() has the new session.
+	if !closed(changed) {
+		t.Error("Current()'s channel still open after the session was replaced")
+	}
+	s2, changed2 := b.keeper.Current()
+	if s2.ID() != e.ID {
+		t.Fatalf("Current() = %s, want the newly registered %s", s2.ID(), e.ID)
+	}
+	checkLive(t, s2)
+	if closed(changed2) {
+		t.Error("the new session's change channel is already closed")
+	}
+	b.checkRegistered(t, s2.ID())
+	if b.keyExists(t, s1.ID()) {
+		t.Error("the lost id's keepalive came back")
+	}
+	if !b.keeper.Fresh() {
+		t.Error("Fresh() = false right after the new registration")
+	}
+
+	// The new session is kept alive in turn; the old one stays dead.
+	b.waitTicker(t)
+	b.beatOnce(t, s2.ID(), interval)
+	b.beatOnce(t, s2.ID(), interval)
+	b.noEvents(t)
+	checkLive(t, s2)
+	if b.keyExists(t, s1.ID()) {
+		t.Error("the lost id's keepalive came back")
+	}
+}
+
+// A frozen process: its clock does not move, so it does not beat, and Redis
+// expires its key. When it wakes, its first beat finds the key gone.
+func TestKeeperLostAfterFreeze(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1 := b.start(t)
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	b.beatOnce(t, s1.ID(), interval)
+
+	// Frozen: the TTL passes in Redis, not on the Keeper's clock.
+	b.do(t, "PEXPIRE", b.k.Keepalive(s1.ID()), 1)
+	deadline := time.Now().Add(patience)
+	for b.keyExists(t, s1.ID()) {
 		if time.Now().After(deadline) {
-			t.Fatal("keepalive still exists 5s after Pause")
+			t.Fatal("the keepalive did not expire")
 		}
-		time.Sleep(10 * time.Millisecond)
+		time.Sleep(time.Millisecond)
 	}
-	// Paused like a frozen process: it has not noticed anything yet.
-	time.Sleep(2 * interval)
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned %v while paused", err)
-	default:
-	}
+	// It has noticed nothing yet.
+	b.noEvents(t)
+	checkLive(t, s1)
 
-	e.loop.Resume()
-	if err := wait(t, done, 2*time.Second); !errors.Is(err, heartbeat.ErrLost) {
-		t.Fatalf("Run after Resume = %v, want ErrLost", err)
+	// It wakes a whole TTL later: one tick (a ticker drops the others).
+	b.clock.Advance(ttl)
+	if e := b.next(t); e.Kind != heartbeat.Lost || e.ID != s1.ID() {
+		t.Fatalf("event after the wake-up = %+v, want Lost of %s", e, s1.ID())
 	}
-	if e.keyExists(t) {
-		t.Error("the loop brought an expired keepalive back")
+	checkRetired(t, s1, heartbeat.ErrLost)
+	e := b.next(t)
+	if e.Kind != heartbeat.Registered || e.ID == s1.ID() {
+		t.Fatalf("event after Lost = %+v, want Registered under a new id", e)
+	}
+	if b.keyExists(t, s1.ID()) {
+		t.Error("the keepalive that expired came back")
+	}
+	b.checkRegistered(t, e.ID)
+}
+
+// Fresh is false once TTL - Interval passed on the Keeper's clock without a
+// good beat, and true again after one.
+func TestFresh(t *testing.T) {
+	t.Parallel()
+	t.Run("no beats", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.start(t) // Run is not started: nothing beats
+		b.clock.Advance(ttl - interval - time.Millisecond)
+		if !b.keeper.Fresh() {
+			t.Errorf("Fresh() = false %v after registration, want true until %v", ttl-interval-time.Millisecond, ttl-interval)
+		}
+		b.clock.Advance(time.Millisecond)
+		if b.keeper.Fresh() {
+			t.Errorf("Fresh() = true %v after the last good beat, want false", ttl-interval)
+		}
+	})
+	t.Run("failed beats", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		s1 := b.start(t)
+		b.run(t, b.ctx)
+		b.waitTicker(t)
+		b.net.setDown(true)
+
+		b.clock.Advance(ttl - 2*interval)
+		if e := b.next(t); e.Kind != heartbeat.Failed || e.ID != s1.ID() || !errors.Is(e.Err, errDown) {
+			t.Fatalf("event = %+v, want Failed of %s with the pool's error", e, s1.ID())
+		}
+		if !b.keeper.Fresh() {
+			t.Errorf("Fresh() = false %v after the last good beat", ttl-2*interval)
+		}
+		b.clock.Advance(interval)
+		if e := b.next(t); e.Kind != heartbeat.Failed {
+			t.Fatalf("event = %+v, want Failed", e)
+		}
+		if b.keeper.Fresh() {
+			t.Errorf("Fresh() = true %v after the last good beat (TTL %v, Interval %v)", ttl-interval, ttl, interval)
+		}
+		checkLive(t, s1) // stale is not lost
+
+		// Redis is back; the key is still there; a good beat makes it fresh.
+		b.net.setDown(false)
+		b.beatOnce(t, s1.ID(), interval)
+		if !b.keeper.Fresh() {
+			t.Error("Fresh() = false after a good beat")
+		}
+		b.noEvents(t)
+		checkLive(t, s1)
+	})
+}
+
+// Failed beats alone are not a loss: only a whole TTL without a good one.
+// Then the session is retired, and registration is retried until it works.
+func TestKeeperLostWhenNoBeatForATTL(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1 := b.start(t)
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	b.net.setDown(true)
+
+	b.clock.Advance(ttl - interval)
+	if e := b.next(t); e.Kind != heartbeat.Failed || e.ID != s1.ID() {
+		t.Fatalf("event = %+v, want Failed of %s", e, s1.ID())
+	}
+	b.noEvents(t)
+	checkLive(t, s1)
+
+	b.clock.Advance(interval)
+	if e := b.next(t); e.Kind != heartbeat.Failed || e.ID != s1.ID() {
+		t.Fatalf("event = %+v, want Failed of %s", e, s1.ID())
+	}
+	if e := b.next(t); e.Kind != heartbeat.Lost || e.ID != s1.ID() || !errors.Is(e.Err, heartbeat.ErrLost) {
+		t.Fatalf("event after a whole TTL without a good beat = %+v, want Lost of %s", e, s1.ID())
+	}
+	checkRetired(t, s1, heartbeat.ErrLost)
+	_, changed := b.keeper.Current()
+
+	// Registration fails while Redis is down, and is retried.
+	if e := b.next(t); e.Kind != heartbeat.Failed || !errors.Is(e.Err, errDown) {
+		t.Fatalf("event = %+v, want a failed registration", e)
+	}
+	if s, _ := b.keeper.Current(); s != s1 || closed(changed) {
+		t.Fatal("Current() changed before a new session was registered")
+	}
+	b.net.setDown(false)
+	var e heartbeat.Event
+	for e = b.next(t); e.Kind == heartbeat.Failed; e = b.next(t) {
+	}
+	if e.Kind != heartbeat.Registered || e.ID == s1.ID() {
+		t.Fatalf("event once Redis is back = %+v, want Registered under a new id", e)
+	}
+	if !closed(changed) {
+		t.Error("Current()'s channel still open after the session was replaced")
+	}
+	if s2, _ := b.keeper.Current(); s2.ID() != e.ID {
+		t.Errorf("Current() = %s, want %s", s2.ID(), e.ID)
+	}
+	b.checkRegistered(t, e.ID)
+}
+
+// One blip must not cost a beat: a beat that meets connection errors (dials
+// refused, dead pooled connections) retries within its interval.
+func TestBeatRetriesConnectionErrors(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		fault    fault
+		n        int
+		interval time.Duration
+	}{
+		{"dials refused", dialFails, 20, interval},
+		{"dead pooled connections", deadConn, 20, interval},
+		// Beyond the immediate retries a beat pauses between tries; its
+		// interval still leaves room for them.
+		{"more dead connections than quick retries", deadConn, 40, time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, func(k *heartbeat.Keeper) { k.Interval = tc.interval })
+			s1 := b.start(t)
+			b.run(t, b.ctx)
+			b.waitTicker(t)
+			before, _ := b.net.state()
+			b.net.failNext(tc.n, tc.fault)
+			b.beatOnce(t, s1.ID(), tc.interval)
+			calls, left := b.net.state()
+			if left != 0 || calls-before != tc.n+1 {
+				t.Errorf("the beat made %d calls (%d faults left), want %d failed then one good", calls-before, left, tc.n)
+			}
+			b.noEvents(t) // not even Failed: the beat worked
+			checkLive(t, s1)
+			if !b.keeper.Fresh() {
+				t.Error("Fresh() = false after the beat")
+			}
+		})
 	}
 }
 
-func TestRunReturnsContextError(t *testing.T) {
+// An error reply is Redis refusing the command: retrying cannot help, the beat
+// fails at once, and the next beat tries again.
+func TestBeatDoesNotRetryErrorReplies(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1 := b.start(t)
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	before, _ := b.net.state()
+	b.net.failNext(1, replyError)
+	b.clock.Advance(interval)
+	if e := b.next(t); e.Kind != heartbeat.Failed || e.ID != s1.ID() || !errors.Is(e.Err, errNoPerm) {
+		t.Fatalf("event = %+v, want Failed of %s with the error reply", e, s1.ID())
+	}
+	if calls, _ := b.net.state(); calls-before != 1 {
+		t.Errorf("the beat made %d calls for an error reply, want 1", calls-before)
+	}
+	checkLive(t, s1)
+	b.beatOnce(t, s1.ID(), interval)
+	b.noEvents(t)
+}
+
+// Run retires the current session when its context ends, with its cause.
+func TestRunRetiresSessionWhenContextEnds(t *testing.T) {
 	t.Parallel()
 	t.Run("cancelled", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		ctx, cancel := context.WithCancel(context.Background())
-		done := e.start(t, ctx)
-		time.Sleep(2 * interval)
-		cancel()
-		if err := wait(t, done, 2*time.Second); !errors.Is(err, context.Canceled) {
-			t.Fatalf("Run = %v, want context.Canceled", err)
+		b := setup(t)
+		s1 := b.start(t)
+		why := errors.New("shutting down")
+		ctx, cancel := context.WithCancelCause(b.ctx)
+		stop := b.run(t, ctx)
+		b.waitTicker(t)
+		b.beatOnce(t, s1.ID(), interval)
+		cancel(why)
+		stop() // waits for Run to return
+		checkRetired(t, s1, why)
+		b.noEvents(t)
+		if s, _ := b.keeper.Current(); s != s1 {
+			t.Error("Run registered a new session after its context ended")
 		}
 	})
 	t.Run("deadline", func(t *testing.T) {
 		t.Parallel()
-		e := newEnv(t)
-		ctx, cancel := context.WithTimeout(context.Background(), 3*interval)
+		b := setup(t)
+		s1 := b.start(t)
+		ctx, cancel := context.WithTimeout(b.ctx, 50*time.Millisecond)
 		defer cancel()
-		done := e.start(t, ctx)
-		if err := wait(t, done, 2*time.Second); !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Run = %v, want context.DeadlineExceeded", err)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b.keeper.Run(ctx)
+		}()
+		select {
+		case <-done:
+		case <-time.After(patience):
+			t.Fatal("Run did not return when its deadline passed")
 		}
+		checkRetired(t, s1, context.DeadlineExceeded)
 	})
-}
-
-// brokenPool fails every connection, as an unreachable Redis would.
-type brokenPool struct{}
-
-func (brokenPool) GetContext(context.Context) (redis.Conn, error) {
-	return nil, errors.New("dial tcp: connection refused")
-}
-
-func TestRunLostWhenNoBeatForATTL(t *testing.T) {
-	t.Parallel()
-	loop := &heartbeat.Loop{
-		Registry: registry.New(brokenPool{}, rdb.NewKeys(redistest.Namespace())),
-		ID:       "A", Interval: interval, TTL: ttl, Logger: quiet,
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	err := loop.Run(ctx)
-	elapsed := time.Since(start)
-	if !errors.Is(err, heartbeat.ErrLost) {
-		t.Fatalf("Run with Redis unreachable = %v, want ErrLost", err)
-	}
-	// Failed beats alone are not a loss: only a whole TTL without a good one.
-	if elapsed < ttl {
-		t.Errorf("Run gave up after %v, before a whole TTL (%v) without a beat", elapsed, ttl)
-	}
-}
-
-// deadFirst hands out n dead connections (as a pool full of connections
-// reset by a blip would), then live ones from pool.
-type deadFirst struct {
-	pool *redis.Pool
-	mu   sync.Mutex
-	n    int
-}
-
-func (d *deadFirst) GetContext(ctx context.Context) (redis.Conn, error) {
-	d.mu.Lock()
-	dead := d.n > 0
-	if dead {
-		d.n--
-	}
-	d.mu.Unlock()
-	if dead {
-		a, b := net.Pipe()
-		b.Close()
-		return redis.NewConn(a, time.Second, time.Second), nil
-	}
-	return d.pool.GetContext(ctx)
-}
-
-// One blip must not cost the keepalive: a beat that draws dead connections
-// tries others within the same interval.
-func TestBeatSurvivesDeadPooledConnections(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	// As many dead connections as beats in one TTL: without retries inside
-	// a beat, every beat of a whole TTL fails and the keepalive is lost.
-	getter := &deadFirst{pool: e.pool, n: 2 * int(ttl/interval)}
-	e.loop.Registry = registry.New(getter, e.k)
-	done := e.start(t, context.Background())
-	select {
-	case err := <-done:
-		t.Fatalf("Run returned %v: dead pooled connections cost the keepalive", err)
-	case <-time.After(2 * ttl):
-	}
-	if !e.keyExists(t) {
-		t.Fatal("keepalive expired")
-	}
 }

@@ -2,11 +2,13 @@ package recovery_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"reflect"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ type env struct {
 	pool *redis.Pool
 	ns   string
 	k    rdb.Keys
+	st   *rdb.Store // seeds Redis state as workers and clients would
 	reg  *registry.Registry
 	q    rdb.QueueKeys
 }
@@ -34,18 +37,32 @@ func newEnv(t *testing.T) *env {
 	t.Helper()
 	pool := srv.TagCheckedPool(t)
 	ns := redistest.Namespace()
-	k := rdb.NewKeys(ns)
+	reg, err := registry.New(pool, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rdb.NewStore(pool, ns)
 	return &env{
-		ctx: context.Background(), pool: pool, ns: ns, k: k,
-		reg: registry.New(pool, k), q: k.Queue(rdb.Standalone("q")),
+		ctx: context.Background(), pool: pool, ns: ns, k: st.Keys(), st: st,
+		reg: reg, q: st.Queue(standalone("q")),
 	}
 }
 
-func (e *env) reaper(holder string) *recovery.Reaper {
-	return &recovery.Reaper{
-		Pool: e.pool, Keys: e.k, Registry: e.reg, Holder: holder,
-		Interval: 30 * time.Millisecond, Logger: quiet,
+func standalone(name string) registry.Queue { return registry.Queue{Tag: name, Name: name} }
+
+// reaper returns a reaper of the test's namespace; edit changes its Config
+// before New.
+func (e *env) reaper(t *testing.T, holder string, edit ...func(*recovery.Config)) *recovery.Reaper {
+	t.Helper()
+	cfg := &recovery.Config{Namespace: e.ns, Interval: 30 * time.Millisecond, Holder: holder, Logger: quiet}
+	for _, f := range edit {
+		f(cfg)
 	}
+	r, err := recovery.New(e.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 func (e *env) conn(t *testing.T) redis.Conn {
@@ -86,12 +103,12 @@ func (e *env) waiting(t *testing.T, q rdb.QueueKeys) []string {
 	return e.strings(t, "LRANGE", q.Waiting, 0, -1)
 }
 
-func (e *env) register(t *testing.T, w string, qs ...rdb.QueueRef) {
+func (e *env) register(t *testing.T, w string, qs ...registry.Queue) {
 	t.Helper()
 	if len(qs) == 0 {
-		qs = []rdb.QueueRef{e.q.Ref}
+		qs = []registry.Queue{e.q.Ref}
 	}
-	if err := e.reg.Register(e.ctx, w, time.Minute, qs); err != nil {
+	if err := e.reg.Register(e.ctx, w, time.Minute, "host", 1, qs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -105,14 +122,14 @@ func (e *env) enqueue(t *testing.T, q rdb.QueueKeys, ids ...string) {
 	for i := range ids {
 		ps[i] = []byte("p" + ids[i])
 	}
-	if _, err := rdb.Enqueue(e.ctx, e.conn(t), q, ids, ps, nil); err != nil {
+	if _, err := e.st.Enqueue(e.ctx, q, ids, ps, nil); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func (e *env) take(t *testing.T, q rdb.QueueKeys, w string, max int) []rdb.Taken {
 	t.Helper()
-	got, err := rdb.Take(e.ctx, e.conn(t), q, w, max, 0, false)
+	got, err := e.st.Take(e.ctx, q, w, max, 0, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,13 +194,14 @@ func TestPassRequeuesDeadWorkerOnly(t *testing.T) {
 	e.kill(t, "A")
 
 	var got []recovery.Recovered
-	r := e.reaper("r1")
-	r.OnRecovered = func(rec recovery.Recovered) { got = append(got, rec) }
+	r := e.reaper(t, "r1", func(c *recovery.Config) {
+		c.OnRecovered = func(rec recovery.Recovered) { got = append(got, rec) }
+	})
 	res, err := r.Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []recovery.Recovered{{Queue: "q", Workers: []string{"A"}, Requeued: 2}}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 2}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Pass = %+v, want %+v", res, want)
 	}
@@ -249,7 +267,7 @@ func TestPassLeavesLiveWorkersAlone(t *testing.T) {
 	e.take(t, e.q, "B", 1)
 	before := e.snapshot(t)
 
-	res, err := e.reaper("r1").Pass(e.ctx)
+	res, err := e.reaper(t, "r1").Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,7 +286,7 @@ func TestPassForgetsDeadWorkerWithoutTakings(t *testing.T) {
 	e.register(t, "B")
 	e.kill(t, "A")
 
-	res, err := e.reaper("r1").Pass(e.ctx)
+	res, err := e.reaper(t, "r1").Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +301,7 @@ func TestPassForgetsDeadWorkerWithoutTakings(t *testing.T) {
 func TestPassCoversEveryKnownQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stage := e.k.Queue(rdb.QueueRef{Tag: "flow", Name: "stage"})
+	stage := e.k.Queue(registry.Queue{Tag: "flow", Name: "stage"})
 	e.register(t, "A", e.q.Ref, stage.Ref)
 	e.enqueue(t, e.q, "t1", "t2")
 	e.enqueue(t, stage, "s1", "s2")
@@ -291,14 +309,14 @@ func TestPassCoversEveryKnownQueue(t *testing.T) {
 	e.take(t, stage, "A", 2)
 	e.kill(t, "A")
 
-	res, err := e.reaper("r1").Pass(e.ctx)
+	res, err := e.reaper(t, "r1").Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	sort.Slice(res, func(i, j int) bool { return res[i].Queue < res[j].Queue })
+	sort.Slice(res, func(i, j int) bool { return res[i].Queue.Name < res[j].Queue.Name })
 	want := []recovery.Recovered{
-		{Queue: "q", Workers: []string{"A"}, Requeued: 1},
-		{Queue: "stage", Workers: []string{"A"}, Requeued: 2},
+		{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1},
+		{Queue: stage.Ref, Workers: []string{"A"}, Requeued: 2},
 	}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Pass = %+v, want %+v", res, want)
@@ -317,16 +335,16 @@ func TestPassCountsCancelledTakings(t *testing.T) {
 	e.register(t, "A")
 	e.enqueue(t, e.q, "t1", "t2")
 	e.take(t, e.q, "A", 2)
-	if _, err := rdb.Cancel(e.ctx, e.conn(t), e.q, "t1"); err != nil {
+	if _, err := e.st.Cancel(e.ctx, e.q, "t1"); err != nil {
 		t.Fatal(err)
 	}
 	e.kill(t, "A")
 
-	res, err := e.reaper("r1").Pass(e.ctx)
+	res, err := e.reaper(t, "r1").Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []recovery.Recovered{{Queue: "q", Workers: []string{"A"}, Requeued: 1, Cancelled: 1}}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1, Cancelled: 1}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Pass = %+v, want %+v", res, want)
 	}
@@ -345,7 +363,7 @@ func TestPassFindsOrphanTaking(t *testing.T) {
 	e.enqueue(t, e.q, "t1", "t2")
 	e.take(t, e.q, "A", 1)
 	e.kill(t, "A")
-	r := e.reaper("r1")
+	r := e.reaper(t, "r1")
 
 	if _, err := r.Pass(e.ctx); err != nil {
 		t.Fatal(err)
@@ -367,7 +385,7 @@ func TestPassFindsOrphanTaking(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []recovery.Recovered{{Queue: "q", Workers: []string{"A"}, Requeued: 1}}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("next Pass = %+v, want %+v", res, want)
 	}
@@ -435,20 +453,22 @@ func TestRunTwoReapersRequeueEachTaskOnce(t *testing.T) {
 
 	var mu sync.Mutex
 	var recs []recovery.Recovered
-	r1, r2 := e.reaper("r1"), e.reaper("r2")
-	for _, r := range []*recovery.Reaper{r1, r2} {
-		r.OnRecovered = func(rec recovery.Recovered) {
+	const interval = 30 * time.Millisecond
+	record := func(c *recovery.Config) {
+		c.Interval = interval
+		c.OnRecovered = func(rec recovery.Recovered) {
 			mu.Lock()
 			recs = append(recs, rec)
 			mu.Unlock()
 		}
 	}
+	r1, r2 := e.reaper(t, "r1", record), e.reaper(t, "r2", record)
 	stop := runReapers(t, r1, r2)
 	eventually(t, "the dead worker's tasks are requeued", func() bool {
 		return len(e.waiting(t, e.q)) >= len(tasks)
 	})
 	// Let both reapers run several more intervals: nothing may be added.
-	time.Sleep(10 * r1.Interval)
+	time.Sleep(10 * interval)
 	stop()
 
 	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, tasks) {
@@ -477,9 +497,10 @@ func TestRunPassesOnlyWithTheLease(t *testing.T) {
 	e.kill(t, "A")
 	e.do(t, "SET", e.k.ReaperLease(), "another-process") // held, no expiry
 
-	r := e.reaper("r1")
+	const interval = 30 * time.Millisecond
+	r := e.reaper(t, "r1", func(c *recovery.Config) { c.Interval = interval })
 	runReapers(t, r)
-	time.Sleep(10 * r.Interval)
+	time.Sleep(10 * interval)
 	if w := e.waiting(t, e.q); len(w) != 0 {
 		t.Fatalf("a reaper without the lease requeued %v", w)
 	}
@@ -505,22 +526,23 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 	e.take(t, e.q, "Z", 1)
 	e.kill(t, "Z")
 
-	zc := e.conn(t) // used only from OnRecovered, which runs on Run's goroutine
 	var mu sync.Mutex
 	passes := 0
-	r := e.reaper("r1")
-	r.Interval = 50 * time.Millisecond
-	r.OnRecovered = func(recovery.Recovered) {
-		mu.Lock()
-		passes++
-		mu.Unlock()
-		if _, err := rdb.Take(e.ctx, zc, e.q, "Z", 1, 0, false); err != nil {
-			t.Error(err)
+	const interval = 50 * time.Millisecond
+	r := e.reaper(t, "r1", func(c *recovery.Config) {
+		c.Interval = interval
+		c.OnRecovered = func(recovery.Recovered) {
+			mu.Lock()
+			passes++
+			mu.Unlock()
+			if _, err := e.st.Take(e.ctx, e.q, "Z", 1, 0, false); err != nil {
+				t.Error(err)
+			}
 		}
-	}
+	})
 	const ticks = 20
 	stop := runReapers(t, r)
-	time.Sleep(ticks*r.Interval + r.Interval/2)
+	time.Sleep(ticks*interval + interval/2)
 	stop()
 
 	mu.Lock()
@@ -529,7 +551,7 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 	// interval gets about half.
 	if passes < ticks*3/4 {
 		t.Errorf("a lone reaper made %d passes in %d intervals of %v, want about %d (one per interval)",
-			passes, ticks, r.Interval, ticks)
+			passes, ticks, interval, ticks)
 	}
 }
 
@@ -540,7 +562,7 @@ func (e *env) enqueueDue(t *testing.T, q rdb.QueueKeys, due int64, ids ...string
 	for i := range ids {
 		ps[i] = []byte("p" + ids[i])
 	}
-	if _, err := rdb.Enqueue(e.ctx, e.conn(t), q, ids, ps, &rdb.EnqueueArgs{DueMillis: due}); err != nil {
+	if _, err := e.st.Enqueue(e.ctx, q, ids, ps, &rdb.EnqueueArgs{DueMillis: due}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -551,8 +573,8 @@ const far = 4102444800000
 func TestMoveMovesDueTasksOfEveryKnownQueue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	stage := e.k.Queue(rdb.QueueRef{Tag: "flow", Name: "stage"})
-	unknown := e.k.Queue(rdb.Standalone("unknown"))
+	stage := e.k.Queue(registry.Queue{Tag: "flow", Name: "stage"})
+	unknown := e.k.Queue(standalone("unknown"))
 	e.register(t, "A", e.q.Ref, stage.Ref)
 
 	// More than two batches in q, due in the reverse of name order.
@@ -569,7 +591,7 @@ func TestMoveMovesDueTasksOfEveryKnownQueue(t *testing.T) {
 	e.do(t, "ZADD", e.q.Dead, 1000, "old")
 	e.do(t, "HSET", e.q.Task("old"), "d", "pold", "s", "dead")
 
-	r := e.reaper("r1")
+	r := e.reaper(t, "r1")
 	got, err := r.Move(e.ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -616,11 +638,286 @@ func TestRunMovesDelayedTasks(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "A")
 	ps := [][]byte{[]byte("pt1")}
-	if _, err := rdb.Enqueue(e.ctx, e.conn(t), e.q, []string{"t1"}, ps, &rdb.EnqueueArgs{DelayMillis: 100}); err != nil {
+	if _, err := e.st.Enqueue(e.ctx, e.q, []string{"t1"}, ps, &rdb.EnqueueArgs{DelayMillis: 100}); err != nil {
 		t.Fatal(err)
 	}
-	runReapers(t, e.reaper("r1"))
+	runReapers(t, e.reaper(t, "r1"))
 	eventually(t, "the delayed task is moved to its queue", func() bool {
 		return reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"})
 	})
+}
+
+func TestNewValidatesConfig(t *testing.T) {
+	t.Parallel()
+	pool := srv.TagCheckedPool(t)
+	for _, tc := range []struct {
+		name string
+		pool recovery.ConnGetter
+		cfg  *recovery.Config
+		want string // every word must be in the error
+	}{
+		{"nil pool", nil, &recovery.Config{Namespace: "ns", Interval: time.Second}, "pool is nil"},
+		{"nil config", pool, nil, "Config is nil"},
+		{"no namespace", pool, &recovery.Config{Interval: time.Second}, "Config.Namespace"},
+		{"zero interval", pool, &recovery.Config{Namespace: "ns"}, "Config.Interval (0s) must be at least 10ms"},
+		{"interval under the minimum", pool, &recovery.Config{Namespace: "ns", Interval: recovery.MinInterval - time.Millisecond},
+			"Config.Interval (9ms) must be at least 10ms"},
+		{"negative interval", pool, &recovery.Config{Namespace: "ns", Interval: -time.Second}, "Config.Interval (-1s)"},
+	} {
+		r, err := recovery.New(tc.pool, tc.cfg)
+		if err == nil || !strings.HasPrefix(err.Error(), "recovery: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: New = %v, %v; want an error containing %q", tc.name, r, err, tc.want)
+		}
+	}
+	if _, err := recovery.New(pool, &recovery.Config{Namespace: "ns", Interval: recovery.MinInterval}); err != nil {
+		t.Errorf("New with Interval = MinInterval: %v", err)
+	}
+}
+
+// New works on a copy: changing the Config afterwards changes nothing.
+func TestNewCopiesConfig(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	e.enqueue(t, e.q, "t1")
+	e.take(t, e.q, "A", 1)
+	e.kill(t, "A")
+
+	var got []recovery.Recovered
+	cfg := &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet,
+		OnRecovered: func(rec recovery.Recovered) { got = append(got, rec) }}
+	r, err := recovery.New(e.pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Namespace = "elsewhere"
+	cfg.OnRecovered = nil
+	if _, err := r.Pass(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1}}; !reflect.DeepEqual(got, want) {
+		t.Errorf("OnRecovered got %+v, want %+v (the Config as it was given to New)", got, want)
+	}
+}
+
+// errInjected is the connection error a faultyPool hands out.
+var errInjected = errors.New("injected: connection reset by peer")
+
+// faultyPool passes calls to pool, except that GetContext fails while down
+// is set, and every command named in failCmds fails with errInjected.
+type faultyPool struct {
+	pool     *redis.Pool
+	mu       sync.Mutex
+	down     bool
+	failCmds map[string]bool
+}
+
+func (p *faultyPool) setDown(down bool) {
+	p.mu.Lock()
+	p.down = down
+	p.mu.Unlock()
+}
+
+func (p *faultyPool) fails(cmd string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.failCmds[strings.ToUpper(cmd)]
+}
+
+func (p *faultyPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	p.mu.Lock()
+	down := p.down
+	p.mu.Unlock()
+	if down {
+		return nil, errInjected
+	}
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &faultyConn{Conn: c, p: p}, nil
+}
+
+type faultyConn struct {
+	redis.Conn
+	p *faultyPool
+}
+
+func (c *faultyConn) Do(cmd string, args ...any) (any, error) {
+	if c.p.fails(cmd) {
+		return nil, errInjected
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *faultyConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if c.p.fails(cmd) {
+		return nil, errInjected
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *faultyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if c.p.fails(cmd) {
+		return nil, errInjected
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *faultyConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *faultyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *faultyConn) Send(cmd string, args ...any) error {
+	if c.p.fails(cmd) {
+		return errInjected
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func TestPassAndMoveReturnPoolErrors(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	e.enqueue(t, e.q, "t1")
+	e.take(t, e.q, "A", 1)
+	e.kill(t, "A")
+
+	fp := &faultyPool{pool: e.pool, down: true}
+	r, err := recovery.New(fp, &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := e.snapshot(t)
+	if res, err := r.Pass(e.ctx); !errors.Is(err, errInjected) || len(res) != 0 {
+		t.Errorf("Pass with Redis unreachable = %+v, %v; want nothing and the pool's error", res, err)
+	}
+	if n, err := r.Move(e.ctx); !errors.Is(err, errInjected) || n != 0 {
+		t.Errorf("Move with Redis unreachable = %d, %v; want 0 and the pool's error", n, err)
+	}
+	if after := e.snapshot(t); !reflect.DeepEqual(after, before) {
+		t.Errorf("failed calls changed Redis:\nbefore %v\nafter  %v", before, after)
+	}
+
+	// Once Redis is back, the next pass does the work.
+	fp.setDown(false)
+	res, err := r.Pass(e.ctx)
+	if want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1}}; err != nil || !reflect.DeepEqual(res, want) {
+		t.Errorf("Pass after the outage = %+v, %v; want %+v", res, err, want)
+	}
+}
+
+// Failures of the background loop reach OnError, named by step, and the loop
+// goes on at the next interval.
+func TestRunReportsFailuresToOnError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		fp     func(*redis.Pool) *faultyPool
+		prefix string
+	}{
+		{
+			name:   "lease",
+			fp:     func(p *redis.Pool) *faultyPool { return &faultyPool{pool: p, down: true} },
+			prefix: "recovery: lease: ",
+		},
+		{
+			// The lease (SET) goes through; the pass's first read
+			// (SMEMBERS of the known queues) fails, so does the mover's.
+			name: "pass",
+			fp: func(p *redis.Pool) *faultyPool {
+				return &faultyPool{pool: p, failCmds: map[string]bool{"SMEMBERS": true}}
+			},
+			prefix: "recovery: pass: ",
+		},
+		{
+			name: "move",
+			fp: func(p *redis.Pool) *faultyPool {
+				return &faultyPool{pool: p, failCmds: map[string]bool{"EVALSHA": true}}
+			},
+			prefix: "recovery: move: move q: ",
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.register(t, "A")
+			// A due task, so the mover has a script to run.
+			e.enqueueDue(t, e.q, 1000, "t1")
+			errs := make(chan error, 100)
+			r, err := recovery.New(tc.fp(e.pool), &recovery.Config{
+				Namespace: e.ns, Interval: 20 * time.Millisecond, Logger: quiet,
+				OnError: func(err error) {
+					select {
+					case errs <- err:
+					default:
+					}
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			runReapers(t, r)
+			matched := 0
+			deadline := time.After(5 * time.Second)
+			for matched < 2 {
+				select {
+				case err := <-errs:
+					if !errors.Is(err, errInjected) {
+						t.Fatalf("OnError got %v, want the injected error wrapped", err)
+					}
+					if strings.HasPrefix(err.Error(), tc.prefix) {
+						matched++
+					}
+				case <-deadline:
+					t.Fatalf("OnError got %d errors starting %q within 5s, want a failure at two intervals", matched, tc.prefix)
+				}
+			}
+		})
+	}
+}
+
+// Two movers racing over the same due tasks move each exactly once.
+func TestMoveTwoMoversMoveEachTaskOnce(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	n := 3*recovery.MoveBatch + 7
+	due := ids("t", n)
+	for i, id := range due {
+		e.enqueueDue(t, e.q, int64(1000+i), id)
+	}
+	r1, r2 := e.reaper(t, "r1"), e.reaper(t, "r2")
+
+	var wg sync.WaitGroup
+	moved := make([]int, 2)
+	for i, r := range []*recovery.Reaper{r1, r2} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			// Each mover runs twice: the second run of either finds nothing.
+			for range 2 {
+				m, err := r.Move(e.ctx)
+				if err != nil {
+					t.Error(err)
+				}
+				moved[i] += m
+			}
+		}()
+	}
+	wg.Wait()
+
+	if moved[0]+moved[1] != n {
+		t.Errorf("movers moved %d + %d tasks, want %d in all", moved[0], moved[1], n)
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, due) {
+		t.Errorf("waiting has %d ids, want each of the %d due tasks once, in due order", len(w), n)
+	}
+	if s := e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1); len(s) != 0 {
+		t.Errorf("scheduled still holds %d ids", len(s))
+	}
 }

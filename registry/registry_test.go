@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"errors"
 	"reflect"
 	"sort"
 	"strings"
@@ -25,8 +26,12 @@ type env struct {
 func newEnv(t *testing.T) *env {
 	t.Helper()
 	pool := srv.TagCheckedPool(t)
-	k := rdb.NewKeys(redistest.Namespace())
-	return &env{ctx: context.Background(), pool: pool, k: k, r: registry.New(pool, k)}
+	ns := redistest.Namespace()
+	r, err := registry.New(pool, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &env{ctx: context.Background(), pool: pool, k: rdb.NewKeys(ns), r: r}
 }
 
 func (e *env) do(t *testing.T, cmd string, args ...any) any {
@@ -60,9 +65,15 @@ func (e *env) members(t *testing.T, key string) []string {
 	return m
 }
 
-func (e *env) register(t *testing.T, id string, ttl time.Duration, qs ...rdb.QueueRef) {
+// The host and process id every test registers with.
+const (
+	host = "host-1"
+	pid  = 4242
+)
+
+func (e *env) register(t *testing.T, id string, ttl time.Duration, qs ...registry.Queue) {
 	t.Helper()
-	if err := e.r.Register(e.ctx, id, ttl, qs); err != nil {
+	if err := e.r.Register(e.ctx, id, ttl, host, pid, qs); err != nil {
 		t.Fatalf("Register(%s): %v", id, err)
 	}
 }
@@ -79,10 +90,31 @@ func (e *env) waitGone(t *testing.T, key string) {
 	}
 }
 
+func standalone(name string) registry.Queue { return registry.Queue{Tag: name, Name: name} }
+
+func TestNewRejectsBadArguments(t *testing.T) {
+	t.Parallel()
+	pool := srv.TagCheckedPool(t)
+	for _, tc := range []struct {
+		name string
+		pool registry.ConnGetter
+		ns   string
+		want string
+	}{
+		{"nil pool", nil, "worqr", "pool is nil"},
+		{"empty namespace", pool, "", "namespace is empty"},
+	} {
+		r, err := registry.New(tc.pool, tc.ns)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "registry: ") {
+			t.Errorf("%s: New = %v, %v; want an error saying %q", tc.name, r, err, tc.want)
+		}
+	}
+}
+
 func TestRegister(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "A", 2*time.Second, rdb.Standalone("emails"), rdb.QueueRef{Tag: "flow", Name: "s1"})
+	e.register(t, "A", 2*time.Second, standalone("emails"), registry.Queue{Tag: "flow", Name: "s1"})
 
 	if got := e.do(t, "GET", e.k.Keepalive("A")); got == nil {
 		t.Fatal("keepalive of A missing after Register")
@@ -100,16 +132,20 @@ func TestRegister(t *testing.T) {
 	if got := e.members(t, e.k.KnownQueues()); !reflect.DeepEqual(got, []string{"emails", "flow/s1"}) {
 		t.Errorf("known queues = %v", got)
 	}
+	info, _ := redis.StringMap(e.do(t, "HGETALL", e.k.WorkerInfo("A")), nil)
 
-	err = e.r.Register(e.ctx, "A", time.Minute, []rdb.QueueRef{rdb.Standalone("other")})
-	if err == nil || !strings.Contains(err.Error(), "already in use") {
-		t.Fatalf("second Register(A) = %v, want an 'already in use' error", err)
+	err = e.r.Register(e.ctx, "A", time.Minute, "other-host", 1, []registry.Queue{standalone("other")})
+	if !errors.Is(err, registry.ErrIDInUse) || !strings.Contains(err.Error(), "already in use") {
+		t.Fatalf("second Register(A) = %v, want ErrIDInUse ('already in use')", err)
 	}
 	if ttl := e.pttl(t, e.k.Keepalive("A")); ttl > 2000 {
 		t.Errorf("failed Register extended the keepalive to %dms", ttl)
 	}
 	if got := e.members(t, e.k.KnownQueues()); !reflect.DeepEqual(got, []string{"emails", "flow/s1"}) {
 		t.Errorf("failed Register changed the known queues: %v", got)
+	}
+	if again, _ := redis.StringMap(e.do(t, "HGETALL", e.k.WorkerInfo("A")), nil); !reflect.DeepEqual(again, info) {
+		t.Errorf("failed Register changed A's description:\nbefore %v\nafter  %v", info, again)
 	}
 }
 
@@ -161,8 +197,8 @@ func TestBeatAfterExpiry(t *testing.T) {
 func TestDeregister(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "A", time.Minute, rdb.Standalone("q"))
-	e.register(t, "B", time.Minute, rdb.Standalone("q"))
+	e.register(t, "A", time.Minute, standalone("q"))
+	e.register(t, "B", time.Minute, standalone("q"))
 
 	if err := e.r.Deregister(e.ctx, "A"); err != nil {
 		t.Fatal(err)
@@ -170,8 +206,11 @@ func TestDeregister(t *testing.T) {
 	if e.exists(t, e.k.Keepalive("A")) {
 		t.Error("keepalive of A still exists after Deregister")
 	}
-	if !e.exists(t, e.k.Keepalive("B")) {
-		t.Error("Deregister(A) deleted B's keepalive")
+	if e.exists(t, e.k.WorkerInfo("A")) {
+		t.Error("description of A still exists after Deregister")
+	}
+	if !e.exists(t, e.k.Keepalive("B")) || !e.exists(t, e.k.WorkerInfo("B")) {
+		t.Error("Deregister(A) deleted B's keepalive or description")
 	}
 	if got := e.members(t, e.k.Workers()); !reflect.DeepEqual(got, []string{"B"}) {
 		t.Errorf("Workers after Deregister(A) = %v, want [B]", got)
@@ -209,7 +248,7 @@ func TestForget(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	for _, id := range []string{"A", "B", "C"} {
-		e.register(t, id, time.Minute)
+		e.register(t, id, time.Minute, standalone("q"))
 	}
 	if err := e.r.Forget(e.ctx, []string{"A", "C", "unknown"}); err != nil {
 		t.Fatal(err)
@@ -221,9 +260,21 @@ func TestForget(t *testing.T) {
 	if !reflect.DeepEqual(ws, []string{"B"}) {
 		t.Errorf("Workers after Forget(A, C) = %v, want [B]", ws)
 	}
-	// Forget only edits the Workers set.
+	// Forget edits the Workers set and drops the descriptions, nothing else:
+	// keepalives are Redis's to expire.
 	if !e.exists(t, e.k.Keepalive("A")) {
 		t.Error("Forget deleted a keepalive")
+	}
+	for _, id := range []string{"A", "C"} {
+		if e.exists(t, e.k.WorkerInfo(id)) {
+			t.Errorf("description of %s still exists after Forget", id)
+		}
+	}
+	if !e.exists(t, e.k.WorkerInfo("B")) {
+		t.Error("Forget(A, C) deleted B's description")
+	}
+	if got := e.members(t, e.k.KnownQueues()); !reflect.DeepEqual(got, []string{"q"}) {
+		t.Errorf("Forget changed the known queues: %v", got)
 	}
 	if err := e.r.Forget(e.ctx, nil); err != nil {
 		t.Errorf("Forget(nil) = %v", err)
@@ -237,8 +288,8 @@ func TestKnownQueues(t *testing.T) {
 	if err != nil || len(got) != 0 {
 		t.Fatalf("KnownQueues of an empty namespace = %v, %v", got, err)
 	}
-	e.register(t, "A", time.Minute, rdb.Standalone("emails"), rdb.QueueRef{Tag: "signup", Name: "mail"})
-	e.register(t, "B", time.Minute, rdb.Standalone("emails"), rdb.Standalone("thumbs"))
+	e.register(t, "A", time.Minute, standalone("emails"), registry.Queue{Tag: "signup", Name: "mail"})
+	e.register(t, "B", time.Minute, standalone("emails"), standalone("thumbs"))
 	// A dead worker's queues stay known: its takings must stay reachable.
 	e.do(t, "DEL", e.k.Keepalive("A"))
 
@@ -247,10 +298,10 @@ func TestKnownQueues(t *testing.T) {
 		t.Fatal(err)
 	}
 	sort.Slice(got, func(i, j int) bool { return got[i].Member() < got[j].Member() })
-	want := []rdb.QueueRef{
-		rdb.Standalone("emails"),
+	want := []registry.Queue{
+		standalone("emails"),
 		{Tag: "signup", Name: "mail"},
-		rdb.Standalone("thumbs"),
+		standalone("thumbs"),
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("KnownQueues = %v, want %v", got, want)
@@ -295,5 +346,76 @@ func TestAcquireLease(t *testing.T) {
 	}
 	if got, _ := redis.String(e.do(t, "GET", e.k.ReaperLease()), nil); got != "r2" {
 		t.Errorf("lease holder = %q, want r2", got)
+	}
+}
+
+// redisNow reads the server's clock.
+func (e *env) redisNow(t *testing.T) time.Time {
+	t.Helper()
+	v, err := redis.Int64s(e.do(t, "TIME"), nil)
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME = %v, %v", v, err)
+	}
+	return time.Unix(v[0], v[1]*1000)
+}
+
+func TestDescribe(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	before := e.redisNow(t).Truncate(time.Millisecond)
+	e.register(t, "A", time.Minute, standalone("emails"), registry.Queue{Tag: "signup", Name: "mail"})
+	after := e.redisNow(t)
+	if err := e.r.Register(e.ctx, "B", 30*time.Second, "host-2", 7, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A's keepalive was last renewed 15s ago: 45s of its minute are left.
+	e.do(t, "PEXPIRE", e.k.Keepalive("A"), 45_000)
+	// B is dead, not yet reaped.
+	e.do(t, "DEL", e.k.Keepalive("B"))
+
+	got, err := e.r.Describe(e.ctx, []string{"A", "B", "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("Describe(A, B, unknown) returned %d records, want 3: %+v", len(got), got)
+	}
+	a, b, u := got[0], got[1], got[2]
+
+	if a.ID != "A" || a.Host != host || a.PID != pid || a.TTL != time.Minute || !a.Alive {
+		t.Errorf("Describe(A) = %+v, want id A, host %s, pid %d, TTL 1m, alive", a, host, pid)
+	}
+	if want := []registry.Queue{standalone("emails"), {Tag: "signup", Name: "mail"}}; !reflect.DeepEqual(a.Queues, want) {
+		t.Errorf("A's queues = %v, want %v", a.Queues, want)
+	}
+	if a.Started.Before(before) || a.Started.After(after) {
+		t.Errorf("A started at %v, want Redis time of its registration, in [%v, %v]", a.Started, before, after)
+	}
+	if a.KeepaliveAge < 15*time.Second || a.KeepaliveAge > 20*time.Second {
+		t.Errorf("A's keepalive age = %v, want about 15s (TTL 1m, 45s left)", a.KeepaliveAge)
+	}
+
+	if b.ID != "B" || b.Host != "host-2" || b.PID != 7 || b.TTL != 30*time.Second || len(b.Queues) != 0 {
+		t.Errorf("Describe(B) = %+v, want id B, host-2, pid 7, TTL 30s, no queues", b)
+	}
+	if b.Alive || b.KeepaliveAge != 0 {
+		t.Errorf("dead B: Alive = %v, KeepaliveAge = %v; want false, 0", b.Alive, b.KeepaliveAge)
+	}
+
+	if want := (registry.WorkerInfo{ID: "unknown"}); !reflect.DeepEqual(u, want) {
+		t.Errorf("Describe(unknown) = %+v, want %+v", u, want)
+	}
+
+	// Forget drops the description with the registration.
+	if err := e.r.Forget(e.ctx, []string{"B"}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = e.r.Describe(e.ctx, []string{"B"})
+	if err != nil || len(got) != 1 || got[0].Host != "" || got[0].PID != 0 || !got[0].Started.IsZero() {
+		t.Errorf("Describe(B) after Forget = %+v, %v; want an empty record", got, err)
+	}
+	got, err = e.r.Describe(e.ctx, nil)
+	if err != nil || len(got) != 0 {
+		t.Errorf("Describe(nil) = %+v, %v; want empty", got, err)
 	}
 }
