@@ -109,15 +109,11 @@ func (e *env) flStatus(f *worqr.Flow, id string) func() worqr.RunStatus {
 // serving the given queues of flow (so that a reaper pass looks at them).
 func (e *env) flRegister(ttl time.Duration, flow string, queues ...string) string {
 	GinkgoHelper()
-	ctx, cancel := bg()
-	defer cancel()
-	id := "manual-" + xid.New().String()
 	refs := make([]rdb.QueueRef, len(queues))
 	for i, q := range queues {
 		refs[i] = rdb.QueueRef{Tag: flow, Name: q}
 	}
-	Expect(e.reg.Register(ctx, id, ttl, refs)).To(Succeed())
-	return id
+	return e.registerRefs(ttl, refs)
 }
 
 // flTakeStage takes up to n runs waiting in a stage queue for hand-driven
@@ -138,10 +134,7 @@ func (e *env) flTake(w string, f *worqr.Flow, queue string, n int, stage bool) [
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	c, err := e.pool.GetContext(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	defer c.Close()
-	got, err := rdb.Take(ctx, c, e.flQK(f.Name, queue), w, n, 0, stage)
+	got, err := e.st.Take(ctx, e.flQK(f.Name, queue), w, n, 0, stage)
 	Expect(err).NotTo(HaveOccurred())
 	for _, t := range got {
 		Expect(t.PID).NotTo(BeEmpty(), "task %s buried by take: %s", t.ID, t.Reason)
@@ -206,34 +199,59 @@ func flKids(queue string, n int) []rdb.Child {
 	return out
 }
 
-// flFinish finishes hand-driven worker w's taking t of a stage as done,
-// merging fields and fanning out children, as a Worker would.
+// flFinish ends hand-driven worker w's taking t of a stage as done,
+// merging fields and fanning out children, as a Worker would: a stage end.
 func (e *env) flFinish(w string, f *worqr.Flow, stage string, t rdb.Taken, fields map[string]string, children []rdb.Child) (rdb.Outcome, error) {
-	ctx, cancel := bg()
-	defer cancel()
-	c, err := e.pool.GetContext(ctx)
-	if err != nil {
-		return rdb.OutcomeLost, err
+	en := rdb.Done(rdb.KindStage, w, t.PID, t.ID, nil)
+	en.Stage = &rdb.StageEnd{
+		Next: flNext(f, stage), FailFast: !f.Stages[flStageIndex(f, stage)].ContinueOnChildFailure,
+		RunRetentionMs: flRef(f).RetentionMillis, IndexBy: f.IndexBy,
+		Fields: flPrefixed(fields), Children: children,
 	}
-	defer c.Close()
-	return rdb.FlowFinish(ctx, c, e.flQK(f.Name, stage), w, t.PID, t.ID, rdb.FinishArgs{Mode: rdb.FinishDone},
-		flRef(f), flNext(f, stage), flPrefixed(fields), children, !f.Stages[flStageIndex(f, stage)].ContinueOnChildFailure)
+	got, err := e.end(nil, e.flQK(f.Name, stage), en)
+	return got.Outcome, err
 }
 
-// flChildFinish finishes hand-driven worker w's taking t of a child as done
-// with result, on connection c (a pooled one when nil), as a Worker would.
+// flChildFinish ends hand-driven worker w's taking t of a child as done
+// with result, on connection c (a pooled one when nil), as a Worker would: a
+// child end, which reports the child's outcome and its run's.
 func (e *env) flChildFinish(c redis.Conn, w string, f *worqr.Flow, queue string, t rdb.Taken, result string) (child, run rdb.Outcome, err error) {
-	ctx, cancel := bg()
-	defer cancel()
-	if c == nil {
-		c, err = e.pool.GetContext(ctx)
-		if err != nil {
-			return rdb.OutcomeLost, 0, err
-		}
-		defer c.Close()
+	var st *rdb.Store
+	if c != nil {
+		st = rdb.NewStore(oneConn{c}, e.ns)
 	}
-	return rdb.ChildFinish(ctx, c, e.flQK(f.Name, queue), w, t.PID, t.ID, t.Parent,
-		rdb.FinishArgs{Mode: rdb.FinishDone, Result: []byte(result)})
+	en := rdb.Done(rdb.KindChild, w, t.PID, t.ID, []byte(result))
+	en.Run = t.Parent
+	got, err := e.end(st, e.flQK(f.Name, queue), en)
+	return got.Outcome, got.Run, err
+}
+
+// oneConn is a ConnGetter that hands out one connection the spec opened
+// beforehand (and closes itself), so that calls made through it start at
+// once, without a dial.
+type oneConn struct{ c redis.Conn }
+
+func (o oneConn) GetContext(context.Context) (redis.Conn, error) { return keptConn{o.c}, nil }
+
+// keptConn is a connection whose Close leaves the real one open.
+type keptConn struct{ redis.Conn }
+
+func (keptConn) Close() error { return nil }
+
+func (k keptConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return redis.DoContext(k.Conn, ctx, cmd, args...)
+}
+
+func (k keptConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return redis.DoWithTimeout(k.Conn, d, cmd, args...)
+}
+
+func (k keptConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(k.Conn, ctx)
+}
+
+func (k keptConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(k.Conn, d)
 }
 
 // flWorkerConfig returns a config serving flows with the suite's short

@@ -271,12 +271,13 @@ var _ = Describe("Flows", func() {
 
 		cfg1 := e.flWorkerConfig(&rec1, f1)
 		cfg1.DisableReaper = true
-		w1 := e.start(nil, cfg1)
+		clock1 := newHeartClock(cfg1.HeartbeatInterval)
+		w1 := e.startWithClock(nil, cfg1, clock1)
 		id := e.flStart(f1, nil)
 		Eventually(ctx, firstTook).WithTimeout(5 * time.Second).Should(Receive())
 		// w1 "dies": it stops taking and its keepalive lapses while its
-		// stage handler still runs.
-		w1.PauseHeartbeat()
+		// stage handler still runs (its keepalive clock is frozen).
+		clock1.freeze()
 		stopped := make(chan error, 1)
 		go func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

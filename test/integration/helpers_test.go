@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 	"github.com/worqr/worqr-go/worqr"
@@ -36,11 +38,13 @@ const (
 
 // env is one spec's world: its own namespace, its own pool (whose
 // connections check that every script call's KEYS share one hash tag), a
-// client and direct access to the keys.
+// client, the protocol store for hand-driven workers and direct access to
+// the keys.
 type env struct {
 	ns     string
 	pool   *redis.Pool
 	keys   rdb.Keys
+	st     *rdb.Store
 	client *worqr.Client
 	logger *slog.Logger
 	reg    *registry.Registry
@@ -51,9 +55,11 @@ func newEnv() *env {
 	e := &env{ns: redistest.Namespace()}
 	e.pool = srv.TagCheckedPool(newTagWatch())
 	e.keys = rdb.NewKeys(e.ns)
-	e.reg = registry.New(e.pool, e.keys)
+	e.st = rdb.NewStore(e.pool, e.ns)
 	e.logger = slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var err error
+	e.reg, err = registry.New(e.pool, e.ns)
+	Expect(err).NotTo(HaveOccurred())
 	e.client, err = worqr.NewClient(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 	Expect(err).NotTo(HaveOccurred())
 	return e
@@ -202,13 +208,15 @@ func (e *env) snapshot() map[string]string {
 
 // reaper returns a reaper on pool for the spec's namespace, for direct passes.
 func (e *env) reaper(pool *redis.Pool) *recovery.Reaper {
+	GinkgoHelper()
 	if pool == nil {
 		pool = e.pool
 	}
-	return &recovery.Reaper{
-		Pool: pool, Keys: e.keys, Registry: registry.New(pool, e.keys),
-		Holder: "spec-" + xid.New().String(), Interval: time.Second, Logger: e.logger,
-	}
+	r, err := recovery.New(pool, &recovery.Config{
+		Namespace: e.ns, Interval: time.Second, Holder: "spec-" + xid.New().String(), Logger: e.logger,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return r
 }
 
 // pass runs one recovery pass and returns the total requeued.
@@ -225,18 +233,23 @@ func (e *env) pass() int {
 	return n
 }
 
-// register lists a worker id the spec drives by hand (rdb.Take, rdb.Finish),
+// register lists a worker id the spec drives by hand (e.take, e.finish),
 // alive for ttl, serving queues.
 func (e *env) register(ttl time.Duration, queues ...string) string {
 	GinkgoHelper()
-	ctx, cancel := bg()
-	defer cancel()
-	id := "manual-" + xid.New().String()
 	refs := make([]rdb.QueueRef, len(queues))
 	for i, q := range queues {
 		refs[i] = rdb.Standalone(q)
 	}
-	Expect(e.reg.Register(ctx, id, ttl, refs)).To(Succeed())
+	return e.registerRefs(ttl, refs)
+}
+
+func (e *env) registerRefs(ttl time.Duration, refs []rdb.QueueRef) string {
+	GinkgoHelper()
+	ctx, cancel := bg()
+	defer cancel()
+	id := "manual-" + xid.New().String()
+	Expect(e.reg.Register(ctx, id, ttl, "spec", os.Getpid(), refs)).To(Succeed())
 	return id
 }
 
@@ -252,36 +265,40 @@ func (e *env) take(w, queue string, n int) []rdb.Taken {
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	c, err := e.pool.GetContext(ctx)
-	Expect(err).NotTo(HaveOccurred())
-	defer c.Close()
-	got, err := rdb.Take(ctx, c, e.qk(queue), w, n, 0, false)
+	got, err := e.st.Take(ctx, e.qk(queue), w, n, 0, false)
 	Expect(err).NotTo(HaveOccurred())
 	return got
 }
 
-// giveBack gives back hand-driven worker w's taking pid of task id.
-func (e *env) giveBack(w, queue, pid, id string) (rdb.Outcome, error) {
+// end ends one hand-driven taking of qk through st (e.st when nil), the way
+// a worker ends every taking, with no retention. A refused end (the worker
+// no longer owns the taking) is rdb.ErrLost, as worqr reports it.
+func (e *env) end(st *rdb.Store, qk rdb.QueueKeys, en rdb.Ending) (rdb.Ended, error) {
+	if st == nil {
+		st = e.st
+	}
 	ctx, cancel := bg()
 	defer cancel()
-	c, err := e.pool.GetContext(ctx)
+	got, err := st.End(ctx, qk, 0, []rdb.Ending{en})
 	if err != nil {
-		return rdb.OutcomeLost, err
+		return rdb.Ended{}, err
 	}
-	defer c.Close()
-	return rdb.GiveBack(ctx, c, e.qk(queue), w, pid, id)
+	if got[0].Outcome == rdb.OutcomeLost {
+		return got[0], rdb.ErrLost
+	}
+	return got[0], nil
 }
 
-// finish finishes hand-driven worker w's taking pid of task id.
+// giveBack gives back hand-driven worker w's taking pid of task id.
+func (e *env) giveBack(w, queue, pid, id string) (rdb.Outcome, error) {
+	got, err := e.end(nil, e.qk(queue), rdb.GiveBack(rdb.KindTask, w, pid, id))
+	return got.Outcome, err
+}
+
+// finish finishes hand-driven worker w's taking pid of task id as done.
 func (e *env) finish(w, queue, pid, id string) (rdb.Outcome, error) {
-	ctx, cancel := bg()
-	defer cancel()
-	c, err := e.pool.GetContext(ctx)
-	if err != nil {
-		return rdb.OutcomeLost, err
-	}
-	defer c.Close()
-	return rdb.Finish(ctx, c, e.qk(queue), w, pid, id, rdb.FinishArgs{})
+	got, err := e.end(nil, e.qk(queue), rdb.Done(rdb.KindTask, w, pid, id, nil))
+	return got.Outcome, err
 }
 
 func (e *env) enqueue(queue string, payload string) string {
@@ -322,13 +339,25 @@ func (e *env) workerConfig(queues map[string]worqr.QueueConfig, rec *recorder) *
 // when the spec ends.
 func (e *env) start(pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
 	GinkgoHelper()
+	return e.startCtx(context.Background(), pool, cfg)
+}
+
+// startWithClock starts a worker whose keepalive runs on clock (see
+// heartClock) and stops it when the spec ends.
+func (e *env) startWithClock(pool *redis.Pool, cfg *worqr.WorkerConfig, clock *heartClock) *worqr.Worker {
+	GinkgoHelper()
+	return e.startCtx(seam.WithHeartbeatClock(context.Background(), clock.ManualClock), pool, cfg)
+}
+
+// startCtx starts a worker with ctx given to Start: the worker stops when
+// ctx ends, so ctx must outlive the worker's use in the spec.
+func (e *env) startCtx(ctx context.Context, pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
+	GinkgoHelper()
 	if pool == nil {
 		pool = e.pool
 	}
 	w, err := worqr.NewWorker(pool, cfg)
 	Expect(err).NotTo(HaveOccurred())
-	ctx, cancel := bg()
-	defer cancel()
 	Expect(w.Start(ctx)).To(Succeed())
 	DeferCleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -336,6 +365,56 @@ func (e *env) start(pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
 		_ = w.Stop(ctx)
 	})
 	return w
+}
+
+// heartClock is the keepalive clock of one in-process worker (given to
+// Start through the test seam). It keeps time like the system clock, one
+// interval per interval of real time, until freeze: from then on the
+// worker's keepalive is never renewed, as if its process were frozen, while
+// everything else in it runs. thaw moves the clock by jump at once (the time
+// the process was "frozen") and lets it run again.
+type heartClock struct {
+	*seam.ManualClock
+	mu     sync.Mutex
+	frozen bool
+}
+
+func newHeartClock(interval time.Duration) *heartClock {
+	c := &heartClock{ManualClock: seam.NewManualClock(time.Now())}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			c.mu.Lock()
+			if !c.frozen {
+				c.Advance(interval)
+			}
+			c.mu.Unlock()
+		}
+	}()
+	DeferCleanup(func() { close(done) })
+	return c
+}
+
+// freeze stops the clock: once it returns, no beat is sent any more.
+func (c *heartClock) freeze() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = true
+}
+
+// thaw moves the clock by jump and lets it run again.
+func (c *heartClock) thaw(jump time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = false
+	c.Advance(jump)
 }
 
 // numsub is the number of subscribers of a channel.

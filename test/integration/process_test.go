@@ -323,7 +323,8 @@ var _ = Describe("Worker processes", func() {
 			}), 1),
 		}, &zrec)
 		zcfg.DisableReaper = true
-		z := e.start(nil, zcfg)
+		clock := newHeartClock(zcfg.HeartbeatInterval)
+		z := e.startWithClock(nil, zcfg, clock)
 		id := e.enqueue("pz", "x")
 		var t *worqr.Task
 		Eventually(ctx, started).WithTimeout(3 * time.Second).Should(Receive(&t))
@@ -331,7 +332,7 @@ var _ = Describe("Worker processes", func() {
 		zombie := z.ID()
 		Expect(t.WorkerID()).To(Equal(zombie))
 
-		z.PauseHeartbeat()
+		clock.freeze() // as if the process were frozen: no more beats
 		Eventually(ctx, func() bool { return e.exists(e.keys.Keepalive(zombie)) }).
 			WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
 		pcfg := e.workerConfig(map[string]worqr.QueueConfig{
@@ -363,7 +364,7 @@ var _ = Describe("Worker processes", func() {
 		))
 		Expect(e.snapshot()).To(Equal(before))
 
-		z.ResumeHeartbeat()
+		clock.thaw(zcfg.HeartbeatTTL) // it wakes up a TTL later
 		lifecycle := func() []string {
 			var kinds []string
 			for _, ev := range zrec.all() {

@@ -3,6 +3,7 @@ package integration_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -158,4 +159,90 @@ var _ = Describe("Recovery", func() {
 		Expect(err).To(MatchError(rdb.ErrLost))
 		Expect(e.waiting("orphan")).To(Equal([]string{id}))
 	}, SpecTimeout(15*time.Second))
+
+	// Regression (issue 10): before, a worker whose process was frozen past
+	// its TTL went on taking as soon as it woke up, before its first beat
+	// came back with the keepalive gone: its handler returned, the freed
+	// slot took the task the reaper had just put back at the front, under
+	// the dead id. The task ran again on the zombie, and a second pass
+	// requeued it with a second crash counted for one keepalive loss. Now a
+	// worker whose last good beat is older than TTL - HeartbeatInterval (by
+	// its keepalive clock) takes nothing until a beat says its id still
+	// lives. The spec makes the race deterministic: the first beat after
+	// the wake-up is slow (300ms) while the handler returns at once.
+	It("counts one crash for one keepalive loss: a worker frozen past its TTL, reaped, then woken, takes nothing under its dead id", func(ctx SpecContext) {
+		e := newEnv()
+		var rec recorder
+		type run struct {
+			worker  string
+			crashes int
+		}
+		runs := make(chan run, 4)
+		release := newGate()
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"frz": {Concurrency: 1, Retention: time.Minute, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+				runs <- run{worker: t.WorkerID(), crashes: t.Crashes}
+				// Ignores its context: a frozen process returns when it
+				// wakes up.
+				<-release.ch
+				return nil
+			})},
+		}, &rec)
+		cfg.DisableReaper = true // the spec runs the passes
+		clock := newHeartClock(cfg.HeartbeatInterval)
+		var beatDelay atomic.Int64
+		w := e.startWithClock(slowBeatPool(&beatDelay), cfg, clock)
+		zombie := w.ID()
+		id := e.enqueue("frz", "x")
+		var first run
+		Eventually(ctx, runs).WithTimeout(3 * time.Second).Should(Receive(&first))
+		Expect(first).To(Equal(run{worker: zombie, crashes: 0}))
+
+		// Frozen: no beat; Redis expires the keepalive and a pass puts the
+		// task back at the front, counting one crash.
+		clock.freeze()
+		Eventually(ctx, func() bool { return e.exists(e.keys.Keepalive(zombie)) }).
+			WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
+		Expect(e.pass()).To(Equal(1))
+		Expect(e.waiting("frz")).To(Equal([]string{id}))
+		info, err := e.client.Task(ctx, "frz", id)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.Crashes).To(Equal(1))
+
+		// It wakes up a TTL later: the clock jumps and the handler returns
+		// at once, while the beat that will find the keepalive gone takes
+		// 300ms.
+		beatDelay.Store(int64(300 * time.Millisecond))
+		clock.thaw(cfg.HeartbeatTTL)
+		release.open()
+		Eventually(ctx, func() int { return rec.count(worqr.EventKeepaliveLost) }).
+			WithTimeout(3 * time.Second).Should(Equal(1))
+		beatDelay.Store(0) // the new id beats normally
+
+		var second run
+		Eventually(ctx, runs).WithTimeout(5 * time.Second).Should(Receive(&second))
+		Expect(second.worker).NotTo(Equal(zombie), "nothing is taken under the dead id")
+		Expect(second.crashes).To(Equal(1))
+		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(3 * time.Second).
+			Should(Equal([]worqr.EventKind{worqr.EventLost, worqr.EventDone}))
+		Expect(rec.all()).To(ContainElement(And(
+			HaveField("Kind", worqr.EventDone), HaveField("TaskID", id), HaveField("WorkerID", second.worker))))
+		Consistently(ctx, runs).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the task ran twice in all")
+
+		info, err = e.client.Task(ctx, "frz", id)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.State).To(Equal(worqr.StateDone))
+		Expect(info.Crashes).To(Equal(1), "one keepalive loss, one crash")
+		Expect(e.pass()).To(BeZero(), "no taking was left under the dead id")
+		Expect(e.exists(e.qk("frz").WorkerQueue(zombie))).To(BeFalse())
+		Expect(e.smembers(e.qk("frz").Holders)).NotTo(ContainElement(zombie))
+
+		var lifecycle []string
+		for _, ev := range rec.all() {
+			if ev.Kind == worqr.EventKeepaliveLost || ev.Kind == worqr.EventRegistered {
+				lifecycle = append(lifecycle, string(ev.Kind)+" "+ev.WorkerID)
+			}
+		}
+		Expect(lifecycle).To(Equal([]string{"registered " + zombie, "keepalive_lost " + zombie, "registered " + second.worker}))
+	}, SpecTimeout(20*time.Second))
 })

@@ -96,4 +96,32 @@ var _ = Describe("Bad input", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(e.waiting("big")).To(HaveLen(1))
 	}, SpecTimeout(10*time.Second))
+
+	// Regression (issue 10): before, a ReaperInterval of 1ms was accepted,
+	// and the reaper's lease (nine tenths of the interval, sent as SET PX in
+	// whole milliseconds) became PX 0, which Redis refuses: every lease
+	// attempt failed and recovery silently stopped. Now an interval under
+	// worqr.MinInterval is refused by name before anything touches Redis.
+	It("rejects a ReaperInterval of 1ms, naming ReaperInterval", func(ctx SpecContext) {
+		e := newEnv()
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{"q": one(noop, 1)}, nil)
+		cfg.ReaperInterval = time.Millisecond
+		w, err := worqr.NewWorker(e.pool, cfg)
+		expectInvalid(err, "ReaperInterval", "1ms")
+		Expect(w).To(BeNil())
+		Expect(e.allKeys()).To(BeEmpty())
+	}, SpecTimeout(10*time.Second))
+
+	// Regression (issue 10): before, Client.Run read flow.Name before
+	// checking the flow, so a nil flow panicked. Now it is an input error.
+	It("rejects Client.Run with a nil flow with an InvalidError, without panicking", func(ctx SpecContext) {
+		e := newEnv()
+		var (
+			info *worqr.RunInfo
+			err  error
+		)
+		Expect(func() { info, err = e.client.Run(ctx, nil, "some-run") }).NotTo(Panic())
+		expectInvalid(err, "Flow", "is nil")
+		Expect(info).To(BeNil())
+	}, SpecTimeout(10*time.Second))
 })

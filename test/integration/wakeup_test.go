@@ -6,6 +6,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -102,5 +103,57 @@ var _ = Describe("Wake-ups", func() {
 		cfg.PollInterval = neverPoll
 		e.start(nil, cfg)
 		Eventually(ctx, seen.get).WithTimeout(5 * time.Second).Should(Equal(ids))
+	}, SpecTimeout(15*time.Second))
+
+	// Regression (issue 10): before, a take that buried every id it popped
+	// (here: ids with no task hash) launched nothing, so the fetch loop
+	// treated the queue as drained and waited for the next wake-up or poll
+	// tick; one wake-up took one bad id, and the good task behind five of
+	// them waited several PollIntervals (5s each here). Now a take that
+	// buried something takes again at once.
+	It("runs a good task queued behind ids with no task data at once, not at the next poll", func(ctx SpecContext) {
+		const poll = 5 * time.Second
+		e := newEnv()
+		var rec recorder
+		started := make(chan string, 1)
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"bury": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+				started <- t.ID
+				return nil
+			}), 1),
+		}, &rec)
+		cfg.PollInterval = poll
+		cfg.DisableReaper = true
+		e.start(nil, cfg)
+		Eventually(ctx, func() int { return e.numsub(e.qk("bury").WakeChannel) }).
+			WithTimeout(3 * time.Second).Should(Equal(1))
+		// Let the startup polls pass: from now on only the enqueue's one
+		// wake-up (or a poll tick, 5s after the start) makes it take.
+		Consistently(ctx, started).WithTimeout(200 * time.Millisecond).ShouldNot(Receive())
+
+		bad := make([]any, 5)
+		for i := range bad {
+			bad[i] = xid.New().String()
+		}
+		_, err := e.do("RPUSH", append([]any{e.qk("bury").Waiting}, bad...)...)
+		Expect(err).NotTo(HaveOccurred())
+		sent := time.Now()
+		good := e.enqueue("bury", "good")
+
+		Eventually(ctx, started).WithTimeout(poll / 5).Should(Receive(Equal(good)))
+		Expect(time.Since(sent)).To(BeNumerically("<", poll/5), "started well before the first poll tick")
+		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(good) }).
+			WithTimeout(time.Second).Should(Equal([]worqr.EventKind{worqr.EventDone}))
+
+		dead, total, err := e.client.Dead(ctx, "bury", 0, 10)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(total).To(Equal(5), "every bad id was buried")
+		Expect(dead).To(HaveLen(5))
+		for _, d := range dead {
+			Expect(bad).To(ContainElement(d.ID))
+			Expect(d.DeadReason).To(HavePrefix("missing"))
+		}
+		Expect(rec.count(worqr.EventDead)).To(Equal(5))
+		Expect(e.waiting("bury")).To(BeEmpty())
 	}, SpecTimeout(15*time.Second))
 })

@@ -1,0 +1,60 @@
+package integration_test
+
+import (
+	"context"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+var _ = Describe("Worker lifecycle", func() {
+	// Regression (issue 10): before, the context given to Worker.Start
+	// bounded the registration only: cancelling it later changed nothing,
+	// the worker ran on (holding its task) until someone called Stop, and
+	// there was no Stopped channel to wait on. Now the end of Start's
+	// context stops the worker as Stop does with no grace: the running task
+	// goes back to the front of its queue, the worker deregisters and
+	// Stopped is closed.
+	It("stops when the context given to Start ends: Stopped closes, and the running task is back at the front", func(ctx SpecContext) {
+		e := newEnv()
+		var rec recorder
+		started := make(chan string, 2)
+		causes := make(chan error, 1)
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"life": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+				started <- t.ID
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			}), 1),
+		}, &rec)
+		cfg.DisableReaper = true
+		runCtx, cancel := context.WithCancel(context.Background())
+		DeferCleanup(cancel)
+		w := e.startCtx(runCtx, nil, cfg)
+		id := w.ID()
+		ids := e.enqueueN("life", 2)
+		Eventually(ctx, started).WithTimeout(3 * time.Second).Should(Receive(Equal(ids[0])))
+		Expect(e.waiting("life")).To(Equal(ids[1:]))
+		Consistently(ctx, w.Stopped()).WithTimeout(100 * time.Millisecond).ShouldNot(BeClosed())
+
+		cancel()
+		Eventually(ctx, w.Stopped()).WithTimeout(5 * time.Second).Should(BeClosed())
+		Expect(causes).To(Receive(MatchError(worqr.ErrWorkerStopped)), "the handler was cancelled because the worker stopped")
+		Expect(e.waiting("life")).To(Equal(ids), "the running task is back at the front")
+		Expect(rec.all()).To(ContainElement(And(
+			HaveField("Kind", worqr.EventStopRequeued), HaveField("Queue", "life"), HaveField("Count", 1))))
+		Expect(rec.kinds(ids[0])).NotTo(ContainElement(worqr.EventDone))
+		Consistently(ctx, started).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "a stopped worker takes nothing")
+		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(id))
+		Expect(e.keysWith(id)).To(BeEmpty(), "no key names the stopped worker")
+		Expect(e.keysWith(":p:")).To(BeEmpty())
+		info, err := e.client.Task(ctx, "life", ids[0])
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.State).To(Equal(worqr.StateQueued))
+		Expect(info.Crashes).To(BeZero(), "a stop is not a crash")
+	}, SpecTimeout(15*time.Second))
+})
