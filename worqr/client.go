@@ -23,6 +23,7 @@ type Client struct {
 	cfg Config
 
 	queues sync.Map // queue name -> *clientQueue
+	flows  sync.Map // flow name -> true once its queues are recorded as known
 }
 
 // clientQueue is what a Client keeps per queue it used: the key names, built

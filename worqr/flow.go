@@ -251,6 +251,21 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	if err := checkStateFields("state", state, c.cfg.MaxPayloadBytes); err != nil {
 		return "", err
 	}
+	if _, known := c.flows.Load(f.Name); !known {
+		// Once per flow and client, so the Inspector and the mover see the
+		// flow's queues before any worker served them.
+		var refs []rdb.QueueRef
+		for _, st := range f.Stages {
+			refs = append(refs, rdb.QueueRef{Tag: f.Name, Name: st.Name})
+			for name := range st.Children {
+				refs = append(refs, rdb.QueueRef{Tag: f.Name, Name: name})
+			}
+		}
+		if err := c.st.AddKnownQueues(ctx, refs); err != nil {
+			return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
+		}
+		c.flows.Store(f.Name, true)
+	}
 	qk := c.flowQueue(f, f.Stages[0].Name)
 	id := xid.New().String()
 	if _, err := c.st.FlowStart(ctx, qk, id, state, f.ref()); err != nil {

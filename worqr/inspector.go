@@ -449,3 +449,14 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 func (in *Inspector) Ping(ctx context.Context) error {
 	return in.st.Ping(ctx, rdb.RegistryTag)
 }
+
+// DeleteNamespace deletes every key of the inspector's namespace (tasks,
+// queues, workers, flow runs: everything), a thousand keys per call, and
+// returns how many it deleted. Stop every worker of the namespace first.
+func (in *Inspector) DeleteNamespace(ctx context.Context) (int, error) {
+	n, err := in.st.DeleteNamespace(ctx)
+	if err != nil {
+		return n, fmt.Errorf("worqr: delete namespace %s: %w", in.cfg.Namespace, err)
+	}
+	return n, nil
+}

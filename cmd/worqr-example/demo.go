@@ -508,32 +508,15 @@ func (d *demo) stopWorkers(ws []*worqr.Worker) {
 func (d *demo) cleanup() {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	c, err := d.pool.GetContext(ctx)
+	in, err := worqr.NewInspector(d.pool, &worqr.Config{Namespace: d.ns})
 	if err != nil {
 		d.log.Warn("demo: cleanup", "err", err)
 		return
 	}
-	defer c.Close()
-	deleted, cursor := 0, "0"
-	for {
-		v, err := redis.Values(redis.DoContext(c, ctx, "SCAN", cursor, "MATCH", d.ns+":*", "COUNT", 1000))
-		if err != nil {
-			d.log.Warn("demo: cleanup", "err", err)
-			return
-		}
-		cursor, _ = redis.String(v[0], nil)
-		keys, _ := redis.Strings(v[1], nil)
-		for _, k := range keys {
-			n, err := redis.Int(redis.DoContext(c, ctx, "DEL", k))
-			if err != nil {
-				d.log.Warn("demo: cleanup", "err", err)
-				return
-			}
-			deleted += n
-		}
-		if cursor == "0" {
-			break
-		}
+	deleted, err := in.DeleteNamespace(ctx)
+	if err != nil {
+		d.log.Warn("demo: cleanup", "err", err)
+		return
 	}
 	d.say("deleted the %d keys of namespace %s", deleted, d.ns)
 }

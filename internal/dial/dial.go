@@ -151,7 +151,10 @@ func Pool(o Options) (*redis.Pool, error) {
 		MaxActive:   o.MaxActive,
 		IdleTimeout: 5 * time.Minute,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			c, err := redis.DialURLContext(ctx, raw, opts...)
+			// DialURLContext appends to the options it is given: a slice
+			// with no spare capacity keeps concurrent dials from writing
+			// into one backing array (a data race).
+			c, err := redis.DialURLContext(ctx, raw, opts[:len(opts):len(opts)]...)
 			return c, scrub(err, raw)
 		},
 		TestOnBorrow: rdb.TestOnBorrow,

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
@@ -263,4 +264,40 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 		return nil
 	})
 	return out, err
+}
+
+// DeleteNamespace deletes every key of the namespace, SCANning 1,000 at a
+// time (one DEL per batch), and returns how many it deleted. On a single
+// Redis; a cluster router would run it on every master.
+func (s *Store) DeleteNamespace(ctx context.Context) (int, error) {
+	deleted := 0
+	err := s.withConn(ctx, RegistryTag, func(c redis.Conn) error {
+		cursor := "0"
+		for {
+			v, err := redis.Values(do(ctx, c, "SCAN", cursor, "MATCH", s.keys.Namespace()+":*", "COUNT", BulkChunk))
+			if err != nil {
+				return err
+			}
+			if len(v) != 2 {
+				return fmt.Errorf("rdb: SCAN: reply of %d values", len(v))
+			}
+			cursor, _ = redis.String(v[0], nil)
+			keys, _ := redis.Strings(v[1], nil)
+			if len(keys) > 0 {
+				args := make([]any, len(keys))
+				for i, k := range keys {
+					args[i] = k
+				}
+				n, err := redis.Int(do(ctx, c, "DEL", args...))
+				if err != nil {
+					return err
+				}
+				deleted += n
+			}
+			if cursor == "0" {
+				return nil
+			}
+		}
+	})
+	return deleted, err
 }
