@@ -408,3 +408,27 @@ func TestTagChecksCatchCrossTagCalls(t *testing.T) {
 		t.Errorf("routed.GetContext reported %q, want one error", fake.errs)
 	}
 }
+
+// TestBulkCancelOfAnIDWithoutData drops a waiting id whose task hash is
+// gone and writes nothing for it, even when the queue retains cancelled
+// tasks.
+func TestBulkCancelOfAnIDWithoutData(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.setCfg(t, e.q, "retention", 60000)
+	e.enqueue(t, "real")
+	e.do(t, "RPUSH", e.q.Waiting, "ghost")
+	n, err := e.st.Bulk(e.ctx, e.q, rdb.PlaceWaiting, rdb.BulkCancel)
+	if err != nil || n != 2 {
+		t.Fatalf("Bulk = %d, %v; want 2, nil", n, err)
+	}
+	if got := e.do(t, "EXISTS", e.q.Task("ghost")); got != int64(0) {
+		t.Fatalf("a record was made up for the id without data (EXISTS = %v)", got)
+	}
+	if got := e.do(t, "ZSCORE", e.q.Retained, "ghost"); got != nil {
+		t.Fatalf("the id without data is listed as retained (score %v)", got)
+	}
+	if got, _ := redis.String(e.do(t, "HGET", e.q.Task("real"), rdb.FieldState), nil); got != rdb.StateCancelled {
+		t.Fatalf("the real task's state = %q, want cancelled", got)
+	}
+}

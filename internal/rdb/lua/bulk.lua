@@ -29,7 +29,9 @@ for _, id in ipairs(ids) do
   local t = redis.pcall('HMGET', tkey, F_UNIQUE)
   local u = nil
   if type(t) == 'table' and not t.err then u = t[1] end
-  if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err then
+  -- An id with no task data is only dropped: a cancel must not make up a
+  -- record of a task that does not exist.
+  if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err and redis.call('EXISTS', tkey) == 1 then
     finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4])
   else
     release_unique(u, id)
