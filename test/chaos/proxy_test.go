@@ -216,13 +216,15 @@ func (p *proxy) pipe(l *link, dst, src net.Conn, fromClient bool) {
 			if d := p.delay(); d > 0 {
 				time.Sleep(d)
 			}
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				return
-			}
+			// Decide before forwarding: once the request is written, its
+			// reply may come back before a later decision is seen.
 			if fromClient {
 				if ppm := p.dropPPM.Load(); ppm > 0 && rand.Int64N(1e6) < ppm {
 					l.dropNext.Store(true)
 				}
+			}
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
 			}
 		}
 		if err != nil {
