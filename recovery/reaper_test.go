@@ -43,7 +43,7 @@ func newEnv(t *testing.T) *env {
 	}
 	st := rdb.NewStore(pool, ns)
 	return &env{
-		ctx: context.Background(), pool: pool, ns: ns, k: st.Keys(), st: st,
+		ctx: context.Background(), pool: pool, ns: ns, k: rdb.NewKeys(ns), st: st,
 		reg: reg, q: st.Queue(standalone("q")),
 	}
 }

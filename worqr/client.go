@@ -218,7 +218,7 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if err := c.markKnown(ctx, q); err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
-	id, err := q.enqueue.Do(ctx, payload)
+	id, err := q.enqueue.Call(ctx, payload)
 	if err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
@@ -490,13 +490,13 @@ func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (i
 // oldest first, in atomic batches of at most 1,000, and returns how many it
 // moved.
 func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadRequeue, nil)
+	return c.deadAll(ctx, queue, rdb.DeadRequeue)
 }
 
 // PurgeDead deletes every dead task of queue, in atomic batches of at most
 // 1,000, and returns how many it deleted.
 func (c *Client) PurgeDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadDelete, nil)
+	return c.deadAll(ctx, queue, rdb.DeadDelete)
 }
 
 func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids []string) (int, error) {
@@ -520,20 +520,29 @@ func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids [
 	return total, nil
 }
 
-func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp, progress func(int)) (int, error) {
+func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
 		return 0, err
 	}
+	return deadAll(ctx, c.st, qk, op, nil)
+}
+
+// deadAll applies op to every dead task of qk, oldest first, in atomic
+// chunks of at most rdb.BulkChunk, calling progress after each non-empty one.
+func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
 	total := 0
 	for {
-		n, err := c.st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
+		n, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
 		total += n
-		if err != nil || n < rdb.BulkChunk {
-			return total, err
+		if err != nil {
+			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
 		}
-		if progress != nil {
+		if progress != nil && n > 0 {
 			progress(total)
+		}
+		if n < rdb.BulkChunk {
+			return total, nil
 		}
 	}
 }

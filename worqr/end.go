@@ -118,7 +118,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, t *Task, e rdb.E
 			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
 			return
 		}
-		res, err := q.ends.Do(w.runCtx, e)
+		res, err := q.ends.Call(w.runCtx, e)
 		out := res.Outcome
 		if err == nil && out == rdb.OutcomeLost && unsure {
 			var applied bool

@@ -361,21 +361,7 @@ func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, p
 	if err != nil {
 		return 0, err
 	}
-	qk := in.st.Queue(ref)
-	total := 0
-	for {
-		n, err := in.st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
-		total += n
-		if err != nil {
-			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, queue, err)
-		}
-		if progress != nil && n > 0 {
-			progress(total)
-		}
-		if n < rdb.BulkChunk {
-			return total, nil
-		}
-	}
+	return deadAll(ctx, in.st, in.st.Queue(ref), op, progress)
 }
 
 // DeleteAllWaiting deletes every task waiting in stand-alone queue (its

@@ -71,8 +71,7 @@ func (w *Worker) cancelRunning(id string) {
 // within one poll interval even if its announcement was lost.
 func (w *Worker) pauseLoop() {
 	defer w.bg.Done()
-	w.refreshPaused()
-	t := time.NewTicker(w.cfg.PollInterval)
+	t := time.NewTicker(w.cfg.PollInterval) // Start read the flags once already
 	defer t.Stop()
 	for {
 		select {

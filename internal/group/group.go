@@ -41,11 +41,11 @@ type call[T, R any] struct {
 	led bool
 }
 
-// Do adds item to the next batch and returns its result. ctx bounds the wait;
+// Call adds item to the next batch and returns its result. ctx bounds the wait;
 // as with any call over the network, a caller that gives up while its item
 // runs cannot know whether it was applied. A caller that gives up while its
 // item still waits is removed: that item is never run.
-func (g *Group[T, R]) Do(ctx context.Context, item T) (R, error) {
+func (g *Group[T, R]) Call(ctx context.Context, item T) (R, error) {
 	c := &call[T, R]{item: item, done: make(chan struct{}), lead: make(chan struct{}, 1)}
 	g.mu.Lock()
 	g.pending = append(g.pending, c)

@@ -39,7 +39,7 @@ func TestGroupBatchesAndAnswersEachCaller(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			got, err := g.Do(context.Background(), i)
+			got, err := g.Call(context.Background(), i)
 			if err != nil || got != 2*i {
 				t.Errorf("Do(%d) = %d, %v", i, got, err)
 			}
@@ -63,7 +63,7 @@ func TestGroupBatchesAndAnswersEachCaller(t *testing.T) {
 func TestGroupErrorReachesEveryCallerOfTheBatch(t *testing.T) {
 	boom := errors.New("boom")
 	g := &Group[int, int]{Run: func(context.Context, []int) ([]int, error) { return nil, boom }}
-	if _, err := g.Do(context.Background(), 1); !errors.Is(err, boom) {
+	if _, err := g.Call(context.Background(), 1); !errors.Is(err, boom) {
 		t.Fatalf("err = %v", err)
 	}
 }
@@ -82,18 +82,18 @@ func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 		}
 		return in, nil
 	}}
-	go g.Do(context.Background(), 0) // holds the only lead until released
+	go g.Call(context.Background(), 0) // holds the only lead until released
 	time.Sleep(20 * time.Millisecond)
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
-	go func() { _, err := g.Do(ctx, 1); errc <- err }()
+	go func() { _, err := g.Call(ctx, 1); errc <- err }()
 	time.Sleep(20 * time.Millisecond)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned call returned %v", err)
 	}
 	done := make(chan int, 1)
-	go func() { v, _ := g.Do(context.Background(), 2); done <- v }()
+	go func() { v, _ := g.Call(context.Background(), 2); done <- v }()
 	time.Sleep(20 * time.Millisecond)
 	close(release)
 	select {

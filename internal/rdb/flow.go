@@ -54,12 +54,7 @@ func (s *Store) FlowStart(ctx context.Context, q QueueKeys, id string, state map
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	n, err := redis.Int(flowStartScript.DoContext(ctx, c, args...))
+	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, flowStartScript, args...))
 	return n == 1, err
 }
 
@@ -71,12 +66,7 @@ func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef
 	args = append(args, q.Task(id), id, q.TaskPrefix, f.RetentionMillis)
 	args = append(args, q.prefixes()...)
 	args = appendList(args, f.IndexBy)
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	n, err := redis.Int(runCancelScript.DoContext(ctx, c, args...))
+	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
 	return n == 1, err
 }
 

@@ -96,12 +96,7 @@ func (s *Store) Enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	if a == nil {
 		a = &EnqueueArgs{}
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	return enqueueReply(enqueueScript.DoContext(ctx, c, enqueueArgs(q, ids, payloads, a)...))
+	return enqueueReply(s.eval(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, a)...))
 }
 
 // Chunks splits n payloads into runs of at most MaxEnqueueChunk tasks and
@@ -224,12 +219,7 @@ func (s *Store) Take(ctx context.Context, q QueueKeys, w string, max, maxCrashes
 		flag = "1"
 	}
 	max = min(max, MaxTake)
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	vals, err := redis.Values(takeScript.DoContext(ctx, c,
+	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
 		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
 		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag,
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix))
@@ -394,16 +384,11 @@ func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []En
 		}
 		args[mark] = len(args) - mark - 1
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
 	all := make([]any, 0, 1+len(keys)+len(args))
 	all = append(all, len(keys))
 	all = append(all, keys...)
 	all = append(all, args...)
-	codes, err := redis.Ints(endScript.DoContext(ctx, c, all...))
+	codes, err := redis.Ints(s.eval(ctx, q.Ref.Tag, endScript, all...))
 	if err != nil {
 		return nil, err
 	}
@@ -442,12 +427,7 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 	for _, w := range workers {
 		args = append(args, w)
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer c.Close()
-	return pair(redis.Ints(requeueScript.DoContext(ctx, c, args...)))
+	return pair(redis.Ints(s.eval(ctx, q.Ref.Tag, requeueScript, args...)))
 }
 
 func pair(vals []int, err error) (int, int, error) {
@@ -469,12 +449,7 @@ func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []stri
 	for _, pid := range known {
 		args = append(args, pid)
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, 0, err
-	}
-	defer c.Close()
-	return pair(redis.Ints(releaseScript.DoContext(ctx, c, args...)))
+	return pair(redis.Ints(s.eval(ctx, q.Ref.Tag, releaseScript, args...)))
 }
 
 // CancelResult says what Cancel did.
@@ -491,12 +466,7 @@ const (
 // Cancel ends a waiting or scheduled task or asks the owner of a running one
 // to stop.
 func (s *Store) Cancel(ctx context.Context, q QueueKeys, id string) (CancelResult, error) {
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return CancelNoop, err
-	}
-	defer c.Close()
-	code, err := redis.Int(cancelScript.DoContext(ctx, c,
+	code, err := redis.Int(s.eval(ctx, q.Ref.Tag, cancelScript,
 		q.Waiting, q.Task(id), q.Scheduled, q.Config, q.Retained, id, q.CancelChannel))
 	return CancelResult(code), err
 }
@@ -504,12 +474,7 @@ func (s *Store) Cancel(ctx context.Context, q QueueKeys, id string) (CancelResul
 // Move pushes up to batch due scheduled tasks to the back of the queue and
 // trims the dead set by age. It returns how many it moved.
 func (s *Store) Move(ctx context.Context, q QueueKeys, batch int) (int, error) {
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return redis.Int(moveScript.DoContext(ctx, c,
+	return redis.Int(s.eval(ctx, q.Ref.Tag, moveScript,
 		q.Scheduled, q.Waiting, q.Dead, q.Config, batch, q.TaskPrefix, q.WakeChannel))
 }
 
@@ -529,12 +494,7 @@ func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []strin
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return redis.Int(deadScript.DoContext(ctx, c, args...))
+	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, args...))
 }
 
 // DeadOldest applies op to up to n (at most BulkChunk) of the oldest dead
@@ -543,12 +503,7 @@ func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (
 	if n < 1 {
 		return 0, nil
 	}
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return redis.Int(deadScript.DoContext(ctx, c,
+	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript,
 		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
 }
 
@@ -574,12 +529,7 @@ const (
 // waiting list (front first) or scheduled set (earliest first) and returns
 // how many it handled: fewer than BulkChunk means none are left.
 func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
-	c, err := s.conn(ctx, q.Ref.Tag)
-	if err != nil {
-		return 0, err
-	}
-	defer c.Close()
-	return redis.Int(bulkScript.DoContext(ctx, c,
+	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript,
 		q.Waiting, q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkChunk, q.TaskPrefix))
 }
 

@@ -22,12 +22,7 @@ func (s *Store) Register(ctx context.Context, w string, ttlMillis int64, host st
 	for _, q := range queues {
 		args = append(args, q.Member())
 	}
-	c, err := s.conn(ctx, RegistryTag)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	ok, err := redis.Int(registerScript.DoContext(ctx, c, args...))
+	ok, err := redis.Int(s.eval(ctx, RegistryTag, registerScript, args...))
 	if err != nil {
 		return err
 	}

@@ -70,9 +70,6 @@ func NewStore(pool ConnGetter, ns string) *Store {
 	return &Store{keys: NewKeys(ns), router: RouterFor(pool)}
 }
 
-// Keys returns the key builder of the store's namespace.
-func (s *Store) Keys() Keys { return s.keys }
-
 // Queue returns the keys of queue q.
 func (s *Store) Queue(q QueueRef) QueueKeys { return s.keys.Queue(q) }
 
@@ -165,4 +162,14 @@ func TestOnBorrow(c redis.Conn, idle time.Time) error {
 func (s *Store) Ping(ctx context.Context, tag string) error {
 	_, err := s.cmd(ctx, tag, "PING")
 	return err
+}
+
+// eval runs script sc on a connection for tag.
+func (s *Store) eval(ctx context.Context, tag string, sc *script, keysAndArgs ...any) (any, error) {
+	c, err := s.conn(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	return sc.DoContext(ctx, c, keysAndArgs...)
 }

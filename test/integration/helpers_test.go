@@ -510,3 +510,14 @@ func recordingHandler(l *trail) worqr.Handler {
 func one(h worqr.Handler, concurrency int) worqr.QueueConfig {
 	return worqr.QueueConfig{Handler: h, Concurrency: concurrency}
 }
+
+// holdUntilDone is a handler that reports each task it starts on started,
+// runs until its context ends, and reports the context's cause on causes.
+func holdUntilDone(started chan<- string, causes chan<- error) worqr.Handler {
+	return worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		started <- t.ID
+		<-ctx.Done()
+		causes <- context.Cause(ctx)
+		return ctx.Err()
+	})
+}

@@ -295,12 +295,7 @@ var _ = Describe("Inspector", func() {
 		causes := make(chan error, 4)
 		var rec recorder
 		cfg := e.workerConfig(map[string]worqr.QueueConfig{
-			"bulkq": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-				started <- t.ID
-				<-ctx.Done()
-				causes <- context.Cause(ctx)
-				return ctx.Err()
-			}), 1),
+			"bulkq": one(holdUntilDone(started, causes), 1),
 		}, &rec)
 		e.start(nil, cfg)
 		running := e.enqueue("bulkq", "running")

@@ -24,12 +24,7 @@ var _ = Describe("Worker lifecycle", func() {
 		started := make(chan string, 2)
 		causes := make(chan error, 1)
 		cfg := e.workerConfig(map[string]worqr.QueueConfig{
-			"life": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-				started <- t.ID
-				<-ctx.Done()
-				causes <- context.Cause(ctx)
-				return ctx.Err()
-			}), 1),
+			"life": one(holdUntilDone(started, causes), 1),
 		}, &rec)
 		cfg.DisableReaper = true
 		runCtx, cancel := context.WithCancel(context.Background())

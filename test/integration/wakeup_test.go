@@ -66,12 +66,7 @@ var _ = Describe("Wake-ups", func() {
 			started := make(chan string, 1)
 			causes := make(chan error, 1)
 			stopping := e.workerConfig(map[string]worqr.QueueConfig{
-				"wst": one(worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-					started <- t.ID
-					<-ctx.Done()
-					causes <- context.Cause(ctx)
-					return ctx.Err()
-				}), 1),
+				"wst": one(holdUntilDone(started, causes), 1),
 			}, &rec)
 			stopping.PollInterval = neverPoll
 			stopping.DisableReaper = true
