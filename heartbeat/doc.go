@@ -23,6 +23,12 @@
 // ago: a process frozen (SIGSTOP, a long GC pause, a VM migration) or cut off
 // for that long must not take new work before a beat says its id survived.
 //
+// Session.Until is the session's deadline on Redis's clock: the Redis time
+// read before the keepalive was last set, plus TTL - TTL/10. A take carries
+// it and Redis refuses the take at or past it, so nothing is ever taken
+// under an id whose keepalive may be gone, however long the process was
+// frozen between its Fresh check and its take.
+//
 // Timing: a worker beats every Interval (default 1 s) with a TTL (default 3
 // s). After a kill -9 its key expires within TTL; a reaper pass runs at
 // least every reaper interval (default 1 s), so its tasks are offered again

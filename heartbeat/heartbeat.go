@@ -26,6 +26,7 @@ type Session struct {
 	cancel context.CancelCauseFunc
 	lost   atomic.Bool
 	why    atomic.Pointer[error]
+	until  atomic.Int64 // unix ms, Redis time
 }
 
 // ID is the session's worker id.
@@ -34,6 +35,25 @@ func (s *Session) ID() string { return s.id }
 // Context ends when the session is retired; context.Cause says why. Handler
 // contexts of the session derive from it.
 func (s *Session) Context() context.Context { return s.ctx }
+
+// Until is the session's deadline on Redis's clock: its keepalive lives at
+// least until then (a margin of TTL/10 before its earliest expiry). A take
+// is refused by Redis at or after it (rdb.TakeArgs.Until), so no taking is
+// ever recorded under an id whose keepalive may be gone. Each good beat moves
+// it on.
+func (s *Session) Until() time.Time { return time.UnixMilli(s.until.Load()) }
+
+// extend moves the deadline on to at + ttl - ttl/10 (Redis time at, read
+// before the keepalive was set for ttl), never back.
+func (s *Session) extend(at time.Time, ttl time.Duration) {
+	u := at.Add(ttl - ttl/10).UnixMilli()
+	for {
+		old := s.until.Load()
+		if u <= old || s.until.CompareAndSwap(old, u) {
+			return
+		}
+	}
+}
 
 // Lost reports whether the session was retired.
 func (s *Session) Lost() bool { return s.lost.Load() }
@@ -123,13 +143,16 @@ func (k *Keeper) register(ctx context.Context) (*Session, error) {
 	id := xid.New().String()
 	host, _ := os.Hostname()
 	sent := k.Clock.Now()
-	if err := k.Registry.Register(ctx, id, k.TTL, host, os.Getpid(), k.Queues); err != nil {
+	at, err := k.Registry.Register(ctx, id, k.TTL, host, os.Getpid(), k.Queues)
+	if err != nil {
 		return nil, err
 	}
 	k.lastOK.Store(sent.UnixNano())
 	sctx, cancel := context.WithCancelCause(context.WithoutCancel(k.parent))
 	k.log().Info("heartbeat: registered", "worker_id", id)
-	return &Session{id: id, ctx: sctx, cancel: cancel}, nil
+	s := &Session{id: id, ctx: sctx, cancel: cancel}
+	s.extend(at, k.TTL)
+	return s, nil
 }
 
 // Current returns the live session and a channel closed when it is replaced.
@@ -154,7 +177,7 @@ func (k *Keeper) Fresh() bool {
 func (k *Keeper) Run(ctx context.Context) {
 	for {
 		s, _ := k.Current()
-		if err := k.beatLoop(ctx, s.id); !errors.Is(err, ErrLost) {
+		if err := k.beatLoop(ctx, s); !errors.Is(err, ErrLost) {
 			s.Retire(context.Cause(ctx))
 			return
 		}
@@ -201,7 +224,8 @@ func (k *Keeper) reregister(ctx context.Context) (*Session, bool) {
 // lost (returning ErrLost): a beat found the key gone, or no beat succeeded
 // for a whole TTL (Redis unreachable), by when the key has expired and peers
 // may already have requeued this worker's tasks.
-func (k *Keeper) beatLoop(ctx context.Context, id string) error {
+func (k *Keeper) beatLoop(ctx context.Context, s *Session) error {
+	id := s.id
 	t := k.Clock.NewTicker(k.Interval)
 	defer t.Stop()
 	for {
@@ -211,10 +235,11 @@ func (k *Keeper) beatLoop(ctx context.Context, id string) error {
 		case <-t.C():
 		}
 		sent := k.Clock.Now()
-		alive, err := k.beat(ctx, id)
+		alive, at, err := k.beat(ctx, id)
 		switch {
 		case err == nil && alive:
 			k.lastOK.Store(sent.UnixNano())
+			s.extend(at, k.TTL)
 		case err == nil:
 			k.log().Warn("heartbeat: keepalive lost", "worker_id", id)
 			return ErrLost
@@ -245,18 +270,18 @@ const (
 // beat renews the keepalive once, retrying connection errors within one
 // interval. A Redis error reply (for example a permission error) is not
 // retried.
-func (k *Keeper) beat(ctx context.Context, id string) (bool, error) {
+func (k *Keeper) beat(ctx context.Context, id string) (bool, time.Time, error) {
 	bctx, cancel := context.WithTimeout(ctx, k.Interval)
 	defer cancel()
 	for i := 0; ; i++ {
-		alive, err := k.Registry.Beat(bctx, id, k.TTL)
+		alive, at, err := k.Registry.Beat(bctx, id, k.TTL)
 		if err == nil || rdb.IsReplyError(err) || bctx.Err() != nil {
-			return alive, err
+			return alive, at, err
 		}
 		if i >= quickRetries {
 			select {
 			case <-bctx.Done():
-				return false, err
+				return false, time.Time{}, err
 			case <-time.After(retryPause):
 			}
 		}

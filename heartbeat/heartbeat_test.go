@@ -679,3 +679,47 @@ func TestRunRetiresSessionWhenContextEnds(t *testing.T) {
 		checkRetired(t, s1, context.DeadlineExceeded)
 	})
 }
+
+// redisNow reads Redis's clock.
+func (b *bundle) redisNow(t *testing.T) time.Time {
+	t.Helper()
+	v, err := redis.Int64s(b.do(t, "TIME"), nil)
+	if err != nil || len(v) != 2 {
+		t.Fatalf("TIME = %v, %v", v, err)
+	}
+	return time.UnixMicro(v[0]*1e6 + v[1])
+}
+
+// A session's deadline is on Redis's clock, a tenth of the TTL before the
+// keepalive can expire: set by the registration, moved on by each good beat
+// from the Redis time the beat read before renewing.
+func TestSessionUntilFollowsRedisClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	margin := ttl - ttl/10
+	within := func(what string, u, lo, hi time.Time) {
+		t.Helper()
+		lo, hi = lo.Add(margin).Truncate(time.Millisecond), hi.Add(margin)
+		if u.Before(lo) || u.After(hi) {
+			t.Errorf("%s: Until = %v, want between %v and %v (Redis time + TTL - TTL/10)", what, u, lo, hi)
+		}
+	}
+	before := b.redisNow(t)
+	s := b.start(t)
+	within("after Start", s.Until(), before, b.redisNow(t))
+
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	first := s.Until()
+	time.Sleep(5 * time.Millisecond) // let Redis's clock move on (it cannot be injected)
+	before = b.redisNow(t)
+	b.beatOnce(t, s.ID(), interval)
+	deadline := time.Now().Add(patience)
+	for s.Until().Before(before.Add(margin).Truncate(time.Millisecond)) {
+		if time.Now().After(deadline) {
+			t.Fatalf("a good beat did not move Until on: still %v (was %v at Start)", s.Until(), first)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	within("after a beat", s.Until(), before, b.redisNow(t))
+}

@@ -5,18 +5,22 @@
 // peer reap per interval; if that peer dies, another takes the lease at the
 // next interval. A pass:
 //
-//  1. reads the known queues and, for each, the index of workers that may hold
-//     takings there, plus the Workers set;
-//  2. reads all their keepalive keys in one MGET (a missing key means dead
-//     forever: ids are never reused);
-//  3. runs the requeue script for each queue with dead holders: their takings
-//     go back to the front, oldest first, with a wake-up; it is idempotent,
-//     so two reapers (or a reaper and a stopping worker) racing are harmless;
+//  1. reads the Workers set and all their keepalive keys in one MGET (a
+//     missing key means dead forever: ids are never reused);
+//  2. reads the queues each dead worker's registration recorded;
+//  3. runs the requeue script for each of those queues: the dead workers'
+//     takings go back to the front, oldest first, with a wake-up; it is
+//     idempotent, so two reapers (or a reaper and a stopping worker) racing
+//     are harmless;
 //  4. removes the dead from the Workers set.
 //
-// Because the holder index is written by the same script that takes a task, a
-// worker that takes after its key expired and after a pass is found by the
-// next pass: every taking stays reachable until it is finished or requeued.
+// A pass therefore costs two commands when nobody died, whatever the number
+// of queues. It reaches every taking because a take carries the worker's
+// deadline (heartbeat.Session.Until, before its keepalive can expire) and
+// Redis refuses it once that has passed: after a pass saw a keepalive gone,
+// no taking appears under that id. Sweep, run every SweepInterval, reads
+// every known queue's holder index for holders that are neither registered
+// nor alive (left by an older version or by hand).
 //
 // The same loop runs the mover: under the same lease, each interval it moves
 // due tasks of every known queue's scheduled set (delayed enqueues, retries)

@@ -95,6 +95,7 @@ func (r *Reaper) fail(what string, err error) {
 func (r *Reaper) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
+	var lastSweep time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -117,17 +118,120 @@ func (r *Reaper) Run(ctx context.Context) {
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.fail("pass", err)
 		}
+		if lastSweep.IsZero() || time.Since(lastSweep) >= SweepInterval {
+			if _, err := r.Sweep(ctx); err != nil {
+				if ctx.Err() == nil {
+					r.fail("sweep", err)
+				}
+			} else {
+				lastSweep = time.Now()
+			}
+		}
 		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
 			r.fail("move", err)
 		}
 	}
 }
 
+// SweepInterval is how often Run also sweeps (see Sweep).
+const SweepInterval = 5 * time.Minute
+
 // Pass runs one recovery pass without the lease and returns what it requeued.
-// It is safe to run concurrently with other passes.
+// It is safe to run concurrently with other passes. It reads the registered
+// workers and their keepalives (two commands), and for each dead one
+// requeues its takings in the queues its registration recorded, then
+// forgets it: its cost follows the dead workers and their queues, not the
+// number of queues ever served. This finds every taking because a take is
+// refused by Redis once its worker's deadline (before its keepalive can
+// expire) has passed: once a keepalive is seen gone, no taking appears under
+// its id.
 func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
-	queues, err := r.st.KnownQueues(ctx)
+	registered, err := r.st.Workers(ctx)
+	if err != nil || len(registered) == 0 {
+		return nil, err
+	}
+	alive, err := r.st.Alive(ctx, registered)
 	if err != nil {
+		return nil, err
+	}
+	var dead []string
+	for i, w := range registered {
+		if !alive[i] {
+			dead = append(dead, w)
+		}
+	}
+	if len(dead) == 0 {
+		return nil, nil
+	}
+	queues, known, err := r.st.WorkerQueues(ctx, dead)
+	if err != nil {
+		return nil, err
+	}
+	// Group the dead by queue, in a stable order; a worker with no
+	// description is looked for in every known queue.
+	var order []rdb.QueueRef
+	byQueue := map[rdb.QueueRef][]string{}
+	add := func(q rdb.QueueRef, w string) {
+		if _, ok := byQueue[q]; !ok {
+			order = append(order, q)
+		}
+		byQueue[q] = append(byQueue[q], w)
+	}
+	var all []rdb.QueueRef
+	for i, w := range dead {
+		qs := queues[i]
+		if !known[i] {
+			if all == nil {
+				if all, err = r.st.KnownQueues(ctx); err != nil {
+					return nil, err
+				}
+			}
+			qs = all
+		}
+		for _, q := range qs {
+			add(q, w)
+		}
+	}
+	out, err := r.requeue(ctx, order, byQueue)
+	if err != nil {
+		return out, err
+	}
+	return out, r.st.Forget(ctx, dead)
+}
+
+// requeue runs the requeue of each queue for its dead workers.
+func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[rdb.QueueRef][]string) ([]Recovered, error) {
+	var out []Recovered
+	for _, q := range order {
+		ws := byQueue[q]
+		qk := r.st.Queue(q)
+		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
+		if err != nil {
+			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
+		}
+		if n == 0 && cancelled == 0 {
+			continue
+		}
+		rec := Recovered{Queue: q, Workers: ws, Requeued: n, Cancelled: cancelled}
+		r.cfg.Logger.Info("recovery: requeued takings of dead workers",
+			"queue", q.Member(), "workers", ws, "requeued", n, "cancelled", cancelled)
+		if r.cfg.OnRecovered != nil {
+			r.cfg.OnRecovered(rec)
+		}
+		out = append(out, rec)
+	}
+	return out, nil
+}
+
+// Sweep reads the holder index of every known queue and requeues the
+// takings of holders that are neither registered nor alive: takings a Pass
+// cannot reach, which only an older version of worqr (one that did not fence
+// takes by deadline) or a hand edit can leave. Its cost follows the number
+// of known queues; Run sweeps once when it first holds the lease and then
+// every SweepInterval. Safe to run concurrently with passes.
+func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
+	queues, err := r.st.KnownQueues(ctx)
+	if err != nil || len(queues) == 0 {
 		return nil, err
 	}
 	qks := make([]rdb.QueueKeys, len(queues))
@@ -138,15 +242,22 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Read the registered set after the holders: a worker in it now was
+	// registered when its holdings were read (ids are never reused), so
+	// a holder missing from it is not a live registration.
 	registered, err := r.st.Workers(ctx)
 	if err != nil {
 		return nil, err
 	}
-	seen := map[string]bool{}
+	listed := map[string]bool{}
+	for _, w := range registered {
+		listed[w] = true
+	}
 	var ids []string
-	for _, list := range append(holders, registered) {
-		for _, w := range list {
-			if !seen[w] {
+	seen := map[string]bool{}
+	for _, hs := range holders {
+		for _, w := range hs {
+			if !listed[w] && !seen[w] {
 				seen[w] = true
 				ids = append(ids, w)
 			}
@@ -159,47 +270,25 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	if err != nil {
 		return nil, err
 	}
-	dead := map[string]bool{}
-	for i, id := range ids {
+	orphan := map[string]bool{}
+	for i, w := range ids {
 		if !alive[i] {
-			dead[id] = true
+			orphan[w] = true
 		}
 	}
-	if len(dead) == 0 {
-		return nil, nil
-	}
-	var out []Recovered
-	for i, qk := range qks {
-		var ws []string
-		for _, w := range holders[i] {
-			if dead[w] {
-				ws = append(ws, w)
+	var order []rdb.QueueRef
+	byQueue := map[rdb.QueueRef][]string{}
+	for i, hs := range holders {
+		for _, w := range hs {
+			if orphan[w] {
+				if _, ok := byQueue[queues[i]]; !ok {
+					order = append(order, queues[i])
+				}
+				byQueue[queues[i]] = append(byQueue[queues[i]], w)
 			}
 		}
-		if len(ws) == 0 {
-			continue
-		}
-		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
-		if err != nil {
-			return out, fmt.Errorf("requeue %s: %w", qk.Ref.Member(), err)
-		}
-		rec := Recovered{Queue: qk.Ref, Workers: ws, Requeued: n, Cancelled: cancelled}
-		if n > 0 || cancelled > 0 {
-			r.cfg.Logger.Info("recovery: requeued takings of dead workers",
-				"queue", qk.Ref.Member(), "workers", ws, "requeued", n, "cancelled", cancelled)
-			if r.cfg.OnRecovered != nil {
-				r.cfg.OnRecovered(rec)
-			}
-			out = append(out, rec)
-		}
 	}
-	var gone []string
-	for _, w := range registered {
-		if dead[w] {
-			gone = append(gone, w)
-		}
-	}
-	return out, r.st.Forget(ctx, gone)
+	return r.requeue(ctx, order, byQueue)
 }
 
 // MoveBatch is how many due tasks one move script call moves.

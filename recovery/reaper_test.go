@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"reflect"
 	"sort"
 	"strings"
@@ -108,7 +109,7 @@ func (e *env) register(t *testing.T, w string, qs ...registry.Queue) {
 	if len(qs) == 0 {
 		qs = []registry.Queue{e.q.Ref}
 	}
-	if err := e.reg.Register(e.ctx, w, time.Minute, "host", 1, qs); err != nil {
+	if _, err := e.reg.Register(e.ctx, w, time.Minute, "host", 1, qs); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -129,7 +130,7 @@ func (e *env) enqueue(t *testing.T, q rdb.QueueKeys, ids ...string) {
 
 func (e *env) take(t *testing.T, q rdb.QueueKeys, w string, max int) []rdb.Taken {
 	t.Helper()
-	got, err := e.st.Take(e.ctx, q, w, max, 0, false)
+	got, err := e.st.Take(e.ctx, q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -353,50 +354,170 @@ func TestPassCountsCancelledTakings(t *testing.T) {
 	}
 }
 
-// The orphan race: a worker whose key expired takes a task after a pass
-// has already removed it from the registry. The take itself puts it back in
-// the queue's holder index, so the next pass still finds the taking.
-func TestPassFindsOrphanTaking(t *testing.T) {
+// The zombie race: a worker whose keepalive expired takes again after a pass
+// requeued its takings and forgot it. Redis refuses that take (its deadline,
+// computed as a Session does, has passed), so nothing can be held under a
+// forgotten id.
+func TestZombieTakeAfterPassIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "A")
-	e.enqueue(t, e.q, "t1", "t2")
-	e.take(t, e.q, "A", 1)
-	e.kill(t, "A")
-	r := e.reaper(t, "r1")
-
-	if _, err := r.Pass(e.ctx); err != nil {
+	const ttl = 100 * time.Millisecond
+	at, err := e.reg.Register(e.ctx, "A", ttl, "host", 1, []registry.Queue{e.q.Ref})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if ws := e.strings(t, "SMEMBERS", e.k.Workers()); len(ws) != 0 {
-		t.Fatalf("Workers after the first pass = %v, want none", ws)
+	until := at.Add(ttl - ttl/10).UnixMilli() // as heartbeat.Session.Until
+	e.enqueue(t, e.q, "t1", "t2")
+	take := func() ([]rdb.Taken, error) {
+		return e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "A", Until: until, Max: 1})
 	}
-	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"t1", "t2"}) {
-		t.Fatalf("waiting after the first pass = %v, want [t1 t2]", w)
+	if got, err := take(); err != nil || len(got) != 1 {
+		t.Fatalf("take before the deadline = %+v, %v; want t1", got, err)
 	}
-
-	// The zombie takes again, unaware that it is dead.
-	got := e.take(t, e.q, "A", 1)
-	if len(got) != 1 || got[0].ID != "t1" {
-		t.Fatalf("zombie took %+v, want t1", got)
+	// The keepalive expires on Redis's clock (it cannot be injected).
+	deadline := time.Now().Add(5 * time.Second)
+	for e.do(t, "EXISTS", e.k.Keepalive("A")).(int64) == 1 {
+		if time.Now().After(deadline) {
+			t.Fatal("A's keepalive still exists after 5s")
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-
+	r := e.reaper(t, "r1")
 	res, err := r.Pass(e.ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1}}
 	if !reflect.DeepEqual(res, want) {
-		t.Errorf("next Pass = %+v, want %+v", res, want)
+		t.Fatalf("Pass = %+v, want %+v", res, want)
+	}
+	if ws := e.strings(t, "SMEMBERS", e.k.Workers()); len(ws) != 0 {
+		t.Fatalf("Workers after the pass = %v, want none", ws)
+	}
+	before := e.snapshot(t)
+
+	// The zombie takes again, unaware that it is dead.
+	got, err := take()
+	if !errors.Is(err, rdb.ErrExpired) || len(got) != 0 {
+		t.Fatalf("zombie's take = %+v, %v; want rdb.ErrExpired and nothing", got, err)
+	}
+	if after := e.snapshot(t); !reflect.DeepEqual(before, after) {
+		t.Errorf("a refused take changed Redis:\nbefore %v\nafter  %v", before, after)
 	}
 	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"t1", "t2"}) {
 		t.Errorf("waiting = %v, want [t1 t2]", w)
 	}
-	if hs := e.strings(t, "SMEMBERS", e.q.Holders); len(hs) != 0 {
-		t.Errorf("holders = %v, want none", hs)
+}
+
+// Sweep finds holdings a pass cannot reach (a holder that is not
+// registered, as a hand edit or an older version leaves), requeues them, and
+// leaves live and registered holders alone.
+func TestSweepRequeuesUnregisteredHolders(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := e.st.Queue(standalone("other"))
+	e.register(t, "A", e.q.Ref, other.Ref)
+	e.enqueue(t, e.q, "a1", "z1", "z2")
+	e.enqueue(t, other, "o1")
+	e.take(t, e.q, "A", 1)
+	e.take(t, e.q, "Z", 2) // Z never registered
+	e.take(t, other, "A", 1)
+	if err := e.st.AddKnownQueues(e.ctx, []rdb.QueueRef{e.q.Ref, other.Ref}); err != nil {
+		t.Fatal(err)
 	}
-	if n := e.do(t, "EXISTS", e.q.WorkerQueue("A")).(int64); n != 0 {
-		t.Error("the zombie's holdings survived the pass")
+	r := e.reaper(t, "r1")
+	if res, err := r.Pass(e.ctx); err != nil || len(res) != 0 {
+		t.Fatalf("Pass = %+v, %v; want nothing (A lives, Z is not registered)", res, err)
+	}
+	res, err := r.Sweep(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"Z"}, Requeued: 2}}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("Sweep = %+v, want %+v", res, want)
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"z1", "z2"}) {
+		t.Errorf("waiting = %v, want [z1 z2]", w)
+	}
+	if hs := e.strings(t, "SMEMBERS", e.q.Holders); !reflect.DeepEqual(hs, []string{"A"}) {
+		t.Errorf("holders = %v, want [A]", hs)
+	}
+	if res, err := r.Sweep(e.ctx); err != nil || len(res) != 0 {
+		t.Errorf("second Sweep = %+v, %v; want nothing", res, err)
+	}
+}
+
+// A pass costs in proportion to the dead workers and their queues, not to the
+// queues ever served: with 300 known queues and nobody dead it sends two
+// commands; one dead worker of one queue adds its description, one requeue
+// and the forget.
+func TestPassCostFollowsDeadWorkers(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var refs []rdb.QueueRef
+	for i := range 300 {
+		refs = append(refs, standalone(fmt.Sprintf("q%d", i)))
+	}
+	if err := e.st.AddKnownQueues(e.ctx, refs); err != nil {
+		t.Fatal(err)
+	}
+	e.register(t, "live", refs...)
+	e.register(t, "A")
+	e.enqueue(t, e.q, "t1")
+	e.take(t, e.q, "A", 1)
+	fp := &faultyPool{pool: e.pool}
+	r, err := recovery.New(fp, &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if res, err := r.Pass(e.ctx); err != nil || len(res) != 0 {
+		t.Fatalf("Pass = %+v, %v; want nothing", res, err)
+	}
+	if by, n := fp.takeSent(); n > 2 {
+		t.Errorf("a pass with nobody dead sent %d commands (%v), want 2 (SMEMBERS, MGET)", n, by)
+	}
+
+	// The first requeue through this pool may load the script (NOSCRIPT,
+	// then EVAL): a cost paid once per server, not per pass.
+	if _, _, err := rdb.NewStore(fp, e.ns).Requeue(e.ctx, e.q, []string{"nobody"}, true); err != nil {
+		t.Fatal(err)
+	}
+	fp.takeSent()
+
+	e.kill(t, "A")
+	res, err := r.Pass(e.ctx)
+	if err != nil || len(res) != 1 || res[0].Requeued != 1 {
+		t.Fatalf("Pass = %+v, %v; want t1 requeued", res, err)
+	}
+	// SMEMBERS, MGET, HGET, EVALSHA, SREM + DEL.
+	if by, n := fp.takeSent(); n > 6 {
+		t.Errorf("a pass with one dead worker of one queue sent %d commands (%v), want at most 6", n, by)
+	}
+}
+
+// A dead worker whose description is missing (forgotten by hand, or written
+// by an older version) is looked for in every known queue.
+func TestPassWithoutDescriptionSearchesKnownQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	other := e.st.Queue(standalone("other"))
+	e.register(t, "A", e.q.Ref)
+	e.enqueue(t, other, "o1")
+	e.take(t, other, "A", 1) // not among A's registered queues
+	e.do(t, "DEL", e.k.WorkerInfo("A"))
+	if err := e.st.AddKnownQueues(e.ctx, []rdb.QueueRef{e.q.Ref, other.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	e.kill(t, "A")
+	res, err := e.reaper(t, "r1").Pass(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []recovery.Recovered{{Queue: other.Ref, Workers: []string{"A"}, Requeued: 1}}
+	if !reflect.DeepEqual(res, want) {
+		t.Fatalf("Pass = %+v, want %+v", res, want)
 	}
 }
 
@@ -521,23 +642,38 @@ func TestRunPassesOnlyWithTheLease(t *testing.T) {
 func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "Z")
 	e.enqueue(t, e.q, "t1")
-	e.take(t, e.q, "Z", 1)
-	e.kill(t, "Z")
-
-	var mu sync.Mutex
-	passes := 0
+	var (
+		mu     sync.Mutex
+		passes int
+	)
+	// kill registers a fresh worker, lets it take t1 and kills it: the
+	// next pass recovers exactly one task.
+	kill := func(n int) {
+		w := fmt.Sprintf("Z%d", n)
+		if _, err := e.reg.Register(e.ctx, w, time.Minute, "host", 1, []registry.Queue{e.q.Ref}); err != nil {
+			t.Error(err)
+			return
+		}
+		if _, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: 1}); err != nil {
+			t.Error(err)
+		}
+		c := e.pool.Get()
+		defer c.Close()
+		if _, err := c.Do("DEL", e.k.Keepalive(w)); err != nil {
+			t.Error(err)
+		}
+	}
+	kill(0)
 	const interval = 50 * time.Millisecond
 	r := e.reaper(t, "r1", func(c *recovery.Config) {
 		c.Interval = interval
 		c.OnRecovered = func(recovery.Recovered) {
 			mu.Lock()
 			passes++
+			n := passes
 			mu.Unlock()
-			if _, err := e.st.Take(e.ctx, e.q, "Z", 1, 0, false); err != nil {
-				t.Error(err)
-			}
+			kill(n)
 		}
 	})
 	const ticks = 20
@@ -704,12 +840,27 @@ func TestNewCopiesConfig(t *testing.T) {
 var errInjected = errors.New("injected: connection reset by peer")
 
 // faultyPool passes calls to pool, except that GetContext fails while down
-// is set, and every command named in failCmds fails with errInjected.
+// is set, and every command named in failCmds fails with errInjected. It
+// counts the commands sent through it.
 type faultyPool struct {
 	pool     *redis.Pool
 	mu       sync.Mutex
 	down     bool
 	failCmds map[string]bool
+	sent     map[string]int
+}
+
+// takeSent returns the commands sent since the last call, by name, and their
+// total.
+func (p *faultyPool) takeSent() (map[string]int, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out, n := p.sent, 0
+	for _, c := range out {
+		n += c
+	}
+	p.sent = nil
+	return out, n
 }
 
 func (p *faultyPool) setDown(down bool) {
@@ -721,7 +872,12 @@ func (p *faultyPool) setDown(down bool) {
 func (p *faultyPool) fails(cmd string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.failCmds[strings.ToUpper(cmd)]
+	cmd = strings.ToUpper(cmd)
+	if p.sent == nil {
+		p.sent = map[string]int{}
+	}
+	p.sent[cmd]++
+	return p.failCmds[cmd]
 }
 
 func (p *faultyPool) GetContext(ctx context.Context) (redis.Conn, error) {

@@ -38,15 +38,26 @@ func New(pool ConnGetter, namespace string) (*Registry, error) {
 
 // Register creates worker id's keepalive (alive for ttl), lists it in the
 // Workers set, describes it (host, process id) and records the queues it
-// serves, in one atomic step.
-func (r *Registry) Register(ctx context.Context, id string, ttl time.Duration, host string, pid int, queues []Queue) error {
-	return r.st.Register(ctx, id, ttl.Milliseconds(), host, pid, queues)
+// serves, in one atomic step. at is Redis's clock read before the keepalive
+// was set: it lives at least until at + ttl.
+func (r *Registry) Register(ctx context.Context, id string, ttl time.Duration, host string, pid int, queues []Queue) (at time.Time, err error) {
+	ms, err := r.st.Register(ctx, id, ttl.Milliseconds(), host, pid, queues)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMilli(ms), nil
 }
 
 // Beat renews worker id's keepalive for ttl. It reports false when the key was
-// already gone: the worker is dead to the cluster and must not renew it.
-func (r *Registry) Beat(ctx context.Context, id string, ttl time.Duration) (bool, error) {
-	return r.st.Beat(ctx, id, ttl.Milliseconds())
+// already gone: the worker is dead to the cluster and must not renew it. at is
+// Redis's clock read just before the renewal (same round trip): a renewed
+// keepalive lives at least until at + ttl.
+func (r *Registry) Beat(ctx context.Context, id string, ttl time.Duration) (alive bool, at time.Time, err error) {
+	alive, ms, err := r.st.Beat(ctx, id, ttl.Milliseconds())
+	if err != nil {
+		return false, time.Time{}, err
+	}
+	return alive, time.UnixMilli(ms), nil
 }
 
 // Deregister deletes worker id's keepalive and description and removes it

@@ -73,7 +73,7 @@ const (
 
 func (e *env) register(t *testing.T, id string, ttl time.Duration, qs ...registry.Queue) {
 	t.Helper()
-	if err := e.r.Register(e.ctx, id, ttl, host, pid, qs); err != nil {
+	if _, err := e.r.Register(e.ctx, id, ttl, host, pid, qs); err != nil {
 		t.Fatalf("Register(%s): %v", id, err)
 	}
 }
@@ -87,6 +87,15 @@ func (e *env) waitGone(t *testing.T, key string) {
 			t.Fatalf("%s still exists after 5s", key)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// checkAt checks that at (returned by Register or Beat) is Redis's clock
+// between before and after, to the millisecond.
+func checkAt(t *testing.T, what string, at, before, after time.Time) {
+	t.Helper()
+	if at.Before(before.Truncate(time.Millisecond)) || at.After(after) {
+		t.Errorf("%s returned at = %v, want Redis time between %v and %v", what, at, before, after)
 	}
 }
 
@@ -114,7 +123,12 @@ func TestNewRejectsBadArguments(t *testing.T) {
 func TestRegister(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "A", 2*time.Second, standalone("emails"), registry.Queue{Tag: "flow", Name: "s1"})
+	before := e.redisNow(t)
+	at, err := e.r.Register(e.ctx, "A", 2*time.Second, host, pid, []registry.Queue{standalone("emails"), {Tag: "flow", Name: "s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkAt(t, "Register", at, before, e.redisNow(t))
 
 	if got := e.do(t, "GET", e.k.Keepalive("A")); got == nil {
 		t.Fatal("keepalive of A missing after Register")
@@ -134,7 +148,7 @@ func TestRegister(t *testing.T) {
 	}
 	info, _ := redis.StringMap(e.do(t, "HGETALL", e.k.WorkerInfo("A")), nil)
 
-	err = e.r.Register(e.ctx, "A", time.Minute, "other-host", 1, []registry.Queue{standalone("other")})
+	_, err = e.r.Register(e.ctx, "A", time.Minute, "other-host", 1, []registry.Queue{standalone("other")})
 	if !errors.Is(err, registry.ErrIDInUse) || !strings.Contains(err.Error(), "already in use") {
 		t.Fatalf("second Register(A) = %v, want ErrIDInUse ('already in use')", err)
 	}
@@ -154,16 +168,18 @@ func TestBeat(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "A", 500*time.Millisecond)
 
-	ok, err := e.r.Beat(e.ctx, "A", time.Minute)
+	before := e.redisNow(t)
+	ok, at, err := e.r.Beat(e.ctx, "A", time.Minute)
 	if err != nil || !ok {
 		t.Fatalf("Beat(A) on a live key = %v, %v; want true", ok, err)
 	}
+	checkAt(t, "Beat", at, before, e.redisNow(t))
 	if ttl := e.pttl(t, e.k.Keepalive("A")); ttl <= 50_000 {
 		t.Errorf("Beat did not renew the TTL: PTTL = %dms, want about 60000", ttl)
 	}
 
 	e.do(t, "DEL", e.k.Keepalive("A"))
-	ok, err = e.r.Beat(e.ctx, "A", time.Minute)
+	ok, _, err = e.r.Beat(e.ctx, "A", time.Minute)
 	if err != nil || ok {
 		t.Fatalf("Beat(A) on a deleted key = %v, %v; want false", ok, err)
 	}
@@ -171,7 +187,7 @@ func TestBeat(t *testing.T) {
 		t.Error("Beat recreated a deleted keepalive")
 	}
 
-	ok, err = e.r.Beat(e.ctx, "never-registered", time.Minute)
+	ok, _, err = e.r.Beat(e.ctx, "never-registered", time.Minute)
 	if err != nil || ok {
 		t.Fatalf("Beat of an unknown id = %v, %v; want false", ok, err)
 	}
@@ -185,7 +201,7 @@ func TestBeatAfterExpiry(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "A", 50*time.Millisecond)
 	e.waitGone(t, e.k.Keepalive("A"))
-	ok, err := e.r.Beat(e.ctx, "A", time.Minute)
+	ok, _, err := e.r.Beat(e.ctx, "A", time.Minute)
 	if err != nil || ok {
 		t.Fatalf("Beat(A) after expiry = %v, %v; want false", ok, err)
 	}
@@ -365,7 +381,7 @@ func TestDescribe(t *testing.T) {
 	before := e.redisNow(t).Truncate(time.Millisecond)
 	e.register(t, "A", time.Minute, standalone("emails"), registry.Queue{Tag: "signup", Name: "mail"})
 	after := e.redisNow(t)
-	if err := e.r.Register(e.ctx, "B", 30*time.Second, "host-2", 7, nil); err != nil {
+	if _, err := e.r.Register(e.ctx, "B", 30*time.Second, "host-2", 7, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A's keepalive was last renewed 15s ago: 45s of its minute are left.

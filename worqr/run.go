@@ -135,7 +135,9 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 		if len(c.Payload) > w.cfg.MaxPayloadBytes {
 			return invalid(fmt.Sprintf("StageResult.Children[%d].Payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), w.cfg.MaxPayloadBytes)
 		}
-		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+		// A child's id starts with its run's: a take that buries a child
+		// whose data is gone still counts it in its run.
+		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload})
 	}
 	return nil
 }

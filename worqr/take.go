@@ -41,6 +41,14 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			if err == nil {
 				unsure = ""
 				tasks, err = w.take(s, q, free)
+				if errors.Is(err, rdb.ErrExpired) {
+					// Redis refused: the keepalive may be gone (beats
+					// are failing). Nothing was taken; wait for a beat.
+					if !sleepCtxOr(w.runCtx, w.takeStop, w.cfg.HeartbeatInterval/4) {
+						return
+					}
+					continue
+				}
 				if err != nil {
 					// The take may have run with its reply lost: its
 					// takings would be held by a live worker that never
@@ -84,7 +92,8 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	return w.st.Take(ctx, q.qk, s.ID(), min(n, rdb.MaxTake), q.cfg.MaxCrashes, q.kind == rdb.KindStage)
+	return w.st.Take(ctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
+		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild})
 }
 
 // release puts back the takings session s holds in q that no handler runs

@@ -333,10 +333,14 @@ func (w *Worker) Stop(ctx context.Context) error {
 	s, _ := w.keeper.Current()
 	if !s.Lost() {
 		// Put back what still runs (nothing when drained) and leave the
-		// queues' holder indexes, then deregister.
-		w.requeueOwn(cctx, s)
-		if derr := w.reg.Deregister(cctx, s.ID()); derr != nil {
-			w.cfg.Logger.Warn("worker: deregister failed (the reaper will clean up)", "worker_id", s.ID(), "err", derr)
+		// queues' holder indexes, then deregister. If a queue could not be
+		// requeued, stay registered: the reaper requeues the queues of a
+		// registered worker once its keepalive expires, and would never
+		// look for the takings of one that deregistered.
+		if w.requeueOwn(cctx, s) {
+			if derr := w.reg.Deregister(cctx, s.ID()); derr != nil {
+				w.cfg.Logger.Warn("worker: deregister failed (the reaper will clean up)", "worker_id", s.ID(), "err", derr)
+			}
 		}
 	}
 	w.runCancel()
@@ -359,19 +363,24 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 // requeueOwn retires session s, then puts every taking of s back at the
 // front of its queue and cancels the handlers still running them: their
-// ends see the session retired and change nothing.
-func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) {
+// ends see the session retired and change nothing. It reports whether every
+// queue was requeued.
+func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	s.Retire(ErrWorkerStopped)
+	ok := true
 	for _, q := range w.queues {
 		n, _, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
 		if err != nil {
-			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will)", "queue", q.name, "err", err)
+			ok = false
+			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will once the keepalive expires)",
+				"queue", q.name, "worker_id", s.ID(), "err", err)
 			continue
 		}
 		if n > 0 {
 			w.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.ID(), Count: n})
 		}
 	}
+	return ok
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {

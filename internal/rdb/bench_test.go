@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"testing"
 
@@ -118,7 +119,7 @@ func BenchmarkTakeFinish(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := st.Take(ctx, qk, w, batch, 5, false)
+				taken, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -158,7 +159,7 @@ func BenchmarkTakeFinishMany(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := st.Take(ctx, qk, w, batch, 5, false)
+				taken, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5})
 				if err != nil {
 					b.Fatal(err)
 				}

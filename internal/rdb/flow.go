@@ -198,7 +198,12 @@ func (s *Store) ForgetRuns(ctx context.Context, q QueueKeys, ids []string) error
 }
 
 func redisNow(ctx context.Context, c redis.Conn) (int64, error) {
-	now, err := redis.Int64s(do(ctx, c, "TIME"))
+	return timeMillis(do(ctx, c, "TIME"))
+}
+
+// timeMillis converts a TIME reply to unix ms.
+func timeMillis(reply any, err error) (int64, error) {
+	now, err := redis.Int64s(reply, err)
 	if err != nil || len(now) != 2 {
 		return 0, fmt.Errorf("rdb: TIME: %v", err)
 	}

@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -1135,7 +1136,9 @@ func TestTakeBuryingAFlowRunEndsIt(t *testing.T) {
 			l := f.listen(t)
 			var res []rdb.Taken
 			var err error
-			f.call(t, func() { res, err = f.st.Take(f.ctx, f.s1, "A", 1, 3, true) })
+			f.call(t, func() {
+				res, err = f.st.Take(f.ctx, f.s1, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1, MaxCrashes: 3, Stage: true})
+			})
 			pubs := l.collect(t, f.env)
 			if got := takenOf(res); err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Take = %+v, %v; want %+v", got, err, tc.want)
@@ -1246,7 +1249,9 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 			l := f.listen(t)
 			var res []rdb.Taken
 			var err error
-			f.call(t, func() { res, err = f.st.Take(f.ctx, f.c1, "B", 1, 1, false) })
+			f.call(t, func() {
+				res, err = f.st.Take(f.ctx, f.c1, rdb.TakeArgs{Worker: "B", Until: math.MaxInt64, Max: 1, MaxCrashes: 1})
+			})
 			pubs := l.collect(t, f.env)
 			if got, want := takenOf(res), []taken{{ID: "k1", Reason: crashed}}; err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("Take = %+v, %v; want %+v", got, err, want)
@@ -1307,7 +1312,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			seed: func(t *testing.T, f *flowEnv) {
 				f.start(t, f.s1, "r1")
 				f.do(t, "HSET", f.s1.Task("r1"), "c", "3")
-				if _, err := f.st.Take(f.ctx, f.s1, "A", 1, 3, true); err != nil {
+				if _, err := f.st.Take(f.ctx, f.s1, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1, MaxCrashes: 3, Stage: true}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -1344,6 +1349,62 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			}
 			f.checkState(t, before, stateOf(f, tc.state))
 			checkPubs(t, pubs, []msg{{"{F}:wake:s1", "1"}})
+		})
+	}
+}
+
+// A child whose data is gone or is not a hash has no parent field left: the
+// take that buries it finds its run from its id (a fan-out names children
+// <run id>.<suffix>) and counts it failed there, so the run fails (fail-fast)
+// instead of waiting forever for it. Taken from a plain queue, an id of that
+// shape changes no run.
+func TestTakeBuryingAChildWithoutDataCountsItInItsRun(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		corrupt func(t *testing.T, f *flowEnv, key string)
+		reason  string
+	}{
+		{"gone", func(t *testing.T, f *flowEnv, key string) { f.do(t, "DEL", key) }, "missing: no task data for this id"},
+		{"not a hash", func(t *testing.T, f *flowEnv, key string) {
+			f.do(t, "DEL", key)
+			f.do(t, "SET", key, "junk")
+		}, "corrupt: task data is a string, not a hash"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			for _, child := range []bool{true, false} {
+				f := newFlowEnv(t)
+				f.start(t, f.s1, "r1")
+				f.takeFrom(t, f.s1, "A", 1, true)
+				kids := []rdb.Child{{ID: "r1.x1", Queue: "c1", Payload: []byte("p1")}, {ID: "r1.x2", Queue: "c1", Payload: []byte("p2")}}
+				f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), "s2", true, kids...)
+				tc.corrupt(t, f, f.c1.Task("r1.x1"))
+
+				got, err := f.st.Take(f.ctx, f.c1, rdb.TakeArgs{Worker: "B", Until: math.MaxInt64, Max: 1, Child: child})
+				if err != nil || len(got) != 1 || got[0].PID != "" || got[0].Reason != tc.reason {
+					t.Fatalf("Take(child %v) = %+v, %v; want r1.x1 buried: %s", child, got, err, tc.reason)
+				}
+				run, err := f.st.Run(f.ctx, f.s1, "r1")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !child {
+					if run.Status != "running" {
+						t.Errorf("taken from a plain queue, the run became %q", run.Status)
+					}
+					continue
+				}
+				if run.Status != "failed" {
+					t.Errorf("run status = %q, want failed (its child was buried)", run.Status)
+				}
+				if c := f.do(t, "HGET", f.s1.Task("r1"), "k:r1.x1"); c == nil || string(c.([]byte)) != "failed" {
+					t.Errorf("k:r1.x1 = %v, want failed", c)
+				}
+				if n := f.do(t, "EXISTS", f.c1.Task("r1.x2")).(int64); n != 0 {
+					t.Error("the sibling r1.x2 was not cancelled with its failed run")
+				}
+			}
 		})
 	}
 }

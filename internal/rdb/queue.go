@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -26,6 +27,9 @@ const (
 	MaxEnqueueChunkBytes = 4 << 20
 	// MaxTake is the most tasks one take script call pops.
 	MaxTake = 1000
+	// RequeueChunk is the most takings one requeue script call puts back;
+	// Requeue calls it again until none are left.
+	RequeueChunk = 1000
 	// BulkChunk is the most tasks one call of a bulk operation handles.
 	BulkChunk = 1000
 	// enqueueWindow is how many enqueue chunks travel at once on the wire.
@@ -209,21 +213,47 @@ type Taken struct {
 	Parent string
 }
 
-// Take pops up to max (at most MaxTake) ids from the front of the queue for
-// worker w. Tasks that crashed maxCrashes workers (0 = no limit) or whose
-// data is bad are buried. For a flow stage queue (stage true) each Taken
-// carries the run's hash.
-func (s *Store) Take(ctx context.Context, q QueueKeys, w string, max, maxCrashes int, stage bool) ([]Taken, error) {
+// ErrExpired is returned by Take when the worker's deadline has passed:
+// its keepalive may be gone, so nothing was taken.
+var ErrExpired = errors.New("worqr: keepalive deadline passed")
+
+// TakeArgs are the arguments of one Take.
+type TakeArgs struct {
+	Worker string
+	// Until is the worker's deadline (unix ms, Redis time): a take at or
+	// after it is refused with ErrExpired. Its keepalive must live at least
+	// until then (see heartbeat.Session.Until).
+	Until      int64
+	Max        int // at most MaxTake
+	MaxCrashes int // a task that crashed this many workers is buried; 0 = no limit
+	// Stage: a flow stage queue; each Taken carries the run's hash.
+	Stage bool
+	// Child: a flow child queue. A child buried for bad data is counted
+	// as failed in its run, found from its id (<run id>.<suffix>) when its
+	// data is gone.
+	Child bool
+}
+
+// Take pops up to a.Max (at most MaxTake) ids from the front of the queue
+// for worker a.Worker. Tasks that crashed a.MaxCrashes workers or whose data
+// is bad are buried.
+func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
 	flag := "0"
-	if stage {
+	switch {
+	case a.Stage:
 		flag = "1"
+	case a.Child:
+		flag = "2"
 	}
-	max = min(max, MaxTake)
+	stage := a.Stage
 	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
-		q.Waiting, q.WorkerQueue(w), q.Holders, q.Seq, q.Dead, q.Config,
-		w, max, q.TaskPrefix, q.ProcPrefix, maxCrashes, flag,
-		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix))
+		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
+		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, q.ProcPrefix, a.MaxCrashes, flag,
+		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
 	if err != nil {
+		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
+			return nil, ErrExpired
+		}
 		return nil, err
 	}
 	const width = 8
@@ -409,12 +439,15 @@ func (q QueueKeys) prefixes() []any {
 // Requeue puts every taking the given workers hold in the queue back at its
 // front, oldest first, and forgets their holdings there (the fail-worker
 // step). crashed says whether the workers died (each task counts a crash,
-// once per dead worker) or stopped on purpose. It is idempotent.
+// once per dead worker) or stopped on purpose. It is idempotent. It runs one
+// script call per RequeueChunk takings (the order is kept within each; each
+// chunk goes in front of the one before); on an error, what is left stays
+// held for the next call.
 func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued, cancelled int, err error) {
 	if len(workers) == 0 {
 		return 0, 0, nil
 	}
-	args := make([]any, 0, 9+2*len(workers))
+	args := make([]any, 0, 10+2*len(workers))
 	args = append(args, 4+len(workers), q.Waiting, q.Holders, q.Config, q.Retained)
 	for _, w := range workers {
 		args = append(args, q.WorkerQueue(w))
@@ -423,11 +456,24 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 	if crashed {
 		flag = "1"
 	}
-	args = append(args, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, flag)
+	args = append(args, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, flag, RequeueChunk)
 	for _, w := range workers {
 		args = append(args, w)
 	}
-	return pair(redis.Ints(s.eval(ctx, q.Ref.Tag, requeueScript, args...)))
+	for {
+		vals, err := redis.Ints(s.eval(ctx, q.Ref.Tag, requeueScript, args...))
+		if err != nil {
+			return requeued, cancelled, err
+		}
+		if len(vals) != 3 {
+			return requeued, cancelled, fmt.Errorf("rdb: requeue: reply of %d values, want 3", len(vals))
+		}
+		requeued += vals[0]
+		cancelled += vals[1]
+		if vals[2] == 0 {
+			return requeued, cancelled, nil
+		}
+	}
 }
 
 func pair(vals []int, err error) (int, int, error) {

@@ -14,32 +14,46 @@ var ErrIDInUse = fmt.Errorf("worqr: worker id already in use")
 
 // Register creates worker w's keepalive with the given TTL, lists w among the
 // workers, describes it (host, process id) and records the queues it serves,
-// atomically. It fails with ErrIDInUse if the id's key still exists.
-func (s *Store) Register(ctx context.Context, w string, ttlMillis int64, host string, pid int, queues []QueueRef) error {
+// atomically. It fails with ErrIDInUse if the id's key still exists. at is
+// the Redis time (unix ms) read before the keepalive was set: it lives at
+// least until at + ttlMillis.
+func (s *Store) Register(ctx context.Context, w string, ttlMillis int64, host string, pid int, queues []QueueRef) (at int64, err error) {
 	k := s.keys
 	args := make([]any, 0, 8+len(queues))
 	args = append(args, k.Keepalive(w), k.Workers(), k.KnownQueues(), k.WorkerInfo(w), ttlMillis, w, host, pid)
 	for _, q := range queues {
 		args = append(args, q.Member())
 	}
-	ok, err := redis.Int(s.eval(ctx, RegistryTag, registerScript, args...))
+	at, err = redis.Int64(s.eval(ctx, RegistryTag, registerScript, args...))
 	if err != nil {
-		return err
+		return 0, err
 	}
-	if ok != 1 {
-		return fmt.Errorf("register %s: %w", w, ErrIDInUse)
+	if at == 0 {
+		return 0, fmt.Errorf("register %s: %w", w, ErrIDInUse)
 	}
-	return nil
+	return at, nil
 }
 
 // Beat renews worker w's keepalive for ttlMillis. It reports false when the
-// key was already gone: w is dead to the cluster and must not renew it.
-func (s *Store) Beat(ctx context.Context, w string, ttlMillis int64) (bool, error) {
-	reply, err := s.cmd(ctx, RegistryTag, "SET", s.keys.Keepalive(w), "RUN", "PX", ttlMillis, "XX")
+// key was already gone: w is dead to the cluster and must not renew it. at is
+// the Redis time (unix ms) read just before the renewal, in the same round
+// trip: the keepalive lives at least until at + ttlMillis.
+func (s *Store) Beat(ctx context.Context, w string, ttlMillis int64) (alive bool, at int64, err error) {
+	rs, err := s.pipeline(ctx, RegistryTag, []command{
+		cmdOf("TIME"),
+		cmdOf("SET", s.keys.Keepalive(w), "RUN", "PX", ttlMillis, "XX"),
+	})
 	if err != nil {
-		return false, err
+		return false, 0, err
 	}
-	return reply != nil, nil
+	if e, ok := rs[1].(redis.Error); ok {
+		return false, 0, e
+	}
+	at, err = timeMillis(rs[0], nil)
+	if err != nil {
+		return false, 0, err
+	}
+	return rs[1] != nil, at, nil
 }
 
 // Deregister deletes worker w's keepalive and description and removes it
@@ -186,6 +200,39 @@ func (s *Store) WorkerRecords(ctx context.Context, ids []string) ([]WorkerRecord
 		out[i] = r
 	}
 	return out, nil
+}
+
+// WorkerQueues returns for each worker the queues its registration recorded.
+// known[i] is false when ids[i] has no description (already forgotten, or
+// written by hand): only a scan of every known queue finds its takings.
+func (s *Store) WorkerQueues(ctx context.Context, ids []string) (queues [][]QueueRef, known []bool, err error) {
+	cmds := make([]command, len(ids))
+	for i, id := range ids {
+		cmds[i] = cmdOf("HGET", s.keys.WorkerInfo(id), "queues")
+	}
+	rs, err := s.pipeline(ctx, RegistryTag, cmds)
+	if err != nil {
+		return nil, nil, err
+	}
+	queues = make([][]QueueRef, len(ids))
+	known = make([]bool, len(ids))
+	for i, r := range rs {
+		if r == nil {
+			continue
+		}
+		list, err := redis.String(r, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		known[i] = true
+		if list == "" {
+			continue
+		}
+		for _, m := range strings.Split(list, ",") {
+			queues[i] = append(queues[i], ParseMember(m))
+		}
+	}
+	return queues, known, nil
 }
 
 // HeldCounts returns how many takings each worker holds in queue q.

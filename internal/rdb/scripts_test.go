@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -721,7 +722,9 @@ func TestTake(t *testing.T) {
 			l := e.listen(t)
 			var res []rdb.Taken
 			var err error
-			e.call(t, func() { res, err = e.st.Take(e.ctx, e.q, tc.w, tc.max, tc.maxCrashes, tc.stage) })
+			e.call(t, func() {
+				res, err = e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: tc.w, Until: math.MaxInt64, Max: tc.max, MaxCrashes: tc.maxCrashes, Stage: tc.stage})
+			})
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Take: %v", err)
@@ -1878,7 +1881,7 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	register := func(t *testing.T, e *env, w string, ttl int64, qs ...rdb.QueueRef) {
 		t.Helper()
-		if err := e.st.Register(e.ctx, w, ttl, "host-"+w, 100, qs); err != nil {
+		if _, err := e.st.Register(e.ctx, w, ttl, "host-"+w, 100, qs); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1955,7 +1958,7 @@ func TestRegister(t *testing.T) {
 			}
 			before := e.dump(t)
 			var err error
-			e.call(t, func() { err = e.st.Register(e.ctx, tc.w, tc.ttl, "host-"+tc.w, 4242, tc.queues) })
+			e.call(t, func() { _, err = e.st.Register(e.ctx, tc.w, tc.ttl, "host-"+tc.w, 4242, tc.queues) })
 			switch {
 			case tc.wantErr == nil && err != nil:
 				t.Fatalf("Register: %v", err)

@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -496,7 +497,7 @@ func (e *env) enqueueDue(t *testing.T, due int64, ids ...string) {
 
 func (e *env) takeFrom(t *testing.T, q rdb.QueueKeys, w string, max int, stage bool) []rdb.Taken {
 	t.Helper()
-	got, err := e.st.Take(e.ctx, q, w, max, 0, stage)
+	got, err := e.st.Take(e.ctx, q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Stage: stage})
 	if err != nil {
 		t.Fatal(err)
 	}

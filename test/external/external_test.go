@@ -91,8 +91,8 @@ func main() {
 		var wi registry.WorkerInfo = infos[0]
 		fmt.Println(wi.Host, wi.PID, wi.Started, wi.KeepaliveAge, wi.Queues)
 	}
-	ok, err := reg.Beat(ctx, s.ID(), 3*time.Second)
-	fmt.Println(ok, err)
+	ok, at, err := reg.Beat(ctx, s.ID(), 3*time.Second)
+	fmt.Println(ok, at, err, s.Until())
 	_, _ = reg.Alive(ctx, []string{s.ID()})
 	_, _ = reg.KnownQueues(ctx)
 
@@ -109,6 +109,8 @@ func main() {
 	var recs []recovery.Recovered
 	recs, err = rp.Pass(ctx)
 	fmt.Println(len(recs), err)
+	recs, err = rp.Sweep(ctx)
+	fmt.Println(len(recs), err, recovery.SweepInterval)
 	moved, err := rp.Move(ctx)
 	fmt.Println(moved, err, recovery.MoveBatch)
 	go rp.Run(ctx)

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"math"
 	"sort"
 	"strings"
 	"sync"
@@ -134,7 +135,7 @@ func (e *env) flTake(w string, f *worqr.Flow, queue string, n int, stage bool) [
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	got, err := e.st.Take(ctx, e.flQK(f.Name, queue), w, n, 0, stage)
+	got, err := e.st.Take(ctx, e.flQK(f.Name, queue), rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: n, Stage: stage})
 	Expect(err).NotTo(HaveOccurred())
 	for _, t := range got {
 		Expect(t.PID).NotTo(BeEmpty(), "task %s buried by take: %s", t.ID, t.Reason)

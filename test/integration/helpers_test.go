@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"os"
 	"sort"
 	"strings"
@@ -246,11 +247,20 @@ func (e *env) register(ttl time.Duration, queues ...string) string {
 
 func (e *env) registerRefs(ttl time.Duration, refs []rdb.QueueRef) string {
 	GinkgoHelper()
+	id, _ := e.registerUntil(ttl, refs)
+	return id
+}
+
+// registerUntil registers a hand-driven worker and returns its id and its
+// deadline (unix ms, Redis time), computed as heartbeat.Session.Until is.
+func (e *env) registerUntil(ttl time.Duration, refs []rdb.QueueRef) (string, int64) {
+	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
 	id := "manual-" + xid.New().String()
-	Expect(e.reg.Register(ctx, id, ttl, "spec", os.Getpid(), refs)).To(Succeed())
-	return id
+	at, err := e.reg.Register(ctx, id, ttl, "spec", os.Getpid(), refs)
+	Expect(err).NotTo(HaveOccurred())
+	return id, at.Add(ttl - ttl/10).UnixMilli()
 }
 
 // kill makes a hand-driven worker dead to the cluster: its keepalive is gone.
@@ -265,7 +275,7 @@ func (e *env) take(w, queue string, n int) []rdb.Taken {
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	got, err := e.st.Take(ctx, e.qk(queue), w, n, 0, false)
+	got, err := e.st.Take(ctx, e.qk(queue), rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: n})
 	Expect(err).NotTo(HaveOccurred())
 	return got
 }

@@ -52,4 +52,30 @@ var _ = Describe("Worker lifecycle", func() {
 		Expect(info.State).To(Equal(worqr.StateQueued))
 		Expect(info.Crashes).To(BeZero(), "a stop is not a crash")
 	}, SpecTimeout(15*time.Second))
+
+	// A stopping worker that cannot requeue one of its queues must stay
+	// registered: the reaper requeues the registered queues of a worker
+	// whose keepalive expired, and would never look for the takings of
+	// one that had deregistered. (A holder index of the wrong type makes
+	// that queue's requeue fail with WRONGTYPE; the other queue's works.)
+	It("stays registered when Stop could not requeue a queue, and deregisters when it could", func(ctx SpecContext) {
+		e := newEnv()
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"stay-a": one(worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil }), 1),
+			"stay-b": one(worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil }), 1),
+		}, nil)
+		cfg.DisableReaper = true
+
+		broken := e.start(nil, cfg)
+		_, err := e.do("SET", e.qk("stay-b").Holders, "not a set")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(broken.Stop(ctx)).To(Succeed())
+		Expect(e.smembers(e.keys.Workers())).To(ContainElement(broken.ID()), "a worker whose requeue failed stays registered")
+
+		_, err = e.do("DEL", e.qk("stay-b").Holders)
+		Expect(err).NotTo(HaveOccurred())
+		fine := e.start(nil, cfg)
+		Expect(fine.Stop(ctx)).To(Succeed())
+		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(fine.ID()))
+	}, SpecTimeout(15*time.Second))
 })

@@ -9,7 +9,10 @@
 --                                          ttl ms, queues (comma-separated)
 -- ARGV[1] TTL in ms   ARGV[2] worker id   ARGV[3] host   ARGV[4] process id
 -- ARGV[5..] queue members
--- Returns: 1, or 0 when the id was already taken (ids are never reused).
+-- Returns: the Redis time (unix ms) read before the keepalive was set (so it
+-- lives at least until then + TTL), or 0 when the id was already taken (ids
+-- are never reused).
+local now = now_ms()
 if not redis.call('SET', KEYS[1], 'RUN', 'PX', ARGV[1], 'NX') then
   return 0
 end
@@ -21,6 +24,6 @@ end
 if #queues > 0 then
   redis.call('SADD', KEYS[3], unpack(queues))
 end
-redis.call('HSET', KEYS[4], 'host', ARGV[3], 'pid', ARGV[4], 'start', now_ms(), 'ttl', ARGV[1],
+redis.call('HSET', KEYS[4], 'host', ARGV[3], 'pid', ARGV[4], 'start', now, 'ttl', ARGV[1],
   'queues', table.concat(queues, ','))
-return 1
+return now

@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "time"
 --- @include "fix_type"
 --- @include "bury"
 --- @include "flow"
@@ -15,9 +16,16 @@
 -- ARGV[3] task key prefix   ARGV[4] processing list prefix
 -- ARGV[5] max crashes (a task that crashed this many workers is buried; 0 = no limit)
 -- ARGV[6] "1" for a flow stage queue: the payload slot holds the run's whole
---         hash (flat field/value array) instead of the payload
+--         hash (flat field/value array) instead of the payload; "2" for a
+--         flow child queue (a buried child with no data left is counted in
+--         the run its id names)
 -- ARGV[7..11] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
+-- ARGV[12] the worker's deadline (unix ms, Redis time): its keepalive was set
+--         to live at least until then. A take at or after it is refused, so
+--         no taking is recorded for a worker whose keepalive may be gone: a
+--         reaper that saw the keepalive gone and requeued the worker's queues
+--         (those of its registration) can forget it for good.
 -- The task hashes and processing lists a take touches cannot be declared in
 -- KEYS (the ids are popped here); they are built from prefixes of KEYS[1]'s
 -- hash tag, so they live in its slot.
@@ -25,6 +33,10 @@
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
 --    timeout ms (""), parent run id ("" unless a flow child)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
+-- Error "WQEXPIRED ..." when the deadline has passed (nothing changed).
+if now_ms() >= tonumber(ARGV[12]) then
+  return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
+end
 local ids = redis.call('LPOP', KEYS[1], ARGV[2])
 if not ids then
   return {}
@@ -63,7 +75,7 @@ for _, id in ipairs(ids) do
   end
   if reason then
     bury(KEYS[5], KEYS[6], ARGV[3], id, reason, '', ARGV[1])
-    buried_in_flow(tkey, id, reason, pfx, ARGV[3])
+    buried_in_flow(tkey, id, reason, pfx, ARGV[3], ARGV[6] == '2')
     buried(id, reason)
   else
     local spid = tostring(pid)

@@ -149,14 +149,27 @@ local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tpref
   return forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
 end
 
+-- run_of_child is the run id a child id starts with (<run id>.<suffix>, as
+-- a fan-out names its children), or nil.
+local function run_of_child(cid)
+  return string.match(cid, '^(.+)%.[^.]+$')
+end
+
 -- buried_in_flow ends what a buried flow task leaves waiting: a stage run
--- (running) fails; a child counts as failed in its run.
-local function buried_in_flow(tkey, id, reason, pfx, tprefix)
+-- (running) fails; a child counts as failed in its run. in_child says the
+-- task was taken from a child queue: a child whose data is gone or corrupt
+-- (no F_PARENT) is then counted in the run its id names, if that run still
+-- waits for it, so that the run never waits forever.
+local function buried_in_flow(tkey, id, reason, pfx, tprefix, in_child)
   local t = redis.call('HMGET', tkey, F_RUN_STATUS, F_PARENT, F_RUN_RETENTION)
+  local parent = t[2]
+  if not parent and in_child then
+    parent = run_of_child(id)
+  end
   if t[1] == R_RUNNING then
     redis.call('HSET', tkey, F_RUN_STATUS, R_FAILED, F_FINISHED_AT, now_ms())
     index_expire(run_index_keys(tkey, pfx), id, now_ms() + (tonumber(t[3]) or 86400000))
-  elseif t[2] then
-    child_ended(tprefix .. t[2], t[2], id, tkey, false, '', reason, pfx, tprefix)
+  elseif parent then
+    child_ended(tprefix .. parent, parent, id, tkey, false, '', reason, pfx, tprefix)
   end
 end
