@@ -95,7 +95,13 @@ func TestRequeueRunsInChunks(t *testing.T) {
 	}
 
 	counter := &scriptCounter{pool: pool}
-	requeued, cancelled, err := rdb.NewStore(counter, ns).Requeue(ctx, q, []string{"A", "B"}, true)
+	counted := rdb.NewStore(counter, ns)
+	// Load the script first (NOSCRIPT then EVAL on a fresh server).
+	if _, _, err := counted.Requeue(ctx, q, []string{"nobody"}, true); err != nil {
+		t.Fatal(err)
+	}
+	counter.calls.Store(0)
+	requeued, cancelled, err := counted.Requeue(ctx, q, []string{"A", "B"}, true)
 	if err != nil {
 		t.Fatal(err)
 	}
