@@ -13,7 +13,9 @@ import (
 // endGroup is a queue's one way to end takings: ends that arrive together
 // share one script call (group commit), whatever their kind (done, retry,
 // dead, give back, a stage's forward or fan-out, a child's end); each is
-// checked and answered on its own.
+// checked and answered on its own. The same call takes again for the slots
+// its ends free (see refill), so a busy worker spends one round trip per
+// batch of tasks, not two.
 func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 	retention := q.cfg.Retention.Milliseconds()
 	return &group.Group[rdb.Ending, rdb.Ended]{
@@ -21,9 +23,52 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			return w.st.End(ctx, q.qk, retention, es)
+			s, take := w.refill(q, es)
+			ended, taken, err := w.st.EndTake(ctx, q.qk, retention, es, take)
+			if err != nil {
+				if take != nil {
+					// The take may have been applied with the reply
+					// lost: release before the queue is taken from again.
+					q.setUnsure(s.ID())
+					poke(q.wake)
+				}
+				return nil, err
+			}
+			if take != nil {
+				launched, buried := w.launch(s, q, taken)
+				if buried > 0 || launched == take.Max {
+					poke(q.wake) // slots left by buried ids, or more may wait
+				}
+			}
+			return ended, nil
 		},
 	}
+}
+
+// refill says whether the end of es takes again, and how many: one task per
+// taking that ends other than by a give back (whose slot is then reused
+// without the fetch loop), under the current session, when the fetch loop
+// would take too (session fresh and not lost, queue not paused, worker not
+// stopping, no release pending). The handlers of es are still running, so
+// the new takings never overfill the queue.
+func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *rdb.TakeArgs) {
+	n := 0
+	for _, e := range es {
+		if e.Ask != rdb.AskBack {
+			n++
+		}
+	}
+	s, _ := w.keeper.Current()
+	if n == 0 || s.Lost() || q.paused.Load() || !w.keeper.Fresh() || q.unsureFor(s.ID()) != "" {
+		return s, nil
+	}
+	select {
+	case <-w.takeStop:
+		return s, nil
+	default:
+	}
+	a := w.takeArgs(s, q, n)
+	return s, &a
 }
 
 // maxErrorLen caps the error text stored with a task.

@@ -19,27 +19,27 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
 	hint := true
-	unsure := "" // the session id under which a take's reply was lost
 	delay := 50 * time.Millisecond
 	for {
 		s, changed := w.keeper.Current()
-		if unsure != "" && unsure != s.ID() {
-			unsure = "" // that id is dead: the reaper requeues what it held
-		}
+		unsure := q.unsureFor(s.ID())
 		free := q.concurrency - int(q.busy.Load())
 		// A process frozen (or cut off) for most of a TTL does not take
 		// before a beat confirms its id still lives: a zombie re-taking its
 		// own requeued task would count a second crash for it.
-		if hint && free > 0 && !s.Lost() && !q.paused.Load() && w.keeper.Fresh() {
+		ready := !s.Lost() && !q.paused.Load() && w.keeper.Fresh()
+		if ready && (unsure != "" || hint && free > 0) {
 			var (
 				tasks []rdb.Taken
 				err   error
 			)
 			if unsure != "" {
 				err = w.release(s, q)
+				if err == nil {
+					q.setUnsure("")
+				}
 			}
-			if err == nil {
-				unsure = ""
+			if err == nil && hint && free > 0 {
 				tasks, err = w.take(s, q, free)
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
@@ -53,7 +53,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 					// The take may have run with its reply lost: its
 					// takings would be held by a live worker that never
 					// runs them. Release them before taking again.
-					unsure = s.ID()
+					q.setUnsure(s.ID())
 				}
 			}
 			if err != nil {
@@ -69,10 +69,12 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				continue
 			}
 			delay = 50 * time.Millisecond
-			launched, buried := w.launch(s, q, tasks)
-			hint = buried > 0 || (launched == free && free > 0)
-			if hint {
-				continue
+			if hint && free > 0 {
+				launched, buried := w.launch(s, q, tasks)
+				hint = buried > 0 || (launched == free && free > 0)
+				if hint {
+					continue
+				}
 			}
 		}
 		select {
@@ -92,8 +94,13 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	return w.st.Take(ctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
-		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild})
+	return w.st.Take(ctx, q.qk, w.takeArgs(s, q, n))
+}
+
+// takeArgs are the arguments of a take of up to n tasks of q under s.
+func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
+	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
+		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild}
 }
 
 // release puts back the takings session s holds in q that no handler runs
@@ -109,8 +116,11 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 }
 
 // launch hands the takings to the queue's handler goroutines and returns how
-// many it launched and how many the take buried.
+// many it launched and how many the take buried. After Stop closed the
+// queue it launches nothing: those takings stay held, and Stop requeues them.
 func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
+	q.launchMu.Lock()
+	defer q.launchMu.Unlock()
 	for _, t := range tasks {
 		if t.PID == "" {
 			buried++
@@ -123,12 +133,17 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
 			continue
 		}
+		if q.closed {
+			continue
+		}
 		launched++
 		q.busy.Add(1)
 		w.handlers.Add(1)
 		q.hold(t.PID, true)
 		// Never blocks: at most concurrency tasks are busy, and the channel
-		// holds that many.
+		// holds that many. (An end that takes again launches at most as
+		// many as the ends it carried, whose handlers are still running:
+		// busy may pass concurrency for a moment, the channel never fills.)
 		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
 			Crashes: t.Crashes, pid: t.PID, worker: s.ID()}}
 	}

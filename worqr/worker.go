@@ -74,6 +74,31 @@ type queueRunner struct {
 
 	heldMu sync.Mutex
 	held   map[string]bool // pids of this queue's takings being run
+
+	// launchMu guards closed (set by Stop before it closes work: nothing
+	// is launched after) and unsure (the session id under which a take's
+	// reply was lost: its takings may be held with no handler, so they are
+	// released before the queue is taken from again).
+	launchMu sync.Mutex
+	closed   bool
+	unsure   string
+}
+
+func (q *queueRunner) setUnsure(id string) {
+	q.launchMu.Lock()
+	q.unsure = id
+	q.launchMu.Unlock()
+}
+
+// unsureFor returns the pending unsure session id, forgetting one that is
+// not current (that id is dead: the reaper requeues what it held).
+func (q *queueRunner) unsureFor(current string) string {
+	q.launchMu.Lock()
+	defer q.launchMu.Unlock()
+	if q.unsure != current {
+		q.unsure = ""
+	}
+	return q.unsure
 }
 
 func (q *queueRunner) hold(pid string, on bool) {
@@ -313,7 +338,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 	close(w.takeStop)
 	w.loops.Wait()
 	for _, q := range w.queues {
-		close(q.work) // no more takings: handler goroutines end after theirs
+		// No more takings: handler goroutines end after theirs. An end
+		// that takes again from now on launches nothing; what it took is
+		// requeued below with the rest of this worker's holdings.
+		q.launchMu.Lock()
+		q.closed = true
+		close(q.work)
+		q.launchMu.Unlock()
 	}
 
 	drained := make(chan struct{})

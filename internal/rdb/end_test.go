@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"math"
 	"reflect"
 	"testing"
 
@@ -246,4 +247,81 @@ func TestEndBatchWithCorruptData(t *testing.T) {
 		}
 	})
 	checkPubs(t, pubs, []msg{{"{F}:wake:s2", "1"}})
+}
+
+// An end can take again in the same call (EndTake): after the ends, the take
+// runs exactly as Take would (fenced by the deadline, recorded as held),
+// and refills the slots the ends freed. Past the deadline the ends are
+// still applied and nothing is taken; asking for none pops nothing.
+func TestEndTake(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		take  func(e *env) *rdb.TakeArgs
+		want  []string // ids taken
+		state func(e *env) state
+	}{
+		{
+			name: "takes up to Max after the ends",
+			take: func(e *env) *rdb.TakeArgs { return &rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 2} },
+			want: []string{"t3", "t4"},
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t3"): active("t3", "A", "3"), e.q.Proc("3"): list{"t3"},
+					e.q.Task("t4"): active("t4", "A", "4"), e.q.Proc("4"): list{"t4"},
+					e.q.Task("t5"): fresh("t5"), e.q.Waiting: list{"t5"},
+					e.q.WorkerQueue("A"): set{"3", "4"}, e.q.Holders: set{"A"}, e.q.Seq: str("4"),
+				}
+			},
+		},
+		{
+			name: "past the deadline: ends applied, nothing taken",
+			take: func(e *env) *rdb.TakeArgs { return &rdb.TakeArgs{Worker: "A", Until: 1, Max: 2} },
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t3"): fresh("t3"), e.q.Task("t4"): fresh("t4"), e.q.Task("t5"): fresh("t5"),
+					e.q.Waiting: list{"t3", "t4", "t5"}, e.q.Holders: set{"A"}, e.q.Seq: str("2"),
+				}
+			},
+		},
+		{
+			name: "nothing asked",
+			take: func(e *env) *rdb.TakeArgs { return nil },
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t3"): fresh("t3"), e.q.Task("t4"): fresh("t4"), e.q.Task("t5"): fresh("t5"),
+					e.q.Waiting: list{"t3", "t4", "t5"}, e.q.Holders: set{"A"}, e.q.Seq: str("2"),
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.enqueue(t, "t1", "t2")
+			e.take(t, "A", 2) // pids 1, 2
+			e.enqueue(t, "t3", "t4", "t5")
+			batch := []rdb.Ending{rdb.Done(rdb.KindTask, "A", "1", "t1", nil), rdb.Done(rdb.KindTask, "A", "2", "t2", nil)}
+			var (
+				ended []rdb.Ended
+				taken []rdb.Taken
+				err   error
+			)
+			e.call(t, func() { ended, taken, err = e.st.EndTake(e.ctx, e.q, 0, batch, tc.take(e)) })
+			if err != nil || !reflect.DeepEqual(ended, []rdb.Ended{{Outcome: rdb.OutcomeDone}, {Outcome: rdb.OutcomeDone}}) {
+				t.Fatalf("EndTake = %+v, %v; want both done", ended, err)
+			}
+			var ids []string
+			for _, tk := range taken {
+				if tk.PID == "" || string(tk.Payload) != payload(tk.ID) || tk.Attempt != 1 {
+					t.Errorf("taken %+v: want a pid, its payload and attempt 1", tk)
+				}
+				ids = append(ids, tk.ID)
+			}
+			if !reflect.DeepEqual(ids, tc.want) {
+				t.Errorf("taken ids = %v, want %v", ids, tc.want)
+			}
+			e.checkState(t, nil, tc.state)
+		})
+	}
 }

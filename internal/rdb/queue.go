@@ -234,21 +234,24 @@ type TakeArgs struct {
 	Child bool
 }
 
+// mode is how the take scripts are told the kind of queue.
+func (a TakeArgs) mode() string {
+	switch {
+	case a.Stage:
+		return "1"
+	case a.Child:
+		return "2"
+	}
+	return "0"
+}
+
 // Take pops up to a.Max (at most MaxTake) ids from the front of the queue
 // for worker a.Worker. Tasks that crashed a.MaxCrashes workers or whose data
 // is bad are buried.
 func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
-	flag := "0"
-	switch {
-	case a.Stage:
-		flag = "1"
-	case a.Child:
-		flag = "2"
-	}
-	stage := a.Stage
 	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
 		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
-		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, q.ProcPrefix, a.MaxCrashes, flag,
+		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, q.ProcPrefix, a.MaxCrashes, a.mode(),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
@@ -256,6 +259,11 @@ func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, err
 		}
 		return nil, err
 	}
+	return decodeTaken(vals, a.Stage)
+}
+
+// decodeTaken decodes the flat reply of a take (8 values per id).
+func decodeTaken(vals []any, stage bool) ([]Taken, error) {
 	const width = 8
 	if len(vals)%width != 0 {
 		return nil, fmt.Errorf("rdb: take: reply of %d values", len(vals))
@@ -379,12 +387,25 @@ func appendList(args []any, vals []string) []any {
 // a taking ends. retentionMs is how long the queue keeps ended tasks. Each
 // taking is checked for ownership and answered on its own.
 func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending) ([]Ended, error) {
-	keys := make([]any, 0, 5+4*len(es))
-	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained)
-	args := make([]any, 0, 8+10*len(es))
+	out, _, err := s.EndTake(ctx, q, retentionMs, es, nil)
+	return out, err
+}
+
+// EndTake is End, then, in the same script call, a take as Take(ctx, q,
+// *take) would run it (nothing when take is nil or take.Max is 0, or when
+// take.Until has passed: then no error, nothing taken). A worker refills the
+// slots its ends free without a round trip of its own.
+func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending, take *TakeArgs) ([]Ended, []Taken, error) {
+	var t TakeArgs
+	if take != nil {
+		t = *take
+	}
+	keys := make([]any, 0, 8+4*len(es))
+	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained, q.Holders, q.Seq, q.WorkerQueue(t.Worker))
+	args := make([]any, 0, 14+10*len(es))
 	args = append(args, q.TaskPrefix, q.WakeChannel)
 	args = append(args, q.prefixes()...)
-	args = append(args, retentionMs)
+	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(), q.ProcPrefix)
 	for _, e := range es {
 		keys = append(keys, q.WorkerQueue(e.Worker), q.Proc(e.PID), q.Task(e.ID))
 		if e.Kind == KindChild {
@@ -418,18 +439,33 @@ func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []En
 	all = append(all, len(keys))
 	all = append(all, keys...)
 	all = append(all, args...)
-	codes, err := redis.Ints(s.eval(ctx, q.Ref.Tag, endScript, all...))
+	reply, err := redis.Values(s.eval(ctx, q.Ref.Tag, endScript, all...))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if len(reply) != 2 {
+		return nil, nil, fmt.Errorf("rdb: end: reply of %d values, want 2", len(reply))
+	}
+	codes, err := redis.Ints(reply[0], nil)
+	if err != nil {
+		return nil, nil, fmt.Errorf("rdb: end: %w", err)
 	}
 	if len(codes) != 2*len(es) {
-		return nil, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
+		return nil, nil, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
 	}
 	out := make([]Ended, len(es))
 	for i := range out {
 		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
 	}
-	return out, nil
+	vals, err := redis.Values(reply[1], nil)
+	if err != nil {
+		return out, nil, fmt.Errorf("rdb: end: take: %w", err)
+	}
+	taken, err := decodeTaken(vals, t.Stage)
+	if err != nil {
+		return out, nil, err
+	}
+	return out, taken, nil
 }
 
 func (q QueueKeys) prefixes() []any {

@@ -4,6 +4,7 @@
 --- @include "finalize"
 --- @include "fail"
 --- @include "flow"
+--- @include "take"
 -- end: the one way a taking ends. Ends a batch of takings of one queue (group
 -- commit), each checked for ownership on its own and answered on its own:
 -- done, retry, dead, give back, and for flows a stage's forward or fan-out
@@ -14,21 +15,31 @@
 -- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- KEYS[4] <ns>:{T}:q:<queue>          (list) waiting ids (give back)
 -- KEYS[5] <ns>:{T}:done:<queue>       (zset) retained ended ids by finish time
+-- KEYS[6] <ns>:{T}:h:<queue>          (set)  workers that may hold takings
+-- KEYS[7] <ns>:{T}:seq                (string) taking counter of the tag
+-- KEYS[8] <ns>:{T}:wq:<queue>:<w>     (set)  pids the taking worker holds
 -- then per taking, in ARGV order:
 --   <ns>:{T}:wq:<queue>:<w> (set), <ns>:{T}:p:<pid> (list), <ns>:{T}:t:<id>
 --   (hash), and for a child its run <ns>:{T}:t:<run id> (hash)
 -- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
 -- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[8] retention ms of ended tasks (0 = delete at once)
--- ARGV[9..] per taking: a count n, then n values:
+-- ARGV[9..13] take again, after the ends, as the take script would: most
+--   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
+--   Redis time; nothing is taken at or past it), max crashes, mode ('0'
+--   task, '1' stage, '2' child queue)
+-- ARGV[14] processing list prefix (for the take)
+-- ARGV[15..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
 --   ask (done | retry | dead | back), retry delay ms, error text, result;
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
 --   ("f:" names), child values (3 per child: id, queue, payload).
--- Returns: 2 values per taking: its outcome (OUT_*; OUT_LOST: not the owner,
--- nothing changed) and, for a child, its run's (OUT_LOST when unchanged).
+-- Returns: {ends, taken}: ends holds 2 values per taking: its outcome
+-- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
+-- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
+-- nothing was asked or the deadline had passed).
 local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[1]}
 local waiting, retained = KEYS[4], KEYS[5]
 local pfx = prefixes(3)
@@ -173,7 +184,7 @@ local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runi
 end
 
 local out = {}
-local k, i = 6, 9
+local k, i = 9, 15
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -204,4 +215,9 @@ end
 for channel, n in pairs(woken) do
   redis.call('PUBLISH', channel, n)
 end
-return out
+local taken = {}
+if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
+  taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
+    cfg = KEYS[3], tprefix = ARGV[1], pprefix = ARGV[14]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx)
+end
+return {out, taken}

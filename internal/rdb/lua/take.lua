@@ -1,8 +1,4 @@
---- @include "codes"
---- @include "time"
---- @include "fix_type"
---- @include "bury"
---- @include "flow"
+--- @include "take"
 -- take: pop up to ARGV[2] task ids from the front of a queue and record that
 -- worker ARGV[1] owns each taking. Bad task data never reaches a worker and
 -- never loops: such a task goes to the dead set with the reason.
@@ -37,67 +33,5 @@
 if now_ms() >= tonumber(ARGV[12]) then
   return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
 end
-local ids = redis.call('LPOP', KEYS[1], ARGV[2])
-if not ids then
-  return {}
-end
-local last = redis.call('INCRBY', KEYS[4], #ids)
-local pid = last - #ids
-local maxc = tonumber(ARGV[5])
-local pfx = prefixes(7)
-local out = {}
-local pids = {}
-
-local function buried(id, reason)
-  table.insert(out, id)
-  table.insert(out, '')
-  table.insert(out, reason)
-  for _ = 1, 5 do table.insert(out, '') end
-end
-
-for _, id in ipairs(ids) do
-  pid = pid + 1
-  local tkey = ARGV[3] .. id
-  local t = redis.pcall('HMGET', tkey, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
-  local reason
-  if type(t) ~= 'table' or t.err then
-    reason = fix_type(tkey)
-  elseif not t[1] then
-    if redis.call('EXISTS', tkey) == 0 then
-      reason = 'missing: no task data for this id'
-    else
-      reason = 'corrupt: task data has no payload'
-    end
-  elseif (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) then
-    reason = 'corrupt: attempt or crash count is not a number'
-  elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc then
-    reason = 'crashed: the task was running on ' .. t[3] .. ' workers that died'
-  end
-  if reason then
-    bury(KEYS[5], KEYS[6], ARGV[3], id, reason, '', ARGV[1])
-    buried_in_flow(tkey, id, reason, pfx, ARGV[3], ARGV[6] == '2')
-    buried(id, reason)
-  else
-    local spid = tostring(pid)
-    redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, ARGV[1], F_PID, spid)
-    redis.call('RPUSH', ARGV[4] .. spid, id)
-    table.insert(pids, spid)
-    table.insert(out, id)
-    table.insert(out, spid)
-    if ARGV[6] == '1' then
-      table.insert(out, redis.call('HGETALL', tkey))
-    else
-      table.insert(out, t[1])
-    end
-    table.insert(out, (tonumber(t[2]) or 0) + 1)
-    table.insert(out, tonumber(t[3]) or 0)
-    table.insert(out, t[4] or '')
-    table.insert(out, t[5] or '')
-    table.insert(out, t[6] or '')
-  end
-end
-if #pids > 0 then
-  redis.call('SADD', KEYS[2], unpack(pids))
-  redis.call('SADD', KEYS[3], ARGV[1])
-end
-return out
+return take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
+  cfg = KEYS[6], tprefix = ARGV[3], pprefix = ARGV[4]}, ARGV[1], ARGV[2], tonumber(ARGV[5]), ARGV[6], prefixes(7))

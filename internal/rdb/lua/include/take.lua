@@ -1,0 +1,72 @@
+--- @include "codes"
+--- @include "time"
+--- @include "fix_type"
+--- @include "bury"
+--- @include "flow"
+-- take_tasks pops up to max ids from the front of queue k.waiting for worker
+-- w and records that w owns each taking (the body of the take script, also
+-- run by end to take again in the same call). Bad task data never reaches a
+-- worker and never loops: such a task goes to the dead set with the reason.
+-- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix, pprefix.
+-- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
+-- whole hash), '2' a child queue. maxc: crash limit (0 = none). pfx: the tag's
+-- prefixes (see prefixes). Returns the flat reply of take.
+local function take_tasks(k, w, max, maxc, mode, pfx)
+  local ids = redis.call('LPOP', k.waiting, max)
+  if not ids then
+    return {}
+  end
+  local last = redis.call('INCRBY', k.seq, #ids)
+  local pid = last - #ids
+  local out = {}
+  local pids = {}
+  for _, id in ipairs(ids) do
+    pid = pid + 1
+    local tkey = k.tprefix .. id
+    local t = redis.pcall('HMGET', tkey, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
+    local reason
+    if type(t) ~= 'table' or t.err then
+      reason = fix_type(tkey)
+    elseif not t[1] then
+      if redis.call('EXISTS', tkey) == 0 then
+        reason = 'missing: no task data for this id'
+      else
+        reason = 'corrupt: task data has no payload'
+      end
+    elseif (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) then
+      reason = 'corrupt: attempt or crash count is not a number'
+    elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc then
+      reason = 'crashed: the task was running on ' .. t[3] .. ' workers that died'
+    end
+    if reason then
+      bury(k.dead, k.cfg, k.tprefix, id, reason, '', w)
+      buried_in_flow(tkey, id, reason, pfx, k.tprefix, mode == '2')
+      out[#out + 1] = id
+      out[#out + 1] = ''
+      out[#out + 1] = reason
+      for _ = 1, 5 do out[#out + 1] = '' end
+    else
+      local spid = tostring(pid)
+      redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+      redis.call('RPUSH', k.pprefix .. spid, id)
+      pids[#pids + 1] = spid
+      out[#out + 1] = id
+      out[#out + 1] = spid
+      if mode == '1' then
+        out[#out + 1] = redis.call('HGETALL', tkey)
+      else
+        out[#out + 1] = t[1]
+      end
+      out[#out + 1] = (tonumber(t[2]) or 0) + 1
+      out[#out + 1] = tonumber(t[3]) or 0
+      out[#out + 1] = t[4] or ''
+      out[#out + 1] = t[5] or ''
+      out[#out + 1] = t[6] or ''
+    end
+  end
+  if #pids > 0 then
+    redis.call('SADD', k.wq, unpack(pids))
+    redis.call('SADD', k.holders, w)
+  end
+  return out
+end
