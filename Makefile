@@ -5,7 +5,7 @@ STATICCHECK_VERSION ?= v0.6.1
 .DEFAULT_GOAL := help
 
 help: ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-8s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build every package and the binaries into ./bin
 	$(GO) build $(PKGS)
@@ -29,7 +29,12 @@ BENCH_FLAGS ?=
 bench: ## worqr vs asynq, own redis-server, ~5 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
 	$(GO) run ./cmd/worqr-bench $(BENCH_FLAGS)
 
-.PHONY: bench
+BENCH_NET_FLAGS ?= -rtt 600us -only b,c -concurrency 10,50 -n 20000 -reps 3
+
+bench-net: ## worqr vs asynq through a 0.6 ms RTT delay proxy: drain at C=10 and 50, 1,000 jobs/s costs, ~5 min
+	$(GO) run ./cmd/worqr-bench $(BENCH_NET_FLAGS) $(BENCH_FLAGS)
+
+.PHONY: bench bench-net
 
 CHAOS_DURATION ?= 10m
 CHAOS_TASKS    ?= 100000

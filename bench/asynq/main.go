@@ -17,12 +17,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -32,20 +35,22 @@ import (
 )
 
 type options struct {
-	redisURL     string
-	flush        bool
-	n            int
-	concurrency  int
-	payload      int
-	rate         int
-	duration     time.Duration
-	procs        int
-	reps         int
-	recoveryReps int
-	recoveryJobs int
-	recoveryCap  time.Duration
-	fastPoll     time.Duration
-	only         string
+	redisURL      string
+	statsURL      string
+	flush         bool
+	n             int
+	concurrency   int   // the first of concurrencies: latency, warm-up
+	concurrencies []int // drain runs once at each
+	payload       int
+	rate          int
+	duration      time.Duration
+	procs         int
+	reps          int
+	recoveryReps  int
+	recoveryJobs  int
+	recoveryCap   time.Duration
+	fastPoll      time.Duration
+	only          string
 
 	run workloads
 }
@@ -118,7 +123,8 @@ func parseFlags(args []string) (*options, error) {
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("WORQR_REDIS_URL"), "Redis to use (required; default $WORQR_REDIS_URL); its database is flushed between workloads")
 	fs.BoolVar(&o.flush, "flush", false, "allow flushing a database that holds keys")
 	fs.IntVar(&o.n, "n", 50000, "jobs per enqueue and drain run")
-	fs.IntVar(&o.concurrency, "concurrency", 50, "asynq Concurrency per server process (drain, latency)")
+	fs.StringVar(&o.statsURL, "stats-url", "", "Redis for this program's INFO, FLUSHDB and completion polls (default -redis-url; cmd/worqr-bench passes Redis itself when -redis-url is its delay proxy)")
+	concurrency := fs.String("concurrency", "50", "asynq Concurrency per server process; a comma list (10,50) runs the drain at each, the latency run at the first")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
 	fs.IntVar(&o.rate, "rate", 1000, "latency run: jobs enqueued per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
@@ -136,10 +142,17 @@ func parseFlags(args []string) (*options, error) {
 	if o.run, err = parseOnly(o.only); err != nil {
 		return nil, err
 	}
+	if o.concurrencies, err = parseInts(*concurrency); err != nil {
+		return nil, fmt.Errorf("-concurrency: %w", err)
+	}
+	o.concurrency = o.concurrencies[0]
+	if o.statsURL == "" {
+		o.statsURL = o.redisURL
+	}
 	switch {
 	case o.redisURL == "":
 		return nil, fmt.Errorf("-redis-url is required")
-	case o.n < 1, o.concurrency < 1, o.rate < 1, o.procs < 1, o.reps < 1, o.recoveryReps < 1, o.recoveryJobs < 1:
+	case o.n < 1, slices.Min(o.concurrencies) < 1, o.rate < 1, o.procs < 1, o.reps < 1, o.recoveryReps < 1, o.recoveryJobs < 1:
 		return nil, fmt.Errorf("-n, -concurrency, -rate, -procs, -reps, -recovery-reps and -recovery-jobs must be at least 1")
 	case o.payload < 8:
 		return nil, fmt.Errorf("-payload (%d) must be at least 8", o.payload)
@@ -149,6 +162,54 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-fast-poll must not be negative")
 	}
 	return o, nil
+}
+
+// parseInts parses a comma list of integers, in order, without repeats.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		v, err := strconv.Atoi(part)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
+}
+
+// drainKey is the metric key of a drain measurement at concurrency c: key
+// itself when the run has one concurrency, key_c<c> when it has several (as
+// cmd/worqr-bench names them).
+func (o *options) drainKey(key string, c int) string {
+	if len(o.concurrencies) <= 1 {
+		return key
+	}
+	return key + "_c" + strconv.Itoa(c)
+}
+
+// atC labels a drain phase with its concurrency when the run has several.
+func (o *options) atC(c int) string {
+	if len(o.concurrencies) <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" at concurrency %d", c)
+}
+
+func concurrencyList(o *options) string {
+	parts := make([]string, len(o.concurrencies))
+	for i, c := range o.concurrencies {
+		parts[i] = strconv.Itoa(c)
+	}
+	return strings.Join(parts, ",")
 }
 
 func asynqVersion() string {
@@ -167,7 +228,7 @@ func run(ctx context.Context, o *options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	ropts, err := redis.ParseURL(o.redisURL)
+	ropts, err := redis.ParseURL(o.statsURL)
 	if err != nil {
 		return nil, err
 	}
@@ -197,8 +258,14 @@ func run(ctx context.Context, o *options) (*Report, error) {
 			}
 		}
 		if o.run.needDrain() {
-			if drain, err = b.drain(ctx); err != nil {
-				return nil, fmt.Errorf("drain: %w", err)
+			for i, c := range o.concurrencies {
+				v, err := b.drain(ctx, c, i == 0)
+				if err != nil {
+					return nil, fmt.Errorf("drain at concurrency %d: %w", c, err)
+				}
+				if i == 0 {
+					drain = v
+				}
 			}
 		}
 		if enq >= 0 && drain >= 0 {
@@ -230,7 +297,7 @@ func run(ctx context.Context, o *options) (*Report, error) {
 		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("recovery: %d repetition(s); asynq's recoverer (every 1 min, for leases expired 30 s ago; leases last 30 s) moves the jobs of a dead server to the retry set with the default retry delay (15-45 s for a first retry); the forwarder (every 5 s) then makes them pending; the peer was started 1.5-2.5 s before the kill and its recoverer runs at start and then every minute, so its first pass that could act came about 58 s after the kill: the best phase for asynq (a random phase adds 0-60 s)", o.recoveryReps))
 	}
 	if o.procs > 1 {
-		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("drain ran in %d child processes of Concurrency %d each; their CPU is in the client CPU", o.procs, o.concurrency))
+		b.rep.Notes = append(b.rep.Notes, fmt.Sprintf("drain ran in %d child processes of Concurrency %s each; their CPU is in the client CPU", o.procs, concurrencyList(o)))
 	}
 	return b.rep, nil
 }

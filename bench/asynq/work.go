@@ -214,7 +214,7 @@ func (b *bench) enqueue(ctx context.Context) (float64, error) {
 // so one by one from 10 goroutines; measures the memory per waiting job),
 // then time a server from Start until every job's handler returned and the
 // job left the active list.
-func (b *bench) drain(ctx context.Context) (float64, error) {
+func (b *bench) drain(ctx context.Context, conc int, first bool) (float64, error) {
 	o := b.o
 	if err := b.fresh(ctx); err != nil {
 		return 0, err
@@ -232,7 +232,9 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.rep.add("mem_bytes_per_job", float64(m1.usedMemory-m0.usedMemory)/float64(o.n))
+	if first {
+		b.rep.add("mem_bytes_per_job", float64(m1.usedMemory-m0.usedMemory)/float64(o.n))
+	}
 
 	runtime.GC()
 	s0, err := b.snap(ctx)
@@ -245,9 +247,9 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 		polls   int64
 	)
 	if o.procs == 1 {
-		elapsed, s1, polls, err = b.drainInProcess(ctx)
+		elapsed, s1, polls, err = b.drainInProcess(ctx, conc)
 	} else {
-		elapsed, s1, polls, err = b.drainProcs(ctx)
+		elapsed, s1, polls, err = b.drainProcs(ctx, conc)
 	}
 	if err != nil {
 		return 0, err
@@ -255,28 +257,29 @@ func (b *bench) drain(ctx context.Context) (float64, error) {
 	n := float64(o.n)
 	d := cmdDelta(s0, s1, map[string]int64{"llen": polls})
 	perJobCmds := float64(totalCalls(d)) / n
-	b.rep.add("drain_jobs_per_s", n/elapsed.Seconds())
-	b.rep.add("cmds_per_job_drain", perJobCmds)
-	b.rep.add("redis_cpu_us_per_job", (s1.redisCPU-s0.redisCPU)*1e6/n)
-	b.rep.add("client_cpu_us_per_job", (s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n)
-	b.rep.Commands["b. drain (take + finish)"] = perJob(d, o.n)
+	key := func(k string) string { return o.drainKey(k, conc) }
+	b.rep.add(key("drain_jobs_per_s"), n/elapsed.Seconds())
+	b.rep.add(key("cmds_per_job_drain"), perJobCmds)
+	b.rep.add(key("redis_cpu_us_per_job"), (s1.redisCPU-s0.redisCPU)*1e6/n)
+	b.rep.add(key("client_cpu_us_per_job"), (s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n)
+	b.rep.Commands["b. drain (take + finish)"+o.atC(conc)] = perJob(d, o.n)
 	if o.procs == 1 { // the children's allocations are not seen
-		b.rep.add("drain_allocs_per_job", float64(s1.mallocs-s0.mallocs)/n)
-		b.rep.add("drain_alloc_bytes_per_job", float64(s1.allocBytes-s0.allocBytes)/n)
+		b.rep.add(key("drain_allocs_per_job"), float64(s1.mallocs-s0.mallocs)/n)
+		b.rep.add(key("drain_alloc_bytes_per_job"), float64(s1.allocBytes-s0.allocBytes)/n)
 	}
-	b.progress("drain: %.0f jobs/s, %.2f commands/job, redis CPU %.1f µs/job, client CPU %.1f µs/job, %.0f B/waiting job",
-		n/elapsed.Seconds(), perJobCmds, (s1.redisCPU-s0.redisCPU)*1e6/n,
+	b.progress("drain at concurrency %d: %.0f jobs/s, %.2f commands/job, redis CPU %.1f µs/job, client CPU %.1f µs/job, %.0f B/waiting job",
+		conc, n/elapsed.Seconds(), perJobCmds, (s1.redisCPU-s0.redisCPU)*1e6/n,
 		(s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n, float64(m1.usedMemory-m0.usedMemory)/n)
 	return perJobCmds, nil
 }
 
 func drainLimit(n int) time.Duration { return max(2*time.Minute, time.Duration(n)*time.Millisecond) }
 
-func (b *bench) drainInProcess(ctx context.Context) (time.Duration, snapshot, int64, error) {
+func (b *bench) drainInProcess(ctx context.Context, c int) (time.Duration, snapshot, int64, error) {
 	n := int64(b.o.n)
 	var handled atomic.Int64
 	all := make(chan struct{})
-	srv := newServer(b.connOpt, b.o.concurrency, 0)
+	srv := newServer(b.connOpt, c, 0)
 	start := time.Now()
 	if err := srv.Start(asynq.HandlerFunc(func(context.Context, *asynq.Task) error {
 		if handled.Add(1) == n {
@@ -300,7 +303,7 @@ func (b *bench) drainInProcess(ctx context.Context) (time.Duration, snapshot, in
 
 // drainProcs runs -procs child server processes; they report their handler
 // counts on stdout; once all jobs were handled the active list is polled.
-func (b *bench) drainProcs(ctx context.Context) (time.Duration, snapshot, int64, error) {
+func (b *bench) drainProcs(ctx context.Context, conc int) (time.Duration, snapshot, int64, error) {
 	o := b.o
 	exe, err := os.Executable()
 	if err != nil {
@@ -317,7 +320,7 @@ func (b *bench) drainProcs(ctx context.Context) (time.Duration, snapshot, int64,
 	start := time.Now()
 	for i := range children {
 		cmd := exec.CommandContext(ctx, exe, childMode, "-mode", "drain", "-redis-url", o.redisURL,
-			"-concurrency", strconv.Itoa(o.concurrency))
+			"-concurrency", strconv.Itoa(conc))
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -445,6 +448,11 @@ func (b *bench) latency(ctx context.Context, prefix string, poll time.Duration) 
 	if !sleepCtx(ctx, time.Second) {
 		return ctx.Err()
 	}
+	runtime.GC()
+	s0, err := b.snap(ctx)
+	if err != nil {
+		return err
+	}
 	sent, err := produce(ctx, o, b.payload, func(p []byte) error {
 		_, err := c.EnqueueContext(ctx, newTask(p), asynq.Queue(benchQueue))
 		return err
@@ -455,14 +463,43 @@ func (b *bench) latency(ctx context.Context, prefix string, poll time.Duration) 
 	if err := waitFor(ctx, allIn, 30*time.Second, func() string { return fmt.Sprintf("%d of %d jobs handled", got.Load(), total) }); err != nil {
 		return err
 	}
+	s1, err := b.snap(ctx)
+	if err != nil {
+		return err
+	}
 	p := recordLatency(b.rep, prefix, lats)
+	costPrefix := strings.Replace(prefix, "latency", "lowrate", 1)
+	cost := recordLowRate(b.rep, costPrefix, s0, s1, total)
 	label := "default TaskCheckInterval"
 	if poll > 0 {
 		label = "TaskCheckInterval " + poll.String()
 	}
-	b.progress("latency at %.0f jobs/s (%s): p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms", sent, label, p[0], p[1], p[2], p[3])
+	b.progress("latency at %.0f jobs/s (%s): p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; per job %.2f commands, redis CPU %.1f µs, client CPU %.1f µs",
+		sent, label, p[0], p[1], p[2], p[3], cost[0], cost[1], cost[2])
 	return nil
 }
+
+// recordLowRate adds, under prefix_*, what the jobs of a latency run cost
+// between snapshots s0 and s1: Redis commands, Redis CPU (µs), client CPU
+// (µs, this process: producer and server) and heap allocations per job; it
+// returns the first three. The command breakdown goes to the report too.
+func recordLowRate(rep *Report, prefix string, s0, s1 snapshot, jobs int) [3]float64 {
+	d := cmdDelta(s0, s1, nil)
+	n := float64(jobs)
+	out := [3]float64{float64(totalCalls(d)) / n, (s1.redisCPU - s0.redisCPU) * 1e6 / n, (s1.selfCPU - s0.selfCPU) * 1e6 / n}
+	rep.add(prefix+"_cmds_per_job", out[0])
+	rep.add(prefix+"_redis_cpu_us_per_job", out[1])
+	rep.add(prefix+"_client_cpu_us_per_job", out[2])
+	rep.add(prefix+"_allocs_per_job", float64(s1.mallocs-s0.mallocs)/n)
+	rep.Commands["c. "+prefix+" (enqueue + take + finish)"] = perJob(d, jobs)
+	return out
+}
+
+// producers is how many goroutines share produce's schedule: job i is
+// enqueued by goroutine i mod producers at start + i/rate, so the offered
+// rate holds while an Enqueue takes up to producers/rate (4 ms at 1,000
+// jobs/s: several round trips over the -rtt of cmd/worqr-bench).
+const producers = 4
 
 // produce calls enqueue rate times a second for the run's duration, each
 // with a copy of payload stamped with the call's start (unix nanos, first 8
@@ -471,19 +508,34 @@ func produce(ctx context.Context, o *options, payload []byte, enqueue func([]byt
 	total := int(float64(o.rate) * o.duration.Seconds())
 	interval := time.Second / time.Duration(o.rate)
 	start := time.Now()
-	for i := 0; i < total; i++ {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		p := make([]byte, len(payload))
-		copy(p, payload)
-		binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
-		if err := enqueue(p); err != nil {
-			return 0, err
-		}
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for g := 0; g < producers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < total; i += producers {
+				if ctx.Err() != nil {
+					errs <- ctx.Err()
+					return
+				}
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					time.Sleep(d)
+				}
+				p := make([]byte, len(payload))
+				copy(p, payload)
+				binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+				if err := enqueue(p); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
 	}
 	return float64(total) / time.Since(start).Seconds(), nil
 }

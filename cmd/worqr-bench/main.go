@@ -9,8 +9,15 @@
 // -skip-asynq, it then runs the asynq side (bench/asynq, a module of its own)
 // with `go run` against the same server, and prints one table of medians.
 //
+// With -rtt, both systems reach Redis through a delay proxy (a child process
+// of the bench) that delays every chunk of bytes each way by about rtt/2,
+// calibrated so that a PING through it takes rtt more than one straight to
+// Redis; the bench's own INFO and FLUSHDB go to Redis directly.
+//
 //	go run ./cmd/worqr-bench                    # everything, about 4-5 minutes
 //	go run ./cmd/worqr-bench -only a,b -reps 5  # enqueue and drain only
+//	go run ./cmd/worqr-bench -rtt 600us -only b,c -concurrency 10,50 -n 20000  # make bench-net
+//	go run ./cmd/worqr-bench -skip-asynq -only c -concurrency 10 -profile c -cpuprofile lowrate.pprof
 //	go run ./cmd/worqr-bench -skip-asynq -only drain -cpuprofile drain.pprof
 //	go run ./cmd/worqr-bench -skip-asynq -only a -profile a -cpuprofile enqueue.pprof
 package main
@@ -29,6 +36,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -41,7 +49,9 @@ import (
 
 type options struct {
 	n             int
-	concurrency   int
+	concurrency   int   // the first of concurrencies: latency, warm-up
+	concurrencies []int // drain runs once at each
+	rtt           time.Duration
 	payload       int
 	rate          int
 	duration      time.Duration
@@ -60,6 +70,7 @@ type options struct {
 	profile       string
 	jsonOut       string
 	verbose       bool
+	scriptCosts   bool
 
 	run workloads
 }
@@ -120,6 +131,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == childMode {
 		os.Exit(runChild(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == proxyMode {
+		os.Exit(runProxy(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worqr-bench:", err)
@@ -138,7 +152,8 @@ func parseFlags(args []string) (*options, error) {
 	o := &options{}
 	fs := flag.NewFlagSet("worqr-bench", flag.ContinueOnError)
 	fs.IntVar(&o.n, "n", 50000, "jobs per enqueue and drain run")
-	fs.IntVar(&o.concurrency, "concurrency", 50, "handler goroutines per worker process (drain, latency)")
+	concurrency := fs.String("concurrency", "50", "handler goroutines per worker process; a comma list (10,50) runs the drain at each, the latency run at the first")
+	fs.DurationVar(&o.rtt, "rtt", 0, "emulated network round trip: both systems reach Redis through a proxy that delays each direction by rtt/2 (0: direct)")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
 	fs.IntVar(&o.rate, "rate", 1000, "latency run: jobs enqueued per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
@@ -154,9 +169,10 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.recoveryJobs, "recovery-jobs", 10, "recovery: jobs held by the worker that is killed")
 	fs.DurationVar(&o.recoveryCap, "recovery-cap", 120*time.Second, "recovery: longest wait for the jobs to be taken again")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the first worqr run of -profile's workload to this file")
-	fs.StringVar(&o.profile, "profile", "b", "workload -cpuprofile covers: a (enqueue) or b (drain)")
+	fs.StringVar(&o.profile, "profile", "b", "workload -cpuprofile covers: a (enqueue), b (drain, first concurrency) or c (latency at -rate)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write both reports as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every repetition's samples")
+	fs.BoolVar(&o.scriptCosts, "script-costs", false, "after the repetitions, one more worqr latency run (c) with every command in Redis's SLOWLOG: Redis time per call of each script (not in the table)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -167,11 +183,17 @@ func parseFlags(args []string) (*options, error) {
 	if o.run, err = parseOnly(o.only); err != nil {
 		return nil, err
 	}
+	if o.concurrencies, err = parseInts(*concurrency); err != nil {
+		return nil, fmt.Errorf("-concurrency: %w", err)
+	}
+	o.concurrency = o.concurrencies[0]
 	switch {
 	case o.n < 1:
 		return nil, fmt.Errorf("-n (%d) must be at least 1", o.n)
-	case o.concurrency < 1:
-		return nil, fmt.Errorf("-concurrency (%d) must be at least 1", o.concurrency)
+	case slices.Min(o.concurrencies) < 1:
+		return nil, fmt.Errorf("-concurrency (%s) must be at least 1", *concurrency)
+	case o.rtt < 0:
+		return nil, fmt.Errorf("-rtt (%s) must not be negative", o.rtt)
 	case o.payload < 8:
 		return nil, fmt.Errorf("-payload (%d) must be at least 8 (the latency run stores a timestamp in it)", o.payload)
 	case o.rate < 1:
@@ -188,12 +210,34 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-recovery-cap (%s) must be at least 1s", o.recoveryCap)
 	case o.asynqRecReps < 1:
 		return nil, fmt.Errorf("-asynq-recovery-reps (%d) must be at least 1", o.asynqRecReps)
-	case o.profile != "a" && o.profile != "b":
-		return nil, fmt.Errorf("-profile (%q) must be a (enqueue) or b (drain)", o.profile)
+	case o.profile != "a" && o.profile != "b" && o.profile != "c":
+		return nil, fmt.Errorf("-profile (%q) must be a (enqueue), b (drain) or c (latency)", o.profile)
 	case o.asynqFastPoll < 0:
 		return nil, fmt.Errorf("-asynq-fast-poll (%s) must not be negative", o.asynqFastPoll)
 	}
 	return o, nil
+}
+
+// parseInts parses a comma list of integers, in order, without repeats.
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		v, err := strconv.Atoi(part)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.Contains(out, v) {
+			out = append(out, v)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("empty list")
+	}
+	return out, nil
 }
 
 func run(ctx context.Context, o *options) error {
@@ -226,15 +270,35 @@ func run(ctx context.Context, o *options) error {
 		return err
 	}
 	info := parseInfo(server)
-	fmt.Fprintf(os.Stderr, "worqr-bench: redis %s at %s; %d CPUs, GOMAXPROCS %d, %s; n=%d payload=%dB concurrency=%d procs=%d reps=%d\n",
+	fmt.Fprintf(os.Stderr, "worqr-bench: redis %s at %s; %d CPUs, GOMAXPROCS %d, %s; n=%d payload=%dB concurrency=%s procs=%d reps=%d\n",
 		info["redis_version"], url, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version(),
-		o.n, o.payload, o.concurrency, o.procs, o.reps)
+		o.n, o.payload, joinInts(o.concurrencies), o.procs, o.reps)
+
+	// Both systems reach Redis through clientURL; the bench's own INFO and
+	// FLUSHDB (stats) go to url directly.
+	clientURL := url
+	var netNote string
+	if o.rtt > 0 {
+		px, err := startProxy(url, o.rtt/2)
+		if err != nil {
+			return err
+		}
+		defer px.stop()
+		clientURL = px.url
+		direct, via, err := px.calibrate(ctx, url, o.rtt)
+		if err != nil {
+			return err
+		}
+		netNote = fmt.Sprintf("emulated network: -rtt %s through a delay proxy (its own process), each direction delayed %s (calibrated: rtt/2 less the proxy's own overhead); PING round trip, median of 300: %s direct, %s through the proxy",
+			o.rtt, px.delay.Round(time.Microsecond), direct.Round(time.Microsecond), via.Round(time.Microsecond))
+		fmt.Fprintf(os.Stderr, "worqr-bench: %s\n", netNote)
+	}
 
 	load0 := loadAvg()
 	if load0 > 0.25*float64(runtime.NumCPU()) {
 		fmt.Fprintf(os.Stderr, "worqr-bench: warning: load average %.2f on %d CPUs: other work on this machine will skew the numbers\n", load0, runtime.NumCPU())
 	}
-	b, err := newBench(ctx, o, url, stats)
+	b, err := newBench(ctx, o, clientURL, stats)
 	if err != nil {
 		return err
 	}
@@ -258,21 +322,34 @@ func run(ctx context.Context, o *options) error {
 		if o.skipAsynq {
 			continue
 		}
-		r, err := runAsynq(ctx, o, url, asynqDir, rep)
+		r, err := runAsynq(ctx, o, clientURL, url, asynqDir, rep)
 		if err != nil {
 			return fmt.Errorf("asynq: %w", err)
 		}
 		aq = aq.merge(r)
 	}
 	wq := b.report()
+	var costs []scriptCost
+	if o.scriptCosts && o.run.latency {
+		if costs, err = b.scriptCosts(ctx); err != nil {
+			return fmt.Errorf("worqr script costs: %w", err)
+		}
+	}
 
 	load1 := loadAvg()
 	wq.Notes = append(wq.Notes, fmt.Sprintf("1-minute load average before the run %.2f, after %.2f (%d CPUs)", load0, load1, runtime.NumCPU()))
+	if netNote != "" {
+		wq.Notes = append(wq.Notes, netNote)
+	}
 	out := os.Stdout
-	fmt.Fprintf(out, "\nredis %s, %d CPUs, %s, n=%d, payload %d B, concurrency %d, worker processes %d, reps %d (medians), latency %d jobs/s for %s\n\n",
-		info["redis_version"], runtime.NumCPU(), runtime.Version(), o.n, o.payload, o.concurrency, o.procs, o.reps, o.rate, o.duration)
+	network := "loopback"
+	if o.rtt > 0 {
+		network = fmt.Sprintf("emulated RTT %s", o.rtt)
+	}
+	fmt.Fprintf(out, "\nredis %s, %d CPUs, %s, %s, n=%d, payload %d B, concurrency %s, worker processes %d, reps %d (medians), latency %d jobs/s for %s at concurrency %d\n\n",
+		info["redis_version"], runtime.NumCPU(), runtime.Version(), network, o.n, o.payload, joinInts(o.concurrencies), o.procs, o.reps, o.rate, o.duration, o.concurrency)
 	printTable(out, o, wq, aq)
-	printTargets(out, wq, aq)
+	printTargets(out, o, wq, aq)
 	for _, rep := range []*Report{wq, aq} {
 		if rep == nil {
 			continue
@@ -284,6 +361,9 @@ func run(ctx context.Context, o *options) error {
 	fmt.Fprintln(out)
 	printCommands(out, wq)
 	printCommands(out, aq)
+	if costs != nil {
+		printScriptCosts(out, "worqr, c. low rate (extra run, not in the table)", costs, int(float64(o.rate)*o.duration.Seconds()))
+	}
 	if o.verbose {
 		printSamples(out, wq)
 		printSamples(out, aq)
@@ -300,8 +380,10 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
-// printTargets says which of the issue's targets the medians meet.
-func printTargets(w io.Writer, wq, aq *Report) {
+// printTargets says which of the issues' targets the medians meet: those of
+// the first performance issue (loopback, saturated) and those of issue 11
+// (over a network, at a low rate) that can be stated against asynq or alone.
+func printTargets(w io.Writer, o *options, wq, aq *Report) {
 	type target struct {
 		what string
 		ok   func() (string, bool, bool) // value, met, known
@@ -328,25 +410,58 @@ func printTargets(w io.Writer, wq, aq *Report) {
 			return strconv.FormatFloat(v, 'g', 3, 64) + unit, v <= limit, true
 		}
 	}
+	// sumRatio compares worqr's sum of keys with asynq's (at most max).
+	sumRatio := func(max float64, keys ...string) func() (string, bool, bool) {
+		return func() (string, bool, bool) {
+			var ws, as float64
+			for _, k := range keys {
+				wv, wok := wq.median(k)
+				av, aok := aq.median(k)
+				if !wok || !aok {
+					return "", false, false
+				}
+				ws, as = ws+wv, as+av
+			}
+			if as == 0 {
+				return "", false, false
+			}
+			return fmt.Sprintf("%.3g µs = %.2fx asynq", ws, ws/as), ws/as <= max, true
+		}
+	}
 	ts := []target{
 		{"enqueue >= 1.5x asynq", ratio("enqueue_jobs_per_s", 1.5)},
-		{"drain >= 2x asynq", ratio("drain_jobs_per_s", 2)},
-		{"latency p50 <= 0.5 ms", atMost("latency_p50_ms", 0.5, " ms")},
-		{"latency p99 <= 2 ms", atMost("latency_p99_ms", 2, " ms")},
-		{"<= 10 Redis commands per job", atMost("cmds_per_job", 10, "")},
-		{"<= 400 B per waiting job", atMost("mem_bytes_per_job", 400, " B")},
-		{"dead worker's jobs offered again <= 4 s", atMost("recovery_released_s", 4, " s")},
+	}
+	for _, c := range o.concurrencies {
+		ts = append(ts, target{fmt.Sprintf("drain at C=%d >= 2x asynq", c), ratio(o.drainKey("drain_jobs_per_s", c), 2)})
+	}
+	if o.rtt == 0 && slices.Contains(o.concurrencies, 50) {
+		ts = append(ts, target{"loopback drain at C=50 >= 5x asynq", ratio(o.drainKey("drain_jobs_per_s", 50), 5)})
+	}
+	ts = append(ts,
+		target{"latency p50 <= 0.5 ms (loopback)", atMost("latency_p50_ms", 0.5, " ms")},
+		target{"latency p99 <= 2 ms (loopback)", atMost("latency_p99_ms", 2, " ms")},
+		target{"<= 10 Redis commands per job", atMost("cmds_per_job", 10, "")},
+		target{"<= 400 B per waiting job", atMost("mem_bytes_per_job", 400, " B")},
+		target{"dead worker's jobs offered again <= 4 s", atMost("recovery_released_s", 4, " s")},
+		target{"low rate: <= 8 Redis commands per job", atMost("lowrate_cmds_per_job", 8, "")},
+		target{"low rate: Redis + client CPU <= 0.5x asynq", sumRatio(0.5, "lowrate_redis_cpu_us_per_job", "lowrate_client_cpu_us_per_job")},
+	)
+	if o.rtt == 0 {
+		ts = append(ts, target{"low rate: latency p99 <= 1 ms (loopback)", atMost("latency_p99_ms", 1, " ms")})
+	} else {
+		rtts := 3 * float64(o.rtt) / float64(time.Millisecond)
+		ts = append(ts, target{fmt.Sprintf("low rate: latency p99 <= 3 RTT (%.3g ms)", rtts), atMost("latency_p99_ms", rtts, " ms")})
 	}
 	fmt.Fprintf(w, "\nissue targets (worqr medians):\n")
 	for _, t := range ts {
 		v, met, known := t.ok()
 		switch {
 		case !known:
-			fmt.Fprintf(w, "  [ ? ] %-40s not measured\n", t.what)
+			fmt.Fprintf(w, "  [ ? ] %-44s not measured\n", t.what)
 		case met:
-			fmt.Fprintf(w, "  [met] %-40s %s\n", t.what, v)
+			fmt.Fprintf(w, "  [met] %-44s %s\n", t.what, v)
 		default:
-			fmt.Fprintf(w, "  [NOT] %-40s %s\n", t.what, v)
+			fmt.Fprintf(w, "  [NOT] %-44s %s\n", t.what, v)
 		}
 	}
 }
@@ -354,7 +469,10 @@ func printTargets(w io.Writer, wq, aq *Report) {
 // runAsynq runs repetition rep of the asynq module's program with `go run`
 // in dir against url and parses the report it prints on stdout (nil when
 // nothing is left to run: recovery only, and its repetitions are done).
-func runAsynq(ctx context.Context, o *options, url, dir string, rep int) (*Report, error) {
+//
+// The asynq side's workers and clients use url (the proxy with -rtt); its
+// INFO, FLUSHDB and completion polls use statsURL (Redis itself).
+func runAsynq(ctx context.Context, o *options, url, statsURL, dir string, rep int) (*Report, error) {
 	only := o.run.letters(rep < o.asynqRecReps)
 	if only == "" {
 		return nil, nil
@@ -364,9 +482,9 @@ func runAsynq(ctx context.Context, o *options, url, dir string, rep int) (*Repor
 		goBin = "go"
 	}
 	args := []string{"run", ".",
-		"-redis-url", url, "-flush",
+		"-redis-url", url, "-stats-url", statsURL, "-flush",
 		"-n", strconv.Itoa(o.n),
-		"-concurrency", strconv.Itoa(o.concurrency),
+		"-concurrency", joinInts(o.concurrencies),
 		"-payload", strconv.Itoa(o.payload),
 		"-rate", strconv.Itoa(o.rate),
 		"-duration", o.duration.String(),
@@ -423,6 +541,33 @@ func findAsynqDir(dir string) (string, error) {
 		}
 		dir = parent
 	}
+}
+
+func joinInts(xs []int) string {
+	parts := make([]string, len(xs))
+	for i, x := range xs {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ",")
+}
+
+// pingRTT returns the median time of n PINGs on one connection to url.
+func pingRTT(ctx context.Context, url string, n int) (time.Duration, error) {
+	c, err := redis.DialURLContext(ctx, url)
+	if err != nil {
+		return 0, fmt.Errorf("connect to %s: %w", url, err)
+	}
+	defer c.Close()
+	ds := make([]time.Duration, n)
+	for i := range ds {
+		t := time.Now()
+		if _, err := redis.DoContext(c, ctx, "PING"); err != nil {
+			return 0, err
+		}
+		ds[i] = time.Since(t)
+	}
+	slices.Sort(ds)
+	return ds[len(ds)/2], nil
 }
 
 func newLogger() *slog.Logger {

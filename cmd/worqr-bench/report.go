@@ -96,25 +96,48 @@ func rows(o *options) []row {
 	b := func(v float64) string { return thousands(int64(math.Round(v))) }
 	out := []row{
 		{key: "enqueue_jobs_per_s", label: "a. enqueue one by one, 10 goroutines (jobs/s)", higher: true, format: jobs},
-		{key: "drain_jobs_per_s", label: drainLabel(o), higher: true, format: jobs},
+	}
+	for _, c := range o.concurrencies {
+		out = append(out, row{key: o.drainKey("drain_jobs_per_s", c), label: drainLabel(o, c), higher: true, format: jobs})
 	}
 	for _, p := range []string{"p50", "p90", "p99", "max"} {
 		out = append(out, row{key: "latency_" + p + "_ms", label: "c. latency enqueue -> handler start, " + p + " (ms)", format: msf})
 	}
+	out = append(out,
+		row{key: "lowrate_cmds_per_job", label: "c. low rate: Redis commands per job (enqueue + take + finish)", format: f2},
+		row{key: "lowrate_redis_cpu_us_per_job", label: "c. low rate: Redis CPU per job (µs)", format: f1},
+		row{key: "lowrate_client_cpu_us_per_job", label: "c. low rate: client CPU per job, producer + worker (µs)", format: f1},
+		row{key: "lowrate_allocs_per_job", label: "   low rate: client heap allocations per job", format: f1},
+	)
 	for _, p := range []string{"p50", "p90", "p99", "max"} {
 		out = append(out, row{key: "latency_" + p + "_ms", asynqKey: "latency_fastpoll_" + p + "_ms",
 			label: fmt.Sprintf("c'. latency %s (ms), asynq TaskCheckInterval=%s", p, o.asynqFastPoll), format: msf})
 	}
 	out = append(out,
-		row{key: "cmds_per_job", label: "d. Redis commands per job, enqueue + drain", format: f2},
+		row{key: "lowrate_cmds_per_job", asynqKey: "lowrate_fastpoll_cmds_per_job", label: fmt.Sprintf("c'. low rate: Redis commands per job, asynq TaskCheckInterval=%s", o.asynqFastPoll), format: f2},
+		row{key: "lowrate_redis_cpu_us_per_job", asynqKey: "lowrate_fastpoll_redis_cpu_us_per_job", label: fmt.Sprintf("c'. low rate: Redis CPU per job (µs), asynq TaskCheckInterval=%s", o.asynqFastPoll), format: f1},
+		row{key: "lowrate_client_cpu_us_per_job", asynqKey: "lowrate_fastpoll_client_cpu_us_per_job", label: fmt.Sprintf("c'. low rate: client CPU per job (µs), asynq TaskCheckInterval=%s", o.asynqFastPoll), format: f1},
+		row{key: "cmds_per_job", label: fmt.Sprintf("d. Redis commands per job, enqueue + drain (concurrency %d)", o.concurrency), format: f2},
 		row{key: "cmds_per_job_enqueue", label: "   of which enqueue (a)", format: f2},
-		row{key: "cmds_per_job_drain", label: "   of which take + finish (b)", format: f2},
-		row{key: "redis_cpu_us_per_job", label: "e. Redis CPU per job, drain (µs)", format: f1},
-		row{key: "client_cpu_us_per_job", label: "e. client CPU per job, drain (µs)", format: f1},
+	)
+	for _, c := range o.concurrencies {
+		out = append(out, row{key: o.drainKey("cmds_per_job_drain", c), label: "   take + finish (b)" + o.atC(c), format: f2})
+	}
+	for _, c := range o.concurrencies {
+		out = append(out,
+			row{key: o.drainKey("redis_cpu_us_per_job", c), label: "e. Redis CPU per job, drain" + o.atC(c) + " (µs)", format: f1},
+			row{key: o.drainKey("client_cpu_us_per_job", c), label: "e. client CPU per job, drain" + o.atC(c) + " (µs)", format: f1},
+		)
+	}
+	out = append(out,
 		row{key: "enqueue_redis_cpu_us_per_job", label: "   Redis CPU per job, enqueue (µs)", format: f1},
 		row{key: "enqueue_client_cpu_us_per_job", label: "   client CPU per job, enqueue (µs)", format: f1},
 		row{key: "enqueue_allocs_per_job", label: "   client heap allocations per job, enqueue (a)", format: f1},
-		row{key: "drain_allocs_per_job", label: "   client heap allocations per job, drain (b)", format: f1},
+	)
+	for _, c := range o.concurrencies {
+		out = append(out, row{key: o.drainKey("drain_allocs_per_job", c), label: "   client heap allocations per job, drain" + o.atC(c) + " (b)", format: f1})
+	}
+	out = append(out,
 		row{key: "mem_bytes_per_job", label: "f. Redis memory per waiting job (bytes)", format: b},
 		row{key: "recovery_released_s", label: fmt.Sprintf("g. SIGKILL -> %d held jobs released by a peer (s)", o.recoveryJobs), format: f2},
 		row{key: "recovery_first_s", label: "g. SIGKILL -> first job taken again (s)", format: f2},
@@ -123,11 +146,29 @@ func rows(o *options) []row {
 	return out
 }
 
-func drainLabel(o *options) string {
+func drainLabel(o *options, c int) string {
 	if o.procs == 1 {
-		return fmt.Sprintf("b. drain, concurrency %d, no-op handler (jobs/s)", o.concurrency)
+		return fmt.Sprintf("b. drain, concurrency %d, no-op handler (jobs/s)", c)
 	}
-	return fmt.Sprintf("b. drain, %d processes x concurrency %d, no-op handler (jobs/s)", o.procs, o.concurrency)
+	return fmt.Sprintf("b. drain, %d processes x concurrency %d, no-op handler (jobs/s)", o.procs, c)
+}
+
+// drainKey is the metric key of a drain measurement at concurrency c: key
+// itself when the run has one concurrency, key_c<c> when it has several (the
+// asynq side names them the same way).
+func (o *options) drainKey(key string, c int) string {
+	if len(o.concurrencies) <= 1 {
+		return key
+	}
+	return key + "_c" + strconv.Itoa(c)
+}
+
+// atC labels a drain row with its concurrency when the run has several.
+func (o *options) atC(c int) string {
+	if len(o.concurrencies) <= 1 {
+		return ""
+	}
+	return fmt.Sprintf(" at concurrency %d", c)
 }
 
 func thousands(n int64) string {

@@ -42,13 +42,15 @@ type bench struct {
 	log     *slog.Logger
 	payload []byte
 	rep     *Report
+
+	profiled bool // -cpuprofile was written
 }
 
 func newBench(ctx context.Context, o *options, url string, stats redis.Conn) (*bench, error) {
 	b := &bench{
 		o: o, url: url, stats: stats, log: newLogger(),
 		pool: &redis.Pool{
-			MaxIdle:     4 * (o.concurrency + enqueueRoutines),
+			MaxIdle:     4 * (slices.Max(o.concurrencies) + enqueueRoutines),
 			IdleTimeout: time.Minute,
 			DialContext: func(ctx context.Context) (redis.Conn, error) {
 				return redis.DialURLContext(ctx, url)
@@ -176,17 +178,21 @@ func (b *bench) runRep(ctx context.Context, rep int) error {
 		enq = v
 	}
 	if o.run.needDrain() {
-		v, err := b.drain(ctx, rep == 0 && o.cpuprofile != "" && o.profile == "b")
-		if err != nil {
-			return fmt.Errorf("drain: %w", err)
+		for i, c := range o.concurrencies {
+			v, err := b.drain(ctx, c, i == 0, rep == 0 && i == 0 && o.cpuprofile != "" && o.profile == "b")
+			if err != nil {
+				return fmt.Errorf("drain at concurrency %d: %w", c, err)
+			}
+			if i == 0 {
+				drain = v
+			}
 		}
-		drain = v
 	}
 	if enq >= 0 && drain >= 0 {
 		b.rep.add("cmds_per_job", enq+drain)
 	}
 	if o.run.latency {
-		if err := b.latency(ctx); err != nil {
+		if err := b.latency(ctx, rep == 0 && o.cpuprofile != "" && o.profile == "c"); err != nil {
 			return fmt.Errorf("latency: %w", err)
 		}
 	}
@@ -270,9 +276,10 @@ func (b *bench) enqueue(ctx context.Context, profile bool) (float64, error) {
 }
 
 // drain (b, e, f): pre-enqueue N jobs in batches (untimed; measures the
-// memory per waiting job), then time a worker from Start to the Nth finish
-// Redis accepted. It returns the Redis commands per job of the drain.
-func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
+// memory per waiting job when first), then time a worker of concurrency c
+// from Start to the Nth finish Redis accepted. It returns the Redis commands
+// per job of the drain.
+func (b *bench) drain(ctx context.Context, c int, first, profile bool) (float64, error) {
 	o := b.o
 	ns, err := b.fresh(ctx)
 	if err != nil {
@@ -295,7 +302,9 @@ func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
 	if err != nil {
 		return 0, err
 	}
-	b.rep.add("mem_bytes_per_job", float64(m1.usedMemory-m0.usedMemory)/float64(o.n))
+	if first {
+		b.rep.add("mem_bytes_per_job", float64(m1.usedMemory-m0.usedMemory)/float64(o.n))
+	}
 
 	runtime.GC() // the pre-enqueue's garbage is not the drain's cost
 	s0, err := b.snap(ctx)
@@ -307,9 +316,9 @@ func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
 		s1      snapshot
 	)
 	if o.procs == 1 {
-		elapsed, s1, err = b.drainInProcess(ctx, ns, profile)
+		elapsed, s1, err = b.drainInProcess(ctx, ns, c, profile)
 	} else {
-		elapsed, s1, err = b.drainProcs(ctx, ns)
+		elapsed, s1, err = b.drainProcs(ctx, ns, c)
 	}
 	if err != nil {
 		return 0, err
@@ -317,18 +326,19 @@ func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
 	n := float64(o.n)
 	d := cmdDelta(s0, s1)
 	perJobCmds := float64(totalCalls(d)) / n
-	b.rep.add("drain_jobs_per_s", n/elapsed.Seconds())
-	b.rep.add("cmds_per_job_drain", perJobCmds)
-	b.rep.add("redis_cpu_us_per_job", (s1.redisCPU-s0.redisCPU)*1e6/n)
-	b.rep.add("client_cpu_us_per_job", (s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n)
-	b.rep.Commands["b. drain (take + finish)"] = perJob(d, o.n)
+	key := func(k string) string { return o.drainKey(k, c) }
+	b.rep.add(key("drain_jobs_per_s"), n/elapsed.Seconds())
+	b.rep.add(key("cmds_per_job_drain"), perJobCmds)
+	b.rep.add(key("redis_cpu_us_per_job"), (s1.redisCPU-s0.redisCPU)*1e6/n)
+	b.rep.add(key("client_cpu_us_per_job"), (s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n)
+	b.rep.Commands["b. drain (take + finish)"+o.atC(c)] = perJob(d, o.n)
 	if o.procs == 1 { // the children's allocations are not seen
-		b.rep.add("drain_allocs_per_job", float64(s1.mallocs-s0.mallocs)/n)
-		b.rep.add("drain_alloc_bytes_per_job", float64(s1.allocBytes-s0.allocBytes)/n)
+		b.rep.add(key("drain_allocs_per_job"), float64(s1.mallocs-s0.mallocs)/n)
+		b.rep.add(key("drain_alloc_bytes_per_job"), float64(s1.allocBytes-s0.allocBytes)/n)
 	}
 	takes := d["lpop"].Calls
-	b.progress("drain: %.0f jobs/s, %.2f commands/job, %d takes (%.1f jobs per take), redis CPU %.1f µs/job, client CPU %.1f µs/job, %.0f B/waiting job",
-		n/elapsed.Seconds(), perJobCmds, takes, n/float64(max(takes, 1)),
+	b.progress("drain at concurrency %d: %.0f jobs/s, %.2f commands/job, %d takes (%.1f jobs per take), redis CPU %.1f µs/job, client CPU %.1f µs/job, %.0f B/waiting job",
+		c, n/elapsed.Seconds(), perJobCmds, takes, n/float64(max(takes, 1)),
 		(s1.redisCPU-s0.redisCPU)*1e6/n, (s1.selfCPU-s0.selfCPU+s1.childCPU-s0.childCPU)*1e6/n,
 		float64(m1.usedMemory-m0.usedMemory)/n)
 	return perJobCmds, nil
@@ -336,7 +346,7 @@ func (b *bench) drain(ctx context.Context, profile bool) (float64, error) {
 
 // drainInProcess runs one worker in this process and returns the time from
 // Start to the Nth EventDone and a snapshot taken right then.
-func (b *bench) drainInProcess(ctx context.Context, ns string, profile bool) (time.Duration, snapshot, error) {
+func (b *bench) drainInProcess(ctx context.Context, ns string, c int, profile bool) (time.Duration, snapshot, error) {
 	n := int64(b.o.n)
 	var handled, done atomic.Int64
 	finished := make(chan struct{})
@@ -344,7 +354,7 @@ func (b *bench) drainInProcess(ctx context.Context, ns string, profile bool) (ti
 	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
 		Config: b.config(ns),
 		Queues: map[string]worqr.QueueConfig{benchQueue: {
-			Concurrency: b.o.concurrency,
+			Concurrency: c,
 			Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
 				handled.Add(1)
 				return nil
@@ -392,6 +402,10 @@ func (b *bench) drainInProcess(ctx context.Context, ns string, profile bool) (ti
 // startProfile starts the CPU profile of -cpuprofile; the returned function
 // stops it.
 func (b *bench) startProfile() (func(), error) {
+	if b.profiled {
+		return func() {}, nil
+	}
+	b.profiled = true
 	f, err := os.Create(b.o.cpuprofile)
 	if err != nil {
 		return nil, err
@@ -412,7 +426,7 @@ func drainLimit(n int) time.Duration { return max(2*time.Minute, time.Duration(n
 // drainProcs runs -procs child worker processes and returns the time from
 // their start to the Nth finish any of them reported, with a snapshot whose
 // client CPU includes the children (after they exited).
-func (b *bench) drainProcs(ctx context.Context, ns string) (time.Duration, snapshot, error) {
+func (b *bench) drainProcs(ctx context.Context, ns string, c int) (time.Duration, snapshot, error) {
 	o := b.o
 	exe, err := os.Executable()
 	if err != nil {
@@ -430,7 +444,7 @@ func (b *bench) drainProcs(ctx context.Context, ns string) (time.Duration, snaps
 	start := time.Now()
 	for i := range children {
 		cmd := exec.CommandContext(ctx, exe, childMode, "-mode", "drain", "-redis-url", b.url,
-			"-namespace", ns, "-queue", benchQueue, "-concurrency", strconv.Itoa(o.concurrency))
+			"-namespace", ns, "-queue", benchQueue, "-concurrency", strconv.Itoa(c))
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
@@ -513,8 +527,10 @@ func (b *bench) drainProcs(ctx context.Context, ns string) (time.Duration, snaps
 
 // latency (c): enqueue at a fixed rate while an idle worker waits; the
 // handler compares the time in the payload (taken just before Enqueue) with
-// its own start.
-func (b *bench) latency(ctx context.Context) error {
+// its own start. Over the same window (first enqueue to last handler start)
+// it measures what a job costs at that low rate: Redis commands, Redis CPU
+// and this process's CPU (producer and worker) per job.
+func (b *bench) latency(ctx context.Context, profile bool) error {
 	o := b.o
 	ns, err := b.fresh(ctx)
 	if err != nil {
@@ -573,20 +589,62 @@ func (b *bench) latency(ctx context.Context) error {
 	if !sleepCtx(ctx, time.Second) {
 		return ctx.Err()
 	}
+	runtime.GC()
+	s0, err := b.snap(ctx)
+	if err != nil {
+		return err
+	}
+	stopProfile := func() {}
+	if profile {
+		if stopProfile, err = b.startProfile(); err != nil {
+			return err
+		}
+	}
 	sent, err := produce(ctx, o, b.payload, func(p []byte) error {
 		_, err := client.Enqueue(ctx, benchQueue, p, nil)
 		return err
 	})
 	if err != nil {
+		stopProfile()
 		return err
 	}
-	if err := waitFor(ctx, allIn, 30*time.Second, func() string { return fmt.Sprintf("%d of %d jobs handled", got.Load(), total) }); err != nil {
+	err = waitFor(ctx, allIn, 30*time.Second, func() string { return fmt.Sprintf("%d of %d jobs handled", got.Load(), total) })
+	stopProfile()
+	if err != nil {
+		return err
+	}
+	s1, err := b.snap(ctx)
+	if err != nil {
 		return err
 	}
 	p := recordLatency(b.rep, "latency", lats)
-	b.progress("latency at %.0f jobs/s: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms", sent, p[0], p[1], p[2], p[3])
+	c := recordLowRate(b.rep, "lowrate", s0, s1, total)
+	b.progress("latency at %.0f jobs/s: p50 %.3f ms, p90 %.3f ms, p99 %.3f ms, max %.3f ms; per job %.2f commands, redis CPU %.1f µs, client CPU %.1f µs",
+		sent, p[0], p[1], p[2], p[3], c[0], c[1], c[2])
 	return nil
 }
+
+// recordLowRate adds, under prefix_*, what the jobs of a latency run cost
+// between snapshots s0 and s1: Redis commands, Redis CPU (µs), client CPU
+// (µs, this process) and heap allocations per job; it returns the first
+// three. The command breakdown goes to the report too.
+func recordLowRate(rep *Report, prefix string, s0, s1 snapshot, jobs int) [3]float64 {
+	d := cmdDelta(s0, s1)
+	n := float64(jobs)
+	out := [3]float64{float64(totalCalls(d)) / n, (s1.redisCPU - s0.redisCPU) * 1e6 / n, (s1.selfCPU - s0.selfCPU) * 1e6 / n}
+	rep.add(prefix+"_cmds_per_job", out[0])
+	rep.add(prefix+"_redis_cpu_us_per_job", out[1])
+	rep.add(prefix+"_client_cpu_us_per_job", out[2])
+	rep.add(prefix+"_allocs_per_job", float64(s1.mallocs-s0.mallocs)/n)
+	rep.Commands["c. "+prefix+" (enqueue + take + finish)"] = perJob(d, jobs)
+	return out
+}
+
+// producers is how many goroutines share produce's schedule: job i is
+// enqueued by goroutine i mod producers at start + i/rate, so the offered
+// rate holds while an Enqueue takes up to producers/rate (4 ms at 1,000
+// jobs/s: several round trips over the -rtt of cmd/worqr-bench).
+const producers = 4
 
 // produce calls enqueue rate times a second for the run's duration, each
 // with a copy of payload stamped with the call's start (unix nanos, first 8
@@ -595,19 +653,34 @@ func produce(ctx context.Context, o *options, payload []byte, enqueue func([]byt
 	total := int(float64(o.rate) * o.duration.Seconds())
 	interval := time.Second / time.Duration(o.rate)
 	start := time.Now()
-	for i := 0; i < total; i++ {
-		if ctx.Err() != nil {
-			return 0, ctx.Err()
-		}
-		if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
-			time.Sleep(d)
-		}
-		p := make([]byte, len(payload))
-		copy(p, payload)
-		binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
-		if err := enqueue(p); err != nil {
-			return 0, err
-		}
+	errs := make(chan error, producers)
+	var wg sync.WaitGroup
+	for g := 0; g < producers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := g; i < total; i += producers {
+				if ctx.Err() != nil {
+					errs <- ctx.Err()
+					return
+				}
+				if d := time.Until(start.Add(time.Duration(i) * interval)); d > 0 {
+					time.Sleep(d)
+				}
+				p := make([]byte, len(payload))
+				copy(p, payload)
+				binary.LittleEndian.PutUint64(p, uint64(time.Now().UnixNano()))
+				if err := enqueue(p); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return 0, err
 	}
 	return float64(total) / time.Since(start).Seconds(), nil
 }
