@@ -983,7 +983,7 @@ func TestRunReportsFailuresToOnError(t *testing.T) {
 		},
 		{
 			// The lease (SET) goes through; the pass's first read
-			// (SMEMBERS of the known queues) fails, so does the mover's.
+			// (SMEMBERS of the workers) fails, so does the mover's.
 			name: "pass",
 			fp: func(p *redis.Pool) *faultyPool {
 				return &faultyPool{pool: p, failCmds: map[string]bool{"SMEMBERS": true}}
@@ -993,7 +993,7 @@ func TestRunReportsFailuresToOnError(t *testing.T) {
 		{
 			name: "move",
 			fp: func(p *redis.Pool) *faultyPool {
-				return &faultyPool{pool: p, failCmds: map[string]bool{"EVALSHA": true}}
+				return &faultyPool{pool: p, failCmds: map[string]bool{"FCALL": true, "EVALSHA": true}}
 			},
 			prefix: "recovery: move: move q: ",
 		},

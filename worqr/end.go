@@ -30,14 +30,14 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 					// The take may have been applied with the reply
 					// lost: release before the queue is taken from again.
 					q.setUnsure(s.ID())
-					poke(q.wake)
+					q.hint()
 				}
 				return nil, err
 			}
 			if take != nil {
-				launched, buried := w.launch(s, q, taken)
-				if buried > 0 || launched == take.Max {
-					poke(q.wake) // slots left by buried ids, or more may wait
+				q.more.Store(len(taken) == take.Max)
+				if _, buried := w.launch(s, q, taken); buried > 0 || len(taken) == take.Max {
+					q.hint() // slots left by buried ids, or more may wait
 				}
 			}
 			return ended, nil
@@ -47,9 +47,9 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 
 // refill says whether the end of es takes again, and how many: one task per
 // taking that ends other than by a give back (whose slot is then reused
-// without the fetch loop), under the current session, when the fetch loop
-// would take too (session fresh and not lost, queue not paused, worker not
-// stopping, no release pending). The handlers of es are still running, so
+// without the fetch loop), under the current session, when tasks may be
+// waiting (q.more) and the fetch loop would take too (session fresh and not
+// lost, queue not paused, worker not stopping, no release pending). The handlers of es are still running, so
 // the new takings never overfill the queue.
 func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *rdb.TakeArgs) {
 	n := 0
@@ -59,7 +59,7 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 		}
 	}
 	s, _ := w.keeper.Current()
-	if n == 0 || s.Lost() || q.paused.Load() || !w.keeper.Fresh() || q.unsureFor(s.ID()) != "" {
+	if n == 0 || !q.more.Load() || s.Lost() || q.paused.Load() || !w.keeper.Fresh() || q.unsureFor(s.ID()) != "" {
 		return s, nil
 	}
 	select {

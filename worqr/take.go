@@ -70,6 +70,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			}
 			delay = 50 * time.Millisecond
 			if hint && free > 0 {
+				q.more.Store(len(tasks) == free)
 				launched, buried := w.launch(s, q, tasks)
 				hint = buried > 0 || (launched == free && free > 0)
 				if hint {

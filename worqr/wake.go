@@ -24,7 +24,7 @@ func (w *Worker) subscribeLoop() {
 			if string(data) == "0" {
 				w.refreshPaused()
 			}
-			poke(q.wake)
+			q.hint()
 		}
 		route[q.qk.CancelChannel] = func(id []byte) { w.cancelRunning(string(id)) }
 	}
@@ -99,7 +99,7 @@ func (w *Worker) refreshPaused() {
 	}
 	for i, q := range w.queues {
 		if was := q.paused.Swap(paused[i]); was && !paused[i] {
-			poke(q.wake)
+			q.hint()
 		}
 	}
 }

@@ -67,10 +67,14 @@ type queueRunner struct {
 	concurrency int
 	busy        atomic.Int32
 	paused      atomic.Bool
-	work        chan job      // cap concurrency: takings for the handler goroutines
-	wake        chan struct{} // cap 1: work may be waiting
-	freed       chan struct{} // cap 1: a slot was freed
-	ends        *group.Group[rdb.Ending, rdb.Ended]
+	// more: the queue may hold waiting tasks (the last take filled what
+	// it asked, or a wake-up came since). An end takes again only then, so
+	// that a worker at a low rate does not pop an empty queue on every end.
+	more  atomic.Bool
+	work  chan job      // cap concurrency: takings for the handler goroutines
+	wake  chan struct{} // cap 1: work may be waiting
+	freed chan struct{} // cap 1: a slot was freed
+	ends  *group.Group[rdb.Ending, rdb.Ended]
 
 	heldMu sync.Mutex
 	held   map[string]bool // pids of this queue's takings being run
@@ -154,6 +158,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.work = make(chan job, r.concurrency)
 		r.held = map[string]bool{}
 		r.ends = w.endGroup(r)
+		r.more.Store(true)
 		w.queues = append(w.queues, r)
 	}
 	for name, q := range c.Queues {
@@ -301,8 +306,15 @@ func (w *Worker) emit(e Event) {
 
 func (w *Worker) pokeAll() {
 	for _, q := range w.queues {
-		poke(q.wake)
+		q.hint()
 	}
+}
+
+// hint says that work may be waiting in q: its fetch loop looks, and its
+// ends take again.
+func (q *queueRunner) hint() {
+	q.more.Store(true)
+	poke(q.wake)
 }
 
 func poke(c chan struct{}) {

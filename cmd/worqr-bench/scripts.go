@@ -111,7 +111,8 @@ type scriptCost struct {
 	usec  int64
 }
 
-// readSlowlog groups the slow log by script (EVALSHA's SHA) or command.
+// readSlowlog groups the slow log by script (EVALSHA's SHA, FCALL's function
+// worqr_<library>_<script>) or command.
 func readSlowlog(ctx context.Context, c redis.Conn, names map[string]string) ([]scriptCost, error) {
 	entries, err := redis.Values(redis.DoContext(c, ctx, "SLOWLOG", "GET", slowlogLen))
 	if err != nil {
@@ -140,6 +141,15 @@ func readSlowlog(ctx context.Context, c redis.Conn, names map[string]string) ([]
 				} else {
 					name = "evalsha " + sha[:min(8, len(sha))]
 				}
+			}
+		case "fcall":
+			if len(args) > 1 {
+				// worqr_<12 hex digits of the library>_<script>
+				fn := args[1]
+				if len(fn) > 19 && strings.HasPrefix(fn, "worqr_") {
+					fn = fn[19:]
+				}
+				name = "fcall " + fn
 			}
 		}
 		s := by[name]

@@ -14,7 +14,7 @@ import (
 	"github.com/worqr/worqr-go/internal/redistest"
 )
 
-// scriptCounter counts the script calls (EVALSHA or EVAL) sent through it.
+// scriptCounter counts the script calls (FCALL, EVALSHA or EVAL) sent through it.
 type scriptCounter struct {
 	pool  *redis.Pool
 	calls atomic.Int64
@@ -34,7 +34,7 @@ type countingConn struct {
 }
 
 func (c countingConn) note(cmd string) {
-	if strings.HasPrefix(strings.ToUpper(cmd), "EVAL") {
+	if cmd = strings.ToUpper(cmd); strings.HasPrefix(cmd, "EVAL") || cmd == "FCALL" {
 		c.p.calls.Add(1)
 	}
 }
@@ -96,7 +96,8 @@ func TestRequeueRunsInChunks(t *testing.T) {
 
 	counter := &scriptCounter{pool: pool}
 	counted := rdb.NewStore(counter, ns)
-	// Load the script first (NOSCRIPT then EVAL on a fresh server).
+	// Load the scripts first (a fresh server has neither the library nor
+	// the script).
 	if _, _, err := counted.Requeue(ctx, q, []string{"nobody"}, true); err != nil {
 		t.Fatal(err)
 	}

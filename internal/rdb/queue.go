@@ -146,8 +146,8 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		}
 		return len(ids), nil
 	}
-	// The first chunk runs on its own (it loads the script on NOSCRIPT);
-	// the others travel enqueueWindow at a time by SHA.
+	// The first chunk runs on its own (it finds out how scripts run here
+	// and loads what is missing); the others travel enqueueWindow at a time.
 	if _, err := s.Enqueue(ctx, q, ids[:ends[0]], payloads[:ends[0]], a); err != nil {
 		return 0, err
 	}
@@ -169,8 +169,8 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	for sent < len(ends) {
 		lo, hi := ends[sent-1], ends[sent]
-		args := append([]any{enqueueScript.hash}, enqueueArgs(q, ids[lo:hi], payloads[lo:hi], a)...)
-		if err := c.Send("EVALSHA", args...); err != nil {
+		cmd, args := enqueueScript.command(s.mode.Load(), enqueueArgs(q, ids[lo:hi], payloads[lo:hi], a))
+		if err := c.Send(cmd, args...); err != nil {
 			return done, err
 		}
 		sent++

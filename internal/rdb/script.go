@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -15,12 +16,17 @@ import (
 //go:embed lua/*.lua lua/include/*.lua
 var luaFiles embed.FS
 
-// script is one Lua script, run by SHA with a fallback to EVAL on NOSCRIPT.
+// script is one Lua script. On Redis 7 it runs as a function of the worqr
+// library (FCALL fn); where functions are not available (Redis 6.2, or a
+// user whose ACL denies them) it runs by SHA, with a fallback to EVAL on
+// NOSCRIPT.
 type script struct {
 	name     string
-	src      string
+	src      string // the script alone, its includes prepended
+	body     string // the script without its includes
 	hash     string
-	keyCount int // -1: the caller passes the key count first
+	fn       string // its function name in the library
+	keyCount int    // -1: the caller passes the key count first
 }
 
 // includePrefix starts a line naming a file of lua/include/ that a script (or
@@ -28,22 +34,35 @@ type script struct {
 const includePrefix = "--- @include "
 
 // load builds a script from lua/<name>.lua with the includes it names
-// prepended, each once, dependencies first.
+// prepended, each once, dependencies first, and adds it to the library.
 func load(name string, keyCount int) *script {
-	src, err := assemble("lua/"+name+".lua", map[string]bool{})
+	head, body, err := assembleParts("lua/"+name+".lua", map[string]bool{})
 	if err != nil {
 		panic("rdb: " + err.Error()) // a build defect, caught by every test
 	}
+	src := head + body
 	sum := sha1.Sum([]byte(src))
-	return &script{name: name, src: src, hash: hex.EncodeToString(sum[:]), keyCount: keyCount}
+	sc := &script{name: name, src: src, body: body, hash: hex.EncodeToString(sum[:]), keyCount: keyCount}
+	scripts = append(scripts, sc)
+	return sc
 }
+
+// scripts are the scripts load built, in order.
+var scripts []*script
 
 // assemble returns file with its includes resolved; seen holds the includes
 // already emitted.
 func assemble(file string, seen map[string]bool) (string, error) {
+	head, body, err := assembleParts(file, seen)
+	return head + body, err
+}
+
+// assembleParts returns the includes file needs that are not in seen
+// (resolved, dependencies first) and file's own text.
+func assembleParts(file string, seen map[string]bool) (string, string, error) {
 	b, err := luaFiles.ReadFile(file)
 	if err != nil {
-		return "", fmt.Errorf("missing embedded script %s", file)
+		return "", "", fmt.Errorf("missing embedded script %s", file)
 	}
 	var head, body strings.Builder
 	for _, line := range strings.SplitAfter(string(b), "\n") {
@@ -59,29 +78,125 @@ func assemble(file string, seen map[string]bool) (string, error) {
 		seen[inc] = true
 		part, err := assemble("lua/include/"+inc+".lua", seen)
 		if err != nil {
-			return "", fmt.Errorf("%s: %w", file, err)
+			return "", "", fmt.Errorf("%s: %w", file, err)
 		}
 		head.WriteString(part)
 	}
-	return head.String() + body.String(), nil
+	return head.String(), body.String(), nil
 }
 
-// DoContext runs the script on c. When ctx carries a deadline and c supports
-// timeouts, it uses the connection's read deadline rather than redigo's
-// goroutine-per-call DoContext: cheaper on the hot path, and bounded the same.
-func (s *script) DoContext(ctx context.Context, c redis.Conn, keysAndArgs ...any) (any, error) {
-	args := make([]any, 0, 2+len(keysAndArgs))
-	args = append(args, s.hash)
-	if s.keyCount >= 0 {
-		args = append(args, s.keyCount)
+// library is every script as one Redis function library: each include
+// defined once, at load, and each script a function of (KEYS, ARGV), so a
+// call runs only the script's own code. Its name carries a hash of its
+// source: versions of worqr that differ load libraries of their own, side
+// by side.
+type library struct {
+	name string
+	src  string
+}
+
+var lib = sync.OnceValue(func() *library {
+	seen := map[string]bool{}
+	var heads, fns strings.Builder
+	for _, sc := range scripts {
+		head, body, err := assembleParts("lua/"+sc.name+".lua", seen)
+		if err != nil {
+			panic("rdb: " + err.Error())
+		}
+		heads.WriteString(head)
+		fmt.Fprintf(&fns, "local function wq_%s(KEYS, ARGV)\n", sc.name)
+		if seen["time"] {
+			fns.WriteString("_now = nil\n") // Redis time is read once per call
+		}
+		fmt.Fprintf(&fns, "%s\nend\n", body)
 	}
-	args = append(args, keysAndArgs...)
-	r, err := do(ctx, c, "EVALSHA", args...)
+	code := heads.String() + fns.String()
+	sum := sha1.Sum([]byte(code))
+	id := hex.EncodeToString(sum[:6])
+	var reg strings.Builder
+	for _, sc := range scripts {
+		sc.fn = "worqr_" + id + "_" + sc.name
+		fmt.Fprintf(&reg, "redis.register_function('%s', wq_%s)\n", sc.fn, sc.name)
+	}
+	return &library{name: "worqr_" + id, src: "#!lua name=worqr_" + id + "\n" + code + reg.String()}
+})
+
+// How a Store runs scripts: found out on its first script call.
+const (
+	modeFunctions int32 = iota // FCALL, loading the library where it is missing
+	modeScripts                // EVALSHA, with EVAL on NOSCRIPT
+)
+
+// command returns the command and arguments that run sc in mode m.
+func (sc *script) command(m int32, keysAndArgs []any) (string, []any) {
+	args := make([]any, 0, 2+len(keysAndArgs))
+	cmd := "EVALSHA"
+	if m == modeFunctions {
+		cmd = "FCALL"
+		args = append(args, sc.fn)
+	} else {
+		args = append(args, sc.hash)
+	}
+	if sc.keyCount >= 0 {
+		args = append(args, sc.keyCount)
+	}
+	return cmd, append(args, keysAndArgs...)
+}
+
+// run runs sc on c. When ctx carries a deadline and c supports timeouts, it
+// uses the connection's read deadline rather than redigo's
+// goroutine-per-call DoContext: cheaper on the hot path, and bounded the
+// same.
+func (s *Store) run(ctx context.Context, c redis.Conn, sc *script, keysAndArgs ...any) (any, error) {
+	lib() // names the functions
+	if s.mode.Load() == modeFunctions {
+		cmd, args := sc.command(modeFunctions, keysAndArgs)
+		r, err := do(ctx, c, cmd, args...)
+		e, ok := err.(redis.Error)
+		switch {
+		case !ok:
+			return r, err
+		case strings.HasPrefix(string(e), "ERR Function not found"):
+			if err := loadLibrary(ctx, c); err == nil {
+				return do(ctx, c, cmd, args...)
+			} else if !functionsDenied(err) {
+				return nil, err
+			}
+		case !functionsDenied(e):
+			return r, err
+		}
+		s.mode.Store(modeScripts)
+	}
+	cmd, args := sc.command(modeScripts, keysAndArgs)
+	r, err := do(ctx, c, cmd, args...)
 	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
-		args[0] = s.src
+		args[0] = sc.src
 		r, err = do(ctx, c, "EVAL", args...)
 	}
 	return r, err
+}
+
+// loadLibrary loads the library on c's server (a peer may have just done so).
+func loadLibrary(ctx context.Context, c redis.Conn) error {
+	l := lib()
+	_, err := do(ctx, c, "FUNCTION", "LOAD", l.src)
+	if e, ok := err.(redis.Error); ok && strings.Contains(string(e), "already exists") {
+		return nil
+	}
+	return err
+}
+
+// functionsDenied reports an error that says this server or user cannot run
+// functions: Redis before 7 (no FCALL or FUNCTION), or an ACL that denies
+// them. The store then runs scripts by SHA.
+func functionsDenied(err error) bool {
+	e, ok := err.(redis.Error)
+	if !ok {
+		return false
+	}
+	msg := string(e)
+	return strings.HasPrefix(msg, "NOPERM") || strings.Contains(msg, "unknown command") ||
+		strings.Contains(msg, "unknown subcommand")
 }
 
 // do sends one command on c, bounded by ctx.

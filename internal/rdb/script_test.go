@@ -14,12 +14,9 @@ import (
 // Tests of the script loader (assemble): they read the embedded files
 // themselves and check what load built from them, without Redis.
 
-// allScripts are the scripts the package loads, by name; every file of
+// allScripts are the scripts the package loads (load records each); every file of
 // lua/*.lua must be one of them.
-var allScripts = []*script{
-	enqueueScript, takeScript, endScript, requeueScript, releaseScript, cancelScript, registerScript,
-	moveScript, deadScript, bulkScript, flowStartScript, runCancelScript,
-}
+var allScripts = scripts
 
 // luaFile is one embedded file split into the includes it names and the
 // rest (what the loader copies).

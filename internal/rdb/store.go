@@ -10,6 +10,7 @@ package rdb
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -63,6 +64,7 @@ const RegistryTag = "reg"
 type Store struct {
 	keys   Keys
 	router Router
+	mode   atomic.Int32 // modeFunctions until the server or user says no
 }
 
 // NewStore returns the store of namespace ns on pool.
@@ -171,5 +173,5 @@ func (s *Store) eval(ctx context.Context, tag string, sc *script, keysAndArgs ..
 		return nil, err
 	}
 	defer c.Close()
-	return sc.DoContext(ctx, c, keysAndArgs...)
+	return s.run(ctx, c, sc, keysAndArgs...)
 }

@@ -206,7 +206,7 @@ type tagConn struct {
 
 func (c *tagConn) check(cmd string, args []any) {
 	cmd = strings.ToUpper(cmd)
-	if (cmd != "EVALSHA" && cmd != "EVAL") || len(args) < 2 {
+	if (cmd != "EVALSHA" && cmd != "EVAL" && cmd != "FCALL") || len(args) < 2 {
 		return
 	}
 	n, err := strconv.Atoi(fmt.Sprint(args[1]))

@@ -29,7 +29,7 @@ type lossyConn struct {
 }
 
 func (c *lossyConn) lose(cmd string, args []any) bool {
-	if cmd != "EVALSHA" && cmd != "EVAL" || len(args) < 3 || !c.match(args) {
+	if cmd != "EVALSHA" && cmd != "EVAL" && cmd != "FCALL" || len(args) < 3 || !c.match(args) {
 		return false
 	}
 	if c.armed.Add(-1) < 0 {

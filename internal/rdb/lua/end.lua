@@ -42,7 +42,7 @@
 -- nothing was asked or the deadline had passed).
 local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[1]}
 local waiting, retained = KEYS[4], KEYS[5]
-local pfx = prefixes(3)
+local pfx = prefixes(ARGV, 3)
 local retention = tonumber(ARGV[8])
 local woken = {}
 
@@ -97,9 +97,9 @@ end
 -- fields into the run, then fans out children or forwards the run.
 local function end_stage(tkey, id, ask, delay, err, worker, a)
   local nexts, policy, runret = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  local props, b = list_from(a + 3)
-  local fields, c = list_from(b)
-  local children = list_from(c)
+  local props, b = list_from(ARGV, a + 3)
+  local fields, c = list_from(ARGV, b)
+  local children = list_from(ARGV, c)
   local t = redis.pcall('HMGET', tkey, F_CANCEL, F_RUN_STATUS)
   if t.err then
     -- Corrupt run data: buried with the reason, as take does. An error here

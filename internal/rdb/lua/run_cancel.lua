@@ -12,11 +12,11 @@ local t = redis.call('HMGET', KEYS[1], F_RUN_STATUS, F_STAGE, F_STATE)
 if t[1] ~= R_RUNNING then
   return 0
 end
-local pfx = prefixes(4)
+local pfx = prefixes(ARGV, 4)
 if t[3] == S_CHILDREN then
   cancel_children(KEYS[1], pfx, ARGV[2])
 else
   stop_task(pfx, KEYS[1], ARGV[1], t[2])
 end
-end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(9)), pfx))
+end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(ARGV, 9)), pfx))
 return 1

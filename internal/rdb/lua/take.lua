@@ -34,4 +34,4 @@ if now_ms() >= tonumber(ARGV[12]) then
   return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
 end
 return take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
-  cfg = KEYS[6], tprefix = ARGV[3], pprefix = ARGV[4]}, ARGV[1], ARGV[2], tonumber(ARGV[5]), ARGV[6], prefixes(7))
+  cfg = KEYS[6], tprefix = ARGV[3], pprefix = ARGV[4]}, ARGV[1], ARGV[2], tonumber(ARGV[5]), ARGV[6], prefixes(ARGV, 7))

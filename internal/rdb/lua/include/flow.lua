@@ -2,18 +2,18 @@
 --- @include "time"
 -- flow: what the scripts that move flow runs and children share.
 
--- prefixes reads the sibling-queue and index prefixes from ARGV[i..i+4].
-local function prefixes(i)
-  return {queue = ARGV[i], wake = ARGV[i + 1], sched = ARGV[i + 2], cancel = ARGV[i + 3], index = ARGV[i + 4]}
+-- prefixes reads the sibling-queue and index prefixes from argv[i..i+4].
+local function prefixes(argv, i)
+  return {queue = argv[i], wake = argv[i + 1], sched = argv[i + 2], cancel = argv[i + 3], index = argv[i + 4]}
 end
 
--- list_from reads a count at ARGV[i] and that many values after it; returns
+-- list_from reads a count at argv[i] and that many values after it; returns
 -- the values and the index after them.
-local function list_from(i)
-  local n = tonumber(ARGV[i])
+local function list_from(argv, i)
+  local n = tonumber(argv[i])
   local out = {}
   for j = 1, n do
-    out[j] = ARGV[i + j]
+    out[j] = argv[i + j]
   end
   return out, i + n + 1
 end
