@@ -142,6 +142,18 @@ func rows(o *options) []row {
 		row{key: "recovery_released_s", label: fmt.Sprintf("g. SIGKILL -> %d held jobs released by a peer (s)", o.recoveryJobs), format: f2},
 		row{key: "recovery_first_s", label: "g. SIGKILL -> first job taken again (s)", format: f2},
 		row{key: "recovery_all_s", label: fmt.Sprintf("g. SIGKILL -> all %d jobs taken again (s)", o.recoveryJobs), format: f2},
+		row{key: "bulk_tasks_per_s", label: fmt.Sprintf("h. one EnqueueBatch of %s tasks (tasks/s; asynq: no batch call)", thousands(int64(o.bulkN))), higher: true, format: jobs},
+		row{key: "bulk_call_p50_ms", label: "h. Redis time per enqueue script call, p50 (ms, SLOWLOG)", format: msf},
+		row{key: "bulk_call_p99_ms", label: "h. Redis time per enqueue script call, p99 (ms, SLOWLOG)", format: msf},
+		row{key: "bulk_call_max_ms", label: "h. Redis time per enqueue script call, max (ms, SLOWLOG)", format: msf},
+		row{key: "bulk_other_max_ms", label: "h. longest other command meanwhile (ms, SLOWLOG)", format: msf},
+		row{key: "bulk_ping_p99_ms", label: "h. PING round trip meanwhile, p99 (ms)", format: msf},
+		row{key: "bulk_ping_max_ms", label: "h. PING round trip meanwhile, max (ms)", format: msf},
+		row{key: "bulk_redis_cpu_us_per_task", label: "h. Redis CPU per task (µs)", format: f2},
+		row{key: "bulk_client_cpu_us_per_task", label: "h. client CPU per task (µs)", format: f2},
+		row{key: "bulk_allocs_per_task", label: "h. client heap allocations per task", format: f1},
+		row{key: "bulk_cmds_per_task", label: "h. Redis commands per task", format: f2},
+		row{key: "bulk_keepalive_lost", label: fmt.Sprintf("h. live worker (TTL %s, beat %s): keepalives lost", bulkTTL, bulkBeat), format: f1},
 	)
 	return out
 }

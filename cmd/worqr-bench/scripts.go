@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -85,7 +86,8 @@ func assembleLua(root, file string, seen map[string]bool) (string, error) {
 }
 
 // startSlowlog makes Redis record every command in its slow log and
-// returns a function that restores the settings.
+// returns a function that restores the settings (once, however often it is
+// called).
 func startSlowlog(ctx context.Context, c redis.Conn) (func(), error) {
 	old, err := redis.StringMap(redis.DoContext(c, ctx, "CONFIG", "GET", "slowlog-*"))
 	if err != nil {
@@ -97,11 +99,11 @@ func startSlowlog(ctx context.Context, c redis.Conn) (func(), error) {
 	if _, err := redis.DoContext(c, ctx, "SLOWLOG", "RESET"); err != nil {
 		return nil, err
 	}
-	return func() {
+	return sync.OnceFunc(func() {
 		_, _ = redis.DoContext(c, context.Background(), "CONFIG", "SET",
 			"slowlog-log-slower-than", old["slowlog-log-slower-than"], "slowlog-max-len", old["slowlog-max-len"])
 		_, _ = redis.DoContext(c, context.Background(), "SLOWLOG", "RESET")
-	}, nil
+	}), nil
 }
 
 // scriptCost is what SLOWLOG recorded for one script (or command).
@@ -111,14 +113,23 @@ type scriptCost struct {
 	usec  int64
 }
 
-// readSlowlog groups the slow log by script (EVALSHA's SHA, FCALL's function
-// worqr_<library>_<script>) or command.
-func readSlowlog(ctx context.Context, c redis.Conn, names map[string]string) ([]scriptCost, error) {
+// slowEntry is one command SLOWLOG recorded: its name (see slowlogEntries)
+// and its execution time.
+type slowEntry struct {
+	name string
+	usec int64
+}
+
+// slowlogEntries returns every command in the slow log, newest first, but
+// the bench's own (SLOWLOG, INFO, CONFIG), each named by script (EVALSHA's
+// SHA as "evalsha <script>", FCALL's function worqr_<library>_<script> as
+// "fcall <script>") or command.
+func slowlogEntries(ctx context.Context, c redis.Conn, names map[string]string) ([]slowEntry, error) {
 	entries, err := redis.Values(redis.DoContext(c, ctx, "SLOWLOG", "GET", slowlogLen))
 	if err != nil {
 		return nil, err
 	}
-	by := map[string]*scriptCost{}
+	out := make([]slowEntry, 0, len(entries))
 	for _, e := range entries {
 		f, err := redis.Values(e, nil)
 		if err != nil || len(f) < 4 {
@@ -152,13 +163,26 @@ func readSlowlog(ctx context.Context, c redis.Conn, names map[string]string) ([]
 				name = "fcall " + fn
 			}
 		}
-		s := by[name]
+		out = append(out, slowEntry{name: name, usec: usec})
+	}
+	return out, nil
+}
+
+// readSlowlog groups the slow log by script or command (see slowlogEntries).
+func readSlowlog(ctx context.Context, c redis.Conn, names map[string]string) ([]scriptCost, error) {
+	entries, err := slowlogEntries(ctx, c, names)
+	if err != nil {
+		return nil, err
+	}
+	by := map[string]*scriptCost{}
+	for _, e := range entries {
+		s := by[e.name]
 		if s == nil {
-			s = &scriptCost{name: name}
-			by[name] = s
+			s = &scriptCost{name: e.name}
+			by[e.name] = s
 		}
 		s.calls++
-		s.usec += usec
+		s.usec += e.usec
 	}
 	out := make([]scriptCost, 0, len(by))
 	for _, s := range by {

@@ -201,6 +201,11 @@ func (b *bench) runRep(ctx context.Context, rep int) error {
 			return fmt.Errorf("recovery: %w", err)
 		}
 	}
+	if o.run.bulk {
+		if err := b.bulk(ctx, rep == 0 && o.cpuprofile != "" && o.profile == "h"); err != nil {
+			return fmt.Errorf("bulk: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -1,0 +1,250 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// Workload h (bulk): one Client.EnqueueBatch of -bulk-n payloads into a
+// fresh queue, timed from the call to its return, while a live worker on
+// another queue renews a short keepalive. Redis splits nothing: the library
+// cuts the batch into script calls of at most rdb.MaxEnqueueChunk tasks, and
+// the question is both how fast the whole batch goes and how long the
+// longest of those calls holds Redis.
+//
+// How long one call holds Redis comes from SLOWLOG with a threshold of 0:
+// Redis times every top-level command it executes (microseconds, the
+// command's own execution, Lua included, without reading the request or
+// writing the reply) and keeps the last slowlog-max-len of them. That is
+// what blocks every other client, per call, exactly. LATENCY monitoring
+// would give the same events only above a threshold of at least 1 ms, with
+// millisecond resolution and one maximum per second, so no p99. A PING
+// prober on a connection of its own adds what a client sees: the longest
+// round trip while the batch runs (Redis busy, plus both processes sharing
+// the machine's cores).
+
+const (
+	bulkQueue     = "bulk"
+	bulkLiveQueue = "bulk-live"
+	bulkTTL       = 300 * time.Millisecond
+	bulkBeat      = 100 * time.Millisecond
+	// probeEvery is the pause between the prober's PINGs.
+	probeEvery = time.Millisecond
+	// bulkCallLimitMs is the "no Redis call over a few milliseconds".
+	bulkCallLimitMs = 5.0
+)
+
+// bulkNote says what the h rows are.
+func bulkNote(o *options) string {
+	return fmt.Sprintf("h. bulk: one Client.EnqueueBatch of %d payloads of %d B into a fresh queue, timed from the call to its return "+
+		"(ids made, the library's chunked script calls, every reply read); asynq has no batch enqueue, so its column is empty. "+
+		"Redis time per call from SLOWLOG (threshold 0: every top-level command's execution, Lua included, in µs); "+
+		"meanwhile an idle worker on another queue renews a keepalive of TTL %s every %s (losses counted from EventKeepaliveLost) "+
+		"and a prober PINGs Redis every %s on a connection of its own", o.bulkN, o.payload, bulkTTL, bulkBeat, probeEvery)
+}
+
+// bulk runs workload h once.
+func (b *bench) bulk(ctx context.Context, profile bool) error {
+	o := b.o
+	ns, err := b.fresh(ctx)
+	if err != nil {
+		return err
+	}
+	client, err := worqr.NewClient(b.pool, &worqr.Config{Namespace: ns, Logger: b.log})
+	if err != nil {
+		return err
+	}
+	// Every EnqueueBatch call needs its own ids, so the payload slices can
+	// share one backing array: the client sends each as it is.
+	payloads := repeat(b.payload, o.bulkN)
+
+	// The live worker: idle on another queue, keepalive TTL 300 ms renewed
+	// every 100 ms. It must not lose it while the batch runs.
+	var lost, failed atomic.Int64
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config:            b.config(ns),
+		Queues:            map[string]worqr.QueueConfig{bulkLiveQueue: {Concurrency: 1, Handler: noop}},
+		HeartbeatTTL:      bulkTTL,
+		HeartbeatInterval: bulkBeat,
+		OnEvent: func(e worqr.Event) {
+			switch e.Kind {
+			case worqr.EventKeepaliveLost:
+				lost.Add(1)
+			case worqr.EventError:
+				failed.Add(1)
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer stopWorker(w)
+	if !sleepCtx(ctx, 3*bulkTTL) { // a few beats before the batch
+		return ctx.Err()
+	}
+
+	restore, err := startSlowlog(ctx, b.stats)
+	if err != nil {
+		return err
+	}
+	defer restore()
+	probe, err := startProber(ctx, b.url)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	s0, err := b.snap(ctx)
+	if err != nil {
+		probe.stop()
+		return err
+	}
+	stopProfile := func() {}
+	if profile {
+		if stopProfile, err = b.startProfile(); err != nil {
+			probe.stop()
+			return err
+		}
+	}
+	start := time.Now()
+	ids, err := client.EnqueueBatch(ctx, bulkQueue, payloads, nil)
+	elapsed := time.Since(start)
+	stopProfile()
+	pings := probe.stop()
+	if err != nil {
+		return err
+	}
+	s1, err := b.snap(ctx)
+	if err != nil {
+		return err
+	}
+	if len(ids) != o.bulkN {
+		return fmt.Errorf("%d ids for %d payloads", len(ids), o.bulkN)
+	}
+	entries, err := slowlogEntries(ctx, b.stats, scriptNames())
+	if err != nil {
+		return err
+	}
+	restore()
+	// A keepalive lost at the end of the batch is reported up to a TTL
+	// later: wait that long before counting.
+	if !sleepCtx(ctx, 2*bulkTTL) {
+		return ctx.Err()
+	}
+	waiting, err := client.Len(ctx, bulkQueue)
+	if err != nil {
+		return err
+	}
+
+	var calls, others []time.Duration
+	var slowest slowEntry
+	for _, e := range entries {
+		d := time.Duration(e.usec) * time.Microsecond
+		if e.name == "fcall enqueue" || e.name == "evalsha enqueue" {
+			calls = append(calls, d)
+			continue
+		}
+		others = append(others, d)
+		if e.usec > slowest.usec {
+			slowest = e
+		}
+	}
+	slices.Sort(calls)
+	slices.Sort(others)
+	n := float64(o.bulkN)
+	tps := n / elapsed.Seconds()
+	redisCPU := (s1.redisCPU - s0.redisCPU) * 1e6 / n
+	clientCPU := (s1.selfCPU - s0.selfCPU) * 1e6 / n
+	d := cmdDelta(s0, s1)
+	r := b.rep
+	r.add("bulk_tasks_per_s", tps)
+	r.add("bulk_redis_cpu_us_per_task", redisCPU)
+	r.add("bulk_client_cpu_us_per_task", clientCPU)
+	r.add("bulk_allocs_per_task", float64(s1.mallocs-s0.mallocs)/n)
+	r.add("bulk_cmds_per_task", float64(totalCalls(d))/n)
+	r.add("bulk_keepalive_lost", float64(lost.Load()))
+	r.Commands["h. bulk EnqueueBatch"] = perJob(d, o.bulkN)
+	if len(calls) > 0 {
+		r.add("bulk_call_max_ms", ms(calls[len(calls)-1]))
+		r.add("bulk_call_p99_ms", ms(percentile(calls, .99)))
+		r.add("bulk_call_p50_ms", ms(percentile(calls, .5)))
+	}
+	if len(others) > 0 {
+		r.add("bulk_other_max_ms", ms(others[len(others)-1]))
+	}
+	if len(pings) > 0 {
+		r.add("bulk_ping_p99_ms", ms(percentile(pings, .99)))
+		r.add("bulk_ping_max_ms", ms(pings[len(pings)-1]))
+	}
+	b.progress("bulk: EnqueueBatch of %d in %s: %.0f tasks/s; redis CPU %.2f µs/task, client CPU %.2f µs/task; "+
+		"%d enqueue calls, Redis time per call p50 %.2f ms, p99 %.2f ms, max %.2f ms; longest other command %.2f ms (%s); "+
+		"PING p99 %.2f ms, max %.2f ms (%d pings); keepalive lost %d times, %d worker errors; %d waiting",
+		o.bulkN, elapsed.Round(time.Millisecond), tps, redisCPU, clientCPU,
+		len(calls), ms(percentile(calls, .5)), ms(percentile(calls, .99)), ms(last(calls)),
+		ms(last(others)), slowest.name, ms(percentile(pings, .99)), ms(last(pings)), len(pings),
+		lost.Load(), failed.Load(), waiting)
+	if len(calls) == 0 {
+		return fmt.Errorf("no enqueue script call in SLOWLOG (%d entries)", len(entries))
+	}
+	if waiting != o.bulkN {
+		return fmt.Errorf("%d tasks waiting after EnqueueBatch of %d", waiting, o.bulkN)
+	}
+	return nil
+}
+
+func last(xs []time.Duration) time.Duration {
+	if len(xs) == 0 {
+		return 0
+	}
+	return xs[len(xs)-1]
+}
+
+// prober PINGs Redis on a connection of its own every probeEvery and keeps
+// each round trip.
+type prober struct {
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	rtts   []time.Duration
+}
+
+func startProber(ctx context.Context, url string) (*prober, error) {
+	c, err := redis.DialURLContext(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	p := &prober{cancel: cancel, rtts: make([]time.Duration, 0, 1<<14)}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer c.Close()
+		for ctx.Err() == nil {
+			t := time.Now()
+			if _, err := c.Do("PING"); err != nil {
+				return
+			}
+			p.rtts = append(p.rtts, time.Since(t))
+			time.Sleep(probeEvery)
+		}
+	}()
+	return p, nil
+}
+
+// stop ends the probe and returns its round trips, sorted.
+func (p *prober) stop() []time.Duration {
+	p.cancel()
+	p.wg.Wait()
+	slices.Sort(p.rtts)
+	return p.rtts
+}
