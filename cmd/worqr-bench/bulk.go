@@ -90,7 +90,12 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	if err := w.Start(ctx); err != nil {
 		return err
 	}
-	defer stopWorker(w)
+	workerStopped := false
+	defer func() {
+		if !workerStopped {
+			stopWorker(w)
+		}
+	}()
 	if !sleepCtx(ctx, 3*bulkTTL) { // a few beats before the batch
 		return ctx.Err()
 	}
@@ -132,15 +137,29 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	if len(ids) != o.bulkN {
 		return fmt.Errorf("%d ids for %d payloads", len(ids), o.bulkN)
 	}
-	entries, err := slowlogEntries(ctx, b.stats, scriptNames())
+	mark, err := slowlogMark(ctx, b.stats)
+	if err != nil {
+		return err
+	}
+	// A keepalive lost at the end of the batch is reported up to a TTL
+	// later: wait that long, then stop the worker before reading the slow
+	// log (a SLOWLOG GET of thousands of entries holds Redis for tens of
+	// milliseconds itself).
+	if !sleepCtx(ctx, 2*bulkTTL) {
+		return ctx.Err()
+	}
+	stopWorker(w)
+	workerStopped = true
+	all, err := slowlogEntries(ctx, b.stats, scriptNames())
 	if err != nil {
 		return err
 	}
 	restore()
-	// A keepalive lost at the end of the batch is reported up to a TTL
-	// later: wait that long before counting.
-	if !sleepCtx(ctx, 2*bulkTTL) {
-		return ctx.Err()
+	var entries []slowEntry // those of the batch
+	for _, e := range all {
+		if e.id <= mark {
+			entries = append(entries, e)
+		}
 	}
 	waiting, err := client.Len(ctx, bulkQueue)
 	if err != nil {

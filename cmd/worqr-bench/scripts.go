@@ -113,11 +113,26 @@ type scriptCost struct {
 	usec  int64
 }
 
-// slowEntry is one command SLOWLOG recorded: its name (see slowlogEntries)
-// and its execution time.
+// slowEntry is one command SLOWLOG recorded: its id (increasing), its name
+// (see slowlogEntries) and its execution time.
 type slowEntry struct {
+	id   int64
 	name string
 	usec int64
+}
+
+// slowlogMark returns the id of the newest entry of the slow log (-1 when
+// it is empty).
+func slowlogMark(ctx context.Context, c redis.Conn) (int64, error) {
+	entries, err := redis.Values(redis.DoContext(c, ctx, "SLOWLOG", "GET", 1))
+	if err != nil || len(entries) == 0 {
+		return -1, err
+	}
+	f, err := redis.Values(entries[0], nil)
+	if err != nil || len(f) == 0 {
+		return -1, err
+	}
+	return redis.Int64(f[0], nil)
 }
 
 // slowlogEntries returns every command in the slow log, newest first, but
@@ -135,6 +150,7 @@ func slowlogEntries(ctx context.Context, c redis.Conn, names map[string]string) 
 		if err != nil || len(f) < 4 {
 			continue
 		}
+		id, _ := redis.Int64(f[0], nil)
 		usec, _ := redis.Int64(f[2], nil)
 		args, _ := redis.Strings(f[3], nil)
 		if len(args) == 0 {
@@ -163,7 +179,7 @@ func slowlogEntries(ctx context.Context, c redis.Conn, names map[string]string) 
 				name = "fcall " + fn
 			}
 		}
-		out = append(out, slowEntry{name: name, usec: usec})
+		out = append(out, slowEntry{id: id, name: name, usec: usec})
 	}
 	return out, nil
 }
