@@ -78,7 +78,7 @@ func (a *app) bulk(ctx context.Context, verb, what string, total int64,
 	end()
 	if err != nil {
 		if ctx.Err() != nil {
-			return fmt.Errorf("interrupted after %s %d %s; every chunk is atomic, so nothing is half-done: run the command again to finish", verb, n, what)
+			return fmt.Errorf("interrupted: %s %d %s so far; every chunk is atomic, so nothing is half-done: run the command again to finish", verb, n, what)
 		}
 		return fmt.Errorf("%s %d %s, then: %w", verb, n, what, err)
 	}
