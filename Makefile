@@ -7,20 +7,23 @@ STATICCHECK_VERSION ?= v0.6.1
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
-build: ## build every package and the binaries into ./bin
+build: ## build every package and the binaries into ./bin (bin/worqr: the operator CLI, a nested module)
 	$(GO) build $(PKGS)
 	$(GO) build -o bin/worqr-example ./cmd/worqr-example
+	cd cmd/worqr && $(GO) build -o ../../bin/worqr .
 
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(GO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race (needs redis-server >= 6.2)
+test: ## unit + integration tests with -race, the CLI's too (needs redis-server >= 6.2)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+	cd cmd/worqr && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: help build run test lint
 

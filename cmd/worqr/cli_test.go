@@ -1,0 +1,467 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+func TestStatsJSONHasExactlyTheDocumentedFields(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "boom")
+	b.enqueue("emails", "a", "b", "c")
+	b.enqueue("sms", "x")
+	if err := b.in.Pause(context.Background(), "sms"); err != nil {
+		t.Fatal(err)
+	}
+
+	out := b.ok("", "stats", "-o", "json")
+	var raw []map[string]any
+	if err := json.Unmarshal([]byte(out), &raw); err != nil {
+		t.Fatalf("stats -o json is not a JSON list: %v\n%s", err, out)
+	}
+	if len(raw) != 2 {
+		t.Fatalf("want 2 queues, got %d:\n%s", len(raw), out)
+	}
+	want := []string{"active", "dead", "latency_ms", "name", "paused", "scheduled", "waiting"}
+	for _, q := range raw {
+		var keys []string
+		for k := range q {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		if !reflect.DeepEqual(keys, want) {
+			t.Errorf("fields of %v: got %v, want exactly %v", q["name"], keys, want)
+		}
+	}
+	var qs []queueStats
+	if err := json.Unmarshal([]byte(out), &qs); err != nil {
+		t.Fatal(err)
+	}
+	if got := qs[0]; got.Name != "emails" || got.Waiting != 3 || got.Dead != 1 || got.Active != 0 || got.Scheduled != 0 || got.Paused {
+		t.Errorf("emails: got %+v, want 3 waiting, 1 dead, not paused", got)
+	}
+	if got := qs[1]; got.Name != "sms" || got.Waiting != 1 || !got.Paused {
+		t.Errorf("sms: got %+v, want 1 waiting, paused", got)
+	}
+	if qs[0].LatencyMs < 0 {
+		t.Errorf("latency_ms %d is negative", qs[0].LatencyMs)
+	}
+}
+
+func TestStatsJSONOfAnEmptyNamespaceIsAnEmptyList(t *testing.T) {
+	b := setup(t)
+	if out := strings.TrimSpace(b.ok("", "stats", "-o", "json")); out != "[]" {
+		t.Errorf("got %q, want []", out)
+	}
+}
+
+func TestStatsTableIsAligned(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a", "b")
+	b.enqueue("a-much-longer-queue-name", "x")
+	out := b.ok("", "stats")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("want a header and 2 rows, got:\n%s", out)
+	}
+	if !strings.HasPrefix(lines[0], "QUEUE") || !strings.Contains(lines[0], "WAITING") || !strings.Contains(lines[0], "LATENCY") {
+		t.Errorf("header: %q", lines[0])
+	}
+	// Every row's WAITING column starts where the header's does.
+	col := strings.Index(lines[0], "WAITING")
+	for _, l := range lines[1:] {
+		if len(l) <= col || l[col-1] != ' ' || l[col] == ' ' {
+			t.Errorf("row not aligned with the WAITING column at %d: %q", col, l)
+		}
+	}
+	if !strings.HasPrefix(lines[2], "emails ") || strings.Fields(lines[2])[1] != "2" {
+		t.Errorf("emails row: %q", lines[2])
+	}
+}
+
+func TestStatsWatchPrintsSnapshotsUntilInterrupted(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a")
+	// Not a terminal: one JSON list per line, twice, then stop the reading
+	// side: the process is killed by the test's context at worst.
+	out := b.runLines(2, "stats", "--watch", "--interval", "100ms", "-o", "json")
+	for _, l := range out {
+		var qs []queueStats
+		if err := json.Unmarshal([]byte(l), &qs); err != nil || len(qs) != 1 || qs[0].Waiting != 1 {
+			t.Errorf("snapshot %q: %v %+v", l, err, qs)
+		}
+	}
+}
+
+func TestQueuePauseAndResume(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a")
+	if out := b.ok("", "queue", "pause", "emails"); out != "paused emails\n" {
+		t.Errorf("pause printed %q", out)
+	}
+	if !b.queue("emails").Paused {
+		t.Fatal("the Inspector does not see emails paused")
+	}
+	b.ok("", "queue", "resume", "emails")
+	if b.queue("emails").Paused {
+		t.Fatal("the Inspector still sees emails paused after resume")
+	}
+}
+
+func TestQueuePauseRefusesAnUnknownQueue(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a")
+	r := b.run("", "queue", "pause", "emials")
+	if r.code != 1 || !strings.Contains(r.err, `queue "emials" is not known`) {
+		t.Errorf("exit %d, stderr %q", r.code, r.err)
+	}
+	if qi := b.queue("emials"); qi.Paused {
+		t.Error("the unknown queue was paused anyway")
+	}
+}
+
+func TestDeadRetryAllMovesEveryDeadTaskBack(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1", "e2", "e3", "e4")
+	b.enqueue("emails", "waiting")
+	out := b.ok("", "dead", "retry", "emails", "--all", "--yes")
+	if !strings.Contains(out, "requeued 4 dead tasks of emails") {
+		t.Errorf("stdout %q", out)
+	}
+	qi := b.queue("emails")
+	if qi.Dead != 0 || qi.Waiting != 5 {
+		t.Errorf("after retry: %d dead, %d waiting; want 0 and 5", qi.Dead, qi.Waiting)
+	}
+}
+
+func TestBulkActionsRefuseWithoutYesWhenStdinIsNotATerminal(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1", "e2")
+	b.enqueue("emails", "w1", "w2", "w3")
+	for _, args := range [][]string{
+		{"dead", "retry", "emails", "--all"},
+		{"dead", "delete", "emails", "--all"},
+		{"queue", "purge", "emails"},
+	} {
+		r := b.run("y\n", args...)
+		if r.code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, r.code)
+		}
+		if !strings.Contains(r.err, "without --yes: stdin is not a terminal") {
+			t.Errorf("%v: stderr %q does not say why", args, r.err)
+		}
+		if r.out != "" {
+			t.Errorf("%v: stdout %q, want nothing", args, r.out)
+		}
+	}
+	if qi := b.queue("emails"); qi.Dead != 2 || qi.Waiting != 3 {
+		t.Errorf("something changed: %d dead, %d waiting; want 2 and 3", qi.Dead, qi.Waiting)
+	}
+}
+
+func TestDeadRetryNeedsAll(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1")
+	r := b.run("", "dead", "retry", "emails", "--yes")
+	if r.code != 2 || !strings.Contains(r.err, "--all is required") {
+		t.Errorf("exit %d, stderr %q", r.code, r.err)
+	}
+	if b.queue("emails").Dead != 1 {
+		t.Error("the dead task moved")
+	}
+}
+
+func TestDeadDeleteAllAndPurge(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1", "e2")
+	b.enqueue("emails", "w1", "w2", "w3")
+	if out := b.ok("", "dead", "delete", "emails", "--all", "--yes"); !strings.Contains(out, "deleted 2 dead tasks") {
+		t.Errorf("dead delete: %q", out)
+	}
+	r := b.run("", "queue", "purge", "emails", "--yes")
+	if r.code != 0 || !strings.Contains(r.out, "deleted 3 waiting and scheduled tasks of emails") {
+		t.Errorf("purge: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
+	}
+	// Not a terminal: progress comes as plain lines on stderr.
+	if !strings.Contains(r.err, "deleted 3 of about 3") {
+		t.Errorf("purge printed no progress line on stderr: %q", r.err)
+	}
+	if qi := b.queue("emails"); qi.Dead != 0 || qi.Waiting != 0 {
+		t.Errorf("after delete and purge: %d dead, %d waiting", qi.Dead, qi.Waiting)
+	}
+}
+
+func TestDeadErrorsGroupsNormalisedErrors(t *testing.T) {
+	b := setup(t)
+	b.bury("emails",
+		"timeout after 3s", "timeout after 5s", "timeout after 12s",
+		"user 0f8fad5b-d9cb-469f-a165-70867728950e not found",
+		"user 7c9e6679-7425-40de-944b-e07fc1f90ae7 not found",
+		"connection refused")
+	out := b.ok("", "dead", "errors", "emails", "-o", "json")
+	var got struct {
+		Total  int
+		Groups []struct {
+			Error string
+			Count int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err, out)
+	}
+	type g struct {
+		text  string
+		count int
+	}
+	var groups []g
+	for _, x := range got.Groups {
+		groups = append(groups, g{x.Error, x.Count})
+	}
+	want := []g{{"timeout after <n>s", 3}, {"user <uuid> not found", 2}, {"connection refused", 1}}
+	if !reflect.DeepEqual(groups, want) || got.Total != 6 {
+		t.Errorf("groups %v (total %d), want %v (total 6)", groups, got.Total, want)
+	}
+	table := b.ok("", "dead", "errors", "emails")
+	if !strings.Contains(table, "timeout after <n>s") || !strings.HasPrefix(strings.Split(table, "\n")[1], "3 ") {
+		t.Errorf("table:\n%s", table)
+	}
+}
+
+func TestNormaliseError(t *testing.T) {
+	for in, want := range map[string]string{
+		"timeout after 3s":                          "timeout after <n>s",
+		"read tcp 10.0.0.1:6379: i/o timeout":       "read tcp <n>.<n>.<n>.<n>:<n>: i/o timeout",
+		"task cv3k1s1hhc2s73b0o3ng failed":          "task <id> failed",
+		"object deadbeef42 at 0x7ffd5e8c missing":   "object <hex> at <hex> missing",
+		"user 0F8FAD5B-D9CB-469F-A165-70867728950E": "user <uuid>",
+		"plain   words\nonly":                       "plain words only",
+	} {
+		if got := normaliseError(in); got != want {
+			t.Errorf("normaliseError(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestEnqueueFromStdinArgumentAndFile(t *testing.T) {
+	b := setup(t)
+	id := strings.TrimSpace(b.ok(`{"to":"ada"}`, "enqueue", "emails", "-"))
+	ti, err := b.client.Task(context.Background(), "emails", id)
+	if err != nil {
+		t.Fatalf("the printed id %q is not a task: %v", id, err)
+	}
+	if string(ti.Payload) != `{"to":"ada"}` {
+		t.Errorf("payload %q", ti.Payload)
+	}
+	id2 := strings.TrimSpace(b.ok("", "enqueue", "emails", "literal"))
+	file := filepath.Join(t.TempDir(), "p.bin")
+	if err := os.WriteFile(file, []byte{0, 1, 2}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id3 := strings.TrimSpace(b.ok("", "enqueue", "emails", "@"+file))
+	for id, want := range map[string]string{id2: "literal", id3: "\x00\x01\x02"} {
+		ti, err := b.client.Task(context.Background(), "emails", id)
+		if err != nil || string(ti.Payload) != want {
+			t.Errorf("task %s: %v, payload %q, want %q", id, err, ti.Payload, want)
+		}
+	}
+	r := b.run("", "enqueue", "emails", "@"+filepath.Join(t.TempDir(), "missing"))
+	if r.code != 2 || !strings.Contains(r.err, "<payload> @") {
+		t.Errorf("missing file: exit %d, stderr %q", r.code, r.err)
+	}
+}
+
+func TestTaskGet(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue("emails", `{"to":"ada"}`)[0]
+	out := b.ok("", "task", "get", "emails", id, "-o", "json")
+	var got taskJSON
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err, out)
+	}
+	if got.ID != id || got.Queue != "emails" || got.State != "queued" || deref(got.Payload) != `{"to":"ada"}` {
+		t.Errorf("got %+v", got)
+	}
+	// Found by id alone in any queue; a table of key value lines.
+	table := b.ok("", "task", "get", id)
+	for _, want := range []string{"id  ", id, "state", "queued", `{"to":"ada"}`} {
+		if !strings.Contains(table, want) {
+			t.Errorf("table has no %q:\n%s", want, table)
+		}
+	}
+	r := b.run("", "task", "get", "emails", "cv3k1s1hhc2s73b0o3ng")
+	if r.code != 1 || r.out != "" || !strings.Contains(r.err, "not found") {
+		t.Errorf("unknown task: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
+	}
+}
+
+func TestTaskRetryDeleteAndCancel(t *testing.T) {
+	b := setup(t)
+	dead := b.bury("emails", "e1", "e2")
+	b.ok("", "task", "retry", "emails", dead[0])
+	b.ok("", "task", "delete", "emails", dead[1])
+	if qi := b.queue("emails"); qi.Dead != 0 || qi.Waiting != 1 {
+		t.Errorf("%d dead, %d waiting; want 0 and 1", qi.Dead, qi.Waiting)
+	}
+	if r := b.run("", "task", "retry", "emails", dead[1]); r.code != 1 || !strings.Contains(r.err, "not in the dead set") {
+		t.Errorf("retry of a deleted task: exit %d, stderr %q", r.code, r.err)
+	}
+	if out := b.ok("", "task", "cancel", "emails", dead[0]); out != "removed "+dead[0]+"\n" {
+		t.Errorf("cancel: %q", out)
+	}
+	if b.queue("emails").Waiting != 0 {
+		t.Error("the cancelled task still waits")
+	}
+}
+
+func TestTaskLsByState(t *testing.T) {
+	b := setup(t)
+	ids := b.enqueue("emails", "a", "b", "c")
+	out := b.ok("", "task", "ls", "emails", "--state", "queued", "--limit", "2", "--offset", "1", "-o", "json")
+	var got struct {
+		Total int
+		Tasks []taskJSON
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Total != 3 || len(got.Tasks) != 2 || got.Tasks[0].ID != ids[1] || got.Tasks[1].ID != ids[2] {
+		t.Errorf("got %+v", got)
+	}
+	r := b.run("", "task", "ls", "emails", "--state", "sleeping")
+	if r.code != 2 || !strings.Contains(r.err, `--state "sleeping"`) {
+		t.Errorf("bad state: exit %d, stderr %q", r.code, r.err)
+	}
+}
+
+func TestUsageErrorsExitTwoAndNameTheProblem(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"queue", "frobnicate"}, `unknown command "frobnicate"`},
+		{[]string{"stats", "--bogus"}, "unknown flag: --bogus"},
+		{[]string{"stats", "-o", "yaml"}, `-o/--output "yaml": want table or json`},
+		{[]string{"task", "cancel", "emails"}, "missing argument <id>"},
+		{[]string{"queue", "pause", "bad name"}, `<queue> "bad name"`},
+		{[]string{"stats", "--redis-url", "http://x"}, "--redis-url"},
+	} {
+		r := b.run("", c.args...)
+		if r.code != 2 || !strings.Contains(r.err, c.want) {
+			t.Errorf("%v: exit %d, stderr %q; want 2 and %q", c.args, r.code, r.err, c.want)
+		}
+	}
+}
+
+func TestRedisURLIsRequiredAndItsPasswordNeverShown(t *testing.T) {
+	b := setup(t)
+	r := b.runEnv(nil, "", "stats")
+	if r.code != 2 || !strings.Contains(r.err, "--redis-url is required (or set WORQR_REDIS_URL)") {
+		t.Errorf("no URL: exit %d, stderr %q", r.code, r.err)
+	}
+	// The flag wins over the variable; the namespace comes from the flag too.
+	b.enqueue("emails", "a")
+	r = b.runEnv([]string{"WORQR_REDIS_URL=redis://127.0.0.1:1"}, "", "stats", "--redis-url", redisURL, "--namespace", b.ns)
+	if r.code != 0 || !strings.Contains(r.out, "emails") {
+		t.Errorf("flags over env: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
+	}
+	cmd := b.run("", "--help")
+	if strings.Contains(cmd.out, redisURL) {
+		t.Errorf("--help shows the Redis URL from the environment:\n%s", cmd.out)
+	}
+	r = b.run("", "stats", "--redis-url", "redis://u:hunter2@127.0.0.1:1")
+	if r.code != 1 || strings.Contains(r.err, "hunter2") || !strings.Contains(r.err, "cannot reach Redis") {
+		t.Errorf("exit %d, stderr %q", r.code, r.err)
+	}
+}
+
+func TestWorkersLs(t *testing.T) {
+	b := setup(t)
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"emails": {Concurrency: 1, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { return nil })}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	out := b.ok("", "workers", "ls", "-o", "json")
+	var ws []workerJSON
+	if err := json.Unmarshal([]byte(out), &ws); err != nil {
+		t.Fatal(err)
+	}
+	if len(ws) != 1 || !ws[0].Alive || !reflect.DeepEqual(ws[0].Queues, []string{"emails"}) || ws[0].PID != os.Getpid() {
+		t.Errorf("got %+v", ws)
+	}
+	if table := b.ok("", "workers", "ls"); !strings.Contains(table, "WORKER") || !strings.Contains(table, "emails") {
+		t.Errorf("table:\n%s", table)
+	}
+}
+
+func TestFlowRunsGetAndTree(t *testing.T) {
+	b := setup(t)
+	flow := &worqr.Flow{Name: "signup", Stages: []worqr.Stage{
+		{Name: "fanout", Queue: worqr.QueueConfig{Concurrency: 2},
+			Children: map[string]worqr.QueueConfig{"mail": {Concurrency: 2, Handler: worqr.HandlerFunc(
+				func(context.Context, *worqr.Task) error { return nil })}},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Fields: map[string]string{"seen": "yes"},
+					Children: []worqr.ChildSpec{{Queue: "mail", Payload: []byte("1")}, {Queue: "mail", Payload: []byte("2")}}}, nil
+			})},
+		{Name: "finish", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })},
+	}}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{Config: worqr.Config{Namespace: b.ns}, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	id, err := b.client.StartRun(context.Background(), flow, map[string]string{"user": "42"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.eventually("the run to end", func() bool {
+		r, err := b.client.Run(context.Background(), flow, id)
+		return err == nil && r.Status == worqr.RunDone
+	})
+	var runs []runJSON
+	if err := json.Unmarshal([]byte(b.ok("", "flow", "runs", "signup", "--status", "done", "-o", "json")), &runs); err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 1 || runs[0].ID != id || runs[0].State["seen"] != "yes" || len(runs[0].Children) != 2 {
+		t.Errorf("runs: %+v", runs)
+	}
+	if out := b.ok("", "flow", "runs", "signup", "--status", "failed", "-o", "json"); strings.TrimSpace(out) != "[]" {
+		t.Errorf("failed runs: %s", out)
+	}
+	get := b.ok("", "flow", "get", "signup", id)
+	for _, want := range []string{"status", "done", "user", "42", "children: 2"} {
+		if !strings.Contains(get, want) {
+			t.Errorf("flow get has no %q:\n%s", want, get)
+		}
+	}
+	tree := b.ok("", "flow", "tree", "signup", id)
+	if !strings.HasPrefix(tree, "run "+id+"  flow signup  done") || !strings.Contains(tree, "queue mail") ||
+		strings.Count(tree, "  done\n") != 4 {
+		t.Errorf("tree:\n%s", tree)
+	}
+	if r := b.run("", "flow", "get", "signup", "cv3k1s1hhc2s73b0o3ng"); r.code != 1 || !strings.Contains(r.err, "not found") {
+		t.Errorf("unknown run: exit %d, stderr %q", r.code, r.err)
+	}
+}

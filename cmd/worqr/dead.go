@@ -1,0 +1,288 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+func (a *app) deadCmd() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "dead",
+		Short: "list, requeue, delete and group a queue's dead tasks",
+		Example: `  worqr dead ls emails
+  worqr dead errors emails
+  worqr dead retry emails --all
+  worqr dead delete emails --all --yes`,
+	})
+	cmd.AddCommand(a.deadLsCmd(), a.deadAllCmd(true), a.deadAllCmd(false), a.deadErrorsCmd())
+	return cmd
+}
+
+func (a *app) deadLsCmd() *cobra.Command {
+	var (
+		o             output
+		limit, offset int
+	)
+	cmd := &cobra.Command{
+		Use:     "ls <queue> [--limit N] [--offset N]",
+		Short:   "a page of a queue's dead tasks, newest first",
+		Long:    "Lists a page of a queue's dead set, newest first, with why each died. A flow's failed runs are in the dead set of the stage they failed in (<flow>/<stage>).",
+		Example: "  worqr dead ls emails\n  worqr dead ls emails --limit 100 -o json",
+		Args:    args("queue"),
+	}
+	o.register(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many tasks to show (1 to 1000)")
+	cmd.Flags().IntVar(&offset, "offset", 0, "how many of the newest to skip")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if limit < 1 || limit > 1000 {
+			return usagef("--limit %d: must be between 1 and 1000", limit)
+		}
+		if offset < 0 {
+			return usagef("--offset %d: must not be negative", offset)
+		}
+		ts, total, err := a.client.Dead(ctx, q, offset, limit)
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			return a.printTasks(o, ts, total, offset, "dead")
+		}
+		if len(ts) > 0 {
+			t := newTable(a.env.out, "ID", "DIED", "REASON", "FAILURES", "LAST_ERROR", "PAYLOAD")
+			for _, tk := range ts {
+				t.row(tk.ID, when(tk.DiedAt), orDash(clip(tk.DeadReason, 30)), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), preview(tk.Payload, 40))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			_, err = fmt.Fprintf(a.env.out, "%d-%d of %d dead\n", offset+1, offset+len(ts), total)
+			return err
+		}
+		_, err = fmt.Fprintf(a.env.out, "no dead tasks shown (%d in all)\n", total)
+		return err
+	})
+	return cmd
+}
+
+// deadAllCmd is `dead retry` (requeue) or `dead delete`, over the whole dead
+// set of a queue.
+func (a *app) deadAllCmd(requeue bool) *cobra.Command {
+	var all, yes bool
+	name, verb, question := "delete", "deleted", "delete all %d dead tasks of queue %s"
+	short := "delete every dead task of a queue (asks first)"
+	if requeue {
+		name, verb, question = "retry", "requeued", "requeue all %d dead tasks of queue %s"
+		short = "requeue every dead task of a queue at its back, oldest first (asks first)"
+	}
+	cmd := &cobra.Command{
+		Use:   name + " <queue> --all",
+		Short: short,
+		Long: short + `.
+
+It works through the whole dead set in atomic chunks of at most 1,000, so an
+interruption (Ctrl-C) leaves every task either done or untouched: run it again
+to finish. --all is required, so that a whole dead set is never acted on by
+accident ('worqr task ` + name + ` <queue> <id>' acts on one task). It asks for
+confirmation on a terminal; --yes skips the question, and is required when
+stdin is not a terminal. A progress bar is drawn when stderr is a terminal,
+plain progress lines are printed otherwise.`,
+		Example: "  worqr dead " + name + " emails --all\n  worqr dead " + name + " emails --all --yes",
+		Args:    args("queue"),
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "act on every dead task of the queue (required)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if !all {
+			return usagef("--all is required: 'worqr dead %s %s --all' acts on the whole dead set ('worqr task %s %s <id>' on one task)", name, q, name, q)
+		}
+		qi, err := a.knownQueue(ctx, q)
+		if err != nil {
+			return err
+		}
+		if qi.Dead == 0 {
+			_, err := fmt.Fprintf(a.env.out, "%s 0 dead tasks of %s (the dead set is empty)\n", verb, q)
+			return err
+		}
+		if err := a.confirm(cmd, yes, fmt.Sprintf(question, qi.Dead, q)); err != nil {
+			return err
+		}
+		return a.bulk(ctx, verb, "dead tasks of "+q, qi.Dead, func(ctx context.Context, p worqr.Progress) (int, error) {
+			if requeue {
+				return a.in.RequeueAllDead(ctx, q, p)
+			}
+			return a.in.DeleteAllDead(ctx, q, p)
+		})
+	})
+	return cmd
+}
+
+// errorGroup is one line of `dead errors`.
+type errorGroup struct {
+	Error   string `json:"error"`
+	Count   int    `json:"count"`
+	Example string `json:"example"`
+	// ExampleID is the newest dead task with this error.
+	ExampleID string  `json:"example_id"`
+	Newest    *string `json:"newest"`
+	newest    time.Time
+}
+
+func (a *app) deadErrorsCmd() *cobra.Command {
+	var (
+		o    output
+		scan int
+	)
+	cmd := &cobra.Command{
+		Use:   "errors <queue>",
+		Short: "a queue's dead tasks grouped by normalised error, most frequent first",
+		Long: `Groups a queue's dead tasks by their last error (or, when they have none, the
+reason they died), normalised so that errors that differ only by numbers, hex
+ids, task ids or UUIDs fall together: "timeout after 3s" and "timeout after
+5s" both count as "timeout after <n>s". Prints each group's count, the
+normalised text, and the newest task with it as an example; sorted by count,
+then by text.
+
+It reads the newest --scan dead tasks (10,000 by default) and says so when the
+dead set holds more.`,
+		Example: "  worqr dead errors emails\n  worqr dead errors emails -o json | jq '.groups[0]'",
+		Args:    args("queue"),
+	}
+	o.register(cmd)
+	cmd.Flags().IntVar(&scan, "scan", 10000, "how many of the newest dead tasks to read (at least 1)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if scan < 1 {
+			return usagef("--scan %d: must be at least 1", scan)
+		}
+		groups, scanned, total, err := a.groupDead(ctx, q, scan)
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			if groups == nil {
+				groups = []*errorGroup{}
+			}
+			return writeJSON(a.env.out, struct {
+				Queue   string        `json:"queue"`
+				Total   int           `json:"total"`
+				Scanned int           `json:"scanned"`
+				Groups  []*errorGroup `json:"groups"`
+			}{q, total, scanned, groups})
+		}
+		if len(groups) == 0 {
+			_, err := fmt.Fprintf(a.env.out, "no dead tasks in %s\n", q)
+			return err
+		}
+		t := newTable(a.env.out, "COUNT", "ERROR", "NEWEST", "EXAMPLE_ID")
+		for _, g := range groups {
+			t.row(itoa(g.Count), clip(g.Error, 100), when(g.newest), g.ExampleID)
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if scanned < total {
+			_, err = fmt.Fprintf(a.env.out, "%d groups in the newest %d of %d dead tasks (raise --scan to read more)\n", len(groups), scanned, total)
+		} else {
+			_, err = fmt.Fprintf(a.env.out, "%d groups in %d dead tasks\n", len(groups), scanned)
+		}
+		return err
+	})
+	return cmd
+}
+
+// groupDead reads up to scan dead tasks of q, newest first, and groups them.
+func (a *app) groupDead(ctx context.Context, q string, scan int) ([]*errorGroup, int, int, error) {
+	byText := map[string]*errorGroup{}
+	var groups []*errorGroup
+	scanned, total := 0, 0
+	for scanned < scan {
+		page := min(1000, scan-scanned)
+		ts, n, err := a.client.Dead(ctx, q, scanned, page)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		total = n
+		for _, t := range ts {
+			text := t.LastError
+			if text == "" {
+				text = t.DeadReason
+			}
+			norm := normaliseError(text)
+			g := byText[norm]
+			if g == nil {
+				g = &errorGroup{Error: norm, Example: text, ExampleID: t.ID, newest: t.DiedAt, Newest: jsonTime(t.DiedAt)}
+				byText[norm] = g
+				groups = append(groups, g)
+			}
+			g.Count++
+		}
+		scanned += len(ts)
+		if len(ts) < page {
+			break
+		}
+	}
+	sort.SliceStable(groups, func(i, j int) bool {
+		if groups[i].Count != groups[j].Count {
+			return groups[i].Count > groups[j].Count
+		}
+		return groups[i].Error < groups[j].Error
+	})
+	return groups, scanned, total, nil
+}
+
+var (
+	reUUID   = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	reHex0x  = regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b`)
+	reWord   = regexp.MustCompile(`[0-9A-Za-z]+`)
+	reDigits = regexp.MustCompile(`[0-9]+`)
+	reSpaces = regexp.MustCompile(`\s+`)
+)
+
+// normaliseError replaces the parts of an error text that differ from one
+// task to the next by placeholders: UUIDs by <uuid>, hex numbers and ids (0x…,
+// or runs of at least 8 hex digits holding digits and letters) by <hex>, task ids (20
+// characters of 0-9a-v holding a digit: xids) by <id>, and every other run of
+// digits by <n>. Runs of white space become one space.
+func normaliseError(s string) string {
+	s = reUUID.ReplaceAllString(s, "<uuid>")
+	s = reHex0x.ReplaceAllString(s, "<hex>")
+	s = reWord.ReplaceAllStringFunc(s, func(w string) string {
+		if !strings.ContainsAny(w, "0123456789") {
+			return w
+		}
+		lw := strings.ToLower(w)
+		if len(lw) >= 8 && strings.Trim(lw, "0123456789abcdef") == "" && strings.Trim(lw, "0123456789") != "" {
+			return "<hex>"
+		}
+		if len(lw) == 20 && w == lw && strings.Trim(lw, "0123456789abcdefghijklmnopqrstuv") == "" {
+			return "<id>"
+		}
+		return reDigits.ReplaceAllString(w, "<n>")
+	})
+	return strings.TrimSpace(reSpaces.ReplaceAllString(s, " "))
+}

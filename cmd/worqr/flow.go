@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+type childJSON struct {
+	ID     string  `json:"id"`
+	Queue  string  `json:"queue"`
+	Status string  `json:"status"`
+	Error  string  `json:"error"`
+	Result *string `json:"result,omitempty"`
+}
+
+type runJSON struct {
+	ID         string            `json:"id"`
+	Flow       string            `json:"flow"`
+	Stage      string            `json:"stage"`
+	Status     string            `json:"status"`
+	TaskState  string            `json:"task_state"`
+	LastError  string            `json:"last_error"`
+	FinishedAt *string           `json:"finished_at"`
+	StartedAt  *string           `json:"started_at"`
+	State      map[string]string `json:"state"`
+	Children   []childJSON       `json:"children"`
+}
+
+func runOf(r *worqr.RunInfo) runJSON {
+	j := runJSON{ID: r.ID, Flow: r.Flow, Stage: r.Stage, Status: string(r.Status), TaskState: r.TaskState,
+		LastError: r.LastError, FinishedAt: jsonTime(r.FinishedAt), State: r.State, Children: []childJSON{}}
+	if t := idTime(r.ID); !t.IsZero() {
+		j.StartedAt = jsonTime(t)
+	}
+	if j.State == nil {
+		j.State = map[string]string{}
+	}
+	for _, c := range r.Children {
+		cj := childJSON{ID: c.ID, Queue: c.Queue, Status: c.Status, Error: c.Err}
+		cj.Result, _ = bytesJSON(c.Result)
+		j.Children = append(j.Children, cj)
+	}
+	return j
+}
+
+var runStatuses = []string{"running", "done", "failed", "cancelled"}
+
+func (a *app) flowCmd() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "flow",
+		Short: "list a flow's runs, show one run, draw it as a tree",
+		Example: `  worqr flow runs membership --status failed
+  worqr flow get membership cv3k1s1hhc2s73b0o3ng
+  worqr flow tree membership cv3k1s1hhc2s73b0o3ng`,
+	})
+	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd())
+	return cmd
+}
+
+func (a *app) flowRunsCmd() *cobra.Command {
+	var (
+		o             output
+		status        string
+		limit, offset int
+	)
+	cmd := &cobra.Command{
+		Use:   "runs <flow> [--status S]",
+		Short: "a flow's runs, newest first",
+		Long: `Lists a flow's runs, newest first (running, or ended within the flow's
+retention), optionally only those of one status: running, done, failed or
+cancelled. It scans at most the flow's 10,000 newest runs.`,
+		Example: "  worqr flow runs membership\n  worqr flow runs membership --status failed -o json",
+		Args:    args("flow"),
+	}
+	o.register(cmd)
+	cmd.Flags().StringVarP(&status, "status", "s", "", "only runs of this status: "+strings.Join(runStatuses, ", ")+" (default any)")
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many runs to show (1 to 1000)")
+	cmd.Flags().IntVar(&offset, "offset", 0, "how many matching runs to skip first")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		flow := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		if status != "" && !contains(runStatuses, status) {
+			return usagef("--status %q: want one of %s", status, strings.Join(runStatuses, ", "))
+		}
+		if limit < 1 || limit > 1000 {
+			return usagef("--limit %d: must be between 1 and 1000", limit)
+		}
+		if offset < 0 {
+			return usagef("--offset %d: must not be negative", offset)
+		}
+		runs, err := a.in.Runs(ctx, flow, worqr.RunStatus(status), offset, limit)
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			out := make([]runJSON, len(runs))
+			for i, r := range runs {
+				out[i] = runOf(r)
+			}
+			return writeJSON(a.env.out, out)
+		}
+		if len(runs) == 0 {
+			_, err := fmt.Fprintf(a.env.out, "no runs of flow %q%s\n", flow, map[bool]string{true: " with status " + status}[status != ""])
+			return err
+		}
+		t := newTable(a.env.out, "RUN", "STATUS", "STAGE", "TASK", "CHILDREN", "STARTED", "FINISHED", "LAST_ERROR")
+		for _, r := range runs {
+			t.row(r.ID, string(r.Status), r.Stage, orDash(r.TaskState), childSummary(r.Children), when(idTime(r.ID)),
+				when(r.FinishedAt), orDash(clip(r.LastError, 50)))
+		}
+		return t.flush()
+	})
+	return cmd
+}
+
+// childSummary counts children by status: "done=2,pending=1", or "-".
+func childSummary(cs []worqr.ChildResult) string {
+	if len(cs) == 0 {
+		return "-"
+	}
+	n := map[string]int{}
+	for _, c := range cs {
+		n[c.Status]++
+	}
+	var parts []string
+	for s, k := range n {
+		parts = append(parts, fmt.Sprintf("%s=%d", s, k))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+// getRun reads one run through Client.Run; the flow's definition is not
+// needed for that, only its name.
+func (a *app) getRun(ctx context.Context, flow, id string) (*worqr.RunInfo, error) {
+	if err := worqr.CheckQueueName(flow); err != nil {
+		return nil, usagef("<flow> %q: %s", flow, ruleOf(err))
+	}
+	r, err := a.client.Run(ctx, &worqr.Flow{Name: flow}, id)
+	if errors.Is(err, worqr.ErrTaskNotFound) {
+		return nil, fmt.Errorf("run %s of flow %s not found (never existed, or it ended longer ago than the flow's retention)", id, flow)
+	}
+	return r, err
+}
+
+func (a *app) flowGetCmd() *cobra.Command {
+	var o output
+	cmd := &cobra.Command{
+		Use:     "get <flow> <run_id>",
+		Short:   "one run: status, stage, state fields, children",
+		Example: "  worqr flow get membership cv3k1s1hhc2s73b0o3ng -o json",
+		Args:    args("flow", "run_id"),
+	}
+	o.register(cmd)
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		r, err := a.getRun(ctx, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			return writeJSON(a.env.out, runOf(r))
+		}
+		w := a.env.out
+		if err := kv(w, "run", r.ID, "flow", r.Flow, "status", string(r.Status), "stage", r.Stage,
+			"task_state", orDash(r.TaskState), "started_at", when(idTime(r.ID)), "finished_at", when(r.FinishedAt),
+			"last_error", orDash(r.LastError)); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nstate: %d fields\n", len(r.State))
+		if len(r.State) > 0 {
+			t := newTable(w, "FIELD", "VALUE")
+			for _, k := range sortedKeys(r.State) {
+				t.row(k, clip(r.State[k], 100))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(w, "\nchildren: %d\n", len(r.Children))
+		if len(r.Children) > 0 {
+			t := newTable(w, "CHILD", "QUEUE", "STATUS", "ERROR")
+			for _, c := range r.Children {
+				t.row(c.ID, c.Queue, c.Status, orDash(clip(c.Err, 60)))
+			}
+			return t.flush()
+		}
+		return nil
+	})
+	return cmd
+}
+
+func (a *app) flowTreeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "tree <flow> <run_id>",
+		Short: "one run drawn as a tree: the run, its stage, its children by queue",
+		Long: `Draws one run as a tree: the run with its status, its current (or last)
+stage with the state of the stage's task, and its children grouped by child
+queue with their outcome.`,
+		Example: "  worqr flow tree membership cv3k1s1hhc2s73b0o3ng",
+		Args:    args("flow", "run_id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		r, err := a.getRun(ctx, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		return drawTree(a.env.out, r)
+	})
+	return cmd
+}
+
+func drawTree(w io.Writer, r *worqr.RunInfo) error {
+	line := func(prefix, text string) { fmt.Fprintf(w, "%s%s\n", prefix, text) }
+	head := fmt.Sprintf("run %s  flow %s  %s", r.ID, r.Flow, r.Status)
+	if r.LastError != "" {
+		head += "  error: " + clip(r.LastError, 80)
+	}
+	line("", head)
+	stage := fmt.Sprintf("stage %s", r.Stage)
+	if r.TaskState != "" {
+		stage += "  " + r.TaskState
+	}
+	if len(r.Children) == 0 {
+		line("└── ", stage)
+		return nil
+	}
+	line("├── ", stage)
+	byQueue := map[string][]worqr.ChildResult{}
+	var queues []string
+	for _, c := range r.Children {
+		if _, ok := byQueue[c.Queue]; !ok {
+			queues = append(queues, c.Queue)
+		}
+		byQueue[c.Queue] = append(byQueue[c.Queue], c)
+	}
+	line("└── ", fmt.Sprintf("children  %s", childSummary(r.Children)))
+	for i, q := range queues {
+		branch, indent := "    ├── ", "    │   "
+		if i == len(queues)-1 {
+			branch, indent = "    └── ", "        "
+		}
+		line(branch, "queue "+q)
+		cs := byQueue[q]
+		for j, c := range cs {
+			b := "├── "
+			if j == len(cs)-1 {
+				b = "└── "
+			}
+			text := c.ID + "  " + c.Status
+			if c.Err != "" {
+				text += "  error: " + clip(c.Err, 80)
+			}
+			line(indent+b, text)
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

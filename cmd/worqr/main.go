@@ -1,0 +1,113 @@
+// Command worqr is the operator CLI of worqr: it reads and steers the queues,
+// tasks, dead sets, workers and flow runs of a namespace in Redis through the
+// public Inspector and Client, nothing else.
+//
+//	worqr stats                       every queue's counts
+//	worqr dead errors emails          dead tasks grouped by normalised error
+//	worqr dead retry emails --all     requeue every dead task (asks first)
+//
+// It reads WORQR_REDIS_URL, WORQR_NAMESPACE and the TLS variables of
+// .example.env; --redis-url and --namespace win over them.
+//
+// Exit codes: 0 success, 1 failure (Redis unreachable, task not found, an
+// operation refused or aborted), 2 bad input (unknown command, bad flag or
+// argument, a bulk action without --yes when stdin is not a terminal).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+const prog = "worqr"
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitFail  = 1
+	exitUsage = 2
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], newEnv())
+	stop()
+	os.Exit(code)
+}
+
+// usageError is bad input: the binary exits 2.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// runError is an error returned by a command's body (after its flags and
+// arguments were parsed). Anything else that cobra returns is a usage error.
+type runError struct{ err error }
+
+func (e *runError) Error() string { return e.err.Error() }
+func (e *runError) Unwrap() error { return e.err }
+
+// run executes args and returns the exit code.
+func run(ctx context.Context, args []string, e *env) int {
+	root := newRoot(e)
+	root.SetArgs(args)
+	root.SetIn(e.in)
+	root.SetOut(e.out)
+	root.SetErr(e.err)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err == nil {
+		return exitOK
+	}
+	path := prog
+	if cmd != nil {
+		path = cmd.CommandPath()
+	}
+	fmt.Fprintf(e.err, "%s: %v\n", path, err)
+	if code := exitCode(err); code != exitUsage {
+		return code
+	}
+	fmt.Fprintf(e.err, "run '%s --help' for usage\n", path)
+	return exitUsage
+}
+
+// exitCode classifies err: usage errors, the library's invalid-input errors
+// and errors cobra raised while parsing are 2; the rest are 1.
+func exitCode(err error) int {
+	var ue *usageError
+	if errors.As(err, &ue) || errors.Is(err, worqr.ErrInvalid) {
+		return exitUsage
+	}
+	var re *runError
+	if errors.As(err, &re) {
+		return exitFail
+	}
+	return exitUsage
+}
+
+// env is what the commands talk to; tests never swap it (they run the real
+// binary), but keeping it in one place keeps the commands honest.
+type env struct {
+	in     io.Reader
+	out    io.Writer
+	err    io.Writer
+	getenv func(string) string
+	// stdinTTY and stderrTTY say whether a person is there to confirm and
+	// to watch a progress bar.
+	stdinTTY, stderrTTY, stdoutTTY bool
+}
+
+func newEnv() *env {
+	return &env{in: os.Stdin, out: os.Stdout, err: os.Stderr, getenv: os.Getenv,
+		stdinTTY: isTerminal(os.Stdin), stderrTTY: isTerminal(os.Stderr), stdoutTTY: isTerminal(os.Stdout)}
+}

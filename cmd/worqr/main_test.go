@@ -1,0 +1,299 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// The tests run the real binary against a real redis-server: TestMain builds
+// the one and starts the other (or uses WORQR_TEST_REDIS_URL).
+var (
+	binPath  string
+	redisURL string
+)
+
+const installHint = "redis-server not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-server; macOS: brew install redis) or set WORQR_TEST_REDIS_URL"
+
+func TestMain(m *testing.M) {
+	os.Exit(testMain(m))
+}
+
+func testMain(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "worqr-cli-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	defer os.RemoveAll(dir)
+	binPath = filepath.Join(dir, "worqr")
+	if out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building the binary: %v\n%s", err, out)
+		return 2
+	}
+	if redisURL = os.Getenv("WORQR_TEST_REDIS_URL"); redisURL == "" {
+		stop, url, err := startRedis(dir)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "redis:", err)
+			return 2
+		}
+		defer stop()
+		redisURL = url
+	}
+	return m.Run()
+}
+
+// startRedis starts a private redis-server on a free loopback port with
+// persistence off, and waits until it says it is ready.
+func startRedis(dir string) (stop func(), url string, err error) {
+	if _, err := exec.LookPath("redis-server"); err != nil {
+		return nil, "", errors.New(installHint)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, "", err
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--dir", dir, "--save", "", "--appendonly", "no", "--protected-mode", "no")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	cmd.Stderr = cmd.Stdout
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		var log []string
+		for sc.Scan() {
+			log = append(log, sc.Text())
+			if strings.Contains(sc.Text(), "Ready to accept connections") {
+				ready <- nil
+				for sc.Scan() { // keep draining so the server never blocks on its log
+				}
+				return
+			}
+		}
+		ready <- fmt.Errorf("redis-server exited before it was ready:\n%s", strings.Join(log, "\n"))
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			_ = cmd.Wait()
+			return nil, "", err
+		}
+	case <-time.After(20 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, "", errors.New("redis-server did not start within 20s")
+	}
+	return func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }, fmt.Sprintf("redis://127.0.0.1:%d", port), nil
+}
+
+// bundle is what a test works with: its own namespace, and the library's
+// client and inspector on it to seed and check Redis state.
+type bundle struct {
+	t      *testing.T
+	ns     string
+	pool   *redis.Pool
+	client *worqr.Client
+	in     *worqr.Inspector
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	t.Parallel()
+	pool, err := worqr.NewPool(redisURL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	ns := "clitest-" + xid.New().String()
+	cfg := &worqr.Config{Namespace: ns}
+	client, err := worqr.NewClient(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = in.DeleteNamespace(context.Background()) })
+	return &bundle{t: t, ns: ns, pool: pool, client: client, in: in}
+}
+
+// result is what one run of the binary did.
+type result struct {
+	out, err string
+	code     int
+}
+
+// run runs the binary with args in the bundle's namespace (through the
+// environment, as an operator would), stdin as its standard input.
+func (b *bundle) run(stdin string, args ...string) result {
+	b.t.Helper()
+	return b.runEnv([]string{"WORQR_REDIS_URL=" + redisURL, "WORQR_NAMESPACE=" + b.ns}, stdin, args...)
+}
+
+// runEnv is run with only env as the WORQR_ variables.
+func (b *bundle) runEnv(env []string, stdin string, args ...string) result {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		b.t.Fatalf("running worqr %v: %v", args, err)
+	}
+	return result{out: out.String(), err: errb.String(), code: code}
+}
+
+// ok runs the binary and fails the test unless it exits 0.
+func (b *bundle) ok(stdin string, args ...string) string {
+	b.t.Helper()
+	r := b.run(stdin, args...)
+	if r.code != 0 {
+		b.t.Fatalf("worqr %s: exit %d\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), r.code, r.out, r.err)
+	}
+	return r.out
+}
+
+// cleanEnv is the test's environment without any WORQR_ variable, so a
+// developer's own settings do not leak in.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WORQR_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// eventually polls cond until it holds or 10 s pass.
+func (b *bundle) eventually(what string, cond func() bool) {
+	b.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (b *bundle) queue(q string) worqr.QueueInfo {
+	b.t.Helper()
+	qi, err := b.in.Queue(context.Background(), q)
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return *qi
+}
+
+// enqueue enqueues payloads to q and returns their ids.
+func (b *bundle) enqueue(q string, payloads ...string) []string {
+	b.t.Helper()
+	var ids []string
+	for _, p := range payloads {
+		id, err := b.client.Enqueue(context.Background(), q, []byte(p), nil)
+		if err != nil {
+			b.t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// bury makes one dead task in q per error text: a worker allowed one
+// attempt fails every task with its payload as the error. q must hold no
+// other waiting task.
+func (b *bundle) bury(q string, errs ...string) []string {
+	b.t.Helper()
+	before := b.queue(q).Dead
+	ids := b.enqueue(q, errs...)
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{q: {Concurrency: 4, MaxAttempts: 1, Handler: worqr.HandlerFunc(
+			func(_ context.Context, t *worqr.Task) error { return errors.New(string(t.Payload)) })}},
+	})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		b.t.Fatal(err)
+	}
+	b.eventually(fmt.Sprintf("%d dead tasks in %s", len(errs), q), func() bool {
+		return b.queue(q).Dead == before+int64(len(errs))
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		b.t.Fatal(err)
+	}
+	return ids
+}
+
+// runLines runs the binary, reads n lines of its stdout, then interrupts it
+// and checks that it exits 0.
+func (b *bundle) runLines(n int, args ...string) []string {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, args...)
+	cmd.Env = append(cleanEnv(), "WORQR_REDIS_URL="+redisURL, "WORQR_NAMESPACE="+b.ns)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		b.t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	var lines []string
+	for len(lines) < n && sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	_ = cmd.Process.Signal(os.Interrupt)
+	go func() {
+		for sc.Scan() {
+		}
+	}()
+	if err := cmd.Wait(); err != nil {
+		b.t.Fatalf("worqr %v after an interrupt: %v\nstderr: %s", args, err, errb.String())
+	}
+	if len(lines) < n {
+		b.t.Fatalf("worqr %v printed %d lines, want %d\nstderr: %s", args, len(lines), n, errb.String())
+	}
+	return lines
+}

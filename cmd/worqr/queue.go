@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// group returns a command that only holds subcommands: without one it prints
+// its help, with an unknown one it fails as a usage error.
+func group(cmd *cobra.Command) *cobra.Command {
+	cmd.Args = cobra.ArbitraryArgs
+	cmd.RunE = func(c *cobra.Command, args []string) error {
+		if len(args) > 0 {
+			return usagef("unknown command %q for %q", args[0], c.CommandPath())
+		}
+		return c.Help()
+	}
+	return cmd
+}
+
+// queueJSON is one queue in `queue ls -o json` and `queue inspect -o json`.
+type queueJSON struct {
+	queueStats
+	Flow     string `json:"flow"`
+	Retained int64  `json:"retained"`
+}
+
+func (a *app) queueCmd() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "queue",
+		Short: "list, inspect, pause, resume and purge queues",
+		Example: `  worqr queue ls
+  worqr queue inspect emails
+  worqr queue pause emails
+  worqr queue purge emails --yes`,
+	})
+	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queuePurgeCmd())
+	return cmd
+}
+
+func (a *app) queueLsCmd() *cobra.Command {
+	var o output
+	cmd := &cobra.Command{
+		Use:     "ls",
+		Short:   "list every known queue with its counts",
+		Long:    "Lists every known queue with its flow, counts (retained: ended tasks kept for the queue's retention), pause and latency.",
+		Example: "  worqr queue ls\n  worqr queue ls -o json",
+		Args:    args(),
+	}
+	o.register(cmd)
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		qs, err := a.in.Queues(ctx)
+		if err != nil {
+			return err
+		}
+		if o.json() {
+			out := make([]queueJSON, len(qs))
+			for i, q := range qs {
+				out[i] = queueJSON{queueStats: statsOf(q), Flow: q.Flow, Retained: q.Retained}
+			}
+			return writeJSON(a.env.out, out)
+		}
+		if len(qs) == 0 {
+			_, err := fmt.Fprintf(a.env.out, "no queues in namespace %q\n", a.namespace)
+			return err
+		}
+		t := newTable(a.env.out, "QUEUE", "FLOW", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "RETAINED", "PAUSED", "LATENCY")
+		for _, q := range qs {
+			t.row(q.Name, orDash(q.Flow), itoa(q.Waiting), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead),
+				itoa(q.Retained), yesNo(q.Paused), ago(q.Latency))
+		}
+		return t.flush()
+	})
+	return cmd
+}
+
+func (a *app) queueInspectCmd() *cobra.Command {
+	var o output
+	cmd := &cobra.Command{
+		Use:   "inspect <queue>",
+		Short: "one queue's counts, the workers that serve it and the next tasks",
+		Long: `Prints one queue's counts, pause and latency, the workers that serve it (with
+how many of its tasks each holds) and the first tasks waiting.`,
+		Example: "  worqr queue inspect emails\n  worqr queue inspect membership/notify -o json",
+		Args:    args("queue"),
+	}
+	o.register(cmd)
+	next := cmd.Flags().Int("next", 5, "how many waiting tasks to show (0 for none, at most 1000)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if *next < 0 || *next > 1000 {
+			return usagef("--next %d: must be between 0 and 1000", *next)
+		}
+		qi, err := a.knownQueue(ctx, q)
+		if err != nil {
+			return err
+		}
+		ws, err := a.in.Workers(ctx)
+		if err != nil {
+			return err
+		}
+		type served struct {
+			ID    string `json:"id"`
+			Alive bool   `json:"alive"`
+			Held  int    `json:"held"`
+		}
+		var workers []served
+		for _, w := range ws {
+			for _, wq := range w.Queues {
+				if wq == q {
+					workers = append(workers, served{ID: w.ID, Alive: w.Alive, Held: w.Held[q]})
+				}
+			}
+		}
+		var tasks []taskJSON
+		if *next > 0 {
+			ts, _, err := a.in.Tasks(ctx, q, "queued", 0, *next)
+			if err != nil {
+				return err
+			}
+			for _, t := range ts {
+				tasks = append(tasks, taskOf(t))
+			}
+		}
+		if o.json() {
+			if workers == nil {
+				workers = []served{}
+			}
+			if tasks == nil {
+				tasks = []taskJSON{}
+			}
+			return writeJSON(a.env.out, struct {
+				queueJSON
+				Workers []served   `json:"workers"`
+				Next    []taskJSON `json:"next"`
+			}{queueJSON{queueStats: statsOf(*qi), Flow: qi.Flow, Retained: qi.Retained}, workers, tasks})
+		}
+		w := a.env.out
+		if err := kv(w, "queue", qi.Name, "flow", orDash(qi.Flow), "waiting", itoa(qi.Waiting),
+			"scheduled", itoa(qi.Scheduled), "active", itoa(qi.Active), "dead", itoa(qi.Dead),
+			"retained", itoa(qi.Retained), "paused", yesNo(qi.Paused), "latency", ago(qi.Latency)); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "\nworkers serving it: %d\n", len(workers))
+		if len(workers) > 0 {
+			t := newTable(w, "WORKER", "ALIVE", "HELD")
+			for _, s := range workers {
+				t.row(s.ID, yesNo(s.Alive), itoa(s.Held))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+		}
+		if *next > 0 {
+			fmt.Fprintf(w, "\nnext waiting: %d of %d\n", len(tasks), qi.Waiting)
+			if len(tasks) > 0 {
+				t := newTable(w, "ID", "ENQUEUED", "PAYLOAD")
+				for _, tk := range tasks {
+					t.row(tk.ID, orDash(deref(tk.EnqueuedAt)), tk.preview())
+				}
+				return t.flush()
+			}
+		}
+		return nil
+	})
+	return cmd
+}
+
+func (a *app) queuePauseCmd(pause bool) *cobra.Command {
+	use, short, verb := "resume <queue>", "let workers take tasks of a paused queue again", "resumed"
+	if pause {
+		use, short, verb = "pause <queue>", "stop every worker from taking tasks of a queue (running ones finish)", "paused"
+	}
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Long:    short + ".\n\nWorkers see the change within one poll interval (at once when the announcement reaches them). The queue must be known in the namespace.",
+		Example: "  worqr queue pause emails\n  worqr queue resume emails",
+		Args:    args("queue"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if _, err := a.knownQueue(ctx, q); err != nil {
+			return err
+		}
+		var err error
+		if pause {
+			err = a.in.Pause(ctx, q)
+		} else {
+			err = a.in.Resume(ctx, q)
+		}
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(a.env.out, "%s %s\n", verb, q)
+		return err
+	})
+	return cmd
+}
+
+func (a *app) queuePurgeCmd() *cobra.Command {
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "purge <queue>",
+		Short: "delete every waiting and scheduled task of a queue (asks first)",
+		Long: `Deletes every task waiting in a stand-alone queue, and its scheduled tasks
+(delayed ones and retries) too, in atomic chunks of at most 1,000. Running
+tasks are left alone; dead tasks are kept ('worqr dead delete' removes them).
+A flow's queues cannot be purged: cancel their runs instead.
+
+It asks for confirmation on a terminal; --yes skips the question, and is
+required when stdin is not a terminal.`,
+		Example: "  worqr queue purge emails\n  worqr queue purge emails --yes",
+		Args:    args("queue"),
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		qi, err := a.knownQueue(ctx, q)
+		if err != nil {
+			return err
+		}
+		if qi.Flow != "" {
+			return usagef("<queue> %q is a queue of flow %q: its tasks are runs, end them with the flow's CancelRun", q, qi.Flow)
+		}
+		total := qi.Waiting + qi.Scheduled
+		if err := a.confirm(cmd, yes, fmt.Sprintf("delete all %d waiting and %d scheduled tasks of queue %s", qi.Waiting, qi.Scheduled, q)); err != nil {
+			return err
+		}
+		return a.bulk(ctx, "deleted", "waiting and scheduled tasks of "+q, total, func(ctx context.Context, p worqr.Progress) (int, error) {
+			return a.in.DeleteAllWaiting(ctx, q, p)
+		})
+	})
+	return cmd
+}

@@ -1,0 +1,293 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// The environment variables the CLI reads (.example.env lists them too).
+const (
+	envRedisURL  = "WORQR_REDIS_URL"
+	envNamespace = "WORQR_NAMESPACE"
+	envTLSCA     = "WORQR_TLS_CA_FILE"
+	envTLSCert   = "WORQR_TLS_CERT_FILE"
+	envTLSKey    = "WORQR_TLS_KEY_FILE"
+	envLogLevel  = "WORQR_LOG_LEVEL"
+)
+
+const envHelp = `Environment (flags win; an empty value means unset):
+  WORQR_REDIS_URL      Redis URL, redis[s]://[user:password@]host[:port][/db] (required)
+  WORQR_NAMESPACE      key prefix of every Redis key (default "worqr")
+  WORQR_TLS_CA_FILE    PEM file of the CAs that sign the server's certificate (rediss:// only)
+  WORQR_TLS_CERT_FILE  PEM client certificate, for servers that require one (rediss:// only)
+  WORQR_TLS_KEY_FILE   PEM key of the client certificate
+  WORQR_LOG_LEVEL      debug, info, warn or error: the library's logs on stderr (default warn)
+
+Exit codes: 0 success, 1 failure, 2 bad input (flag, argument, or a bulk
+action without --yes when stdin is not a terminal).
+`
+
+// app holds the global flags and, once connected, the pool and the API.
+type app struct {
+	env       *env
+	redisURL  string
+	namespace string
+
+	pool   *redis.Pool
+	in     *worqr.Inspector
+	client *worqr.Client
+}
+
+func newRoot(e *env) *cobra.Command {
+	a := &app{env: e}
+	root := &cobra.Command{
+		Use:   prog,
+		Short: "operate worqr queues in Redis: counts, tasks, dead sets, workers, flow runs",
+		Long: `worqr reads and steers what a worqr namespace holds in Redis, through the
+library's public Inspector and Client.
+
+` + envHelp,
+		Example: `  export WORQR_REDIS_URL=redis://localhost:6379/0
+  worqr stats
+  worqr stats --watch
+  worqr dead errors emails
+  worqr dead retry emails --all
+  echo '{"to":"ada@example.com"}' | worqr enqueue emails -`,
+		SilenceErrors: true,
+		SilenceUsage:  true,
+		// No Args: cobra then rejects an unknown command (exit 2); no
+		// command at all shows this help.
+	}
+	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		return &usageError{msg: err.Error()}
+	})
+	pf := root.PersistentFlags()
+	// The default is not shown in --help: the URL may hold a password.
+	pf.StringVar(&a.redisURL, "redis-url", "",
+		"Redis URL, redis[s]://[user:password@]host[:port][/db] (default: env "+envRedisURL+")")
+	ns := e.getenv(envNamespace)
+	if ns == "" {
+		ns = worqr.DefaultNamespace
+	}
+	pf.StringVar(&a.namespace, "namespace", ns, "key prefix of every Redis key (env "+envNamespace+")")
+
+	root.AddCommand(
+		a.statsCmd(),
+		a.queueCmd(),
+		a.taskCmd(),
+		a.deadCmd(),
+		a.workersCmd(),
+		a.flowCmd(),
+		a.enqueueCmd(),
+		a.versionCmd(),
+	)
+	// Every command's help ends with the environment.
+	for _, c := range root.Commands() {
+		addEnvHelp(c)
+	}
+	return root
+}
+
+func addEnvHelp(c *cobra.Command) {
+	if c.Long == "" {
+		c.Long = c.Short
+	}
+	if !strings.Contains(c.Long, "Environment") && c.Name() != "version" {
+		c.Long += "\n\n" + envHelp
+	}
+	for _, sub := range c.Commands() {
+		addEnvHelp(sub)
+	}
+}
+
+// body wraps a command's work: it connects to Redis first (unless offline),
+// and marks what it returns as a run error (exit 1) unless it is a usage
+// error.
+func (a *app) body(offline bool, fn func(ctx context.Context, cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		if !offline {
+			if err := a.connect(ctx, cmd); err != nil {
+				return err
+			}
+			defer a.pool.Close()
+		}
+		err := fn(ctx, cmd, args)
+		if err == nil {
+			return nil
+		}
+		var ue *usageError
+		if errors.As(err, &ue) || errors.Is(err, worqr.ErrInvalid) {
+			return err
+		}
+		return &runError{err: err}
+	}
+}
+
+// source names where a global flag's value came from.
+func source(cmd *cobra.Command, flag, env string, getenv func(string) string) string {
+	if f := cmd.Flags().Lookup(flag); f != nil && f.Changed {
+		return "--" + flag
+	}
+	if getenv(env) != "" {
+		return env
+	}
+	return "--" + flag
+}
+
+// connect checks the settings, builds the pool, the inspector and the
+// client, and checks that Redis answers.
+func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
+	getenv := a.env.getenv
+	if a.redisURL == "" {
+		a.redisURL = getenv(envRedisURL)
+	}
+	if a.redisURL == "" {
+		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0", envRedisURL)
+	}
+	if err := checkRedisURL(a.redisURL); err != nil {
+		return usagef("%s: %v", source(cmd, "redis-url", envRedisURL, getenv), err)
+	}
+	if err := worqr.CheckQueueName(a.namespace); err != nil {
+		return usagef("%s %s", source(cmd, "namespace", envNamespace, getenv), ruleOf(err))
+	}
+	logger, err := newLogger(getenv)
+	if err != nil {
+		return err
+	}
+	pool, err := worqr.NewPool(a.redisURL, &worqr.PoolOptions{
+		CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: 4})
+	if err != nil {
+		return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
+	}
+	cfg := &worqr.Config{Namespace: a.namespace, Logger: logger}
+	in, err := worqr.NewInspector(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	client, err := worqr.NewClient(pool, cfg)
+	if err != nil {
+		pool.Close()
+		return err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if err := in.Ping(pctx); err != nil {
+		pool.Close()
+		return &runError{fmt.Errorf("cannot reach Redis at %s: %w", redacted(a.redisURL), err)}
+	}
+	a.pool, a.in, a.client = pool, in, client
+	return nil
+}
+
+func newLogger(getenv func(string) string) (*slog.Logger, error) {
+	var level slog.Level
+	switch v := strings.ToLower(strings.TrimSpace(getenv(envLogLevel))); v {
+	case "", "warn":
+		level = slog.LevelWarn
+	case "debug":
+		level = slog.LevelDebug
+	case "info":
+		level = slog.LevelInfo
+	case "error":
+		level = slog.LevelError
+	default:
+		return nil, usagef("%s: %q is not a log level (want debug, info, warn or error)", envLogLevel, v)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})), nil
+}
+
+// ruleOf returns the rule an *worqr.InvalidError broke, or err's text.
+func ruleOf(err error) string {
+	var ie *worqr.InvalidError
+	if errors.As(err, &ie) {
+		return ie.Rule
+	}
+	return err.Error()
+}
+
+func checkRedisURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return errors.New("not a URL (want redis[s]://[user:password@]host[:port][/db])")
+	}
+	switch u.Scheme {
+	case "redis", "rediss", "valkey", "valkeys":
+	default:
+		return fmt.Errorf("%q: the scheme must be redis:// or rediss://", u.Redacted())
+	}
+	if u.Opaque != "" {
+		return fmt.Errorf("%q: want redis://host:port, not redis:host", u.Redacted())
+	}
+	return nil
+}
+
+// redacted hides the password of a Redis URL.
+func redacted(raw string) string {
+	if u, err := url.Parse(raw); err == nil {
+		return u.Redacted()
+	}
+	return "(unparsable URL)"
+}
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// checkQueue checks a queue argument: "<queue>" or "<flow>/<queue>".
+func checkQueue(arg, q string) error {
+	if flow, name, ok := strings.Cut(q, "/"); ok {
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("%s %q: flow part %s", arg, q, ruleOf(err))
+		}
+		if err := worqr.CheckQueueName(name); err != nil {
+			return usagef("%s %q: queue part %s", arg, q, ruleOf(err))
+		}
+		return nil
+	}
+	if err := worqr.CheckQueueName(q); err != nil {
+		return usagef("%s %q: %s", arg, q, ruleOf(err))
+	}
+	return nil
+}
+
+// knownQueue returns the counts of queue q, or an error naming the queue
+// when the namespace does not know it (a typo would otherwise act on nothing).
+func (a *app) knownQueue(ctx context.Context, q string) (*worqr.QueueInfo, error) {
+	qs, err := a.in.Queues(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range qs {
+		if qs[i].Name == q {
+			return &qs[i], nil
+		}
+	}
+	return nil, fmt.Errorf("queue %q is not known in namespace %q ('worqr queue ls' lists the known ones)", q, a.namespace)
+}
+
+// args returns a cobra argument check that names the arguments: usage
+// errors say which is missing or extra.
+func args(names ...string) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, got []string) error {
+		if len(got) < len(names) {
+			return usagef("missing argument <%s> (usage: %s)", names[len(got)], cmd.UseLine())
+		}
+		if len(got) > len(names) {
+			return usagef("unexpected argument %q (usage: %s)", got[len(names)], cmd.UseLine())
+		}
+		return nil
+	}
+}

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// queueStats is one queue in `stats -o json`: exactly these fields.
+type queueStats struct {
+	Name      string `json:"name"`
+	Waiting   int64  `json:"waiting"`
+	Scheduled int64  `json:"scheduled"`
+	Active    int64  `json:"active"`
+	Dead      int64  `json:"dead"`
+	Paused    bool   `json:"paused"`
+	LatencyMs int64  `json:"latency_ms"`
+}
+
+func (a *app) statsCmd() *cobra.Command {
+	var (
+		o        output
+		watch    bool
+		interval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "every queue's waiting, scheduled, active and dead counts, pause and latency",
+		Long: `Prints every known queue (served by a worker or enqueued to, flow stage and
+child queues as <flow>/<queue>) with how many tasks wait, are scheduled, are
+held by workers and are dead, whether it is paused, and its latency: the age of
+the oldest waiting task.
+
+With -o json it prints a list of {name, waiting, scheduled, active, dead,
+paused, latency_ms}. With --watch it prints again every --interval until
+interrupted (Ctrl-C): on a terminal it redraws the screen; otherwise, and with
+-o json, it prints one snapshot after the other (JSON: one list per line).`,
+		Example: `  worqr stats
+  worqr stats -o json | jq '.[] | select(.dead > 0) | .name'
+  worqr stats --watch --interval 1s`,
+		Args: args(),
+	}
+	o.register(cmd)
+	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch prints (at least 100ms)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		if interval < 100*time.Millisecond {
+			return usagef("--interval %s: must be at least 100ms", interval)
+		}
+		if !watch {
+			return a.printStats(ctx, a.env.out, o, false)
+		}
+		redraw := a.env.stdoutTTY && !o.json()
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			if redraw {
+				fmt.Fprint(a.env.out, "\033[H\033[2J")
+				fmt.Fprintf(a.env.out, "worqr stats, every %s (Ctrl-C to stop)   %s\n\n", interval, time.Now().Format(time.TimeOnly))
+			}
+			if err := a.printStats(ctx, a.env.out, o, true); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return err
+			}
+			select {
+			case <-ctx.Done():
+				return nil // interrupted: a normal end of --watch
+			case <-t.C:
+			}
+		}
+	})
+	return cmd
+}
+
+func (a *app) printStats(ctx context.Context, w io.Writer, o output, compact bool) error {
+	qs, err := a.in.Queues(ctx)
+	if err != nil {
+		return err
+	}
+	if o.json() {
+		out := make([]queueStats, len(qs))
+		for i, q := range qs {
+			out[i] = statsOf(q)
+		}
+		if compact {
+			return writeJSONLine(w, out)
+		}
+		return writeJSON(w, out)
+	}
+	if len(qs) == 0 {
+		_, err := fmt.Fprintf(w, "no queues in namespace %q\n", a.namespace)
+		return err
+	}
+	t := newTable(w, "QUEUE", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY")
+	for _, q := range qs {
+		t.row(q.Name, itoa(q.Waiting), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead), yesNo(q.Paused), ago(q.Latency))
+	}
+	return t.flush()
+}
+
+func statsOf(q worqr.QueueInfo) queueStats {
+	return queueStats{Name: q.Name, Waiting: q.Waiting, Scheduled: q.Scheduled, Active: q.Active,
+		Dead: q.Dead, Paused: q.Paused, LatencyMs: q.Latency.Milliseconds()}
+}

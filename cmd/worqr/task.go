@@ -1,0 +1,312 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// taskJSON is a task in JSON output. Payload and result are text when they
+// are valid UTF-8, else base64 in payload_base64 / result_base64.
+type taskJSON struct {
+	ID              string  `json:"id"`
+	Queue           string  `json:"queue"`
+	State           string  `json:"state"`
+	Failures        int     `json:"failures"`
+	Crashes         int     `json:"crashes"`
+	LastError       string  `json:"last_error"`
+	DeadReason      string  `json:"dead_reason"`
+	DiedAt          *string `json:"died_at"`
+	DiedOn          string  `json:"died_on"`
+	Worker          string  `json:"worker"`
+	PID             string  `json:"pid"`
+	CancelRequested bool    `json:"cancel_requested"`
+	EnqueuedAt      *string `json:"enqueued_at"`
+	DueAt           *string `json:"due_at"`
+	FinishedAt      *string `json:"finished_at"`
+	Payload         *string `json:"payload,omitempty"`
+	PayloadBase64   *string `json:"payload_base64,omitempty"`
+	Result          *string `json:"result,omitempty"`
+	ResultBase64    *string `json:"result_base64,omitempty"`
+
+	raw []byte
+}
+
+func bytesJSON(b []byte) (text, b64 *string) {
+	if len(b) == 0 {
+		return nil, nil
+	}
+	if utf8.Valid(b) {
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+func taskOf(t *worqr.TaskInfo) taskJSON {
+	j := taskJSON{ID: t.ID, Queue: t.Queue, State: string(t.State), Failures: t.Failures, Crashes: t.Crashes,
+		LastError: t.LastError, DeadReason: t.DeadReason, DiedAt: jsonTime(t.DiedAt), DiedOn: t.DiedOn,
+		Worker: t.WorkerID, PID: t.PID, CancelRequested: t.CancelRequested, EnqueuedAt: jsonTime(t.EnqueuedAt),
+		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), raw: t.Payload}
+	j.Payload, j.PayloadBase64 = bytesJSON(t.Payload)
+	j.Result, j.ResultBase64 = bytesJSON(t.Result)
+	return j
+}
+
+func (t taskJSON) preview() string { return preview(t.raw, 60) }
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func (a *app) taskCmd() *cobra.Command {
+	cmd := group(&cobra.Command{
+		Use:   "task",
+		Short: "find, list, cancel, requeue and delete tasks",
+		Example: `  worqr task get emails cv3k1s1hhc2s73b0o3ng
+  worqr task ls emails --state dead --limit 50
+  worqr task cancel emails cv3k1s1hhc2s73b0o3ng
+  worqr task retry emails cv3k1s1hhc2s73b0o3ng`,
+	})
+	cmd.AddCommand(a.taskGetCmd(), a.taskLsCmd(), a.taskCancelCmd(), a.taskDeadCmd(true), a.taskDeadCmd(false))
+	return cmd
+}
+
+func (a *app) taskGetCmd() *cobra.Command {
+	var o output
+	cmd := &cobra.Command{
+		Use:   "get <queue> <id> | get <id>",
+		Short: "what Redis holds about one task",
+		Long: `Prints what Redis holds about one task: state, failures, crashes, last error,
+why and when it died, its worker while it runs, times, payload and result.
+With only an id it looks in every known queue.
+
+A task that is not found (it never existed, or it ended and its record is
+gone: done and cancelled tasks stay only for their queue's retention) is an
+error: nothing on stdout, exit 1.`,
+		Example: "  worqr task get emails cv3k1s1hhc2s73b0o3ng\n  worqr task get cv3k1s1hhc2s73b0o3ng -o json | jq -r .payload",
+		Args: func(cmd *cobra.Command, got []string) error {
+			if len(got) == 0 || len(got) > 2 {
+				return usagef("want <queue> <id> or <id>, got %d arguments (usage: %s)", len(got), cmd.UseLine())
+			}
+			return nil
+		},
+	}
+	o.register(cmd)
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		var (
+			t   *worqr.TaskInfo
+			err error
+		)
+		if len(args) == 1 {
+			t, err = a.in.Task(ctx, args[0])
+		} else {
+			if err := checkQueue("<queue>", args[0]); err != nil {
+				return err
+			}
+			t, err = a.client.Task(ctx, args[0], args[1])
+		}
+		if errors.Is(err, worqr.ErrTaskNotFound) {
+			where := "any known queue"
+			if len(args) == 2 {
+				where = "queue " + args[0]
+			}
+			return fmt.Errorf("task %s not found in %s (never existed, or it ended and its record is gone)", args[len(args)-1], where)
+		}
+		if err != nil {
+			return err
+		}
+		j := taskOf(t)
+		if o.json() {
+			return writeJSON(a.env.out, j)
+		}
+		payload := "-"
+		if j.Payload != nil {
+			payload = *j.Payload
+		} else if j.PayloadBase64 != nil {
+			payload = "base64:" + *j.PayloadBase64
+		}
+		result := "-"
+		if j.Result != nil {
+			result = *j.Result
+		} else if j.ResultBase64 != nil {
+			result = "base64:" + *j.ResultBase64
+		}
+		return kv(a.env.out, "id", j.ID, "queue", j.Queue, "state", j.State, "failures", itoa(j.Failures),
+			"crashes", itoa(j.Crashes), "last_error", orDash(j.LastError), "dead_reason", orDash(j.DeadReason),
+			"died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn), "worker", orDash(j.Worker), "pid", orDash(j.PID),
+			"cancel_requested", yesNo(j.CancelRequested), "enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt),
+			"finished_at", when(t.FinishedAt), "payload", payload, "result", result)
+	})
+	return cmd
+}
+
+var states = []string{"queued", "scheduled", "active", "dead", "done", "cancelled"}
+
+func (a *app) taskLsCmd() *cobra.Command {
+	var (
+		o             output
+		state         string
+		limit, offset int
+	)
+	cmd := &cobra.Command{
+		Use:   "ls <queue> [--state S] [--limit N] [--offset N]",
+		Short: "a page of a queue's tasks in one state",
+		Long: `Lists a page of a queue's tasks in one state: queued (front first), scheduled
+(soonest first), active (held by workers), dead (newest first), done or
+cancelled (retained ended tasks, newest first; both are listed for either).
+The table ends with how many the state holds; -o json prints
+{"total": n, "tasks": [...]}.`,
+		Example: "  worqr task ls emails\n  worqr task ls emails --state scheduled --limit 100 --offset 100",
+		Args:    args("queue"),
+	}
+	o.register(cmd)
+	cmd.Flags().StringVarP(&state, "state", "s", "queued", "one of "+strings.Join(states, ", "))
+	cmd.Flags().IntVar(&limit, "limit", 20, "how many tasks to show (1 to 1000)")
+	cmd.Flags().IntVar(&offset, "offset", 0, "how many to skip first")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if !contains(states, state) {
+			return usagef("--state %q: want one of %s", state, strings.Join(states, ", "))
+		}
+		if limit < 1 || limit > 1000 {
+			return usagef("--limit %d: must be between 1 and 1000", limit)
+		}
+		if offset < 0 {
+			return usagef("--offset %d: must not be negative", offset)
+		}
+		ts, total, err := a.in.Tasks(ctx, q, worqr.TaskState(state), offset, limit)
+		if err != nil {
+			return err
+		}
+		return a.printTasks(o, ts, total, offset, state)
+	})
+	return cmd
+}
+
+func (a *app) printTasks(o output, ts []*worqr.TaskInfo, total, offset int, state string) error {
+	if o.json() {
+		out := struct {
+			Total int        `json:"total"`
+			Tasks []taskJSON `json:"tasks"`
+		}{Total: total, Tasks: make([]taskJSON, len(ts))}
+		for i, t := range ts {
+			out.Tasks[i] = taskOf(t)
+		}
+		return writeJSON(a.env.out, out)
+	}
+	if len(ts) > 0 {
+		t := newTable(a.env.out, "ID", "STATE", "ENQUEUED", "FAILURES", "LAST_ERROR", "PAYLOAD")
+		for _, tk := range ts {
+			t.row(tk.ID, string(tk.State), when(tk.EnqueuedAt), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), preview(tk.Payload, 40))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	}
+	from, to := offset+1, offset+len(ts)
+	if len(ts) == 0 {
+		_, err := fmt.Fprintf(a.env.out, "no %s tasks shown (%d in all)\n", state, total)
+		return err
+	}
+	_, err := fmt.Fprintf(a.env.out, "%d-%d of %d %s\n", from, to, total, state)
+	return err
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func (a *app) taskCancelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cancel <queue> <id>",
+		Short: "cancel a waiting, scheduled or running task",
+		Long: `Cancels one task: a waiting or scheduled task is removed (no worker gets it);
+a running task's handler is told to stop and its taking ends as cancelled.
+Prints "removed" or "requested". A task with nothing to cancel (unknown,
+ended, dead, or already asked) is an error (exit 1). Flow runs and their
+children cannot be cancelled here.`,
+		Example: "  worqr task cancel emails cv3k1s1hhc2s73b0o3ng",
+		Args:    args("queue", "id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := checkQueue("<queue>", args[0]); err != nil {
+			return err
+		}
+		st, err := a.client.Cancel(ctx, args[0], args[1])
+		if err != nil {
+			return err
+		}
+		if st == worqr.CancelNotFound {
+			return fmt.Errorf("task %s of queue %s: nothing to cancel (unknown, ended, dead, or its cancel was already asked)", args[1], args[0])
+		}
+		_, err = fmt.Fprintf(a.env.out, "%s %s\n", st, args[1])
+		return err
+	})
+	return cmd
+}
+
+// taskDeadCmd is `task retry` (requeue) or `task delete`: both act on one
+// dead task.
+func (a *app) taskDeadCmd(requeue bool) *cobra.Command {
+	use, short, verb := "delete <queue> <id>", "delete one dead task", "deleted"
+	if requeue {
+		use, short, verb = "retry <queue> <id>", "requeue one dead task at the back of its queue (counts reset)", "requeued"
+	}
+	cmd := &cobra.Command{
+		Use:     use,
+		Short:   short,
+		Long:    short + ". A task that is not in the queue's dead set is an error (exit 1). 'worqr dead retry|delete <queue> --all' acts on the whole dead set.",
+		Example: "  worqr task " + strings.Fields(use)[0] + " emails cv3k1s1hhc2s73b0o3ng",
+		Args:    args("queue", "id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q, id := args[0], args[1]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		var (
+			n   int
+			err error
+		)
+		if requeue {
+			n, err = a.client.RequeueDead(ctx, q, id)
+		} else {
+			n, err = a.client.DeleteDead(ctx, q, id)
+		}
+		if err != nil {
+			return err
+		}
+		if n == 0 {
+			return fmt.Errorf("task %s is not in the dead set of queue %s: nothing %s", id, q, verb)
+		}
+		_, err = fmt.Fprintf(a.env.out, "%s %s\n", verb, id)
+		return err
+	})
+	return cmd
+}
