@@ -21,6 +21,7 @@ type ConnGetter = rdb.ConnGetter
 type Client struct {
 	st  *rdb.Store
 	cfg Config
+	bus *eventBus
 
 	queues sync.Map // queue name -> *clientQueue
 	flows  sync.Map // flow name -> true once its queues are recorded as known
@@ -45,7 +46,17 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 		return nil, err
 	}
 	warnPool(pool, c.Logger)
-	return &Client{st: rdb.NewStore(pool, c.Namespace), cfg: c}, nil
+	st := rdb.NewStore(pool, c.Namespace)
+	return &Client{st: st, cfg: c, bus: newEventBus(st, c)}, nil
+}
+
+// enqueued publishes that n tasks (ids, when one) were enqueued to queue.
+func (c *Client) enqueued(queue string, ids []string) {
+	e := Event{Kind: EventEnqueued, At: time.Now(), Queue: queue, Count: len(ids)}
+	if len(ids) == 1 {
+		e.TaskID = ids[0]
+	}
+	c.bus.add(e)
 }
 
 // EnqueueOpts are per-call options of Enqueue and EnqueueBatch. A nil pointer
@@ -222,6 +233,7 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
+	c.enqueued(queue, []string{id})
 	return id, nil
 }
 
@@ -272,9 +284,13 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		if err != nil {
 			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 		}
+		c.enqueued(queue, ids)
 		return ids, nil
 	}
 	n, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
+	if n > 0 {
+		c.enqueued(queue, ids[:n])
+	}
 	if err != nil {
 		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err}
 	}
@@ -357,6 +373,9 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	}
 	if res == rdb.CancelRefused {
 		return CancelNotFound, invalid("id", "%s is a flow run or one of its children: cancel the run with CancelRun", id)
+	}
+	if CancelStatus(res) == CancelRemoved {
+		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, TaskID: id})
 	}
 	return CancelStatus(res), nil
 }

@@ -45,7 +45,21 @@ type Config struct {
 	// Logger receives the library's logs. Default: warnings and errors as
 	// text on stderr.
 	Logger *slog.Logger
+	// EventInterval is how often this process publishes the events it
+	// observed (see Inspector.Follow): at most one message per interval, and
+	// none when nothing happened. Default 250ms, at least MinInterval.
+	EventInterval time.Duration
+	// DisableEvents keeps this process's events to itself (OnEvent still
+	// sees a Worker's).
+	DisableEvents bool
+	// EventLogLength, when > 0, also keeps about that many of the latest
+	// published batches in a stream (XADD MAXLEN ~), for
+	// Inspector.RecentEvents. Default 0: live events only.
+	EventLogLength int
 }
+
+// DefaultEventInterval is Config.EventInterval's default.
+const DefaultEventInterval = 250 * time.Millisecond
 
 // withDefaults returns a validated copy of c with defaults filled in.
 func (c *Config) withDefaults() (Config, error) {
@@ -67,6 +81,15 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	switch {
+	case out.EventInterval == 0:
+		out.EventInterval = DefaultEventInterval
+	case out.EventInterval < MinInterval:
+		return out, invalid("EventInterval", "(%s) must be at least %s", out.EventInterval, MinInterval)
+	}
+	if out.EventLogLength < 0 {
+		return out, invalid("EventLogLength", "(%d) must not be negative", out.EventLogLength)
 	}
 	return out, nil
 }

@@ -49,17 +49,19 @@ func TestConfigWithDefaults(t *testing.T) {
 		{
 			name: "nil: every default",
 			cfg:  nil,
-			want: Config{Namespace: "worqr", MaxPayloadBytes: 1 << 20},
+			want: Config{Namespace: "worqr", MaxPayloadBytes: 1 << 20, EventInterval: 250 * time.Millisecond},
 		},
 		{
 			name: "zero value: every default",
 			cfg:  &Config{},
-			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes},
+			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes, EventInterval: DefaultEventInterval},
 		},
 		{
-			name:   "values given are kept",
-			cfg:    &Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit, Logger: logger},
-			want:   Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit},
+			name: "values given are kept",
+			cfg: &Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit, Logger: logger,
+				EventInterval: time.Second, DisableEvents: true, EventLogLength: 500},
+			want: Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit,
+				EventInterval: time.Second, DisableEvents: true, EventLogLength: 500},
 			logger: logger,
 		},
 		{
@@ -81,6 +83,16 @@ func TestConfigWithDefaults(t *testing.T) {
 			name:    "Namespace with a hash-tag brace",
 			cfg:     &Config{Namespace: "{app}"},
 			wantErr: `worqr: Namespace "{app}" has forbidden character '{' at byte 0` + allowed,
+		},
+		{
+			name:    "EventInterval under MinInterval",
+			cfg:     &Config{EventInterval: time.Millisecond},
+			wantErr: "worqr: EventInterval (1ms) must be at least 10ms",
+		},
+		{
+			name:    "EventLogLength negative",
+			cfg:     &Config{EventLogLength: -1},
+			wantErr: "worqr: EventLogLength (-1) must not be negative",
 		},
 		{
 			name:    "Namespace too long",

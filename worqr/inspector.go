@@ -19,6 +19,7 @@ type Inspector struct {
 	st  *rdb.Store
 	reg *registry.Registry
 	cfg Config
+	bus *eventBus
 }
 
 // NewInspector returns an inspector on pool. A nil cfg means all defaults
@@ -35,7 +36,8 @@ func NewInspector(pool ConnGetter, cfg *Config) (*Inspector, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Inspector{st: rdb.NewStore(pool, c.Namespace), reg: reg, cfg: c}, nil
+	st := rdb.NewStore(pool, c.Namespace)
+	return &Inspector{st: st, reg: reg, cfg: c, bus: newEventBus(st, c)}, nil
 }
 
 // QueueInfo counts the tasks of one queue.
@@ -338,6 +340,11 @@ func (in *Inspector) setPaused(ctx context.Context, queue string, on bool) error
 	if err := in.st.SetPaused(ctx, in.st.Queue(ref), on); err != nil {
 		return fmt.Errorf("worqr: pause %s: %w", queue, err)
 	}
+	kind := EventResumed
+	if on {
+		kind = EventPaused
+	}
+	in.bus.add(Event{Kind: kind, At: time.Now(), Queue: queue})
 	return nil
 }
 

@@ -49,6 +49,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	w.runMu.Lock()
 	w.running[t.ID] = me
 	w.runMu.Unlock()
+	w.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 
 	var (
 		err error

@@ -102,7 +102,9 @@ type TaskInfo struct {
 // EventKind names what happened.
 type EventKind string
 
-// The events a Worker reports through WorkerConfig.OnEvent.
+// The events a Worker reports through WorkerConfig.OnEvent, and that
+// Inspector.Follow delivers from every process of the namespace (the Client
+// and Inspector kinds below come only through Follow).
 const (
 	// EventDone: a taking was finished and Redis accepted it (for a flow's
 	// last stage: the run is done).
@@ -132,11 +134,26 @@ const (
 	EventStopRequeued EventKind = "stop_requeued"
 	// EventError: a background step failed and will be retried.
 	EventError EventKind = "error"
+	// EventStarted: a handler started running a taking.
+	EventStarted EventKind = "started"
+	// EventEnqueued (a Client): tasks were enqueued (Count of them; TaskID
+	// is set for a single one).
+	EventEnqueued EventKind = "enqueued"
+	// EventPaused and EventResumed (an Inspector): a queue was paused or
+	// resumed.
+	EventPaused  EventKind = "paused"
+	EventResumed EventKind = "resumed"
+	// EventDropped: Count events were not published because a process
+	// observed more than it could buffer in one Config.EventInterval.
+	EventDropped EventKind = "dropped"
 )
 
-// Event is one thing that happened in a Worker.
+// Event is one thing that happened in a Worker (or, followed through
+// Inspector.Follow, in a Client or Inspector of the namespace).
 type Event struct {
-	Kind     EventKind
+	Kind EventKind
+	// At is when the process that observed it did (its own clock).
+	At       time.Time
 	WorkerID string
 	Queue    string
 	TaskID   string

@@ -30,6 +30,7 @@ type Worker struct {
 	reg    *registry.Registry
 	cfg    WorkerConfig
 	keeper *heartbeat.Keeper
+	bus    *eventBus // publishes what the worker observes
 
 	queues []*queueRunner
 
@@ -148,6 +149,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		takeStop: make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	w.bus = newEventBus(w.st, c.Config)
 	add := func(r *queueRunner, ref rdb.QueueRef) {
 		r.qk = w.st.Queue(ref)
 		r.name = ref.Name
@@ -299,9 +301,13 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 }
 
 func (w *Worker) emit(e Event) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
 	if w.cfg.OnEvent != nil {
 		w.cfg.OnEvent(e)
 	}
+	w.bus.add(e)
 }
 
 func (w *Worker) pokeAll() {
@@ -399,6 +405,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		t.Stop()
 	}
+	w.bus.flush() // what happened before Stop reaches the followers now
 	w.stopErr = err
 	close(w.stopped)
 	return err

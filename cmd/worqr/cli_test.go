@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -463,5 +464,34 @@ func TestFlowRunsGetAndTree(t *testing.T) {
 	}
 	if r := b.run("", "flow", "get", "signup", "cv3k1s1hhc2s73b0o3ng"); r.code != 1 || !strings.Contains(r.err, "not found") {
 		t.Errorf("unknown run: exit %d, stderr %q", r.code, r.err)
+	}
+}
+
+// events follows what processes publish: here a client enqueueing every
+// 100 ms until two events were printed (the first enqueues may come before
+// the command subscribed).
+func TestEventsFollowsLiveEvents(t *testing.T) {
+	b := setup(t)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			select {
+			case <-stop:
+				return
+			case <-time.After(100 * time.Millisecond):
+				_, _ = b.client.Enqueue(context.Background(), "live", []byte("x"), nil)
+			}
+		}
+	}()
+	lines := b.runLines(2, "events", "--queue", "live", "-o", "json")
+	for _, l := range lines {
+		var e struct {
+			Kind, Queue, Task string
+			At                *string
+		}
+		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Kind != "enqueued" || e.Queue != "live" || e.Task == "" || e.At == nil {
+			t.Errorf("event line %q: %v %+v; want an enqueued event of queue live with its task and time", l, err, e)
+		}
 	}
 }

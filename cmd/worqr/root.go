@@ -92,6 +92,7 @@ library's public Inspector and Client.
 		a.workersCmd(),
 		a.flowCmd(),
 		a.enqueueCmd(),
+		a.eventsCmd(),
 		a.versionCmd(),
 	)
 	// Every command's help ends with the environment.

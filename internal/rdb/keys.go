@@ -39,6 +39,14 @@ func (k Keys) WorkerInfo(w string) string { return k.reg() + "wi:" + w }
 // KnownQueues is the set of queues any worker ever served (see QueueRef.Member).
 func (k Keys) KnownQueues() string { return k.reg() + "queues" }
 
+// Events is the channel every process of the namespace publishes its
+// batches of observed events on.
+func (k Keys) Events() string { return k.reg() + "events" }
+
+// EventLog is the stream that keeps the last batches of events, when
+// enabled.
+func (k Keys) EventLog() string { return k.reg() + "events:log" }
+
 // ReaperLease is the key whose holder runs the reaper pass of this interval.
 func (k Keys) ReaperLease() string { return k.reg() + "reaper" }
 

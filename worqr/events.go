@@ -1,0 +1,195 @@
+package worqr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// maxBufferedEvents caps the events a process keeps between two
+// publications; more are counted in one EventDropped event.
+const maxBufferedEvents = 10000
+
+// wireEvent is an Event as it travels between processes (JSON).
+type wireEvent struct {
+	Kind        EventKind `json:"kind"`
+	At          int64     `json:"at"` // unix ms, the observing process's clock
+	WorkerID    string    `json:"worker,omitempty"`
+	Queue       string    `json:"queue,omitempty"`
+	TaskID      string    `json:"task,omitempty"`
+	PID         string    `json:"pid,omitempty"`
+	Err         string    `json:"err,omitempty"`
+	Count       int       `json:"count,omitempty"`
+	DeadWorkers []string  `json:"dead_workers,omitempty"`
+}
+
+func toWire(e Event) wireEvent {
+	w := wireEvent{Kind: e.Kind, At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
+		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers}
+	if e.Err != nil {
+		w.Err = e.Err.Error()
+	}
+	return w
+}
+
+func (w wireEvent) event() Event {
+	e := Event{Kind: w.Kind, At: time.UnixMilli(w.At), WorkerID: w.WorkerID, Queue: w.Queue, TaskID: w.TaskID,
+		PID: w.PID, Count: w.Count, DeadWorkers: w.DeadWorkers}
+	if w.Err != "" {
+		e.Err = errors.New(w.Err)
+	}
+	return e
+}
+
+// eventBus collects the events a process observes and publishes them in
+// batches: at most one message per interval, sent by a timer armed by the
+// first event after a publication, so an idle process sends nothing and
+// needs no goroutine of its own. Publication is best effort: a batch that
+// fails to publish is dropped (and logged).
+type eventBus struct {
+	st       *rdb.Store
+	interval time.Duration
+	logLen   int
+	logger   *slog.Logger
+
+	mu      sync.Mutex
+	buf     []wireEvent
+	dropped int
+	armed   bool
+	sendMu  sync.Mutex // one publication at a time, in order
+	failed  bool       // the last publication failed (logged once per outage)
+}
+
+// newEventBus returns the bus of a process, or nil when cfg disables events.
+func newEventBus(st *rdb.Store, cfg Config) *eventBus {
+	if cfg.DisableEvents {
+		return nil
+	}
+	return &eventBus{st: st, interval: cfg.EventInterval, logLen: cfg.EventLogLength, logger: cfg.Logger}
+}
+
+// add queues e for the next publication.
+func (b *eventBus) add(e Event) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.buf) >= maxBufferedEvents {
+		b.dropped++
+	} else {
+		b.buf = append(b.buf, toWire(e))
+	}
+	if !b.armed {
+		b.armed = true
+		time.AfterFunc(b.interval, b.flush)
+	}
+}
+
+// flush publishes what is buffered.
+func (b *eventBus) flush() {
+	if b == nil {
+		return
+	}
+	b.sendMu.Lock()
+	defer b.sendMu.Unlock()
+	b.mu.Lock()
+	batch, dropped := b.buf, b.dropped
+	b.buf, b.dropped, b.armed = nil, 0, false
+	b.mu.Unlock()
+	if dropped > 0 {
+		batch = append(batch, wireEvent{Kind: EventDropped, At: time.Now().UnixMilli(), Count: dropped})
+	}
+	if len(batch) == 0 {
+		return
+	}
+	data, err := json.Marshal(batch)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		err = b.st.PublishEvents(ctx, data, b.logLen)
+		cancel()
+	}
+	switch {
+	case err != nil && !b.failed:
+		b.failed = true
+		b.logger.Warn("worqr: publishing events failed (they are dropped until it works again)", "events", len(batch), "err", err)
+	case err == nil:
+		b.failed = false
+	}
+}
+
+// decodeBatch decodes one published batch.
+func decodeBatch(data []byte) ([]Event, error) {
+	var ws []wireEvent
+	if err := json.Unmarshal(data, &ws); err != nil {
+		return nil, err
+	}
+	out := make([]Event, len(ws))
+	for i, w := range ws {
+		out[i] = w.event()
+	}
+	return out, nil
+}
+
+// Follow calls fn for every event any process of the namespace publishes
+// (workers: started, done, retry, dead, given back, cancelled, recovered...;
+// clients: enqueued, cancelled; inspectors: paused, resumed), in the order
+// each process observed them, until ctx ends; then it returns nil. Events
+// arrive in batches, at most one per process per Config.EventInterval. It
+// holds one connection and resubscribes after a connection failure; what
+// was published meanwhile is missed (see RecentEvents). fn runs on Follow's
+// goroutine and should return quickly.
+func (in *Inspector) Follow(ctx context.Context, fn func(Event)) error {
+	delay := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		err := in.st.Listen(ctx, []string{in.st.EventsChannel()}, func() { delay = 50 * time.Millisecond },
+			func(_ string, data []byte) {
+				events, err := decodeBatch(data)
+				if err != nil {
+					in.cfg.Logger.Warn("worqr: undecodable event batch", "err", err)
+					return
+				}
+				for _, e := range events {
+					fn(e)
+				}
+			})
+		if ctx.Err() != nil {
+			break
+		}
+		if err != nil {
+			in.cfg.Logger.Warn("worqr: following events failed, resubscribing", "err", err)
+		}
+		if !sleepCtx(ctx, delay) {
+			break
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+	return nil
+}
+
+// RecentEvents returns the events of the latest n published batches kept in
+// the event log (oldest first): only processes whose Config.EventLogLength
+// is set keep one.
+func (in *Inspector) RecentEvents(ctx context.Context, n int) ([]Event, error) {
+	if n <= 0 {
+		return nil, invalid("n", "(%d) must be at least 1", n)
+	}
+	batches, err := in.st.EventLog(ctx, n)
+	if err != nil {
+		return nil, err
+	}
+	var out []Event
+	for _, b := range batches {
+		events, err := decodeBatch(b)
+		if err != nil {
+			continue
+		}
+		out = append(out, events...)
+	}
+	return out, nil
+}
