@@ -221,17 +221,14 @@ func TestPassRequeuesDeadWorkerOnly(t *testing.T) {
 	if hs := e.strings(t, "SMEMBERS", e.q.Holders); !reflect.DeepEqual(hs, []string{"B"}) {
 		t.Errorf("holders = %v, want [B]", hs)
 	}
-	for _, k := range []string{e.q.WorkerQueue("A"), e.q.Proc("1"), e.q.Proc("3")} {
+	for _, k := range []string{e.q.WorkerQueue("A")} {
 		if e.do(t, "EXISTS", k).(int64) != 0 {
 			t.Errorf("%s still exists", k)
 		}
 	}
 	// B, alive, keeps its taking.
-	if pids := e.strings(t, "SMEMBERS", e.q.WorkerQueue("B")); !reflect.DeepEqual(pids, []string{"2"}) {
-		t.Errorf("B's pids = %v, want [2]", pids)
-	}
-	if p := e.strings(t, "LRANGE", e.q.Proc("2"), 0, -1); !reflect.DeepEqual(p, []string{"t2"}) {
-		t.Errorf("B's processing list = %v, want [t2]", p)
+	if held := e.strings(t, "HGETALL", e.q.WorkerQueue("B")); !reflect.DeepEqual(held, []string{"2", "t2"}) {
+		t.Errorf("B's holdings = %v, want pid 2 -> t2", held)
 	}
 	if s, _ := redis.String(e.do(t, "HGET", e.q.Task("t2"), "s"), nil); s != "active" {
 		t.Errorf("B's task state = %q, want active", s)

@@ -299,6 +299,33 @@ func (d *demo) runFlows(ctx context.Context, client *worqr.Client) error {
 		}
 	}
 	d.say("%d runs ended after %.1fs", len(ids), time.Since(started).Seconds())
+	// A run is done in Redis when its last stage's end is applied; the
+	// worker reports that end (OnEvent) a moment later. Give the reports a
+	// second to arrive before counting them.
+	reported := func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		for _, info := range infos {
+			for _, s := range flow.Stages {
+				if d.flowEnds[s.Name+" "+info.ID] == 0 {
+					return false
+				}
+			}
+			for _, c := range info.Children {
+				if d.flowEnds[c.Queue+" "+c.ID] == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	for wait := time.Now().Add(time.Second); !reported() && time.Now().Before(wait); {
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	var problems []string
 	bad := func(format string, args ...any) { problems = append(problems, fmt.Sprintf(format, args...)) }
 	for i, info := range infos {

@@ -55,8 +55,7 @@ func TestEndBatchOfTasks(t *testing.T) {
 			e.q.Task("t4"):       queued("t4"),
 			e.q.Waiting:          list{"t4"},
 			e.q.Task("t5"):       active("t5", "A", "5"), // the lost item: untouched
-			e.q.Proc("5"):        list{"t5"},
-			e.q.WorkerQueue("A"): set{"5"},
+			e.q.WorkerQueue("A"): hash{"5": "t5"},
 			e.q.Task("t6"):       ttl(fresh("t6").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
 			e.q.Retained:         ttl(zset{{"t1", "@now"}, {"t6", "@now"}}, 60000),
 			e.q.Holders:          set{"A"},
@@ -267,10 +266,10 @@ func TestEndTake(t *testing.T) {
 			want: []string{"t3", "t4"},
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t3"): active("t3", "A", "3"), e.q.Proc("3"): list{"t3"},
-					e.q.Task("t4"): active("t4", "A", "4"), e.q.Proc("4"): list{"t4"},
+					e.q.Task("t3"): active("t3", "A", "3"),
+					e.q.Task("t4"): active("t4", "A", "4"),
 					e.q.Task("t5"): fresh("t5"), e.q.Waiting: list{"t5"},
-					e.q.WorkerQueue("A"): set{"3", "4"}, e.q.Holders: set{"A"}, e.q.Seq: str("4"),
+					e.q.WorkerQueue("A"): hash{"3": "t3", "4": "t4"}, e.q.Holders: set{"A"}, e.q.Seq: str("4"),
 				}
 			},
 		},

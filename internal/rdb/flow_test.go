@@ -139,8 +139,7 @@ func (f *flowEnv) fannedOut() state {
 		f.c1.Waiting:          list{"k2"},
 		f.c2.Waiting:          list{"k3"},
 		f.c1.Holders:          set{"A"},
-		f.c1.WorkerQueue("A"): set{"2"},
-		f.c1.Proc("2"):        list{"k1"},
+		f.c1.WorkerQueue("A"): hash{"2": "k1"},
 	}
 }
 
@@ -608,13 +607,13 @@ func TestEndChild(t *testing.T) {
 			f.s1.Task("r1"), runFanned().with("k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "1"),
 			f.c1.Task("k1"), nil, f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
 			f.c1.Waiting, nil, f.c2.Waiting, nil,
-			f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil,
+			f.c1.WorkerQueue("A"), nil,
 			f.c2.Holders, set{"A"},
 			f.s1.Seq, str("4"))
 	}
 	// k1Released is fannedOut with k1's taking released and its hash gone.
 	k1Released := func(f *flowEnv, kv ...any) state {
-		return f.fannedOut().with(f.c1.Task("k1"), nil, f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil).with(kv...)
+		return f.fannedOut().with(f.c1.Task("k1"), nil, f.c1.WorkerQueue("A"), nil).with(kv...)
 	}
 	tests := []struct {
 		name   string
@@ -701,8 +700,7 @@ func TestEndChild(t *testing.T) {
 					f.c1.Task("k2"), nil, f.c1.Waiting, nil,
 					f.c2.Task("k3"), f.child("k3").with("s", "active", "w", "B", "p", "3", "x", "1"),
 					f.c2.Waiting, nil,
-					f.c2.WorkerQueue("B"), set{"3"},
-					f.c2.Proc("3"), list{"k3"},
+					f.c2.WorkerQueue("B"), hash{"3": "k3"},
 					f.c2.Holders, set{"B"},
 					f.s1.Seq, str("3"))
 			},
@@ -805,8 +803,7 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
 					f.c1.Task("k2"), f.child("k2").with("s", "active", "w", "B", "p", "3"),
 					f.c1.Waiting, nil,
-					f.c1.WorkerQueue("B"), set{"3"},
-					f.c1.Proc("3"), list{"k2"},
+					f.c1.WorkerQueue("B"), hash{"3": "k2"},
 					f.c1.Holders, set{"A", "B"},
 					f.s1.Seq, str("4"))
 			},
@@ -992,8 +989,7 @@ func TestRunCancel(t *testing.T) {
 					f.s1.Runs:             runs("r1"),
 					f.s1.Task("r1"):       ttl(runEnded(runActive(), "cancelled"), 60000),
 					f.ix:                  ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.s1.WorkerQueue("A"): set{"1"},
-					f.s1.Proc("1"):        list{"r1"},
+					f.s1.WorkerQueue("A"): hash{"1": "r1"},
 					f.s1.Holders:          set{"A"},
 					f.s1.Seq:              str("1"),
 				}
@@ -1183,7 +1179,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 		return f.fannedOut().with(
 			f.c1.Task("k1"), f.child("k1").with("c", "1", "cw", "A").buried(crashed, "B"),
 			f.c1.Dead, zset{{"k1", "@now"}},
-			f.c1.WorkerQueue("A"), nil, f.c1.Proc("2"), nil, f.c1.Holders, nil,
+			f.c1.WorkerQueue("A"), nil, f.c1.Holders, nil,
 			f.s1.Seq, str(seq)).with(kv...)
 	}
 	tests := []struct {

@@ -93,9 +93,8 @@ type QueueKeys struct {
 	Seq string
 	// TaskPrefix + task id is the task hash.
 	TaskPrefix string
-	// ProcPrefix + pid is the processing list of one taking.
-	ProcPrefix string
-	// WorkerQueuePrefix + worker id is the set of pids that worker holds here.
+	// WorkerQueuePrefix + worker id is the hash of what that worker holds
+	// here: pid -> task id. A pid in it is a taking the worker owns.
 	WorkerQueuePrefix string
 	// Scheduled is the sorted set of ids waiting for a due time (delayed
 	// enqueues and retries), scored by due time in unix ms (Redis time).
@@ -133,7 +132,6 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		Holders:           base + "h:" + q.Name,
 		Seq:               base + "seq",
 		TaskPrefix:        base + "t:",
-		ProcPrefix:        base + "p:",
 		WorkerQueuePrefix: base + "wq:" + q.Name + ":",
 		Scheduled:         base + "s:" + q.Name,
 		Dead:              base + "dead:" + q.Name,
@@ -155,10 +153,8 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 // Task is the hash of task id.
 func (q QueueKeys) Task(id string) string { return q.TaskPrefix + id }
 
-// Proc is the processing list of taking pid.
-func (q QueueKeys) Proc(pid string) string { return q.ProcPrefix + pid }
-
-// WorkerQueue is the set of pids worker w holds in this queue.
+// WorkerQueue is the hash pid -> task id of what worker w holds in this
+// queue.
 func (q QueueKeys) WorkerQueue(w string) string { return q.WorkerQueuePrefix + w }
 
 // HashTag returns the hash tag of a key (the part between the first { and the

@@ -41,7 +41,6 @@ func queueKeyNames(q rdb.QueueKeys) map[string]string {
 		}
 	}
 	out["Task(id)"] = q.Task("c9mjv0kdh5q0v9q5ta6g")
-	out["Proc(pid)"] = q.Proc("42")
 	out["WorkerQueue(w)"] = q.WorkerQueue("c9mjv0kdh5q0v9q5ta70")
 	return out
 }
@@ -95,8 +94,8 @@ func TestQueuesOfOneTagKeepTheirOwnKeys(t *testing.T) {
 		}
 	}
 	// Pids and task hashes belong to the tag: a flow's stages share them.
-	if a.Seq != b.Seq || a.TaskPrefix != b.TaskPrefix || a.ProcPrefix != b.ProcPrefix {
-		t.Errorf("queues of one tag do not share Seq/TaskPrefix/ProcPrefix: %+v %+v", a, b)
+	if a.Seq != b.Seq || a.TaskPrefix != b.TaskPrefix {
+		t.Errorf("queues of one tag do not share Seq/TaskPrefix: %+v %+v", a, b)
 	}
 }
 

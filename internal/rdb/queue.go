@@ -251,7 +251,7 @@ func (a TakeArgs) mode() string {
 func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
 	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
 		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
-		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, q.ProcPrefix, a.MaxCrashes, a.mode(),
+		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
@@ -400,14 +400,14 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 	if take != nil {
 		t = *take
 	}
-	keys := make([]any, 0, 8+4*len(es))
+	keys := make([]any, 0, 8+3*len(es))
 	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained, q.Holders, q.Seq, q.WorkerQueue(t.Worker))
 	args := make([]any, 0, 14+10*len(es))
 	args = append(args, q.TaskPrefix, q.WakeChannel)
 	args = append(args, q.prefixes()...)
-	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(), q.ProcPrefix)
+	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode())
 	for _, e := range es {
-		keys = append(keys, q.WorkerQueue(e.Worker), q.Proc(e.PID), q.Task(e.ID))
+		keys = append(keys, q.WorkerQueue(e.Worker), q.Task(e.ID))
 		if e.Kind == KindChild {
 			keys = append(keys, q.Task(e.Run))
 		}
@@ -492,7 +492,7 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 	if crashed {
 		flag = "1"
 	}
-	args = append(args, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, flag, RequeueChunk)
+	args = append(args, q.WakeChannel, q.TaskPrefix, flag, RequeueChunk)
 	for _, w := range workers {
 		args = append(args, w)
 	}
@@ -526,8 +526,8 @@ func pair(vals []int, err error) (int, int, error) {
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.
 func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
-	args := make([]any, 0, 8+len(known))
-	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.ProcPrefix, q.TaskPrefix, "")
+	args := make([]any, 0, 6+len(known))
+	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.TaskPrefix)
 	for _, pid := range known {
 		args = append(args, pid)
 	}

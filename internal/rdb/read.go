@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strconv"
 
 	"github.com/gomodule/redigo/redis"
@@ -174,7 +175,7 @@ func (s *Store) Active(ctx context.Context, q QueueKeys) ([]Holding, error) {
 	}
 	cmds := make([]command, len(hs[0]))
 	for i, w := range hs[0] {
-		cmds[i] = cmdOf("SMEMBERS", q.WorkerQueue(w))
+		cmds[i] = cmdOf("HGETALL", q.WorkerQueue(w))
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 	if err != nil {
@@ -182,29 +183,24 @@ func (s *Store) Active(ctx context.Context, q QueueKeys) ([]Holding, error) {
 	}
 	var out []Holding
 	for i, w := range hs[0] {
-		pids, err := redis.Strings(rs[i], nil)
+		held, err := redis.StringMap(rs[i], nil)
 		if err != nil {
 			return nil, err
 		}
-		for _, p := range pids {
-			out = append(out, Holding{Worker: w, PID: p})
+		for pid, id := range held {
+			out = append(out, Holding{Worker: w, PID: pid, ID: id})
 		}
 	}
-	if len(out) == 0 {
-		return nil, nil
-	}
-	cmds = make([]command, len(out))
-	for i, h := range out {
-		cmds[i] = cmdOf("LINDEX", q.Proc(h.PID), 0)
-	}
-	rs, err = s.pipeline(ctx, q.Ref.Tag, cmds)
-	if err != nil {
-		return nil, err
-	}
-	for i := range out {
-		out[i].ID, _ = redis.String(rs[i], nil)
-	}
+	sort.Slice(out, func(i, j int) bool { return pidLess(out[i].PID, out[j].PID) })
 	return out, nil
+}
+
+// pidLess orders pids (decimal numbers) by value: by take order.
+func pidLess(a, b string) bool {
+	if len(a) != len(b) {
+		return len(a) < len(b)
+	}
+	return a < b
 }
 
 // QueueStat counts the tasks of one queue by place.
@@ -249,7 +245,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				return err
 			}
 			for _, w := range holders {
-				scards = append(scards, cmdOf("SCARD", qs[i].WorkerQueue(w)))
+				scards = append(scards, cmdOf("HLEN", qs[i].WorkerQueue(w)))
 				owner = append(owner, i)
 			}
 		}

@@ -239,7 +239,7 @@ func (s *Store) WorkerQueues(ctx context.Context, ids []string) (queues [][]Queu
 func (s *Store) HeldCounts(ctx context.Context, q QueueKeys, workers []string) ([]int, error) {
 	cmds := make([]command, len(workers))
 	for i, w := range workers {
-		cmds[i] = cmdOf("SCARD", q.WorkerQueue(w))
+		cmds[i] = cmdOf("HLEN", q.WorkerQueue(w))
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 	if err != nil {

@@ -339,9 +339,7 @@ func TestTake(t *testing.T) {
 					e.q.Task("t1"):       active("t1", "A", "1"),
 					e.q.Task("t2"):       active("t2", "A", "2"),
 					e.q.Task("t3"):       fresh("t3"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("A"): set{"1", "2"},
+					e.q.WorkerQueue("A"): hash{"1": "t1", "2": "t2"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("2"),
 				}
@@ -356,9 +354,7 @@ func TestTake(t *testing.T) {
 				return state{
 					e.q.Task("t1"):       active("t1", "A", "1"),
 					e.q.Task("t2"):       active("t2", "A", "2"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("A"): set{"1", "2"},
+					e.q.WorkerQueue("A"): hash{"1": "t1", "2": "t2"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("2"),
 				}
@@ -383,8 +379,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       hash{"d": "", "s": "active", "w": "A", "p": "1"},
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}
@@ -401,8 +396,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       active("t1", "A", "1").with("n", "2", "e", "boom"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}
@@ -420,8 +414,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       active("t1", "B", "2"),
-					e.q.Proc("2"):        list{"t1"},
-					e.q.WorkerQueue("B"): set{"2"},
+					e.q.WorkerQueue("B"): hash{"2": "t1"},
 					e.q.Holders:          set{"A", "B"},
 					e.q.Seq:              str("2"),
 				}
@@ -443,8 +436,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       active("t1", "C", "3").with("c", "2", "cw", "B"),
-					e.q.Proc("3"):        list{"t1"},
-					e.q.WorkerQueue("C"): set{"3"},
+					e.q.WorkerQueue("C"): hash{"3": "t1"},
 					e.q.Holders:          set{"C"},
 					e.q.Seq:              str("3"),
 				}
@@ -461,8 +453,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       active("t1", "A", "1").with("c", "50"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}
@@ -478,8 +469,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"):       active("t1", "A", "1").with("ma", "7", "to", "1500"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}
@@ -496,8 +486,7 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("k1"):       active("k1", "A", "1").with("pr", "r1"),
-					e.q.Proc("1"):        list{"k1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "k1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}
@@ -520,8 +509,7 @@ func TestTake(t *testing.T) {
 						"f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"},
 					e.q.IndexKey("user", "u1"): zset{{"r1", "inf"}},
 					e.q.Runs:                   runs("r1"),
-					e.q.Proc("1"):              list{"r1"},
-					e.q.WorkerQueue("A"):       set{"1"},
+					e.q.WorkerQueue("A"):       hash{"1": "r1"},
 					e.q.Holders:                set{"A"},
 					e.q.Seq:                    str("1"),
 				}
@@ -539,10 +527,8 @@ func TestTake(t *testing.T) {
 				return state{
 					e.q.Task("t1"):       active("t1", "A", "1"),
 					e.q.Task("t2"):       active("t2", "B", "2"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("A"): set{"1"},
-					e.q.WorkerQueue("B"): set{"2"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
+					e.q.WorkerQueue("B"): hash{"2": "t2"},
 					e.q.Holders:          set{"A", "B"},
 					e.q.Seq:              str("2"),
 				}
@@ -563,9 +549,7 @@ func TestTake(t *testing.T) {
 					e.q.Task("t2"):       hash{}.buried(missing, "A"),
 					e.q.Task("t3"):       active("t3", "A", "3"),
 					e.q.Dead:             zset{{"t2", "@now"}},
-					e.q.Proc("1"):        list{"t1"},
-					e.q.Proc("3"):        list{"t3"},
-					e.q.WorkerQueue("A"): set{"1", "3"},
+					e.q.WorkerQueue("A"): hash{"1": "t1", "3": "t3"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("3"),
 				}
@@ -683,8 +667,7 @@ func TestTake(t *testing.T) {
 						buried("crashed: the task was running on 3 workers that died", "A"),
 					e.q.Task("t2"):       active("t2", "A", "2"),
 					e.q.Dead:             zset{{"t1", "@now"}},
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("A"): set{"2"},
+					e.q.WorkerQueue("A"): hash{"2": "t2"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("2"),
 				}
@@ -776,8 +759,7 @@ func TestEndTask(t *testing.T) {
 					e.q.Waiting:          list{"t3"},
 					e.q.Task("t2"):       active("t2", "A", "2"),
 					e.q.Task("t3"):       fresh("t3"),
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("A"): set{"2"},
+					e.q.WorkerQueue("A"): hash{"2": "t2"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("2"),
 				}
@@ -1224,8 +1206,7 @@ func TestEndGiveBack(t *testing.T) {
 					e.q.Task("t1"):       active("t1", "A", "1"),
 					e.q.Task("t2"):       queued("t2").with("n", "1", "c", "2", "u", uniqueKey(e.q, "k")),
 					uniqueKey(e.q, "k"):  ttl(str("t2"), 60000),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("2"),
 				}
@@ -1466,8 +1447,7 @@ func TestRequeue(t *testing.T) {
 					e.q.Task("t1"):       queued("t1").with("c", "1", "cw", "A"),
 					e.q.Task("t2"):       active("t2", "C", "2"),
 					e.q.Task("t3"):       fresh("t3"),
-					e.q.Proc("2"):        list{"t2"},
-					e.q.WorkerQueue("C"): set{"2"},
+					e.q.WorkerQueue("C"): hash{"2": "t2"},
 					e.q.Holders:          set{"C"},
 					e.q.Seq:              str("2"),
 				}
@@ -1774,8 +1754,7 @@ func TestCancel(t *testing.T) {
 					e.q.Waiting:          list{"t2"},
 					e.q.Task("t1"):       active("t1", "A", "1").with("x", "1"),
 					e.q.Task("t2"):       fresh("t2"),
-					e.q.Proc("1"):        list{"t1"},
-					e.q.WorkerQueue("A"): set{"1"},
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
 				}

@@ -60,8 +60,7 @@ func TestRequeueCountsACrashOncePerDeadWorker(t *testing.T) {
 	e.checkState(t, nil, func(e *env) state {
 		return state{
 			e.q.Task("t1"):        active("t1", "w3", "5").with("c", "2", "cw", "w2"),
-			e.q.Proc("5"):         list{"t1"},
-			e.q.WorkerQueue("w3"): set{"5"},
+			e.q.WorkerQueue("w3"): hash{"5": "t1"},
 			e.q.Holders:           set{"w3"},
 			e.q.Seq:               str("5"),
 		}

@@ -78,8 +78,7 @@ var _ = Describe("Delivery under contention", func() {
 		GinkgoWriter.Printf("%d of %d workers ran tasks\n", len(workersUsed), workers)
 
 		Expect(e.waiting("race")).To(BeEmpty())
-		Expect(e.keysWith(":p:")).To(BeEmpty(), "no processing list left")
-		Expect(e.keysWith(":wq:")).To(BeEmpty(), "no worker-queue set left")
+		Expect(e.keysWith(":wq:")).To(BeEmpty(), "no holdings left")
 		Expect(e.keysWith(":t:")).To(BeEmpty(), "no task hash left")
 	}, SpecTimeout(60*time.Second))
 })

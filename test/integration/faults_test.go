@@ -230,7 +230,7 @@ var _ = Describe("Connection faults", func() {
 		n, err := redis.Int(e.do("ZCARD", e.qk("lostend").Dead))
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(BeZero())
-		Expect(e.keysWith(":p:")).To(BeEmpty())
+		Expect(e.keysWith(":wq:")).To(BeEmpty())
 		Expect(e.exists(e.qk("lostend").WorkerQueue(w.ID()))).To(BeFalse())
 		Expect(rec.count(worqr.EventKeepaliveLost)).To(BeZero())
 	}, SpecTimeout(15*time.Second))

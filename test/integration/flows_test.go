@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -26,7 +27,7 @@ local aw = redis.call('LRANGE', ARGV[1], 0, -1)
 local bw = redis.call('LRANGE', ARGV[2], 0, -1)
 local pr = {}
 for _, k in ipairs(redis.call('KEYS', ARGV[3])) do
-  for _, id in ipairs(redis.call('LRANGE', k, 0, -1)) do
+  for _, id in ipairs(redis.call('HVALS', k)) do
     table.insert(pr, id)
   end
 end
@@ -84,7 +85,7 @@ var _ = Describe("Flows", func() {
 					return
 				default:
 				}
-				v, err := redis.Values(flObserveScript.Do(c, qa.Waiting, qb.Waiting, qa.ProcPrefix+"*", qa.TaskPrefix, "A", "B"))
+				v, err := redis.Values(flObserveScript.Do(c, qa.Waiting, qb.Waiting, strings.TrimSuffix(qa.WorkerQueuePrefix, "A:")+"*", qa.TaskPrefix, "A", "B"))
 				if err != nil {
 					rep.err = err
 					return

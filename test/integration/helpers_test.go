@@ -135,6 +135,15 @@ func (e *env) smembers(key string) []string {
 	return m
 }
 
+// hkeys returns the sorted fields of hash key.
+func (e *env) hkeys(key string) []string {
+	GinkgoHelper()
+	m, err := redis.Strings(e.do("HKEYS", key))
+	Expect(err).NotTo(HaveOccurred())
+	sort.Strings(m)
+	return m
+}
+
 func (e *env) exists(key string) bool {
 	GinkgoHelper()
 	n, err := redis.Int(e.do("EXISTS", key))

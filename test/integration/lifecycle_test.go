@@ -46,7 +46,7 @@ var _ = Describe("Worker lifecycle", func() {
 		Consistently(ctx, started).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "a stopped worker takes nothing")
 		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(id))
 		Expect(e.keysWith(id)).To(BeEmpty(), "no key names the stopped worker")
-		Expect(e.keysWith(":p:")).To(BeEmpty())
+		Expect(e.keysWith(":wq:")).To(BeEmpty())
 		info, err := e.client.Task(ctx, "life", ids[0])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateQueued))

@@ -167,7 +167,7 @@ var _ = Describe("Worker processes", func() {
 		Expect(e.exists(e.keys.Keepalive(dead))).To(BeTrue())
 		Expect(e.smembers(e.keys.Workers())).To(ContainElement(dead))
 		for _, q := range []string{"ka", "kb"} {
-			Expect(e.smembers(e.qk(q).WorkerQueue(dead))).To(HaveLen(2))
+			Expect(e.hkeys(e.qk(q).WorkerQueue(dead))).To(HaveLen(2))
 			Expect(e.smembers(e.qk(q).Holders)).To(ContainElement(dead))
 		}
 
@@ -304,7 +304,7 @@ var _ = Describe("Worker processes", func() {
 		Expect(e.waiting("sq")).To(Equal(ids), "the running task is back at the front")
 		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(w))
 		Expect(e.keysWith(w)).To(BeEmpty(), "no key names the stopped worker")
-		Expect(e.keysWith(":p:")).To(BeEmpty())
+		Expect(e.keysWith(":wq:")).To(BeEmpty())
 		Expect(p.linesOf("done")).To(BeEmpty())
 	}, SpecTimeout(60*time.Second))
 

@@ -69,6 +69,6 @@ var _ = Describe("Ends that take again (issue 11)", func() {
 			Expect(rec.count(worqr.EventDone)).To(Equal(3), "one done per task")
 		}
 		Expect(e.waiting("refill-lost")).To(BeEmpty())
-		Expect(e.keysWith(":p:")).To(BeEmpty())
+		Expect(e.keysWith(":wq:")).To(BeEmpty())
 	}, SpecTimeout(15*time.Second))
 })

@@ -17,10 +17,10 @@
 -- KEYS[5] <ns>:{T}:done:<queue>       (zset) retained ended ids by finish time
 -- KEYS[6] <ns>:{T}:h:<queue>          (set)  workers that may hold takings
 -- KEYS[7] <ns>:{T}:seq                (string) taking counter of the tag
--- KEYS[8] <ns>:{T}:wq:<queue>:<w>     (set)  pids the taking worker holds
+-- KEYS[8] <ns>:{T}:wq:<queue>:<w>     (hash) pid -> id the taking worker holds
 -- then per taking, in ARGV order:
---   <ns>:{T}:wq:<queue>:<w> (set), <ns>:{T}:p:<pid> (list), <ns>:{T}:t:<id>
---   (hash), and for a child its run <ns>:{T}:t:<run id> (hash)
+--   <ns>:{T}:wq:<queue>:<w> (hash), <ns>:{T}:t:<id> (hash), and for a child
+--   its run <ns>:{T}:t:<run id> (hash)
 -- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
 -- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[8] retention ms of ended tasks (0 = delete at once)
@@ -28,8 +28,7 @@
 --   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
 --   Redis time; nothing is taken at or past it), max crashes, mode ('0'
 --   task, '1' stage, '2' child queue)
--- ARGV[14] processing list prefix (for the take)
--- ARGV[15..] per taking: a count n, then n values:
+-- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
 --   ask (done | retry | dead | back), retry delay ms, error text, result;
 --   a child adds its run id; a stage adds its next stage ("" after the
@@ -184,20 +183,20 @@ local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runi
 end
 
 local out = {}
-local k, i = 9, 15
+local k, i = 9, 14
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local ask, delay, err, result = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
-  local wq, pkey, tkey = KEYS[k], KEYS[k + 1], KEYS[k + 2]
-  k = k + 3
+  local wq, tkey = KEYS[k], KEYS[k + 1]
+  k = k + 2
   local runkey
   if kind == 'child' then
     runkey = KEYS[k]
     k = k + 1
   end
   local code, run = OUT_LOST, OUT_LOST
-  if own(wq, pkey, pid) then
+  if own(wq, pid) then
     if ask == 'back' then
       code = give_back(tkey, id)
     elseif kind == 'stage' then
@@ -218,6 +217,6 @@ end
 local taken = {}
 if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
-    cfg = KEYS[3], tprefix = ARGV[1], pprefix = ARGV[14]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx)
+    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx)
 end
 return {out, taken}

@@ -3,26 +3,26 @@
 -- worker ARGV[1] owns each taking. Bad task data never reaches a worker and
 -- never loops: such a task goes to the dead set with the reason.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
--- KEYS[2] <ns>:{T}:wq:<queue>:<w>     (set)  pids worker w holds in this queue
+-- KEYS[2] <ns>:{T}:wq:<queue>:<w>     (hash) pid -> task id, what worker w holds here
 -- KEYS[3] <ns>:{T}:h:<queue>          (set)  workers that may hold takings
 -- KEYS[4] <ns>:{T}:seq                (string) taking counter of the tag
 -- KEYS[5] <ns>:{T}:dead:<queue>       (zset) dead ids by time of death
 -- KEYS[6] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- ARGV[1] worker id   ARGV[2] max count
--- ARGV[3] task key prefix   ARGV[4] processing list prefix
--- ARGV[5] max crashes (a task that crashed this many workers is buried; 0 = no limit)
--- ARGV[6] "1" for a flow stage queue: the payload slot holds the run's whole
+-- ARGV[3] task key prefix
+-- ARGV[4] max crashes (a task that crashed this many workers is buried; 0 = no limit)
+-- ARGV[5] "1" for a flow stage queue: the payload slot holds the run's whole
 --         hash (flat field/value array) instead of the payload; "2" for a
 --         flow child queue (a buried child with no data left is counted in
 --         the run its id names)
--- ARGV[7..11] queue, wake, scheduled, cancel, index prefixes of the tag (a
+-- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
--- ARGV[12] the worker's deadline (unix ms, Redis time): its keepalive was set
+-- ARGV[11] the worker's deadline (unix ms, Redis time): its keepalive was set
 --         to live at least until then. A take at or after it is refused, so
 --         no taking is recorded for a worker whose keepalive may be gone: a
 --         reaper that saw the keepalive gone and requeued the worker's queues
 --         (those of its registration) can forget it for good.
--- The task hashes and processing lists a take touches cannot be declared in
+-- The task hashes a take touches cannot be declared in
 -- KEYS (the ids are popped here); they are built from prefixes of KEYS[1]'s
 -- hash tag, so they live in its slot.
 -- Returns: flat array of 8 values per id:
@@ -30,8 +30,8 @@
 --    timeout ms (""), parent run id ("" unless a flow child)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
 -- Error "WQEXPIRED ..." when the deadline has passed (nothing changed).
-if now_ms() >= tonumber(ARGV[12]) then
+if now_ms() >= tonumber(ARGV[11]) then
   return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
 end
 return take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
-  cfg = KEYS[6], tprefix = ARGV[3], pprefix = ARGV[4]}, ARGV[1], ARGV[2], tonumber(ARGV[5]), ARGV[6], prefixes(ARGV, 7))
+  cfg = KEYS[6], tprefix = ARGV[3]}, ARGV[1], ARGV[2], tonumber(ARGV[4]), ARGV[5], prefixes(ARGV, 6))

@@ -7,7 +7,7 @@
 -- w and records that w owns each taking (the body of the take script, also
 -- run by end to take again in the same call). Bad task data never reaches a
 -- worker and never loops: such a task goes to the dead set with the reason.
--- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix, pprefix.
+-- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
 -- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
 -- whole hash), '2' a child queue. maxc: crash limit (0 = none). pfx: the tag's
 -- prefixes (see prefixes). Returns the flat reply of take.
@@ -19,7 +19,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local last = redis.call('INCRBY', k.seq, #ids)
   local pid = last - #ids
   local out = {}
-  local pids = {}
+  local held = {} -- pid, id, pid, id ... for the worker-queue hash
   for _, id in ipairs(ids) do
     pid = pid + 1
     local tkey = k.tprefix .. id
@@ -48,8 +48,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     else
       local spid = tostring(pid)
       redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
-      redis.call('RPUSH', k.pprefix .. spid, id)
-      pids[#pids + 1] = spid
+      held[#held + 1] = spid
+      held[#held + 1] = id
       out[#out + 1] = id
       out[#out + 1] = spid
       if mode == '1' then
@@ -64,8 +64,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = t[6] or ''
     end
   end
-  if #pids > 0 then
-    redis.call('SADD', k.wq, unpack(pids))
+  if #held > 0 then
+    redis.call('HSET', k.wq, unpack(held))
     redis.call('SADD', k.holders, w)
   end
   return out
