@@ -162,6 +162,9 @@ type WorkerConfig struct {
 	// `worqr-example reaper`) or dead workers' tasks stay held forever.
 	// Default false.
 	DisableReaper bool
+	// Middleware wraps every task handler of the worker (stand-alone queues
+	// and flow child queues; not stage handlers), the first outermost.
+	Middleware []Middleware
 	// OnEvent, when set, is called for every event: finishes, lost takings,
 	// keepalive loss and re-registration, recoveries. It runs on the worker's
 	// goroutines and must return quickly.

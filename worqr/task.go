@@ -19,6 +19,8 @@ type Task struct {
 	Attempt int
 	// Crashes counts runs of this task lost because their worker died.
 	Crashes int
+	// Type is the task's type when a Mux routed it ("" otherwise).
+	Type string
 
 	pid    string
 	worker string

@@ -155,6 +155,9 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.name = ref.Name
 		r.concurrency = r.cfg.Concurrency
 		r.handler = r.cfg.Handler
+		if r.handler != nil {
+			r.handler = Chain(r.handler, c.Middleware...)
+		}
 		r.wake = make(chan struct{}, 1)
 		r.freed = make(chan struct{}, 1)
 		r.work = make(chan job, r.concurrency)

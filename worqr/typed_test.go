@@ -1,0 +1,128 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+type order struct {
+	ID    int    `json:"id"`
+	Email string `json:"email"`
+}
+
+func TestHandleDecodesOrBuries(t *testing.T) {
+	var got order
+	h := Handle(func(_ context.Context, _ *Task, v order) error { got = v; return nil }, nil)
+	if err := h.HandleTask(context.Background(), &Task{ID: "a", Payload: []byte(`{"id":7,"email":"x@y"}`)}); err != nil {
+		t.Fatal(err)
+	}
+	if got != (order{ID: 7, Email: "x@y"}) {
+		t.Errorf("decoded %+v", got)
+	}
+	err := h.HandleTask(context.Background(), &Task{ID: "b", Payload: []byte(`not json`)})
+	if !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), "does not decode into worqr.order") {
+		t.Errorf("bad payload: %v, want a SkipRetry error naming the type", err)
+	}
+}
+
+func TestTypedPayloadRoundTrip(t *testing.T) {
+	p, err := TypedPayload("email.send", []byte("body\x00with nul"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ, payload, ok := splitTyped(p)
+	if !ok || typ != "email.send" || string(payload) != "body\x00with nul" {
+		t.Errorf("splitTyped = %q %q %v", typ, payload, ok)
+	}
+	if _, _, ok := splitTyped([]byte("plain")); ok {
+		t.Error("a plain payload read as typed")
+	}
+	if _, err := TypedPayload("bad type", nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "task type") {
+		t.Errorf("TypedPayload with a space = %v, want an InvalidError naming the task type", err)
+	}
+}
+
+func TestMuxRoutes(t *testing.T) {
+	m := NewMux()
+	var seen []string
+	m.Handle("a", HandlerFunc(func(_ context.Context, t *Task) error {
+		seen = append(seen, t.Type+":"+string(t.Payload))
+		t.SetResult([]byte("ra"))
+		return nil
+	}))
+	m.Handle("b", HandlerFunc(func(_ context.Context, t *Task) error { return errors.New("b failed") }))
+	run := func(p []byte) (*Task, error) {
+		task := &Task{ID: "x", Payload: p}
+		return task, m.HandleTask(context.Background(), task)
+	}
+	pa, _ := TypedPayload("a", []byte("1"))
+	task, err := run(pa)
+	if err != nil || len(seen) != 1 || seen[0] != "a:1" || string(task.result) != "ra" {
+		t.Errorf("type a: err %v, seen %v, result %q", err, seen, task.result)
+	}
+	pb, _ := TypedPayload("b", nil)
+	if _, err := run(pb); err == nil || errors.Is(err, ErrSkipRetry) {
+		t.Errorf("type b: %v, want its handler's error (retried)", err)
+	}
+	pc, _ := TypedPayload("c", nil)
+	if _, err := run(pc); !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), `"c"`) || !strings.Contains(err.Error(), "a, b") {
+		t.Errorf("unknown type: %v, want SkipRetry naming it and the handled types", err)
+	}
+	if _, err := run([]byte("untyped")); !errors.Is(err, ErrSkipRetry) {
+		t.Errorf("untyped without Fallback: %v, want SkipRetry", err)
+	}
+	m.Fallback = HandlerFunc(func(_ context.Context, t *Task) error { seen = append(seen, "fallback"); return nil })
+	if _, err := run([]byte("untyped")); err != nil || seen[len(seen)-1] != "fallback" {
+		t.Errorf("untyped with Fallback: %v %v", err, seen)
+	}
+	for _, bad := range []func(){
+		func() { m.Handle("a", m.Fallback) },
+		func() { m.Handle("", m.Fallback) },
+		func() { m.Handle("d", nil) },
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Error("a wiring mistake did not panic")
+				}
+			}()
+			bad()
+		}()
+	}
+}
+
+func TestChainOrder(t *testing.T) {
+	var trail []string
+	mw := func(name string) Middleware {
+		return func(next Handler) Handler {
+			return HandlerFunc(func(ctx context.Context, t *Task) error {
+				trail = append(trail, name+">")
+				err := next.HandleTask(ctx, t)
+				trail = append(trail, "<"+name)
+				return err
+			})
+		}
+	}
+	var observed time.Duration
+	h := Chain(HandlerFunc(func(context.Context, *Task) error { trail = append(trail, "h"); return nil }),
+		mw("outer"), mw("inner"), Observe(func(_ *Task, took time.Duration, _ error) { observed = took + 1 }))
+	if err := h.HandleTask(context.Background(), &Task{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(trail, " "); got != "outer> inner> h <inner <outer" {
+		t.Errorf("order %q", got)
+	}
+	if observed == 0 {
+		t.Error("Observe was not called")
+	}
+}
+
+func TestEnqueueValueRefusesWhatDoesNotEncode(t *testing.T) {
+	_, err := EnqueueValue(context.Background(), &Client{}, "q", make(chan int), nil, nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "does not encode (chan int)") {
+		t.Errorf("EnqueueValue(chan) = %v, want an InvalidError", err)
+	}
+}
