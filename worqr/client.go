@@ -2,6 +2,8 @@ package worqr
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"sync"
@@ -78,7 +80,19 @@ type EnqueueOpts struct {
 	UniqueKey string
 	// UniqueTTL bounds how long UniqueKey is held. Required with UniqueKey.
 	UniqueTTL time.Duration
+	// ID is a task id of the caller's choosing (same rules as queue names),
+	// which makes the enqueue idempotent: an Enqueue repeated with the same
+	// ID and payload, for example retried after its reply was lost, creates
+	// nothing new and returns the same id, even after the task has run;
+	// with another payload it fails with ErrDuplicate. The id is remembered
+	// for IDTTL. Single Enqueue only.
+	ID string
+	// IDTTL is how long ID is remembered. Default 24h.
+	IDTTL time.Duration
 }
+
+// DefaultIDTTL is EnqueueOpts.IDTTL's default.
+const DefaultIDTTL = 24 * time.Hour
 
 // MaxUniqueKeyLen is the longest EnqueueOpts.UniqueKey, in bytes.
 const MaxUniqueKeyLen = 512
@@ -121,6 +135,21 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		}
 		a.UniqueKey = o.UniqueKey
 		a.UniqueTTL = o.UniqueTTL.Milliseconds()
+	}
+	if o.ID != "" || o.IDTTL != 0 {
+		if err := checkName("EnqueueOpts.ID", o.ID); err != nil {
+			return nil, err
+		}
+		switch {
+		case o.IDTTL < 0 || (o.IDTTL > 0 && o.IDTTL < time.Millisecond):
+			return nil, invalid("EnqueueOpts.IDTTL", "(%s) must be at least 1ms (0: %s)", o.IDTTL, DefaultIDTTL)
+		case n != 1:
+			return nil, invalid("EnqueueOpts.ID", "applies to a single Enqueue, not a batch of %d", n)
+		}
+		a.IDLockTTL = DefaultIDTTL.Milliseconds()
+		if o.IDTTL > 0 {
+			a.IDLockTTL = o.IDTTL.Milliseconds()
+		}
 	}
 	return a, nil
 }
@@ -276,10 +305,20 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	for i := range ids {
 		ids[i] = xid.New().String()
 	}
+	if args.IDLockTTL > 0 {
+		ids[0] = opts.ID
+		sum := sha256.Sum256(payloads[0])
+		args.Digest = hex.EncodeToString(sum[:16])
+	}
 	if len(payloads) == 1 {
 		holder, err := c.st.Enqueue(ctx, q.qk, ids, payloads, args)
-		if err == rdb.ErrDuplicate {
+		switch {
+		case err == rdb.ErrDuplicate:
 			return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
+		case err == rdb.ErrSameTask:
+			return ids, nil // enqueued before (a retry): nothing new
+		case err == rdb.ErrIDTaken:
+			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload: %w", queue, ids[0], ErrDuplicate)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)

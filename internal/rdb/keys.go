@@ -111,6 +111,9 @@ type QueueKeys struct {
 	Config string
 	// UniquePrefix + user key is a uniqueness lock holding a task id.
 	UniquePrefix string
+	// IDPrefix + task id is the lock of a caller-chosen task id (idempotent
+	// enqueue), holding the payload's digest.
+	IDPrefix string
 	// QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix +
 	// a queue name of the same tag give that queue's keys and channels (flow
 	// scripts reach sibling queues of their tag with them).
@@ -139,6 +142,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		Retained:          base + "done:" + q.Name,
 		Runs:              base + "runs",
 		UniquePrefix:      base + "u:" + q.Name + ":",
+		IDPrefix:          base + "id:" + q.Name + ":",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",
 		DeadPrefix:        base + "dead:",

@@ -44,7 +44,19 @@ type EnqueueArgs struct {
 	UniqueTTL   int64  // ms
 	MaxAttempts int    // > 0: per-task override
 	TimeoutMs   int64  // > 0: per-task override
+	// IDLockTTL > 0: one task whose id the caller chose; its id lock lives
+	// this long (ms) and holds Digest, the payload's digest.
+	IDLockTTL int64
+	Digest    string
 }
+
+// ErrSameTask is returned by Enqueue when a task with the caller-chosen id
+// was enqueued before with the same payload: nothing new was written.
+var ErrSameTask = errors.New("worqr: task already enqueued")
+
+// ErrIDTaken is returned by Enqueue when a task with the caller-chosen id
+// was enqueued before with another payload.
+var ErrIDTaken = errors.New("worqr: task id already used")
 
 func optInt(v int64) string {
 	if v <= 0 {
@@ -54,17 +66,27 @@ func optInt(v int64) string {
 }
 
 func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) []any {
-	args := make([]any, 0, 10+3*len(ids))
-	args = append(args, 2+len(ids), q.Waiting, q.Scheduled)
+	args := make([]any, 0, 14+3*len(ids))
+	idem := a.IDLockTTL > 0 && len(ids) == 1
+	nkeys := 2 + len(ids)
+	if idem {
+		nkeys++
+	}
+	args = append(args, nkeys, q.Waiting, q.Scheduled)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
+	}
+	flag := ""
+	if idem {
+		args = append(args, q.IDPrefix+ids[0])
+		flag = "1"
 	}
 	unique := ""
 	if a.UniqueKey != "" {
 		unique = q.UniquePrefix + a.UniqueKey
 	}
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
-		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs))
+		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest)
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -82,9 +104,14 @@ func enqueueReply(r any, err error) (string, error) {
 	if len(vals) == 0 {
 		return "", fmt.Errorf("rdb: enqueue: empty reply")
 	}
-	if n, _ := redis.Int(vals[0], nil); n < 0 && len(vals) > 1 {
+	switch n, _ := redis.Int(vals[0], nil); {
+	case n == -1 && len(vals) > 1:
 		holder, _ := redis.String(vals[1], nil)
 		return holder, ErrDuplicate
+	case n == -2:
+		return "", ErrSameTask
+	case n == -3:
+		return "", ErrIDTaken
 	}
 	return "", nil
 }

@@ -7,6 +7,8 @@
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
+-- KEYS[n+3]    <ns>:{T}:id:<queue>:<id> (string) with ARGV[8] = "1" only: the
+--              caller-chosen id's lock, holding the payload's digest
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
@@ -14,10 +16,26 @@
 -- ARGV[5] unique TTL ms
 -- ARGV[6] max attempts override ("" = queue default)
 -- ARGV[7] timeout override in ms ("" = queue default)
--- ARGV[8..n+7] task ids, in KEYS order;  ARGV[n+8..] payloads, in KEYS order
--- Returns: {n} on success; {-1, holder id} when the unique key is held.
+-- ARGV[8] "1": one task with a caller-chosen id (idempotent enqueue)
+-- ARGV[9] its lock's TTL ms   ARGV[10] the payload's digest
+-- ARGV[11..n+10] task ids, in KEYS order;  ARGV[n+11..] payloads, in KEYS order
+-- Returns: {n} on success; {-1, holder id} when the unique key is held;
+-- {-2} when this id was enqueued before with the same payload digest (an
+-- enqueue retried after its reply was lost: nothing new); {-3} when it was
+-- enqueued before with another payload.
+local idem = ARGV[8] == '1'
 local n = #KEYS - 2
-local first = 8
+if idem then
+  n = n - 1
+  local lock = KEYS[#KEYS]
+  if not redis.call('SET', lock, ARGV[10], 'PX', ARGV[9], 'NX') then
+    if redis.call('GET', lock) == ARGV[10] then
+      return {-2}
+    end
+    return {-3}
+  end
+end
+local first = 11
 if ARGV[4] ~= '' then
   if not redis.call('SET', ARGV[4], ARGV[first], 'PX', ARGV[5], 'NX') then
     return {-1, redis.call('GET', ARGV[4])}
