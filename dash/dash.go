@@ -187,4 +187,3 @@ func BasicAuth(user, pass string, h http.Handler) http.Handler {
 		h.ServeHTTP(w, r)
 	})
 }
-
