@@ -42,7 +42,7 @@
     var pts = chart.map(function (b, i) { return (L + i * bw + bw / 2).toFixed(1) + "," + y(b.enqueued).toFixed(1); });
     chartEl.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: "#818cf8", "stroke-width": 1.5 }));
     [0, 15, 30, 45, 59].forEach(function (i) {
-      chartEl.appendChild(el("text", { x: L + i * bw + bw / 2, y: H - 4, "text-anchor": "middle", "class": "ax" }, i === 59 ? "now" : "-" + (59 - i) + "m"));
+      chartEl.appendChild(el("text", { x: i === 59 ? W : L + i * bw + bw / 2, y: H - 4, "text-anchor": i === 59 ? "end" : "middle", "class": "ax" }, i === 59 ? "now" : "-" + (59 - i) + "m"));
     });
     chart.forEach(function (b, i) {
       var r = el("rect", { x: L + i * bw, y: T, width: bw, height: H - T - B, fill: "transparent" });

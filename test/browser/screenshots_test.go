@@ -168,7 +168,7 @@ func TestScreenshots(t *testing.T) {
 			chromedp.Navigate(s.url+p.path),
 			chromedp.WaitVisible(p.wait, chromedp.ByQuery),
 			chromedp.Sleep(300*time.Millisecond), // let the live counts settle
-			chromedp.FullScreenshot(&png, 100) // 100: PNG (less is JPEG),
+			chromedp.FullScreenshot(&png, 100),   // 100: PNG (less is JPEG)
 		)
 		if err != nil {
 			t.Fatalf("%s: %v", p.name, err)
