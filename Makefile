@@ -1,5 +1,7 @@
 GO        ?= go
 PKGS      := ./...
+# Nested modules (their own go.mod): the CLI and the browser test.
+NESTED    := cmd/worqr test/browser
 STATICCHECK_VERSION ?= v0.6.1
 
 .DEFAULT_GOAL := help
@@ -15,17 +17,21 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(GO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's too (needs redis-server >= 6.2)
+test: ## unit + integration tests with -race, the CLI's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
+	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
-	cd cmd/worqr && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; done
 
-.PHONY: help build run test lint
+screenshots: ## capture docs/img/*.png of every dashboard page with headless Chromium
+	cd test/browser && $(GO) test -count=1 -run TestScreenshots -screenshots=../../docs/img ./...
+
+.PHONY: help build run test lint screenshots
 
 BENCH_FLAGS ?=
 

@@ -93,6 +93,7 @@ library's public Inspector and Client.
 		a.flowCmd(),
 		a.enqueueCmd(),
 		a.eventsCmd(),
+		a.dashCmd(),
 		a.versionCmd(),
 	)
 	// Every command's help ends with the environment.

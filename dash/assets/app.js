@@ -1,0 +1,139 @@
+// worqr dashboard: confirmations, the throughput chart, live counts over SSE.
+(function () {
+  "use strict";
+  var base = document.body.dataset.base || "";
+
+  document.querySelectorAll("form[data-confirm]").forEach(function (f) {
+    f.addEventListener("submit", function (e) {
+      if (!window.confirm(f.dataset.confirm)) e.preventDefault();
+    });
+  });
+
+  var NS = "http://www.w3.org/2000/svg";
+  var chartEl = document.getElementById("chart");
+  var chart = chartEl ? JSON.parse(chartEl.dataset.chart || "[]") : [];
+
+  function el(name, attrs, text) {
+    var n = document.createElementNS(NS, name);
+    for (var k in attrs) n.setAttribute(k, attrs[k]);
+    if (text !== undefined) n.textContent = text;
+    return n;
+  }
+
+  function draw() {
+    if (!chartEl) return;
+    while (chartEl.firstChild) chartEl.removeChild(chartEl.firstChild);
+    var W = 900, H = 180, L = 36, B = 18, T = 8, n = chart.length || 60;
+    var top = 1;
+    chart.forEach(function (b) { top = Math.max(top, b.done + b.failed, b.enqueued); });
+    var step = Math.pow(10, Math.floor(Math.log10(top)));
+    top = Math.ceil(top / step) * step;
+    var y = function (v) { return T + (H - T - B) * (1 - v / top); };
+    var bw = (W - L) / n;
+    [0, 0.5, 1].forEach(function (f) {
+      chartEl.appendChild(el("line", { x1: L, x2: W, y1: y(top * f), y2: y(top * f), "class": "gl" }));
+      chartEl.appendChild(el("text", { x: L - 6, y: y(top * f) + 3, "text-anchor": "end", "class": "ax" }, String(Math.round(top * f))));
+    });
+    chart.forEach(function (b, i) {
+      var x = L + i * bw + 1, w = Math.max(bw - 2, 1);
+      if (b.done) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done), height: y(0) - y(b.done), fill: "#10b981", rx: 1 }));
+      if (b.failed) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done + b.failed), height: y(b.done) - y(b.done + b.failed), fill: "#ef4444", rx: 1 }));
+    });
+    var pts = chart.map(function (b, i) { return (L + i * bw + bw / 2).toFixed(1) + "," + y(b.enqueued).toFixed(1); });
+    chartEl.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: "#818cf8", "stroke-width": 1.5 }));
+    [0, 15, 30, 45, 59].forEach(function (i) {
+      chartEl.appendChild(el("text", { x: i === 59 ? W : L + i * bw + bw / 2, y: H - 4, "text-anchor": i === 59 ? "end" : "middle", "class": "ax" }, i === 59 ? "now" : "-" + (59 - i) + "m"));
+    });
+    chart.forEach(function (b, i) {
+      var r = el("rect", { x: L + i * bw, y: T, width: bw, height: H - T - B, fill: "transparent" });
+      r.appendChild(el("title", {}, new Date(b.t * 60000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }) +
+        ": " + b.done + " done, " + b.failed + " failed, " + b.enqueued + " enqueued"));
+      chartEl.appendChild(r);
+    });
+  }
+  draw();
+
+  function minute(b) {
+    if (!chart.length) return;
+    var last = chart[chart.length - 1];
+    if (b.t === last.t) chart[chart.length - 1] = b;
+    else if (b.t > last.t) { chart.push(b); while (chart.length > 60) chart.shift(); }
+    draw();
+  }
+
+  function fmtDur(ms) {
+    if (ms <= 0) return "–";
+    if (ms < 1000) return ms + "ms";
+    var s = ms / 1000;
+    if (s < 60) return s.toFixed(1) + "s";
+    var m = Math.floor(s / 60);
+    if (m < 60) return m + "m" + String(Math.floor(s % 60)).padStart(2, "0") + "s";
+    var h = Math.floor(m / 60);
+    if (h < 48) return h + "h" + String(m % 60).padStart(2, "0") + "m";
+    return Math.floor(h / 24) + "d";
+  }
+
+  function set(node, text) {
+    if (node && node.textContent !== text) {
+      node.textContent = text;
+      node.classList.remove("flashy"); void node.offsetWidth; node.classList.add("flashy");
+    }
+  }
+
+  function badge(paused) {
+    var s = document.createElement("span");
+    s.className = "badge " + (paused ? "paused" : "ok");
+    s.textContent = paused ? "paused" : "running";
+    return s;
+  }
+
+  function queues(list) {
+    var tbody = document.querySelector("#queues tbody");
+    var totals = { waiting: 0, scheduled: 0, active: 0, dead: 0 };
+    list.forEach(function (q) {
+      totals.waiting += q.waiting; totals.scheduled += q.scheduled; totals.active += q.active; totals.dead += q.dead;
+      if (tbody) {
+        var row = null;
+        tbody.querySelectorAll("tr[data-queue]").forEach(function (r) { if (r.dataset.queue === q.name) row = r; });
+        if (!row) {
+          var empty = tbody.querySelector("tr.empty");
+          if (empty) empty.remove();
+          row = document.createElement("tr");
+          row.dataset.queue = q.name;
+          var a = document.createElement("a");
+          a.href = base + "/queue?name=" + encodeURIComponent(q.name);
+          a.textContent = q.name;
+          var td = document.createElement("td"); td.appendChild(a); row.appendChild(td);
+          ["waiting", "scheduled", "active", "dead", "latency"].forEach(function (k) {
+            var c = document.createElement("td"); c.className = "n"; c.dataset.k = k; row.appendChild(c);
+          });
+          var p = document.createElement("td"); p.dataset.k = "paused"; row.appendChild(p);
+          tbody.appendChild(row);
+        }
+        ["waiting", "scheduled", "active", "dead"].forEach(function (k) { set(row.querySelector('[data-k="' + k + '"]'), String(q[k])); });
+        set(row.querySelector('[data-k="latency"]'), fmtDur(q.latency_ms));
+        var pc = row.querySelector('[data-k="paused"]');
+        var want = q.paused ? "paused" : "running";
+        if (pc.textContent !== want) { pc.textContent = ""; pc.appendChild(badge(q.paused)); }
+      }
+      var map = { queued: q.waiting, scheduled: q.scheduled, active: q.active, dead: q.dead };
+      document.querySelectorAll(".count[data-q]").forEach(function (c) {
+        if (c.dataset.q === q.name && map[c.dataset.k] !== undefined) set(c, String(map[c.dataset.k]));
+      });
+    });
+    ["waiting", "scheduled", "active", "dead"].forEach(function (k) {
+      var t = document.getElementById("t-" + k);
+      if (t) set(t, totals[k].toLocaleString("en-US"));
+    });
+  }
+
+  if (window.EventSource) {
+    var live = document.getElementById("live");
+    var es = new EventSource(base + "/events");
+    es.onopen = function () { live && live.classList.add("on"); };
+    es.onerror = function () { live && live.classList.remove("on"); };
+    es.addEventListener("queues", function (e) { queues(JSON.parse(e.data)); });
+    es.addEventListener("minute", function (e) { minute(JSON.parse(e.data)); });
+    window.addEventListener("pagehide", function () { es.close(); });
+  }
+})();

@@ -1,0 +1,189 @@
+// Package dash is worqr's web dashboard: an http.Handler that shows every
+// queue with live counts and an hour of throughput, a queue's tasks by state,
+// one task, dead tasks grouped by error, workers and flow runs, and runs the
+// operator's actions (retry or delete all dead, delete all waiting, pause,
+// resume) as POSTs protected against cross-site request forgery.
+//
+// Mount it under a prefix in your own server:
+//
+//	d := dash.New(inspector, &dash.Options{Prefix: "/worqr"})
+//	defer d.Close()
+//	mux.Handle("/worqr/", dash.BasicAuth("ops", secret, d))
+//
+// Live updates reach the browser as server-sent events from one broadcaster
+// per Dashboard: it polls Inspector.Queues at most once per second, only
+// while a browser is connected, and relays one Inspector.Follow, so the
+// dashboard's Redis cost does not grow with the number of open tabs. It
+// uses only the standard library and worqr's public API.
+package dash
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"embed"
+	"html/template"
+	"log/slog"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+//go:embed assets
+var assets embed.FS
+
+// Options configure a Dashboard. The zero value (or a nil *Options) is a
+// read-write dashboard mounted at the root.
+type Options struct {
+	// ReadOnly hides every action and refuses them on the server (403).
+	ReadOnly bool
+	// Prefix is the path the dashboard is mounted under ("/worqr"), used
+	// to build links. Requests may arrive with or without it (behind
+	// http.StripPrefix). Default "" (the root).
+	Prefix string
+	// Title is shown in the header and the page titles. Default "worqr".
+	Title string
+	// Logger receives the dashboard's errors (Redis failures are logged
+	// here and shown to the browser only as a generic message). A nil
+	// logger means warn and above on stderr.
+	Logger *slog.Logger
+}
+
+// pollInterval is how often the broadcaster reads the queues' counts while
+// a browser is connected.
+const pollInterval = time.Second
+
+// Dashboard is the dashboard's http.Handler. It is safe for concurrent use.
+type Dashboard struct {
+	in     *worqr.Inspector
+	opts   Options
+	log    *slog.Logger
+	tmpl   map[string]*template.Template
+	secret []byte // signs CSRF tokens
+	mux    *http.ServeMux
+	hub    *hub
+
+	cancel    context.CancelFunc
+	closeOnce sync.Once
+	done      chan struct{}
+}
+
+// New returns a dashboard on in. It starts following in's event stream at
+// once (one Redis connection, to draw the throughput chart); Close stops it.
+func New(in *worqr.Inspector, opts *Options) *Dashboard {
+	return newDashboard(in, opts, in.Queues, time.NewTicker)
+}
+
+// newDashboard lets tests count and pace the broadcaster's polls.
+func newDashboard(in *worqr.Inspector, opts *Options, queues queuesFunc, ticker func(time.Duration) *time.Ticker) *Dashboard {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	o.Prefix = strings.TrimRight(o.Prefix, "/")
+	if o.Prefix != "" && !strings.HasPrefix(o.Prefix, "/") {
+		o.Prefix = "/" + o.Prefix
+	}
+	if o.Title == "" {
+		o.Title = "worqr"
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	secret := make([]byte, 32)
+	if _, err := rand.Read(secret); err != nil {
+		panic("dash: no randomness: " + err.Error())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Dashboard{in: in, opts: o, log: o.Logger, secret: secret, cancel: cancel, done: make(chan struct{})}
+	d.tmpl = parseTemplates(o)
+	d.hub = newHub(queues, ticker, pollInterval, o.Logger)
+	go func() {
+		defer close(d.done)
+		_ = in.Follow(ctx, d.hub.event)
+	}()
+	d.routes()
+	return d
+}
+
+// Close stops following events and ends the live streams of connected
+// browsers. The Inspector (and its pool) stay open: the caller owns them.
+func (d *Dashboard) Close() error {
+	d.closeOnce.Do(func() {
+		d.cancel()
+		d.hub.close()
+		<-d.done
+	})
+	return nil
+}
+
+func (d *Dashboard) routes() {
+	m := http.NewServeMux()
+	m.HandleFunc("GET /{$}", d.overview)
+	m.HandleFunc("GET /queue", d.queue)
+	m.HandleFunc("GET /task", d.task)
+	m.HandleFunc("GET /dead", d.dead)
+	m.HandleFunc("GET /workers", d.workers)
+	m.HandleFunc("GET /flows", d.flows)
+	m.HandleFunc("GET /run", d.run)
+	m.HandleFunc("GET /events", d.events)
+	m.HandleFunc("POST /action", d.action)
+	static := http.FileServerFS(assets)
+	m.Handle("GET /assets/", static)
+	m.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		d.render(w, r, http.StatusNotFound, "error", &page{Title: "Not found", Error: "No such page."})
+	})
+	d.mux = m
+}
+
+// ServeHTTP serves the dashboard. The path may carry Options.Prefix or
+// have had it stripped already.
+func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if p := d.opts.Prefix; p != "" && (r.URL.Path == p || strings.HasPrefix(r.URL.Path, p+"/")) {
+		r2 := new(http.Request)
+		*r2 = *r
+		u := *r.URL
+		u.Path = strings.TrimPrefix(r.URL.Path, p)
+		u.RawPath = ""
+		r2.URL = &u
+		r = r2
+	}
+	if r.URL.Path == "" {
+		r.URL.Path = "/"
+	}
+	h := w.Header()
+	h.Set("X-Content-Type-Options", "nosniff")
+	h.Set("X-Frame-Options", "DENY")
+	h.Set("Referrer-Policy", "same-origin")
+	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; form-action 'self'")
+	d.mux.ServeHTTP(w, r)
+}
+
+// BasicAuth wraps h with HTTP basic authentication for one user, comparing
+// both the user name and the password in constant time.
+func BasicAuth(user, pass string, h http.Handler) http.Handler {
+	wantU := sha256.Sum256([]byte(user))
+	wantP := sha256.Sum256([]byte(pass))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		u, p, ok := r.BasicAuth()
+		gotU := sha256.Sum256([]byte(u))
+		gotP := sha256.Sum256([]byte(p))
+		okU := subtle.ConstantTimeCompare(gotU[:], wantU[:])
+		okP := subtle.ConstantTimeCompare(gotP[:], wantP[:])
+		if !ok || okU&okP != 1 {
+			w.Header().Set("WWW-Authenticate", `Basic realm="worqr", charset="UTF-8"`)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
+}

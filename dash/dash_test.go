@@ -1,0 +1,534 @@
+package dash
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+var srv *redistest.Server
+
+func TestMain(m *testing.M) {
+	srv = redistest.MustStart()
+	code := m.Run()
+	srv.Stop()
+	os.Exit(code)
+}
+
+// env is one namespace with a client, an inspector and a dashboard server.
+type env struct {
+	t      *testing.T
+	cfg    worqr.Config
+	client *worqr.Client
+	in     *worqr.Inspector
+	d      *Dashboard
+	ts     *httptest.Server
+	http   *http.Client
+}
+
+func newEnv(t *testing.T, opts *Options) *env {
+	t.Helper()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	e := &env{t: t, cfg: worqr.Config{Namespace: redistest.Namespace(), EventInterval: 50 * time.Millisecond}}
+	var err error
+	if e.client, err = worqr.NewClient(pool, &e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if e.in, err = worqr.NewInspector(pool, &e.cfg); err != nil {
+		t.Fatal(err)
+	}
+	e.d = New(e.in, opts)
+	e.start()
+	return e
+}
+
+func (e *env) start() {
+	e.ts = httptest.NewServer(e.d)
+	e.t.Cleanup(func() { e.d.Close(); e.ts.Close() })
+	jar, _ := cookiejar.New(nil)
+	e.http = &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+}
+
+func (e *env) get(path string) (int, string) {
+	e.t.Helper()
+	resp, err := e.http.Get(e.ts.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func (e *env) post(path string, form url.Values) (*http.Response, string) {
+	e.t.Helper()
+	resp, err := e.http.PostForm(e.ts.URL+path, form)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+var reCSRF = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// token reads the CSRF token from a page holding a form.
+func (e *env) token(path string) string {
+	e.t.Helper()
+	_, body := e.get(path)
+	m := reCSRF.FindStringSubmatch(body)
+	if m == nil {
+		e.t.Fatalf("no csrf token in %s", path)
+	}
+	return m[1]
+}
+
+// kill makes n dead tasks of queue with a worker that refuses them.
+func (e *env) kill(queue string, n int, msg string) {
+	e.t.Helper()
+	ctx := context.Background()
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte(fmt.Sprintf(`{"n":%d}`, i))
+	}
+	if _, err := e.client.EnqueueBatch(ctx, queue, payloads, nil); err != nil {
+		e.t.Fatal(err)
+	}
+	w, err := worqr.NewWorker(srv.Pool(), &worqr.WorkerConfig{Config: e.cfg, Queues: map[string]worqr.QueueConfig{
+		queue: {Concurrency: 4, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			return worqr.SkipRetry(errors.New(msg))
+		})},
+	}})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+	e.eventually(5*time.Second, func() bool {
+		q, err := e.in.Queue(ctx, queue)
+		return err == nil && q.Dead == int64(n)
+	}, "tasks to die")
+	if err := w.Stop(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) deadID(queue string) string {
+	e.t.Helper()
+	ts, _, err := e.in.Tasks(context.Background(), queue, worqr.StateDead, 0, 1)
+	if err != nil || len(ts) == 0 {
+		e.t.Fatalf("no dead task in %s: %v", queue, err)
+	}
+	return ts[0].ID
+}
+
+func (e *env) eventually(d time.Duration, ok func() bool, what string) {
+	e.t.Helper()
+	end := time.Now().Add(d)
+	for !ok() {
+		if time.Now().After(end) {
+			e.t.Fatalf("no %s within %s", what, d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestPayloadAndErrorAreEscaped(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	const evil = `<script>alert("x")</script>`
+	id, err := e.client.Enqueue(ctx, "mail", []byte(evil), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/task?id=" + id, "/queue?name=mail", "/"} {
+		code, body := e.get(path)
+		if code != http.StatusOK {
+			t.Fatalf("%s: %d\n%s", path, code, body)
+		}
+		if strings.Contains(body, "<script>alert") {
+			t.Fatalf("%s renders the payload unescaped", path)
+		}
+	}
+	_, body := e.get("/task?id=" + id)
+	if !strings.Contains(body, `&lt;script&gt;alert(&#34;x&#34;)&lt;/script&gt;`) {
+		t.Fatalf("task page does not show the payload as text:\n%s", body)
+	}
+	e.kill("jobs", 1, "<img src=x onerror=alert(1)>")
+	for _, path := range []string{"/dead", "/queue?name=jobs&state=dead", "/task?id=" + e.deadID("jobs"),
+		"/queue?name=" + url.QueryEscape("evil<b>q"), "/task?id=" + url.QueryEscape("<i>x")} {
+		_, body := e.get(path)
+		if strings.Contains(body, "<img src=x") || strings.Contains(body, "<b>q") || strings.Contains(body, "<i>x") {
+			t.Fatalf("%s renders an error, queue name or id unescaped", path)
+		}
+	}
+}
+
+func TestActionsNeedCSRFToken(t *testing.T) {
+	e := newEnv(t, nil)
+	e.kill("jobs", 3, "boom")
+	for name, form := range map[string]url.Values{
+		"no token":    {"op": {"retry_dead"}, "queue": {"jobs"}},
+		"wrong token": {"op": {"retry_dead"}, "queue": {"jobs"}, "csrf": {"AAAA"}},
+	} {
+		e.get("/") // the cookie alone is not enough
+		resp, _ := e.post("/action", form)
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: status %d, want 403", name, resp.StatusCode)
+		}
+	}
+	// A token without its cookie (another browser's) is refused too.
+	tok := e.token("/queue?name=jobs")
+	other, _ := cookiejar.New(nil)
+	c := &http.Client{Jar: other}
+	resp, err := c.PostForm(e.ts.URL+"/action", url.Values{"op": {"retry_dead"}, "queue": {"jobs"}, "csrf": {tok}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Fatalf("token without cookie: status %d, want 403", resp.StatusCode)
+	}
+	// GET never acts.
+	e.get("/action?op=retry_dead&queue=jobs")
+	q, _ := e.in.Queue(context.Background(), "jobs")
+	if q.Dead != 3 {
+		t.Fatalf("dead = %d after refused actions, want 3", q.Dead)
+	}
+}
+
+func TestBulkRetryRequeuesDead(t *testing.T) {
+	e := newEnv(t, nil)
+	e.kill("jobs", 5, "boom 17")
+	tok := e.token("/queue?name=jobs&state=dead")
+	resp, _ := e.post("/action", url.Values{"op": {"retry_dead"}, "queue": {"jobs"}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	q, err := e.in.Queue(context.Background(), "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q.Dead != 0 || q.Waiting != 5 {
+		t.Fatalf("after retry all: dead=%d waiting=%d, want 0 and 5", q.Dead, q.Waiting)
+	}
+	_, body := e.get(resp.Header.Get("Location"))
+	if !strings.Contains(body, "Requeued 5 dead tasks of jobs") {
+		t.Fatal("no confirmation message")
+	}
+}
+
+func TestReadOnlyRefusesActions(t *testing.T) {
+	e := newEnv(t, &Options{ReadOnly: true})
+	e.kill("jobs", 2, "boom")
+	_, body := e.get("/queue?name=jobs&state=dead")
+	if strings.Contains(body, `action="/action"`) || strings.Contains(body, "Retry all") {
+		t.Fatal("read-only page shows actions")
+	}
+	if !strings.Contains(body, "read-only") {
+		t.Fatal("read-only page does not say so")
+	}
+	// Even with a valid token (from a read-write dashboard with the same secret).
+	e.http.Jar.SetCookies(mustURL(e.ts.URL), []*http.Cookie{{Name: csrfCookie, Value: strings.Repeat("a", 43)}})
+	for _, op := range []string{"retry_dead", "delete_dead", "delete_waiting", "pause"} {
+		resp, _ := e.post("/action", url.Values{"op": {op}, "queue": {"jobs"}, "csrf": {e.d.sign(strings.Repeat("a", 43))}})
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("%s: status %d, want 403", op, resp.StatusCode)
+		}
+	}
+	q, _ := e.in.Queue(context.Background(), "jobs")
+	if q.Dead != 2 || q.Paused {
+		t.Fatalf("read-only dashboard changed the queue: %+v", q)
+	}
+}
+
+func mustURL(s string) *url.URL {
+	u, err := url.Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return u
+}
+
+func TestPrefixLinks(t *testing.T) {
+	e := newEnv(t, &Options{Prefix: "/ops/worqr/"})
+	if _, err := e.client.Enqueue(context.Background(), "mail", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/ops/worqr/", "/"} { // with the prefix, and as behind http.StripPrefix
+		code, body := e.get(path)
+		if code != 200 || !strings.Contains(body, `href="/ops/worqr/queue?name=mail"`) ||
+			!strings.Contains(body, `src="/ops/worqr/assets/app.js"`) {
+			t.Fatalf("%s: %d, links without the prefix:\n%s", path, code, body)
+		}
+	}
+	code, _ := e.get("/ops/worqr/assets/app.css")
+	if code != 200 {
+		t.Fatalf("assets under prefix: %d", code)
+	}
+}
+
+func TestRedisErrorsDoNotLeakTheURL(t *testing.T) {
+	pool, err := worqr.NewPool("redis://admin:hunter2secret@127.0.0.1:1/0", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := worqr.NewInspector(pool, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := New(in, &Options{Logger: discardLogger()})
+	defer d.Close()
+	for _, path := range []string{"/", "/queue?name=x", "/workers", "/dead"} {
+		rec := httptest.NewRecorder()
+		d.ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusBadGateway {
+			t.Fatalf("%s: %d, want 502", path, rec.Code)
+		}
+		if b := rec.Body.String(); strings.Contains(b, "hunter2") || strings.Contains(b, "127.0.0.1:1") {
+			t.Fatalf("%s echoes the Redis address or password", path)
+		}
+	}
+}
+
+// sse reads one server-sent event stream.
+type sse struct {
+	resp *http.Response
+	r    *bufio.Reader
+}
+
+func openSSE(t *testing.T, base string) *sse {
+	t.Helper()
+	resp, err := http.Get(base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct := resp.Header.Get("Content-Type"); resp.StatusCode != 200 || ct != "text/event-stream" {
+		t.Fatalf("events: %d %s", resp.StatusCode, ct)
+	}
+	s := &sse{resp: resp, r: bufio.NewReader(resp.Body)}
+	t.Cleanup(func() { resp.Body.Close() })
+	return s
+}
+
+// next returns the next event's name and data.
+func (s *sse) next() (string, string, error) {
+	var ev, data string
+	for {
+		line, err := s.r.ReadString('\n')
+		if err != nil {
+			return "", "", err
+		}
+		line = strings.TrimRight(line, "\n")
+		switch {
+		case line == "" && ev != "":
+			return ev, data, nil
+		case strings.HasPrefix(line, "event: "):
+			ev = line[7:]
+		case strings.HasPrefix(line, "data: "):
+			data = line[6:]
+		}
+	}
+}
+
+func TestSSEDeliversQueueUpdate(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.client.Enqueue(ctx, "mail", []byte("a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	s := openSSE(t, e.ts.URL)
+	waitWaiting := func(want int64) {
+		t.Helper()
+		got := make(chan error, 1)
+		go func() {
+			for {
+				ev, data, err := s.next()
+				if err != nil {
+					got <- err
+					return
+				}
+				if ev != "queues" {
+					continue
+				}
+				var qs []queueJSON
+				if err := json.Unmarshal([]byte(data), &qs); err != nil {
+					got <- err
+					return
+				}
+				for _, q := range qs {
+					if q.Name == "mail" && q.Waiting == want {
+						got <- nil
+						return
+					}
+				}
+			}
+		}()
+		select {
+		case err := <-got:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(3 * time.Second):
+			t.Fatalf("no queues event with mail waiting=%d within 3s", want)
+		}
+	}
+	waitWaiting(1)
+	if _, err := e.client.Enqueue(ctx, "mail", []byte("b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitWaiting(2)
+}
+
+// TestBroadcasterPollsOncePerTick connects many SSE clients and drives the
+// broadcaster's ticker by hand: Inspector.Queues is called once per tick
+// (plus the first poll), not once per client, and not at all once every
+// client is gone.
+func TestBroadcasterPollsOncePerTick(t *testing.T) {
+	pool := srv.Pool()
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls atomic.Int64
+	polled := make(chan struct{}, 100)
+	counted := func(ctx context.Context) ([]worqr.QueueInfo, error) {
+		calls.Add(1)
+		defer func() { polled <- struct{}{} }()
+		return in.Queues(ctx)
+	}
+	tick := make(chan time.Time)
+	var mu sync.Mutex
+	tickers := 0
+	manual := func(time.Duration) *time.Ticker {
+		mu.Lock()
+		tickers++
+		mu.Unlock()
+		tk := time.NewTicker(time.Hour)
+		tk.C = tick
+		return tk
+	}
+	d := newDashboard(in, nil, counted, manual)
+	defer d.Close()
+	ts := httptest.NewServer(d)
+	defer ts.Close()
+
+	const clients, ticks = 8, 5
+	streams := make([]*sse, clients)
+	for i := range streams {
+		streams[i] = openSSE(t, ts.URL)
+	}
+	<-polled // the first subscriber's poll
+	for i := 0; i < ticks; i++ {
+		tick <- time.Now()
+		<-polled
+	}
+	if got := calls.Load(); got != ticks+1 {
+		t.Fatalf("%d clients, %d ticks: Queues called %d times, want %d", clients, ticks, got, ticks+1)
+	}
+	// Every client got the snapshots.
+	for i, s := range streams {
+		ev, _, err := s.next()
+		if err != nil || ev != "queues" {
+			t.Fatalf("client %d: %q %v", i, ev, err)
+		}
+	}
+	mu.Lock()
+	if tickers != 1 {
+		t.Fatalf("%d poll loops started, want 1", tickers)
+	}
+	mu.Unlock()
+	for _, s := range streams {
+		s.resp.Body.Close()
+	}
+	// Once nobody listens the loop stops: a tick is no longer received.
+	deadline := time.After(2 * time.Second)
+	for {
+		select {
+		case tick <- time.Now():
+			<-polled
+			time.Sleep(10 * time.Millisecond)
+			continue
+		case <-time.After(200 * time.Millisecond):
+		case <-deadline:
+			t.Fatal("the poll loop still runs with no client connected")
+		}
+		break
+	}
+}
+
+func TestChartCountsEvents(t *testing.T) {
+	e := newEnv(t, nil)
+	e.kill("jobs", 3, "boom")
+	e.eventually(2*time.Second, func() bool {
+		var enq, failed int
+		for _, b := range e.d.hub.chart() {
+			enq += b.Enqueued
+			failed += b.Failed
+		}
+		return enq == 3 && failed == 3
+	}, "chart counts from Follow")
+}
+
+func TestPagesRender(t *testing.T) {
+	e := newEnv(t, nil)
+	e.kill("jobs", 2, "timeout after 30s")
+	for _, path := range []string{"/", "/queue?name=jobs&state=dead", "/dead", "/workers", "/flows", "/assets/app.js"} {
+		code, body := e.get(path)
+		if code != 200 {
+			t.Fatalf("%s: %d\n%s", path, code, body)
+		}
+	}
+	_, body := e.get("/dead")
+	if !strings.Contains(body, "timeout after &lt;n&gt;s") {
+		t.Fatalf("dead page does not group by normalised error:\n%s", body)
+	}
+	if code, _ := e.get("/nope"); code != 404 {
+		t.Fatalf("unknown page: %d", code)
+	}
+}
+
+func TestBasicAuth(t *testing.T) {
+	h := BasicAuth("ops", "pw", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }))
+	for _, c := range []struct {
+		user, pass string
+		set        bool
+		want       int
+	}{{"ops", "pw", true, 200}, {"ops", "nope", true, 401}, {"x", "pw", true, 401}, {"", "", false, 401}} {
+		r := httptest.NewRequest("GET", "/", nil)
+		if c.set {
+			r.SetBasicAuth(c.user, c.pass)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, r)
+		if rec.Code != c.want {
+			t.Fatalf("%+v: %d", c, rec.Code)
+		}
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

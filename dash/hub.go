@@ -1,0 +1,273 @@
+package dash
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// queuesFunc is Inspector.Queues (tests count its calls).
+type queuesFunc func(ctx context.Context) ([]worqr.QueueInfo, error)
+
+// chartMinutes is how many per-minute buckets the throughput chart keeps.
+const chartMinutes = 60
+
+// maxRelayed caps the worqr events relayed to browsers per broadcast.
+const maxRelayed = 50
+
+// message is one server-sent event, encoded once for every client.
+type message struct {
+	event string
+	data  []byte
+}
+
+// hub is the one broadcaster of a Dashboard. While at least one browser is
+// subscribed it polls the queues' counts once per interval and, on the same
+// tick, relays the worqr events gathered from Follow since the last one;
+// every message is encoded once and fanned out to every subscriber. A
+// subscriber that does not keep up loses messages (never blocks the hub).
+type hub struct {
+	queues   queuesFunc
+	ticker   func(time.Duration) *time.Ticker
+	interval time.Duration
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	subs    map[chan message]struct{}
+	stop    chan struct{} // closes the running poll loop; nil when none runs
+	last    *message      // latest queues snapshot, for new subscribers
+	pending []eventJSON   // events since the last broadcast
+	skipped int           // events beyond maxRelayed since the last broadcast
+	minutes [chartMinutes]bucket
+	closed  bool
+	polled  time.Time // when the last poll started: a new loop waits out the interval
+}
+
+// bucket counts one minute of events.
+type bucket struct {
+	Minute   int64 `json:"t"` // unix minute
+	Enqueued int   `json:"enqueued"`
+	Done     int   `json:"done"`
+	Failed   int   `json:"failed"` // retries and deaths
+}
+
+type eventJSON struct {
+	Kind   string `json:"kind"`
+	At     int64  `json:"at"`
+	Queue  string `json:"queue,omitempty"`
+	TaskID string `json:"task,omitempty"`
+	Worker string `json:"worker,omitempty"`
+	Err    string `json:"err,omitempty"`
+	Count  int    `json:"count,omitempty"`
+}
+
+func newHub(queues queuesFunc, ticker func(time.Duration) *time.Ticker, interval time.Duration, log *slog.Logger) *hub {
+	return &hub{queues: queues, ticker: ticker, interval: interval, log: log, subs: map[chan message]struct{}{}}
+}
+
+// event is Follow's callback: it counts e in the chart and keeps it for
+// the next broadcast.
+func (h *hub) event(e worqr.Event) {
+	n := max(e.Count, 1)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	b := h.bucket(time.Now())
+	switch e.Kind {
+	case worqr.EventEnqueued:
+		b.Enqueued += n
+	case worqr.EventDone:
+		b.Done++
+	case worqr.EventRetry, worqr.EventDead:
+		b.Failed++
+	}
+	if h.stop == nil {
+		return // nobody watches: only the chart counts
+	}
+	if len(h.pending) >= maxRelayed {
+		h.skipped++
+		return
+	}
+	ej := eventJSON{Kind: string(e.Kind), At: e.At.UnixMilli(), Queue: e.Queue, TaskID: e.TaskID, Worker: e.WorkerID, Count: e.Count}
+	if e.Err != nil {
+		ej.Err = e.Err.Error()
+	}
+	h.pending = append(h.pending, ej)
+}
+
+// bucket returns the bucket of t's minute, resetting a stale one. h.mu held.
+func (h *hub) bucket(t time.Time) *bucket {
+	m := t.Unix() / 60
+	b := &h.minutes[m%chartMinutes]
+	if b.Minute != m {
+		*b = bucket{Minute: m}
+	}
+	return b
+}
+
+// chart returns the last hour, oldest minute first, zeros included.
+func (h *hub) chart() []bucket {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	now := time.Now().Unix() / 60
+	out := make([]bucket, chartMinutes)
+	for i := range out {
+		m := now - int64(chartMinutes-1-i)
+		b := h.minutes[m%chartMinutes]
+		if b.Minute != m {
+			b = bucket{Minute: m}
+		}
+		out[i] = b
+	}
+	return out
+}
+
+// subscribe registers a browser; the returned channel gets the latest
+// snapshot first. The first subscriber starts the poll loop.
+func (h *hub) subscribe() (chan message, bool) {
+	ch := make(chan message, 16)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, false
+	}
+	h.subs[ch] = struct{}{}
+	if h.last != nil {
+		ch <- *h.last
+	}
+	if h.stop == nil {
+		h.stop = make(chan struct{})
+		go h.loop(h.stop)
+	}
+	return ch, true
+}
+
+// unsubscribe removes a browser; the last one stops the poll loop.
+func (h *hub) unsubscribe(ch chan message) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if _, ok := h.subs[ch]; !ok {
+		return
+	}
+	delete(h.subs, ch)
+	close(ch)
+	if len(h.subs) == 0 && h.stop != nil {
+		close(h.stop)
+		h.stop, h.last, h.pending, h.skipped = nil, nil, nil, 0
+	}
+}
+
+func (h *hub) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for ch := range h.subs {
+		delete(h.subs, ch)
+		close(ch)
+	}
+	if h.stop != nil {
+		close(h.stop)
+		h.stop = nil
+	}
+}
+
+// loop polls at once, then once per interval, until stop closes.
+func (h *hub) loop(stop chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-stop
+		cancel()
+	}()
+	h.mu.Lock()
+	wait := h.interval - time.Since(h.polled)
+	h.mu.Unlock()
+	if wait > 0 { // a loop stopped and restarted within one interval
+		select {
+		case <-stop:
+			return
+		case <-time.After(wait):
+		}
+	}
+	t := h.ticker(h.interval)
+	defer t.Stop()
+	for {
+		h.poll(ctx, stop)
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// poll reads the counts once and broadcasts them with the pending events
+// and the current chart minute.
+func (h *hub) poll(ctx context.Context, stop chan struct{}) {
+	h.mu.Lock()
+	h.polled = time.Now()
+	h.mu.Unlock()
+	qs, err := h.queues(ctx)
+	if ctx.Err() != nil {
+		return
+	}
+	var snap *message
+	if err != nil {
+		h.log.Warn("dash: reading queues failed", "err", err)
+	} else {
+		data, _ := json.Marshal(queuesJSON(qs))
+		snap = &message{event: "queues", data: data}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stop != stop {
+		return
+	}
+	var msgs []message
+	if snap != nil {
+		h.last = snap
+		msgs = append(msgs, *snap)
+	}
+	if len(h.pending) > 0 || h.skipped > 0 {
+		data, _ := json.Marshal(struct {
+			Events  []eventJSON `json:"events"`
+			Skipped int         `json:"skipped"`
+		}{h.pending, h.skipped})
+		msgs = append(msgs, message{event: "events", data: data})
+		h.pending, h.skipped = nil, 0
+	}
+	cur := *h.bucket(time.Now())
+	data, _ := json.Marshal(cur)
+	msgs = append(msgs, message{event: "minute", data: data})
+	for ch := range h.subs {
+		for _, m := range msgs {
+			select {
+			case ch <- m:
+			default: // a slow browser misses this one
+			}
+		}
+	}
+}
+
+// queueJSON is one queue as the browser gets it.
+type queueJSON struct {
+	Name      string `json:"name"`
+	Waiting   int64  `json:"waiting"`
+	Scheduled int64  `json:"scheduled"`
+	Active    int64  `json:"active"`
+	Dead      int64  `json:"dead"`
+	Paused    bool   `json:"paused"`
+	LatencyMS int64  `json:"latency_ms"`
+}
+
+func queuesJSON(qs []worqr.QueueInfo) []queueJSON {
+	out := make([]queueJSON, len(qs))
+	for i, q := range qs {
+		out[i] = queueJSON{Name: q.Name, Waiting: q.Waiting, Scheduled: q.Scheduled, Active: q.Active, Dead: q.Dead,
+			Paused: q.Paused, LatencyMS: q.Latency.Milliseconds()}
+	}
+	return out
+}

@@ -1,0 +1,614 @@
+package dash
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// pageSize is how many tasks or runs a page lists.
+const pageSize = 50
+
+// page is what every template gets.
+type page struct {
+	App      string
+	Title    string
+	Nav      string
+	Base     string
+	CSRF     string
+	ReadOnly bool
+	Flash    string
+	Error    string
+	Data     any
+}
+
+var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "error"}
+
+func parseTemplates(o Options) map[string]*template.Template {
+	funcs := template.FuncMap{
+		"ago":     ago,
+		"dur":     dur,
+		"when":    when,
+		"text":    func(b []byte) string { return printable(b) },
+		"clip":    clip,
+		"add":     func(a, b int) int { return a + b },
+		"commas":  commas,
+		"json":    func(v any) (string, error) { b, err := json.Marshal(v); return string(b), err },
+		"sortedq": sortedHeld,
+		"dict": func(p *page, op, queue, id, label, class, confirm string) map[string]string {
+			return map[string]string{"Base": p.Base, "CSRF": p.CSRF, "Op": op, "Queue": queue, "ID": id,
+				"Label": label, "Class": class, "Confirm": confirm}
+		},
+	}
+	base := template.Must(template.New("layout").Funcs(funcs).ParseFS(assets, "assets/layout.html"))
+	out := map[string]*template.Template{}
+	for _, n := range pageNames {
+		t := template.Must(template.Must(base.Clone()).ParseFS(assets, "assets/"+n+".html"))
+		out[n] = t
+	}
+	return out
+}
+
+// render writes one page. Errors from Redis are logged and shown as a
+// generic message: their text could name the server.
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, name string, p *page) {
+	p.App = d.opts.Title
+	p.Base = d.opts.Prefix
+	p.ReadOnly = d.opts.ReadOnly
+	p.CSRF = d.csrfToken(w, r)
+	if p.Flash == "" {
+		p.Flash = clip(r.URL.Query().Get("msg"), 200)
+	}
+	if p.Nav == "" {
+		p.Nav = name
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	if err := d.tmpl[name].ExecuteTemplate(w, "layout", p); err != nil {
+		d.log.Error("dash: rendering failed", "page", name, "err", err)
+	}
+}
+
+// fail renders an error page for err.
+func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
+	var inv *worqr.InvalidError
+	switch {
+	case errors.As(err, &inv):
+		d.render(w, r, http.StatusBadRequest, "error", &page{Title: "Bad request", Error: inv.Error()})
+	case errors.Is(err, worqr.ErrTaskNotFound):
+		d.render(w, r, http.StatusNotFound, "error", &page{Title: "Not found", Error: "No such task or run (it may have ended longer ago than its retention)."})
+	default:
+		d.log.Error("dash: redis call failed", "path", r.URL.Path, "err", err)
+		d.render(w, r, http.StatusBadGateway, "error", &page{Title: "Redis error", Error: "Reading from Redis failed; the server log has the details."})
+	}
+}
+
+// --- CSRF: a random cookie (SameSite=Strict, HttpOnly) and, in every form,
+// its HMAC under a secret of this server. A POST needs both.
+
+const csrfCookie = "worqr_csrf"
+
+func (d *Dashboard) cookiePath() string {
+	if d.opts.Prefix == "" {
+		return "/"
+	}
+	return d.opts.Prefix + "/"
+}
+
+// csrfToken returns the form token for r's cookie, setting a cookie first
+// when r has none.
+func (d *Dashboard) csrfToken(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(csrfCookie)
+	val := ""
+	if err == nil && len(c.Value) >= 32 {
+		val = c.Value
+	} else {
+		b := make([]byte, 32)
+		_, _ = rand.Read(b)
+		val = base64.RawURLEncoding.EncodeToString(b)
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: val, Path: d.cookiePath(), HttpOnly: true,
+			SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	}
+	return d.sign(val)
+}
+
+func (d *Dashboard) sign(v string) string {
+	m := hmac.New(sha256.New, d.secret)
+	m.Write([]byte(v))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+// csrfOK reports whether r carries a cookie and a matching form token.
+func (d *Dashboard) csrfOK(r *http.Request) bool {
+	c, err := r.Cookie(csrfCookie)
+	if err != nil || c.Value == "" {
+		return false
+	}
+	got := r.PostFormValue("csrf")
+	return got != "" && hmac.Equal([]byte(got), []byte(d.sign(c.Value)))
+}
+
+// --- pages
+
+type overviewData struct {
+	Queues []worqr.QueueInfo
+	Chart  []bucket
+	Totals struct{ Waiting, Scheduled, Active, Dead int64 }
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	qs, err := d.in.Queues(r.Context())
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	od := overviewData{Queues: qs, Chart: d.hub.chart()}
+	for _, q := range qs {
+		od.Totals.Waiting += q.Waiting
+		od.Totals.Scheduled += q.Scheduled
+		od.Totals.Active += q.Active
+		od.Totals.Dead += q.Dead
+	}
+	d.render(w, r, http.StatusOK, "overview", &page{Title: "Overview", Data: od})
+}
+
+var states = []worqr.TaskState{worqr.StateQueued, worqr.StateScheduled, worqr.StateActive, worqr.StateDead, worqr.StateDone}
+
+type queueData struct {
+	Q      *worqr.QueueInfo
+	State  worqr.TaskState
+	States []worqr.TaskState
+	Tasks  []*worqr.TaskInfo
+	Total  int
+	Page   int
+	Pages  int
+	Flow   bool
+}
+
+func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	name := qv.Get("name")
+	if id := strings.TrimSpace(qv.Get("id")); id != "" {
+		http.Redirect(w, r, d.opts.Prefix+"/task?id="+url.QueryEscape(id), http.StatusSeeOther)
+		return
+	}
+	ctx := r.Context()
+	q, err := d.in.Queue(ctx, name)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	state := worqr.TaskState(qv.Get("state"))
+	if state == "" {
+		state = worqr.StateQueued
+	}
+	pg, _ := strconv.Atoi(qv.Get("page"))
+	pg = max(pg, 1)
+	tasks, total, err := d.in.Tasks(ctx, name, state, (pg-1)*pageSize, pageSize)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	qd := queueData{Q: q, State: state, States: states, Tasks: tasks, Total: total, Page: pg,
+		Pages: max(1, (total+pageSize-1)/pageSize), Flow: q.Flow != ""}
+	d.render(w, r, http.StatusOK, "queue", &page{Title: q.Name, Nav: "overview", Data: qd})
+}
+
+func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
+	id := strings.TrimSpace(r.URL.Query().Get("id"))
+	t, err := d.in.Task(r.Context(), id)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "task", &page{Title: "Task " + t.ID, Nav: "overview", Data: t})
+}
+
+type errorGroup struct {
+	Queue     string
+	Error     string
+	Count     int
+	Example   string
+	ExampleID string
+	Newest    time.Time
+}
+
+type deadData struct {
+	Groups  []*errorGroup
+	Scanned int
+	Total   int64
+}
+
+// deadScan caps how many dead tasks of one queue the grouping reads.
+const deadScan = 2000
+
+func (d *Dashboard) dead(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	only := r.URL.Query().Get("queue")
+	qs, err := d.in.Queues(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	var dd deadData
+	for _, q := range qs {
+		if q.Dead == 0 || (only != "" && q.Name != only) {
+			continue
+		}
+		dd.Total += q.Dead
+		groups, n, err := d.groupDead(ctx, q.Name)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		dd.Scanned += n
+		dd.Groups = append(dd.Groups, groups...)
+	}
+	sort.SliceStable(dd.Groups, func(i, j int) bool { return dd.Groups[i].Count > dd.Groups[j].Count })
+	d.render(w, r, http.StatusOK, "dead", &page{Title: "Dead tasks", Data: dd})
+}
+
+func (d *Dashboard) groupDead(ctx context.Context, queue string) ([]*errorGroup, int, error) {
+	by := map[string]*errorGroup{}
+	var out []*errorGroup
+	scanned := 0
+	for scanned < deadScan {
+		ts, _, err := d.in.Tasks(ctx, queue, worqr.StateDead, scanned, 1000)
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, t := range ts {
+			text := t.LastError
+			if text == "" {
+				text = t.DeadReason
+			}
+			norm := normaliseError(text)
+			g := by[norm]
+			if g == nil {
+				g = &errorGroup{Queue: queue, Error: norm, Example: text, ExampleID: t.ID, Newest: t.DiedAt}
+				by[norm] = g
+				out = append(out, g)
+			}
+			g.Count++
+		}
+		scanned += len(ts)
+		if len(ts) < 1000 {
+			break
+		}
+	}
+	return out, scanned, nil
+}
+
+var (
+	reUUID   = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
+	reHex0x  = regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b`)
+	reWord   = regexp.MustCompile(`[0-9A-Za-z]+`)
+	reDigits = regexp.MustCompile(`[0-9]+`)
+	reSpaces = regexp.MustCompile(`\s+`)
+)
+
+// normaliseError groups errors that differ only by numbers and ids (the
+// same rule as `worqr dead errors`): UUIDs become <uuid>, hex numbers <hex>,
+// task ids <id>, other digit runs <n>.
+func normaliseError(s string) string {
+	s = reUUID.ReplaceAllString(s, "<uuid>")
+	s = reHex0x.ReplaceAllString(s, "<hex>")
+	s = reWord.ReplaceAllStringFunc(s, func(w string) string {
+		if !strings.ContainsAny(w, "0123456789") {
+			return w
+		}
+		lw := strings.ToLower(w)
+		if len(lw) >= 8 && strings.Trim(lw, "0123456789abcdef") == "" && strings.Trim(lw, "0123456789") != "" {
+			return "<hex>"
+		}
+		if len(lw) == 20 && w == lw && strings.Trim(lw, "0123456789abcdefghijklmnopqrstuv") == "" {
+			return "<id>"
+		}
+		return reDigits.ReplaceAllString(w, "<n>")
+	})
+	return strings.TrimSpace(reSpaces.ReplaceAllString(s, " "))
+}
+
+func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {
+	ws, err := d.in.Workers(r.Context())
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "workers", &page{Title: "Workers", Data: ws})
+}
+
+type flowsData struct {
+	Flows    []string
+	Flow     string
+	Status   worqr.RunStatus
+	Statuses []worqr.RunStatus
+	Runs     []*worqr.RunInfo
+	Page     int
+	More     bool
+}
+
+func (d *Dashboard) flows(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	qs, err := d.in.Queues(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	fd := flowsData{Statuses: []worqr.RunStatus{"", worqr.RunRunning, worqr.RunDone, worqr.RunFailed, worqr.RunCancelled}}
+	seen := map[string]bool{}
+	for _, q := range qs {
+		if q.Flow != "" && !seen[q.Flow] {
+			seen[q.Flow] = true
+			fd.Flows = append(fd.Flows, q.Flow)
+		}
+	}
+	qv := r.URL.Query()
+	fd.Flow = qv.Get("flow")
+	if fd.Flow == "" && len(fd.Flows) > 0 {
+		fd.Flow = fd.Flows[0]
+	}
+	fd.Status = worqr.RunStatus(qv.Get("status"))
+	fd.Page, _ = strconv.Atoi(qv.Get("page"))
+	fd.Page = max(fd.Page, 1)
+	if fd.Flow != "" {
+		runs, err := d.in.Runs(ctx, fd.Flow, fd.Status, (fd.Page-1)*pageSize, pageSize+1)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		if len(runs) > pageSize {
+			fd.More, runs = true, runs[:pageSize]
+		}
+		fd.Runs = runs
+	}
+	d.render(w, r, http.StatusOK, "flows", &page{Title: "Flows", Data: fd})
+}
+
+type runData struct {
+	Run    *worqr.RunInfo
+	Groups []childGroup
+	State  []kv
+}
+
+type childGroup struct {
+	Queue    string
+	Children []worqr.ChildResult
+	Counts   map[string]int
+}
+
+type kv struct{ K, V string }
+
+func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
+	qv := r.URL.Query()
+	run, err := d.in.Run(r.Context(), qv.Get("flow"), strings.TrimSpace(qv.Get("id")))
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	rd := runData{Run: run}
+	idx := map[string]int{}
+	for _, c := range run.Children {
+		i, ok := idx[c.Queue]
+		if !ok {
+			i = len(rd.Groups)
+			idx[c.Queue] = i
+			rd.Groups = append(rd.Groups, childGroup{Queue: c.Queue, Counts: map[string]int{}})
+		}
+		rd.Groups[i].Children = append(rd.Groups[i].Children, c)
+		rd.Groups[i].Counts[c.Status]++
+	}
+	for k, v := range run.State {
+		rd.State = append(rd.State, kv{k, v})
+	}
+	sort.Slice(rd.State, func(i, j int) bool { return rd.State[i].K < rd.State[j].K })
+	d.render(w, r, http.StatusOK, "run", &page{Title: "Run " + run.ID, Nav: "flows", Data: rd})
+}
+
+// --- actions
+
+// action runs one POSTed operation and redirects back (303) with a message.
+func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+	if d.opts.ReadOnly {
+		http.Error(w, "read-only dashboard: actions are disabled", http.StatusForbidden)
+		return
+	}
+	if !d.csrfOK(r) {
+		http.Error(w, "missing or invalid CSRF token: reload the page and try again", http.StatusForbidden)
+		return
+	}
+	op, queue, id := r.PostFormValue("op"), r.PostFormValue("queue"), r.PostFormValue("id")
+	ctx := r.Context()
+	var (
+		n   int
+		err error
+		msg string
+	)
+	back := d.opts.Prefix + "/queue?name=" + url.QueryEscape(queue)
+	switch op {
+	case "pause":
+		err, msg = d.in.Pause(ctx, queue), "Paused "+queue
+	case "resume":
+		err, msg = d.in.Resume(ctx, queue), "Resumed "+queue
+	case "retry_dead":
+		n, err = d.in.RequeueAllDead(ctx, queue, nil)
+		msg = fmt.Sprintf("Requeued %d dead tasks of %s", n, queue)
+	case "delete_dead":
+		n, err = d.in.DeleteAllDead(ctx, queue, nil)
+		msg = fmt.Sprintf("Deleted %d dead tasks of %s", n, queue)
+	case "delete_waiting":
+		n, err = d.in.DeleteAllWaiting(ctx, queue, nil)
+		msg = fmt.Sprintf("Deleted %d waiting and scheduled tasks of %s", n, queue)
+	case "retry_task":
+		n, err = d.in.RequeueDead(ctx, queue, id)
+		msg = fmt.Sprintf("Requeued %d task", n)
+		back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
+	case "delete_task":
+		n, err = d.in.DeleteDead(ctx, queue, id)
+		msg = fmt.Sprintf("Deleted %d dead task", n)
+	default:
+		http.Error(w, "unknown action", http.StatusBadRequest)
+		return
+	}
+	if err != nil {
+		var inv *worqr.InvalidError
+		if errors.As(err, &inv) {
+			msg = "Failed: " + inv.Error()
+		} else {
+			d.log.Error("dash: action failed", "op", op, "queue", queue, "err", err)
+			msg = "Failed: Redis error (see the server log)"
+		}
+	}
+	sep := "?"
+	if strings.Contains(back, "?") {
+		sep = "&"
+	}
+	http.Redirect(w, r, back+sep+"msg="+url.QueryEscape(msg), http.StatusSeeOther)
+}
+
+// --- live stream
+
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	ch, ok := d.hub.subscribe()
+	if !ok {
+		http.Error(w, "dashboard closed", http.StatusServiceUnavailable)
+		return
+	}
+	defer d.hub.unsubscribe(ch)
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-store")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	fmt.Fprint(w, "retry: 2000\n\n")
+	fl.Flush()
+	keep := time.NewTicker(15 * time.Second)
+	defer keep.Stop()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-keep.C:
+			if _, err := fmt.Fprint(w, ": keepalive\n\n"); err != nil {
+				return
+			}
+		case m, ok := <-ch:
+			if !ok {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "event: %s\ndata: %s\n\n", m.event, m.data); err != nil {
+				return
+			}
+		}
+		fl.Flush()
+	}
+}
+
+// --- template helpers
+
+func dur(d time.Duration) string {
+	switch {
+	case d <= 0:
+		return "–"
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return dur(time.Since(t)) + " ago"
+}
+
+func when(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// printable shows a payload as text when it is UTF-8 (pretty JSON when it
+// is JSON), else as a hex summary. html/template escapes it.
+func printable(b []byte) string {
+	if !utf8.Valid(b) {
+		return fmt.Sprintf("(%d bytes of binary) %x", len(b), b[:min(len(b), 256)])
+	}
+	var v any
+	if json.Unmarshal(b, &v) == nil {
+		if out, err := json.MarshalIndent(v, "", "  "); err == nil {
+			return string(out)
+		}
+	}
+	return string(b)
+}
+
+func clip(s string, n int) string {
+	if utf8.RuneCountInString(s) <= n {
+		return s
+	}
+	r := []rune(s)
+	return string(r[:n]) + "…"
+}
+
+func commas(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+func sortedHeld(m map[string]int) []kvn {
+	out := make([]kvn, 0, len(m))
+	for k, v := range m {
+		out = append(out, kvn{k, v})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].K < out[j].K })
+	return out
+}
+
+type kvn struct {
+	K string
+	N int
+}

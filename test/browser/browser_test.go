@@ -1,0 +1,263 @@
+package browser
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/runtime"
+	"github.com/chromedp/chromedp"
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/dash"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// site is one namespace served by a dashboard, with a client and an
+// inspector of its own.
+type site struct {
+	t      *testing.T
+	cfg    worqr.Config
+	pool   *redis.Pool
+	client *worqr.Client
+	in     *worqr.Inspector
+	url    string
+}
+
+func newSite(t *testing.T, opts *dash.Options) *site {
+	t.Helper()
+	if browserPath == "" {
+		t.Skip("no chromium or google-chrome binary on the PATH (Debian: apt-get install -y chromium)")
+	}
+	s := &site{t: t, cfg: worqr.Config{Namespace: "browser-" + xid.New().String(), EventInterval: 50 * time.Millisecond}}
+	s.pool = s.newPool()
+	var err error
+	if s.client, err = worqr.NewClient(s.pool, &s.cfg); err != nil {
+		t.Fatal(err)
+	}
+	if s.in, err = worqr.NewInspector(s.pool, &s.cfg); err != nil {
+		t.Fatal(err)
+	}
+	d := dash.New(s.in, opts)
+	ts := httptest.NewServer(d)
+	t.Cleanup(func() { d.Close(); ts.Close() })
+	s.url = ts.URL
+	return s
+}
+
+func (s *site) newPool() *redis.Pool {
+	s.t.Helper()
+	p, err := worqr.NewPool(redisURL, nil)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.t.Cleanup(func() { p.Close() })
+	return p
+}
+
+// browser starts a headless Chromium for one test.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browserPath),
+		chromedp.Headless,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-default-apps", true),
+		chromedp.Flag("no-first-run", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1366, 900),
+	)
+	if os.Geteuid() == 0 {
+		opts = append(opts, chromedp.NoSandbox)
+	}
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelC := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 45*time.Second)
+	t.Cleanup(func() { cancelT(); cancelC(); cancelA() })
+	if err := chromedp.Run(ctx); err != nil { // starts the browser
+		t.Fatalf("starting %s: %v", browserPath, err)
+	}
+	return ctx
+}
+
+// textWithin waits up to d for the text of sel to equal want.
+func textWithin(ctx context.Context, sel, want string, d time.Duration) error {
+	end := time.Now().Add(d)
+	var got string
+	for {
+		sctx, cancel := context.WithTimeout(ctx, time.Second)
+		err := chromedp.Run(sctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
+		cancel()
+		if err == nil && strings.TrimSpace(got) == want {
+			return nil
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("%s: text %q, want %q within %s (%v)", sel, got, want, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill makes n dead tasks of queue: a worker refuses them with errs in turn.
+func (s *site) kill(queue string, n int, errs ...string) {
+	s.t.Helper()
+	ctx := context.Background()
+	payloads := make([][]byte, n)
+	for i := range payloads {
+		payloads[i] = []byte(fmt.Sprintf(`{"report":%d,"format":"pdf"}`, 1000+i))
+	}
+	if _, err := s.client.EnqueueBatch(ctx, queue, payloads, nil); err != nil {
+		s.t.Fatal(err)
+	}
+	if len(errs) == 0 {
+		errs = []string{"boom"}
+	}
+	var i int
+	w, err := worqr.NewWorker(s.pool, &worqr.WorkerConfig{Config: s.cfg, Queues: map[string]worqr.QueueConfig{
+		queue: {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			i++
+			return worqr.SkipRetry(errors.New(errs[i%len(errs)]))
+		})},
+	}})
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+	s.waitFor("tasks to die", func() bool { return s.queue(queue).Dead == int64(n) })
+	if err := w.Stop(ctx); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+func (s *site) queue(q string) worqr.QueueInfo {
+	s.t.Helper()
+	qi, err := s.in.Queue(context.Background(), q)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return *qi
+}
+
+func (s *site) waitFor(what string, ok func() bool) {
+	s.t.Helper()
+	end := time.Now().Add(10 * time.Second)
+	for !ok() {
+		if time.Now().After(end) {
+			s.t.Fatalf("no %s within 10s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestOverviewUpdatesLive: the overview lists a queue, and its waiting
+// count follows an enqueue made by another Client (on a pool of its own,
+// as another process would) within 2 s, without a reload.
+func TestOverviewUpdatesLive(t *testing.T) {
+	s := newSite(t, nil)
+	ctx := context.Background()
+	if _, err := s.client.Enqueue(ctx, "emails", []byte(`{"to":"ada@example.com"}`), nil); err != nil {
+		t.Fatal(err)
+	}
+	b := browser(t)
+	cell := `#queues tr[data-queue="emails"] td[data-k="waiting"]`
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(cell, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if err := textWithin(b, cell, "1", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// Mark the document: a reload would lose the mark.
+	if err := chromedp.Run(b, chromedp.Evaluate(`window.__mark = 42`, nil)); err != nil {
+		t.Fatal(err)
+	}
+	// Wait for the live stream, so the enqueue below is not in the first snapshot.
+	if err := chromedp.Run(b, chromedp.WaitVisible(`#live.on`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	other, err := worqr.NewClient(s.newPool(), &s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.EnqueueBatch(ctx, "emails", [][]byte{[]byte("b"), []byte("c")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := textWithin(b, cell, "3", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := textWithin(b, "#t-waiting", "3", 2*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	var mark int
+	if err := chromedp.Run(b, chromedp.Evaluate(`window.__mark || 0`, &mark)); err != nil || mark != 42 {
+		t.Fatalf("the page was reloaded (mark %d, %v)", mark, err)
+	}
+}
+
+// TestBulkRetryFromThePage clicks "Retry all dead" (confirming the dialog):
+// every dead task is back in the queue in Redis.
+func TestBulkRetryFromThePage(t *testing.T) {
+	s := newSite(t, nil)
+	s.kill("reports", 4, "render: template missing")
+	b := browser(t)
+	btn := `button[data-op="retry_dead"]`
+	err := chromedp.Run(b,
+		chromedp.Navigate(s.url+"/queue?name=reports&state=dead"),
+		chromedp.WaitVisible(btn, chromedp.ByQuery),
+		chromedp.Evaluate(`window.confirm = function () { window.__asked = true; return true; }`, nil),
+		chromedp.Click(btn, chromedp.ByQuery),
+		chromedp.WaitVisible(`#flash`, chromedp.ByQuery),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flash string
+	if err := chromedp.Run(b, chromedp.Text(`#flash`, &flash, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(flash, "Requeued 4 dead tasks of reports") {
+		t.Fatalf("flash %q", flash)
+	}
+	if q := s.queue("reports"); q.Dead != 0 || q.Waiting != 4 {
+		t.Fatalf("after retry all from the page: dead=%d waiting=%d, want 0 and 4", q.Dead, q.Waiting)
+	}
+}
+
+// TestReadOnlyRefusesActions: a read-only dashboard shows no action, and a
+// POST made from the page anyway is refused (403) with nothing changed.
+func TestReadOnlyRefusesActions(t *testing.T) {
+	s := newSite(t, &dash.Options{ReadOnly: true})
+	s.kill("reports", 2)
+	b := browser(t)
+	var buttons int
+	var status int
+	err := chromedp.Run(b,
+		chromedp.Navigate(s.url+"/queue?name=reports&state=dead"),
+		chromedp.WaitVisible(`#readonly`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("form[action$='/action'], button[data-op]").length`, &buttons),
+		chromedp.Evaluate(`fetch("/action", {method: "POST", body: new URLSearchParams({op: "retry_dead", queue: "reports", csrf: "x"})}).then(r => r.status)`,
+			&status, func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }),
+	)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if buttons != 0 {
+		t.Fatalf("read-only page shows %d actions", buttons)
+	}
+	if status != 403 {
+		t.Fatalf("POST from a read-only page: %d, want 403", status)
+	}
+	if q := s.queue("reports"); q.Dead != 2 || q.Waiting != 0 {
+		t.Fatalf("read-only dashboard changed the queue: dead=%d waiting=%d", q.Dead, q.Waiting)
+	}
+}

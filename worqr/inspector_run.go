@@ -1,0 +1,60 @@
+package worqr
+
+import (
+	"context"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// Run returns what Redis holds about run id of flow (the flow's name is
+// enough: its definition is not needed), or ErrTaskNotFound.
+func (in *Inspector) Run(ctx context.Context, flow, id string) (*RunInfo, error) {
+	if err := checkName("flow", flow); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	r, err := in.st.Run(ctx, in.st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, ErrTaskNotFound
+	}
+	return runInfo(flow, r), nil
+}
+
+// RequeueDead moves the given dead tasks of queue to the back of the queue
+// with their failure and crash counts reset, and returns how many were dead.
+func (in *Inspector) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return in.deadIDs(ctx, queue, rdb.DeadRequeue, ids)
+}
+
+// DeleteDead deletes the given dead tasks of queue and returns how many were
+// dead.
+func (in *Inspector) DeleteDead(ctx context.Context, queue string, ids ...string) (int, error) {
+	return in.deadIDs(ctx, queue, rdb.DeadDelete, ids)
+}
+
+func (in *Inspector) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids []string) (int, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, invalid("ids", "is empty")
+	}
+	qk := in.st.Queue(ref)
+	total := 0
+	for len(ids) > 0 {
+		n := min(len(ids), rdb.BulkChunk)
+		k, err := in.st.DeadIDs(ctx, qk, op, ids[:n])
+		total += k
+		if err != nil {
+			return total, err
+		}
+		ids = ids[n:]
+	}
+	return total, nil
+}
