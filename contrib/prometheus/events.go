@@ -86,7 +86,9 @@ func (c *Collector) observe(e worqr.Event) {
 	case e.Kind == worqr.EventStarted:
 		t.started.put(takingKey(e), start{at: e.At, queue: e.Queue, worker: e.WorkerID}, now)
 		if en, ok := t.enqueued.take(e.TaskID); ok {
-			c.wait.WithLabelValues(e.Queue).Observe(seconds(e.At.Sub(en.at)))
+			if !en.again {
+				c.wait.WithLabelValues(e.Queue).Observe(seconds(e.At.Sub(en.at)))
+			}
 		} else {
 			t.early.put(e.TaskID, start{at: e.At, queue: e.Queue}, now)
 		}
@@ -103,6 +105,11 @@ func (c *Collector) observe(e worqr.Event) {
 		}
 		if s, ok := t.started.take(takingKey(e)); ok {
 			c.process.WithLabelValues(e.Queue, opProcess, outcome).Observe(seconds(e.At.Sub(s.at)))
+		}
+		switch e.Kind {
+		case worqr.EventRetry, worqr.EventGivenBack, worqr.EventLost:
+			// It will start again: that start is not a first one.
+			t.enqueued.put(e.TaskID, start{at: e.At, queue: e.Queue, again: true}, now)
 		}
 
 	case e.Kind == worqr.EventRecovered:
@@ -131,11 +138,12 @@ type start struct {
 	at     time.Time // the event's time (its process's clock)
 	queue  string
 	worker string
+	again  bool // in enqueued: the task ended an attempt, its next start is no first start
 }
 
 // trackers are the bounded maps Run pairs events with.
 type trackers struct {
-	enqueued *tracker // task id -> its enqueue, until it starts
+	enqueued *tracker // task id -> its enqueue (or its last attempt's end), until it starts
 	early    *tracker // task id -> a start that came before its enqueue
 	started  *tracker // task id + pid -> its start, until it ends
 	workers  *tracker // worker id -> its last event
