@@ -15,15 +15,17 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(GO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's too (needs redis-server >= 6.2)
+test: ## unit + integration tests with -race, the CLI's and contrib/prometheus's too (needs redis-server >= 6.2)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
+	cd contrib/prometheus && $(GO) test -race -count=1 -timeout 5m ./...
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 	cd cmd/worqr && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
+	cd contrib/prometheus && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 
 .PHONY: help build run test lint
 
