@@ -1,0 +1,376 @@
+package prometheus_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	worqrprom "github.com/worqr/worqr-go/contrib/prometheus"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// register returns a registry holding a new collector on in.
+func register(t *testing.T, in *worqr.Inspector, opts *worqrprom.Options) (*worqrprom.Collector, *prometheus.Registry) {
+	t.Helper()
+	c := worqrprom.NewCollector(in, opts)
+	reg := prometheus.NewPedanticRegistry()
+	if err := reg.Register(c); err != nil {
+		t.Fatal(err)
+	}
+	return c, reg
+}
+
+// run starts c.Run until the end of the test, and waits until it follows
+// the namespace's events (an Inspector's Resume of an unknown queue is seen).
+func (e *env) run(c *worqrprom.Collector, reg prometheus.Gatherer) {
+	e.t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				e.t.Errorf("Run returned %v, want nil", err)
+			}
+		case <-time.After(5 * time.Second):
+			e.t.Error("Run did not return within 5s of its context's end")
+		}
+	})
+	eventually(e.t, 10*time.Second, func() string {
+		if err := e.in.Resume(context.Background(), "probe"); err != nil {
+			return err.Error()
+		}
+		if s, ok := find(e.t, reg, "worqr_events_total", "kind", "resumed"); !ok || s.value < 1 {
+			return "the collector sees no event"
+		}
+		return ""
+	})
+	if err := c.Run(ctx); !errors.Is(err, worqrprom.ErrRunning) {
+		e.t.Fatalf("a second Run returned %v, want ErrRunning", err)
+	}
+}
+
+// want compares a gathered value.
+type want struct {
+	name string
+	kv   []string
+	v    float64
+}
+
+// mismatch scrapes g once and describes the first value of ws it does not
+// hold ("" when all match).
+func mismatch(t *testing.T, g prometheus.Gatherer, ws []want) string {
+	t.Helper()
+	mfs := gather(t, g)
+	for _, w := range ws {
+		s, ok := lookup(mfs, w.name, w.kv...)
+		if !ok {
+			return fmt.Sprintf("%s%v: absent, want %v", w.name, w.kv, w.v)
+		}
+		got := s.value
+		if strings.HasSuffix(w.name, "_seconds") {
+			got = s.count
+		}
+		if got != w.v {
+			return fmt.Sprintf("%s%v = %v, want %v", w.name, w.kv, got, w.v)
+		}
+	}
+	return ""
+}
+
+func TestQueueGauges(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	e.worker(map[string]worqr.QueueConfig{
+		"busy": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, _ *worqr.Task) error {
+			<-release
+			return nil
+		})},
+		"broken": {Concurrency: 2, MaxAttempts: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			return errors.New("boom")
+		})},
+	})
+	t.Cleanup(func() { close(release) }) // before the worker's Stop
+	e.enqueue("busy", nil)
+	e.enqueue("broken", nil)
+	e.enqueue("broken", nil)
+	for range 3 {
+		e.enqueue("waiting", nil)
+	}
+	e.enqueue("later", &worqr.EnqueueOpts{Delay: time.Hour})
+	e.enqueue("later", &worqr.EnqueueOpts{Delay: time.Hour})
+	e.enqueue("held", nil)
+	if err := e.in.Pause(ctx, "held"); err != nil {
+		t.Fatal(err)
+	}
+
+	c, reg := register(t, e.in, nil)
+	ws := []want{
+		{"worqr_queue_active", []string{"queue", "busy"}, 1},
+		{"worqr_queue_waiting", []string{"queue", "busy"}, 0},
+		{"worqr_queue_dead", []string{"queue", "broken"}, 2},
+		{"worqr_queue_waiting", []string{"queue", "waiting"}, 3},
+		{"worqr_queue_scheduled", []string{"queue", "later"}, 2},
+		{"worqr_queue_waiting", []string{"queue", "later"}, 0},
+		{"worqr_queue_paused", []string{"queue", "held"}, 1},
+		{"worqr_queue_paused", []string{"queue", "waiting"}, 0},
+		{"worqr_queue_waiting", []string{"queue", "held"}, 1},
+		{"worqr_queue_latency_seconds", []string{"queue", "later"}, 0},
+		{"worqr_workers_registered", nil, 1},
+		{"worqr_workers_alive", nil, 1},
+		{"worqr_up", nil, 1},
+	}
+	eventually(t, 10*time.Second, func() string {
+		if m := mismatch(t, reg, ws); m != "" {
+			return m
+		}
+		// Task ids carry their enqueue time to the second: within two
+		// seconds the oldest waiting task is at least a second old.
+		if s, ok := find(t, reg, "worqr_queue_latency_seconds", "queue", "waiting"); !ok || s.value < 1 || s.value > 60 {
+			return fmt.Sprintf("latency of waiting = %v (present %v), want between 1s and 60s", s.value, ok)
+		}
+		return ""
+	})
+	if n := testutil.CollectAndCount(c, "worqr_queue_waiting"); n != 5 {
+		t.Errorf("%d worqr_queue_waiting series, want 5 (busy, broken, waiting, later, held)", n)
+	}
+	if _, ok := find(t, reg, "worqr_scrape_errors_total"); ok {
+		t.Error("worqr_scrape_errors_total present after scrapes that read Redis")
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP worqr_queue_dead Tasks in the queue's dead set.
+# TYPE worqr_queue_dead gauge
+worqr_queue_dead{queue="broken"} 2
+worqr_queue_dead{queue="busy"} 0
+worqr_queue_dead{queue="held"} 0
+worqr_queue_dead{queue="later"} 0
+worqr_queue_dead{queue="waiting"} 0
+`), "worqr_queue_dead"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestScrapeErrorWhenRedisIsDown(t *testing.T) {
+	t.Parallel()
+	port, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool, err := worqr.NewPool(fmt.Sprintf("redis://127.0.0.1:%d", port), &worqr.PoolOptions{ConnectTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: "down"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, reg := register(t, in, &worqrprom.Options{ScrapeTimeout: 2 * time.Second, Logger: quiet})
+	for i := 1; i <= 2; i++ {
+		if m := mismatch(t, reg, []want{ // find fails the test if Gather fails
+			{"worqr_up", nil, 0},
+			{"worqr_scrape_errors_total", []string{"source", "queues"}, float64(i)},
+			{"worqr_scrape_errors_total", []string{"source", "workers"}, float64(i)},
+		}); m != "" {
+			t.Fatalf("scrape %d: %s", i, m)
+		}
+	}
+	for _, name := range []string{"worqr_queue_waiting", "worqr_workers_alive", "worqr_workers_registered"} {
+		if n := testutil.CollectAndCount(c, name); n != 0 {
+			t.Errorf("%d %s series while Redis is down, want none", n, name)
+		}
+	}
+}
+
+func TestScrapeTimeout(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	pool, err := worqr.NewPool("redis://"+l.Addr().String(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: "hang"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, reg := register(t, in, &worqrprom.Options{ScrapeTimeout: 300 * time.Millisecond, Logger: quiet})
+	type result struct {
+		mfs []*dto.MetricFamily
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		mfs, err := reg.Gather()
+		done <- result{mfs, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			t.Fatal(r.err)
+		}
+		if s, ok := lookup(r.mfs, "worqr_up"); !ok || s.value != 0 {
+			t.Errorf("worqr_up = %v (present %v), want 0", s.value, ok)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the scrape took over 3s with ScrapeTimeout 300ms")
+	}
+}
+
+func TestEventMetrics(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	c, reg := register(t, e.in, nil)
+	e.run(c, reg)
+
+	e.worker(map[string]worqr.QueueConfig{
+		"ok": {Concurrency: 2, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			time.Sleep(30 * time.Millisecond)
+			return nil
+		})},
+		"fail": {Concurrency: 2, MaxAttempts: 2,
+			Backoff: func(int, error) time.Duration { return 10 * time.Millisecond },
+			Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return errors.New("boom") })},
+	})
+	for range 3 {
+		e.enqueue("ok", nil)
+	}
+	if _, err := e.client.EnqueueBatch(ctx, "ok", [][]byte{{1}, {2}, {3}, {4}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue("fail", nil)
+	e.enqueue("fail", nil)
+	id := e.enqueue("idle", nil) // nobody serves it: cancelled while waiting
+	if st, err := e.client.Cancel(ctx, "idle", id); err != nil || st != worqr.CancelRemoved {
+		t.Fatalf("Cancel = %v, %v", st, err)
+	}
+
+	proc := func(q, outcome string) []string {
+		return []string{"messaging_destination_name", q, "messaging_operation_name", "process", "outcome", outcome}
+	}
+	ws := []want{
+		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "ok", "messaging_operation_name", "send"}, 7},
+		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "fail"}, 2},
+		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "idle"}, 1},
+		{"messaging_client_consumed_messages_total", proc("ok", "done"), 7},
+		{"messaging_client_consumed_messages_total", proc("fail", "retry"), 2},
+		{"messaging_client_consumed_messages_total", proc("fail", "dead"), 2},
+		{"messaging_process_duration_seconds", proc("ok", "done"), 7},
+		{"messaging_process_duration_seconds", proc("fail", "retry"), 2},
+		{"messaging_process_duration_seconds", proc("fail", "dead"), 2},
+		{"worqr_task_wait_seconds", []string{"queue", "ok"}, 3},   // single enqueues only
+		{"worqr_task_wait_seconds", []string{"queue", "fail"}, 2}, // first starts only
+		{"worqr_events_total", []string{"kind", "started"}, 11},
+		{"worqr_collector_tracked", []string{"map", "started"}, 0},
+		{"worqr_collector_tracked", []string{"map", "enqueued"}, 0}, // the cancelled one too
+		// the batch's starts: a batch's enqueue event carries no task ids
+		{"worqr_collector_tracked", []string{"map", "early_start"}, 4},
+	}
+	eventually(t, 15*time.Second, func() string { return mismatch(t, reg, ws) })
+
+	if s, _ := find(t, reg, "messaging_process_duration_seconds", proc("ok", "done")...); s.sum < 7*0.025 {
+		t.Errorf("handler durations of ok sum to %.3fs, want at least 7 x 30ms", s.sum)
+	}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP messaging_client_consumed_messages_total Takings ended by workers (OTel messaging.client.consumed.messages), by queue and outcome.
+# TYPE messaging_client_consumed_messages_total counter
+messaging_client_consumed_messages_total{messaging_destination_name="fail",messaging_operation_name="process",messaging_system="worqr",outcome="dead"} 2
+messaging_client_consumed_messages_total{messaging_destination_name="fail",messaging_operation_name="process",messaging_system="worqr",outcome="retry"} 2
+messaging_client_consumed_messages_total{messaging_destination_name="ok",messaging_operation_name="process",messaging_system="worqr",outcome="done"} 7
+`), "messaging_client_consumed_messages_total"); err != nil {
+		t.Error(err)
+	}
+	for _, name := range []string{"worqr_recoveries_total", "worqr_recovered_tasks_total", "worqr_events_dropped_total"} {
+		if s, ok := find(t, reg, name); ok && s.value != 0 {
+			t.Errorf("%s = %v without a recovery or a drop", name, s.value)
+		}
+	}
+}
+
+func TestRecoveryMetrics(t *testing.T) {
+	e := setup(t)
+	c, reg := register(t, e.in, nil)
+	e.run(c, reg)
+
+	// A worker process takes the task and is killed while running it.
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+redisURL+" "+e.ns+" crash")
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	e.enqueue("crash", nil)
+	eventually(t, 10*time.Second, func() string {
+		return mismatch(t, reg, []want{{"worqr_collector_tracked", []string{"map", "started"}, 1}})
+	})
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+
+	// A peer's reaper requeues it; the peer then runs it.
+	e.worker(map[string]worqr.QueueConfig{"crash": {Concurrency: 1, Handler: worqr.HandlerFunc(
+		func(context.Context, *worqr.Task) error { return nil })}})
+	eventually(t, 15*time.Second, func() string {
+		return mismatch(t, reg, []want{
+			{"worqr_recovered_tasks_total", []string{"queue", "crash"}, 1},
+			{"worqr_recoveries_total", []string{"queue", "crash"}, 1},
+			{"worqr_recovery_delay_seconds", nil, 1},
+			{"messaging_client_consumed_messages_total", []string{"messaging_destination_name", "crash", "outcome", "done"}, 1},
+			{"messaging_process_duration_seconds", []string{"messaging_destination_name", "crash", "outcome", "done"}, 1},
+			{"worqr_task_wait_seconds", []string{"queue", "crash"}, 1}, // the restart is no first start
+			// the dead worker's start was dropped, the peer's ended
+			{"worqr_collector_tracked", []string{"map", "started"}, 0},
+		})
+	})
+	// The child's keepalive (TTL 500ms) outlived it by at least 400ms.
+	if s, _ := find(t, reg, "worqr_recovery_delay_seconds"); s.sum < 0.4 {
+		t.Errorf("recovery delay %.3fs, want at least 0.4s", s.sum)
+	}
+}
