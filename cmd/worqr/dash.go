@@ -1,9 +1,12 @@
 package main
 
 import (
+	"github.com/prometheus/client_golang/prometheus"
+
 	"context"
 	"errors"
 	"fmt"
+	worqrprom "github.com/worqr/worqr-go/contrib/prometheus"
 	"net"
 	"net/http"
 	"strings"
@@ -70,8 +73,19 @@ without them, keep --addr on a loopback address or behind your own proxy.`,
 		if user != "" {
 			h = dash.BasicAuth(user, password, h)
 		}
+		// Prometheus metrics of the namespace at /metrics: gauges read at
+		// scrape time, counters and histograms from the live events.
+		coll := worqrprom.NewCollector(a.in, nil)
+		go func() { _ = coll.Run(ctx) }()
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(coll)
+		var metrics http.Handler = worqrprom.Handler(reg)
+		if user != "" {
+			metrics = dash.BasicAuth(user, password, metrics)
+		}
 		mux := http.NewServeMux()
 		mux.Handle(prefix+"/", h)
+		mux.Handle("/metrics", metrics)
 		if prefix != "" {
 			mux.Handle("/{$}", http.RedirectHandler(prefix+"/", http.StatusFound))
 		}

@@ -17,6 +17,22 @@ import (
 // port: the overview needs the basic-auth credentials from the environment,
 // shows the namespace's queue under --prefix, never shows the Redis URL,
 // and SIGINT stops the server with exit 0.
+// getPath GETs url with basic-auth credentials (none when user is "").
+func getPath(t *testing.T, url, user, pass string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
+}
+
 func TestDashServesWithBasicAuthAndStopsOnSIGINT(t *testing.T) {
 	b := setup(t)
 	if _, err := b.client.Enqueue(context.Background(), "mail", []byte("x"), nil); err != nil {
@@ -42,18 +58,16 @@ func TestDashServesWithBasicAuthAndStopsOnSIGINT(t *testing.T) {
 		t.Fatalf("no address in %q", sc.Text())
 	}
 	base := m[1]
-	get := func(user, pass string) (int, string) {
-		req, _ := http.NewRequest("GET", base, nil)
-		if user != "" {
-			req.SetBasicAuth(user, pass)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+	get := func(user, pass string) (int, string) { return getPath(t, base, user, pass) }
+	getMetrics := func(user, pass string) (int, string) {
+		return getPath(t, strings.TrimSuffix(strings.TrimSuffix(base, "/"), "/ops")+"/metrics", user, pass)
+	}
+	if code, _ := getMetrics("", ""); code != http.StatusUnauthorized {
+		t.Fatalf("/metrics without credentials: %d, want 401", code)
+	}
+	if code, body := getMetrics("ops", "pw"); code != 200 || !strings.Contains(body, "worqr_up 1") ||
+		!strings.Contains(body, `worqr_queue_waiting{queue="mail"} 1`) {
+		t.Fatalf("/metrics: %d\n%s", code, body)
 	}
 	if code, _ := get("", ""); code != http.StatusUnauthorized {
 		t.Fatalf("without credentials: %d, want 401", code)
