@@ -237,6 +237,12 @@ func TestBulkRetryRequeuesDead(t *testing.T) {
 	if !strings.Contains(body, "Requeued 5 dead tasks of jobs") {
 		t.Fatal("no confirmation message")
 	}
+	// A crafted link cannot put words in the banner: only messages the
+	// server signed are shown.
+	_, body = e.get("/queue?name=jobs&msg=" + url.QueryEscape("Your session expired: call +1 555 0100"))
+	if strings.Contains(body, "session expired") {
+		t.Fatal("an unsigned message from the URL was shown")
+	}
 }
 
 func TestReadOnlyRefusesActions(t *testing.T) {

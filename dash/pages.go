@@ -73,7 +73,12 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	p.ReadOnly = d.opts.ReadOnly
 	p.CSRF = d.csrfToken(w, r)
 	if p.Flash == "" {
-		p.Flash = clip(r.URL.Query().Get("msg"), 200)
+		// Only a message this server signed after an action is shown: a
+		// crafted link cannot put words in the banner.
+		q := r.URL.Query()
+		if msg := q.Get("msg"); msg != "" && hmac.Equal([]byte(q.Get("sig")), []byte(d.sign("flash:"+msg))) {
+			p.Flash = clip(msg, 200)
+		}
 	}
 	if p.Nav == "" {
 		p.Nav = name
@@ -481,7 +486,7 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
-	http.Redirect(w, r, back+sep+"msg="+url.QueryEscape(msg), http.StatusSeeOther)
+	http.Redirect(w, r, back+sep+"msg="+url.QueryEscape(msg)+"&sig="+d.sign("flash:"+msg), http.StatusSeeOther)
 }
 
 // --- live stream
