@@ -27,7 +27,8 @@
 // operator tools show as the payload; Unwrap removes it.
 //
 // Flow stages are not traced yet: a StageHandler is not a Handler, so
-// Middleware does not wrap it.
+// Middleware does not wrap it. Flow children (plain Handlers) get root
+// consumer spans, not children of the run's span.
 package otelworqr
 
 import (
