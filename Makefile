@@ -1,7 +1,7 @@
 GO        ?= go
 PKGS      := ./...
-# Nested modules (their own go.mod): the CLI and the browser test.
-NESTED    := cmd/worqr contrib/prometheus test/browser
+# Nested modules (their own go.mod): the CLI, contrib/prometheus, contrib/otel and the browser test.
+NESTED    := cmd/worqr contrib/prometheus contrib/otel test/browser
 STATICCHECK_VERSION ?= v0.6.1
 
 .DEFAULT_GOAL := help
@@ -17,10 +17,11 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(GO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's, contrib/prometheus's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
+test: ## unit + integration tests with -race, the CLI's, contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/prometheus && $(GO) test -race -count=1 -timeout 5m ./...
+	cd contrib/otel && $(GO) test -race -count=1 -timeout 5m ./...
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
 lint: ## gofmt, go vet, staticcheck

@@ -1,0 +1,23 @@
+module github.com/worqr/worqr-go/contrib/otel
+
+go 1.23.0
+
+replace github.com/worqr/worqr-go => ../..
+
+require (
+	github.com/gomodule/redigo v1.9.3
+	github.com/rs/xid v1.6.0
+	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
+	go.opentelemetry.io/otel v1.38.0
+	go.opentelemetry.io/otel/sdk v1.38.0
+	go.opentelemetry.io/otel/trace v1.38.0
+)
+
+require (
+	github.com/go-logr/logr v1.4.3 // indirect
+	github.com/go-logr/stdr v1.2.2 // indirect
+	github.com/google/uuid v1.6.0 // indirect
+	go.opentelemetry.io/auto/sdk v1.1.0 // indirect
+	go.opentelemetry.io/otel/metric v1.38.0 // indirect
+	golang.org/x/sys v0.35.0 // indirect
+)

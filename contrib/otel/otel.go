@@ -1,0 +1,267 @@
+// Package otelworqr traces worqr tasks with OpenTelemetry: a producer span
+// at enqueue whose context travels with the task, and a consumer span
+// around the handler that runs it.
+//
+// Enqueue (and EnqueueBatch) start a "<queue> send" span (kind Producer)
+// and store its context with the task by wrapping the payload in a small
+// envelope:
+//
+//	"\x00wqh:" + traceparent [+ "\n" + tracestate] + "\x00" + payload
+//
+// (W3C Trace Context, written by propagation.TraceContext). Middleware,
+// given to WorkerConfig.Middleware, removes the envelope before the
+// handler runs, so the handler (a worqr.Mux included: a typed payload sits
+// inside the envelope) sees the payload as it was given, and runs it in a
+// "<queue> process" span (kind Consumer).
+//
+// The consumer span is a child of the producer span and also links to it.
+// The OpenTelemetry messaging conventions ask for the link; a worqr task is
+// processed on its own (not in a batch), so making it the child as well
+// puts enqueue and every run of the task (retries included) in one trace,
+// which is what one wants to see when following a task. A task enqueued
+// without an envelope (by Client.Enqueue, or while no span context was at
+// hand) gets a root consumer span.
+//
+// The envelope adds about 60 bytes (more with a tracestate) to the payload,
+// counted against Config.MaxPayloadBytes, and it is what Client.Task and the
+// operator tools show as the payload; Unwrap removes it.
+//
+// Flow stages are not traced yet: a StageHandler is not a Handler, so
+// Middleware does not wrap it. Flow children (plain Handlers) get root
+// consumer spans, not children of the run's span.
+package otelworqr
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// ScopeName is the instrumentation scope of the spans.
+const ScopeName = "github.com/worqr/worqr-go/contrib/otel"
+
+// Attribute keys of worqr's own (the others are OpenTelemetry's messaging
+// semantic conventions).
+const (
+	AttemptKey  = attribute.Key("worqr.attempt")   // Task.Attempt
+	CrashesKey  = attribute.Key("worqr.crashes")   // Task.Crashes
+	TaskTypeKey = attribute.Key("worqr.task.type") // the type of a typed payload (see worqr.TypedPayload)
+	GaveBackKey = attribute.Key("worqr.gave_back") // true when the handler returned worqr.ErrGiveBack
+)
+
+// mark starts a payload that carries a trace context.
+const mark = "\x00wqh:"
+
+// typeMark starts a typed payload (worqr.TypedPayload).
+const typeMark = "\x00wqt:"
+
+var (
+	prop     = propagation.TraceContext{}
+	systemKV = semconv.MessagingSystemKey.String("worqr")
+)
+
+func tracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tp.Tracer(ScopeName)
+}
+
+// wrap returns payload in an envelope holding the span context of ctx, or
+// payload itself when ctx holds no valid span context.
+func wrap(ctx context.Context, payload []byte) []byte {
+	c := propagation.MapCarrier{}
+	prop.Inject(ctx, c)
+	tp := c.Get("traceparent")
+	if tp == "" {
+		return payload
+	}
+	ts := c.Get("tracestate")
+	n := len(mark) + len(tp) + 1 + len(payload)
+	if ts != "" {
+		n += 1 + len(ts)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, mark...)
+	out = append(out, tp...)
+	if ts != "" {
+		out = append(out, '\n')
+		out = append(out, ts...)
+	}
+	out = append(out, 0)
+	return append(out, payload...)
+}
+
+// split returns the carrier and the inner payload of an enveloped payload.
+func split(p []byte) (carrier propagation.MapCarrier, payload []byte, ok bool) {
+	rest, found := bytes.CutPrefix(p, []byte(mark))
+	if !found {
+		return nil, nil, false
+	}
+	i := bytes.IndexByte(rest, 0)
+	if i <= 0 {
+		return nil, nil, false
+	}
+	tp, ts, _ := strings.Cut(string(rest[:i]), "\n")
+	carrier = propagation.MapCarrier{"traceparent": tp}
+	if ts != "" {
+		carrier["tracestate"] = ts
+	}
+	return carrier, rest[i+1:], true
+}
+
+// Unwrap returns the payload inside the trace envelope Enqueue adds, or p
+// as it is when it has none.
+func Unwrap(p []byte) []byte {
+	if _, inner, ok := split(p); ok {
+		return inner
+	}
+	return p
+}
+
+// Enqueue enqueues payload on queue as client.Enqueue does, in a producer
+// span ("<queue> send") of tp (the global TracerProvider when nil) whose
+// context is stored with the task (see the package documentation).
+//
+// With EnqueueOpts.ID, an enqueue repeated after its reply was lost carries
+// another span context, hence another payload, which Client.Enqueue refuses
+// with ErrDuplicate; Enqueue then reads the task and, when it holds the same
+// payload (envelope aside), returns its id without an error, as
+// Client.Enqueue would have. Once the task is no longer readable (after its
+// Retention), the ErrDuplicate stands.
+func Enqueue(ctx context.Context, client *worqr.Client, queue string, payload []byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) (string, error) {
+	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(sendAttrs(queue)...))
+	defer span.End()
+	id, err := client.Enqueue(ctx, queue, wrap(ctx, payload), opts)
+	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" {
+		if info, ierr := client.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), payload) {
+			id, err = opts.ID, nil
+		}
+	}
+	if err != nil {
+		fail(span, err)
+		return "", err
+	}
+	span.SetAttributes(semconv.MessagingMessageID(id))
+	return id, nil
+}
+
+// EnqueueBatch enqueues payloads on queue as client.EnqueueBatch does, in
+// one producer span ("<queue> send", with messaging.batch.message_count)
+// whose context is stored with every task.
+func EnqueueBatch(ctx context.Context, client *worqr.Client, queue string, payloads [][]byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) ([]string, error) {
+	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(append(sendAttrs(queue), semconv.MessagingBatchMessageCount(len(payloads)))...))
+	defer span.End()
+	wrapped := make([][]byte, len(payloads))
+	for i, p := range payloads {
+		wrapped[i] = wrap(ctx, p)
+	}
+	ids, err := client.EnqueueBatch(ctx, queue, wrapped, opts)
+	if err != nil {
+		fail(span, err)
+		return nil, err
+	}
+	return ids, nil
+}
+
+func sendAttrs(queue string) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		systemKV,
+		semconv.MessagingDestinationName(queue),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("send"),
+	}
+}
+
+func fail(span trace.Span, err error) {
+	span.RecordError(err)
+	span.SetStatus(codes.Error, err.Error())
+}
+
+// Middleware returns a worqr.Middleware that runs each task in a consumer
+// span ("<queue> process") of tp (the global TracerProvider when nil),
+// child of and linked to the producer span stored by Enqueue, and hands the
+// handler the payload without the envelope. A handler's error is recorded
+// on the span and sets its status to Error; worqr.ErrGiveBack does not (the
+// span gets worqr.gave_back=true instead). A panic is recorded too, and
+// goes on up to the worker.
+//
+// Put it first in WorkerConfig.Middleware, so that the middleware after it
+// sees the span in the context and the payload as enqueued.
+func Middleware(tp trace.TracerProvider) worqr.Middleware {
+	tr := tracer(tp)
+	return func(next worqr.Handler) worqr.Handler {
+		return worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) (err error) {
+			attrs := []attribute.KeyValue{
+				systemKV,
+				semconv.MessagingDestinationName(t.Queue),
+				semconv.MessagingOperationTypeProcess,
+				semconv.MessagingOperationName("process"),
+				semconv.MessagingMessageID(t.ID),
+				AttemptKey.Int(t.Attempt),
+				CrashesKey.Int(t.Crashes),
+			}
+			opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+			if carrier, inner, ok := split(t.Payload); ok {
+				// The handler sees the payload as enqueued; the Task goes back
+				// as it came (the worker reads nothing of it but its result,
+				// which SetResult keeps on this same Task).
+				orig := t.Payload
+				t.Payload = inner
+				defer func() { t.Payload = orig }()
+				pctx := prop.Extract(ctx, carrier)
+				if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
+					ctx = pctx
+					opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+				}
+			}
+			if typ, ok := taskType(t.Payload); ok {
+				attrs = append(attrs, TaskTypeKey.String(typ))
+			}
+			ctx, span := tr.Start(ctx, t.Queue+" process", append(opts, trace.WithAttributes(attrs...))...)
+			defer func() {
+				if v := recover(); v != nil {
+					span.AddEvent("panic", trace.WithAttributes(attribute.String("panic.value", fmt.Sprint(v))))
+					span.SetStatus(codes.Error, "panic: "+fmt.Sprint(v))
+					span.End()
+					panic(v)
+				}
+				switch {
+				case err == nil:
+				case errors.Is(err, worqr.ErrGiveBack):
+					span.SetAttributes(GaveBackKey.Bool(true))
+				default:
+					fail(span, err)
+				}
+				span.End()
+			}()
+			return next.HandleTask(ctx, t)
+		})
+	}
+}
+
+// taskType returns the type of a typed payload (worqr.TypedPayload).
+func taskType(p []byte) (string, bool) {
+	rest, found := bytes.CutPrefix(p, []byte(typeMark))
+	if !found {
+		return "", false
+	}
+	i := bytes.IndexByte(rest, 0)
+	if i <= 0 {
+		return "", false
+	}
+	return string(rest[:i]), true
+}
