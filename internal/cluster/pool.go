@@ -449,3 +449,20 @@ func (e errorConn) Do(string, ...any) (any, error) { return nil, e.err }
 func (e errorConn) Send(string, ...any) error      { return e.err }
 func (e errorConn) Flush() error                   { return e.err }
 func (e errorConn) Receive() (any, error)          { return nil, e.err }
+
+// EachMaster calls f with a connection to each master in turn (for calls
+// that concern every key, such as a SCAN), stopping at the first error.
+func (p *Pool) EachMaster(ctx context.Context, f func(c redis.Conn) error) error {
+	for _, addr := range p.Masters() {
+		c, err := p.dial(ctx, addr)
+		if err != nil {
+			return err
+		}
+		err = f(c)
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
