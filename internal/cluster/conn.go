@@ -143,6 +143,9 @@ func (c *Conn) newRetrier(ctx context.Context) *retrier {
 // follow acts on rd; it reports whether to send again (asking: with ASKING
 // first).
 func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
+	if testHookFollow != nil {
+		testHookFollow(rd)
+	}
 	switch rd.kind {
 	case movedRedirect, askRedirect:
 		r.redirects++
@@ -183,6 +186,9 @@ func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 	}
 	return false, false, nil
 }
+
+// testHookFollow, when set by a test, sees every redirection a Conn acts on.
+var testHookFollow func(redirect)
 
 type callFn func(rc redis.Conn, cmd string, args []any) (any, error)
 
