@@ -143,6 +143,7 @@ func (c *Conn) newRetrier(ctx context.Context) *retrier {
 // follow acts on rd; it reports whether to send again (asking: with ASKING
 // first).
 func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
+	c.p.followed[rd.kind].Add(1)
 	if testHookFollow != nil {
 		testHookFollow(rd)
 	}
@@ -260,6 +261,11 @@ func (c *Conn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (an
 
 // Send queues a command (passed through).
 func (c *Conn) Send(cmd string, args ...any) error {
+	// A subscribed connection has a reader and a writer at once (redigo
+	// allows that): neither touches the Conn's fields then.
+	if c.subscribed {
+		return c.c.Send(cmd, args...)
+	}
 	if isSubscribe(cmd) {
 		c.subscribed = true
 	}
@@ -271,6 +277,9 @@ func (c *Conn) Send(cmd string, args ...any) error {
 func (c *Conn) Flush() error { return c.c.Flush() }
 
 func (c *Conn) received(r any, err error) (any, error) {
+	if c.subscribed {
+		return r, err
+	}
 	if c.pending > 0 {
 		c.pending--
 	}
@@ -386,16 +395,22 @@ func isReply(err error) bool {
 	return errors.As(err, &re)
 }
 
+// rerunnable are the keyless commands a node runs whatever the slots it
+// serves, and that may run twice: a pipeline of them and of redirected
+// commands is sent again whole (worqr's heartbeat pipelines TIME with its
+// SET).
+var rerunnable = map[string]bool{"TIME": true, "PING": true, "ECHO": true}
+
 // pipelineRedirect returns the first redirection among the replies and
 // whether every reply that counts is one of that kind. MULTI's reply and
 // EXEC's EXECABORT (the transaction was refused because its commands were)
-// do not count.
+// do not count, nor do the replies of rerunnable commands.
 func pipelineRedirect(names []string, out []any, from string) (redirect, bool) {
 	var first redirect
 	counted := 0
 	for i, r := range out {
 		n := strings.ToUpper(names[i])
-		if n == "MULTI" {
+		if n == "MULTI" || rerunnable[n] {
 			continue
 		}
 		e, isErr := r.(redis.Error)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -51,8 +52,17 @@ type Pool struct {
 	lastRefresh time.Time
 	refreshes   int64 // completed topology reads (for tests)
 
+	followed [5]atomic.Int64 // redirections acted on, by kind
+
 	stop chan struct{}
 	wg   sync.WaitGroup
+}
+
+// Redirections returns how many MOVED, ASK, TRYAGAIN and CLUSTERDOWN
+// replies the pool's connections acted on.
+func (p *Pool) Redirections() (moved, ask, tryagain, clusterdown int64) {
+	return p.followed[movedRedirect].Load(), p.followed[askRedirect].Load(),
+		p.followed[tryAgain].Load(), p.followed[clusterDown].Load()
 }
 
 // ErrClosed is returned by a closed Pool.
