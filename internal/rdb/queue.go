@@ -54,14 +54,19 @@ func optInt(v int64) string {
 }
 
 func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) []any {
-	args := make([]any, 0, 10+3*len(ids))
-	args = append(args, 2+len(ids), q.Waiting, q.Scheduled)
+	args := make([]any, 0, 11+3*len(ids))
+	nkeys := 2 + len(ids)
+	if a.UniqueKey != "" {
+		nkeys++
+	}
+	args = append(args, nkeys, q.Waiting, q.Scheduled)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
 	}
 	unique := ""
 	if a.UniqueKey != "" {
-		unique = q.UniquePrefix + a.UniqueKey
+		args = append(args, q.UniquePrefix+a.UniqueKey) // declared: a cluster checks its slot
+		unique = "1"
 	}
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs))
@@ -435,6 +440,26 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 		}
 		args[mark] = len(args) - mark - 1
 	}
+	// The keys a stage's end writes by name (the next stage's queue, each
+	// child's hash and queue) are declared after every taking's keys, so
+	// that a cluster checks them before the script runs; the script reaches
+	// them from the tag's prefixes.
+	for _, e := range es {
+		if e.Kind != KindStage || e.Stage == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		if e.Stage.Next != "" && len(e.Stage.Children) == 0 {
+			keys = append(keys, q.QueuePrefix+e.Stage.Next)
+		}
+		for _, ch := range e.Stage.Children {
+			keys = append(keys, q.Task(ch.ID))
+			if !seen[ch.Queue] {
+				seen[ch.Queue] = true
+				keys = append(keys, q.QueuePrefix+ch.Queue)
+			}
+		}
+	}
 	all := make([]any, 0, 1+len(keys)+len(args))
 	all = append(all, len(keys))
 	all = append(all, keys...)
@@ -571,8 +596,12 @@ const (
 
 // DeadIDs applies op to the given dead ids and returns how many were dead.
 func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, error) {
-	args := make([]any, 0, 7+len(ids))
-	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
+	args := make([]any, 0, 8+2*len(ids))
+	args = append(args, 2+len(ids), q.Dead, q.Waiting)
+	for _, id := range ids {
+		args = append(args, q.Task(id)) // declared: a cluster checks them
+	}
+	args = append(args, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -585,7 +614,7 @@ func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (
 	if n < 1 {
 		return 0, nil
 	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript,
+	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, 2,
 		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
 }
 

@@ -21,6 +21,11 @@
 -- then per taking, in ARGV order:
 --   <ns>:{T}:wq:<queue>:<w> (hash), <ns>:{T}:t:<id> (hash), and for a child
 --   its run <ns>:{T}:t:<run id> (hash)
+-- then the keys the stage ends write by name, declared so that a cluster
+-- checks them before the script runs (the script reaches them from the
+-- prefixes in ARGV): per stage taking, its next stage's queue
+-- <ns>:{T}:q:<next> when it fans out nothing, else each child's hash
+-- <ns>:{T}:t:<child> and each child queue <ns>:{T}:q:<child queue>
 -- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
 -- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[8] retention ms of ended tasks (0 = delete at once)

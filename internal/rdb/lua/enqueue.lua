@@ -7,10 +7,12 @@
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
+-- KEYS[n+3]    <ns>:{T}:u:<queue>:<key> (string) the unique lock, when ARGV[4]
+--              is "1" (one task only)
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
--- ARGV[4] unique key <ns>:{T}:u:<queue>:<key> ("" = none; one task only)
+-- ARGV[4] "1" when the last key is a unique lock ("" = none)
 -- ARGV[5] unique TTL ms
 -- ARGV[6] max attempts override ("" = queue default)
 -- ARGV[7] timeout override in ms ("" = queue default)
@@ -18,9 +20,12 @@
 -- Returns: {n} on success; {-1, holder id} when the unique key is held.
 local n = #KEYS - 2
 local first = 8
+local unique = ''
 if ARGV[4] ~= '' then
-  if not redis.call('SET', ARGV[4], ARGV[first], 'PX', ARGV[5], 'NX') then
-    return {-1, redis.call('GET', ARGV[4])}
+  unique = KEYS[#KEYS]
+  n = n - 1
+  if not redis.call('SET', unique, ARGV[first], 'PX', ARGV[5], 'NX') then
+    return {-1, redis.call('GET', unique)}
   end
 end
 local due
@@ -32,7 +37,7 @@ end
 for i = 1, n do
   local tkey = KEYS[i + 2]
   redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1])
-  if ARGV[4] ~= '' then redis.call('HSET', tkey, F_UNIQUE, ARGV[4]) end
+  if unique ~= '' then redis.call('HSET', tkey, F_UNIQUE, unique) end
   if ARGV[6] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[6]) end
   if ARGV[7] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[7]) end
   if due then
