@@ -239,15 +239,22 @@ type TakeArgs struct {
 	Child bool
 }
 
-// mode is how the take scripts are told the kind of queue.
-func (a TakeArgs) mode() string {
+// mode is how the take scripts are told the kind of queue; safe (a store
+// that routes by tag, so maybe a Redis Cluster) adds "m": the take reads
+// every task hash before it writes anything, so that a slot migration
+// caught half way changes nothing (the script answers TRYAGAIN).
+func (a TakeArgs) mode(safe bool) string {
+	m := "0"
 	switch {
 	case a.Stage:
-		return "1"
+		m = "1"
 	case a.Child:
-		return "2"
+		m = "2"
 	}
-	return "0"
+	if safe {
+		m += "m"
+	}
+	return m
 }
 
 // Take pops up to a.Max (at most MaxTake) ids from the front of the queue
@@ -256,7 +263,7 @@ func (a TakeArgs) mode() string {
 func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
 	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
 		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
-		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(),
+		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
@@ -410,7 +417,7 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 	args := make([]any, 0, 14+10*len(es))
 	args = append(args, q.TaskPrefix, q.WakeChannel)
 	args = append(args, q.prefixes()...)
-	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode())
+	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(s.tagged))
 	for _, e := range es {
 		keys = append(keys, q.WorkerQueue(e.Worker), q.Task(e.ID))
 		if e.Kind == KindChild {

@@ -65,12 +65,14 @@ type Store struct {
 	keys   Keys
 	pool   ConnGetter
 	router Router
+	tagged bool // the pool routes by tag (a Redis Cluster, maybe)
 	mode   atomic.Int32 // modeFunctions until the server or user says no
 }
 
 // NewStore returns the store of namespace ns on pool.
 func NewStore(pool ConnGetter, ns string) *Store {
-	return &Store{keys: NewKeys(ns), pool: pool, router: RouterFor(pool)}
+	_, tagged := pool.(TagConnGetter)
+	return &Store{keys: NewKeys(ns), pool: pool, router: RouterFor(pool), tagged: tagged}
 }
 
 // Queue returns the keys of queue q.

@@ -485,3 +485,127 @@ func TestSlotMovesWhileWorking(t *testing.T) {
 		t.Errorf("workers after the moves: %v, %v (want %s alive)", ws, err, w.ID())
 	}
 }
+
+// TestTakeDuringMigration takes from a queue whose slot is half moved: some
+// task hashes are on the importing node while the waiting list is not. The
+// take cannot declare those hashes (it pops their ids), so it reads them
+// before writing anything, puts the ids back and answers TRYAGAIN, which the
+// cluster connection retries until the migration ends: nothing is lost and
+// the order is kept.
+func TestTakeDuringMigration(t *testing.T) {
+	needCluster(t)
+	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
+		return &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		}}
+	}, RetryFor: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ns := redistest.Namespace()
+	st := rdb.NewStore(cp, ns)
+	q := spread(t, "mig-")[0]
+	qk := st.Queue(rdb.Standalone(q))
+	at, err := st.Register(ctx, "W", 60_000, "test", 1, []rdb.QueueRef{qk.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Every key the take declares exists on the source (else the cluster
+	// answers TRYAGAIN before the script runs): settings, a dead task, a
+	// taking W holds (its hash, the holder index, the counter).
+	if err := st.WriteSettings(ctx, qk, rdb.QueueSettings{DeadMaxCount: 100, DeadMaxAgeMs: 3_600_000}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Enqueue(ctx, qk, []string{"x", "h"}, [][]byte{[]byte("x"), []byte("h")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	pre, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: "W", Until: at + 50_000, Max: 2})
+	if err != nil || len(pre) != 2 {
+		t.Fatalf("take: %v, %v", pre, err)
+	}
+	if _, err := st.End(ctx, qk, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, "W", pre[0].PID, "x", "dead")}); err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "b", "c", "d", "e"}
+	payloads := make([][]byte, len(ids))
+	for i := range ids {
+		payloads[i] = []byte(ids[i])
+	}
+	if _, err := st.Enqueue(ctx, qk, ids, payloads, nil); err != nil {
+		t.Fatal(err)
+	}
+	slot := cluster.TagSlot(q)
+	from := ownerOf(t, q)
+	var to *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Addr != from {
+			to = n
+			break
+		}
+	}
+	type result struct {
+		got []rdb.Taken
+		err error
+	}
+	done := make(chan result, 1)
+	err = cl.MoveSlot(ctx, slot, to, 1000, func() {
+		src, err := redis.Dial("tcp", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		host, port, _ := cutPort(to.Addr)
+		// Two task hashes move first; the waiting list stays behind.
+		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", qk.Task("a"), qk.Task("c")); err != nil {
+			t.Fatal(err)
+		}
+		_, _, before, _ := cp.Redirections()
+		go func() {
+			got, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: "W", Until: at + 50_000, Max: 5})
+			done <- result{got, err}
+		}()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, _, n, _ := cp.Redirections(); n > before {
+				return
+			}
+			select {
+			case r := <-done:
+				t.Fatalf("the take ended during the migration: %d taken, %v", len(r.got), r.err)
+			case <-time.After(5 * time.Millisecond):
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the take never met TRYAGAIN")
+			}
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("take across the migration: %v", r.err)
+	}
+	var got []string
+	for _, tk := range r.got {
+		if tk.PID == "" {
+			t.Errorf("task %s buried: %s", tk.ID, tk.Reason)
+		}
+		got = append(got, tk.ID+"="+string(tk.Payload))
+	}
+	if fmt.Sprint(got) != "[a=a b=b c=c d=d e=e]" {
+		t.Errorf("taken %v, want every task in order", got)
+	}
+}
+
+func cutPort(addr string) (string, string, bool) {
+	for i := len(addr) - 1; i >= 0; i-- {
+		if addr[i] == ':' {
+			return addr[:i], addr[i+1:], true
+		}
+	}
+	return addr, "", false
+}

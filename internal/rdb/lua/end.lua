@@ -32,7 +32,8 @@
 -- ARGV[9..13] take again, after the ends, as the take script would: most
 --   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
 --   Redis time; nothing is taken at or past it), max crashes, mode ('0'
---   task, '1' stage, '2' child queue)
+--   task, '1' stage, '2' child queue; a trailing 'm' on a Redis Cluster:
+--   see take)
 -- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
 --   ask (done | retry | dead | back), retry delay ms, error text, result;
@@ -221,7 +222,9 @@ for channel, n in pairs(woken) do
 end
 local taken = {}
 if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
+  -- During a slot migration the take may find a task hash moved: then it
+  -- takes nothing (the ends above stay applied).
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
-    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx)
+    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
 end
 return {out, taken}
