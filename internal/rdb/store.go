@@ -65,7 +65,7 @@ type Store struct {
 	keys   Keys
 	pool   ConnGetter
 	router Router
-	tagged bool // the pool routes by tag (a Redis Cluster, maybe)
+	tagged bool         // the pool routes by tag (a Redis Cluster, maybe)
 	mode   atomic.Int32 // modeFunctions until the server or user says no
 }
 
