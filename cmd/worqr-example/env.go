@@ -277,7 +277,10 @@ func (c *common) where() string {
 	if c.cluster != "" {
 		out := make([]string, 0, len(c.seeds()))
 		for _, s := range c.seeds() {
-			out = append(out, redacted(s))
+			if strings.Contains(s, "://") {
+				s = redacted(s)
+			}
+			out = append(out, s)
 		}
 		return "the Redis Cluster at " + strings.Join(out, ",")
 	}
