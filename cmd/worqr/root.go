@@ -49,7 +49,7 @@ type app struct {
 	redisURL  string
 	namespace string
 
-	pool   interface {
+	pool interface {
 		worqr.ConnGetter
 		Close() error
 	}
