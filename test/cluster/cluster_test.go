@@ -609,3 +609,52 @@ func cutPort(addr string) (string, string, bool) {
 	}
 	return addr, "", false
 }
+
+// TestListenAcrossNodes subscribes one connection (on the node of its first
+// channel's tag, as a worker does) to the wake channels of queues served by
+// every master: a wake-up published by an enqueue on any master reaches it.
+func TestListenAcrossNodes(t *testing.T) {
+	pool := needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	ns := redistest.Namespace()
+	st := rdb.NewStore(pool, ns)
+	queues := spread(t, "wake-")
+	var channels []string
+	for _, q := range queues {
+		channels = append(channels, st.Queue(rdb.Standalone(q)).WakeChannel)
+	}
+	ready := make(chan struct{})
+	got := make(chan string, 16)
+	lctx, stop := context.WithCancel(ctx)
+	listened := make(chan error, 1)
+	go func() {
+		listened <- st.Listen(lctx, channels, func() { close(ready) }, func(ch string, _ []byte) { got <- ch })
+	}()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		t.Fatal("the subscription was never confirmed")
+	}
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, q := range queues {
+		if _, err := client.Enqueue(ctx, q, []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case ch := <-got:
+			if ch != channels[i] {
+				t.Errorf("wake-up on %s, want %s", ch, channels[i])
+			}
+		case <-ctx.Done():
+			t.Fatalf("no wake-up for %s (served by %s)", q, ownerOf(t, q))
+		}
+	}
+	stop()
+	if err := <-listened; err != nil {
+		t.Errorf("Listen: %v", err)
+	}
+}
