@@ -174,7 +174,17 @@ func (c *common) check(redisRequired bool) error {
 			return usagef("the demo runs on one Redis (%s, or an embedded one), not on a cluster: unset %s", envRedisURL, envRedisCluster)
 		}
 		if c.redisURL != "" {
-			return usagef("set %s or %s, not both", c.source("redis-url", envRedisURL), c.source("redis-cluster", envRedisCluster))
+			// A flag wins over a variable; two flags or two variables clash.
+			u, cl := c.source("redis-url", envRedisURL), c.source("redis-cluster", envRedisCluster)
+			switch {
+			case u == "--redis-url" && cl == envRedisCluster:
+				c.cluster = ""
+				return c.check(redisRequired)
+			case cl == "--redis-cluster" && u == envRedisURL:
+				c.redisURL = ""
+			default:
+				return usagef("set %s or %s, not both", u, cl)
+			}
 		}
 		for _, seed := range c.seeds() {
 			if strings.Contains(seed, "://") {

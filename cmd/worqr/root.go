@@ -164,11 +164,14 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		a.redisURL = getenv(envRedisURL)
 	}
 	cluster := getenv(envCluster)
+	if f := cmd.Flags().Lookup("redis-url"); f != nil && f.Changed {
+		cluster = "" // the flag wins over the variables
+	}
 	if a.redisURL != "" && cluster != "" {
-		return usagef("set %s or %s, not both", source(cmd, "redis-url", envRedisURL, getenv), envCluster)
+		return usagef("set %s or %s, not both", envRedisURL, envCluster)
 	}
 	if a.redisURL == "" && cluster == "" {
-		return usagef("--redis-url is required (or set %s, or %s for a Redis Cluster), for example redis://localhost:6379/0", envRedisURL, envCluster)
+		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0; for a Redis Cluster set %s", envRedisURL, envCluster)
 	}
 	if cluster == "" {
 		if err := checkRedisURL(a.redisURL); err != nil {
