@@ -199,7 +199,7 @@ func TestMovedIsFollowed(t *testing.T) {
 	seen := follows(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tag, slot, from := tagOn(t, "moved-", func(string) bool { return true })
+	tag, slot, from := tagOn(t, redistest.Namespace()+"-moved-", func(string) bool { return true })
 	key := "{" + tag + "}:k"
 	if _, err := doTag(ctx, p, tag, "SET", key, "before"); err != nil {
 		t.Fatal(err)
@@ -256,7 +256,7 @@ func TestAskIsFollowed(t *testing.T) {
 	seen := follows(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tag, slot, from := tagOn(t, "ask-", func(string) bool { return true })
+	tag, slot, from := tagOn(t, redistest.Namespace()+"-ask-", func(string) bool { return true })
 	to := otherThan(from)
 	old := "{" + tag + "}:old"
 	if _, err := doTag(ctx, p, tag, "SET", old, "1"); err != nil {
@@ -301,7 +301,7 @@ func TestTryAgainIsRetried(t *testing.T) {
 	seen := follows(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	tag, slot, from := tagOn(t, "try-", func(string) bool { return true })
+	tag, slot, from := tagOn(t, redistest.Namespace()+"-try-", func(string) bool { return true })
 	to := otherThan(from)
 	k1, k2 := "{"+tag+"}:1", "{"+tag+"}:2"
 	if _, err := doTag(ctx, p, tag, "MSET", k1, "a", k2, "b"); err != nil {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,11 +46,28 @@ func StartCluster(masters int) (*Cluster, error) {
 			cl.Stop()
 			return nil, err
 		}
-		s, err := start(dir, []string{"--cluster-enabled", "yes",
-			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000"}, false)
-		if err != nil {
-			cl.Stop()
-			return nil, err
+		// The bus port is chosen too: by default it is the port + 10000,
+		// out of range for a free port above 55535.
+		var s *Server
+		for attempt := 0; ; attempt++ {
+			bus, err := freePort()
+			if err != nil {
+				cl.Stop()
+				return nil, err
+			}
+			s, err = start(dir, []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+				"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000"}, false)
+			if err == nil {
+				break
+			}
+			if attempt == 3 { // a port taken between its choice and its use
+				cl.Stop()
+				return nil, err
+			}
+			if dir, err = os.MkdirTemp("", "worqr-cluster-"); err != nil {
+				cl.Stop()
+				return nil, err
+			}
 		}
 		cl.Nodes = append(cl.Nodes, s)
 	}

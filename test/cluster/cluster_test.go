@@ -83,8 +83,9 @@ func spread(t *testing.T, prefix string) []string {
 
 // tally counts handled payloads per queue.
 type tally struct {
-	mu   sync.Mutex
-	seen map[string]int // "queue/payload" -> runs
+	mu       sync.Mutex
+	seen     map[string]int // "queue/payload" -> runs
+	doomedOK bool
 }
 
 func (ta *tally) add(queue string, payload []byte) {
@@ -106,6 +107,18 @@ func (ta *tally) count(prefix string) (distinct, runs int) {
 		}
 	}
 	return distinct, runs
+}
+
+// poll polls cond until it holds or d passes, and reports whether it held.
+func poll(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // waitFor polls cond until it holds or d passes.
@@ -265,10 +278,22 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}()
 
 	for _, q := range queues {
-		waitFor(t, 20*time.Second, "queue "+q+" drained", func() bool {
+		if !poll(20*time.Second, func() bool {
 			d, _ := ta.count(q + "/")
 			return d == 43 // 40 + fail-once + later + unique
-		})
+		}) {
+			ta.mu.Lock()
+			var missing []string
+			for _, p := range []string{"fail-once", "later", "unique"} {
+				if ta.seen[q+"/"+p] == 0 {
+					missing = append(missing, p)
+				}
+			}
+			ta.mu.Unlock()
+			qi, err := client.Len(ctx, q)
+			d, n := ta.count(q + "/")
+			t.Fatalf("queue %s not drained: %d distinct ran (%d runs), want 43; missing %v; waiting %d (%v)", q, d, n, missing, qi, err)
+		}
 	}
 	for _, q := range queues {
 		if d, n := ta.count(q + "/"); n != d {
@@ -366,21 +391,17 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}
 }
 
-var doomedPass struct {
-	sync.Mutex
-	ok bool
-}
-
+// doomedMayPass says whether the task "doomed" may succeed now.
 func (ta *tally) doomedMayPass() bool {
-	doomedPass.Lock()
-	defer doomedPass.Unlock()
-	return doomedPass.ok
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	return ta.doomedOK
 }
 
 func (ta *tally) passDoomed() {
-	doomedPass.Lock()
-	defer doomedPass.Unlock()
-	doomedPass.ok = true
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	ta.doomedOK = true
 }
 
 // TestSlotMovesWhileWorking moves the slot of a busy queue's tag and the
