@@ -103,8 +103,13 @@ func isSubscribe(cmd string) bool {
 	return false
 }
 
-// notice updates the slot map on a MOVED reply read without a retry.
+// notice updates the slot map on a MOVED reply read without a retry, and
+// reads it again after a connection error (the node may be gone).
 func (c *Conn) notice(err error) {
+	if err != nil && !isReply(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		c.p.refreshSoon()
+		return
+	}
 	if rd := parseRedirect(err, c.addr); rd.kind == movedRedirect {
 		c.p.moved(rd.slot, rd.addr)
 	}
@@ -214,6 +219,9 @@ func (c *Conn) exec(ctx context.Context, cmd string, args []any, call callFn) (a
 		r, err := call(c.c, cmd, args)
 		rd := parseRedirect(err, c.addr)
 		if rd.kind == noRedirect {
+			if err != nil && !isReply(err) {
+				c.notice(err)
+			}
 			return r, err
 		}
 		if rt == nil {
@@ -316,6 +324,7 @@ func (c *Conn) Pipeline(ctx context.Context, names []string, args [][]any) ([]an
 	for {
 		out, err := c.pipelineOnce(ctx, names, args, asking)
 		if err != nil {
+			c.notice(err)
 			return nil, err
 		}
 		rd, all := pipelineRedirect(names, out, c.addr)

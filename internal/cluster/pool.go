@@ -446,6 +446,7 @@ func (p *Pool) get(ctx context.Context, slot int) (redis.Conn, error) {
 	}
 	c, err := p.dial(ctx, addr)
 	if err != nil {
+		p.refreshSoon() // the node may be gone (a failover): read the map again
 		return nil, err
 	}
 	return &Conn{p: p, slot: slot, addr: addr, c: c}, nil
