@@ -118,7 +118,7 @@ func runDemo(ctx context.Context, args []string, io stdio) error {
 	}
 	d.pool = pool
 	defer d.pool.Close()
-	if err := ping(ctx, d.pool, d.ns, url); err != nil {
+	if err := ping(ctx, d.pool, d.ns, redacted(url)); err != nil {
 		return err
 	}
 	if d.real {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/url"
 	"os"
 	"strings"
@@ -23,6 +24,7 @@ import (
 // The environment variables the binary reads. .example.env lists them too.
 const (
 	envRedisURL          = "WORQR_REDIS_URL"
+	envRedisCluster      = "WORQR_REDIS_CLUSTER"
 	envNamespace         = "WORQR_NAMESPACE"
 	envHeartbeatInterval = "WORQR_HEARTBEAT_INTERVAL"
 	envHeartbeatTTL      = "WORQR_HEARTBEAT_TTL"
@@ -55,6 +57,7 @@ func envHelp(redisRequired, timings bool) string {
 	} else {
 		fmt.Fprintf(&b, "  %-25s Redis URL; when unset the demo uses an embedded in-process Redis\n", envRedisURL)
 	}
+	fmt.Fprintf(&b, "  %-25s Redis Cluster seeds, host:port,host:port (or redis[s]://[user:password@]host:port; the first URL's user, password and TLS apply to every node): use the cluster instead of %s%s\n", envRedisCluster, envRedisURL, map[bool]string{true: "", false: " (not for the demo)"}[redisRequired])
 	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, worqr.DefaultNamespace)
 	if timings {
 		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, worqr.DefaultHeartbeatInterval)
@@ -133,6 +136,7 @@ type common struct {
 	fs        *flag.FlagSet
 	getenv    func(string) string
 	redisURL  string
+	cluster   string // comma-separated seeds: a Redis Cluster instead of redisURL
 	namespace string
 }
 
@@ -140,6 +144,8 @@ func (c *common) register(fs *flag.FlagSet, getenv func(string) string, namespac
 	c.fs, c.getenv = fs, getenv
 	fs.StringVar(&c.redisURL, "redis-url", getenv(envRedisURL),
 		"Redis URL, redis[s]://[user:password@]host[:port][/db] (env "+envRedisURL+")")
+	fs.StringVar(&c.cluster, "redis-cluster", getenv(envRedisCluster),
+		"Redis Cluster seeds, host:port,host:port or redis[s]:// URLs, instead of --redis-url (env "+envRedisCluster+")")
 	if namespace {
 		ns := getenv(envNamespace)
 		if ns == "" {
@@ -163,7 +169,36 @@ func (c *common) source(name, env string) string {
 // check validates the shared flags; redis says whether --redis-url is
 // required.
 func (c *common) check(redisRequired bool) error {
-	if c.redisURL == "" {
+	if c.cluster != "" {
+		if !redisRequired {
+			return usagef("the demo runs on one Redis (%s, or an embedded one), not on a cluster: unset %s", envRedisURL, envRedisCluster)
+		}
+		if c.redisURL != "" {
+			// A flag wins over a variable; two flags or two variables clash.
+			u, cl := c.source("redis-url", envRedisURL), c.source("redis-cluster", envRedisCluster)
+			switch {
+			case u == "--redis-url" && cl == envRedisCluster:
+				c.cluster = ""
+				return c.check(redisRequired)
+			case cl == "--redis-cluster" && u == envRedisURL:
+				c.redisURL = ""
+			default:
+				return usagef("set %s or %s, not both", u, cl)
+			}
+		}
+		for _, seed := range c.seeds() {
+			if strings.Contains(seed, "://") {
+				if err := checkRedisURL(seed); err != nil {
+					return usagef("%s: %v", c.source("redis-cluster", envRedisCluster), err)
+				}
+			} else if _, _, err := net.SplitHostPort(seed); err != nil {
+				return usagef("%s: seed %q: want host:port", c.source("redis-cluster", envRedisCluster), seed)
+			}
+		}
+		if len(c.seeds()) == 0 {
+			return usagef("%s: no seed address", c.source("redis-cluster", envRedisCluster))
+		}
+	} else if c.redisURL == "" {
 		if redisRequired {
 			return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0", envRedisURL)
 		}
@@ -236,11 +271,59 @@ func newPool(rawURL string, o *worqr.PoolOptions) (*redis.Pool, error) {
 	return p, nil
 }
 
+// seeds returns the cluster seeds, without blanks.
+func (c *common) seeds() []string {
+	var out []string
+	for _, s := range strings.Split(c.cluster, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// where names the Redis the command uses, without its password.
+func (c *common) where() string {
+	if c.cluster != "" {
+		out := make([]string, 0, len(c.seeds()))
+		for _, s := range c.seeds() {
+			if strings.Contains(s, "://") {
+				s = redacted(s)
+			}
+			out = append(out, s)
+		}
+		return "the Redis Cluster at " + strings.Join(out, ",")
+	}
+	return redacted(c.redisURL)
+}
+
+// openPool returns the connection source of the command: a cluster pool
+// (which reads the topology, so it dials) when --redis-cluster is set, else
+// a pool for --redis-url (which dials nothing yet). The caller closes it.
+func (c *common) openPool() (worqr.ConnGetter, func(), error) {
+	if c.cluster != "" {
+		p, err := worqr.NewClusterPool(c.seeds(), c.poolOptions())
+		if err != nil {
+			var ie *worqr.InvalidError
+			if errors.As(err, &ie) {
+				return nil, nil, usagef("%s: %s", c.source("redis-cluster", envRedisCluster), ie.Rule)
+			}
+			return nil, nil, fmt.Errorf("cannot reach %s: %w", c.where(), err)
+		}
+		return p, func() { p.Close() }, nil
+	}
+	p, err := newPool(c.redisURL, c.poolOptions())
+	if err != nil {
+		return nil, nil, err
+	}
+	return p, func() { p.Close() }, nil
+}
+
 // conn is what the client subcommands share: the logger, a pool that
 // answered a PING, and a client on it.
 type conn struct {
 	log    *slog.Logger
-	pool   *redis.Pool
+	pool   worqr.ConnGetter
 	client *worqr.Client
 	close  func()
 }
@@ -252,15 +335,15 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	pool, err := newPool(c.redisURL, c.poolOptions())
+	pool, closePool, err := c.openPool()
 	if err != nil {
 		return nil, err
 	}
 	done := func() {
-		pool.Close()
+		closePool()
 		zl.Sync() //nolint:errcheck // stderr
 	}
-	if err := ping(ctx, pool, c.namespace, c.redisURL); err != nil {
+	if err := ping(ctx, pool, c.namespace, c.where()); err != nil {
 		done()
 		return nil, err
 	}
@@ -274,7 +357,7 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 
 // ping checks that Redis answers, so that a wrong URL fails at once with a
 // clear message.
-func ping(ctx context.Context, pool *redis.Pool, ns, rawURL string) error {
+func ping(ctx context.Context, pool worqr.ConnGetter, ns, where string) error {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
@@ -282,7 +365,7 @@ func ping(ctx context.Context, pool *redis.Pool, ns, rawURL string) error {
 		err = in.Ping(ctx)
 	}
 	if err != nil {
-		return fmt.Errorf("cannot reach Redis at %s: %w", redacted(rawURL), err)
+		return fmt.Errorf("cannot reach Redis at %s: %w", where, err)
 	}
 	return nil
 }

@@ -183,11 +183,11 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		})}
 	}
 	tm.apply(&cfg)
-	pool, err := newPool(c.redisURL, c.poolOptions()) // dials nothing yet
+	pool, closePool, err := c.openPool() // a URL's pool dials nothing yet
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
+	defer closePool()
 	w, err := worqr.NewWorker(pool, &cfg)
 	if err != nil {
 		return workerConfigError(err)
@@ -195,7 +195,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 
 	sigCtx, stopSignals := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
-	if err := ping(sigCtx, pool, c.namespace, c.redisURL); err != nil {
+	if err := ping(sigCtx, pool, c.namespace, c.where()); err != nil {
 		return err
 	}
 	// The worker's life is not sigCtx: a Worker whose Start context ends

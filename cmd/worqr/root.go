@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -20,6 +19,7 @@ import (
 // The environment variables the CLI reads (.example.env lists them too).
 const (
 	envRedisURL  = "WORQR_REDIS_URL"
+	envCluster   = "WORQR_REDIS_CLUSTER"
 	envNamespace = "WORQR_NAMESPACE"
 	envTLSCA     = "WORQR_TLS_CA_FILE"
 	envTLSCert   = "WORQR_TLS_CERT_FILE"
@@ -28,7 +28,11 @@ const (
 )
 
 const envHelp = `Environment (flags win; an empty value means unset):
-  WORQR_REDIS_URL      Redis URL, redis[s]://[user:password@]host[:port][/db] (required)
+  WORQR_REDIS_URL      Redis URL, redis[s]://[user:password@]host[:port][/db] (required
+                       unless WORQR_REDIS_CLUSTER is set)
+  WORQR_REDIS_CLUSTER  Redis Cluster seeds instead: host:port,host:port, or
+                       redis[s]://[user:password@]host:port URLs (the first one's user,
+                       password and TLS apply to every node)
   WORQR_NAMESPACE      key prefix of every Redis key (default "worqr")
   WORQR_TLS_CA_FILE    PEM file of the CAs that sign the server's certificate (rediss:// only)
   WORQR_TLS_CERT_FILE  PEM client certificate, for servers that require one (rediss:// only)
@@ -45,7 +49,10 @@ type app struct {
 	redisURL  string
 	namespace string
 
-	pool   *redis.Pool
+	pool interface {
+		worqr.ConnGetter
+		Close() error
+	}
 	in     *worqr.Inspector
 	client *worqr.Client
 }
@@ -157,11 +164,20 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if a.redisURL == "" {
 		a.redisURL = getenv(envRedisURL)
 	}
-	if a.redisURL == "" {
-		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0", envRedisURL)
+	cluster := getenv(envCluster)
+	if f := cmd.Flags().Lookup("redis-url"); f != nil && f.Changed {
+		cluster = "" // the flag wins over the variables
 	}
-	if err := checkRedisURL(a.redisURL); err != nil {
-		return usagef("%s: %v", source(cmd, "redis-url", envRedisURL, getenv), err)
+	if a.redisURL != "" && cluster != "" {
+		return usagef("set %s or %s, not both", envRedisURL, envCluster)
+	}
+	if a.redisURL == "" && cluster == "" {
+		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0; for a Redis Cluster set %s", envRedisURL, envCluster)
+	}
+	if cluster == "" {
+		if err := checkRedisURL(a.redisURL); err != nil {
+			return usagef("%s: %v", source(cmd, "redis-url", envRedisURL, getenv), err)
+		}
 	}
 	if err := worqr.CheckQueueName(a.namespace); err != nil {
 		return usagef("%s %s", source(cmd, "namespace", envNamespace, getenv), ruleOf(err))
@@ -170,10 +186,40 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	pool, err := worqr.NewPool(a.redisURL, &worqr.PoolOptions{
-		CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: 4})
-	if err != nil {
-		return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
+	opts := &worqr.PoolOptions{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: 4}
+	var pool interface {
+		worqr.ConnGetter
+		Close() error
+	}
+	where := redacted(a.redisURL)
+	if cluster != "" {
+		var seeds, shown []string
+		for _, s := range strings.Split(cluster, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				seeds = append(seeds, s)
+				if strings.Contains(s, "://") {
+					shown = append(shown, redacted(s))
+				} else {
+					shown = append(shown, s)
+				}
+			}
+		}
+		where = "the Redis Cluster at " + strings.Join(shown, ",")
+		cp, err := worqr.NewClusterPool(seeds, opts)
+		if err != nil {
+			var ie *worqr.InvalidError
+			if errors.As(err, &ie) {
+				return usagef("%s: %s", envCluster, ie.Rule)
+			}
+			return &runError{fmt.Errorf("cannot reach %s: %w", where, err)}
+		}
+		pool = cp
+	} else {
+		p, err := worqr.NewPool(a.redisURL, opts)
+		if err != nil {
+			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
+		}
+		pool = p
 	}
 	cfg := &worqr.Config{Namespace: a.namespace, Logger: logger}
 	in, err := worqr.NewInspector(pool, cfg)
@@ -190,7 +236,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	defer cancel()
 	if err := in.Ping(pctx); err != nil {
 		pool.Close()
-		return &runError{fmt.Errorf("cannot reach Redis at %s: %w", redacted(a.redisURL), err)}
+		return &runError{fmt.Errorf("cannot reach Redis at %s: %w", where, err)}
 	}
 	a.pool, a.in, a.client = pool, in, client
 	return nil

@@ -9,12 +9,13 @@ import (
 
 const pubsubPing = 2 * time.Second
 
-// Listen opens a connection and subscribes it to channels (all of one hash
-// tag's node on a single Redis; a cluster router gives each tag its own),
-// then calls onMessage for each message until ctx ends (it then returns nil)
+// Listen opens a connection and subscribes it to channels, then calls
+// onMessage for each message until ctx ends (it then returns nil)
 // or the connection fails (it returns the error). onReady runs once every
 // subscription is confirmed. It pings every pubsubPing so that a silently
-// dead connection is noticed within three pings.
+// dead connection is noticed within three pings. The connection is the one
+// of the first channel's tag: on a Redis Cluster plain pub/sub is broadcast
+// to every node, so it hears the channels of every tag.
 func (s *Store) Listen(ctx context.Context, channels []string, onReady func(), onMessage func(channel string, data []byte)) error {
 	if len(channels) == 0 {
 		return nil

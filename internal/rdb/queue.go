@@ -66,9 +66,12 @@ func optInt(v int64) string {
 }
 
 func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) []any {
-	args := make([]any, 0, 14+3*len(ids))
+	args := make([]any, 0, 15+3*len(ids))
 	idem := a.IDLockTTL > 0 && len(ids) == 1
 	nkeys := 2 + len(ids)
+	if a.UniqueKey != "" {
+		nkeys++
+	}
 	if idem {
 		nkeys++
 	}
@@ -76,14 +79,15 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) [
 	for _, id := range ids {
 		args = append(args, q.Task(id))
 	}
-	flag := ""
-	if idem {
-		args = append(args, q.IDPrefix+ids[0])
-		flag = "1"
-	}
 	unique := ""
 	if a.UniqueKey != "" {
-		unique = q.UniquePrefix + a.UniqueKey
+		args = append(args, q.UniquePrefix+a.UniqueKey) // declared: a cluster checks its slot
+		unique = "1"
+	}
+	flag := ""
+	if idem {
+		args = append(args, q.IDPrefix+ids[0]) // declared, last
+		flag = "1"
 	}
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest)
@@ -261,15 +265,22 @@ type TakeArgs struct {
 	Child bool
 }
 
-// mode is how the take scripts are told the kind of queue.
-func (a TakeArgs) mode() string {
+// mode is how the take scripts are told the kind of queue; safe (a store
+// that routes by tag, so maybe a Redis Cluster) adds "m": the take reads
+// every task hash before it writes anything, so that a slot migration
+// caught half way changes nothing (the script answers TRYAGAIN).
+func (a TakeArgs) mode(safe bool) string {
+	m := "0"
 	switch {
 	case a.Stage:
-		return "1"
+		m = "1"
 	case a.Child:
-		return "2"
+		m = "2"
 	}
-	return "0"
+	if safe {
+		m += "m"
+	}
+	return m
 }
 
 // Take pops up to a.Max (at most MaxTake) ids from the front of the queue
@@ -278,7 +289,7 @@ func (a TakeArgs) mode() string {
 func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
 	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
 		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
-		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(),
+		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
@@ -432,7 +443,7 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 	args := make([]any, 0, 14+10*len(es))
 	args = append(args, q.TaskPrefix, q.WakeChannel)
 	args = append(args, q.prefixes()...)
-	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode())
+	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(s.tagged))
 	for _, e := range es {
 		keys = append(keys, q.WorkerQueue(e.Worker), q.Task(e.ID))
 		if e.Kind == KindChild {
@@ -461,6 +472,26 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 			}
 		}
 		args[mark] = len(args) - mark - 1
+	}
+	// The keys a stage's end writes by name (the next stage's queue, each
+	// child's hash and queue) are declared after every taking's keys, so
+	// that a cluster checks them before the script runs; the script reaches
+	// them from the tag's prefixes.
+	for _, e := range es {
+		if e.Kind != KindStage || e.Stage == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		if e.Stage.Next != "" && len(e.Stage.Children) == 0 {
+			keys = append(keys, q.QueuePrefix+e.Stage.Next)
+		}
+		for _, ch := range e.Stage.Children {
+			keys = append(keys, q.Task(ch.ID))
+			if !seen[ch.Queue] {
+				seen[ch.Queue] = true
+				keys = append(keys, q.QueuePrefix+ch.Queue)
+			}
+		}
 	}
 	all := make([]any, 0, 1+len(keys)+len(args))
 	all = append(all, len(keys))
@@ -598,8 +629,12 @@ const (
 
 // DeadIDs applies op to the given dead ids and returns how many were dead.
 func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, error) {
-	args := make([]any, 0, 7+len(ids))
-	args = append(args, q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
+	args := make([]any, 0, 8+2*len(ids))
+	args = append(args, 2+len(ids), q.Dead, q.Waiting)
+	for _, id := range ids {
+		args = append(args, q.Task(id)) // declared: a cluster checks them
+	}
+	args = append(args, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "ids")
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -612,7 +647,7 @@ func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (
 	if n < 1 {
 		return 0, nil
 	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript,
+	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, 2,
 		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
 }
 

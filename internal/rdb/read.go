@@ -263,37 +263,67 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 }
 
 // DeleteNamespace deletes every key of the namespace, SCANning 1,000 at a
-// time (one DEL per batch), and returns how many it deleted. On a single
-// Redis; a cluster router would run it on every master.
+// time (one DEL per batch), and returns how many it deleted. On a Redis
+// Cluster (a pool that implements EachMaster) it scans every master and
+// deletes each batch one hash tag at a time.
 func (s *Store) DeleteNamespace(ctx context.Context) (int, error) {
 	deleted := 0
+	if em, ok := s.pool.(EachMaster); ok {
+		err := em.EachMaster(ctx, func(c redis.Conn) error {
+			n, err := s.deleteNamespaceOn(ctx, c, true)
+			deleted += n
+			return err
+		})
+		return deleted, err
+	}
 	err := s.withConn(ctx, RegistryTag, func(c redis.Conn) error {
-		cursor := "0"
-		for {
-			v, err := redis.Values(do(ctx, c, "SCAN", cursor, "MATCH", s.keys.Namespace()+":*", "COUNT", BulkChunk))
-			if err != nil {
-				return err
-			}
-			if len(v) != 2 {
-				return fmt.Errorf("rdb: SCAN: reply of %d values", len(v))
-			}
-			cursor, _ = redis.String(v[0], nil)
-			keys, _ := redis.Strings(v[1], nil)
-			if len(keys) > 0 {
-				args := make([]any, len(keys))
-				for i, k := range keys {
-					args[i] = k
-				}
-				n, err := redis.Int(do(ctx, c, "DEL", args...))
-				if err != nil {
-					return err
-				}
-				deleted += n
-			}
-			if cursor == "0" {
-				return nil
-			}
-		}
+		n, err := s.deleteNamespaceOn(ctx, c, false)
+		deleted = n
+		return err
 	})
 	return deleted, err
+}
+
+// EachMaster is a pool of several masters (a Redis Cluster client): it
+// calls f with a connection to each master in turn.
+type EachMaster interface {
+	EachMaster(ctx context.Context, f func(c redis.Conn) error) error
+}
+
+func (s *Store) deleteNamespaceOn(ctx context.Context, c redis.Conn, perTag bool) (int, error) {
+	deleted := 0
+	cursor := "0"
+	for {
+		v, err := redis.Values(do(ctx, c, "SCAN", cursor, "MATCH", s.keys.Namespace()+":*", "COUNT", BulkChunk))
+		if err != nil {
+			return deleted, err
+		}
+		if len(v) != 2 {
+			return deleted, fmt.Errorf("rdb: SCAN: reply of %d values", len(v))
+		}
+		cursor, _ = redis.String(v[0], nil)
+		keys, _ := redis.Strings(v[1], nil)
+		groups := map[string][]any{}
+		var order []string
+		for _, k := range keys {
+			tag := ""
+			if perTag {
+				tag = HashTag(k)
+			}
+			if _, ok := groups[tag]; !ok {
+				order = append(order, tag)
+			}
+			groups[tag] = append(groups[tag], k)
+		}
+		for _, tag := range order {
+			n, err := redis.Int(do(ctx, c, "DEL", groups[tag]...))
+			if err != nil {
+				return deleted, err
+			}
+			deleted += n
+		}
+		if cursor == "0" {
+			return deleted, nil
+		}
+	}
 }

@@ -59,15 +59,21 @@ func (s *Store) Beat(ctx context.Context, w string, ttlMillis int64) (alive bool
 // Deregister deletes worker w's keepalive and description and removes it
 // from the workers, in one transaction.
 func (s *Store) Deregister(ctx context.Context, w string) error {
-	return s.withConn(ctx, RegistryTag, func(c redis.Conn) error {
-		if err := c.Send("MULTI"); err != nil {
-			return err
-		}
-		_ = c.Send("DEL", s.keys.Keepalive(w), s.keys.WorkerInfo(w))
-		_ = c.Send("SREM", s.keys.Workers(), w)
-		_, err := do(ctx, c, "EXEC")
-		return err
+	rs, err := s.pipeline(ctx, RegistryTag, []command{
+		cmdOf("MULTI"),
+		cmdOf("DEL", s.keys.Keepalive(w), s.keys.WorkerInfo(w)),
+		cmdOf("SREM", s.keys.Workers(), w),
+		cmdOf("EXEC"),
 	})
+	if err != nil {
+		return err
+	}
+	for _, r := range rs {
+		if e, ok := r.(redis.Error); ok {
+			return e
+		}
+	}
+	return nil
 }
 
 // Workers returns the registered worker ids, alive or not yet reaped.

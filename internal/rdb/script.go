@@ -222,7 +222,7 @@ var (
 	cancelScript    = load("cancel", 5)
 	registerScript  = load("register", 4)
 	moveScript      = load("move", 4)
-	deadScript      = load("dead", 2)
+	deadScript      = load("dead", -1)
 	bulkScript      = load("bulk", 4)
 	flowStartScript = load("flow_start", -1)
 	runCancelScript = load("run_cancel", 1)

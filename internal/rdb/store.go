@@ -63,13 +63,16 @@ const RegistryTag = "reg"
 // and holds no connection between calls.
 type Store struct {
 	keys   Keys
+	pool   ConnGetter
 	router Router
+	tagged bool         // the pool routes by tag (a Redis Cluster, maybe)
 	mode   atomic.Int32 // modeFunctions until the server or user says no
 }
 
 // NewStore returns the store of namespace ns on pool.
 func NewStore(pool ConnGetter, ns string) *Store {
-	return &Store{keys: NewKeys(ns), router: RouterFor(pool)}
+	_, tagged := pool.(TagConnGetter)
+	return &Store{keys: NewKeys(ns), pool: pool, router: RouterFor(pool), tagged: tagged}
 }
 
 // Queue returns the keys of queue q.
@@ -112,6 +115,14 @@ func (s *Store) pipeline(ctx context.Context, tag string, cmds []command) ([]any
 		return nil, err
 	}
 	defer c.Close()
+	if pc, ok := c.(Pipeliner); ok {
+		names := make([]string, len(cmds))
+		args := make([][]any, len(cmds))
+		for i, cm := range cmds {
+			names[i], args[i] = cm.name, cm.args
+		}
+		return pc.Pipeline(ctx, names, args)
+	}
 	for _, cm := range cmds {
 		if err := c.Send(cm.name, cm.args...); err != nil {
 			return nil, err
@@ -133,6 +144,14 @@ func (s *Store) pipeline(ctx context.Context, tag string, cmds []command) ([]any
 		out[i] = r
 	}
 	return out, nil
+}
+
+// Pipeliner is a connection that runs a pipeline itself: a Redis Cluster
+// connection sends the whole pipeline again to the right node when the node
+// it reached refused every command with a redirection (nothing ran). It
+// returns the replies in order, a Redis error reply in its slot.
+type Pipeliner interface {
+	Pipeline(ctx context.Context, names []string, args [][]any) ([]any, error)
 }
 
 type command struct {

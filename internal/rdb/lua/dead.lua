@@ -3,6 +3,9 @@
 -- dead: requeue or delete tasks of a queue's dead set.
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
+-- KEYS[3..] <ns>:{T}:t:<id>           (hash) with "ids": each task, declared
+--         (the script reaches them from ARGV[2]); with "oldest" the ids are
+--         read here and their hashes cannot be declared
 -- ARGV[1] "requeue" | "delete"   ARGV[2] task key prefix   ARGV[3] wake channel
 -- ARGV[4] index key prefix of the tag (a requeued flow run is indexed as
 --         running again)

@@ -21,13 +21,19 @@
 -- then per taking, in ARGV order:
 --   <ns>:{T}:wq:<queue>:<w> (hash), <ns>:{T}:t:<id> (hash), and for a child
 --   its run <ns>:{T}:t:<run id> (hash)
+-- then the keys the stage ends write by name, declared so that a cluster
+-- checks them before the script runs (the script reaches them from the
+-- prefixes in ARGV): per stage taking, its next stage's queue
+-- <ns>:{T}:q:<next> when it fans out nothing, else each child's hash
+-- <ns>:{T}:t:<child> and each child queue <ns>:{T}:q:<child queue>
 -- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
 -- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[8] retention ms of ended tasks (0 = delete at once)
 -- ARGV[9..13] take again, after the ends, as the take script would: most
 --   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
 --   Redis time; nothing is taken at or past it), max crashes, mode ('0'
---   task, '1' stage, '2' child queue)
+--   task, '1' stage, '2' child queue; a trailing 'm' on a Redis Cluster:
+--   see take)
 -- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
 --   ask (done | retry | dead | back), retry delay ms, error text, result;
@@ -216,7 +222,9 @@ for channel, n in pairs(woken) do
 end
 local taken = {}
 if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
+  -- During a slot migration the take may find a task hash moved: then it
+  -- takes nothing (the ends above stay applied).
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
-    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx)
+    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
 end
 return {out, taken}

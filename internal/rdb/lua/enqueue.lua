@@ -7,12 +7,13 @@
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
--- KEYS[n+3]    <ns>:{T}:id:<queue>:<id> (string) with ARGV[8] = "1" only: the
---              caller-chosen id's lock, holding the payload's digest
+-- then, when ARGV[4] is "1": <ns>:{T}:u:<queue>:<key> (string) the unique lock
+-- then, when ARGV[8] is "1": <ns>:{T}:id:<queue>:<id> (string) the
+--              caller-chosen id's lock, holding the payload's digest (last)
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
--- ARGV[4] unique key <ns>:{T}:u:<queue>:<key> ("" = none; one task only)
+-- ARGV[4] "1" when a unique lock is declared ("" = none; one task only)
 -- ARGV[5] unique TTL ms
 -- ARGV[6] max attempts override ("" = queue default)
 -- ARGV[7] timeout override in ms ("" = queue default)
@@ -22,24 +23,35 @@
 -- Returns: {n} on success; {-1, holder id} when the unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
--- enqueued before with another payload.
-local idem = ARGV[8] == '1'
+-- enqueued before with another payload. Nothing is written unless the
+-- enqueue succeeds.
 local n = #KEYS - 2
-if idem then
+local first = 11
+local idlock, unique = nil, ''
+if ARGV[8] == '1' then
+  idlock = KEYS[#KEYS]
   n = n - 1
-  local lock = KEYS[#KEYS]
-  if not redis.call('SET', lock, ARGV[10], 'PX', ARGV[9], 'NX') then
-    if redis.call('GET', lock) == ARGV[10] then
+end
+if ARGV[4] ~= '' then
+  unique = KEYS[2 + n]
+  n = n - 1
+end
+if idlock then
+  local prev = redis.call('GET', idlock)
+  if prev then
+    if prev == ARGV[10] then
       return {-2}
     end
     return {-3}
   end
 end
-local first = 11
-if ARGV[4] ~= '' then
-  if not redis.call('SET', ARGV[4], ARGV[first], 'PX', ARGV[5], 'NX') then
-    return {-1, redis.call('GET', ARGV[4])}
+if unique ~= '' then
+  if not redis.call('SET', unique, ARGV[first], 'PX', ARGV[5], 'NX') then
+    return {-1, redis.call('GET', unique)}
   end
+end
+if idlock then
+  redis.call('SET', idlock, ARGV[10], 'PX', ARGV[9])
 end
 local due
 if ARGV[2] ~= '' then
@@ -50,7 +62,7 @@ end
 for i = 1, n do
   local tkey = KEYS[i + 2]
   redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1])
-  if ARGV[4] ~= '' then redis.call('HSET', tkey, F_UNIQUE, ARGV[4]) end
+  if unique ~= '' then redis.call('HSET', tkey, F_UNIQUE, unique) end
   if ARGV[6] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[6]) end
   if ARGV[7] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[7]) end
   if due then

@@ -14,7 +14,9 @@
 -- ARGV[5] "1" for a flow stage queue: the payload slot holds the run's whole
 --         hash (flat field/value array) instead of the payload; "2" for a
 --         flow child queue (a buried child with no data left is counted in
---         the run its id names)
+--         the run its id names); "0" else. A trailing "m" (on a Redis
+--         Cluster) reads every task hash before writing anything, so that a
+--         slot migration caught half way changes nothing (TRYAGAIN)
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
 -- ARGV[11] the worker's deadline (unix ms, Redis time): its keepalive was set
@@ -29,9 +31,17 @@
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
 --    timeout ms (""), parent run id ("" unless a flow child)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
--- Error "WQEXPIRED ..." when the deadline has passed (nothing changed).
+-- Error "WQEXPIRED ..." when the deadline has passed (nothing changed);
+-- "TRYAGAIN ..." when a popped task's hash is on another node during a
+-- Redis Cluster slot migration (nothing changed).
 if now_ms() >= tonumber(ARGV[11]) then
   return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
 end
-return take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
+local out = take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
   cfg = KEYS[6], tprefix = ARGV[3]}, ARGV[1], ARGV[2], tonumber(ARGV[4]), ARGV[5], prefixes(ARGV, 6))
+if not out then
+  -- The slot is being migrated and some task hashes already moved: the
+  -- cluster client retries TRYAGAIN until the migration ends.
+  return redis.error_reply('TRYAGAIN the queue\'s slot is being migrated: nothing was taken')
+end
+return out

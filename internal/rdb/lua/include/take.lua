@@ -10,20 +10,49 @@
 -- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
 -- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
 -- whole hash), '2' a child queue. maxc: crash limit (0 = none). pfx: the tag's
--- prefixes (see prefixes). Returns the flat reply of take.
+-- prefixes (see prefixes). Returns the flat reply of take, or nil, 'moved'
+-- when, with mode '<n>m', a task hash is on another cluster node (a slot
+-- migration): then nothing changed.
 local function take_tasks(k, w, max, maxc, mode, pfx)
-  local ids = redis.call('LPOP', k.waiting, max)
-  if not ids then
-    return {}
+  -- mode may end with 'm' (the store runs on a Redis Cluster): then every
+  -- task hash is read before anything is written, ids included. During a
+  -- slot migration a hash already moved to the importing node cannot be
+  -- reached from here (the ids are read here, so they could not be
+  -- declared) and Redis does not undo a script's writes: the take then
+  -- reports it (nil, 'moved') having changed nothing.
+  local safe = string.sub(mode, 2, 2) == 'm'
+  mode = string.sub(mode, 1, 1)
+  local ids
+  if safe then
+    ids = redis.call('LRANGE', k.waiting, 0, tonumber(max) - 1)
+    if #ids == 0 then
+      return {}
+    end
+  else
+    ids = redis.call('LPOP', k.waiting, max)
+    if not ids then
+      return {}
+    end
+  end
+  local data = {}
+  for i, id in ipairs(ids) do
+    local t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
+    if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
+      return nil, 'moved'
+    end
+    data[i] = t
+  end
+  if safe then
+    redis.call('LTRIM', k.waiting, #ids, -1)
   end
   local last = redis.call('INCRBY', k.seq, #ids)
   local pid = last - #ids
   local out = {}
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
-  for _, id in ipairs(ids) do
+  for i, id in ipairs(ids) do
     pid = pid + 1
     local tkey = k.tprefix .. id
-    local t = redis.pcall('HMGET', tkey, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
+    local t = data[i]
     local reason
     if type(t) ~= 'table' or t.err then
       reason = fix_type(tkey)

@@ -1,0 +1,479 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Options say how to reach a cluster.
+type Options struct {
+	// Seeds are host:port addresses of some of the cluster's nodes; the
+	// topology is read from the first that answers.
+	Seeds []string
+	// NewPool returns a connection pool to the node at addr (host:port).
+	// The Pool closes it when the node leaves the map or on Close.
+	NewPool func(addr string) *redis.Pool
+	// TLS says the nodes are reached over TLS: their tls-port is used.
+	TLS bool
+	// RefreshInterval is how often the slot map is read again even when no
+	// redirection said it changed. Default 30s; negative: never.
+	RefreshInterval time.Duration
+	// MaxRedirects bounds the MOVED and ASK redirections one command
+	// follows. Default 8.
+	MaxRedirects int
+	// RetryFor bounds how long TRYAGAIN and CLUSTERDOWN are retried for a
+	// call that carries no deadline of its own. Default 2s.
+	RetryFor time.Duration
+}
+
+// Pool is a connection source for a Redis Cluster: GetContextForTag returns
+// a connection to the master serving a hash tag's slot. It is safe for
+// concurrent use.
+type Pool struct {
+	o Options
+
+	mu      sync.RWMutex
+	slots   []string // slot -> master address ("" while unknown)
+	masters []string // sorted
+	pools   map[string]*redis.Pool
+	closed  bool
+
+	refreshMu   sync.Mutex // one refresh at a time
+	lastRefresh time.Time
+	refreshes   int64 // completed topology reads (for tests)
+
+	followed [5]atomic.Int64 // redirections acted on, by kind
+
+	stop chan struct{}
+	wg   sync.WaitGroup
+}
+
+// Redirections returns how many MOVED, ASK, TRYAGAIN and CLUSTERDOWN
+// replies the pool's connections acted on.
+func (p *Pool) Redirections() (moved, ask, tryagain, clusterdown int64) {
+	return p.followed[movedRedirect].Load(), p.followed[askRedirect].Load(),
+		p.followed[tryAgain].Load(), p.followed[clusterDown].Load()
+}
+
+// ErrClosed is returned by a closed Pool.
+var ErrClosed = errors.New("cluster: pool closed")
+
+// New reads the topology from the seeds (bounded by ctx) and returns the
+// pool. It fails when no seed answers CLUSTER SHARDS.
+func New(ctx context.Context, o Options) (*Pool, error) {
+	if len(o.Seeds) == 0 {
+		return nil, errors.New("cluster: no seed address")
+	}
+	if o.NewPool == nil {
+		return nil, errors.New("cluster: Options.NewPool is nil")
+	}
+	if o.RefreshInterval == 0 {
+		o.RefreshInterval = 30 * time.Second
+	}
+	if o.MaxRedirects <= 0 {
+		o.MaxRedirects = 8
+	}
+	if o.RetryFor <= 0 {
+		o.RetryFor = 2 * time.Second
+	}
+	p := &Pool{o: o, slots: make([]string, Slots), pools: map[string]*redis.Pool{}, stop: make(chan struct{})}
+	if err := p.Refresh(ctx); err != nil {
+		p.Close()
+		return nil, err
+	}
+	if o.RefreshInterval > 0 {
+		p.wg.Add(1)
+		go p.refreshLoop()
+	}
+	return p, nil
+}
+
+func (p *Pool) refreshLoop() {
+	defer p.wg.Done()
+	t := time.NewTicker(p.o.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_ = p.Refresh(ctx)
+			cancel()
+		}
+	}
+}
+
+// Close stops the refreshes and closes every node's pool.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	pools := p.pools
+	p.pools = map[string]*redis.Pool{}
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	for _, np := range pools {
+		np.Close()
+	}
+	return nil
+}
+
+// Masters returns the addresses of the masters that serve slots.
+func (p *Pool) Masters() []string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return append([]string(nil), p.masters...)
+}
+
+// Addr returns the address of the master serving slot ("" when unknown).
+func (p *Pool) Addr(slot int) string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.slots[slot]
+}
+
+// Refreshes returns how many times the slot map was read.
+func (p *Pool) Refreshes() int64 {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	return p.refreshes
+}
+
+// Refresh reads the slot map (CLUSTER SHARDS) from a known master or a
+// seed, the first that answers, and installs it.
+func (p *Pool) Refresh(ctx context.Context) error {
+	p.refreshMu.Lock()
+	defer p.refreshMu.Unlock()
+	return p.refreshLocked(ctx)
+}
+
+func (p *Pool) refreshLocked(ctx context.Context) error {
+	cands := p.Masters()
+	rand.Shuffle(len(cands), func(i, j int) { cands[i], cands[j] = cands[j], cands[i] })
+	cands = append(cands, p.o.Seeds...)
+	var errs []error
+	tried := map[string]bool{}
+	for _, addr := range cands {
+		if tried[addr] {
+			continue
+		}
+		tried[addr] = true
+		shards, err := p.readShards(ctx, addr)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
+			if ctx.Err() != nil {
+				break
+			}
+			continue
+		}
+		p.install(shards)
+		p.lastRefresh = time.Now()
+		p.refreshes++
+		return nil
+	}
+	return fmt.Errorf("cluster: no node answered CLUSTER SHARDS: %w", errors.Join(errs...))
+}
+
+// refreshSoon refreshes the map in the background unless a refresh ran in
+// the last 100ms or one is running.
+func (p *Pool) refreshSoon() {
+	if !p.refreshMu.TryLock() {
+		return
+	}
+	if time.Since(p.lastRefresh) < 100*time.Millisecond {
+		p.refreshMu.Unlock()
+		return
+	}
+	p.mu.RLock()
+	closed := p.closed
+	if !closed {
+		p.wg.Add(1)
+	}
+	p.mu.RUnlock()
+	if closed {
+		p.refreshMu.Unlock()
+		return
+	}
+	go func() {
+		defer p.wg.Done()
+		defer p.refreshMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = p.refreshLocked(ctx)
+	}()
+}
+
+type shard struct {
+	ranges []int // start, end, start, end ...
+	addr   string
+}
+
+func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
+	np, err := p.nodePool(addr)
+	if err != nil {
+		return nil, err
+	}
+	c, err := np.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	reply, err := redis.Values(redis.DoContext(c, ctx, "CLUSTER", "SHARDS"))
+	if err != nil {
+		return nil, err
+	}
+	var out []shard
+	for _, r := range reply {
+		m, err := fieldMap(r)
+		if err != nil {
+			return nil, err
+		}
+		ranges, err := redis.Ints(m["slots"], nil)
+		if err != nil || len(ranges)%2 != 0 {
+			return nil, fmt.Errorf("CLUSTER SHARDS: bad slots %v", m["slots"])
+		}
+		if len(ranges) == 0 {
+			continue
+		}
+		nodes, _ := redis.Values(m["nodes"], nil)
+		master := ""
+		for _, n := range nodes {
+			nm, err := fieldMap(n)
+			if err != nil {
+				return nil, err
+			}
+			role, _ := redis.String(nm["role"], nil)
+			health, _ := redis.String(nm["health"], nil)
+			if role != "master" || health == "fail" {
+				continue
+			}
+			host, _ := redis.String(nm["endpoint"], nil)
+			if host == "" || host == "?" {
+				host, _ = redis.String(nm["ip"], nil)
+			}
+			portField := "port"
+			if p.o.TLS {
+				portField = "tls-port"
+			}
+			port, err := redis.Int(nm[portField], nil)
+			if err != nil || host == "" {
+				continue
+			}
+			master = net.JoinHostPort(host, strconv.Itoa(port))
+		}
+		if master == "" {
+			continue // no master is up: CLUSTERDOWN until one is
+		}
+		out = append(out, shard{ranges: ranges, addr: master})
+	}
+	if len(out) == 0 {
+		return nil, errors.New("CLUSTER SHARDS: no master serves a slot")
+	}
+	return out, nil
+}
+
+// fieldMap reads a flat name/value array (RESP2 form of a map).
+func fieldMap(v any) (map[string]any, error) {
+	vals, err := redis.Values(v, nil)
+	if err != nil {
+		return nil, err
+	}
+	m := make(map[string]any, len(vals)/2)
+	for i := 0; i+1 < len(vals); i += 2 {
+		k, err := redis.String(vals[i], nil)
+		if err != nil {
+			return nil, err
+		}
+		m[k] = vals[i+1]
+	}
+	return m, nil
+}
+
+// install replaces the slot map and closes the pools of nodes that serve
+// no slot any more.
+func (p *Pool) install(shards []shard) {
+	slots := make([]string, Slots)
+	set := map[string]bool{}
+	for _, s := range shards {
+		for i := 0; i+1 < len(s.ranges); i += 2 {
+			for sl := max(s.ranges[i], 0); sl <= min(s.ranges[i+1], Slots-1); sl++ {
+				slots[sl] = s.addr
+			}
+		}
+		set[s.addr] = true
+	}
+	masters := make([]string, 0, len(set))
+	for a := range set {
+		masters = append(masters, a)
+	}
+	sort.Strings(masters)
+	var drop []*redis.Pool
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.slots, p.masters = slots, masters
+	for a, np := range p.pools {
+		if !set[a] {
+			drop = append(drop, np)
+			delete(p.pools, a)
+		}
+	}
+	p.mu.Unlock()
+	for _, np := range drop {
+		np.Close() // connections in use close when they are returned
+	}
+}
+
+// moved records that slot is served by addr (a MOVED reply) and refreshes
+// the whole map in the background.
+func (p *Pool) moved(slot int, addr string) {
+	p.mu.Lock()
+	if slot >= 0 && slot < Slots && !p.closed {
+		p.slots[slot] = addr
+	}
+	p.mu.Unlock()
+	p.refreshSoon()
+}
+
+// nodePool returns the pool of the node at addr, creating it.
+func (p *Pool) nodePool(addr string) (*redis.Pool, error) {
+	p.mu.RLock()
+	np, ok := p.pools[addr]
+	closed := p.closed
+	p.mu.RUnlock()
+	if closed {
+		return nil, ErrClosed
+	}
+	if ok {
+		return np, nil
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, ErrClosed
+	}
+	if np, ok := p.pools[addr]; ok {
+		return np, nil
+	}
+	np = p.o.NewPool(addr)
+	p.pools[addr] = np
+	return np, nil
+}
+
+// dial returns a pooled connection to the node at addr.
+func (p *Pool) dial(ctx context.Context, addr string) (redis.Conn, error) {
+	np, err := p.nodePool(addr)
+	if err != nil {
+		return nil, err
+	}
+	return np.GetContext(ctx)
+}
+
+// addrFor returns the master of slot, reading the map again (once, in the
+// caller's context) when the slot is not covered; -1 means any master.
+func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {
+	for attempt := 0; ; attempt++ {
+		p.mu.RLock()
+		var addr string
+		if slot >= 0 {
+			addr = p.slots[slot]
+		} else if len(p.masters) > 0 {
+			addr = p.masters[rand.IntN(len(p.masters))]
+		}
+		closed := p.closed
+		p.mu.RUnlock()
+		switch {
+		case closed:
+			return "", ErrClosed
+		case addr != "":
+			return addr, nil
+		case attempt > 0:
+			return "", fmt.Errorf("cluster: no master serves slot %d (CLUSTERDOWN)", slot)
+		}
+		if err := p.Refresh(ctx); err != nil {
+			return "", err
+		}
+	}
+}
+
+// GetContextForTag returns a connection to the master serving the slot of
+// hash tag tag. It follows redirections (see Conn).
+func (p *Pool) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	return p.get(ctx, TagSlot(tag))
+}
+
+// GetContextForSlot returns a connection to the master serving slot.
+func (p *Pool) GetContextForSlot(ctx context.Context, slot int) (redis.Conn, error) {
+	return p.get(ctx, slot)
+}
+
+// GetContext returns a connection to any master, for calls that touch no
+// key (or whose keys the redirections route: a MOVED reply is followed).
+func (p *Pool) GetContext(ctx context.Context) (redis.Conn, error) {
+	return p.get(ctx, -1)
+}
+
+// Get is GetContext without a context.
+func (p *Pool) Get() redis.Conn {
+	c, err := p.GetContext(context.Background())
+	if err != nil {
+		return errorConn{err}
+	}
+	return c
+}
+
+func (p *Pool) get(ctx context.Context, slot int) (redis.Conn, error) {
+	addr, err := p.addrFor(ctx, slot)
+	if err != nil {
+		return nil, err
+	}
+	c, err := p.dial(ctx, addr)
+	if err != nil {
+		p.refreshSoon() // the node may be gone (a failover): read the map again
+		return nil, err
+	}
+	return &Conn{p: p, slot: slot, addr: addr, c: c}, nil
+}
+
+type errorConn struct{ err error }
+
+func (e errorConn) Close() error                   { return e.err }
+func (e errorConn) Err() error                     { return e.err }
+func (e errorConn) Do(string, ...any) (any, error) { return nil, e.err }
+func (e errorConn) Send(string, ...any) error      { return e.err }
+func (e errorConn) Flush() error                   { return e.err }
+func (e errorConn) Receive() (any, error)          { return nil, e.err }
+
+// EachMaster calls f with a connection to each master in turn (for calls
+// that concern every key, such as a SCAN), stopping at the first error.
+func (p *Pool) EachMaster(ctx context.Context, f func(c redis.Conn) error) error {
+	for _, addr := range p.Masters() {
+		c, err := p.dial(ctx, addr)
+		if err != nil {
+			return err
+		}
+		err = f(c)
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

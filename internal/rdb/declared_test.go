@@ -1,0 +1,323 @@
+package rdb_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// monitorArgs parses the arguments of a MONITOR line ("..." quoted, with
+// \" \\ \n \r \t \a \b \xHH escapes).
+func monitorArgs(line string) []string {
+	var out []string
+	i := strings.Index(line, "] ")
+	if i < 0 {
+		return nil
+	}
+	s := line[i+2:]
+	for len(s) > 0 {
+		if s[0] != '"' {
+			s = s[1:]
+			continue
+		}
+		var b strings.Builder
+		j := 1
+		for ; j < len(s) && s[j] != '"'; j++ {
+			if s[j] != '\\' || j+1 >= len(s) {
+				b.WriteByte(s[j])
+				continue
+			}
+			j++
+			switch s[j] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				v, _ := strconv.ParseUint(s[j+1:j+3], 16, 8)
+				b.WriteByte(byte(v))
+				j += 2
+			default:
+				b.WriteByte(s[j])
+			}
+		}
+		out = append(out, b.String())
+		if j+1 > len(s) {
+			break
+		}
+		s = s[j+1:]
+	}
+	return out
+}
+
+// scriptCall is one script call seen by MONITOR: its name, its declared
+// keys and the keys its commands touched.
+type scriptCall struct {
+	name     string
+	declared map[string]bool
+	touched  []string
+}
+
+// keyAuditor watches every command of namespace ns through MONITOR.
+type keyAuditor struct {
+	t    *testing.T
+	mon  redis.Conn
+	keys redis.Conn // COMMAND GETKEYS
+	ns   string
+	step int
+}
+
+func newKeyAuditor(t *testing.T, ns string) *keyAuditor {
+	mon, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mon.Do("MONITOR"); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mon.Close(); kc.Close() })
+	return &keyAuditor{t: t, mon: mon, keys: kc, ns: ns}
+}
+
+// calls returns the script calls of the namespace made since the last
+// call of calls, up to a marker it sends.
+func (a *keyAuditor) calls() []scriptCall {
+	a.t.Helper()
+	a.step++
+	marker := fmt.Sprintf("audit-%s-%d", a.ns, a.step)
+	if _, err := a.keys.Do("ECHO", marker); err != nil {
+		a.t.Fatal(err)
+	}
+	var out []scriptCall
+	var cur *scriptCall
+	for {
+		r, err := redis.String(redis.ReceiveWithTimeout(a.mon, 5*time.Second))
+		if err != nil {
+			a.t.Fatalf("MONITOR: %v", err)
+		}
+		args := monitorArgs(r)
+		if len(args) == 0 {
+			continue
+		}
+		if strings.Contains(r, "[0 lua]") {
+			if cur != nil {
+				cur.touched = append(cur.touched, a.keysOf(args)...)
+			}
+			continue
+		}
+		if cur != nil {
+			out = append(out, *cur)
+			cur = nil
+		}
+		cmd := strings.ToUpper(args[0])
+		if cmd == "ECHO" && len(args) == 2 && args[1] == marker {
+			return out
+		}
+		if (cmd == "FCALL" || cmd == "EVALSHA" || cmd == "EVAL") && len(args) >= 3 {
+			n, _ := strconv.Atoi(args[2])
+			if n < 1 || len(args) < 3+n || !strings.HasPrefix(args[3], a.ns+":") {
+				continue
+			}
+			c := scriptCall{name: args[1], declared: map[string]bool{}}
+			if parts := strings.SplitN(c.name, "_", 3); cmd == "FCALL" && len(parts) == 3 {
+				c.name = parts[2] // worqr_<hex>_<script>
+			}
+			for _, k := range args[3 : 3+n] {
+				c.declared[k] = true
+			}
+			cur = &c
+		}
+	}
+}
+
+// keysOf returns the keys of one command, as Redis finds them.
+func (a *keyAuditor) keysOf(args []string) []string {
+	cargs := make([]any, 0, len(args)+1)
+	cargs = append(cargs, "GETKEYS")
+	for _, s := range args {
+		cargs = append(cargs, s)
+	}
+	keys, err := redis.Strings(a.keys.Do("COMMAND", cargs...))
+	if err != nil {
+		return nil // no key (TIME, PUBLISH...)
+	}
+	return keys
+}
+
+// kind is the part of a key after "<ns>:{tag}:" up to the next ':' (t, q,
+// u, ix...).
+func kind(key string) string {
+	_, rest, _ := strings.Cut(key, "}:")
+	k, _, _ := strings.Cut(rest, ":")
+	return k
+}
+
+// undeclared returns the kinds of the keys calls touched without declaring
+// them, per script, as "script:kind".
+func undeclared(calls []scriptCall) []string {
+	set := map[string]bool{}
+	for _, c := range calls {
+		for _, k := range c.touched {
+			if !c.declared[k] {
+				set[c.name+":"+kind(k)] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestScriptKeysDeclared watches, through MONITOR, which keys each script
+// touches without declaring them in KEYS, in one scenario per case, and
+// checks them against the table of docs/PROTOCOL.md ("Keys a script cannot
+// declare"): only keys whose names are read inside the script (popped ids,
+// fields of a hash) may be missing from KEYS.
+func TestScriptKeysDeclared(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pool := srv.Pool()
+	defer pool.Close()
+	ns := redistest.Namespace()
+	st := rdb.NewStore(pool, ns)
+	k := rdb.NewKeys(ns)
+	a := newKeyAuditor(t, ns)
+	check := func(step string, want ...string) {
+		t.Helper()
+		sort.Strings(want)
+		got := undeclared(a.calls())
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("%s: undeclared keys %v, want %v", step, got, want)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	q := k.Queue(rdb.Standalone("dq"))
+	const w = "W"
+	at, err := st.Register(ctx, w, 60_000, "h", 1, []rdb.QueueRef{q.Ref})
+	must(err)
+	check("register")
+	until := at + 50_000
+
+	_, err = st.Enqueue(ctx, q, []string{"a", "b", "c"}, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil)
+	must(err)
+	_, err = st.Enqueue(ctx, q, []string{"u"}, [][]byte{[]byte("u")}, &rdb.EnqueueArgs{UniqueKey: "key", UniqueTTL: 60_000})
+	must(err)
+	check("enqueue")
+
+	got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 2})
+	must(err)
+	check("take", "take:t") // the popped ids
+	_, err = st.End(ctx, q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, got[0].PID, got[0].ID, nil)})
+	must(err)
+	check("end of a task")
+	_, _, err = st.EndTake(ctx, q, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, w, got[1].PID, got[1].ID, "x")},
+		&rdb.TakeArgs{Worker: w, Until: until, Max: 2})
+	must(err)
+	check("end and take again", "end:t") // the ids the take pops
+	_, err = st.DeadIDs(ctx, q, rdb.DeadRequeue, []string{got[1].ID})
+	must(err)
+	check("dead by ids")
+	_, err = st.DeadOldest(ctx, q, rdb.DeadDelete, 10)
+	must(err)
+	check("dead, the oldest")
+	_, _, err = st.Release(ctx, q, w, nil)
+	must(err)
+	check("release", "release:t") // ids from the worker's hash
+	_, err = st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 10})
+	must(err)
+	a.calls()
+	_, _, err = st.Requeue(ctx, q, []string{w}, true)
+	must(err)
+	check("requeue", "requeue:t")
+	_, err = st.Cancel(ctx, q, "u")
+	must(err)
+	check("cancel", "cancel:u") // the unique key named in the task's hash
+	_, err = st.Move(ctx, q, 100)
+	must(err)
+	_, err = st.Enqueue(ctx, q, []string{"d"}, [][]byte{[]byte("d")}, &rdb.EnqueueArgs{DelayMillis: 1})
+	must(err)
+	a.calls()
+	time.Sleep(5 * time.Millisecond) // Redis time must pass the due time
+	_, err = st.Move(ctx, q, 100)
+	must(err)
+	check("move", "move:t") // due ids read from the scheduled set
+	_, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkDelete)
+	must(err)
+	check("bulk", "bulk:t") // ids popped from the waiting list
+
+	// A flow: start, a stage that fans out, the children's ends, the
+	// next stage forwarded and ended; a run cancelled while waiting.
+	fq := func(name string) rdb.QueueKeys { return k.Queue(rdb.QueueRef{Tag: "DF", Name: name}) }
+	s1, s2, c1 := fq("s1"), fq("s2"), fq("c1")
+	ref := rdb.FlowRef{RetentionMillis: 60_000, IndexBy: []string{"user"}}
+	_, err = st.FlowStart(ctx, s1, "r1", map[string]string{"user": "u1"}, ref)
+	must(err)
+	check("flow start")
+	tk, err := st.Take(ctx, s1, rdb.TakeArgs{Worker: w, Until: until, Max: 1, Stage: true})
+	must(err)
+	a.calls()
+	fan := rdb.Done(rdb.KindStage, w, tk[0].PID, "r1", nil)
+	fan.Stage = &rdb.StageEnd{Next: "s2", RunRetentionMs: 60_000, IndexBy: ref.IndexBy,
+		Children: []rdb.Child{{ID: "r1.k1", Queue: "c1", Payload: []byte("1")}, {ID: "r1.k2", Queue: "c1", Payload: []byte("2")}}}
+	_, err = st.End(ctx, s1, 0, []rdb.Ending{fan})
+	must(err)
+	check("a stage's fan-out") // every child's hash and queue declared
+	kids, err := st.Take(ctx, c1, rdb.TakeArgs{Worker: w, Until: until, Max: 2, Child: true})
+	must(err)
+	a.calls()
+	for _, kd := range kids {
+		e := rdb.Done(rdb.KindChild, w, kd.PID, kd.ID, nil)
+		e.Run = "r1"
+		_, err = st.End(ctx, c1, 0, []rdb.Ending{e})
+		must(err)
+	}
+	check("the children's ends", "end:q") // the last forwards the run to the next stage its hash names
+	tk, err = st.Take(ctx, s2, rdb.TakeArgs{Worker: w, Until: until, Max: 1, Stage: true})
+	must(err)
+	a.calls()
+	last := rdb.Done(rdb.KindStage, w, tk[0].PID, "r1", nil)
+	last.Stage = &rdb.StageEnd{RunRetentionMs: 60_000, IndexBy: ref.IndexBy}
+	_, err = st.End(ctx, s2, 0, []rdb.Ending{last})
+	must(err)
+	check("the last stage's end", "end:ix") // the run's index, named by a value kept in its hash
+	_, err = st.FlowStart(ctx, s1, "r2", map[string]string{"user": "u2"}, ref)
+	must(err)
+	tk, err = st.Take(ctx, s1, rdb.TakeArgs{Worker: w, Until: until, Max: 1, Stage: true})
+	must(err)
+	a.calls()
+	fwd := rdb.Done(rdb.KindStage, w, tk[0].PID, "r2", nil)
+	fwd.Stage = &rdb.StageEnd{Next: "s2", RunRetentionMs: 60_000, IndexBy: ref.IndexBy}
+	_, err = st.End(ctx, s1, 0, []rdb.Ending{fwd})
+	must(err)
+	check("a stage's forward") // the next stage's queue declared
+	_, err = st.RunCancel(ctx, s1, "r2", ref)
+	must(err)
+	check("run cancel", "run_cancel:q", "run_cancel:ix") // the run's stage and index, from its hash
+}

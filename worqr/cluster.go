@@ -1,0 +1,161 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/cluster"
+	"github.com/worqr/worqr-go/internal/dial"
+)
+
+// ClusterPool is a connection source for Redis Cluster (Redis 7 or later):
+// give it to NewClient, NewWorker, NewInspector, registry.New or
+// recovery.New as you would a *redis.Pool. Every worqr call touches the
+// keys of one hash tag (a stand-alone queue's name, a flow's name, or
+// "reg" for the registry), so each call goes to the master that serves that
+// tag's slot. It keeps one redigo pool per master, reads the slot map with
+// CLUSTER SHARDS from the seeds, reads it again on a MOVED reply and every
+// 30 seconds, answers ASK with ASKING on the node named, and retries
+// TRYAGAIN and CLUSTERDOWN with backoff within the call's deadline. See
+// README "Running on Redis Cluster". Close it when you are done.
+type ClusterPool struct {
+	p *cluster.Pool
+}
+
+// NewClusterPool reads the topology of the cluster from the first seed that
+// answers and returns its pool. A seed is host:port, or a redis:// or
+// rediss:// URL (redis://[user:password@]host:port): the scheme (TLS) and
+// the user and password of the first URL seed apply to every node, and
+// opts (TLS files, MaxIdle and MaxActive per node, ConnectTimeout) as for
+// NewPool. A cluster has one database: a URL naming another is refused.
+// The nodes are reached at the addresses the cluster announces (CLUSTER
+// SHARDS endpoint, or ip; tls-port with TLS).
+func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
+	var o PoolOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case o.MaxIdle == 0:
+		o.MaxIdle = 64
+	case o.MaxIdle < 0:
+		return nil, invalid("PoolOptions.MaxIdle", "(%d) must not be negative", o.MaxIdle)
+	}
+	if o.MaxActive < 0 {
+		return nil, invalid("PoolOptions.MaxActive", "(%d) must not be negative", o.MaxActive)
+	}
+	if o.ConnectTimeout < 0 {
+		return nil, invalid("PoolOptions.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
+	}
+	base, addrs, err := parseSeeds(seeds)
+	if err != nil {
+		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
+	}
+	nodeOpts := func(addr string) dial.Options {
+		u := *base
+		u.Host = addr
+		return dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
+			MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout}
+	}
+	if err := nodeOpts(addrs[0]).Check(); err != nil {
+		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
+	}
+	timeout := o.ConnectTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	p, err := cluster.New(ctx, cluster.Options{
+		Seeds: addrs,
+		TLS:   base.Scheme == "rediss",
+		NewPool: func(addr string) *redis.Pool {
+			np, err := dial.Pool(nodeOpts(addr))
+			if err != nil { // checked above: cannot happen
+				return &redis.Pool{Dial: func() (redis.Conn, error) { return nil, err }}
+			}
+			return np
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &ClusterPool{p: p}, nil
+}
+
+// parseSeeds returns the URL every node is dialed with (its host left to
+// fill in) and the seeds' host:port addresses.
+func parseSeeds(seeds []string) (*url.URL, []string, error) {
+	var base *url.URL
+	var addrs []string
+	for _, s := range seeds {
+		s = strings.TrimSpace(s)
+		if s == "" {
+			continue
+		}
+		if !strings.Contains(s, "://") {
+			if _, _, err := net.SplitHostPort(s); err != nil {
+				return nil, nil, fmt.Errorf("seed %q: want host:port or a redis:// URL", s)
+			}
+			addrs = append(addrs, s)
+			continue
+		}
+		u, err := url.Parse(s)
+		if err != nil {
+			return nil, nil, fmt.Errorf("seed %s does not parse", dial.Redact(s))
+		}
+		if u.Scheme != "redis" && u.Scheme != "rediss" {
+			return nil, nil, fmt.Errorf("seed %s: scheme must be redis or rediss", dial.Redact(s))
+		}
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+			return nil, nil, fmt.Errorf("seed %s: a cluster has only database 0", dial.Redact(s))
+		}
+		if u.Port() == "" {
+			u.Host = net.JoinHostPort(u.Hostname(), "6379")
+		}
+		if base == nil {
+			base = &url.URL{Scheme: u.Scheme, User: u.User}
+		}
+		addrs = append(addrs, u.Host)
+	}
+	if len(addrs) == 0 {
+		return nil, nil, errors.New("no seed address (host:port)")
+	}
+	if base == nil {
+		base = &url.URL{Scheme: "redis"}
+	}
+	return base, addrs, nil
+}
+
+// GetContext returns a connection to any master (for calls that touch no
+// key; a MOVED reply is followed).
+func (c *ClusterPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	return c.p.GetContext(ctx)
+}
+
+// GetContextForTag returns a connection to the master that serves hash tag
+// tag's slot; it follows MOVED and ASK replies.
+func (c *ClusterPool) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	return c.p.GetContextForTag(ctx, tag)
+}
+
+// EachMaster calls f with a connection to each master in turn (used for
+// calls that concern every key of a namespace, such as
+// Inspector.DeleteNamespace).
+func (c *ClusterPool) EachMaster(ctx context.Context, f func(conn redis.Conn) error) error {
+	return c.p.EachMaster(ctx, f)
+}
+
+// Masters returns the addresses of the masters that serve slots, as last
+// read.
+func (c *ClusterPool) Masters() []string { return c.p.Masters() }
+
+// Close closes the connections to every node.
+func (c *ClusterPool) Close() error { return c.p.Close() }
