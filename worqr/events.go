@@ -145,31 +145,86 @@ func decodeBatch(data []byte) ([]Event, error) {
 // was published meanwhile is missed (see RecentEvents). fn runs on Follow's
 // goroutine and should return quickly.
 func (in *Inspector) Follow(ctx context.Context, fn func(Event)) error {
+	follow(ctx, in.st, in.cfg.Logger, nil, fn)
+	return nil
+}
+
+// follow delivers the namespace's events to fn until ctx ends,
+// resubscribing after a failure; onReady (when set) runs after each
+// subscription is confirmed.
+func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady func(), fn func(Event)) {
 	delay := 50 * time.Millisecond
 	for ctx.Err() == nil {
-		err := in.st.Listen(ctx, []string{in.st.EventsChannel()}, func() { delay = 50 * time.Millisecond },
-			func(_ string, data []byte) {
-				events, err := decodeBatch(data)
-				if err != nil {
-					in.cfg.Logger.Warn("worqr: undecodable event batch", "err", err)
-					return
-				}
-				for _, e := range events {
-					fn(e)
-				}
-			})
+		err := st.Listen(ctx, []string{st.EventsChannel()}, func() {
+			delay = 50 * time.Millisecond
+			if onReady != nil {
+				onReady()
+			}
+		}, func(_ string, data []byte) {
+			events, err := decodeBatch(data)
+			if err != nil {
+				logger.Warn("worqr: undecodable event batch", "err", err)
+				return
+			}
+			for _, e := range events {
+				fn(e)
+			}
+		})
 		if ctx.Err() != nil {
-			break
+			return
 		}
 		if err != nil {
-			in.cfg.Logger.Warn("worqr: following events failed, resubscribing", "err", err)
+			logger.Warn("worqr: following events failed, resubscribing", "err", err)
 		}
 		if !sleepCtx(ctx, delay) {
-			break
+			return
 		}
 		delay = min(delay*2, 5*time.Second)
 	}
-	return nil
+}
+
+// Wait blocks until task id of queue has ended (done, cancelled or dead)
+// and returns what Task reads then: its state, and for a done task the
+// result its handler set. It is woken by the events the task's worker
+// publishes (at most one Config.EventInterval late), not by polling: it
+// holds one pub/sub connection while it waits. A done or cancelled task is
+// readable only while its queue's Retention keeps it, so Wait returns
+// ErrTaskNotFound for a task that ended in a queue without retention (or
+// never existed). It returns ctx's error when ctx ends first. The workers
+// must publish events (Config.DisableEvents unset).
+func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
+	if _, err := c.queue(queue); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	wake := make(chan struct{}, 1)
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go follow(fctx, c.st, c.cfg.Logger, func() { poke(wake) }, func(e Event) {
+		switch e.Kind {
+		case EventDone, EventCancelled, EventDead:
+			if e.TaskID == id {
+				poke(wake)
+			}
+		}
+	})
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-wake: // subscribed (anything that ended before is in Redis), or it ended
+		}
+		info, err := c.Task(ctx, queue, id)
+		if err != nil {
+			return nil, err
+		}
+		switch info.State {
+		case StateDone, StateCancelled, StateDead:
+			return info, nil
+		}
+	}
 }
 
 // RecentEvents returns the events of the latest n published batches kept in

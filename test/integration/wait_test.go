@@ -1,0 +1,79 @@
+package integration_test
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+var _ = Describe("Waiting for a task's end (issue 16)", func() {
+	It("wakes Wait when the task ends, with its result, its death or its cancel, and refuses what it cannot know", func(ctx SpecContext) {
+		e := newEnv()
+		gate := newGate()
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{
+			"waited": {Concurrency: 2, Retention: time.Minute, MaxAttempts: 1,
+				Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+					if string(t.Payload) == "fail" {
+						return errors.New("no luck")
+					}
+					<-gate.ch
+					t.SetResult([]byte("r-" + string(t.Payload)))
+					return nil
+				})},
+		}, nil)
+		e.start(nil, cfg)
+
+		id := e.enqueue("waited", "x")
+		type result struct {
+			info *worqr.TaskInfo
+			err  error
+		}
+		got := make(chan result, 1)
+		go func() {
+			info, err := e.client.Wait(ctx, "waited", id)
+			got <- result{info, err}
+		}()
+		Consistently(ctx, got).WithTimeout(300 * time.Millisecond).ShouldNot(Receive(), "the task is still running")
+		gate.open()
+		var r result
+		Eventually(ctx, got).WithTimeout(3 * time.Second).Should(Receive(&r))
+		Expect(r.err).NotTo(HaveOccurred())
+		Expect(r.info.State).To(Equal(worqr.StateDone))
+		Expect(string(r.info.Result)).To(Equal("r-x"))
+
+		// Already ended: at once.
+		info, err := e.client.Wait(ctx, "waited", id)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.State).To(Equal(worqr.StateDone))
+
+		bad := e.enqueue("waited", "fail")
+		info, err = e.client.Wait(ctx, "waited", bad)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(info.State).To(Equal(worqr.StateDead))
+		Expect(info.LastError).To(ContainSubstring("no luck"))
+
+		// A waiting task cancelled by a client.
+		idle := e.enqueue("unserved", "y")
+		go func() {
+			defer GinkgoRecover()
+			time.Sleep(100 * time.Millisecond)
+			_, err := e.client.Cancel(context.Background(), "unserved", idle)
+			Expect(err).NotTo(HaveOccurred())
+		}()
+		_, err = e.client.Wait(ctx, "unserved", idle)
+		Expect(err).To(MatchError(worqr.ErrTaskNotFound), "cancelled in a queue without retention: nothing left to read")
+
+		short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		never := e.enqueue("unserved", "z")
+		_, err = e.client.Wait(short, "unserved", never)
+		Expect(err).To(MatchError(context.DeadlineExceeded))
+		_, err = e.client.Wait(ctx, "waited", "nosuchtask")
+		Expect(err).To(MatchError(worqr.ErrTaskNotFound))
+	}, SpecTimeout(15*time.Second))
+})
