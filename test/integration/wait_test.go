@@ -38,7 +38,7 @@ var _ = Describe("Waiting for a task's end (issue 16)", func() {
 			info, err := e.client.Wait(ctx, "waited", id)
 			got <- result{info, err}
 		}()
-		Consistently(ctx, got).WithTimeout(300 * time.Millisecond).ShouldNot(Receive(), "the task is still running")
+		Consistently(ctx, got).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the task is still running")
 		gate.open()
 		var r result
 		Eventually(ctx, got).WithTimeout(3 * time.Second).Should(Receive(&r))
