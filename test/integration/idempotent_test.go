@@ -52,16 +52,18 @@ var _ = Describe("Idempotent enqueue (issue 16)", func() {
 		Expect(err).To(MatchError(worqr.ErrDuplicate))
 		Expect(err.Error()).To(ContainSubstring("order-42 was used before with another payload"))
 
-		// With a unique key too: both locks are declared, and a repeat is
-		// still nothing new (the unique key is not taken twice).
+		// With a unique key too (on a queue no worker serves, so the task
+		// stays and holds its key): both locks are declared, and a repeat
+		// is still nothing new.
 		both := &worqr.EnqueueOpts{ID: "order-43", UniqueKey: "cust-9", UniqueTTL: time.Minute}
-		id, err = client.Enqueue(ctx, "idem", []byte("ship"), both)
+		id, err = client.Enqueue(ctx, "idem-held", []byte("ship"), both)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(id).To(Equal("order-43"))
-		id, err = client.Enqueue(ctx, "idem", []byte("ship"), both)
+		id, err = client.Enqueue(ctx, "idem-held", []byte("ship"), both)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(id).To(Equal("order-43"))
-		_, err = client.Enqueue(ctx, "idem", []byte("other"), &worqr.EnqueueOpts{UniqueKey: "cust-9", UniqueTTL: time.Minute})
+		Expect(e.waiting("idem-held")).To(Equal([]string{"order-43"}))
+		_, err = client.Enqueue(ctx, "idem-held", []byte("other"), &worqr.EnqueueOpts{UniqueKey: "cust-9", UniqueTTL: time.Minute})
 		Expect(err).To(MatchError(worqr.ErrDuplicate), "the unique key is held by order-43")
 
 		// Bad input names the field and the rule.
