@@ -493,6 +493,7 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		DiedOn:          r.DeadWorker,
 		DueAt:           msTime(r.DueAt),
 		Result:          r.Result,
+		Progress:        r.Progress,
 		FinishedAt:      msTime(r.FinishedAt),
 		WorkerID:        r.WorkerID,
 		PID:             r.PID,

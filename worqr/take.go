@@ -3,6 +3,7 @@ package worqr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -116,6 +117,24 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	return err
 }
 
+// reporter records a running taking's progress reports, while its session
+// owns it.
+func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) func(context.Context, string) error {
+	return func(ctx context.Context, text string) error {
+		if s.Lost() {
+			return ErrTaskLost
+		}
+		ok, err := w.st.Progress(ctx, q.qk, s.ID(), pid, id, text)
+		if err != nil {
+			return fmt.Errorf("worqr: progress of %s: %w", id, err)
+		}
+		if !ok {
+			return ErrTaskLost
+		}
+		return nil
+	}
+}
+
 // launch hands the takings to the queue's handler goroutines and returns how
 // many it launched and how many the take buried. After Stop closed the
 // queue it launches nothing: those takings stay held, and Stop requeues them.
@@ -146,7 +165,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		// many as the ends it carried, whose handlers are still running:
 		// busy may pass concurrency for a moment, the channel never fills.)
 		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
-			Crashes: t.Crashes, pid: t.PID, worker: s.ID()}}
+			Crashes: t.Crashes, pid: t.PID, worker: s.ID(), report: w.reporter(s, q, t.PID, t.ID)}}
 	}
 	return launched, buried
 }

@@ -25,6 +25,26 @@ type Task struct {
 	pid    string
 	worker string
 	result []byte
+	report func(ctx context.Context, text string) error
+}
+
+// MaxProgressLen is the longest report Task.Progress takes, in bytes.
+const MaxProgressLen = 1024
+
+// Progress records text (say "40%" or "page 3 of 7") as the task's progress,
+// readable with Client.Task (TaskInfo.Progress) and the Inspector while the
+// task runs and, with Retention, after. It is one round trip; the report is
+// refused with ErrTaskLost, changing nothing, once this run no longer owns
+// the task (its worker's keepalive was lost and another run may have it).
+// A new run does not clear the last run's report.
+func (t *Task) Progress(ctx context.Context, text string) error {
+	if len(text) > MaxProgressLen {
+		return invalid("text", "is %d bytes long (at most %d)", len(text), MaxProgressLen)
+	}
+	if t.report == nil {
+		return invalid("Task", "is not a running task (Progress works on the tasks a Worker hands its handlers)")
+	}
+	return t.report(ctx, text)
 }
 
 // SetResult sets the bytes recorded as the task's result when the handler
@@ -90,6 +110,8 @@ type TaskInfo struct {
 	DueAt time.Time
 	// Result is what the handler set with Task.SetResult (done tasks).
 	Result []byte
+	// Progress is the last report of Task.Progress.
+	Progress string
 	// FinishedAt is when a done or cancelled task ended.
 	FinishedAt time.Time
 	// WorkerID and PID name the current taking while State is active.

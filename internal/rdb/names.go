@@ -59,6 +59,7 @@ const (
 	FieldFinishedAt   = "ft"
 	FieldCrashedOn    = "cw"
 	FieldRaw          = "raw"
+	FieldProgress     = "pg"
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

@@ -25,8 +25,9 @@ type TaskRecord struct {
 	DeadAt          int64 // unix ms
 	DeadWorker      string
 	Result          []byte
-	FinishedAt      int64 // unix ms
-	DueAt           int64 // unix ms, scheduled tasks only
+	Progress        string // the last report of a run (Task.Progress)
+	FinishedAt      int64  // unix ms
+	DueAt           int64  // unix ms, scheduled tasks only
 	MaxAttempts     int
 	TimeoutMs       int64
 	Parent          string // a flow child's run
@@ -61,6 +62,7 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		TimeoutMs:       atoi64(m[FieldTimeout]),
 		Parent:          m[FieldParent],
 		RunStatus:       m[FieldRunStatus],
+		Progress:        m[FieldProgress],
 	}
 	if s := m[FieldState]; s != "" {
 		r.State = s

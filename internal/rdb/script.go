@@ -226,4 +226,5 @@ var (
 	bulkScript      = load("bulk", 4)
 	flowStartScript = load("flow_start", -1)
 	runCancelScript = load("run_cancel", 1)
+	progressScript  = load("progress", 2)
 )
