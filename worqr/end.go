@@ -24,6 +24,14 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			s, take := w.refill(q, es)
+			if take != nil {
+				// Until its takings are launched (see takeMu).
+				q.takeMu.RLock()
+				defer q.takeMu.RUnlock()
+				if q.unsureFor(s.ID()) != "" {
+					take = nil // a release is due first
+				}
+			}
 			ended, taken, err := w.st.EndTake(ctx, q.qk, retention, es, take)
 			if err != nil {
 				if take != nil {

@@ -108,6 +108,8 @@ func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeA
 // release puts back the takings session s holds in q that no handler runs
 // (those of a take whose reply was lost).
 func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
+	q.takeMu.Lock()
+	defer q.takeMu.Unlock()
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
 	n, _, err := w.st.Release(ctx, q.qk, s.ID(), q.heldPIDs())

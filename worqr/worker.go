@@ -87,6 +87,14 @@ type queueRunner struct {
 	launchMu sync.Mutex
 	closed   bool
 	unsure   string
+
+	// takeMu keeps release apart from an end that takes again: such an
+	// end holds it (read) from its call until its takings are launched
+	// (their pids in held), and release holds it (write) while it puts
+	// back what held does not list. Without it, a release running while
+	// an end's takings are on their way would put them back, and the
+	// worker would then run takings it no longer owns.
+	takeMu sync.RWMutex
 }
 
 func (q *queueRunner) setUnsure(id string) {

@@ -145,6 +145,24 @@ func (c *Conn) newRetrier(ctx context.Context) *retrier {
 	return &retrier{ctx: ctx, until: until, backoff: 5 * time.Millisecond}
 }
 
+// pause waits the next backoff (5 ms doubling to 200 ms); false when that
+// would pass the call's deadline or its context ended.
+func (r *retrier) pause() bool {
+	wait := r.backoff
+	r.backoff = min(2*r.backoff, 200*time.Millisecond)
+	if time.Now().Add(wait).After(r.until) {
+		return false
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-r.ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
 // follow acts on rd; it reports whether to send again (asking: with ASKING
 // first).
 func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
@@ -158,6 +176,14 @@ func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 		if r.redirects > c.p.o.MaxRedirects {
 			return false, false, nil
 		}
+		if r.redirects > 2 {
+			// Redirected back and forth: the nodes do not agree yet (the
+			// end of a slot migration reaches them one after the other).
+			// Give them a moment, as for TRYAGAIN.
+			if !r.pause() {
+				return false, false, nil
+			}
+		}
 		if rd.kind == movedRedirect {
 			c.p.moved(rd.slot, rd.addr)
 		}
@@ -166,20 +192,11 @@ func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 		}
 		return true, rd.kind == askRedirect, nil
 	case tryAgain, clusterDown:
-		wait := r.backoff
-		r.backoff = min(2*r.backoff, 200*time.Millisecond)
-		if time.Now().Add(wait).After(r.until) {
-			return false, false, nil
-		}
 		if rd.kind == clusterDown {
 			c.p.refreshSoon()
 		}
-		t := time.NewTimer(wait)
-		select {
-		case <-r.ctx.Done():
-			t.Stop()
+		if !r.pause() {
 			return false, false, nil
-		case <-t.C:
 		}
 		if rd.kind == clusterDown && c.slot >= 0 {
 			if addr := c.p.Addr(c.slot); addr != "" {
