@@ -68,9 +68,10 @@ type Dashboard struct {
 	mux    *http.ServeMux
 	hub    *hub
 
-	cancel    context.CancelFunc
-	closeOnce sync.Once
-	done      chan struct{}
+	cancel  context.CancelFunc
+	closed  sync.Mutex // guards stopped
+	stopped bool
+	done    chan struct{}
 }
 
 // New returns a dashboard on in. It starts following in's event stream at
@@ -114,11 +115,14 @@ func newDashboard(in *worqr.Inspector, opts *Options, queues queuesFunc, ticker 
 // Close stops following events and ends the live streams of connected
 // browsers. The Inspector (and its pool) stay open: the caller owns them.
 func (d *Dashboard) Close() error {
-	d.closeOnce.Do(func() {
+	d.closed.Lock()
+	defer d.closed.Unlock()
+	if !d.stopped {
+		d.stopped = true
 		d.cancel()
 		d.hub.close()
 		<-d.done
-	})
+	}
 	return nil
 }
 
