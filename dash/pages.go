@@ -12,7 +12,6 @@ import (
 	"html/template"
 	"net/http"
 	"net/url"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -284,7 +283,7 @@ func (d *Dashboard) groupDead(ctx context.Context, queue string) ([]*errorGroup,
 			if text == "" {
 				text = t.DeadReason
 			}
-			norm := normaliseError(text)
+			norm := worqr.ErrorShape(text)
 			g := by[norm]
 			if g == nil {
 				g = &errorGroup{Queue: queue, Error: norm, Example: text, ExampleID: t.ID, Newest: t.DiedAt}
@@ -299,36 +298,6 @@ func (d *Dashboard) groupDead(ctx context.Context, queue string) ([]*errorGroup,
 		}
 	}
 	return out, scanned, nil
-}
-
-var (
-	reUUID   = regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`)
-	reHex0x  = regexp.MustCompile(`(?i)\b0x[0-9a-f]+\b`)
-	reWord   = regexp.MustCompile(`[0-9A-Za-z]+`)
-	reDigits = regexp.MustCompile(`[0-9]+`)
-	reSpaces = regexp.MustCompile(`\s+`)
-)
-
-// normaliseError groups errors that differ only by numbers and ids (the
-// same rule as `worqr dead errors`): UUIDs become <uuid>, hex numbers <hex>,
-// task ids <id>, other digit runs <n>.
-func normaliseError(s string) string {
-	s = reUUID.ReplaceAllString(s, "<uuid>")
-	s = reHex0x.ReplaceAllString(s, "<hex>")
-	s = reWord.ReplaceAllStringFunc(s, func(w string) string {
-		if !strings.ContainsAny(w, "0123456789") {
-			return w
-		}
-		lw := strings.ToLower(w)
-		if len(lw) >= 8 && strings.Trim(lw, "0123456789abcdef") == "" && strings.Trim(lw, "0123456789") != "" {
-			return "<hex>"
-		}
-		if len(lw) == 20 && w == lw && strings.Trim(lw, "0123456789abcdefghijklmnopqrstuv") == "" {
-			return "<id>"
-		}
-		return reDigits.ReplaceAllString(w, "<n>")
-	})
-	return strings.TrimSpace(reSpaces.ReplaceAllString(s, " "))
 }
 
 func (d *Dashboard) workers(w http.ResponseWriter, r *http.Request) {

@@ -11,8 +11,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/worqr/worqr-go/internal/cluster"
 	"github.com/worqr/worqr-go/internal/dial"
+	"github.com/worqr/worqr-go/internal/rdb/cluster"
 )
 
 // ClusterPool is a connection source for Redis Cluster (Redis 7 or later):

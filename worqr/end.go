@@ -57,7 +57,8 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 // taking that ends other than by a give back (whose slot is then reused
 // without the fetch loop), under the current session, when tasks may be
 // waiting (q.more) and the fetch loop would take too (session fresh and not
-// lost, queue not paused, worker not stopping, no release pending). The handlers of es are still running, so
+// lost, queue not paused, worker not stopping). Whether a release is
+// pending is checked by the caller under takeMu. The handlers of es are still running, so
 // the new takings never overfill the queue.
 func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *rdb.TakeArgs) {
 	n := 0
@@ -67,7 +68,7 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 		}
 	}
 	s, _ := w.keeper.Current()
-	if n == 0 || !q.more.Load() || s.Lost() || q.paused.Load() || !w.keeper.Fresh() || q.unsureFor(s.ID()) != "" {
+	if n == 0 || !q.more.Load() || s.Lost() || q.paused.Load() || !w.keeper.Fresh() {
 		return s, nil
 	}
 	select {

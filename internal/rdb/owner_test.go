@@ -28,11 +28,6 @@ var commandSenders = map[string]string{
 	// reads INFO (commands processed, CPU, memory) and DBSIZE around each
 	// run, and empties its database (FLUSHDB) before one.
 	module + "/cmd/worqr-bench": "benchmark binary reading INFO",
-	// The Redis Cluster connection source is transport, not protocol: it
-	// reads the slot map (CLUSTER SHARDS), sends ASKING, and sends again,
-	// unchanged, a command or pipeline of the store that the cluster
-	// redirected. It builds no key and knows no worqr command.
-	module + "/internal/cluster": "cluster connection source (slot map, redirections)",
 }
 
 // harmless are the redigo methods that do not talk to Redis.

@@ -16,8 +16,8 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/worqr/worqr-go/internal/cluster"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
