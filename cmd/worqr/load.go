@@ -79,6 +79,12 @@ progress line is printed every --every.`,
 		if maxWaiting < 0 {
 			return usagef("--max-waiting %d: must not be negative", maxWaiting)
 		}
+		if chunk < 1 || chunk > 2000 {
+			return usagef("--chunk %d: want 1 to 2000", chunk)
+		}
+		if window < 1 || window > 64 {
+			return usagef("--window %d: want 1 to 64", window)
+		}
 		if every <= 0 {
 			return usagef("--every %s: must be positive", every)
 		}
