@@ -32,10 +32,11 @@ const (
 
 // Limits and defaults of Load.
 const (
-	// DefaultLoadChunk is how many tasks one chunk of a load writes.
-	DefaultLoadChunk = 1000
+	// DefaultLoadChunk is how many tasks one chunk of a load writes: about
+	// 1 ms of Redis time for 100-byte payloads.
+	DefaultLoadChunk = 250
 	// DefaultLoadWindow is how many chunks travel at once.
-	DefaultLoadWindow = 8
+	DefaultLoadWindow = 16
 	// DefaultLoadCheckpointTTL is how long a load's checkpoint outlives its
 	// last chunk.
 	DefaultLoadCheckpointTTL = 7 * 24 * time.Hour
