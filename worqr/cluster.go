@@ -42,19 +42,10 @@ func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
 	if opts != nil {
 		o = *opts
 	}
-	switch {
-	case o.MaxIdle == 0:
-		o.MaxIdle = 64
-	case o.MaxIdle < 0:
-		return nil, invalid("PoolOptions.MaxIdle", "(%d) must not be negative", o.MaxIdle)
+	if err := checkPoolOptions(&o); err != nil {
+		return nil, err
 	}
-	if o.MaxActive < 0 {
-		return nil, invalid("PoolOptions.MaxActive", "(%d) must not be negative", o.MaxActive)
-	}
-	if o.ConnectTimeout < 0 {
-		return nil, invalid("PoolOptions.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
-	}
-	base, addrs, err := parseSeeds(seeds)
+	base, addrs, err := parseSeeds(seeds, false)
 	if err != nil {
 		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
 	}
@@ -91,8 +82,9 @@ func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
 }
 
 // parseSeeds returns the URL every node is dialed with (its host left to
-// fill in) and the seeds' host:port addresses.
-func parseSeeds(seeds []string) (*url.URL, []string, error) {
+// fill in) and the seeds' host:port addresses. Only withDB allows a
+// database other than 0 (a cluster has one).
+func parseSeeds(seeds []string, withDB bool) (*url.URL, []string, error) {
 	var base *url.URL
 	var addrs []string
 	for _, s := range seeds {
@@ -114,14 +106,14 @@ func parseSeeds(seeds []string) (*url.URL, []string, error) {
 		if u.Scheme != "redis" && u.Scheme != "rediss" {
 			return nil, nil, fmt.Errorf("seed %s: scheme must be redis or rediss", dial.Redact(s))
 		}
-		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		if db := strings.Trim(u.Path, "/"); db != "" && db != "0" && !withDB {
 			return nil, nil, fmt.Errorf("seed %s: a cluster has only database 0", dial.Redact(s))
 		}
 		if u.Port() == "" {
 			u.Host = net.JoinHostPort(u.Hostname(), "6379")
 		}
 		if base == nil {
-			base = &url.URL{Scheme: u.Scheme, User: u.User}
+			base = &url.URL{Scheme: u.Scheme, User: u.User, Path: u.Path}
 		}
 		addrs = append(addrs, u.Host)
 	}

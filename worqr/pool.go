@@ -27,6 +27,36 @@ type PoolOptions struct {
 	MaxActive int
 	// ConnectTimeout bounds a dial. Default 5s.
 	ConnectTimeout time.Duration
+
+	// SentinelUser and SentinelPassword authenticate to the sentinels of a
+	// NewSentinelPool (the primary's own come from its URL).
+	SentinelUser, SentinelPassword string
+	// SentinelCheck is how often a SentinelPool asks the sentinels for the
+	// primary even without news. Default 5s.
+	SentinelCheck time.Duration
+	// Logger gets a SentinelPool's switches of primary and its failures to
+	// reach the sentinels. Default: none.
+	Logger *slog.Logger
+}
+
+// checkPoolOptions fills in the defaults and checks the rest.
+func checkPoolOptions(o *PoolOptions) error {
+	switch {
+	case o.MaxIdle == 0:
+		o.MaxIdle = 64
+	case o.MaxIdle < 0:
+		return invalid("PoolOptions.MaxIdle", "(%d) must not be negative", o.MaxIdle)
+	}
+	if o.MaxActive < 0 {
+		return invalid("PoolOptions.MaxActive", "(%d) must not be negative", o.MaxActive)
+	}
+	if o.ConnectTimeout < 0 {
+		return invalid("PoolOptions.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
+	}
+	if o.SentinelCheck < 0 {
+		return invalid("PoolOptions.SentinelCheck", "(%s) must not be negative", o.SentinelCheck)
+	}
+	return nil
 }
 
 // NewPool returns a redigo pool for url: redis://[user:password@]host:port/db
@@ -37,17 +67,8 @@ func NewPool(url string, opts *PoolOptions) (*redis.Pool, error) {
 	if opts != nil {
 		o = *opts
 	}
-	switch {
-	case o.MaxIdle == 0:
-		o.MaxIdle = 64
-	case o.MaxIdle < 0:
-		return nil, invalid("PoolOptions.MaxIdle", "(%d) must not be negative", o.MaxIdle)
-	}
-	if o.MaxActive < 0 {
-		return nil, invalid("PoolOptions.MaxActive", "(%d) must not be negative", o.MaxActive)
-	}
-	if o.ConnectTimeout < 0 {
-		return nil, invalid("PoolOptions.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
+	if err := checkPoolOptions(&o); err != nil {
+		return nil, err
 	}
 	p, err := dial.Pool(dial.Options{URL: url, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout})

@@ -25,6 +25,7 @@ import (
 const (
 	envRedisURL          = "WORQR_REDIS_URL"
 	envRedisCluster      = "WORQR_REDIS_CLUSTER"
+	envRedisSentinel     = "WORQR_REDIS_SENTINEL"
 	envNamespace         = "WORQR_NAMESPACE"
 	envHeartbeatInterval = "WORQR_HEARTBEAT_INTERVAL"
 	envHeartbeatTTL      = "WORQR_HEARTBEAT_TTL"
@@ -58,6 +59,7 @@ func envHelp(redisRequired, timings bool) string {
 		fmt.Fprintf(&b, "  %-25s Redis URL; when unset the demo uses an embedded in-process Redis\n", envRedisURL)
 	}
 	fmt.Fprintf(&b, "  %-25s Redis Cluster seeds, host:port,host:port (or redis[s]://[user:password@]host:port; the first URL's user, password and TLS apply to every node): use the cluster instead of %s%s\n", envRedisCluster, envRedisURL, map[bool]string{true: "", false: " (not for the demo)"}[redisRequired])
+	fmt.Fprintf(&b, "  %-25s master-name@host:port,host:port: the primary these sentinels monitor, instead of %s (the first redis[s]:// URL's user, password, TLS and database apply to it)%s\n", envRedisSentinel, envRedisURL, map[bool]string{true: "", false: " (not for the demo)"}[redisRequired])
 	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, worqr.DefaultNamespace)
 	if timings {
 		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, worqr.DefaultHeartbeatInterval)
@@ -137,6 +139,7 @@ type common struct {
 	getenv    func(string) string
 	redisURL  string
 	cluster   string // comma-separated seeds: a Redis Cluster instead of redisURL
+	sentinel  string // master-name@host:port,...: a primary found through Redis Sentinel
 	namespace string
 }
 
@@ -146,6 +149,8 @@ func (c *common) register(fs *flag.FlagSet, getenv func(string) string, namespac
 		"Redis URL, redis[s]://[user:password@]host[:port][/db] (env "+envRedisURL+")")
 	fs.StringVar(&c.cluster, "redis-cluster", getenv(envRedisCluster),
 		"Redis Cluster seeds, host:port,host:port or redis[s]:// URLs, instead of --redis-url (env "+envRedisCluster+")")
+	fs.StringVar(&c.sentinel, "redis-sentinel", getenv(envRedisSentinel),
+		"master-name@host:port,host:port: the primary that these sentinels monitor, instead of --redis-url (env "+envRedisSentinel+")")
 	if namespace {
 		ns := getenv(envNamespace)
 		if ns == "" {
@@ -169,6 +174,31 @@ func (c *common) source(name, env string) string {
 // check validates the shared flags; redis says whether --redis-url is
 // required.
 func (c *common) check(redisRequired bool) error {
+	if c.sentinel != "" {
+		if !redisRequired {
+			return usagef("the demo runs on one Redis it is given by URL (%s, or an embedded one): unset %s", envRedisURL, envRedisSentinel)
+		}
+		if c.cluster != "" {
+			return usagef("set %s or %s, not both", c.source("redis-sentinel", envRedisSentinel), c.source("redis-cluster", envRedisCluster))
+		}
+		if c.redisURL != "" {
+			// A flag wins over a variable; two flags or two variables clash.
+			u, se := c.source("redis-url", envRedisURL), c.source("redis-sentinel", envRedisSentinel)
+			switch {
+			case u == "--redis-url" && se == envRedisSentinel:
+				c.sentinel = ""
+				return c.check(redisRequired)
+			case se == "--redis-sentinel" && u == envRedisURL:
+				c.redisURL = ""
+			default:
+				return usagef("set %s or %s, not both", u, se)
+			}
+		}
+		if _, _, err := worqr.ParseSentinel(c.sentinel); err != nil {
+			return usagef("%s: %s", c.source("redis-sentinel", envRedisSentinel), ruleOf(err))
+		}
+		return c.checkNamespace()
+	}
 	if c.cluster != "" {
 		if !redisRequired {
 			return usagef("the demo runs on one Redis (%s, or an embedded one), not on a cluster: unset %s", envRedisURL, envRedisCluster)
@@ -209,6 +239,11 @@ func (c *common) check(redisRequired bool) error {
 	} else {
 		p.Close() // it dialed nothing: the check is of the settings only
 	}
+	return c.checkNamespace()
+}
+
+// checkNamespace checks --namespace where the command has it.
+func (c *common) checkNamespace() error {
 	if c.fs.Lookup("namespace") != nil {
 		if err := worqr.CheckQueueName(c.namespace); err != nil {
 			return usagef("%s %s", c.source("namespace", envNamespace), ruleOf(err))
@@ -284,6 +319,15 @@ func (c *common) seeds() []string {
 
 // where names the Redis the command uses, without its password.
 func (c *common) where() string {
+	if c.sentinel != "" {
+		master, sentinels, _ := worqr.ParseSentinel(c.sentinel)
+		for i, s := range sentinels {
+			if strings.Contains(s, "://") {
+				sentinels[i] = redacted(s)
+			}
+		}
+		return fmt.Sprintf("the primary %s of the sentinels at %s", master, strings.Join(sentinels, ","))
+	}
 	if c.cluster != "" {
 		out := make([]string, 0, len(c.seeds()))
 		for _, s := range c.seeds() {
@@ -301,6 +345,21 @@ func (c *common) where() string {
 // (which reads the topology, so it dials) when --redis-cluster is set, else
 // a pool for --redis-url (which dials nothing yet). The caller closes it.
 func (c *common) openPool() (worqr.ConnGetter, func(), error) {
+	if c.sentinel != "" {
+		master, sentinels, err := worqr.ParseSentinel(c.sentinel)
+		if err != nil {
+			return nil, nil, usagef("%s: %s", c.source("redis-sentinel", envRedisSentinel), ruleOf(err))
+		}
+		p, err := worqr.NewSentinelPool(master, sentinels, c.poolOptions())
+		if err != nil {
+			var ie *worqr.InvalidError
+			if errors.As(err, &ie) {
+				return nil, nil, usagef("%s: %s", c.source("redis-sentinel", envRedisSentinel), ie.Rule)
+			}
+			return nil, nil, fmt.Errorf("cannot reach %s: %w", c.where(), err)
+		}
+		return p, func() { p.Close() }, nil
+	}
 	if c.cluster != "" {
 		p, err := worqr.NewClusterPool(c.seeds(), c.poolOptions())
 		if err != nil {

@@ -590,3 +590,22 @@ func TestLoadUsageErrors(t *testing.T) {
 		t.Errorf("load from stdin said %q", out)
 	}
 }
+
+func TestSentinelVariable(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		env  []string
+		want string
+		code int
+	}{
+		{[]string{"WORQR_REDIS_SENTINEL=127.0.0.1:26379"}, "want master-name@host:port,host:port", 2},
+		{[]string{"WORQR_REDIS_SENTINEL=m@", "X=1"}, "names no sentinel", 2},
+		{[]string{"WORQR_REDIS_SENTINEL=m@127.0.0.1:1", "WORQR_REDIS_URL=" + redisURL}, "set one of WORQR_REDIS_URL, WORQR_REDIS_CLUSTER and WORQR_REDIS_SENTINEL", 2},
+		{[]string{"WORQR_REDIS_SENTINEL=m@redis://u:hunter2@127.0.0.1:1"}, "cannot reach the primary m of the sentinels at redis://u:xxxxx@127.0.0.1:1", 1},
+	} {
+		r := b.runEnv(c.env, "", "stats")
+		if r.code != c.code || !strings.Contains(r.err, c.want) || strings.Contains(r.err, "hunter2") {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.env, r.code, r.err, c.code, c.want)
+		}
+	}
+}

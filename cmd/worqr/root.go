@@ -20,6 +20,7 @@ import (
 const (
 	envRedisURL  = "WORQR_REDIS_URL"
 	envCluster   = "WORQR_REDIS_CLUSTER"
+	envSentinel  = "WORQR_REDIS_SENTINEL"
 	envNamespace = "WORQR_NAMESPACE"
 	envTLSCA     = "WORQR_TLS_CA_FILE"
 	envTLSCert   = "WORQR_TLS_CERT_FILE"
@@ -33,6 +34,9 @@ const envHelp = `Environment (flags win; an empty value means unset):
   WORQR_REDIS_CLUSTER  Redis Cluster seeds instead: host:port,host:port, or
                        redis[s]://[user:password@]host:port URLs (the first one's user,
                        password and TLS apply to every node)
+  WORQR_REDIS_SENTINEL a primary managed by Redis Sentinel instead: master-name@host:port,
+                       host:port of the sentinels (a redis[s]:// URL's user, password, TLS
+                       and database apply to the primary); failovers are followed
   WORQR_NAMESPACE      key prefix of every Redis key (default "worqr")
   WORQR_TLS_CA_FILE    PEM file of the CAs that sign the server's certificate (rediss:// only)
   WORQR_TLS_CERT_FILE  PEM client certificate, for servers that require one (rediss:// only)
@@ -165,17 +169,23 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if a.redisURL == "" {
 		a.redisURL = getenv(envRedisURL)
 	}
-	cluster := getenv(envCluster)
+	cluster, sentinel := getenv(envCluster), getenv(envSentinel)
 	if f := cmd.Flags().Lookup("redis-url"); f != nil && f.Changed {
-		cluster = "" // the flag wins over the variables
+		cluster, sentinel = "", "" // the flag wins over the variables
 	}
-	if a.redisURL != "" && cluster != "" {
-		return usagef("set %s or %s, not both", envRedisURL, envCluster)
+	set := 0
+	for _, v := range []string{a.redisURL, cluster, sentinel} {
+		if v != "" {
+			set++
+		}
 	}
-	if a.redisURL == "" && cluster == "" {
-		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0; for a Redis Cluster set %s", envRedisURL, envCluster)
+	if set > 1 {
+		return usagef("set one of %s, %s and %s, not several", envRedisURL, envCluster, envSentinel)
 	}
-	if cluster == "" {
+	if set == 0 {
+		return usagef("--redis-url is required (or set %s), for example redis://localhost:6379/0; for a Redis Cluster set %s, for Sentinel %s", envRedisURL, envCluster, envSentinel)
+	}
+	if cluster == "" && sentinel == "" {
 		if err := checkRedisURL(a.redisURL); err != nil {
 			return usagef("%s: %v", source(cmd, "redis-url", envRedisURL, getenv), err)
 		}
@@ -193,7 +203,31 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		Close() error
 	}
 	where := redacted(a.redisURL)
-	if cluster != "" {
+	switch {
+	case sentinel != "":
+		master, sentinels, err := worqr.ParseSentinel(sentinel)
+		if err != nil {
+			return usagef("%s: %s", envSentinel, ruleOf(err))
+		}
+		shown := make([]string, len(sentinels))
+		for i, s := range sentinels {
+			shown[i] = s
+			if strings.Contains(s, "://") {
+				shown[i] = redacted(s)
+			}
+		}
+		where = fmt.Sprintf("the primary %s of the sentinels at %s", master, strings.Join(shown, ","))
+		opts.Logger = logger
+		sp, err := worqr.NewSentinelPool(master, sentinels, opts)
+		if err != nil {
+			var ie *worqr.InvalidError
+			if errors.As(err, &ie) {
+				return usagef("%s: %s", envSentinel, ie.Rule)
+			}
+			return &runError{fmt.Errorf("cannot reach %s: %w", where, err)}
+		}
+		pool = sp
+	case cluster != "":
 		var seeds, shown []string
 		for _, s := range strings.Split(cluster, ",") {
 			if s = strings.TrimSpace(s); s != "" {
@@ -215,7 +249,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			return &runError{fmt.Errorf("cannot reach %s: %w", where, err)}
 		}
 		pool = cp
-	} else {
+	default:
 		p, err := worqr.NewPool(a.redisURL, opts)
 		if err != nil {
 			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)

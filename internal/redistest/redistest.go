@@ -34,9 +34,13 @@ type Server struct {
 	Addr string
 	Dir  string // data directory of a started server; "" for an external one
 
-	cmd  *exec.Cmd
-	args []string
-	mu   sync.Mutex
+	cmd *exec.Cmd
+	bin string // "" means redis-server
+	// ready is the log line that says the process serves ("" means
+	// redis-server's "Ready to accept connections").
+	ready string
+	args  []string
+	mu    sync.Mutex
 }
 
 // Start returns the server named by WORQR_TEST_REDIS_URL, or starts a private
@@ -93,7 +97,15 @@ func MustStart(extra ...string) *Server {
 }
 
 func (s *Server) launch() error {
-	cmd := exec.Command("redis-server", s.args...)
+	bin := s.bin
+	if bin == "" {
+		bin = "redis-server"
+	}
+	readyLine := s.ready
+	if readyLine == "" {
+		readyLine = "Ready to accept connections"
+	}
+	cmd := exec.Command(bin, s.args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return err
@@ -109,7 +121,7 @@ func (s *Server) launch() error {
 		for sc.Scan() {
 			line := sc.Text()
 			log = append(log, line)
-			if strings.Contains(line, "Ready to accept connections") {
+			if strings.Contains(line, readyLine) {
 				ready <- nil
 				for sc.Scan() {
 				}

@@ -1,0 +1,350 @@
+// Package sentinel is worqr's connection source for a Redis primary that
+// Redis Sentinel manages: it asks the sentinels which node is the primary,
+// confirms it with ROLE, follows +switch-master, and moves every new call to
+// the new primary after a failover.
+package sentinel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Options configure a Pool.
+type Options struct {
+	// Master is the name the sentinels monitor the primary under.
+	Master string
+	// Sentinels are the sentinels' host:port addresses, asked in turn.
+	Sentinels []string
+	// NewPool returns a pool of connections to the node at addr (a primary
+	// candidate), with the caller's credentials, TLS and database.
+	NewPool func(addr string) *redis.Pool
+	// DialSentinel dials the sentinel at addr: a plain connection, not a
+	// pooled one (the subscription is closed while a Receive waits on it).
+	DialSentinel func(ctx context.Context, addr string) (redis.Conn, error)
+	// Check is how often the sentinels are asked again even without news
+	// (default 5s): a missed +switch-master costs at most this long.
+	Check time.Duration
+	// Logger gets the switches and the sentinels' failures (default: none).
+	Logger *slog.Logger
+}
+
+// Pool hands out connections to the current primary.
+type Pool struct {
+	o Options
+
+	mu      sync.Mutex
+	addr    string
+	pool    *redis.Pool
+	closed  bool
+	refresh chan struct{}
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// ErrNoPrimary is returned when no sentinel names a node that confirms it is
+// the primary.
+var ErrNoPrimary = errors.New("sentinel: no primary found")
+
+// New asks the sentinels for the primary, confirms it, and starts watching
+// for failovers. Close it when done.
+func New(ctx context.Context, o Options) (*Pool, error) {
+	if o.Master == "" {
+		return nil, errors.New("sentinel: master name is empty")
+	}
+	if len(o.Sentinels) == 0 {
+		return nil, errors.New("sentinel: no sentinel address")
+	}
+	if o.Check <= 0 {
+		o.Check = 5 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(discard{})
+	}
+	p := &Pool{o: o, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	if err := p.discover(ctx); err != nil {
+		return nil, err
+	}
+	p.wg.Add(1)
+	go p.watch()
+	return p, nil
+}
+
+// Primary returns the address of the primary in use.
+func (p *Pool) Primary() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr
+}
+
+// GetContext returns a connection to the primary. A reply that says the
+// node is no longer the primary (READONLY, MASTERDOWN, LOADING) or a failed
+// dial makes the pool ask the sentinels again at once.
+func (p *Pool) GetContext(ctx context.Context) (redis.Conn, error) {
+	p.mu.Lock()
+	pool, closed := p.pool, p.closed
+	p.mu.Unlock()
+	if closed {
+		return nil, errors.New("sentinel: pool closed")
+	}
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		p.Refresh()
+		return nil, err
+	}
+	return &conn{Conn: c, p: p}, nil
+}
+
+// Refresh asks the watcher to ask the sentinels again (it does not wait).
+func (p *Pool) Refresh() {
+	select {
+	case p.refresh <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops watching and closes the connections.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	p.mu.Unlock()
+	close(p.stop)
+	p.wg.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.pool.Close()
+}
+
+// discover asks each sentinel in turn for the primary's address, and uses
+// the first one that the node itself confirms (ROLE says master).
+func (p *Pool) discover(ctx context.Context) error {
+	var errs []error
+	for _, s := range p.o.Sentinels {
+		addr, err := p.ask(ctx, s)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("sentinel %s: %w", s, err))
+			continue
+		}
+		if p.Primary() == addr {
+			return nil // nothing changed
+		}
+		pool := p.o.NewPool(addr)
+		if err := confirm(ctx, pool); err != nil {
+			pool.Close()
+			errs = append(errs, fmt.Errorf("sentinel %s names %s: %w", s, addr, err))
+			continue
+		}
+		p.use(addr, pool)
+		return nil
+	}
+	return fmt.Errorf("%w for %q: %w", ErrNoPrimary, p.o.Master, errors.Join(errs...))
+}
+
+// ask returns the primary's address according to sentinel s.
+func (p *Pool) ask(ctx context.Context, s string) (string, error) {
+	c, err := p.o.DialSentinel(ctx, s)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	r, err := redis.Strings(redis.DoContext(c, ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", p.o.Master))
+	if err == redis.ErrNil {
+		return "", fmt.Errorf("does not monitor %q", p.o.Master)
+	}
+	if err != nil {
+		return "", err
+	}
+	if len(r) != 2 {
+		return "", fmt.Errorf("unexpected reply %q", r)
+	}
+	return net.JoinHostPort(r[0], r[1]), nil
+}
+
+// confirm checks that the node of pool says it is a primary.
+func confirm(ctx context.Context, pool *redis.Pool) error {
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	r, err := redis.Values(redis.DoContext(c, ctx, "ROLE"))
+	if err != nil {
+		return err
+	}
+	if len(r) == 0 {
+		return errors.New("empty ROLE reply")
+	}
+	if role, _ := redis.String(r[0], nil); role != "master" {
+		return fmt.Errorf("it says it is a %s", role)
+	}
+	return nil
+}
+
+// use makes addr the primary; the old pool is closed, so that its
+// connections close as they come back.
+func (p *Pool) use(addr string, pool *redis.Pool) {
+	p.mu.Lock()
+	if p.closed && p.pool != nil {
+		p.mu.Unlock()
+		pool.Close()
+		return
+	}
+	old, oldAddr := p.pool, p.addr
+	p.addr, p.pool = addr, pool
+	p.mu.Unlock()
+	if old != nil {
+		old.Close()
+		p.o.Logger.Warn("sentinel: primary switched", "master", p.o.Master, "from", oldAddr, "to", addr)
+	}
+}
+
+// watch follows +switch-master on one sentinel at a time (the next one
+// after a failure) until the pool closes.
+func (p *Pool) watch() {
+	defer p.wg.Done()
+	pause := 100 * time.Millisecond
+	for next := 0; ; next++ {
+		s := p.o.Sentinels[next%len(p.o.Sentinels)]
+		err := p.follow(s)
+		select {
+		case <-p.stop:
+			return
+		default:
+		}
+		p.o.Logger.Warn("sentinel: watching failed; trying the next sentinel", "sentinel", s, "err", err)
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}
+
+// follow subscribes to +switch-master on sentinel s and asks the sentinels
+// again on each switch of this master, on each Refresh, after a failed
+// discovery and every Check, until the subscription fails or the pool
+// stops.
+func (p *Pool) follow(s string) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	c, err := p.o.DialSentinel(ctx, s)
+	if err != nil {
+		return err
+	}
+	psc := redis.PubSubConn{Conn: c}
+	if err := psc.Subscribe("+switch-master"); err != nil {
+		psc.Close()
+		return err
+	}
+	failed := make(chan error, 1)
+	var reader sync.WaitGroup
+	defer reader.Wait()
+	defer psc.Close() // ends the reader's Receive
+	reader.Add(1)
+	go func() {
+		defer reader.Done()
+		for {
+			switch m := psc.Receive().(type) {
+			case redis.Message:
+				// "<name> <old ip> <old port> <new ip> <new port>"
+				if f := strings.Fields(string(m.Data)); len(f) == 5 && f[0] == p.o.Master {
+					p.Refresh()
+				}
+			case error:
+				failed <- m
+				return
+			}
+		}
+	}()
+	tick := time.NewTicker(p.o.Check)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return nil
+		case err := <-failed:
+			return err
+		case <-p.refresh:
+		case <-tick.C:
+		}
+		dctx, dcancel := context.WithTimeout(ctx, p.o.Check)
+		err := p.discover(dctx)
+		dcancel()
+		if err == nil {
+			continue
+		}
+		// During a failover the sentinels name the old primary until they
+		// agree: try again shortly.
+		p.o.Logger.Warn("sentinel: discovery failed", "err", err)
+		select {
+		case <-p.stop:
+			return nil
+		case <-time.After(200 * time.Millisecond):
+			p.Refresh()
+		}
+	}
+}
+
+// conn notices replies that say its node is no longer the primary.
+type conn struct {
+	redis.Conn
+	p *Pool
+}
+
+// stale reports a reply that means the node is not (or no longer) a
+// usable primary.
+func stale(err error) bool {
+	var e redis.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	msg := string(e)
+	return strings.HasPrefix(msg, "READONLY") || strings.HasPrefix(msg, "MASTERDOWN") || strings.HasPrefix(msg, "LOADING")
+}
+
+func (c *conn) notice(r any, err error) (any, error) {
+	if stale(err) {
+		c.p.Refresh()
+	}
+	return r, err
+}
+
+func (c *conn) Do(cmd string, args ...any) (any, error) { return c.notice(c.Conn.Do(cmd, args...)) }
+
+func (c *conn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return c.notice(redis.DoContext(c.Conn, ctx, cmd, args...))
+}
+
+func (c *conn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.notice(redis.DoWithTimeout(c.Conn, d, cmd, args...))
+}
+
+func (c *conn) Receive() (any, error) { return c.notice(c.Conn.Receive()) }
+
+func (c *conn) ReceiveContext(ctx context.Context) (any, error) {
+	return c.notice(redis.ReceiveContext(c.Conn, ctx))
+}
+
+func (c *conn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return c.notice(redis.ReceiveWithTimeout(c.Conn, d))
+}
+
+// discard is a slog handler that drops everything.
+type discard struct{}
+
+func (discard) Enabled(context.Context, slog.Level) bool  { return false }
+func (discard) Handle(context.Context, slog.Record) error { return nil }
+func (d discard) WithAttrs([]slog.Attr) slog.Handler      { return d }
+func (d discard) WithGroup(string) slog.Handler           { return d }

@@ -1,0 +1,228 @@
+package redistest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// SentinelMaster is the name the sentinels of StartSentinel monitor.
+const SentinelMaster = "worqr-test"
+
+// Sentinel is a primary, its replicas and the sentinels that monitor them
+// (down after 1 s, quorum: a majority of the sentinels).
+type Sentinel struct {
+	Nodes     []*Server // the primary first, then its replicas (roles change on failover)
+	Sentinels []*Server
+}
+
+// StartSentinel starts a primary, replicas replicas of it and sentinels
+// sentinels monitoring it as SentinelMaster, and waits until the sentinels
+// know the replicas.
+func StartSentinel(ctx context.Context, replicas, sentinels int) (*Sentinel, error) {
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		return nil, errors.New("redis-sentinel not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-sentinel)")
+	}
+	st := &Sentinel{}
+	fail := func(err error) (*Sentinel, error) { st.Stop(); return nil, err }
+	primary, err := Start("--appendonly", "no")
+	if err != nil {
+		return nil, err
+	}
+	st.Nodes = append(st.Nodes, primary)
+	host, port, _ := net.SplitHostPort(primary.Addr)
+	for i := 0; i < replicas; i++ {
+		r, err := Start("--replicaof", host, port)
+		if err != nil {
+			return fail(err)
+		}
+		st.Nodes = append(st.Nodes, r)
+	}
+	for _, r := range st.Nodes[1:] {
+		if err := waitInfo(ctx, r.Addr, "replication", "master_link_status:up"); err != nil {
+			return fail(fmt.Errorf("replica %s: %w", r.Addr, err))
+		}
+	}
+	quorum := sentinels/2 + 1
+	for i := 0; i < sentinels; i++ {
+		dir, err := os.MkdirTemp("", "worqr-sentinel-")
+		if err != nil {
+			return fail(err)
+		}
+		sp, err := freePort()
+		if err != nil {
+			return fail(err)
+		}
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n"+
+			"sentinel monitor %s %s %s %d\n"+
+			"sentinel down-after-milliseconds %[3]s 1000\n"+
+			"sentinel failover-timeout %[3]s 5000\n"+
+			"sentinel parallel-syncs %[3]s 1\n", sp, dir, SentinelMaster, host, port, quorum)
+		if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+			return fail(err)
+		}
+		s := &Server{Dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(sp), bin: "redis-sentinel", args: []string{conf}, ready: "+monitor master"}
+		s.URL = "redis://" + s.Addr
+		if err := s.launch(); err != nil {
+			os.RemoveAll(dir)
+			return fail(fmt.Errorf("redis-sentinel: %w", err))
+		}
+		st.Sentinels = append(st.Sentinels, s)
+	}
+	// Each sentinel must know every replica (from the primary's INFO) and
+	// the other sentinels (hello messages) before it can fail over.
+	deadline := time.Now().Add(30 * time.Second)
+	for _, s := range st.Sentinels {
+		for {
+			ok, err := s.knows(ctx, replicas, sentinels-1)
+			if err == nil && ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fail(fmt.Errorf("sentinel %s does not know the %d replicas and %d other sentinels after 30 s (%v)", s.Addr, replicas, sentinels-1, err))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return st, nil
+}
+
+// knows reports whether sentinel s sees the primary with replicas replicas
+// and others other sentinels.
+func (s *Server) knows(ctx context.Context, replicas, others int) (bool, error) {
+	c, err := redis.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	m, err := redis.StringMap(redis.DoContext(c, ctx, "SENTINEL", "MASTER", SentinelMaster))
+	if err != nil {
+		return false, err
+	}
+	nr, _ := strconv.Atoi(m["num-slaves"])
+	ns, _ := strconv.Atoi(m["num-other-sentinels"])
+	return nr >= replicas && ns >= others, nil
+}
+
+// Addrs returns the sentinels' addresses.
+func (st *Sentinel) Addrs() []string {
+	var out []string
+	for _, s := range st.Sentinels {
+		out = append(out, s.Addr)
+	}
+	return out
+}
+
+// Primary returns the address the first sentinel names as the primary.
+func (st *Sentinel) Primary(ctx context.Context) (string, error) {
+	c, err := redis.DialContext(ctx, "tcp", st.Sentinels[0].Addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	r, err := redis.Strings(redis.DoContext(c, ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SentinelMaster))
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(r[0], r[1]), nil
+}
+
+// Node returns the node at addr.
+func (st *Sentinel) Node(addr string) *Server {
+	for _, n := range st.Nodes {
+		if n.Addr == addr {
+			return n
+		}
+	}
+	return nil
+}
+
+// Failover asks the first sentinel to fail over (SENTINEL FAILOVER: it
+// promotes a replica without the others' agreement) and returns the new
+// primary's address once the sentinel names it and it says it is one.
+func (st *Sentinel) Failover(ctx context.Context) (string, error) {
+	old, err := st.Primary(ctx)
+	if err != nil {
+		return "", err
+	}
+	c, err := redis.DialContext(ctx, "tcp", st.Sentinels[0].Addr)
+	if err != nil {
+		return "", err
+	}
+	_, err = redis.DoContext(c, ctx, "SENTINEL", "FAILOVER", SentinelMaster)
+	c.Close()
+	if err != nil {
+		return "", err
+	}
+	return st.WaitNewPrimary(ctx, old)
+}
+
+// WaitNewPrimary waits until the sentinels name a primary other than old
+// that says it is one, and returns it.
+func (st *Sentinel) WaitNewPrimary(ctx context.Context, old string) (string, error) {
+	for {
+		now, err := st.Primary(ctx)
+		if err == nil && now != old && waitInfo(ctx, now, "replication", "role:master") == nil {
+			return now, nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", fmt.Errorf("no new primary in place of %s: %w", old, ctx.Err())
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops every process.
+func (st *Sentinel) Stop() {
+	for _, s := range st.Sentinels {
+		s.Stop()
+	}
+	for _, n := range st.Nodes {
+		n.Stop()
+	}
+}
+
+// waitInfo waits until INFO section of the node at addr contains line.
+func waitInfo(ctx context.Context, addr, section, line string) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		c, err := redis.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			info, ierr := redis.String(redis.DoContext(c, ctx, "INFO", section))
+			c.Close()
+			if ierr == nil && strings.Contains(info, line) {
+				return nil
+			}
+			err = ierr
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("INFO %s of %s has no %q after 20 s (%v)", section, addr, line, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// Info returns INFO section of the node at addr.
+func Info(ctx context.Context, addr, section string) (string, error) {
+	c, err := redis.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	return redis.String(redis.DoContext(c, ctx, "INFO", section))
+}

@@ -1,0 +1,132 @@
+package worqr
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/dial"
+	"github.com/worqr/worqr-go/internal/rdb/sentinel"
+)
+
+// SentinelPool is a connection source for a Redis primary managed by Redis
+// Sentinel: give it to NewClient, NewWorker, NewInspector, registry.New or
+// recovery.New as you would a *redis.Pool. It asks the sentinels for the
+// primary (SENTINEL GET-MASTER-ADDR-BY-NAME), checks with ROLE that the node
+// is one, follows +switch-master on one sentinel, asks again every 5 seconds
+// and at once when a reply says the node is no longer the primary
+// (READONLY), and then sends every new call to the new primary. Workers keep
+// running through a failover: calls that fail meanwhile are retried as after
+// any connection error. What a failover can lose is what Redis replication
+// loses (README "Running with Sentinel"). Close it when you are done.
+type SentinelPool struct {
+	p *sentinel.Pool
+}
+
+// NewSentinelPool finds the primary that the sentinels monitor under master
+// and returns its pool. A sentinel is host:port, or a redis:// or rediss://
+// URL whose scheme (TLS), user, password and database (/db) apply to the
+// primary, as a WORQR_REDIS_URL would (the first URL's); the sentinels are
+// dialed with the same TLS and, when set, PoolOptions.SentinelUser and
+// SentinelPassword. opts are as for NewPool.
+func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*SentinelPool, error) {
+	var o PoolOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := checkPoolOptions(&o); err != nil {
+		return nil, err
+	}
+	if strings.TrimSpace(master) == "" {
+		return nil, invalid("master", "is empty (the name the sentinels monitor the primary under)")
+	}
+	base, addrs, err := parseSeeds(sentinels, true)
+	if err != nil {
+		return nil, &InvalidError{Field: "sentinels", Rule: strings.ReplaceAll(err.Error(), "seed", "sentinel")}
+	}
+	nodeOpts := func(addr string) dial.Options {
+		u := *base
+		u.Host = addr
+		return dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
+			MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout}
+	}
+	if err := nodeOpts(addrs[0]).Check(); err != nil {
+		return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+	}
+	sentinelPools := map[string]*redis.Pool{}
+	for _, a := range addrs {
+		u := url.URL{Scheme: base.Scheme, Host: a}
+		switch {
+		case o.SentinelUser != "":
+			u.User = url.UserPassword(o.SentinelUser, o.SentinelPassword)
+		case o.SentinelPassword != "":
+			u.User = url.UserPassword("", o.SentinelPassword)
+		}
+		sp, err := dial.Pool(dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
+			MaxIdle: 0, ConnectTimeout: o.ConnectTimeout})
+		if err != nil {
+			return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+		}
+		sentinelPools[a] = sp
+	}
+	timeout := o.ConnectTimeout
+	if timeout == 0 {
+		timeout = 5 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	defer cancel()
+	p, err := sentinel.New(ctx, sentinel.Options{
+		Master:    master,
+		Sentinels: addrs,
+		NewPool: func(addr string) *redis.Pool {
+			np, err := dial.Pool(nodeOpts(addr))
+			if err != nil { // checked above: cannot happen
+				return &redis.Pool{Dial: func() (redis.Conn, error) { return nil, err }}
+			}
+			return np
+		},
+		DialSentinel: func(ctx context.Context, addr string) (redis.Conn, error) {
+			return sentinelPools[addr].DialContext(ctx) // a connection of its own, not pooled
+		},
+		Check:  o.SentinelCheck,
+		Logger: o.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("worqr: %w", err)
+	}
+	return &SentinelPool{p: p}, nil
+}
+
+// ParseSentinel splits the WORQR_REDIS_SENTINEL form
+// "master-name@host:port,host:port" (a sentinel may be a redis:// URL) into
+// the master's name and the sentinels.
+func ParseSentinel(s string) (master string, sentinels []string, err error) {
+	name, list, ok := strings.Cut(s, "@")
+	if !ok || strings.TrimSpace(name) == "" || strings.Contains(name, "/") {
+		return "", nil, invalid("sentinel", "%q: want master-name@host:port,host:port", dial.Redact(s))
+	}
+	for _, part := range strings.Split(list, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			sentinels = append(sentinels, part)
+		}
+	}
+	if len(sentinels) == 0 {
+		return "", nil, invalid("sentinel", "%q names no sentinel (want master-name@host:port,host:port)", dial.Redact(s))
+	}
+	return strings.TrimSpace(name), sentinels, nil
+}
+
+// GetContext returns a connection to the current primary.
+func (s *SentinelPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	return s.p.GetContext(ctx)
+}
+
+// Primary returns the address of the primary in use.
+func (s *SentinelPool) Primary() string { return s.p.Primary() }
+
+// Close stops following the sentinels and closes the connections.
+func (s *SentinelPool) Close() error { return s.p.Close() }
