@@ -227,4 +227,6 @@ var (
 	flowStartScript = load("flow_start", -1)
 	runCancelScript = load("run_cancel", 1)
 	progressScript  = load("progress", 2)
+	periodicScript  = load("periodic", 3)
+	periodicDue     = load("periodic_due", 1)
 )
