@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -478,5 +479,61 @@ func TestEventsFollowsLiveEvents(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Kind != "enqueued" || e.Queue != "live" || e.Task == "" || e.At == nil {
 			t.Errorf("event line %q: %v %+v; want an enqueued event of queue live with its task and time", l, err, e)
 		}
+	}
+}
+
+func TestPeriodicLsPauseResumeRm(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	s, err := worqr.NewScheduler(b.pool, &worqr.SchedulerConfig{Config: worqr.Config{Namespace: b.ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []worqr.Schedule{
+		{Name: "nightly", Queue: "reports", Cron: "0 0 2 * * *", TimeZone: "Europe/Paris", Missed: worqr.MissedRunOnce},
+		{Name: "beat", Queue: "pings", Every: time.Minute},
+	} {
+		if err := s.Register(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := b.ok("", "periodic", "ls")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "beat") ||
+		!strings.Contains(lines[1], "every 1m0s") || !strings.Contains(lines[2], "0 0 2 * * * (Europe/Paris)") ||
+		!strings.Contains(lines[2], "run_once") {
+		t.Fatalf("periodic ls:\n%s", out)
+	}
+	if out := b.ok("", "periodic", "pause", "nightly"); out != "paused nightly\n" {
+		t.Errorf("pause printed %q", out)
+	}
+	var got []scheduleJSON
+	if err := json.Unmarshal([]byte(b.ok("", "periodic", "ls", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Name != "nightly" || !got[1].Paused || got[1].Cron != "0 0 2 * * *" ||
+		got[1].TimeZone != "Europe/Paris" || got[0].EveryMs != 60000 || got[0].Paused || got[0].Next == nil {
+		t.Fatalf("periodic ls -o json: %+v", got)
+	}
+	b.ok("", "periodic", "resume", "nightly")
+	if info, err := b.in.Schedule(ctx, "nightly"); err != nil || info.Paused {
+		t.Fatalf("after resume: %+v %v", info, err)
+	}
+	if out := b.ok("", "periodic", "rm", "nightly"); out != "removed nightly\n" {
+		t.Errorf("rm printed %q", out)
+	}
+	if _, err := b.in.Schedule(ctx, "nightly"); !errors.Is(err, worqr.ErrScheduleNotFound) {
+		t.Fatalf("after rm: %v", err)
+	}
+	r := b.run("", "periodic", "pause", "nightly")
+	if r.code != 1 || !strings.Contains(r.err, `schedule "nightly" not found`) {
+		t.Errorf("pause of a removed schedule: exit %d, stderr %q", r.code, r.err)
+	}
+	r = b.run("", "periodic", "rm", "a{b}")
+	if r.code != 2 || !strings.Contains(r.err, "<name>") {
+		t.Errorf("rm of a bad name: exit %d, stderr %q", r.code, r.err)
+	}
+	if r := b.run("", "periodic", "--help"); r.code != 0 || !strings.Contains(r.out, "worqr periodic pause nightly-report") {
+		t.Errorf("periodic --help: exit %d\n%s", r.code, r.out)
 	}
 }

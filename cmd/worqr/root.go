@@ -98,6 +98,7 @@ library's public Inspector and Client.
 		a.deadCmd(),
 		a.workersCmd(),
 		a.flowCmd(),
+		a.periodicCmd(),
 		a.enqueueCmd(),
 		a.eventsCmd(),
 		a.dashCmd(),
