@@ -183,7 +183,7 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady fun
 	}
 }
 
-// Wait blocks until task id of queue has ended (done, cancelled or dead)
+// Wait blocks until task id of queue has ended (done, cancelled, expired or dead)
 // and returns what Task reads then: its state, and for a done task the
 // result its handler set. It is woken by the events the task's worker
 // publishes (at most one Config.EventInterval late), not by polling: it
@@ -204,7 +204,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	defer cancel()
 	go follow(fctx, c.st, c.cfg.Logger, func() { poke(wake) }, func(e Event) {
 		switch e.Kind {
-		case EventDone, EventCancelled, EventDead:
+		case EventDone, EventCancelled, EventDead, EventExpired:
 			if e.TaskID == id {
 				poke(wake)
 			}
@@ -221,7 +221,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 			return nil, err
 		}
 		switch info.State {
-		case StateDone, StateCancelled, StateDead:
+		case StateDone, StateCancelled, StateDead, StateExpired:
 			return info, nil
 		}
 	}
