@@ -74,10 +74,10 @@ const (
 	// peer that fires a tick again within it (a lost reply, a race, a peer
 	// killed between the enqueue and the advance) creates nothing new.
 	scheduleIDTTL = time.Hour
-	// maxPassAge bounds how long a pass may act on what it read: a peer
-	// frozen longer than that abandons its pass rather than enqueue a tick
-	// whose id lock may have expired.
-	maxPassAge = 10 * time.Minute
+	// maxPassAge bounds how long a pass may act on what it read (and every
+	// Redis call of a pass): a peer frozen longer than that abandons its
+	// pass rather than enqueue a tick whose id lock may have expired.
+	maxPassAge = time.Minute
 	// dueBatch is how many due schedules one read returns.
 	dueBatch = 100
 	// maxTicksPerPass is how many on-time ticks of one schedule one pass
@@ -274,7 +274,7 @@ type SchedulerConfig struct {
 // advance therefore enqueue the tick's task once. The guarantee holds as
 // long as a tick's id is remembered (one hour): a process frozen for that
 // long in the middle of a pass could enqueue a tick again (a pass older than
-// ten minutes by the local monotonic clock is abandoned to make this
+// a minute by the local monotonic clock is abandoned to make this
 // unlikely). Ticks found later than the schedule's Grace were missed and
 // follow its MissedPolicy.
 type Scheduler struct {
@@ -397,7 +397,10 @@ func (s *Scheduler) loop(ctx context.Context) {
 	t := time.NewTicker(s.cfg.PollInterval)
 	defer t.Stop()
 	for {
-		if _, err := s.pass(ctx, 0); err != nil && ctx.Err() == nil {
+		pctx, cancel := context.WithTimeout(ctx, maxPassAge)
+		_, err := s.pass(pctx, 0)
+		cancel()
+		if err != nil && ctx.Err() == nil {
 			s.cfg.Logger.Warn("scheduler: pass failed", "err", err)
 			s.c.bus.add(Event{Kind: EventError, At: time.Now(), Err: err})
 		}
