@@ -111,7 +111,9 @@ type EnqueueOpts struct {
 	IDTTL time.Duration
 }
 
-// zero reports whether o asks for nothing (nil, or every field unset).
+// zero reports whether o asks for nothing (nil, or every field unset): such
+// an enqueue takes the coalesced plain path. It names every field (the
+// struct holds a slice, so it cannot be compared): a new field goes here too.
 func (o *EnqueueOpts) zero() bool {
 	if o == nil {
 		return true

@@ -3,6 +3,7 @@ package worqr_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -182,5 +183,33 @@ func TestEnqueueOptsBadDeadlineRetentionUniqueKeys(t *testing.T) {
 	}
 	if n, _ := c.Len(ctx, "q"); n != 0 {
 		t.Fatalf("%d tasks enqueued by bad calls", n)
+	}
+}
+
+// Every field of EnqueueOpts, once set, takes the enqueue off the plain
+// path (which would ignore it).
+func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
+	if !(*worqr.EnqueueOpts)(nil).Zero() || !(&worqr.EnqueueOpts{}).Zero() {
+		t.Fatal("empty options are not zero")
+	}
+	typ := reflect.TypeOf(worqr.EnqueueOpts{})
+	for i := 0; i < typ.NumField(); i++ {
+		var o worqr.EnqueueOpts
+		f := reflect.ValueOf(&o).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(1)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		case reflect.Struct: // time.Time
+			f.Set(reflect.ValueOf(time.Unix(1, 0)))
+		default:
+			t.Fatalf("field %s: kind %s not handled by this test", typ.Field(i).Name, f.Kind())
+		}
+		if o.Zero() {
+			t.Errorf("EnqueueOpts.%s set, but the options read as empty", typ.Field(i).Name)
+		}
 	}
 }

@@ -22,3 +22,6 @@ func (s *Scheduler) RegisterAt(ctx context.Context, sc Schedule, now time.Time) 
 func (in *Inspector) ResumeScheduleAt(ctx context.Context, name string, now time.Time) error {
 	return in.resumeSchedule(ctx, name, now.UnixMilli())
 }
+
+// Zero reports whether o takes the plain enqueue path.
+func (o *EnqueueOpts) Zero() bool { return o.zero() }
