@@ -60,7 +60,8 @@ type Schedule struct {
 	Missed MissedPolicy
 	// Grace is how late a tick may be enqueued and still count as on time.
 	// A tick found later than that (every Scheduler was down, or could not
-	// reach Redis) is missed and follows Missed. Default 10s, at least 1s.
+	// reach Redis) is missed and follows Missed. Keep it well above the
+	// Schedulers' PollInterval. Default 10s, at least 1s.
 	Grace time.Duration
 }
 
