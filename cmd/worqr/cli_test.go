@@ -537,3 +537,40 @@ func TestPeriodicLsPauseResumeRm(t *testing.T) {
 		t.Errorf("periodic --help: exit %d\n%s", r.code, r.out)
 	}
 }
+
+func TestTaskLsExpired(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id, err := b.client.Enqueue(ctx, "reports", []byte("late"), &worqr.EnqueueOpts{
+		Deadline: time.Now().Add(-time.Minute), Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"reports": {Concurrency: 1, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { return errors.New("must not run") })}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	b.eventually("the task expired", func() bool {
+		info, err := b.client.Task(ctx, "reports", id)
+		return err == nil && info.State == worqr.StateExpired
+	})
+	out := b.ok("", "task", "ls", "reports", "--state", "expired")
+	if !strings.Contains(out, id) {
+		t.Fatalf("task ls --state expired:\n%s", out)
+	}
+	var got taskJSON
+	if err := json.Unmarshal([]byte(b.ok("", "task", "get", "reports", id, "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "expired" || got.Deadline == nil || got.FinishedAt == nil {
+		t.Fatalf("task get -o json: %+v", got)
+	}
+}
