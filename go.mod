@@ -7,6 +7,7 @@ require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/onsi/ginkgo/v2 v2.22.2
 	github.com/onsi/gomega v1.36.2
+	github.com/robfig/cron/v3 v3.0.1
 	github.com/rs/xid v1.6.0
 	go.uber.org/zap v1.28.0
 	go.uber.org/zap/exp v0.3.0

@@ -78,8 +78,28 @@ type EnqueueOpts struct {
 	// cancelled) or UniqueTTL passes, whichever comes first. Single Enqueue
 	// only, at most MaxUniqueKeyLen bytes.
 	UniqueKey string
-	// UniqueTTL bounds how long UniqueKey is held. Required with UniqueKey.
+	// UniqueKeys gives EnqueueBatch one unique key per payload, in the same
+	// order ("" = none for that payload; at most MaxUniqueKeyLen bytes
+	// each). A payload whose key is held (by a task of the queue that has
+	// not ended, or by an earlier payload of the same batch) is left out
+	// and the others are enqueued, in the same atomic step: the error is
+	// then a *DuplicatesError naming each one left out, and its id in the
+	// returned slice is "". EnqueueBatch only; not with UniqueKey.
+	UniqueKeys []string
+	// UniqueTTL bounds how long UniqueKey (or each of UniqueKeys) is held.
+	// Required with them.
 	UniqueTTL time.Duration
+	// Deadline, when set, is the time after which the task must not start:
+	// a worker that takes it later (compared with Redis's clock when it is
+	// taken) does not run it, and it ends as expired (StateExpired,
+	// EventExpired; kept for the retention like a done task). A task
+	// already running when its deadline passes is not stopped (see
+	// Timeout).
+	Deadline time.Time
+	// Retention overrides the queue's QueueConfig.Retention for this task:
+	// how long it stays readable by Client.Task (and Wait) once done,
+	// cancelled or expired. Default 0: the queue's.
+	Retention time.Duration
 	// ID is a task id of the caller's choosing (same rules as queue names),
 	// which makes the enqueue idempotent: an Enqueue repeated with the same
 	// ID and payload, for example retried after its reply was lost, creates
@@ -89,6 +109,17 @@ type EnqueueOpts struct {
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
+}
+
+// zero reports whether o asks for nothing (nil, or every field unset): such
+// an enqueue takes the coalesced plain path. It names every field (the
+// struct holds a slice, so it cannot be compared): a new field goes here too.
+func (o *EnqueueOpts) zero() bool {
+	if o == nil {
+		return true
+	}
+	return o.Delay == 0 && o.At.IsZero() && o.MaxAttempts == 0 && o.Timeout == 0 && o.UniqueKey == "" &&
+		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0
 }
 
 // DefaultIDTTL is EnqueueOpts.IDTTL's default.
@@ -122,7 +153,38 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 	if o.Timeout > 0 {
 		a.TimeoutMs = max(o.Timeout.Milliseconds(), 1)
 	}
-	if o.UniqueKey != "" || o.UniqueTTL != 0 {
+	switch {
+	case o.Retention < 0:
+		return nil, invalid("EnqueueOpts.Retention", "(%s) must not be negative", o.Retention)
+	case o.Retention > 0 && o.Retention < time.Millisecond:
+		return nil, invalid("EnqueueOpts.Retention", "(%s) must be at least 1ms (0: the queue's)", o.Retention)
+	case !o.Deadline.IsZero() && o.Deadline.UnixMilli() <= 0:
+		return nil, invalid("EnqueueOpts.Deadline", "(%s) must be after 1970", o.Deadline)
+	case !o.Deadline.IsZero() && !o.At.IsZero() && !o.Deadline.After(o.At):
+		return nil, invalid("EnqueueOpts.Deadline", "(%s) must be after At (%s): the task could never start", o.Deadline, o.At)
+	}
+	a.RetentionMs = o.Retention.Milliseconds()
+	if !o.Deadline.IsZero() {
+		a.DeadlineMs = o.Deadline.UnixMilli()
+	}
+	if o.UniqueKeys != nil {
+		switch {
+		case o.UniqueKey != "":
+			return nil, invalid("EnqueueOpts.UniqueKeys", "cannot be set together with UniqueKey")
+		case len(o.UniqueKeys) != n:
+			return nil, invalid("EnqueueOpts.UniqueKeys", "has %d keys for %d payloads (one per payload, \"\" for none)", len(o.UniqueKeys), n)
+		case o.UniqueTTL < time.Millisecond:
+			return nil, invalid("EnqueueOpts.UniqueTTL", "(%s) must be at least 1ms when UniqueKeys is set", o.UniqueTTL)
+		}
+		for i, k := range o.UniqueKeys {
+			if len(k) > MaxUniqueKeyLen {
+				return nil, invalid(fmt.Sprintf("EnqueueOpts.UniqueKeys[%d]", i), "is %d bytes long (at most %d)", len(k), MaxUniqueKeyLen)
+			}
+		}
+		a.UniqueKeys = o.UniqueKeys
+		a.UniqueTTL = o.UniqueTTL.Milliseconds()
+	}
+	if o.UniqueKey != "" || (o.UniqueTTL != 0 && o.UniqueKeys == nil) {
 		switch {
 		case o.UniqueKey == "":
 			return nil, invalid("EnqueueOpts.UniqueKey", "is empty but UniqueTTL is set")
@@ -131,7 +193,7 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		case o.UniqueTTL < time.Millisecond:
 			return nil, invalid("EnqueueOpts.UniqueTTL", "(%s) must be at least 1ms when UniqueKey is set", o.UniqueTTL)
 		case n != 1:
-			return nil, invalid("EnqueueOpts.UniqueKey", "applies to a single Enqueue, not a batch of %d", n)
+			return nil, invalid("EnqueueOpts.UniqueKey", "applies to a single Enqueue, not a batch of %d (use UniqueKeys)", n)
 		}
 		a.UniqueKey = o.UniqueKey
 		a.UniqueTTL = o.UniqueTTL.Milliseconds()
@@ -234,7 +296,7 @@ func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
 // Enqueue adds a task at the back of queue and wakes a worker. It returns the
 // new task's id.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
-	if opts == nil || *opts == (EnqueueOpts{}) {
+	if opts.zero() {
 		return c.enqueuePlain(ctx, queue, payload)
 	}
 	ids, err := c.enqueue(ctx, queue, [][]byte{payload}, "payload", opts)
@@ -289,6 +351,9 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	if err != nil {
 		return nil, err
 	}
+	if args.UniqueKeys != nil && field == "payload" {
+		return nil, invalid("EnqueueOpts.UniqueKeys", "applies to EnqueueBatch (use UniqueKey with Enqueue)")
+	}
 	for i, p := range payloads {
 		if len(p) > c.cfg.MaxPayloadBytes {
 			name := field
@@ -310,7 +375,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		sum := sha256.Sum256(payloads[0])
 		args.Digest = hex.EncodeToString(sum[:16])
 	}
-	if len(payloads) == 1 {
+	if len(payloads) == 1 && args.UniqueKeys == nil {
 		holder, err := c.st.Enqueue(ctx, q.qk, ids, payloads, args)
 		switch {
 		case err == rdb.ErrDuplicate:
@@ -326,12 +391,32 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		c.enqueued(queue, ids)
 		return ids, nil
 	}
-	n, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
+	n, dups, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
+	var derr *DuplicatesError
+	if len(dups) > 0 {
+		derr = &DuplicatesError{Queue: queue}
+		for _, d := range dups {
+			derr.Duplicates = append(derr.Duplicates, &DuplicateError{Queue: queue, Index: d.Index,
+				UniqueKey: args.UniqueKeys[d.Index], HolderID: d.Holder})
+			ids[d.Index] = ""
+		}
+	}
 	if n > 0 {
-		c.enqueued(queue, ids[:n])
+		var done []string
+		for _, id := range ids[:n] {
+			if id != "" {
+				done = append(done, id)
+			}
+		}
+		if len(done) > 0 {
+			c.enqueued(queue, done)
+		}
 	}
 	if err != nil {
-		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err}
+		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err, Duplicates: derr}
+	}
+	if derr != nil {
+		return ids, derr
 	}
 	return ids, nil
 }
@@ -340,10 +425,15 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 // atomic steps failed part way: the first Enqueued tasks are in the queue;
 // of the rest, the step that failed may or may not have been applied (a
 // lost reply), and none after it was.
+//
+// With EnqueueOpts.UniqueKeys, Enqueued counts the payloads handled
+// (enqueued or left out as duplicates), and Duplicates (when not nil) names
+// those of them left out.
 type BatchError struct {
 	Queue           string
 	Enqueued, Total int
 	Err             error
+	Duplicates      *DuplicatesError
 }
 
 func (e *BatchError) Error() string {
@@ -358,6 +448,9 @@ type DuplicateError struct {
 	Queue     string
 	UniqueKey string
 	HolderID  string // the task holding the key
+	// Index is the payload's index in EnqueueBatch (in a DuplicatesError);
+	// 0 for Enqueue.
+	Index int
 }
 
 func (e *DuplicateError) Error() string {
@@ -366,6 +459,26 @@ func (e *DuplicateError) Error() string {
 
 // Is makes errors.Is(err, ErrDuplicate) true.
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// DuplicatesError is returned by EnqueueBatch with EnqueueOpts.UniqueKeys
+// when some payloads were left out because their unique key was held: the
+// other payloads were enqueued. It matches ErrDuplicate with errors.Is.
+type DuplicatesError struct {
+	Queue string
+	// Duplicates are the payloads left out, by increasing Index.
+	Duplicates []*DuplicateError
+}
+
+func (e *DuplicatesError) Error() string {
+	if len(e.Duplicates) == 1 {
+		d := e.Duplicates[0]
+		return fmt.Sprintf("worqr: enqueue %s: payloads[%d] left out: unique key %q is held by task %s", e.Queue, d.Index, d.UniqueKey, d.HolderID)
+	}
+	return fmt.Sprintf("worqr: enqueue %s: %d payloads left out: their unique keys are held", e.Queue, len(e.Duplicates))
+}
+
+// Is makes errors.Is(err, ErrDuplicate) true.
+func (e *DuplicatesError) Is(target error) bool { return target == ErrDuplicate }
 
 // CancelStatus says what Cancel did.
 type CancelStatus int
@@ -495,6 +608,8 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		Result:          r.Result,
 		Progress:        r.Progress,
 		FinishedAt:      msTime(r.FinishedAt),
+		Deadline:        msTime(r.DeadlineMs),
+		Retention:       time.Duration(r.RetentionMs) * time.Millisecond,
 		WorkerID:        r.WorkerID,
 		PID:             r.PID,
 		CancelRequested: r.CancelRequested,

@@ -35,6 +35,12 @@
 // puts it back at the front, a panic is a failed attempt (never a crash of the
 // process), and a timeout cancels the handler's context and counts as a
 // failed attempt. A task whose workers keep dying is buried after MaxCrashes.
+// A task enqueued with a Deadline is not started after it (it ends as
+// expired).
+//
+// A Scheduler enqueues periodic tasks (a cron expression or an interval):
+// run one in any number of processes; each tick is enqueued once across
+// them, on Redis's clock.
 //
 // docs/PROTOCOL.md in the repository describes every key and script.
 package worqr

@@ -132,6 +132,8 @@ func asked(e rdb.Ending) rdb.Outcome {
 		return rdb.OutcomeDead
 	case rdb.AskBack:
 		return rdb.OutcomeRequeued
+	case rdb.AskExpire:
+		return rdb.OutcomeExpired
 	}
 	if e.Kind == rdb.KindStage && e.Stage != nil {
 		switch {
@@ -152,6 +154,7 @@ var eventOf = map[rdb.Outcome]EventKind{
 	rdb.OutcomeDead:      EventDead,
 	rdb.OutcomeForwarded: EventForwarded,
 	rdb.OutcomeFannedOut: EventFannedOut,
+	rdb.OutcomeExpired:   EventExpired,
 }
 
 // complete records the end of a taking, retrying on connection errors for as

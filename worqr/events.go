@@ -183,14 +183,14 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady fun
 	}
 }
 
-// Wait blocks until task id of queue has ended (done, cancelled or dead)
-// and returns what Task reads then: its state, and for a done task the
-// result its handler set. It is woken by the events the task's worker
+// Wait blocks until task id of queue has ended (done, cancelled, expired
+// or dead) and returns what Task reads then: its state, and for a done task
+// the result its handler set. It is woken by the events the task's worker
 // publishes (at most one Config.EventInterval late), not by polling: it
-// holds one pub/sub connection while it waits. A done or cancelled task is
-// readable only while its queue's Retention keeps it, so Wait returns
-// ErrTaskNotFound for a task that ended in a queue without retention (or
-// never existed). It returns ctx's error when ctx ends first. The workers
+// holds one pub/sub connection while it waits. A done, cancelled or expired
+// task is readable only while its retention (its EnqueueOpts.Retention, or
+// its queue's Retention) keeps it, so Wait returns ErrTaskNotFound for a
+// task that ended without one (or never existed). It returns ctx's error when ctx ends first. The workers
 // must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	if _, err := c.queue(queue); err != nil {
@@ -204,7 +204,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	defer cancel()
 	go follow(fctx, c.st, c.cfg.Logger, func() { poke(wake) }, func(e Event) {
 		switch e.Kind {
-		case EventDone, EventCancelled, EventDead:
+		case EventDone, EventCancelled, EventDead, EventExpired:
 			if e.TaskID == id {
 				poke(wake)
 			}
@@ -221,7 +221,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 			return nil, err
 		}
 		switch info.State {
-		case StateDone, StateCancelled, StateDead:
+		case StateDone, StateCancelled, StateDead, StateExpired:
 			return info, nil
 		}
 	}

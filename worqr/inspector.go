@@ -110,8 +110,8 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 // Tasks returns a page of the tasks of queue in one state, and how many the
 // state holds: StateQueued (waiting, front first), StateScheduled (soonest
 // first), StateActive (held by workers), StateDead (newest first), or
-// StateDone / StateCancelled (retained ended tasks, newest first; both are
-// listed for either).
+// StateDone / StateCancelled / StateExpired (retained ended tasks, those
+// kept longest first; all three are listed for any of them).
 func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, offset, limit int) ([]*TaskInfo, int, error) {
 	ref, err := parseQueue(queue)
 	if err != nil {
@@ -132,7 +132,7 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 		span, err = in.st.Scheduled(ctx, qk, offset, limit)
 	case StateDead:
 		span, err = in.st.Dead(ctx, qk, offset, limit)
-	case StateDone, StateCancelled:
+	case StateDone, StateCancelled, StateExpired:
 		span, err = in.st.Retained(ctx, qk, offset, limit)
 	case StateActive:
 		var hs []rdb.Holding
@@ -143,7 +143,7 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 			span.IDs = append(span.IDs, hs[i].ID)
 		}
 	default:
-		return nil, 0, invalid("state", "%q is not one of queued, scheduled, active, dead, done, cancelled", state)
+		return nil, 0, invalid("state", "%q is not one of queued, scheduled, active, dead, done, cancelled, expired", state)
 	}
 	if err != nil {
 		return nil, 0, fmt.Errorf("worqr: tasks of %s: %w", queue, err)

@@ -35,6 +35,12 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		poke(q.freed)
 		w.handlers.Done()
 	}()
+	if taken.Expired {
+		// Past its deadline when taken (Redis time): never run, ended as
+		// expired through the queue's one end path.
+		w.complete(s, q, t, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		return
+	}
 	hctx, cancel := context.WithCancelCause(s.Context())
 	timeout := q.cfg.Timeout
 	if taken.TimeoutMs > 0 {

@@ -86,6 +86,9 @@ const (
 	StateDead      TaskState = "dead"      // in the dead set
 	StateDone      TaskState = "done"      // ended well (kept for Retention)
 	StateCancelled TaskState = "cancelled" // ended by Cancel (kept for Retention)
+	// StateExpired: taken after its EnqueueOpts.Deadline, so never run
+	// (kept for Retention).
+	StateExpired TaskState = "expired"
 )
 
 // TaskInfo is what Redis holds about a task.
@@ -112,8 +115,12 @@ type TaskInfo struct {
 	Result []byte
 	// Progress is the last report of Task.Progress.
 	Progress string
-	// FinishedAt is when a done or cancelled task ended.
+	// FinishedAt is when a done, cancelled or expired task ended.
 	FinishedAt time.Time
+	// Deadline is the task's EnqueueOpts.Deadline (zero: none).
+	Deadline time.Time
+	// Retention is the task's own EnqueueOpts.Retention (0: the queue's).
+	Retention time.Duration
 	// WorkerID and PID name the current taking while State is active.
 	WorkerID string
 	PID      string
@@ -144,6 +151,9 @@ const (
 	EventRetry EventKind = "retry"
 	// EventDead: the task went to the dead set (Err says why).
 	EventDead EventKind = "dead"
+	// EventExpired: a taking ended as expired: the task was taken after
+	// its EnqueueOpts.Deadline and was not run.
+	EventExpired EventKind = "expired"
 	// EventForwarded: a flow stage ended and its run moved to the next stage.
 	EventForwarded EventKind = "forwarded"
 	// EventFannedOut: a flow stage ended by fanning out children.

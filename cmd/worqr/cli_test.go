@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -607,5 +608,98 @@ func TestSentinelVariable(t *testing.T) {
 		if r.code != c.code || !strings.Contains(r.err, c.want) || strings.Contains(r.err, "hunter2") {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", c.env, r.code, r.err, c.code, c.want)
 		}
+	}
+}
+
+func TestPeriodicLsPauseResumeRm(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	s, err := worqr.NewScheduler(b.pool, &worqr.SchedulerConfig{Config: worqr.Config{Namespace: b.ns}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, sc := range []worqr.Schedule{
+		{Name: "nightly", Queue: "reports", Cron: "0 0 2 * * *", TimeZone: "Europe/Paris", Missed: worqr.MissedRunOnce},
+		{Name: "beat", Queue: "pings", Every: time.Minute},
+	} {
+		if err := s.Register(ctx, sc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out := b.ok("", "periodic", "ls")
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "beat") ||
+		!strings.Contains(lines[1], "every 1m0s") || !strings.Contains(lines[2], "0 0 2 * * * (Europe/Paris)") ||
+		!strings.Contains(lines[2], "run_once") {
+		t.Fatalf("periodic ls:\n%s", out)
+	}
+	if out := b.ok("", "periodic", "pause", "nightly"); out != "paused nightly\n" {
+		t.Errorf("pause printed %q", out)
+	}
+	var got []scheduleJSON
+	if err := json.Unmarshal([]byte(b.ok("", "periodic", "ls", "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[1].Name != "nightly" || !got[1].Paused || got[1].Cron != "0 0 2 * * *" ||
+		got[1].TimeZone != "Europe/Paris" || got[0].EveryMs != 60000 || got[0].Paused || got[0].Next == nil {
+		t.Fatalf("periodic ls -o json: %+v", got)
+	}
+	b.ok("", "periodic", "resume", "nightly")
+	if info, err := b.in.Schedule(ctx, "nightly"); err != nil || info.Paused {
+		t.Fatalf("after resume: %+v %v", info, err)
+	}
+	if out := b.ok("", "periodic", "rm", "nightly"); out != "removed nightly\n" {
+		t.Errorf("rm printed %q", out)
+	}
+	if _, err := b.in.Schedule(ctx, "nightly"); !errors.Is(err, worqr.ErrScheduleNotFound) {
+		t.Fatalf("after rm: %v", err)
+	}
+	r := b.run("", "periodic", "pause", "nightly")
+	if r.code != 1 || !strings.Contains(r.err, `schedule "nightly" not found`) {
+		t.Errorf("pause of a removed schedule: exit %d, stderr %q", r.code, r.err)
+	}
+	r = b.run("", "periodic", "rm", "a{b}")
+	if r.code != 2 || !strings.Contains(r.err, "<name>") {
+		t.Errorf("rm of a bad name: exit %d, stderr %q", r.code, r.err)
+	}
+	if r := b.run("", "periodic", "--help"); r.code != 0 || !strings.Contains(r.out, "worqr periodic pause nightly-report") {
+		t.Errorf("periodic --help: exit %d\n%s", r.code, r.out)
+	}
+}
+
+func TestTaskLsExpired(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	id, err := b.client.Enqueue(ctx, "reports", []byte("late"), &worqr.EnqueueOpts{
+		Deadline: time.Now().Add(-time.Minute), Retention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"reports": {Concurrency: 1, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { return errors.New("must not run") })}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	b.eventually("the task expired", func() bool {
+		info, err := b.client.Task(ctx, "reports", id)
+		return err == nil && info.State == worqr.StateExpired
+	})
+	out := b.ok("", "task", "ls", "reports", "--state", "expired")
+	if !strings.Contains(out, id) {
+		t.Fatalf("task ls --state expired:\n%s", out)
+	}
+	var got taskJSON
+	if err := json.Unmarshal([]byte(b.ok("", "task", "get", "reports", id, "-o", "json")), &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "expired" || got.Deadline == nil || got.FinishedAt == nil {
+		t.Fatalf("task get -o json: %+v", got)
 	}
 }

@@ -102,6 +102,7 @@ library's public Inspector and Client.
 		a.deadCmd(),
 		a.workersCmd(),
 		a.flowCmd(),
+		a.periodicCmd(),
 		a.enqueueCmd(),
 		a.loadCmd(),
 		a.eventsCmd(),

@@ -31,6 +31,7 @@ type taskJSON struct {
 	EnqueuedAt      *string `json:"enqueued_at"`
 	DueAt           *string `json:"due_at"`
 	FinishedAt      *string `json:"finished_at"`
+	Deadline        *string `json:"deadline"`
 	Payload         *string `json:"payload,omitempty"`
 	PayloadBase64   *string `json:"payload_base64,omitempty"`
 	Result          *string `json:"result,omitempty"`
@@ -55,7 +56,7 @@ func taskOf(t *worqr.TaskInfo) taskJSON {
 	j := taskJSON{ID: t.ID, Queue: t.Queue, State: string(t.State), Failures: t.Failures, Crashes: t.Crashes,
 		LastError: t.LastError, DeadReason: t.DeadReason, DiedAt: jsonTime(t.DiedAt), DiedOn: t.DiedOn,
 		Worker: t.WorkerID, PID: t.PID, CancelRequested: t.CancelRequested, EnqueuedAt: jsonTime(t.EnqueuedAt),
-		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), raw: t.Payload}
+		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), Deadline: jsonTime(t.Deadline), raw: t.Payload}
 	j.Payload, j.PayloadBase64 = bytesJSON(t.Payload)
 	j.Result, j.ResultBase64 = bytesJSON(t.Result)
 	return j
@@ -150,12 +151,12 @@ error: nothing on stdout, exit 1.`,
 			"crashes", itoa(j.Crashes), "last_error", orDash(j.LastError), "dead_reason", orDash(j.DeadReason),
 			"died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn), "worker", orDash(j.Worker), "pid", orDash(j.PID),
 			"cancel_requested", yesNo(j.CancelRequested), "enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt),
-			"finished_at", when(t.FinishedAt), "payload", payload, "result", result)
+			"finished_at", when(t.FinishedAt), "deadline", when(t.Deadline), "payload", payload, "result", result)
 	})
 	return cmd
 }
 
-var states = []string{"queued", "scheduled", "active", "dead", "done", "cancelled"}
+var states = []string{"queued", "scheduled", "active", "dead", "done", "cancelled", "expired"}
 
 func (a *app) taskLsCmd() *cobra.Command {
 	var (
@@ -167,8 +168,9 @@ func (a *app) taskLsCmd() *cobra.Command {
 		Use:   "ls <queue> [--state S] [--limit N] [--offset N]",
 		Short: "a page of a queue's tasks in one state",
 		Long: `Lists a page of a queue's tasks in one state: queued (front first), scheduled
-(soonest first), active (held by workers), dead (newest first), done or
-cancelled (retained ended tasks, newest first; both are listed for either).
+(soonest first), active (held by workers), dead (newest first), done,
+cancelled or expired (retained ended tasks, those kept longest first; all
+three are listed for any of them).
 The table ends with how many the state holds; -o json prints
 {"total": n, "tasks": [...]}.`,
 		Example: "  worqr task ls emails\n  worqr task ls emails --state scheduled --limit 100 --offset 100",

@@ -44,6 +44,7 @@ var endings = map[worqr.EventKind]bool{
 	worqr.EventLost:      true,
 	worqr.EventForwarded: true,
 	worqr.EventFannedOut: true,
+	worqr.EventExpired:   true,
 }
 
 const (
@@ -101,6 +102,10 @@ func (c *Collector) observe(e worqr.Event) {
 		outcome := string(e.Kind)
 		c.consumed.WithLabelValues(e.Queue, opProcess, outcome).Inc()
 		if e.PID == "" { // buried by the take: it never ran
+			return
+		}
+		if e.Kind == worqr.EventExpired { // past its deadline: it never starts
+			t.enqueued.take(e.TaskID)
 			return
 		}
 		if s, ok := t.started.take(takingKey(e)); ok {

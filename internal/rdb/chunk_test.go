@@ -76,7 +76,7 @@ func TestRequeueRunsInChunks(t *testing.T) {
 		ids[i] = fmt.Sprintf("t%05d", i)
 		payloads[i] = []byte("p")
 	}
-	if _, err := st.EnqueueBatch(ctx, q, ids, payloads, &rdb.EnqueueArgs{}); err != nil {
+	if _, _, err := st.EnqueueBatch(ctx, q, ids, payloads, &rdb.EnqueueArgs{}); err != nil {
 		t.Fatal(err)
 	}
 	for held := 0; held < n; {

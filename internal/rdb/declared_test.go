@@ -320,4 +320,36 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.RunCancel(ctx, s1, "r2", ref)
 	must(err)
 	check("run cancel", "run_cancel:q", "run_cancel:ix") // the run's stage and index, from its hash
+
+	// Per-task unique keys, deadline and retention.
+	_, _, err = st.EnqueueBatch(ctx, q, []string{"x1", "x2", "x3"}, [][]byte{[]byte("1"), []byte("2"), []byte("3")},
+		&rdb.EnqueueArgs{UniqueKeys: []string{"k1", "", "k1"}, UniqueTTL: 60_000, DeadlineMs: 1, RetentionMs: 60_000})
+	must(err)
+	check("enqueue with unique keys per task")
+	got, err = st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 1})
+	must(err)
+	a.calls()
+	_, err = st.End(ctx, q, 0, []rdb.Ending{rdb.Expire(w, got[0].PID, got[0].ID)})
+	must(err)
+	check("end as expired", "end:u") // the unique lock named in the task's hash
+
+	// Periodic schedules.
+	_, err = st.PutSchedule(ctx, "s1", []byte("{}"), "every:1000", 1000)
+	must(err)
+	check("put a schedule")
+	_, due, err := st.DueSchedules(ctx, 0, 10)
+	must(err)
+	check("due schedules", "periodic_due:sch") // the names are read from the due set
+	if len(due) != 1 {
+		t.Fatalf("due schedules: %+v", due)
+	}
+	_, err = st.AdvanceSchedule(ctx, "s1", due[0].Next, 2000, 1000, 1)
+	must(err)
+	_, err = st.PauseSchedule(ctx, "s1")
+	must(err)
+	_, err = st.ResumeSchedule(ctx, "s1", 3000)
+	must(err)
+	_, err = st.RemoveSchedule(ctx, "s1")
+	must(err)
+	check("advance, pause, resume, remove a schedule")
 }

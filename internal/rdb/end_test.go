@@ -57,7 +57,7 @@ func TestEndBatchOfTasks(t *testing.T) {
 			e.q.Task("t5"):       active("t5", "A", "5"), // the lost item: untouched
 			e.q.WorkerQueue("A"): hash{"5": "t5"},
 			e.q.Task("t6"):       ttl(fresh("t6").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
-			e.q.Retained:         ttl(zset{{"t1", "@now"}, {"t6", "@now"}}, 60000),
+			e.q.Retained:         ttl(zset{{"t1", "@now+60000"}, {"t6", "@now+60000"}}, 60000),
 			e.q.Holders:          set{"A"},
 			e.q.Seq:              str("6"),
 		}

@@ -95,7 +95,7 @@ func TestScriptsFallBackWhenFunctionsAreDenied(t *testing.T) {
 	st := rdb.NewStore(pool, redistest.Namespace())
 	q := st.Queue(rdb.Standalone("nofn"))
 	ids := []string{"a", "b", "c"}
-	if _, err := st.EnqueueBatch(ctx, q, ids, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil); err != nil {
+	if _, _, err := st.EnqueueBatch(ctx, q, ids, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil); err != nil {
 		t.Fatalf("EnqueueBatch with functions denied: %v", err)
 	}
 	got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 3})

@@ -12,6 +12,7 @@ import (
 //
 //	<ns>:{<tag>}:...   the keys of one queue (or of one flow's queues)
 //	<ns>:{reg}:...     the registry: workers, keepalives, known queues, lease
+//	<ns>:{periodic}:... the schedules of periodic tasks
 type Keys struct {
 	ns string
 }
@@ -49,6 +50,25 @@ func (k Keys) EventLog() string { return k.reg() + "events:log" }
 
 // ReaperLease is the key whose holder runs the reaper pass of this interval.
 func (k Keys) ReaperLease() string { return k.reg() + "reaper" }
+
+// PeriodicTag is the hash tag of the periodic-task keys.
+const PeriodicTag = "periodic"
+
+func (k Keys) periodic() string { return k.ns + ":{" + PeriodicTag + "}:" }
+
+// ScheduleNames is the set of every registered schedule's name.
+func (k Keys) ScheduleNames() string { return k.periodic() + "sch-all" }
+
+// ScheduleDue is the sorted set of unpaused schedules by next tick (unix
+// ms, Redis time).
+func (k Keys) ScheduleDue() string { return k.periodic() + "sch-due" }
+
+// SchedulePrefix + name is the hash of one schedule: its definition, next
+// tick, last fired tick, pause flag. No queue key of the tag starts with it.
+func (k Keys) SchedulePrefix() string { return k.periodic() + "sch:" }
+
+// Schedule is the hash of schedule name.
+func (k Keys) Schedule(name string) string { return k.SchedulePrefix() + name }
 
 // QueueRef names one queue: the hash tag its keys live under and its name. A
 // stand-alone queue is its own tag.

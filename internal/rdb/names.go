@@ -16,6 +16,7 @@ const (
 	OutcomeDead      Outcome = 5
 	OutcomeFannedOut Outcome = 6
 	OutcomeForwarded Outcome = 7
+	OutcomeExpired   Outcome = 8 // past its deadline at the take: never run
 )
 
 func (o Outcome) String() string {
@@ -34,6 +35,8 @@ func (o Outcome) String() string {
 		return "fanned_out"
 	case OutcomeForwarded:
 		return "forwarded"
+	case OutcomeExpired:
+		return "expired"
 	default:
 		return "lost"
 	}
@@ -60,6 +63,8 @@ const (
 	FieldCrashedOn    = "cw"
 	FieldRaw          = "raw"
 	FieldProgress     = "pg"
+	FieldDeadline     = "dl"
+	FieldRetention    = "rt"
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"
@@ -89,6 +94,7 @@ const (
 	StateDone      = "done"
 	StateCancelled = "cancelled"
 	StateChildren  = "children"
+	StateExpired   = "expired"
 )
 
 // Run statuses (field FieldRunStatus; R_* in Lua).

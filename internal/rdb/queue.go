@@ -41,9 +41,19 @@ type EnqueueArgs struct {
 	DelayMillis int64  // > 0: scheduled at Redis time + delay
 	DueMillis   int64  // > 0: scheduled at this unix time (ms)
 	UniqueKey   string // user key; one task only
-	UniqueTTL   int64  // ms
-	MaxAttempts int    // > 0: per-task override
-	TimeoutMs   int64  // > 0: per-task override
+	// UniqueKeys, when not nil, holds one user key per task ("" = none):
+	// a task whose key is held is left out, the others are enqueued
+	// (Enqueue and EnqueueBatch report it in Dups). Not with UniqueKey.
+	UniqueKeys  []string
+	UniqueTTL   int64 // ms
+	MaxAttempts int   // > 0: per-task override
+	TimeoutMs   int64 // > 0: per-task override
+	// DeadlineMs > 0: unix ms (Redis time) after which a task is not run;
+	// taken later, it ends as expired.
+	DeadlineMs int64
+	// RetentionMs > 0: how long the ended task is kept, instead of the
+	// queue's retention.
+	RetentionMs int64
 	// IDLockTTL > 0: one task whose id the caller chose; its id lock lives
 	// this long (ms) and holds Digest, the payload's digest.
 	IDLockTTL int64
@@ -65,73 +75,119 @@ func optInt(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
-func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) []any {
-	args := make([]any, 0, 15+3*len(ids))
-	idem := a.IDLockTTL > 0 && len(ids) == 1
-	nkeys := 2 + len(ids)
-	if a.UniqueKey != "" {
-		nkeys++
-	}
-	if idem {
-		nkeys++
-	}
-	args = append(args, nkeys, q.Waiting, q.Scheduled)
-	for _, id := range ids {
+// enqueueArgs are the script arguments of enqueuing tasks [lo, hi) of ids
+// and payloads (a.UniqueKeys is indexed like them).
+func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) []any {
+	n := hi - lo
+	args := make([]any, 0, 18+4*n)
+	idem := a.IDLockTTL > 0 && n == 1
+	args = append(args, 0, q.Waiting, q.Scheduled) // the key count is set below
+	for _, id := range ids[lo:hi] {
 		args = append(args, q.Task(id))
 	}
 	unique := ""
-	if a.UniqueKey != "" {
+	var at []int // per task: position of its lock among the declared ones
+	switch {
+	case a.UniqueKey != "":
 		args = append(args, q.UniquePrefix+a.UniqueKey) // declared: a cluster checks its slot
 		unique = "1"
+	case a.UniqueKeys != nil:
+		unique = "b"
+		at = make([]int, n)
+		pos := map[string]int{}
+		for i, k := range a.UniqueKeys[lo:hi] {
+			if k == "" {
+				continue
+			}
+			if pos[k] == 0 {
+				args = append(args, q.UniquePrefix+k)
+				pos[k] = len(pos) + 1
+			}
+			at[i] = pos[k]
+		}
 	}
 	flag := ""
 	if idem {
-		args = append(args, q.IDPrefix+ids[0]) // declared, last
+		args = append(args, q.IDPrefix+ids[lo]) // declared, last
 		flag = "1"
 	}
+	args[0] = len(args) - 1
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
-		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest)
-	for _, id := range ids {
+		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n)
+	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
-	for _, p := range payloads {
+	for _, p := range payloads[lo:hi] {
+		args = append(args, p)
+	}
+	for _, p := range at {
 		args = append(args, p)
 	}
 	return args
 }
 
-func enqueueReply(r any, err error) (string, error) {
+// Dup is a task of an enqueue with per-task unique keys that was left out:
+// its key is held.
+type Dup struct {
+	Index  int    // its index in the call's ids
+	Holder string // the task holding its key
+}
+
+// enqueueReply decodes an enqueue's reply; lo is the index of the call's
+// first task (Dup indexes are the caller's).
+func enqueueReply(r any, err error, lo int) (string, []Dup, error) {
 	vals, err := redis.Values(r, err)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if len(vals) == 0 {
-		return "", fmt.Errorf("rdb: enqueue: empty reply")
+		return "", nil, fmt.Errorf("rdb: enqueue: empty reply")
 	}
 	switch n, _ := redis.Int(vals[0], nil); {
 	case n == -1 && len(vals) > 1:
 		holder, _ := redis.String(vals[1], nil)
-		return holder, ErrDuplicate
+		return holder, nil, ErrDuplicate
 	case n == -2:
-		return "", ErrSameTask
+		return "", nil, ErrSameTask
 	case n == -3:
-		return "", ErrIDTaken
+		return "", nil, ErrIDTaken
 	}
-	return "", nil
+	var dups []Dup
+	for i := 1; i+1 < len(vals); i += 2 {
+		at, _ := redis.Int(vals[i], nil)
+		holder, _ := redis.String(vals[i+1], nil)
+		dups = append(dups, Dup{Index: lo + at - 1, Holder: holder})
+	}
+	return "", dups, nil
 }
 
 // Enqueue writes the tasks and pushes their ids at the back of the queue (or
 // schedules them) in one script call, all or nothing. When a.UniqueKey is
 // held it returns the holder's id and ErrDuplicate. Callers keep batches
-// within MaxEnqueueChunk (EnqueueBatch splits).
+// within MaxEnqueueChunk (EnqueueBatch splits). Per-task unique keys
+// (a.UniqueKeys) go through EnqueueBatch, which reports the tasks left out.
 func (s *Store) Enqueue(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (string, error) {
+	if a != nil && a.UniqueKeys != nil {
+		return "", fmt.Errorf("rdb: enqueue: per-task unique keys go through EnqueueBatch")
+	}
+	holder, _, err := s.enqueue(ctx, q, ids, payloads, 0, len(ids), a)
+	return holder, err
+}
+
+// enqueue runs one enqueue script call for tasks [lo, hi).
+func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) (string, []Dup, error) {
 	if len(ids) != len(payloads) {
-		return "", fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+		return "", nil, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
 	}
 	if a == nil {
 		a = &EnqueueArgs{}
 	}
-	return enqueueReply(s.eval(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, a)...))
+	if a.UniqueKeys != nil && len(a.UniqueKeys) != len(ids) {
+		return "", nil, fmt.Errorf("rdb: enqueue: %d unique keys for %d tasks", len(a.UniqueKeys), len(ids))
+	}
+	r, err := s.eval(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
+	return enqueueReply(r, err, lo)
 }
 
 // Chunks splits n payloads into runs of at most MaxEnqueueChunk tasks and
@@ -160,70 +216,76 @@ func Chunks(payloads [][]byte) []int {
 // to be enqueued; on an error the chunk that failed and those after it may or
 // may not have been applied (a lost reply) except when the error is a Redis
 // error reply, in which case they were not.
-func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (int, error) {
+//
+// With a.UniqueKeys, the tasks whose key was held (by an earlier task of the
+// batch, maybe) are left out and returned in dups, by index.
+func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (done int, dups []Dup, err error) {
 	if len(ids) != len(payloads) {
-		return 0, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
+		return 0, nil, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
 	}
 	if len(ids) == 0 {
-		return 0, nil // nothing to send (ends[0] below would not exist)
+		return 0, nil, nil // nothing to send (ends[0] below would not exist)
 	}
 	if a == nil {
 		a = &EnqueueArgs{}
 	}
-	ends := Chunks(payloads)
-	if len(ends) == 1 {
-		if _, err := s.Enqueue(ctx, q, ids, payloads, a); err != nil {
-			return 0, err
-		}
-		return len(ids), nil
+	if a.UniqueKeys != nil && len(a.UniqueKeys) != len(ids) {
+		return 0, nil, fmt.Errorf("rdb: enqueue: %d unique keys for %d tasks", len(a.UniqueKeys), len(ids))
 	}
+	ends := Chunks(payloads)
 	// The first chunk runs on its own (it finds out how scripts run here
 	// and loads what is missing); the others travel enqueueWindow at a time.
-	if _, err := s.Enqueue(ctx, q, ids[:ends[0]], payloads[:ends[0]], a); err != nil {
-		return 0, err
+	_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a)
+	if err != nil {
+		return 0, nil, err
 	}
-	done := ends[0]
+	if len(ends) == 1 {
+		return len(ids), dups, nil
+	}
+	done = ends[0]
 	c, err := s.conn(ctx, q.Ref.Tag)
 	if err != nil {
-		return done, err
+		return done, dups, err
 	}
 	defer c.Close()
 	sent, received := 1, 1
 	recv := func() error {
 		r, err := redis.ReceiveContext(c, ctx)
-		if _, err := enqueueReply(r, err); err != nil {
+		_, more, err := enqueueReply(r, err, ends[received-1])
+		if err != nil {
 			return err
 		}
+		dups = append(dups, more...)
 		done = ends[received]
 		received++
 		return nil
 	}
 	for sent < len(ends) {
 		lo, hi := ends[sent-1], ends[sent]
-		cmd, args := enqueueScript.command(s.mode.Load(), enqueueArgs(q, ids[lo:hi], payloads[lo:hi], a))
+		cmd, args := enqueueScript.command(s.mode.Load(), enqueueArgs(q, ids, payloads, lo, hi, a))
 		if err := c.Send(cmd, args...); err != nil {
-			return done, err
+			return done, dups, err
 		}
 		sent++
 		if sent-received < enqueueWindow {
 			continue
 		}
 		if err := c.Flush(); err != nil {
-			return done, err
+			return done, dups, err
 		}
 		if err := recv(); err != nil {
-			return done, err
+			return done, dups, err
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return done, err
+		return done, dups, err
 	}
 	for received < sent {
 		if err := recv(); err != nil {
-			return done, err
+			return done, dups, err
 		}
 	}
-	return done, nil
+	return done, dups, nil
 }
 
 // Taken is one task handed to a worker by Take, or buried by it.
@@ -238,6 +300,9 @@ type Taken struct {
 	Crashes     int
 	MaxAttempts int   // per-task override, 0 = queue default
 	TimeoutMs   int64 // per-task override, 0 = queue default
+	// Expired: the task's deadline had passed when it was taken (Redis
+	// time). The worker must not run it: it ends the taking with Expire.
+	Expired bool
 	// Run is the flow run's whole hash, for takes of a stage queue.
 	Run map[string]string
 	// Parent is the run id of a flow child.
@@ -320,6 +385,7 @@ func decodeTaken(vals []any, stage bool) ([]Taken, error) {
 				t.Payload, _ = redis.Bytes(vals[i+2], nil)
 			}
 			t.Attempt, _ = redis.Int(vals[i+3], nil)
+			t.Expired = t.Attempt == 0 // the take's mark: past its deadline
 			t.Crashes, _ = redis.Int(vals[i+4], nil)
 			if s, _ := redis.String(vals[i+5], nil); s != "" {
 				t.MaxAttempts, _ = strconv.Atoi(s)
@@ -343,6 +409,9 @@ const (
 	AskRetry Ask = "retry" // a failed attempt, to run again after a delay
 	AskDead  Ask = "dead"  // a failed attempt, to the dead set
 	AskBack  Ask = "back"  // give back: to the front of the queue, nothing counted
+	// AskExpire ends a taking the take found past its deadline (never
+	// run): expired, once the script confirms it on Redis's clock.
+	AskExpire Ask = "expire"
 )
 
 // Kind is the kind of queue a taking belongs to.
@@ -398,6 +467,12 @@ func Retry(k Kind, worker, pid, id string, delayMs int64, err string) Ending {
 // Dead ends a failed attempt in the dead set.
 func Dead(k Kind, worker, pid, id string, err string) Ending {
 	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskDead, Err: err}
+}
+
+// Expire ends a taking of a plain queue that was past its deadline when
+// taken (Taken.Expired).
+func Expire(worker, pid, id string) Ending {
+	return Ending{Kind: KindTask, Worker: worker, PID: pid, ID: id, Ask: AskExpire}
 }
 
 // GiveBack puts a taking back at the front of its queue.

@@ -30,6 +30,8 @@ type TaskRecord struct {
 	DueAt           int64  // unix ms, scheduled tasks only
 	MaxAttempts     int
 	TimeoutMs       int64
+	DeadlineMs      int64  // unix ms, 0 = none
+	RetentionMs     int64  // the task's own retention, 0 = the queue's
 	Parent          string // a flow child's run
 	RunStatus       string // a flow run's status
 }
@@ -60,6 +62,8 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		DeadWorker:      m[FieldDeadWorker],
 		FinishedAt:      atoi64(m[FieldFinishedAt]),
 		TimeoutMs:       atoi64(m[FieldTimeout]),
+		DeadlineMs:      atoi64(m[FieldDeadline]),
+		RetentionMs:     atoi64(m[FieldRetention]),
 		Parent:          m[FieldParent],
 		RunStatus:       m[FieldRunStatus],
 		Progress:        m[FieldProgress],

@@ -228,4 +228,6 @@ var (
 	runCancelScript = load("run_cancel", 1)
 	progressScript  = load("progress", 2)
 	loadScript      = load("load", -1)
+	periodicScript  = load("periodic", 3)
+	periodicDue     = load("periodic_due", 1)
 )

@@ -796,7 +796,7 @@ func TestEndTask(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now", "r", "out\x00"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -811,7 +811,7 @@ func TestEndTask(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -871,7 +871,7 @@ func TestEndTask(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -1246,7 +1246,7 @@ func TestEndGiveBack(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}
@@ -1525,7 +1525,7 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Seq:        str("1"),
 				}
 			},
@@ -1689,7 +1689,7 @@ func TestCancel(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now"), 60000),
-					e.q.Retained:   ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 				}
 			},
 		},
@@ -1735,7 +1735,7 @@ func TestCancel(t *testing.T) {
 					e.q.Config: hash{"retention": "60000"},
 					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now", "n", "1", "e", "boom",
 						"u", uniqueKey(e.q, "k")), 60000),
-					e.q.Retained: ttl(zset{{"t1", "@now"}}, 60000),
+					e.q.Retained: ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:  set{"A"},
 					e.q.Seq:      str("1"),
 				}

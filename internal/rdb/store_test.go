@@ -133,7 +133,7 @@ func TestEnqueueBatchSplitsIntoChunks(t *testing.T) {
 		t.Fatalf("Chunks = %v, want 3 chunks [1000 2000 2500]", got)
 	}
 	l := e.listen(t)
-	n, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
+	n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
 	if err != nil || n != len(ids) {
 		t.Fatalf("EnqueueBatch = %d, %v; want %d", n, err, len(ids))
 	}
@@ -155,7 +155,7 @@ func TestEnqueueBatchSplitsByBytes(t *testing.T) {
 		t.Fatalf("Chunks = %v, want [1 2 3]", got)
 	}
 	l := e.listen(t)
-	n, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
+	n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
 	if err != nil || n != 3 {
 		t.Fatalf("EnqueueBatch = %d, %v; want 3", n, err)
 	}
@@ -177,7 +177,7 @@ func TestEnqueueBatchEdges(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
 		l := e.listen(t)
-		n, err := e.st.EnqueueBatch(e.ctx, e.q, nil, nil, nil)
+		n, _, err := e.st.EnqueueBatch(e.ctx, e.q, nil, nil, nil)
 		if err != nil || n != 0 {
 			t.Errorf("EnqueueBatch(nothing) = %d, %v; want 0, nil", n, err)
 		}
@@ -187,7 +187,7 @@ func TestEnqueueBatchEdges(t *testing.T) {
 	t.Run("ids and payloads of different lengths: error, nothing written", func(t *testing.T) {
 		t.Parallel()
 		e := newEnv(t)
-		n, err := e.st.EnqueueBatch(e.ctx, e.q, ids("t", 0, 1500), payloadsOf(1499, 1), nil)
+		n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids("t", 0, 1500), payloadsOf(1499, 1), nil)
 		if err == nil || n != 0 {
 			t.Errorf("EnqueueBatch = %d, %v; want 0 and an error", n, err)
 		}
@@ -235,7 +235,7 @@ func TestBulk(t *testing.T) {
 			for i := range ps {
 				ps[i] = []byte(payload(all[i]))
 			}
-			if k, err := e.st.EnqueueBatch(e.ctx, e.q, all[:n-len(unique)], ps, &a); err != nil || k != len(ps) {
+			if k, _, err := e.st.EnqueueBatch(e.ctx, e.q, all[:n-len(unique)], ps, &a); err != nil || k != len(ps) {
 				t.Fatalf("EnqueueBatch = %d, %v", k, err)
 			}
 			for i, id := range unique {
@@ -280,7 +280,7 @@ func TestBulk(t *testing.T) {
 						h = h.with("u", uniqueKey(e.q, fmt.Sprint("u", i-(n-len(unique)))))
 					}
 					want[e.q.Task(id)] = ttl(h, tc.retention)
-					retained = append(retained, z{id, "@now"})
+					retained = append(retained, z{id, fmt.Sprintf("@now+%d", tc.retention)})
 				}
 				want[e.q.Retained] = ttl(retained, tc.retention)
 			}

@@ -13,7 +13,7 @@
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
-local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT)
+local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION)
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end
@@ -21,7 +21,7 @@ if t[4] or t[5] then
   return 3
 end
 local s = t[1]
-if s == S_DONE or s == S_CANCELLED or s == S_DEAD then
+if s == S_DONE or s == S_CANCELLED or s == S_DEAD or s == S_EXPIRED then
   return 0
 end
 if s ~= S_ACTIVE then
@@ -32,7 +32,7 @@ if s ~= S_ACTIVE then
     removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
   end
   if removed > 0 then
-    finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5])
+    finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], t[6])
     return 1
   end
 end

@@ -36,7 +36,8 @@
 --   see take)
 -- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
---   ask (done | retry | dead | back), retry delay ms, error text, result;
+--   ask (done | retry | dead | back | expire), retry delay ms, error text,
+--   result;
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
@@ -57,7 +58,7 @@ end
 
 -- give_back puts the taking back at the front of the queue.
 local function give_back(tkey, id)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', waiting, id)
@@ -70,7 +71,7 @@ local function give_back(tkey, id)
     return OUT_CANCELLED
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained)
+    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained, t[4])
     return OUT_CANCELLED
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
@@ -80,20 +81,31 @@ local function give_back(tkey, id)
   return OUT_REQUEUED
 end
 
--- end_task ends a taking of a plain queue.
+-- end_task ends a taking of a plain queue. Ask 'expire' ends a taking the
+-- take found past its deadline (never run), once Redis's clock confirms it.
 local function end_task(tkey, id, ask, delay, err, result, worker)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE)
   if t.err then
     bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained)
+    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3])
     return OUT_CANCELLED
   end
   if ask == 'done' then
-    finalize(tkey, id, t[2], S_DONE, retention, result, retained)
+    finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3])
     return OUT_DONE
+  end
+  if ask == 'expire' then
+    local deadline = tonumber(t[4])
+    if deadline and now_ms() >= deadline then
+      finalize(tkey, id, t[2], S_EXPIRED, retention, '', retained, t[3])
+      return OUT_EXPIRED
+    end
+    -- Not past on this clock (a failover to a server whose clock is
+    -- behind): it is not expired, so it goes back to be run.
+    return give_back(tkey, id)
   end
   return fail_attempt(q, tkey, id, ask, delay, err, worker)
 end

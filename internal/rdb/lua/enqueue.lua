@@ -7,34 +7,41 @@
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
--- then, when ARGV[4] is "1": <ns>:{T}:u:<queue>:<key> (string) the unique lock
+-- then the unique locks <ns>:{T}:u:<queue>:<key> (string, holding a task
+--              id): one when ARGV[4] is "1"; one per distinct position
+--              named in the per-task indexes when ARGV[4] is "b"
 -- then, when ARGV[8] is "1": <ns>:{T}:id:<queue>:<id> (string) the
 --              caller-chosen id's lock, holding the payload's digest (last)
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
--- ARGV[4] "1" when a unique lock is declared ("" = none; one task only)
+-- ARGV[4] unique locks: "" none; "1" one lock for the whole call (all or
+--         nothing); "b" one lock per task that names one (a task whose
+--         lock is held is left out, the others are enqueued)
 -- ARGV[5] unique TTL ms
 -- ARGV[6] max attempts override ("" = queue default)
 -- ARGV[7] timeout override in ms ("" = queue default)
 -- ARGV[8] "1": one task with a caller-chosen id (idempotent enqueue)
 -- ARGV[9] its lock's TTL ms   ARGV[10] the payload's digest
--- ARGV[11..n+10] task ids, in KEYS order;  ARGV[n+11..] payloads, in KEYS order
--- Returns: {n} on success; {-1, holder id} when the unique key is held;
+-- ARGV[11] deadline in unix ms, Redis time ("" = none): a task taken at or
+--         after it is not run, it ends as expired
+-- ARGV[12] retention ms of the task once ended ("" = the queue's)
+-- ARGV[13] n, the number of tasks
+-- ARGV[14..n+13] task ids, in KEYS order;  ARGV[n+14..2n+13] payloads;
+-- with "b": ARGV[2n+14..3n+13] per task, the position of its unique lock
+--         among the declared locks (1-based; 0 = none)
+-- Returns: {n} on success; {-1, holder id} when the one unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
 -- enqueued before with another payload. Nothing is written unless the
--- enqueue succeeds.
-local n = #KEYS - 2
-local first = 11
-local idlock, unique = nil, ''
+-- enqueue succeeds. With "b": {m, i, holder, ...}: m tasks enqueued, and for
+-- each task left out its position i in the call (1-based) and the id
+-- holding its lock (a task earlier in the same call, maybe).
+local n = tonumber(ARGV[13])
+local first = 14
+local idlock = nil
 if ARGV[8] == '1' then
   idlock = KEYS[#KEYS]
-  n = n - 1
-end
-if ARGV[4] ~= '' then
-  unique = KEYS[2 + n]
-  n = n - 1
 end
 if idlock then
   local prev = redis.call('GET', idlock)
@@ -45,9 +52,27 @@ if idlock then
     return {-3}
   end
 end
-if unique ~= '' then
+local mode = ARGV[4]
+local keep = {} -- positions of the tasks to write
+local dups = {}
+if mode == '1' then
+  local unique = KEYS[3 + n]
   if not redis.call('SET', unique, ARGV[first], 'PX', ARGV[5], 'NX') then
     return {-1, redis.call('GET', unique)}
+  end
+end
+for i = 1, n do
+  local at = mode == 'b' and tonumber(ARGV[first + 2 * n + i - 1]) or 0
+  if at > 0 then
+    local ukey = KEYS[2 + n + at]
+    if redis.call('SET', ukey, ARGV[first + i - 1], 'PX', ARGV[5], 'NX') then
+      keep[#keep + 1] = i
+    else
+      dups[#dups + 1] = i
+      dups[#dups + 1] = redis.call('GET', ukey)
+    end
+  else
+    keep[#keep + 1] = i
   end
 end
 if idlock then
@@ -59,27 +84,45 @@ if ARGV[2] ~= '' then
 elseif ARGV[3] ~= '' then
   due = tonumber(ARGV[3])
 end
-for i = 1, n do
+-- The fields every task of the call shares.
+local extra = {}
+if ARGV[6] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = ARGV[6] end
+if ARGV[7] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[7] end
+if ARGV[11] ~= '' then extra[#extra + 1] = F_DEADLINE; extra[#extra + 1] = ARGV[11] end
+if ARGV[12] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[12] end
+if due then extra[#extra + 1] = F_STATE; extra[#extra + 1] = S_SCHEDULED end
+local ids = {}
+for _, i in ipairs(keep) do
   local tkey = KEYS[i + 2]
-  redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1])
-  if unique ~= '' then redis.call('HSET', tkey, F_UNIQUE, unique) end
-  if ARGV[6] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[6]) end
-  if ARGV[7] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[7]) end
+  local id = ARGV[first + i - 1]
+  ids[#ids + 1] = id
+  if mode == '1' then
+    redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1], F_UNIQUE, KEYS[3 + n], unpack(extra))
+  elseif mode == 'b' and tonumber(ARGV[first + 2 * n + i - 1]) > 0 then
+    redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1],
+      F_UNIQUE, KEYS[2 + n + tonumber(ARGV[first + 2 * n + i - 1])], unpack(extra))
+  else
+    redis.call('HSET', tkey, F_PAYLOAD, ARGV[first + n + i - 1], unpack(extra))
+  end
   if due then
-    redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
-    redis.call('ZADD', KEYS[2], due, ARGV[first + i - 1])
+    redis.call('ZADD', KEYS[2], due, id)
   end
 end
-if due then
-  return {n}
+local out = {#ids}
+if mode == 'b' then
+  for _, v in ipairs(dups) do
+    out[#out + 1] = v
+  end
+end
+if due or #ids == 0 then
+  return out
 end
 -- RPUSH in chunks: Lua's unpack is limited to a few thousand values.
-local i = first
-local last = first + n - 1
-while i <= last do
-  local j = math.min(i + 999, last)
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
+local i = 1
+while i <= #ids do
+  local j = math.min(i + 999, #ids)
+  redis.call('RPUSH', KEYS[1], unpack(ids, i, j))
   i = j + 1
 end
-redis.call('PUBLISH', ARGV[1], n)
-return {n}
+redis.call('PUBLISH', ARGV[1], #ids)
+return out

@@ -2,16 +2,18 @@
 -- both sides agree): what scripts return, the task-hash fields and the states.
 local OUT_LOST, OUT_DONE, OUT_CANCELLED, OUT_REQUEUED = 0, 1, 2, 3
 local OUT_RETRY, OUT_DEAD, OUT_FANNED_OUT, OUT_FORWARDED = 4, 5, 6, 7
+local OUT_EXPIRED = 8
 -- fields of a task hash
 local F_PAYLOAD, F_STATE, F_FAILURES, F_CRASHES = 'd', 's', 'n', 'c'
 local F_CANCEL, F_WORKER, F_PID, F_ERROR = 'x', 'w', 'p', 'e'
 local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
 local F_CRASHED_ON, F_RAW, F_PROGRESS = 'cw', 'raw', 'pg'
+local F_DEADLINE, F_RETENTION = 'dl', 'rt'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'
 -- task states ('s') and run statuses ('fs')
 local S_QUEUED, S_ACTIVE, S_SCHEDULED, S_DEAD = 'queued', 'active', 'scheduled', 'dead'
-local S_DONE, S_CANCELLED, S_CHILDREN = 'done', 'cancelled', 'children'
+local S_DONE, S_CANCELLED, S_CHILDREN, S_EXPIRED = 'done', 'cancelled', 'children', 'expired'
 local R_RUNNING, R_DONE, R_FAILED, R_CANCELLED = 'running', 'done', 'failed', 'cancelled'

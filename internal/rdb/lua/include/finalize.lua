@@ -10,12 +10,20 @@ local function release_unique(u, id)
   end
 end
 
--- finalize ends a task (done or cancelled): its unique key is released and
--- its hash kept for retention ms, or deleted when retention is 0. A kept
--- task is listed in the queue's retained set retkey (scored by finish time;
--- entries older than the retention are trimmed here).
-local function finalize(tkey, id, u, state, retention, result, retkey)
+-- finalize ends a task (done, cancelled or expired): its unique key is
+-- released and its hash kept for retention ms, or deleted when retention is
+-- 0. task_ms, when a number, is the task's own retention (F_RETENTION, which
+-- the caller read with the rest of the hash) and wins over the queue's. A
+-- kept task is listed in the queue's retained set retkey, scored by the
+-- time it expires (entries past it are trimmed here). The set lives as
+-- long as its latest entry: the queue's retention from its last add, or,
+-- after a task's own retention, at least that.
+local function finalize(tkey, id, u, state, retention, result, retkey, task_ms)
   release_unique(u, id)
+  task_ms = tonumber(task_ms)
+  if task_ms then
+    retention = task_ms
+  end
   if retention > 0 then
     local now = now_ms()
     redis.call('HSET', tkey, F_STATE, state, F_FINISHED_AT, now)
@@ -25,9 +33,11 @@ local function finalize(tkey, id, u, state, retention, result, retkey)
     redis.call('HDEL', tkey, F_WORKER, F_PID)
     redis.call('PEXPIRE', tkey, retention)
     if retkey then
-      redis.call('ZADD', retkey, now, id)
-      redis.call('ZREMRANGEBYSCORE', retkey, '-inf', now - retention)
-      redis.call('PEXPIRE', retkey, retention)
+      redis.call('ZADD', retkey, now + retention, id)
+      redis.call('ZREMRANGEBYSCORE', retkey, '-inf', now)
+      if not task_ms or redis.call('PTTL', retkey) < retention then
+        redis.call('PEXPIRE', retkey, retention)
+      end
     end
   else
     redis.call('DEL', tkey)

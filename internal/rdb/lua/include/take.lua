@@ -9,7 +9,9 @@
 -- worker and never loops: such a task goes to the dead set with the reason.
 -- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
 -- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
--- whole hash), '2' a child queue. maxc: crash limit (0 = none). pfx: the tag's
+-- whole hash), '2' a child queue. maxc: crash limit (0 = none). A task of a
+-- task queue whose deadline (F_DEADLINE) has passed is handed out with
+-- attempt 0: its worker ends it as expired without running it. pfx: the tag's
 -- prefixes (see prefixes). Returns the flat reply of take, or nil, 'moved'
 -- when, with mode '<n>m', a task hash is on another cluster node (a slot
 -- migration): then nothing changed.
@@ -36,7 +38,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   end
   local data = {}
   for i, id in ipairs(ids) do
-    local t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT)
+    local t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
     end
@@ -86,7 +88,14 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       else
         out[#out + 1] = t[1]
       end
-      out[#out + 1] = (tonumber(t[2]) or 0) + 1
+      -- Attempt 0: the task's deadline has passed (Redis time). The worker
+      -- does not run it; it ends the taking as expired (end, ask expire).
+      local deadline = mode == '0' and tonumber(t[7])
+      if deadline and now_ms() >= deadline then
+        out[#out + 1] = 0
+      else
+        out[#out + 1] = (tonumber(t[2]) or 0) + 1
+      end
       out[#out + 1] = tonumber(t[3]) or 0
       out[#out + 1] = t[4] or ''
       out[#out + 1] = t[5] or ''

@@ -1,0 +1,96 @@
+package rdb_test
+
+import (
+	"context"
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// commandCount is the number of commands the server has run, those inside
+// scripts included (INFO commandstats, INFO itself left out).
+func commandCount(t *testing.T, c redis.Conn) int64 {
+	t.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.IndexByte(line[i:], ',')
+		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
+		total += n
+	}
+	return total
+}
+
+// The plain hot path of a queue that uses none of the optional features
+// (unique keys, deadlines, per-task retention, priorities...) costs a fixed
+// number of Redis commands, those run inside the scripts included: a
+// feature must not add one to it. Not parallel: the counts are the
+// server's.
+func TestPlainHotPathCommands(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	st := rdb.NewStore(pool, redistest.Namespace())
+	q := st.Queue(rdb.Standalone("hot"))
+	// Warm up: the library loaded, every connection made.
+	if _, err := st.Enqueue(ctx, q, []string{"w"}, [][]byte{[]byte("p")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 1})
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	if _, err := st.End(ctx, q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", got[0].PID, "w", nil)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name      string
+		retention int64
+		enqueue   int64
+		take      int64
+		end       int64
+	}{
+		// enqueue: FCALL, HSET, RPUSH, PUBLISH; take: FCALL, TIME, LPOP,
+		// HMGET, INCRBY, HSET (task), HSET (wq), SADD; end: FCALL, HDEL
+		// (ownership), HMGET, DEL (or, kept: HSET, HDEL, PEXPIRE, ZADD,
+		// ZREMRANGEBYSCORE, PEXPIRE, and TIME).
+		{"no retention", 0, 4, 8, 4},
+		{"queue retention", 60000, 4, 8, 10},
+	} {
+		before := commandCount(t, c)
+		if _, err := st.Enqueue(ctx, q, []string{"a" + tc.name}, [][]byte{[]byte("p")}, nil); err != nil {
+			t.Fatal(err)
+		}
+		enq := commandCount(t, c) - before
+		before = commandCount(t, c)
+		got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 1})
+		if err != nil || len(got) != 1 {
+			t.Fatal(got, err)
+		}
+		take := commandCount(t, c) - before
+		before = commandCount(t, c)
+		if _, err := st.End(ctx, q, tc.retention, []rdb.Ending{rdb.Done(rdb.KindTask, "W", got[0].PID, got[0].ID, nil)}); err != nil {
+			t.Fatal(err)
+		}
+		end := commandCount(t, c) - before
+		t.Logf("%s: enqueue %d, take %d, end %d commands", tc.name, enq, take, end)
+		if enq != tc.enqueue || take != tc.take || end != tc.end {
+			t.Errorf("%s: enqueue %d, take %d, end %d commands; want %d, %d, %d", tc.name, enq, take, end, tc.enqueue, tc.take, tc.end)
+		}
+	}
+}

@@ -1,0 +1,215 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// A task taken after its deadline is never run: it ends as expired, seen
+// in the events, the Inspector and Client.Task (kept for its own retention
+// though its queue keeps nothing), and Wait returns it.
+func TestDeadlinePassedTaskEndsExpiredWithoutRunning(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace(), EventInterval: 20 * time.Millisecond}
+	c, _ := worqr.NewClient(pool, &cfg)
+	in, _ := worqr.NewInspector(pool, &cfg)
+	late, err := c.Enqueue(ctx, "q", []byte("late"), &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute), Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ontime, err := c.Enqueue(ctx, "q", []byte("ontime"), &worqr.EnqueueOpts{Deadline: time.Now().Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	ran := map[string]bool{}
+	events := map[string][]worqr.EventKind{}
+	done := make(chan struct{}, 2)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
+		Config: cfg,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			mu.Lock()
+			ran[string(t.Payload)] = true
+			mu.Unlock()
+			return nil
+		})}},
+		OnEvent: func(e worqr.Event) {
+			mu.Lock()
+			events[e.TaskID] = append(events[e.TaskID], e.Kind)
+			mu.Unlock()
+			if e.Kind == worqr.EventExpired || e.Kind == worqr.EventDone {
+				done <- struct{}{}
+			}
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waited := make(chan *worqr.TaskInfo, 1)
+	go func() {
+		info, err := c.Wait(waitCtx, "q", late)
+		if err != nil {
+			t.Error(err)
+		}
+		waited <- info
+	}()
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	for i := 0; i < 2; i++ {
+		select {
+		case <-done:
+		case <-waitCtx.Done():
+			t.Fatal("the tasks did not end")
+		}
+	}
+	mu.Lock()
+	if ran["late"] || !ran["ontime"] {
+		t.Errorf("ran %v: want only the task within its deadline", ran)
+	}
+	if got := events[late]; len(got) != 1 || got[0] != worqr.EventExpired {
+		t.Errorf("events of the late task %v, want [expired] (never started)", got)
+	}
+	if got := events[ontime]; len(got) != 2 || got[1] != worqr.EventDone {
+		t.Errorf("events of the task on time %v", got)
+	}
+	mu.Unlock()
+	info, err := c.Task(ctx, "q", late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != worqr.StateExpired || info.FinishedAt.IsZero() || info.Deadline.IsZero() || info.Retention != time.Minute {
+		t.Errorf("expired task: %+v", info)
+	}
+	list, total, err := in.Tasks(ctx, "q", worqr.StateExpired, 0, 10)
+	if err != nil || total != 1 || len(list) != 1 || list[0].ID != late {
+		t.Errorf("Inspector.Tasks(expired) = %v, %d, %v", list, total, err)
+	}
+	if _, err := c.Task(ctx, "q", ontime); !errors.Is(err, worqr.ErrTaskNotFound) {
+		t.Errorf("the done task without retention: %v, want ErrTaskNotFound", err)
+	}
+	select {
+	case info := <-waited:
+		if info == nil || info.State != worqr.StateExpired {
+			t.Errorf("Wait returned %+v", info)
+		}
+	case <-waitCtx.Done():
+		t.Fatal("Wait did not return")
+	}
+}
+
+func TestEnqueueBatchUniqueKeysReportsEachDuplicate(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	first, err := c.Enqueue(ctx, "q", []byte("a"), &worqr.EnqueueOpts{UniqueKey: "user-1", UniqueTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("b"), []byte("c"), []byte("d"), []byte("e")},
+		&worqr.EnqueueOpts{UniqueKeys: []string{"user-1", "user-2", "user-2", ""}, UniqueTTL: time.Hour})
+	var de *worqr.DuplicatesError
+	if !errors.As(err, &de) || !errors.Is(err, worqr.ErrDuplicate) {
+		t.Fatalf("err = %v, want a *DuplicatesError", err)
+	}
+	if len(ids) != 4 || ids[0] != "" || ids[1] == "" || ids[2] != "" || ids[3] == "" {
+		t.Fatalf("ids %q: want \"\" exactly for the duplicates", ids)
+	}
+	if len(de.Duplicates) != 2 || de.Duplicates[0].Index != 0 || de.Duplicates[0].HolderID != first ||
+		de.Duplicates[0].UniqueKey != "user-1" || de.Duplicates[1].Index != 2 || de.Duplicates[1].HolderID != ids[1] {
+		t.Fatalf("duplicates %+v %+v", de.Duplicates[0], de.Duplicates[1])
+	}
+	peek, _ := c.Peek(ctx, "q", 10)
+	var got []string
+	for _, p := range peek {
+		got = append(got, string(p.Payload))
+	}
+	if strings.Join(got, "") != "ace" {
+		t.Fatalf("queue holds %v, want a c e", got)
+	}
+	// Without duplicates: no error.
+	if _, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("f")}, &worqr.EnqueueOpts{UniqueKeys: []string{"user-3"}, UniqueTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnqueueOptsBadDeadlineRetentionUniqueKeys(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	two := [][]byte{[]byte("a"), []byte("b")}
+	at := time.Now().Add(time.Hour)
+	for _, tc := range []struct {
+		batch bool
+		opts  worqr.EnqueueOpts
+		field string
+	}{
+		{false, worqr.EnqueueOpts{Retention: -time.Second}, "EnqueueOpts.Retention"},
+		{false, worqr.EnqueueOpts{Retention: time.Microsecond}, "EnqueueOpts.Retention"},
+		{false, worqr.EnqueueOpts{At: at, Deadline: at.Add(-time.Second)}, "EnqueueOpts.Deadline"},
+		{false, worqr.EnqueueOpts{Deadline: time.Unix(-5, 0)}, "EnqueueOpts.Deadline"},
+		{false, worqr.EnqueueOpts{UniqueKeys: []string{"k"}, UniqueTTL: time.Hour}, "EnqueueOpts.UniqueKeys"},
+		{true, worqr.EnqueueOpts{UniqueKeys: []string{"k"}, UniqueTTL: time.Hour}, "EnqueueOpts.UniqueKeys"},
+		{true, worqr.EnqueueOpts{UniqueKeys: []string{"k", "l"}}, "EnqueueOpts.UniqueTTL"},
+		{true, worqr.EnqueueOpts{UniqueKeys: []string{"k", "l"}, UniqueKey: "m", UniqueTTL: time.Hour}, "EnqueueOpts.UniqueKeys"},
+		{true, worqr.EnqueueOpts{UniqueKeys: []string{"k", strings.Repeat("x", worqr.MaxUniqueKeyLen+1)}, UniqueTTL: time.Hour}, "EnqueueOpts.UniqueKeys[1]"},
+		{true, worqr.EnqueueOpts{UniqueKey: "k", UniqueTTL: time.Hour}, "EnqueueOpts.UniqueKey"},
+	} {
+		var err error
+		if tc.batch {
+			_, err = c.EnqueueBatch(ctx, "q", two, &tc.opts)
+		} else {
+			_, err = c.Enqueue(ctx, "q", []byte("a"), &tc.opts)
+		}
+		var ie *worqr.InvalidError
+		if !errors.As(err, &ie) || ie.Field != tc.field {
+			t.Errorf("%+v: %v, want an error on %s", tc.opts, err, tc.field)
+		}
+	}
+	if n, _ := c.Len(ctx, "q"); n != 0 {
+		t.Fatalf("%d tasks enqueued by bad calls", n)
+	}
+}
+
+// Every field of EnqueueOpts, once set, takes the enqueue off the plain
+// path (which would ignore it).
+func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
+	if !(*worqr.EnqueueOpts)(nil).Zero() || !(&worqr.EnqueueOpts{}).Zero() {
+		t.Fatal("empty options are not zero")
+	}
+	typ := reflect.TypeOf(worqr.EnqueueOpts{})
+	for i := 0; i < typ.NumField(); i++ {
+		var o worqr.EnqueueOpts
+		f := reflect.ValueOf(&o).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("x")
+		case reflect.Int, reflect.Int64:
+			f.SetInt(1)
+		case reflect.Slice:
+			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		case reflect.Struct: // time.Time
+			f.Set(reflect.ValueOf(time.Unix(1, 0)))
+		default:
+			t.Fatalf("field %s: kind %s not handled by this test", typ.Field(i).Name, f.Kind())
+		}
+		if o.Zero() {
+			t.Errorf("EnqueueOpts.%s set, but the options read as empty", typ.Field(i).Name)
+		}
+	}
+}

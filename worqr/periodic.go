@@ -1,0 +1,696 @@
+package worqr
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/robfig/cron/v3"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// MissedPolicy says what a schedule does with ticks that came while no
+// Scheduler of the namespace ran (or none could reach Redis) for longer
+// than the schedule's Grace.
+type MissedPolicy string
+
+// The missed-tick policies.
+const (
+	// MissedSkip (the default) drops missed ticks: nothing is enqueued for
+	// them.
+	MissedSkip MissedPolicy = "skip"
+	// MissedRunOnce enqueues one task for all the ticks missed in a row
+	// (the task of the latest of them), then goes on with the schedule.
+	MissedRunOnce MissedPolicy = "run_once"
+)
+
+// Schedule describes a periodic task: at each tick of Cron or Every, one
+// task with Payload is enqueued to Queue, once across every Scheduler of the
+// namespace.
+type Schedule struct {
+	// Name identifies the schedule in the namespace: 1 to 80 characters of
+	// A-Z a-z 0-9 _ - . (the task of a tick has id "<Name>.<tick unix ms>").
+	Name string
+	// Queue is the stand-alone queue the tasks go to. Required.
+	Queue string
+	// Cron is a cron expression with an optional leading seconds field
+	// ("*/10 * * * * *": every ten seconds; "0 30 9 * * MON-FRI"; "0 9 * * *"
+	// has no seconds field) or a descriptor (@hourly, @daily...; @every is
+	// refused: use Every). It may start with CRON_TZ=<zone> (or TZ=<zone>).
+	// Exactly one of Cron and Every is set.
+	Cron string
+	// Every ticks at every multiple of this interval since the Unix epoch
+	// (Every: time.Minute ticks at each whole minute, UTC), at least 1s and
+	// a whole number of milliseconds.
+	Every time.Duration
+	// TimeZone is the IANA zone (for example "Europe/Paris") Cron is read
+	// in. Default UTC. Not with a CRON_TZ= prefix, nor with Every.
+	TimeZone string
+	// Payload is the payload of every task (at most Config.MaxPayloadBytes).
+	Payload []byte
+	// Missed is what happens to ticks missed for longer than Grace.
+	// Default MissedSkip.
+	Missed MissedPolicy
+	// Grace is how late a tick may be enqueued and still count as on time.
+	// A tick found later than that (every Scheduler was down, or could not
+	// reach Redis) is missed and follows Missed. Keep it well above the
+	// Schedulers' PollInterval. Default 10s, at least 1s.
+	Grace time.Duration
+}
+
+// Limits and defaults of schedules.
+const (
+	// MaxScheduleNameLen is the longest Schedule.Name, in bytes.
+	MaxScheduleNameLen = 80
+	// DefaultScheduleGrace is Schedule.Grace's default.
+	DefaultScheduleGrace = 10 * time.Second
+	// scheduleIDTTL is how long the id of a tick's task is remembered: a
+	// peer that fires a tick again within it (a lost reply, a race, a peer
+	// killed between the enqueue and the advance) creates nothing new.
+	scheduleIDTTL = time.Hour
+	// maxPassAge bounds how long a pass may act on what it read (and every
+	// Redis call of a pass): a peer frozen longer than that abandons its
+	// pass rather than enqueue a tick whose id lock may have expired.
+	maxPassAge = time.Minute
+	// dueBatch is how many due schedules one read returns.
+	dueBatch = 100
+	// maxTicksPerPass is how many on-time ticks of one schedule one pass
+	// enqueues (the rest are enqueued by the next pass, at once).
+	maxTicksPerPass = 100
+	// maxScan bounds the ticks walked to find the due ones.
+	maxScan = 10000
+)
+
+// scheduleDef is how a schedule is stored (JSON, in its hash).
+type scheduleDef struct {
+	Queue   string       `json:"queue"`
+	Cron    string       `json:"cron,omitempty"`
+	EveryMs int64        `json:"every_ms,omitempty"`
+	TZ      string       `json:"tz,omitempty"`
+	Payload []byte       `json:"payload,omitempty"`
+	Missed  MissedPolicy `json:"missed"`
+	GraceMs int64        `json:"grace_ms"`
+}
+
+// timing is the part of a definition that places the ticks: a schedule
+// re-registered with the same timing keeps its next tick.
+func (d *scheduleDef) timing() string {
+	if d.EveryMs > 0 {
+		return "every:" + strconv.FormatInt(d.EveryMs, 10)
+	}
+	return "cron:" + d.TZ + ":" + d.Cron
+}
+
+// ticker places the ticks of a schedule.
+type ticker interface {
+	// next returns the first tick strictly after t (unix ms), 0 if none.
+	next(t int64) int64
+}
+
+type everyTicker int64
+
+func (e everyTicker) next(t int64) int64 {
+	n := int64(e)
+	if t < 0 {
+		return 0
+	}
+	return (t/n + 1) * n
+}
+
+type cronTicker struct{ s cron.Schedule }
+
+func (c cronTicker) next(t int64) int64 {
+	n := c.s.Next(time.UnixMilli(t).UTC())
+	if n.IsZero() {
+		return 0
+	}
+	return n.UnixMilli()
+}
+
+var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
+
+// parseCron reads expr in zone tz ("" = UTC, unless expr names its own).
+func parseCron(field, expr, tz string) (ticker, error) {
+	expr = strings.TrimSpace(expr)
+	hasTZ := strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=")
+	if hasTZ && tz != "" {
+		return nil, invalid("Schedule.TimeZone", "(%q) cannot be set when Cron starts with CRON_TZ= or TZ=", tz)
+	}
+	if tz != "" {
+		if _, err := time.LoadLocation(tz); err != nil {
+			return nil, invalid("Schedule.TimeZone", "%q is not a known time zone: %v", tz, err)
+		}
+	}
+	full := expr
+	if !hasTZ {
+		if tz == "" {
+			tz = "UTC"
+		}
+		full = "CRON_TZ=" + tz + " " + expr
+	}
+	if strings.Contains(expr, "@every") {
+		return nil, invalid(field, "(%q): @every is not accepted: use Schedule.Every", expr)
+	}
+	s, err := cronParser.Parse(full)
+	if err != nil {
+		return nil, invalid(field, "(%q) is not a valid cron expression: %v", expr, err)
+	}
+	return cronTicker{s}, nil
+}
+
+func (d *scheduleDef) ticker() (ticker, error) {
+	if d.EveryMs > 0 {
+		return everyTicker(d.EveryMs), nil
+	}
+	return parseCron("Schedule.Cron", d.Cron, d.TZ)
+}
+
+// define validates sc and returns its stored form and its ticker.
+func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
+	switch {
+	case sc.Name == "":
+		return nil, nil, invalid("Schedule.Name", "is empty")
+	case len(sc.Name) > MaxScheduleNameLen:
+		return nil, nil, invalid("Schedule.Name", "is %d bytes long (at most %d)", len(sc.Name), MaxScheduleNameLen)
+	}
+	if err := checkName("Schedule.Name", sc.Name); err != nil {
+		return nil, nil, err
+	}
+	if sc.Queue == "" {
+		return nil, nil, invalid("Schedule.Queue", "is empty")
+	}
+	if err := checkName("Schedule.Queue", sc.Queue); err != nil {
+		return nil, nil, err
+	}
+	d := &scheduleDef{Queue: sc.Queue, Payload: sc.Payload, Missed: sc.Missed, TZ: sc.TimeZone}
+	switch {
+	case sc.Cron == "" && sc.Every == 0:
+		return nil, nil, invalid("Schedule.Cron", "and Schedule.Every are both unset: set one")
+	case sc.Cron != "" && sc.Every != 0:
+		return nil, nil, invalid("Schedule.Every", "cannot be set together with Cron")
+	case sc.Every < 0:
+		return nil, nil, invalid("Schedule.Every", "(%s) must not be negative", sc.Every)
+	case sc.Every > 0 && sc.Every < time.Second:
+		return nil, nil, invalid("Schedule.Every", "(%s) must be at least 1s", sc.Every)
+	case sc.Every > 0 && sc.Every%time.Millisecond != 0:
+		return nil, nil, invalid("Schedule.Every", "(%s) must be a whole number of milliseconds", sc.Every)
+	case sc.Every > 0 && sc.TimeZone != "":
+		return nil, nil, invalid("Schedule.TimeZone", "applies to Cron, not to Every")
+	}
+	d.Cron = strings.TrimSpace(sc.Cron)
+	d.EveryMs = sc.Every.Milliseconds()
+	switch d.Missed {
+	case "":
+		d.Missed = MissedSkip
+	case MissedSkip, MissedRunOnce:
+	default:
+		return nil, nil, invalid("Schedule.Missed", "%q is not one of %q, %q", sc.Missed, MissedSkip, MissedRunOnce)
+	}
+	switch {
+	case sc.Grace == 0:
+		d.GraceMs = DefaultScheduleGrace.Milliseconds()
+	case sc.Grace < time.Second:
+		return nil, nil, invalid("Schedule.Grace", "(%s) must be at least 1s", sc.Grace)
+	default:
+		d.GraceMs = sc.Grace.Milliseconds()
+	}
+	if len(sc.Payload) > maxPayload {
+		return nil, nil, invalid("Schedule.Payload", "is %d bytes, over MaxPayloadBytes (%d)", len(sc.Payload), maxPayload)
+	}
+	tk, err := d.ticker()
+	if err != nil {
+		return nil, nil, err
+	}
+	// A cron expression that names no real date ("0 0 0 30 2 *") never fires.
+	if tk.next(time.Now().UnixMilli()) == 0 {
+		return nil, nil, invalid("Schedule.Cron", "(%q) never fires", sc.Cron)
+	}
+	return d, tk, nil
+}
+
+func decodeDef(b []byte) (*scheduleDef, ticker, error) {
+	var d scheduleDef
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, nil, fmt.Errorf("worqr: schedule definition: %w", err)
+	}
+	tk, err := d.ticker()
+	if err != nil {
+		return nil, nil, err
+	}
+	if d.GraceMs <= 0 {
+		d.GraceMs = DefaultScheduleGrace.Milliseconds()
+	}
+	return &d, tk, nil
+}
+
+// SchedulerConfig is what a Scheduler needs. Every field has a default.
+type SchedulerConfig struct {
+	Config
+	// Schedules are registered by Start (see Scheduler.Register).
+	Schedules []Schedule
+	// PollInterval is how often the scheduler looks for due ticks. A tick
+	// is enqueued within about PollInterval of its time while any
+	// Scheduler of the namespace runs. Default 1s, at least MinInterval.
+	PollInterval time.Duration
+}
+
+// Scheduler enqueues the tasks of periodic schedules. Run one in any number
+// of processes of a namespace (each process embedding worqr may run one):
+// every Scheduler fires every schedule registered in the namespace, and
+// each tick enqueues one task across all of them.
+//
+// How: a schedule's next tick is kept in Redis and compared with Redis's
+// clock (never the local one). A Scheduler that finds ticks due enqueues
+// each tick's task with an id derived from the schedule and the tick
+// ("<name>.<tick unix ms>", an idempotent enqueue: see EnqueueOpts.ID), then
+// advances the schedule's next tick with a compare-and-set. Peers racing on
+// a tick, a lost reply, or a peer killed between the enqueue and the
+// advance therefore enqueue the tick's task once. The guarantee holds as
+// long as a tick's id is remembered (one hour): a process frozen for that
+// long in the middle of a pass could enqueue a tick again (a pass older than
+// a minute by the local monotonic clock is abandoned to make this
+// unlikely). Ticks found later than the schedule's Grace were missed and
+// follow its MissedPolicy.
+type Scheduler struct {
+	c   *Client
+	st  *rdb.Store
+	cfg SchedulerConfig
+
+	mu       sync.Mutex
+	started  bool
+	stopping bool
+	cancel   context.CancelFunc
+	done     chan struct{} // closed when the loop has returned
+	stopped  chan struct{} // closed when Stop has returned
+}
+
+// NewScheduler validates cfg (nil means all defaults) and returns a
+// scheduler that is not started.
+func NewScheduler(pool ConnGetter, cfg *SchedulerConfig) (*Scheduler, error) {
+	if pool == nil {
+		return nil, invalid("pool", "is nil")
+	}
+	var sc SchedulerConfig
+	if cfg != nil {
+		sc = *cfg
+	}
+	base, err := sc.Config.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	sc.Config = base
+	switch {
+	case sc.PollInterval == 0:
+		sc.PollInterval = DefaultPollInterval
+	case sc.PollInterval < MinInterval:
+		return nil, invalid("PollInterval", "(%s) must be at least %s", sc.PollInterval, MinInterval)
+	}
+	names := map[string]bool{}
+	for i := range sc.Schedules {
+		s := &sc.Schedules[i]
+		if _, _, err := s.define(sc.MaxPayloadBytes); err != nil {
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				ie.Field = fmt.Sprintf("Schedules[%d].%s", i, strings.TrimPrefix(ie.Field, "Schedule."))
+			}
+			return nil, err
+		}
+		if names[s.Name] {
+			return nil, invalid(fmt.Sprintf("Schedules[%d].Name", i), "%q is registered twice", s.Name)
+		}
+		names[s.Name] = true
+	}
+	c, err := NewClient(pool, &sc.Config)
+	if err != nil {
+		return nil, err
+	}
+	return &Scheduler{c: c, st: c.st, cfg: sc, stopped: make(chan struct{})}, nil
+}
+
+// Register stores schedule sc in Redis (creating or replacing the one of the
+// same name); every Scheduler of the namespace fires it from then on. A
+// schedule re-registered with the same timing (Cron, TimeZone, Every) keeps
+// its next tick and its pause, so that every process may register its
+// schedules at start; a new timing starts with the first tick after
+// Redis's current time. The last registration wins.
+func (s *Scheduler) Register(ctx context.Context, sc Schedule) error {
+	return s.register(ctx, sc, 0)
+}
+
+func (s *Scheduler) register(ctx context.Context, sc Schedule, at int64) error {
+	d, tk, err := sc.define(s.cfg.MaxPayloadBytes)
+	if err != nil {
+		return err
+	}
+	if at == 0 {
+		if at, err = s.st.Time(ctx, rdb.PeriodicTag); err != nil {
+			return fmt.Errorf("worqr: register schedule %s: %w", sc.Name, err)
+		}
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		return err
+	}
+	if _, err := s.st.PutSchedule(ctx, sc.Name, b, d.timing(), tk.next(at)); err != nil {
+		return fmt.Errorf("worqr: register schedule %s: %w", sc.Name, err)
+	}
+	return nil
+}
+
+// Start registers the configured schedules and starts firing every schedule
+// of the namespace in the background, until Stop or until ctx ends. It
+// returns once the schedules are registered.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started {
+		return errors.New("worqr: scheduler already started")
+	}
+	for _, sc := range s.cfg.Schedules {
+		if err := s.Register(ctx, sc); err != nil {
+			return err
+		}
+	}
+	s.started = true
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	s.done = make(chan struct{})
+	go s.loop(runCtx)
+	go func() {
+		select {
+		case <-ctx.Done():
+			_ = s.Stop(context.Background())
+		case <-s.done:
+		}
+	}()
+	return nil
+}
+
+func (s *Scheduler) loop(ctx context.Context) {
+	defer close(s.done)
+	t := time.NewTicker(s.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		pctx, cancel := context.WithTimeout(ctx, maxPassAge)
+		_, err := s.pass(pctx, 0)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			s.cfg.Logger.Warn("scheduler: pass failed", "err", err)
+			s.c.bus.add(Event{Kind: EventError, At: time.Now(), Err: err})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Stop stops the scheduler and waits for its pass in progress, or returns
+// ctx's error when ctx ends first (call it again to keep waiting). It is
+// safe to call more than once, and before Start.
+func (s *Scheduler) Stop(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.started {
+		s.started = true // never starts after
+		if !s.stopping {
+			s.stopping = true
+			close(s.stopped)
+		}
+		s.mu.Unlock()
+		return nil
+	}
+	s.cancel()
+	done := s.done
+	s.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	s.mu.Lock()
+	if !s.stopping {
+		s.stopping = true
+		close(s.stopped)
+	}
+	s.mu.Unlock()
+	s.c.bus.flush()
+	return nil
+}
+
+// Stopped is closed once Stop has returned nil.
+func (s *Scheduler) Stopped() <-chan struct{} { return s.stopped }
+
+// pass fires every due tick of every schedule, at Redis time (or at at,
+// unix ms, when > 0: tests), and returns how many tasks it enqueued (or
+// found enqueued by a peer).
+func (s *Scheduler) pass(ctx context.Context, at int64) (int, error) {
+	total := 0
+	for {
+		read := time.Now()
+		now, due, err := s.st.DueSchedules(ctx, at, dueBatch)
+		if err != nil {
+			return total, fmt.Errorf("worqr: scheduler: %w", err)
+		}
+		progressed := false
+		var firstErr error
+		for _, d := range due {
+			n, advanced, err := s.fire(ctx, d, now, read)
+			total += n
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+			progressed = progressed || advanced
+		}
+		if firstErr != nil || len(due) < dueBatch || !progressed {
+			return total, firstErr
+		}
+	}
+}
+
+// plan is what a pass does with one due schedule.
+type plan struct {
+	fire []int64 // ticks to enqueue, in order
+	next int64   // the schedule's next tick after them (0: never again)
+}
+
+// planTicks places the due ticks of a schedule whose next tick is first, at
+// Redis time now: ticks late by at most grace are fired; older ones were
+// missed (with run-once, the latest of them is fired once).
+func planTicks(tk ticker, first, now, grace int64, missed MissedPolicy) plan {
+	var p plan
+	var lastMissed int64
+	t := first
+	for steps := 0; t != 0 && t <= now && now-t > grace; steps++ {
+		lastMissed = t
+		if steps == maxScan {
+			// Many missed ticks: jump to the first on-time one.
+			t = tk.next(now - grace - 1)
+			break
+		}
+		t = tk.next(t)
+	}
+	if lastMissed != 0 && missed == MissedRunOnce {
+		p.fire = append(p.fire, lastMissed)
+	}
+	for t != 0 && t <= now && len(p.fire) < maxTicksPerPass {
+		p.fire = append(p.fire, t)
+		t = tk.next(t)
+	}
+	p.next = t
+	return p
+}
+
+// fire enqueues the due ticks of d and advances its next tick. It reports
+// how many tasks were enqueued (or found enqueued) and whether the schedule
+// was advanced.
+func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read time.Time) (int, bool, error) {
+	def, tk, err := decodeDef(d.Def)
+	if err != nil {
+		return 0, false, fmt.Errorf("worqr: schedule %s: %w", d.Name, err)
+	}
+	p := planTicks(tk, d.Next, now, def.GraceMs, def.Missed)
+	var last int64
+	for _, tick := range p.fire {
+		if time.Since(read) > maxPassAge {
+			return 0, false, fmt.Errorf("worqr: schedule %s: pass abandoned after %s (a frozen process)", d.Name, time.Since(read).Round(time.Second))
+		}
+		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: scheduleIDTTL})
+		if err != nil && !errors.Is(err, ErrDuplicate) {
+			// Not advanced: the next pass fires these ticks again (the
+			// ones enqueued already create nothing new).
+			return len(p.fire), false, fmt.Errorf("worqr: schedule %s: enqueue tick %d: %w", d.Name, tick, err)
+		}
+		// ErrDuplicate: this tick's id was enqueued with another payload
+		// (the schedule was re-registered meanwhile): it fired.
+		last = tick
+	}
+	next := p.next
+	if next == 0 {
+		next = maxTick // never again: parked far away
+	}
+	ok, err := s.st.AdvanceSchedule(ctx, d.Name, d.Next, next, last, len(p.fire))
+	if err != nil {
+		return len(p.fire), false, fmt.Errorf("worqr: schedule %s: advance: %w", d.Name, err)
+	}
+	return len(p.fire), ok, nil
+}
+
+// maxTick is where a schedule that never ticks again waits (year 9999).
+const maxTick = 253402300799000
+
+// TickTaskID returns the id of the task schedule name enqueues for its tick
+// at t: "<name>.<t unix ms>". Client.Task and Inspector.Task find it.
+func TickTaskID(name string, t time.Time) string {
+	return name + "." + strconv.FormatInt(t.UnixMilli(), 10)
+}
+
+// ErrScheduleNotFound is returned by the Inspector's schedule methods when
+// no schedule has that name.
+var ErrScheduleNotFound = errors.New("worqr: schedule not found")
+
+// ScheduleInfo is what Redis holds about a schedule.
+type ScheduleInfo struct {
+	Name     string
+	Queue    string
+	Cron     string        // "" for an Every schedule
+	Every    time.Duration // 0 for a Cron schedule
+	TimeZone string
+	Missed   MissedPolicy
+	Grace    time.Duration
+	Payload  []byte
+	Paused   bool
+	// Next is the next tick not yet fired (while paused: when it was
+	// paused; resuming skips to the first tick after the resume).
+	Next time.Time
+	// LastFired is the latest tick a task was enqueued for (zero: none).
+	LastFired time.Time
+	// Fired counts the ticks a task was enqueued for.
+	Fired int64
+}
+
+func scheduleInfo(r *rdb.ScheduleRecord) ScheduleInfo {
+	info := ScheduleInfo{Name: r.Name, Paused: r.Paused, Next: msTime(r.Next), LastFired: msTime(r.Last), Fired: r.Fired}
+	if r.Next >= maxTick {
+		info.Next = time.Time{}
+	}
+	var d scheduleDef
+	if json.Unmarshal(r.Def, &d) == nil {
+		info.Queue, info.Cron, info.TimeZone, info.Missed, info.Payload = d.Queue, d.Cron, d.TZ, d.Missed, d.Payload
+		info.Every = time.Duration(d.EveryMs) * time.Millisecond
+		info.Grace = time.Duration(d.GraceMs) * time.Millisecond
+	}
+	return info
+}
+
+// Schedules lists the namespace's schedules, sorted by name.
+func (in *Inspector) Schedules(ctx context.Context) ([]ScheduleInfo, error) {
+	recs, err := in.st.Schedules(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: schedules: %w", err)
+	}
+	out := make([]ScheduleInfo, len(recs))
+	for i, r := range recs {
+		out[i] = scheduleInfo(r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Schedule returns schedule name, or ErrScheduleNotFound.
+func (in *Inspector) Schedule(ctx context.Context, name string) (*ScheduleInfo, error) {
+	if err := checkName("name", name); err != nil {
+		return nil, err
+	}
+	r, err := in.st.Schedule(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("worqr: schedule %s: %w", name, err)
+	}
+	if r == nil {
+		return nil, ErrScheduleNotFound
+	}
+	info := scheduleInfo(r)
+	return &info, nil
+}
+
+// PauseSchedule stops schedule name from firing until ResumeSchedule;
+// ErrScheduleNotFound when there is none.
+func (in *Inspector) PauseSchedule(ctx context.Context, name string) error {
+	if err := checkName("name", name); err != nil {
+		return err
+	}
+	ok, err := in.st.PauseSchedule(ctx, name)
+	if err != nil {
+		return fmt.Errorf("worqr: pause schedule %s: %w", name, err)
+	}
+	if !ok {
+		return ErrScheduleNotFound
+	}
+	return nil
+}
+
+// ResumeSchedule lets a paused schedule fire again from its first tick after
+// Redis's current time: the ticks that fell during the pause are skipped,
+// whatever its MissedPolicy. Resuming a schedule that is not paused changes
+// nothing. ErrScheduleNotFound when there is none.
+func (in *Inspector) ResumeSchedule(ctx context.Context, name string) error {
+	return in.resumeSchedule(ctx, name, 0)
+}
+
+func (in *Inspector) resumeSchedule(ctx context.Context, name string, at int64) error {
+	if err := checkName("name", name); err != nil {
+		return err
+	}
+	r, err := in.st.Schedule(ctx, name)
+	if err != nil {
+		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+	}
+	if r == nil {
+		return ErrScheduleNotFound
+	}
+	_, tk, err := decodeDef(r.Def)
+	if err != nil {
+		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+	}
+	if at == 0 {
+		if at, err = in.st.Time(ctx, rdb.PeriodicTag); err != nil {
+			return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+		}
+	}
+	next := tk.next(at)
+	if next == 0 {
+		next = maxTick
+	}
+	ok, err := in.st.ResumeSchedule(ctx, name, next)
+	if err != nil {
+		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+	}
+	if !ok {
+		return ErrScheduleNotFound
+	}
+	return nil
+}
+
+// RemoveSchedule deletes schedule name: no Scheduler fires it again (a pass
+// already under way may still enqueue its current tick).
+// ErrScheduleNotFound when there was none.
+func (in *Inspector) RemoveSchedule(ctx context.Context, name string) error {
+	if err := checkName("name", name); err != nil {
+		return err
+	}
+	ok, err := in.st.RemoveSchedule(ctx, name)
+	if err != nil {
+		return fmt.Errorf("worqr: remove schedule %s: %w", name, err)
+	}
+	if !ok {
+		return ErrScheduleNotFound
+	}
+	return nil
+}
