@@ -34,7 +34,7 @@ func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *rem
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 		defer cancel()
 		_ = r.Stop(sctx)
 	})
