@@ -41,6 +41,7 @@ type Remote struct {
 	queues   map[string]*remoteQueue
 	sessions map[string]*RemoteSession
 	gone     map[string]time.Time // ids of retired sessions, when retired
+	opening  int                  // Opens under way (counted against MaxSessions)
 	started  bool
 	stopping bool
 	stopped  chan struct{}
@@ -246,6 +247,7 @@ type remoteQueue struct {
 	ends  *group.Group[rdb.Ending, rdb.Ended]
 
 	settings atomic.Bool // written to Redis
+	paused   atomic.Bool // read by pauseLoop; a paused queue gives nothing
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
@@ -357,9 +359,10 @@ func (r *Remote) Start(ctx context.Context) error {
 	}
 	r.started = true
 	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.bg.Add(2)
+	r.bg.Add(3)
 	go r.listenLoop()
 	go r.sweepLoop()
+	go r.pauseLoop()
 	if !r.cfg.DisableReaper {
 		reaper, err := recovery.New(r.pool, &recovery.Config{
 			Namespace: r.cfg.Namespace, Interval: r.cfg.ReaperInterval, Logger: r.cfg.Logger,
@@ -525,11 +528,19 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 		}
 	}
 	r.mu.Lock()
-	n := len(r.sessions)
+	n := len(r.sessions) + r.opening
+	if n < r.cfg.MaxSessions {
+		r.opening++
+	}
 	r.mu.Unlock()
 	if n >= r.cfg.MaxSessions {
 		return nil, fmt.Errorf("%w (%d open, MaxSessions)", ErrTooManySessions, n)
 	}
+	defer func() {
+		r.mu.Lock()
+		r.opening--
+		r.mu.Unlock()
+	}()
 	name := opts.Name
 	if name == "" {
 		name = "remote"
@@ -596,11 +607,11 @@ func (r *Remote) sweepLoop() {
 				r.cfg.Logger.Info("remote: session lost (no beat)", "worker_id", s.ID())
 				continue
 			}
-			s.forgetEnded(time.Now().Add(-remoteMemory))
+			s.forgetEnded(time.Now().Add(-r.memory()))
 		}
 		r.mu.Lock()
 		for id, at := range r.gone {
-			if time.Since(at) > remoteMemory {
+			if time.Since(at) > r.memory() {
 				delete(r.gone, id)
 			}
 		}
@@ -608,9 +619,50 @@ func (r *Remote) sweepLoop() {
 	}
 }
 
-// remoteMemory is how long an ended taking's answer is kept for a repeated
-// call.
-const remoteMemory = 5 * time.Minute
+// memory is how long an ended taking's answer is kept for a repeated call.
+func (r *Remote) memory() time.Duration { return max(time.Minute, 3*r.cfg.SessionTTL) }
+
+// pauseLoop reads the pause flags of the queues sessions take from once per
+// PollInterval (one round trip per tag), as a Worker does: a pause is
+// honoured within one interval even if its announcement was lost.
+func (r *Remote) pauseLoop() {
+	defer r.bg.Done()
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-t.C:
+			r.refreshPaused()
+		}
+	}
+}
+
+func (r *Remote) refreshPaused() {
+	qs := r.allQueues()
+	if len(qs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.runCtx, 5*time.Second)
+	defer cancel()
+	qks := make([]rdb.QueueKeys, len(qs))
+	for i, q := range qs {
+		qks[i] = q.qk
+	}
+	paused, err := r.st.Paused(ctx, qks)
+	if err != nil {
+		if r.runCtx.Err() == nil {
+			r.cfg.Logger.Warn("remote: reading pause flags failed", "err", err)
+		}
+		return
+	}
+	for i, q := range qs {
+		if was := q.paused.Swap(paused[i]); was && !paused[i] {
+			q.wake()
+		}
+	}
+}
 
 // listenLoop holds the Remote's pub/sub connection: the wake-up channel of
 // every queue a session asked for (cancels are read by each beat instead:
@@ -636,7 +688,12 @@ func (r *Remote) listenLoop() {
 		for _, q := range qs {
 			q := q
 			channels = append(channels, q.qk.WakeChannel)
-			route[q.qk.WakeChannel] = func([]byte) { q.wake() }
+			route[q.qk.WakeChannel] = func(data []byte) {
+				if string(data) == "0" { // a pause or resume
+					r.refreshPaused()
+				}
+				q.wake()
+			}
 		}
 		lctx, cancel := context.WithCancel(r.runCtx)
 		go func() {

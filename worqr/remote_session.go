@@ -47,6 +47,11 @@ type remoteTaking struct {
 	ended   bool
 	endedAt time.Time
 	how     string // the call that ended it
+	// unsure: an earlier end call failed with its reply lost (it may have
+	// been applied); a later "lost" answer is then checked (see complete).
+	unsure  bool
+	tried   string    // the call of that attempt
+	triedAs EventKind // and the outcome it asked for
 	outcome EventKind
 	err     error
 }
@@ -159,9 +164,11 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		woken := q.woken()
-		out, err := s.takeOnce(ctx, q, req)
-		if err != nil || len(out) > 0 {
-			return out, err
+		if !q.paused.Load() {
+			out, err := s.takeOnce(ctx, q, req)
+			if err != nil || len(out) > 0 {
+				return out, err
+			}
 		}
 		left := time.Until(deadline)
 		if left <= 0 {
@@ -530,11 +537,12 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	if err != nil {
 		return "", err
 	}
-	out, err := s.complete(ctx, t, e)
+	out, err := s.complete(ctx, t, how, e)
 	if err != nil && !errors.Is(err, ErrNotOwner) {
 		return "", err // not recorded: the call may be repeated
 	}
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
+	t.taken.Payload, t.taken.Run = nil, nil // kept only for the answer
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
 		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID(), Err: ErrTaskLost})
@@ -544,35 +552,41 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	return out, err
 }
 
-// complete runs the end e of t through its queue's group. A retry after a
-// connection error that finds the taking gone while the session's keepalive
-// still exists was applied by the first attempt (nobody else moves the
-// takings of a live worker): it answers the outcome asked for.
-func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, e rdb.Ending) (EventKind, error) {
+// complete runs the end e of t through its queue's group, retrying
+// connection errors while the caller waits. A "lost" answer after an attempt
+// whose reply was lost (in this call or an earlier one) is checked: while
+// the session's keepalive still exists nobody else moves its takings (the
+// reaper only requeues dead workers), so the taking vanished because that
+// attempt was applied, and the outcome asked for is the answer. Each
+// attempt runs detached from the caller (at most 5 s), so a remote that
+// hangs up does not leave an end half known. Called with t.mu held.
+func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how string, e rdb.Ending) (EventKind, error) {
 	delay := 20 * time.Millisecond
-	unsure := false
 	for {
-		res, err := t.q.ends.Call(ctx, e)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		res, err := t.q.ends.Call(cctx, e)
 		out := res.Outcome
-		if err == nil && out == rdb.OutcomeLost && unsure {
+		if err == nil && out == rdb.OutcomeLost && t.unsure {
 			var alive []bool
-			if alive, err = s.r.reg.Alive(ctx, []string{s.ID()}); err == nil && alive[0] && !s.lease.Lost() {
-				out = asked(e)
+			if alive, err = s.r.reg.Alive(cctx, []string{s.ID()}); err == nil && alive[0] && !s.lease.Lost() {
+				cancel()
+				if t.tried != how { // the earlier call was applied, not this one
+					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
+				}
+				return t.triedAs, nil
 			}
 		}
+		cancel()
 		if err == nil {
 			if out == rdb.OutcomeLost {
 				return "", fmt.Errorf("%w: %s (the session's keepalive was lost and the task requeued)", ErrNotOwner, e.PID)
 			}
 			return eventOf[out], nil
 		}
-		if ctx.Err() != nil {
-			return "", ctx.Err()
-		}
 		if rdb.IsReplyError(err) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}
-		unsure = true
+		t.unsure, t.tried, t.triedAs = true, how, eventOf[asked(e)]
 		if s.lease.Lost() || !sleepCtx(ctx, delay) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}

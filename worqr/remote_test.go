@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -341,5 +344,116 @@ func TestRemoteFlowForwardAndFanOut(t *testing.T) {
 	info, err := client.Run(ctx, cf, run2)
 	if err != nil || info.Status != worqr.RunDone {
 		t.Fatalf("run = %+v, %v; want done", info, err)
+	}
+}
+
+// lossyConn loses the reply of the next armed script calls that match:
+// Redis applied them, the caller gets an error (a connection that died
+// while the reply was on its way).
+type lossyConn struct {
+	redis.Conn
+	armed *atomic.Int32
+	match func(args []any) bool
+}
+
+func (c *lossyConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	if err == nil && (cmd == "EVALSHA" || cmd == "EVAL" || cmd == "FCALL") && c.match(args) && c.armed.Add(-1) >= 0 {
+		return nil, errors.New("injected: the reply was lost")
+	}
+	return r, err
+}
+
+func (c *lossyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+func (c *lossyConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *lossyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// hasArg matches a script call with argument v.
+func hasArg(v string) func(args []any) bool {
+	return func(args []any) bool {
+		for _, a := range args {
+			if s, ok := a.(string); ok && s == v {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Int32
+	var match atomic.Pointer[func([]any) bool]
+	never := func([]any) bool { return false }
+	match.Store(&never)
+	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, srv.URL)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, armed: &armed, match: func(args []any) bool { return (*match.Load())(args) }}, nil
+	}}
+	defer pool.Close()
+	ns := redistest.Namespace()
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_ = r.Stop(sctx)
+	}()
+	c, _ := worqr.NewClient(pool, &cfg)
+	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Open(ctx, worqr.OpenOpts{Queues: []string{"q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A take whose reply is lost: its taking is released before the next
+	// take, which gets the task again under a new pid.
+	takeMatch := hasArg(s.ID())
+	match.Store(&takeMatch)
+	armed.Store(1)
+	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); err == nil {
+		t.Fatalf("take with its reply lost = %v, want an error", ks)
+	}
+	k := takeOne(t, s, "q", 0)
+	if k.TaskID != id || k.Crashes != 0 {
+		t.Fatalf("retake %+v, want task %s with no crash", k, id)
+	}
+
+	// An end whose reply is lost after Redis applied it answers done,
+	// and so does its repeat.
+	endMatch := hasArg("done")
+	match.Store(&endMatch)
+	armed.Store(1)
+	for i := 0; i < 2; i++ {
+		if out, err := s.Finish(ctx, k.PID, []byte("r")); err != nil || out != worqr.EventDone {
+			t.Fatalf("finish #%d with the first reply lost = %q, %v; want done", i+1, out, err)
+		}
+	}
+	if armed.Load() >= 0 {
+		t.Fatal("no reply was lost: the test did not test anything")
+	}
+	info, err := c.Task(ctx, "q", id)
+	if err != nil || info.State != worqr.StateDone || string(info.Result) != "r" {
+		t.Fatalf("task = %+v, %v; want done with result r", info, err)
 	}
 }
