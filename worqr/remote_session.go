@@ -604,8 +604,8 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	}
 	s.lease.Retire(ErrSessionLost)
 	s.r.retire(s)
-	s.actMu.Lock() // takes on their way land before the requeue
-	s.actMu.Unlock()
+	s.actMu.Lock() // takes on their way land before the requeue; later ones see the lease retired
+	defer s.actMu.Unlock()
 	for _, q := range s.queues {
 		n, _, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
 		if err != nil {
