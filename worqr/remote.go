@@ -40,8 +40,7 @@ type Remote struct {
 	mu       sync.Mutex
 	queues   map[string]*remoteQueue
 	sessions map[string]*RemoteSession
-	gone     map[string]time.Time // ids of retired sessions, when retired
-	opening  int                  // Opens under way (counted against MaxSessions)
+	opening  int // Opens under way (counted against MaxSessions)
 	started  bool
 	stopping bool
 	stopped  chan struct{}
@@ -284,7 +283,7 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 	st := rdb.NewStore(pool, c.Namespace)
 	return &Remote{
 		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
-		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, gone: map[string]time.Time{},
+		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{},
 		stopped: make(chan struct{}), subGrew: make(chan struct{}, 1),
 	}, nil
 }
@@ -583,7 +582,6 @@ func (r *Remote) retire(s *RemoteSession) {
 	defer r.mu.Unlock()
 	if r.sessions[s.ID()] == s {
 		delete(r.sessions, s.ID())
-		r.gone[s.ID()] = time.Now()
 	}
 }
 
@@ -609,13 +607,6 @@ func (r *Remote) sweepLoop() {
 			}
 			s.forgetEnded(time.Now().Add(-r.memory()))
 		}
-		r.mu.Lock()
-		for id, at := range r.gone {
-			if time.Since(at) > r.memory() {
-				delete(r.gone, id)
-			}
-		}
-		r.mu.Unlock()
 	}
 }
 

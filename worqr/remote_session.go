@@ -29,6 +29,10 @@ type RemoteSession struct {
 	// its script call, Close (write) after retiring the lease, so that no
 	// take lands under the id after Close requeued its holdings.
 	actMu sync.RWMutex
+	// takeMu makes the session's takes one at a time, so that the release
+	// after a lost take reply never puts back the takings of a take that
+	// ran meanwhile (its pids are not yet among the known ones).
+	takeMu sync.Mutex
 
 	mu      sync.Mutex
 	takings map[string]*remoteTaking // by pid, running or recently ended
@@ -188,6 +192,8 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 }
 
 func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) ([]Taking, error) {
+	s.takeMu.Lock()
+	defer s.takeMu.Unlock()
 	s.mu.Lock()
 	held, known := 0, []string{}
 	for pid, t := range s.takings {
