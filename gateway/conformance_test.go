@@ -121,7 +121,7 @@ type nodeWorker struct {
 func startWorker(t *testing.T, g *gw, name, queue string) *nodeWorker {
 	t.Helper()
 	cmd := exec.Command("node", "testdata/worker.mjs")
-	cmd.Env = append(os.Environ(), "GATEWAY="+g.url, "QUEUE="+queue, "NAME="+name, "TOKEN="+token, "WORK_MS=250")
+	cmd.Env = append(os.Environ(), "GATEWAY="+g.url, "QUEUE="+queue, "NAME="+name, "TOKEN="+token, "WORK_MS=500")
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -214,7 +214,7 @@ func TestNodeWorkersConformance(t *testing.T) {
 	}
 	const ttl = time.Second
 	g := startGateway(t, ttl)
-	const n = 60
+	const n = 40
 	payloads := make([]string, n)
 	for i := range payloads {
 		payloads[i] = "dGFzaw==" // "task"
