@@ -195,6 +195,10 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	s.takeMu.Lock()
 	defer s.takeMu.Unlock()
 	s.mu.Lock()
+	if prev := s.takes[req.RequestID]; req.RequestID != "" && prev != nil {
+		s.mu.Unlock() // the same request ran meanwhile
+		return prev.takings, nil
+	}
 	held, known := 0, []string{}
 	for pid, t := range s.takings {
 		if !t.isEnded() {
