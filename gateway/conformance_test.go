@@ -286,7 +286,15 @@ func TestNodeWorkersConformance(t *testing.T) {
 			t.Fatalf("GetTask %s: %d %s", id, st, code)
 		}
 		if got.Task.State != "done" || finishes[id] != 1 {
-			t.Errorf("task %s: state %s, %d accepted finishes; want done, exactly 1", id, got.Task.State, finishes[id])
+			var seen []string
+			for _, w := range []*nodeWorker{w1, w2, w3} {
+				for _, l := range w.snapshot() {
+					if strings.Contains(l, id) {
+						seen = append(seen, w.name+": "+l)
+					}
+				}
+			}
+			t.Errorf("task %s: state %s, %d accepted finishes; want done, exactly 1; lines: %q", id, got.Task.State, finishes[id], seen)
 		}
 	}
 	if finishes[stoppedID] == 1 {

@@ -41,6 +41,9 @@ type Remote struct {
 	queues   map[string]*remoteQueue
 	sessions map[string]*RemoteSession
 	opening  int // Opens under way (counted against MaxSessions)
+	// retired sessions are kept for memory(), so that an end repeated
+	// after its reply was lost still gets its recorded answer.
+	retired  map[string]*RemoteSession
 	started  bool
 	stopping bool
 	stopped  chan struct{}
@@ -283,7 +286,7 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 	st := rdb.NewStore(pool, c.Namespace)
 	return &Remote{
 		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
-		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{},
+		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, retired: map[string]*RemoteSession{},
 		stopped: make(chan struct{}), subGrew: make(chan struct{}, 1),
 	}, nil
 }
@@ -557,12 +560,18 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	return s, nil
 }
 
-// Session returns the open session id, or ErrSessionLost.
+// Session returns session id, or ErrSessionLost when this process does not
+// know it (never opened here, or retired long ago). A session that is lost
+// but still remembered is returned: its calls answer ErrSessionLost, except
+// an end repeated after its reply was lost, which gets its recorded answer.
 func (r *Remote) Session(id string) (*RemoteSession, error) {
 	r.mu.Lock()
 	s := r.sessions[id]
+	if s == nil {
+		s = r.retired[id]
+	}
 	r.mu.Unlock()
-	if s == nil || !s.lease.Fresh() {
+	if s == nil {
 		return nil, fmt.Errorf("%w: %s", ErrSessionLost, id)
 	}
 	return s, nil
@@ -582,6 +591,8 @@ func (r *Remote) retire(s *RemoteSession) {
 	defer r.mu.Unlock()
 	if r.sessions[s.ID()] == s {
 		delete(r.sessions, s.ID())
+		s.retiredAt = time.Now()
+		r.retired[s.ID()] = s
 	}
 }
 
@@ -607,6 +618,13 @@ func (r *Remote) sweepLoop() {
 			}
 			s.forgetEnded(time.Now().Add(-r.memory()))
 		}
+		r.mu.Lock()
+		for id, s := range r.retired {
+			if time.Since(s.retiredAt) > r.memory() {
+				delete(r.retired, id)
+			}
+		}
+		r.mu.Unlock()
 	}
 }
 

@@ -39,6 +39,8 @@ type RemoteSession struct {
 	takes   map[string]*takeReply    // by request id
 	unsure  map[*remoteQueue]bool    // a take's reply was lost: release first
 	beatAt  time.Time                // when the previous Beat arrived
+
+	retiredAt time.Time // guarded by Remote.mu
 }
 
 type remoteTaking struct {
@@ -253,8 +255,10 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			s.r.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
 			continue
 		}
-		s.takings[t.PID] = &remoteTaking{q: q, taken: t, at: now}
 		out = append(out, s.taking(q, t))
+		kept := t
+		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
+		s.takings[t.PID] = &remoteTaking{q: q, taken: kept, at: now}
 		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID()})
 	}
 	if req.RequestID != "" && len(out) > 0 {
@@ -552,7 +556,6 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 		return "", err // not recorded: the call may be repeated
 	}
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
-	t.taken.Payload, t.taken.Run = nil, nil // kept only for the answer
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
 		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID(), Err: ErrTaskLost})

@@ -200,15 +200,34 @@ func TestRemoteStaleSessionIsLost(t *testing.T) {
 	}
 	s := open(t, b, "q")
 	k := takeOne(t, s, "q", 0)
+	if _, err := b.client.Enqueue(ctx, "q", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	k2 := takeOne(t, s, "q", 0)
+	if _, err := s.Finish(ctx, k2.PID, nil); err != nil {
+		t.Fatal(err)
+	}
 	clock.Advance(time.Second)
+	// An end repeated after the session was lost (its first reply lost)
+	// still gets its recorded answer, through the lookup a gateway uses.
+	again, err := b.remote.Session(s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := again.Finish(ctx, k2.PID, nil); err != nil || out != worqr.EventDone {
+		t.Errorf("repeated finish after the loss = %q, %v; want done as recorded", out, err)
+	}
 	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrSessionLost) || !errors.Is(err, worqr.ErrNotOwner) {
 		t.Errorf("finish on a stale session = %v, want ErrSessionLost (an ErrNotOwner)", err)
 	}
 	if _, err := s.Beat(ctx, nil); !errors.Is(err, worqr.ErrSessionLost) {
 		t.Errorf("beat on a stale session = %v, want ErrSessionLost", err)
 	}
-	if _, err := b.remote.Session(s.ID()); !errors.Is(err, worqr.ErrSessionLost) {
-		t.Errorf("Session(lost id) = %v, want ErrSessionLost", err)
+	if _, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, worqr.ErrSessionLost) {
+		t.Errorf("take on a lost session = %v, want ErrSessionLost", err)
+	}
+	if _, err := b.remote.Session("nosuchsession"); !errors.Is(err, worqr.ErrSessionLost) {
+		t.Errorf("Session(unknown id) = %v, want ErrSessionLost", err)
 	}
 }
 

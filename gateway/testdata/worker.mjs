@@ -39,9 +39,16 @@ for (;;) {
   for (const t of takings) {
     log(`took ${t.taskId} ${t.pid}`);
     await sleep(Number(WORK_MS)); // the work
-    try {
-      const { outcome } = await call("Finish", { sessionId: sid, pid: t.pid, result: Buffer.from(NAME).toString("base64") });
-      log(`finished ${t.taskId} ${t.pid} ${outcome}`);
-    } catch (e) { log(`refused ${t.taskId} ${t.pid} ${e.code} ${e.status}`); }
+    const result = Buffer.from(NAME).toString("base64");
+    for (let attempt = 1; ; attempt++) { // a repeat after a lost reply answers the same
+      try {
+        const { outcome } = await call("Finish", { sessionId: sid, pid: t.pid, result });
+        log(`finished ${t.taskId} ${t.pid} ${outcome}`);
+      } catch (e) {
+        if (e.code !== "failed_precondition" && attempt < 20) { await sleep(200); continue; }
+        log(`refused ${t.taskId} ${t.pid} ${e.code} ${e.status}`);
+      }
+      break;
+    }
   }
 }
