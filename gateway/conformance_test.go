@@ -203,7 +203,8 @@ func waitTaken(t *testing.T, ws []*nodeWorker, id string, within time.Duration) 
 	return nil
 }
 
-// TestNodeWorkersConformance runs three Node workers against the gateway:
+// TestNodeWorkersConformance runs three Node workers against the gateway (2 s
+// session TTL: short, yet long enough for a loaded CI machine):
 // one is killed mid-task (its task is taken again by another), one is frozen
 // past its session's expiry and then resumed (its late finish is refused
 // with failed_precondition), and every task ends done with exactly one
@@ -212,7 +213,7 @@ func TestNodeWorkersConformance(t *testing.T) {
 	if _, err := exec.LookPath("node"); err != nil {
 		t.Fatal("node not found: the gateway's conformance test needs Node >= 18 (apt-get install nodejs)")
 	}
-	const ttl = time.Second
+	const ttl = 2 * time.Second
 	g := startGateway(t, ttl)
 	const n = 40
 	payloads := make([]string, n)
@@ -229,26 +230,26 @@ func TestNodeWorkersConformance(t *testing.T) {
 
 	// SIGKILL w1 mid-task: another worker takes that task again once w1's
 	// session expires and the reaper requeues it.
-	f, _ := w1.waitLine(t, 0, "took ", 10*time.Second)
+	f, _ := w1.waitLine(t, 0, "took ", 30*time.Second)
 	if err := w1.cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
-	by := waitTaken(t, []*nodeWorker{w2, w3}, f[1], 15*time.Second)
+	by := waitTaken(t, []*nodeWorker{w2, w3}, f[1], 30*time.Second)
 	t.Logf("task %s of the killed w1 taken again by %s after %s", f[1], by.name, time.Since(killed).Round(10*time.Millisecond))
 
 	// SIGSTOP w2 mid-task past its session's expiry, until another worker
 	// took its task again; then SIGCONT: its finish must be refused.
-	f, at := w2.waitLine(t, w2.count(), "took ", 10*time.Second)
+	f, at := w2.waitLine(t, w2.count(), "took ", 30*time.Second)
 	if err := w2.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stoppedID, stoppedPID := f[1], f[2]
-	by = waitTaken(t, []*nodeWorker{w3}, stoppedID, 15*time.Second)
+	by = waitTaken(t, []*nodeWorker{w3}, stoppedID, 30*time.Second)
 	if err := w2.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	r, _ := w2.waitLine(t, at, "refused "+stoppedID+" "+stoppedPID, 10*time.Second)
+	r, _ := w2.waitLine(t, at, "refused "+stoppedID+" "+stoppedPID, 30*time.Second)
 	if r[3] != "failed_precondition" {
 		t.Errorf("the resumed worker's finish was refused with %v, want failed_precondition", r)
 	}
@@ -270,13 +271,28 @@ func TestNodeWorkersConformance(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	finishes := map[string]int{}
-	for _, w := range []*nodeWorker{w1, w2, w3} {
-		for _, l := range w.snapshot() {
-			if f := strings.Fields(l); len(f) == 4 && f[0] == "finished" {
-				finishes[f[1]]++
+	// The queue is drained: no taking is left, so no finish can be accepted
+	// from now on. Wait until the workers printed what Redis already
+	// recorded, then count.
+	var finishes map[string]int
+	count := func() bool {
+		finishes = map[string]int{}
+		for _, w := range []*nodeWorker{w1, w2, w3} {
+			for _, l := range w.snapshot() {
+				if f := strings.Fields(l); len(f) == 4 && f[0] == "finished" {
+					finishes[f[1]]++
+				}
 			}
 		}
+		for _, id := range enq.Ids {
+			if finishes[id] == 0 {
+				return false
+			}
+		}
+		return true
+	}
+	for deadline := time.Now().Add(10 * time.Second); !count() && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
 	}
 	for _, id := range enq.Ids {
 		var got struct {
