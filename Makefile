@@ -1,7 +1,7 @@
 GO        ?= go
 PKGS      := ./...
-# Nested modules (their own go.mod): the CLI, contrib/prometheus, contrib/otel and the browser test.
-NESTED    := cmd/worqr contrib/prometheus contrib/otel test/browser
+# Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel and the browser test.
+NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel test/browser
 STATICCHECK_VERSION ?= v0.6.1
 
 .DEFAULT_GOAL := help
@@ -17,9 +17,10 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(GO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's, contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
+test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
 	$(GO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
+	cd gateway && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/prometheus && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/otel && $(GO) test -race -count=1 -timeout 5m ./...
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
@@ -34,6 +35,20 @@ screenshots: ## capture docs/img/*.png of every dashboard page with headless Chr
 	cd test/browser && $(GO) test -count=1 -run TestScreenshots -screenshots=../../docs/img ./...
 
 .PHONY: help build run test lint screenshots
+
+# The gateway's generated code is committed: only changing gateway/proto needs protoc.
+PROTOC_GEN_GO_VERSION         ?= v1.36.10
+PROTOC_GEN_CONNECT_GO_VERSION ?= v1.19.1
+
+proto: ## regenerate gateway/gen from gateway/proto (needs protoc: apt-get install protobuf-compiler)
+	GOBIN=$(CURDIR)/bin/tools $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	GOBIN=$(CURDIR)/bin/tools $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
+	cd gateway && PATH=$(CURDIR)/bin/tools:$$PATH protoc -I proto \
+		--go_out=gen --go_opt=paths=source_relative \
+		--connect-go_out=gen --connect-go_opt=paths=source_relative \
+		worqr/gateway/v1/gateway.proto
+
+.PHONY: proto
 
 BENCH_FLAGS ?=
 

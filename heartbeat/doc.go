@@ -35,6 +35,11 @@
 // within TTL + reaper interval (about 4 s by default; the chaos suite's worst
 // case was 4.56 s, the wake-up's delivery included).
 //
+// A Lease is a session without a Keeper: its owner renews it by calling Beat
+// (a remote worker's beats arrive over the network). The same rules hold: a
+// lease not renewed for TTL - TTL/10 by the local clock, or whose key a beat
+// found gone, is retired for good and never renewed again.
+//
 // The Keeper reads time through a Clock, so tests drive beats by advancing a
 // manual clock instead of sleeping.
 package heartbeat

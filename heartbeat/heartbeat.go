@@ -140,18 +140,28 @@ func (k *Keeper) Start(ctx context.Context) (*Session, error) {
 }
 
 func (k *Keeper) register(ctx context.Context) (*Session, error) {
-	id := xid.New().String()
 	host, _ := os.Hostname()
 	sent := k.Clock.Now()
-	at, err := k.Registry.Register(ctx, id, k.TTL, host, os.Getpid(), k.Queues)
+	s, err := register(ctx, k.Registry, k.parent, k.TTL, host, os.Getpid(), k.Queues)
 	if err != nil {
 		return nil, err
 	}
 	k.lastOK.Store(sent.UnixNano())
-	sctx, cancel := context.WithCancelCause(context.WithoutCancel(k.parent))
-	k.log().Info("heartbeat: registered", "worker_id", id)
+	k.log().Info("heartbeat: registered", "worker_id", s.id)
+	return s, nil
+}
+
+// register registers a session under a new id; its context carries parent's
+// values (not its cancellation).
+func register(ctx context.Context, reg *registry.Registry, parent context.Context, ttl time.Duration, host string, pid int, queues []registry.Queue) (*Session, error) {
+	id := xid.New().String()
+	at, err := reg.Register(ctx, id, ttl, host, pid, queues)
+	if err != nil {
+		return nil, err
+	}
+	sctx, cancel := context.WithCancelCause(context.WithoutCancel(parent))
 	s := &Session{id: id, ctx: sctx, cancel: cancel}
-	s.extend(at, k.TTL)
+	s.extend(at, ttl)
 	return s, nil
 }
 

@@ -1,6 +1,6 @@
 module github.com/worqr/worqr-go/cmd/worqr
 
-go 1.23.0
+go 1.24.0
 
 replace github.com/worqr/worqr-go => ../..
 
@@ -14,10 +14,12 @@ require (
 	github.com/spf13/cobra v1.10.2
 	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
 	github.com/worqr/worqr-go/contrib/prometheus v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go/gateway v0.0.0-00010101000000-000000000000
 	golang.org/x/term v0.28.0
 )
 
 require (
+	connectrpc.com/connect v1.19.1 // indirect
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
@@ -31,5 +33,7 @@ require (
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
 	golang.org/x/sys v0.35.0 // indirect
-	google.golang.org/protobuf v1.36.8 // indirect
+	google.golang.org/protobuf v1.36.10 // indirect
 )
+
+replace github.com/worqr/worqr-go/gateway => ../../gateway

@@ -59,6 +59,10 @@ type app struct {
 	}
 	in     *worqr.Inspector
 	client *worqr.Client
+	logger *slog.Logger
+	// maxIdle is the pool's idle connections (default 4; the gateway,
+	// a server, keeps more).
+	maxIdle int
 }
 
 func newRoot(e *env) *cobra.Command {
@@ -107,6 +111,7 @@ library's public Inspector and Client.
 		a.loadCmd(),
 		a.eventsCmd(),
 		a.dashCmd(),
+		a.gatewayCmd(),
 		a.versionCmd(),
 	)
 	// Every command's help ends with the environment.
@@ -198,7 +203,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	opts := &worqr.PoolOptions{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: 4}
+	opts := &worqr.PoolOptions{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: max(a.maxIdle, 4)}
 	var pool interface {
 		worqr.ConnGetter
 		Close() error
@@ -274,7 +279,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		pool.Close()
 		return &runError{fmt.Errorf("cannot reach Redis at %s: %w", where, err)}
 	}
-	a.pool, a.in, a.client = pool, in, client
+	a.pool, a.in, a.client, a.logger = pool, in, client, logger
 	return nil
 }
 

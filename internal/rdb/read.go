@@ -333,3 +333,25 @@ func (s *Store) deleteNamespaceOn(ctx context.Context, c redis.Conn, perTag bool
 		}
 	}
 }
+
+// CancelAsked reports for each task id of queue q whether a cancel was asked
+// while it runs (one pipelined HEXISTS per id, one round trip). A remote
+// session's beat reads it for the takings it holds.
+func (s *Store) CancelAsked(ctx context.Context, q QueueKeys, ids []string) ([]bool, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	cmds := make([]command, len(ids))
+	for i, id := range ids {
+		cmds[i] = cmdOf("HEXISTS", q.Task(id), FieldCancel)
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(ids))
+	for i := range ids {
+		out[i], _ = redis.Bool(rs[i], nil)
+	}
+	return out, nil
+}

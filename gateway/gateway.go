@@ -1,0 +1,369 @@
+// Package gateway serves worqr to programs in any language: one API over
+// gRPC, gRPC-Web and JSON over HTTP (the Connect protocol) on one port. It is
+// a thin layer over worqr.Remote (workers), worqr.Client (producers) and
+// worqr.Inspector (queue stats): every guarantee is theirs. A remote worker
+// opens a session (a worqr worker id), beats it, takes tasks and ends each
+// taking by its pid, the fencing token; an end about a taking the session no
+// longer owns is refused with failed_precondition and changes nothing.
+//
+// It is a module of its own so that library users do not inherit connect and
+// protobuf. The .proto is in proto/, the generated code in gen/ (make proto).
+package gateway
+
+import (
+	"context"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
+	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// Config is what a gateway serves. Remote, Client and Inspector are
+// required; the gateway never starts or stops them.
+type Config struct {
+	Remote    *worqr.Remote
+	Client    *worqr.Client
+	Inspector *worqr.Inspector
+	// Token, when set, is the bearer token every call must carry
+	// (Authorization: Bearer <token>); others get unauthenticated.
+	Token string
+	// MaxMessageBytes caps a request message. Default 4 MiB.
+	MaxMessageBytes int
+}
+
+// DefaultMaxMessageBytes is Config.MaxMessageBytes's default.
+const DefaultMaxMessageBytes = 4 << 20
+
+// Handler returns the gateway's HTTP handler, mounted at its path
+// ("/worqr.gateway.v1.GatewayService/"). Serve it with HTTP/2 (cleartext
+// h2c or TLS) for gRPC clients; HTTP/1.1 is enough for JSON and gRPC-Web.
+func Handler(cfg Config) (string, http.Handler, error) {
+	if cfg.Remote == nil || cfg.Client == nil || cfg.Inspector == nil {
+		return "", nil, errors.New("gateway: Config needs Remote, Client and Inspector")
+	}
+	if cfg.MaxMessageBytes == 0 {
+		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.MaxMessageBytes < 0 {
+		return "", nil, fmt.Errorf("gateway: MaxMessageBytes (%d) must not be negative", cfg.MaxMessageBytes)
+	}
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxMessageBytes)}
+	if cfg.Token != "" {
+		opts = append(opts, connect.WithInterceptors(bearer(cfg.Token)))
+	}
+	path, h := gatewayv1connect.NewGatewayServiceHandler(&server{cfg: cfg}, opts...)
+	return path, h, nil
+}
+
+// bearer refuses calls without the token.
+func bearer(token string) connect.UnaryInterceptorFunc {
+	want := []byte("Bearer " + token)
+	return func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			got := []byte(req.Header().Get("Authorization"))
+			if subtle.ConstantTimeCompare(got, want) != 1 {
+				return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("gateway: missing or wrong bearer token"))
+			}
+			return next(ctx, req)
+		}
+	}
+}
+
+type server struct {
+	cfg Config
+}
+
+var _ gatewayv1connect.GatewayServiceHandler = (*server)(nil)
+
+// toConnect gives each worqr error its code: bad input invalid_argument
+// (with a FieldViolation detail), a taking or session no longer owned
+// failed_precondition, and so on. Errors worqr does not name (Redis
+// unreachable, a timeout) are unavailable: the call may be repeated, and
+// every call about a taking answers a repeat as it answered the first.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ie *worqr.InvalidError
+	var ce *connect.Error
+	switch {
+	case errors.As(err, &ce):
+		return ce
+	case errors.As(err, &ie):
+		e := connect.NewError(connect.CodeInvalidArgument, err)
+		if d, derr := connect.NewErrorDetail(&gatewayv1.FieldViolation{Field: ie.Field, Description: ie.Rule}); derr == nil {
+			e.AddDetail(d)
+		}
+		return e
+	case errors.Is(err, worqr.ErrNotOwner):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
+	case errors.Is(err, worqr.ErrTooManySessions):
+		return connect.NewError(connect.CodeResourceExhausted, err)
+	case errors.Is(err, worqr.ErrTaskNotFound):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, worqr.ErrDuplicate):
+		return connect.NewError(connect.CodeAlreadyExists, err)
+	case errors.Is(err, context.Canceled):
+		return connect.NewError(connect.CodeCanceled, err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+func bad(field, rule string) error {
+	return toConnect(&worqr.InvalidError{Field: field, Rule: rule})
+}
+
+func ms(d uint32) time.Duration { return time.Duration(d) * time.Millisecond }
+
+func (s *server) Enqueue(ctx context.Context, req *connect.Request[gatewayv1.EnqueueRequest]) (*connect.Response[gatewayv1.EnqueueResponse], error) {
+	m := req.Msg
+	var opts *worqr.EnqueueOpts
+	if m.DelayMs != 0 || m.MaxAttempts != 0 || m.TimeoutMs != 0 || m.UniqueKey != "" || m.UniqueTtlMs != 0 || m.Id != "" {
+		opts = &worqr.EnqueueOpts{Delay: ms(m.DelayMs), MaxAttempts: int(m.MaxAttempts), Timeout: ms(m.TimeoutMs),
+			UniqueKey: m.UniqueKey, UniqueTTL: ms(m.UniqueTtlMs), ID: m.Id}
+	}
+	id, err := s.cfg.Client.Enqueue(ctx, m.Queue, m.Payload, opts)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.EnqueueResponse{Id: id}), nil
+}
+
+func (s *server) EnqueueBatch(ctx context.Context, req *connect.Request[gatewayv1.EnqueueBatchRequest]) (*connect.Response[gatewayv1.EnqueueBatchResponse], error) {
+	if len(req.Msg.Payloads) == 0 {
+		return nil, bad("payloads", "is empty")
+	}
+	ids, err := s.cfg.Client.EnqueueBatch(ctx, req.Msg.Queue, req.Msg.Payloads, nil)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.EnqueueBatchResponse{Ids: ids}), nil
+}
+
+func (s *server) Cancel(ctx context.Context, req *connect.Request[gatewayv1.CancelRequest]) (*connect.Response[gatewayv1.CancelResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, bad("id", "is empty")
+	}
+	st, err := s.cfg.Client.Cancel(ctx, req.Msg.Queue, req.Msg.Id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.CancelResponse{Status: st.String()}), nil
+}
+
+func (s *server) GetTask(ctx context.Context, req *connect.Request[gatewayv1.GetTaskRequest]) (*connect.Response[gatewayv1.GetTaskResponse], error) {
+	if req.Msg.Id == "" {
+		return nil, bad("id", "is empty")
+	}
+	t, err := s.cfg.Client.Task(ctx, req.Msg.Queue, req.Msg.Id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.GetTaskResponse{Task: &gatewayv1.TaskInfo{
+		Id: t.ID, Queue: t.Queue, Payload: t.Payload, State: string(t.State), Failures: uint32(t.Failures),
+		Crashes: uint32(t.Crashes), LastError: t.LastError, DeadReason: t.DeadReason, Result: t.Result,
+		Progress: t.Progress, WorkerId: t.WorkerID, Pid: t.PID, CancelRequested: t.CancelRequested,
+	}}), nil
+}
+
+func (s *server) QueueStats(ctx context.Context, req *connect.Request[gatewayv1.QueueStatsRequest]) (*connect.Response[gatewayv1.QueueStatsResponse], error) {
+	var qs []worqr.QueueInfo
+	if req.Msg.Queue == "" {
+		all, err := s.cfg.Inspector.Queues(ctx)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		qs = all
+	} else {
+		q, err := s.cfg.Inspector.Queue(ctx, req.Msg.Queue)
+		if err != nil {
+			return nil, toConnect(err)
+		}
+		qs = []worqr.QueueInfo{*q}
+	}
+	out := &gatewayv1.QueueStatsResponse{}
+	for _, q := range qs {
+		out.Queues = append(out.Queues, &gatewayv1.QueueStat{Name: q.Name, Flow: q.Flow, Waiting: q.Waiting,
+			Scheduled: q.Scheduled, Active: q.Active, Dead: q.Dead, Retained: q.Retained, Paused: q.Paused,
+			LatencyMs: uint32(min(q.Latency.Milliseconds(), 1<<32-1))})
+	}
+	return connect.NewResponse(out), nil
+}
+
+func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1.OpenSessionRequest]) (*connect.Response[gatewayv1.OpenSessionResponse], error) {
+	name := req.Msg.Name
+	if name == "" {
+		name = req.Peer().Addr
+	}
+	sess, err := s.cfg.Remote.Open(ctx, worqr.OpenOpts{Name: name, Queues: req.Msg.Queues})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	ttl := sess.TTL()
+	return connect.NewResponse(&gatewayv1.OpenSessionResponse{SessionId: sess.ID(),
+		TtlMs: uint32(ttl.Milliseconds()), BeatMs: uint32((ttl / 3).Milliseconds())}), nil
+}
+
+// session finds the session a call names.
+func (s *server) session(id string) (*worqr.RemoteSession, error) {
+	if id == "" {
+		return nil, bad("session_id", "is empty")
+	}
+	sess, err := s.cfg.Remote.Session(id)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return sess, nil
+}
+
+func (s *server) Beat(ctx context.Context, req *connect.Request[gatewayv1.BeatRequest]) (*connect.Response[gatewayv1.BeatResponse], error) {
+	sess, err := s.session(req.Msg.SessionId)
+	if err != nil {
+		return nil, err
+	}
+	var running []string
+	if req.Msg.CheckRunning {
+		running = append([]string{}, req.Msg.Running...)
+	}
+	rep, err := sess.Beat(ctx, running)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.BeatResponse{Lost: rep.Lost, Cancel: rep.Cancel, Drain: rep.Drain}), nil
+}
+
+func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRequest]) (*connect.Response[gatewayv1.TakeResponse], error) {
+	sess, err := s.session(req.Msg.SessionId)
+	if err != nil {
+		return nil, err
+	}
+	n := int(req.Msg.Max)
+	if n == 0 {
+		n = 1
+	}
+	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId})
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	out := &gatewayv1.TakeResponse{Takings: make([]*gatewayv1.Taking, len(ks))}
+	for i, k := range ks {
+		t := &gatewayv1.Taking{Pid: k.PID, TaskId: k.TaskID, Queue: k.Queue, Payload: k.Payload,
+			Attempt: uint32(k.Attempt), MaxAttempts: uint32(k.MaxAttempts), Crashes: uint32(k.Crashes),
+			TimeoutMs: uint32(min(k.Timeout.Milliseconds(), 1<<32-1)), State: k.State, Parent: k.Parent}
+		for _, c := range k.Children {
+			t.Children = append(t.Children, &gatewayv1.ChildResult{Id: c.ID, Queue: c.Queue, Status: c.Status, Result: c.Result, Error: c.Err})
+		}
+		out.Takings[i] = t
+	}
+	return connect.NewResponse(out), nil
+}
+
+// end runs one end of a taking named by session and pid.
+func (s *server) end(sessionID, pid string, f func(*worqr.RemoteSession) (worqr.EventKind, error)) (*connect.Response[gatewayv1.EndResponse], error) {
+	if pid == "" {
+		return nil, bad("pid", "is empty")
+	}
+	sess, err := s.session(sessionID)
+	if err != nil {
+		return nil, err
+	}
+	out, err := f(sess)
+	if err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.EndResponse{Outcome: string(out)}), nil
+}
+
+func (s *server) Finish(ctx context.Context, req *connect.Request[gatewayv1.FinishRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.Finish(ctx, m.Pid, m.Result)
+	})
+}
+
+func (s *server) Fail(ctx context.Context, req *connect.Request[gatewayv1.FailRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.Fail(ctx, m.Pid, m.Error, ms(m.RetryInMs))
+	})
+}
+
+func (s *server) GiveBack(ctx context.Context, req *connect.Request[gatewayv1.GiveBackRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.GiveBack(ctx, m.Pid)
+	})
+}
+
+func (s *server) Bury(ctx context.Context, req *connect.Request[gatewayv1.BuryRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.Bury(ctx, m.Pid, m.Reason)
+	})
+}
+
+func (s *server) Forward(ctx context.Context, req *connect.Request[gatewayv1.ForwardRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.Forward(ctx, m.Pid, m.Fields)
+	})
+}
+
+func (s *server) FanOut(ctx context.Context, req *connect.Request[gatewayv1.FanOutRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
+	m := req.Msg
+	children := make([]worqr.ChildSpec, len(m.Children))
+	for i, c := range m.Children {
+		if c == nil {
+			return nil, bad(fmt.Sprintf("children[%d]", i), "is null")
+		}
+		children[i] = worqr.ChildSpec{Queue: c.Queue, Payload: c.Payload}
+	}
+	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+		return sess.FanOut(ctx, m.Pid, m.Fields, children)
+	})
+}
+
+func (s *server) CloseSession(ctx context.Context, req *connect.Request[gatewayv1.CloseSessionRequest]) (*connect.Response[gatewayv1.CloseSessionResponse], error) {
+	sess, err := s.session(req.Msg.SessionId)
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.Close(ctx); err != nil {
+		return nil, toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.CloseSessionResponse{}), nil
+}
+
+// NewServer returns an http.Server for the gateway's handler on addr,
+// speaking HTTP/1.1 and HTTP/2 (cleartext h2c too, for gRPC without TLS).
+// Other paths answer 404; "/healthz" answers 200.
+func NewServer(addr string, cfg Config) (*http.Server, error) {
+	path, h, err := Handler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(path, h)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Remote.Draining() {
+			http.Error(w, "draining", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	p := new(http.Protocols)
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	p.SetUnencryptedHTTP2(true)
+	return &http.Server{Addr: addr, Handler: mux, Protocols: p, ReadHeaderTimeout: 10 * time.Second,
+		MaxHeaderBytes: 64 << 10, ErrorLog: nil}, nil
+}

@@ -1,0 +1,122 @@
+package gateway_test
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
+	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
+)
+
+// authed adds the bearer token to every call.
+type authed struct{ rt http.RoundTripper }
+
+func (a authed) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+token)
+	return a.rt.RoundTrip(r)
+}
+
+// clients returns a client per protocol the gateway serves on its one port:
+// gRPC over cleartext HTTP/2, gRPC-Web and Connect JSON.
+func clients(g *gw) map[string]gatewayv1connect.GatewayServiceClient {
+	p := new(http.Protocols)
+	p.SetUnencryptedHTTP2(true)
+	h2c := &http.Client{Transport: authed{&http.Transport{Protocols: p}}}
+	h1 := &http.Client{Transport: authed{http.DefaultTransport}}
+	return map[string]gatewayv1connect.GatewayServiceClient{
+		"grpc":     gatewayv1connect.NewGatewayServiceClient(h2c, g.url, connect.WithGRPC()),
+		"grpc-web": gatewayv1connect.NewGatewayServiceClient(h1, g.url, connect.WithGRPCWeb()),
+		"json":     gatewayv1connect.NewGatewayServiceClient(h1, g.url, connect.WithProtoJSON()),
+	}
+}
+
+func TestProtocolsAndErrors(t *testing.T) {
+	g := startGateway(t, 2*time.Second)
+	ctx := context.Background()
+	for proto, c := range clients(g) {
+		t.Run(proto, func(t *testing.T) {
+			q := "q-" + proto
+			enq, err := c.Enqueue(ctx, connect.NewRequest(&gatewayv1.EnqueueRequest{Queue: q, Payload: []byte("p")}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			open, err := c.OpenSession(ctx, connect.NewRequest(&gatewayv1.OpenSessionRequest{Name: proto, Queues: []string{q}}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sid := open.Msg.SessionId
+			if open.Msg.TtlMs != 2000 || open.Msg.BeatMs == 0 {
+				t.Errorf("open = %+v", open.Msg)
+			}
+			take, err := c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: q, Max: 5, WaitMs: 1000}))
+			if err != nil || len(take.Msg.Takings) != 1 || take.Msg.Takings[0].TaskId != enq.Msg.Id {
+				t.Fatalf("take = %v, %v", take, err)
+			}
+			pid := take.Msg.Takings[0].Pid
+			if _, err := c.Beat(ctx, connect.NewRequest(&gatewayv1.BeatRequest{SessionId: sid})); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; i < 2; i++ { // a repeat after a lost reply answers the same
+				fin, err := c.Finish(ctx, connect.NewRequest(&gatewayv1.FinishRequest{SessionId: sid, Pid: pid, Result: []byte("r")}))
+				if err != nil || fin.Msg.Outcome != "done" {
+					t.Fatalf("finish #%d = %v, %v", i+1, fin, err)
+				}
+			}
+			_, err = c.Fail(ctx, connect.NewRequest(&gatewayv1.FailRequest{SessionId: sid, Pid: pid, Error: "late"}))
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				t.Errorf("fail after finish = %v, want failed_precondition", err)
+			}
+			_, err = c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: q, WaitMs: 60000}))
+			if field := violation(t, err); field != "wait" {
+				t.Errorf("take with a 60 s wait = %v, want invalid_argument on wait", err)
+			}
+			_, err = c.Enqueue(ctx, connect.NewRequest(&gatewayv1.EnqueueRequest{Queue: "bad queue"}))
+			if field := violation(t, err); field != "queue name" {
+				t.Errorf("enqueue to a bad name = %v (field %q)", err, field)
+			}
+			got, err := c.GetTask(ctx, connect.NewRequest(&gatewayv1.GetTaskRequest{Queue: q, Id: enq.Msg.Id}))
+			if err != nil || got.Msg.Task.State != "done" || string(got.Msg.Task.Result) != "r" {
+				t.Fatalf("get = %v, %v", got, err)
+			}
+			if _, err := c.CloseSession(ctx, connect.NewRequest(&gatewayv1.CloseSessionRequest{SessionId: sid})); err != nil {
+				t.Fatal(err)
+			}
+			_, err = c.Beat(ctx, connect.NewRequest(&gatewayv1.BeatRequest{SessionId: sid}))
+			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
+				t.Errorf("beat after close = %v, want failed_precondition", err)
+			}
+		})
+	}
+	noToken := gatewayv1connect.NewGatewayServiceClient(http.DefaultClient, g.url, connect.WithProtoJSON())
+	_, err := noToken.QueueStats(ctx, connect.NewRequest(&gatewayv1.QueueStatsRequest{}))
+	if connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("call without the token = %v, want unauthenticated", err)
+	}
+	if st, code := g.call(t, "Finish", map[string]any{"sessionId": "nope", "pid": "1"}, nil); st != 400 || code != "failed_precondition" {
+		t.Errorf("JSON finish on an unknown session = %d %s, want 400 failed_precondition", st, code)
+	}
+}
+
+// violation returns the field an invalid_argument error names.
+func violation(t *testing.T, err error) string {
+	t.Helper()
+	var ce *connect.Error
+	if !errors.As(err, &ce) || ce.Code() != connect.CodeInvalidArgument {
+		t.Errorf("%v: want invalid_argument", err)
+		return ""
+	}
+	for _, d := range ce.Details() {
+		v, err := d.Value()
+		if fv, ok := v.(*gatewayv1.FieldViolation); ok && err == nil {
+			return fv.Field
+		}
+	}
+	t.Errorf("%v carries no FieldViolation", err)
+	return ""
+}

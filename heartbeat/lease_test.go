@@ -1,0 +1,64 @@
+package heartbeat_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/registry"
+)
+
+func TestLeaseBeatsUntilStaleOrGone(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.TagCheckedPool(t)
+	reg, err := registry.New(pool, redistest.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := seam.NewManualClock(time.Unix(1_700_000_000, 0))
+	open := func() *heartbeat.Lease {
+		l, err := heartbeat.Open(ctx, reg, ttl, "remote-1", 0, nil, clock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+
+	// Beats move the deadline on; a lease not beaten for TTL - TTL/10 by
+	// its clock is stale and retired for good, even though its key lives.
+	l := open()
+	until := l.Until()
+	clock.Advance(ttl / 2)
+	if err := l.Beat(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !l.Until().After(until) {
+		t.Errorf("a beat left the deadline at %v", l.Until())
+	}
+	clock.Advance(ttl - ttl/10)
+	if l.Fresh() || !l.Lost() {
+		t.Fatal("a lease silent for TTL - TTL/10 is still fresh")
+	}
+	if err := l.Beat(ctx); !errors.Is(err, heartbeat.ErrLost) {
+		t.Errorf("beat of a stale lease = %v, want ErrLost", err)
+	}
+	if alive, _ := reg.Alive(ctx, []string{l.ID()}); !alive[0] {
+		t.Error("the key should still live (only the lease gave up)")
+	}
+
+	// A beat that finds the key gone retires the lease.
+	l = open()
+	if err := reg.Deregister(ctx, l.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Beat(ctx); !errors.Is(err, heartbeat.ErrLost) || !l.Lost() {
+		t.Errorf("beat after the key vanished = %v (lost %v), want ErrLost", err, l.Lost())
+	}
+	if l.Context().Err() == nil {
+		t.Error("a lost lease's context is not cancelled")
+	}
+}

@@ -1,0 +1,747 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/group"
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/registry"
+)
+
+// Remote serves worqr queues to workers in other processes or languages (the
+// gateway is a thin layer over it). Each RemoteSession is a worqr worker: it
+// registers a worker id with a keepalive that its remote renews by calling
+// Beat, it takes with the same script and deadline fence as a Worker, and
+// every taking it ends goes through the same batched end call, whose
+// ownership check refuses the end of a taking the session no longer holds.
+// The pid of each taking is the fencing token the remote presents.
+//
+// Sessions live in the memory of the process that opened them: a remote must
+// keep talking to that process (a gateway behind a load balancer needs
+// sticky routing by session). When the process or the remote goes away,
+// the session's keepalive expires and the ordinary recovery requeues its
+// takings, within SessionTTL + ReaperInterval, as for a Worker.
+type Remote struct {
+	pool ConnGetter
+	st   *rdb.Store
+	reg  *registry.Registry
+	cfg  RemoteConfig
+	bus  *eventBus
+
+	mu       sync.Mutex
+	queues   map[string]*remoteQueue
+	sessions map[string]*RemoteSession
+	opening  int // Opens under way (counted against MaxSessions)
+	// retired sessions are kept for memory(), so that an end repeated
+	// after its reply was lost still gets its recorded answer.
+	retired  map[string]*RemoteSession
+	started  bool
+	stopping bool
+	stopped  chan struct{}
+	stopErr  error
+	subGrew  chan struct{} // cap 1: the set of queues to listen to grew
+
+	draining  atomic.Bool
+	runCtx    context.Context
+	runCancel context.CancelFunc
+	bg        sync.WaitGroup
+}
+
+// RemoteConfig is what a Remote needs. Every field has a default, given in
+// its comment.
+type RemoteConfig struct {
+	Config
+	// Queues are the stand-alone queues sessions may take from, with their
+	// retry, timeout and dead-set settings (Handler and Concurrency are not
+	// used and must be left zero).
+	Queues map[string]QueueConfig
+	// AnyQueue lets sessions take from any stand-alone queue, those not in
+	// Queues with the settings of DefaultQueue.
+	AnyQueue bool
+	// DefaultQueue holds the settings of the queues AnyQueue admits.
+	DefaultQueue QueueConfig
+	// Flows are served whole: a session may take from a stage or child
+	// queue, named "<flow>/<queue>". Stage handlers may be nil.
+	Flows []*Flow
+	// SessionTTL is a session's keepalive lifetime: a session whose remote
+	// has not beaten for this long is lost, and its takings are requeued by
+	// the recovery within one ReaperInterval. Remotes should beat every
+	// SessionTTL/3. Default 10s, at least 30ms.
+	SessionTTL time.Duration
+	// ReaperInterval is how often this process checks for dead workers
+	// (its own sessions and any other worker). Default 1s.
+	ReaperInterval time.Duration
+	// DisableReaper turns off this process's part in recovery; some other
+	// peer must run one. Default false.
+	DisableReaper bool
+	// PollInterval is how often a waiting Take looks at its queue without a
+	// wake-up (pub/sub messages can be lost). Default 1s.
+	PollInterval time.Duration
+	// MaxSessions caps the sessions open at once. Default 1000.
+	MaxSessions int
+	// MaxHeld caps the takings one session holds at once. Default 1000.
+	MaxHeld int
+	// MaxWait is the longest a Take may wait for work. Default 30s.
+	MaxWait time.Duration
+}
+
+// Defaults of RemoteConfig.
+const (
+	DefaultSessionTTL  = 10 * time.Second
+	DefaultMaxSessions = 1000
+	DefaultMaxHeld     = 1000
+	DefaultMaxWait     = 30 * time.Second
+)
+
+// ErrSessionLost is returned by every RemoteSession call (and Remote.Session)
+// once the session is gone: its remote stopped beating for SessionTTL, it was
+// closed, or this process never opened it (for example it restarted). Its
+// takings are requeued by the recovery; the remote must drop them and open
+// a new session. errors.Is(err, ErrNotOwner) is true for it as well.
+var ErrSessionLost = &remoteError{"worqr: session lost"}
+
+// ErrNotOwner is returned by a RemoteSession's Finish, Fail, GiveBack, Bury,
+// Forward and FanOut when the session does not own the taking (any more):
+// its keepalive was lost and the task requeued, the taking was already ended
+// another way, or the pid is not one of its takings. Nothing was changed.
+var ErrNotOwner = errors.New("worqr: taking not owned by this session")
+
+// ErrTooManySessions is returned by Open when MaxSessions are open.
+var ErrTooManySessions = errors.New("worqr: too many sessions")
+
+// ErrDraining is returned by Open while the Remote stops.
+var ErrDraining = errors.New("worqr: remote is stopping")
+
+type remoteError struct{ msg string }
+
+func (e *remoteError) Error() string { return e.msg }
+
+func (e *remoteError) Is(target error) bool { return target == ErrNotOwner }
+
+func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
+	var out RemoteConfig
+	if c != nil {
+		out = *c
+	}
+	base, err := out.Config.withDefaults()
+	if err != nil {
+		return out, err
+	}
+	out.Config = base
+	placeholder := HandlerFunc(func(context.Context, *Task) error { return nil })
+	fill := func(field string, q QueueConfig) (QueueConfig, error) {
+		if q.Handler != nil || q.Concurrency != 0 {
+			return q, invalid(field, "sets Handler or Concurrency, which a remote queue does not use")
+		}
+		err := q.fill(field)
+		return q, err
+	}
+	queues := make(map[string]QueueConfig, len(out.Queues))
+	for name, q := range out.Queues {
+		field := fmt.Sprintf("Queues[%q]", name)
+		if err := checkName(field, name); err != nil {
+			return out, err
+		}
+		if queues[name], err = fill(field, q); err != nil {
+			return out, err
+		}
+	}
+	out.Queues = queues
+	if out.DefaultQueue, err = fill("DefaultQueue", out.DefaultQueue); err != nil {
+		return out, err
+	}
+	flows := make([]*Flow, len(out.Flows))
+	names := map[string]bool{}
+	for i, f := range out.Flows {
+		if f == nil {
+			return out, invalid(fmt.Sprintf("Flows[%d]", i), "is nil")
+		}
+		g := *f // stage handlers run remotely: placeholders pass validation
+		g.Stages = append([]Stage(nil), f.Stages...)
+		for j := range g.Stages {
+			if g.Stages[j].Handler == nil {
+				g.Stages[j].Handler = StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil })
+			}
+			if g.Stages[j].Queue.Concurrency == 0 {
+				g.Stages[j].Queue.Concurrency = 1
+			}
+			ch := make(map[string]QueueConfig, len(g.Stages[j].Children))
+			for name, cq := range g.Stages[j].Children {
+				if cq.Handler == nil {
+					cq.Handler = placeholder
+				}
+				if cq.Concurrency == 0 {
+					cq.Concurrency = 1
+				}
+				ch[name] = cq
+			}
+			g.Stages[j].Children = ch
+		}
+		v, err := g.validate()
+		if err != nil {
+			return out, err
+		}
+		if names[v.Name] {
+			return out, invalid(fmt.Sprintf("Flows[%d]", i), "%q is served twice", v.Name)
+		}
+		names[v.Name] = true
+		flows[i] = v
+	}
+	out.Flows = flows
+	if len(out.Queues) == 0 && len(out.Flows) == 0 && !out.AnyQueue {
+		return out, invalid("Queues", "is empty, there are no Flows and AnyQueue is false: a remote needs at least one queue")
+	}
+	for _, d := range []struct {
+		v    *time.Duration
+		def  time.Duration
+		min  time.Duration
+		name string
+	}{
+		{&out.SessionTTL, DefaultSessionTTL, 3 * MinInterval, "SessionTTL"},
+		{&out.ReaperInterval, DefaultReaperInterval, MinInterval, "ReaperInterval"},
+		{&out.PollInterval, DefaultPollInterval, MinInterval, "PollInterval"},
+		{&out.MaxWait, DefaultMaxWait, 0, "MaxWait"},
+	} {
+		if *d.v == 0 {
+			*d.v = d.def
+		}
+		if *d.v < d.min || *d.v < 0 {
+			return out, invalid(d.name, "(%s) must be at least %s", *d.v, d.min)
+		}
+	}
+	for _, n := range []struct {
+		v    *int
+		def  int
+		name string
+	}{
+		{&out.MaxSessions, DefaultMaxSessions, "MaxSessions"},
+		{&out.MaxHeld, DefaultMaxHeld, "MaxHeld"},
+	} {
+		if *n.v == 0 {
+			*n.v = n.def
+		}
+		if *n.v < 0 {
+			return out, invalid(n.name, "(%d) must not be negative", *n.v)
+		}
+	}
+	return out, nil
+}
+
+// remoteQueue is one queue sessions take from: its keys, settings and the
+// group its ends share (every session's ends of the queue, one script call
+// per batch).
+type remoteQueue struct {
+	name  string // "<queue>" or "<flow>/<queue>"
+	kind  rdb.Kind
+	flow  *Flow
+	stage int
+	qk    rdb.QueueKeys
+	cfg   QueueConfig
+	ends  *group.Group[rdb.Ending, rdb.Ended]
+
+	settings atomic.Bool // written to Redis
+	paused   atomic.Bool // read by pauseLoop; a paused queue gives nothing
+
+	wakeMu sync.Mutex
+	wakeCh chan struct{} // closed (and replaced) on a wake-up
+}
+
+func (q *remoteQueue) woken() <-chan struct{} {
+	q.wakeMu.Lock()
+	defer q.wakeMu.Unlock()
+	return q.wakeCh
+}
+
+func (q *remoteQueue) wake() {
+	q.wakeMu.Lock()
+	close(q.wakeCh)
+	q.wakeCh = make(chan struct{})
+	q.wakeMu.Unlock()
+}
+
+// NewRemote validates cfg and returns a Remote; Start it before opening
+// sessions.
+func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
+	if pool == nil {
+		return nil, invalid("pool", "is nil")
+	}
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	warnPool(pool, c.Logger)
+	reg, err := registry.New(pool, c.Namespace)
+	if err != nil {
+		return nil, err
+	}
+	st := rdb.NewStore(pool, c.Namespace)
+	return &Remote{
+		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
+		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, retired: map[string]*RemoteSession{},
+		stopped: make(chan struct{}), subGrew: make(chan struct{}, 1),
+	}, nil
+}
+
+// queue resolves a queue name a session asks for, made on first use.
+func (r *Remote) queue(name string) (*remoteQueue, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if q := r.queues[name]; q != nil {
+		return q, nil
+	}
+	ref, err := parseQueue(name)
+	if err != nil {
+		return nil, err
+	}
+	q := &remoteQueue{name: name, wakeCh: make(chan struct{})}
+	if !ref.Flow() {
+		cfg, ok := r.cfg.Queues[name]
+		if !ok {
+			if !r.cfg.AnyQueue {
+				return nil, invalid("queue", "%q is not served by this remote", name)
+			}
+			cfg = r.cfg.DefaultQueue
+		}
+		q.kind, q.cfg = rdb.KindTask, cfg
+	} else if !r.flowQueue(q, ref) {
+		return nil, invalid("queue", "%q is not a stage or child queue of a flow served by this remote", name)
+	}
+	q.qk = r.st.Queue(ref)
+	retention := q.cfg.Retention.Milliseconds()
+	q.ends = &group.Group[rdb.Ending, rdb.Ended]{
+		MaxBatch: 64, MaxInFlight: 2,
+		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
+			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			defer cancel()
+			return r.st.End(ctx, q.qk, retention, es)
+		},
+	}
+	r.queues[name] = q
+	poke(r.subGrew)
+	return q, nil
+}
+
+func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) bool {
+	for _, f := range r.cfg.Flows {
+		if f.Name != ref.Tag {
+			continue
+		}
+		for i, st := range f.Stages {
+			if st.Name == ref.Name {
+				q.kind, q.flow, q.stage, q.cfg = rdb.KindStage, f, i, st.Queue
+				return true
+			}
+			if cq, ok := st.Children[ref.Name]; ok {
+				q.kind, q.flow, q.stage, q.cfg = rdb.KindChild, f, i, cq
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Start starts the Remote's background loops: the subscriber that wakes
+// waiting takes and routes cancels, the sweeper of expired sessions, and
+// (unless disabled) a reaper. It returns at once; ctx's values reach the
+// loops, not its cancellation. Calling it twice is an error.
+func (r *Remote) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.started {
+		return errors.New("worqr: remote already started")
+	}
+	r.started = true
+	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.bg.Add(3)
+	go r.listenLoop()
+	go r.sweepLoop()
+	go r.pauseLoop()
+	if !r.cfg.DisableReaper {
+		reaper, err := recovery.New(r.pool, &recovery.Config{
+			Namespace: r.cfg.Namespace, Interval: r.cfg.ReaperInterval, Logger: r.cfg.Logger,
+			OnRecovered: func(rc recovery.Recovered) {
+				r.emit(Event{Kind: EventRecovered, Queue: rc.Queue.Member(), Count: rc.Requeued, DeadWorkers: rc.Workers})
+			},
+			OnError: func(err error) { r.emit(Event{Kind: EventError, Err: err}) },
+		})
+		if err != nil {
+			r.runCancel()
+			return err
+		}
+		r.bg.Add(1)
+		go func() {
+			defer r.bg.Done()
+			reaper.Run(r.runCtx)
+		}()
+	}
+	return nil
+}
+
+// Draining reports whether Stop has begun: sessions should finish what they
+// run and take no more.
+func (r *Remote) Draining() bool { return r.draining.Load() }
+
+// Stop drains: Take returns nothing and Beat tells every session to drain,
+// until no session holds a taking or ctx ends. Then every session is closed
+// (what it still holds is put back at the front of its queue) and the loops
+// stop. It returns ctx.Err() if the grace period ran out. More calls wait
+// for the first.
+func (r *Remote) Stop(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.started {
+		r.mu.Unlock()
+		return nil
+	}
+	if r.stopping {
+		r.mu.Unlock()
+		<-r.stopped
+		return r.stopErr
+	}
+	r.stopping = true
+	r.mu.Unlock()
+	r.draining.Store(true)
+	for _, q := range r.allQueues() {
+		q.wake() // waiting takes return
+	}
+	var err error
+	t := time.NewTicker(50 * time.Millisecond)
+	for err == nil && r.held() > 0 {
+		select {
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-t.C:
+		}
+	}
+	t.Stop()
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	for _, s := range r.allSessions() {
+		if cerr := s.Close(cctx); cerr != nil && !errors.Is(cerr, ErrSessionLost) {
+			r.cfg.Logger.Warn("remote: closing a session failed (the reaper will requeue its takings)", "worker_id", s.ID(), "err", cerr)
+		}
+	}
+	r.runCancel()
+	r.bg.Wait()
+	r.bus.flush()
+	r.stopErr = err
+	close(r.stopped)
+	return err
+}
+
+func (r *Remote) allQueues() []*remoteQueue {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*remoteQueue, 0, len(r.queues))
+	for _, q := range r.queues {
+		out = append(out, q)
+	}
+	return out
+}
+
+func (r *Remote) allSessions() []*RemoteSession {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*RemoteSession, 0, len(r.sessions))
+	for _, s := range r.sessions {
+		out = append(out, s)
+	}
+	return out
+}
+
+func (r *Remote) held() int {
+	n := 0
+	for _, s := range r.allSessions() {
+		if s.lease.Fresh() {
+			n += s.heldCount()
+		}
+	}
+	return n
+}
+
+func (r *Remote) emit(e Event) {
+	if e.At.IsZero() {
+		e.At = time.Now()
+	}
+	r.bus.add(e)
+}
+
+// OpenOpts describe a new session.
+type OpenOpts struct {
+	// Name says who the remote is (recorded as the worker's host, shown by
+	// the Inspector and the dashboard). At most 200 bytes.
+	Name string
+	// Queues are the queues the session will take from: "<queue>" or
+	// "<flow>/<queue>". At least one.
+	Queues []string
+}
+
+// Open registers a new session (a new worker id, alive for SessionTTL).
+func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error) {
+	r.mu.Lock()
+	started := r.started
+	r.mu.Unlock()
+	if !started {
+		return nil, errors.New("worqr: remote not started")
+	}
+	if r.draining.Load() {
+		return nil, ErrDraining
+	}
+	if len(opts.Name) > 200 {
+		return nil, invalid("name", "is %d bytes long (at most 200)", len(opts.Name))
+	}
+	if len(opts.Queues) == 0 {
+		return nil, invalid("queues", "is empty: a session takes from at least one queue")
+	}
+	if len(opts.Queues) > 100 {
+		return nil, invalid("queues", "lists %d queues (at most 100)", len(opts.Queues))
+	}
+	qs := map[string]*remoteQueue{}
+	refs := make([]registry.Queue, 0, len(opts.Queues))
+	for i, name := range opts.Queues {
+		q, err := r.queue(name)
+		if err != nil {
+			var ie *InvalidError
+			if errors.As(err, &ie) {
+				return nil, invalid(fmt.Sprintf("queues[%d]", i), "%s", ie.Rule)
+			}
+			return nil, err
+		}
+		if qs[name] == nil {
+			qs[name] = q
+			refs = append(refs, q.qk.Ref)
+		}
+		if !q.settings.Load() {
+			if err := r.st.WriteSettings(ctx, q.qk, rdb.QueueSettings{
+				RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
+				DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(),
+			}); err != nil {
+				return nil, fmt.Errorf("worqr: write settings of %s: %w", name, err)
+			}
+			q.settings.Store(true)
+		}
+	}
+	r.mu.Lock()
+	n := len(r.sessions) + r.opening
+	if n < r.cfg.MaxSessions {
+		r.opening++
+	}
+	r.mu.Unlock()
+	if n >= r.cfg.MaxSessions {
+		return nil, fmt.Errorf("%w (%d open, MaxSessions)", ErrTooManySessions, n)
+	}
+	defer func() {
+		r.mu.Lock()
+		r.opening--
+		r.mu.Unlock()
+	}()
+	name := opts.Name
+	if name == "" {
+		name = "remote"
+	}
+	lease, err := heartbeat.Open(ctx, r.reg, r.cfg.SessionTTL, name, 0, refs, seam.HeartbeatClock(r.runCtx))
+	if err != nil {
+		return nil, fmt.Errorf("worqr: open session: %w", err)
+	}
+	s := &RemoteSession{r: r, lease: lease, queues: qs, takings: map[string]*remoteTaking{},
+		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now()}
+	r.mu.Lock()
+	r.sessions[s.ID()] = s
+	r.mu.Unlock()
+	r.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
+	return s, nil
+}
+
+// Session returns session id, or ErrSessionLost when this process does not
+// know it (never opened here, or retired long ago). A session that is lost
+// but still remembered is returned: its calls answer ErrSessionLost, except
+// an end repeated after its reply was lost, which gets its recorded answer.
+func (r *Remote) Session(id string) (*RemoteSession, error) {
+	r.mu.Lock()
+	s := r.sessions[id]
+	if s == nil {
+		s = r.retired[id]
+	}
+	r.mu.Unlock()
+	if s == nil {
+		return nil, fmt.Errorf("%w: %s", ErrSessionLost, id)
+	}
+	return s, nil
+}
+
+// Sessions returns how many sessions are open.
+func (r *Remote) Sessions() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sessions)
+}
+
+// retire forgets session s (its lease is retired: nothing more is done
+// under its id here).
+func (r *Remote) retire(s *RemoteSession) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sessions[s.ID()] == s {
+		delete(r.sessions, s.ID())
+		s.retiredAt = time.Now()
+		r.retired[s.ID()] = s
+	}
+}
+
+// sweepLoop retires sessions whose remote stopped beating (the reaper
+// requeues their takings once their keepalive expires) and forgets old
+// ended takings.
+func (r *Remote) sweepLoop() {
+	defer r.bg.Done()
+	t := time.NewTicker(max(r.cfg.SessionTTL/10, MinInterval))
+	defer t.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		for _, s := range r.allSessions() {
+			if !s.lease.Fresh() {
+				r.retire(s)
+				r.emit(Event{Kind: EventKeepaliveLost, WorkerID: s.ID(), Err: ErrSessionLost})
+				r.cfg.Logger.Info("remote: session lost (no beat)", "worker_id", s.ID())
+				continue
+			}
+			s.forgetEnded(time.Now().Add(-r.memory()))
+		}
+		r.mu.Lock()
+		for id, s := range r.retired {
+			if time.Since(s.retiredAt) > r.memory() {
+				delete(r.retired, id)
+			}
+		}
+		r.mu.Unlock()
+	}
+}
+
+// memory is how long an ended taking's answer is kept for a repeated call.
+func (r *Remote) memory() time.Duration { return max(time.Minute, 3*r.cfg.SessionTTL) }
+
+// pauseLoop reads the pause flags of the queues sessions take from once per
+// PollInterval (one round trip per tag), as a Worker does: a pause is
+// honoured within one interval even if its announcement was lost.
+func (r *Remote) pauseLoop() {
+	defer r.bg.Done()
+	t := time.NewTicker(r.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-r.runCtx.Done():
+			return
+		case <-t.C:
+			r.refreshPaused()
+		}
+	}
+}
+
+func (r *Remote) refreshPaused() {
+	qs := r.allQueues()
+	if len(qs) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.runCtx, 5*time.Second)
+	defer cancel()
+	qks := make([]rdb.QueueKeys, len(qs))
+	for i, q := range qs {
+		qks[i] = q.qk
+	}
+	paused, err := r.st.Paused(ctx, qks)
+	if err != nil {
+		if r.runCtx.Err() == nil {
+			r.cfg.Logger.Warn("remote: reading pause flags failed", "err", err)
+		}
+		return
+	}
+	for i, q := range qs {
+		if was := q.paused.Swap(paused[i]); was && !paused[i] {
+			q.wake()
+		}
+	}
+}
+
+// listenLoop holds the Remote's pub/sub connection: the wake-up channel of
+// every queue a session asked for (cancels are read by each beat instead:
+// the remote hears of them only then, and a read cannot be lost). It resubscribes when that set
+// grows, and wakes every waiting take after each subscribe (messages sent
+// meanwhile are gone).
+func (r *Remote) listenLoop() {
+	defer r.bg.Done()
+	delay := 50 * time.Millisecond
+	for r.runCtx.Err() == nil {
+		qs := r.allQueues()
+		if len(qs) == 0 {
+			select {
+			case <-r.runCtx.Done():
+				return
+			case <-r.subGrew:
+				continue
+			}
+		}
+		sort.Slice(qs, func(i, j int) bool { return qs[i].name < qs[j].name })
+		route := map[string]func([]byte){}
+		channels := make([]string, 0, len(qs))
+		for _, q := range qs {
+			q := q
+			channels = append(channels, q.qk.WakeChannel)
+			route[q.qk.WakeChannel] = func(data []byte) {
+				if string(data) == "0" { // a pause or resume
+					r.refreshPaused()
+				}
+				q.wake()
+			}
+		}
+		lctx, cancel := context.WithCancel(r.runCtx)
+		go func() {
+			select {
+			case <-r.subGrew:
+				cancel()
+			case <-lctx.Done():
+			}
+		}()
+		subscribed := false
+		err := r.st.Listen(lctx, channels, func() {
+			subscribed = true
+			for _, q := range qs {
+				q.wake()
+			}
+		}, func(ch string, data []byte) {
+			if f := route[ch]; f != nil {
+				f(data)
+			}
+		})
+		grew := lctx.Err() != nil && r.runCtx.Err() == nil
+		cancel()
+		if r.runCtx.Err() != nil {
+			return
+		}
+		if grew {
+			delay = 50 * time.Millisecond
+			continue
+		}
+		if err == nil {
+			err = errors.New("unsubscribed")
+		}
+		if subscribed {
+			delay = 50 * time.Millisecond
+		}
+		r.cfg.Logger.Warn("remote: subscription lost, reconnecting", "err", err, "in", delay)
+		if !sleepCtx(r.runCtx, delay) {
+			return
+		}
+		delay = min(delay*2, 5*time.Second)
+	}
+}

@@ -1,0 +1,636 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// RemoteSession is one remote worker: a registered worker id whose
+// keepalive its remote renews with Beat. Every call is safe for concurrent
+// use. Calls about a taking are idempotent by pid: a call repeated after its
+// reply was lost answers as the first did.
+type RemoteSession struct {
+	r     *Remote
+	lease *heartbeat.Lease
+
+	queues map[string]*remoteQueue // by name, fixed at Open
+
+	// actMu keeps Close apart from takes: a take holds it (read) around
+	// its script call, Close (write) after retiring the lease, so that no
+	// take lands under the id after Close requeued its holdings.
+	actMu sync.RWMutex
+	// takeMu makes the session's takes one at a time, so that the release
+	// after a lost take reply never puts back the takings of a take that
+	// ran meanwhile (its pids are not yet among the known ones).
+	takeMu sync.Mutex
+
+	mu      sync.Mutex
+	takings map[string]*remoteTaking // by pid, running or recently ended
+	takes   map[string]*takeReply    // by request id
+	unsure  map[*remoteQueue]bool    // a take's reply was lost: release first
+	beatAt  time.Time                // when the previous Beat arrived
+
+	retiredAt time.Time // guarded by Remote.mu
+}
+
+type remoteTaking struct {
+	q     *remoteQueue
+	taken rdb.Taken
+	at    time.Time // when taken (local clock)
+
+	mu      sync.Mutex  // one end at a time
+	done    atomic.Bool // ended is set (read without mu)
+	ended   bool
+	endedAt time.Time
+	how     string // the call that ended it
+	// unsure: an earlier end call failed with its reply lost (it may have
+	// been applied); a later "lost" answer is then checked (see complete).
+	unsure  bool
+	tried   string    // the call of that attempt
+	triedAs EventKind // and the outcome it asked for
+	outcome EventKind
+	err     error
+}
+
+type takeReply struct {
+	at      time.Time
+	takings []Taking
+}
+
+// ID is the session's worker id.
+func (s *RemoteSession) ID() string { return s.lease.ID() }
+
+// TTL is the session's keepalive lifetime; beat every TTL/3.
+func (s *RemoteSession) TTL() time.Duration { return s.lease.TTL() }
+
+func (s *RemoteSession) heldCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, t := range s.takings {
+		if !t.isEnded() {
+			n++
+		}
+	}
+	return n
+}
+
+func (t *remoteTaking) isEnded() bool { return t.done.Load() }
+
+// live returns ErrSessionLost when the session may no longer act.
+func (s *RemoteSession) live() error {
+	if !s.lease.Fresh() {
+		s.r.retire(s)
+		return fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
+	}
+	return nil
+}
+
+// Taking is one task handed to a remote session. PID is its fencing token:
+// every call about the taking names it.
+type Taking struct {
+	PID    string
+	TaskID string
+	Queue  string
+	// Payload is the task's payload (stand-alone and child queues).
+	Payload []byte
+	// Attempt is 1 on the first run, plus the failed attempts before.
+	Attempt     int
+	MaxAttempts int
+	Crashes     int
+	// Timeout is the task's time limit (0: none). The remote should give up
+	// and Fail the taking when it passes.
+	Timeout time.Duration
+	// State and Children are a stage taking's run: its fields, and the
+	// children of earlier fan-outs with their outcomes.
+	State    map[string]string
+	Children []ChildResult
+	// Parent is a child taking's run id.
+	Parent string
+}
+
+// TakeRequest asks for tasks of one queue.
+type TakeRequest struct {
+	// Queue is one of the session's queues.
+	Queue string
+	// Max is how many tasks to take at most: 1 to MaxTake.
+	Max int
+	// Wait is how long to wait when the queue is empty: 0 to MaxWait.
+	Wait time.Duration
+	// RequestID, when set, makes the take idempotent: a take repeated with
+	// the same id (after its reply was lost) returns the same takings.
+	// Same rules as queue names.
+	RequestID string
+}
+
+// MaxTake is the most tasks one Take returns.
+const MaxTake = rdb.MaxTake
+
+// Take takes up to req.Max tasks of req.Queue, waiting up to req.Wait for
+// work when none waits. It returns no takings (and no error) when the wait
+// ran out, when the Remote is draining, or when the session's deadline
+// passed on Redis's clock before a beat moved it on (beat, then take).
+func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, error) {
+	q := s.queues[req.Queue]
+	switch {
+	case q == nil:
+		return nil, invalid("queue", "%q is not one of the session's queues (given at open)", req.Queue)
+	case req.Max < 1 || req.Max > MaxTake:
+		return nil, invalid("max", "(%d) must be between 1 and %d", req.Max, MaxTake)
+	case req.Wait < 0 || req.Wait > s.r.cfg.MaxWait:
+		return nil, invalid("wait", "(%s) must be between 0 and %s", req.Wait, s.r.cfg.MaxWait)
+	}
+	if req.RequestID != "" {
+		if err := checkName("request_id", req.RequestID); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		prev := s.takes[req.RequestID]
+		s.mu.Unlock()
+		if prev != nil {
+			return prev.takings, nil
+		}
+	}
+	deadline := time.Now().Add(req.Wait)
+	for {
+		if err := s.live(); err != nil {
+			return nil, err
+		}
+		if s.r.draining.Load() {
+			return nil, nil
+		}
+		woken := q.woken()
+		if !q.paused.Load() {
+			out, err := s.takeOnce(ctx, q, req)
+			if err != nil || len(out) > 0 {
+				return out, err
+			}
+		}
+		left := time.Until(deadline)
+		if left <= 0 {
+			return nil, nil
+		}
+		t := time.NewTimer(min(left, s.r.cfg.PollInterval))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ctx.Err()
+		case <-s.lease.Context().Done():
+		case <-woken:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) ([]Taking, error) {
+	s.takeMu.Lock()
+	defer s.takeMu.Unlock()
+	s.mu.Lock()
+	if prev := s.takes[req.RequestID]; req.RequestID != "" && prev != nil {
+		s.mu.Unlock() // the same request ran meanwhile
+		return prev.takings, nil
+	}
+	held, known := 0, []string{}
+	for pid, t := range s.takings {
+		if !t.isEnded() {
+			held++
+			if t.q == q {
+				known = append(known, pid)
+			}
+		}
+	}
+	unsure := s.unsure[q]
+	s.mu.Unlock()
+	free := min(req.Max, s.r.cfg.MaxHeld-held)
+	if free <= 0 {
+		return nil, invalid("max", "the session holds %d takings already (MaxHeld %d)", held, s.r.cfg.MaxHeld)
+	}
+	s.actMu.RLock()
+	defer s.actMu.RUnlock()
+	if s.lease.Lost() {
+		return nil, fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
+	}
+	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if unsure {
+		// A take whose reply was lost may have left takings under this id
+		// that the remote never saw: put them back first.
+		if _, _, err := s.r.st.Release(cctx, q.qk, s.ID(), known); err != nil {
+			return nil, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+		}
+		s.mu.Lock()
+		delete(s.unsure, q)
+		s.mu.Unlock()
+	}
+	taken, err := s.r.st.Take(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
+		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild})
+	if errors.Is(err, rdb.ErrExpired) {
+		return nil, nil
+	}
+	if err != nil {
+		if !rdb.IsReplyError(err) {
+			s.mu.Lock()
+			s.unsure[q] = true
+			s.mu.Unlock()
+		}
+		return nil, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+	}
+	now := time.Now()
+	out := make([]Taking, 0, len(taken))
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, t := range taken {
+		if t.PID == "" {
+			s.r.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			continue
+		}
+		out = append(out, s.taking(q, t))
+		kept := t
+		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
+		s.takings[t.PID] = &remoteTaking{q: q, taken: kept, at: now}
+		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID()})
+	}
+	if req.RequestID != "" && len(out) > 0 {
+		s.takes[req.RequestID] = &takeReply{at: now, takings: out}
+	}
+	return out, nil
+}
+
+func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
+	k := Taking{PID: t.PID, TaskID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
+	if t.MaxAttempts > 0 {
+		k.MaxAttempts = t.MaxAttempts
+	}
+	if t.TimeoutMs > 0 {
+		k.Timeout = time.Duration(t.TimeoutMs) * time.Millisecond
+	}
+	if q.kind == rdb.KindStage {
+		k.State = map[string]string{}
+		if run := rdb.DecodeRun(t.ID, t.Run); run != nil {
+			k.State = run.State
+			k.Children = childResults(run.Children)
+		}
+	}
+	return k
+}
+
+// BeatReply is what a beat tells the remote.
+type BeatReply struct {
+	// Lost lists pids the session gave back because the remote did not
+	// list them as running: drop them if they show up.
+	Lost []string
+	// Cancel lists the running takings whose task's cancel was asked
+	// (every beat, until they end: a lost reply loses nothing): stop them
+	// and end them; the end records the task as cancelled, whichever end
+	// is called.
+	Cancel []string
+	// Drain: the Remote is stopping; finish what runs and take no more.
+	Drain bool
+}
+
+// Beat renews the session's keepalive. running, when not nil, lists the pids
+// the remote is running: a taking of the session taken before the previous
+// beat and not listed is given back (the remote never got it, say a take
+// whose reply was lost) and reported in Lost. A lost session answers
+// ErrSessionLost.
+func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, error) {
+	if err := s.lease.Beat(ctx); err != nil {
+		if errors.Is(err, heartbeat.ErrLost) || s.lease.Lost() {
+			s.r.retire(s)
+			return BeatReply{}, fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
+		}
+		return BeatReply{}, fmt.Errorf("worqr: beat: %w", err)
+	}
+	now := time.Now()
+	s.mu.Lock()
+	prev := s.beatAt
+	s.beatAt = now
+	var orphans []string
+	if running != nil {
+		listed := make(map[string]bool, len(running))
+		for _, pid := range running {
+			listed[pid] = true
+		}
+		for pid, t := range s.takings {
+			if !listed[pid] && t.at.Before(prev) && !t.isEnded() {
+				orphans = append(orphans, pid)
+			}
+		}
+	}
+	s.mu.Unlock()
+	var gaveBack []string
+	for _, pid := range orphans {
+		_, err := s.GiveBack(ctx, pid)
+		switch {
+		case err == nil:
+			gaveBack = append(gaveBack, pid)
+		case !errors.Is(err, ErrNotOwner):
+			return BeatReply{}, err
+		}
+	}
+	cancels, err := s.cancelsAsked(ctx)
+	if err != nil {
+		return BeatReply{}, fmt.Errorf("worqr: beat: %w", err)
+	}
+	return BeatReply{Lost: gaveBack, Cancel: cancels, Drain: s.r.draining.Load()}, nil
+}
+
+// cancelsAsked returns the pids of running takings whose cancel was asked
+// (one pipelined read per queue holding takings).
+func (s *RemoteSession) cancelsAsked(ctx context.Context) ([]string, error) {
+	byQueue := map[*remoteQueue][]*remoteTaking{}
+	pids := map[*remoteTaking]string{}
+	s.mu.Lock()
+	for pid, t := range s.takings {
+		if !t.isEnded() {
+			byQueue[t.q] = append(byQueue[t.q], t)
+			pids[t] = pid
+		}
+	}
+	s.mu.Unlock()
+	var out []string
+	for q, ts := range byQueue {
+		ids := make([]string, len(ts))
+		for i, t := range ts {
+			ids[i] = t.taken.ID
+		}
+		asked, err := s.r.st.CancelAsked(ctx, q.qk, ids)
+		if err != nil {
+			return nil, err
+		}
+		for i, t := range ts {
+			if asked[i] {
+				out = append(out, pids[t])
+			}
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// forgetEnded forgets takings ended before cutoff, and old take replies.
+func (s *RemoteSession) forgetEnded(cutoff time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for pid, t := range s.takings {
+		t.mu.Lock()
+		old := t.ended && t.endedAt.Before(cutoff)
+		t.mu.Unlock()
+		if old {
+			delete(s.takings, pid)
+		}
+	}
+	for id, rep := range s.takes {
+		if rep.at.Before(cutoff) {
+			delete(s.takes, id)
+		}
+	}
+}
+
+// Finish ends a taking whose work is done, recording result (a stage's
+// Finish forwards its run with no new fields). It returns the outcome:
+// EventDone (EventForwarded for a stage), or EventCancelled when a cancel
+// was asked meanwhile.
+func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (EventKind, error) {
+	return s.end(ctx, pid, "finish", func(t *remoteTaking) (rdb.Ending, error) {
+		if len(result) > s.r.cfg.MaxPayloadBytes {
+			return rdb.Ending{}, invalid("result", "is %d bytes, over MaxPayloadBytes (%d)", len(result), s.r.cfg.MaxPayloadBytes)
+		}
+		return s.ending(t, rdb.Done(t.q.kind, s.ID(), pid, t.taken.ID, result)), nil
+	})
+}
+
+// Fail ends a failed attempt: it runs again after retryIn (0: the queue's
+// backoff), or goes to the dead set when its attempts are used up. It
+// returns EventRetry or EventDead (or EventCancelled).
+func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn time.Duration) (EventKind, error) {
+	return s.end(ctx, pid, "fail", func(t *remoteTaking) (rdb.Ending, error) {
+		if retryIn < 0 {
+			return rdb.Ending{}, invalid("retry_in", "(%s) must not be negative", retryIn)
+		}
+		reason = clip(reason)
+		maxAttempts := t.q.cfg.MaxAttempts
+		if t.taken.MaxAttempts > 0 {
+			maxAttempts = t.taken.MaxAttempts
+		}
+		if t.taken.Attempt >= maxAttempts {
+			return s.ending(t, rdb.Dead(t.q.kind, s.ID(), pid, t.taken.ID, reason)), nil
+		}
+		d := retryIn
+		if d == 0 {
+			d = t.q.cfg.Backoff(t.taken.Attempt, errors.New(reason))
+		}
+		return s.ending(t, rdb.Retry(t.q.kind, s.ID(), pid, t.taken.ID, max(d.Milliseconds(), 0), reason)), nil
+	})
+}
+
+// Bury sends the taking's task to the dead set at once, with reason.
+func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind, error) {
+	return s.end(ctx, pid, "bury", func(t *remoteTaking) (rdb.Ending, error) {
+		return s.ending(t, rdb.Dead(t.q.kind, s.ID(), pid, t.taken.ID, clip(reason))), nil
+	})
+}
+
+// GiveBack puts the taking's task back at the front of its queue, counting
+// no attempt. It returns EventGivenBack (or EventCancelled).
+func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, error) {
+	return s.end(ctx, pid, "give_back", func(t *remoteTaking) (rdb.Ending, error) {
+		return s.ending(t, rdb.GiveBack(t.q.kind, s.ID(), pid, t.taken.ID)), nil
+	})
+}
+
+// Forward ends a stage taking: fields are merged into the run's state and
+// the run moves to the next stage (or ends, after the last).
+func (s *RemoteSession) Forward(ctx context.Context, pid string, fields map[string]string) (EventKind, error) {
+	return s.FanOut(ctx, pid, fields, nil)
+}
+
+// FanOut ends a stage taking by merging fields into the run's state and
+// fanning out children into the stage's declared child queues (named
+// without the flow); the run moves on when the last child ends. With no
+// children it is Forward.
+func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[string]string, children []ChildSpec) (EventKind, error) {
+	how := "forward"
+	if len(children) > 0 {
+		how = "fan_out"
+	}
+	return s.end(ctx, pid, how, func(t *remoteTaking) (rdb.Ending, error) {
+		q := t.q
+		if q.kind != rdb.KindStage {
+			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, q.name)
+		}
+		st := q.flow.Stages[q.stage]
+		if err := checkStateFields("fields", fields, s.r.cfg.MaxPayloadBytes); err != nil {
+			return rdb.Ending{}, err
+		}
+		if len(children) > MaxChildren {
+			return rdb.Ending{}, invalid("children", "has %d children (at most %d per stage)", len(children), MaxChildren)
+		}
+		e := s.ending(t, rdb.Done(q.kind, s.ID(), pid, t.taken.ID, nil))
+		e.Stage.Fields = rdb.StateFields(fields)
+		for i, c := range children {
+			if _, ok := st.Children[c.Queue]; !ok {
+				return rdb.Ending{}, invalid(fmt.Sprintf("children[%d].queue", i), "%q is not a child queue declared by stage %s", c.Queue, st.Name)
+			}
+			if len(c.Payload) > s.r.cfg.MaxPayloadBytes {
+				return rdb.Ending{}, invalid(fmt.Sprintf("children[%d].payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), s.r.cfg.MaxPayloadBytes)
+			}
+			e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: t.taken.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+		}
+		return e, nil
+	})
+}
+
+func clip(msg string) string {
+	if len(msg) > maxErrorLen {
+		return msg[:maxErrorLen]
+	}
+	return msg
+}
+
+// ending adds what the queue's kind records to e (as a Worker's ending does).
+func (s *RemoteSession) ending(t *remoteTaking, e rdb.Ending) rdb.Ending {
+	q := t.q
+	switch q.kind {
+	case rdb.KindStage:
+		e.Stage = &rdb.StageEnd{
+			Next: q.nextStage(), FailFast: !q.flow.Stages[q.stage].ContinueOnChildFailure,
+			RunRetentionMs: q.flow.Retention.Milliseconds(), IndexBy: q.flow.IndexBy,
+		}
+	case rdb.KindChild:
+		e.Run = t.taken.Parent
+	}
+	return e
+}
+
+func (q *remoteQueue) nextStage() string {
+	if q.stage+1 < len(q.flow.Stages) {
+		return q.flow.Stages[q.stage+1].Name
+	}
+	return ""
+}
+
+// end is every end of a taking: the pid's answer if it ended already (the
+// same call answers the same; another call is refused), else the session's
+// liveness, then the queue's one batched end, retried on connection errors
+// while the session lives (as Worker.complete does).
+func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*remoteTaking) (rdb.Ending, error)) (EventKind, error) {
+	s.mu.Lock()
+	t := s.takings[pid]
+	s.mu.Unlock()
+	if t == nil {
+		if err := s.live(); err != nil {
+			return "", err
+		}
+		return "", fmt.Errorf("%w: %s is not a taking of session %s", ErrNotOwner, pid, s.ID())
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.ended {
+		if t.how != how {
+			return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, pid, t.how)
+		}
+		return t.outcome, t.err
+	}
+	if err := s.live(); err != nil {
+		return "", err
+	}
+	e, err := build(t)
+	if err != nil {
+		return "", err
+	}
+	out, err := s.complete(ctx, t, how, e)
+	if err != nil && !errors.Is(err, ErrNotOwner) {
+		return "", err // not recorded: the call may be repeated
+	}
+	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
+	t.done.Store(true)
+	if errors.Is(err, ErrNotOwner) {
+		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID(), Err: ErrTaskLost})
+	} else {
+		s.r.emit(Event{Kind: out, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID()})
+	}
+	return out, err
+}
+
+// complete runs the end e of t through its queue's group, retrying
+// connection errors while the caller waits. A "lost" answer after an attempt
+// whose reply was lost (in this call or an earlier one) is checked: while
+// the session's keepalive still exists nobody else moves its takings (the
+// reaper only requeues dead workers), so the taking vanished because that
+// attempt was applied, and the outcome asked for is the answer. Each
+// attempt runs detached from the caller (at most 5 s), so a remote that
+// hangs up does not leave an end half known. Called with t.mu held.
+func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how string, e rdb.Ending) (EventKind, error) {
+	delay := 20 * time.Millisecond
+	for {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		res, err := t.q.ends.Call(cctx, e)
+		out := res.Outcome
+		if err == nil && out == rdb.OutcomeLost && t.unsure {
+			var alive []bool
+			if alive, err = s.r.reg.Alive(cctx, []string{s.ID()}); err == nil && alive[0] && !s.lease.Lost() {
+				cancel()
+				if t.tried != how { // the earlier call was applied, not this one
+					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
+				}
+				return t.triedAs, nil
+			}
+		}
+		cancel()
+		if err == nil {
+			if out == rdb.OutcomeLost {
+				return "", fmt.Errorf("%w: %s (the session's keepalive was lost and the task requeued)", ErrNotOwner, e.PID)
+			}
+			return eventOf[out], nil
+		}
+		if rdb.IsReplyError(err) {
+			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
+		}
+		t.unsure, t.tried, t.triedAs = true, how, eventOf[asked(e)]
+		if s.lease.Lost() || !sleepCtx(ctx, delay) {
+			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
+		}
+		delay = min(delay*2, time.Second)
+	}
+}
+
+// Close ends the session: every taking it holds goes back to the front of
+// its queue (no attempt counted) and the worker id is deregistered. The
+// remote must not act on its takings after.
+func (s *RemoteSession) Close(ctx context.Context) error {
+	if s.lease.Lost() {
+		s.r.retire(s)
+		return fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
+	}
+	s.lease.Retire(ErrSessionLost)
+	s.r.retire(s)
+	s.actMu.Lock() // takes on their way land before the requeue; later ones see the lease retired
+	defer s.actMu.Unlock()
+	for _, q := range s.queues {
+		n, _, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
+		if err != nil {
+			// Stay registered: the reaper requeues once the keepalive expires.
+			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.name, err)
+		}
+		if n > 0 {
+			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.ID(), Count: n})
+		}
+	}
+	if err := s.r.reg.Deregister(ctx, s.ID()); err != nil {
+		return fmt.Errorf("worqr: close session %s: %w", s.ID(), err)
+	}
+	return nil
+}

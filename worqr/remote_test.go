@@ -1,0 +1,478 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// remoteBundle is a started Remote, a Client and an Inspector on one fresh
+// namespace.
+type remoteBundle struct {
+	remote *worqr.Remote
+	client *worqr.Client
+	insp   *worqr.Inspector
+}
+
+func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *remoteBundle {
+	t.Helper()
+	pool := srv.TagCheckedPool(t)
+	ns := redistest.Namespace()
+	cfg.Namespace = ns
+	cfg.DisableEvents = true
+	r, err := worqr.NewRemote(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		defer cancel()
+		_ = r.Stop(sctx)
+	})
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &remoteBundle{remote: r, client: c, insp: in}
+}
+
+func open(t *testing.T, b *remoteBundle, queues ...string) *worqr.RemoteSession {
+	t.Helper()
+	s, err := b.remote.Open(context.Background(), worqr.OpenOpts{Name: t.Name(), Queues: queues})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func takeOne(t *testing.T, s *worqr.RemoteSession, queue string, wait time.Duration) worqr.Taking {
+	t.Helper()
+	ks, err := s.Take(context.Background(), worqr.TakeRequest{Queue: queue, Max: 1, Wait: wait})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ks) != 1 {
+		t.Fatalf("took %d tasks, want 1", len(ks))
+	}
+	return ks[0]
+}
+
+func TestRemoteFinishIsIdempotentByPID(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
+	id, err := b.client.Enqueue(ctx, "q", []byte("hello"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	k := takeOne(t, s, "q", 0)
+	if k.TaskID != id || string(k.Payload) != "hello" || k.Attempt != 1 || k.PID == "" {
+		t.Fatalf("taking %+v", k)
+	}
+	for i := 0; i < 2; i++ { // the second call stands for a retry after a lost reply
+		out, err := s.Finish(ctx, k.PID, []byte("ok"))
+		if err != nil || out != worqr.EventDone {
+			t.Fatalf("finish #%d = %q, %v; want done", i+1, out, err)
+		}
+	}
+	if _, err := s.Fail(ctx, k.PID, "late", 0); !errors.Is(err, worqr.ErrNotOwner) {
+		t.Errorf("fail after finish = %v, want ErrNotOwner", err)
+	}
+	if _, err := s.GiveBack(ctx, "nosuchpid"); !errors.Is(err, worqr.ErrNotOwner) {
+		t.Errorf("give back of an unknown pid = %v, want ErrNotOwner", err)
+	}
+	info, err := b.client.Task(ctx, "q", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != worqr.StateDone || string(info.Result) != "ok" {
+		t.Errorf("task %s %q, want done with result ok", info.State, info.Result)
+	}
+}
+
+func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+	if _, err := b.client.EnqueueBatch(ctx, "q", [][]byte{[]byte("a"), []byte("b")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	req := worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "r1"}
+	first, err := s.Take(ctx, req)
+	if err != nil || len(first) != 1 {
+		t.Fatalf("take = %v, %v", first, err)
+	}
+	again, err := s.Take(ctx, req)
+	if err != nil || len(again) != 1 || again[0].PID != first[0].PID {
+		t.Fatalf("repeated take = %v, %v; want the same taking %s", again, err, first[0].PID)
+	}
+	for _, c := range []struct {
+		req   worqr.TakeRequest
+		field string
+	}{
+		{worqr.TakeRequest{Queue: "other", Max: 1}, "queue"},
+		{worqr.TakeRequest{Queue: "q", Max: 0}, "max"},
+		{worqr.TakeRequest{Queue: "q", Max: 1, Wait: time.Hour}, "wait"},
+		{worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "a b"}, "request_id"},
+	} {
+		_, err := s.Take(ctx, c.req)
+		var ie *worqr.InvalidError
+		if !errors.As(err, &ie) || ie.Field != c.field {
+			t.Errorf("take %+v = %v, want an InvalidError on %s", c.req, err, c.field)
+		}
+	}
+	if _, err := b.remote.Open(ctx, worqr.OpenOpts{Queues: []string{"bad name"}}); err == nil || !strings.Contains(err.Error(), "queues[0]") {
+		t.Errorf("open with a bad queue = %v, want an error naming queues[0]", err)
+	}
+}
+
+// A session whose remote stopped beating loses its takings to the recovery,
+// and its late end is refused by Redis's ownership check even when the
+// session itself has not noticed (its local clock is frozen here), while
+// the taking of the session that took the task again counts.
+func TestRemoteZombieEndIsRefused(t *testing.T) {
+	clock := seam.NewManualClock(time.Now())
+	ctx := seam.WithHeartbeatClock(context.Background(), clock)
+	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute},
+		SessionTTL: 300 * time.Millisecond, ReaperInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
+	id, err := b.client.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zombie := open(t, b, "q")
+	old := takeOne(t, zombie, "q", 0)
+
+	live := open(t, b, "q")
+	beatCtx, stopBeats := context.WithCancel(ctx)
+	defer stopBeats()
+	go func() {
+		for beatCtx.Err() == nil {
+			_, _ = live.Beat(beatCtx, nil)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	ks, err := live.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: 10 * time.Second})
+	if err != nil || len(ks) != 1 {
+		t.Fatalf("the live session took %v, %v; want the recovered task", ks, err)
+	}
+	if ks[0].TaskID != id || ks[0].PID == old.PID || ks[0].Crashes != 1 {
+		t.Fatalf("retaken %+v, want task %s under a new pid with one crash", ks[0], id)
+	}
+	if _, err := zombie.Finish(ctx, old.PID, []byte("zombie")); !errors.Is(err, worqr.ErrNotOwner) {
+		t.Fatalf("zombie finish = %v, want ErrNotOwner", err)
+	}
+	if out, err := live.Finish(ctx, ks[0].PID, []byte("live")); err != nil || out != worqr.EventDone {
+		t.Fatalf("live finish = %q, %v", out, err)
+	}
+	info, err := b.client.Task(ctx, "q", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != worqr.StateDone || string(info.Result) != "live" {
+		t.Errorf("task %s %q, want done by the live session", info.State, info.Result)
+	}
+}
+
+// A session whose remote has not beaten for SessionTTL refuses every call at
+// once, without asking Redis.
+func TestRemoteStaleSessionIsLost(t *testing.T) {
+	clock := seam.NewManualClock(time.Now())
+	ctx := seam.WithHeartbeatClock(context.Background(), clock)
+	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, SessionTTL: time.Second})
+	if _, err := b.client.Enqueue(ctx, "q", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	k := takeOne(t, s, "q", 0)
+	if _, err := b.client.Enqueue(ctx, "q", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	k2 := takeOne(t, s, "q", 0)
+	if _, err := s.Finish(ctx, k2.PID, nil); err != nil {
+		t.Fatal(err)
+	}
+	clock.Advance(time.Second)
+	// An end repeated after the session was lost (its first reply lost)
+	// still gets its recorded answer, through the lookup a gateway uses.
+	again, err := b.remote.Session(s.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := again.Finish(ctx, k2.PID, nil); err != nil || out != worqr.EventDone {
+		t.Errorf("repeated finish after the loss = %q, %v; want done as recorded", out, err)
+	}
+	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrSessionLost) || !errors.Is(err, worqr.ErrNotOwner) {
+		t.Errorf("finish on a stale session = %v, want ErrSessionLost (an ErrNotOwner)", err)
+	}
+	if _, err := s.Beat(ctx, nil); !errors.Is(err, worqr.ErrSessionLost) {
+		t.Errorf("beat on a stale session = %v, want ErrSessionLost", err)
+	}
+	if _, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, worqr.ErrSessionLost) {
+		t.Errorf("take on a lost session = %v, want ErrSessionLost", err)
+	}
+	if _, err := b.remote.Session("nosuchsession"); !errors.Is(err, worqr.ErrSessionLost) {
+		t.Errorf("Session(unknown id) = %v, want ErrSessionLost", err)
+	}
+}
+
+func TestRemoteBeatReportsCancelsAndOrphans(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	ids, err := b.client.EnqueueBatch(ctx, "q", [][]byte{[]byte("a"), []byte("b")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 2})
+	if err != nil || len(ks) != 2 {
+		t.Fatalf("take = %v, %v", ks, err)
+	}
+	if st, err := b.client.Cancel(ctx, "q", ks[0].TaskID); err != nil || st != worqr.CancelRequested {
+		t.Fatalf("cancel = %v, %v", st, err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var rep worqr.BeatReply
+	for len(rep.Cancel) == 0 && time.Now().Before(deadline) {
+		if rep, err = s.Beat(ctx, []string{ks[0].PID, ks[1].PID}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(rep.Cancel) != 1 || rep.Cancel[0] != ks[0].PID {
+		t.Fatalf("beat cancels %v, want [%s]", rep.Cancel, ks[0].PID)
+	}
+	if out, err := s.Finish(ctx, ks[0].PID, nil); err != nil || out != worqr.EventCancelled {
+		t.Errorf("finish of a cancelled task = %q, %v; want cancelled", out, err)
+	}
+	// The remote forgot the second taking (say its take reply was lost):
+	// a beat that does not list it, after one that came since the take,
+	// gives it back.
+	if rep, err = s.Beat(ctx, []string{}); err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Lost) != 1 || rep.Lost[0] != ks[1].PID {
+		t.Fatalf("beat lost %v, want [%s]", rep.Lost, ks[1].PID)
+	}
+	info, err := b.client.Task(ctx, "q", ids[1])
+	if err != nil || info.State != worqr.StateQueued {
+		t.Fatalf("orphan task = %+v, %v; want queued again", info, err)
+	}
+}
+
+func TestRemoteCloseRequeues(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+	id, err := b.client.Enqueue(ctx, "q", nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	k := takeOne(t, s, "q", 0)
+	if err := s.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrNotOwner) {
+		t.Errorf("finish after close = %v, want ErrNotOwner", err)
+	}
+	info, err := b.client.Task(ctx, "q", id)
+	if err != nil || info.State != worqr.StateQueued || info.Crashes != 0 {
+		t.Fatalf("task after close = %+v, %v; want queued, no crash", info, err)
+	}
+	s2 := open(t, b, "q")
+	if k2 := takeOne(t, s2, "q", 0); k2.TaskID != id {
+		t.Errorf("took %s, want %s", k2.TaskID, id)
+	}
+}
+
+func TestRemoteFlowForwardAndFanOut(t *testing.T) {
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "rf", Stages: []worqr.Stage{
+		{Name: "split", Children: map[string]worqr.QueueConfig{"part": {}}},
+		{Name: "join"},
+	}}
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Flows: []*worqr.Flow{flow}})
+	client := b.client
+	// The Client needs a complete flow (with handlers) to start runs.
+	cf := &worqr.Flow{Name: "rf", Stages: []worqr.Stage{
+		{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
+			Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
+		{Name: "join", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
+	}}
+	runID, err := client.StartRun(ctx, cf, map[string]string{"n": "2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "rf/split", "rf/part", "rf/join")
+	k := takeOne(t, s, "rf/split", 0)
+	if k.TaskID != runID || k.State["n"] != "2" {
+		t.Fatalf("stage taking %+v", k)
+	}
+	if out, err := s.Finish(ctx, k.PID, []byte("x")); err != nil || out != worqr.EventForwarded {
+		t.Fatalf("finish of a stage = %q, %v; want forwarded", out, err)
+	}
+	j := takeOne(t, s, "rf/join", 0)
+	if out, err := s.Forward(ctx, j.PID, map[string]string{"joined": "yes"}); err != nil || out != worqr.EventDone {
+		t.Fatalf("forward of the last stage = %q, %v; want done (the run ends)", out, err)
+	}
+
+	run2, err := client.StartRun(ctx, cf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k = takeOne(t, s, "rf/split", 0)
+	if _, err := s.FanOut(ctx, k.PID, nil, []worqr.ChildSpec{{Queue: "nope"}}); err == nil || !strings.Contains(err.Error(), "children[0].queue") {
+		t.Fatalf("fan-out into an undeclared queue = %v, want an error naming children[0].queue", err)
+	}
+	if out, err := s.FanOut(ctx, k.PID, map[string]string{"split": "1"}, []worqr.ChildSpec{{Queue: "part", Payload: []byte("p1")}, {Queue: "part", Payload: []byte("p2")}}); err != nil || out != worqr.EventFannedOut {
+		t.Fatalf("fan-out = %q, %v", out, err)
+	}
+	for i := 0; i < 2; i++ {
+		c := takeOne(t, s, "rf/part", 0)
+		if c.Parent != run2 {
+			t.Fatalf("child %+v, want parent %s", c, run2)
+		}
+		if _, err := s.Forward(ctx, c.PID, nil); err == nil {
+			t.Fatal("forward of a child taking worked; want an error")
+		}
+		if _, err := s.Finish(ctx, c.PID, []byte("r"+string(c.Payload))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j = takeOne(t, s, "rf/join", 0)
+	if j.TaskID != run2 || j.State["split"] != "1" || len(j.Children) != 2 {
+		t.Fatalf("join taking %+v, want run %s with its field and 2 children", j, run2)
+	}
+	if _, err := s.Finish(ctx, j.PID, nil); err != nil {
+		t.Fatal(err)
+	}
+	info, err := client.Run(ctx, cf, run2)
+	if err != nil || info.Status != worqr.RunDone {
+		t.Fatalf("run = %+v, %v; want done", info, err)
+	}
+}
+
+// lossyConn loses the reply of the next armed script calls that match:
+// Redis applied them, the caller gets an error (a connection that died
+// while the reply was on its way).
+type lossyConn struct {
+	redis.Conn
+	armed *atomic.Int32
+	match func(args []any) bool
+}
+
+func (c *lossyConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	if err == nil && (cmd == "EVALSHA" || cmd == "EVAL" || cmd == "FCALL") && c.match(args) && c.armed.Add(-1) >= 0 {
+		return nil, errors.New("injected: the reply was lost")
+	}
+	return r, err
+}
+
+func (c *lossyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+func (c *lossyConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *lossyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// hasArg matches a script call with argument v.
+func hasArg(v string) func(args []any) bool {
+	return func(args []any) bool {
+		for _, a := range args {
+			if s, ok := a.(string); ok && s == v {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Int32
+	var match atomic.Pointer[func([]any) bool]
+	never := func([]any) bool { return false }
+	match.Store(&never)
+	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, srv.URL)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, armed: &armed, match: func(args []any) bool { return (*match.Load())(args) }}, nil
+	}}
+	defer pool.Close()
+	ns := redistest.Namespace()
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+		defer cancel()
+		_ = r.Stop(sctx)
+	}()
+	c, _ := worqr.NewClient(pool, &cfg)
+	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Open(ctx, worqr.OpenOpts{Queues: []string{"q"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// A take whose reply is lost: its taking is released before the next
+	// take, which gets the task again under a new pid.
+	takeMatch := hasArg(s.ID())
+	match.Store(&takeMatch)
+	armed.Store(1)
+	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); err == nil {
+		t.Fatalf("take with its reply lost = %v, want an error", ks)
+	}
+	k := takeOne(t, s, "q", 0)
+	if k.TaskID != id || k.Crashes != 0 {
+		t.Fatalf("retake %+v, want task %s with no crash", k, id)
+	}
+
+	// An end whose reply is lost after Redis applied it answers done,
+	// and so does its repeat.
+	endMatch := hasArg("done")
+	match.Store(&endMatch)
+	armed.Store(1)
+	for i := 0; i < 2; i++ {
+		if out, err := s.Finish(ctx, k.PID, []byte("r")); err != nil || out != worqr.EventDone {
+			t.Fatalf("finish #%d with the first reply lost = %q, %v; want done", i+1, out, err)
+		}
+	}
+	if armed.Load() >= 0 {
+		t.Fatal("no reply was lost: the test did not test anything")
+	}
+	info, err := c.Task(ctx, "q", id)
+	if err != nil || info.State != worqr.StateDone || string(info.Result) != "r" {
+		t.Fatalf("task = %+v, %v; want done with result r", info, err)
+	}
+}
