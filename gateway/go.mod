@@ -12,5 +12,6 @@ require (
 
 require (
 	github.com/gomodule/redigo v1.9.3 // indirect
+	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/rs/xid v1.6.0 // indirect
 )
