@@ -60,6 +60,7 @@ const (
 	FieldCrashedOn    = "cw"
 	FieldRaw          = "raw"
 	FieldProgress     = "pg"
+	FieldPriority     = "pri"
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

@@ -215,7 +215,7 @@ func do(ctx context.Context, c redis.Conn, cmd string, args ...any) (any, error)
 // The scripts are immutable once built.
 var (
 	enqueueScript   = load("enqueue", -1)
-	takeScript      = load("take", 6)
+	takeScript      = load("take", -1)
 	endScript       = load("end", -1)
 	requeueScript   = load("requeue", -1)
 	releaseScript   = load("release", 4)
@@ -227,4 +227,5 @@ var (
 	flowStartScript = load("flow_start", -1)
 	runCancelScript = load("run_cancel", 1)
 	progressScript  = load("progress", 2)
+	levelsScript    = load("levels", 1)
 )

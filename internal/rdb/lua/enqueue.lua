@@ -4,7 +4,7 @@
 -- into its scheduled set when delayed), then publish one wake-up carrying the
 -- number of tasks made available. The caller splits large batches (Go:
 -- rdb.MaxEnqueueBatch), so that one call never holds Redis for long.
--- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
+-- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids (of the priority level)
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
 -- then, when ARGV[4] is "1": <ns>:{T}:u:<queue>:<key> (string) the unique lock
@@ -19,7 +19,9 @@
 -- ARGV[7] timeout override in ms ("" = queue default)
 -- ARGV[8] "1": one task with a caller-chosen id (idempotent enqueue)
 -- ARGV[9] its lock's TTL ms   ARGV[10] the payload's digest
--- ARGV[11..n+10] task ids, in KEYS order;  ARGV[n+11..] payloads, in KEYS order
+-- ARGV[11..n+10] task ids, in KEYS order;  ARGV[n+11..2n+10] payloads, in KEYS order
+-- ARGV[2n+11] (optional) the tasks' priority level ("" or absent = 0); the
+--              caller then passes the level's list as KEYS[1]
 -- Returns: {n} on success; {-1, holder id} when the unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
@@ -53,6 +55,8 @@ end
 if idlock then
   redis.call('SET', idlock, ARGV[10], 'PX', ARGV[9])
 end
+local pri = ARGV[first + 2 * n]
+if pri == '' or pri == '0' then pri = nil end
 local due
 if ARGV[2] ~= '' then
   due = now_ms() + tonumber(ARGV[2])
@@ -65,6 +69,7 @@ for i = 1, n do
   if unique ~= '' then redis.call('HSET', tkey, F_UNIQUE, unique) end
   if ARGV[6] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[6]) end
   if ARGV[7] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[7]) end
+  if pri then redis.call('HSET', tkey, F_PRIORITY, pri) end
   if due then
     redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
     redis.call('ZADD', KEYS[2], due, ARGV[first + i - 1])
