@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"sort"
+	"sync"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -22,11 +23,18 @@ type prioGroup struct {
 	queues []*queueRunner // by weight, highest first (then by name)
 	wake   chan struct{}  // cap 1: some queue of the group may have work
 	freed  chan struct{}  // cap 1: a slot was freed
+
+	// owed counts, per queue (g.queues order), the slots an end's draw gave
+	// to that queue while another queue's takings ended (refillShare): the
+	// loop gives them to it first once they are free, so that an end
+	// taking again for its own queue does not bias the shares.
+	mu   sync.Mutex
+	owed map[*queueRunner]int
 }
 
 func newPrioGroup(mode PriorityMode, size int) *prioGroup {
 	return &prioGroup{mode: mode, slots: &slotPool{size: size},
-		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), freed: make(chan struct{}, 1), owed: map[*queueRunner]int{}}
 }
 
 func (g *prioGroup) sortQueues() {
@@ -103,12 +111,20 @@ func (w *Worker) refillShare(q *queueRunner, n int) int {
 	}
 	// The ending handlers still hold their slots: count them free.
 	cands := g.candidates(n)
-	for i, c := range cands {
-		if c == q {
-			return min(g.share(cands, n, n)[i], n)
+	if len(cands) == 0 {
+		return 0
+	}
+	own := 0
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, k := range g.share(cands, n, n) {
+		if cands[i] == q {
+			own = k
+		} else if k > 0 {
+			g.owed[cands[i]] += k
 		}
 	}
-	return 0
+	return own
 }
 
 // groupLoop takes for the queues of g: while slots are free and some queue
@@ -203,8 +219,28 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 	if len(cands) == 0 {
 		return false, nil
 	}
+	plan := make([]int, len(cands))
+	g.mu.Lock()
+	in := map[*queueRunner]bool{}
+	for i, q := range cands {
+		in[q] = true
+		k := min(g.owed[q], free, q.free())
+		plan[i], free = k, free-k
+		if g.owed[q] -= k; g.owed[q] <= 0 {
+			delete(g.owed, q)
+		}
+	}
+	for q := range g.owed {
+		if !in[q] {
+			delete(g.owed, q) // no work, paused or limited: drawn again later
+		}
+	}
+	g.mu.Unlock()
+	for i, k := range g.share(cands, free, 0) {
+		plan[i] += k
+	}
 	again := false
-	for i, n := range g.share(cands, free, 0) {
+	for i, n := range plan {
 		if n == 0 {
 			continue
 		}
