@@ -522,3 +522,16 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 		t.Errorf("70 starts within %dms: 20 per 500ms needs at least 1.5s", span/1000)
 	}
 }
+
+func TestPriorityOutOfRange(t *testing.T) {
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	for _, p := range []int{-1, worqr.MaxPriority + 1} {
+		_, err := c.Enqueue(context.Background(), "q", []byte("x"), &worqr.EnqueueOpts{Priority: p})
+		want := fmt.Sprintf("worqr: EnqueueOpts.Priority (%d) must be between 0 and 9", p)
+		if err == nil || err.Error() != want {
+			t.Errorf("Priority %d: err = %v, want %q", p, err, want)
+		}
+	}
+}
