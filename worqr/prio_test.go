@@ -535,3 +535,112 @@ func TestPriorityOutOfRange(t *testing.T) {
 		}
 	}
 }
+
+// takeCounter is a pool that counts the take script calls sent through it.
+type takeCounter struct {
+	pool  *redis.Pool
+	takes atomic.Int64
+}
+
+func (p *takeCounter) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, p: p}, nil
+}
+
+type countingConn struct {
+	redis.Conn
+	p *takeCounter
+}
+
+func (c *countingConn) count(cmd string, args []any) {
+	if cmd == "FCALL" && len(args) > 0 {
+		if s, ok := args[0].(string); ok && len(s) > 5 && s[len(s)-5:] == "_take" {
+			c.p.takes.Add(1)
+		}
+	}
+}
+
+func (c *countingConn) Do(cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *countingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *countingConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *countingConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *countingConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// TestLimitedWorkerDoesNotSpin: a worker whose queue is at its global
+// limit (concurrency held by another worker, or the rate used up) waits for
+// a wake-up, a poll or the time the take script named: over a second it
+// sends a handful of takes, not thousands.
+func TestLimitedWorkerDoesNotSpin(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in, _ := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	for q, l := range map[string]worqr.Limits{"conc": {Concurrency: 1}, "rate": {Rate: 1, Period: time.Minute}} {
+		if err := in.SetLimits(ctx, q, l); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.EnqueueBatch(ctx, q, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := make(chan struct{})
+	var held atomic.Int32
+	block := worqr.HandlerFunc(func(context.Context, *worqr.Task) error { held.Add(1); <-release; return nil })
+	hcfg := fastTimings(ns)
+	hcfg.Queues = map[string]worqr.QueueConfig{"conc": {Concurrency: 1, Handler: block}, "rate": {Concurrency: 1, Handler: block}}
+	startWorker(t, ctx, pool, &hcfg)
+	wait(t, 10*time.Second, "the first worker to hold the conc slot and the rate's one start", func() bool { return held.Load() == 2 })
+
+	counter := &takeCounter{pool: pool}
+	var ran atomic.Int32
+	acfg := fastTimings(ns)
+	acfg.PollInterval = 100 * time.Millisecond
+	acfg.DisableReaper = true
+	acfg.Queues = map[string]worqr.QueueConfig{
+		"conc": {Concurrency: 5, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { ran.Add(1); return nil })},
+		"rate": {Concurrency: 5, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { ran.Add(1); return nil })},
+	}
+	startWorker(t, ctx, counter, &acfg)
+	// 100 enqueues, 100 wake-ups: a rate that allows no start for a minute
+	// must not cost a take each.
+	for i := 0; i < 100; i++ {
+		if _, err := c.Enqueue(ctx, "rate", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := counter.takes.Load(); n > 60 {
+		t.Errorf("a worker held by its queues' limits sent %d takes in a second (polls every 100ms): it spins", n)
+	}
+	if ran.Load() != 0 {
+		t.Errorf("%d tasks ran past the limits", ran.Load())
+	}
+	t.Logf("%d takes in a second while held by the limits", counter.takes.Load())
+	close(release)
+	wait(t, 10*time.Second, "the conc queue's tasks to run once the slot is free", func() bool {
+		n, err := c.Len(ctx, "conc")
+		return err == nil && n == 0
+	})
+}

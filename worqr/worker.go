@@ -22,7 +22,8 @@ import (
 // use.
 //
 // Its parts, one file each: take.go takes tasks (one fetch loop per queue),
-// run.go runs handlers, end.go ends takings (one batched call per queue),
+// prio.go the one fetch loop of the queues served by priority (shared
+// slots), run.go runs handlers, end.go ends takings (one batched call per queue),
 // wake.go holds the pub/sub connection and the pause flags; the keepalive's
 // state machine is heartbeat.Keeper, recovery is recovery.Reaper.
 type Worker struct {
