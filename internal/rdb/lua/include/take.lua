@@ -10,7 +10,9 @@
 -- taking ends; a wake-up says so). Running takings are counted from the
 -- holdings themselves (the wq hash of every worker in the holder index), so
 -- every way a taking ends (end, give back, release, recovery) frees its
--- slot with nothing to decrement, and nothing can leak.
+-- slot with nothing to decrement, and nothing can leak. Returns nil when a
+-- holder's hash is on another cluster node (a slot migration; nothing was
+-- written).
 local function limit_allowance(k, w, max)
   local c = redis.call('HMGET', k.cfg, 'rate', 'period', 'conc')
   local allow, wait = max, nil
@@ -19,7 +21,14 @@ local function limit_allowance(k, w, max)
     local wqp = string.sub(k.wq, 1, #k.wq - #w)
     local running = 0
     for _, h in ipairs(redis.call('SMEMBERS', k.holders)) do
-      running = running + redis.call('HLEN', wqp .. h)
+      local n = redis.pcall('HLEN', wqp .. h)
+      if type(n) == 'table' and n.err then
+        if string.find(n.err, 'non local key', 1, true) then
+          return nil
+        end
+        error(n.err)
+      end
+      running = running + n
     end
     if conc - running < allow then
       allow = math.max(conc - running, 0)
@@ -77,6 +86,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   if limited then
     k.rate = k.cfg .. ':rate'
     max, wait = limit_allowance(k, w, max)
+    if not max then
+      return nil, 'moved'
+    end
     if max <= 0 then
       return {wait}
     end
