@@ -223,6 +223,15 @@ func TestTakeConcurrencyLimit(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(takenIDs(taken), []string{"t5"}) {
 		t.Fatalf("end and take again = %v, %v; want [t5]", takenIDs(taken), err)
 	}
+	// A release (B's take reply was lost: it runs none of them) frees B's
+	// slots as well.
+	if n, _, err := e.st.Release(e.ctx, e.q, "B", nil); err != nil || n != 3 {
+		t.Fatalf("Release = %d, %v; want 3", n, err)
+	}
+	got, _ = e.takeArgs(t, e.st, rdb.TakeArgs{Worker: "C", Max: 5, Limited: true})
+	if len(got) != 3 {
+		t.Fatalf("C takes %v after B's release; want 3", takenIDs(got))
+	}
 	// Without the flag, the take does not look (the plain take).
 	e.enqueue(t, "t6")
 	got, _ = e.takeArgs(t, e.st, rdb.TakeArgs{Worker: "C", Max: 5})
