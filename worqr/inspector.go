@@ -54,7 +54,9 @@ type QueueInfo struct {
 	Retained int64
 	Paused   bool
 	// Latency is the age of the oldest waiting task: how long ago the task
-	// at the front of the queue was enqueued (0 when none waits).
+	// at the front of the queue was enqueued (0 when none waits). For a
+	// queue with priority levels, the front of level 0. Waiting counts
+	// every level.
 	Latency time.Duration
 }
 

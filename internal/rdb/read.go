@@ -272,7 +272,8 @@ func pidLess(a, b string) bool {
 type QueueStat struct {
 	Waiting, Scheduled, Active, Dead, Retained int64
 	Paused                                     bool
-	// Head is the id at the front of the waiting list ("" when empty).
+	// Head is the id at the front of the waiting list of level 0 ("" when
+	// empty); Waiting counts every priority level.
 	Head string
 }
 
