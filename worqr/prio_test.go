@@ -395,7 +395,7 @@ func TestGlobalConcurrencyAcrossProcesses(t *testing.T) {
 	for _, name := range []string{"A", "B"} {
 		cfg := fastTimings(ns)
 		cfg.Queues = map[string]worqr.QueueConfig{"lim": {Concurrency: 5, Limits: &worqr.Limits{Concurrency: 4},
-			Handler: limitHandler(rc, name, 2*time.Millisecond, nil, &done)}}
+			Handler: limitHandler(rc, name, 5*time.Millisecond, nil, &done)}}
 		startWorker(t, ctx, pool, &cfg)
 	}
 	time.Sleep(300 * time.Millisecond) // the in-process workers try, and must find no slot
@@ -453,7 +453,7 @@ func TestGlobalConcurrencyZombie(t *testing.T) {
 	var done atomic.Int32
 	cfg := fastTimings(ns)
 	cfg.Queues = map[string]worqr.QueueConfig{"lim": {Concurrency: 6,
-		Handler: limitHandler(rc, "B", 2*time.Millisecond, nil, &done)}}
+		Handler: limitHandler(rc, "B", 5*time.Millisecond, nil, &done)}}
 	startWorker(t, ctx, pool, &cfg)
 	wait(t, 60*time.Second, "B to drain the queue", func() bool { return done.Load() == 100 })
 	if m := rc.max(t); m != 3 {
