@@ -36,6 +36,30 @@ type clientQueue struct {
 	qk      rdb.QueueKeys
 	enqueue *group.Group[[]byte, string]
 	known   atomic.Bool
+	// levels is the highest priority level this client saw recorded in the
+	// queue's config, at levelsAt (unix ns): an enqueue at a higher level,
+	// or after levelsTTL, records its level first (see markLevel).
+	levels   atomic.Int32
+	levelsAt atomic.Int64
+}
+
+// levelsTTL is how long a client trusts what it saw of a queue's recorded
+// priority levels (a config deleted meanwhile is recorded again).
+const levelsTTL = time.Minute
+
+// markLevel makes sure queue q's config records priority level l before
+// tasks of that level are enqueued, so that workers take from its list.
+func (c *Client) markLevel(ctx context.Context, q *clientQueue, l int) error {
+	if l <= 0 || int(q.levels.Load()) >= l && time.Since(time.Unix(0, q.levelsAt.Load())) < levelsTTL {
+		return nil
+	}
+	got, err := c.st.MarkLevel(ctx, q.qk, l)
+	if err != nil {
+		return err
+	}
+	q.levels.Store(int32(got))
+	q.levelsAt.Store(time.Now().UnixNano())
+	return nil
 }
 
 // NewClient returns a client on pool. A nil cfg means all defaults.
@@ -109,6 +133,12 @@ type EnqueueOpts struct {
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
+	// Priority is the task's level within its queue, 0 (the default) to
+	// MaxPriority: a worker takes the waiting tasks of the highest level
+	// first, in enqueue order within a level. A task put back (give back,
+	// a stopped or dead worker's takings, a lost take reply) goes to the
+	// front of its own level. Stand-alone queues only.
+	Priority int
 }
 
 // zero reports whether o asks for nothing (nil, or every field unset): such
@@ -119,8 +149,11 @@ func (o *EnqueueOpts) zero() bool {
 		return true
 	}
 	return o.Delay == 0 && o.At.IsZero() && o.MaxAttempts == 0 && o.Timeout == 0 && o.UniqueKey == "" &&
-		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0
+		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0 && o.Priority == 0
 }
+
+// MaxPriority is the highest EnqueueOpts.Priority.
+const MaxPriority = rdb.MaxLevel
 
 // DefaultIDTTL is EnqueueOpts.IDTTL's default.
 const DefaultIDTTL = 24 * time.Hour
@@ -142,7 +175,10 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		return nil, invalid("EnqueueOpts.MaxAttempts", "(%d) must not be negative", o.MaxAttempts)
 	case o.Timeout < 0:
 		return nil, invalid("EnqueueOpts.Timeout", "(%s) must not be negative", o.Timeout)
+	case o.Priority < 0 || o.Priority > MaxPriority:
+		return nil, invalid("EnqueueOpts.Priority", "(%d) must be between 0 and %d", o.Priority, MaxPriority)
 	}
+	a.Priority = o.Priority
 	if o.Delay > 0 {
 		a.DelayMillis = max(o.Delay.Milliseconds(), 1)
 	}
@@ -365,6 +401,9 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	}
 	if err := c.markKnown(ctx, q); err != nil {
 		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
+	if err := c.markLevel(ctx, q, args.Priority); err != nil {
+		return nil, fmt.Errorf("worqr: enqueue %s: record priority levels: %w", queue, err)
 	}
 	ids := make([]string, len(payloads))
 	for i := range ids {

@@ -7,6 +7,8 @@ import (
 	"os"
 	"time"
 	"unicode/utf8"
+
+	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // Limits and defaults.
@@ -98,8 +100,21 @@ func (c *Config) withDefaults() (Config, error) {
 type QueueConfig struct {
 	// Handler runs each task. Required.
 	Handler Handler
-	// Concurrency is how many tasks of this queue run at once. Required, >= 1.
+	// Concurrency is how many tasks of this queue run at once in this
+	// worker. Required, >= 1, unless the worker serves its queues by
+	// priority (WorkerConfig.Priority): then the queues share
+	// WorkerConfig.Concurrency, and this, when > 0, caps this queue's
+	// share.
 	Concurrency int
+	// Weight is the queue's priority when the worker serves its queues by
+	// priority (WorkerConfig.Priority): its share of the slots
+	// (PriorityWeighted) or its rank (PriorityStrict: higher first). At
+	// least 1; default 1. Must be 0 otherwise.
+	Weight int
+	// Limits, when set, are stored as the queue's global limits when the
+	// worker starts (every process then applies them; a zero Limits removes
+	// them). Nil leaves what is stored (see Inspector.SetLimits).
+	Limits *Limits
 	// MaxAttempts is how many times a task may fail (return an error, panic,
 	// time out) before it goes to the dead set. A task's EnqueueOpts
 	// overrides it. Crashes are counted apart (MaxCrashes). Default 25.
@@ -162,6 +177,19 @@ type WorkerConfig struct {
 	// `worqr-example reaper`) or dead workers' tasks stay held forever.
 	// Default false.
 	DisableReaper bool
+	// Priority says how the worker shares its slots among its stand-alone
+	// queues (Queues; flows keep their own): PriorityNone (the default),
+	// each queue has its own Concurrency and is taken from on its own;
+	// PriorityWeighted, the queues share Concurrency slots and each free
+	// slot goes to a queue with waiting work drawn by QueueConfig.Weight,
+	// so that queues of weights 6, 3 and 1 with work get about 60%, 30% and
+	// 10% of the takes; PriorityStrict, each free slot goes to the queue of
+	// highest Weight that has waiting work (a lower queue is served only
+	// while every higher one is empty, paused or held by its limits).
+	Priority PriorityMode
+	// Concurrency is how many tasks of Queues run at once in all when
+	// Priority is set (required then, >= 1). Must be 0 otherwise.
+	Concurrency int
 	// Middleware wraps every task handler of the worker (stand-alone queues
 	// and flow child queues; not stage handlers), the first outermost.
 	Middleware []Middleware
@@ -198,6 +226,18 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		flows[i] = v
 	}
 	out.Flows = flows
+	switch out.Priority {
+	case PriorityNone:
+		if out.Concurrency != 0 {
+			return out, invalid("Concurrency", "(%d) applies only with Priority: set each QueueConfig.Concurrency", out.Concurrency)
+		}
+	case PriorityWeighted, PriorityStrict:
+		if out.Concurrency < 1 {
+			return out, invalid("Concurrency", "(%d) must be at least 1 with Priority %s", out.Concurrency, out.Priority)
+		}
+	default:
+		return out, invalid("Priority", "(%d) must be PriorityNone, PriorityWeighted or PriorityStrict", int(out.Priority))
+	}
 	queues := make(map[string]QueueConfig, len(out.Queues))
 	for name, q := range out.Queues {
 		field := fmt.Sprintf("Queues[%q]", name)
@@ -207,8 +247,15 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		if q.Handler == nil {
 			return out, invalid(field+".Handler", "is nil")
 		}
-		if q.Concurrency < 1 {
+		switch {
+		case out.Priority == PriorityNone && q.Concurrency < 1:
 			return out, invalid(field+".Concurrency", "(%d) must be at least 1", q.Concurrency)
+		case q.Concurrency < 0:
+			return out, invalid(field+".Concurrency", "(%d) must not be negative", q.Concurrency)
+		case out.Priority == PriorityNone && q.Weight != 0:
+			return out, invalid(field+".Weight", "(%d) applies only with WorkerConfig.Priority", q.Weight)
+		case q.Weight < 0:
+			return out, invalid(field+".Weight", "(%d) must not be negative", q.Weight)
 		}
 		if err := q.fill(field); err != nil {
 			return out, err
@@ -257,7 +304,70 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 	return out, nil
 }
 
+// PriorityMode is how a worker shares its slots among its queues (see
+// WorkerConfig.Priority).
+type PriorityMode int
+
+// The priority modes.
+const (
+	PriorityNone     PriorityMode = iota // each queue on its own
+	PriorityWeighted                     // shared slots, drawn by weight
+	PriorityStrict                       // shared slots, highest weight first
+)
+
+func (m PriorityMode) String() string {
+	switch m {
+	case PriorityNone:
+		return "none"
+	case PriorityWeighted:
+		return "weighted"
+	case PriorityStrict:
+		return "strict"
+	}
+	return fmt.Sprintf("PriorityMode(%d)", int(m))
+}
+
+// Limits are a queue's global limits, shared by every process: they are
+// stored in Redis, in the queue's settings, and the take script reads them
+// on every take of a limited queue, so every worker applies the same
+// values (the last stored wins; see Inspector.SetLimits). A zero field
+// means no such limit.
+type Limits struct {
+	// Rate tasks at most start in any window of Period, across every
+	// worker (a sliding window on Redis's clock). Set both or neither.
+	Rate   int
+	Period time.Duration
+	// Concurrency tasks of the queue at most run at once across every
+	// worker. A taking counts from its take until it ends (done, failed,
+	// given back, cancelled) or is requeued (a stopped worker, or a dead
+	// one found by the reaper: within HeartbeatTTL + ReaperInterval).
+	Concurrency int
+}
+
+func (l Limits) check(field string) error {
+	switch {
+	case l.Rate < 0:
+		return invalid(field+".Rate", "(%d) must not be negative", l.Rate)
+	case l.Concurrency < 0:
+		return invalid(field+".Concurrency", "(%d) must not be negative", l.Concurrency)
+	case l.Rate > 0 && l.Period < time.Millisecond:
+		return invalid(field+".Period", "(%s) must be at least 1ms when Rate is set", l.Period)
+	case l.Rate == 0 && l.Period != 0:
+		return invalid(field+".Period", "(%s) is set but Rate is 0", l.Period)
+	}
+	return nil
+}
+
+func (l Limits) rdb() rdb.Limits {
+	return rdb.Limits{Rate: l.Rate, PeriodMs: l.Period.Milliseconds(), Conc: l.Concurrency}
+}
+
 func (q *QueueConfig) fill(field string) error {
+	if q.Limits != nil {
+		if err := q.Limits.check(field + ".Limits"); err != nil {
+			return err
+		}
+	}
 	switch {
 	case q.MaxAttempts == 0:
 		q.MaxAttempts = DefaultMaxAttempts

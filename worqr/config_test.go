@@ -277,6 +277,48 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: "worqr: MaxPayloadBytes (-5) must be between 1 and 268435456",
 		},
 		{
+			name:    "shared concurrency without priority",
+			cfg:     worker(func(c *WorkerConfig) { c.Concurrency = 4 }),
+			wantErr: `worqr: Concurrency (4) applies only with Priority: set each QueueConfig.Concurrency`,
+		},
+		{
+			name:    "priority without shared concurrency",
+			cfg:     worker(func(c *WorkerConfig) { c.Priority = PriorityWeighted }),
+			wantErr: `worqr: Concurrency (0) must be at least 1 with Priority weighted`,
+		},
+		{
+			name:    "unknown priority mode",
+			cfg:     worker(func(c *WorkerConfig) { c.Priority = 7; c.Concurrency = 1 }),
+			wantErr: `worqr: Priority (7) must be PriorityNone, PriorityWeighted or PriorityStrict`,
+		},
+		{
+			name:    "weight without priority",
+			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Weight: 3} }),
+			wantErr: `worqr: Queues["q"].Weight (3) applies only with WorkerConfig.Priority`,
+		},
+		{
+			name: "negative weight",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Priority, c.Concurrency = PriorityStrict, 2
+				c.Queues["q"] = QueueConfig{Handler: noop, Weight: -1}
+			}),
+			wantErr: `worqr: Queues["q"].Weight (-1) must not be negative`,
+		},
+		{
+			name: "rate without period",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Limits: &Limits{Rate: 5}}
+			}),
+			wantErr: `worqr: Queues["q"].Limits.Period (0s) must be at least 1ms when Rate is set`,
+		},
+		{
+			name: "negative global concurrency",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Limits: &Limits{Concurrency: -1}}
+			}),
+			wantErr: `worqr: Queues["q"].Limits.Concurrency (-1) must not be negative`,
+		},
+		{
 			name:    "embedded Config namespace is checked",
 			cfg:     worker(func(c *WorkerConfig) { c.Namespace = "a/b" }),
 			wantErr: `worqr: Namespace "a/b" has forbidden character '/' at byte 1` + allowed,

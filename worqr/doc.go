@@ -17,6 +17,17 @@
 // requeue, to the front of their queues, the tasks of a worker whose keepalive
 // expired, within HeartbeatTTL + ReaperInterval (about 4 s by default).
 //
+// # Priorities and limits
+//
+// A task may carry a priority level within its queue (EnqueueOpts.Priority):
+// the highest level waiting is taken first, and a task put back goes to the
+// front of its own level. A worker may share its slots among its queues by
+// weight or in strict order (WorkerConfig.Priority, QueueConfig.Weight). A
+// queue may have global limits, applied by the take script across every
+// process (Limits: a rate per period on Redis's clock, a number running at
+// once; Inspector.SetLimits); a handler may answer RateLimited to run again
+// later without spending an attempt.
+//
 // # Stopping
 //
 // Stop stops taking, gives running handlers until its context ends, then puts

@@ -32,7 +32,13 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 					take = nil // a release is due first
 				}
 			}
-			ended, taken, err := w.st.EndTake(ctx, q.qk, retention, es, take)
+			call := take
+			if call == nil && q.limited.Load() {
+				// Takes nothing; tells the script that the queue may have
+				// limits, so that the slots freed are announced.
+				call = &rdb.TakeArgs{Limited: true}
+			}
+			ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
 			if err != nil {
 				if take != nil {
 					// The take may have been applied with the reply
@@ -43,8 +49,9 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 				return nil, err
 			}
 			if take != nil {
-				q.more.Store(len(taken) == take.Max)
-				if _, buried := w.launch(s, q, taken); buried > 0 || len(taken) == take.Max {
+				q.limitWait(wait)
+				q.more.Store(len(taken) == take.Max && wait == 0)
+				if _, buried := w.launch(s, q, taken); buried > 0 || len(taken) == take.Max && wait == 0 {
 					q.hint() // slots left by buried ids, or more may wait
 				}
 			}
@@ -59,7 +66,9 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 // waiting (q.more) and the fetch loop would take too (session fresh and not
 // lost, queue not paused, worker not stopping). Whether a release is
 // pending is checked by the caller under takeMu. The handlers of es are still running, so
-// the new takings never overfill the queue.
+// the new takings never overfill the queue. A queue held by its global
+// limits does not take again; a queue of a priority group takes again only
+// the slots the priority rule gives it (refillShare).
 func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *rdb.TakeArgs) {
 	n := 0
 	for _, e := range es {
@@ -70,6 +79,12 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 	s, _ := w.keeper.Current()
 	if n == 0 || !q.more.Load() || s.Lost() || q.paused.Load() || !w.keeper.Fresh() {
 		return s, nil
+	}
+	if limited, _ := q.limitedNow(); limited {
+		return s, nil
+	}
+	if n = w.refillShare(q, n); n == 0 {
+		return s, nil // the priority rule gives these slots to other queues
 	}
 	select {
 	case <-w.takeStop:
@@ -101,7 +116,10 @@ func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rd
 			maxAttempts = taken.MaxAttempts
 		}
 		var ra *RetryAfterError
+		var rl *RateLimitedError
 		switch {
+		case errors.As(herr, &rl) && !errors.Is(herr, ErrSkipRetry):
+			e = rdb.Later(q.kind, t.worker, t.pid, t.ID, max(rl.Delay.Milliseconds(), 1), msg)
 		case errors.Is(herr, ErrSkipRetry) || t.Attempt >= maxAttempts:
 			e = rdb.Dead(q.kind, t.worker, t.pid, t.ID, msg)
 		case errors.As(herr, &ra):
@@ -126,7 +144,7 @@ func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rd
 // have made it OutcomeCancelled).
 func asked(e rdb.Ending) rdb.Outcome {
 	switch e.Ask {
-	case rdb.AskRetry:
+	case rdb.AskRetry, rdb.AskLater:
 		return rdb.OutcomeRetry
 	case rdb.AskDead:
 		return rdb.OutcomeDead

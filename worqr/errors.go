@@ -72,6 +72,29 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // RetryAfter returns an error that schedules the next attempt after d.
 func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
 
+// RateLimitedError, returned by a handler (see RateLimited), runs the task
+// again after Delay without counting a failed attempt: the work did not
+// fail, something it depends on (an API's quota, say) asked it to wait.
+// Its Attempt stays the same, so MaxAttempts never sends it to the dead set;
+// its error is recorded as the task's last error.
+type RateLimitedError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RateLimitedError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("worqr: rate limited, retry in %s", e.Delay)
+	}
+	return fmt.Sprintf("worqr: rate limited, retry in %s: %v", e.Delay, e.Err)
+}
+
+func (e *RateLimitedError) Unwrap() error { return e.Err }
+
+// RateLimited returns an error that runs the task again after d (at least
+// 1ms) without spending an attempt, unlike RetryAfter.
+func RateLimited(d time.Duration, err error) error { return &RateLimitedError{Delay: d, Err: err} }
+
 // ErrInvalid matches every InvalidError with errors.Is.
 var ErrInvalid = errors.New("worqr: invalid input")
 

@@ -54,7 +54,9 @@ type QueueInfo struct {
 	Retained int64
 	Paused   bool
 	// Latency is the age of the oldest waiting task: how long ago the task
-	// at the front of the queue was enqueued (0 when none waits).
+	// at the front of the queue was enqueued (0 when none waits). For a
+	// queue with priority levels, the front of level 0. Waiting counts
+	// every level.
 	Latency time.Duration
 }
 
@@ -348,6 +350,40 @@ func (in *Inspector) setPaused(ctx context.Context, queue string, on bool) error
 	return nil
 }
 
+// SetLimits stores queue's global limits (a zero Limits removes them):
+// the one value every process applies, since the take script reads it on
+// every take of a limited queue. Workers are told at once (a wake-up), and
+// read it at least once per PollInterval if that message is lost: until a
+// worker has read that the queue is limited at all, its takes do not look
+// (a queue without limits takes the plain way). A worker whose
+// QueueConfig.Limits is set stores its own at start: the last write wins.
+func (in *Inspector) SetLimits(ctx context.Context, queue string, l Limits) error {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return err
+	}
+	if err := l.check("Limits"); err != nil {
+		return err
+	}
+	if err := in.st.SetLimits(ctx, in.st.Queue(ref), l.rdb()); err != nil {
+		return fmt.Errorf("worqr: set limits of %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Limits returns queue's stored global limits (zero: none).
+func (in *Inspector) Limits(ctx context.Context, queue string) (Limits, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return Limits{}, err
+	}
+	l, err := in.st.ReadLimits(ctx, in.st.Queue(ref))
+	if err != nil {
+		return Limits{}, fmt.Errorf("worqr: limits of %s: %w", queue, err)
+	}
+	return Limits{Rate: l.Rate, Period: time.Duration(l.PeriodMs) * time.Millisecond, Concurrency: l.Conc}, nil
+}
+
 // Progress is called after each chunk of a bulk operation with how many
 // tasks it handled so far.
 type Progress func(done int)
@@ -420,9 +456,19 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 	}
 	qk := in.st.Queue(ref)
 	total := 0
-	for _, place := range []rdb.Place{rdb.PlaceWaiting, rdb.PlaceScheduled} {
+	type part struct {
+		place rdb.Place
+		level int
+	}
+	var parts []part
+	for l := rdb.MaxLevel; l >= 0; l-- {
+		parts = append(parts, part{rdb.PlaceWaiting, l})
+	}
+	parts = append(parts, part{rdb.PlaceScheduled, 0})
+	for _, pt := range parts {
+		place := pt.place
 		for {
-			n, err := in.st.Bulk(ctx, qk, place, action)
+			n, err := in.st.BulkLevel(ctx, qk, place, pt.level, action)
 			total += n
 			if err != nil {
 				return total, fmt.Errorf("worqr: %s %s tasks of %s: %w", action, place, queue, err)

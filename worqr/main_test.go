@@ -10,6 +10,12 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
+	if role := os.Getenv("WORQR_TEST_CHILD"); role != "" {
+		// A child process of a test (see startChild): it uses its parent's
+		// server (WORQR_TEST_REDIS_URL).
+		srv = redistest.MustStart()
+		os.Exit(runChild(role))
+	}
 	srv = redistest.MustStart()
 	// The examples read the server's address as a program would.
 	os.Setenv("WORQR_REDIS_URL", srv.URL)

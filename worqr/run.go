@@ -32,6 +32,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	defer func() {
 		q.hold(t.pid, false)
 		q.busy.Add(-1)
+		q.slots.busy.Add(-1)
 		poke(q.freed)
 		w.handlers.Done()
 	}()

@@ -14,21 +14,31 @@ import (
 // believe work is waiting: at start, on a wake-up, on the poll tick, after a
 // take that filled every free slot, and after a take that buried something
 // (bad data or a crash breaker must not cost the good task behind it a poll
-// interval).
+// interval). A queue whose global limits stop its takes waits for the time
+// the take script named (rate) or a wake-up (concurrency), never spins.
 func (w *Worker) fetchLoop(q *queueRunner) {
 	defer w.loops.Done()
 	poll := time.NewTicker(w.cfg.PollInterval)
 	defer poll.Stop()
+	lift := time.NewTimer(time.Hour)
+	lift.Stop()
+	defer lift.Stop()
 	hint := true
 	delay := 50 * time.Millisecond
 	for {
 		s, changed := w.keeper.Current()
 		unsure := q.unsureFor(s.ID())
-		free := q.concurrency - int(q.busy.Load())
+		free := q.free()
 		// A process frozen (or cut off) for most of a TTL does not take
 		// before a beat confirms its id still lives: a zombie re-taking its
 		// own requeued task would count a second crash for it.
 		ready := !s.Lost() && !q.paused.Load() && w.keeper.Fresh()
+		if limited, until := q.limitedNow(); limited && unsure == "" {
+			ready = false
+			if !until.IsZero() {
+				lift.Reset(time.Until(until))
+			}
+		}
 		if ready && (unsure != "" || hint && free > 0) {
 			var (
 				tasks []rdb.Taken
@@ -41,7 +51,9 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				}
 			}
 			if err == nil && hint && free > 0 {
-				tasks, err = w.take(s, q, free)
+				var wait rdb.LimitWait
+				tasks, wait, err = w.take(s, q, free)
+				q.limitWait(wait)
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
 					// are failing). Nothing was taken; wait for a beat.
@@ -86,6 +98,9 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			hint = true
 		case <-q.freed:
 		case <-poll.C:
+			q.concWait.Store(false) // a lost wake-up must not stall a limited queue
+			hint = true
+		case <-lift.C:
 			hint = true
 		case <-changed:
 			hint = true
@@ -93,16 +108,21 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 	}
 }
 
-func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, error) {
+// take takes up to n tasks of q under s, and says whether q's global limits
+// cut the take.
+func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, rdb.LimitWait, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	return w.st.Take(ctx, q.qk, w.takeArgs(s, q, n))
+	return w.st.TakeWait(ctx, q.qk, w.takeArgs(s, q, n))
 }
 
-// takeArgs are the arguments of a take of up to n tasks of q under s.
+// takeArgs are the arguments of a take of up to n tasks of q under s, with
+// the queue's flags: a queue with no priority levels and no limits takes
+// the plain way.
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
-		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild}
+		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
+		Levels: int(q.levels.Load()), Limited: q.limited.Load()}
 }
 
 // release puts back the takings session s holds in q that no handler runs
@@ -160,6 +180,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		}
 		launched++
 		q.busy.Add(1)
+		q.slots.busy.Add(1)
 		w.handlers.Add(1)
 		q.hold(t.PID, true)
 		// Never blocks: at most concurrency tasks are busy, and the channel

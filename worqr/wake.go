@@ -22,7 +22,7 @@ func (w *Worker) subscribeLoop() {
 		channels = append(channels, q.qk.WakeChannel, q.qk.CancelChannel)
 		route[q.qk.WakeChannel] = func(data []byte) {
 			if string(data) == "0" {
-				w.refreshPaused()
+				w.refreshFlags()
 			}
 			q.hint()
 		}
@@ -66,9 +66,10 @@ func (w *Worker) cancelRunning(id string) {
 	}
 }
 
-// pauseLoop reads the pause flags of every served queue once per poll
-// interval (one round trip per tag), so a pause stored in Redis is honoured
-// within one poll interval even if its announcement was lost.
+// pauseLoop reads the flags of every served queue (paused, priority levels
+// in use, global limits) once per poll interval (one round trip per tag), so
+// a pause, a limit or a level stored in Redis is honoured within one poll
+// interval even if its announcement was lost.
 func (w *Worker) pauseLoop() {
 	defer w.bg.Done()
 	t := time.NewTicker(w.cfg.PollInterval) // Start read the flags once already
@@ -78,27 +79,34 @@ func (w *Worker) pauseLoop() {
 		case <-w.runCtx.Done():
 			return
 		case <-t.C:
-			w.refreshPaused()
+			w.refreshFlags()
 		}
 	}
 }
 
-func (w *Worker) refreshPaused() {
+func (w *Worker) refreshFlags() {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
 	qks := make([]rdb.QueueKeys, len(w.queues))
 	for i, q := range w.queues {
 		qks[i] = q.qk
 	}
-	paused, err := w.st.Paused(ctx, qks)
+	flags, err := w.st.Flags(ctx, qks)
 	if err != nil {
 		if w.runCtx.Err() == nil {
-			w.cfg.Logger.Warn("worker: reading pause flags failed", "err", err)
+			w.cfg.Logger.Warn("worker: reading queue flags failed", "err", err)
 		}
 		return
 	}
 	for i, q := range w.queues {
-		if was := q.paused.Swap(paused[i]); was && !paused[i] {
+		f := flags[i]
+		q.levels.Store(int32(f.Levels))
+		if !f.Limited {
+			q.rateUntil.Store(0)
+			q.concWait.Store(false)
+		}
+		q.limited.Store(f.Limited)
+		if was := q.paused.Swap(f.Paused); was && !f.Paused {
 			q.hint()
 		}
 	}

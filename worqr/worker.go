@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,7 +22,8 @@ import (
 // use.
 //
 // Its parts, one file each: take.go takes tasks (one fetch loop per queue),
-// run.go runs handlers, end.go ends takings (one batched call per queue),
+// prio.go the one fetch loop of the queues served by priority (shared
+// slots), run.go runs handlers, end.go ends takings (one batched call per queue),
 // wake.go holds the pub/sub connection and the pause flags; the keepalive's
 // state machine is heartbeat.Keeper, recovery is recovery.Reaper.
 type Worker struct {
@@ -33,6 +35,7 @@ type Worker struct {
 	bus    *eventBus // publishes what the worker observes
 
 	queues []*queueRunner
+	group  *prioGroup // the queues served by priority (WorkerConfig.Priority), or nil
 
 	mu       sync.Mutex
 	started  bool
@@ -65,9 +68,22 @@ type queueRunner struct {
 	qk          rdb.QueueKeys
 	cfg         QueueConfig
 	handler     Handler
-	concurrency int
-	busy        atomic.Int32
+	concurrency int          // handler goroutines (and the cap on busy)
+	busy        atomic.Int32 // takings of this queue being run
+	slots       *slotPool    // its own, or the one its priority group shares
+	weight      int          // in a priority group
 	paused      atomic.Bool
+	// levels and limited are the queue's flags read from its config (see
+	// refreshFlags): the highest priority level in use, and whether it may
+	// have global limits. A take passes them on; 0 and false: the plain
+	// take.
+	levels  atomic.Int32
+	limited atomic.Bool
+	// rateUntil (unix ns): the rate limit allows no start before then;
+	// concWait: the concurrency limit was reached, until a wake-up or a
+	// poll. Neither is set for a queue without limits.
+	rateUntil atomic.Int64
+	concWait  atomic.Bool
 	// more: the queue may hold waiting tasks (the last take filled what
 	// it asked, or a wake-up came since). An end takes again only then, so
 	// that a worker at a low rate does not pop an empty queue on every end.
@@ -158,6 +174,9 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		stopped:  make(chan struct{}),
 	}
 	w.bus = newEventBus(w.st, c.Config)
+	if c.Priority != PriorityNone {
+		w.group = newPrioGroup(c.Priority, c.Concurrency)
+	}
 	add := func(r *queueRunner, ref rdb.QueueRef) {
 		r.qk = w.st.Queue(ref)
 		r.name = ref.Name
@@ -166,16 +185,35 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		if r.handler != nil {
 			r.handler = Chain(r.handler, c.Middleware...)
 		}
-		r.wake = make(chan struct{}, 1)
-		r.freed = make(chan struct{}, 1)
+		if g := w.group; g != nil && r.kind == rdb.KindTask {
+			// Served by priority: the group's slots and signals.
+			r.slots, r.wake, r.freed = g.slots, g.wake, g.freed
+			r.weight = max(r.cfg.Weight, 1)
+			if r.concurrency == 0 || r.concurrency > g.slots.size {
+				r.concurrency = g.slots.size
+			}
+			g.queues = append(g.queues, r)
+		} else {
+			r.slots = &slotPool{size: r.concurrency}
+			r.wake = make(chan struct{}, 1)
+			r.freed = make(chan struct{}, 1)
+		}
 		r.work = make(chan job, r.concurrency)
 		r.held = map[string]bool{}
 		r.ends = w.endGroup(r)
 		r.more.Store(true)
 		w.queues = append(w.queues, r)
 	}
-	for name, q := range c.Queues {
-		add(&queueRunner{kind: rdb.KindTask, cfg: q}, rdb.Standalone(name))
+	names := make([]string, 0, len(c.Queues))
+	for name := range c.Queues {
+		names = append(names, name)
+	}
+	sort.Strings(names) // a stable order: strict priority breaks ties by name
+	for _, name := range names {
+		add(&queueRunner{kind: rdb.KindTask, cfg: c.Queues[name]}, rdb.Standalone(name))
+	}
+	if w.group != nil {
+		w.group.sortQueues()
 	}
 	for _, f := range c.Flows {
 		for i, st := range f.Stages {
@@ -246,7 +284,7 @@ func (w *Worker) Start(ctx context.Context) error {
 	}()
 	go w.subscribeLoop()
 	go w.pauseLoop()
-	w.refreshPaused()
+	w.refreshFlags()
 	if !w.cfg.DisableReaper {
 		reaper, err := recovery.New(w.pool, &recovery.Config{
 			Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
@@ -269,8 +307,15 @@ func (w *Worker) Start(ctx context.Context) error {
 		for i := 0; i < q.concurrency; i++ {
 			go w.serve(q)
 		}
+		if q.weight > 0 {
+			continue // the group's loop takes for it
+		}
 		w.loops.Add(1)
 		go w.fetchLoop(q)
+	}
+	if w.group != nil {
+		w.loops.Add(1)
+		go w.groupLoop(w.group)
 	}
 	go func() {
 		select {
@@ -307,6 +352,11 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 		}); err != nil {
 			return fmt.Errorf("worqr: write settings of %s: %w", q.name, err)
 		}
+		if l := q.cfg.Limits; l != nil {
+			if err := w.st.SetLimits(ctx, q.qk, l.rdb()); err != nil {
+				return fmt.Errorf("worqr: write limits of %s: %w", q.name, err)
+			}
+		}
 	}
 	return nil
 }
@@ -331,7 +381,46 @@ func (w *Worker) pokeAll() {
 // ends take again.
 func (q *queueRunner) hint() {
 	q.more.Store(true)
+	q.concWait.Store(false)
 	poke(q.wake)
+}
+
+// slotPool counts the takings being run against a number of slots: a
+// queue's own concurrency, or the slots a priority group's queues share.
+type slotPool struct {
+	size int
+	busy atomic.Int32
+}
+
+// free returns how many more takings q may start now.
+func (q *queueRunner) free() int {
+	f := q.slots.size - int(q.slots.busy.Load())
+	if q.slots.size != q.concurrency {
+		f = min(f, q.concurrency-int(q.busy.Load()))
+	}
+	return max(f, 0)
+}
+
+// limitWait records what q's global limits said of a take: no start before
+// the rate allows one, or none until a wake-up (a taking ended somewhere).
+func (q *queueRunner) limitWait(wait rdb.LimitWait) {
+	switch {
+	case wait > 0:
+		q.rateUntil.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
+	case wait == rdb.WaitWake:
+		q.concWait.Store(true)
+	}
+}
+
+// limitedNow reports whether q's global limits forbid a take now, and
+// when the rate limit lifts (zero when a wake-up lifts it, or none holds).
+func (q *queueRunner) limitedNow() (bool, time.Time) {
+	if u := q.rateUntil.Load(); u > 0 {
+		if t := time.Unix(0, u); time.Now().Before(t) {
+			return true, t
+		}
+	}
+	return q.concWait.Load(), time.Time{}
 }
 
 func poke(c chan struct{}) {

@@ -124,6 +124,27 @@ func TestQueuePauseAndResume(t *testing.T) {
 	}
 }
 
+func TestQueueLimits(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a")
+	if out := b.ok("", "queue", "limits", "emails"); out != "limits of emails: none\n" {
+		t.Errorf("limits printed %q", out)
+	}
+	if out := b.ok("", "queue", "limits", "emails", "--rate", "100", "--period", "1s", "--concurrency", "10"); out != "limits of emails: rate 100 per 1s, concurrency 10\n" {
+		t.Errorf("limits printed %q", out)
+	}
+	l, err := b.in.Limits(context.Background(), "emails")
+	if err != nil || l != (worqr.Limits{Rate: 100, Period: time.Second, Concurrency: 10}) {
+		t.Fatalf("the Inspector sees %+v, %v", l, err)
+	}
+	if r := b.run("", "queue", "limits", "emails", "--rate", "5"); r.code != 2 || !strings.Contains(r.err, "Limits.Period") {
+		t.Errorf("a rate without a period: exit %d, stderr %q", r.code, r.err)
+	}
+	if out := b.ok("", "queue", "limits", "emails", "--clear"); out != "limits of emails: none\n" {
+		t.Errorf("--clear printed %q", out)
+	}
+}
+
 func TestQueuePauseRefusesAnUnknownQueue(t *testing.T) {
 	b := setup(t)
 	b.enqueue("emails", "a")

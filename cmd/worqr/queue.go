@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -32,13 +34,14 @@ type queueJSON struct {
 func (a *app) queueCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "queue",
-		Short: "list, inspect, pause, resume and purge queues",
+		Short: "list, inspect, pause, resume, limit and purge queues",
 		Example: `  worqr queue ls
   worqr queue inspect emails
   worqr queue pause emails
+  worqr queue limits emails --rate 100 --period 1s --concurrency 10
   worqr queue purge emails --yes`,
 	})
-	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queuePurgeCmd())
+	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd())
 	return cmd
 }
 
@@ -209,6 +212,68 @@ func (a *app) queuePauseCmd(pause bool) *cobra.Command {
 			return err
 		}
 		_, err = fmt.Fprintf(a.env.out, "%s %s\n", verb, q)
+		return err
+	})
+	return cmd
+}
+
+func (a *app) queueLimitsCmd() *cobra.Command {
+	var (
+		rate, conc int
+		period     time.Duration
+		clear      bool
+	)
+	cmd := &cobra.Command{
+		Use:   "limits <queue>",
+		Short: "show or set a queue's global rate and concurrency limits",
+		Long: `Without flags, prints the queue's global limits. With --rate and --period,
+--concurrency or --clear, stores them (the flags given replace every limit:
+one left out is removed); every worker applies them at once (within one poll
+interval if the announcement is lost). The limits hold across every process:
+at most --rate tasks start in any window of --period (Redis's clock), at
+most --concurrency run at once.`,
+		Example: "  worqr queue limits emails\n  worqr queue limits emails --rate 100 --period 1s\n  worqr queue limits emails --concurrency 10\n  worqr queue limits emails --clear",
+		Args:    args("queue"),
+	}
+	f := cmd.Flags()
+	f.IntVar(&rate, "rate", 0, "most task starts per period")
+	f.DurationVar(&period, "period", 0, "the rate's window")
+	f.IntVar(&conc, "concurrency", 0, "most tasks running at once, across every worker")
+	f.BoolVar(&clear, "clear", false, "remove every limit")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if _, err := a.knownQueue(ctx, q); err != nil {
+			return err
+		}
+		set := clear || cmd.Flags().Changed("rate") || cmd.Flags().Changed("period") || cmd.Flags().Changed("concurrency")
+		if clear && (rate != 0 || period != 0 || conc != 0) {
+			return usagef("--clear cannot be given with --rate, --period or --concurrency")
+		}
+		if set {
+			if err := a.in.SetLimits(ctx, q, worqr.Limits{Rate: rate, Period: period, Concurrency: conc}); err != nil {
+				if errors.Is(err, worqr.ErrInvalid) {
+					return usagef("%v", err)
+				}
+				return err
+			}
+		}
+		l, err := a.in.Limits(ctx, q)
+		if err != nil {
+			return err
+		}
+		desc := "none"
+		switch {
+		case l.Rate > 0 && l.Concurrency > 0:
+			desc = fmt.Sprintf("rate %d per %s, concurrency %d", l.Rate, l.Period, l.Concurrency)
+		case l.Rate > 0:
+			desc = fmt.Sprintf("rate %d per %s", l.Rate, l.Period)
+		case l.Concurrency > 0:
+			desc = fmt.Sprintf("concurrency %d", l.Concurrency)
+		}
+		_, err = fmt.Fprintf(a.env.out, "limits of %s: %s\n", q, desc)
 		return err
 	})
 	return cmd

@@ -272,6 +272,29 @@ func TestScriptKeysDeclared(t *testing.T) {
 	must(err)
 	check("bulk", "bulk:t") // ids popped from the waiting list
 
+	// Priority levels and limits: a take declares the level lists and the
+	// rate log it reads; what puts a task back reaches its level's list by
+	// the level read from its hash.
+	_, err = st.MarkLevel(ctx, q, 2)
+	must(err)
+	_, err = st.Enqueue(ctx, q, []string{"p2", "p3"}, [][]byte{[]byte("2"), []byte("3")}, &rdb.EnqueueArgs{Priority: 2})
+	must(err)
+	check("enqueue at a level") // the level's list is the declared waiting list
+	must(st.SetLimits(ctx, q, rdb.Limits{Rate: 10, PeriodMs: 60_000, Conc: 5}))
+	got, err = st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 1, Levels: 2, Limited: true})
+	must(err)
+	check("take by level, limited", "take:t")
+	_, _, err = st.EndTake(ctx, q, 0, []rdb.Ending{rdb.GiveBack(rdb.KindTask, w, got[0].PID, got[0].ID)},
+		&rdb.TakeArgs{Worker: w, Until: until, Max: 0, Limited: true})
+	must(err)
+	check("give back to a level", "end:q") // the task's level, from its hash
+	_, err = st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 1, Levels: 2, Limited: true})
+	must(err)
+	a.calls()
+	_, _, err = st.Requeue(ctx, q, []string{w}, true)
+	must(err)
+	check("requeue to a level", "requeue:q", "requeue:t")
+
 	// A flow: start, a stage that fans out, the children's ends, the
 	// next stage forwarded and ended; a run cancelled while waiting.
 	fq := func(name string) rdb.QueueKeys { return k.Queue(rdb.QueueRef{Tag: "DF", Name: name}) }

@@ -3,6 +3,7 @@
 package rdb
 
 import (
+	"strconv"
 	"strings"
 )
 
@@ -176,6 +177,22 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		CancelChannel:     base + "cancel:" + q.Name,
 	}
 }
+
+// Level is the waiting list of priority level n (1..MaxLevel) of the
+// queue; level 0 is Waiting itself.
+func (q QueueKeys) Level(n int) string {
+	if n <= 0 {
+		return q.Waiting
+	}
+	return q.Waiting + ":" + strconv.Itoa(n)
+}
+
+// RateLog is the sorted set of the queue's recent starts (pid by start
+// time, Redis clock) kept while it has a rate limit.
+func (q QueueKeys) RateLog() string { return q.Config + ":rate" }
+
+// MaxLevel is the highest priority level of a task within its queue.
+const MaxLevel = 9
 
 // Task is the hash of task id.
 func (q QueueKeys) Task(id string) string { return q.TaskPrefix + id }

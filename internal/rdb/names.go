@@ -65,6 +65,7 @@ const (
 	FieldProgress     = "pg"
 	FieldDeadline     = "dl"
 	FieldRetention    = "rt"
+	FieldPriority     = "pri"
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

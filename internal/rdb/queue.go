@@ -58,6 +58,9 @@ type EnqueueArgs struct {
 	// this long (ms) and holds Digest, the payload's digest.
 	IDLockTTL int64
 	Digest    string
+	// Priority > 0 (at most MaxLevel): the tasks go to that level's list
+	// (call MarkLevel first, so that workers look there).
+	Priority int
 }
 
 // ErrSameTask is returned by Enqueue when a task with the caller-chosen id
@@ -81,7 +84,7 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	n := hi - lo
 	args := make([]any, 0, 18+4*n)
 	idem := a.IDLockTTL > 0 && n == 1
-	args = append(args, 0, q.Waiting, q.Scheduled) // the key count is set below
+	args = append(args, 0, q.Level(a.Priority), q.Scheduled) // the key count is set below
 	for _, id := range ids[lo:hi] {
 		args = append(args, q.Task(id))
 	}
@@ -114,7 +117,7 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	args[0] = len(args) - 1
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
-		optInt(a.DeadlineMs), optInt(a.RetentionMs), n)
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)))
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -328,6 +331,27 @@ type TakeArgs struct {
 	// as failed in its run, found from its id (<run id>.<suffix>) when its
 	// data is gone.
 	Child bool
+	// Levels: the queue has priority levels 1..Levels (its config's
+	// "prio"); their lists are taken from first, highest first. 0: the
+	// plain take.
+	Levels int
+	// Limited: the queue may have global limits (its config's "rate",
+	// "period", "conc"): the take reads them and starts no more than they
+	// allow. false: the plain take.
+	Limited bool
+}
+
+// keys returns the keys a take declares beyond its fixed ones: the level
+// lists and the rate log, which the script reaches by name.
+func (a TakeArgs) keys(q QueueKeys) []any {
+	var out []any
+	for l := min(a.Levels, MaxLevel); l >= 1; l-- {
+		out = append(out, q.Level(l))
+	}
+	if a.Limited {
+		out = append(out, q.RateLog())
+	}
+	return out
 }
 
 // mode is how the take scripts are told the kind of queue; safe (a store
@@ -345,6 +369,12 @@ func (a TakeArgs) mode(safe bool) string {
 	if safe {
 		m += "m"
 	}
+	if a.Levels > 0 {
+		m += "p" + strconv.Itoa(min(a.Levels, MaxLevel))
+	}
+	if a.Limited {
+		m += "l"
+	}
 	return m
 }
 
@@ -352,24 +382,52 @@ func (a TakeArgs) mode(safe bool) string {
 // for worker a.Worker. Tasks that crashed a.MaxCrashes workers or whose data
 // is bad are buried.
 func (s *Store) Take(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, error) {
-	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript,
-		q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config,
-		a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
-		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until))
+	taken, _, err := s.TakeWait(ctx, q, a)
+	return taken, err
+}
+
+// LimitWait says whether a queue's global limits cut a take: 0 they did
+// not; > 0 the rate limit allows the next start in that many ms (Redis
+// clock); WaitWake (-1) the concurrency limit is reached: a taking must end
+// first (its end publishes a wake-up).
+type LimitWait int64
+
+// WaitWake is the LimitWait of a take cut by the concurrency limit.
+const WaitWake LimitWait = -1
+
+// TakeWait is Take, and says whether the queue's global limits cut it.
+func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, LimitWait, error) {
+	extra := a.keys(q)
+	args := make([]any, 0, 24)
+	args = append(args, 6+len(extra), q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config)
+	args = append(args, extra...)
+	args = append(args, a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
+		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until)
+	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript, args...))
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
-			return nil, ErrExpired
+			return nil, 0, ErrExpired
 		}
-		return nil, err
+		return nil, 0, err
 	}
 	return decodeTaken(vals, a.Stage)
 }
 
-// decodeTaken decodes the flat reply of a take (8 values per id).
-func decodeTaken(vals []any, stage bool) ([]Taken, error) {
+// decodeTaken decodes the flat reply of a take (8 values per id, then the
+// limit's wait when a limit cut the take).
+func decodeTaken(vals []any, stage bool) ([]Taken, LimitWait, error) {
 	const width = 8
+	var wait LimitWait
+	if len(vals)%width == 1 {
+		w, err := redis.Int64(vals[len(vals)-1], nil)
+		if err != nil {
+			return nil, 0, fmt.Errorf("rdb: take: limit wait: %w", err)
+		}
+		wait = LimitWait(w)
+		vals = vals[:len(vals)-1]
+	}
 	if len(vals)%width != 0 {
-		return nil, fmt.Errorf("rdb: take: reply of %d values", len(vals))
+		return nil, 0, fmt.Errorf("rdb: take: reply of %d values", len(vals))
 	}
 	out := make([]Taken, 0, len(vals)/width)
 	for i := 0; i < len(vals); i += width {
@@ -397,7 +455,7 @@ func decodeTaken(vals []any, stage bool) ([]Taken, error) {
 		}
 		out = append(out, t)
 	}
-	return out, nil
+	return out, wait, nil
 }
 
 // Ask is what the owner of a taking asks its end to record.
@@ -412,6 +470,7 @@ const (
 	// AskExpire ends a taking the take found past its deadline (never
 	// run): expired, once the script confirms it on Redis's clock.
 	AskExpire Ask = "expire"
+	AskLater Ask = "later" // rate limited: to run again after a delay, no attempt counted
 )
 
 // Kind is the kind of queue a taking belongs to.
@@ -475,6 +534,12 @@ func Expire(worker, pid, id string) Ending {
 	return Ending{Kind: KindTask, Worker: worker, PID: pid, ID: id, Ask: AskExpire}
 }
 
+// Later schedules a taking to run again after delayMs without counting a
+// failed attempt (the handler was rate limited).
+func Later(k Kind, worker, pid, id string, delayMs int64, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskLater, RetryDelayMs: delayMs, Err: err}
+}
+
 // GiveBack puts a taking back at the front of its queue.
 func GiveBack(k Kind, worker, pid, id string) Ending {
 	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskBack}
@@ -509,6 +574,14 @@ func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []En
 // take.Until has passed: then no error, nothing taken). A worker refills the
 // slots its ends free without a round trip of its own.
 func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending, take *TakeArgs) ([]Ended, []Taken, error) {
+	ended, taken, _, err := s.EndTakeWait(ctx, q, retentionMs, es, take)
+	return ended, taken, err
+}
+
+// EndTakeWait is EndTake, and says whether the queue's global limits cut
+// its take. A take with Max 0 takes nothing but still tells the script
+// the queue's flags (Limited: the ends announce freed slots).
+func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending, take *TakeArgs) ([]Ended, []Taken, LimitWait, error) {
 	var t TakeArgs
 	if take != nil {
 		t = *take
@@ -568,23 +641,26 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 			}
 		}
 	}
+	if t.Max > 0 {
+		keys = append(keys, t.keys(q)...)
+	}
 	all := make([]any, 0, 1+len(keys)+len(args))
 	all = append(all, len(keys))
 	all = append(all, keys...)
 	all = append(all, args...)
 	reply, err := redis.Values(s.eval(ctx, q.Ref.Tag, endScript, all...))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, 0, err
 	}
 	if len(reply) != 2 {
-		return nil, nil, fmt.Errorf("rdb: end: reply of %d values, want 2", len(reply))
+		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2", len(reply))
 	}
 	codes, err := redis.Ints(reply[0], nil)
 	if err != nil {
-		return nil, nil, fmt.Errorf("rdb: end: %w", err)
+		return nil, nil, 0, fmt.Errorf("rdb: end: %w", err)
 	}
 	if len(codes) != 2*len(es) {
-		return nil, nil, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
+		return nil, nil, 0, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
 	}
 	out := make([]Ended, len(es))
 	for i := range out {
@@ -592,13 +668,13 @@ func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es 
 	}
 	vals, err := redis.Values(reply[1], nil)
 	if err != nil {
-		return out, nil, fmt.Errorf("rdb: end: take: %w", err)
+		return out, nil, 0, fmt.Errorf("rdb: end: take: %w", err)
 	}
-	taken, err := decodeTaken(vals, t.Stage)
+	taken, wait, err := decodeTaken(vals, t.Stage)
 	if err != nil {
-		return out, nil, err
+		return out, nil, 0, err
 	}
-	return out, taken, nil
+	return out, taken, wait, nil
 }
 
 func (q QueueKeys) prefixes() []any {
@@ -748,8 +824,104 @@ const (
 // waiting list (front first) or scheduled set (earliest first) and returns
 // how many it handled: fewer than BulkChunk means none are left.
 func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
+	return s.BulkLevel(ctx, q, place, 0, action)
+}
+
+// BulkLevel is Bulk on the waiting list of priority level (0..MaxLevel).
+func (s *Store) BulkLevel(ctx context.Context, q QueueKeys, place Place, level int, action BulkAction) (int, error) {
 	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript,
-		q.Waiting, q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkChunk, q.TaskPrefix))
+		q.Level(level), q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkChunk, q.TaskPrefix))
+}
+
+// MarkLevel records that queue q has tasks of priority level (1..MaxLevel),
+// before they are enqueued, and returns the highest level recorded.
+func (s *Store) MarkLevel(ctx context.Context, q QueueKeys, level int) (int, error) {
+	return redis.Int(s.eval(ctx, q.Ref.Tag, levelsScript, q.Config, level, q.WakeChannel))
+}
+
+// Limits are a queue's global limits, kept in its config hash: at most
+// Rate starts per PeriodMs (both > 0, or no rate limit), at most Conc
+// takings at once (0: none).
+type Limits struct {
+	Rate     int
+	PeriodMs int64
+	Conc     int
+}
+
+// SetLimits stores q's global limits (zero values remove them) and
+// announces the change on its wake channel, so that workers read the
+// queue's flags at once.
+func (s *Store) SetLimits(ctx context.Context, q QueueKeys, l Limits) error {
+	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
+		var err error
+		if l.Rate > 0 && l.PeriodMs > 0 {
+			_, err = do(ctx, c, "HSET", q.Config, "rate", l.Rate, "period", l.PeriodMs)
+		} else {
+			_, err = do(ctx, c, "HDEL", q.Config, "rate", "period")
+		}
+		if err != nil {
+			return err
+		}
+		if l.Conc > 0 {
+			_, err = do(ctx, c, "HSET", q.Config, "conc", l.Conc)
+		} else {
+			_, err = do(ctx, c, "HDEL", q.Config, "conc")
+		}
+		if err != nil {
+			return err
+		}
+		_, err = do(ctx, c, "PUBLISH", q.WakeChannel, "0")
+		return err
+	})
+}
+
+// ReadLimits returns q's stored global limits.
+func (s *Store) ReadLimits(ctx context.Context, q QueueKeys) (Limits, error) {
+	v, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "rate", "period", "conc"))
+	if err != nil {
+		return Limits{}, err
+	}
+	var l Limits
+	l.Rate, _ = strconv.Atoi(v[0])
+	l.PeriodMs, _ = strconv.ParseInt(v[1], 10, 64)
+	l.Conc, _ = strconv.Atoi(v[2])
+	return l, nil
+}
+
+// QueueFlags are what a worker reads of a queue's config on every poll and
+// every wake-up carrying 0: whether it is paused, its highest priority
+// level in use, and whether it has global limits.
+type QueueFlags struct {
+	Paused  bool
+	Levels  int
+	Limited bool
+}
+
+// Flags reads the flags of each queue, one round trip per tag.
+func (s *Store) Flags(ctx context.Context, qs []QueueKeys) ([]QueueFlags, error) {
+	out := make([]QueueFlags, len(qs))
+	err := s.perTag(qs, func(tag string, idx []int) error {
+		cmds := make([]command, len(idx))
+		for j, i := range idx {
+			cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc")
+		}
+		rs, err := s.pipeline(ctx, tag, cmds)
+		if err != nil {
+			return err
+		}
+		for j, i := range idx {
+			v, err := redis.Strings(rs[j], nil)
+			if err != nil {
+				return err
+			}
+			levels, _ := strconv.Atoi(v[1])
+			rate, _ := strconv.Atoi(v[2])
+			conc, _ := strconv.Atoi(v[3])
+			out[i] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0}
+		}
+		return nil
+	})
+	return out, err
 }
 
 // QueueSettings are the settings scripts read from a queue's config hash.

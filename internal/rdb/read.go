@@ -121,9 +121,37 @@ func (s *Store) Task(ctx context.Context, q QueueKeys, id string) (*TaskRecord, 
 	return ts[0], nil
 }
 
-// Len returns the number of tasks waiting in q.
+// Len returns the number of tasks waiting in q, at every priority level.
 func (s *Store) Len(ctx context.Context, q QueueKeys) (int, error) {
-	return redis.Int(s.cmd(ctx, q.Ref.Tag, "LLEN", q.Waiting))
+	lens, err := s.levelLens(ctx, q)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, l := range lens {
+		n += l
+	}
+	return n, nil
+}
+
+// levelLens returns the length of each of q's waiting lists, from the
+// highest priority level down to level 0 (the order of taking).
+func (s *Store) levelLens(ctx context.Context, q QueueKeys) ([]int, error) {
+	cmds := make([]command, 0, MaxLevel+1)
+	for l := MaxLevel; l >= 0; l-- {
+		cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int, len(rs))
+	for i, r := range rs {
+		if out[i], err = redis.Int(r, nil); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
 // Span is one page of ids of a queue's place, with the place's size.
@@ -134,8 +162,43 @@ type Span struct {
 
 // Waiting returns the ids from position offset of q's waiting list (front
 // first) and its length.
+// With priority levels, the lists are read in the order of taking: highest
+// level first.
 func (s *Store) Waiting(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
-	return s.span(ctx, q.Ref.Tag, cmdOf("LLEN", q.Waiting), cmdOf("LRANGE", q.Waiting, offset, offset+limit-1))
+	lens, err := s.levelLens(ctx, q)
+	if err != nil {
+		return Span{}, err
+	}
+	var sp Span
+	var cmds []command
+	for i, n := range lens {
+		sp.Total += n
+		if limit <= 0 || n == 0 {
+			continue
+		}
+		if offset >= n {
+			offset -= n
+			continue
+		}
+		cmds = append(cmds, cmdOf("LRANGE", q.Level(MaxLevel-i), offset, offset+limit-1))
+		limit -= n - offset
+		offset = 0
+	}
+	if len(cmds) == 0 {
+		return sp, nil
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return Span{}, err
+	}
+	for _, r := range rs {
+		ids, err := redis.Strings(r, nil)
+		if err != nil {
+			return Span{}, err
+		}
+		sp.IDs = append(sp.IDs, ids...)
+	}
+	return sp, nil
 }
 
 // Scheduled returns a page of q's scheduled ids, soonest first.
@@ -213,7 +276,8 @@ func pidLess(a, b string) bool {
 type QueueStat struct {
 	Waiting, Scheduled, Active, Dead, Retained int64
 	Paused                                     bool
-	// Head is the id at the front of the waiting list ("" when empty).
+	// Head is the id at the front of the waiting list of level 0 ("" when
+	// empty); Waiting counts every priority level.
 	Head string
 }
 
@@ -221,13 +285,16 @@ type QueueStat struct {
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 7
+		const per = 7 + MaxLevel
 		cmds := make([]command, 0, per*len(idx))
 		for _, i := range idx {
 			q := qs[i]
 			cmds = append(cmds, cmdOf("LLEN", q.Waiting), cmdOf("ZCARD", q.Scheduled), cmdOf("ZCARD", q.Dead),
 				cmdOf("ZCARD", q.Retained), cmdOf("HEXISTS", q.Config, "paused"), cmdOf("LINDEX", q.Waiting, 0),
 				cmdOf("SMEMBERS", q.Holders))
+			for l := 1; l <= MaxLevel; l++ {
+				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
+			}
 		}
 		rs, err := s.pipeline(ctx, tag, cmds)
 		if err != nil {
@@ -242,6 +309,10 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				if *dst, err = redis.Int64(r[k], nil); err != nil {
 					return err
 				}
+			}
+			for l := 1; l <= MaxLevel; l++ {
+				n, _ := redis.Int64(r[6+l], nil)
+				st.Waiting += n
 			}
 			p, _ := redis.Int(r[4], nil)
 			st.Paused = p == 1

@@ -215,7 +215,7 @@ func do(ctx context.Context, c redis.Conn, cmd string, args ...any) (any, error)
 // The scripts are immutable once built.
 var (
 	enqueueScript   = load("enqueue", -1)
-	takeScript      = load("take", 6)
+	takeScript      = load("take", -1)
 	endScript       = load("end", -1)
 	requeueScript   = load("requeue", -1)
 	releaseScript   = load("release", 4)
@@ -230,4 +230,5 @@ var (
 	loadScript      = load("load", -1)
 	periodicScript  = load("periodic", 3)
 	periodicDue     = load("periodic_due", 1)
+	levelsScript    = load("levels", 1)
 )

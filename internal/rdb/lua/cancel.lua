@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "level"
 --- @include "cfg"
 --- @include "finalize"
 -- cancel: end a waiting or scheduled task, or ask the owner of a running one
@@ -13,7 +14,7 @@
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
-local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION)
+local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY)
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end
@@ -29,7 +30,7 @@ if s ~= S_ACTIVE then
   if s == S_SCHEDULED then
     removed = redis.call('ZREM', KEYS[3], ARGV[1])
   else
-    removed = redis.call('LREM', KEYS[1], 1, ARGV[1])
+    removed = redis.call('LREM', level_list(KEYS[1], t[7]), 1, ARGV[1])
   end
   if removed > 0 then
     finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], t[6])

@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "flow"
+--- @include "level"
 -- dead: requeue or delete tasks of a queue's dead set.
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -11,7 +12,7 @@
 --         running again)
 -- ARGV[5] "ids" followed by ids in ARGV[6..], or "oldest" followed by a count
 -- in ARGV[6] (that many of the oldest entries).
--- A requeued task goes to the back of the queue with its attempt and crash
+-- A requeued task goes to the back of the queue (of its priority level) with its attempt and crash
 -- counts reset. Returns: the number of tasks handled.
 local ids
 if ARGV[5] == 'oldest' then
@@ -45,7 +46,18 @@ for _, id in ipairs(ids) do
   end
 end
 if ARGV[1] == 'requeue' and #handled > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(handled))
+  local plain = {}
+  for _, id in ipairs(handled) do
+    local pri = redis.pcall('HGET', ARGV[2] .. id, F_PRIORITY)
+    if type(pri) == 'string' and pri ~= '0' then
+      redis.call('RPUSH', level_list(KEYS[2], pri), id)
+    else
+      plain[#plain + 1] = id
+    end
+  end
+  if #plain > 0 then
+    redis.call('RPUSH', KEYS[2], unpack(plain))
+  end
   redis.call('PUBLISH', ARGV[3], #handled)
 end
 return #handled

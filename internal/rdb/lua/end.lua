@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "level"
 --- @include "own"
 --- @include "fix_type"
 --- @include "finalize"
@@ -32,8 +33,9 @@
 -- ARGV[9..13] take again, after the ends, as the take script would: most
 --   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
 --   Redis time; nothing is taken at or past it), max crashes, mode ('0'
---   task, '1' stage, '2' child queue; a trailing 'm' on a Redis Cluster:
---   see take)
+--   task, '1' stage, '2' child queue, then the flags of take's mode: see
+--   take_tasks). With flag 'l' (the queue may have global limits), ends
+--   that free slots not taken again are announced on the wake channel.
 -- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child), worker id, pid, task id,
 --   ask (done | retry | dead | back | expire), retry delay ms, error text,
@@ -56,9 +58,10 @@ local function wake(channel, n)
   woken[channel] = (woken[channel] or 0) + n
 end
 
--- give_back puts the taking back at the front of the queue.
+-- give_back puts the taking back at the front of the queue (of its
+-- priority level's list).
 local function give_back(tkey, id)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION, F_PRIORITY)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', waiting, id)
@@ -76,7 +79,7 @@ local function give_back(tkey, id)
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
   redis.call('HDEL', tkey, F_WORKER, F_PID)
-  redis.call('LPUSH', waiting, id)
+  redis.call('LPUSH', level_list(waiting, t[5]), id)
   wake(ARGV[2], 1)
   return OUT_REQUEUED
 end
@@ -184,7 +187,7 @@ local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runi
   if x then
     ask, err = 'cancelled', 'cancelled'
   end
-  if ask == 'retry' then
+  if ask == 'retry' or ask == 'later' then
     return fail_attempt(q, tkey, id, ask, delay, err, worker), OUT_LOST
   end
   if ask == 'done' then
@@ -238,5 +241,17 @@ if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
   -- takes nothing (the ends above stay applied).
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
     cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
+end
+if string.find(ARGV[13], 'l', 2, true) then
+  -- A queue with global limits: slots freed here and not taken again may
+  -- let another worker start a task (concurrency limit): tell them.
+  local freed = 0
+  for j = 1, #out, 2 do
+    if out[j] ~= OUT_LOST then freed = freed + 1 end
+  end
+  freed = freed - math.floor(#taken / 8)
+  if freed > 0 then
+    redis.call('PUBLISH', ARGV[2], freed)
+  end
 end
 return {out, taken}

@@ -4,7 +4,8 @@
 -- into its scheduled set when delayed), then publish one wake-up carrying the
 -- number of tasks made available. The caller splits large batches (Go:
 -- rdb.MaxEnqueueBatch), so that one call never holds Redis for long.
--- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids
+-- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids (of the priority
+--              level: <ns>:{T}:q:<queue>:<level> for a level > 0)
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
 -- KEYS[3..n+2] <ns>:{T}:t:<id>        (hash)  one per task
 -- then the unique locks <ns>:{T}:u:<queue>:<key> (string, holding a task
@@ -27,8 +28,9 @@
 --         after it is not run, it ends as expired
 -- ARGV[12] retention ms of the task once ended ("" = the queue's)
 -- ARGV[13] n, the number of tasks
--- ARGV[14..n+13] task ids, in KEYS order;  ARGV[n+14..2n+13] payloads;
--- with "b": ARGV[2n+14..3n+13] per task, the position of its unique lock
+-- ARGV[14] the tasks' priority level ("" = 0, the plain waiting list)
+-- ARGV[15..n+14] task ids, in KEYS order;  ARGV[n+15..2n+14] payloads;
+-- with "b": ARGV[2n+15..3n+14] per task, the position of its unique lock
 --         among the declared locks (1-based; 0 = none)
 -- Returns: {n} on success; {-1, holder id} when the one unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
@@ -38,7 +40,7 @@
 -- each task left out its position i in the call (1-based) and the id
 -- holding its lock (a task earlier in the same call, maybe).
 local n = tonumber(ARGV[13])
-local first = 14
+local first = 15
 local idlock = nil
 if ARGV[8] == '1' then
   idlock = KEYS[#KEYS]
@@ -90,6 +92,7 @@ if ARGV[6] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = AR
 if ARGV[7] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[7] end
 if ARGV[11] ~= '' then extra[#extra + 1] = F_DEADLINE; extra[#extra + 1] = ARGV[11] end
 if ARGV[12] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[12] end
+if ARGV[14] ~= '' then extra[#extra + 1] = F_PRIORITY; extra[#extra + 1] = ARGV[14] end
 if due then extra[#extra + 1] = F_STATE; extra[#extra + 1] = S_SCHEDULED end
 local ids = {}
 for _, i in ipairs(keep) do

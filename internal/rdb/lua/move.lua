@@ -1,8 +1,10 @@
 --- @include "codes"
 --- @include "time"
 --- @include "bury"
+--- @include "level"
 -- move: push up to ARGV[1] scheduled tasks that are due (by Redis time) to the
--- back of their queue, publish a wake-up, and trim the dead set by age.
+-- back of their queue (of their priority level's list when the queue has
+-- levels: its config's 'prio'), publish a wake-up, and trim the dead set by age.
 -- Atomic, so many peers moving at once move each task exactly once.
 -- KEYS[1] <ns>:{T}:s:<queue>          (zset) scheduled ids by due time
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -15,11 +17,27 @@ local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, t
 if #ids == 0 then
   return 0
 end
+local n = #ids
 redis.call('ZREM', KEYS[1], unpack(ids))
 for _, id in ipairs(ids) do
   -- A key of the wrong type must not abort the batch: the take buries it.
   redis.pcall('HSET', ARGV[2] .. id, F_STATE, S_QUEUED)
 end
-redis.call('RPUSH', KEYS[2], unpack(ids))
-redis.call('PUBLISH', ARGV[3], #ids)
-return #ids
+if cfg_num(KEYS[4], 'prio', 0) > 0 then
+  -- The queue has priority levels: each task goes to its level's list.
+  local plain = {}
+  for _, id in ipairs(ids) do
+    local pri = redis.pcall('HGET', ARGV[2] .. id, F_PRIORITY)
+    if type(pri) == 'string' and pri ~= '0' then
+      redis.call('RPUSH', level_list(KEYS[2], pri), id)
+    else
+      plain[#plain + 1] = id
+    end
+  end
+  ids = plain
+end
+if #ids > 0 then
+  redis.call('RPUSH', KEYS[2], unpack(ids))
+end
+redis.call('PUBLISH', ARGV[3], n)
+return n

@@ -7,7 +7,10 @@
 -- KEYS[3] <ns>:{T}:h:<queue>          (set)  workers that may hold takings
 -- KEYS[4] <ns>:{T}:seq                (string) taking counter of the tag
 -- KEYS[5] <ns>:{T}:dead:<queue>       (zset) dead ids by time of death
--- KEYS[6] <ns>:{T}:cfg:<queue>        (hash) queue settings
+-- KEYS[6] <ns>:{T}:cfg:<queue>        (hash) queue settings (and the limits)
+-- KEYS[7..] declared for a cluster, reached by name: with mode 'p<n>' the
+--         level lists <ns>:{T}:q:<queue>:<n> .. :1; with 'l' the rate log
+--         <ns>:{T}:cfg:<queue>:rate (zset: pid by start time, Redis clock)
 -- ARGV[1] worker id   ARGV[2] max count
 -- ARGV[3] task key prefix
 -- ARGV[4] max crashes (a task that crashed this many workers is buried; 0 = no limit)
@@ -16,7 +19,9 @@
 --         flow child queue (a buried child with no data left is counted in
 --         the run its id names); "0" else. A trailing "m" (on a Redis
 --         Cluster) reads every task hash before writing anything, so that a
---         slot migration caught half way changes nothing (TRYAGAIN)
+--         slot migration caught half way changes nothing (TRYAGAIN);
+--         then 'p<n>' when the queue has priority levels 1..n and 'l' when
+--         it may have global limits (see take_tasks)
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
 -- ARGV[11] the worker's deadline (unix ms, Redis time): its keepalive was set
@@ -31,6 +36,9 @@
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
 --    timeout ms (""), parent run id ("" unless a flow child)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
+-- When a global limit cut the take, one more value ends the reply: the ms
+-- until the rate limit allows the next start, or -1 (the concurrency limit
+-- is reached: wait for a wake-up).
 -- Error "WQEXPIRED ..." when the deadline has passed (nothing changed);
 -- "TRYAGAIN ..." when a popped task's hash is on another node during a
 -- Redis Cluster slot migration (nothing changed).

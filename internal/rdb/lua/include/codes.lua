@@ -8,7 +8,7 @@ local F_PAYLOAD, F_STATE, F_FAILURES, F_CRASHES = 'd', 's', 'n', 'c'
 local F_CANCEL, F_WORKER, F_PID, F_ERROR = 'x', 'w', 'p', 'e'
 local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
-local F_CRASHED_ON, F_RAW, F_PROGRESS = 'cw', 'raw', 'pg'
+local F_CRASHED_ON, F_RAW, F_PROGRESS, F_PRIORITY = 'cw', 'raw', 'pg', 'pri'
 local F_DEADLINE, F_RETENTION = 'dl', 'rt'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'

@@ -3,11 +3,14 @@
 --- @include "bury"
 -- fail_attempt records a failed attempt of task id, the one place the retry
 -- and bury block is written: its failure count grows; ask 'retry' schedules
--- it at Redis time + delay ms, anything else buries it with err. Returns
--- OUT_RETRY or OUT_DEAD.
+-- it at Redis time + delay ms, anything else buries it with err; ask 'later'
+-- (rate limited) schedules it the same way without counting a failure.
+-- Returns OUT_RETRY or OUT_DEAD.
 local function fail_attempt(q, tkey, id, ask, delay, err, worker)
-  redis.call('HINCRBY', tkey, F_FAILURES, 1)
-  if ask == 'retry' then
+  if ask ~= 'later' then
+    redis.call('HINCRBY', tkey, F_FAILURES, 1)
+  end
+  if ask == 'retry' or ask == 'later' then
     redis.call('HSET', tkey, F_STATE, S_SCHEDULED, F_ERROR, err)
     redis.call('HDEL', tkey, F_WORKER, F_PID)
     redis.call('ZADD', q.sched_key, now_ms() + tonumber(delay), id)

@@ -1,8 +1,10 @@
 --- @include "codes"
+--- @include "level"
 --- @include "cfg"
 --- @include "finalize"
 -- requeue_pids puts the takings held (a list of {pid = number, id = task
--- id}) back at the front of queue, oldest first. A task whose cancel was
+-- id}) back at the front of queue (of its priority level's list), oldest
+-- first. A task whose cancel was
 -- asked ends as cancelled; a flow run that ended meanwhile is left as it is;
 -- crashed counts a crash on each, once per dead worker: a zombie that took
 -- its own requeued task again before it noticed its death is not counted
@@ -16,7 +18,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   for i = #held, 1, -1 do
     local id = held[i].id
     local tkey = tprefix .. id
-    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION)
+    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY)
     if t.err then
       -- Corrupt data: requeue the id; the take buries it with the reason.
       redis.call('LPUSH', queue, id)
@@ -36,7 +38,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
       end
       redis.call('HSET', tkey, F_STATE, S_QUEUED)
       redis.call('HDEL', tkey, F_WORKER, F_PID)
-      redis.call('LPUSH', queue, id)
+      redis.call('LPUSH', level_list(queue, t[8]), id)
       requeued = requeued + 1
     end
   end

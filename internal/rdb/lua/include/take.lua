@@ -3,6 +3,57 @@
 --- @include "fix_type"
 --- @include "bury"
 --- @include "flow"
+-- limit_allowance is how many of max tasks the queue's global limits let a
+-- take start now (read from its config hash k.cfg: 'rate' tasks per
+-- 'period' ms, at most 'conc' running), and, when a limit cut the take, how
+-- long until one more may start: ms (rate), or -1 (concurrency: until a
+-- taking ends; a wake-up says so). Running takings are counted from the
+-- holdings themselves (the wq hash of every worker in the holder index), so
+-- every way a taking ends (end, give back, release, recovery) frees its
+-- slot with nothing to decrement, and nothing can leak. Returns nil when a
+-- holder's hash is on another cluster node (a slot migration; nothing was
+-- written).
+local function limit_allowance(k, w, max)
+  local c = redis.call('HMGET', k.cfg, 'rate', 'period', 'conc')
+  local allow, wait = max, nil
+  local conc = tonumber(c[3])
+  if conc and conc > 0 then
+    local wqp = string.sub(k.wq, 1, #k.wq - #w)
+    local running = 0
+    for _, h in ipairs(redis.call('SMEMBERS', k.holders)) do
+      local n = redis.pcall('HLEN', wqp .. h)
+      if type(n) == 'table' and n.err then
+        if string.find(n.err, 'non local key', 1, true) then
+          return nil
+        end
+        error(n.err)
+      end
+      running = running + n
+    end
+    if conc - running < allow then
+      allow = math.max(conc - running, 0)
+      wait = -1
+    end
+  end
+  k.period = nil
+  local rate, period = tonumber(c[1]), tonumber(c[2])
+  if rate and rate > 0 and period and period > 0 then
+    local now = now_ms()
+    redis.call('ZREMRANGEBYSCORE', k.rate, '-inf', now - period)
+    local used = redis.call('ZCARD', k.rate)
+    if rate - used <= allow then
+      -- Cut, or used up by this take: the next start is allowed when the
+      -- oldest start in the log leaves the window.
+      allow = math.max(rate - used, 0)
+      local first = redis.call('ZRANGE', k.rate, 0, 0, 'WITHSCORES')
+      local oldest = tonumber(first[2]) or now
+      wait = math.max(oldest + period - now, 1)
+    end
+    k.period = period
+  end
+  return allow, wait
+end
+
 -- take_tasks pops up to max ids from the front of queue k.waiting for worker
 -- w and records that w owns each taking (the body of the take script, also
 -- run by end to take again in the same call). Bad task data never reaches a
@@ -12,9 +63,15 @@
 -- whole hash), '2' a child queue. maxc: crash limit (0 = none). A task of a
 -- task queue whose deadline (F_DEADLINE) has passed is handed out with
 -- attempt 0: its worker ends it as expired without running it. pfx: the tag's
--- prefixes (see prefixes). Returns the flat reply of take, or nil, 'moved'
--- when, with mode '<n>m', a task hash is on another cluster node (a slot
--- migration): then nothing changed.
+-- prefixes (see prefixes). mode may go on with 'm' (below), 'p<n>' (the
+-- queue has priority levels 1..n: the lists <waiting>:<level> are taken
+-- from first, highest level first, then the waiting list itself, level 0)
+-- and 'l' (the queue may have global limits: see limit_allowance). A plain
+-- queue's mode is one digit (and 'm'): its take runs exactly the commands it
+-- ran before levels and limits existed. Returns the flat reply of take, or
+-- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
+-- slot migration): then nothing changed. When a limit cut the take, the
+-- reply ends with one more value, the wait (see limit_allowance).
 local function take_tasks(k, w, max, maxc, mode, pfx)
   -- mode may end with 'm' (the store runs on a Redis Cluster): then every
   -- task hash is read before anything is written, ids included. During a
@@ -22,19 +79,50 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   -- reached from here (the ids are read here, so they could not be
   -- declared) and Redis does not undo a script's writes: the take then
   -- reports it (nil, 'moved') having changed nothing.
-  local safe = string.sub(mode, 2, 2) == 'm'
+  local safe = string.find(mode, 'm', 2, true) ~= nil
+  local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
+  local limited = string.find(mode, 'l', 2, true) ~= nil
   mode = string.sub(mode, 1, 1)
-  local ids
-  if safe then
-    ids = redis.call('LRANGE', k.waiting, 0, tonumber(max) - 1)
-    if #ids == 0 then
-      return {}
+  max = tonumber(max)
+  local wait
+  if limited then
+    k.rate = k.cfg .. ':rate'
+    max, wait = limit_allowance(k, w, max)
+    if not max then
+      return nil, 'moved'
     end
-  else
-    ids = redis.call('LPOP', k.waiting, max)
-    if not ids then
-      return {}
+    if max <= 0 then
+      return {wait}
     end
+  end
+  local lists = {}
+  for l = levels, 1, -1 do
+    lists[#lists + 1] = k.waiting .. ':' .. l
+  end
+  lists[#lists + 1] = k.waiting
+  local ids, cut = {}, {}
+  local need = max
+  for j, list in ipairs(lists) do
+    local got
+    if safe then
+      got = redis.call('LRANGE', list, 0, need - 1)
+    else
+      got = redis.call('LPOP', list, need) or {}
+    end
+    cut[j] = #got
+    for _, id in ipairs(got) do
+      ids[#ids + 1] = id
+    end
+    need = need - #got
+    if need <= 0 then
+      break
+    end
+  end
+  if #ids == 0 then
+    if wait then
+      return {wait}
+    end
+    return {}
   end
   local data = {}
   for i, id in ipairs(ids) do
@@ -45,7 +133,11 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     data[i] = t
   end
   if safe then
-    redis.call('LTRIM', k.waiting, #ids, -1)
+    for j, n in pairs(cut) do
+      if n > 0 then
+        redis.call('LTRIM', lists[j], n, -1)
+      end
+    end
   end
   local last = redis.call('INCRBY', k.seq, #ids)
   local pid = last - #ids
@@ -105,6 +197,21 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   if #held > 0 then
     redis.call('HSET', k.wq, unpack(held))
     redis.call('SADD', k.holders, w)
+    if limited then
+      -- The rate log: one entry per start, by Redis time.
+      local log = {}
+      for j = 1, #held, 2 do
+        log[#log + 1] = now_ms()
+        log[#log + 1] = held[j]
+      end
+      if k.period then
+        redis.call('ZADD', k.rate, unpack(log))
+        redis.call('PEXPIRE', k.rate, k.period)
+      end
+    end
+  end
+  if wait then
+    out[#out + 1] = wait
   end
   return out
 end
