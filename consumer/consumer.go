@@ -33,6 +33,9 @@ type Consumer[J any] struct {
 
 	kick chan struct{} // cap 1: a check is due (Check coalesces here)
 
+	notifyMu sync.Mutex
+	notified uint64 // the last index given to OnProcessed
+
 	mu         sync.Mutex
 	started    bool
 	loopCancel context.CancelFunc
@@ -274,7 +277,7 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 	defer cancel()
 	delay := 20 * time.Millisecond
 	for {
-		res, _, err := c.st.MarkDone(mctx, c.ck, c.cfg.First, t.WorkerID(), t.PID(), t.ID, i)
+		res, processed, err := c.st.MarkDone(mctx, c.ck, c.cfg.First, t.WorkerID(), t.PID(), t.ID, i)
 		switch {
 		case err == nil && res == rdb.MarkLost:
 			// Our keepalive was lost and the task went back: the run
@@ -284,6 +287,9 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 			c.log.Warn("consumer: index done but never dispatched (progress rewound?)", "consumer", c.cfg.Name, "index", i)
 			return nil
 		case err == nil:
+			if res == rdb.MarkRecorded && processed > i && c.cfg.OnProcessed != nil {
+				c.notify(processed)
+			}
 			c.Check()
 			return nil
 		case rdb.IsReplyError(err):
@@ -297,5 +303,16 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 		case <-timer.C:
 		}
 		delay = min(2*delay, time.Second)
+	}
+}
+
+// notify calls OnProcessed with p unless it was called with p or more
+// already: the calls of one process go up, one at a time.
+func (c *Consumer[J]) notify(p uint64) {
+	c.notifyMu.Lock()
+	defer c.notifyMu.Unlock()
+	if p > c.notified {
+		c.notified = p
+		c.cfg.OnProcessed(p)
 	}
 }
