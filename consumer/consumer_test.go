@@ -372,12 +372,18 @@ func TestRestartResumes(t *testing.T) {
 	src := newSource(49)
 	var mu sync.Mutex
 	runs := map[uint64]int{}
+	var told []uint64
 	cfg := consumer.Config[uint64]{Name: "re", Source: src, First: 0,
 		Process: func(_ context.Context, i uint64, _ uint64) error {
 			mu.Lock()
 			runs[i]++
 			mu.Unlock()
 			return nil
+		},
+		OnProcessed: func(p uint64) {
+			mu.Lock()
+			told = append(told, p)
+			mu.Unlock()
 		}}
 	cfg.Worker = b.fast()
 	c, err := consumer.New(b.pool, &cfg)
@@ -402,5 +408,14 @@ func TestRestartResumes(t *testing.T) {
 		if runs[i] != 1 {
 			t.Errorf("index %d ran %d times, want 1", i, runs[i])
 		}
+	}
+	// OnProcessed: increasing, ending at each run's processed index.
+	for k := 1; k < len(told); k++ {
+		if told[k] <= told[k-1] {
+			t.Errorf("OnProcessed told %d after %d", told[k], told[k-1])
+		}
+	}
+	if len(told) == 0 || told[len(told)-1] != 100 {
+		t.Errorf("OnProcessed told %v, want it to end at 100", told)
 	}
 }
