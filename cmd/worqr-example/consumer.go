@@ -21,8 +21,9 @@ Runs a pipeline of two indexed consumers (package consumer, after flow-go's
 jobqueue) until SIGINT or SIGTERM:
 
   <name>.blocks  works block i of a made-up chain that grows by one block
-                 every --block-interval, up to --blocks; block i has i%4
-                 chunks, which exist once the block is processed;
+                 every --block-interval from --chain-start, up to --blocks;
+                 block i has i%4 chunks, which exist once the block is
+                 processed;
   <name>.chunks  works every chunk, in order: its source's head is read from
                  the first consumer's processed index (kept in Redis).
 
@@ -34,8 +35,9 @@ the processed indexes never skip a job. A restart resumes from the stored
 indexes. With --exit-when-done it exits 0 once every block of a --blocks
 long chain and every chunk is done.
 
-Stdout carries one line per job done (a job cut by a crash may run, and
-print, again):
+Stdout carries a first line once both consumers are registered, then one
+line per job done (a job cut by a crash may run, and print, again):
+  started <blocks worker id> <chunks worker id>
   block <index>
   chunk <index> <block> <k>               (the k-th chunk of the block)
   processed <consumer> <processed index>  (a record here moved the index)
@@ -60,7 +62,7 @@ type blockChain struct {
 }
 
 func (s *blockChain) height() uint64 {
-	h := uint64(time.Since(s.start)/s.interval) + 1
+	h := uint64(max(time.Since(s.start), 0)/s.interval) + 1
 	if s.max > 0 {
 		h = min(h, s.max)
 	}
@@ -103,6 +105,7 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 	maxProcessing := fs.Int("max-processing", 4, "jobs in flight per consumer, across every process")
 	searchAhead := fs.Int("max-search-ahead", 0, "how far past the lowest unfinished index a job may run (0: 10 x --max-processing)")
 	grace := fs.Duration("grace", 10*time.Second, "on SIGINT/SIGTERM, how long running jobs may finish before they are put back")
+	chainStart := fs.String("chain-start", "", "when the chain started growing, RFC 3339 (default: now); give every process the same one to share one chain")
 	exitWhenDone := fs.Bool("exit-when-done", false, "exit 0 once every block and chunk is done (needs --blocks > 0)")
 	if err := parse(fs, args, io.out, consumerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
@@ -125,6 +128,13 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 		return usagef("--exit-when-done needs --blocks > 0")
 	case *blocks > consumer.MaxIndex:
 		return usagef("--blocks (%d) must be at most %d", *blocks, uint64(consumer.MaxIndex))
+	}
+	begin := time.Now()
+	if *chainStart != "" {
+		var err error
+		if begin, err = time.Parse(time.RFC3339Nano, *chainStart); err != nil {
+			return usagef("--chain-start %q is not an RFC 3339 time (for example 2025-01-02T15:04:05Z)", *chainStart)
+		}
 	}
 	tm, err := readTimings(io.getenv)
 	if err != nil {
@@ -164,7 +174,7 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 	}
 	settings := worqr.WorkerConfig{Config: worqr.Config{Namespace: c.namespace, Logger: log}}
 	tm.apply(&settings)
-	chain := &blockChain{start: time.Now(), interval: *interval, max: *blocks}
+	chain := &blockChain{start: begin, interval: *interval, max: *blocks}
 
 	var second atomic.Pointer[consumer.Consumer[uint64]]
 	first, err := consumer.New(pool, &consumer.Config[uint64]{
@@ -214,6 +224,7 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 			return err
 		}
 	}
+	emit("started", first.Worker().ID(), chunks.Worker().ID())
 	log.Info("consumer: running", "name", *name, "blocks", *blocks, "namespace", c.namespace)
 
 	tick := time.NewTicker(*interval)

@@ -51,6 +51,7 @@ func TestConsumerPipeline(t *testing.T) {
 				t.Errorf("line %q: chunk of block %d rank %d", l, b, k)
 			}
 			chunks[n(1)] = true
+		case len(f) == 3 && f[0] == "started":
 		case len(f) == 3 && f[0] == "processed":
 			if p := n(2); p <= last[f[1]] && last[f[1]] != 0 {
 				t.Errorf("processed index of %s went from %d to %d", f[1], last[f[1]], p)
