@@ -76,7 +76,7 @@ func TestChaosConsumer(t *testing.T) {
 				t.Errorf("%s: processed index went down from %d to %d", kind, last[kind], p)
 			}
 			last[kind] = p
-			if i, ok := cl.firstMissing(kind, p); ok {
+			if i, ok := cl.waitDone(kind, p); !ok {
 				t.Errorf("%s: processed index %d passed index %d, which no process reported done", kind, p, i)
 			}
 			end = end && p == map[string]uint64{"block": blocks, "chunk": chunks}[kind]
@@ -203,16 +203,27 @@ func (cl *consumerLines) add(line string) {
 	cl.lines[f[0]]++
 }
 
-// firstMissing returns the first index below p with no done line.
-func (cl *consumerLines) firstMissing(kind string, p uint64) (uint64, bool) {
-	cl.mu.Lock()
-	defer cl.mu.Unlock()
-	for i := uint64(0); i < p; i++ {
-		if !cl.done[kind][i] {
-			return i, true
+// waitDone reports whether every index below p has a done line. A process
+// writes the line before its record moves the processed index, so the line
+// is in a pipe by the time the index is read; the readers may not have
+// parsed it yet: it gets 3s to arrive. It returns the first missing index.
+func (cl *consumerLines) waitDone(kind string, p uint64) (uint64, bool) {
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		cl.mu.Lock()
+		i := uint64(0)
+		for i < p && cl.done[kind][i] {
+			i++
 		}
+		cl.mu.Unlock()
+		if i == p {
+			return 0, true
+		}
+		if time.Now().After(deadline) {
+			return i, false
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
-	return 0, false
 }
 
 // startConsumerProc starts one `worqr-example consumer` process of the
