@@ -68,3 +68,25 @@ func TestConsumerPipeline(t *testing.T) {
 		t.Errorf("last processed indexes %v", last)
 	}
 }
+
+func TestConsumerUsage(t *testing.T) {
+	e := env{envRedisURL: "redis://127.0.0.1:1"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"consumer", "--exit-when-done", "--blocks", "0"}, "--exit-when-done needs --blocks > 0"},
+		{[]string{"consumer", "--max-processing", "0"}, "--max-processing (0) must be at least 1"},
+		{[]string{"consumer", "--block-interval", "0s"}, "--block-interval (0s) must be positive"},
+		{[]string{"consumer", "--chain-start", "yesterday"}, "--chain-start \"yesterday\" is not an RFC 3339 time"},
+	} {
+		code, _, stderr := runArgs(t, e, tc.args...)
+		if code != exitUsage || !strings.Contains(stderr, tc.want) {
+			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, stderr, exitUsage, tc.want)
+		}
+	}
+	code, stdout, _ := runArgs(t, e, "consumer", "--help")
+	if code != 0 || !strings.Contains(stdout, "chunk <index> <block> <k>") {
+		t.Errorf("--help: exit %d:\n%s", code, stdout)
+	}
+}
