@@ -65,7 +65,9 @@ func setup(t *testing.T) *bundle {
 func (b *bundle) fast() worqr.WorkerConfig {
 	return worqr.WorkerConfig{
 		Config:            worqr.Config{Namespace: b.ns, DisableEvents: true},
-		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: time.Second,
+		// A long TTL: no test here kills a worker, and a loaded machine
+		// must not cost one its keepalive (its jobs would run again).
+		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 5 * time.Second,
 		ReaperInterval: 50 * time.Millisecond, PollInterval: 50 * time.Millisecond,
 	}
 }
