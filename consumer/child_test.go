@@ -325,7 +325,7 @@ func TestKill9(t *testing.T) {
 	for i := uint64(0); i < killJobs; i++ {
 		rs := byIndex[i]
 		sort.Slice(rs, func(a, b int) bool { return rs[a].start < rs[b].start })
-		var oks, fails int
+		var oks, fails, cuts int
 		for k, r := range rs {
 			if r.ok {
 				oks++
@@ -335,6 +335,7 @@ func TestKill9(t *testing.T) {
 			}
 			if !r.ok && !r.failed {
 				cut++
+				cuts++
 			}
 			// A process that lost its keepalive (starved on a loaded
 			// machine) is a zombie: its run may overlap the next one
@@ -347,7 +348,7 @@ func TestKill9(t *testing.T) {
 		if oks == 0 {
 			t.Errorf("index %d never finished", i)
 		}
-		if failsFirst(i) && fails == 0 {
+		if failsFirst(i) && fails == 0 && cuts == 0 { // a kill may cut the failing attempt
 			t.Errorf("index %d: its failing first attempt is not in the logs", i)
 		}
 		rerun += len(rs) - 1 - fails
