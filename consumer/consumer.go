@@ -17,7 +17,7 @@ import (
 
 // ErrNotFound is returned by a Source's Head when no job exists yet (and
 // may be returned by AtIndex when the job is not there).
-var ErrNotFound = errors.New("consumer: not found")
+var ErrNotFound = errors.New("worqr: consumer: not found")
 
 // Consumer works the jobs of a Source in index order, at most MaxProcessing
 // in flight and MaxSearchAhead ahead, and keeps its progress in Redis. It
@@ -118,7 +118,7 @@ func (c *Consumer[J]) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.started {
-		return errors.New("consumer: already started")
+		return errors.New("worqr: consumer already started")
 	}
 	if err := c.worker.Start(ctx); err != nil {
 		return err
@@ -220,14 +220,14 @@ func (c *Consumer[J]) check(ctx context.Context) error {
 	case errors.Is(err, ErrNotFound):
 		has = false
 	case err != nil:
-		return fmt.Errorf("consumer %s: Head: %w", c.cfg.Name, err)
+		return fmt.Errorf("worqr: consumer %s: Head: %w", c.cfg.Name, err)
 	case head > MaxIndex:
-		return fmt.Errorf("consumer %s: Head returned %d, above MaxIndex (%d)", c.cfg.Name, head, uint64(MaxIndex))
+		return fmt.Errorf("worqr: consumer %s: Head returned %d, above MaxIndex (%d)", c.cfg.Name, head, uint64(MaxIndex))
 	}
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, _, err := c.st.Dispatch(dctx, c.ck, c.limits, head, has); err != nil {
-		return fmt.Errorf("consumer %s: dispatch: %w", c.cfg.Name, err)
+		return fmt.Errorf("worqr: consumer %s: dispatch: %w", c.cfg.Name, err)
 	}
 	return nil
 }
@@ -238,11 +238,11 @@ func (c *Consumer[J]) check(ctx context.Context) error {
 func (c *Consumer[J]) handle(ctx context.Context, t *worqr.Task) error {
 	i, err := strconv.ParseUint(string(t.Payload), 10, 64)
 	if err != nil || strconv.FormatUint(i, 10) != t.ID {
-		return worqr.SkipRetry(fmt.Errorf("consumer %s: task %s is not an index task (payload %q)", c.cfg.Name, t.ID, t.Payload))
+		return worqr.SkipRetry(fmt.Errorf("worqr: consumer %s: task %s is not an index task (payload %q)", c.cfg.Name, t.ID, t.Payload))
 	}
 	done, err := c.st.IndexDone(ctx, c.ck, c.cfg.First, i)
 	if err != nil {
-		return fmt.Errorf("consumer %s: job %d: %w", c.cfg.Name, i, err)
+		return fmt.Errorf("worqr: consumer %s: job %d: %w", c.cfg.Name, i, err)
 	}
 	if done {
 		c.Check()
@@ -264,9 +264,9 @@ func (c *Consumer[J]) handle(ctx context.Context, t *worqr.Task) error {
 func (c *Consumer[J]) attemptError(i uint64, what string, err error) error {
 	if errors.Is(err, worqr.ErrSkipRetry) {
 		c.log.Warn("consumer: SkipRetry ignored, the job will be retried", "consumer", c.cfg.Name, "index", i)
-		return fmt.Errorf("consumer %s: job %d: %s%s", c.cfg.Name, i, what, err.Error())
+		return fmt.Errorf("worqr: consumer %s: job %d: %s%s", c.cfg.Name, i, what, err.Error())
 	}
-	return fmt.Errorf("consumer %s: job %d: %s%w", c.cfg.Name, i, what, err)
+	return fmt.Errorf("worqr: consumer %s: job %d: %s%w", c.cfg.Name, i, what, err)
 }
 
 // markDone records index i done, retrying a call that failed on the wire
@@ -293,13 +293,13 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 			c.Check()
 			return nil
 		case rdb.IsReplyError(err):
-			return fmt.Errorf("consumer %s: job %d: record: %w", c.cfg.Name, i, err)
+			return fmt.Errorf("worqr: consumer %s: job %d: record: %w", c.cfg.Name, i, err)
 		}
 		timer := time.NewTimer(delay)
 		select {
 		case <-mctx.Done():
 			timer.Stop()
-			return fmt.Errorf("consumer %s: job %d: record: %w", c.cfg.Name, i, err)
+			return fmt.Errorf("worqr: consumer %s: job %d: record: %w", c.cfg.Name, i, err)
 		case <-timer.C:
 		}
 		delay = min(2*delay, time.Second)
