@@ -100,7 +100,7 @@ const (
 // passed over by the following calls, or by Dispatch). It returns the
 // processed index after the call.
 func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, pid, id string, i uint64) (MarkResult, uint64, error) {
-	res := MarkResult(-1)
+	res, processed := MarkResult(-1), uint64(0)
 	for {
 		vals, err := redis.Int64s(s.eval(ctx, c.Queue.Ref.Tag, consumerDoneScript,
 			c.State, c.Done, c.Queue.WorkerQueue(w),
@@ -111,11 +111,18 @@ func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, p
 		if len(vals) != 3 {
 			return 0, 0, fmt.Errorf("rdb: consumer done: reply of %d values, want 3", len(vals))
 		}
-		if res < 0 || MarkResult(vals[0]) == MarkLost {
+		if res < 0 {
 			res = MarkResult(vals[0]) // the first call's answer
 		}
-		if vals[2] == 0 || res == MarkLost || res == MarkUnknown {
-			return res, uint64(vals[1]), nil
+		if MarkResult(vals[0]) == MarkLost {
+			// The first call: nothing changed. A later one: the
+			// record stands, and the next record or dispatch passes
+			// over the rest.
+			return res, processed, nil
+		}
+		processed = uint64(vals[1])
+		if vals[2] == 0 || res == MarkUnknown {
+			return res, processed, nil
 		}
 		// Passing over the rest is idempotent: a taking still owned
 		// (the same call again finds the index done) keeps advancing.
