@@ -101,11 +101,11 @@ type Config[J any] struct {
 	// being told (Check): it also retries a check that failed. Default 1s;
 	// negative: never.
 	CheckInterval time.Duration
-	// OnProcessed, when set, is called with the new processed index each
-	// time a job's record in this process moved it (the next consumer of a
-	// pipeline whose Source reads this one's progress checks then). It
-	// runs on the job's goroutine, one call at a time with increasing
-	// indexes, and must return quickly.
+	// OnProcessed, when set, is called with the processed index after a
+	// job's record in this process, when the index has moved past the job
+	// and above what the last call said (the next consumer of a pipeline
+	// whose Source reads this one's progress checks then). It runs on the
+	// job's goroutine, one call at a time, and must return quickly.
 	OnProcessed func(processed uint64)
 	// OnError, when set, is called with each check that failed (the
 	// Source's Head, or Redis); the next check tries again. It runs on the

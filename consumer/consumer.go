@@ -287,7 +287,7 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 			c.log.Warn("consumer: index done but never dispatched (progress rewound?)", "consumer", c.cfg.Name, "index", i)
 			return nil
 		case err == nil:
-			if res == rdb.MarkRecorded && processed > i && c.cfg.OnProcessed != nil {
+			if processed > i && c.cfg.OnProcessed != nil {
 				c.notify(processed)
 			}
 			c.Check()
