@@ -64,7 +64,7 @@ func setup(t *testing.T) *bundle {
 // fast are worker timings that notice deaths and due retries quickly.
 func (b *bundle) fast() worqr.WorkerConfig {
 	return worqr.WorkerConfig{
-		Config:            worqr.Config{Namespace: b.ns, DisableEvents: true},
+		Config: worqr.Config{Namespace: b.ns, DisableEvents: true},
 		// A long TTL: no test here kills a worker, and a loaded machine
 		// must not cost one its keepalive (its jobs would run again).
 		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 5 * time.Second,
