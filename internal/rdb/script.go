@@ -227,4 +227,5 @@ var (
 	flowStartScript = load("flow_start", -1)
 	runCancelScript = load("run_cancel", 1)
 	progressScript  = load("progress", 2)
+	loadScript      = load("load", -1)
 )
