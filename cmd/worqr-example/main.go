@@ -5,7 +5,7 @@
 // killed with SIGKILL while it holds tasks, and a peer recovers them. Without
 // WORQR_REDIS_URL the demo runs on an embedded in-process Redis (miniredis).
 //
-// The subcommands enqueue, flow, worker, stats, task and reaper work on a real Redis,
+// The subcommands enqueue, flow, worker, stats, task, reaper and consumer work on a real Redis,
 // across as many processes as you like. The worker subcommand prints one line
 // per event on stdout (see lines.go; --timestamps stamps each line); logs go
 // to stderr. The task subcommand prints what Redis holds about one task.
@@ -61,6 +61,7 @@ func commands() []command {
 		{"stats", "print queue lengths and registered workers", runStats},
 		{"task", "print what Redis holds about one task", runTask},
 		{"reaper", "run a stand-alone reaper (recovery and the mover) until SIGINT/SIGTERM", runReaper},
+		{"consumer", "run a pipeline of two indexed consumers (blocks, then their chunks) until SIGINT/SIGTERM", runConsumer},
 	}
 }
 

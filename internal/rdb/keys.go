@@ -201,6 +201,26 @@ func (q QueueKeys) Task(id string) string { return q.TaskPrefix + id }
 // queue.
 func (q QueueKeys) WorkerQueue(w string) string { return q.WorkerQueuePrefix + w }
 
+// ConsumerKeys are the keys of one indexed consumer: its queue (one task per
+// index in flight, id and payload the index in decimal) and its progress,
+// all under the queue's tag.
+type ConsumerKeys struct {
+	Queue QueueKeys
+	// State is the hash of the consumer's progress: "processed", every
+	// index below it is done; "next", the next index to dispatch.
+	State string
+	// Done is the set of finished indexes at or above processed.
+	Done string
+}
+
+// Consumer returns the keys of the consumer whose queue is the stand-alone
+// queue queue.
+func (k Keys) Consumer(queue string) ConsumerKeys {
+	q := k.Queue(Standalone(queue))
+	base := k.ns + ":{" + queue + "}:"
+	return ConsumerKeys{Queue: q, State: base + "cs:" + queue, Done: base + "cd:" + queue}
+}
+
 // HashTag returns the hash tag of a key (the part between the first { and the
 // next }), or the whole key when it has none, as Redis Cluster computes it.
 func HashTag(key string) string {
