@@ -13,9 +13,12 @@ package gateway
 import (
 	"context"
 	"crypto/subtle"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -59,7 +62,73 @@ func Handler(cfg Config) (string, http.Handler, error) {
 		opts = append(opts, connect.WithInterceptors(bearer(cfg.Token)))
 	}
 	path, h := gatewayv1connect.NewGatewayServiceHandler(&server{cfg: cfg}, opts...)
-	return path, h, nil
+	return path, conflicts(h), nil
+}
+
+// conflicts answers a JSON call refused with failed_precondition (a taking
+// or session no longer owned) with HTTP 409 Conflict instead of the 400 the
+// Connect protocol maps that code to, so that a plain HTTP client can tell
+// it from bad input by status alone. The body is unchanged, and Connect
+// clients read the code from it whatever the status. gRPC and gRPC-Web
+// responses are left alone (their status travels in trailers).
+func conflicts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		cw := &conflictWriter{ResponseWriter: w}
+		h.ServeHTTP(cw, r)
+		cw.finish()
+	})
+}
+
+// conflictWriter holds back the body of a 400 answer until it knows the
+// error's code.
+type conflictWriter struct {
+	http.ResponseWriter
+	status int
+	held   []byte
+}
+
+func (c *conflictWriter) WriteHeader(status int) {
+	if status == http.StatusBadRequest && c.status == 0 {
+		c.status = status
+		return
+	}
+	if c.status == 0 {
+		c.status = status
+	}
+	c.ResponseWriter.WriteHeader(status)
+}
+
+func (c *conflictWriter) Write(b []byte) (int, error) {
+	if c.status == http.StatusBadRequest {
+		c.held = append(c.held, b...)
+		return len(b), nil
+	}
+	if c.status == 0 {
+		c.status = http.StatusOK
+	}
+	return c.ResponseWriter.Write(b)
+}
+
+// finish writes a held 400 answer: as 409 when its code is
+// failed_precondition.
+func (c *conflictWriter) finish() {
+	if c.status != http.StatusBadRequest {
+		return
+	}
+	var e struct {
+		Code string `json:"code"`
+	}
+	status := http.StatusBadRequest
+	if json.Unmarshal(c.held, &e) == nil && e.Code == connect.CodeFailedPrecondition.String() {
+		status = http.StatusConflict
+	}
+	c.ResponseWriter.Header().Set("Content-Length", strconv.Itoa(len(c.held)))
+	c.ResponseWriter.WriteHeader(status)
+	_, _ = c.ResponseWriter.Write(c.held)
 }
 
 // bearer refuses calls without the token.

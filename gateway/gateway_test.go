@@ -98,8 +98,11 @@ func TestProtocolsAndErrors(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeUnauthenticated {
 		t.Errorf("call without the token = %v, want unauthenticated", err)
 	}
-	if st, code := g.call(t, "Finish", map[string]any{"sessionId": "nope", "pid": "1"}, nil); st != 400 || code != "failed_precondition" {
-		t.Errorf("JSON finish on an unknown session = %d %s, want 400 failed_precondition", st, code)
+	if st, code := g.call(t, "Finish", map[string]any{"sessionId": "nope", "pid": "1"}, nil); st != 409 || code != "failed_precondition" {
+		t.Errorf("JSON finish on an unknown session = %d %s, want 409 failed_precondition", st, code)
+	}
+	if st, code := g.call(t, "Enqueue", map[string]any{"queue": "bad queue", "payload": "eA=="}, nil); st != 400 || code != "invalid_argument" {
+		t.Errorf("JSON enqueue to a bad queue name = %d %s, want 400 invalid_argument", st, code)
 	}
 }
 
