@@ -60,6 +60,9 @@ const (
 	FieldCrashedOn    = "cw"
 	FieldRaw          = "raw"
 	FieldProgress     = "pg"
+	FieldKey          = "ok" // the key of a task of an ordered queue
+	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head
+	FieldMergeVersion = "mv" // merges into a keyed task so far
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

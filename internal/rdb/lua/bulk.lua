@@ -26,15 +26,16 @@ end
 local retention = cfg_num(KEYS[3], 'retention', 0)
 for _, id in ipairs(ids) do
   local tkey = ARGV[4] .. id
-  local t = redis.pcall('HMGET', tkey, F_UNIQUE)
-  local u = nil
-  if type(t) == 'table' and not t.err then u = t[1] end
+  local t = redis.pcall('HMGET', tkey, F_UNIQUE, F_KEY)
+  local u, okey = nil, nil
+  if type(t) == 'table' and not t.err then u, okey = t[1], t[2] end
   -- An id with no task data is only dropped: a cancel must not make up a
   -- record of a task that does not exist.
   if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err and redis.call('EXISTS', tkey) == 1 then
-    finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4])
+    finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4], okey)
   else
     release_unique(u, id)
+    key_ended(tkey, id, okey, KEYS[4], 'done:')
     redis.call('DEL', tkey)
   end
 end

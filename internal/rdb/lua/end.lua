@@ -57,7 +57,7 @@ end
 
 -- give_back puts the taking back at the front of the queue.
 local function give_back(tkey, id)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_KEY)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', waiting, id)
@@ -70,7 +70,7 @@ local function give_back(tkey, id)
     return OUT_CANCELLED
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained)
+    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained, t[4])
     return OUT_CANCELLED
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
@@ -82,17 +82,17 @@ end
 
 -- end_task ends a taking of a plain queue.
 local function end_task(tkey, id, ask, delay, err, result, worker)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_KEY)
   if t.err then
     bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained)
+    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3])
     return OUT_CANCELLED
   end
   if ask == 'done' then
-    finalize(tkey, id, t[2], S_DONE, retention, result, retained)
+    finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3])
     return OUT_DONE
   end
   return fail_attempt(q, tkey, id, ask, delay, err, worker)

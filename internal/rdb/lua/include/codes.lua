@@ -8,6 +8,8 @@ local F_CANCEL, F_WORKER, F_PID, F_ERROR = 'x', 'w', 'p', 'e'
 local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
 local F_CRASHED_ON, F_RAW, F_PROGRESS = 'cw', 'raw', 'pg'
+-- fields of a task of an ordered queue (a task enqueued with a key)
+local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'

@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "time"
+--- @include "key"
 -- release_unique deletes unique key u if it still names task id.
 local function release_unique(u, id)
   if u and u ~= '' then
@@ -13,9 +14,11 @@ end
 -- finalize ends a task (done or cancelled): its unique key is released and
 -- its hash kept for retention ms, or deleted when retention is 0. A kept
 -- task is listed in the queue's retained set retkey (scored by finish time;
--- entries older than the retention are trimmed here).
-local function finalize(tkey, id, u, state, retention, result, retkey)
+-- entries older than the retention are trimmed here). okey is the task's
+-- key on an ordered queue (nil else): the key's next task moves up.
+local function finalize(tkey, id, u, state, retention, result, retkey, okey)
   release_unique(u, id)
+  key_ended(tkey, id, okey, retkey, 'done:')
   if retention > 0 then
     local now = now_ms()
     redis.call('HSET', tkey, F_STATE, state, F_FINISHED_AT, now)
