@@ -89,6 +89,16 @@ type EnqueueOpts struct {
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
+	// Key makes the queue ordered for this task (see KeyPolicy): it runs
+	// after every task enqueued earlier with the same Key on this queue has
+	// ended, and never at the same time as one, on any worker. At most
+	// MaxKeyLen bytes. Not with UniqueKey or ID. A batch enqueued with a
+	// Key runs in batch order.
+	Key string
+	// Score orders the payloads of a merged task (KeyPolicy.Merge), lowest
+	// first. Default: the enqueue time in unix milliseconds (Redis time).
+	// Only with Key.
+	Score float64
 }
 
 // DefaultIDTTL is EnqueueOpts.IDTTL's default.
@@ -101,6 +111,13 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 	a := &rdb.EnqueueArgs{}
 	if o == nil {
 		return a, nil
+	}
+	if o.Key != "" {
+		if err := checkKeyed(o); err != nil {
+			return nil, err
+		}
+	} else if o.Score != 0 {
+		return nil, invalid("EnqueueOpts.Score", "applies only with Key")
 	}
 	switch {
 	case o.Delay < 0:
@@ -252,8 +269,8 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if err != nil {
 		return "", err
 	}
-	if len(payload) > c.cfg.MaxPayloadBytes {
-		return "", invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
+	if err := c.checkPayload("payload", payload); err != nil {
+		return "", err
 	}
 	if err := c.markKnown(ctx, q); err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
@@ -290,16 +307,19 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		return nil, err
 	}
 	for i, p := range payloads {
-		if len(p) > c.cfg.MaxPayloadBytes {
-			name := field
-			if len(payloads) > 1 || field != "payload" {
-				name = fmt.Sprintf(field, i)
-			}
-			return nil, invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", len(p), c.cfg.MaxPayloadBytes)
+		name := field
+		if len(payloads) > 1 || field != "payload" {
+			name = fmt.Sprintf(field, i)
+		}
+		if err := c.checkPayload(name, p); err != nil {
+			return nil, err
 		}
 	}
 	if err := c.markKnown(ctx, q); err != nil {
 		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
+	if opts != nil && opts.Key != "" {
+		return c.enqueueKeyed(ctx, queue, q, payloads, opts, args)
 	}
 	ids := make([]string, len(payloads))
 	for i := range ids {
@@ -480,10 +500,13 @@ func (c *Client) Task(ctx context.Context, queue, id string) (*TaskInfo, error) 
 
 // taskInfo turns a record into the public view.
 func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
+	payload, key, payloads := unwrap(r.Payload)
 	info := &TaskInfo{
 		ID:              r.ID,
 		Queue:           q.Member(),
-		Payload:         r.Payload,
+		Payload:         payload,
+		Key:             key,
+		Payloads:        payloads,
 		State:           TaskState(r.State),
 		Failures:        r.Failures,
 		Crashes:         r.Crashes,
