@@ -43,7 +43,7 @@ type KeyPolicy struct {
 	MoveOnDead bool
 }
 
-func (p KeyPolicy) rdb() rdb.KeyPolicy {
+func (p KeyPolicy) stored() rdb.KeyPolicy {
 	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead}
 }
 
@@ -54,7 +54,7 @@ func (c *Client) SetKeyPolicy(ctx context.Context, queue string, p KeyPolicy) er
 	if err != nil {
 		return err
 	}
-	if err := c.st.WriteKeyPolicy(ctx, q.qk, p.rdb()); err != nil {
+	if err := c.st.WriteKeyPolicy(ctx, q.qk, p.stored()); err != nil {
 		return fmt.Errorf("worqr: set key policy of %s: %w", queue, err)
 	}
 	return nil
