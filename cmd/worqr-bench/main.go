@@ -22,6 +22,7 @@
 //	go run ./cmd/worqr-bench -skip-asynq -only a -profile a -cpuprofile enqueue.pprof
 //	go run ./cmd/worqr-bench -skip-asynq -only h                  # EnqueueBatch of 1,000,000 (not in the default set)
 //	go run ./cmd/worqr-bench -skip-asynq -only h -reps 1 -profile h -cpuprofile bulk.pprof
+//	go run ./cmd/worqr-bench -skip-asynq -only i                  # ordered queues: 1,000 and 10 keys vs a plain queue
 package main
 
 import (
@@ -86,6 +87,8 @@ type workloads struct {
 	// per repetition with the flushes and about 1 GB of Redis and client
 	// memory. asynq has no batch enqueue, so it is worqr's alone.
 	bulk bool
+	// ordered (i) runs only when named, worqr's alone too.
+	ordered bool
 }
 
 func (w workloads) needEnqueue() bool { return w.enqueue || w.commands }
@@ -108,7 +111,7 @@ func (w workloads) letters(withRecovery bool) string {
 
 func parseOnly(s string) (workloads, error) {
 	if s == "" {
-		return workloads{true, true, true, true, true, true, true, false}, nil
+		return workloads{true, true, true, true, true, true, true, false, false}, nil
 	}
 	var w workloads
 	for _, part := range strings.Split(s, ",") {
@@ -129,9 +132,11 @@ func parseOnly(s string) (workloads, error) {
 			w.recovery = true
 		case "h", "bulk":
 			w.bulk = true
+		case "i", "ordered":
+			w.ordered = true
 		case "":
 		default:
-			return w, fmt.Errorf("-only: unknown workload %q (want a-h or enqueue, drain, latency, commands, cpu, memory, recovery, bulk)", part)
+			return w, fmt.Errorf("-only: unknown workload %q (want a-i or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered)", part)
 		}
 	}
 	return w, nil
@@ -170,7 +175,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
 	fs.IntVar(&o.procs, "procs", 1, "drain: worker processes (1: one in-process worker; more: child processes, -concurrency each)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of each workload; the table shows medians")
-	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk (default a-g: h only when named)")
+	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered (default a-g: h and i only when named)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("WORQR_REDIS_URL"), "Redis to use instead of a private redis-server (default $WORQR_REDIS_URL); its database is flushed between workloads")
 	fs.BoolVar(&o.flush, "flush", false, "allow flushing the database of a -redis-url that holds keys")
 	fs.BoolVar(&o.skipAsynq, "skip-asynq", false, "measure worqr only")
@@ -356,6 +361,9 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.run.bulk {
 		wq.Notes = append(wq.Notes, bulkNote(o))
+	}
+	if o.run.ordered {
+		wq.Notes = append(wq.Notes, orderedNote(o))
 	}
 	out := os.Stdout
 	network := "loopback"

@@ -155,7 +155,7 @@ func rows(o *options) []row {
 		row{key: "bulk_cmds_per_task", label: "h. Redis commands per task", format: f2},
 		row{key: "bulk_keepalive_lost", label: fmt.Sprintf("h. live worker (TTL %s, beat %s): keepalives lost", bulkTTL, bulkBeat), format: f1},
 	)
-	return out
+	return append(out, orderedRows(jobs, f2, f1)...)
 }
 
 func drainLabel(o *options, c int) string {
