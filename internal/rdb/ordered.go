@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -331,5 +332,9 @@ func (s *Store) KeyBehind(ctx context.Context, q QueueKeys, key string, offset, 
 	if limit <= 0 {
 		return nil, nil
 	}
-	return redis.Strings(s.cmd(ctx, q.Ref.Tag, "LRANGE", q.KeyListPrefix+key, offset, offset+limit-1))
+	ids, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "LRANGE", q.KeyListPrefix+key, offset, offset+limit-1))
+	for i, id := range ids {
+		ids[i], _, _ = strings.Cut(id, "@") // "<id>@<due ms>": enqueued for later
+	}
+	return ids, err
 }

@@ -309,3 +309,38 @@ func TestKeyRequeueDeadAfterMoveOn(t *testing.T) {
 		t.Errorf("a1 still exists after merging")
 	}
 }
+
+// A task enqueued for later behind its key's head keeps its due time: when
+// it moves up it goes to the scheduled set, not the waiting list; a cancel
+// finds it in the key's list.
+func TestKeyDelayedBehindHead(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.keyed(t, "K", "a", "a", "")
+	for _, id := range []string{"b", "c"} {
+		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", []string{id}, [][]byte{[]byte(id)}, nil, &rdb.EnqueueArgs{DelayMillis: 60_000}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ids, err := e.st.KeyBehind(e.ctx, e.q, "K", 0, 10); err != nil || !reflect.DeepEqual(ids, []string{"b", "c"}) {
+		t.Fatalf("behind: %v %v", ids, err)
+	}
+	if r, err := e.st.Cancel(e.ctx, e.q, "c"); r != rdb.CancelRemoved || err != nil {
+		t.Fatalf("cancel c: %v %v", r, err)
+	}
+	got := e.takeFrom(t, e.q, "W", 10, false)
+	e.finish(t, "W", got[0].PID, "a")
+	if w := e.strs(t, "LRANGE", e.q.Waiting, 0, -1); len(w) != 0 {
+		t.Errorf("waiting %v, want none: b is due later", w)
+	}
+	due, err := redis.Int64(e.c.Do("ZSCORE", e.q.Scheduled, "b"))
+	if err != nil || due < e.start+59_000 {
+		t.Errorf("b scheduled at %d (%v), want about a minute from the start", due, err)
+	}
+	if e.field(t, "b", rdb.FieldState) != rdb.StateScheduled {
+		t.Errorf("b's state %q", e.field(t, "b", rdb.FieldState))
+	}
+	if l := e.strs(t, "LRANGE", e.q.KeyListPrefix+"K", 0, -1); len(l) != 0 {
+		t.Errorf("K's list %v, want empty", l)
+	}
+}

@@ -26,21 +26,32 @@ local function key_queue_of(tprefix, k, kind)
   return string.sub(k, #tprefix - 2 + #kind + 1)
 end
 
--- key_promote makes task nxt the head of its key: at the back of the
+-- An entry of a key's list is a task id, or "<id>@<due ms>" for a task
+-- enqueued for later (ids have no '@'), so that moving a task up reads
+-- nothing but the list. key_entry splits one.
+local function key_entry(e)
+  local at = string.find(e, '@', 1, true)
+  if not at then
+    return e, nil
+  end
+  return string.sub(e, 1, at - 1), tonumber(string.sub(e, at + 1))
+end
+
+-- key_promote makes list entry e the head of its key: at the back of the
 -- waiting list with a wake-up (round robin among keys), or in the
--- scheduled set when it was enqueued for later.
-local function key_promote(tprefix, base, qname, heads, okey, nxt)
+-- scheduled set when it was enqueued for later. Returns its id.
+local function key_promote(tprefix, base, qname, heads, okey, e)
+  local nxt, due = key_entry(e)
   redis.call('HSET', heads, okey, nxt)
-  local due = redis.pcall('HGET', tprefix .. nxt, F_KEY_DUE)
-  due = type(due) == 'string' and tonumber(due) or nil
   if due and due > now_ms() then
     redis.pcall('HSET', tprefix .. nxt, F_STATE, S_SCHEDULED)
     redis.call('ZADD', base .. 's:' .. qname, due, nxt)
   else
-    redis.pcall('HSET', tprefix .. nxt, F_STATE, S_QUEUED)
+    -- Its state is already S_QUEUED (set when it joined the list).
     redis.call('RPUSH', base .. 'q:' .. qname, nxt)
     redis.call('PUBLISH', base .. 'wake:' .. qname, 1)
   end
+  return nxt
 end
 
 -- key_next is called when task id of key okey of queue qname leaves for
@@ -134,7 +145,7 @@ end
 local function key_tail(tprefix, heads, list, okey)
   local tail = redis.call('LINDEX', list, -1)
   if tail then
-    return tail, 'list'
+    return (key_entry(tail)), 'list'
   end
   local head = redis.call('HGET', heads, okey)
   if not head then
@@ -158,16 +169,18 @@ local function key_add(tprefix, base, qname, heads, list, okey, id, due)
     -- Its head's data is gone (deleted by hand): the next one takes over.
     head = redis.call('LPOP', list)
     if head then
-      key_promote(tprefix, base, qname, heads, okey, head)
+      head = key_promote(tprefix, base, qname, heads, okey, head)
     end
   end
   local tkey = tprefix .. id
   if head then
-    redis.call('HSET', tkey, F_STATE, S_QUEUED)
     if due then
-      redis.call('HSET', tkey, F_KEY_DUE, due)
+      redis.call('HSET', tkey, F_STATE, S_QUEUED, F_KEY_DUE, due)
+      redis.call('RPUSH', list, id .. '@' .. due)
+    else
+      redis.call('HSET', tkey, F_STATE, S_QUEUED)
+      redis.call('RPUSH', list, id)
     end
-    redis.call('RPUSH', list, id)
     return false
   end
   redis.call('HSET', heads, okey, id)
@@ -188,6 +201,10 @@ end
 local function key_unlist(tkey, id, okey, waiting)
   local tprefix = string.sub(tkey, 1, #tkey - #id)
   local _, list = key_names(tprefix, key_queue_of(tprefix, waiting, 'q:'), okey)
+  local due = redis.call('HGET', tkey, F_KEY_DUE)
+  if due then
+    return redis.call('LREM', list, 1, id .. '@' .. due)
+  end
   return redis.call('LREM', list, 1, id)
 end
 
@@ -223,7 +240,7 @@ local function key_requeue(tkey, id, okey, waiting, cfgkey)
   if head and redis.call('EXISTS', tprefix .. head) == 0 then
     head = redis.call('LPOP', list)
     if head then
-      key_promote(tprefix, base, qname, heads, okey, head)
+      head = key_promote(tprefix, base, qname, heads, okey, head)
     end
   end
   if not head then
@@ -236,6 +253,9 @@ local function key_requeue(tkey, id, okey, waiting, cfgkey)
     if tail and mine and key_merge_into(tprefix, tail, okey, mine) then
       local ttkey = tprefix .. tail
       redis.call('HDEL', ttkey, F_FAILURES, F_CRASHES, F_CRASHED_ON, F_KEY_DUE)
+      if where == 'list' then
+        redis.call('LSET', list, -1, tail) -- due at once: no '@<due>' any more
+      end
       if where == 'head' and redis.call('ZREM', base .. 's:' .. qname, tail) == 1 then
         redis.call('HSET', ttkey, F_STATE, S_QUEUED)
         redis.call('RPUSH', waiting, tail)
