@@ -344,3 +344,22 @@ func TestKeyDelayedBehindHead(t *testing.T) {
 		t.Errorf("K's list %v, want empty", l)
 	}
 }
+
+// Ends that move several keys on in one end call publish one wake-up with
+// the count; a cancel that moves a key on publishes its own.
+func TestKeyWakeUps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, k := range []string{"A", "B", "C"} {
+		e.keyed(t, k, k+"1", "1", "")
+		e.keyed(t, k, k+"2", "2", "")
+	}
+	got := e.takeFrom(t, e.q, "W", 3, false)
+	l := e.listen(t)
+	e.endIn(t, e.q, 0, rdb.Done(rdb.KindTask, "W", got[0].PID, got[0].ID, nil),
+		rdb.Done(rdb.KindTask, "W", got[1].PID, got[1].ID, nil), rdb.Done(rdb.KindTask, "W", got[2].PID, got[2].ID, nil))
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "3"}})
+	e.keyed(t, "A", "A3", "3", "")
+	e.cancel(t, "A2")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+}

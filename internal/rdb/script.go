@@ -108,6 +108,9 @@ var lib = sync.OnceValue(func() *library {
 		if seen["time"] {
 			fns.WriteString("_now = nil\n") // Redis time is read once per call
 		}
+		if seen["key"] {
+			fns.WriteString("key_wakes = nil\n") // no call inherits another's (one that failed half way)
+		}
 		fmt.Fprintf(&fns, "%s\nend\n", body)
 	}
 	code := heads.String() + fns.String()

@@ -50,6 +50,7 @@ local waiting, retained = KEYS[4], KEYS[5]
 local pfx = prefixes(ARGV, 3)
 local retention = tonumber(ARGV[8])
 local woken = {}
+key_wakes = woken -- the keys' next tasks are published with the rest, once
 
 local function wake(channel, n)
   woken[channel] = (woken[channel] or 0) + n
@@ -217,6 +218,7 @@ while i <= #ARGV do
   out[#out + 1] = run
   i = i + n + 1
 end
+key_wakes = nil
 for channel, n in pairs(woken) do
   redis.call('PUBLISH', channel, n)
 end

@@ -37,6 +37,20 @@ local function key_entry(e)
   return string.sub(e, 1, at - 1), tonumber(string.sub(e, at + 1))
 end
 
+-- key_wakes, while a script that publishes its wake-ups once at its end
+-- sets it to its table (channel -> count; end does), collects the wake-ups
+-- of the tasks moved up; else each is published at once. The function
+-- library resets it before every call.
+local key_wakes = nil
+
+local function key_wake(channel)
+  if key_wakes then
+    key_wakes[channel] = (key_wakes[channel] or 0) + 1
+  else
+    redis.call('PUBLISH', channel, 1)
+  end
+end
+
 -- key_promote makes list entry e the head of its key: at the back of the
 -- waiting list with a wake-up (round robin among keys), or in the
 -- scheduled set when it was enqueued for later. Returns its id.
@@ -49,7 +63,7 @@ local function key_promote(tprefix, base, qname, heads, okey, e)
   else
     -- Its state is already S_QUEUED (set when it joined the list).
     redis.call('RPUSH', base .. 'q:' .. qname, nxt)
-    redis.call('PUBLISH', base .. 'wake:' .. qname, 1)
+    key_wake(base .. 'wake:' .. qname)
   end
   return nxt
 end
