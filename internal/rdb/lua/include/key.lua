@@ -10,7 +10,7 @@
 --
 -- A keyed task's payload field holds an envelope: KEY_ENV, then
 -- "<len>:<key>", then one "<score>:<len>:<bytes>" per payload, in score
--- order (several once merged). Package rdb decodes it (envelope.go).
+-- order (several once merged). Package rdb decodes it (ordered.go).
 local KEY_ENV = '\255wqk\1'
 
 -- key_names returns the head hash and the key list of key okey of queue
