@@ -1,10 +1,12 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,7 +56,41 @@ func bulkNote(o *options) string {
 
 // bulk runs workload h once.
 func (b *bench) bulk(ctx context.Context, profile bool) error {
-	o := b.o
+	payloads := repeat(b.payload, b.o.bulkN)
+	return b.measureBulk(ctx, profile, bulkRun{
+		key: "bulk", script: "enqueue", n: b.o.bulkN, what: "h. bulk EnqueueBatch",
+		op: func(ctx context.Context, client *worqr.Client, _ string) error {
+			ids, err := client.EnqueueBatch(ctx, bulkQueue, payloads, nil)
+			if err == nil && len(ids) != len(payloads) {
+				err = fmt.Errorf("%d ids for %d payloads", len(ids), len(payloads))
+			}
+			return err
+		},
+		waiting: b.o.bulkN,
+	})
+}
+
+// bulkRun is one bulk operation measured by measureBulk.
+type bulkRun struct {
+	key    string // prefix of the report's keys
+	script string // the script whose calls are timed
+	n      int    // tasks
+	what   string // its label in the command counts
+	op     func(ctx context.Context, client *worqr.Client, ns string) error
+	// waiting is how many tasks the queue must hold afterwards (-1: not
+	// checked, workers drain it).
+	waiting int
+	// slowlog is how many of the last commands SLOWLOG keeps (0: slowlogLen).
+	// Its entries live in Redis's memory, so a run that measures memory
+	// keeps few: the percentiles are then of the last calls only, and the
+	// maximum of every call comes from the latency monitor.
+	slowlog int
+}
+
+// measureBulk times run.op on a fresh namespace while a live worker on
+// another queue renews a short keepalive, a prober PINGs Redis and samples
+// its memory, and SLOWLOG times every script call.
+func (b *bench) measureBulk(ctx context.Context, profile bool, run bulkRun) error {
 	ns, err := b.fresh(ctx)
 	if err != nil {
 		return err
@@ -63,9 +99,6 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	if err != nil {
 		return err
 	}
-	// Every EnqueueBatch call needs its own ids, so the payload slices can
-	// share one backing array: the client sends each as it is.
-	payloads := repeat(b.payload, o.bulkN)
 
 	// The live worker: idle on another queue, keepalive TTL 300 ms renewed
 	// every 100 ms. It must not lose it while the batch runs.
@@ -100,11 +133,16 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 		return ctx.Err()
 	}
 
-	restore, err := startSlowlog(ctx, b.stats)
+	restore, err := startSlowlogN(ctx, b.stats, cmp.Or(run.slowlog, slowlogLen))
 	if err != nil {
 		return err
 	}
 	defer restore()
+	restoreLatency, err := startLatency(ctx, b.stats)
+	if err != nil {
+		return err
+	}
+	defer restoreLatency()
 	probe, err := startProber(ctx, b.url)
 	if err != nil {
 		return err
@@ -123,7 +161,7 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 		}
 	}
 	start := time.Now()
-	ids, err := client.EnqueueBatch(ctx, bulkQueue, payloads, nil)
+	err = run.op(ctx, client, ns)
 	elapsed := time.Since(start)
 	stopProfile()
 	pings := probe.stop()
@@ -134,13 +172,15 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	if err != nil {
 		return err
 	}
-	if len(ids) != o.bulkN {
-		return fmt.Errorf("%d ids for %d payloads", len(ids), o.bulkN)
-	}
 	mark, err := slowlogMark(ctx, b.stats)
 	if err != nil {
 		return err
 	}
+	longest, err := latencyMax(ctx, b.stats)
+	if err != nil {
+		return err
+	}
+	restoreLatency()
 	// A keepalive lost at the end of the batch is reported up to a TTL
 	// later: wait that long, then stop the worker before reading the slow
 	// log (a SLOWLOG GET of thousands of entries holds Redis for tens of
@@ -170,7 +210,7 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	var slowest slowEntry
 	for _, e := range entries {
 		d := time.Duration(e.usec) * time.Microsecond
-		if e.name == "fcall enqueue" || e.name == "evalsha enqueue" {
+		if e.name == "fcall "+run.script || e.name == "evalsha "+run.script {
 			calls = append(calls, d)
 			continue
 		}
@@ -181,43 +221,47 @@ func (b *bench) bulk(ctx context.Context, profile bool) error {
 	}
 	slices.Sort(calls)
 	slices.Sort(others)
-	n := float64(o.bulkN)
+	n := float64(run.n)
 	tps := n / elapsed.Seconds()
 	redisCPU := (s1.redisCPU - s0.redisCPU) * 1e6 / n
 	clientCPU := (s1.selfCPU - s0.selfCPU) * 1e6 / n
 	d := cmdDelta(s0, s1)
 	r := b.rep
-	r.add("bulk_tasks_per_s", tps)
-	r.add("bulk_redis_cpu_us_per_task", redisCPU)
-	r.add("bulk_client_cpu_us_per_task", clientCPU)
-	r.add("bulk_allocs_per_task", float64(s1.mallocs-s0.mallocs)/n)
-	r.add("bulk_cmds_per_task", float64(totalCalls(d))/n)
-	r.add("bulk_keepalive_lost", float64(lost.Load()))
-	r.Commands["h. bulk EnqueueBatch"] = perJob(d, o.bulkN)
+	k := run.key + "_"
+	r.add(k+"tasks_per_s", tps)
+	r.add(k+"redis_cpu_us_per_task", redisCPU)
+	r.add(k+"client_cpu_us_per_task", clientCPU)
+	r.add(k+"allocs_per_task", float64(s1.mallocs-s0.mallocs)/n)
+	r.add(k+"cmds_per_task", float64(totalCalls(d))/n)
+	r.add(k+"keepalive_lost", float64(lost.Load()))
+	grown := float64(probe.peakMemory-probe.baseMemory) / (1 << 20)
+	r.add(k+"peak_mem_mb", grown)
+	r.add(k+"latency_max_ms", longest)
+	r.Commands[run.what] = perJob(d, run.n)
 	if len(calls) > 0 {
-		r.add("bulk_call_max_ms", ms(calls[len(calls)-1]))
-		r.add("bulk_call_p99_ms", ms(percentile(calls, .99)))
-		r.add("bulk_call_p50_ms", ms(percentile(calls, .5)))
+		r.add(k+"call_max_ms", ms(calls[len(calls)-1]))
+		r.add(k+"call_p99_ms", ms(percentile(calls, .99)))
+		r.add(k+"call_p50_ms", ms(percentile(calls, .5)))
 	}
 	if len(others) > 0 {
-		r.add("bulk_other_max_ms", ms(others[len(others)-1]))
+		r.add(k+"other_max_ms", ms(others[len(others)-1]))
 	}
 	if len(pings) > 0 {
-		r.add("bulk_ping_p99_ms", ms(percentile(pings, .99)))
-		r.add("bulk_ping_max_ms", ms(pings[len(pings)-1]))
+		r.add(k+"ping_p99_ms", ms(percentile(pings, .99)))
+		r.add(k+"ping_max_ms", ms(pings[len(pings)-1]))
 	}
-	b.progress("bulk: EnqueueBatch of %d in %s: %.0f tasks/s; redis CPU %.2f µs/task, client CPU %.2f µs/task; "+
-		"%d enqueue calls, Redis time per call p50 %.2f ms, p99 %.2f ms, max %.2f ms; longest other command %.2f ms (%s); "+
-		"PING p99 %.2f ms, max %.2f ms (%d pings); keepalive lost %d times, %d worker errors; %d waiting",
-		o.bulkN, elapsed.Round(time.Millisecond), tps, redisCPU, clientCPU,
-		len(calls), ms(percentile(calls, .5)), ms(percentile(calls, .99)), ms(last(calls)),
-		ms(last(others)), slowest.name, ms(percentile(pings, .99)), ms(last(pings)), len(pings),
-		lost.Load(), failed.Load(), waiting)
-	if len(calls) == 0 {
-		return fmt.Errorf("no enqueue script call in SLOWLOG (%d entries)", len(entries))
+	b.progress("%s: %d tasks in %s: %.0f tasks/s; redis CPU %.2f µs/task, client CPU %.2f µs/task; "+
+		"%d %s calls, Redis time per call p50 %.2f ms, p99 %.2f ms, max %.2f ms; longest other command %.2f ms (%s); "+
+		"longest command (latency monitor) %.0f ms; PING p99 %.2f ms, max %.2f ms (%d pings); Redis used memory peak %.0f MiB over its start; keepalive lost %d times, %d worker errors; %d waiting",
+		run.what, run.n, elapsed.Round(time.Millisecond), tps, redisCPU, clientCPU,
+		len(calls), run.script, ms(percentile(calls, .5)), ms(percentile(calls, .99)), ms(last(calls)),
+		ms(last(others)), slowest.name, longest, ms(percentile(pings, .99)), ms(last(pings)), len(pings),
+		grown, lost.Load(), failed.Load(), waiting)
+	if len(calls) == 0 && run.slowlog == 0 {
+		return fmt.Errorf("no %s script call in SLOWLOG (%d entries)", run.script, len(entries))
 	}
-	if waiting != o.bulkN {
-		return fmt.Errorf("%d tasks waiting after EnqueueBatch of %d", waiting, o.bulkN)
+	if run.waiting >= 0 && waiting != run.waiting {
+		return fmt.Errorf("%d tasks waiting after %s of %d", waiting, run.what, run.waiting)
 	}
 	return nil
 }
@@ -235,7 +279,13 @@ type prober struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 	rtts   []time.Duration
+	// baseMemory is the first used_memory seen and peakMemory the highest
+	// (INFO memory every memoryEvery).
+	baseMemory, peakMemory int64
 }
+
+// memoryEvery is the pause between the prober's memory samples.
+const memoryEvery = 20 * time.Millisecond
 
 func startProber(ctx context.Context, url string) (*prober, error) {
 	c, err := redis.DialURLContext(ctx, url)
@@ -248,12 +298,24 @@ func startProber(ctx context.Context, url string) (*prober, error) {
 	go func() {
 		defer p.wg.Done()
 		defer c.Close()
+		var sampled time.Time
 		for ctx.Err() == nil {
 			t := time.Now()
 			if _, err := c.Do("PING"); err != nil {
 				return
 			}
 			p.rtts = append(p.rtts, time.Since(t))
+			if t.Sub(sampled) >= memoryEvery {
+				sampled = t
+				if info, err := redis.String(c.Do("INFO", "memory")); err == nil {
+					if m, err := strconv.ParseInt(parseInfo(info)["used_memory"], 10, 64); err == nil {
+						if p.baseMemory == 0 {
+							p.baseMemory = m
+						}
+						p.peakMemory = max(p.peakMemory, m)
+					}
+				}
+			}
 			time.Sleep(probeEvery)
 		}
 	}()

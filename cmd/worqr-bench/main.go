@@ -54,6 +54,9 @@ import (
 type options struct {
 	n             int
 	bulkN         int
+	loadN         int
+	loadDrainN    int
+	loadMaxWait   int
 	concurrency   int   // the first of concurrencies: latency, warm-up
 	concurrencies []int // drain runs once at each
 	rtt           time.Duration
@@ -87,6 +90,8 @@ type workloads struct {
 	// per repetition with the flushes and about 1 GB of Redis and client
 	// memory. asynq has no batch enqueue, so it is worqr's alone.
 	bulk bool
+	// load (l) runs only when named too: ten million lines by default.
+	load bool
 	// ordered (i) runs only when named, worqr's alone too.
 	ordered bool
 }
@@ -111,7 +116,7 @@ func (w workloads) letters(withRecovery bool) string {
 
 func parseOnly(s string) (workloads, error) {
 	if s == "" {
-		return workloads{true, true, true, true, true, true, true, false, false}, nil
+		return workloads{true, true, true, true, true, true, true, false, false, false}, nil
 	}
 	var w workloads
 	for _, part := range strings.Split(s, ",") {
@@ -132,11 +137,13 @@ func parseOnly(s string) (workloads, error) {
 			w.recovery = true
 		case "h", "bulk":
 			w.bulk = true
+		case "l", "load":
+			w.load = true
 		case "i", "ordered":
 			w.ordered = true
 		case "":
 		default:
-			return w, fmt.Errorf("-only: unknown workload %q (want a-i or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered)", part)
+			return w, fmt.Errorf("-only: unknown workload %q (want a-i, l or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered, load)", part)
 		}
 	}
 	return w, nil
@@ -171,11 +178,14 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.rtt, "rtt", 0, "emulated network round trip: both systems reach Redis through a proxy that delays each direction by rtt/2 (0: direct)")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
 	fs.IntVar(&o.bulkN, "bulk-n", 1_000_000, "bulk (h): payloads in the one EnqueueBatch call")
+	fs.IntVar(&o.loadN, "load-n", 10_000_000, "load (l): lines in the Client.Load with no worker")
+	fs.IntVar(&o.loadDrainN, "load-drain-n", 1_000_000, "load (l): lines in the Client.Load with -load-max-waiting while a worker drains the queue")
+	fs.IntVar(&o.loadMaxWait, "load-max-waiting", 100_000, "load (l): LoadOptions.MaxWaiting of the second load")
 	fs.IntVar(&o.rate, "rate", 1000, "latency run: jobs enqueued per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
 	fs.IntVar(&o.procs, "procs", 1, "drain: worker processes (1: one in-process worker; more: child processes, -concurrency each)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of each workload; the table shows medians")
-	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered (default a-g: h and i only when named)")
+	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered l|load (default a-g: h, i and l only when named)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("WORQR_REDIS_URL"), "Redis to use instead of a private redis-server (default $WORQR_REDIS_URL); its database is flushed between workloads")
 	fs.BoolVar(&o.flush, "flush", false, "allow flushing the database of a -redis-url that holds keys")
 	fs.BoolVar(&o.skipAsynq, "skip-asynq", false, "measure worqr only")
@@ -208,6 +218,10 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-n (%d) must be at least 1", o.n)
 	case o.bulkN < 2:
 		return nil, fmt.Errorf("-bulk-n (%d) must be at least 2", o.bulkN)
+	case o.loadN < 1 || o.loadDrainN < 1:
+		return nil, fmt.Errorf("-load-n (%d) and -load-drain-n (%d) must be at least 1", o.loadN, o.loadDrainN)
+	case o.loadMaxWait < 1:
+		return nil, fmt.Errorf("-load-max-waiting (%d) must be at least 1", o.loadMaxWait)
 	case slices.Min(o.concurrencies) < 1:
 		return nil, fmt.Errorf("-concurrency (%s) must be at least 1", *concurrency)
 	case o.rtt < 0:
@@ -362,6 +376,9 @@ func run(ctx context.Context, o *options) error {
 	if o.run.bulk {
 		wq.Notes = append(wq.Notes, bulkNote(o))
 	}
+	if o.run.load {
+		wq.Notes = append(wq.Notes, loadNote(o))
+	}
 	if o.run.ordered {
 		wq.Notes = append(wq.Notes, orderedNote(o))
 	}
@@ -492,6 +509,9 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 		target{"bulk >= 300,000 tasks/s", atLeast("bulk_tasks_per_s", 300_000, " tasks/s")},
 		target{fmt.Sprintf("bulk: longest enqueue call <= %g ms (all reps)", bulkCallLimitMs), worst("bulk_call_max_ms", bulkCallLimitMs, " ms")},
 		target{"bulk: live worker keeps its keepalive (all reps)", worst("bulk_keepalive_lost", 0, " losses")},
+		target{"load >= 300,000 tasks/s", atLeast("load_tasks_per_s", 300_000, " tasks/s")},
+		target{fmt.Sprintf("load: longest command <= %g ms (all reps)", bulkCallLimitMs), worst("load_latency_max_ms", bulkCallLimitMs, " ms")},
+		target{"load: live worker keeps its keepalive (all reps)", worst("load_keepalive_lost", 0, " losses")},
 	)
 	if o.rtt == 0 {
 		ts = append(ts, target{"low rate: latency p99 <= 1 ms (loopback)", atMost("latency_p99_ms", 1, " ms")})

@@ -154,6 +154,21 @@ func rows(o *options) []row {
 		row{key: "bulk_allocs_per_task", label: "h. client heap allocations per task", format: f1},
 		row{key: "bulk_cmds_per_task", label: "h. Redis commands per task", format: f2},
 		row{key: "bulk_keepalive_lost", label: fmt.Sprintf("h. live worker (TTL %s, beat %s): keepalives lost", bulkTTL, bulkBeat), format: f1},
+		row{key: "load_tasks_per_s", label: fmt.Sprintf("l. Client.Load of %s lines, no worker (tasks/s)", thousands(int64(o.loadN))), higher: true, format: jobs},
+		row{key: "load_call_p50_ms", label: "l. Redis time per load script call, p50 (ms, SLOWLOG)", format: msf},
+		row{key: "load_call_max_ms", label: "l. Redis time per load script call, max of the last ones (ms, SLOWLOG)", format: msf},
+		row{key: "load_latency_max_ms", label: "l. longest command of all, latency monitor (ms, 0: none >= 1 ms)", format: f1},
+		row{key: "load_ping_max_ms", label: "l. PING round trip meanwhile, max (ms)", format: msf},
+		row{key: "load_redis_cpu_us_per_task", label: "l. Redis CPU per task (µs)", format: f2},
+		row{key: "load_client_cpu_us_per_task", label: "l. client CPU per task (µs)", format: f2},
+		row{key: "load_cmds_per_task", label: "l. Redis commands per task", format: f2},
+		row{key: "load_peak_mem_mb", label: "l. Redis used memory, peak over the start (MiB)", format: f1},
+		row{key: "load_keepalive_lost", label: "l. live worker: keepalives lost", format: f1},
+		row{key: "loadmw_tasks_per_s", label: fmt.Sprintf("l. Client.Load of %s lines, MaxWaiting %s, a worker draining (tasks/s)", thousands(int64(o.loadDrainN)), thousands(int64(o.loadMaxWait))), higher: true, format: jobs},
+		row{key: "loadmw_peak_mem_mb", label: "l. same: Redis used memory, peak over the start (MiB)", format: f1},
+		row{key: "loadmw_latency_max_ms", label: "l. same: longest command of all, latency monitor (ms)", format: f1},
+		row{key: "loadmw_call_max_ms", label: "l. same: Redis time per load script call, max (ms, SLOWLOG)", format: msf},
+		row{key: "loadmw_keepalive_lost", label: "l. same: live worker keepalives lost", format: f1},
 	)
 	return append(out, orderedRows(jobs, f2, f1)...)
 }

@@ -89,11 +89,16 @@ func assembleLua(root, file string, seen map[string]bool) (string, error) {
 // returns a function that restores the settings (once, however often it is
 // called).
 func startSlowlog(ctx context.Context, c redis.Conn) (func(), error) {
+	return startSlowlogN(ctx, c, slowlogLen)
+}
+
+// startSlowlogN is startSlowlog keeping the last maxLen commands.
+func startSlowlogN(ctx context.Context, c redis.Conn, maxLen int) (func(), error) {
 	old, err := redis.StringMap(redis.DoContext(c, ctx, "CONFIG", "GET", "slowlog-*"))
 	if err != nil {
 		return nil, err
 	}
-	if _, err := redis.DoContext(c, ctx, "CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", slowlogLen); err != nil {
+	if _, err := redis.DoContext(c, ctx, "CONFIG", "SET", "slowlog-log-slower-than", "0", "slowlog-max-len", maxLen); err != nil {
 		return nil, err
 	}
 	if _, err := redis.DoContext(c, ctx, "SLOWLOG", "RESET"); err != nil {
@@ -104,6 +109,46 @@ func startSlowlog(ctx context.Context, c redis.Conn) (func(), error) {
 			"slowlog-log-slower-than", old["slowlog-log-slower-than"], "slowlog-max-len", old["slowlog-max-len"])
 		_, _ = redis.DoContext(c, context.Background(), "SLOWLOG", "RESET")
 	}), nil
+}
+
+// startLatency makes Redis's latency monitor record every command that
+// runs 1 ms or longer (it keeps the longest per second and the all-time
+// maximum per event) and returns a function that restores the threshold.
+func startLatency(ctx context.Context, c redis.Conn) (func(), error) {
+	old, err := redis.StringMap(redis.DoContext(c, ctx, "CONFIG", "GET", "latency-monitor-threshold"))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := redis.DoContext(c, ctx, "CONFIG", "SET", "latency-monitor-threshold", "1"); err != nil {
+		return nil, err
+	}
+	if _, err := redis.DoContext(c, ctx, "LATENCY", "RESET"); err != nil {
+		return nil, err
+	}
+	return sync.OnceFunc(func() {
+		_, _ = redis.DoContext(c, context.Background(), "CONFIG", "SET", "latency-monitor-threshold", old["latency-monitor-threshold"])
+	}), nil
+}
+
+// latencyMax returns the longest command (event "command": any command,
+// scripts included) the latency monitor saw since startLatency, in ms; 0
+// means none took 1 ms.
+func latencyMax(ctx context.Context, c redis.Conn) (float64, error) {
+	events, err := redis.Values(redis.DoContext(c, ctx, "LATENCY", "LATEST"))
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range events {
+		f, err := redis.Values(e, nil)
+		if err != nil || len(f) < 4 {
+			continue
+		}
+		if name, _ := redis.String(f[0], nil); name == "command" {
+			v, err := redis.Int64(f[3], nil)
+			return float64(v), err
+		}
+	}
+	return 0, nil
 }
 
 // scriptCost is what SLOWLOG recorded for one script (or command).

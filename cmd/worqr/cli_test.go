@@ -1,15 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"sort"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -478,5 +484,109 @@ func TestEventsFollowsLiveEvents(t *testing.T) {
 		if err := json.Unmarshal([]byte(l), &e); err != nil || e.Kind != "enqueued" || e.Queue != "live" || e.Task == "" || e.At == nil {
 			t.Errorf("event line %q: %v %+v; want an enqueued event of queue live with its task and time", l, err, e)
 		}
+	}
+}
+
+// TestLoadKilledAndResumedEnqueuesEveryLineOnce kills a load with SIGKILL
+// mid-way and resumes it: every line of the file is a task exactly once.
+func TestLoadKilledAndResumedEnqueuesEveryLineOnce(t *testing.T) {
+	b := setup(t)
+	const lines = 200_000
+	var input bytes.Buffer
+	for i := 1; i <= lines; i++ {
+		fmt.Fprintf(&input, "{\"n\":%d}\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "payloads.jsonl")
+	if err := os.WriteFile(file, input.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Small steps, one at a time, so that the kill lands mid-way.
+	cmd := exec.Command(binPath, "load", file, "--queue", "ld", "--format", "jsonl", "--chunk", "100", "--window", "1", "--every", "1ms")
+	cmd.Env = append(cleanEnv(), "WORQR_REDIS_URL="+redisURL, "WORQR_NAMESPACE="+b.ns)
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		if strings.Contains(sc.Text(), "enqueued ") && !strings.Contains(sc.Text(), "enqueued 0 ") {
+			break
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	first := b.queue("ld").Waiting
+	if first == 0 || first >= lines {
+		t.Fatalf("%d tasks after the kill: the kill did not land mid-load", first)
+	}
+
+	r := b.run("", "load", file, "--queue", "ld", "--format", "jsonl")
+	if r.code != exitUsage || !strings.Contains(r.err, "--resume continues it") {
+		t.Errorf("started again without --resume: exit %d, stderr %q; want 2 and a hint at --resume", r.code, r.err)
+	}
+	out := b.ok("", "load", file, "--queue", "ld", "--format", "jsonl", "--resume", "-o", "json")
+	var res struct{ Lines, Enqueued, Resumed int64 }
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("load -o json: %v\n%s", err, out)
+	}
+	if res.Lines != lines || res.Enqueued+res.Resumed != lines || res.Resumed < int64(first) {
+		t.Errorf("resumed load reported %+v; want %d lines, enqueued+resumed = lines, resumed >= %d", res, lines, first)
+	}
+	qi := b.queue("ld")
+	if qi.Waiting != lines {
+		t.Fatalf("%d tasks waiting after the resume; want %d", qi.Waiting, lines)
+	}
+	c := b.pool.Get()
+	defer c.Close()
+	ids, err := redis.Strings(c.Do("LRANGE", b.ns+":{ld}:q:ld", 0, -1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range ids {
+		_ = c.Send("HGET", b.ns+":{ld}:t:"+id, "d")
+	}
+	_ = c.Flush()
+	seen := make(map[string]bool, lines)
+	for range ids {
+		p, err := redis.String(c.Receive())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("payload %s enqueued twice", p)
+		}
+		seen[p] = true
+	}
+	for i := 1; i <= lines; i++ {
+		if !seen[fmt.Sprintf("{\"n\":%d}", i)] {
+			t.Fatalf("line %d was never enqueued", i)
+		}
+	}
+}
+
+func TestLoadUsageErrors(t *testing.T) {
+	b := setup(t)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"load", "-", "--queue", "q"}, "--name is required when reading stdin"},
+		{[]string{"load", "-", "--name", "n"}, "--queue is required"},
+		{[]string{"load", "-", "--queue", "q", "--name", "n", "--format", "csv"}, `--format "csv": want raw or jsonl`},
+		{[]string{"load", "-", "--queue", "q", "--name", "bad name"}, "--name"},
+		{[]string{"load", "-", "--queue", "q", "--name", "n", "--chunk", "0"}, "--chunk 0: want 1 to 2000"},
+		{[]string{"load", "/no/such/file", "--queue", "q"}, "no such file"},
+	} {
+		r := b.run("a\n", c.args...)
+		if r.code != exitUsage || !strings.Contains(r.err, c.want) {
+			t.Errorf("worqr %s: exit %d, stderr %q; want 2 and %q", strings.Join(c.args, " "), r.code, r.err, c.want)
+		}
+	}
+	out := b.ok("x\n\ny\n", "load", "-", "--queue", "q", "--name", "n")
+	if !strings.Contains(out, "enqueued 2 tasks into q from 3 lines (1 blank, 0 loaded before)") {
+		t.Errorf("load from stdin said %q", out)
 	}
 }

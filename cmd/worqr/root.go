@@ -99,6 +99,7 @@ library's public Inspector and Client.
 		a.workersCmd(),
 		a.flowCmd(),
 		a.enqueueCmd(),
+		a.loadCmd(),
 		a.eventsCmd(),
 		a.dashCmd(),
 		a.versionCmd(),

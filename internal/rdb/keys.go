@@ -114,6 +114,8 @@ type QueueKeys struct {
 	// IDPrefix + task id is the lock of a caller-chosen task id (idempotent
 	// enqueue), holding the payload's digest.
 	IDPrefix string
+	// LoadPrefix + load name is a bulk load's checkpoint (hash).
+	LoadPrefix string
 	// QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix +
 	// a queue name of the same tag give that queue's keys and channels (flow
 	// scripts reach sibling queues of their tag with them).
@@ -147,6 +149,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		Runs:              base + "runs",
 		UniquePrefix:      base + "u:" + q.Name + ":",
 		IDPrefix:          base + "id:" + q.Name + ":",
+		LoadPrefix:        base + "ld:" + q.Name + ":",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",
 		DeadPrefix:        base + "dead:",

@@ -230,5 +230,6 @@ var (
 	flowStartScript  = load("flow_start", -1)
 	runCancelScript  = load("run_cancel", 1)
 	progressScript   = load("progress", 2)
+	loadScript       = load("load", -1)
 	enqueueKeyScript = load("enqueue_key", -1)
 )

@@ -1,0 +1,522 @@
+package worqr
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// LoadFormat says how Load reads its input's lines.
+type LoadFormat string
+
+// The input formats of Load.
+const (
+	// LoadRaw makes each line a task's payload as it is.
+	LoadRaw LoadFormat = "raw"
+	// LoadJSONLines makes each line a task's payload and refuses a line that
+	// is not one JSON value.
+	LoadJSONLines LoadFormat = "jsonl"
+)
+
+// Limits and defaults of Load.
+const (
+	// DefaultLoadChunk is how many tasks one chunk of a load writes: about
+	// 1 ms of Redis time for 100-byte payloads.
+	DefaultLoadChunk = 250
+	// DefaultLoadWindow is how many chunks travel at once.
+	DefaultLoadWindow = 16
+	// DefaultLoadCheckpointTTL is how long a load's checkpoint outlives its
+	// last chunk.
+	DefaultLoadCheckpointTTL = 7 * 24 * time.Hour
+	// loadMaxLines bounds the lines of one chunk (blank lines make none of
+	// its tasks), so that progress is saved often.
+	loadMaxLines = 100_000
+)
+
+// LoadOptions are the settings of Client.Load.
+type LoadOptions struct {
+	// Name identifies the load (same rules as queue names): its checkpoint
+	// in Redis is kept under the queue and this name. Required.
+	Name string
+	// Format is LoadRaw (default) or LoadJSONLines.
+	Format LoadFormat
+	// Resume continues the load Name from its checkpoint: the lines it
+	// already enqueued are read and skipped. Without Resume, a load whose
+	// checkpoint exists is refused (ErrLoadExists), so that a load is never
+	// started twice by mistake.
+	Resume bool
+	// MaxWaiting > 0 stops feeding while the queue holds at least this many
+	// waiting tasks, and goes on as workers drain it: Redis then holds at
+	// most about MaxWaiting + Chunk*Window tasks of this queue.
+	MaxWaiting int
+	// Chunk is how many tasks one atomic step writes (default
+	// DefaultLoadChunk, at most 2,000).
+	Chunk int
+	// Window is how many chunks are on the wire at once (default
+	// DefaultLoadWindow).
+	Window int
+	// CheckpointTTL is how long the checkpoint outlives the last chunk
+	// (default DefaultLoadCheckpointTTL): within it, Resume finds it.
+	CheckpointTTL time.Duration
+	// Progress, when set, is called after each chunk is applied and while
+	// the load waits for the queue to drain. It runs on the loading
+	// goroutine: keep it quick.
+	Progress func(LoadProgress)
+}
+
+// LoadProgress is how far a load went.
+type LoadProgress struct {
+	// Lines is the number of input lines read (with those skipped).
+	Lines int64
+	// Bytes is the number of input bytes read.
+	Bytes int64
+	// Enqueued is the number of tasks this call enqueued.
+	Enqueued int64
+	// Resumed is the number of lines a resumed load skipped because an
+	// earlier run had loaded them.
+	Resumed int64
+	// Empty is the number of blank lines, which make no task.
+	Empty int64
+	// Waiting is true while the load waits for the queue to drain
+	// (MaxWaiting).
+	Waiting bool
+}
+
+// ErrLoadExists is returned by Load without Resume when the load's
+// checkpoint exists.
+var ErrLoadExists = errors.New("worqr: load already started")
+
+// LoadError is returned by Load when it stops: Progress says how far it
+// went; every line before Progress.Lines-(unsent lines) is enqueued exactly
+// once, and Load with Resume continues from the checkpoint.
+type LoadError struct {
+	Progress LoadProgress
+	// Line is the input line at fault, 0 when the error is not about a line.
+	Line int64
+	Err  error
+}
+
+func (e *LoadError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("worqr: load: line %d: %v", e.Line, e.Err)
+	}
+	return fmt.Sprintf("worqr: load: %v", e.Err)
+}
+
+func (e *LoadError) Unwrap() error { return e.Err }
+
+// Load enqueues one task per non-blank line of r at the back of queue, in
+// chunks of atomic steps, each applied together with a checkpoint in Redis:
+// however often a chunk is sent (a lost reply) and however a load ends (an
+// error, a kill), Load with Resume and the same input enqueues each line
+// exactly once. Task ids are made of the chunk's time, the load's name and
+// the line number. A load does not publish per-task events.
+//
+// It returns the progress made; on failure a *LoadError (wrapping
+// ErrLoadExists, an *InvalidError for a bad line, or the Redis error).
+func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *LoadOptions) (LoadProgress, error) {
+	var o LoadOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := checkName("Name", o.Name); err != nil {
+		return LoadProgress{}, err
+	}
+	switch o.Format {
+	case "":
+		o.Format = LoadRaw
+	case LoadRaw, LoadJSONLines:
+	default:
+		return LoadProgress{}, invalid("Format", "%q is not %q or %q", o.Format, LoadRaw, LoadJSONLines)
+	}
+	switch {
+	case o.Chunk == 0:
+		o.Chunk = DefaultLoadChunk
+	case o.Chunk < 0 || o.Chunk > rdb.MaxLoadChunk:
+		return LoadProgress{}, invalid("Chunk", "%d is not within 1..%d", o.Chunk, rdb.MaxLoadChunk)
+	}
+	switch {
+	case o.Window == 0:
+		o.Window = DefaultLoadWindow
+	case o.Window < 0 || o.Window > 64:
+		return LoadProgress{}, invalid("Window", "%d is not within 1..64", o.Window)
+	}
+	if o.MaxWaiting < 0 {
+		return LoadProgress{}, invalid("MaxWaiting", "%d is negative", o.MaxWaiting)
+	}
+	switch {
+	case o.CheckpointTTL == 0:
+		o.CheckpointTTL = DefaultLoadCheckpointTTL
+	case o.CheckpointTTL < time.Second:
+		return LoadProgress{}, invalid("CheckpointTTL", "%s is under 1s", o.CheckpointTTL)
+	}
+	q, err := c.clientQueue(queue)
+	if err != nil {
+		return LoadProgress{}, err
+	}
+	l := &loader{c: c, q: q.qk, o: o, ctx: ctx}
+	l.prefix = sha256.Sum256([]byte(o.Name))
+	l.args = rdb.LoadArgs{Name: o.Name, MaxWaiting: o.MaxWaiting, TTLMillis: o.CheckpointTTL.Milliseconds()}
+	cp, err := c.st.LoadState(ctx, q.qk, o.Name)
+	if err != nil {
+		return LoadProgress{}, &LoadError{Err: err}
+	}
+	l.next = 1
+	if cp != nil {
+		if !o.Resume {
+			return LoadProgress{}, &LoadError{Err: fmt.Errorf("%w: %q is at line %d with %d tasks enqueued: resume it or choose another name",
+				ErrLoadExists, o.Name, cp.Next, cp.Tasks)}
+		}
+		l.cp, l.next = cp, cp.Next
+	}
+	if err := c.markKnown(ctx, q); err != nil {
+		return LoadProgress{}, &LoadError{Err: err}
+	}
+	l.scan = bufio.NewScanner(r)
+	l.scan.Buffer(make([]byte, 0, 64<<10), c.cfg.MaxPayloadBytes+2)
+	err = l.run()
+	if err != nil {
+		var le *LoadError
+		if errors.As(err, &le) {
+			le.Progress = l.p
+			return l.p, le
+		}
+		return l.p, &LoadError{Progress: l.p, Err: err}
+	}
+	return l.p, nil
+}
+
+// loader is one run of Client.Load.
+type loader struct {
+	c      *Client
+	q      rdb.QueueKeys
+	o      LoadOptions
+	ctx    context.Context
+	args   rdb.LoadArgs
+	prefix [32]byte
+	scan   *bufio.Scanner
+	line   int64 // lines read
+	next   int64 // the checkpoint's next line, as last known
+	eof    bool
+	stop   error               // what ended the input early (a bad line), once its lines before are loaded
+	cp     *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
+	p      LoadProgress
+	// pending are the chunks sent (or to send again), oldest first.
+	pending []*rdb.LoadChunk
+}
+
+// read returns the next chunk of the input, or nil at its end. Lines before
+// l.next were loaded by an earlier run: they are read and skipped, and the
+// last of them must be the line that run loaded last. A bad line ends the
+// input: the chunk stops before it, and run returns l.stop once the lines
+// before it are loaded.
+func (l *loader) read() (*rdb.LoadChunk, error) {
+	if l.eof {
+		return nil, nil
+	}
+	ch := &rdb.LoadChunk{First: l.line + 1}
+	var secs [4]byte
+	binary.BigEndian.PutUint32(secs[:], uint32(time.Now().Unix()))
+	size := 0
+	var last []byte
+	for len(ch.IDs) < l.o.Chunk && size < rdb.MaxEnqueueChunkBytes && l.line+1-ch.First < loadMaxLines {
+		if !l.scan.Scan() {
+			l.eof = true
+			if err := l.scan.Err(); err != nil {
+				if errors.Is(err, bufio.ErrTooLong) {
+					l.stop = &LoadError{Line: l.line + 1, Err: invalid("payload", "is over MaxPayloadBytes (%d)", l.c.cfg.MaxPayloadBytes)}
+				} else {
+					l.stop = fmt.Errorf("read input: %w", err)
+				}
+			} else if l.line < l.next-1 {
+				l.stop = fmt.Errorf("load %q was made from another input (this one ends at line %d, but %d lines were loaded)", l.o.Name, l.line, l.next-1)
+			}
+			break
+		}
+		l.line++
+		b := l.scan.Bytes()
+		l.p.Lines++
+		l.p.Bytes += int64(len(b)) + 1
+		if l.line == 1 {
+			l.args.Fingerprint = digest(b)
+			if l.cp != nil && l.cp.Fingerprint != l.args.Fingerprint {
+				return nil, fmt.Errorf("load %q was made from another input (its first line differs)", l.o.Name)
+			}
+		}
+		if l.line < l.next {
+			l.p.Resumed++
+			ch.First = l.line + 1
+			if l.line == l.next-1 && digest(b) != l.cp.Tail {
+				return nil, fmt.Errorf("load %q was made from another input (line %d, the last it loaded, differs)", l.o.Name, l.line)
+			}
+			if l.p.Resumed%100_000 == 0 {
+				l.progress()
+			}
+			continue
+		}
+		if len(bytes.TrimSpace(b)) == 0 {
+			l.p.Empty++
+			last = bytes.Clone(b)
+			continue
+		}
+		var bad error
+		if l.o.Format == LoadJSONLines && !json.Valid(b) {
+			bad = invalid("line", "is not one JSON value (format %s)", l.o.Format)
+		} else if err := checkPayloadPrefix("line", b); err != nil {
+			bad = err // a worker would read it as a task of an ordered queue
+		}
+		if bad != nil {
+			l.stop = &LoadError{Line: l.line, Err: bad}
+			l.eof = true
+			l.line-- // not loaded: the chunk ends before it
+			l.p.Lines--
+			l.p.Bytes -= int64(len(b)) + 1
+			break
+		}
+		p := bytes.Clone(b)
+		ch.IDs = append(ch.IDs, l.taskID(secs, l.line))
+		ch.Payloads = append(ch.Payloads, p)
+		last = p
+		size += len(b)
+	}
+	ch.After = l.line + 1
+	if ch.After <= ch.First {
+		return nil, nil // nothing left to load
+	}
+	ch.Tail = digest(last)
+	return ch, nil
+}
+
+// digest identifies a line in a checkpoint.
+func digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:12])
+}
+
+// taskID is an xid made of the chunk's time (seconds), three bytes of the
+// load name's digest and the line number (five bytes): ids sort by line
+// within a chunk, and the queue's latency reads the time as usual.
+func (l *loader) taskID(secs [4]byte, line int64) string {
+	var b [12]byte
+	copy(b[:4], secs[:])
+	copy(b[4:7], l.prefix[:3])
+	var n [8]byte
+	binary.BigEndian.PutUint64(n[:], uint64(line))
+	copy(b[7:], n[3:])
+	id, _ := xid.FromBytes(b[:])
+	return id.String()
+}
+
+// run sends the input's chunks, at most Window at once, and reconciles with
+// the checkpoint whenever a chunk is not applied.
+func (l *loader) run() error {
+	first, err := l.read()
+	if err != nil {
+		return err
+	}
+	if first == nil {
+		return l.stop
+	}
+	// The first chunk on its own: it loads the scripts where missing.
+	rep, err := l.c.st.LoadChunk(l.ctx, l.q, &l.args, first)
+	if err != nil {
+		return err
+	}
+	l.pending = []*rdb.LoadChunk{first}
+	if done, err := l.settle(rep); err != nil {
+		return err
+	} else if !done {
+		if err := l.resync(rep); err != nil {
+			return err
+		}
+	}
+	pause := newBackoff(20*time.Millisecond, time.Second)
+	for {
+		retry, err := l.stream()
+		if err != nil {
+			return err
+		}
+		if !retry {
+			return l.stop
+		}
+		if l.p.Waiting {
+			if err := pause.wait(l.ctx); err != nil {
+				return err
+			}
+		} else {
+			pause.reset()
+		}
+	}
+}
+
+// stream sends pending and new chunks on one connection until the input
+// ends (false) or a chunk was refused or the connection failed, after which
+// the checkpoint was read again and run calls stream again (true).
+func (l *loader) stream() (bool, error) {
+	pipe, err := l.c.st.OpenLoadPipe(l.ctx, l.q, &l.args)
+	if err != nil {
+		return false, err
+	}
+	defer pipe.Close()
+	sent := 0 // of l.pending
+	for {
+		for sent < len(l.pending) && pipe.Pending() < l.o.Window {
+			if err := pipe.Send(l.pending[sent]); err != nil {
+				return l.broken(err)
+			}
+			sent++
+		}
+		for !l.eof && pipe.Pending() < l.o.Window {
+			ch, err := l.read()
+			if err != nil {
+				return false, err
+			}
+			if ch == nil {
+				break
+			}
+			l.pending = append(l.pending, ch)
+			if err := pipe.Send(ch); err != nil {
+				return l.broken(err)
+			}
+			sent++
+		}
+		if pipe.Pending() == 0 {
+			return false, nil
+		}
+		rep, err := pipe.Receive()
+		if err != nil {
+			return l.broken(err)
+		}
+		done, err := l.settle(rep)
+		if err != nil {
+			return false, err
+		}
+		if done {
+			sent--
+			continue
+		}
+		// Refused: the chunks after it are refused too (their first line is
+		// not the checkpoint's). Take their answers, then start again from
+		// the checkpoint.
+		for pipe.Pending() > 0 {
+			if _, err := pipe.Receive(); err != nil {
+				break
+			}
+		}
+		return true, l.resync(rep)
+	}
+}
+
+// settle handles the answer about l.pending[0]: true when that chunk is
+// loaded (now or before) and dropped from pending.
+func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
+	ch := l.pending[0]
+	switch rep.Status {
+	case rdb.LoadApplied:
+		l.p.Enqueued += int64(len(ch.IDs))
+	case rdb.LoadSeen:
+		l.p.Resumed += ch.After - ch.First
+	case rdb.LoadGap, rdb.LoadFull:
+		return false, nil
+	case rdb.LoadOtherInput:
+		return false, fmt.Errorf("load %q was made from another input (its first line differs)", l.o.Name)
+	case rdb.LoadIDExists:
+		return false, &LoadError{Line: ch.First, Err: fmt.Errorf("task id %s exists already in queue %s (another load under a name with the same digest prefix, in the same second?)", rep.ID, l.q.Ref.Member())}
+	default:
+		return false, fmt.Errorf("unknown answer %d about lines %d to %d", rep.Status, ch.First, ch.After-1)
+	}
+	l.next = ch.After
+	l.p.Waiting = false
+	l.pending = l.pending[1:]
+	l.progress()
+	return true, nil
+}
+
+// broken handles a failed connection: the answers of the chunks sent are
+// lost, so the checkpoint says which of them were applied.
+func (l *loader) broken(err error) (bool, error) {
+	ctx := l.ctx
+	if ctx.Err() != nil {
+		// Stopped: the chunks sent may have been applied all the same; the
+		// checkpoint tells, so that the progress returned is true.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if cp, cerr := l.c.st.LoadState(ctx, l.q, l.o.Name); cerr == nil && cp != nil {
+			_ = l.resync(rdb.LoadReply{Status: rdb.LoadGap, Value: cp.Next})
+		}
+		return false, l.ctx.Err()
+	}
+	cp, cerr := l.c.st.LoadState(ctx, l.q, l.o.Name)
+	if cerr != nil {
+		// Redis is unreachable: stop here; Resume continues.
+		return false, err
+	}
+	at := int64(1)
+	if cp != nil {
+		at = cp.Next
+	}
+	return true, l.resync(rdb.LoadReply{Status: rdb.LoadGap, Value: at})
+}
+
+// resync drops the pending chunks that the checkpoint (rep.Value, for a
+// gap) shows applied, and checks that the next pending one starts there.
+func (l *loader) resync(rep rdb.LoadReply) error {
+	if rep.Status == rdb.LoadFull {
+		l.p.Waiting = true
+		l.progress()
+		return nil
+	}
+	at := rep.Value
+	for len(l.pending) > 0 && l.pending[0].After <= at {
+		ch := l.pending[0]
+		l.p.Enqueued += int64(len(ch.IDs)) // applied, its answer lost
+		l.pending = l.pending[1:]
+	}
+	l.next = at
+	if len(l.pending) > 0 && l.pending[0].First != at {
+		return fmt.Errorf("the checkpoint of load %q is at line %d, but this run's next chunk starts at line %d: is another loader running under this name?",
+			l.o.Name, at, l.pending[0].First)
+	}
+	l.progress()
+	return nil
+}
+
+func (l *loader) progress() {
+	if l.o.Progress != nil {
+		l.o.Progress(l.p)
+	}
+}
+
+// backoff is a growing pause between polls of a full queue.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{min: min, max: max, cur: min} }
+
+func (b *backoff) reset() { b.cur = b.min }
+
+func (b *backoff) wait(ctx context.Context) error {
+	t := time.NewTimer(b.cur)
+	defer t.Stop()
+	b.cur = min(2*b.cur, b.max)
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
