@@ -211,19 +211,21 @@ type QueueStat struct {
 	Paused                                     bool
 	// Head is the id at the front of the waiting list ("" when empty).
 	Head string
+	// Keys counts the keys of an ordered queue that have tasks.
+	Keys int64
 }
 
 // Stats counts the tasks of each queue, two round trips per tag.
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 7
+		const per = 8
 		cmds := make([]command, 0, per*len(idx))
 		for _, i := range idx {
 			q := qs[i]
 			cmds = append(cmds, cmdOf("LLEN", q.Waiting), cmdOf("ZCARD", q.Scheduled), cmdOf("ZCARD", q.Dead),
 				cmdOf("ZCARD", q.Retained), cmdOf("HEXISTS", q.Config, "paused"), cmdOf("LINDEX", q.Waiting, 0),
-				cmdOf("SMEMBERS", q.Holders))
+				cmdOf("SMEMBERS", q.Holders), cmdOf("HLEN", q.KeyHeads))
 		}
 		rs, err := s.pipeline(ctx, tag, cmds)
 		if err != nil {
@@ -246,6 +248,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			if err != nil {
 				return err
 			}
+			st.Keys, _ = redis.Int64(r[7], nil)
 			for _, w := range holders {
 				scards = append(scards, cmdOf("HLEN", qs[i].WorkerQueue(w)))
 				owner = append(owner, i)

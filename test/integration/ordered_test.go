@@ -127,6 +127,10 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 			e.enqueueKeyed("ord", fmt.Sprintf("k%d", k), ps...)
 		}
 		Expect(e.waiting("ord")).To(HaveLen(keys), "only each key's head waits in the queue")
+		qi, err := inspector(e).Queue(ctx, "ord")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(qi.Keys).To(BeEquivalentTo(keys))
+		Expect(qi.Waiting).To(BeEquivalentTo(keys))
 		held := e.take(dead, "ord", 3)
 		Expect(held).To(HaveLen(3))
 		heldKeys := map[string]bool{}
