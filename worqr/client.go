@@ -139,6 +139,16 @@ type EnqueueOpts struct {
 	// a stopped or dead worker's takings, a lost take reply) goes to the
 	// front of its own level. Stand-alone queues only.
 	Priority int
+	// Key makes the queue ordered for this task (see KeyPolicy): it runs
+	// after every task enqueued earlier with the same Key on this queue has
+	// ended, and never at the same time as one, on any worker. At most
+	// MaxKeyLen bytes. Not with UniqueKey or ID. A batch enqueued with a
+	// Key runs in batch order.
+	Key string
+	// Score orders the payloads of a merged task (KeyPolicy.Merge), lowest
+	// first. Default: the enqueue time in unix milliseconds (Redis time).
+	// Only with Key.
+	Score float64
 }
 
 // zero reports whether o asks for nothing (nil, or every field unset): such
@@ -149,7 +159,8 @@ func (o *EnqueueOpts) zero() bool {
 		return true
 	}
 	return o.Delay == 0 && o.At.IsZero() && o.MaxAttempts == 0 && o.Timeout == 0 && o.UniqueKey == "" &&
-		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0 && o.Priority == 0
+		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0 && o.Priority == 0 &&
+		o.Key == "" && o.Score == 0
 }
 
 // MaxPriority is the highest EnqueueOpts.Priority.
@@ -165,6 +176,13 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 	a := &rdb.EnqueueArgs{}
 	if o == nil {
 		return a, nil
+	}
+	if o.Key != "" {
+		if err := checkKeyed(o); err != nil {
+			return nil, err
+		}
+	} else if o.Score != 0 {
+		return nil, invalid("EnqueueOpts.Score", "applies only with Key")
 	}
 	switch {
 	case o.Delay < 0:
@@ -350,8 +368,8 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if err != nil {
 		return "", err
 	}
-	if len(payload) > c.cfg.MaxPayloadBytes {
-		return "", invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
+	if err := c.checkPayload("payload", payload); err != nil {
+		return "", err
 	}
 	if err := c.markKnown(ctx, q); err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
@@ -391,16 +409,19 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		return nil, invalid("EnqueueOpts.UniqueKeys", "applies to EnqueueBatch (use UniqueKey with Enqueue)")
 	}
 	for i, p := range payloads {
-		if len(p) > c.cfg.MaxPayloadBytes {
-			name := field
-			if len(payloads) > 1 || field != "payload" {
-				name = fmt.Sprintf(field, i)
-			}
-			return nil, invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", len(p), c.cfg.MaxPayloadBytes)
+		name := field
+		if len(payloads) > 1 || field != "payload" {
+			name = fmt.Sprintf(field, i)
+		}
+		if err := c.checkPayload(name, p); err != nil {
+			return nil, err
 		}
 	}
 	if err := c.markKnown(ctx, q); err != nil {
 		return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
+	if opts != nil && opts.Key != "" {
+		return c.enqueueKeyed(ctx, queue, q, payloads, opts, args)
 	}
 	if err := c.markLevel(ctx, q, args.Priority); err != nil {
 		return nil, fmt.Errorf("worqr: enqueue %s: record priority levels: %w", queue, err)
@@ -632,10 +653,13 @@ func (c *Client) Task(ctx context.Context, queue, id string) (*TaskInfo, error) 
 
 // taskInfo turns a record into the public view.
 func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
+	payload, key, payloads := unwrap(r.Payload)
 	info := &TaskInfo{
 		ID:              r.ID,
 		Queue:           q.Member(),
-		Payload:         r.Payload,
+		Payload:         payload,
+		Key:             key,
+		Payloads:        payloads,
 		State:           TaskState(r.State),
 		Failures:        r.Failures,
 		Crashes:         r.Crashes,

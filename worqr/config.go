@@ -138,6 +138,10 @@ type QueueConfig struct {
 	DeadMaxCount int
 	// DeadMaxAge caps how long a task stays in the dead set. Default 90 days.
 	DeadMaxAge time.Duration
+	// Keys is how the queue treats tasks enqueued with a key
+	// (EnqueueOpts.Key): merging and what a dead task does to its key.
+	// Stored in Redis when the worker starts, for every process to read.
+	Keys KeyPolicy
 }
 
 // DefaultBackoff waits 1s after the first failed attempt and doubles each

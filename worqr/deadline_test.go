@@ -201,6 +201,8 @@ func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
 			f.SetString("x")
 		case reflect.Int, reflect.Int64:
 			f.SetInt(1)
+		case reflect.Float64:
+			f.SetFloat(1)
 		case reflect.Slice:
 			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
 		case reflect.Struct: // time.Time

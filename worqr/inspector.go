@@ -53,6 +53,9 @@ type QueueInfo struct {
 	// Retained counts ended tasks kept for the queue's Retention.
 	Retained int64
 	Paused   bool
+	// Keys counts the keys of an ordered queue that have tasks; Waiting
+	// counts only their heads (see Inspector.Keys).
+	Keys int64
 	// Latency is the age of the oldest waiting task: how long ago the task
 	// at the front of the queue was enqueued (0 when none waits). For a
 	// queue with priority levels, the front of level 0. Waiting counts
@@ -97,7 +100,7 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 	out := make([]QueueInfo, len(refs))
 	for i, r := range refs {
 		qi := QueueInfo{Name: r.Member(), Waiting: st[i].Waiting, Scheduled: st[i].Scheduled, Active: st[i].Active,
-			Dead: st[i].Dead, Retained: st[i].Retained, Paused: st[i].Paused}
+			Dead: st[i].Dead, Retained: st[i].Retained, Paused: st[i].Paused, Keys: st[i].Keys}
 		if r.Flow() {
 			qi.Flow = r.Tag
 		}

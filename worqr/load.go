@@ -271,8 +271,14 @@ func (l *loader) read() (*rdb.LoadChunk, error) {
 			last = bytes.Clone(b)
 			continue
 		}
+		var bad error
 		if l.o.Format == LoadJSONLines && !json.Valid(b) {
-			l.stop = &LoadError{Line: l.line, Err: invalid("line", "is not one JSON value (format %s)", l.o.Format)}
+			bad = invalid("line", "is not one JSON value (format %s)", l.o.Format)
+		} else if err := checkPayloadPrefix("line", b); err != nil {
+			bad = err // a worker would read it as a task of an ordered queue
+		}
+		if bad != nil {
+			l.stop = &LoadError{Line: l.line, Err: bad}
 			l.eof = true
 			l.line-- // not loaded: the chunk ends before it
 			l.p.Lines--

@@ -187,8 +187,12 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
 		// busy may pass concurrency for a moment, the channel never fills.)
-		q.work <- job{s: s, taken: t, task: &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
-			Crashes: t.Crashes, pid: t.PID, worker: s.ID(), report: w.reporter(s, q, t.PID, t.ID)}}
+		task := &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+			Crashes: t.Crashes, pid: t.PID, worker: s.ID(), report: w.reporter(s, q, t.PID, t.ID)}
+		if rdb.IsEnvelope(t.Payload) {
+			task.Payload, task.Key, task.Payloads = unwrap(t.Payload)
+		}
+		q.work <- job{s: s, taken: t, task: task}
 	}
 	return launched, buried
 }

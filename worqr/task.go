@@ -11,8 +11,15 @@ type Task struct {
 	ID string
 	// Queue is the queue it was taken from.
 	Queue string
-	// Payload is the bytes given to Enqueue, unchanged.
+	// Payload is the bytes given to Enqueue, unchanged. For a task that
+	// was merged into (KeyPolicy.Merge), the payload with the highest score
+	// (the latest, by default); all of them are in Payloads.
 	Payload []byte
+	// Key is the task's EnqueueOpts.Key ("" for a task enqueued without).
+	Key string
+	// Payloads holds every payload of a task enqueued with a Key, in score
+	// order: one, or several once merged into (KeyPolicy.Merge).
+	Payloads []Payload
 	// Attempt is 1 on the first run and grows by one with each failed
 	// attempt. A run lost to a crash or given back does not count: the
 	// next run has the same number (see Crashes).
@@ -96,7 +103,10 @@ type TaskInfo struct {
 	ID      string
 	Queue   string
 	Payload []byte
-	State   TaskState
+	// Key and Payloads are as in Task (tasks enqueued with a Key).
+	Key      string
+	Payloads []Payload
+	State    TaskState
 	// Failures counts failed attempts so far.
 	Failures int
 	// Crashes counts runs lost to a dead worker.

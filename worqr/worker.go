@@ -348,7 +348,7 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 	for _, q := range w.queues {
 		if err := w.st.WriteSettings(ctx, q.qk, rdb.QueueSettings{
 			RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
-			DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(),
+			DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
 		}); err != nil {
 			return fmt.Errorf("worqr: write settings of %s: %w", q.name, err)
 		}

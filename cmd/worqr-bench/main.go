@@ -22,6 +22,7 @@
 //	go run ./cmd/worqr-bench -skip-asynq -only a -profile a -cpuprofile enqueue.pprof
 //	go run ./cmd/worqr-bench -skip-asynq -only h                  # EnqueueBatch of 1,000,000 (not in the default set)
 //	go run ./cmd/worqr-bench -skip-asynq -only h -reps 1 -profile h -cpuprofile bulk.pprof
+//	go run ./cmd/worqr-bench -skip-asynq -only i                  # ordered queues: 1,000 and 10 keys vs a plain queue
 package main
 
 import (
@@ -91,6 +92,8 @@ type workloads struct {
 	bulk bool
 	// load (l) runs only when named too: ten million lines by default.
 	load bool
+	// ordered (i) runs only when named, worqr's alone too.
+	ordered bool
 }
 
 func (w workloads) needEnqueue() bool { return w.enqueue || w.commands }
@@ -113,7 +116,7 @@ func (w workloads) letters(withRecovery bool) string {
 
 func parseOnly(s string) (workloads, error) {
 	if s == "" {
-		return workloads{true, true, true, true, true, true, true, false, false}, nil
+		return workloads{true, true, true, true, true, true, true, false, false, false}, nil
 	}
 	var w workloads
 	for _, part := range strings.Split(s, ",") {
@@ -136,9 +139,11 @@ func parseOnly(s string) (workloads, error) {
 			w.bulk = true
 		case "l", "load":
 			w.load = true
+		case "i", "ordered":
+			w.ordered = true
 		case "":
 		default:
-			return w, fmt.Errorf("-only: unknown workload %q (want a-h, l or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, load)", part)
+			return w, fmt.Errorf("-only: unknown workload %q (want a-i, l or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered, load)", part)
 		}
 	}
 	return w, nil
@@ -180,7 +185,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
 	fs.IntVar(&o.procs, "procs", 1, "drain: worker processes (1: one in-process worker; more: child processes, -concurrency each)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of each workload; the table shows medians")
-	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk l|load (default a-g: h and l only when named)")
+	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered l|load (default a-g: h, i and l only when named)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("WORQR_REDIS_URL"), "Redis to use instead of a private redis-server (default $WORQR_REDIS_URL); its database is flushed between workloads")
 	fs.BoolVar(&o.flush, "flush", false, "allow flushing the database of a -redis-url that holds keys")
 	fs.BoolVar(&o.skipAsynq, "skip-asynq", false, "measure worqr only")
@@ -373,6 +378,9 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.run.load {
 		wq.Notes = append(wq.Notes, loadNote(o))
+	}
+	if o.run.ordered {
+		wq.Notes = append(wq.Notes, orderedNote(o))
 	}
 	out := os.Stdout
 	network := "loopback"

@@ -211,6 +211,11 @@ func (b *bench) runRep(ctx context.Context, rep int) error {
 			return fmt.Errorf("load: %w", err)
 		}
 	}
+	if o.run.ordered {
+		if err := b.ordered(ctx); err != nil {
+			return fmt.Errorf("ordered: %w", err)
+		}
+	}
 	return nil
 }
 

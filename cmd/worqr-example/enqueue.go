@@ -9,7 +9,9 @@ import (
 const enqueueHead = `Usage: worqr-example enqueue [flags]
 
 Enqueues --count tasks with the same payload at the back of --queue, one by one
-or, with --batch, in one atomic step. Prints one line per task on stdout:
+or, with --batch, in one atomic step. With --key, the tasks belong to that key
+(an ordered queue: the tasks of one key run one at a time, in enqueue order).
+Prints one line per task on stdout:
   enqueued <queue> <task_id>
 `
 
@@ -21,6 +23,7 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 	count := fs.Int("count", 1, "number of tasks (at least 1)")
 	payload := fs.String("payload", "", "payload of every task (opaque bytes)")
 	batch := fs.Bool("batch", false, "enqueue all tasks in one atomic step (all or none)")
+	key := fs.String("key", "", "enqueue with this key: tasks of one key run one at a time, in order (default: none)")
 	if err := parse(fs, args, io.out, enqueueHead, "\nEnvironment:\n"+envHelp(true, false)); err != nil {
 		return err
 	}
@@ -32,6 +35,13 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 	}
 	if *count < 1 {
 		return usagef("--count (%d) must be at least 1", *count)
+	}
+	if len(*key) > worqr.MaxKeyLen {
+		return usagef("--key is %d bytes long (at most %d)", len(*key), worqr.MaxKeyLen)
+	}
+	var opts *worqr.EnqueueOpts
+	if *key != "" {
+		opts = &worqr.EnqueueOpts{Key: *key}
 	}
 	cn, err := c.connect(ctx, io)
 	if err != nil {
@@ -45,7 +55,7 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 		for i := range payloads {
 			payloads[i] = []byte(*payload)
 		}
-		ids, err := client.EnqueueBatch(ctx, *queue, payloads, nil)
+		ids, err := client.EnqueueBatch(ctx, *queue, payloads, opts)
 		if err != nil {
 			return err
 		}
@@ -57,7 +67,7 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 		return nil
 	}
 	for i := 0; i < *count; i++ {
-		id, err := client.Enqueue(ctx, *queue, []byte(*payload), nil)
+		id, err := client.Enqueue(ctx, *queue, []byte(*payload), opts)
 		if err != nil {
 			return err
 		}

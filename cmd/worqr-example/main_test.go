@@ -658,3 +658,31 @@ func TestTextValue(t *testing.T) {
 		}
 	}
 }
+
+// enqueue --key: the tasks of one key wait behind its head, so only one is
+// in the queue; a worker runs all three.
+func TestEnqueueWithKey(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + strings.ReplaceAll(t.Name(), "/", "-")
+	e := env{envRedisURL: url, envNamespace: ns}
+	code, stdout, stderr := runArgs(t, e, "enqueue", "--queue", "ord", "--count", "3", "--key", "order-42", "--payload", "x")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	if n := len(strings.Split(strings.TrimSpace(stdout), "\n")); n != 3 {
+		t.Fatalf("%d enqueued lines, want 3:\n%s", n, stdout)
+	}
+	code, stdout, _ = runArgs(t, e, "stats", "--queues", "ord")
+	if code != 0 || !strings.Contains(stdout, "queue ord waiting 1 ") {
+		t.Fatalf("stats: exit %d, want one task waiting (the key's head):\n%s", code, stdout)
+	}
+	lr := startWorker(t, url, ns, "--queues", "ord", "--concurrency", "3", "--work-time", "5ms")
+	for done := 0; done < 3; {
+		if f := lr.next(t, "done "); len(f) > 0 {
+			done++
+		}
+	}
+	if code, _, stderr := runArgs(t, e, "enqueue", "--queue", "ord", "--key", strings.Repeat("k", 513)); code != 2 || !strings.Contains(stderr, "--key") {
+		t.Fatalf("a long key: exit %d: %s", code, stderr)
+	}
+}

@@ -294,6 +294,36 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, _, err = st.Requeue(ctx, q, []string{w}, true)
 	must(err)
 	check("requeue to a level", "requeue:q", "requeue:t")
+	// An ordered queue: keyed enqueues (the second merges into the first,
+	// waiting), a take, an end that moves the key's next task up, a cancel
+	// behind a head, a dead head deleted.
+	oq := k.Queue(rdb.Standalone("doq"))
+	must(st.WriteKeyPolicy(ctx, oq, rdb.KeyPolicy{Merge: true}))
+	a.calls()
+	_, err = st.EnqueueKey(ctx, oq, "K", []string{"k1", "k2"}, [][]byte{[]byte("1"), []byte("2")}, nil, nil)
+	must(err)
+	check("keyed enqueue, merged") // into k1, declared by the same call
+	must(st.WriteKeyPolicy(ctx, oq, rdb.KeyPolicy{}))
+	_, err = st.EnqueueKey(ctx, oq, "K", []string{"k3", "k4"}, [][]byte{[]byte("3"), []byte("4")}, nil, nil)
+	must(err)
+	check("keyed enqueue behind a head", "enqueue_key:t") // the head's hash (its state; gone?)
+	kt, err := st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10})
+	must(err)
+	a.calls()
+	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, kt[0].PID, kt[0].ID, nil)})
+	must(err)
+	check("end of a head", "end:k", "end:kh") // the key named in the task's hash
+	_, err = st.Cancel(ctx, oq, "k4")
+	must(err)
+	check("cancel behind a head", "cancel:k", "cancel:kh") // the key named in the task's hash
+	kt, err = st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10})
+	must(err)
+	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, w, kt[0].PID, kt[0].ID, "x")})
+	must(err)
+	a.calls()
+	_, err = st.DeadIDs(ctx, oq, rdb.DeadDelete, []string{kt[0].ID})
+	must(err)
+	check("dead head deleted", "dead:kh", "dead:k") // the key named in the task's hash
 
 	// A flow: start, a stage that fans out, the children's ends, the
 	// next stage forwarded and ended; a run cancelled while waiting.

@@ -143,6 +143,10 @@ type QueueKeys struct {
 	QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix string
 	// IndexPrefix + property + ":" + value is a flow's run index (zset).
 	IndexPrefix string
+	// KeyHeads is the hash key -> head task id of an ordered queue's keys
+	// (tasks enqueued with a key); KeyListPrefix + key is the list of the
+	// ids waiting behind that key's head.
+	KeyHeads, KeyListPrefix string
 	// WakeChannel carries wake-ups (the number of tasks made available).
 	WakeChannel string
 	// CancelChannel carries the ids of running tasks whose cancel was asked.
@@ -173,6 +177,8 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		WakePrefix:        base + "wake:",
 		CancelPrefix:      base + "cancel:",
 		IndexPrefix:       base + "ix:",
+		KeyHeads:          base + "kh:" + q.Name,
+		KeyListPrefix:     base + "k:" + q.Name + ":",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

@@ -66,6 +66,9 @@ const (
 	FieldDeadline     = "dl"
 	FieldRetention    = "rt"
 	FieldPriority     = "pri"
+	FieldKey          = "ok" // the key of a task of an ordered queue
+	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head
+	FieldMergeVersion = "mv" // merges into a keyed task so far
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

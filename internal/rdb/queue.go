@@ -781,7 +781,7 @@ const (
 // DeadIDs applies op to the given dead ids and returns how many were dead.
 func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, error) {
 	args := make([]any, 0, 8+2*len(ids))
-	args = append(args, 2+len(ids), q.Dead, q.Waiting)
+	args = append(args, 3+len(ids), q.Dead, q.Waiting, q.Config)
 	for _, id := range ids {
 		args = append(args, q.Task(id)) // declared: a cluster checks them
 	}
@@ -798,8 +798,8 @@ func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (
 	if n < 1 {
 		return 0, nil
 	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, 2,
-		q.Dead, q.Waiting, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
+	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, 3,
+		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
 }
 
 // Place is where a bulk operation takes tasks from.
@@ -929,12 +929,14 @@ type QueueSettings struct {
 	RetentionMs  int64
 	DeadMaxCount int
 	DeadMaxAgeMs int64
+	Keys         KeyPolicy
 }
 
 // WriteSettings stores the settings of queue q.
 func (s *Store) WriteSettings(ctx context.Context, q QueueKeys, v QueueSettings) error {
 	_, err := s.cmd(ctx, q.Ref.Tag, "HSET", q.Config,
-		"retention", v.RetentionMs, "dead_max", v.DeadMaxCount, "dead_age", v.DeadMaxAgeMs)
+		"retention", v.RetentionMs, "dead_max", v.DeadMaxCount, "dead_age", v.DeadMaxAgeMs,
+		"merge", flag01(v.Keys.Merge), "ondead", v.Keys.onDead())
 	return err
 }
 

@@ -279,19 +279,21 @@ type QueueStat struct {
 	// Head is the id at the front of the waiting list of level 0 ("" when
 	// empty); Waiting counts every priority level.
 	Head string
+	// Keys counts the keys of an ordered queue that have tasks.
+	Keys int64
 }
 
 // Stats counts the tasks of each queue, two round trips per tag.
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 7 + MaxLevel
+		const per = 8 + MaxLevel
 		cmds := make([]command, 0, per*len(idx))
 		for _, i := range idx {
 			q := qs[i]
 			cmds = append(cmds, cmdOf("LLEN", q.Waiting), cmdOf("ZCARD", q.Scheduled), cmdOf("ZCARD", q.Dead),
 				cmdOf("ZCARD", q.Retained), cmdOf("HEXISTS", q.Config, "paused"), cmdOf("LINDEX", q.Waiting, 0),
-				cmdOf("SMEMBERS", q.Holders))
+				cmdOf("SMEMBERS", q.Holders), cmdOf("HLEN", q.KeyHeads))
 			for l := 1; l <= MaxLevel; l++ {
 				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
 			}
@@ -311,7 +313,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				}
 			}
 			for l := 1; l <= MaxLevel; l++ {
-				n, _ := redis.Int64(r[6+l], nil)
+				n, _ := redis.Int64(r[7+l], nil)
 				st.Waiting += n
 			}
 			p, _ := redis.Int(r[4], nil)
@@ -321,6 +323,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			if err != nil {
 				return err
 			}
+			st.Keys, _ = redis.Int64(r[7], nil)
 			for _, w := range holders {
 				scards = append(scards, cmdOf("HLEN", qs[i].WorkerQueue(w)))
 				owner = append(owner, i)

@@ -108,6 +108,9 @@ var lib = sync.OnceValue(func() *library {
 		if seen["time"] {
 			fns.WriteString("_now = nil\n") // Redis time is read once per call
 		}
+		if seen["key"] {
+			fns.WriteString("key_wakes = nil\n") // no call inherits another's (one that failed half way)
+		}
 		fmt.Fprintf(&fns, "%s\nend\n", body)
 	}
 	code := heads.String() + fns.String()
@@ -214,21 +217,22 @@ func do(ctx context.Context, c redis.Conn, cmd string, args ...any) (any, error)
 
 // The scripts are immutable once built.
 var (
-	enqueueScript   = load("enqueue", -1)
-	takeScript      = load("take", -1)
-	endScript       = load("end", -1)
-	requeueScript   = load("requeue", -1)
-	releaseScript   = load("release", 4)
-	cancelScript    = load("cancel", 5)
-	registerScript  = load("register", 4)
-	moveScript      = load("move", 4)
-	deadScript      = load("dead", -1)
-	bulkScript      = load("bulk", 4)
-	flowStartScript = load("flow_start", -1)
-	runCancelScript = load("run_cancel", 1)
-	progressScript  = load("progress", 2)
-	loadScript      = load("load", -1)
-	periodicScript  = load("periodic", 3)
-	periodicDue     = load("periodic_due", 1)
-	levelsScript    = load("levels", 1)
+	enqueueScript    = load("enqueue", -1)
+	takeScript       = load("take", -1)
+	endScript        = load("end", -1)
+	requeueScript    = load("requeue", -1)
+	releaseScript    = load("release", 4)
+	cancelScript     = load("cancel", 5)
+	registerScript   = load("register", 4)
+	moveScript       = load("move", 4)
+	deadScript       = load("dead", -1)
+	bulkScript       = load("bulk", 4)
+	flowStartScript  = load("flow_start", -1)
+	runCancelScript  = load("run_cancel", 1)
+	progressScript   = load("progress", 2)
+	loadScript       = load("load", -1)
+	enqueueKeyScript = load("enqueue_key", -1)
+	periodicScript   = load("periodic", 3)
+	periodicDue      = load("periodic_due", 1)
+	levelsScript     = load("levels", 1)
 )

@@ -26,15 +26,16 @@ end
 local retention = cfg_num(KEYS[3], 'retention', 0)
 for _, id in ipairs(ids) do
   local tkey = ARGV[4] .. id
-  local t = redis.pcall('HMGET', tkey, F_UNIQUE, F_RETENTION)
-  local u, task_ms = nil, nil
-  if type(t) == 'table' and not t.err then u, task_ms = t[1], t[2] end
+  local t = redis.pcall('HMGET', tkey, F_UNIQUE, F_RETENTION, F_KEY)
+  local u, task_ms, okey = nil, nil, nil
+  if type(t) == 'table' and not t.err then u, task_ms, okey = t[1], t[2], t[3] end
   -- An id with no task data is only dropped: a cancel must not make up a
   -- record of a task that does not exist.
   if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err and redis.call('EXISTS', tkey) == 1 then
-    finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4], task_ms)
+    finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4], task_ms, okey)
   else
     release_unique(u, id)
+    key_ended(tkey, id, okey, KEYS[4], 'done:')
     redis.call('DEL', tkey)
   end
 end

@@ -14,7 +14,7 @@
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
-local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY)
+local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end
@@ -32,8 +32,11 @@ if s ~= S_ACTIVE then
   else
     removed = redis.call('LREM', level_list(KEYS[1], t[7]), 1, ARGV[1])
   end
+  if removed == 0 and t[8] then
+    removed = key_unlist(KEYS[2], ARGV[1], t[8], KEYS[1])
+  end
   if removed > 0 then
-    finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], t[6])
+    finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], t[6], t[8])
     return 1
   end
 end

@@ -1,10 +1,12 @@
 --- @include "codes"
 --- @include "flow"
 --- @include "level"
+--- @include "key"
 -- dead: requeue or delete tasks of a queue's dead set.
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
--- KEYS[3..] <ns>:{T}:t:<id>           (hash) with "ids": each task, declared
+-- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
+-- KEYS[4..] <ns>:{T}:t:<id>           (hash) with "ids": each task, declared
 --         (the script reaches them from ARGV[2]); with "oldest" the ids are
 --         read here and their hashes cannot be declared
 -- ARGV[1] "requeue" | "delete"   ARGV[2] task key prefix   ARGV[3] wake channel
@@ -12,8 +14,11 @@
 --         running again)
 -- ARGV[5] "ids" followed by ids in ARGV[6..], or "oldest" followed by a count
 -- in ARGV[6] (that many of the oldest entries).
--- A requeued task goes to the back of the queue (of its priority level) with its attempt and crash
--- counts reset. Returns: the number of tasks handled.
+-- A requeued task goes to the back of the queue (of its priority level)
+-- with its attempt and crash counts reset. A task of an ordered queue (one
+-- with a key) goes back under its key (see key_requeue); a deleted one that
+-- blocked its key lets the key's next task move up. Returns: the number of
+-- tasks handled.
 local ids
 if ARGV[5] == 'oldest' then
   ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)
@@ -23,11 +28,16 @@ else
     table.insert(ids, ARGV[i])
   end
 end
-local handled = {}
+local handled, push = {}, {}
 for _, id in ipairs(ids) do
   if redis.call('ZREM', KEYS[1], id) == 1 then
     local tkey = ARGV[2] .. id
+    local okey = redis.pcall('HGET', tkey, F_KEY)
+    if type(okey) ~= 'string' then
+      okey = nil
+    end
     if ARGV[1] == 'delete' then
+      key_ended(tkey, id, okey, KEYS[1], 'dead:')
       redis.call('DEL', tkey)
     else
       redis.call('HSET', tkey, F_STATE, S_QUEUED)
@@ -41,13 +51,16 @@ for _, id in ipairs(ids) do
           redis.call('PERSIST', ix)
         end
       end
+      if not okey or key_requeue(tkey, id, okey, KEYS[2], KEYS[3]) then
+        table.insert(push, id)
+      end
     end
     table.insert(handled, id)
   end
 end
-if ARGV[1] == 'requeue' and #handled > 0 then
+if #push > 0 then
   local plain = {}
-  for _, id in ipairs(handled) do
+  for _, id in ipairs(push) do
     local pri = redis.pcall('HGET', ARGV[2] .. id, F_PRIORITY)
     if type(pri) == 'string' and pri ~= '0' then
       redis.call('RPUSH', level_list(KEYS[2], pri), id)
@@ -58,6 +71,6 @@ if ARGV[1] == 'requeue' and #handled > 0 then
   if #plain > 0 then
     redis.call('RPUSH', KEYS[2], unpack(plain))
   end
-  redis.call('PUBLISH', ARGV[3], #handled)
+  redis.call('PUBLISH', ARGV[3], #push)
 end
 return #handled

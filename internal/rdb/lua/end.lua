@@ -53,6 +53,7 @@ local waiting, retained = KEYS[4], KEYS[5]
 local pfx = prefixes(ARGV, 3)
 local retention = tonumber(ARGV[8])
 local woken = {}
+key_wakes = woken -- the keys' next tasks are published with the rest, once
 
 local function wake(channel, n)
   woken[channel] = (woken[channel] or 0) + n
@@ -61,7 +62,7 @@ end
 -- give_back puts the taking back at the front of the queue (of its
 -- priority level's list).
 local function give_back(tkey, id)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION, F_PRIORITY)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION, F_PRIORITY, F_KEY)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', waiting, id)
@@ -74,7 +75,7 @@ local function give_back(tkey, id)
     return OUT_CANCELLED
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained, t[4])
+    finalize(tkey, id, t[2], S_CANCELLED, cfg_num(q.cfg_key, 'retention', 0), '', retained, t[4], t[6])
     return OUT_CANCELLED
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
@@ -87,23 +88,23 @@ end
 -- end_task ends a taking of a plain queue. Ask 'expire' ends a taking the
 -- take found past its deadline (never run), once Redis's clock confirms it.
 local function end_task(tkey, id, ask, delay, err, result, worker)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY)
   if t.err then
     bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
   if t[1] then
-    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3])
+    finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3], t[5])
     return OUT_CANCELLED
   end
   if ask == 'done' then
-    finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3])
+    finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3], t[5])
     return OUT_DONE
   end
   if ask == 'expire' then
     local deadline = tonumber(t[4])
     if deadline and now_ms() >= deadline then
-      finalize(tkey, id, t[2], S_EXPIRED, retention, '', retained, t[3])
+      finalize(tkey, id, t[2], S_EXPIRED, retention, '', retained, t[3], t[5])
       return OUT_EXPIRED
     end
     -- Not past on this clock (a failover to a server whose clock is
@@ -232,6 +233,7 @@ while i <= #ARGV do
   out[#out + 1] = run
   i = i + n + 1
 end
+key_wakes = nil
 for channel, n in pairs(woken) do
   redis.call('PUBLISH', channel, n)
 end

@@ -2,6 +2,16 @@
 --- @include "time"
 --- @include "cfg"
 --- @include "finalize"
+-- bury_forget deletes dead task id; the head of a key (blocked) lets the
+-- key's next task move up.
+local function bury_forget(deadkey, tprefix, id)
+  local okey = redis.pcall('HGET', tprefix .. id, F_KEY)
+  if type(okey) == 'string' then
+    key_ended(tprefix .. id, id, okey, deadkey, 'dead:')
+  end
+  redis.call('DEL', tprefix .. id)
+end
+
 -- trim_dead enforces a dead set's caps (count, then age), at most 1000
 -- deletions of each kind per call.
 local function trim_dead(deadkey, cfgkey, tprefix)
@@ -11,14 +21,14 @@ local function trim_dead(deadkey, cfgkey, tprefix)
   if excess > 0 then
     local old = redis.call('ZRANGE', deadkey, 0, math.min(excess, 1000) - 1)
     for _, id in ipairs(old) do
-      redis.call('DEL', tprefix .. id)
+      bury_forget(deadkey, tprefix, id)
     end
     redis.call('ZREM', deadkey, unpack(old))
   end
   local expired = redis.call('ZRANGEBYSCORE', deadkey, '-inf', now_ms() - age, 'LIMIT', 0, 1000)
   if #expired > 0 then
     for _, id in ipairs(expired) do
-      redis.call('DEL', tprefix .. id)
+      bury_forget(deadkey, tprefix, id)
     end
     redis.call('ZREM', deadkey, unpack(expired))
   end
@@ -26,9 +36,16 @@ end
 
 -- bury moves task id into the dead set with a reason, keeping its hash (no
 -- expiry, no taking fields), releases its unique key and trims the set.
+-- The head of a key stays its head (the key is blocked until the task is
+-- requeued or deleted) unless the queue's config says its keys move on
+-- (ondead = next).
 local function bury(deadkey, cfgkey, tprefix, id, reason, err, worker)
   local tkey = tprefix .. id
-  release_unique(redis.call('HGET', tkey, F_UNIQUE), id)
+  local t = redis.call('HMGET', tkey, F_UNIQUE, F_KEY)
+  release_unique(t[1], id)
+  if t[2] and redis.call('HGET', cfgkey, 'ondead') == 'next' then
+    key_ended(tkey, id, t[2], deadkey, 'dead:')
+  end
   redis.call('HSET', tkey, F_STATE, S_DEAD, F_DEAD_REASON, reason, F_DEAD_AT, now_ms())
   if err and err ~= '' then
     redis.call('HSET', tkey, F_ERROR, err)

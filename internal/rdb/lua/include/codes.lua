@@ -10,6 +10,8 @@ local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
 local F_CRASHED_ON, F_RAW, F_PROGRESS, F_PRIORITY = 'cw', 'raw', 'pg', 'pri'
 local F_DEADLINE, F_RETENTION = 'dl', 'rt'
+-- fields of a task of an ordered queue (a task enqueued with a key)
+local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'

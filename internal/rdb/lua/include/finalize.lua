@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "time"
+--- @include "key"
 -- release_unique deletes unique key u if it still names task id.
 local function release_unique(u, id)
   if u and u ~= '' then
@@ -17,9 +18,11 @@ end
 -- kept task is listed in the queue's retained set retkey, scored by the
 -- time it expires (entries past it are trimmed here). The set lives as
 -- long as its latest entry: the queue's retention from its last add, or,
--- after a task's own retention, at least that.
-local function finalize(tkey, id, u, state, retention, result, retkey, task_ms)
+-- after a task's own retention, at least that. okey is the task's key on an
+-- ordered queue (nil else): the key's next task moves up.
+local function finalize(tkey, id, u, state, retention, result, retkey, task_ms, okey)
   release_unique(u, id)
+  key_ended(tkey, id, okey, retkey, 'done:')
   task_ms = tonumber(task_ms)
   if task_ms then
     retention = task_ms

@@ -18,7 +18,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   for i = #held, 1, -1 do
     local id = held[i].id
     local tkey = tprefix .. id
-    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY)
+    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY, F_KEY)
     if t.err then
       -- Corrupt data: requeue the id; the take buries it with the reason.
       redis.call('LPUSH', queue, id)
@@ -27,7 +27,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
       -- A flow run that ended (cancelled) while this taking ran: keep it.
       redis.call('HDEL', tkey, F_WORKER, F_PID)
     elseif t[1] then
-      finalize(tkey, id, t[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, t[7])
+      finalize(tkey, id, t[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, t[7], t[9])
       cancelled = cancelled + 1
     elseif t[3] == S_ACTIVE then
       if crashed and (not t[5] or t[5] ~= t[6]) then

@@ -1,0 +1,90 @@
+--- @include "codes"
+--- @include "time"
+--- @include "key"
+-- enqueue_key: enqueue tasks with a key on an ordered queue, in order. A
+-- task becomes its key's head when the key has none (at the back of the
+-- waiting list, or scheduled), else it waits in the key's list. When the
+-- queue merges (cfg merge = 1) and the key's last task is still waiting,
+-- the task's payload merges into it instead (Lowkiq's rule: payloads in
+-- score order, an equal payload once with the lower score; the waiting
+-- task keeps its attempts and due time) and no task is added.
+-- KEYS[1]      <ns>:{T}:q:<queue>        (list) waiting ids
+-- KEYS[2]      <ns>:{T}:s:<queue>        (zset) scheduled ids
+-- KEYS[3]      <ns>:{T}:kh:<queue>       (hash) key -> head id
+-- KEYS[4]      <ns>:{T}:k:<queue>:<key>  (list) the key's ids behind its head
+-- KEYS[5]      <ns>:{T}:cfg:<queue>      (hash) queue settings
+-- KEYS[6..n+5] <ns>:{T}:t:<id>           (hash) one per new task
+-- The hash of the key's waiting tail (a merge target) cannot be declared
+-- (its id is read here); it is built from ARGV[1], in KEYS[1]'s slot.
+-- ARGV[1] task key prefix   ARGV[2] the key
+-- ARGV[3] delay ms, relative to Redis time ("" = none)
+-- ARGV[4] due time in unix ms ("" = none)
+-- ARGV[5] max attempts override ("")   ARGV[6] timeout override ms ("")
+-- ARGV[7] mode: "add"; "read": return the waiting tail {id, payload,
+--         merge version} or {} and change nothing; "into": replace the
+--         payload of the waiting tail ARGV[8] at merge version ARGV[9] by
+--         the one payload given (a merge done by the caller), or, when
+--         ARGV[8] is "" and the key has no waiting tail, add the task
+-- ARGV[10] n, then n ids, n payloads, n scores ("" = Redis time in ms)
+-- Returns: 2 values per task: the id that holds its payload (its own, or
+-- the waiting task it merged into) and 1 when merged, else 0. In mode
+-- "into", {-4} when the tail changed since it was read (nothing written).
+local tprefix, okey, mode = ARGV[1], ARGV[2], ARGV[7]
+local qname = key_queue_of(tprefix, KEYS[1], 'q:')
+local heads, list = KEYS[3], KEYS[4]
+local base = string.sub(tprefix, 1, #tprefix - 2)
+if mode == 'read' then
+  local tail = key_tail(tprefix, heads, list, okey)
+  if not tail then
+    return {}
+  end
+  local t = redis.call('HMGET', tprefix .. tail, F_PAYLOAD, F_MERGE_VERSION)
+  return {tail, t[1] or '', t[2] or '0'}
+end
+local n = tonumber(ARGV[10])
+local due
+if ARGV[3] ~= '' then
+  due = now_ms() + tonumber(ARGV[3])
+elseif ARGV[4] ~= '' then
+  due = tonumber(ARGV[4])
+end
+if mode == 'into' then
+  local tail = key_tail(tprefix, heads, list, okey)
+  if (tail or '') ~= ARGV[8] then
+    return {-4}
+  end
+  if tail then
+    local ttkey = tprefix .. tail
+    local t = redis.call('HMGET', ttkey, F_PAYLOAD, F_MERGE_VERSION)
+    local _, have = env_decode(t[1])
+    if (t[2] or '0') ~= ARGV[9] or not have then
+      return {-4}
+    end
+    redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, {{s = have[1].s, p = ARGV[12]}}))
+    redis.call('HINCRBY', ttkey, F_MERGE_VERSION, 1)
+    return {tail, 1}
+  end
+end
+local merging = mode == 'add' and redis.call('HGET', KEYS[5], 'merge') == '1'
+local out = {}
+for i = 1, n do
+  local id, payload, score = ARGV[10 + i], ARGV[10 + n + i], ARGV[10 + 2 * n + i]
+  if score == '' then
+    score = tostring(now_ms())
+  end
+  local entry = {s = score, p = payload}
+  local tail = merging and key_tail(tprefix, heads, list, okey)
+  if tail and key_merge_into(tprefix, tail, okey, {entry}) then
+    out[#out + 1] = tail
+    out[#out + 1] = 1
+  else
+    local tkey = KEYS[5 + i]
+    redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), F_KEY, okey)
+    if ARGV[5] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[5]) end
+    if ARGV[6] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[6]) end
+    key_add(tprefix, base, qname, heads, list, okey, id, due)
+    out[#out + 1] = id
+    out[#out + 1] = 0
+  end
+end
+return out

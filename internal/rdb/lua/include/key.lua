@@ -1,0 +1,285 @@
+--- @include "codes"
+--- @include "time"
+-- key: ordered queues. Tasks enqueued with a key (F_KEY) run one at a time
+-- per key, in enqueue order: only the key's head circulates in the queue's
+-- own structures (waiting list, scheduled set, holdings, dead set); the
+-- others wait in the key's list <ns>:{T}:k:<queue>:<key>, and the hash
+-- <ns>:{T}:kh:<queue> maps each key to its head. A script that ends a head
+-- reaches these keys by name, from the tag's prefix and the queue's name
+-- (both read from keys it declares), so they share the caller's slot.
+--
+-- A keyed task's payload field holds an envelope: KEY_ENV, then
+-- "<len>:<key>", then one "<score>:<len>:<bytes>" per payload, in score
+-- order (several once merged). Package rdb decodes it (ordered.go).
+local KEY_ENV = '\255wqk\1'
+
+-- key_names returns the head hash and the key list of key okey of queue
+-- qname, and the tag's prefix '<ns>:{T}:', from the task prefix.
+local function key_names(tprefix, qname, okey)
+  local base = string.sub(tprefix, 1, #tprefix - 2)
+  return base .. 'kh:' .. qname, base .. 'k:' .. qname .. ':' .. okey, base
+end
+
+-- key_queue_of returns the queue name in key k = <tag prefix><kind><name>
+-- (kind 'q:', 'dead:', 'done:'), given the task prefix <tag prefix>t:.
+local function key_queue_of(tprefix, k, kind)
+  return string.sub(k, #tprefix - 2 + #kind + 1)
+end
+
+-- An entry of a key's list is a task id, or "<id>@<due ms>" for a task
+-- enqueued for later (ids have no '@'), so that moving a task up reads
+-- nothing but the list. key_entry splits one.
+local function key_entry(e)
+  local at = string.find(e, '@', 1, true)
+  if not at then
+    return e, nil
+  end
+  return string.sub(e, 1, at - 1), tonumber(string.sub(e, at + 1))
+end
+
+-- key_wakes, while a script that publishes its wake-ups once at its end
+-- sets it to its table (channel -> count; end does), collects the wake-ups
+-- of the tasks moved up; else each is published at once. The function
+-- library resets it before every call.
+local key_wakes = nil
+
+local function key_wake(channel)
+  if key_wakes then
+    key_wakes[channel] = (key_wakes[channel] or 0) + 1
+  else
+    redis.call('PUBLISH', channel, 1)
+  end
+end
+
+-- key_promote makes list entry e the head of its key: at the back of the
+-- waiting list with a wake-up (round robin among keys), or in the
+-- scheduled set when it was enqueued for later. Returns its id.
+local function key_promote(tprefix, base, qname, heads, okey, e)
+  local nxt, due = key_entry(e)
+  redis.call('HSET', heads, okey, nxt)
+  if due and due > now_ms() then
+    redis.pcall('HSET', tprefix .. nxt, F_STATE, S_SCHEDULED)
+    redis.call('ZADD', base .. 's:' .. qname, due, nxt)
+  else
+    -- Its state is already S_QUEUED (set when it joined the list).
+    redis.call('RPUSH', base .. 'q:' .. qname, nxt)
+    key_wake(base .. 'wake:' .. qname)
+  end
+  return nxt
+end
+
+-- key_next is called when task id of key okey of queue qname leaves for
+-- good (done, cancelled, deleted, or dead on a queue whose keys move on):
+-- when it is the key's head, the key's next task becomes the head, or the
+-- key is forgotten when none waits. Anything else changes nothing.
+local function key_next(tprefix, qname, id, okey)
+  local heads, list, base = key_names(tprefix, qname, okey)
+  if redis.call('HGET', heads, okey) ~= id then
+    return
+  end
+  local nxt = redis.call('LPOP', list)
+  if nxt then
+    key_promote(tprefix, base, qname, heads, okey, nxt)
+  else
+    redis.call('HDEL', heads, okey)
+  end
+end
+
+-- key_ended is key_next for a caller that knows the task's hash key and a
+-- declared key of its queue (k, of the given kind).
+local function key_ended(tkey, id, okey, k, kind)
+  if okey and okey ~= '' then
+    local tprefix = string.sub(tkey, 1, #tkey - #id)
+    key_next(tprefix, key_queue_of(tprefix, k, kind), id, okey)
+  end
+end
+
+-- env_decode reads an envelope: its key and its entries ({s = score text,
+-- p = payload}); nil when d is not one.
+local function env_decode(d)
+  if type(d) ~= 'string' or string.sub(d, 1, #KEY_ENV) ~= KEY_ENV then
+    return nil
+  end
+  local i = #KEY_ENV + 1
+  local c = string.find(d, ':', i, true)
+  if not c then return nil end
+  local kl = tonumber(string.sub(d, i, c - 1))
+  if not kl then return nil end
+  local key = string.sub(d, c + 1, c + kl)
+  i = c + kl + 1
+  local out = {}
+  while i <= #d do
+    local a = string.find(d, ':', i, true)
+    local b = a and string.find(d, ':', a + 1, true)
+    local n = b and tonumber(string.sub(d, a + 1, b - 1))
+    if not n then return nil end
+    out[#out + 1] = {s = string.sub(d, i, a - 1), p = string.sub(d, b + 1, b + n)}
+    i = b + n + 1
+  end
+  return key, out
+end
+
+-- env_encode writes an envelope.
+local function env_encode(key, entries)
+  local parts = {KEY_ENV, #key, ':', key}
+  for _, e in ipairs(entries) do
+    parts[#parts + 1] = e.s .. ':' .. #e.p .. ':'
+    parts[#parts + 1] = e.p
+  end
+  return table.concat(parts)
+end
+
+-- env_merge merges entries b into a (Lowkiq's rule): every payload once,
+-- an equal payload keeping the lower score, in score order (ties: first
+-- seen first).
+local function env_merge(a, b)
+  local at, out = {}, {}
+  for _, list in ipairs({a, b}) do
+    for _, e in ipairs(list) do
+      local j = at[e.p]
+      if not j then
+        out[#out + 1] = {s = e.s, p = e.p, n = #out + 1}
+        at[e.p] = #out
+      elseif tonumber(e.s) < tonumber(out[j].s) then
+        out[j].s = e.s
+      end
+    end
+  end
+  table.sort(out, function(x, y)
+    local sx, sy = tonumber(x.s), tonumber(y.s)
+    if sx ~= sy then return sx < sy end
+    return x.n < y.n
+  end)
+  return out
+end
+
+-- key_tail returns the key's last task when it is still waiting (behind
+-- the head, or the head itself when queued or scheduled), else nil; second,
+-- 'head' when it is the head.
+local function key_tail(tprefix, heads, list, okey)
+  local tail = redis.call('LINDEX', list, -1)
+  if tail then
+    return (key_entry(tail)), 'list'
+  end
+  local head = redis.call('HGET', heads, okey)
+  if not head then
+    return nil
+  end
+  local s = redis.pcall('HGET', tprefix .. head, F_STATE)
+  if s == S_QUEUED or s == S_SCHEDULED then
+    return head, 'head'
+  end
+  return nil
+end
+
+-- key_add puts task id (its hash written, state unset) under key okey:
+-- the head when the key has none (then at the back of the waiting list,
+-- or scheduled at due), else at the back of the key's list, its due time
+-- kept for when it becomes the head. A head whose hash is gone (deleted by
+-- hand) is replaced. Returns true when it became the head.
+local function key_add(tprefix, base, qname, heads, list, okey, id, due)
+  local head = redis.call('HGET', heads, okey)
+  if head and redis.call('EXISTS', tprefix .. head) == 0 then
+    -- Its head's data is gone (deleted by hand): the next one takes over.
+    head = redis.call('LPOP', list)
+    if head then
+      head = key_promote(tprefix, base, qname, heads, okey, head)
+    end
+  end
+  local tkey = tprefix .. id
+  if head then
+    if due then
+      redis.call('HSET', tkey, F_STATE, S_QUEUED, F_KEY_DUE, due)
+      redis.call('RPUSH', list, id .. '@' .. due)
+    else
+      redis.call('HSET', tkey, F_STATE, S_QUEUED)
+      redis.call('RPUSH', list, id)
+    end
+    return false
+  end
+  redis.call('HSET', heads, okey, id)
+  if due then
+    redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
+    redis.call('ZADD', base .. 's:' .. qname, due, id)
+  else
+    redis.call('HSET', tkey, F_STATE, S_QUEUED)
+    redis.call('RPUSH', base .. 'q:' .. qname, id)
+    redis.call('PUBLISH', base .. 'wake:' .. qname, 1)
+  end
+  return true
+end
+
+-- key_unlist takes task id out of the list of key okey (a task waiting
+-- behind its key's head), given its hash key and the queue's waiting list.
+-- Returns how many it removed (0 or 1).
+local function key_unlist(tkey, id, okey, waiting)
+  local tprefix = string.sub(tkey, 1, #tkey - #id)
+  local _, list = key_names(tprefix, key_queue_of(tprefix, waiting, 'q:'), okey)
+  local due = redis.call('HGET', tkey, F_KEY_DUE)
+  if due then
+    return redis.call('LREM', list, 1, id .. '@' .. due)
+  end
+  return redis.call('LREM', list, 1, id)
+end
+
+-- key_merge_into merges entries into waiting task tail (its envelope's
+-- entries, Lowkiq's rule) and counts a new merge version. Returns false
+-- when tail's payload is not an envelope (then nothing changed).
+local function key_merge_into(tprefix, tail, okey, entries)
+  local ttkey = tprefix .. tail
+  local _, have = env_decode(redis.pcall('HGET', ttkey, F_PAYLOAD))
+  if not have then
+    return false
+  end
+  redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, env_merge(have, entries)))
+  redis.call('HINCRBY', ttkey, F_MERGE_VERSION, 1)
+  return true
+end
+
+-- key_requeue puts dead task id of key okey back (requeued from the dead
+-- set, its counters already reset). Returns true when the caller pushes it
+-- at the back of the waiting list: it is the key's head (the key was
+-- blocked by it) or becomes it (the key has none). Else it waits behind
+-- the key's head, or, on a merging queue whose key has a waiting tail, its
+-- payloads merge into that tail, whose counters are reset and which is due
+-- at once (Lowkiq: a job from the morgue merged into a queued one).
+local function key_requeue(tkey, id, okey, waiting, cfgkey)
+  local tprefix = string.sub(tkey, 1, #tkey - #id)
+  local qname = key_queue_of(tprefix, waiting, 'q:')
+  local heads, list, base = key_names(tprefix, qname, okey)
+  local head = redis.call('HGET', heads, okey)
+  if head == id then
+    return true
+  end
+  if head and redis.call('EXISTS', tprefix .. head) == 0 then
+    head = redis.call('LPOP', list)
+    if head then
+      head = key_promote(tprefix, base, qname, heads, okey, head)
+    end
+  end
+  if not head then
+    redis.call('HSET', heads, okey, id)
+    return true
+  end
+  if redis.call('HGET', cfgkey, 'merge') == '1' then
+    local tail, where = key_tail(tprefix, heads, list, okey)
+    local _, mine = env_decode(redis.pcall('HGET', tkey, F_PAYLOAD))
+    if tail and mine and key_merge_into(tprefix, tail, okey, mine) then
+      local ttkey = tprefix .. tail
+      redis.call('HDEL', ttkey, F_FAILURES, F_CRASHES, F_CRASHED_ON, F_KEY_DUE)
+      if where == 'list' then
+        redis.call('LSET', list, -1, tail) -- due at once: no '@<due>' any more
+      end
+      if where == 'head' and redis.call('ZREM', base .. 's:' .. qname, tail) == 1 then
+        redis.call('HSET', ttkey, F_STATE, S_QUEUED)
+        redis.call('RPUSH', waiting, tail)
+        redis.call('PUBLISH', base .. 'wake:' .. qname, 1)
+      end
+      redis.call('DEL', tkey)
+      return false
+    end
+  end
+  redis.call('HSET', tkey, F_STATE, S_QUEUED)
+  redis.call('RPUSH', list, id)
+  return false
+end

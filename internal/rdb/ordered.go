@@ -1,0 +1,340 @@
+package rdb
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// Ordered queues: a task enqueued with a key runs after the key's earlier
+// tasks and never beside them (lua/include/key.lua). Only a key's head
+// circulates in the queue's structures; the others wait in the key's list.
+
+// KeyPolicy is how an ordered queue treats its keys, stored in the queue's
+// config hash (fields merge and ondead), read by the scripts.
+type KeyPolicy struct {
+	// Merge: an enqueue whose key's last task still waits merges its
+	// payload into that task (Lowkiq's rule) instead of adding a task.
+	Merge bool
+	// MoveOnDead: a key's task that goes dead lets the key's next task
+	// run; else the key is blocked until the dead task is requeued or
+	// deleted.
+	MoveOnDead bool
+}
+
+func flag01(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
+}
+
+func (p KeyPolicy) onDead() string {
+	if p.MoveOnDead {
+		return "next"
+	}
+	return "block"
+}
+
+// WriteKeyPolicy stores the key policy of queue q alone.
+func (s *Store) WriteKeyPolicy(ctx context.Context, q QueueKeys, p KeyPolicy) error {
+	_, err := s.cmd(ctx, q.Ref.Tag, "HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead())
+	return err
+}
+
+// ReadKeyPolicy reads the key policy of queue q (the defaults when none
+// was written).
+func (s *Store) ReadKeyPolicy(ctx context.Context, q QueueKeys) (KeyPolicy, error) {
+	vals, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "merge", "ondead"))
+	if err != nil {
+		return KeyPolicy{}, err
+	}
+	return KeyPolicy{Merge: vals[0] == "1", MoveOnDead: vals[1] == "next"}, nil
+}
+
+// envelopeMagic starts the payload field of every keyed task (KEY_ENV in
+// lua/include/key.lua). Package worqr refuses payloads that start with it.
+var envelopeMagic = []byte("\xffwqk\x01")
+
+// IsEnvelope reports whether b starts like a keyed task's envelope.
+func IsEnvelope(b []byte) bool { return bytes.HasPrefix(b, envelopeMagic) }
+
+// Entry is one payload of a keyed task and its score (its enqueue time in
+// unix ms unless the caller gave one). A merged task has several, in score
+// order.
+type Entry struct {
+	Score   float64
+	Payload []byte
+}
+
+// DecodeEnvelope reads a keyed task's payload field: its key and its
+// entries. ok is false when b is not an envelope (or a corrupt one).
+func DecodeEnvelope(b []byte) (key string, entries []Entry, ok bool) {
+	if !IsEnvelope(b) {
+		return "", nil, false
+	}
+	rest := b[len(envelopeMagic):]
+	num := func(sep byte) (string, bool) {
+		i := bytes.IndexByte(rest, sep)
+		if i < 0 {
+			return "", false
+		}
+		s := string(rest[:i])
+		rest = rest[i+1:]
+		return s, true
+	}
+	s, ok := num(':')
+	n, err := strconv.Atoi(s)
+	if !ok || err != nil || n < 0 || n > len(rest) {
+		return "", nil, false
+	}
+	key, rest = string(rest[:n]), rest[n:]
+	for len(rest) > 0 {
+		sc, ok1 := num(':')
+		ln, ok2 := num(':')
+		score, err1 := strconv.ParseFloat(sc, 64)
+		n, err2 := strconv.Atoi(ln)
+		if !ok1 || !ok2 || err1 != nil || err2 != nil || n < 0 || n > len(rest) {
+			return "", nil, false
+		}
+		entries = append(entries, Entry{Score: score, Payload: rest[:n:n]})
+		rest = rest[n:]
+	}
+	return key, entries, true
+}
+
+// EncodeEnvelope writes a keyed task's payload field (as the scripts do).
+func EncodeEnvelope(key string, entries []Entry) []byte {
+	var b bytes.Buffer
+	b.Write(envelopeMagic)
+	fmt.Fprintf(&b, "%d:%s", len(key), key)
+	for _, e := range entries {
+		fmt.Fprintf(&b, "%s:%d:", FormatScore(e.Score), len(e.Payload))
+		b.Write(e.Payload)
+	}
+	return b.Bytes()
+}
+
+// FormatScore writes a score as the scripts read it.
+func FormatScore(f float64) string { return strconv.FormatFloat(f, 'g', -1, 64) }
+
+// KeyEnqueued is what EnqueueKey did with one task: ID holds its payload,
+// its own id or, when Merged, the id of the waiting task it merged into.
+type KeyEnqueued struct {
+	ID     string
+	Merged bool
+}
+
+// ErrTailChanged is returned by KeyMergeInto when the key's waiting tail
+// changed since KeyTail read it: nothing was written.
+var ErrTailChanged = errors.New("worqr: the key's waiting task changed")
+
+func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
+	scores []string, a *EnqueueArgs, mode, tail, version string) (any, error) {
+	if a == nil {
+		a = &EnqueueArgs{}
+	}
+	args := make([]any, 0, 20+4*len(ids))
+	args = append(args, 5+len(ids), q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config)
+	for _, id := range ids {
+		args = append(args, q.Task(id))
+	}
+	args = append(args, q.TaskPrefix, key, optInt(a.DelayMillis), optInt(a.DueMillis),
+		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version, len(ids))
+	for _, id := range ids {
+		args = append(args, id)
+	}
+	for _, p := range payloads {
+		args = append(args, p)
+	}
+	for _, sc := range scores {
+		args = append(args, sc)
+	}
+	return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
+}
+
+// EnqueueKey enqueues tasks with key on queue q, in order, in one script
+// call (at most MaxEnqueueChunk). scores[i] is the score of payloads[i] ("",
+// or a nil scores: Redis time in ms). Only a's delay, due time, max
+// attempts and timeout apply.
+func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
+	scores []string, a *EnqueueArgs) ([]KeyEnqueued, error) {
+	if len(ids) != len(payloads) || (scores != nil && len(scores) != len(ids)) {
+		return nil, fmt.Errorf("rdb: enqueue key: %d ids, %d payloads, %d scores", len(ids), len(payloads), len(scores))
+	}
+	if scores == nil {
+		scores = make([]string, len(ids))
+	}
+	return keyEnqueued(s.enqueueKeyCall(ctx, q, key, ids, payloads, scores, a, "add", "", ""))
+}
+
+func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {
+	vals, err := redis.Values(r, err)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) == 1 {
+		if n, _ := redis.Int(vals[0], nil); n == -4 {
+			return nil, ErrTailChanged
+		}
+	}
+	if len(vals)%2 != 0 {
+		return nil, fmt.Errorf("rdb: enqueue key: reply of %d values", len(vals))
+	}
+	out := make([]KeyEnqueued, len(vals)/2)
+	for i := range out {
+		out[i].ID, _ = redis.String(vals[2*i], nil)
+		m, _ := redis.Int(vals[2*i+1], nil)
+		out[i].Merged = m == 1
+	}
+	return out, nil
+}
+
+// KeyTail is the last task of a key while it still waits (behind the
+// head, or the head itself while queued or scheduled).
+type KeyTail struct {
+	ID      string
+	Payload []byte // the envelope
+	Version string // merges so far, checked by KeyMergeInto
+}
+
+// ReadKeyTail returns key's waiting tail on q, or nil when the key has
+// none (no task, or its last one runs or is dead).
+func (s *Store) ReadKeyTail(ctx context.Context, q QueueKeys, key string) (*KeyTail, error) {
+	vals, err := redis.Values(s.enqueueKeyCall(ctx, q, key, nil, nil, nil, nil, "read", "", ""))
+	if err != nil || len(vals) == 0 {
+		return nil, err
+	}
+	if len(vals) != 3 {
+		return nil, fmt.Errorf("rdb: key tail: reply of %d values", len(vals))
+	}
+	t := &KeyTail{}
+	t.ID, _ = redis.String(vals[0], nil)
+	t.Payload, _ = redis.Bytes(vals[1], nil)
+	t.Version, _ = redis.String(vals[2], nil)
+	return t, nil
+}
+
+// KeyMergeInto replaces the payload of tail (read by ReadKeyTail; nil: the
+// key had no waiting tail) by merged, keeping its score, attempts and due
+// time, when tail is still the key's waiting tail at the same version; with
+// a nil tail it enqueues task id with payload merged as EnqueueKey would,
+// when the key still has no waiting tail. ErrTailChanged: nothing written.
+func (s *Store) KeyMergeInto(ctx context.Context, q QueueKeys, key string, tail *KeyTail, id string, merged []byte,
+	score string, a *EnqueueArgs) (KeyEnqueued, error) {
+	tid, ver := "", ""
+	if tail != nil {
+		tid, ver = tail.ID, tail.Version
+	}
+	out, err := keyEnqueued(s.enqueueKeyCall(ctx, q, key, []string{id}, [][]byte{merged}, []string{score}, a, "into", tid, ver))
+	if err != nil {
+		return KeyEnqueued{}, err
+	}
+	if len(out) != 1 {
+		return KeyEnqueued{}, fmt.Errorf("rdb: key merge: %d results", len(out))
+	}
+	return out[0], nil
+}
+
+// KeyState is one key of an ordered queue as the Inspector shows it.
+type KeyState struct {
+	Key string
+	// Head is the id of the key's head task: running, waiting its turn in
+	// the queue, scheduled (a retry) or dead (the key is blocked).
+	Head      string
+	HeadState string // a State* constant, "" when its data is gone
+	// Behind counts the tasks waiting behind the head.
+	Behind int
+}
+
+// Blocked reports whether the key waits for an operator: its head is dead.
+func (k KeyState) Blocked() bool { return k.HeadState == StateDead }
+
+// Keys returns one page of the keys of q that have tasks (HSCAN from
+// cursor; next is 0 after the last page) and their states.
+func (s *Store) Keys(ctx context.Context, q QueueKeys, cursor uint64, count int) ([]KeyState, uint64, error) {
+	vals, err := redis.Values(s.cmd(ctx, q.Ref.Tag, "HSCAN", q.KeyHeads, cursor, "COUNT", max(count, 1)))
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(vals) != 2 {
+		return nil, 0, fmt.Errorf("rdb: keys: reply of %d values", len(vals))
+	}
+	next, err := redis.Uint64(vals[0], nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	kv, err := redis.Strings(vals[1], nil)
+	if err != nil {
+		return nil, 0, err
+	}
+	out := make([]KeyState, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		out = append(out, KeyState{Key: kv[i], Head: kv[i+1]})
+	}
+	return out, next, s.fillKeys(ctx, q, out)
+}
+
+// fillKeys reads each key's head state and count behind, in one round trip.
+func (s *Store) fillKeys(ctx context.Context, q QueueKeys, ks []KeyState) error {
+	cmds := make([]command, 0, 2*len(ks))
+	for _, k := range ks {
+		cmds = append(cmds, cmdOf("HGET", q.Task(k.Head), FieldState), cmdOf("LLEN", q.KeyListPrefix+k.Key))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return err
+	}
+	for i := range ks {
+		st, err := redis.String(rs[2*i], nil)
+		switch {
+		case err == redis.ErrNil:
+		case err != nil:
+			st = "corrupt"
+		case st == "":
+			st = StateQueued
+		}
+		ks[i].HeadState = st
+		ks[i].Behind, _ = redis.Int(rs[2*i+1], nil)
+	}
+	return nil
+}
+
+// Key returns the state of key on q, or nil when it has no task.
+func (s *Store) Key(ctx context.Context, q QueueKeys, key string) (*KeyState, error) {
+	head, err := redis.String(s.cmd(ctx, q.Ref.Tag, "HGET", q.KeyHeads, key))
+	if err == redis.ErrNil {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	ks := []KeyState{{Key: key, Head: head}}
+	if err := s.fillKeys(ctx, q, ks); err != nil {
+		return nil, err
+	}
+	return &ks[0], nil
+}
+
+// KeyCount returns how many keys of q have tasks.
+func (s *Store) KeyCount(ctx context.Context, q QueueKeys) (int, error) {
+	return redis.Int(s.cmd(ctx, q.Ref.Tag, "HLEN", q.KeyHeads))
+}
+
+// KeyBehind returns the ids waiting behind key's head, in order, from
+// offset (at most limit).
+func (s *Store) KeyBehind(ctx context.Context, q QueueKeys, key string, offset, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	ids, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "LRANGE", q.KeyListPrefix+key, offset, offset+limit-1))
+	for i, id := range ids {
+		ids[i], _, _ = strings.Cut(id, "@") // "<id>@<due ms>": enqueued for later
+	}
+	return ids, err
+}

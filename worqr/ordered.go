@@ -1,0 +1,396 @@
+package worqr
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// Ordered queues. A task enqueued with EnqueueOpts.Key runs after every task
+// enqueued earlier with the same key on the same queue has ended, and never
+// at the same time as one of them, on any worker; tasks of different keys
+// run in parallel up to the queue's Concurrency. Only the oldest task of a
+// key (its head) is in the queue's waiting list at any time; the others wait
+// behind it in Redis, and the next one joins the back of the waiting list
+// when the head ends, so that keys take turns (a key with 10,000 tasks
+// waiting gets one turn per round, like a key with one).
+
+// MaxKeyLen is the longest EnqueueOpts.Key, in bytes.
+const MaxKeyLen = 512
+
+// KeyPolicy is how an ordered queue treats its keys. It lives in Redis (the
+// queue's config hash) so that every client and worker agrees: a Worker
+// writes its QueueConfig.Keys when it starts, Client.SetKeyPolicy writes it
+// at any time (say, before any worker has started). The zero value blocks a
+// key on a dead task and merges nothing.
+type KeyPolicy struct {
+	// Merge: an Enqueue with a key whose last task has not started yet
+	// (waiting behind its head, or the head itself while waiting for its
+	// turn or for a retry) adds its payload to that task instead of adding
+	// a task: the task then carries several payloads (Task.Payloads),
+	// ordered by score, each distinct payload once, with the lowest score
+	// it was enqueued with. The waiting task keeps its attempts and its due
+	// time. Payloads are compared byte for byte.
+	Merge bool
+	// MoveOnDead: when a task of a key goes dead, the key's next task runs.
+	// Default false: the key is blocked (Inspector.Key says so, and
+	// Inspector.BlockedKeys lists it) until the dead task is requeued (it
+	// then runs first) or deleted (the next task runs).
+	MoveOnDead bool
+}
+
+func (p KeyPolicy) stored() rdb.KeyPolicy {
+	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead}
+}
+
+// SetKeyPolicy stores the key policy of queue. Workers serving the queue
+// store their QueueConfig.Keys when they start: keep both the same.
+func (c *Client) SetKeyPolicy(ctx context.Context, queue string, p KeyPolicy) error {
+	q, err := c.clientQueue(queue)
+	if err != nil {
+		return err
+	}
+	if err := c.st.WriteKeyPolicy(ctx, q.qk, p.stored()); err != nil {
+		return fmt.Errorf("worqr: set key policy of %s: %w", queue, err)
+	}
+	return nil
+}
+
+// Payload is one payload of a task of an ordered queue. A task that was
+// merged into (KeyPolicy.Merge) has several.
+type Payload struct {
+	// Data is the payload given to Enqueue.
+	Data []byte
+	// Score orders the payloads of a merged task: EnqueueOpts.Score, or the
+	// enqueue time in unix milliseconds (Redis time).
+	Score float64
+}
+
+// unwrap reads the payload field of a task: a keyed task's envelope gives
+// its key, its payloads and, as the payload, the last one (the highest
+// score); anything else is the payload as enqueued.
+func unwrap(b []byte) (payload []byte, key string, payloads []Payload) {
+	k, es, ok := rdb.DecodeEnvelope(b)
+	if !ok {
+		return b, "", nil
+	}
+	payloads = make([]Payload, len(es))
+	for i, e := range es {
+		payloads[i] = Payload{Data: e.Payload, Score: e.Score}
+	}
+	if len(es) > 0 {
+		payload = es[len(es)-1].Payload
+	}
+	return payload, k, payloads
+}
+
+// checkKeyed validates the options of a keyed enqueue.
+func checkKeyed(o *EnqueueOpts) error {
+	switch {
+	case len(o.Key) > MaxKeyLen:
+		return invalid("EnqueueOpts.Key", "is %d bytes long (at most %d)", len(o.Key), MaxKeyLen)
+	case o.UniqueKey != "":
+		return invalid("EnqueueOpts.UniqueKey", "cannot be set together with Key")
+	case o.ID != "":
+		return invalid("EnqueueOpts.ID", "cannot be set together with Key")
+	case o.UniqueKeys != nil:
+		return invalid("EnqueueOpts.UniqueKeys", "cannot be set together with Key")
+	case o.Priority != 0:
+		return invalid("EnqueueOpts.Priority", "cannot be set together with Key (a key's tasks run in enqueue order)")
+	case !o.Deadline.IsZero():
+		return invalid("EnqueueOpts.Deadline", "cannot be set together with Key (not yet supported on ordered queues)")
+	case o.Retention != 0:
+		return invalid("EnqueueOpts.Retention", "cannot be set together with Key (not yet supported on ordered queues)")
+	}
+	return nil
+}
+
+// checkPayloadPrefix refuses a payload that starts like the envelope of a
+// keyed task (bytes 0xFF 'w' 'q' 'k' 0x01), so that a worker never takes a
+// plain payload for one.
+func checkPayloadPrefix(name string, p []byte) error {
+	if rdb.IsEnvelope(p) {
+		return invalid(name, "starts with bytes reserved for tasks of ordered queues (0xFF 'w' 'q' 'k' 0x01)")
+	}
+	return nil
+}
+
+// enqueueKeyed enqueues payloads with opts.Key, in order, in steps of at
+// most MaxEnqueueChunk tasks.
+func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue, payloads [][]byte,
+	opts *EnqueueOpts, args *rdb.EnqueueArgs) ([]string, error) {
+	ids := make([]string, len(payloads))
+	for i := range ids {
+		ids[i] = xid.New().String()
+	}
+	scores := make([]string, len(payloads))
+	if opts.Score != 0 {
+		for i := range scores {
+			scores[i] = rdb.FormatScore(opts.Score)
+		}
+	}
+	out := make([]string, 0, len(ids))
+	var fresh []string
+	for lo := 0; lo < len(ids); lo += rdb.MaxEnqueueChunk {
+		hi := min(lo+rdb.MaxEnqueueChunk, len(ids))
+		res, err := c.st.EnqueueKey(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args)
+		if err != nil {
+			if len(ids) == 1 {
+				return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+			}
+			return out, &BatchError{Queue: queue, Enqueued: len(out), Total: len(ids), Err: err}
+		}
+		for _, r := range res {
+			out = append(out, r.ID)
+			if !r.Merged {
+				fresh = append(fresh, r.ID)
+			}
+		}
+	}
+	if len(fresh) > 0 {
+		c.enqueued(queue, fresh)
+	}
+	return out, nil
+}
+
+// MergeFunc merges an incoming payload into the payload of a task that has
+// not started yet (see Client.EnqueueMerge). It may run more than once for
+// one call, on fresh data each time, and must not keep its arguments.
+type MergeFunc func(waiting, incoming []byte) ([]byte, error)
+
+// maxMergeTries bounds how often EnqueueMerge reads again after the waiting
+// task changed under it.
+const maxMergeTries = 32
+
+// EnqueueMerge enqueues payload with key on queue, merged by merge into the
+// key's last task when that task has not started yet: its payload becomes
+// merge(its payload, payload), and it keeps its attempts, its due time and
+// its score; otherwise a task is added as Enqueue with opts.Key would. It is
+// for payloads that are not a set of values (a counter, a latest state); the
+// queue's KeyPolicy.Merge, if on, does not apply to it. The merge is a read,
+// merge and write: the write applies only if the task did not change since
+// the read (else it reads again, up to 32 times). It returns the id of the
+// task that holds the payload and whether it was merged.
+func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []byte, merge MergeFunc,
+	opts *EnqueueOpts) (string, bool, error) {
+	if merge == nil {
+		return "", false, invalid("merge", "is nil")
+	}
+	var o EnqueueOpts
+	if opts != nil {
+		o = *opts
+	}
+	if o.Key != "" && o.Key != key {
+		return "", false, invalid("EnqueueOpts.Key", "(%q) differs from key (%q)", o.Key, key)
+	}
+	o.Key = key
+	if key == "" {
+		return "", false, invalid("key", "is empty")
+	}
+	if err := checkKeyed(&o); err != nil {
+		return "", false, err
+	}
+	q, err := c.clientQueue(queue)
+	if err != nil {
+		return "", false, err
+	}
+	args, err := o.args(1)
+	if err != nil {
+		return "", false, err
+	}
+	if err := c.checkPayload("payload", payload); err != nil {
+		return "", false, err
+	}
+	if err := c.markKnown(ctx, q); err != nil {
+		return "", false, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+	}
+	score := ""
+	if o.Score != 0 {
+		score = rdb.FormatScore(o.Score)
+	}
+	id := xid.New().String()
+	for range maxMergeTries {
+		tail, err := c.st.ReadKeyTail(ctx, q.qk, key)
+		if err != nil {
+			return "", false, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+		}
+		data := payload
+		if tail != nil {
+			old, _, _ := unwrap(tail.Payload)
+			if data, err = merge(old, payload); err != nil {
+				return "", false, fmt.Errorf("worqr: enqueue %s: merge: %w", queue, err)
+			}
+			if err := c.checkPayload("merge result", data); err != nil {
+				return "", false, err
+			}
+		}
+		r, err := c.st.KeyMergeInto(ctx, q.qk, key, tail, id, data, score, args)
+		if errors.Is(err, rdb.ErrTailChanged) {
+			continue
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
+		}
+		if !r.Merged {
+			c.enqueued(queue, []string{r.ID})
+		}
+		return r.ID, r.Merged, nil
+	}
+	return "", false, fmt.Errorf("worqr: enqueue %s: key %q: its waiting task changed %d times during the merge", queue, key, maxMergeTries)
+}
+
+// checkPayload applies the size limit and the reserved prefix.
+func (c *Client) checkPayload(name string, p []byte) error {
+	if len(p) > c.cfg.MaxPayloadBytes {
+		return invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", len(p), c.cfg.MaxPayloadBytes)
+	}
+	return checkPayloadPrefix(name, p)
+}
+
+// KeyInfo is one key of an ordered queue.
+type KeyInfo struct {
+	Key string
+	// Head is the key's oldest task: the one that runs (or waits its turn,
+	// or its retry) while the others wait behind it.
+	Head *TaskInfo
+	// Behind counts the tasks waiting behind the head.
+	Behind int
+	// Blocked is true when the head is dead and the queue's KeyPolicy does
+	// not move on: the key runs nothing until the head is requeued or
+	// deleted (Client.RequeueDead, Client.DeleteDead).
+	Blocked bool
+}
+
+func (in *Inspector) orderedQueue(queue string) (rdb.QueueKeys, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return rdb.QueueKeys{}, err
+	}
+	if ref.Flow() {
+		return rdb.QueueKeys{}, invalid("queue", "(%s) is a flow's queue: only stand-alone queues have keys", queue)
+	}
+	return in.st.Queue(ref), nil
+}
+
+func (in *Inspector) keyInfos(ctx context.Context, qk rdb.QueueKeys, ks []rdb.KeyState) ([]KeyInfo, error) {
+	ids := make([]string, len(ks))
+	for i, k := range ks {
+		ids[i] = k.Head
+	}
+	recs, err := in.st.Tasks(ctx, qk, ids)
+	if err != nil {
+		return nil, err
+	}
+	byID := make(map[string]*rdb.TaskRecord, len(recs))
+	for _, r := range recs {
+		byID[r.ID] = r
+	}
+	out := make([]KeyInfo, len(ks))
+	for i, k := range ks {
+		out[i] = KeyInfo{Key: k.Key, Behind: k.Behind, Blocked: k.Blocked()}
+		if r := byID[k.Head]; r != nil {
+			out[i].Head = taskInfo(qk.Ref, r)
+		} else {
+			out[i].Head = &TaskInfo{ID: k.Head, Queue: qk.Ref.Member()}
+		}
+	}
+	return out, nil
+}
+
+// Key returns key of queue (its head and how many tasks wait behind it), or
+// nil when the key has no task.
+func (in *Inspector) Key(ctx context.Context, queue, key string) (*KeyInfo, error) {
+	qk, err := in.orderedQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	ks, err := in.st.Key(ctx, qk, key)
+	if err != nil || ks == nil {
+		return nil, err
+	}
+	out, err := in.keyInfos(ctx, qk, []rdb.KeyState{*ks})
+	if err != nil {
+		return nil, err
+	}
+	return &out[0], nil
+}
+
+// Keys returns a page of the keys of queue that have tasks, from cursor (0
+// to start), and the cursor of the next page (0 after the last). A page
+// holds about count keys, in no particular order; a key may show twice.
+// total is how many keys have tasks.
+func (in *Inspector) Keys(ctx context.Context, queue string, cursor uint64, count int) (keys []KeyInfo, next uint64, total int, err error) {
+	qk, err := in.orderedQueue(queue)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if count < 1 {
+		return nil, 0, 0, invalid("count", "(%d) must be at least 1", count)
+	}
+	ks, next, err := in.st.Keys(ctx, qk, cursor, count)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if total, err = in.st.KeyCount(ctx, qk); err != nil {
+		return nil, 0, 0, err
+	}
+	keys, err = in.keyInfos(ctx, qk, ks)
+	return keys, next, total, err
+}
+
+// BlockedKeys returns the keys of queue blocked by a dead head, reading
+// the dead set from the newest, at most limit keys.
+func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) ([]KeyInfo, error) {
+	qk, err := in.orderedQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	if limit < 1 {
+		return nil, invalid("limit", "(%d) must be at least 1", limit)
+	}
+	var out []KeyInfo
+	for off := 0; len(out) < limit; off += rdb.BulkChunk {
+		span, err := in.st.Dead(ctx, qk, off, rdb.BulkChunk)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := in.st.Tasks(ctx, qk, span.IDs)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range recs {
+			_, key, _ := unwrap(r.Payload)
+			if key == "" || len(out) >= limit {
+				continue
+			}
+			ki, err := in.Key(ctx, queue, key)
+			if err != nil {
+				return nil, err
+			}
+			if ki != nil && ki.Blocked && ki.Head.ID == r.ID {
+				out = append(out, *ki)
+			}
+		}
+		if len(span.IDs) < rdb.BulkChunk {
+			break
+		}
+	}
+	return out, nil
+}
+
+// TasksBehind returns the ids of the tasks waiting behind key's head, in
+// the order they will run, from offset (at most limit).
+func (in *Inspector) TasksBehind(ctx context.Context, queue, key string, offset, limit int) ([]string, error) {
+	qk, err := in.orderedQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	if offset < 0 || limit < 0 {
+		return nil, invalid("offset", "and limit must not be negative")
+	}
+	return in.st.KeyBehind(ctx, qk, key, offset, limit)
+}
