@@ -470,7 +470,7 @@ const (
 	// AskExpire ends a taking the take found past its deadline (never
 	// run): expired, once the script confirms it on Redis's clock.
 	AskExpire Ask = "expire"
-	AskLater Ask = "later" // rate limited: to run again after a delay, no attempt counted
+	AskLater  Ask = "later" // rate limited: to run again after a delay, no attempt counted
 )
 
 // Kind is the kind of queue a taking belongs to.
