@@ -49,36 +49,52 @@ func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
 	if err != nil {
 		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
 	}
-	nodeOpts := func(addr string) dial.Options {
-		u := *base
-		u.Host = addr
-		return dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
-			MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout}
-	}
-	if err := nodeOpts(addrs[0]).Check(); err != nil {
+	nodes := nodePools{base: base, o: &o}
+	if err := nodes.options(addrs[0]).Check(); err != nil {
 		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
 	}
-	timeout := o.ConnectTimeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*nodes.timeout())
 	defer cancel()
 	p, err := cluster.New(ctx, cluster.Options{
-		Seeds: addrs,
-		TLS:   base.Scheme == "rediss",
-		NewPool: func(addr string) *redis.Pool {
-			np, err := dial.Pool(nodeOpts(addr))
-			if err != nil { // checked above: cannot happen
-				return &redis.Pool{Dial: func() (redis.Conn, error) { return nil, err }}
-			}
-			return np
-		},
+		Seeds:   addrs,
+		TLS:     base.Scheme == "rediss",
+		NewPool: nodes.pool,
 	})
 	if err != nil {
 		return nil, err
 	}
 	return &ClusterPool{p: p}, nil
+}
+
+// nodePools makes the pools of the nodes of a cluster or of the primaries a
+// sentinel names: base with the node's address, and o's TLS and sizes.
+type nodePools struct {
+	base *url.URL
+	o    *PoolOptions
+}
+
+func (n nodePools) options(addr string) dial.Options {
+	u := *n.base
+	u.Host = addr
+	return dial.Options{URL: u.String(), CAFile: n.o.CAFile, CertFile: n.o.CertFile, KeyFile: n.o.KeyFile,
+		MaxIdle: n.o.MaxIdle, MaxActive: n.o.MaxActive, ConnectTimeout: n.o.ConnectTimeout}
+}
+
+// pool returns the pool of the node at addr (options were checked first).
+func (n nodePools) pool(addr string) *redis.Pool {
+	np, err := dial.Pool(n.options(addr))
+	if err != nil { // checked by the constructor: cannot happen
+		return &redis.Pool{Dial: func() (redis.Conn, error) { return nil, err }}
+	}
+	return np
+}
+
+// timeout is the dial timeout (default 5 s).
+func (n nodePools) timeout() time.Duration {
+	if n.o.ConnectTimeout == 0 {
+		return 5 * time.Second
+	}
+	return n.o.ConnectTimeout
 }
 
 // parseSeeds returns the URL every node is dialed with (its host left to

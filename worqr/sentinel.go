@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -48,13 +47,8 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 	if err != nil {
 		return nil, &InvalidError{Field: "sentinels", Rule: strings.ReplaceAll(err.Error(), "seed", "sentinel")}
 	}
-	nodeOpts := func(addr string) dial.Options {
-		u := *base
-		u.Host = addr
-		return dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
-			MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout}
-	}
-	if err := nodeOpts(addrs[0]).Check(); err != nil {
+	nodes := nodePools{base: base, o: &o}
+	if err := nodes.options(addrs[0]).Check(); err != nil {
 		return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
 	}
 	sentinelPools := map[string]*redis.Pool{}
@@ -73,22 +67,12 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 		}
 		sentinelPools[a] = sp
 	}
-	timeout := o.ConnectTimeout
-	if timeout == 0 {
-		timeout = 5 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*nodes.timeout())
 	defer cancel()
 	p, err := sentinel.New(ctx, sentinel.Options{
 		Master:    master,
 		Sentinels: addrs,
-		NewPool: func(addr string) *redis.Pool {
-			np, err := dial.Pool(nodeOpts(addr))
-			if err != nil { // checked above: cannot happen
-				return &redis.Pool{Dial: func() (redis.Conn, error) { return nil, err }}
-			}
-			return np
-		},
+		NewPool:   nodes.pool,
 		DialSentinel: func(ctx context.Context, addr string) (redis.Conn, error) {
 			return sentinelPools[addr].DialContext(ctx) // a connection of its own, not pooled
 		},

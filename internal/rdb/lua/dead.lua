@@ -59,15 +59,7 @@ for _, id in ipairs(ids) do
   end
 end
 if #push > 0 then
-  local plain = {}
-  for _, id in ipairs(push) do
-    local pri = redis.pcall('HGET', ARGV[2] .. id, F_PRIORITY)
-    if type(pri) == 'string' and pri ~= '0' then
-      redis.call('RPUSH', level_list(KEYS[2], pri), id)
-    else
-      plain[#plain + 1] = id
-    end
-  end
+  local plain = push_by_level(KEYS[2], ARGV[2], push)
   if #plain > 0 then
     redis.call('RPUSH', KEYS[2], unpack(plain))
   end

@@ -25,16 +25,7 @@ for _, id in ipairs(ids) do
 end
 if cfg_num(KEYS[4], 'prio', 0) > 0 then
   -- The queue has priority levels: each task goes to its level's list.
-  local plain = {}
-  for _, id in ipairs(ids) do
-    local pri = redis.pcall('HGET', ARGV[2] .. id, F_PRIORITY)
-    if type(pri) == 'string' and pri ~= '0' then
-      redis.call('RPUSH', level_list(KEYS[2], pri), id)
-    else
-      plain[#plain + 1] = id
-    end
-  end
-  ids = plain
+  ids = push_by_level(KEYS[2], ARGV[2], ids)
 end
 if #ids > 0 then
   redis.call('RPUSH', KEYS[2], unpack(ids))

@@ -11,3 +11,19 @@ local function level_list(waiting, pri)
   end
   return waiting
 end
+
+-- push_by_level RPUSHes each of ids (task hashes tprefix .. id) at the back
+-- of its priority level's list and returns the ids of level 0, for the
+-- caller to push to waiting itself.
+local function push_by_level(waiting, tprefix, ids)
+  local plain = {}
+  for _, id in ipairs(ids) do
+    local pri = redis.pcall('HGET', tprefix .. id, F_PRIORITY)
+    if type(pri) == 'string' and pri ~= '0' then
+      redis.call('RPUSH', level_list(waiting, pri), id)
+    else
+      plain[#plain + 1] = id
+    end
+  end
+  return plain
+end
