@@ -284,6 +284,7 @@ func TestKill9(t *testing.T) {
 	}
 
 	kills := 0
+	cutAt := map[uint64]int{} // index -> kills aimed at its runs
 	next := time.Now().Add(300 * time.Millisecond)
 	deadline := time.Now().Add(90 * time.Second)
 	for watch() < killJobs {
@@ -291,18 +292,28 @@ func TestKill9(t *testing.T) {
 			t.Fatalf("timed out at processed index %d", last)
 		}
 		if kills < 6 && time.Now().After(next) && last > 0 {
-			// Kill a process that is inside a job, when one is.
+			// Kill a process that is inside a job: wait until one is. Not
+			// one whose job was cut twice already: a job that kills
+			// MaxCrashes workers goes to the dead set (and progress waits
+			// for an operator), which is not what this test is about.
 			l := live()
-			victim := l[rand.IntN(len(l))]
+			var inJob []*child
+			var jobs []uint64
 			for _, r := range readRuns(t, l) {
-				if !r.ok && !r.failed && rand.IntN(2) == 0 {
-					victim = l[r.proc]
+				if !r.ok && !r.failed && cutAt[r.i] < 2 {
+					inJob = append(inJob, l[r.proc])
+					jobs = append(jobs, r.i)
 				}
 			}
-			victim.kill()
-			kills++
-			children = append(children, startChild(t, dir, b.ns, len(children)))
-			next = time.Now().Add(time.Duration(250+rand.IntN(250)) * time.Millisecond)
+			if len(inJob) > 0 {
+				k := rand.IntN(len(inJob))
+				victim := inJob[k]
+				cutAt[jobs[k]]++
+				victim.kill()
+				kills++
+				children = append(children, startChild(t, dir, b.ns, len(children)))
+				next = time.Now().Add(time.Duration(250+rand.IntN(250)) * time.Millisecond)
+			}
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

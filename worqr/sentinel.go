@@ -112,5 +112,11 @@ func (s *SentinelPool) GetContext(ctx context.Context) (redis.Conn, error) {
 // Primary returns the address of the primary in use.
 func (s *SentinelPool) Primary() string { return s.p.Primary() }
 
+// Switches returns how many times the pool moved to another primary. A
+// worker on the pool watches it: after a switch it puts back any taking it
+// holds in Redis but does not run (an end that the old primary acknowledged
+// and never passed on to the replica left it there).
+func (s *SentinelPool) Switches() uint64 { return s.p.Switches() }
+
 // Close stops following the sentinels and closes the connections.
 func (s *SentinelPool) Close() error { return s.p.Close() }

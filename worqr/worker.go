@@ -103,6 +103,12 @@ type queueRunner struct {
 	launchMu sync.Mutex
 	closed   bool
 	unsure   string
+	// switches is the pool's count of server changes when last seen
+	// (rdb.Store.Switches): a change makes the session unsure, since a
+	// write the old server acknowledged (an end) may not have reached the
+	// new one, and the taking would stay held with no handler.
+	switches   uint64
+	switchesOf func() uint64
 
 	// takeMu keeps release apart from an end that takes again: such an
 	// end holds it (read) from its call until its takings are launched
@@ -124,6 +130,11 @@ func (q *queueRunner) setUnsure(id string) {
 func (q *queueRunner) unsureFor(current string) string {
 	q.launchMu.Lock()
 	defer q.launchMu.Unlock()
+	if q.switchesOf != nil {
+		if n := q.switchesOf(); n != q.switches {
+			q.switches, q.unsure = n, current
+		}
+	}
 	if q.unsure != current {
 		q.unsure = ""
 	}
@@ -200,6 +211,8 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		}
 		r.work = make(chan job, r.concurrency)
 		r.held = map[string]bool{}
+		r.switchesOf = w.st.Switches
+		r.switches = w.st.Switches()
 		r.ends = w.endGroup(r)
 		r.more.Store(true)
 		w.queues = append(w.queues, r)

@@ -78,6 +78,23 @@ func NewStore(pool ConnGetter, ns string) *Store {
 // Queue returns the keys of queue q.
 func (s *Store) Queue(q QueueRef) QueueKeys { return s.keys.Queue(q) }
 
+// Switcher is a pool whose server can change under it (a primary that
+// Sentinel replaced): Switches counts the changes so far.
+type Switcher interface {
+	Switches() uint64
+}
+
+// Switches returns how many times the pool's server changed (0 for a pool
+// that is not a Switcher). Writes acknowledged by the old server may have
+// been lost on the way to the new one (replication is asynchronous), so a
+// worker that sees it move checks what it holds (Release).
+func (s *Store) Switches() uint64 {
+	if sw, ok := s.pool.(Switcher); ok {
+		return sw.Switches()
+	}
+	return 0
+}
+
 // conn returns a connection for a call on the keys of tag.
 func (s *Store) conn(ctx context.Context, tag string) (redis.Conn, error) {
 	return s.router.Conn(ctx, tag)

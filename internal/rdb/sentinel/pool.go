@@ -12,6 +12,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -44,9 +45,10 @@ type Pool struct {
 	addr    string
 	pool    *redis.Pool
 	closed  bool
-	refresh chan struct{}
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	refresh  chan struct{}
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	switches atomic.Uint64
 }
 
 // ErrNoPrimary is returned when no sentinel names a node that confirms it is
@@ -101,6 +103,9 @@ func (p *Pool) GetContext(ctx context.Context) (redis.Conn, error) {
 	}
 	return &conn{Conn: c, p: p}, nil
 }
+
+// Switches returns how many times the pool moved to another primary.
+func (p *Pool) Switches() uint64 { return p.switches.Load() }
 
 // Refresh asks the watcher to ask the sentinels again (it does not wait).
 func (p *Pool) Refresh() {
@@ -204,6 +209,7 @@ func (p *Pool) use(addr string, pool *redis.Pool) {
 	p.addr, p.pool = addr, pool
 	p.mu.Unlock()
 	if old != nil {
+		p.switches.Add(1)
 		old.Close()
 		p.o.Logger.Warn("sentinel: primary switched", "master", p.o.Master, "from", oldAddr, "to", addr)
 	}

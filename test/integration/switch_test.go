@@ -1,0 +1,62 @@
+package integration_test
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// switchingPool is a pool whose server "changes" when the test says so: a
+// Sentinel failover as a worker sees it (rdb.Switcher).
+type switchingPool struct {
+	*redis.Pool
+	n atomic.Uint64
+}
+
+func (p *switchingPool) Switches() uint64 { return p.n.Load() }
+
+var _ = Describe("A primary switch (Sentinel failover)", func() {
+	// An end that the old primary acknowledged and never passed on to the
+	// replica leaves the taking held, on the new primary, by a live worker
+	// that no longer runs it: the reaper never frees it (the worker is
+	// alive). After a switch the worker puts back what it holds and does
+	// not run.
+	It("makes a live worker put back the takings it holds but does not run", func(ctx SpecContext) {
+		e := newEnv()
+		pool := &switchingPool{Pool: e.pool}
+		var ran atomic.Int64
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{"sw": {Concurrency: 2, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { ran.Add(1); return nil })}}, nil)
+		w, err := worqr.NewWorker(pool, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(w.Start(ctx)).To(Succeed())
+		DeferCleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = w.Stop(sctx)
+		})
+		e.enqueue("sw", "warm-up")
+		Eventually(ctx, ran.Load).WithTimeout(5 * time.Second).Should(BeEquivalentTo(1))
+
+		// The lost end's state: the task taken under the worker's id, no
+		// handler running it.
+		e.enqueue("sw-held", "held")
+		stuck := e.take(w.ID(), "sw-held", 1)
+		Expect(stuck).To(HaveLen(1))
+		_, err = e.do("RENAME", e.qk("sw-held").WorkerQueue(w.ID()), e.qk("sw").WorkerQueue(w.ID()))
+		Expect(err).NotTo(HaveOccurred())
+		_, err = e.do("RENAME", e.qk("sw-held").Task(stuck[0].ID), e.qk("sw").Task(stuck[0].ID))
+		Expect(err).NotTo(HaveOccurred())
+		Consistently(ctx, ran.Load).WithTimeout(3 * fastPollInterval).Should(BeEquivalentTo(1), "held, not run, and the worker alive: nothing frees it")
+
+		pool.n.Add(1)
+		Eventually(ctx, ran.Load).WithTimeout(5 * time.Second).Should(BeEquivalentTo(2), "after the switch the worker put it back and ran it")
+		Expect(e.hkeys(e.qk("sw").WorkerQueue(w.ID()))).To(BeEmpty())
+	}, SpecTimeout(20*time.Second))
+})
