@@ -53,10 +53,10 @@ var _ = Describe("A primary switch (Sentinel failover)", func() {
 		Expect(err).NotTo(HaveOccurred())
 		_, err = e.do("RENAME", e.qk("sw-held").Task(stuck[0].ID), e.qk("sw").Task(stuck[0].ID))
 		Expect(err).NotTo(HaveOccurred())
-		Consistently(ctx, ran.Load).WithTimeout(3 * fastPollInterval).Should(BeEquivalentTo(1), "held, not run, and the worker alive: nothing frees it")
+		Consistently(ctx, ran.Load).WithTimeout(3*fastPollInterval).Should(BeEquivalentTo(1), "held, not run, and the worker alive: nothing frees it")
 
 		pool.n.Add(1)
-		Eventually(ctx, ran.Load).WithTimeout(5 * time.Second).Should(BeEquivalentTo(2), "after the switch the worker put it back and ran it")
+		Eventually(ctx, ran.Load).WithTimeout(5*time.Second).Should(BeEquivalentTo(2), "after the switch the worker put it back and ran it")
 		Expect(e.hkeys(e.qk("sw").WorkerQueue(w.ID()))).To(BeEmpty())
 	}, SpecTimeout(20*time.Second))
 })

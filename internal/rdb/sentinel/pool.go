@@ -41,10 +41,10 @@ type Options struct {
 type Pool struct {
 	o Options
 
-	mu      sync.Mutex
-	addr    string
-	pool    *redis.Pool
-	closed  bool
+	mu       sync.Mutex
+	addr     string
+	pool     *redis.Pool
+	closed   bool
 	refresh  chan struct{}
 	stop     chan struct{}
 	wg       sync.WaitGroup
