@@ -71,6 +71,10 @@ func childMain() int {
 	var c *consumer.Consumer[uint64]
 	c, err = consumer.New(pool, &consumer.Config[uint64]{
 		Name: "kill", Source: headOf(killJobs - 1), MaxProcessing: killMaxProc, MaxSearchAhead: killAhead, Concurrency: 4,
+		// No crash limit: on a starved machine a process that misses its
+		// keepalive counts as a crash of the job it runs too, and a job
+		// buried after 5 would stop progress (by design) mid-test.
+		MaxCrashes: -1,
 		Backoff: func(int, error) time.Duration { return 20 * time.Millisecond },
 		Process: func(ctx context.Context, i uint64, _ uint64) error {
 			p, err := c.ProcessedIndex(ctx)
@@ -289,6 +293,7 @@ func TestKill9(t *testing.T) {
 	deadline := time.Now().Add(90 * time.Second)
 	for watch() < killJobs {
 		if time.Now().After(deadline) {
+			dumpKeys(t, b.pool, b.ns)
 			t.Fatalf("timed out at processed index %d", last)
 		}
 		if kills < 6 && time.Now().After(next) && last > 0 {
@@ -403,5 +408,36 @@ func TestKill9(t *testing.T) {
 		len(children), kills, len(runs), killJobs, cut, rerun, top)
 	if cut == 0 {
 		t.Errorf("no kill cut a run: the test did not test recovery")
+	}
+}
+
+// dumpKeys logs every key of namespace ns with its contents (a failure's
+// evidence).
+func dumpKeys(t *testing.T, pool *redis.Pool, ns string) {
+	c := pool.Get()
+	defer c.Close()
+	keys, _ := redis.Strings(c.Do("KEYS", ns+":*"))
+	for _, k := range keys {
+		typ, _ := redis.String(c.Do("TYPE", k))
+		var v any
+		switch typ {
+		case "list":
+			v, _ = redis.Strings(c.Do("LRANGE", k, 0, 20))
+		case "hash":
+			v, _ = redis.StringMap(c.Do("HGETALL", k))
+		case "set":
+			v, _ = redis.Strings(c.Do("SMEMBERS", k))
+		case "zset":
+			v, _ = redis.Strings(c.Do("ZRANGE", k, 0, 20, "WITHSCORES"))
+		case "string":
+			v, _ = redis.String(c.Do("GET", k))
+		}
+		if strings.Contains(k, ":t:") && typ == "hash" {
+			m := v.(map[string]string)
+			if m["s"] == "" {
+				continue
+			}
+		}
+		t.Logf("%s %s %v", typ, k, v)
 	}
 }
