@@ -75,7 +75,7 @@ func childMain() int {
 		// keepalive counts as a crash of the job it runs too, and a job
 		// buried after 5 would stop progress (by design) mid-test.
 		MaxCrashes: -1,
-		Backoff: func(int, error) time.Duration { return 20 * time.Millisecond },
+		Backoff:    func(int, error) time.Duration { return 20 * time.Millisecond },
 		Process: func(ctx context.Context, i uint64, _ uint64) error {
 			p, err := c.ProcessedIndex(ctx)
 			if err != nil {
