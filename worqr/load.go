@@ -124,8 +124,9 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // exactly once. Task ids are made of the chunk's time, the load's name and
 // the line number. A load does not publish per-task events.
 //
-// It returns the progress made; on failure a *LoadError (wrapping
-// ErrLoadExists, an *InvalidError for a bad line, or the Redis error).
+// It returns the progress made; on failure ErrLoadExists (wrapped, with
+// where the load stands) or a *LoadError (wrapping an *InvalidError for a
+// bad line, or the Redis error).
 func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *LoadOptions) (LoadProgress, error) {
 	var o LoadOptions
 	if opts != nil {
@@ -176,8 +177,8 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 	l.next = 1
 	if cp != nil {
 		if !o.Resume {
-			return LoadProgress{}, &LoadError{Err: fmt.Errorf("%w: %q is at line %d with %d tasks enqueued: resume it or choose another name",
-				ErrLoadExists, o.Name, cp.Next, cp.Tasks)}
+			return LoadProgress{}, fmt.Errorf("%w: %q is at line %d with %d tasks enqueued: resume it or choose another name",
+				ErrLoadExists, o.Name, cp.Next, cp.Tasks)
 		}
 		l.cp, l.next = cp, cp.Next
 	}
