@@ -51,6 +51,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if os.Getenv(orderedChildEnv) != "" {
+		os.Exit(orderedChild()) // a worker process of TestChaosOrdered
+	}
 	var err error
 	cfg, err = readSettings()
 	if err != nil {
