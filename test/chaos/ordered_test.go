@@ -87,10 +87,9 @@ func TestChaosOrdered(t *testing.T) {
 		for sleepCtx(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) {
 			if l := c.live(false); len(l) > 0 {
 				p := l[rand.IntN(len(l))]
-				at := time.Now()
-				c.kill(p)
+				c.kill(p) // returns once p is gone: a run cut by it ends before now
 				kmu.Lock()
-				killedAt[p.n] = at
+				killedAt[p.n] = time.Now()
 				kmu.Unlock()
 			}
 			start()
