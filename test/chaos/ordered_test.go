@@ -246,7 +246,7 @@ func checkOrdered(runs []orderedRun, keys, perKey int) []string {
 		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
 		// Every task ended at least once.
 		firstStart := make([]time.Time, perKey)
-		var ends [][]time.Time = make([][]time.Time, perKey)
+		ends := make([][]time.Time, perKey)
 		for _, r := range rs {
 			if r.seq < 0 || r.seq >= perKey {
 				problems = append(problems, fmt.Sprintf("unknown task %s", r))
