@@ -92,6 +92,9 @@ type proc struct {
 	exitErr error
 	ours    atomic.Bool // we killed or stopped it
 	frozen  atomic.Bool
+	// wasFrozen: the process was SIGSTOPped at some time (its runs may be
+	// a zombie's).
+	wasFrozen bool
 }
 
 func (p *proc) alive() bool {
@@ -352,6 +355,9 @@ func (c *cluster) kill(p *proc) int {
 // takings it held.
 func (c *cluster) freeze(p *proc, d time.Duration) {
 	p.frozen.Store(true)
+	c.mu.Lock()
+	p.wasFrozen = true
+	c.mu.Unlock()
 	at := time.Now()
 	if err := syscall.Kill(p.pid, syscall.SIGSTOP); err != nil {
 		p.frozen.Store(false)

@@ -2,6 +2,8 @@
 // (cmd/worqr-example worker) on a real redis-server, killed, frozen, cut off
 // and starved of Redis, and checked from the outside: no task lost, none
 // accepted twice, nothing left over, and how long recovery takes.
+// TestChaosOrdered's workers are this test binary, re-executed with
+// WORQR_CHAOS_ORDERED_LOG set (see orderedChild).
 //
 // WORQR_CHAOS (or -chaos.mode) picks the run:
 //
@@ -51,6 +53,9 @@ var (
 
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if os.Getenv(orderedChildEnv) != "" {
+		os.Exit(orderedChild()) // a worker process of TestChaosOrdered
+	}
 	var err error
 	cfg, err = readSettings()
 	if err != nil {

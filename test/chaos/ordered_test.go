@@ -1,0 +1,437 @@
+package chaos_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// orderedChildEnv, when set, makes the test binary an ordered-queue worker
+// process (orderedChild) instead of running the tests: the value is the file
+// its handlers log to.
+const orderedChildEnv = "WORQR_CHAOS_ORDERED_LOG"
+
+const orderedQueue = "ordered"
+
+// TestChaosOrdered: an ordered queue (EnqueueOpts.Key) served by four worker
+// processes (the test binary re-executed) while a random one is SIGKILLed
+// every 0.5–1.2 s and replaced and one is SIGSTOPped past its keepalive TTL
+// (1.5 s) every 1–2.5 s. Each handler logs its start and end to its process's file.
+// Checked from outside: every task ran to its end; no two runs of one key by
+// processes never frozen overlap in time (a run cut by a kill lasts until
+// the kill); for each key, the first start of each task comes after the end
+// of a run of the key's previous task.
+func TestChaosOrdered(t *testing.T) {
+	needMode(t, "short")
+	t.Parallel()
+	const keys, perKey, procs = 40, 25, 4
+	c := newCluster(t, "ordered", clusterOpts{timings: shortTimings})
+	ctx := context.Background()
+	// Enqueue every task before any worker runs, key by key interleaved.
+	for seq := 0; seq < perKey; seq++ {
+		for k := 0; k < keys; k++ {
+			key := fmt.Sprintf("k%02d", k)
+			if _, err := c.client.Enqueue(ctx, orderedQueue, []byte(fmt.Sprintf("%s %d", key, seq)),
+				&worqr.EnqueueOpts{Key: key}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	killedAt := map[int]time.Time{} // proc n -> when killed
+	var kmu sync.Mutex
+	start := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			err := startOrderedProc(c)
+			if err == nil {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond)
+		}
+	}
+	for i := 0; i < procs; i++ {
+		start()
+	}
+	in, err := worqr.NewInspector(c.pool, &worqr.Config{Namespace: c.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	drained := func() bool {
+		qctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := in.Queue(qctx, orderedQueue)
+		return err == nil && st.Waiting+st.Scheduled+st.Active+st.Dead+st.Keys == 0
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var f faults
+	f.run(fctx, func(ctx context.Context) {
+		for sleepCtx(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) {
+			if l := c.live(false); len(l) > 0 {
+				p := l[rand.IntN(len(l))]
+				c.kill(p) // returns once p is gone: a run cut by it ends before now
+				kmu.Lock()
+				killedAt[p.n] = time.Now()
+				kmu.Unlock()
+			}
+			start()
+		}
+	})
+	f.run(fctx, func(ctx context.Context) {
+		for sleepCtx(ctx, between(time.Second, 2500*time.Millisecond)) {
+			if l := c.live(false); len(l) > 1 {
+				c.freeze(l[rand.IntN(len(l))], 1500*time.Millisecond)
+			}
+		}
+	})
+	deadline := time.Now().Add(40 * time.Second)
+	for !drained() {
+		if time.Now().After(deadline) {
+			t.Fatalf("the ordered queue did not drain within 40s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	cancel()
+	faultsBeforeDrain := c.faultCounts()
+	f.wait()
+	for _, p := range c.stopAll(15 * time.Second) {
+		t.Error(p)
+	}
+	for _, p := range c.unexpectedExits() {
+		t.Error(p)
+	}
+	if !drained() {
+		t.Errorf("tasks left in the ordered queue after the processes stopped")
+	}
+	if faultsBeforeDrain["kill"] == 0 || faultsBeforeDrain["freeze"] == 0 {
+		t.Errorf("not every fault happened before the queue drained: %v: the run tested little", faultsBeforeDrain)
+	}
+
+	// Read every process's runs.
+	c.mu.Lock()
+	all := make([]*proc, 0, len(c.procs))
+	for _, p := range c.procs {
+		all = append(all, p)
+	}
+	c.mu.Unlock()
+	var runs []orderedRun
+	for _, p := range all {
+		rs, err := readOrderedRuns(filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", p.n)), p.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kmu.Lock()
+		k, killed := killedAt[p.n]
+		kmu.Unlock()
+		for i := range rs {
+			rs[i].zombie = p.wasFrozen
+			if rs[i].end.IsZero() {
+				if !killed {
+					t.Errorf("process %d: run of %s %d has no end and the process was not killed", p.n, rs[i].key, rs[i].seq)
+					continue
+				}
+				rs[i].end = k // cut by the kill
+				rs[i].cut = true
+			}
+		}
+		runs = append(runs, rs...)
+	}
+	problems := checkOrdered(runs, keys, perKey)
+	for i, p := range problems {
+		if i == 10 {
+			t.Errorf("... and %d more", len(problems)-10)
+			break
+		}
+		t.Error(p)
+	}
+	cut := 0
+	for _, r := range runs {
+		if r.cut {
+			cut++
+		}
+	}
+	if cut == 0 {
+		t.Errorf("no kill cut a run: the run tested little")
+	}
+	publish(t, fmt.Sprintf("ordered: %d keys x %d tasks done through %v; %d runs (%d more than tasks, %d cut by a kill)",
+		keys, perKey, faultsBeforeDrain, len(runs), len(runs)-keys*perKey, cut))
+}
+
+// orderedRun is one run of a handler, as its process logged it.
+type orderedRun struct {
+	key        string
+	seq        int
+	proc       int
+	start, end time.Time
+	cut        bool // no end line: end is when the process was killed
+	zombie     bool // by a process that was frozen at some time
+}
+
+func (r orderedRun) String() string {
+	s := fmt.Sprintf("%s %d by process %d from %s to %s", r.key, r.seq, r.proc,
+		r.start.Format("15:04:05.000000"), r.end.Format("15:04:05.000000"))
+	if r.cut {
+		s += " (killed)"
+	}
+	return s
+}
+
+// readOrderedRuns reads the start and end lines of one process's log.
+func readOrderedRuns(path string, n int) ([]orderedRun, error) {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	open := map[string]int{} // "key seq" -> index in runs of the run not yet ended
+	var runs []orderedRun
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) != 5 {
+			continue // a line cut by a kill
+		}
+		seq, err1 := strconv.Atoi(fs[2])
+		ns, err2 := strconv.ParseInt(fs[4], 10, 64)
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		at := time.Unix(0, ns)
+		id := fs[1] + " " + fs[2]
+		switch fs[0] {
+		case "start":
+			open[id] = len(runs)
+			runs = append(runs, orderedRun{key: fs[1], seq: seq, proc: n, start: at})
+		case "end":
+			if i, ok := open[id]; ok {
+				runs[i].end = at
+				delete(open, id)
+			}
+		}
+	}
+	return runs, sc.Err()
+}
+
+// checkOrdered returns what breaks the ordered queue's promises in runs.
+func checkOrdered(runs []orderedRun, keys, perKey int) []string {
+	var problems []string
+	byKey := map[string][]orderedRun{}
+	for _, r := range runs {
+		byKey[r.key] = append(byKey[r.key], r)
+	}
+	for k := 0; k < keys; k++ {
+		key := fmt.Sprintf("k%02d", k)
+		rs := byKey[key]
+		sort.Slice(rs, func(i, j int) bool { return rs[i].start.Before(rs[j].start) })
+		// Every task ended at least once.
+		firstStart := make([]time.Time, perKey)
+		ends := make([][]time.Time, perKey)
+		for _, r := range rs {
+			if r.seq < 0 || r.seq >= perKey {
+				problems = append(problems, fmt.Sprintf("unknown task %s", r))
+				continue
+			}
+			if firstStart[r.seq].IsZero() {
+				firstStart[r.seq] = r.start
+			}
+			if !r.cut {
+				ends[r.seq] = append(ends[r.seq], r.end)
+			}
+		}
+		for seq := 0; seq < perKey; seq++ {
+			if len(ends[seq]) == 0 {
+				problems = append(problems, fmt.Sprintf("%s %d never ran to its end", key, seq))
+				continue
+			}
+			// The first start of seq comes after the end of a run of seq-1.
+			if seq > 0 && len(ends[seq-1]) > 0 {
+				ok := false
+				for _, e := range ends[seq-1] {
+					ok = ok || !e.After(firstStart[seq])
+				}
+				if !ok {
+					problems = append(problems, fmt.Sprintf("%s %d started at %s, before any run of %d ended",
+						key, seq, firstStart[seq].Format("15:04:05.000000"), seq-1))
+				}
+			}
+		}
+		// No two runs of the key by processes never frozen overlap.
+		var live []orderedRun
+		for _, r := range rs {
+			if !r.zombie {
+				live = append(live, r)
+			}
+		}
+		for i := 1; i < len(live); i++ {
+			for j := 0; j < i; j++ {
+				if live[i].start.Before(live[j].end) {
+					problems = append(problems, fmt.Sprintf("%s: overlapping runs: %s and %s", key, live[j], live[i]))
+				}
+			}
+		}
+	}
+	return problems
+}
+
+// startOrderedProc starts one ordered-queue worker process (the test binary,
+// re-executed) and returns once it registered.
+func startOrderedProc(c *cluster) error {
+	o := c.opts
+	c.mu.Lock()
+	c.next++
+	n := c.next
+	c.starts++
+	c.mu.Unlock()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(os.Environ(),
+		orderedChildEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", n)),
+		"WORQR_CHAOS_ORDERED_REDIS="+c.redisURLForWorkers(),
+		"WORQR_CHAOS_ORDERED_NS="+c.ns,
+		"WORQR_HEARTBEAT_INTERVAL="+o.timings.heartbeat.String(),
+		"WORQR_HEARTBEAT_TTL="+o.timings.ttl.String(),
+		"WORQR_REAPER_INTERVAL="+o.timings.reaper.String(),
+		"WORQR_POLL_INTERVAL="+o.timings.poll.String(),
+	)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	logf, err := os.Create(filepath.Join(c.logDir, fmt.Sprintf("worker-%d.log", n)))
+	if err != nil {
+		return err
+	}
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		logf.Close()
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return err
+	}
+	p := &proc{n: n, cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
+	registered := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(out)
+		first := true
+		for sc.Scan() {
+			if first && strings.HasPrefix(sc.Text(), "registered ") {
+				first = false
+				close(registered)
+			}
+		}
+		p.exitErr = cmd.Wait()
+		logf.Close()
+		close(p.exited)
+	}()
+	c.mu.Lock()
+	c.procs[n] = p
+	c.mu.Unlock()
+	select {
+	case <-registered:
+		return nil
+	case <-p.exited:
+		c.mu.Lock()
+		delete(c.procs, n)
+		c.failedStarts++
+		c.mu.Unlock()
+		return fmt.Errorf("ordered process %d exited before registering: %v", n, p.exitErr)
+	case <-time.After(30 * time.Second):
+		p.ours.Store(true)
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
+		<-p.exited
+		return fmt.Errorf("ordered process %d did not register within 30s", n)
+	}
+}
+
+// orderedChild is the ordered-queue worker process: it serves the ordered
+// queue until SIGTERM, each run logging "start <key> <seq> <pid> <unix ns>"
+// and "end ..." lines to the file named by orderedChildEnv (unbuffered, so
+// a line written is kept through a SIGKILL), and returns the exit code.
+func orderedChild() int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "ordered child:", err)
+		return 1
+	}
+	logf, err := os.OpenFile(os.Getenv(orderedChildEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return fail(err)
+	}
+	defer logf.Close()
+	env := func(name string) time.Duration {
+		d, _ := time.ParseDuration(os.Getenv(name))
+		return d
+	}
+	pool, err := worqr.NewPool(os.Getenv("WORQR_CHAOS_ORDERED_REDIS"), nil)
+	if err != nil {
+		return fail(err)
+	}
+	defer pool.Close()
+	pid := os.Getpid()
+	var wmu sync.Mutex
+	logLine := func(kind string, payload []byte) {
+		wmu.Lock()
+		defer wmu.Unlock()
+		fmt.Fprintf(logf, "%s %s %d %d\n", kind, payload, pid, time.Now().UnixNano())
+	}
+	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		logLine("start", t.Payload)
+		time.Sleep(between(20*time.Millisecond, 50*time.Millisecond))
+		logLine("end", t.Payload)
+		return nil
+	})
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
+		Config:            worqr.Config{Namespace: os.Getenv("WORQR_CHAOS_ORDERED_NS")},
+		HeartbeatInterval: env("WORQR_HEARTBEAT_INTERVAL"),
+		HeartbeatTTL:      env("WORQR_HEARTBEAT_TTL"),
+		ReaperInterval:    env("WORQR_REAPER_INTERVAL"),
+		PollInterval:      env("WORQR_POLL_INTERVAL"),
+		Queues: map[string]worqr.QueueConfig{orderedQueue: {
+			Handler: handler, Concurrency: 2, MaxCrashes: -1,
+		}},
+	})
+	if err != nil {
+		return fail(err)
+	}
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	// Start's context is the worker's life, not only its registration.
+	if err := w.Start(context.Background()); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("registered %d\n", pid)
+	select {
+	case <-sig:
+	case <-w.Stopped():
+		return fail(fmt.Errorf("the worker stopped on its own"))
+	}
+	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer gcancel()
+	if err := w.Stop(gctx); err != nil {
+		return fail(err)
+	}
+	return 0
+}
