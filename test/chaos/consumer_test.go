@@ -1,17 +1,14 @@
 package chaos_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -229,69 +226,11 @@ func (cl *consumerLines) waitDone(kind string, p uint64) (uint64, bool) {
 // startConsumerProc starts one `worqr-example consumer` process of the
 // cluster and returns once it printed its started line.
 func startConsumerProc(c *cluster, cl *consumerLines, blocks int, chainStart time.Time) error {
-	o := c.opts
-	c.mu.Lock()
-	c.next++
-	n := c.next
-	c.starts++
-	c.mu.Unlock()
+	n := c.newProcNumber()
 	cmd := exec.Command(workerBin, "consumer", "--name", "chaos", "--blocks", strconv.Itoa(blocks),
 		"--block-interval", "60ms", "--work-time", "40ms", "--max-processing", "6", "--max-search-ahead", "12",
 		"--grace", "5s", "--chain-start", chainStart.Format(time.RFC3339Nano), "--redis-url", c.redisURLForWorkers(), "--namespace", c.ns)
-	cmd.Env = append(os.Environ(),
-		"WORQR_HEARTBEAT_INTERVAL="+o.timings.heartbeat.String(),
-		"WORQR_HEARTBEAT_TTL="+o.timings.ttl.String(),
-		"WORQR_REAPER_INTERVAL="+o.timings.reaper.String(),
-		"WORQR_POLL_INTERVAL="+o.timings.poll.String(),
-		"WORQR_LOG_LEVEL=warn",
-	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(c.logDir, fmt.Sprintf("worker-%d.log", n)))
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	p := &proc{n: n, cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
-	started := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		first := true
-		for sc.Scan() {
-			if first && strings.HasPrefix(sc.Text(), "started ") {
-				first = false
-				close(started)
-			}
-			cl.add(sc.Text())
-		}
-		p.exitErr = cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	c.mu.Lock()
-	c.procs[n] = p
-	c.mu.Unlock()
-	select {
-	case <-started:
-		return nil
-	case <-p.exited:
-		c.mu.Lock()
-		delete(c.procs, n)
-		c.failedStarts++
-		c.mu.Unlock()
-		return fmt.Errorf("consumer process %d exited before starting: %v", n, p.exitErr)
-	case <-time.After(30 * time.Second):
-		p.ours.Store(true)
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("consumer process %d did not start within 30s", n)
-	}
+	cmd.Env = append(append(os.Environ(), c.timingEnv()...), "WORQR_LOG_LEVEL=warn")
+	_, err := c.launch(n, cmd, "started ", "consumer process", cl.add)
+	return err
 }

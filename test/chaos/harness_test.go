@@ -215,11 +215,7 @@ func (c *cluster) fault(kind string) {
 // registered line, or an error if it exits first or takes too long.
 func (c *cluster) startWorker() (*proc, error) {
 	o := c.opts
-	c.mu.Lock()
-	c.next++
-	n := c.next
-	c.starts++
-	c.mu.Unlock()
+	n := c.newProcNumber()
 	args := []string{"worker",
 		"--queues", o.queue,
 		"--concurrency", strconv.Itoa(o.concurrency),
@@ -240,13 +236,37 @@ func (c *cluster) startWorker() (*proc, error) {
 		args = append(args, "--flow")
 	}
 	cmd := exec.Command(workerBin, args...)
-	cmd.Env = append(os.Environ(),
-		"WORQR_HEARTBEAT_INTERVAL="+o.timings.heartbeat.String(),
-		"WORQR_HEARTBEAT_TTL="+o.timings.ttl.String(),
-		"WORQR_REAPER_INTERVAL="+o.timings.reaper.String(),
-		"WORQR_POLL_INTERVAL="+o.timings.poll.String(),
-		"WORQR_LOG_LEVEL=warn",
-	)
+	cmd.Env = append(append(os.Environ(), c.timingEnv()...), "WORQR_LOG_LEVEL=warn")
+	return c.launch(n, cmd, "registered ", "worker", func(line string) { c.led.line(n, line, time.Now()) })
+}
+
+// newProcNumber numbers a process about to start.
+func (c *cluster) newProcNumber() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.next++
+	c.starts++
+	return c.next
+}
+
+// timingEnv is the worker timings of the cluster's options, as the
+// variables the example binary (and the re-executed test children) read.
+func (c *cluster) timingEnv() []string {
+	o := c.opts
+	return []string{
+		"WORQR_HEARTBEAT_INTERVAL=" + o.timings.heartbeat.String(),
+		"WORQR_HEARTBEAT_TTL=" + o.timings.ttl.String(),
+		"WORQR_REAPER_INTERVAL=" + o.timings.reaper.String(),
+		"WORQR_POLL_INTERVAL=" + o.timings.poll.String(),
+	}
+}
+
+// launch starts cmd as process n of the cluster (its stderr in
+// worker-<n>.log, killed if the test dies), hands each line of its stdout
+// to onLine (when set), and returns once a line starting with ready came;
+// what names the process in errors. A process that exits or stays silent
+// for 30 s first is a failed start.
+func (c *cluster) launch(n int, cmd *exec.Cmd, ready, what string, onLine func(string)) (*proc, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	logf, err := os.Create(filepath.Join(c.logDir, fmt.Sprintf("worker-%d.log", n)))
 	if err != nil {
@@ -263,17 +283,19 @@ func (c *cluster) startWorker() (*proc, error) {
 		return nil, err
 	}
 	p := &proc{n: n, cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
-	registered := make(chan struct{})
+	up := make(chan struct{})
 	go func() {
 		sc := bufio.NewScanner(out)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		first := true
 		for sc.Scan() {
 			line := sc.Text()
-			c.led.line(n, line, time.Now())
-			if first && strings.HasPrefix(line, "registered ") {
+			if onLine != nil {
+				onLine(line)
+			}
+			if first && strings.HasPrefix(line, ready) {
 				first = false
-				close(registered)
+				close(up)
 			}
 		}
 		p.exitErr = cmd.Wait()
@@ -284,19 +306,19 @@ func (c *cluster) startWorker() (*proc, error) {
 	c.procs[n] = p
 	c.mu.Unlock()
 	select {
-	case <-registered:
+	case <-up:
 		return p, nil
 	case <-p.exited:
 		c.mu.Lock()
 		delete(c.procs, n)
 		c.failedStarts++
 		c.mu.Unlock()
-		return nil, fmt.Errorf("worker %d exited before registering: %v", n, p.exitErr)
+		return nil, fmt.Errorf("%s %d exited before its %q line: %v", what, n, strings.TrimSpace(ready), p.exitErr)
 	case <-time.After(30 * time.Second):
 		p.ours.Store(true)
 		_ = syscall.Kill(p.pid, syscall.SIGKILL)
 		<-p.exited
-		return nil, fmt.Errorf("worker %d did not register within 30s", n)
+		return nil, fmt.Errorf("%s %d printed no %q line within 30s", what, n, strings.TrimSpace(ready))
 	}
 }
 

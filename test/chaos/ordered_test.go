@@ -297,74 +297,19 @@ func checkOrdered(runs []orderedRun, keys, perKey int) []string {
 // startOrderedProc starts one ordered-queue worker process (the test binary,
 // re-executed) and returns once it registered.
 func startOrderedProc(c *cluster) error {
-	o := c.opts
-	c.mu.Lock()
-	c.next++
-	n := c.next
-	c.starts++
-	c.mu.Unlock()
+	n := c.newProcNumber()
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(append(os.Environ(), c.timingEnv()...),
 		orderedChildEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", n)),
 		"WORQR_CHAOS_ORDERED_REDIS="+c.redisURLForWorkers(),
 		"WORQR_CHAOS_ORDERED_NS="+c.ns,
-		"WORQR_HEARTBEAT_INTERVAL="+o.timings.heartbeat.String(),
-		"WORQR_HEARTBEAT_TTL="+o.timings.ttl.String(),
-		"WORQR_REAPER_INTERVAL="+o.timings.reaper.String(),
-		"WORQR_POLL_INTERVAL="+o.timings.poll.String(),
 	)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	logf, err := os.Create(filepath.Join(c.logDir, fmt.Sprintf("worker-%d.log", n)))
-	if err != nil {
-		return err
-	}
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		logf.Close()
-		return err
-	}
-	if err := cmd.Start(); err != nil {
-		logf.Close()
-		return err
-	}
-	p := &proc{n: n, cmd: cmd, pid: cmd.Process.Pid, started: time.Now(), exited: make(chan struct{})}
-	registered := make(chan struct{})
-	go func() {
-		sc := bufio.NewScanner(out)
-		first := true
-		for sc.Scan() {
-			if first && strings.HasPrefix(sc.Text(), "registered ") {
-				first = false
-				close(registered)
-			}
-		}
-		p.exitErr = cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	c.mu.Lock()
-	c.procs[n] = p
-	c.mu.Unlock()
-	select {
-	case <-registered:
-		return nil
-	case <-p.exited:
-		c.mu.Lock()
-		delete(c.procs, n)
-		c.failedStarts++
-		c.mu.Unlock()
-		return fmt.Errorf("ordered process %d exited before registering: %v", n, p.exitErr)
-	case <-time.After(30 * time.Second):
-		p.ours.Store(true)
-		_ = syscall.Kill(p.pid, syscall.SIGKILL)
-		<-p.exited
-		return fmt.Errorf("ordered process %d did not register within 30s", n)
-	}
+	_, err = c.launch(n, cmd, "registered ", "ordered process", nil)
+	return err
 }
 
 // orderedChild is the ordered-queue worker process: it serves the ordered
