@@ -47,6 +47,8 @@ proto: ## regenerate gateway/gen from gateway/proto (needs protoc: apt-get insta
 		--go_out=gen --go_opt=paths=source_relative \
 		--connect-go_out=gen --connect-go_opt=paths=source_relative \
 		worqr/gateway/v1/gateway.proto
+	perl gateway/proto/tools/oncevalue.pl gateway/gen/worqr/gateway/v1/gateway.pb.go > gateway/gen/worqr/gateway/v1/gateway.pb.go.tmp
+	mv gateway/gen/worqr/gateway/v1/gateway.pb.go.tmp gateway/gen/worqr/gateway/v1/gateway.pb.go
 
 .PHONY: proto
 

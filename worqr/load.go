@@ -374,7 +374,7 @@ func (l *loader) stream() (bool, error) {
 	sent := 0 // of l.pending
 	for {
 		for sent < len(l.pending) && pipe.Pending() < l.o.Window {
-			if err := pipe.Send(l.pending[sent]); err != nil {
+			if err := pipe.Push(l.pending[sent]); err != nil {
 				return l.broken(err)
 			}
 			sent++
@@ -388,7 +388,7 @@ func (l *loader) stream() (bool, error) {
 				break
 			}
 			l.pending = append(l.pending, ch)
-			if err := pipe.Send(ch); err != nil {
+			if err := pipe.Push(ch); err != nil {
 				return l.broken(err)
 			}
 			sent++
@@ -396,7 +396,7 @@ func (l *loader) stream() (bool, error) {
 		if pipe.Pending() == 0 {
 			return false, nil
 		}
-		rep, err := pipe.Receive()
+		rep, err := pipe.Answer()
 		if err != nil {
 			return l.broken(err)
 		}
@@ -412,7 +412,7 @@ func (l *loader) stream() (bool, error) {
 		// not the checkpoint's). Take their answers, then start again from
 		// the checkpoint.
 		for pipe.Pending() > 0 {
-			if _, err := pipe.Receive(); err != nil {
+			if _, err := pipe.Answer(); err != nil {
 				break
 			}
 		}

@@ -374,3 +374,13 @@ func TestRecoveryMetrics(t *testing.T) {
 		t.Errorf("recovery delay %.3fs, want at least 0.4s", s.sum)
 	}
 }
+
+// freePort returns a loopback port nothing listens on (now).
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}

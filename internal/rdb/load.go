@@ -163,7 +163,7 @@ func (s *Store) LoadChunk(ctx context.Context, q QueueKeys, a *LoadArgs, ch *Loa
 }
 
 // LoadPipe sends the chunks of one load on one connection without waiting
-// for each answer: Send queues a chunk, Receive returns the answer of the
+// for each answer: Push queues a chunk, Answer returns the answer of the
 // oldest chunk not yet answered (flushing first). Answers come in the order
 // of sending. After an error the pipe is broken: close it and open another.
 type LoadPipe struct {
@@ -184,8 +184,8 @@ func (s *Store) OpenLoadPipe(ctx context.Context, q QueueKeys, a *LoadArgs) (*Lo
 	return &LoadPipe{s: s, q: q, a: a, c: c, ctx: ctx}, nil
 }
 
-// Send queues ch.
-func (p *LoadPipe) Send(ch *LoadChunk) error {
+// Push queues ch.
+func (p *LoadPipe) Push(ch *LoadChunk) error {
 	if err := checkChunk(ch); err != nil {
 		return err
 	}
@@ -200,9 +200,9 @@ func (p *LoadPipe) Send(ch *LoadChunk) error {
 // Pending is how many chunks were sent and not yet answered.
 func (p *LoadPipe) Pending() int { return p.sent }
 
-// Receive flushes what was sent and returns the oldest unanswered chunk's
+// Answer flushes what was pushed and returns the oldest unanswered chunk's
 // answer.
-func (p *LoadPipe) Receive() (LoadReply, error) {
+func (p *LoadPipe) Answer() (LoadReply, error) {
 	if p.sent == 0 {
 		return LoadReply{}, errors.New("rdb: load: nothing sent")
 	}

@@ -6,17 +6,13 @@
 package browser
 
 import (
-	"bufio"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
-	"strings"
 	"testing"
-	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 var (
@@ -41,69 +37,12 @@ func testMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "browser tests: no chromium or google-chrome on the PATH; they will be skipped (Debian: apt-get install -y chromium)")
 		return m.Run()
 	}
-	stop, url, err := startRedis()
+	srv, err := redistest.Start() // or the server WORQR_TEST_REDIS_URL names
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "redis:", err)
 		return 2
 	}
-	defer stop()
-	redisURL = url
+	defer srv.Stop()
+	redisURL = srv.URL
 	return m.Run()
-}
-
-// startRedis starts a private redis-server on a free loopback port with
-// persistence off, as internal/redistest does (an internal package cannot
-// be imported from this module).
-func startRedis() (stop func(), url string, err error) {
-	if _, err := exec.LookPath("redis-server"); err != nil {
-		return nil, "", errors.New("redis-server not found: install it (Debian/Ubuntu: apt-get install -y redis-server)")
-	}
-	dir, err := os.MkdirTemp("", "worqr-browser-redis-")
-	if err != nil {
-		return nil, "", err
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, "", err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	cmd := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
-		"--save", "", "--appendonly", "no", "--protected-mode", "no")
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, "", err
-	}
-	cmd.Stderr = cmd.Stdout
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	ready := make(chan bool, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			if strings.Contains(sc.Text(), "Ready to accept connections") {
-				ready <- true
-				for sc.Scan() {
-				}
-				return
-			}
-		}
-		ready <- false
-	}()
-	select {
-	case ok := <-ready:
-		if !ok {
-			_ = cmd.Wait()
-			return nil, "", errors.New("redis-server exited before it was ready")
-		}
-	case <-time.After(20 * time.Second):
-		_ = cmd.Process.Kill()
-		return nil, "", errors.New("redis-server did not start within 20s")
-	}
-	return func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		os.RemoveAll(dir)
-	}, "redis://127.0.0.1:" + strconv.Itoa(port), nil
 }

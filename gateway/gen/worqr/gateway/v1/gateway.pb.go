@@ -2149,17 +2149,9 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x06FanOut\x12\x1f.worqr.gateway.v1.FanOutRequest\x1a\x1d.worqr.gateway.v1.EndResponse\x12]\n" +
 	"\fCloseSession\x12%.worqr.gateway.v1.CloseSessionRequest\x1a&.worqr.gateway.v1.CloseSessionResponseBBZ@github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1;gatewayv1b\x06proto3"
 
-var (
-	file_worqr_gateway_v1_gateway_proto_rawDescOnce sync.Once
-	file_worqr_gateway_v1_gateway_proto_rawDescData []byte
-)
-
-func file_worqr_gateway_v1_gateway_proto_rawDescGZIP() []byte {
-	file_worqr_gateway_v1_gateway_proto_rawDescOnce.Do(func() {
-		file_worqr_gateway_v1_gateway_proto_rawDescData = protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)))
-	})
-	return file_worqr_gateway_v1_gateway_proto_rawDescData
-}
+var file_worqr_gateway_v1_gateway_proto_rawDescGZIP = sync.OnceValue(func() []byte {
+	return protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)))
+})
 
 var file_worqr_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_worqr_gateway_v1_gateway_proto_goTypes = []any{
