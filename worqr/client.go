@@ -385,8 +385,9 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 // EnqueueBatch adds tasks at the back of queue, in order, and returns their
 // ids in the same order. A batch of up to 1,000 tasks (and 4 MiB of
 // payloads) is one atomic step: all are enqueued or none. A larger batch is
-// split into such steps, sent a few at a time and applied in order, so that
-// no call holds Redis for more than a few milliseconds; if one fails, the
+// split into atomic steps of up to 250 tasks, sent many at a time and
+// applied in order, so that no call holds Redis for more than about a
+// millisecond; if one fails, the
 // error is a *BatchError saying how many tasks, from the first, were
 // enqueued (their ids are returned), and the rest may or may not have been.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, payloads [][]byte, opts *EnqueueOpts) ([]string, error) {

@@ -19,7 +19,7 @@ import (
 // Workload h (bulk): one Client.EnqueueBatch of -bulk-n payloads into a
 // fresh queue, timed from the call to its return, while a live worker on
 // another queue renews a short keepalive. Redis splits nothing: the library
-// cuts the batch into script calls of at most rdb.MaxEnqueueChunk tasks, and
+// cuts the batch into script calls of rdb.EnqueueStep tasks, and
 // the question is both how fast the whole batch goes and how long the
 // longest of those calls holds Redis.
 //

@@ -32,8 +32,14 @@ const (
 	RequeueChunk = 1000
 	// BulkChunk is the most tasks one call of a bulk operation handles.
 	BulkChunk = 1000
+	// EnqueueStep is the most tasks of one script call when a batch is
+	// larger than MaxEnqueueChunk and must be split anyway: short calls,
+	// many on the wire, so that none holds Redis for more than about a
+	// millisecond and the per-call cost stays small against the per-task
+	// one.
+	EnqueueStep = 250
 	// enqueueWindow is how many enqueue chunks travel at once on the wire.
-	enqueueWindow = 4
+	enqueueWindow = 16
 )
 
 // EnqueueArgs are the options of one Enqueue call.
@@ -193,14 +199,23 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	return enqueueReply(r, err, lo)
 }
 
-// Chunks splits n payloads into runs of at most MaxEnqueueChunk tasks and
-// MaxEnqueueChunkBytes bytes (a single larger payload is a run of its own).
-// It returns the end index of each run.
+// Chunks splits payloads into the runs one script call each writes: a batch
+// of at most MaxEnqueueChunk tasks and MaxEnqueueChunkBytes bytes is one
+// run (the batch is atomic); a larger one is split into runs of at most
+// EnqueueStep tasks and MaxEnqueueChunkBytes bytes (a single larger payload
+// is a run of its own). It returns the end index of each run.
 func Chunks(payloads [][]byte) []int {
+	step, size := EnqueueStep, 0
+	for _, p := range payloads {
+		size += len(p)
+	}
+	if len(payloads) <= MaxEnqueueChunk && size <= MaxEnqueueChunkBytes {
+		step = MaxEnqueueChunk
+	}
 	var ends []int
 	count, size := 0, 0
 	for i, p := range payloads {
-		if count > 0 && (count == MaxEnqueueChunk || size+len(p) > MaxEnqueueChunkBytes) {
+		if count > 0 && (count == step || size+len(p) > MaxEnqueueChunkBytes) {
 			ends = append(ends, i)
 			count, size = 0, 0
 		}

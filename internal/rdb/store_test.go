@@ -88,15 +88,17 @@ func TestChunks(t *testing.T) {
 		{"nothing", nil, nil},
 		{"one", payloadsOf(1, 10), []int{1}},
 		{"exactly one chunk", payloadsOf(rdb.MaxEnqueueChunk, 10), []int{1000}},
-		{"one task over", payloadsOf(rdb.MaxEnqueueChunk+1, 10), []int{1000, 1001}},
-		{"2,500 tasks", payloadsOf(2500, 10), []int{1000, 2000, 2500}},
+		{"one task over: steps", payloadsOf(rdb.MaxEnqueueChunk+1, 10), []int{250, 500, 750, 1000, 1001}},
+		{"1,100 tasks", payloadsOf(1100, 10), []int{250, 500, 750, 1000, 1100}},
 		{"bytes: exactly the cap fits", [][]byte{make([]byte, half), make([]byte, half)}, []int{2}},
 		{"bytes: one byte over starts a chunk", [][]byte{make([]byte, half), make([]byte, half), {0}}, []int{2, 3}},
 		{"bytes: three halves and a byte", payloadsOf(3, half+1), []int{1, 2, 3}},
 		{"bytes: a payload over the cap is a chunk of its own",
 			[][]byte{{1}, make([]byte, max+1), {2}}, []int{1, 2, 3}},
-		{"bytes before count: 999 small and one large",
-			append(payloadsOf(999, 10), make([]byte, max)), []int{999, 1000}},
+		{"over the bytes cap: steps, and bytes before count",
+			append(payloadsOf(999, 10), make([]byte, max)), []int{250, 500, 750, 999, 1000}},
+		{"bytes: a step cut short by the cap",
+			append(append(payloadsOf(100, 10), make([]byte, max-500)), payloadsOf(200, 10)...), []int{100, 151, 301}},
 	}
 	for _, tc := range tests {
 		if got := rdb.Chunks(tc.payloads); !reflect.DeepEqual(got, tc.want) {
@@ -114,14 +116,14 @@ func ids(prefix string, from, n int) []string {
 	return out
 }
 
-// A batch past MaxEnqueueChunk goes out as several script calls, in order:
-// each publishes its own wake-up with its count, and the waiting list holds
-// every task in the batch's order, behind those already waiting.
+// A batch past MaxEnqueueChunk goes out as script calls of EnqueueStep tasks,
+// in order: each publishes its own wake-up with its count, and the waiting
+// list holds every task in the batch's order, behind those already waiting.
 func TestEnqueueBatchSplitsIntoChunks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.enqueue(t, "head")
-	ids := ids("t", 0, 2500)
+	ids := ids("t", 0, 1100)
 	ps := make([][]byte, len(ids))
 	want := state{e.q.Task("head"): fresh("head")}
 	for i, id := range ids {
@@ -129,15 +131,15 @@ func TestEnqueueBatchSplitsIntoChunks(t *testing.T) {
 		want[e.q.Task(id)] = fresh(id)
 	}
 	want[e.q.Waiting] = append(list{"head"}, ids...)
-	if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{1000, 2000, 2500}) {
-		t.Fatalf("Chunks = %v, want 3 chunks [1000 2000 2500]", got)
+	if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{250, 500, 750, 1000, 1100}) {
+		t.Fatalf("Chunks = %v, want 5 chunks [250 500 750 1000 1100]", got)
 	}
 	l := e.listen(t)
 	n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
 	if err != nil || n != len(ids) {
 		t.Fatalf("EnqueueBatch = %d, %v; want %d", n, err, len(ids))
 	}
-	checkPubs(t, l.collect(t, e), []msg{{"wake", "1000"}, {"wake", "1000"}, {"wake", "500"}})
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "100"}})
 	e.checkState(t, nil, func(*env) state { return want })
 }
 
