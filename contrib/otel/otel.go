@@ -215,6 +215,7 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 				CrashesKey.Int(t.Crashes),
 			}
 			opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+			var meta map[string]string // where the span context came with the task
 			if carrier, inner, ok := split(t.Payload); ok {
 				// The handler sees the payload as enqueued; the Task goes back
 				// as it came (the worker reads nothing of it but its result,
@@ -222,12 +223,16 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 				orig := t.Payload
 				t.Payload = inner
 				defer func() { t.Payload = orig }()
-				pctx := prop.Extract(ctx, carrier)
-				if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
-					ctx = pctx
-					opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-				}
+				meta = carrier
 			}
+			if t.Meta["traceparent"] != "" {
+				// A flow child: the context of the stage that fanned it out,
+				// in the child's metadata (see StageMiddleware).
+				meta = t.Meta
+			}
+			var links []trace.SpanStartOption
+			ctx, links = extract(ctx, meta)
+			opts = append(opts, links...)
 			if typ, ok := taskType(t.Payload); ok {
 				attrs = append(attrs, TaskTypeKey.String(typ))
 			}
