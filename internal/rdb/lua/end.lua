@@ -43,8 +43,8 @@
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
---   ("f:" names), child values (4 per child: id, queue, payload,
---   metadata ("" for none).
+--   ("f:" names), child values (4 per child: id, queue, payload and
+--   metadata, "" for none).
 -- Returns: {ends, taken}: ends holds 2 values per taking: its outcome
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
