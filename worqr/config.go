@@ -197,6 +197,9 @@ type WorkerConfig struct {
 	// Middleware wraps every task handler of the worker (stand-alone queues
 	// and flow child queues; not stage handlers), the first outermost.
 	Middleware []Middleware
+	// StageMiddleware wraps every flow stage handler of the worker, the
+	// first outermost.
+	StageMiddleware []StageMiddleware
 	// OnEvent, when set, is called for every event: finishes, lost takings,
 	// keepalive loss and re-registration, recoveries. It runs on the worker's
 	// goroutines and must return quickly.

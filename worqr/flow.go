@@ -84,6 +84,10 @@ type StageResult struct {
 type ChildSpec struct {
 	Queue   string
 	Payload []byte
+	// Meta is stored with the child, beside its payload, and handed to
+	// its handler as Task.Meta: propagation headers such as a trace
+	// context (contrib/otel sets it). At most MaxMetaBytes once encoded.
+	Meta map[string]string
 }
 
 // Run is a flow run as a stage handler sees it.
@@ -97,6 +101,9 @@ type Run struct {
 	Children []ChildResult
 	// Attempt is 1 on the stage's first run, plus its failed attempts.
 	Attempt int
+	// Meta is the metadata the run was started with (RunOpts.Meta; nil
+	// when none). Changes are not stored.
+	Meta map[string]string
 }
 
 // ChildResult is one child of a run and how it ended.
@@ -132,6 +139,8 @@ type RunInfo struct {
 	Children   []ChildResult
 	LastError  string
 	FinishedAt time.Time
+	// Meta is the metadata the run was started with (RunOpts.Meta).
+	Meta map[string]string
 }
 
 // validate checks the flow and fills defaults on a copy.
@@ -244,12 +253,31 @@ func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
 // StartRun starts a run of flow with the initial state fields and returns its
 // id. The run is queued at the back of the first stage's queue.
 func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string) (string, error) {
+	return c.StartRunWith(ctx, flow, state, nil)
+}
+
+// RunOpts are the options of StartRunWith. A nil *RunOpts is the zero one.
+type RunOpts struct {
+	// Meta is stored with the run, beside its state, and handed to every
+	// stage as Run.Meta: propagation headers such as a trace context
+	// (contrib/otel sets it). At most MaxMetaBytes once encoded.
+	Meta map[string]string
+}
+
+// StartRunWith is StartRun with options.
+func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]string, opts *RunOpts) (string, error) {
 	f, err := flow.validate()
 	if err != nil {
 		return "", err
 	}
 	if err := checkStateFields("state", state, c.cfg.MaxPayloadBytes); err != nil {
 		return "", err
+	}
+	var meta string
+	if opts != nil {
+		if meta, err = encodeMeta("RunOpts.Meta", opts.Meta); err != nil {
+			return "", err
+		}
 	}
 	if _, known := c.flows.Load(f.Name); !known {
 		// Once per flow and client, so the Inspector and the mover see the
@@ -268,7 +296,7 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	}
 	qk := c.flowQueue(f, f.Stages[0].Name)
 	id := xid.New().String()
-	if _, err := c.st.FlowStart(ctx, qk, id, state, f.ref()); err != nil {
+	if _, err := c.st.FlowStartMeta(ctx, qk, id, state, meta, f.ref()); err != nil {
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	return id, nil
@@ -299,6 +327,7 @@ func runInfo(flow string, r *rdb.RunRecord) *RunInfo {
 	return &RunInfo{
 		ID: r.ID, Flow: flow, Stage: r.Stage, Status: RunStatus(r.Status), TaskState: r.TaskState,
 		State: r.State, Children: childResults(r.Children), LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
+		Meta: decodeMeta(r.Meta),
 	}
 }
 

@@ -487,7 +487,11 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 			if len(c.Payload) > s.r.cfg.MaxPayloadBytes {
 				return rdb.Ending{}, invalid(fmt.Sprintf("children[%d].payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), s.r.cfg.MaxPayloadBytes)
 			}
-			e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: t.taken.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+			meta, err := encodeMeta(fmt.Sprintf("children[%d].meta", i), c.Meta)
+			if err != nil {
+				return rdb.Ending{}, err
+			}
+			e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: t.taken.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
 		}
 		return e, nil
 	})

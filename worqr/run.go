@@ -65,7 +65,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	)
 	if q.kind == rdb.KindStage {
 		run = newRun(q, taken, t)
-		res, err = callStage(hctx, q.flow.Stages[q.stage].Handler, run)
+		res, err = callStage(hctx, q.stageHandler, run)
 	} else {
 		err = callHandler(hctx, q.handler, t)
 	}
@@ -106,7 +106,8 @@ func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
 	if r == nil {
 		r = &rdb.RunRecord{State: map[string]string{}}
 	}
-	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children), Attempt: t.Attempt}
+	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children),
+		Attempt: t.Attempt, Meta: decodeMeta(r.Meta)}
 }
 
 // callStage runs a stage handler and turns a panic into an error.
@@ -145,7 +146,11 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 		}
 		// A child's id starts with its run's: a take that buries a child
 		// whose data is gone still counts it in its run.
-		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload})
+		meta, err := encodeMeta(fmt.Sprintf("StageResult.Children[%d].Meta", i), c.Meta)
+		if err != nil {
+			return err
+		}
+		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
 	}
 	return nil
 }

@@ -192,6 +192,9 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		if rdb.IsEnvelope(t.Payload) {
 			task.Payload, task.Key, task.Payloads = unwrap(t.Payload)
 		}
+		if t.Meta != "" {
+			task.Meta = decodeMeta(t.Meta)
+		}
 		q.work <- job{s: s, taken: t, task: task}
 	}
 	return launched, buried

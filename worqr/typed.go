@@ -165,6 +165,17 @@ func Chain(h Handler, mws ...Middleware) Handler {
 	return h
 }
 
+// StageMiddleware wraps a StageHandler, as Middleware wraps a Handler.
+type StageMiddleware func(next StageHandler) StageHandler
+
+// ChainStage wraps h in mws; the first is the outermost (it runs first).
+func ChainStage(h StageHandler, mws ...StageMiddleware) StageHandler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		h = mws[i](h)
+	}
+	return h
+}
+
 // Observe is a Middleware that calls fn after each run of a handler with how
 // long it took and what it returned (for metrics).
 func Observe(fn func(t *Task, took time.Duration, err error)) Middleware {

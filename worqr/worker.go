@@ -61,18 +61,19 @@ type inflight struct {
 }
 
 type queueRunner struct {
-	kind        rdb.Kind
-	flow        *Flow  // stage and child queues
-	stage       int    // the stage (declaring the child queue)
-	name        string // the queue's name within its tag, as events name it
-	qk          rdb.QueueKeys
-	cfg         QueueConfig
-	handler     Handler
-	concurrency int          // handler goroutines (and the cap on busy)
-	busy        atomic.Int32 // takings of this queue being run
-	slots       *slotPool    // its own, or the one its priority group shares
-	weight      int          // in a priority group
-	paused      atomic.Bool
+	kind         rdb.Kind
+	flow         *Flow  // stage and child queues
+	stage        int    // the stage (declaring the child queue)
+	name         string // the queue's name within its tag, as events name it
+	qk           rdb.QueueKeys
+	cfg          QueueConfig
+	handler      Handler
+	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
+	concurrency  int          // handler goroutines (and the cap on busy)
+	busy         atomic.Int32 // takings of this queue being run
+	slots        *slotPool    // its own, or the one its priority group shares
+	weight       int          // in a priority group
+	paused       atomic.Bool
 	// levels and limited are the queue's flags read from its config (see
 	// refreshFlags): the highest priority level in use, and whether it may
 	// have global limits. A take passes them on; 0 and false: the plain
@@ -195,6 +196,9 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.handler = r.cfg.Handler
 		if r.handler != nil {
 			r.handler = Chain(r.handler, c.Middleware...)
+		}
+		if r.kind == rdb.KindStage {
+			r.stageHandler = ChainStage(r.flow.Stages[r.stage].Handler, c.StageMiddleware...)
 		}
 		if g := w.group; g != nil && r.kind == rdb.KindTask {
 			// Served by priority: the group's slots and signals.

@@ -1,6 +1,7 @@
-// Package otelworqr traces worqr tasks with OpenTelemetry: a producer span
-// at enqueue whose context travels with the task, and a consumer span
-// around the handler that runs it.
+// Package otelworqr traces worqr tasks and flow runs with OpenTelemetry: a
+// producer span at enqueue (or at the start of a run) whose context travels
+// with the task (or run), and a consumer span around the handler that runs
+// it (each stage, each fan-out child).
 //
 // Enqueue (and EnqueueBatch) start a "<queue> send" span (kind Producer)
 // and store its context with the task by wrapping the payload in a small
@@ -26,9 +27,21 @@
 // counted against Config.MaxPayloadBytes, and it is what Client.Task and the
 // operator tools show as the payload; Unwrap removes it.
 //
-// Flow stages are not traced yet: a StageHandler is not a Handler, so
-// Middleware does not wrap it. Flow children (plain Handlers) get root
-// consumer spans, not children of the run's span.
+// Flow runs are traced as one trace. StartRun starts a "<flow> send" span
+// (kind Producer) and stores its context with the run, in the run's
+// metadata (worqr.RunOpts.Meta: keys traceparent and tracestate), not in
+// its state or a payload. StageMiddleware, given to
+// WorkerConfig.StageMiddleware, runs each stage attempt in a "<stage>
+// process" span (kind Consumer), child of and linked to the run's span,
+// and stores that span's context in the metadata of every child the stage
+// fans out (worqr.ChildSpec.Meta); Middleware runs each child in a "<child
+// queue> process" span, child of and linked to its stage's span. So the
+// run's span is the root (or a child of the caller's span at StartRun),
+// the stages are its children and the fan-out children are their
+// stage's children. Metadata costs no payload bytes and nothing on a
+// plain queue's take. A run started by Client.StartRun gets a root span
+// per stage; its children are still under their stage's span. Stages and
+// children served by remote workers (the gateway) are not traced.
 package otelworqr
 
 import (
@@ -193,8 +206,10 @@ func fail(span trace.Span, err error) {
 
 // Middleware returns a worqr.Middleware that runs each task in a consumer
 // span ("<queue> process") of tp (the global TracerProvider when nil),
-// child of and linked to the producer span stored by Enqueue, and hands the
-// handler the payload without the envelope. A handler's error is recorded
+// child of and linked to the producer span stored by Enqueue (for a flow
+// child: the span of the stage that fanned it out, from the child's
+// metadata; see StageMiddleware), and hands the handler the payload
+// without the envelope. A handler's error is recorded
 // on the span and sets its status to Error; worqr.ErrGiveBack does not (the
 // span gets worqr.gave_back=true instead). A panic is recorded too, and
 // goes on up to the worker.
@@ -215,6 +230,7 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 				CrashesKey.Int(t.Crashes),
 			}
 			opts := []trace.SpanStartOption{trace.WithSpanKind(trace.SpanKindConsumer)}
+			var meta map[string]string // where the span context came with the task
 			if carrier, inner, ok := split(t.Payload); ok {
 				// The handler sees the payload as enqueued; the Task goes back
 				// as it came (the worker reads nothing of it but its result,
@@ -222,12 +238,16 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 				orig := t.Payload
 				t.Payload = inner
 				defer func() { t.Payload = orig }()
-				pctx := prop.Extract(ctx, carrier)
-				if sc := trace.SpanContextFromContext(pctx); sc.IsValid() && sc.IsRemote() {
-					ctx = pctx
-					opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
-				}
+				meta = carrier
 			}
+			if t.Meta["traceparent"] != "" {
+				// A flow child: the context of the stage that fanned it out,
+				// in the child's metadata (see StageMiddleware).
+				meta = t.Meta
+			}
+			var links []trace.SpanStartOption
+			ctx, links = extract(ctx, meta)
+			opts = append(opts, links...)
 			if typ, ok := taskType(t.Payload); ok {
 				attrs = append(attrs, TaskTypeKey.String(typ))
 			}

@@ -38,7 +38,16 @@ func StateFields(m map[string]string) []string {
 // and indexes it by the properties f.IndexBy it has. It returns false when
 // the id exists.
 func (s *Store) FlowStart(ctx context.Context, q QueueKeys, id string, state map[string]string, f FlowRef) (bool, error) {
+	return s.FlowStartMeta(ctx, q, id, state, "", f)
+}
+
+// FlowStartMeta is FlowStart, storing meta with the run (FieldMeta, read
+// back as RunRecord.Meta) when it is not "".
+func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state map[string]string, meta string, f FlowRef) (bool, error) {
 	fields := StateFields(state)
+	if meta != "" {
+		fields = append(fields, FieldMeta, meta)
+	}
 	var ix []string
 	for _, p := range f.IndexBy {
 		if v, ok := state[p]; ok {
@@ -79,8 +88,9 @@ type RunRecord struct {
 	State      map[string]string
 	Children   []ChildRecord
 	LastError  string
-	FinishedAt int64 // unix ms, 0 while running
-	Attempt    int   // failed attempts of the current stage + 1
+	FinishedAt int64  // unix ms, 0 while running
+	Attempt    int    // failed attempts of the current stage + 1
+	Meta       string // the run's metadata (FlowStartMeta; "" when none)
 }
 
 // ChildRecord is one child of a run and how it ended.
@@ -97,7 +107,7 @@ func DecodeRun(id string, m map[string]string) *RunRecord {
 		return nil
 	}
 	r := &RunRecord{ID: id, Stage: m[FieldStage], Status: m[FieldRunStatus], TaskState: m[FieldState],
-		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt])}
+		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt]), Meta: m[FieldMeta]}
 	for k, v := range m {
 		switch {
 		case strings.HasPrefix(k, runFieldPrefix):

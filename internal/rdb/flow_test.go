@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -1402,5 +1404,51 @@ func TestTakeBuryingAChildWithoutDataCountsItInItsRun(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Metadata given at the start of a run travels with the run to its stage
+// takes; a child's, given at its fan-out, to the child's takes. Both are
+// opaque strings, stored only when not empty.
+func TestFlowMeta(t *testing.T) {
+	f := newFlowEnv(t)
+	t.Parallel()
+	ok, err := f.st.FlowStartMeta(f.ctx, f.s1, "r1", map[string]string{"user": "u1"}, `{"traceparent":"00-run"}`, f.ref)
+	if err != nil || !ok {
+		t.Fatalf("FlowStartMeta: %v, %v", ok, err)
+	}
+	got := f.takeFrom(t, f.s1, "A", 1, true)
+	if len(got) != 1 || got[0].Run[rdb.FieldMeta] != `{"traceparent":"00-run"}` {
+		t.Fatalf("stage take: %+v, want the run's hash with its metadata", got)
+	}
+	if r := rdb.DecodeRun("r1", got[0].Run); r == nil || r.Meta != `{"traceparent":"00-run"}` || r.State["user"] != "u1" {
+		t.Fatalf("DecodeRun: %+v", r)
+	}
+	f.endStage(t, rdb.Done(rdb.KindStage, "A", got[0].PID, "r1", nil), "s2", true,
+		rdb.Child{ID: "k1", Queue: "c1", Payload: []byte("pk1"), Meta: "m1"},
+		rdb.Child{ID: "k2", Queue: "c1", Payload: []byte("pk2")})
+	kids, err := f.st.Take(f.ctx, f.c1, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 2, Child: true})
+	if err != nil || len(kids) != 2 {
+		t.Fatalf("child take: %+v, %v", kids, err)
+	}
+	for i, want := range []struct{ id, payload, meta string }{{"k1", "pk1", "m1"}, {"k2", "pk2", ""}} {
+		k := kids[i]
+		if k.ID != want.id || string(k.Payload) != want.payload || k.Meta != want.meta || k.Parent != "r1" || k.PID == "" {
+			t.Errorf("child %d: %+v, want id %s payload %s meta %q of run r1", i, k, want.id, want.payload, want.meta)
+		}
+	}
+	// Stored only when given: k2's hash has no metadata field.
+	for i, want := range []hash{
+		childOf("k1", "s2", true).with("s", "active", "w", "A", "p", kids[0].PID, "mt", "m1"),
+		childOf("k2", "s2", true).with("s", "active", "w", "A", "p", kids[1].PID),
+	} {
+		key := f.c1.Task(kids[i].ID)
+		if h, _ := redis.StringMap(f.do(t, "HGETALL", key), nil); !reflect.DeepEqual(hash(h), want) {
+			t.Errorf("%s: %v, want %v", key, h, want)
+		}
+	}
+	r, err := f.st.Run(f.ctx, f.s1, "r1")
+	if err != nil || r == nil || r.Meta != `{"traceparent":"00-run"}` {
+		t.Fatalf("Run: %+v, %v", r, err)
 	}
 }

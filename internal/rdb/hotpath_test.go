@@ -94,3 +94,46 @@ func TestPlainHotPathCommands(t *testing.T) {
 		}
 	}
 }
+
+// Metadata costs no command: a take of a flow child that has metadata runs
+// as many commands as one of a child without (the field rides in the HMGET
+// the take makes anyway). Not parallel: the counts are the server's.
+func TestChildMetaCommands(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	st := rdb.NewStore(pool, redistest.Namespace())
+	s1 := st.Queue(rdb.QueueRef{Tag: "F", Name: "s1"})
+	c1 := st.Queue(rdb.QueueRef{Tag: "F", Name: "c1"})
+	ref := rdb.FlowRef{RetentionMillis: 60000}
+	if ok, err := st.FlowStartMeta(ctx, s1, "r1", nil, "m", ref); err != nil || !ok {
+		t.Fatal(ok, err)
+	}
+	got, err := st.Take(ctx, s1, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 1, Stage: true})
+	if err != nil || len(got) != 1 {
+		t.Fatal(got, err)
+	}
+	e := rdb.Done(rdb.KindStage, "W", got[0].PID, "r1", nil)
+	e.Stage = &rdb.StageEnd{RunRetentionMs: 60000, Children: []rdb.Child{
+		{ID: "r1.a", Queue: "c1", Payload: []byte("p"), Meta: `{"traceparent":"00-x"}`},
+		{ID: "r1.b", Queue: "c1", Payload: []byte("p")},
+	}}
+	if _, err := st.End(ctx, s1, 0, []rdb.Ending{e}); err != nil {
+		t.Fatal(err)
+	}
+	var counts []int64
+	for _, want := range []string{`{"traceparent":"00-x"}`, ""} {
+		before := commandCount(t, c)
+		got, err := st.Take(ctx, c1, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 1, Child: true})
+		if err != nil || len(got) != 1 || got[0].Meta != want || string(got[0].Payload) != "p" {
+			t.Fatalf("child take: %+v, %v; want meta %q", got, err, want)
+		}
+		counts = append(counts, commandCount(t, c)-before)
+	}
+	t.Logf("child take: %d commands with metadata, %d without", counts[0], counts[1])
+	if counts[0] != counts[1] {
+		t.Errorf("child take: %d commands with metadata, %d without; want the same", counts[0], counts[1])
+	}
+}

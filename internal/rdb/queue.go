@@ -325,6 +325,8 @@ type Taken struct {
 	Run map[string]string
 	// Parent is the run id of a flow child.
 	Parent string
+	// Meta is a flow child's metadata (Child.Meta; "" when none).
+	Meta string
 }
 
 // ErrExpired is returned by Take when the worker's deadline has passed:
@@ -452,9 +454,14 @@ func decodeTaken(vals []any, stage bool) ([]Taken, LimitWait, error) {
 		if t.PID == "" {
 			t.Reason, _ = redis.String(vals[i+2], nil)
 		} else {
-			if stage {
+			switch pm, pair := vals[i+2].([]any); {
+			case stage:
 				t.Run, _ = redis.StringMap(vals[i+2], nil)
-			} else {
+			case pair && len(pm) == 2:
+				// A flow child with metadata: {payload, metadata}.
+				t.Payload, _ = redis.Bytes(pm[0], nil)
+				t.Meta, _ = redis.String(pm[1], nil)
+			default:
 				t.Payload, _ = redis.Bytes(vals[i+2], nil)
 			}
 			t.Attempt, _ = redis.Int(vals[i+3], nil)
@@ -513,6 +520,9 @@ type StageEnd struct {
 type Child struct {
 	ID, Queue string
 	Payload   []byte
+	// Meta is stored with the child (FieldMeta) when not "", and handed
+	// out by its takes (Taken.Meta). Opaque to the scripts.
+	Meta string
 }
 
 // Ending is how one taking ends. Build it with Done, Retry, Dead or GiveBack.
@@ -629,9 +639,9 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 			args = append(args, st.Next, policy, st.RunRetentionMs)
 			args = appendList(args, st.IndexBy)
 			args = appendList(args, st.Fields)
-			args = append(args, 3*len(st.Children))
+			args = append(args, 4*len(st.Children))
 			for _, ch := range st.Children {
-				args = append(args, ch.ID, ch.Queue, ch.Payload)
+				args = append(args, ch.ID, ch.Queue, ch.Payload, ch.Meta)
 			}
 		}
 		args[mark] = len(args) - mark - 1

@@ -43,7 +43,8 @@
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
---   ("f:" names), child values (3 per child: id, queue, payload).
+--   ("f:" names), child values (4 per child: id, queue, payload and
+--   metadata, "" for none).
 -- Returns: {ends, taken}: ends holds 2 values per taking: its outcome
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
@@ -152,9 +153,13 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     return forward_run(tkey, id, nexts, pfx, runret, ixkeys)
   end
   local n = 0
-  for k = 1, #children, 3 do
-    local cid, cq, payload = children[k], children[k + 1], children[k + 2]
-    redis.call('HSET', q.tprefix .. cid, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy)
+  for k = 1, #children, 4 do
+    local cid, cq, payload, meta = children[k], children[k + 1], children[k + 2], children[k + 3]
+    local ckey = q.tprefix .. cid
+    redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy)
+    if meta ~= '' then
+      redis.call('HSET', ckey, F_META, meta)
+    end
     redis.call('RPUSH', pfx.queue .. cq, cid)
     redis.call('HSET', tkey, 'k:' .. cid, 'pending', 'kq:' .. cid, cq)
     wake(pfx.wake .. cq, 1)

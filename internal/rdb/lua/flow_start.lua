@@ -9,7 +9,8 @@
 -- ARGV[1] wake channel   ARGV[2] run id   ARGV[3] first stage name
 -- ARGV[4] run retention ms   ARGV[5] indexed properties, comma-separated
 --         (both stored on the run, so any script can end it)
--- ARGV[6..] state field/value pairs (names already prefixed "f:")
+-- ARGV[6..] state field/value pairs (names already prefixed "f:"), and the
+--         run's metadata ('mt', F_META) when it has some
 -- Returns: 1, or 0 when the run id exists.
 if redis.call('EXISTS', KEYS[2]) == 1 then
   return 0

@@ -17,9 +17,11 @@
 -- ARGV[5] "1" for a flow stage queue: the payload slot holds the run's whole
 --         hash (flat field/value array) instead of the payload; "2" for a
 --         flow child queue (a buried child with no data left is counted in
---         the run its id names); "0" else. A trailing "m" (on a Redis
---         Cluster) reads every task hash before writing anything, so that a
---         slot migration caught half way changes nothing (TRYAGAIN);
+--         the run its id names; a child created with metadata has
+--         {payload, metadata} in the payload slot); "0" else. A
+--         trailing "m" (on a Redis Cluster) reads every task hash before
+--         writing anything, so that a slot migration caught half way
+--         changes nothing (TRYAGAIN);
 --         then 'p<n>' when the queue has priority levels 1..n and 'l' when
 --         it may have global limits (see take_tasks)
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a

@@ -9,7 +9,7 @@ local F_CANCEL, F_WORKER, F_PID, F_ERROR = 'x', 'w', 'p', 'e'
 local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
 local F_CRASHED_ON, F_RAW, F_PROGRESS, F_PRIORITY = 'cw', 'raw', 'pg', 'pri'
-local F_DEADLINE, F_RETENTION = 'dl', 'rt'
+local F_DEADLINE, F_RETENTION, F_META = 'dl', 'rt', 'mt'
 -- fields of a task of an ordered queue (a task enqueued with a key)
 local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
 -- fields of a flow run (a task hash too) and of a child task

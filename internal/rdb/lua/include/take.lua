@@ -60,7 +60,8 @@ end
 -- worker and never loops: such a task goes to the dead set with the reason.
 -- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
 -- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
--- whole hash), '2' a child queue. maxc: crash limit (0 = none). A task of a
+-- whole hash), '2' a child queue (a child with metadata has {payload,
+-- metadata} in the payload slot). maxc: crash limit (0 = none). A task of a
 -- task queue whose deadline (F_DEADLINE) has passed is handed out with
 -- attempt 0: its worker ends it as expired without running it. pfx: the tag's
 -- prefixes (see prefixes). mode may go on with 'm' (below), 'p<n>' (the
@@ -126,7 +127,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   end
   local data = {}
   for i, id in ipairs(ids) do
-    local t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
+    local t
+    if mode == '2' then
+      -- A child also hands out its metadata (F_META, set at its fan-out).
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META)
+    else
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
+    end
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
     end
@@ -177,6 +184,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = spid
       if mode == '1' then
         out[#out + 1] = redis.call('HGETALL', tkey)
+      elseif t[8] then
+        out[#out + 1] = {t[1], t[8]} -- a child with metadata: {payload, metadata}
       else
         out[#out + 1] = t[1]
       end

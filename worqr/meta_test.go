@@ -1,0 +1,177 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// A run's metadata reaches every stage (Run.Meta) and RunInfo; a child's
+// (ChildSpec.Meta) reaches its handler (Task.Meta); StageMiddleware wraps
+// every stage handler, the first outermost.
+func TestFlowMetaAndStageMiddleware(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu     sync.Mutex
+		seen   []string // what the handlers and middleware saw, in order
+		childM []map[string]string
+	)
+	note := func(s string) { mu.Lock(); seen = append(seen, s); mu.Unlock() }
+	stage := func(name string, children ...worqr.ChildSpec) worqr.Stage {
+		return worqr.Stage{Name: name, Queue: worqr.QueueConfig{Concurrency: 1},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				note(name + " meta=" + r.Meta["k"])
+				return &worqr.StageResult{Children: children}, nil
+			}),
+			Children: map[string]worqr.QueueConfig{name + "-kids": {Concurrency: 2,
+				Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+					mu.Lock()
+					childM = append(childM, t.Meta)
+					mu.Unlock()
+					return nil
+				})}},
+		}
+	}
+	flow := &worqr.Flow{Name: "metaflow", Stages: []worqr.Stage{
+		stage("one", worqr.ChildSpec{Queue: "one-kids", Payload: []byte("a"), Meta: map[string]string{"c": "1"}},
+			worqr.ChildSpec{Queue: "one-kids", Payload: []byte("b")}),
+		stage("two"),
+	}}
+	mw := func(tag string) worqr.StageMiddleware {
+		return func(next worqr.StageHandler) worqr.StageHandler {
+			return worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				note(tag + " " + r.Stage)
+				return next.HandleStage(ctx, r)
+			})
+		}
+	}
+	cfg := fastTimings(ns)
+	cfg.Flows = []*worqr.Flow{flow}
+	cfg.StageMiddleware = []worqr.StageMiddleware{mw("outer"), mw("inner")}
+	w, err := worqr.NewWorker(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+
+	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"": "x"}}); err == nil || !strings.Contains(err.Error(), "RunOpts.Meta") {
+		t.Errorf("an empty meta name: %v, want an error naming RunOpts.Meta", err)
+	}
+	big := &worqr.RunOpts{Meta: map[string]string{"k": strings.Repeat("x", worqr.MaxMetaBytes)}}
+	if _, err := c.StartRunWith(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "MaxMetaBytes") {
+		t.Errorf("meta over MaxMetaBytes: %v, want an error", err)
+	}
+	id, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"k": "v"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	var info *worqr.RunInfo
+	for {
+		info, err = c.Run(ctx, flow, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status != worqr.RunRunning || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if info.Status != worqr.RunDone || info.Meta["k"] != "v" {
+		t.Fatalf("run: status %s meta %v, want done with meta k=v", info.Status, info.Meta)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"outer one", "inner one", "one meta=v", "outer two", "inner two", "two meta=v"}
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("stage calls:\n got %q\nwant %q", seen, want)
+	}
+	got := map[string]bool{}
+	for _, m := range childM {
+		got[m["c"]] = true
+		if m != nil && len(m) != 1 {
+			t.Errorf("child meta %v", m)
+		}
+	}
+	if len(childM) != 2 || !got["1"] || !got[""] {
+		t.Errorf("children's Task.Meta: %v, want {c:1} and nil", childM)
+	}
+}
+
+// A child's metadata is checked at the fan-out: an empty name fails the
+// stage (dead, with the field named), nothing is fanned out.
+func TestChildMetaChecked(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flow := &worqr.Flow{Name: "badmeta", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+			return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "k", Meta: map[string]string{"": "x"}}}}, nil
+		}),
+		Children: map[string]worqr.QueueConfig{"k": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			return errors.New("must not run")
+		})}}}}}
+	cfg := fastTimings(ns)
+	cfg.Flows = []*worqr.Flow{flow}
+	w, err := worqr.NewWorker(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	id, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.Run(ctx, flow, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Status == worqr.RunFailed {
+			if !strings.Contains(info.LastError, "StageResult.Children[0].Meta") || len(info.Children) != 0 {
+				t.Errorf("failed run: error %q, children %v", info.LastError, info.Children)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("run %s: %s, want failed", id, info.Status)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
