@@ -52,6 +52,16 @@ func (s *Store) Listen(ctx context.Context, channels []string, onReady func(), o
 	return listen(ctx, c, chs, onReady, onMessage)
 }
 
+// publish is the command that publishes on a wake or cancel channel from
+// outside a script: SPUBLISH on a cluster (as the sharded scripts do), else
+// PUBLISH.
+func (s *Store) publish() string {
+	if s.shard != nil {
+		return "SPUBLISH"
+	}
+	return "PUBLISH"
+}
+
 // ErrShardMoved is returned by Listen on a Redis Cluster when a listened
 // channel's slot moved to another master (or the node refused it).
 var ErrShardMoved = errors.New("rdb: a sharded channel's slot moved")

@@ -143,7 +143,7 @@ func startWorker(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg *
 // only (PUBSUB SHARDNUMSUB; no plain subscriber: PUBSUB NUMSUB), and the
 // enqueue script published with SPUBLISH on the queue's master, never with
 // PUBLISH, which a cluster broadcasts to every node (MONITOR on every
-// node).
+// node); so are a pause's and a resume's announcements.
 func TestShardedWakeUp(t *testing.T) {
 	pool := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -194,6 +194,37 @@ func TestShardedWakeUp(t *testing.T) {
 			return len(monitors[owner].seen(`"SPUBLISH"`, wake)) > 0
 		})
 	}
+	// A pause and a resume are announced on the wake channel from outside
+	// a script (a "0"): sharded too. The resume's announcement is what
+	// makes the worker take the task enqueued while paused (the pause's
+	// announcement may reach it after the enqueue's wake-up: then the task
+	// runs earlier, which this test does not mind).
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Pause(ctx, queues[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, queues[0], []byte("held"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Resume(ctx, queues[0]); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case got := <-ran:
+		if got != queues[0]+"/held" {
+			t.Errorf("ran %s, want %s/held", got, queues[0])
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the task enqueued while paused never ran after the resume")
+	}
+	owner := ownerOf(t, queues[0])
+	wake := st.Queue(rdb.Standalone(queues[0])).WakeChannel
+	waitFor(t, 10*time.Second, "the resume's SPUBLISH in "+owner+"'s MONITOR", func() bool {
+		return len(monitors[owner].seen(`"SPUBLISH"`, wake, `"0"`)) >= 2
+	})
 	for addr, m := range monitors {
 		if l := m.seen(`"PUBLISH"`, ns); len(l) > 0 {
 			t.Errorf("%s ran a plain PUBLISH (broadcast to every node): %q", addr, l)
