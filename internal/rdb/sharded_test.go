@@ -125,7 +125,9 @@ func TestShardedStore(t *testing.T) {
 	// Listen ends with nil when its context ends.
 	lctx, stop = context.WithCancel(ctx)
 	ready = make(chan struct{}, 1)
-	go func() { listened <- st.Listen(lctx, channels[:1], func() { ready <- struct{}{} }, func(string, []byte) {}) }()
+	go func() {
+		listened <- st.Listen(lctx, channels[:1], func() { ready <- struct{}{} }, func(string, []byte) {})
+	}()
 	<-ready
 	stop()
 	if err := <-listened; err != nil {
