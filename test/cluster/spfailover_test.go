@@ -17,7 +17,7 @@ import (
 // role returns what ROLE's first field says at addr ("" when it does not
 // answer).
 func role(addr string) string {
-	c, err := redis.DialTimeout("tcp", addr, time.Second, time.Second, time.Second)
+	c, err := redis.Dial("tcp", addr, redis.DialConnectTimeout(time.Second), redis.DialReadTimeout(time.Second))
 	if err != nil {
 		return ""
 	}
