@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -343,6 +344,84 @@ func TestShardedWakeUpAfterSlotMove(t *testing.T) {
 			}
 		case <-time.After(20 * time.Second):
 			t.Fatalf("no wake-up %s to %s", payload, to.Addr)
+		}
+	}
+}
+
+// busPublishes returns what CLUSTER INFO of node addr counts of publish
+// messages sent to other nodes over the cluster bus: plain (a PUBLISH, sent
+// to every node) and sharded (an SPUBLISH, sent to the replicas of its
+// shard only).
+func busPublishes(t *testing.T, addr string) (plain, sharded int) {
+	t.Helper()
+	c, err := redis.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	info, err := redis.String(c.Do("CLUSTER", "INFO"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\r\n") {
+		k, v, _ := strings.Cut(line, ":")
+		n, _ := strconv.Atoi(v)
+		switch k {
+		case "cluster_stats_messages_publish_sent":
+			plain = n
+		case "cluster_stats_messages_publishshard_sent":
+			sharded = n
+		}
+	}
+	return plain, sharded
+}
+
+// TestShardedNotBroadcast counts the cluster bus messages that wake-ups
+// cost: n enqueues through a ClusterPool (sharded pub/sub) send none to the
+// other nodes (this cluster has no replicas), while the same enqueues
+// through a routing pool that is not a ShardedPubSub (plain PUBLISH, as
+// before sharded pub/sub) send one to every other node per enqueue.
+func TestShardedNotBroadcast(t *testing.T) {
+	pool := needCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	raw, err := cluster.New(ctx, cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
+		return &redis.Pool{MaxIdle: 4, DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	ns := redistest.Namespace()
+	q := spread(t, "sbus-")[1]
+	owner := ownerOf(t, q)
+	const n = 100
+	for _, c := range []struct {
+		name      string
+		pool      worqr.ConnGetter
+		wantPlain int
+	}{
+		{"sharded", pool, 0},
+		{"plain", raw, n * (len(cl.Nodes) - 1)},
+	} {
+		client, err := worqr.NewClient(c.pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		plain0, shard0 := busPublishes(t, owner)
+		for i := 0; i < n; i++ {
+			if _, err := client.Enqueue(ctx, q, []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		plain1, shard1 := busPublishes(t, owner)
+		t.Logf("%s: %d enqueues sent %d plain and %d sharded publish messages over the bus from %s",
+			c.name, n, plain1-plain0, shard1-shard0, owner)
+		if (c.wantPlain == 0 && plain1 != plain0) || plain1-plain0 < c.wantPlain || shard1 != shard0 {
+			t.Errorf("%s: %d plain and %d sharded bus publishes, want %d (or more, for the plain pool) and 0",
+				c.name, plain1-plain0, shard1-shard0, c.wantPlain)
 		}
 	}
 }
