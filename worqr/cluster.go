@@ -12,6 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/dial"
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 )
 
@@ -161,9 +162,29 @@ func (c *ClusterPool) EachMaster(ctx context.Context, f func(conn redis.Conn) er
 	return c.p.EachMaster(ctx, f)
 }
 
+// MasterOf returns the address of the master that serves hash tag tag's
+// slot, as last read ("" when unknown). With DialMaster and Refresh it is
+// how worqr's workers listen to sharded pub/sub (see README "Running on
+// Redis Cluster").
+func (c *ClusterPool) MasterOf(tag string) string { return c.p.Addr(cluster.TagSlot(tag)) }
+
+// DialMaster opens a new connection to the node at addr (host:port, as
+// MasterOf or Masters return it), outside the pool, with the pool's
+// options (TLS, user, password); the caller closes it.
+func (c *ClusterPool) DialMaster(ctx context.Context, addr string) (redis.Conn, error) {
+	return c.p.DialNode(ctx, addr)
+}
+
+// Refresh reads the slot map again (CLUSTER SHARDS of a known master or a
+// seed). The pool does so on its own on a MOVED reply and every 30 s.
+func (c *ClusterPool) Refresh(ctx context.Context) error { return c.p.Refresh(ctx) }
+
 // Masters returns the addresses of the masters that serve slots, as last
 // read.
 func (c *ClusterPool) Masters() []string { return c.p.Masters() }
 
 // Close closes the connections to every node.
 func (c *ClusterPool) Close() error { return c.p.Close() }
+
+// A ClusterPool makes a Store publish and listen with sharded pub/sub.
+var _ rdb.ShardedPubSub = (*ClusterPool)(nil)

@@ -48,8 +48,13 @@ func (w *Worker) subscribeLoop() {
 		if subscribed {
 			delay = 50 * time.Millisecond // a new failure starts a new backoff
 		}
-		w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
-		w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
+		if errors.Is(err, rdb.ErrShardMoved) && subscribed {
+			// A cluster moved a slot (or failed over): not an error.
+			w.cfg.Logger.Info("worker: a served queue's slot moved, subscribing again", "err", err, "in", delay)
+		} else {
+			w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
+			w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
+		}
 		if !sleepCtx(w.runCtx, delay) {
 			return
 		}

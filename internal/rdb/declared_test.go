@@ -71,6 +71,7 @@ type scriptCall struct {
 	name     string
 	declared map[string]bool
 	touched  []string
+	channels []string // published on
 }
 
 // keyAuditor watches every command of namespace ns through MONITOR.
@@ -121,6 +122,9 @@ func (a *keyAuditor) calls() []scriptCall {
 		if strings.Contains(r, "[0 lua]") {
 			if cur != nil {
 				cur.touched = append(cur.touched, a.keysOf(args)...)
+				if c := strings.ToUpper(args[0]); (c == "PUBLISH" || c == "SPUBLISH") && len(args) > 1 {
+					cur.channels = append(cur.channels, args[1])
+				}
 			}
 			continue
 		}
@@ -190,11 +194,29 @@ func undeclared(calls []scriptCall) []string {
 	return out
 }
 
+// offSlotPublishes returns the publishes of calls on a channel whose hash
+// tag is not the tag of the call's keys: on a Redis Cluster its SPUBLISH
+// would be refused (another node) or cross slots.
+func offSlotPublishes(calls []scriptCall) []string {
+	var out []string
+	for _, c := range calls {
+		for _, ch := range c.channels {
+			for k := range c.declared {
+				if rdb.HashTag(k) != rdb.HashTag(ch) {
+					out = append(out, c.name+" on "+ch+" with key "+k)
+				}
+			}
+		}
+	}
+	return out
+}
+
 // TestScriptKeysDeclared watches, through MONITOR, which keys each script
 // touches without declaring them in KEYS, in one scenario per case, and
 // checks them against the table of docs/PROTOCOL.md ("Keys a script cannot
 // declare"): only keys whose names are read inside the script (popped ids,
-// fields of a hash) may be missing from KEYS.
+// fields of a hash) may be missing from KEYS. Every publish of a script is
+// on a channel of the tag of its keys (SPUBLISH on a cluster needs it).
 func TestScriptKeysDeclared(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -207,9 +229,13 @@ func TestScriptKeysDeclared(t *testing.T) {
 	check := func(step string, want ...string) {
 		t.Helper()
 		sort.Strings(want)
-		got := undeclared(a.calls())
+		calls := a.calls()
+		got := undeclared(calls)
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Errorf("%s: undeclared keys %v, want %v", step, got, want)
+		}
+		if off := offSlotPublishes(calls); len(off) > 0 {
+			t.Errorf("%s: publishes off the call's slot: %v", step, off)
 		}
 	}
 	must := func(err error) {

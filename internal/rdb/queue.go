@@ -895,7 +895,7 @@ func (s *Store) SetLimits(ctx context.Context, q QueueKeys, l Limits) error {
 		if err != nil {
 			return err
 		}
-		_, err = do(ctx, c, "PUBLISH", q.WakeChannel, "0")
+		_, err = do(ctx, c, s.publish(), q.WakeChannel, "0")
 		return err
 	})
 }
@@ -978,7 +978,7 @@ func (s *Store) SetPaused(ctx context.Context, q QueueKeys, on bool) error {
 		if err != nil {
 			return err
 		}
-		_, err = do(ctx, c, "PUBLISH", q.WakeChannel, "0")
+		_, err = do(ctx, c, s.publish(), q.WakeChannel, "0")
 		return err
 	})
 }

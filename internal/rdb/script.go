@@ -20,13 +20,36 @@ var luaFiles embed.FS
 // library (FCALL fn); where functions are not available (Redis 6.2, or a
 // user whose ACL denies them) it runs by SHA, with a fallback to EVAL on
 // NOSCRIPT.
+//
+// Each script exists in two variants that differ only in how they publish:
+// the plain one (PUBLISH, for a single Redis or a Sentinel-managed primary)
+// and the sharded one (SPUBLISH, for a Redis Cluster: see sharded).
 type script struct {
-	name     string
-	src      string // the script alone, its includes prepended
-	body     string // the script without its includes
-	hash     string
-	fn       string // its function name in the library
-	keyCount int    // -1: the caller passes the key count first
+	name      string
+	src       string // the script alone, its includes prepended
+	body      string // the script without its includes
+	hash      string
+	fn        string // its function name in the library
+	shardSrc  string // src, sharded
+	shardHash string
+	shardFn   string // its function name in the sharded library
+	keyCount  int    // -1: the caller passes the key count first
+}
+
+// publishCall is how every script publishes a wake-up or a cancel (the
+// channel and the message follow). TestPublishCalls checks that no script
+// publishes another way.
+const publishCall = "redis.call('PUBLISH',"
+
+// sharded returns code with every publish made a sharded publish (SPUBLISH).
+// On a Redis Cluster, PUBLISH is broadcast to every node of the cluster;
+// SPUBLISH goes only to the nodes of the shard that serves the channel's
+// slot. Every channel a script publishes on carries the hash tag of the
+// script's keys (<ns>:{T}:wake:<queue>, <ns>:{T}:cancel:<queue>), so it is
+// in the slot the script runs in: Redis refuses a script's SPUBLISH to a
+// channel whose slot the node does not serve.
+func sharded(code string) string {
+	return strings.ReplaceAll(code, publishCall, "redis.call('SPUBLISH',")
 }
 
 // includePrefix starts a line naming a file of lua/include/ that a script (or
@@ -42,7 +65,10 @@ func load(name string, keyCount int) *script {
 	}
 	src := head + body
 	sum := sha1.Sum([]byte(src))
-	sc := &script{name: name, src: src, body: body, hash: hex.EncodeToString(sum[:]), keyCount: keyCount}
+	shardSrc := sharded(src)
+	shardSum := sha1.Sum([]byte(shardSrc))
+	sc := &script{name: name, src: src, body: body, hash: hex.EncodeToString(sum[:]), keyCount: keyCount,
+		shardSrc: shardSrc, shardHash: hex.EncodeToString(shardSum[:])}
 	scripts = append(scripts, sc)
 	return sc
 }
@@ -89,13 +115,22 @@ func assembleParts(file string, seen map[string]bool) (string, string, error) {
 // defined once, at load, and each script a function of (KEYS, ARGV), so a
 // call runs only the script's own code. Its name carries a hash of its
 // source: versions of worqr that differ load libraries of their own, side
-// by side.
+// by side. The sharded library (see sharded) has a name of its own.
 type library struct {
 	name string
 	src  string
 }
 
-var lib = sync.OnceValue(func() *library {
+// lib returns the plain library, or the sharded one.
+func lib(shard bool) *library {
+	l := libs()
+	if shard {
+		return l[1]
+	}
+	return l[0]
+}
+
+var libs = sync.OnceValue(func() [2]*library {
 	seen := map[string]bool{}
 	var heads, fns strings.Builder
 	for _, sc := range scripts {
@@ -114,14 +149,23 @@ var lib = sync.OnceValue(func() *library {
 		fmt.Fprintf(&fns, "%s\nend\n", body)
 	}
 	code := heads.String() + fns.String()
-	sum := sha1.Sum([]byte(code))
-	id := hex.EncodeToString(sum[:6])
-	var reg strings.Builder
-	for _, sc := range scripts {
-		sc.fn = "worqr_" + id + "_" + sc.name
-		fmt.Fprintf(&reg, "redis.register_function('%s', wq_%s)\n", sc.fn, sc.name)
+	var out [2]*library
+	for v, code := range []string{code, sharded(code)} {
+		sum := sha1.Sum([]byte(code))
+		id := hex.EncodeToString(sum[:6])
+		var reg strings.Builder
+		for _, sc := range scripts {
+			fn := "worqr_" + id + "_" + sc.name
+			if v == 0 {
+				sc.fn = fn
+			} else {
+				sc.shardFn = fn
+			}
+			fmt.Fprintf(&reg, "redis.register_function('%s', wq_%s)\n", fn, sc.name)
+		}
+		out[v] = &library{name: "worqr_" + id, src: "#!lua name=worqr_" + id + "\n" + code + reg.String()}
 	}
-	return &library{name: "worqr_" + id, src: "#!lua name=worqr_" + id + "\n" + code + reg.String()}
+	return out
 })
 
 // How a Store runs scripts: found out on its first script call.
@@ -130,14 +174,25 @@ const (
 	modeScripts                // EVALSHA, with EVAL on NOSCRIPT
 )
 
+// modeSharded, or'ed into a Store's mode from its creation, says it runs
+// the sharded variant of the scripts (a Redis Cluster).
+const modeSharded int32 = 4
+
 // command returns the command and arguments that run sc in mode m.
 func (sc *script) command(m int32, keysAndArgs []any) (string, []any) {
 	args := make([]any, 0, 2+len(keysAndArgs))
 	cmd := "EVALSHA"
-	if m == modeFunctions {
+	shard := m&modeSharded != 0
+	switch {
+	case m&^modeSharded == modeFunctions && shard:
+		cmd = "FCALL"
+		args = append(args, sc.shardFn)
+	case m&^modeSharded == modeFunctions:
 		cmd = "FCALL"
 		args = append(args, sc.fn)
-	} else {
+	case shard:
+		args = append(args, sc.shardHash)
+	default:
 		args = append(args, sc.hash)
 	}
 	if sc.keyCount >= 0 {
@@ -151,16 +206,18 @@ func (sc *script) command(m int32, keysAndArgs []any) (string, []any) {
 // goroutine-per-call DoContext: cheaper on the hot path, and bounded the
 // same.
 func (s *Store) run(ctx context.Context, c redis.Conn, sc *script, keysAndArgs ...any) (any, error) {
-	lib() // names the functions
-	if s.mode.Load() == modeFunctions {
-		cmd, args := sc.command(modeFunctions, keysAndArgs)
+	libs() // names the functions
+	m := s.mode.Load()
+	shard := m & modeSharded
+	if m&^modeSharded == modeFunctions {
+		cmd, args := sc.command(m, keysAndArgs)
 		r, err := do(ctx, c, cmd, args...)
 		e, ok := err.(redis.Error)
 		switch {
 		case !ok:
 			return r, err
 		case strings.HasPrefix(string(e), "ERR Function not found"):
-			if err := loadLibrary(ctx, c); err == nil {
+			if err := loadLibrary(ctx, c, shard != 0); err == nil {
 				return do(ctx, c, cmd, args...)
 			} else if !functionsDenied(err) {
 				return nil, err
@@ -168,20 +225,24 @@ func (s *Store) run(ctx context.Context, c redis.Conn, sc *script, keysAndArgs .
 		case !functionsDenied(e):
 			return r, err
 		}
-		s.mode.Store(modeScripts)
+		s.mode.Store(modeScripts | shard)
 	}
-	cmd, args := sc.command(modeScripts, keysAndArgs)
+	cmd, args := sc.command(modeScripts|shard, keysAndArgs)
 	r, err := do(ctx, c, cmd, args...)
 	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
 		args[0] = sc.src
+		if shard != 0 {
+			args[0] = sc.shardSrc
+		}
 		r, err = do(ctx, c, "EVAL", args...)
 	}
 	return r, err
 }
 
-// loadLibrary loads the library on c's server (a peer may have just done so).
-func loadLibrary(ctx context.Context, c redis.Conn) error {
-	l := lib()
+// loadLibrary loads the library (the sharded one if shard) on c's server (a
+// peer may have just done so).
+func loadLibrary(ctx context.Context, c redis.Conn, shard bool) error {
+	l := lib(shard)
 	_, err := do(ctx, c, "FUNCTION", "LOAD", l.src)
 	if e, ok := err.(redis.Error); ok && strings.Contains(string(e), "already exists") {
 		return nil

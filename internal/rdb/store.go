@@ -29,6 +29,23 @@ type TagConnGetter interface {
 	GetContextForTag(ctx context.Context, tag string) (redis.Conn, error)
 }
 
+// ShardedPubSub is a TagConnGetter for a Redis Cluster whose wake-ups and
+// cancels go through sharded pub/sub: the scripts publish with SPUBLISH (to
+// the shard of the channel's slot only, not to every node) and Listen
+// subscribes with SSUBSCRIBE on a connection to each master that serves a
+// listened channel's slot. worqr.ClusterPool implements it.
+type ShardedPubSub interface {
+	TagConnGetter
+	// MasterOf returns the address of the master that serves tag's slot,
+	// as last read ("" when unknown).
+	MasterOf(tag string) string
+	// DialMaster opens a new connection to the master at addr, outside
+	// any pool; the caller closes it.
+	DialMaster(ctx context.Context, addr string) (redis.Conn, error)
+	// Refresh reads the slot map again.
+	Refresh(ctx context.Context) error
+}
+
 // Router chooses the connection a call runs on from the hash tag that all
 // of the call's keys share.
 type Router interface {
@@ -65,14 +82,22 @@ type Store struct {
 	keys   Keys
 	pool   ConnGetter
 	router Router
-	tagged bool         // the pool routes by tag (a Redis Cluster, maybe)
-	mode   atomic.Int32 // modeFunctions until the server or user says no
+	tagged bool          // the pool routes by tag (a Redis Cluster, maybe)
+	shard  ShardedPubSub // the pool, when it is one (a Redis Cluster)
+	mode   atomic.Int32  // modeFunctions until the server or user says no; | modeSharded
 }
 
-// NewStore returns the store of namespace ns on pool.
+// NewStore returns the store of namespace ns on pool. When pool is a
+// ShardedPubSub, the store's scripts publish with SPUBLISH and Listen uses
+// sharded subscriptions.
 func NewStore(pool ConnGetter, ns string) *Store {
 	_, tagged := pool.(TagConnGetter)
-	return &Store{keys: NewKeys(ns), pool: pool, router: RouterFor(pool), tagged: tagged}
+	s := &Store{keys: NewKeys(ns), pool: pool, router: RouterFor(pool), tagged: tagged}
+	if sp, ok := pool.(ShardedPubSub); ok {
+		s.shard = sp
+		s.mode.Store(modeSharded)
+	}
+	return s
 }
 
 // Queue returns the keys of queue q.

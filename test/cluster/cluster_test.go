@@ -631,9 +631,9 @@ func cutPort(addr string) (string, string, bool) {
 	return addr, "", false
 }
 
-// TestListenAcrossNodes subscribes one connection (on the node of its first
-// channel's tag, as a worker does) to the wake channels of queues served by
-// every master: a wake-up published by an enqueue on any master reaches it.
+// TestListenAcrossNodes listens (as a worker does: one sharded connection
+// per master) to the wake channels of queues served by every master: a
+// wake-up published by an enqueue on any master reaches it.
 func TestListenAcrossNodes(t *testing.T) {
 	pool := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -386,6 +386,19 @@ func (p *Pool) dial(ctx context.Context, addr string) (redis.Conn, error) {
 	return np.GetContext(ctx)
 }
 
+// DialNode opens a new connection to the node at addr, outside its pool
+// (for a long-lived subscriber); the caller closes it.
+func (p *Pool) DialNode(ctx context.Context, addr string) (redis.Conn, error) {
+	np, err := p.nodePool(addr)
+	if err != nil {
+		return nil, err
+	}
+	if np.DialContext != nil {
+		return np.DialContext(ctx)
+	}
+	return np.Dial()
+}
+
 // addrFor returns the master of slot, reading the map again (once, in the
 // caller's context) when the slot is not covered; -1 means any master.
 func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {

@@ -1,0 +1,147 @@
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// AddReplica starts one more cluster-enabled redis-server and makes it a
+// replica of master (CLUSTER MEET, then CLUSTER REPLICATE), then waits until
+// it has synced with master (master_link_status:up) and every node of the
+// cluster lists it as master's replica, so that a CLUSTER FAILOVER on it,
+// or master's death, promotes it. It is not added to cl.Nodes (the
+// masters); the caller stops it.
+func (cl *Cluster) AddReplica(ctx context.Context, master *Server) (*Server, error) {
+	var s *Server
+	for attempt := 0; ; attempt++ {
+		dir, err := os.MkdirTemp("", "worqr-cluster-")
+		if err != nil {
+			return nil, err
+		}
+		bus, err := freePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		s, err = start(dir, []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
+			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000"}, false)
+		if err == nil {
+			break
+		}
+		if attempt == 3 { // a port taken between its choice and its use
+			return nil, err
+		}
+	}
+	if err := cl.joinAsReplica(ctx, s, master); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+func (cl *Cluster) joinAsReplica(ctx context.Context, s, master *Server) error {
+	mc, err := redis.DialContext(ctx, "tcp", master.Addr)
+	if err != nil {
+		return err
+	}
+	defer mc.Close()
+	rc, err := redis.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return err
+	}
+	defer rc.Close()
+	masterID, err := redis.String(mc.Do("CLUSTER", "MYID"))
+	if err != nil {
+		return err
+	}
+	replicaID, err := redis.String(rc.Do("CLUSTER", "MYID"))
+	if err != nil {
+		return err
+	}
+	// The master's bus port (not port + 10000 here): CLUSTER NODES' myself
+	// line reads ip:port@busport.
+	nodes, err := redis.String(mc.Do("CLUSTER", "NODES"))
+	if err != nil {
+		return err
+	}
+	var host, port, bus string
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 2 && strings.Contains(f[2], "myself") {
+			addr, busPart, _ := strings.Cut(f[1], "@")
+			busPart, _, _ = strings.Cut(busPart, ",")
+			host, port, _ = strings.Cut(addr, ":")
+			bus = busPart
+		}
+	}
+	if bus == "" {
+		return fmt.Errorf("redistest: no myself line in CLUSTER NODES of %s", master.Addr)
+	}
+	if _, err := rc.Do("CLUSTER", "MEET", host, port, bus); err != nil {
+		return fmt.Errorf("cluster meet: %w", err)
+	}
+	// REPLICATE needs the master known (the handshake over the bus).
+	err = pollUntil(ctx, func() (bool, error) {
+		_, err := rc.Do("CLUSTER", "REPLICATE", masterID)
+		return err == nil, nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: cluster replicate %s: %w", masterID, err)
+	}
+	err = pollUntil(ctx, func() (bool, error) {
+		info, err := redis.String(rc.Do("INFO", "replication"))
+		return err == nil && strings.Contains(info, "master_link_status:up"), nil
+	})
+	if err != nil {
+		return fmt.Errorf("redistest: replica of %s never synced: %w", master.Addr, err)
+	}
+	for _, n := range cl.Nodes {
+		err := pollUntil(ctx, func() (bool, error) {
+			c, err := redis.DialContext(ctx, "tcp", n.Addr)
+			if err != nil {
+				return false, err
+			}
+			defer c.Close()
+			nodes, err := redis.String(c.Do("CLUSTER", "NODES"))
+			if err != nil {
+				return false, err
+			}
+			for _, line := range strings.Split(nodes, "\n") {
+				f := strings.Fields(line)
+				if len(f) > 3 && f[0] == replicaID && strings.Contains(f[2], "slave") && f[3] == masterID {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("redistest: %s never listed the replica: %w", n.Addr, err)
+		}
+	}
+	return nil
+}
+
+// pollUntil calls cond every 50ms until it returns true or an error, or ctx
+// ends.
+func pollUntil(ctx context.Context, cond func() (bool, error)) error {
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
