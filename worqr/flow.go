@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -269,6 +270,9 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	qk := c.flowQueue(f, f.Stages[0].Name)
 	id := xid.New().String()
 	if _, err := c.st.FlowStart(ctx, qk, id, state, f.ref()); err != nil {
+		if errors.Is(err, ErrNotReplicated) { // started on the primary
+			return id, fmt.Errorf("worqr: start run %s of %s: %w", id, f.Name, err)
+		}
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	return id, nil
