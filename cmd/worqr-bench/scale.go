@@ -140,7 +140,9 @@ func scale(ctx context.Context, o scaleOptions) error {
 	}
 	fmt.Printf("scale: %d jobs drained by %d worker processes, %d queues (%d per master of the cluster), concurrency %d per queue per process, %d-byte payloads, %d reps; GOMAXPROCS %d, %d CPUs\n",
 		o.n, o.procs, len(queues), o.perMaster, o.concurrency, o.payload, o.reps, runtime.GOMAXPROCS(0), runtime.NumCPU())
-	fmt.Printf("registry tag {reg} (keepalives, reaper lease) on %s in the cluster\n", mustNodeOf(ctx, cl, cluster.TagSlot("reg")))
+	fmt.Printf("registry tag {reg} (keepalives, reaper lease) on %s in the cluster; load average %s\n",
+		mustNodeOf(ctx, cl, cluster.TagSlot("reg")), loadavg())
+	defer func() { fmt.Printf("\nload average after: %s\n", loadavg()) }()
 	results := map[string][]scaleRun{}
 	for rep := 0; rep < o.reps; rep++ {
 		for _, tp := range tops {
@@ -332,31 +334,33 @@ func mastersCPU(ctx context.Context, masters []string) (map[string]float64, erro
 }
 
 func printScale(o scaleOptions, tp *scaleTopology, runs []scaleRun) {
-	var tput, client, redisAll []float64
+	var tput, client, clientBusy, redisAll []float64
 	perJob := map[string][]float64{}
 	busy := map[string][]float64{}
+	share := map[string][]float64{}
 	for _, r := range runs {
 		tput = append(tput, float64(o.n)/r.seconds)
 		client = append(client, r.clientCPU/float64(o.n)*1e6)
+		clientBusy = append(clientBusy, r.clientCPU/r.seconds)
 		var sum float64
 		for _, m := range tp.masters {
 			sum += r.redisCPU[m]
+		}
+		for _, m := range tp.masters {
 			perJob[m] = append(perJob[m], r.redisCPU[m]/float64(max(r.jobs[m], 1))*1e6)
 			busy[m] = append(busy[m], r.redisCPU[m]/r.seconds*100)
+			share[m] = append(share[m], 100*r.redisCPU[m]/max(sum, 1e-9))
 		}
 		redisAll = append(redisAll, sum/float64(o.n)*1e6)
 	}
 	fmt.Printf("\n%s: %.0f jobs/s (median of %d; runs: %s)\n", tp.name, median(tput), len(runs), joinf(tput, "%.0f"))
-	fmt.Printf("  Redis CPU per job, all masters: %.1f µs; worker processes' CPU per job: %.1f µs\n", median(redisAll), median(client))
+	fmt.Printf("  Redis CPU per job, all masters: %.1f µs; worker processes' CPU per job: %.1f µs (%.2f cores busy)\n",
+		median(redisAll), median(client), median(clientBusy))
 	r := runs[0]
-	var totalCPU float64
-	for _, m := range tp.masters {
-		totalCPU += r.redisCPU[m]
-	}
 	fmt.Printf("  %-18s %8s %7s %12s %10s %9s\n", "master", "jobs", "share", "CPU µs/job", "CPU share", "busy")
 	for _, m := range tp.masters {
 		fmt.Printf("  %-18s %8d %6.1f%% %12.1f %9.1f%% %8.0f%%\n", m, r.jobs[m], 100*float64(r.jobs[m])/float64(o.n),
-			median(perJob[m]), 100*r.redisCPU[m]/max(totalCPU, 1e-9), median(busy[m]))
+			median(perJob[m]), median(share[m]), median(busy[m]))
 	}
 	maxMaster := 0.0
 	for _, m := range tp.masters {
@@ -460,4 +464,17 @@ func runScaleChild(args []string) int {
 	defer cancel()
 	_ = w.Stop(sctx)
 	return 0
+}
+
+// loadavg returns the 1, 5 and 15-minute load averages ("?" off Linux).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
