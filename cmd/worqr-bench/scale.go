@@ -55,7 +55,6 @@ type scaleTopology struct {
 	queueOf map[string]string // queue -> master address
 	args    []string          // how a worker process reaches Redis
 	pool    worqr.ConnGetter
-	stop    func()
 }
 
 // scaleRun is one repetition on one topology.
