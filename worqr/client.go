@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,7 +35,7 @@ type Client struct {
 // queue was recorded among the known queues.
 type clientQueue struct {
 	qk      rdb.QueueKeys
-	enqueue *group.Group[[]byte, string]
+	enqueue *group.Group[[]byte, plainEnqueued]
 	known   atomic.Bool
 	// levels is the highest priority level this client saw recorded in the
 	// queue's config, at levelsAt (unix ns): an enqueue at a higher level,
@@ -73,6 +74,7 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	}
 	warnPool(pool, c.Logger)
 	st := rdb.NewStore(pool, c.Namespace)
+	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	return &Client{st: st, cfg: c, bus: newEventBus(st, c)}, nil
 }
 
@@ -315,19 +317,24 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	}
 	q := &clientQueue{qk: c.st.Queue(rdb.Standalone(name))}
 	qk := q.qk
-	q.enqueue = &group.Group[[]byte, string]{
+	q.enqueue = &group.Group[[]byte, plainEnqueued]{
 		MaxBatch: 256, MaxInFlight: 2,
-		Run: func(ctx context.Context, payloads [][]byte) ([]string, error) {
+		Run: func(ctx context.Context, payloads [][]byte) ([]plainEnqueued, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
+			out := make([]plainEnqueued, len(payloads))
 			ids := make([]string, len(payloads))
 			for i := range ids {
 				ids[i] = xid.New().String()
 			}
-			if _, err := c.st.Enqueue(ctx, qk, ids, payloads, nil); err != nil {
+			_, err := c.st.Enqueue(ctx, qk, ids, payloads, nil)
+			if err != nil && !errors.Is(err, ErrNotReplicated) {
 				return nil, err
 			}
-			return ids, nil
+			for i, id := range ids {
+				out[i] = plainEnqueued{id: id, err: err} // enqueued, maybe not replicated
+			}
+			return out, nil
 		},
 	}
 	actual, _ := c.queues.LoadOrStore(name, q)
@@ -348,13 +355,18 @@ func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
 }
 
 // Enqueue adds a task at the back of queue and wakes a worker. It returns the
-// new task's id.
+// new task's id. With Config.Replicas, an error that matches
+// ErrNotReplicated comes with the id: the task was enqueued on the primary,
+// but too few replicas acknowledged it in time.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
 	if opts.zero() {
 		return c.enqueuePlain(ctx, queue, payload)
 	}
 	ids, err := c.enqueue(ctx, queue, [][]byte{payload}, "payload", opts)
 	if err != nil {
+		if len(ids) == 1 && errors.Is(err, ErrNotReplicated) {
+			return ids[0], err
+		}
 		return "", err
 	}
 	return ids[0], nil
@@ -374,12 +386,22 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 	if err := c.markKnown(ctx, q); err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
-	id, err := q.enqueue.Call(ctx, payload)
+	r, err := q.enqueue.Call(ctx, payload)
 	if err != nil {
 		return "", fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 	}
-	c.enqueued(queue, []string{id})
-	return id, nil
+	c.enqueued(queue, []string{r.id})
+	if r.err != nil {
+		return r.id, fmt.Errorf("worqr: enqueue %s: task %s: %w", queue, r.id, r.err)
+	}
+	return r.id, nil
+}
+
+// plainEnqueued is the id a plain enqueue got, and a *ReplicaError when the
+// replicas asked for did not acknowledge it.
+type plainEnqueued struct {
+	id  string
+	err error
 }
 
 // EnqueueBatch adds tasks at the back of queue, in order, and returns their
@@ -390,6 +412,9 @@ func (c *Client) enqueuePlain(ctx context.Context, queue string, payload []byte)
 // millisecond; if one fails, the
 // error is a *BatchError saying how many tasks, from the first, were
 // enqueued (their ids are returned), and the rest may or may not have been.
+// With Config.Replicas, an error that matches ErrNotReplicated comes with
+// every id: all were enqueued on the primary, but too few replicas
+// acknowledged them in time.
 func (c *Client) EnqueueBatch(ctx context.Context, queue string, payloads [][]byte, opts *EnqueueOpts) ([]string, error) {
 	if len(payloads) == 0 {
 		return nil, invalid("payloads", "is empty")
@@ -438,6 +463,10 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	}
 	if len(payloads) == 1 && args.UniqueKeys == nil {
 		holder, err := c.st.Enqueue(ctx, q.qk, ids, payloads, args)
+		if errors.Is(err, ErrNotReplicated) {
+			c.enqueued(queue, ids)
+			return ids, fmt.Errorf("worqr: enqueue %s: task %s: %w", queue, ids[0], err)
+		}
 		switch {
 		case err == rdb.ErrDuplicate:
 			return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
@@ -472,6 +501,14 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		if len(done) > 0 {
 			c.enqueued(queue, done)
 		}
+	}
+	if errors.Is(err, ErrNotReplicated) && n == len(ids) {
+		// Every task was enqueued on the primary; the error says that
+		// too few replicas acknowledged them.
+		if derr != nil {
+			return ids, fmt.Errorf("worqr: enqueue %s: %w (and %w)", queue, err, derr)
+		}
+		return ids, fmt.Errorf("worqr: enqueue %s: %d tasks: %w", queue, n, err)
 	}
 	if err != nil {
 		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err, Duplicates: derr}

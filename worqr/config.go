@@ -58,7 +58,33 @@ type Config struct {
 	// published batches in a stream (XADD MAXLEN ~), for
 	// Inspector.RecentEvents. Default 0: live events only.
 	EventLogLength int
+	// Replicas, when > 0, makes every enqueue of a Client (Enqueue,
+	// EnqueueBatch, EnqueueMerge, StartRun; not Load) and every end of a
+	// taking by a Worker or Remote wait until that many replicas of the
+	// primary have the write (Redis WAIT, sent on the connection that made
+	// the write, in the same round trip), or ReplicaTimeout passes, before
+	// it is acknowledged. Redis replication is asynchronous: without it, a
+	// write acknowledged by a primary that dies before a replica got it is
+	// lost on failover (docs/RELIABILITY.md has the figures). When fewer
+	// replicas acknowledge in time, the write was still applied on the
+	// primary (it is not undone, and is lost only if the primary fails
+	// before a replica gets it): an enqueue returns its ids with an error
+	// that matches ErrNotReplicated (a *ReplicaError); a worker logs it,
+	// reports an EventError and counts it (Worker.Unreplicated), and the
+	// taking stays ended. On Redis Cluster each master waits for its own
+	// replicas. Default 0: no WAIT is ever sent.
+	Replicas int
+	// ReplicaTimeout bounds the wait for Replicas. Default 1s, at most
+	// MaxReplicaTimeout.
+	ReplicaTimeout time.Duration
 }
+
+// DefaultReplicaTimeout is Config.ReplicaTimeout's default, and
+// MaxReplicaTimeout its largest value (a worker bounds an end call at 5s).
+const (
+	DefaultReplicaTimeout = time.Second
+	MaxReplicaTimeout     = 4 * time.Second
+)
 
 // DefaultEventInterval is Config.EventInterval's default.
 const DefaultEventInterval = 250 * time.Millisecond
@@ -92,6 +118,19 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if out.EventLogLength < 0 {
 		return out, invalid("EventLogLength", "(%d) must not be negative", out.EventLogLength)
+	}
+	if out.Replicas < 0 {
+		return out, invalid("Replicas", "(%d) must not be negative", out.Replicas)
+	}
+	switch {
+	case out.ReplicaTimeout < 0 || out.ReplicaTimeout > MaxReplicaTimeout:
+		return out, invalid("ReplicaTimeout", "(%s) must be between 0 and %s", out.ReplicaTimeout, MaxReplicaTimeout)
+	case out.ReplicaTimeout > 0 && out.ReplicaTimeout < time.Millisecond:
+		return out, invalid("ReplicaTimeout", "(%s) must be at least 1ms (WAIT counts whole milliseconds)", out.ReplicaTimeout)
+	case out.ReplicaTimeout > 0 && out.Replicas == 0:
+		return out, invalid("ReplicaTimeout", "(%s) applies only with Replicas", out.ReplicaTimeout)
+	case out.ReplicaTimeout == 0 && out.Replicas > 0:
+		out.ReplicaTimeout = DefaultReplicaTimeout
 	}
 	return out, nil
 }

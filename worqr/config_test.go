@@ -95,6 +95,32 @@ func TestConfigWithDefaults(t *testing.T) {
 			wantErr: "worqr: EventLogLength (-1) must not be negative",
 		},
 		{
+			name: "Replicas: ReplicaTimeout defaults to 1s",
+			cfg:  &Config{Replicas: 1},
+			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes, EventInterval: DefaultEventInterval,
+				Replicas: 1, ReplicaTimeout: DefaultReplicaTimeout},
+		},
+		{
+			name:    "Replicas negative",
+			cfg:     &Config{Replicas: -1},
+			wantErr: "worqr: Replicas (-1) must not be negative",
+		},
+		{
+			name:    "ReplicaTimeout above the limit",
+			cfg:     &Config{Replicas: 1, ReplicaTimeout: 5 * time.Second},
+			wantErr: "worqr: ReplicaTimeout (5s) must be between 0 and 4s",
+		},
+		{
+			name:    "ReplicaTimeout under a millisecond",
+			cfg:     &Config{Replicas: 1, ReplicaTimeout: time.Microsecond},
+			wantErr: "worqr: ReplicaTimeout (1µs) must be at least 1ms (WAIT counts whole milliseconds)",
+		},
+		{
+			name:    "ReplicaTimeout without Replicas",
+			cfg:     &Config{ReplicaTimeout: time.Second},
+			wantErr: "worqr: ReplicaTimeout (1s) applies only with Replicas",
+		},
+		{
 			name:    "Namespace too long",
 			cfg:     &Config{Namespace: strings.Repeat("n", MaxNameLen+1)},
 			wantErr: "worqr: Namespace is 101 bytes long (at most 100)",

@@ -3,6 +3,7 @@ package worqr
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -16,11 +17,11 @@ import (
 // checked and answered on its own. The same call takes again for the slots
 // its ends free (see refill), so a busy worker spends one round trip per
 // batch of tasks, not two.
-func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
+func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 	retention := q.cfg.Retention.Milliseconds()
-	return &group.Group[rdb.Ending, rdb.Ended]{
+	return &group.Group[rdb.Ending, endDone]{
 		MaxBatch: 64, MaxInFlight: 2,
-		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
+		Run: func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
 			s, take := w.refill(q, es)
@@ -39,6 +40,12 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 				call = &rdb.TakeArgs{Limited: true}
 			}
 			ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
+			var replica error
+			if errors.Is(err, ErrNotReplicated) {
+				// Recorded on the primary: the takings are ended (an end
+				// tried again would find them lost); complete says so.
+				replica, err = err, nil
+			}
 			if err != nil {
 				if take != nil {
 					// The take may have been applied with the reply
@@ -55,9 +62,20 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 					q.hint() // slots left by buried ids, or more may wait
 				}
 			}
-			return ended, nil
+			out := make([]endDone, len(ended))
+			for i, e := range ended {
+				out[i] = endDone{Ended: e, replica: replica}
+			}
+			return out, nil
 		},
 	}
+}
+
+// endDone is what the end of one taking recorded, and a *ReplicaError
+// when too few replicas acknowledged it (Config.Replicas).
+type endDone struct {
+	rdb.Ended
+	replica error
 }
 
 // refill says whether the end of es takes again, and how many: one task per
@@ -205,6 +223,12 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, t *Task, e rdb.E
 					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.name, "task_id", t.ID, "pid", t.pid)
 				}
 			}
+		}
+		if err == nil && res.replica != nil {
+			w.unreplicated.Add(1)
+			w.cfg.Logger.Warn("worker: end not acknowledged by enough replicas", "queue", q.name, "task_id", t.ID, "pid", t.pid, "err", res.replica)
+			w.emit(Event{Kind: EventError, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(),
+				Err: fmt.Errorf("worqr: end of %s: %w", t.ID, res.replica)})
 		}
 		if err == nil {
 			if out == rdb.OutcomeLost {

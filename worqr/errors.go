@@ -38,6 +38,18 @@ var ErrGiveBack = errors.New("worqr: give back")
 // another task that has not ended. Nothing was enqueued.
 var ErrDuplicate = rdb.ErrDuplicate
 
+// ErrNotReplicated matches, with errors.Is, the error of an enqueue or an
+// end that was applied on the primary but not acknowledged by
+// Config.Replicas replicas within Config.ReplicaTimeout (a *ReplicaError).
+// The write is not undone: it is lost only if the primary fails before a
+// replica gets it.
+var ErrNotReplicated = rdb.ErrNotReplicated
+
+// ReplicaError says how many replicas acknowledged a write (Got) of those
+// Config.Replicas asked for (Want) within Config.ReplicaTimeout (Timeout).
+// It matches ErrNotReplicated.
+type ReplicaError = rdb.ReplicaError
+
 // ErrSkipRetry, wrapped into a handler's error (see SkipRetry), sends the task
 // to the dead set at once instead of retrying it.
 var ErrSkipRetry = errors.New("worqr: skip retry")

@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -297,6 +298,9 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 	qk := c.flowQueue(f, f.Stages[0].Name)
 	id := xid.New().String()
 	if _, err := c.st.FlowStartMeta(ctx, qk, id, state, meta, f.ref()); err != nil {
+		if errors.Is(err, ErrNotReplicated) { // started on the primary
+			return id, fmt.Errorf("worqr: start run %s of %s: %w", id, f.Name, err)
+		}
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
 	}
 	return id, nil

@@ -135,9 +135,13 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	}
 	out := make([]string, 0, len(ids))
 	var fresh []string
+	var replica error
 	for lo := 0; lo < len(ids); lo += rdb.MaxEnqueueChunk {
 		hi := min(lo+rdb.MaxEnqueueChunk, len(ids))
 		res, err := c.st.EnqueueKey(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args)
+		if errors.Is(err, ErrNotReplicated) {
+			replica, err = err, nil // applied: carry on, say so at the end
+		}
 		if err != nil {
 			if len(ids) == 1 {
 				return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
@@ -153,6 +157,9 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	}
 	if len(fresh) > 0 {
 		c.enqueued(queue, fresh)
+	}
+	if replica != nil {
+		return out, fmt.Errorf("worqr: enqueue %s: %w", queue, replica)
 	}
 	return out, nil
 }
@@ -232,11 +239,15 @@ func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []
 		if errors.Is(err, rdb.ErrTailChanged) {
 			continue
 		}
-		if err != nil {
+		replica := errors.Is(err, ErrNotReplicated)
+		if err != nil && !replica {
 			return "", false, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 		}
 		if !r.Merged {
 			c.enqueued(queue, []string{r.ID})
+		}
+		if replica {
+			return r.ID, r.Merged, fmt.Errorf("worqr: enqueue %s: task %s: %w", queue, r.ID, err)
 		}
 		return r.ID, r.Merged, nil
 	}

@@ -284,6 +284,7 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 		return nil, err
 	}
 	st := rdb.NewStore(pool, c.Namespace)
+	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	return &Remote{
 		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
 		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, retired: map[string]*RemoteSession{},
@@ -322,7 +323,14 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			return r.st.End(ctx, q.qk, retention, es)
+			ended, err := r.st.End(ctx, q.qk, retention, es)
+			if errors.Is(err, ErrNotReplicated) {
+				// Recorded on the primary: the takings are ended.
+				r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
+				r.emit(Event{Kind: EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
+				err = nil
+			}
+			return ended, err
 		},
 	}
 	r.queues[name] = q

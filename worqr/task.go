@@ -180,7 +180,10 @@ const (
 	EventRecovered EventKind = "recovered"
 	// EventStopRequeued: Stop ran out of time and requeued running tasks.
 	EventStopRequeued EventKind = "stop_requeued"
-	// EventError: a background step failed and will be retried.
+	// EventError: a background step failed and will be retried; or (with
+	// Config.Replicas) the end of taking PID of TaskID was recorded on the
+	// primary but too few replicas acknowledged it (Err matches
+	// ErrNotReplicated; the event of its outcome follows).
 	EventError EventKind = "error"
 	// EventStarted: a handler started running a taking.
 	EventStarted EventKind = "started"

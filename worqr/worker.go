@@ -34,6 +34,8 @@ type Worker struct {
 	keeper *heartbeat.Keeper
 	bus    *eventBus // publishes what the worker observes
 
+	unreplicated atomic.Uint64 // ends too few replicas acknowledged (Unreplicated)
+
 	queues []*queueRunner
 	group  *prioGroup // the queues served by priority (WorkerConfig.Priority), or nil
 
@@ -92,7 +94,7 @@ type queueRunner struct {
 	work  chan job      // cap concurrency: takings for the handler goroutines
 	wake  chan struct{} // cap 1: work may be waiting
 	freed chan struct{} // cap 1: a slot was freed
-	ends  *group.Group[rdb.Ending, rdb.Ended]
+	ends  *group.Group[rdb.Ending, endDone]
 
 	heldMu sync.Mutex
 	held   map[string]bool // pids of this queue's takings being run
@@ -185,6 +187,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		takeStop: make(chan struct{}),
 		stopped:  make(chan struct{}),
 	}
+	w.st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	w.bus = newEventBus(w.st, c.Config)
 	if c.Priority != PriorityNone {
 		w.group = newPrioGroup(c.Priority, c.Concurrency)
@@ -244,6 +247,13 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	}
 	return w, nil
 }
+
+// Unreplicated returns how many ends of takings this worker recorded on the
+// primary that fewer than Config.Replicas replicas acknowledged within
+// Config.ReplicaTimeout (each also logged and reported as an EventError).
+// Those takings are ended; an end is lost only if the primary fails before
+// a replica gets it, and then the task runs again (at-least-once).
+func (w *Worker) Unreplicated() uint64 { return w.unreplicated.Load() }
 
 // ID returns the worker's current id ("" before Start). It changes when the
 // keepalive is lost and the worker registers again.

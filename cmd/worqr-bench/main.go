@@ -156,6 +156,12 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == proxyMode {
 		os.Exit(runProxy(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == scaleMode {
+		os.Exit(runScale(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == scaleChildMode {
+		os.Exit(runScaleChild(os.Args[2:]))
+	}
 	o, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "worqr-bench:", err)

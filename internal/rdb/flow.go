@@ -63,8 +63,13 @@ func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state
 	for _, f := range fields {
 		args = append(args, f)
 	}
-	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, flowStartScript, args...))
-	return n == 1, err
+	r, err := s.evalAck(ctx, q.Ref.Tag, flowStartScript, args...)
+	err, replica := splitReplica(err)
+	n, err := redis.Int(r, err)
+	if err != nil {
+		return false, err
+	}
+	return n == 1, replica
 }
 
 // RunCancel ends running run id as cancelled, with its stage task and pending

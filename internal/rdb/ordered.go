@@ -155,7 +155,10 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 	for _, sc := range scores {
 		args = append(args, sc)
 	}
-	return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
+	if mode == "read" {
+		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
+	}
+	return s.evalAck(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 }
 
 // EnqueueKey enqueues tasks with key on queue q, in order, in one script
@@ -174,6 +177,7 @@ func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []s
 }
 
 func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {
+	err, replica := splitReplica(err)
 	vals, err := redis.Values(r, err)
 	if err != nil {
 		return nil, err
@@ -192,7 +196,7 @@ func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {
 		m, _ := redis.Int(vals[2*i+1], nil)
 		out[i].Merged = m == 1
 	}
-	return out, nil
+	return out, replica
 }
 
 // KeyTail is the last task of a key while it still waits (behind the
@@ -232,13 +236,14 @@ func (s *Store) KeyMergeInto(ctx context.Context, q QueueKeys, key string, tail 
 		tid, ver = tail.ID, tail.Version
 	}
 	out, err := keyEnqueued(s.enqueueKeyCall(ctx, q, key, []string{id}, [][]byte{merged}, []string{score}, a, "into", tid, ver))
+	err, replica := splitReplica(err)
 	if err != nil {
 		return KeyEnqueued{}, err
 	}
 	if len(out) != 1 {
 		return KeyEnqueued{}, fmt.Errorf("rdb: key merge: %d results", len(out))
 	}
-	return out[0], nil
+	return out[0], replica
 }
 
 // KeyState is one key of an ordered queue as the Inspector shows it.

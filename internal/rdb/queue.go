@@ -195,8 +195,13 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	if a.UniqueKeys != nil && len(a.UniqueKeys) != len(ids) {
 		return "", nil, fmt.Errorf("rdb: enqueue: %d unique keys for %d tasks", len(a.UniqueKeys), len(ids))
 	}
-	r, err := s.eval(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
-	return enqueueReply(r, err, lo)
+	r, err := s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
+	err, replica := splitReplica(err)
+	holder, dups, err := enqueueReply(r, err, lo)
+	if err != nil {
+		return holder, dups, err
+	}
+	return holder, dups, replica
 }
 
 // Chunks splits payloads into the runs one script call each writes: a batch
@@ -237,6 +242,10 @@ func Chunks(payloads [][]byte) []int {
 //
 // With a.UniqueKeys, the tasks whose key was held (by an earlier task of the
 // batch, maybe) are left out and returned in dups, by index.
+//
+// While the store waits for replicas (SetReplicas), a *ReplicaError with
+// done == len(ids) says every chunk was applied on the primary but not
+// acknowledged by enough replicas.
 func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, a *EnqueueArgs) (done int, dups []Dup, err error) {
 	if len(ids) != len(payloads) {
 		return 0, nil, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
@@ -254,11 +263,12 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// The first chunk runs on its own (it finds out how scripts run here
 	// and loads what is missing); the others travel enqueueWindow at a time.
 	_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a)
+	err, replica := splitReplica(err)
 	if err != nil {
 		return 0, nil, err
 	}
 	if len(ends) == 1 {
-		return len(ids), dups, nil
+		return len(ids), dups, replica
 	}
 	done = ends[0]
 	c, err := s.conn(ctx, q.Ref.Tag)
@@ -295,6 +305,13 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 			return done, dups, err
 		}
 	}
+	// With replicas to wait for, one WAIT after the last chunk covers every
+	// chunk of this connection (replicas acknowledge offsets in order).
+	if s.replicas > 0 {
+		if err := c.Send("WAIT", s.waitArgs()...); err != nil {
+			return done, dups, err
+		}
+	}
 	if err := c.Flush(); err != nil {
 		return done, dups, err
 	}
@@ -303,7 +320,12 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 			return done, dups, err
 		}
 	}
-	return done, dups, nil
+	if s.replicas > 0 {
+		if err := s.replicaErr(redis.ReceiveContext(c, ctx)); err != nil {
+			return done, dups, err
+		}
+	}
+	return done, dups, replica
 }
 
 // Taken is one task handed to a worker by Take, or buried by it.
@@ -588,7 +610,9 @@ func appendList(args []any, vals []string) []any {
 
 // End records the ends of takings of queue q in one script call: the one way
 // a taking ends. retentionMs is how long the queue keeps ended tasks. Each
-// taking is checked for ownership and answered on its own.
+// taking is checked for ownership and answered on its own. While the store
+// waits for replicas (SetReplicas), a *ReplicaError comes with the outcomes:
+// the ends were recorded on the primary.
 func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending) ([]Ended, error) {
 	out, _, err := s.EndTake(ctx, q, retentionMs, es, nil)
 	return out, err
@@ -673,7 +697,9 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	all = append(all, len(keys))
 	all = append(all, keys...)
 	all = append(all, args...)
-	reply, err := redis.Values(s.eval(ctx, q.Ref.Tag, endScript, all...))
+	r, err := s.evalAck(ctx, q.Ref.Tag, endScript, all...)
+	err, replica := splitReplica(err)
+	reply, err := redis.Values(r, err)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -699,7 +725,7 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if err != nil {
 		return out, nil, 0, err
 	}
-	return out, taken, wait, nil
+	return out, taken, wait, replica
 }
 
 func (q QueueKeys) prefixes() []any {

@@ -85,6 +85,12 @@ type Store struct {
 	tagged bool          // the pool routes by tag (a Redis Cluster, maybe)
 	shard  ShardedPubSub // the pool, when it is one (a Redis Cluster)
 	mode   atomic.Int32  // modeFunctions until the server or user says no; | modeSharded
+
+	// replicas, when > 0, is how many replicas an enqueue or an end waits
+	// for before it is acknowledged, for at most replicaTimeout (see
+	// SetReplicas).
+	replicas       int
+	replicaTimeout time.Duration
 }
 
 // NewStore returns the store of namespace ns on pool. When pool is a
@@ -157,6 +163,11 @@ func (s *Store) pipeline(ctx context.Context, tag string, cmds []command) ([]any
 		return nil, err
 	}
 	defer c.Close()
+	return pipelineOn(ctx, c, cmds)
+}
+
+// pipelineOn is pipeline on connection c.
+func pipelineOn(ctx context.Context, c redis.Conn, cmds []command) ([]any, error) {
 	if pc, ok := c.(Pipeliner); ok {
 		names := make([]string, len(cmds))
 		args := make([][]any, len(cmds))

@@ -1,0 +1,479 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/internal/rdb/cluster"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// scaleMode runs the scale benchmark (issue 13, item 8): the same drain
+// workload on one Redis and on a Redis Cluster of -masters masters, from
+// -procs worker processes serving -queues-per-master queues per master
+// (their names chosen so that their hash tags spread evenly over the
+// masters). It reports throughput, the Redis CPU (INFO cpu, user + sys)
+// per job on each master, how the jobs and that CPU spread, and the worker
+// processes' CPU per job, so that what one more master gives can be
+// projected from per-master CPU per job when the clients are not the bound.
+//
+//	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, about 2 minutes
+//	go run ./cmd/worqr-bench scale -n 100000 -reps 1 -procs 3
+const scaleMode = "scale"
+
+// scaleChildMode is the hidden first argument of a worker process of the
+// scale benchmark: it builds its worker, prints "ready", starts it when it
+// reads a line on stdin and prints "done <count> <unix nanos of the latest
+// finish>" as finishes are accepted; it stops when stdin closes.
+const scaleChildMode = "scale-worker"
+
+type scaleOptions struct {
+	n, masters, perMaster, procs, concurrency, reps, payload int
+}
+
+// scaleTopology is one Redis setup under test.
+type scaleTopology struct {
+	name    string
+	masters []string          // addresses, in order
+	queueOf map[string]string // queue -> master address
+	args    []string          // how a worker process reaches Redis
+	pool    worqr.ConnGetter
+}
+
+// scaleRun is one repetition on one topology.
+type scaleRun struct {
+	seconds   float64
+	jobs      map[string]int     // per master
+	redisCPU  map[string]float64 // per master, seconds
+	clientCPU float64            // seconds, every worker process
+}
+
+func runScale(args []string) int {
+	o := scaleOptions{}
+	fs := flag.NewFlagSet("worqr-bench "+scaleMode, flag.ContinueOnError)
+	fs.IntVar(&o.n, "n", 200000, "jobs per drain run")
+	fs.IntVar(&o.masters, "masters", 3, "masters of the cluster (at least 3)")
+	fs.IntVar(&o.perMaster, "queues-per-master", 2, "queues whose tag lands on each master (the one-Redis run serves the same queues)")
+	fs.IntVar(&o.procs, "procs", 2, "worker processes")
+	fs.IntVar(&o.concurrency, "concurrency", 20, "handler goroutines per queue in each worker process")
+	fs.IntVar(&o.reps, "reps", 3, "repetitions; the table shows medians")
+	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.masters < 3 || o.perMaster < 1 || o.procs < 1 || o.concurrency < 1 || o.reps < 1 || o.n < 1 {
+		fmt.Fprintln(os.Stderr, "worqr-bench scale: -masters >= 3 and positive -n, -queues-per-master, -procs, -concurrency, -reps")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := scale(ctx, o); err != nil {
+		fmt.Fprintln(os.Stderr, "worqr-bench scale:", err)
+		return 1
+	}
+	return 0
+}
+
+func scale(ctx context.Context, o scaleOptions) error {
+	cl, err := redistest.StartCluster(o.masters)
+	if err != nil {
+		return err
+	}
+	defer cl.Stop()
+	cp, err := worqr.NewClusterPool(cl.Addrs(), &worqr.PoolOptions{MaxIdle: 64})
+	if err != nil {
+		return err
+	}
+	defer cp.Close()
+	// Queue names whose tags land perMaster on each master.
+	byMaster := map[string][]string{}
+	queueOf := map[string]string{}
+	var queues []string
+	for i := 0; len(queues) < o.masters*o.perMaster && i < 10000; i++ {
+		q := "s" + strconv.Itoa(i)
+		node, err := cl.NodeOf(ctx, cluster.TagSlot(q))
+		if err != nil {
+			return err
+		}
+		if len(byMaster[node.Addr]) < o.perMaster {
+			byMaster[node.Addr] = append(byMaster[node.Addr], q)
+			queueOf[q] = node.Addr
+			queues = append(queues, q)
+		}
+	}
+	one, err := redistest.Start("--appendonly", "no") // a private server, even with WORQR_TEST_REDIS_URL
+	if err != nil {
+		return err
+	}
+	defer one.Stop()
+	pool, err := worqr.NewPool(one.URL, &worqr.PoolOptions{MaxIdle: 64})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	oneOf := map[string]string{}
+	for _, q := range queues {
+		oneOf[q] = one.Addr
+	}
+	tops := []*scaleTopology{
+		{name: "1 Redis", masters: []string{one.Addr}, queueOf: oneOf, args: []string{"-redis-url", one.URL}, pool: pool},
+		{name: fmt.Sprintf("cluster, %d masters", o.masters), masters: cl.Addrs(), queueOf: queueOf,
+			args: []string{"-cluster", strings.Join(cl.Addrs(), ",")}, pool: cp},
+	}
+	fmt.Printf("scale: %d jobs drained by %d worker processes, %d queues (%d per master of the cluster), concurrency %d per queue per process, %d-byte payloads, %d reps; GOMAXPROCS %d, %d CPUs\n",
+		o.n, o.procs, len(queues), o.perMaster, o.concurrency, o.payload, o.reps, runtime.GOMAXPROCS(0), runtime.NumCPU())
+	fmt.Printf("registry tag {reg} (keepalives, reaper lease) on %s in the cluster; load average %s\n",
+		mustNodeOf(ctx, cl, cluster.TagSlot("reg")), loadavg())
+	defer func() { fmt.Printf("\nload average after: %s\n", loadavg()) }()
+	results := map[string][]scaleRun{}
+	for rep := 0; rep < o.reps; rep++ {
+		for _, tp := range tops {
+			r, err := scaleOnce(ctx, o, tp, queues)
+			if err != nil {
+				return fmt.Errorf("%s: %w", tp.name, err)
+			}
+			results[tp.name] = append(results[tp.name], r)
+			fmt.Printf("  rep %d, %s: %.0f jobs/s\n", rep+1, tp.name, float64(o.n)/r.seconds)
+		}
+	}
+	for _, tp := range tops {
+		printScale(o, tp, results[tp.name])
+	}
+	return nil
+}
+
+func mustNodeOf(ctx context.Context, cl *redistest.Cluster, slot int) string {
+	n, err := cl.NodeOf(ctx, slot)
+	if err != nil {
+		return "?"
+	}
+	return n.Addr
+}
+
+// scaleOnce pre-enqueues o.n jobs over queues (untimed), then times their
+// drain by o.procs worker processes.
+func scaleOnce(ctx context.Context, o scaleOptions, tp *scaleTopology, queues []string) (scaleRun, error) {
+	r := scaleRun{jobs: map[string]int{}, redisCPU: map[string]float64{}}
+	ns := "scale-" + xid.New().String()
+	client, err := worqr.NewClient(tp.pool, &worqr.Config{Namespace: ns, Logger: newLogger()})
+	if err != nil {
+		return r, err
+	}
+	payload := makePayload(o.payload)
+	for i, q := range queues {
+		n := o.n / len(queues)
+		if i < o.n%len(queues) {
+			n++
+		}
+		r.jobs[tp.queueOf[q]] += n
+		for left := n; left > 0; left -= batchSize {
+			if _, err := client.EnqueueBatch(ctx, q, repeat(payload, min(left, batchSize)), nil); err != nil {
+				return r, err
+			}
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return r, err
+	}
+	type child struct {
+		cmd   *exec.Cmd
+		stdin io.WriteCloser
+	}
+	var children []child
+	defer func() {
+		for _, c := range children {
+			c.stdin.Close()
+			_ = c.cmd.Wait()
+		}
+	}()
+	ready := make(chan struct{}, o.procs)
+	counts := make([]atomic.Int64, o.procs)
+	lasts := make([]atomic.Int64, o.procs)
+	progress := make(chan struct{}, 1)
+	for p := 0; p < o.procs; p++ {
+		args := append([]string{scaleChildMode, "-namespace", ns, "-queues", strings.Join(queues, ","),
+			"-concurrency", strconv.Itoa(o.concurrency)}, tp.args...)
+		cmd := exec.CommandContext(ctx, exe, args...)
+		cmd.Stderr = os.Stderr
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			return r, err
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return r, err
+		}
+		if err := cmd.Start(); err != nil {
+			return r, err
+		}
+		children = append(children, child{cmd, stdin})
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				f := strings.Fields(sc.Text())
+				switch {
+				case len(f) == 1 && f[0] == "ready":
+					ready <- struct{}{}
+				case len(f) == 3 && f[0] == "done":
+					n, _ := strconv.ParseInt(f[1], 10, 64)
+					at, _ := strconv.ParseInt(f[2], 10, 64)
+					counts[p].Store(n)
+					lasts[p].Store(at)
+					select {
+					case progress <- struct{}{}:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for range o.procs {
+		select {
+		case <-ready:
+		case <-time.After(30 * time.Second):
+			return r, fmt.Errorf("a worker process is not ready after 30 s")
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
+	before, err := mastersCPU(ctx, tp.masters)
+	if err != nil {
+		return r, err
+	}
+	start := time.Now()
+	for _, c := range children {
+		if _, err := io.WriteString(c.stdin, "go\n"); err != nil {
+			return r, err
+		}
+	}
+	deadline := time.After(10 * time.Minute)
+	for {
+		var done int64
+		for p := range counts {
+			done += counts[p].Load()
+		}
+		if done >= int64(o.n) {
+			break
+		}
+		select {
+		case <-progress:
+		case <-time.After(time.Second):
+		case <-deadline:
+			return r, fmt.Errorf("%d of %d jobs done after 10 minutes", done, o.n)
+		case <-ctx.Done():
+			return r, ctx.Err()
+		}
+	}
+	var last int64
+	for p := range lasts {
+		last = max(last, lasts[p].Load())
+	}
+	r.seconds = time.Unix(0, last).Sub(start).Seconds()
+	after, err := mastersCPU(ctx, tp.masters)
+	if err != nil {
+		return r, err
+	}
+	for _, m := range tp.masters {
+		r.redisCPU[m] = after[m] - before[m]
+	}
+	for _, c := range children {
+		c.stdin.Close()
+		if err := c.cmd.Wait(); err != nil {
+			return r, fmt.Errorf("worker process: %w", err)
+		}
+		r.clientCPU += (c.cmd.ProcessState.UserTime() + c.cmd.ProcessState.SystemTime()).Seconds()
+	}
+	children = nil
+	return r, nil
+}
+
+// mastersCPU returns used_cpu_user + used_cpu_sys of each master, in
+// seconds.
+func mastersCPU(ctx context.Context, masters []string) (map[string]float64, error) {
+	out := map[string]float64{}
+	for _, m := range masters {
+		c, err := redis.DialContext(ctx, "tcp", m)
+		if err != nil {
+			return nil, err
+		}
+		info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cpu"))
+		c.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, line := range strings.Split(info, "\n") {
+			line = strings.TrimSpace(line)
+			for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
+				if v, ok := strings.CutPrefix(line, k); ok {
+					f, _ := strconv.ParseFloat(v, 64)
+					out[m] += f
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+func printScale(o scaleOptions, tp *scaleTopology, runs []scaleRun) {
+	var tput, client, clientBusy, redisAll []float64
+	perJob := map[string][]float64{}
+	busy := map[string][]float64{}
+	share := map[string][]float64{}
+	for _, r := range runs {
+		tput = append(tput, float64(o.n)/r.seconds)
+		client = append(client, r.clientCPU/float64(o.n)*1e6)
+		clientBusy = append(clientBusy, r.clientCPU/r.seconds)
+		var sum float64
+		for _, m := range tp.masters {
+			sum += r.redisCPU[m]
+		}
+		for _, m := range tp.masters {
+			perJob[m] = append(perJob[m], r.redisCPU[m]/float64(max(r.jobs[m], 1))*1e6)
+			busy[m] = append(busy[m], r.redisCPU[m]/r.seconds*100)
+			share[m] = append(share[m], 100*r.redisCPU[m]/max(sum, 1e-9))
+		}
+		redisAll = append(redisAll, sum/float64(o.n)*1e6)
+	}
+	fmt.Printf("\n%s: %.0f jobs/s (median of %d; runs: %s)\n", tp.name, median(tput), len(runs), joinf(tput, "%.0f"))
+	fmt.Printf("  Redis CPU per job, all masters: %.1f µs; worker processes' CPU per job: %.1f µs (%.2f cores busy)\n",
+		median(redisAll), median(client), median(clientBusy))
+	r := runs[0]
+	fmt.Printf("  %-18s %8s %7s %12s %10s %9s\n", "master", "jobs", "share", "CPU µs/job", "CPU share", "busy")
+	for _, m := range tp.masters {
+		fmt.Printf("  %-18s %8d %6.1f%% %12.1f %9.1f%% %8.0f%%\n", m, r.jobs[m], 100*float64(r.jobs[m])/float64(o.n),
+			median(perJob[m]), median(share[m]), median(busy[m]))
+	}
+	maxMaster := 0.0
+	for _, m := range tp.masters {
+		maxMaster = max(maxMaster, median(perJob[m])*float64(r.jobs[m])/float64(o.n))
+	}
+	// A master is one thread: it saturates at 1 s of CPU per second. The
+	// busiest master bounds the cluster when the clients keep up.
+	fmt.Printf("  projection, clients not the bound: the busiest master saturates at about %.0f jobs/s of this mix "+
+		"(1 s of CPU per second / %.1f µs of its CPU per job of the whole); the clients then need about %.1f cores\n",
+		1e6/maxMaster, maxMaster, 1e6/maxMaster*median(client)/1e6)
+}
+
+func joinf(xs []float64, f string) string {
+	var s []string
+	for _, x := range xs {
+		s = append(s, fmt.Sprintf(f, x))
+	}
+	return strings.Join(s, ", ")
+}
+
+func runScaleChild(args []string) int {
+	fs := flag.NewFlagSet(scaleChildMode, flag.ContinueOnError)
+	url := fs.String("redis-url", "", "Redis URL")
+	seeds := fs.String("cluster", "", "cluster seeds, comma-separated")
+	ns := fs.String("namespace", "", "worqr namespace")
+	queues := fs.String("queues", "", "queues to serve, comma-separated")
+	concurrency := fs.Int("concurrency", 1, "handler goroutines per queue")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	names := strings.Split(*queues, ",")
+	po := &worqr.PoolOptions{MaxIdle: 2 * *concurrency * len(names)}
+	var pool worqr.ConnGetter
+	if *seeds != "" {
+		cp, err := worqr.NewClusterPool(strings.Split(*seeds, ","), po)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
+			return 1
+		}
+		defer cp.Close()
+		pool = cp
+	} else {
+		p, err := worqr.NewPool(*url, po)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
+			return 1
+		}
+		defer p.Close()
+		pool = p
+	}
+	var count, last atomic.Int64
+	cfg := &worqr.WorkerConfig{Config: worqr.Config{Namespace: *ns, Logger: newLogger()}, Queues: map[string]worqr.QueueConfig{},
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventDone {
+				last.Store(time.Now().UnixNano())
+				count.Add(1)
+			}
+		}}
+	for _, q := range names {
+		cfg.Queues[q] = worqr.QueueConfig{Concurrency: *concurrency, Handler: noop}
+	}
+	w, err := worqr.NewWorker(pool, cfg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
+		return 1
+	}
+	fmt.Println("ready")
+	in := bufio.NewReader(os.Stdin)
+	if _, err := in.ReadString('\n'); err != nil {
+		return 0 // the bench is gone
+	}
+	if err := w.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
+		return 1
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(2 * time.Millisecond)
+		defer t.Stop()
+		var sent int64
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			if c := count.Load(); c != sent {
+				sent = c
+				fmt.Printf("done %d %d\n", c, last.Load())
+			}
+		}
+	}()
+	_, _ = io.Copy(io.Discard, in)
+	stop()
+	wg.Wait()
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = w.Stop(sctx)
+	return 0
+}
+
+// loadavg returns the 1, 5 and 15-minute load averages ("?" off Linux).
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}

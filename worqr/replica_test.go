@@ -1,0 +1,142 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// With Config.Replicas, enqueues and ends are acknowledged once the
+// replicas have them; when fewer acknowledge in time, an enqueue returns
+// its id with an error matching ErrNotReplicated (the task was enqueued on
+// the primary and runs), and a worker counts and reports the ends, which
+// stay ended.
+func TestReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	primary, replicas, err := redistest.StartReplicated(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer primary.Stop()
+	defer replicas[0].Stop()
+	pool := primary.Pool()
+	defer pool.Close()
+
+	for _, tc := range []struct {
+		name     string
+		replicas int
+		short    bool // fewer replicas than asked for
+	}{
+		{"one replica asked of one", 1, false},
+		{"two replicas asked of one", 2, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Long enough for a replica on a busy machine; the short case
+			// spends it on every call.
+			timeout := 2 * time.Second
+			if tc.short {
+				timeout = 200 * time.Millisecond
+			}
+			cfg := worqr.Config{Namespace: redistest.Namespace(), Replicas: tc.replicas, ReplicaTimeout: timeout}
+			client, err := worqr.NewClient(pool, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			ran := map[string]bool{}
+			var reported []error
+			done := 0
+			w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+				Queues: map[string]worqr.QueueConfig{"r": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+					mu.Lock()
+					defer mu.Unlock()
+					ran[task.ID] = true
+					return nil
+				})}},
+				OnEvent: func(e worqr.Event) {
+					mu.Lock()
+					defer mu.Unlock()
+					switch e.Kind {
+					case worqr.EventError:
+						reported = append(reported, e.Err)
+					case worqr.EventDone: // after its EventError, if any
+						done++
+					}
+				},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			check := func(what string, got []string, err error) {
+				t.Helper()
+				if tc.short != errors.Is(err, worqr.ErrNotReplicated) || !tc.short && err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				for _, id := range got {
+					if id == "" {
+						t.Fatalf("%s: no id returned (%v)", what, err)
+					}
+				}
+				ids = append(ids, got...)
+			}
+			id, err := client.Enqueue(ctx, "r", []byte("plain"), nil)
+			check("plain enqueue", []string{id}, err)
+			id, err = client.Enqueue(ctx, "r", []byte("opts"), &worqr.EnqueueOpts{MaxAttempts: 3})
+			check("enqueue with options", []string{id}, err)
+			batch, err := client.EnqueueBatch(ctx, "r", [][]byte{[]byte("1"), []byte("2")}, nil)
+			check("batch", batch, err)
+			id, err = client.Enqueue(ctx, "r", []byte("keyed"), &worqr.EnqueueOpts{Key: "k"})
+			check("keyed enqueue", []string{id}, err)
+
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.Stop(context.Background()) }()
+			deadline := time.Now().Add(20 * time.Second)
+			for {
+				mu.Lock()
+				n, d := len(ran), done
+				mu.Unlock()
+				if n == len(ids) && d == len(ids) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("%d of %d tasks ran, %d done", n, len(ids), d)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			for _, id := range ids {
+				if !ran[id] {
+					t.Errorf("task %s did not run", id)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !tc.short {
+				if w.Unreplicated() != 0 || len(reported) != 0 {
+					t.Fatalf("Unreplicated %d, errors %v; want none", w.Unreplicated(), reported)
+				}
+				return
+			}
+			if w.Unreplicated() != uint64(len(ids)) {
+				t.Errorf("Unreplicated = %d, want %d", w.Unreplicated(), len(ids))
+			}
+			if len(reported) != len(ids) {
+				t.Fatalf("%d EventError, want %d: %v", len(reported), len(ids), reported)
+			}
+			for _, err := range reported {
+				var re *worqr.ReplicaError
+				if !errors.As(err, &re) || re.Want != 2 || re.Got > 1 {
+					t.Errorf("EventError %v, want a *ReplicaError of at most 1 of 2", err)
+				}
+			}
+		})
+	}
+}
