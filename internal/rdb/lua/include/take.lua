@@ -82,7 +82,11 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local safe = string.find(mode, 'm', 2, true) ~= nil
   local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
   local limited = string.find(mode, 'l', 2, true) ~= nil
+  local batch = tonumber(string.match(mode, 'k(%d+)') or '0')
   mode = string.sub(mode, 1, 1)
+  if mode ~= '0' then
+    batch = 0
+  end
   max = tonumber(max)
   local wait
   if limited then
@@ -126,11 +130,37 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   end
   local data = {}
   for i, id in ipairs(ids) do
-    local t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
+    local t
+    if batch > 0 then
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY)
+    else
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
+    end
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
     end
     data[i] = t
+  end
+  -- Batches ('k<n>', a queue whose worker asks for them): each key's head
+  -- comes with up to n-1 tasks of its key waiting behind it (read here,
+  -- taken below). With global limits each counts as a start: the batches
+  -- are cut to what the limits allowed.
+  local fol, nfol = {}, 0
+  if batch > 1 then
+    local qname = key_queue_of(k.tprefix, k.waiting, 'q:')
+    local budget = limited and (max - #ids) or batch * #ids
+    for i, id in ipairs(ids) do
+      local t = data[i]
+      if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] then
+        local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe)
+        if not f then
+          return nil, 'moved'
+        end
+        fol[i] = f
+        nfol = nfol + #f
+        budget = budget - #f
+      end
+    end
   end
   if safe then
     for j, n in pairs(cut) do
@@ -139,8 +169,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     end
   end
-  local last = redis.call('INCRBY', k.seq, #ids)
-  local pid = last - #ids
+  local last = redis.call('INCRBY', k.seq, #ids + nfol)
+  local pid = last - #ids - nfol
   local out = {}
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
   for i, id in ipairs(ids) do
@@ -192,6 +222,37 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = t[4] or ''
       out[#out + 1] = t[5] or ''
       out[#out + 1] = t[6] or ''
+    end
+    local f = fol[i]
+    if f and #f > 0 then
+      -- The head's batch: its pids follow the head's, so that a requeue,
+      -- which goes by pid, puts the head back in its place.
+      if reason then
+        pid = pid + #f
+      else
+        local _, list = key_names(k.tprefix, key_queue_of(k.tprefix, k.waiting, 'q:'), t[8])
+        redis.call('LTRIM', list, #f, -1)
+        local fids = {}
+        for _, m in ipairs(f) do
+          pid = pid + 1
+          local spid = tostring(pid)
+          local fkey = k.tprefix .. m.id
+          redis.call('HSET', fkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_BATCH_OF, id)
+          redis.call('HDEL', fkey, F_KEY_DUE)
+          held[#held + 1] = spid
+          held[#held + 1] = m.id
+          fids[#fids + 1] = m.id
+          out[#out + 1] = m.id
+          out[#out + 1] = spid
+          out[#out + 1] = m.t[1]
+          out[#out + 1] = (tonumber(m.t[2]) or 0) + 1
+          out[#out + 1] = tonumber(m.t[3]) or 0
+          out[#out + 1] = m.t[4] or ''
+          out[#out + 1] = m.t[5] or ''
+          out[#out + 1] = id -- the batch's head
+        end
+        redis.call('HSET', tkey, F_BATCH, table.concat(fids, ' '))
+      end
     end
   end
   if #held > 0 then
