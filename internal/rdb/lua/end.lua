@@ -21,7 +21,7 @@
 -- KEYS[8] <ns>:{T}:wq:<queue>:<w>     (hash) pid -> id the taking worker holds
 -- then per taking, in ARGV order:
 --   <ns>:{T}:wq:<queue>:<w> (hash), <ns>:{T}:t:<id> (hash), and for a child
---   its run <ns>:{T}:t:<run id> (hash)
+--   its run <ns>:{T}:t:<run id> (hash), for a batch each member's hash
 -- then the keys the stage ends write by name, declared so that a cluster
 -- checks them before the script runs (the script reaches them from the
 -- prefixes in ARGV): per stage taking, its next stage's queue
@@ -37,14 +37,18 @@
 --   take_tasks). With flag 'l' (the queue may have global limits), ends
 --   that free slots not taken again are announced on the wake channel.
 -- ARGV[14..] per taking: a count n, then n values:
---   kind (task | stage | child), worker id, pid, task id,
+--   kind (task | stage | child | batch), worker id, pid, task id,
 --   ask (done | retry | dead | back | expire), retry delay ms, error text,
 --   result;
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
---   ("f:" names), child values (3 per child: id, queue, payload).
--- Returns: {ends, taken}: ends holds 2 values per taking: its outcome
+--   ("f:" names), child values (3 per child: id, queue, payload); a batch
+--   (a key's head and the tasks taken behind it, ended together) adds a
+--   count m and m triples (pid, id, result), and declares its members'
+--   hashes <ns>:{T}:t:<id> after the head's.
+-- Returns: {ends, taken} (and, when batches were ended, a third array:
+-- their members' outcomes, in order): ends holds 2 values per taking: its outcome
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
 -- nothing was asked or the deadline had passed).

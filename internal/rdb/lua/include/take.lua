@@ -66,7 +66,10 @@ end
 -- prefixes (see prefixes). mode may go on with 'm' (below), 'p<n>' (the
 -- queue has priority levels 1..n: the lists <waiting>:<level> are taken
 -- from first, highest level first, then the waiting list itself, level 0)
--- and 'l' (the queue may have global limits: see limit_allowance). A plain
+-- and 'l' (the queue may have global limits: see limit_allowance) and
+-- 'k<n>' (batches per key: each key's head comes with up to n-1 tasks of
+-- its key, see key_batch_read in key.lua, right after it in the reply,
+-- the head's id in their eighth value). A plain
 -- queue's mode is one digit (and 'm'): its take runs exactly the commands it
 -- ran before levels and limits existed. Returns the flat reply of take, or
 -- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
