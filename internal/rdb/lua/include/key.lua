@@ -294,7 +294,8 @@ end
 -- key_batch_read returns the tasks that may join head id of key okey of
 -- queue qname in a batch of at most n (the head included): the entries at
 -- the front of the key's list, in order, up to the first one enqueued for
--- later than now or whose data is bad (it stays for when it is the head).
+-- later than now, whose data is bad or that has a deadline (it stays for
+-- when it is the head).
 -- Each is {id = id, t = {payload, failures, crashes, max attempts,
 -- timeout}}. Reads only. nil when, with safe (a Redis Cluster), a task's
 -- hash is on another node (a slot migration).
@@ -310,14 +311,16 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe)
     if due and due > now then
       break
     end
-    local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL)
+    local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE)
     if type(t) == 'table' and t.err then
       if safe and string.find(t.err, 'non local key', 1, true) then
         return nil
       end
       break
     end
-    if not t[1] or (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) or t[6] then
+    if not t[1] or (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) or t[6] or t[7] then
+      -- Bad data, a cancel asked, or a deadline (checked when it is the
+      -- head, which ends it as expired if it has passed).
       break
     end
     out[#out + 1] = {id = fid, t = t}

@@ -154,7 +154,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     local budget = limited and (max - #ids) or batch * #ids
     for i, id in ipairs(ids) do
       local t = data[i]
-      if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] then
+      -- A head past its deadline is handed out to be expired, alone.
+      local late = type(t) == 'table' and not t.err and tonumber(t[7]) and now_ms() >= tonumber(t[7])
+      if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] and not late then
         local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe)
         if not f then
           return nil, 'moved'
