@@ -20,6 +20,10 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, rdb.Ended] {
 	retention := q.cfg.Retention.Milliseconds()
 	return &group.Group[rdb.Ending, rdb.Ended]{
 		MaxBatch: 64, MaxInFlight: 2,
+		// A batch per key ends all its takings in the call: at most
+		// rdb.MaxTake takings per call, as a take hands out.
+		Weight:    func(e rdb.Ending) int { return 1 + len(e.Batch) },
+		MaxWeight: rdb.MaxTake,
 		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

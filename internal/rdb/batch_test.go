@@ -286,3 +286,24 @@ func TestKeyBatchLimited(t *testing.T) {
 		t.Fatalf("took %v, want %v (two heads fill the limit)", takenIDs(got), want)
 	}
 }
+
+// A take hands out at most MaxTake takings, batches included.
+func TestKeyBatchTakeCapped(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, key := range []string{"A", "B"} {
+		ids := make([]string, 1000)
+		ps := make([][]byte, 1000)
+		for i := range ids {
+			ids[i] = key + strconv.Itoa(i)
+			ps[i] = []byte("x")
+		}
+		if _, err := e.st.EnqueueKey(e.ctx, e.q, key, ids, ps, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := e.takeBatch(t, "W", 2, rdb.MaxKeyBatch)
+	if len(got) != rdb.MaxTake || got[0].ID != "A0" || got[len(got)-1].ID != "B0" || got[len(got)-2].ID != "A998" {
+		t.Fatalf("took %d: %s ... %s %s", len(got), got[0].ID, got[len(got)-2].ID, got[len(got)-1].ID)
+	}
+}

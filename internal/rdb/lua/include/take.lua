@@ -146,12 +146,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   end
   -- Batches ('k<n>', a queue whose worker asks for them): each key's head
   -- comes with up to n-1 tasks of its key waiting behind it (read here,
-  -- taken below). With global limits each counts as a start: the batches
-  -- are cut to what the limits allowed.
+  -- taken below), at most 1,000 takings in all. With global limits each
+  -- counts as a start: the batches are cut to what the limits allowed.
   local fol, nfol = {}, 0
   if batch > 1 then
     local qname = key_queue_of(k.tprefix, k.waiting, 'q:')
-    local budget = limited and (max - #ids) or batch * #ids
+    -- At most 1,000 takings per take (MaxTake), as a plain take.
+    local budget = limited and (max - #ids) or (1000 - #ids)
     for i, id in ipairs(ids) do
       local t = data[i]
       -- A head past its deadline is handed out to be expired, alone.
