@@ -49,6 +49,10 @@ type Batch struct {
 //   - ErrGiveBack: the batch goes back whole (the head to the front of the
 //     queue), nothing counted; RateLimited(d): the same after d.
 //
+// A cancel asked for a task of a running batch ends the batch's context;
+// when the handler then returns an error, that task ends as cancelled and
+// the others go back as for ErrGiveBack.
+//
 // A worker that dies mid-batch gives the whole batch back the same way
 // (the head to the front of the queue, within a reaper pass; one crash,
 // counted on the head); its late end changes nothing.
@@ -149,7 +153,14 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	// The batch's attempt decides retry or dead, against the head's max.
 	at := *head
 	at.Attempt = batch.Attempt
-	e := w.ending(q, headTaken, &at, err)
+	asked := err
+	if err != nil && errors.Is(context.Cause(hctx), ErrTaskCancelled) {
+		// A cancel asked for one of its tasks stopped the batch: that task
+		// ends as cancelled, the others go back as they were, nothing
+		// counted (they did not fail).
+		asked = fmt.Errorf("%w: %w", ErrGiveBack, err)
+	}
+	e := w.ending(q, headTaken, &at, asked)
 	if len(b.tasks) > 1 {
 		ms := make([]rdb.Member, len(b.tasks)-1)
 		for i, t := range b.tasks[1:] {

@@ -318,4 +318,43 @@ var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
 			return n
 		}).Should(BeZero())
 	}, SpecTimeout(20*time.Second))
+
+	It("stops a batch when a cancel is asked for one of its tasks: that one ends cancelled, the others run again, nothing counted", func(ctx SpecContext) {
+		e := newEnv()
+		ids := e.enqueueKeyed("kc", "K", "K/0", "K/1", "K/2")
+		got := make(chan []string, 4)
+		attempts := make(chan int, 4)
+		e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{
+			"kc": {BatchHandler: worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
+				var ps []string
+				for _, t := range b.Tasks {
+					ps = append(ps, string(t.Payload))
+				}
+				got <- ps
+				attempts <- b.Attempt
+				if len(b.Tasks) == 3 {
+					<-ctx.Done() // until the cancel
+					return context.Cause(ctx)
+				}
+				return nil
+			}), KeyBatch: 3, Concurrency: 1},
+		}, nil))
+		var ps []string
+		Eventually(ctx, got).WithTimeout(3 * time.Second).Should(Receive(&ps))
+		Expect(ps).To(Equal([]string{"K/0", "K/1", "K/2"}))
+		Expect(e.client.Cancel(ctx, "kc", ids[1])).To(Equal(worqr.CancelRequested))
+		Eventually(ctx, got).WithTimeout(3 * time.Second).Should(Receive(&ps))
+		Expect(ps).To(Equal([]string{"K/0", "K/2"}), "the batch runs again without the cancelled task")
+		Expect(<-attempts).To(Equal(1))
+		Expect(<-attempts).To(Equal(1), "nothing counted")
+		info, err := e.client.Task(ctx, "kc", ids[1])
+		if err == nil {
+			Expect(info.State).To(Equal(worqr.StateCancelled))
+		}
+		Eventually(ctx, func() int {
+			n, err := e.client.Len(ctx, "kc")
+			Expect(err).NotTo(HaveOccurred())
+			return n
+		}).Should(BeZero())
+	}, SpecTimeout(20*time.Second))
 })
