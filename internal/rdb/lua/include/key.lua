@@ -302,11 +302,24 @@ end
 local function key_batch_read(tprefix, qname, id, okey, n, safe)
   local heads, list = key_names(tprefix, qname, okey)
   local out = {}
-  if n < 2 or redis.call('HGET', heads, okey) ~= id then
+  if n < 2 then
+    return out
+  end
+  local head = redis.pcall('HGET', heads, okey)
+  local entries = redis.pcall('LRANGE', list, 0, n - 2)
+  for _, r in ipairs({head, entries}) do
+    if type(r) == 'table' and r.err then
+      if safe and string.find(r.err, 'non local key', 1, true) then
+        return nil
+      end
+      error(r.err)
+    end
+  end
+  if head ~= id then
     return out
   end
   local now = now_ms()
-  for _, e in ipairs(redis.call('LRANGE', list, 0, n - 2)) do
+  for _, e in ipairs(entries) do
     local fid, due = key_entry(e)
     if due and due > now then
       break

@@ -28,8 +28,13 @@ end
 local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, crashed)
   local qname = key_queue_of(tprefix, queue, 'q:')
   local hkey = tprefix .. head
-  local h = redis.call('HMGET', hkey, F_CANCEL, F_UNIQUE, F_STATE, F_WORKER, F_CRASHED_ON, F_RETENTION, F_KEY, F_BATCH)
+  local h = redis.pcall('HMGET', hkey, F_CANCEL, F_UNIQUE, F_STATE, F_WORKER, F_CRASHED_ON, F_RETENTION, F_KEY, F_BATCH)
   local requeued, cancelled = 0, 0
+  if h.err then
+    -- The head's data is corrupt (a task behind it names it): the caller
+    -- puts that task back alone; the take buries the head.
+    return requeued, cancelled
+  end
   local back = {}
   for _, fid in ipairs(key_batch_split(h[8])) do
     if not gone[fid] and batch_claim(fid, mine, tprefix, qname) then
