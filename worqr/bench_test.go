@@ -146,6 +146,71 @@ func BenchmarkDrain50(b *testing.B) {
 	w.Stop(ctx)
 }
 
+// BenchmarkKeyedDrain drains b.N pre-enqueued tasks spread over 100 keys at
+// concurrency 50, one task per handler call (Handler) or in batches of up to
+// 10 per key (BatchHandler, KeyBatch 10).
+func BenchmarkKeyedDrain(b *testing.B) {
+	for _, batch := range []int{0, 10} {
+		name := "handler"
+		if batch > 0 {
+			name = "batch" + strconv.Itoa(batch)
+		}
+		b.Run(name, func(b *testing.B) { keyedDrain(b, 100, batch) })
+	}
+}
+
+func keyedDrain(b *testing.B, keys, batch int) {
+	pool := srv.Pool()
+	defer pool.Close()
+	pool.MaxIdle = 64
+	ns := redistest.Namespace()
+	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	ctx := context.Background()
+	per := make([][][]byte, keys)
+	for i := 0; i < b.N; i++ {
+		per[i%keys] = append(per[i%keys], payload100)
+	}
+	for k, ps := range per {
+		for lo := 0; lo < len(ps); lo += 1000 {
+			if _, err := c.EnqueueBatch(ctx, "bench", ps[lo:min(lo+1000, len(ps))], &worqr.EnqueueOpts{Key: "k" + strconv.Itoa(k)}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	var done atomic.Int64
+	all := make(chan struct{})
+	qc := worqr.QueueConfig{Concurrency: 50, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })}
+	if batch > 0 {
+		qc.Handler, qc.KeyBatch = nil, batch
+		qc.BatchHandler = worqr.BatchHandlerFunc(func(context.Context, *worqr.Batch) error { return nil })
+	}
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: ns},
+		Queues: map[string]worqr.QueueConfig{"bench": qc},
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventDone && done.Add(1) == int64(b.N) {
+				close(all)
+			}
+		},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := commands(b, pool)
+	scripts := scriptCalls(b, pool)
+	cpu := redisCPU(b, pool)
+	b.ResetTimer()
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	<-all
+	b.StopTimer()
+	b.ReportMetric(float64(commands(b, pool)-before)/float64(b.N), "cmds/op")
+	b.ReportMetric(float64(scriptCalls(b, pool)-scripts)/float64(b.N), "scripts/op")
+	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
+	w.Stop(ctx)
+}
+
 // BenchmarkMemoryPerWaitingTask reports Redis memory per waiting task
 // (100-byte payloads, enqueued in batches).
 func BenchmarkMemoryPerWaitingTask(b *testing.B) {

@@ -144,8 +144,11 @@ type EnqueueOpts struct {
 	// Key makes the queue ordered for this task (see KeyPolicy): it runs
 	// after every task enqueued earlier with the same Key on this queue has
 	// ended, and never at the same time as one, on any worker. At most
-	// MaxKeyLen bytes. Not with UniqueKey or ID. A batch enqueued with a
-	// Key runs in batch order.
+	// MaxKeyLen bytes. Not with UniqueKey, UniqueKeys, ID or Priority. A
+	// batch enqueued with a Key runs in batch order. With Deadline, a task
+	// of a key taken past it ends as expired and the key moves on; an
+	// enqueue merged into a waiting task (KeyPolicy.Merge) keeps that
+	// task's Deadline and Retention.
 	Key string
 	// Score orders the payloads of a merged task (KeyPolicy.Merge), lowest
 	// first. Default: the enqueue time in unix milliseconds (Redis time).

@@ -137,8 +137,21 @@ func (c *Config) withDefaults() (Config, error) {
 
 // QueueConfig says how a Worker serves one queue.
 type QueueConfig struct {
-	// Handler runs each task. Required.
+	// Handler runs each task. Required, unless BatchHandler is set.
 	Handler Handler
+	// BatchHandler, with KeyBatch, runs the queue's tasks in batches of
+	// one key instead of Handler (which must then be nil): see
+	// BatchHandler and KeyBatch.
+	BatchHandler BatchHandler
+	// KeyBatch is the most tasks of one key BatchHandler gets at once: a
+	// key's head and up to KeyBatch-1 tasks of that key waiting behind it
+	// (enqueued with the same EnqueueOpts.Key), in enqueue order; a task
+	// enqueued for later than now stops a batch. 1 to MaxKeyBatch with
+	// BatchHandler; 0 without. A batch takes one of Concurrency's slots.
+	// With global limits (Limits), each task of a batch counts as a
+	// running task and a start: batches are cut to what the limits allow.
+	// Stand-alone queues only.
+	KeyBatch int
 	// Concurrency is how many tasks of this queue run at once in this
 	// worker. Required, >= 1, unless the worker serves its queues by
 	// priority (WorkerConfig.Priority): then the queues share
@@ -290,8 +303,11 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		if err := checkName(field, name); err != nil {
 			return out, err
 		}
-		if q.Handler == nil {
-			return out, invalid(field+".Handler", "is nil")
+		if q.Handler == nil && q.BatchHandler == nil {
+			return out, invalid(field+".Handler", "is nil (set Handler, or BatchHandler with KeyBatch)")
+		}
+		if err := q.checkBatch(field); err != nil {
+			return out, err
 		}
 		switch {
 		case out.Priority == PriorityNone && q.Concurrency < 1:
@@ -406,6 +422,29 @@ func (l Limits) check(field string) error {
 
 func (l Limits) rdb() rdb.Limits {
 	return rdb.Limits{Rate: l.Rate, PeriodMs: l.Period.Milliseconds(), Conc: l.Concurrency}
+}
+
+// checkBatch checks BatchHandler and KeyBatch of a stand-alone queue.
+func (q *QueueConfig) checkBatch(field string) error {
+	switch {
+	case q.KeyBatch < 0 || q.KeyBatch > MaxKeyBatch:
+		return invalid(field+".KeyBatch", "(%d) must be between 1 and %d with BatchHandler, or 0", q.KeyBatch, MaxKeyBatch)
+	case q.BatchHandler != nil && q.Handler != nil:
+		return invalid(field+".Handler", "must be nil when BatchHandler is set (it runs every task of the queue)")
+	case q.BatchHandler != nil && q.KeyBatch == 0:
+		return invalid(field+".KeyBatch", "(0) must be between 1 and %d when BatchHandler is set", MaxKeyBatch)
+	case q.BatchHandler == nil && q.KeyBatch != 0:
+		return invalid(field+".KeyBatch", "(%d) needs a BatchHandler (a Handler runs one task at a time)", q.KeyBatch)
+	}
+	return nil
+}
+
+// noBatch refuses batches on a flow's queue.
+func (q *QueueConfig) noBatch(field string) error {
+	if q.BatchHandler != nil || q.KeyBatch != 0 {
+		return invalid(field+".KeyBatch", "and BatchHandler apply only to stand-alone queues (WorkerConfig.Queues)")
+	}
+	return nil
 }
 
 func (q *QueueConfig) fill(field string) error {

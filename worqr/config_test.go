@@ -13,6 +13,8 @@ import (
 
 var noop = HandlerFunc(func(context.Context, *Task) error { return nil })
 
+var noBatch = BatchHandlerFunc(func(context.Context, *Batch) error { return nil })
+
 const allowed = " (allowed: A-Z a-z 0-9 _ - .)"
 
 // checkInvalid asserts that err is an *InvalidError matching ErrInvalid
@@ -226,7 +228,7 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 		{
 			name:    "nil handler",
 			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Concurrency: 1} }),
-			wantErr: `worqr: Queues["q"].Handler is nil`,
+			wantErr: `worqr: Queues["q"].Handler is nil (set Handler, or BatchHandler with KeyBatch)`,
 		},
 		{
 			name:    "zero concurrency",
@@ -343,6 +345,50 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Limits: &Limits{Concurrency: -1}}
 			}),
 			wantErr: `worqr: Queues["q"].Limits.Concurrency (-1) must not be negative`,
+		},
+		{
+			name: "KeyBatch without BatchHandler",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, KeyBatch: 5}
+			}),
+			wantErr: `worqr: Queues["q"].KeyBatch (5) needs a BatchHandler (a Handler runs one task at a time)`,
+		},
+		{
+			name: "BatchHandler without KeyBatch",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{BatchHandler: noBatch, Concurrency: 1}
+			}),
+			wantErr: `worqr: Queues["q"].KeyBatch (0) must be between 1 and 1000 when BatchHandler is set`,
+		},
+		{
+			name: "KeyBatch too large",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{BatchHandler: noBatch, Concurrency: 1, KeyBatch: 1001}
+			}),
+			wantErr: `worqr: Queues["q"].KeyBatch (1001) must be between 1 and 1000 with BatchHandler, or 0`,
+		},
+		{
+			name: "negative KeyBatch",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{BatchHandler: noBatch, Concurrency: 1, KeyBatch: -1}
+			}),
+			wantErr: `worqr: Queues["q"].KeyBatch (-1) must be between 1 and 1000 with BatchHandler, or 0`,
+		},
+		{
+			name: "Handler and BatchHandler",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, BatchHandler: noBatch, Concurrency: 1, KeyBatch: 2}
+			}),
+			wantErr: `worqr: Queues["q"].Handler must be nil when BatchHandler is set (it runs every task of the queue)`,
+		},
+		{
+			name: "batches on a flow's queue",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Flows = []*Flow{{Name: "f", Stages: []Stage{{Name: "s1",
+					Handler: StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil }),
+					Queue:   QueueConfig{Concurrency: 1, KeyBatch: 3}}}}}
+			}),
+			wantErr: `worqr: Flow["f"].Stages[0].Queue.KeyBatch and BatchHandler apply only to stand-alone queues (WorkerConfig.Queues)`,
 		},
 		{
 			name:    "embedded Config namespace is checked",

@@ -215,3 +215,92 @@ func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
 		}
 	}
 }
+
+// Keyed tasks take Deadline and Retention: a task of a key taken past its
+// deadline ends as expired without running and its key moves on, in order;
+// its own retention keeps it readable. Under a BatchHandler a task with a
+// deadline is not taken behind a head: it waits to be the head, and, late,
+// ends alone as expired.
+func TestKeyedDeadlineAndRetention(t *testing.T) {
+	for _, batch := range []int{0, 5} {
+		t.Run(map[int]string{0: "handler", 5: "batches"}[batch], func(t *testing.T) {
+			ctx := context.Background()
+			pool := srv.Pool()
+			defer pool.Close()
+			cfg := worqr.Config{Namespace: redistest.Namespace()}
+			c, _ := worqr.NewClient(pool, &cfg)
+			enq := func(p string, o *worqr.EnqueueOpts) string {
+				t.Helper()
+				o.Key = "K"
+				id, err := c.Enqueue(ctx, "q", []byte(p), o)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			enq("1", &worqr.EnqueueOpts{})
+			late := enq("2", &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute), Retention: time.Minute})
+			enq("3", &worqr.EnqueueOpts{Deadline: time.Now().Add(time.Hour)})
+			enq("4", &worqr.EnqueueOpts{})
+			var mu sync.Mutex
+			var order []string
+			var batches [][]string
+			ended := make(chan struct{}, 8)
+			qc := worqr.QueueConfig{Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+				mu.Lock()
+				order = append(order, string(t.Payload))
+				mu.Unlock()
+				return nil
+			})}
+			if batch > 0 {
+				qc.Handler, qc.KeyBatch = nil, batch
+				qc.BatchHandler = worqr.BatchHandlerFunc(func(_ context.Context, b *worqr.Batch) error {
+					mu.Lock()
+					defer mu.Unlock()
+					var ps []string
+					for _, t := range b.Tasks {
+						ps = append(ps, string(t.Payload))
+						order = append(order, string(t.Payload))
+					}
+					batches = append(batches, ps)
+					return nil
+				})
+			}
+			w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{"q": qc},
+				OnEvent: func(e worqr.Event) {
+					if e.Kind == worqr.EventExpired || e.Kind == worqr.EventDone {
+						ended <- struct{}{}
+					}
+				}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop(ctx)
+			for range 4 {
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Fatal("the tasks did not end")
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if !reflect.DeepEqual(order, []string{"1", "3", "4"}) {
+				t.Errorf("ran %v, want [1 3 4]: the late task never runs, its key goes on in order", order)
+			}
+			if batch > 0 && !reflect.DeepEqual(batches, [][]string{{"1"}, {"3", "4"}}) {
+				t.Errorf("batches %v, want [[1] [3 4]]: a task with a deadline is not taken behind a head", batches)
+			}
+			info, err := c.Task(ctx, "q", late)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.State != worqr.StateExpired || info.Retention != time.Minute || info.Key != "K" {
+				t.Errorf("the late task: %+v", info)
+			}
+		})
+	}
+}

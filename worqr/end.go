@@ -21,6 +21,10 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 	retention := q.cfg.Retention.Milliseconds()
 	return &group.Group[rdb.Ending, endDone]{
 		MaxBatch: 64, MaxInFlight: 2,
+		// A batch per key ends all its takings in the call: at most
+		// rdb.MaxTake takings per call, as a take hands out.
+		Weight:    func(e rdb.Ending) int { return 1 + len(e.Batch) },
+		MaxWeight: rdb.MaxTake,
 		Run: func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
@@ -57,8 +61,9 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 			}
 			if take != nil {
 				q.limitWait(wait)
-				q.more.Store(len(taken) == take.Max && wait == 0)
-				if _, buried := w.launch(s, q, taken); buried > 0 || len(taken) == take.Max && wait == 0 {
+				full := heads(taken) == take.Max && wait == 0
+				q.more.Store(full)
+				if _, buried := w.launch(s, q, taken); buried > 0 || full {
 					q.hint() // slots left by buried ids, or more may wait
 				}
 			}
@@ -182,6 +187,18 @@ func asked(e rdb.Ending) rdb.Outcome {
 	return rdb.OutcomeDone
 }
 
+// memberAsked is the outcome an ending asks for the tasks of its batch
+// behind the head (see rdb.Ending.WithBatch).
+func memberAsked(e rdb.Ending) rdb.Outcome {
+	switch e.Ask {
+	case rdb.AskDone:
+		return rdb.OutcomeDone
+	case rdb.AskRetry, rdb.AskLater:
+		return rdb.OutcomeRetry
+	}
+	return rdb.OutcomeRequeued
+}
+
 var eventOf = map[rdb.Outcome]EventKind{
 	rdb.OutcomeDone:      EventDone,
 	rdb.OutcomeCancelled: EventCancelled,
@@ -203,23 +220,29 @@ var eventOf = map[rdb.Outcome]EventKind{
 // only requeues workers whose key is gone, and a key never comes back), so a
 // taking that vanished from a live session was ended by this worker: that
 // is reported as the outcome asked for, not as lost.
-func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, t *Task, e rdb.Ending, herr error) {
+//
+// ts are the tasks e ends: one, or a batch's (its head first, then
+// e.Batch's members, whose outcomes come in Ended.Members).
+func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rdb.Ending, herr error) {
+	t := ts[0]
 	delay := 20 * time.Millisecond
 	unsure := false // an earlier attempt may have been applied
 	for {
 		if s.Lost() {
-			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
+			for _, t := range ts {
+				w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
+			}
 			return
 		}
 		res, err := q.ends.Call(w.runCtx, e)
-		out := res.Outcome
+		out, members := res.Outcome, res.Members
 		if err == nil && out == rdb.OutcomeLost && unsure {
 			var applied bool
 			if applied, err = w.appliedBefore(s); err == nil {
 				if !applied {
 					unsure = false
 				} else {
-					out = asked(e)
+					out, members = asked(e), nil
 					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.name, "task_id", t.ID, "pid", t.pid)
 				}
 			}
@@ -232,11 +255,20 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, t *Task, e rdb.E
 		}
 		if err == nil {
 			if out == rdb.OutcomeLost {
-				w.cfg.Logger.Warn("worker: taking lost", "queue", q.name, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
-				w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
+				for _, t := range ts {
+					w.cfg.Logger.Warn("worker: taking lost", "queue", q.name, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
+					w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
+				}
 				return
 			}
 			w.emit(Event{Kind: eventOf[out], Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
+			for i, m := range ts[1:] {
+				mo := memberAsked(e)
+				if i < len(members) {
+					mo = members[i]
+				}
+				w.emit(Event{Kind: eventOf[mo], Queue: q.name, TaskID: m.ID, PID: m.pid, WorkerID: s.ID(), Err: herr})
+			}
 			return
 		}
 		if w.runCtx.Err() != nil {

@@ -186,6 +186,9 @@ func (f *Flow) validate() (*Flow, error) {
 		if s.Queue.Handler != nil {
 			return nil, invalid(sf+".Queue.Handler", "must be nil: the stage's Handler runs it")
 		}
+		if err := s.Queue.noBatch(sf + ".Queue"); err != nil {
+			return nil, err
+		}
 		q := s.Queue
 		q.Handler = HandlerFunc(func(context.Context, *Task) error { return nil }) // placeholder for checks
 		if q.Concurrency < 1 {
@@ -203,6 +206,9 @@ func (f *Flow) validate() (*Flow, error) {
 				return nil, err
 			}
 			if err := claim(name, cf); err != nil {
+				return nil, err
+			}
+			if err := c.noBatch(cf); err != nil {
 				return nil, err
 			}
 			if c.Handler == nil {

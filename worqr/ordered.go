@@ -101,10 +101,6 @@ func checkKeyed(o *EnqueueOpts) error {
 		return invalid("EnqueueOpts.UniqueKeys", "cannot be set together with Key")
 	case o.Priority != 0:
 		return invalid("EnqueueOpts.Priority", "cannot be set together with Key (a key's tasks run in enqueue order)")
-	case !o.Deadline.IsZero():
-		return invalid("EnqueueOpts.Deadline", "cannot be set together with Key (not yet supported on ordered queues)")
-	case o.Retention != 0:
-		return invalid("EnqueueOpts.Retention", "cannot be set together with Key (not yet supported on ordered queues)")
 	}
 	return nil
 }

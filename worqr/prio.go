@@ -255,11 +255,11 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 			return false, err
 		}
 		q.limitWait(wait)
-		q.more.Store(len(tasks) == n && wait == 0)
+		q.more.Store(heads(tasks) == n && wait == 0)
 		// Another round at once when every taking was launched or buried
 		// (slots were filled, or q leaves the draw having come back
 		// short), not when some were left to the reaper or to Stop.
-		if launched, buried := w.launch(s, q, tasks); launched+buried == len(tasks) {
+		if launched, buried := w.launch(s, q, tasks); launched+buried == heads(tasks) {
 			again = true
 		}
 	}

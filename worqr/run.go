@@ -18,12 +18,17 @@ type job struct {
 	s     *heartbeat.Session
 	taken rdb.Taken
 	task  *Task
+	batch *batchJob // a queue with KeyBatch: the batch this taking heads
 }
 
 // serve is one of a queue's long-lived handler goroutines (concurrency of
 // them): reusing goroutines saves a new stack per task.
 func (w *Worker) serve(q *queueRunner) {
 	for j := range q.work {
+		if j.batch != nil {
+			w.runBatch(j.s, q, j.batch)
+			continue
+		}
 		w.run(j.s, q, j.taken, j.task)
 	}
 }
@@ -39,7 +44,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		w.complete(s, q, t, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
 		return
 	}
 	hctx, cancel := context.WithCancelCause(s.Context())
@@ -89,7 +94,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 			e = w.ending(q, taken, t, err)
 		}
 	}
-	w.complete(s, q, t, e, err)
+	w.complete(s, q, []*Task{t}, e, err)
 }
 
 // nextStage is the stage after q's (its declaring stage's, for a child

@@ -83,7 +83,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			}
 			delay = 50 * time.Millisecond
 			if hint && free > 0 {
-				q.more.Store(len(tasks) == free)
+				q.more.Store(heads(tasks) == free)
 				launched, buried := w.launch(s, q, tasks)
 				hint = buried > 0 || (launched == free && free > 0)
 				if hint {
@@ -122,7 +122,28 @@ func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken,
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load()}
+		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch()}
+}
+
+// keyBatch is the TakeArgs.Batch of q: its KeyBatch when a BatchHandler
+// serves it (above 1: batches), else 0 (the plain take).
+func (q *queueRunner) keyBatch() int {
+	if q.cfg.BatchHandler == nil {
+		return 0
+	}
+	return q.cfg.KeyBatch
+}
+
+// heads counts the takings of a take that are not taken behind a batch's
+// head (each fills a slot; those behind a head share its slot).
+func heads(ts []rdb.Taken) int {
+	n := 0
+	for _, t := range ts {
+		if t.Head == "" {
+			n++
+		}
+	}
+	return n
 }
 
 // release puts back the takings session s holds in q that no handler runs
@@ -163,7 +184,13 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
 	q.launchMu.Lock()
 	defer q.launchMu.Unlock()
-	for _, t := range tasks {
+	for i := 0; i < len(tasks); i++ {
+		t := tasks[i]
+		var behind []rdb.Taken // the batch t heads: the takings right after it
+		for i+1 < len(tasks) && tasks[i+1].Head != "" && tasks[i+1].Head == t.ID {
+			i++
+			behind = append(behind, tasks[i])
+		}
 		if t.PID == "" {
 			buried++
 			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.name, "task_id", t.ID, "reason", t.Reason)
@@ -187,15 +214,29 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
 		// busy may pass concurrency for a moment, the channel never fills.)
-		task := &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
-			Crashes: t.Crashes, pid: t.PID, worker: s.ID(), report: w.reporter(s, q, t.PID, t.ID)}
-		if rdb.IsEnvelope(t.Payload) {
-			task.Payload, task.Key, task.Payloads = unwrap(t.Payload)
+		task := w.newTask(s, q, t)
+		j := job{s: s, taken: t, task: task}
+		if q.cfg.BatchHandler != nil {
+			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}}
+			for _, b := range behind {
+				q.hold(b.PID, true)
+				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
+			}
 		}
-		if t.Meta != "" {
-			task.Meta = decodeMeta(t.Meta)
-		}
-		q.work <- job{s: s, taken: t, task: task}
+		q.work <- j
 	}
 	return launched, buried
+}
+
+// newTask is the Task a handler sees for taking t.
+func (w *Worker) newTask(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *Task {
+	task := &Task{ID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+		Crashes: t.Crashes, pid: t.PID, worker: s.ID(), report: w.reporter(s, q, t.PID, t.ID)}
+	if rdb.IsEnvelope(t.Payload) {
+		task.Payload, task.Key, task.Payloads = unwrap(t.Payload)
+	}
+	if t.Meta != "" {
+		task.Meta = decodeMeta(t.Meta)
+	}
+	return task
 }

@@ -686,3 +686,27 @@ func TestEnqueueWithKey(t *testing.T) {
 		t.Fatalf("a long key: exit %d: %s", code, stderr)
 	}
 }
+
+// worker --key-batch: the tasks of one key run in batches, in order: with
+// one handler, the took lines of a whole batch come before its done lines.
+func TestWorkerKeyBatch(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + strings.ReplaceAll(t.Name(), "/", "-")
+	e := env{envRedisURL: url, envNamespace: ns}
+	if code, _, stderr := runArgs(t, e, "enqueue", "--queue", "ord", "--count", "5", "--key", "order-42", "--payload", "x"); code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	lr := startWorker(t, url, ns, "--queues", "ord", "--concurrency", "1", "--work-time", "5ms", "--key-batch", "3")
+	var kinds []string
+	for len(kinds) < 10 {
+		if f := lr.next(t, ""); len(f) > 0 && (f[0] == "took" || f[0] == "done") {
+			kinds = append(kinds, f[0])
+		}
+	}
+	if got, want := strings.Join(kinds, " "), "took took took done done done took took done done"; got != want {
+		t.Fatalf("lines %q, want %q (batches of 3 then 2)", got, want)
+	}
+	if code, _, stderr := runArgs(t, e, "worker", "--queues", "ord", "--key-batch", "-1"); code != 2 || !strings.Contains(stderr, "--key-batch") {
+		t.Fatalf("a bad --key-batch: exit %d: %s", code, stderr)
+	}
+}

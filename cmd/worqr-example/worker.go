@@ -39,6 +39,11 @@ peer put back at the front of the queue. With --timestamps every line starts
 with the time it was written, RFC3339Nano in UTC, then the same words:
   2025-01-02T15:04:05.123456789Z took <queue> <task_id> <pid> <attempt> <crashes>
 
+With --key-batch N, tasks enqueued with a key (enqueue --key) run in batches
+of up to N tasks of one key, in order: one took line per task, in the batch's order, one --work-time
+(and --fail-first counted in the batch's attempts) per batch, and the
+batch's tasks end together.
+
 With --flow it also serves the built-in flow guild-access (start runs with
 'worqr-example flow'): access-check -> update-membership -> manage-reward,
 which fans out one child per platform into the child queues discord and
@@ -69,6 +74,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	serveFlow := fs.Bool("flow", false, "also serve the built-in flow guild-access (see above)")
 	childWorkTime := fs.Duration("child-work-time", 0, "with --flow: how long each child handler sleeps (default: --work-time)")
 	timestamps := fs.Bool("timestamps", false, "start every stdout line with the time it was written (RFC3339Nano, UTC)")
+	keyBatch := fs.Int("key-batch", 0, "run tasks enqueued with a key in batches of up to N tasks of one key (one took line each, one --work-time per batch; 0: one task per handler call)")
 	if err := parse(fs, args, io.out, workerHead, "\nEnvironment:\n"+envHelp(true, true)); err != nil {
 		return err
 	}
@@ -109,6 +115,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if *retryDelay < 0 {
 		return usagef("--retry-delay (%s) must not be negative", *retryDelay)
 	}
+	if *keyBatch < 0 || *keyBatch > worqr.MaxKeyBatch {
+		return usagef("--key-batch (%d) must be between 0 and %d", *keyBatch, worqr.MaxKeyBatch)
+	}
 	tm, err := readTimings(io.getenv)
 	if err != nil {
 		return err
@@ -123,12 +132,9 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if *timestamps {
 		out.now = time.Now
 	}
-	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-		if err := out.line(tookLine(t)...); err != nil {
-			log.Warn("worker: stdout write failed", "err", err)
-		}
-		if t.Attempt <= *failFirst {
-			return fmt.Errorf("failing attempt %d of %d on purpose (--fail-first)", t.Attempt, *failFirst)
+	work := func(ctx context.Context, attempt int) error {
+		if attempt <= *failFirst {
+			return fmt.Errorf("failing attempt %d of %d on purpose (--fail-first)", attempt, *failFirst)
 		}
 		timer := time.NewTimer(*workTime)
 		defer timer.Stop()
@@ -138,6 +144,12 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
+	}
+	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		if err := out.line(tookLine(t)...); err != nil {
+			log.Warn("worker: stdout write failed", "err", err)
+		}
+		return work(ctx, t.Attempt)
 	})
 	cfg := worqr.WorkerConfig{
 		Config: worqr.Config{Namespace: c.namespace, Logger: log},
@@ -161,8 +173,20 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		backoff = func(int, error) time.Duration { return d }
 	}
 	for _, q := range queues {
-		cfg.Queues[q] = worqr.QueueConfig{Handler: handler, Concurrency: *concurrency,
+		qc := worqr.QueueConfig{Handler: handler, Concurrency: *concurrency,
 			MaxAttempts: *maxAttempts, MaxCrashes: *maxCrashes, Backoff: backoff, Retention: *retention}
+		if *keyBatch > 0 {
+			qc.Handler, qc.KeyBatch = nil, *keyBatch
+			qc.BatchHandler = worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
+				for _, t := range b.Tasks {
+					if err := out.line(tookLine(t)...); err != nil {
+						log.Warn("worker: stdout write failed", "err", err)
+					}
+				}
+				return work(ctx, b.Attempt) // once for the batch
+			})
+		}
+		cfg.Queues[q] = qc
 	}
 	if *serveFlow {
 		cfg.Flows = []*worqr.Flow{newAccessFlow(accessFlowOpts{

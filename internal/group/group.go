@@ -24,6 +24,11 @@ type Group[T, R any] struct {
 	MaxBatch int
 	// MaxInFlight caps the batches running at once (default 4).
 	MaxInFlight int
+	// Weight, when set, weighs an item, and a batch's items weigh at most
+	// MaxWeight together (a batch always takes its first item, whatever it
+	// weighs). Nil: only MaxBatch counts.
+	Weight    func(T) int
+	MaxWeight int
 
 	mu       sync.Mutex
 	pending  []*call[T, R]
@@ -129,6 +134,16 @@ func (g *Group[T, R]) passLead() {
 
 func (g *Group[T, R]) take() []*call[T, R] {
 	n := min(len(g.pending), g.maxBatch())
+	if g.Weight != nil {
+		w := 0
+		for i, c := range g.pending[:n] {
+			w += g.Weight(c.item)
+			if i > 0 && w > g.MaxWeight {
+				n = i
+				break
+			}
+		}
+	}
 	batch := g.pending[:n:n]
 	g.pending = append([]*call[T, R](nil), g.pending[n:]...)
 	return batch

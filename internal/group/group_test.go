@@ -3,6 +3,7 @@ package group
 import (
 	"context"
 	"errors"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -106,5 +107,20 @@ func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 	}
 	if _, ok := ran.Load(1); ok {
 		t.Fatal("the abandoned item was run")
+	}
+}
+
+func TestGroupWeightCapsABatch(t *testing.T) {
+	var sizes []int
+	g := &Group[int, int]{MaxBatch: 10, Weight: func(w int) int { return w }, MaxWeight: 5}
+	for _, w := range []int{3, 2, 1, 7, 1} {
+		g.pending = append(g.pending, &call[int, int]{item: w})
+	}
+	for len(g.pending) > 0 {
+		sizes = append(sizes, len(g.take()))
+	}
+	// 3+2 = 5; 1 (then 1+7 > 5); 7 alone (a batch takes its first item); 1.
+	if want := []int{2, 1, 1, 1}; !reflect.DeepEqual(sizes, want) {
+		t.Fatalf("batch sizes %v, want %v", sizes, want)
 	}
 }

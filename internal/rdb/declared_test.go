@@ -350,6 +350,24 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.DeadIDs(ctx, oq, rdb.DeadDelete, []string{kt[0].ID})
 	must(err)
 	check("dead head deleted", "dead:kh", "dead:k") // the key named in the task's hash
+	// Batches per key: a take with the tasks behind a head, the batch's
+	// end (given back whole), its requeue.
+	_, err = st.EnqueueKey(ctx, oq, "B", []string{"b1", "b2", "b3"}, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil, nil)
+	must(err)
+	a.calls()
+	bt, err := st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10, Batch: 3})
+	must(err)
+	check("batch take", "take:kh", "take:k", "take:t") // the key named in the head's hash
+	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.GiveBack(rdb.KindTask, w, bt[0].PID, bt[0].ID).WithBatch(
+		[]rdb.Member{{PID: bt[1].PID, ID: bt[1].ID}, {PID: bt[2].PID, ID: bt[2].ID}})})
+	must(err)
+	check("batch given back", "end:k") // the key named in the head's hash
+	_, err = st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10, Batch: 3})
+	must(err)
+	a.calls()
+	_, _, err = st.Requeue(ctx, oq, []string{w}, true)
+	must(err)
+	check("batch requeue", "requeue:k", "requeue:t")
 
 	// A flow: start, a stage that fans out, the children's ends, the
 	// next stage forwarded and ended; a run cancelled while waiting.

@@ -70,6 +70,8 @@ const (
 	FieldKey          = "ok" // the key of a task of an ordered queue
 	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head
 	FieldMergeVersion = "mv" // merges into a keyed task so far
+	FieldBatch        = "kb" // on a batch's head: the ids taken with it
+	FieldBatchOf      = "kf" // on a task taken in a batch behind its head: the head's id
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

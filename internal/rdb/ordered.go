@@ -145,7 +145,8 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		args = append(args, q.Task(id))
 	}
 	args = append(args, q.TaskPrefix, key, optInt(a.DelayMillis), optInt(a.DueMillis),
-		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version, len(ids))
+		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version,
+		optInt(a.RetentionMs), optInt(a.DeadlineMs), len(ids))
 	for _, id := range ids {
 		args = append(args, id)
 	}
@@ -164,7 +165,7 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 // EnqueueKey enqueues tasks with key on queue q, in order, in one script
 // call (at most MaxEnqueueChunk). scores[i] is the score of payloads[i] ("",
 // or a nil scores: Redis time in ms). Only a's delay, due time, max
-// attempts and timeout apply.
+// attempts, timeout, retention and deadline apply.
 func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
 	scores []string, a *EnqueueArgs) ([]KeyEnqueued, error) {
 	if len(ids) != len(payloads) || (scores != nil && len(scores) != len(ids)) {

@@ -349,6 +349,10 @@ type Taken struct {
 	Parent string
 	// Meta is a flow child's metadata (Child.Meta; "" when none).
 	Meta string
+	// Head is, for a task taken in a batch behind its key's head
+	// (TakeArgs.Batch), the head's id; "" otherwise. A batch's tasks come
+	// right after its head, in their key's order.
+	Head string
 }
 
 // ErrExpired is returned by Take when the worker's deadline has passed:
@@ -378,7 +382,15 @@ type TakeArgs struct {
 	// "period", "conc"): the take reads them and starts no more than they
 	// allow. false: the plain take.
 	Limited bool
+	// Batch, when above 1 (at most MaxKeyBatch): each key's head taken
+	// comes with up to Batch-1 tasks of its key waiting behind it (see
+	// Taken.Head), to be ended together (Ending.Batch). With Limited, each
+	// counts as a start. 0 or 1: the plain take.
+	Batch int
 }
+
+// MaxKeyBatch is the largest TakeArgs.Batch.
+const MaxKeyBatch = 1000
 
 // keys returns the keys a take declares beyond its fixed ones: the level
 // lists and the rate log, which the script reaches by name.
@@ -413,6 +425,9 @@ func (a TakeArgs) mode(safe bool) string {
 	}
 	if a.Limited {
 		m += "l"
+	}
+	if a.Batch > 1 && !a.Stage && !a.Child {
+		m += "k" + strconv.Itoa(min(a.Batch, MaxKeyBatch))
 	}
 	return m
 }
@@ -449,12 +464,13 @@ func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken,
 		}
 		return nil, 0, err
 	}
-	return decodeTaken(vals, a.Stage)
+	return decodeTaken(vals, a)
 }
 
 // decodeTaken decodes the flat reply of a take (8 values per id, then the
 // limit's wait when a limit cut the take).
-func decodeTaken(vals []any, stage bool) ([]Taken, LimitWait, error) {
+func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
+	stage, batch := a.Stage, a.Batch > 1 && !a.Stage && !a.Child
 	const width = 8
 	var wait LimitWait
 	if len(vals)%width == 1 {
@@ -496,6 +512,9 @@ func decodeTaken(vals []any, stage bool) ([]Taken, LimitWait, error) {
 				t.TimeoutMs, _ = strconv.ParseInt(s, 10, 64)
 			}
 			t.Parent, _ = redis.String(vals[i+7], nil)
+			if batch {
+				t.Head, t.Parent = t.Parent, ""
+			}
 		}
 		out = append(out, t)
 	}
@@ -558,6 +577,26 @@ type Ending struct {
 	Result       []byte
 	Stage        *StageEnd // KindStage
 	Run          string    // KindChild: the child's run
+	// Batch (KindTask): the tasks taken behind this head in its batch
+	// (Taken.Head), in order. They end with it, in the same step, and only
+	// if every one of them is still owned; see WithBatch.
+	Batch []Member
+}
+
+// Member is a task taken in a batch behind its key's head, and the result
+// it records when the batch is done.
+type Member struct {
+	PID, ID string
+	Result  []byte
+}
+
+// WithBatch returns e (a head's ending) ending the tasks taken behind it
+// too: done, they are done; otherwise they go back to the front of their
+// key's list, in order, while the head ends as e asks (a retry counts a
+// failed attempt on each; a dead head resets their counters).
+func (e Ending) WithBatch(ms []Member) Ending {
+	e.Batch = ms
+	return e
 }
 
 // Done ends a taking whose work is done, with its result.
@@ -598,6 +637,10 @@ func GiveBack(k Kind, worker, pid, id string) Ending {
 type Ended struct {
 	Outcome Outcome
 	Run     Outcome
+	// Members are the outcomes of an Ending's Batch, in order: done,
+	// cancelled, retry (back behind the head, which retries), requeued
+	// (back behind the head, given back or dead), or lost with the head.
+	Members []Outcome
 }
 
 func appendList(args []any, vals []string) []any {
@@ -646,8 +689,21 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 		if e.Kind == KindChild {
 			keys = append(keys, q.Task(e.Run))
 		}
+		kind := string(e.Kind)
+		if len(e.Batch) > 0 && e.Kind == KindTask {
+			kind = "batch"
+			for _, m := range e.Batch {
+				keys = append(keys, q.Task(m.ID))
+			}
+		}
 		mark := len(args)
-		args = append(args, 0, string(e.Kind), e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
+		args = append(args, 0, kind, e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
+		if kind == "batch" {
+			args = append(args, len(e.Batch))
+			for _, m := range e.Batch {
+				args = append(args, m.PID, m.ID, m.Result)
+			}
+		}
 		switch e.Kind {
 		case KindChild:
 			args = append(args, e.Run)
@@ -703,8 +759,8 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if len(reply) != 2 {
-		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2", len(reply))
+	if len(reply) != 2 && len(reply) != 3 {
+		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2 or 3", len(reply))
 	}
 	codes, err := redis.Ints(reply[0], nil)
 	if err != nil {
@@ -717,11 +773,31 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	for i := range out {
 		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
 	}
+	if len(reply) == 3 {
+		// The outcomes of the batches' members, in order.
+		ms, err := redis.Ints(reply[2], nil)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("rdb: end: members: %w", err)
+		}
+		for i, e := range es {
+			if e.Kind != KindTask || len(e.Batch) == 0 {
+				continue
+			}
+			if len(ms) < len(e.Batch) {
+				return nil, nil, 0, fmt.Errorf("rdb: end: %d member outcomes left for a batch of %d", len(ms), len(e.Batch))
+			}
+			out[i].Members = make([]Outcome, len(e.Batch))
+			for j := range e.Batch {
+				out[i].Members[j] = Outcome(ms[j])
+			}
+			ms = ms[len(e.Batch):]
+		}
+	}
 	vals, err := redis.Values(reply[1], nil)
 	if err != nil {
 		return out, nil, 0, fmt.Errorf("rdb: end: take: %w", err)
 	}
-	taken, wait, err := decodeTaken(vals, t.Stage)
+	taken, wait, err := decodeTaken(vals, t)
 	if err != nil {
 		return out, nil, 0, err
 	}

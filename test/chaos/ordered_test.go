@@ -38,8 +38,23 @@ const orderedQueue = "ordered"
 func TestChaosOrdered(t *testing.T) {
 	needMode(t, "short")
 	t.Parallel()
+	chaosOrdered(t, "ordered", 0)
+}
+
+// TestChaosOrderedBatches is TestChaosOrdered with batches per key: each
+// process serves the queue with a BatchHandler and KeyBatch 4, running a
+// batch's tasks one after the other (each logged as a run). The same checks
+// hold, and some batch must have held more than one task.
+func TestChaosOrderedBatches(t *testing.T) {
+	needMode(t, "short")
+	t.Parallel()
+	chaosOrdered(t, "ordered-batches", 4)
+}
+
+// chaosOrdered runs the ordered scenario; batch > 0: batches of that size.
+func chaosOrdered(t *testing.T, name string, batch int) {
 	const keys, perKey, procs = 40, 25, 4
-	c := newCluster(t, "ordered", clusterOpts{timings: shortTimings})
+	c := newCluster(t, name, clusterOpts{timings: shortTimings})
 	ctx := context.Background()
 	// Enqueue every task before any worker runs, key by key interleaved.
 	for seq := 0; seq < perKey; seq++ {
@@ -57,7 +72,7 @@ func TestChaosOrdered(t *testing.T) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			err := startOrderedProc(c)
+			err := startOrderedProc(c, batch)
 			if err == nil {
 				return
 			}
@@ -133,11 +148,13 @@ func TestChaosOrdered(t *testing.T) {
 	}
 	c.mu.Unlock()
 	var runs []orderedRun
+	biggest := 0 // the largest batch
 	for _, p := range all {
-		rs, err := readOrderedRuns(filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", p.n)), p.n)
+		rs, big, err := readOrderedRuns(filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", p.n)), p.n)
 		if err != nil {
 			t.Fatal(err)
 		}
+		biggest = max(biggest, big)
 		kmu.Lock()
 		k, killed := killedAt[p.n]
 		kmu.Unlock()
@@ -171,8 +188,15 @@ func TestChaosOrdered(t *testing.T) {
 	if cut == 0 {
 		t.Errorf("no kill cut a run: the run tested little")
 	}
-	publish(t, fmt.Sprintf("ordered: %d keys x %d tasks done through %v; %d runs (%d more than tasks, %d cut by a kill)",
-		keys, perKey, faultsBeforeDrain, len(runs), len(runs)-keys*perKey, cut))
+	if batch > 1 && biggest < 2 {
+		t.Errorf("no batch held more than one task: the run tested little")
+	}
+	what := "ordered"
+	if batch > 0 {
+		what = fmt.Sprintf("ordered, batches of up to %d (largest seen %d)", batch, biggest)
+	}
+	publish(t, fmt.Sprintf("%s: %d keys x %d tasks done through %v; %d runs (%d more than tasks, %d cut by a kill)",
+		what, keys, perKey, faultsBeforeDrain, len(runs), len(runs)-keys*perKey, cut))
 }
 
 // orderedRun is one run of a handler, as its process logged it.
@@ -194,18 +218,18 @@ func (r orderedRun) String() string {
 	return s
 }
 
-// readOrderedRuns reads the start and end lines of one process's log.
-func readOrderedRuns(path string, n int) ([]orderedRun, error) {
+// readOrderedRuns reads the start and end lines of one process's log, and
+// the size of the largest batch its "batch" lines announce.
+func readOrderedRuns(path string, n int) (runs []orderedRun, biggest int, err error) {
 	f, err := os.Open(path)
 	if os.IsNotExist(err) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer f.Close()
 	open := map[string]int{} // "key seq" -> index in runs of the run not yet ended
-	var runs []orderedRun
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		fs := strings.Fields(sc.Text())
@@ -220,6 +244,8 @@ func readOrderedRuns(path string, n int) ([]orderedRun, error) {
 		at := time.Unix(0, ns)
 		id := fs[1] + " " + fs[2]
 		switch fs[0] {
+		case "batch": // "batch <key> <size> <pid> <ns>"
+			biggest = max(biggest, seq)
 		case "start":
 			open[id] = len(runs)
 			runs = append(runs, orderedRun{key: fs[1], seq: seq, proc: n, start: at})
@@ -230,7 +256,7 @@ func readOrderedRuns(path string, n int) ([]orderedRun, error) {
 			}
 		}
 	}
-	return runs, sc.Err()
+	return runs, biggest, sc.Err()
 }
 
 // checkOrdered returns what breaks the ordered queue's promises in runs.
@@ -296,7 +322,7 @@ func checkOrdered(runs []orderedRun, keys, perKey int) []string {
 
 // startOrderedProc starts one ordered-queue worker process (the test binary,
 // re-executed) and returns once it registered.
-func startOrderedProc(c *cluster) error {
+func startOrderedProc(c *cluster, batch int) error {
 	n := c.newProcNumber()
 	self, err := os.Executable()
 	if err != nil {
@@ -307,6 +333,7 @@ func startOrderedProc(c *cluster) error {
 		orderedChildEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", n)),
 		"WORQR_CHAOS_ORDERED_REDIS="+c.redisURLForWorkers(),
 		"WORQR_CHAOS_ORDERED_NS="+c.ns,
+		"WORQR_CHAOS_ORDERED_BATCH="+strconv.Itoa(batch),
 	)
 	_, err = c.launch(n, cmd, "registered ", "ordered process", nil)
 	return err
@@ -348,15 +375,27 @@ func orderedChild() int {
 		logLine("end", t.Payload)
 		return nil
 	})
+	qc := worqr.QueueConfig{Handler: handler, Concurrency: 2, MaxCrashes: -1}
+	if n, _ := strconv.Atoi(os.Getenv("WORQR_CHAOS_ORDERED_BATCH")); n > 0 {
+		// A batch's tasks run one after the other, each logged as a run.
+		qc.Handler, qc.KeyBatch = nil, n
+		qc.BatchHandler = worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
+			logLine("batch", []byte(fmt.Sprintf("%s %d", b.Key, len(b.Tasks))))
+			for _, t := range b.Tasks {
+				if err := handler(ctx, t); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
 		Config:            worqr.Config{Namespace: os.Getenv("WORQR_CHAOS_ORDERED_NS")},
 		HeartbeatInterval: env("WORQR_HEARTBEAT_INTERVAL"),
 		HeartbeatTTL:      env("WORQR_HEARTBEAT_TTL"),
 		ReaperInterval:    env("WORQR_REAPER_INTERVAL"),
 		PollInterval:      env("WORQR_POLL_INTERVAL"),
-		Queues: map[string]worqr.QueueConfig{orderedQueue: {
-			Handler: handler, Concurrency: 2, MaxCrashes: -1,
-		}},
+		Queues:            map[string]worqr.QueueConfig{orderedQueue: qc},
 	})
 	if err != nil {
 		return fail(err)

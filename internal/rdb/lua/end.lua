@@ -21,7 +21,7 @@
 -- KEYS[8] <ns>:{T}:wq:<queue>:<w>     (hash) pid -> id the taking worker holds
 -- then per taking, in ARGV order:
 --   <ns>:{T}:wq:<queue>:<w> (hash), <ns>:{T}:t:<id> (hash), and for a child
---   its run <ns>:{T}:t:<run id> (hash)
+--   its run <ns>:{T}:t:<run id> (hash), for a batch each member's hash
 -- then the keys the stage ends write by name, declared so that a cluster
 -- checks them before the script runs (the script reaches them from the
 -- prefixes in ARGV): per stage taking, its next stage's queue
@@ -37,15 +37,19 @@
 --   take_tasks). With flag 'l' (the queue may have global limits), ends
 --   that free slots not taken again are announced on the wake channel.
 -- ARGV[14..] per taking: a count n, then n values:
---   kind (task | stage | child), worker id, pid, task id,
+--   kind (task | stage | child | batch), worker id, pid, task id,
 --   ask (done | retry | dead | back | expire), retry delay ms, error text,
 --   result;
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
 --   then three counted lists: indexed properties, state field/value pairs
 --   ("f:" names), child values (4 per child: id, queue, payload and
---   metadata, "" for none).
--- Returns: {ends, taken}: ends holds 2 values per taking: its outcome
+--   metadata, "" for none); a batch (a key's head and the tasks taken
+--   behind it, ended together) adds a count m and m triples (pid, id,
+--   result), and declares its members' hashes <ns>:{T}:t:<id> after the
+--   head's.
+-- Returns: {ends, taken} (and, when batches were ended, a third array:
+-- their members' outcomes, in order): ends holds 2 values per taking: its outcome
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
 -- nothing was asked or the deadline had passed).
@@ -209,7 +213,74 @@ local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runi
   return fail_attempt(q, tkey, id, 'dead', delay, err, worker), run
 end
 
-local out = {}
+-- end_batch ends a batch of one key (QueueConfig.KeyBatch): the head's
+-- taking (tkey, id) and those of the tasks taken behind it (fkeys, fids,
+-- fres: their hashes, ids, results), all owned (the caller checked). Done:
+-- every member ends done. Otherwise the tasks behind the head go back to
+-- the front of the key's list in their order, then the head ends as asked:
+-- retry or later (scheduled, keeping the key's head; a retry counts a
+-- failed attempt on every member), give back (the front of the queue), or
+-- dead (Lowkiq's rule: the head, the oldest, goes dead and blocks the key
+-- or lets it move on as the queue says; the others wait, their counters
+-- reset). A member whose cancel was asked ends as cancelled. Returns the
+-- head's outcome and the others', in order.
+local function end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids, fres)
+  local qname = key_queue_of(q.tprefix, waiting, 'q:')
+  local h = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_KEY)
+  local okey = (not h.err) and h[4] or nil
+  local codes, back = {}, {}
+  for j, fkey in ipairs(fkeys) do
+    local f = redis.pcall('HMGET', fkey, F_CANCEL, F_RETENTION, F_KEY)
+    okey = okey or ((not f.err) and f[3]) or nil
+    if f.err then
+      bury(q.dead_key, q.cfg_key, q.tprefix, fids[j], fix_type(fkey), '', worker)
+      codes[j] = OUT_DEAD
+    elseif f[1] then
+      finalize(fkey, fids[j], nil, S_CANCELLED, retention, '', retained, f[2], nil)
+      codes[j] = OUT_CANCELLED
+    elseif ask == 'done' then
+      finalize(fkey, fids[j], nil, S_DONE, retention, fres[j], retained, f[2], nil)
+      codes[j] = OUT_DONE
+    else
+      if ask == 'retry' then
+        redis.call('HINCRBY', fkey, F_FAILURES, 1)
+        redis.call('HSET', fkey, F_ERROR, err)
+        codes[j] = OUT_RETRY
+      elseif ask == 'later' then
+        codes[j] = OUT_RETRY
+      else
+        if ask == 'dead' then
+          redis.call('HDEL', fkey, F_FAILURES, F_CRASHES, F_CRASHED_ON)
+        end
+        codes[j] = OUT_REQUEUED
+      end
+      back[#back + 1] = fids[j]
+    end
+  end
+  if okey and #back > 0 then
+    key_batch_return(q.tprefix, qname, okey, back)
+  end
+  if h.err then
+    bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
+    return OUT_DEAD, codes
+  end
+  redis.call('HDEL', tkey, F_BATCH)
+  if ask == 'back' or ask == 'expire' then
+    return give_back(tkey, id), codes
+  end
+  if h[1] then
+    finalize(tkey, id, h[2], S_CANCELLED, retention, '', retained, h[3], h[4])
+    return OUT_CANCELLED, codes
+  end
+  if ask == 'done' then
+    finalize(tkey, id, h[2], S_DONE, retention, result, retained, h[3], h[4])
+    return OUT_DONE, codes
+  end
+  return fail_attempt(q, tkey, id, ask, delay, err, worker), codes
+end
+
+local out, members = {}, {}
+local freed_more = 0 -- takings a batch freed beyond one
 local k, i = 9, 14
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
@@ -223,7 +294,34 @@ while i <= #ARGV do
     k = k + 1
   end
   local code, run = OUT_LOST, OUT_LOST
-  if own(wq, pid) then
+  if kind == 'batch' then
+    -- A batch: ARGV m, then per member behind the head its pid, id and
+    -- result; KEYS its hashes. Owned only if every member is (else, lost,
+    -- nothing changed: a zombie's batch).
+    local m = tonumber(ARGV[i + 9])
+    local pids, fkeys, fids, fres = {pid}, {}, {}, {}
+    for j = 1, m do
+      local a = i + 9 + 3 * (j - 1)
+      pids[#pids + 1] = ARGV[a + 1]
+      fids[j], fres[j] = ARGV[a + 2], ARGV[a + 3]
+      fkeys[j] = KEYS[k + j - 1]
+    end
+    k = k + m
+    local have = redis.call('HMGET', wq, unpack(pids))
+    local all = true
+    for j = 1, #pids do
+      if have[j] ~= (j == 1 and id or fids[j - 1]) then all = false end
+    end
+    local codes = {}
+    if all then
+      redis.call('HDEL', wq, unpack(pids))
+      code, codes = end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids, fres)
+      freed_more = freed_more + m
+    end
+    for j = 1, m do
+      members[#members + 1] = codes[j] or OUT_LOST
+    end
+  elseif own(wq, pid) then
     if ask == 'back' then
       code = give_back(tkey, id)
     elseif kind == 'stage' then
@@ -256,9 +354,12 @@ if string.find(ARGV[13], 'l', 2, true) then
   for j = 1, #out, 2 do
     if out[j] ~= OUT_LOST then freed = freed + 1 end
   end
-  freed = freed - math.floor(#taken / 8)
+  freed = freed + freed_more - math.floor(#taken / 8)
   if freed > 0 then
     redis.call('PUBLISH', ARGV[2], freed)
   end
+end
+if #members > 0 then
+  return {out, taken, members}
 end
 return {out, taken}

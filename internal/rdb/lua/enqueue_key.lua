@@ -25,7 +25,11 @@
 --         payload of the waiting tail ARGV[8] at merge version ARGV[9] by
 --         the one payload given (a merge done by the caller), or, when
 --         ARGV[8] is "" and the key has no waiting tail, add the task
--- ARGV[10] n, then n ids, n payloads, n scores ("" = Redis time in ms)
+-- ARGV[10] the tasks' own retention ms ("" = the queue's)
+-- ARGV[11] their deadline, unix ms ("" = none): taken at or after it, a
+--          task ends as expired without running (its key moves on)
+-- ARGV[12] n, then n ids, n payloads, n scores ("" = Redis time in ms)
+-- A merge keeps the waiting task's own retention and deadline.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
 -- "into", {-4} when the tail changed since it was read (nothing written).
@@ -41,7 +45,7 @@ if mode == 'read' then
   local t = redis.call('HMGET', tprefix .. tail, F_PAYLOAD, F_MERGE_VERSION)
   return {tail, t[1] or '', t[2] or '0'}
 end
-local n = tonumber(ARGV[10])
+local n = tonumber(ARGV[12])
 local due
 if ARGV[3] ~= '' then
   due = now_ms() + tonumber(ARGV[3])
@@ -60,7 +64,7 @@ if mode == 'into' then
     if (t[2] or '0') ~= ARGV[9] or not have then
       return {-4}
     end
-    redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, {{s = have[1].s, p = ARGV[12]}}))
+    redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, {{s = have[1].s, p = ARGV[14]}}))
     redis.call('HINCRBY', ttkey, F_MERGE_VERSION, 1)
     return {tail, 1}
   end
@@ -68,7 +72,7 @@ end
 local merging = mode == 'add' and redis.call('HGET', KEYS[5], 'merge') == '1'
 local out = {}
 for i = 1, n do
-  local id, payload, score = ARGV[10 + i], ARGV[10 + n + i], ARGV[10 + 2 * n + i]
+  local id, payload, score = ARGV[12 + i], ARGV[12 + n + i], ARGV[12 + 2 * n + i]
   if score == '' then
     score = tostring(now_ms())
   end
@@ -82,6 +86,8 @@ for i = 1, n do
     redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), F_KEY, okey)
     if ARGV[5] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[5]) end
     if ARGV[6] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[6]) end
+    if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
+    if ARGV[11] ~= '' then redis.call('HSET', tkey, F_DEADLINE, ARGV[11]) end
     key_add(tprefix, base, qname, heads, list, okey, id, due)
     out[#out + 1] = id
     out[#out + 1] = 0

@@ -22,8 +22,9 @@
 --         trailing "m" (on a Redis Cluster) reads every task hash before
 --         writing anything, so that a slot migration caught half way
 --         changes nothing (TRYAGAIN);
---         then 'p<n>' when the queue has priority levels 1..n and 'l' when
---         it may have global limits (see take_tasks)
+--         then 'p<n>' when the queue has priority levels 1..n, 'l' when
+--         it may have global limits and 'k<n>' when its worker takes
+--         batches of up to n tasks per key (see take_tasks)
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
 -- ARGV[11] the worker's deadline (unix ms, Redis time): its keepalive was set
@@ -36,7 +37,8 @@
 -- hash tag, so they live in its slot.
 -- Returns: flat array of 8 values per id:
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
---    timeout ms (""), parent run id ("" unless a flow child)}
+--    timeout ms (""), parent run id ("" unless a flow child; with 'k<n>',
+--    for a task taken in a batch behind its key's head, the head's id)}
 -- For an id buried instead of handed out, pid is "" and payload is the reason.
 -- When a global limit cut the take, one more value ends the reply: the ms
 -- until the rate limit allows the next start, or -1 (the concurrency limit

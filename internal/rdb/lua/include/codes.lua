@@ -12,6 +12,9 @@ local F_CRASHED_ON, F_RAW, F_PROGRESS, F_PRIORITY = 'cw', 'raw', 'pg', 'pri'
 local F_DEADLINE, F_RETENTION, F_META = 'dl', 'rt', 'mt'
 -- fields of a task of an ordered queue (a task enqueued with a key)
 local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
+-- a batch of one key (QueueConfig.KeyBatch): on its head the ids of the
+-- tasks taken with it, space-separated; on each of those, the head's id
+local F_BATCH, F_BATCH_OF = 'kb', 'kf'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'

@@ -283,3 +283,84 @@ local function key_requeue(tkey, id, okey, waiting, cfgkey)
   redis.call('RPUSH', list, id)
   return false
 end
+
+-- Batches (QueueConfig.KeyBatch): a take may hand out a key's head together
+-- with up to n-1 tasks waiting behind it, in order. Those leave the key's
+-- list and are takings like any (a pid each in the worker's holdings); the
+-- head's F_BATCH names them and each names the head (F_BATCH_OF). They end
+-- together (end, kind batch) or go back together (requeue), so the key's
+-- list never moves on while one of them runs.
+
+-- key_batch_read returns the tasks that may join head id of key okey of
+-- queue qname in a batch of at most n (the head included): the entries at
+-- the front of the key's list, in order, up to the first one enqueued for
+-- later than now, whose data is bad or that has a deadline (it stays for
+-- when it is the head).
+-- Each is {id = id, t = {payload, failures, crashes, max attempts,
+-- timeout}}. Reads only. nil when, with safe (a Redis Cluster), a task's
+-- hash is on another node (a slot migration).
+local function key_batch_read(tprefix, qname, id, okey, n, safe)
+  local heads, list = key_names(tprefix, qname, okey)
+  local out = {}
+  if n < 2 then
+    return out
+  end
+  local head = redis.pcall('HGET', heads, okey)
+  local entries = redis.pcall('LRANGE', list, 0, n - 2)
+  for _, r in ipairs({head, entries}) do
+    if type(r) == 'table' and r.err then
+      if safe and string.find(r.err, 'non local key', 1, true) then
+        return nil
+      end
+      error(r.err)
+    end
+  end
+  if head ~= id then
+    return out
+  end
+  local now = now_ms()
+  for _, e in ipairs(entries) do
+    local fid, due = key_entry(e)
+    if due and due > now then
+      break
+    end
+    local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE)
+    if type(t) == 'table' and t.err then
+      if safe and string.find(t.err, 'non local key', 1, true) then
+        return nil
+      end
+      break
+    end
+    if not t[1] or (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) or t[6] or t[7] then
+      -- Bad data, a cancel asked, or a deadline (checked when it is the
+      -- head, which ends it as expired if it has passed).
+      break
+    end
+    out[#out + 1] = {id = fid, t = t}
+  end
+  return out
+end
+
+-- key_batch_split returns the ids of a head's F_BATCH value, in order.
+local function key_batch_split(s)
+  local out = {}
+  if s then
+    for fid in string.gmatch(s, '%S+') do
+      out[#out + 1] = fid
+    end
+  end
+  return out
+end
+
+-- key_batch_return puts the tasks fids, taken in a batch behind their key's
+-- head, back at the front of key okey's list, in their order: queued again,
+-- no longer taken.
+local function key_batch_return(tprefix, qname, okey, fids)
+  local _, list = key_names(tprefix, qname, okey)
+  for j = #fids, 1, -1 do
+    local fkey = tprefix .. fids[j]
+    redis.call('HSET', fkey, F_STATE, S_QUEUED)
+    redis.call('HDEL', fkey, F_WORKER, F_PID, F_BATCH_OF)
+    redis.call('LPUSH', list, fids[j])
+  end
+end

@@ -2,6 +2,78 @@
 --- @include "level"
 --- @include "cfg"
 --- @include "finalize"
+-- batch_claim reports whether the taking of task fid (a member of a batch)
+-- is the caller's to put back: it is held in this run (mine), or it is
+-- still taken (state active) and its pid is still in the holdings of the
+-- worker named by its hash, where this takes it out.
+local function batch_claim(fid, mine, tprefix, qname)
+  if mine[fid] then
+    return true
+  end
+  local f = redis.pcall('HMGET', tprefix .. fid, F_STATE, F_WORKER, F_PID)
+  if f.err or f[1] ~= S_ACTIVE or not f[2] or not f[3] then
+    return false
+  end
+  local base = string.sub(tprefix, 1, #tprefix - 2)
+  return redis.call('HDEL', base .. 'wq:' .. qname .. ':' .. f[2], f[3]) == 1
+end
+
+-- requeue_batch puts back a batch of one key (see key.lua): the tasks
+-- taken behind its head go back to the front of the key's list in their
+-- order, then the head to the front of the queue, as any taking (a
+-- crash is counted on the head alone: the tasks behind it did not choose
+-- to run with it). A member whose cancel was asked ends as cancelled. Only
+-- the members whose takings are the caller's (batch_claim) move; each is
+-- marked in gone. Returns requeued, cancelled.
+local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, crashed)
+  local qname = key_queue_of(tprefix, queue, 'q:')
+  local hkey = tprefix .. head
+  local h = redis.pcall('HMGET', hkey, F_CANCEL, F_UNIQUE, F_STATE, F_WORKER, F_CRASHED_ON, F_RETENTION, F_KEY, F_BATCH)
+  local requeued, cancelled = 0, 0
+  if h.err then
+    -- The head's data is corrupt (a task behind it names it): the caller
+    -- puts that task back alone; the take buries the head.
+    return requeued, cancelled
+  end
+  local back = {}
+  for _, fid in ipairs(key_batch_split(h[8])) do
+    if not gone[fid] and batch_claim(fid, mine, tprefix, qname) then
+      gone[fid] = true
+      local x = redis.pcall('HGET', tprefix .. fid, F_CANCEL)
+      if x == '1' then
+        local fr = redis.call('HGET', tprefix .. fid, F_RETENTION)
+        finalize(tprefix .. fid, fid, nil, S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, fr, nil)
+        cancelled = cancelled + 1
+      else
+        back[#back + 1] = fid
+      end
+    end
+  end
+  if h[7] and #back > 0 then
+    key_batch_return(tprefix, qname, h[7], back)
+    requeued = requeued + #back
+  end
+  if gone[head] or h[3] ~= S_ACTIVE or not batch_claim(head, mine, tprefix, qname) then
+    return requeued, cancelled
+  end
+  gone[head] = true
+  redis.call('HDEL', hkey, F_BATCH)
+  if h[1] then
+    finalize(hkey, head, h[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, h[6], h[7])
+    return requeued, cancelled + 1
+  end
+  if crashed and (not h[4] or h[4] ~= h[5]) then
+    redis.call('HINCRBY', hkey, F_CRASHES, 1)
+    if h[4] then
+      redis.call('HSET', hkey, F_CRASHED_ON, h[4])
+    end
+  end
+  redis.call('HSET', hkey, F_STATE, S_QUEUED)
+  redis.call('HDEL', hkey, F_WORKER, F_PID)
+  redis.call('LPUSH', queue, head)
+  return requeued + 1, cancelled
+end
+
 -- requeue_pids puts the takings held (a list of {pid = number, id = task
 -- id}) back at the front of queue (of its priority level's list), oldest
 -- first. A task whose cancel was
@@ -15,11 +87,30 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   -- first so that the oldest ends up at the very front.
   table.sort(held, function(x, y) return x.pid < y.pid end)
   local requeued, cancelled = 0, 0
+  local mine, gone = {}, {} -- batches: members held here; members handled
+  for _, h in ipairs(held) do
+    mine[h.id] = true
+  end
   for i = #held, 1, -1 do
     local id = held[i].id
     local tkey = tprefix .. id
-    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY, F_KEY)
-    if t.err then
+    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY, F_KEY, F_BATCH, F_BATCH_OF)
+    if not t.err and (t[10] or t[11]) and t[3] == S_ACTIVE and not gone[id] then
+      -- A member of a batch (its head, or a task taken with it): the whole
+      -- batch goes back now, here, whichever member came first (the one
+      -- with the highest pid: the head's place in the queue is then
+      -- right, as the batch's pids follow each other).
+      local r, c = requeue_batch(t[11] or id, mine, gone, queue, cfg, retained, tprefix, crashed)
+      requeued, cancelled = requeued + r, cancelled + c
+      if not gone[id] and t[11] and t[9] then
+        -- Its head does not name it (data changed by hand): back alone.
+        gone[id] = true
+        key_batch_return(tprefix, key_queue_of(tprefix, queue, 'q:'), t[9], {id})
+        requeued = requeued + 1
+      end
+    elseif gone[id] then
+      -- Already put back with its batch.
+    elseif t.err then
       -- Corrupt data: requeue the id; the take buries it with the reason.
       redis.call('LPUSH', queue, id)
       requeued = requeued + 1

@@ -67,7 +67,10 @@ end
 -- prefixes (see prefixes). mode may go on with 'm' (below), 'p<n>' (the
 -- queue has priority levels 1..n: the lists <waiting>:<level> are taken
 -- from first, highest level first, then the waiting list itself, level 0)
--- and 'l' (the queue may have global limits: see limit_allowance). A plain
+-- and 'l' (the queue may have global limits: see limit_allowance) and
+-- 'k<n>' (batches per key: each key's head comes with up to n-1 tasks of
+-- its key, see key_batch_read in key.lua, right after it in the reply,
+-- the head's id in their eighth value). A plain
 -- queue's mode is one digit (and 'm'): its take runs exactly the commands it
 -- ran before levels and limits existed. Returns the flat reply of take, or
 -- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
@@ -83,7 +86,11 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local safe = string.find(mode, 'm', 2, true) ~= nil
   local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
   local limited = string.find(mode, 'l', 2, true) ~= nil
+  local batch = tonumber(string.match(mode, 'k(%d+)') or '0')
   mode = string.sub(mode, 1, 1)
+  if mode ~= '0' then
+    batch = 0
+  end
   max = tonumber(max)
   local wait
   if limited then
@@ -131,6 +138,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     if mode == '2' then
       -- A child also hands out its metadata (F_META, set at its fan-out).
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META)
+    elseif batch > 0 then
+      -- A batch head's key (F_KEY) finds the tasks behind it.
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY)
     else
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
     end
@@ -139,6 +149,30 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
     data[i] = t
   end
+  -- Batches ('k<n>', a queue whose worker asks for them): each key's head
+  -- comes with up to n-1 tasks of its key waiting behind it (read here,
+  -- taken below), at most 1,000 takings in all. With global limits each
+  -- counts as a start: the batches are cut to what the limits allowed.
+  local fol, nfol = {}, 0
+  if batch > 1 then
+    local qname = key_queue_of(k.tprefix, k.waiting, 'q:')
+    -- At most 1,000 takings per take (MaxTake), as a plain take.
+    local budget = limited and (max - #ids) or (1000 - #ids)
+    for i, id in ipairs(ids) do
+      local t = data[i]
+      -- A head past its deadline is handed out to be expired, alone.
+      local late = type(t) == 'table' and not t.err and tonumber(t[7]) and now_ms() >= tonumber(t[7])
+      if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] and not late then
+        local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe)
+        if not f then
+          return nil, 'moved'
+        end
+        fol[i] = f
+        nfol = nfol + #f
+        budget = budget - #f
+      end
+    end
+  end
   if safe then
     for j, n in pairs(cut) do
       if n > 0 then
@@ -146,8 +180,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     end
   end
-  local last = redis.call('INCRBY', k.seq, #ids)
-  local pid = last - #ids
+  local last = redis.call('INCRBY', k.seq, #ids + nfol)
+  local pid = last - #ids - nfol
   local out = {}
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
   for i, id in ipairs(ids) do
@@ -184,7 +218,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = spid
       if mode == '1' then
         out[#out + 1] = redis.call('HGETALL', tkey)
-      elseif t[8] then
+      elseif mode == '2' and t[8] then
         out[#out + 1] = {t[1], t[8]} -- a child with metadata: {payload, metadata}
       else
         out[#out + 1] = t[1]
@@ -201,6 +235,37 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = t[4] or ''
       out[#out + 1] = t[5] or ''
       out[#out + 1] = t[6] or ''
+    end
+    local f = fol[i]
+    if f and #f > 0 then
+      -- The head's batch: its pids follow the head's, so that a requeue,
+      -- which goes by pid, puts the head back in its place.
+      if reason then
+        pid = pid + #f
+      else
+        local _, list = key_names(k.tprefix, key_queue_of(k.tprefix, k.waiting, 'q:'), t[8])
+        redis.call('LTRIM', list, #f, -1)
+        local fids = {}
+        for _, m in ipairs(f) do
+          pid = pid + 1
+          local spid = tostring(pid)
+          local fkey = k.tprefix .. m.id
+          redis.call('HSET', fkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_BATCH_OF, id)
+          redis.call('HDEL', fkey, F_KEY_DUE)
+          held[#held + 1] = spid
+          held[#held + 1] = m.id
+          fids[#fids + 1] = m.id
+          out[#out + 1] = m.id
+          out[#out + 1] = spid
+          out[#out + 1] = m.t[1]
+          out[#out + 1] = (tonumber(m.t[2]) or 0) + 1
+          out[#out + 1] = tonumber(m.t[3]) or 0
+          out[#out + 1] = m.t[4] or ''
+          out[#out + 1] = m.t[5] or ''
+          out[#out + 1] = id -- the batch's head
+        end
+        redis.call('HSET', tkey, F_BATCH, table.concat(fids, ' '))
+      end
     end
   end
   if #held > 0 then
