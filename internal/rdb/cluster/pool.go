@@ -52,7 +52,8 @@ type Pool struct {
 	lastRefresh time.Time
 	refreshes   int64 // completed topology reads (for tests)
 
-	followed [5]atomic.Int64 // redirections acted on, by kind
+	followed [7]atomic.Int64 // redirections acted on, by kind
+	switches atomic.Uint64   // maps installed without a master of the one before
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -64,6 +65,13 @@ func (p *Pool) Redirections() (moved, ask, tryagain, clusterdown int64) {
 	return p.followed[movedRedirect].Load(), p.followed[askRedirect].Load(),
 		p.followed[tryAgain].Load(), p.followed[clusterDown].Load()
 }
+
+// Switches counts the slot maps read that lack a master of the map before
+// (a failover promoted its replica, or its last slot moved away). Writes a
+// dead master acknowledged may not have reached its replica (replication
+// is asynchronous), so a worker that sees the count change checks what it
+// holds (rdb.Store.Switches).
+func (p *Pool) Switches() uint64 { return p.switches.Load() }
 
 // ErrClosed is returned by a closed Pool.
 var ErrClosed = errors.New("cluster: pool closed")
@@ -259,7 +267,9 @@ func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
 			}
 			role, _ := redis.String(nm["role"], nil)
 			health, _ := redis.String(nm["health"], nil)
-			if role != "master" || health == "fail" {
+			// A failed master is "fail" in Redis 7.0's CLUSTER SHARDS and
+			// "failed" in its documentation (and later versions).
+			if role != "master" || health == "fail" || health == "failed" {
 				continue
 			}
 			host, _ := redis.String(nm["endpoint"], nil)
@@ -327,6 +337,16 @@ func (p *Pool) install(shards []shard) {
 	if p.closed {
 		p.mu.Unlock()
 		return
+	}
+	for _, a := range p.masters {
+		if !set[a] {
+			// A master left the map: a failover (its replica serves its
+			// slots now) or its last slot moved away. Either way count it:
+			// writes the old master acknowledged may not have reached its
+			// replica.
+			p.switches.Add(1)
+			break
+		}
 	}
 	p.slots, p.masters = slots, masters
 	for a, np := range p.pools {
