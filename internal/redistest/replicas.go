@@ -219,6 +219,9 @@ func (rc *ReplicaCluster) ready(ctx context.Context) (bool, string) {
 		if strings.Contains(repl, "role:slave") && !strings.Contains(repl, "master_link_status:up") {
 			return false, n.Addr + ": replica not in sync"
 		}
+		if why := rc.rolesSettled(ctx, n); why != "" {
+			return false, why
+		}
 		view := fmt.Sprint(slotView(slots))
 		if first == "" {
 			first = view
@@ -227,6 +230,28 @@ func (rc *ReplicaCluster) ready(ctx context.Context) (bool, string) {
 		}
 	}
 	return true, ""
+}
+
+// rolesSettled says why node n's view of the others is not settled yet:
+// a live node it sees as a master without slots (a replica whose role has
+// not reached n), or "" when there is none.
+func (rc *ReplicaCluster) rolesSettled(ctx context.Context, n *Server) string {
+	lines, err := clusterNodes(ctx, n)
+	if err != nil {
+		return n.Addr + ": " + err.Error()
+	}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	for _, l := range lines {
+		s := rc.byAddr(l.addr)
+		if s == nil || rc.killed[s] || l.flags["fail"] || l.flags["fail?"] {
+			continue
+		}
+		if l.flags["master"] && len(l.slots) == 0 {
+			return n.Addr + " sees " + l.addr + " as a master without slots"
+		}
+	}
+	return ""
 }
 
 // Masters returns the live masters that serve slots, as a live node sees
@@ -292,22 +317,26 @@ func (rc *ReplicaCluster) NodeOf(ctx context.Context, slot int) (*Server, error)
 	return nil, errors.New("redistest: no live node answered CLUSTER SLOTS")
 }
 
-// ReplicaOf returns the replica of master m.
+// ReplicaOf returns the replica of master m, as m's ROLE lists it.
 func (rc *ReplicaCluster) ReplicaOf(ctx context.Context, m *Server) (*Server, error) {
-	lines, err := rc.nodes(ctx)
+	c, err := redis.DialContext(ctx, "tcp", m.Addr, redis.DialConnectTimeout(time.Second),
+		redis.DialReadTimeout(time.Second))
 	if err != nil {
 		return nil, err
 	}
-	id := ""
-	for _, l := range lines {
-		if l.addr == m.Addr {
-			id = l.id
-		}
+	defer c.Close()
+	v, err := redis.Values(c.Do("ROLE"))
+	if err != nil {
+		return nil, err
 	}
-	for _, l := range lines {
-		if id != "" && l.master == id && !l.flags["fail"] {
-			if s := rc.byAddr(l.addr); s != nil {
-				return s, nil
+	if len(v) == 3 {
+		reps, _ := redis.Values(v[2], nil)
+		for _, r := range reps {
+			f, _ := redis.Strings(r, nil)
+			if len(f) >= 2 {
+				if s := rc.byAddr(f[0] + ":" + f[1]); s != nil {
+					return s, nil
+				}
 			}
 		}
 	}
@@ -320,6 +349,13 @@ func (rc *ReplicaCluster) ReplicaOf(ctx context.Context, m *Server) (*Server, er
 // master and the time from the kill to its promotion being seen. The
 // killed node keeps its data directory; it is not restarted.
 func (rc *ReplicaCluster) KillMaster(ctx context.Context, m *Server) (*Server, time.Duration, error) {
+	return rc.KillMasterThen(ctx, m, nil)
+}
+
+// KillMasterThen is KillMaster that runs afterKill (when not nil) once m
+// is dead and before waiting for the promotion (a test that froze the
+// replica resumes it there).
+func (rc *ReplicaCluster) KillMasterThen(ctx context.Context, m *Server, afterKill func()) (*Server, time.Duration, error) {
 	rep, err := rc.ReplicaOf(ctx, m)
 	if err != nil {
 		return nil, 0, err
@@ -329,6 +365,9 @@ func (rc *ReplicaCluster) KillMaster(ctx context.Context, m *Server) (*Server, t
 	rc.killed[m] = true
 	rc.mu.Unlock()
 	m.Kill()
+	if afterKill != nil {
+		afterKill()
+	}
 	for {
 		if role, err := roleOf(ctx, rep); err == nil && role == "master" {
 			break
@@ -499,4 +538,15 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 	}
 	st.Duration = time.Since(begin)
 	return st, nil
+}
+
+// Pid returns the process id of a server this package started (0 when it
+// is not running), for tests that freeze it (SIGSTOP, SIGCONT).
+func (s *Server) Pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
 }
