@@ -168,9 +168,32 @@ func TestClusterChaos(t *testing.T) {
 
 	// (b) The master of killQ killed: its replica takes over.
 	waitAcked(300)
+	// A burst of enqueues on killQ (4 writers, no pause) from 300 ms before
+	// the kill until the promotion: writes in flight when the master dies.
 	doomed := nodeOf(killQ)
+	burstCtx, stopBurst := context.WithCancel(ctx)
+	var burstWG sync.WaitGroup
+	for i := 0; i < 4; i++ {
+		burstWG.Add(1)
+		go func() {
+			defer burstWG.Done()
+			for burstCtx.Err() == nil {
+				ectx, c := context.WithTimeout(burstCtx, 5*time.Second)
+				id, err := client.Enqueue(ectx, killQ, []byte("b"), nil)
+				c()
+				if err == nil {
+					led.acked(killQ, id)
+				} else {
+					sleepFor(burstCtx, 20*time.Millisecond)
+				}
+			}
+		}()
+	}
+	sleepFor(ctx, 300*time.Millisecond)
 	killAt := time.Now()
 	promoted, took, err := rc.KillMaster(ctx, doomed)
+	stopBurst()
+	burstWG.Wait()
 	if err != nil {
 		t.Fatalf("killing master %s: %v", doomed.Addr, err)
 	}
@@ -286,8 +309,8 @@ func TestClusterChaos(t *testing.T) {
 	}
 	if rep := os.Getenv("WORQR_CHAOS_REPORT"); rep != "" {
 		if f, err := os.OpenFile(rep, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			fmt.Fprintf(f, "cluster chaos: %d tasks, failover %v, lost enqueues %d, lost finishes %d, move %d keys %v, ASK %d MOVED %d TRYAGAIN %d\n",
-				total, took.Round(time.Millisecond), len(lostEnq), len(lostFin), mst.Keys, mst.Duration.Round(time.Millisecond), ask, moved, tryagain)
+			fmt.Fprintf(f, "cluster chaos: %d tasks (%d acked in the 300 ms before the kill), failover %v, lost enqueues %d, lost finishes %d, retaken after a lost take %d, move %d keys %v, ASK %d MOVED %d TRYAGAIN %d\n",
+				total, led.ackedBetween(killQ, killAt.Add(-300*time.Millisecond), killAt), took.Round(time.Millisecond), len(lostEnq), len(lostFin), len(lostOverlaps), mst.Keys, mst.Duration.Round(time.Millisecond), ask, moved, tryagain)
 			f.Close()
 		}
 	}
@@ -749,4 +772,16 @@ func (l *chaosLedger) runs(id string) string {
 		out = append(out, fmt.Sprintf("[w%d %s %s..%s %s]", r.proc.n, r.pid, r.from.Format("15:04:05.000"), r.to.Format("15:04:05.000"), r.end))
 	}
 	return strings.Join(out, " ")
+}
+
+func (l *chaosLedger) ackedBetween(queue string, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, tk := range l.tasks {
+		if tk.queue == queue && tk.acked && !tk.ackAt.Before(from) && tk.ackAt.Before(to) {
+			n++
+		}
+	}
+	return n
 }
