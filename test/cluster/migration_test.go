@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // TestScriptsDuringMigration calls the queue scripts while their slot is
@@ -246,4 +248,175 @@ func contains(xs []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// sameSlot returns a name prefix+n whose hash tag is in slot.
+func sameSlot(t *testing.T, prefix string, slot int) string {
+	t.Helper()
+	for i := 0; i < 1_000_000; i++ {
+		name := prefix + strconv.Itoa(i)
+		if cluster.TagSlot(name) == slot {
+			return name
+		}
+	}
+	t.Fatalf("no name %s<n> in slot %d", prefix, slot)
+	return ""
+}
+
+// TestMoreScriptsDuringMigration is TestScriptsDuringMigration for the
+// scripts of periodic tasks, bulk loads, flows, ordered queues and indexed
+// consumers: their tags are chosen in one slot (that of {periodic}), which
+// is split while they are called; each call waits (TRYAGAIN) and applies
+// once after the move. Without the guard, periodic_due ran on the owner and
+// stopped at the schedule hash already moved ("non local key").
+func TestMoreScriptsDuringMigration(t *testing.T) {
+	needCluster(t)
+	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
+		return &redis.Pool{MaxIdle: 16, DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		}}
+	}, RetryFor: 20 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	ns := redistest.Namespace()
+	st := rdb.NewStore(cp, ns)
+	slot := cluster.TagSlot(rdb.PeriodicTag)
+	q := sameSlot(t, "load-", slot)
+	ord := sameSlot(t, "ord-", slot)
+	cq := sameSlot(t, "cons-", slot)
+	flowName := sameSlot(t, "flow-", slot)
+	client, err := worqr.NewClient(cp, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flow := &worqr.Flow{Name: flowName, Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
+	// Keys of the slot on the owner before the move.
+	if ok, err := st.PutSchedule(ctx, "pre", []byte(`{}`), "k", 1); err != nil || !ok {
+		t.Fatalf("put schedule: %v, %v", ok, err)
+	}
+	qk := st.Queue(rdb.Standalone(q))
+	ck := rdb.NewKeys(ns).Consumer(cq)
+	var runID string
+	calls := []struct {
+		name string
+		run  func(ctx context.Context) error
+	}{
+		{"periodic put", func(ctx context.Context) error {
+			ok, err := st.PutSchedule(ctx, "new", []byte(`{}`), "k", 1)
+			if err == nil && !ok {
+				err = errors.New("not put")
+			}
+			return err
+		}},
+		{"periodic due", func(ctx context.Context) error {
+			_, due, err := st.DueSchedules(ctx, 0, 10)
+			if err == nil && len(due) == 0 {
+				err = errors.New("nothing due")
+			}
+			return err
+		}},
+		{"load chunk", func(ctx context.Context) error {
+			r, err := st.LoadChunk(ctx, qk, &rdb.LoadArgs{Name: "l", Fingerprint: "fp", TTLMillis: 60_000},
+				&rdb.LoadChunk{First: 1, After: 3, IDs: []string{"l1", "l2"}, Payloads: [][]byte{[]byte("1"), []byte("2")}, Tail: "t"})
+			if err == nil && r.Status != rdb.LoadApplied {
+				err = fmt.Errorf("load: %+v", r)
+			}
+			return err
+		}},
+		{"flow start", func(ctx context.Context) error {
+			var err error
+			runID, err = client.StartRun(ctx, flow, map[string]string{"a": "b"})
+			return err
+		}},
+		{"ordered enqueue", func(ctx context.Context) error {
+			_, err := client.Enqueue(ctx, ord, []byte("o"), &worqr.EnqueueOpts{Key: "k1"})
+			return err
+		}},
+		{"consumer dispatch", func(ctx context.Context) error {
+			_, n, err := st.Dispatch(ctx, ck, rdb.ConsumerLimits{MaxProcessing: 3, MaxSearchAhead: 10}, 10, true)
+			if err == nil && n != 3 {
+				err = fmt.Errorf("dispatched %d, want 3", n)
+			}
+			return err
+		}},
+	}
+	from := ownerOf(t, rdb.PeriodicTag)
+	var to *redistest.Server
+	for _, n := range cl.Nodes {
+		if n.Addr != from {
+			to = n
+			break
+		}
+	}
+	done := make([]chan error, len(calls))
+	_, _, tryBefore, _ := cp.Redirections()
+	_, err = cl.MoveTagSlot(ctx, slot, to, redistest.MoveOpts{Batch: 1000, Between: func() {
+		src, err := redis.Dial("tcp", from)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer src.Close()
+		host, port, _ := cutPort(to.Addr)
+		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", rdb.NewKeys(ns).Schedule("pre")); err != nil {
+			t.Errorf("migrating a schedule: %v", err)
+			return
+		}
+		for i, c := range calls {
+			done[i] = make(chan error, 1)
+			go func() { done[i] <- c.run(ctx) }()
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, _, n, _ := cp.Redirections()
+			if n-tryBefore >= int64(3*len(calls)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for i, c := range calls {
+			select {
+			case err := <-done[i]:
+				t.Errorf("%s returned while its slot was split: %v", c.name, err)
+				done[i] <- err
+			default:
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatalf("moving the slot: %v", err)
+	}
+	for i, c := range calls {
+		if err := <-done[i]; err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	// Each applied once, on the new owner.
+	if s, err := st.Schedule(ctx, "new"); err != nil || s == nil {
+		t.Errorf("schedule: %v, %v", s, err)
+	}
+	if cpt, err := st.LoadState(ctx, qk, "l"); err != nil || cpt == nil || cpt.Next != 3 || cpt.Tasks != 2 {
+		t.Errorf("load checkpoint: %+v, %v", cpt, err)
+	}
+	if n, err := client.Len(ctx, q); err != nil || n != 2 {
+		t.Errorf("loaded queue: %d waiting, %v", n, err)
+	}
+	if ri, err := client.Run(ctx, flow, runID); err != nil || ri.State["a"] != "b" {
+		t.Errorf("run %s: %+v, %v", runID, ri, err)
+	}
+	if n, err := client.Len(ctx, ord); err != nil || n != 1 {
+		t.Errorf("ordered queue: %d waiting, %v", n, err)
+	}
+	if p, err := st.ReadProgress(ctx, ck, 0); err != nil || p.Next != 3 {
+		t.Errorf("consumer progress: %+v, %v", p, err)
+	}
 }
