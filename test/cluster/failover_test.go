@@ -136,10 +136,11 @@ func TestFailoverLostEnd(t *testing.T) {
 			_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
 		}
 	}()
-	// Fill the replication link: the replica's socket buffers take a few
-	// MB; what the master writes after that stays in its own output buffer
-	// to the replica, and dies with it.
-	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 48<<20)); err != nil {
+	// Fill the replication link: the kernel's socket buffers take up to
+	// tcp_rmem + tcp_wmem (36 MB at most on the test machine); what the
+	// master writes after that stays in its own output buffer to the
+	// replica, and dies with it.
+	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
 		t.Fatal(err)
 	}
 	close(release)
@@ -160,15 +161,17 @@ func TestFailoverLostEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("master %s killed with the end unreplicated; replica %s promoted after %v", master.Addr, promoted.Addr, took.Round(time.Millisecond))
-	// The end was lost: on the new master the task is held again.
-	if info, err := client.Task(ctx, q, id); err != nil || info == nil || info.State != worqr.StateActive {
-		t.Fatalf("on the promoted replica the task is %+v (%v), want active: the end was not lost", info, err)
-	}
-	// It runs again and ends for good.
+	// The end was lost: on the new master the task is held again, and the
+	// worker, seeing the switch, puts it back: it runs again. (The state
+	// is not read here: the worker may have run it again already.)
 	select {
 	case <-started:
 	case <-time.After(15 * time.Second):
-		t.Fatalf("the task whose end was lost never ran again (switches %d -> %d)", switchesBefore, pool.Switches())
+		info, err := client.Task(ctx, q, id)
+		if errors.Is(err, worqr.ErrTaskNotFound) {
+			t.Fatal("the end reached the replica after all (the task is done and gone): nothing was lost")
+		}
+		t.Fatalf("the task whose end was lost never ran again (switches %d -> %d): %+v, %v", switchesBefore, pool.Switches(), info, err)
 	}
 	select {
 	case k := <-ends:
