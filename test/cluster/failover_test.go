@@ -23,7 +23,8 @@ import (
 // a worker that is alive and no longer runs it: nobody would ever recover
 // it. The ClusterPool counts the master that left the map (Switches), the
 // worker releases what it holds and does not run, and the task runs again
-// and ends for good.
+// and ends for good. Meanwhile a read of the queue, sent just after the
+// kill, waits for the promotion rather than failing to dial.
 func TestFailoverLostEnd(t *testing.T) {
 	if testing.Short() {
 		t.Skip("short mode")
@@ -152,13 +153,42 @@ func TestFailoverLostEnd(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the first end was never acknowledged")
 	}
+	// A pool of its own, seeded away from the doomed master, with no
+	// connection to it yet: its first call there dials.
+	var others []string
+	for _, a := range rc.Addrs() {
+		if a != master.Addr {
+			others = append(others, a)
+		}
+	}
+	fresh, err := worqr.NewClusterPool(others, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	freshClient, err := worqr.NewClient(fresh, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	switchesBefore := pool.Switches()
+	lenDone := make(chan error, 1)
 	promoted, took, err := rc.KillMasterThen(ctx, master, func() {
 		resumed = true
 		_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
+		// A call to the dead master's slot waits for the promotion
+		// (within its deadline) instead of failing to dial.
+		go func() {
+			lctx, c := context.WithTimeout(ctx, 15*time.Second)
+			defer c()
+			_, err := freshClient.Len(lctx, q)
+			lenDone <- err
+		}()
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := <-lenDone; err != nil {
+		t.Errorf("a read of the queue of the dead master during the failover: %v", err)
 	}
 	t.Logf("master %s killed with the end unreplicated; replica %s promoted after %v", master.Addr, promoted.Addr, took.Round(time.Millisecond))
 	// The end was lost: on the new master the task is held again, and the

@@ -113,6 +113,12 @@ func isSubscribe(cmd string) bool {
 // reads it again after a connection error (the node may be gone).
 func (c *Conn) notice(err error) {
 	if err != nil && !isReply(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			// Refused, reset or closed: the node may be dead (a failover),
+			// and then every idle connection to it is too.
+			c.p.dropNode(c.addr)
+		}
 		c.p.refreshSoon()
 		return
 	}
@@ -143,10 +149,12 @@ type retrier struct {
 	backoff   time.Duration
 }
 
-func (c *Conn) newRetrier(ctx context.Context) *retrier {
+func (c *Conn) newRetrier(ctx context.Context) *retrier { return c.p.newRetrier(ctx) }
+
+func (p *Pool) newRetrier(ctx context.Context) *retrier {
 	until, ok := ctx.Deadline()
 	if !ok {
-		until = time.Now().Add(c.p.o.RetryFor)
+		until = time.Now().Add(p.o.RetryFor)
 	}
 	return &retrier{ctx: ctx, until: until, backoff: 5 * time.Millisecond}
 }
