@@ -183,6 +183,12 @@ func (c *ClusterPool) Refresh(ctx context.Context) error { return c.p.Refresh(ct
 // read.
 func (c *ClusterPool) Masters() []string { return c.p.Masters() }
 
+// Switches returns how many times a master left the cluster's slot map (a
+// failover, or its last slot moved away). A worker on the pool that sees
+// it change puts back the takings it holds and does not run: an end the
+// dead master acknowledged may never have reached its replica.
+func (c *ClusterPool) Switches() uint64 { return c.p.Switches() }
+
 // Close closes the connections to every node.
 func (c *ClusterPool) Close() error { return c.p.Close() }
 

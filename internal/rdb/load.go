@@ -189,7 +189,7 @@ func (p *LoadPipe) Push(ch *LoadChunk) error {
 	if err := checkChunk(ch); err != nil {
 		return err
 	}
-	cmd, args := loadScript.command(p.s.mode.Load(), loadArgs(p.q, p.a, ch))
+	cmd, args := loadScript.command(p.s.mode.Load(), p.s.tagged, loadArgs(p.q, p.a, ch))
 	if err := p.c.Send(cmd, args...); err != nil {
 		return err
 	}

@@ -290,7 +290,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	for sent < len(ends) {
 		lo, hi := ends[sent-1], ends[sent]
-		cmd, args := enqueueScript.command(s.mode.Load(), enqueueArgs(q, ids, payloads, lo, hi, a))
+		cmd, args := enqueueScript.command(s.mode.Load(), s.tagged, enqueueArgs(q, ids, payloads, lo, hi, a))
 		if err := c.Send(cmd, args...); err != nil {
 			return done, dups, err
 		}

@@ -75,7 +75,7 @@ func (s *Store) evalAck(ctx context.Context, tag string, sc *script, keysAndArgs
 	}
 	defer c.Close()
 	libs() // names the functions
-	name, args := sc.command(s.mode.Load(), keysAndArgs)
+	name, args := sc.command(s.mode.Load(), s.tagged, keysAndArgs)
 	replies, err := pipelineOn(ctx, c, []command{{name, args}, {"WAIT", s.waitArgs()}})
 	if err != nil {
 		return nil, err

@@ -63,7 +63,7 @@ func load(name string, keyCount int) *script {
 	if err != nil {
 		panic("rdb: " + err.Error()) // a build defect, caught by every test
 	}
-	src := head + body
+	src := unguardLua + head + body
 	sum := sha1.Sum([]byte(src))
 	shardSrc := sharded(src)
 	shardSum := sha1.Sum([]byte(shardSrc))
@@ -140,6 +140,7 @@ var libs = sync.OnceValue(func() [2]*library {
 		}
 		heads.WriteString(head)
 		fmt.Fprintf(&fns, "local function wq_%s(KEYS, ARGV)\n", sc.name)
+		fns.WriteString(unguardLua)
 		if seen["time"] {
 			fns.WriteString("_now = nil\n") // Redis time is read once per call
 		}
@@ -178,9 +179,11 @@ const (
 // the sharded variant of the scripts (a Redis Cluster).
 const modeSharded int32 = 4
 
-// command returns the command and arguments that run sc in mode m.
-func (sc *script) command(m int32, keysAndArgs []any) (string, []any) {
-	args := make([]any, 0, 2+len(keysAndArgs))
+// command returns the command and arguments that run sc in mode m. With
+// guard (a store that routes by tag: maybe a Redis Cluster), the script's
+// migration guard key is declared after its own keys (see guardKey).
+func (sc *script) command(m int32, guard bool, keysAndArgs []any) (string, []any) {
+	args := make([]any, 0, 3+len(keysAndArgs))
 	cmd := "EVALSHA"
 	shard := m&modeSharded != 0
 	switch {
@@ -195,11 +198,61 @@ func (sc *script) command(m int32, keysAndArgs []any) (string, []any) {
 	default:
 		args = append(args, sc.hash)
 	}
-	if sc.keyCount >= 0 {
-		args = append(args, sc.keyCount)
+	n, rest := sc.keyCount, keysAndArgs
+	if n < 0 {
+		c, ok := keysAndArgs[0].(int)
+		if !ok {
+			panic(fmt.Sprintf("rdb: script %s: key count %T, want int", sc.name, keysAndArgs[0]))
+		}
+		n, rest = c, keysAndArgs[1:]
 	}
-	return cmd, append(args, keysAndArgs...)
+	if !guard || n < 1 || n > len(rest) {
+		return cmd, append(append(args, n), rest...)
+	}
+	first, _ := rest[0].(string)
+	args = append(append(args, n+1), rest[:n]...)
+	args = append(args, guardKey(first))
+	return cmd, append(args, rest[n:]...)
 }
+
+// guardSuffix ends the migration guard key: <key up to its hash tag's '}'>
+// followed by it. No worqr key is named so.
+const guardSuffix = ":~"
+
+// guardKey returns the migration guard key of the slot of key k: its name
+// up to the end of its hash tag, then guardSuffix. The key never exists.
+// Declared as a script's last key on a cluster, it makes Redis refuse the
+// call before the script runs while the slot is being migrated: on the
+// migrating node some declared keys exist and this one does not
+// (TRYAGAIN), or none does (ASK, then on the importing node: several
+// keys, some missing, TRYAGAIN). So no script ever runs on a slot whose
+// keys are split between two nodes, where it would fail half way on a key
+// already moved (Redis does not undo what it wrote before) or, on the
+// importing node, read a key not moved yet as missing and create a second
+// copy of it. docs/PROTOCOL.md, "Scripts during a slot migration".
+func guardKey(k string) string {
+	if o := strings.IndexByte(k, '{'); o >= 0 {
+		if c := strings.IndexByte(k[o+1:], '}'); c > 0 {
+			return k[:o+1+c+1] + guardSuffix
+		}
+	}
+	return k + guardSuffix
+}
+
+// unguardLua drops the migration guard key from KEYS (the scripts read
+// KEYS by position and by count); it starts every function and script.
+// It mirrors guardKey.
+const unguardLua = `do
+  local n = #KEYS
+  if n > 1 then
+    local k = KEYS[1]
+    local o = string.find(k, '{', 1, true)
+    local c = o and string.find(k, '}', o + 1, true)
+    local g = (c and c > o + 1) and (string.sub(k, 1, c) .. '` + guardSuffix + `') or (k .. '` + guardSuffix + `')
+    if KEYS[n] == g then KEYS[n] = nil end
+  end
+end
+`
 
 // run runs sc on c. When ctx carries a deadline and c supports timeouts, it
 // uses the connection's read deadline rather than redigo's
@@ -210,7 +263,7 @@ func (s *Store) run(ctx context.Context, c redis.Conn, sc *script, keysAndArgs .
 	m := s.mode.Load()
 	shard := m & modeSharded
 	if m&^modeSharded == modeFunctions {
-		cmd, args := sc.command(m, keysAndArgs)
+		cmd, args := sc.command(m, s.tagged, keysAndArgs)
 		r, err := do(ctx, c, cmd, args...)
 		e, ok := err.(redis.Error)
 		switch {
@@ -227,7 +280,7 @@ func (s *Store) run(ctx context.Context, c redis.Conn, sc *script, keysAndArgs .
 		}
 		s.mode.Store(modeScripts | shard)
 	}
-	cmd, args := sc.command(modeScripts|shard, keysAndArgs)
+	cmd, args := sc.command(modeScripts|shard, s.tagged, keysAndArgs)
 	r, err := do(ctx, c, cmd, args...)
 	if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "NOSCRIPT ") {
 		args[0] = sc.src

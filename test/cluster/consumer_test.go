@@ -85,8 +85,14 @@ func TestConsumersOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The last index is marked done (consumer_done) before its taking
+	// ends (the worker's end, a moment later): poll.
 	for _, name := range names {
-		if q, err := in.Queue(ctx, consumer.QueueName(name)); err != nil || q.Waiting+q.Active+q.Scheduled != 0 {
+		if !poll(5*time.Second, func() bool {
+			q, err := in.Queue(ctx, consumer.QueueName(name))
+			return err == nil && q.Waiting+q.Active+q.Scheduled == 0
+		}) {
+			q, err := in.Queue(ctx, consumer.QueueName(name))
 			t.Errorf("%s: %+v, %v", name, q, err)
 		}
 	}

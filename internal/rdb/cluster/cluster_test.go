@@ -369,3 +369,65 @@ func doTag(ctx context.Context, p *Pool, tag, cmd string, args ...any) (any, err
 	defer c.Close()
 	return redis.DoContext(c, ctx, cmd, args...)
 }
+
+// TestAskThenTryAgain: a command whose keys are all gone from the source is
+// sent to the target with ASKING, which answers TRYAGAIN while some of them
+// are missing there too. The retry goes back to the slot's owner (not to the
+// target without ASKING, which only answers MOVED), and the waits do not
+// count as redirections: the command succeeds however long the move takes.
+func TestAskThenTryAgain(t *testing.T) {
+	p := newPool(t, -1)
+	seen := follows(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	tag, slot, from := tagOn(t, redistest.Namespace()+"-asktry-", func(string) bool { return true })
+	to := otherThan(from)
+	k1, k2 := "{"+tag+"}:1", "{"+tag+"}:2" // k2 never exists
+	if _, err := doTag(ctx, p, tag, "SET", k1, "a"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	err := cl.MoveSlot(ctx, slot, to, 100, func() {
+		src, err := redis.Dial("tcp", from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer src.Close()
+		host, port, _ := stringsCut(to.Addr)
+		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", k1); err != nil {
+			t.Fatal(err)
+		}
+		go func() {
+			c := must(p.GetContextForTag(ctx, tag))
+			defer c.Close()
+			vs, err := redis.Values(redis.DoContext(c, ctx, "MGET", k1, k2))
+			if err == nil && (len(vs) != 2 || fmt.Sprintf("%s", vs[0]) != "a" || vs[1] != nil) {
+				err = fmt.Errorf("MGET = %q", vs)
+			}
+			done <- err
+		}()
+		// More rounds of ASK and TRYAGAIN than MaxRedirects allows.
+		for seen()[tryAgain] < 12 {
+			if ctx.Err() != nil {
+				t.Error("MGET did not meet TRYAGAIN 12 times")
+				return
+			}
+			select {
+			case err := <-done:
+				t.Errorf("MGET ended during the move: %v", err)
+				done <- err
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if seen()[askRedirect] == 0 {
+			t.Error("MGET never met ASK")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("MGET across the migration: %v", err)
+	}
+}

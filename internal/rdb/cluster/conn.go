@@ -53,6 +53,8 @@ const (
 	askRedirect
 	tryAgain
 	clusterDown
+	loading  // LOADING: a node (a restarted master) still loading its data
+	readOnly // READONLY: a write reached a replica (a master demoted under us)
 )
 
 type redirect struct {
@@ -91,6 +93,10 @@ func parseRedirect(err error, from string) redirect {
 		return redirect{kind: tryAgain}
 	case strings.HasPrefix(msg, "CLUSTERDOWN"):
 		return redirect{kind: clusterDown}
+	case strings.HasPrefix(msg, "LOADING"):
+		return redirect{kind: loading}
+	case strings.HasPrefix(msg, "READONLY"):
+		return redirect{kind: readOnly}
 	}
 	return redirect{}
 }
@@ -107,6 +113,12 @@ func isSubscribe(cmd string) bool {
 // reads it again after a connection error (the node may be gone).
 func (c *Conn) notice(err error) {
 	if err != nil && !isReply(err) && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			// Refused, reset or closed: the node may be dead (a failover),
+			// and then every idle connection to it is too.
+			c.p.dropNode(c.addr)
+		}
 		c.p.refreshSoon()
 		return
 	}
@@ -137,10 +149,12 @@ type retrier struct {
 	backoff   time.Duration
 }
 
-func (c *Conn) newRetrier(ctx context.Context) *retrier {
+func (c *Conn) newRetrier(ctx context.Context) *retrier { return c.p.newRetrier(ctx) }
+
+func (p *Pool) newRetrier(ctx context.Context) *retrier {
 	until, ok := ctx.Deadline()
 	if !ok {
-		until = time.Now().Add(c.p.o.RetryFor)
+		until = time.Now().Add(p.o.RetryFor)
 	}
 	return &retrier{ctx: ctx, until: until, backoff: 5 * time.Millisecond}
 }
@@ -191,14 +205,22 @@ func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 			return false, false, err
 		}
 		return true, rd.kind == askRedirect, nil
-	case tryAgain, clusterDown:
-		if rd.kind == clusterDown {
+	case tryAgain, clusterDown, loading, readOnly:
+		if rd.kind == clusterDown || rd.kind == readOnly {
 			c.p.refreshSoon()
 		}
 		if !r.pause() {
 			return false, false, nil
 		}
-		if rd.kind == clusterDown && c.slot >= 0 {
+		// Back to the slot's owner in the map: after a TRYAGAIN from the
+		// node an ASK named (the slot is still moving), sending there again
+		// without ASKING would only be answered MOVED; after CLUSTERDOWN or
+		// READONLY the map may name a new master. The redirections so far
+		// led to this wait, which the call's deadline bounds: they are not
+		// counted against MaxRedirects, else a slot that moves for longer
+		// than a few waits would fail its calls with ASK.
+		r.redirects = 0
+		if rd.kind != loading && c.slot >= 0 {
 			if addr := c.p.Addr(c.slot); addr != "" {
 				if err := c.switchTo(r.ctx, addr); err != nil {
 					return false, false, err

@@ -52,7 +52,8 @@ type Pool struct {
 	lastRefresh time.Time
 	refreshes   int64 // completed topology reads (for tests)
 
-	followed [5]atomic.Int64 // redirections acted on, by kind
+	followed [7]atomic.Int64 // redirections acted on, by kind
+	switches atomic.Uint64   // maps installed without a master of the one before
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -64,6 +65,13 @@ func (p *Pool) Redirections() (moved, ask, tryagain, clusterdown int64) {
 	return p.followed[movedRedirect].Load(), p.followed[askRedirect].Load(),
 		p.followed[tryAgain].Load(), p.followed[clusterDown].Load()
 }
+
+// Switches counts the slot maps read that lack a master of the map before
+// (a failover promoted its replica, or its last slot moved away). Writes a
+// dead master acknowledged may not have reached its replica (replication
+// is asynchronous), so a worker that sees the count change checks what it
+// holds (rdb.Store.Switches).
+func (p *Pool) Switches() uint64 { return p.switches.Load() }
 
 // ErrClosed is returned by a closed Pool.
 var ErrClosed = errors.New("cluster: pool closed")
@@ -259,7 +267,9 @@ func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
 			}
 			role, _ := redis.String(nm["role"], nil)
 			health, _ := redis.String(nm["health"], nil)
-			if role != "master" || health == "fail" {
+			// A failed master is "fail" in Redis 7.0's CLUSTER SHARDS and
+			// "failed" in its documentation (and later versions).
+			if role != "master" || health == "fail" || health == "failed" {
 				continue
 			}
 			host, _ := redis.String(nm["endpoint"], nil)
@@ -328,6 +338,16 @@ func (p *Pool) install(shards []shard) {
 		p.mu.Unlock()
 		return
 	}
+	for _, a := range p.masters {
+		if !set[a] {
+			// A master left the map: a failover (its replica serves its
+			// slots now) or its last slot moved away. Either way count it:
+			// writes the old master acknowledged may not have reached its
+			// replica.
+			p.switches.Add(1)
+			break
+		}
+	}
 	p.slots, p.masters = slots, masters
 	for a, np := range p.pools {
 		if !set[a] {
@@ -377,6 +397,20 @@ func (p *Pool) nodePool(addr string) (*redis.Pool, error) {
 	return np, nil
 }
 
+// dropNode closes the pool of the node at addr after a connection to it
+// failed (not a timeout): its idle connections are likely dead too (a
+// killed master), and each would fail one more call. The next call dials
+// anew, which get retries until the replica is promoted.
+func (p *Pool) dropNode(addr string) {
+	p.mu.Lock()
+	np := p.pools[addr]
+	delete(p.pools, addr)
+	p.mu.Unlock()
+	if np != nil {
+		np.Close() // connections in use close when they are returned
+	}
+}
+
 // dial returns a pooled connection to the node at addr.
 func (p *Pool) dial(ctx context.Context, addr string) (redis.Conn, error) {
 	np, err := p.nodePool(addr)
@@ -399,9 +433,14 @@ func (p *Pool) DialNode(ctx context.Context, addr string) (redis.Conn, error) {
 	return np.Dial()
 }
 
-// addrFor returns the master of slot, reading the map again (once, in the
+// addrFor returns the master of slot, reading the map again (in the
 // caller's context) when the slot is not covered; -1 means any master.
+// While no master serves it (a failover under way: the dead master is
+// marked failed and its replica not promoted yet) it waits and reads again,
+// with backoff, until the call's deadline (Options.RetryFor without one),
+// as for a CLUSTERDOWN reply.
 func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {
+	var rt *retrier
 	for attempt := 0; ; attempt++ {
 		p.mu.RLock()
 		var addr string
@@ -418,7 +457,12 @@ func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {
 		case addr != "":
 			return addr, nil
 		case attempt > 0:
-			return "", fmt.Errorf("cluster: no master serves slot %d (CLUSTERDOWN)", slot)
+			if rt == nil {
+				rt = p.newRetrier(ctx)
+			}
+			if !rt.pause() {
+				return "", fmt.Errorf("cluster: no master serves slot %d (CLUSTERDOWN)", slot)
+			}
 		}
 		if err := p.Refresh(ctx); err != nil {
 			return "", err
@@ -452,17 +496,38 @@ func (p *Pool) Get() redis.Conn {
 	return c
 }
 
+// get returns a connection to the master of slot. A node that cannot be
+// dialed may be a dead master whose replica is not promoted yet: nothing
+// was sent, so it reads the map again and dials again, with backoff, until
+// the call's deadline (Options.RetryFor without one), then returns the
+// dial error.
 func (p *Pool) get(ctx context.Context, slot int) (redis.Conn, error) {
-	addr, err := p.addrFor(ctx, slot)
-	if err != nil {
-		return nil, err
+	var rt *retrier
+	for {
+		addr, err := p.addrFor(ctx, slot)
+		if err != nil {
+			return nil, err
+		}
+		c, err := p.dial(ctx, addr)
+		if err == nil {
+			return &Conn{p: p, slot: slot, addr: addr, c: c}, nil
+		}
+		if errors.Is(err, ErrClosed) || ctx.Err() != nil {
+			return nil, err
+		}
+		if rt == nil {
+			rt = p.newRetrier(ctx)
+		}
+		if !rt.pause() {
+			p.refreshSoon()
+			return nil, err
+		}
+		p.refreshMu.Lock()
+		if time.Since(p.lastRefresh) >= 100*time.Millisecond {
+			_ = p.refreshLocked(ctx) // the node may be gone: read the map again
+		}
+		p.refreshMu.Unlock()
 	}
-	c, err := p.dial(ctx, addr)
-	if err != nil {
-		p.refreshSoon() // the node may be gone (a failover): read the map again
-		return nil, err
-	}
-	return &Conn{p: p, slot: slot, addr: addr, c: c}, nil
 }
 
 type errorConn struct{ err error }

@@ -1,0 +1,221 @@
+package cluster_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb/cluster"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// TestFailoverLostEnd loses an acknowledged finish for sure: the replica of
+// the queue's master is frozen (SIGSTOP) while a worker's end is applied
+// on the master, then the master is SIGKILLed and the replica resumed and
+// promoted without that end. The task is still held, in the new master, by
+// a worker that is alive and no longer runs it: nobody would ever recover
+// it. The ClusterPool counts the master that left the map (Switches), the
+// worker releases what it holds and does not run, and the task runs again
+// and ends for good. Meanwhile a read of the queue, sent just after the
+// kill, waits for the promotion rather than failing to dial.
+func TestFailoverLostEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short mode")
+	}
+	rc, err := redistest.StartClusterWithReplicas(3)
+	if err != nil {
+		if err == redistest.ErrNoRedisCLI {
+			t.Skip(redistest.ClusterHint)
+		}
+		t.Fatalf("starting the cluster with replicas: %v", err)
+	}
+	t.Cleanup(rc.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	pool, err := worqr.NewClusterPool(rc.Addrs(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	ns := redistest.Namespace()
+	// A queue whose master does not serve the registry.
+	reg, err := rc.NodeOf(ctx, cluster.TagSlot("reg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := ""
+	var master *redistest.Server
+	for i := 0; q == "" && i < 1000; i++ {
+		name := "lost-end-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		n, err := rc.NodeOf(ctx, cluster.TagSlot(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != reg {
+			q, master = name, n
+		}
+	}
+	replica, err := rc.ReplicaOf(ctx, master)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var mu sync.Mutex
+	runs := 0
+	release := make(chan struct{})
+	started := make(chan struct{}, 4)
+	ends := make(chan worqr.EventKind, 16)
+	cfg := fastWorker(ns, map[string]worqr.QueueConfig{q: {Concurrency: 1,
+		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			mu.Lock()
+			runs++
+			first := runs == 1
+			mu.Unlock()
+			started <- struct{}{}
+			if first {
+				<-release
+			}
+			return nil
+		})}})
+	// The session outlives the failover (while a master is down the whole
+	// cluster answers CLUSTERDOWN, heartbeats included): a lost session
+	// would have its takings requeued by the reaper, which is not what
+	// this test is about.
+	cfg.HeartbeatInterval, cfg.HeartbeatTTL = 500*time.Millisecond, 10*time.Second
+	cfg.OnEvent = func(e worqr.Event) {
+		if e.Queue == q && (e.Kind == worqr.EventDone || e.Kind == worqr.EventLost) {
+			ends <- e.Kind
+		}
+	}
+	w, err := worqr.NewWorker(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = w.Stop(sctx)
+	}()
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := client.Enqueue(ctx, q, []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-started:
+	case <-ctx.Done():
+		t.Fatal("the task never started")
+	}
+	// The take reached the replica; from now on it hears nothing.
+	mc, err := redis.Dial("tcp", master.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	if n, err := redis.Int(mc.Do("WAIT", 1, 5000)); err != nil || n != 1 {
+		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	}
+	if err := syscall.Kill(replica.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	resumed := false
+	defer func() {
+		if !resumed {
+			_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
+		}
+	}()
+	// Fill the replication link: the kernel's socket buffers take up to
+	// tcp_rmem + tcp_wmem (36 MB at most on the test machine); what the
+	// master writes after that stays in its own output buffer to the
+	// replica, and dies with it.
+	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	select {
+	case k := <-ends:
+		if k != worqr.EventDone {
+			t.Fatalf("first end: %v", k)
+		}
+	case <-ctx.Done():
+		t.Fatal("the first end was never acknowledged")
+	}
+	// A pool of its own, seeded away from the doomed master, with no
+	// connection to it yet: its first call there dials.
+	var others []string
+	for _, a := range rc.Addrs() {
+		if a != master.Addr {
+			others = append(others, a)
+		}
+	}
+	fresh, err := worqr.NewClusterPool(others, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	freshClient, err := worqr.NewClient(fresh, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	switchesBefore := pool.Switches()
+	lenDone := make(chan error, 1)
+	promoted, took, err := rc.KillMasterThen(ctx, master, func() {
+		resumed = true
+		_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
+		// A call to the dead master's slot waits for the promotion
+		// (within its deadline) instead of failing to dial.
+		go func() {
+			lctx, c := context.WithTimeout(ctx, 15*time.Second)
+			defer c()
+			_, err := freshClient.Len(lctx, q)
+			lenDone <- err
+		}()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lenDone; err != nil {
+		t.Errorf("a read of the queue of the dead master during the failover: %v", err)
+	}
+	t.Logf("master %s killed with the end unreplicated; replica %s promoted after %v", master.Addr, promoted.Addr, took.Round(time.Millisecond))
+	// The end was lost: on the new master the task is held again, and the
+	// worker, seeing the switch, puts it back: it runs again. (The state
+	// is not read here: the worker may have run it again already.)
+	select {
+	case <-started:
+	case <-time.After(15 * time.Second):
+		info, err := client.Task(ctx, q, id)
+		if errors.Is(err, worqr.ErrTaskNotFound) {
+			t.Fatal("the end reached the replica after all (the task is done and gone): nothing was lost")
+		}
+		t.Fatalf("the task whose end was lost never ran again (switches %d -> %d): %+v, %v", switchesBefore, pool.Switches(), info, err)
+	}
+	select {
+	case k := <-ends:
+		if k != worqr.EventDone {
+			t.Fatalf("second end: %v", k)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second run never ended")
+	}
+	// Done, and not kept (the queue has no retention): gone.
+	if info, err := client.Task(ctx, q, id); !errors.Is(err, worqr.ErrTaskNotFound) {
+		t.Errorf("after the second run: %+v, %v; want the task gone", info, err)
+	}
+	if pool.Switches() == switchesBefore {
+		t.Error("the pool counted no switch")
+	}
+}
