@@ -124,6 +124,10 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // exactly once. Task ids are made of the chunk's time, the load's name and
 // the line number. A load does not publish per-task events.
 //
+// When ctx ends, Load sends no more chunks but still reads the answers about
+// those on the wire (for up to 5 s), so that the progress it returns with
+// ctx's error counts every task enqueued.
+//
 // It returns the progress made; on failure ErrLoadExists (wrapped, with
 // where the load stands) or a *LoadError (wrapping an *InvalidError for a
 // bad line, or the Redis error).
@@ -331,8 +335,17 @@ func (l *loader) run() error {
 		return l.stop
 	}
 	// The first chunk on its own: it loads the scripts where missing.
-	rep, err := l.c.st.LoadChunk(l.ctx, l.q, &l.args, first)
+	if err := l.ctx.Err(); err != nil {
+		return err
+	}
+	cctx, cancel := l.callCtx()
+	rep, err := l.c.st.LoadChunk(cctx, l.q, &l.args, first)
+	cancel()
 	if err != nil {
+		if l.ctx.Err() != nil {
+			l.pending = []*rdb.LoadChunk{first}
+			_, err = l.broken(err) // the checkpoint tells whether it was applied
+		}
 		return err
 	}
 	l.pending = []*rdb.LoadChunk{first}
@@ -362,24 +375,54 @@ func (l *loader) run() error {
 	}
 }
 
+// loadDrain bounds how long a stopped load waits for the answers about the
+// chunks it had sent.
+const loadDrain = 5 * time.Second
+
+// callCtx returns the context of the load's calls to Redis: it ends
+// loadDrain after l.ctx ends (or when cancel is called), so that the answers
+// about chunks already sent are still read after a stop.
+func (l *loader) callCtx() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(l.ctx))
+	stop := context.AfterFunc(l.ctx, func() {
+		t := time.NewTimer(loadDrain)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-ctx.Done():
+		}
+	})
+	return ctx, func() { stop(); cancel() }
+}
+
 // stream sends pending and new chunks on one connection until the input
 // ends (false) or a chunk was refused or the connection failed, after which
 // the checkpoint was read again and run calls stream again (true).
+//
+// When l.ctx ends, it sends nothing more but still reads the answers about
+// the chunks on the wire (for at most loadDrain): Redis applies them all the
+// same, and so the progress returned counts every task enqueued.
 func (l *loader) stream() (bool, error) {
-	pipe, err := l.c.st.OpenLoadPipe(l.ctx, l.q, &l.args)
+	pctx, pcancel := l.callCtx()
+	defer pcancel()
+	pipe, err := l.c.st.OpenLoadPipe(pctx, l.q, &l.args)
 	if err != nil {
 		return false, err
 	}
 	defer pipe.Close()
 	sent := 0 // of l.pending
 	for {
-		for sent < len(l.pending) && pipe.Pending() < l.o.Window {
+		if l.ctx.Err() != nil && pipe.Pending() == 0 {
+			return false, l.ctx.Err()
+		}
+		for sent < len(l.pending) && l.ctx.Err() == nil && pipe.Pending() < l.o.Window {
 			if err := pipe.Push(l.pending[sent]); err != nil {
 				return l.broken(err)
 			}
 			sent++
 		}
-		for !l.eof && pipe.Pending() < l.o.Window {
+		for !l.eof && l.ctx.Err() == nil && pipe.Pending() < l.o.Window {
 			ch, err := l.read()
 			if err != nil {
 				return false, err
