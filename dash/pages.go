@@ -163,7 +163,12 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	od := overviewData{Queues: qs, Chart: d.hub.chart()}
+	od := overviewData{Queues: qs, Chart: emptyChart(time.Now())}
+	if hs, err := d.in.History(r.Context(), "", chartMinutes); err != nil {
+		d.log.Warn("dash: reading the history failed", "err", err)
+	} else {
+		od.Chart = bucketsOf(hs)
+	}
 	for _, q := range qs {
 		od.Totals.Waiting += q.Waiting
 		od.Totals.Scheduled += q.Scheduled
