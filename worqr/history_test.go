@@ -173,14 +173,14 @@ func TestHistoryAddsUpAcrossProcesses(t *testing.T) {
 		}
 	})
 	in, _ := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	got := waitHistory(t, in, "hq", func(s worqr.Throughput) bool { return s.Done >= 7 && s.Dead >= 1 })
+	waitHistory(t, in, "hq", func(s worqr.Throughput) bool { return s.Done >= 7 && s.Dead >= 1 })
 	// Let any late publication land, then read again: nothing doubles.
 	for _, w := range ws {
 		if err := w.Stop(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}
-	got = waitHistory(t, in, "hq", func(worqr.Throughput) bool { return true })
+	got := waitHistory(t, in, "hq", func(worqr.Throughput) bool { return true })
 	want := worqr.Throughput{Enqueued: 8, Done: 7, Retried: 1, Dead: 1}
 	if got != want {
 		t.Errorf("history of hq = %+v, want %+v", got, want)

@@ -25,7 +25,8 @@ func TestHistoryCounters(t *testing.T) {
 	ns := redistest.Namespace()
 	a, b := rdb.NewStore(pool, ns), rdb.NewStore(pool, ns)
 	const m = 29000000 // a unix minute
-	if err := a.PublishEvents(ctx, []byte("[]"), 0); err != nil { // warm up
+	// Warm up: every connection made.
+	if err := a.PublishEvents(ctx, []byte("[]"), 0); err != nil {
 		t.Fatal(err)
 	}
 	before := commandCount(t, c)
