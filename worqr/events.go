@@ -50,7 +50,9 @@ func (w wireEvent) event() Event {
 // batches: at most one message per interval, sent by a timer armed by the
 // first event after a publication, so an idle process sends nothing and
 // needs no goroutine of its own. Publication is best effort: a batch that
-// fails to publish is dropped (and logged).
+// fails to publish is dropped (and logged). The same publication adds the
+// per-minute history counters gathered since the last one (history.go);
+// they are kept for the next one only when nothing reached Redis.
 type eventBus struct {
 	st       *rdb.Store
 	interval time.Duration
