@@ -490,10 +490,11 @@ func TestBroadcasterPollsOncePerTick(t *testing.T) {
 
 var reChart = regexp.MustCompile(`data-chart="([^"]*)"`)
 
-// chartSums reads the overview's chart and sums its hour.
-func (e *env) chartSums(ts *httptest.Server) (enq, done, failed int64, minutes int) {
+// chartSums reads the chart of a page (the overview when path is "/")
+// and sums its hour.
+func (e *env) chartSums(ts *httptest.Server, path string) (enq, done, failed int64, minutes int) {
 	e.t.Helper()
-	resp, err := e.http.Get(ts.URL + "/")
+	resp, err := e.http.Get(ts.URL + path)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -523,7 +524,7 @@ func TestChartReadsHistory(t *testing.T) {
 	e.kill("jobs", 3, "boom")
 	// Wait for the workers' and the client's publications to land.
 	e.eventually(5*time.Second, func() bool {
-		enq, _, failed, _ := e.chartSums(e.ts)
+		enq, _, failed, _ := e.chartSums(e.ts, "/")
 		return enq == 3 && failed == 3
 	}, "history on the first dashboard")
 	e.d.Close()
@@ -536,10 +537,15 @@ func TestChartReadsHistory(t *testing.T) {
 	defer d2.Close()
 	ts2 := httptest.NewServer(d2)
 	defer ts2.Close()
-	enq, done, failed, minutes := e.chartSums(ts2)
-	if enq != 3 || done != 0 || failed != 3 || minutes != chartMinutes {
-		t.Fatalf("a new dashboard's chart: enqueued %d, done %d, failed %d over %d minutes; want 3, 0, 3 over %d",
-			enq, done, failed, minutes, chartMinutes)
+	for _, path := range []string{"/", "/queue?name=jobs"} {
+		enq, done, failed, minutes := e.chartSums(ts2, path)
+		if enq != 3 || done != 0 || failed != 3 || minutes != chartMinutes {
+			t.Fatalf("a new dashboard's chart of %s: enqueued %d, done %d, failed %d over %d minutes; want 3, 0, 3 over %d",
+				path, enq, done, failed, minutes, chartMinutes)
+		}
+	}
+	if enq, _, failed, _ := e.chartSums(ts2, "/queue?name=other"); enq != 0 || failed != 0 {
+		t.Errorf("the chart of a queue with no work shows %d enqueued, %d failed", enq, failed)
 	}
 	s := openSSE(t, ts2.URL)
 	defer s.resp.Body.Close()

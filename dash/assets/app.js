@@ -56,7 +56,7 @@
   // minute merges one minute of history from the server: it replaces the
   // same minute, or is appended (after any skipped minutes, as zeros).
   function minute(b) {
-    if (!chart.length) return;
+    if (!chart.length || chartEl.dataset.queue) return; // live minutes are every queue's
     for (var i = chart.length - 1; i >= 0; i--) {
       if (chart[i].t === b.t) { chart[i] = b; draw(); return; }
     }
