@@ -75,7 +75,9 @@ type Dashboard struct {
 }
 
 // New returns a dashboard on in. It starts following in's event stream at
-// once (one Redis connection, to draw the throughput chart); Close stops it.
+// once (one Redis connection, relayed to connected browsers); Close stops
+// it. The throughput chart is read from Inspector.History: the page loads
+// the last hour, the broadcaster refreshes the last two minutes.
 func New(in *worqr.Inspector, opts *Options) *Dashboard {
 	return newDashboard(in, opts, in.Queues, time.NewTicker)
 }
@@ -103,7 +105,7 @@ func newDashboard(in *worqr.Inspector, opts *Options, queues queuesFunc, ticker 
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Dashboard{in: in, opts: o, log: o.Logger, secret: secret, cancel: cancel, done: make(chan struct{})}
 	d.tmpl = parseTemplates(o)
-	d.hub = newHub(queues, ticker, pollInterval, o.Logger)
+	d.hub = newHub(queues, in.History, ticker, pollInterval, o.Logger)
 	go func() {
 		defer close(d.done)
 		_ = in.Follow(ctx, d.hub.event)

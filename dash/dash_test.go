@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -487,17 +488,88 @@ func TestBroadcasterPollsOncePerTick(t *testing.T) {
 	}
 }
 
-func TestChartCountsEvents(t *testing.T) {
+var reChart = regexp.MustCompile(`data-chart="([^"]*)"`)
+
+// chartSums reads the chart of a page (the overview when path is "/")
+// and sums its hour.
+func (e *env) chartSums(ts *httptest.Server, path string) (enq, done, failed int64, minutes int) {
+	e.t.Helper()
+	resp, err := e.http.Get(ts.URL + path)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	m := reChart.FindSubmatch(body)
+	if m == nil {
+		e.t.Fatal("no chart on the overview")
+	}
+	var bs []bucket
+	if err := json.Unmarshal([]byte(html.UnescapeString(string(m[1]))), &bs); err != nil {
+		e.t.Fatal(err)
+	}
+	for _, b := range bs {
+		enq, done, failed = enq+b.Enqueued, done+b.Done, failed+b.Failed
+	}
+	return enq, done, failed, len(bs)
+}
+
+// TestChartReadsHistory: the chart is the namespace's history in Redis,
+// not what one dashboard saw: a dashboard started after the work (on an
+// inspector that publishes nothing) shows it at load, and its live stream
+// sends the current minutes.
+func TestChartReadsHistory(t *testing.T) {
 	e := newEnv(t, nil)
+	began := time.Now().Unix() / 60
 	e.kill("jobs", 3, "boom")
-	e.eventually(2*time.Second, func() bool {
-		var enq, failed int
-		for _, b := range e.d.hub.chart() {
-			enq += b.Enqueued
-			failed += b.Failed
-		}
+	// Wait for the workers' and the client's publications to land.
+	e.eventually(5*time.Second, func() bool {
+		enq, _, failed, _ := e.chartSums(e.ts, "/")
 		return enq == 3 && failed == 3
-	}, "chart counts from Follow")
+	}, "history on the first dashboard")
+	e.d.Close()
+
+	in, err := worqr.NewInspector(srv.Pool(), &worqr.Config{Namespace: e.cfg.Namespace, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d2 := New(in, nil)
+	defer d2.Close()
+	ts2 := httptest.NewServer(d2)
+	defer ts2.Close()
+	for _, path := range []string{"/", "/queue?name=jobs"} {
+		enq, done, failed, minutes := e.chartSums(ts2, path)
+		if enq != 3 || done != 0 || failed != 3 || minutes != chartMinutes {
+			t.Fatalf("a new dashboard's chart of %s: enqueued %d, done %d, failed %d over %d minutes; want 3, 0, 3 over %d",
+				path, enq, done, failed, minutes, chartMinutes)
+		}
+	}
+	if enq, _, failed, _ := e.chartSums(ts2, "/queue?name=other"); enq != 0 || failed != 0 {
+		t.Errorf("the chart of a queue with no work shows %d enqueued, %d failed", enq, failed)
+	}
+	s := openSSE(t, ts2.URL)
+	defer s.resp.Body.Close()
+	var live int64
+	for i := 0; i < 10; i++ { // the first broadcast: queues, then 2 minutes
+		ev, data, err := s.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev != "minute" {
+			continue
+		}
+		var b bucket
+		if err := json.Unmarshal([]byte(data), &b); err != nil {
+			t.Fatal(err)
+		}
+		live += b.Failed
+		if b.Minute == time.Now().Unix()/60 {
+			break
+		}
+	}
+	if live != 3 && time.Now().Unix()/60-began <= 1 { // else the work is older than the 2 live minutes
+		t.Errorf("the live minutes counted %d failed, want 3", live)
+	}
 }
 
 func TestPagesRender(t *testing.T) {

@@ -13,6 +13,9 @@ import (
 // queuesFunc is Inspector.Queues (tests count its calls).
 type queuesFunc func(ctx context.Context) ([]worqr.QueueInfo, error)
 
+// historyFunc is Inspector.History.
+type historyFunc func(ctx context.Context, queue string, minutes int) ([]worqr.HistoryMinute, error)
+
 // chartMinutes is how many per-minute buckets the throughput chart keeps.
 const chartMinutes = 60
 
@@ -26,12 +29,15 @@ type message struct {
 }
 
 // hub is the one broadcaster of a Dashboard. While at least one browser is
-// subscribed it polls the queues' counts once per interval and, on the same
-// tick, relays the worqr events gathered from Follow since the last one;
+// subscribed it polls the queues' counts and the last two minutes of the
+// throughput history (the minute before may still get late publications)
+// once per interval and, on the same tick, relays the worqr events gathered
+// from Follow since the last one;
 // every message is encoded once and fanned out to every subscriber. A
 // subscriber that does not keep up loses messages (never blocks the hub).
 type hub struct {
 	queues   queuesFunc
+	history  historyFunc
 	ticker   func(time.Duration) *time.Ticker
 	interval time.Duration
 	log      *slog.Logger
@@ -42,17 +48,16 @@ type hub struct {
 	last    *message      // latest queues snapshot, for new subscribers
 	pending []eventJSON   // events since the last broadcast
 	skipped int           // events beyond maxRelayed since the last broadcast
-	minutes [chartMinutes]bucket
 	closed  bool
 	polled  time.Time // when the last poll started: a new loop waits out the interval
 }
 
-// bucket counts one minute of events.
+// bucket is one minute of the chart, from Inspector.History.
 type bucket struct {
 	Minute   int64 `json:"t"` // unix minute
-	Enqueued int   `json:"enqueued"`
-	Done     int   `json:"done"`
-	Failed   int   `json:"failed"` // retries and deaths
+	Enqueued int64 `json:"enqueued"`
+	Done     int64 `json:"done"`
+	Failed   int64 `json:"failed"` // retries and deaths
 }
 
 type eventJSON struct {
@@ -65,27 +70,17 @@ type eventJSON struct {
 	Count  int    `json:"count,omitempty"`
 }
 
-func newHub(queues queuesFunc, ticker func(time.Duration) *time.Ticker, interval time.Duration, log *slog.Logger) *hub {
-	return &hub{queues: queues, ticker: ticker, interval: interval, log: log, subs: map[chan message]struct{}{}}
+func newHub(queues queuesFunc, history historyFunc, ticker func(time.Duration) *time.Ticker, interval time.Duration, log *slog.Logger) *hub {
+	return &hub{queues: queues, history: history, ticker: ticker, interval: interval, log: log, subs: map[chan message]struct{}{}}
 }
 
-// event is Follow's callback: it counts e in the chart and keeps it for
-// the next broadcast.
+// event is Follow's callback: it keeps e for the next broadcast while a
+// browser watches.
 func (h *hub) event(e worqr.Event) {
-	n := max(e.Count, 1)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	b := h.bucket(time.Now())
-	switch e.Kind {
-	case worqr.EventEnqueued:
-		b.Enqueued += n
-	case worqr.EventDone:
-		b.Done++
-	case worqr.EventRetry, worqr.EventDead:
-		b.Failed++
-	}
 	if h.stop == nil {
-		return // nobody watches: only the chart counts
+		return // nobody watches
 	}
 	if len(h.pending) >= maxRelayed {
 		h.skipped++
@@ -98,29 +93,22 @@ func (h *hub) event(e worqr.Event) {
 	h.pending = append(h.pending, ej)
 }
 
-// bucket returns the bucket of t's minute, resetting a stale one. h.mu held.
-func (h *hub) bucket(t time.Time) *bucket {
-	m := t.Unix() / 60
-	b := &h.minutes[m%chartMinutes]
-	if b.Minute != m {
-		*b = bucket{Minute: m}
+// bucketsOf turns Inspector.History into the chart's buckets.
+func bucketsOf(hs []worqr.HistoryMinute) []bucket {
+	out := make([]bucket, len(hs))
+	for i, m := range hs {
+		out[i] = bucket{Minute: m.Minute.Unix() / 60, Enqueued: m.Enqueued, Done: m.Done, Failed: m.Failed()}
 	}
-	return b
+	return out
 }
 
-// chart returns the last hour, oldest minute first, zeros included.
-func (h *hub) chart() []bucket {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	now := time.Now().Unix() / 60
+// emptyChart is the chart of an hour with nothing in it (when History
+// fails).
+func emptyChart(now time.Time) []bucket {
 	out := make([]bucket, chartMinutes)
+	m := now.Unix()/60 - chartMinutes + 1
 	for i := range out {
-		m := now - int64(chartMinutes-1-i)
-		b := h.minutes[m%chartMinutes]
-		if b.Minute != m {
-			b = bucket{Minute: m}
-		}
-		out[i] = b
+		out[i].Minute = m + int64(i)
 	}
 	return out
 }
@@ -204,8 +192,8 @@ func (h *hub) loop(stop chan struct{}) {
 	}
 }
 
-// poll reads the counts once and broadcasts them with the pending events
-// and the current chart minute.
+// poll reads the counts and the last two minutes of history once and
+// broadcasts them with the pending events.
 func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 	h.mu.Lock()
 	h.polled = time.Now()
@@ -213,6 +201,13 @@ func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 	qs, err := h.queues(ctx)
 	if ctx.Err() != nil {
 		return
+	}
+	hs, herr := h.history(ctx, "", 2)
+	if ctx.Err() != nil {
+		return
+	}
+	if herr != nil {
+		h.log.Warn("dash: reading the history failed", "err", herr)
 	}
 	var snap *message
 	if err != nil {
@@ -239,9 +234,10 @@ func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 		msgs = append(msgs, message{event: "events", data: data})
 		h.pending, h.skipped = nil, 0
 	}
-	cur := *h.bucket(time.Now())
-	data, _ := json.Marshal(cur)
-	msgs = append(msgs, message{event: "minute", data: data})
+	for _, b := range bucketsOf(hs) {
+		data, _ := json.Marshal(b)
+		msgs = append(msgs, message{event: "minute", data: data})
+	}
 	for ch := range h.subs {
 		for _, m := range msgs {
 			select {

@@ -163,7 +163,12 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, r, err)
 		return
 	}
-	od := overviewData{Queues: qs, Chart: d.hub.chart()}
+	od := overviewData{Queues: qs, Chart: emptyChart(time.Now())}
+	if hs, err := d.in.History(r.Context(), "", chartMinutes); err != nil {
+		d.log.Warn("dash: reading the history failed", "err", err)
+	} else {
+		od.Chart = bucketsOf(hs)
+	}
 	for _, q := range qs {
 		od.Totals.Waiting += q.Waiting
 		od.Totals.Scheduled += q.Scheduled
@@ -184,6 +189,7 @@ type queueData struct {
 	Page   int
 	Pages  int
 	Flow   bool
+	Chart  []bucket // the queue's last hour
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -212,6 +218,12 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	qd := queueData{Q: q, State: state, States: states, Tasks: tasks, Total: total, Page: pg,
 		Pages: max(1, (total+pageSize-1)/pageSize), Flow: q.Flow != ""}
+	qd.Chart = emptyChart(time.Now())
+	if hs, err := d.in.History(ctx, name, chartMinutes); err != nil {
+		d.log.Warn("dash: reading the history failed", "queue", name, "err", err)
+	} else {
+		qd.Chart = bucketsOf(hs)
+	}
 	d.render(w, r, http.StatusOK, "queue", &page{Title: q.Name, Nav: "overview", Data: qd})
 }
 

@@ -48,11 +48,13 @@ type Config struct {
 	// text on stderr.
 	Logger *slog.Logger
 	// EventInterval is how often this process publishes the events it
-	// observed (see Inspector.Follow): at most one message per interval, and
-	// none when nothing happened. Default 250ms, at least MinInterval.
+	// observed (see Inspector.Follow), and adds them to the throughput
+	// history (see Inspector.History): at most one message per interval,
+	// and none when nothing happened. Default 250ms, at least MinInterval.
 	EventInterval time.Duration
 	// DisableEvents keeps this process's events to itself (OnEvent still
-	// sees a Worker's).
+	// sees a Worker's): it neither publishes them nor counts them in the
+	// throughput history.
 	DisableEvents bool
 	// EventLogLength, when > 0, also keeps about that many of the latest
 	// published batches in a stream (XADD MAXLEN ~), for

@@ -50,7 +50,9 @@ func (w wireEvent) event() Event {
 // batches: at most one message per interval, sent by a timer armed by the
 // first event after a publication, so an idle process sends nothing and
 // needs no goroutine of its own. Publication is best effort: a batch that
-// fails to publish is dropped (and logged).
+// fails to publish is dropped (and logged). The same publication adds the
+// per-minute history counters gathered since the last one (history.go);
+// they are kept for the next one only when nothing reached Redis.
 type eventBus struct {
 	st       *rdb.Store
 	interval time.Duration
@@ -60,6 +62,7 @@ type eventBus struct {
 	mu      sync.Mutex
 	buf     []wireEvent
 	dropped int
+	counts  map[histKey]int64 // history counters since the last publication
 	armed   bool
 	sendMu  sync.Mutex // one publication at a time, in order
 	failed  bool       // the last publication failed (logged once per outage)
@@ -85,6 +88,17 @@ func (b *eventBus) add(e Event) {
 	} else {
 		b.buf = append(b.buf, toWire(e))
 	}
+	if o := historyOutcome(e.Kind); o != "" && e.Queue != "" {
+		if b.counts == nil {
+			b.counts = map[histKey]int64{}
+		}
+		b.counts[histKey{minute: e.At.Unix() / 60, queue: e.Queue, outcome: o}] += int64(max(e.Count, 1))
+	}
+	b.arm()
+}
+
+// arm schedules the next publication, unless one is scheduled. b.mu held.
+func (b *eventBus) arm() {
 	if !b.armed {
 		b.armed = true
 		time.AfterFunc(b.interval, b.flush)
@@ -99,20 +113,31 @@ func (b *eventBus) flush() {
 	b.sendMu.Lock()
 	defer b.sendMu.Unlock()
 	b.mu.Lock()
-	batch, dropped := b.buf, b.dropped
-	b.buf, b.dropped, b.armed = nil, 0, false
+	batch, dropped, counts := b.buf, b.dropped, b.counts
+	b.buf, b.dropped, b.counts, b.armed = nil, 0, nil, false
 	b.mu.Unlock()
 	if dropped > 0 {
 		batch = append(batch, wireEvent{Kind: EventDropped, At: time.Now().UnixMilli(), Count: dropped})
 	}
-	if len(batch) == 0 {
+	if len(batch) == 0 && len(counts) == 0 {
 		return
 	}
-	data, err := json.Marshal(batch)
+	var data []byte
+	var err error
+	if len(batch) > 0 {
+		data, err = json.Marshal(batch)
+	}
 	if err == nil {
+		hist := make([]rdb.HistCount, 0, len(counts))
+		for k, n := range counts {
+			hist = append(hist, rdb.HistCount{Minute: k.minute, Queue: k.queue, Outcome: k.outcome, N: n})
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = b.st.PublishEvents(ctx, data, b.logLen)
+		err = b.st.PublishEvents(ctx, data, b.logLen, hist...)
 		cancel()
+		if errors.Is(err, rdb.ErrNotSent) {
+			b.keep(counts) // nothing reached Redis: count them next time
+		}
 	}
 	switch {
 	case err != nil && !b.failed:
@@ -120,6 +145,28 @@ func (b *eventBus) flush() {
 		b.logger.Warn("worqr: publishing events failed (they are dropped until it works again)", "events", len(batch), "err", err)
 	case err == nil:
 		b.failed = false
+	}
+}
+
+// keep puts counts that were not sent back for the next publication (the
+// events themselves are dropped), and arms it: a process that observes
+// nothing more still sends them once Redis answers again. Minutes older
+// than the history keeps are dropped.
+func (b *eventBus) keep(counts map[histKey]int64) {
+	oldest := time.Now().Unix()/60 - rdb.HistoryMaxMinutes
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for k, n := range counts {
+		if k.minute <= oldest {
+			continue
+		}
+		if b.counts == nil {
+			b.counts = map[histKey]int64{}
+		}
+		b.counts[k] += n
+	}
+	if len(b.counts) > 0 {
+		b.arm()
 	}
 }
 

@@ -3,6 +3,7 @@
 // public Inspector and Client, nothing else.
 //
 //	worqr stats                       every queue's counts
+//	worqr stats --history             tasks per minute over the last hour
 //	worqr dead errors emails          dead tasks grouped by normalised error
 //	worqr dead retry emails --all     requeue every dead task (asks first)
 //

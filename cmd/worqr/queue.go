@@ -34,14 +34,15 @@ type queueJSON struct {
 func (a *app) queueCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "queue",
-		Short: "list, inspect, pause, resume, limit and purge queues",
+		Short: "list, inspect, pause, resume, limit, purge queues and show their history",
 		Example: `  worqr queue ls
   worqr queue inspect emails
   worqr queue pause emails
   worqr queue limits emails --rate 100 --period 1s --concurrency 10
-  worqr queue purge emails --yes`,
+  worqr queue purge emails --yes
+  worqr queue history emails`,
 	})
-	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd())
+	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queueHistoryCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd())
 	return cmd
 }
 

@@ -77,6 +77,7 @@ library's public Inspector and Client.
 		Example: `  export WORQR_REDIS_URL=redis://localhost:6379/0
   worqr stats
   worqr stats --watch
+  worqr stats --history
   worqr dead errors emails
   worqr dead retry emails --all
   echo '{"to":"ada@example.com"}' | worqr enqueue emails -`,

@@ -27,6 +27,8 @@ func (a *app) statsCmd() *cobra.Command {
 		o        output
 		watch    bool
 		interval time.Duration
+		history  bool
+		minutes  int
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
@@ -39,21 +41,38 @@ the oldest waiting task.
 With -o json it prints a list of {name, waiting, scheduled, active, dead,
 paused, latency_ms}. With --watch it prints again every --interval until
 interrupted (Ctrl-C): on a terminal it redraws the screen; otherwise, and with
--o json, it prints one snapshot after the other (JSON: one list per line).`,
+-o json, it prints one snapshot after the other (JSON: one list per line).
+
+With --history it prints instead every queue's throughput per minute over the
+last hour (or --minutes); -o json adds each queue's share of every minute.
+` + historyHelp,
 		Example: `  worqr stats
   worqr stats -o json | jq '.[] | select(.dead > 0) | .name'
-  worqr stats --watch --interval 1s`,
+  worqr stats --watch --interval 1s
+  worqr stats --history
+  worqr stats --history --minutes 120 -o json`,
 		Args: args(),
 	}
 	o.register(cmd)
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch prints (at least 100ms)")
+	cmd.Flags().BoolVar(&history, "history", false, "print the throughput per minute instead of the counts")
+	cmd.Flags().IntVar(&minutes, "minutes", 60, fmt.Sprintf("with --history: how many minutes, the current one included (1 to %d)", worqr.HistoryMaxMinutes))
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		if err := o.check(); err != nil {
 			return err
 		}
 		if interval < 100*time.Millisecond {
 			return usagef("--interval %s: must be at least 100ms", interval)
+		}
+		if history {
+			if watch {
+				return usagef("--history: not with --watch")
+			}
+			return a.printHistory(ctx, a.env.out, o, "", minutes)
+		}
+		if cmd.Flags().Changed("minutes") {
+			return usagef("--minutes: only with --history")
 		}
 		if !watch {
 			return a.printStats(ctx, a.env.out, o, false)

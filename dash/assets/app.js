@@ -53,11 +53,18 @@
   }
   draw();
 
+  // minute merges one minute of history from the server: it replaces the
+  // same minute, or is appended (after any skipped minutes, as zeros).
   function minute(b) {
-    if (!chart.length) return;
+    if (!chart.length || chartEl.dataset.queue) return; // live minutes are every queue's
+    for (var i = chart.length - 1; i >= 0; i--) {
+      if (chart[i].t === b.t) { chart[i] = b; draw(); return; }
+    }
     var last = chart[chart.length - 1];
-    if (b.t === last.t) chart[chart.length - 1] = b;
-    else if (b.t > last.t) { chart.push(b); while (chart.length > 60) chart.shift(); }
+    if (b.t < last.t) return;
+    for (var t = last.t + 1; t < b.t && t - last.t <= 60; t++) chart.push({ t: t, enqueued: 0, done: 0, failed: 0 });
+    chart.push(b);
+    while (chart.length > 60) chart.shift();
     draw();
   }
 

@@ -49,6 +49,10 @@ func (k Keys) Events() string { return k.reg() + "events" }
 // enabled.
 func (k Keys) EventLog() string { return k.reg() + "events:log" }
 
+// History is the hash of per-minute counters of unix minute m (see
+// Store.PublishEvents): field "<queue>|<outcome>", value a count.
+func (k Keys) History(m int64) string { return k.reg() + "hist:" + strconv.FormatInt(m, 10) }
+
 // ReaperLease is the key whose holder runs the reaper pass of this interval.
 func (k Keys) ReaperLease() string { return k.reg() + "reaper" }
 

@@ -102,7 +102,7 @@ func TestQueuesOfOneTagKeepTheirOwnKeys(t *testing.T) {
 func TestRegistryKeysCarryTheRegTag(t *testing.T) {
 	t.Parallel()
 	k := rdb.NewKeys("app")
-	keys := []string{k.Workers(), k.Keepalive("w1"), k.KeepalivePrefix(), k.KnownQueues(), k.ReaperLease()}
+	keys := []string{k.Workers(), k.Keepalive("w1"), k.KeepalivePrefix(), k.KnownQueues(), k.ReaperLease(), k.History(29000000)}
 	seen := map[string]bool{}
 	for _, key := range keys {
 		if !strings.HasPrefix(key, "app:") || rdb.HashTag(key) != "reg" {

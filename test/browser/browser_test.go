@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -111,6 +113,7 @@ func textWithin(ctx context.Context, sel, want string, d time.Duration) error {
 func (s *site) kill(queue string, n int, errs ...string) {
 	s.t.Helper()
 	ctx := context.Background()
+	before := s.queue(queue).Dead
 	payloads := make([][]byte, n)
 	for i := range payloads {
 		payloads[i] = []byte(fmt.Sprintf(`{"report":%d,"format":"pdf"}`, 1000+i))
@@ -134,7 +137,7 @@ func (s *site) kill(queue string, n int, errs ...string) {
 	if err := w.Start(ctx); err != nil {
 		s.t.Fatal(err)
 	}
-	s.waitFor("tasks to die", func() bool { return s.queue(queue).Dead == int64(n) })
+	s.waitFor("tasks to die", func() bool { return s.queue(queue).Dead == before+int64(n) })
 	if err := w.Stop(ctx); err != nil {
 		s.t.Fatal(err)
 	}
@@ -259,5 +262,68 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 	}
 	if q := s.queue("reports"); q.Dead != 2 || q.Waiting != 0 {
 		t.Fatalf("read-only dashboard changed the queue: dead=%d waiting=%d", q.Dead, q.Waiting)
+	}
+}
+
+var reFailed = regexp.MustCompile(`(\d+) failed`)
+
+// chartFailed sums the failed counts the chart's minutes show (their
+// tooltips), as drawn in the page.
+func chartFailed(ctx context.Context) (int, error) {
+	var titles []string
+	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#chart title")).map(t => t.textContent)`, &titles)); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, t := range titles {
+		if m := reFailed.FindStringSubmatch(t); m != nil {
+			k, _ := strconv.Atoi(m[1])
+			n += k
+		}
+	}
+	return n, nil
+}
+
+// TestChartShowsHistoryAfterRestart: work done before a dashboard starts
+// (on an inspector that publishes nothing, as after `worqr dash` restarts)
+// is in its chart at load, and work done while the page is open is added
+// live, without a reload.
+func TestChartShowsHistoryAfterRestart(t *testing.T) {
+	s := newSite(t, nil)
+	s.kill("reports", 3)
+	in, err := worqr.NewInspector(s.newPool(), &worqr.Config{Namespace: s.cfg.Namespace, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The workers' last publication lands within an EventInterval of Stop.
+	s.waitFor("the history", func() bool {
+		hs, err := in.History(context.Background(), "reports", 3)
+		var dead int64
+		for _, h := range hs {
+			dead += h.Dead
+		}
+		return err == nil && dead == 3
+	})
+	d := dash.New(in, nil)
+	ts := httptest.NewServer(d)
+	defer func() { d.Close(); ts.Close() }()
+	b := browser(t)
+	if err := chromedp.Run(b, chromedp.Navigate(ts.URL+"/"), chromedp.WaitVisible(`#live.on`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := chartFailed(b); err != nil || n != 3 {
+		t.Fatalf("the chart of a new dashboard shows %d failed (%v), want 3", n, err)
+	}
+	s.kill("reports", 2)
+	end := time.Now().Add(5 * time.Second)
+	for {
+		n, err := chartFailed(b)
+		if err == nil && n == 5 {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("the chart shows %d failed (%v) 5 s after 2 more deaths, want 5", n, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
