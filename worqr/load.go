@@ -186,6 +186,7 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 		}
 		l.cp, l.next = cp, cp.Next
 	}
+	l.start = l.next
 	if err := c.markKnown(ctx, q); err != nil {
 		return LoadProgress{}, &LoadError{Err: err}
 	}
@@ -214,6 +215,7 @@ type loader struct {
 	scan   *bufio.Scanner
 	line   int64 // lines read
 	next   int64 // the checkpoint's next line, as last known
+	start  int64 // the checkpoint's next line when this run began
 	eof    bool
 	stop   error               // what ended the input early (a bad line), once its lines before are loaded
 	cp     *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
@@ -471,7 +473,14 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 	case rdb.LoadApplied:
 		l.p.Enqueued += int64(len(ch.IDs))
 	case rdb.LoadSeen:
-		l.p.Resumed += ch.After - ch.First
+		if ch.First >= l.start {
+			// Sent by this run before, applied, its answer lost (a broken
+			// connection after which the checkpoint was read before Redis
+			// had run the chunks sent behind the broken one).
+			l.p.Enqueued += int64(len(ch.IDs))
+		} else {
+			l.p.Resumed += ch.After - ch.First
+		}
 	case rdb.LoadGap, rdb.LoadFull:
 		return false, nil
 	case rdb.LoadOtherInput:
