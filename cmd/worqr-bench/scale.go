@@ -46,7 +46,7 @@ const scaleChildMode = "scale-worker"
 
 type scaleOptions struct {
 	n, masters, perMaster, procs, concurrency, reps, payload int
-	oneMaster                                                bool
+	oneMaster, plainPubSub                                   bool
 }
 
 // scaleTopology is one Redis setup under test.
@@ -92,6 +92,7 @@ func runScale(args []string) int {
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; the table shows medians")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
 	fs.BoolVar(&o.oneMaster, "one-master", true, "also drain on a cluster of one master (cluster mode, one process)")
+	fs.BoolVar(&o.plainPubSub, "plain-pubsub", false, "also drain on the cluster with plain PUBLISH/SUBSCRIBE (as before sharded pub/sub)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -175,6 +176,10 @@ func scale(ctx context.Context, o scaleOptions) error {
 	tops = append(tops,
 		&scaleTopology{name: fmt.Sprintf("cluster, %d masters", o.masters), masters: cl.Addrs(), queueOf: queueOf,
 			args: []string{"-cluster", strings.Join(cl.Addrs(), ",")}, pool: cp})
+	if o.plainPubSub {
+		tops = append(tops, &scaleTopology{name: fmt.Sprintf("cluster, %d masters, plain PUBLISH", o.masters), masters: cl.Addrs(),
+			queueOf: queueOf, args: []string{"-cluster", strings.Join(cl.Addrs(), ","), "-plain-pubsub"}, pool: plainPubSub{cp}})
+	}
 	fmt.Printf("scale: %d jobs drained by %d worker processes, %d queues (%d per master of the cluster), concurrency %d per queue per process, %d-byte payloads, %d reps; GOMAXPROCS %d, %d CPUs\n",
 		o.n, o.procs, len(queues), o.perMaster, o.concurrency, o.payload, o.reps, runtime.GOMAXPROCS(0), runtime.NumCPU())
 	fmt.Printf("registry tag {reg} (keepalives, reaper lease) on %s in the cluster; load average %s\n",
@@ -501,6 +506,17 @@ func joinf(xs []float64, f string) string {
 	return strings.Join(s, ", ")
 }
 
+// plainPubSub hides a ClusterPool's sharded pub/sub: a store on it routes
+// each call by tag but publishes with PUBLISH, which a cluster broadcasts
+// to every node, and listens with SUBSCRIBE (worqr before sharded pub/sub).
+type plainPubSub struct{ cp *worqr.ClusterPool }
+
+func (p plainPubSub) GetContext(ctx context.Context) (redis.Conn, error) { return p.cp.GetContext(ctx) }
+
+func (p plainPubSub) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	return p.cp.GetContextForTag(ctx, tag)
+}
+
 func runScaleChild(args []string) int {
 	fs := flag.NewFlagSet(scaleChildMode, flag.ContinueOnError)
 	url := fs.String("redis-url", "", "Redis URL")
@@ -508,6 +524,7 @@ func runScaleChild(args []string) int {
 	ns := fs.String("namespace", "", "worqr namespace")
 	queues := fs.String("queues", "", "queues to serve, comma-separated")
 	concurrency := fs.Int("concurrency", 1, "handler goroutines per queue")
+	plain := fs.Bool("plain-pubsub", false, "publish and subscribe with plain pub/sub on a cluster")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -524,6 +541,9 @@ func runScaleChild(args []string) int {
 		}
 		defer cp.Close()
 		pool = cp
+		if *plain {
+			pool = plainPubSub{cp}
+		}
 	} else {
 		p, err := worqr.NewPool(*url, po)
 		if err != nil {
