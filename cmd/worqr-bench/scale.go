@@ -46,7 +46,7 @@ const scaleChildMode = "scale-worker"
 
 type scaleOptions struct {
 	n, masters, perMaster, procs, concurrency, reps, payload int
-	oneMaster, plainPubSub                                   bool
+	oneMaster, oneMasterPlainPool, plainPubSub               bool
 }
 
 // scaleTopology is one Redis setup under test.
@@ -92,6 +92,7 @@ func runScale(args []string) int {
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; the table shows medians")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
 	fs.BoolVar(&o.oneMaster, "one-master", true, "also drain on a cluster of one master (cluster mode, one process)")
+	fs.BoolVar(&o.oneMasterPlainPool, "one-master-plain-pool", false, "also drain on the one-master cluster through a plain pool (Redis in cluster mode, worqr not)")
 	fs.BoolVar(&o.plainPubSub, "plain-pubsub", false, "also drain on the cluster with plain PUBLISH/SUBSCRIBE (as before sharded pub/sub)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -172,6 +173,18 @@ func scale(ctx context.Context, o scaleOptions) error {
 		}
 		tops = append(tops, &scaleTopology{name: "cluster, 1 master", masters: []string{solo.Addr}, queueOf: soloOf,
 			args: []string{"-cluster", solo.Addr}, pool: sp})
+		if o.oneMasterPlainPool {
+			// The node serves every slot, so a pool that does not route
+			// works: Redis runs in cluster mode, worqr as on one Redis (no
+			// guard key, LPOP takes, plain pub/sub).
+			pp, err := worqr.NewPool(solo.URL, &worqr.PoolOptions{MaxIdle: 64})
+			if err != nil {
+				return err
+			}
+			defer pp.Close()
+			tops = append(tops, &scaleTopology{name: "cluster, 1 master, plain pool", masters: []string{solo.Addr}, queueOf: soloOf,
+				args: []string{"-redis-url", solo.URL}, pool: pp})
+		}
 	}
 	tops = append(tops,
 		&scaleTopology{name: fmt.Sprintf("cluster, %d masters", o.masters), masters: cl.Addrs(), queueOf: queueOf,
