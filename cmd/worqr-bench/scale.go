@@ -33,8 +33,15 @@ import (
 // per job on each master, how the jobs and that CPU spread, and the worker
 // processes' CPU per job, so that what one more master gives can be
 // projected from per-master CPU per job when the clients are not the bound.
+// To tell apart where a cluster's extra CPU per job goes, it also drains on
+// a cluster of one master (-one-master, on by default), through a plain
+// pool on that node (-one-master-plain-pool) and with plain pub/sub on the
+// cluster (-plain-pubsub), and prints per setup the commands and script
+// calls per job, the PUBLISH and SPUBLISH calls and the cluster bus
+// messages of the drain.
 //
-//	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, about 2 minutes
+//	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, 3 setups, about 2-3 minutes
+//	go run ./cmd/worqr-bench scale -reps 3 -one-master-plain-pool -plain-pubsub
 //	go run ./cmd/worqr-bench scale -n 100000 -reps 1 -procs 3
 const scaleMode = "scale"
 
