@@ -33,8 +33,15 @@ import (
 // per job on each master, how the jobs and that CPU spread, and the worker
 // processes' CPU per job, so that what one more master gives can be
 // projected from per-master CPU per job when the clients are not the bound.
+// To tell apart where a cluster's extra CPU per job goes, it also drains on
+// a cluster of one master (-one-master, on by default), through a plain
+// pool on that node (-one-master-plain-pool) and with plain pub/sub on the
+// cluster (-plain-pubsub), and prints per setup the commands and script
+// calls per job, the PUBLISH and SPUBLISH calls and the cluster bus
+// messages of the drain.
 //
-//	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, about 2 minutes
+//	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, 3 setups, about 2-3 minutes
+//	go run ./cmd/worqr-bench scale -reps 3 -one-master-plain-pool -plain-pubsub
 //	go run ./cmd/worqr-bench scale -n 100000 -reps 1 -procs 3
 const scaleMode = "scale"
 
@@ -46,6 +53,7 @@ const scaleChildMode = "scale-worker"
 
 type scaleOptions struct {
 	n, masters, perMaster, procs, concurrency, reps, payload int
+	oneMaster, oneMasterPlainPool, plainPubSub               bool
 }
 
 // scaleTopology is one Redis setup under test.
@@ -63,6 +71,21 @@ type scaleRun struct {
 	jobs      map[string]int     // per master
 	redisCPU  map[string]float64 // per master, seconds
 	clientCPU float64            // seconds, every worker process
+	// What each master did during the drain (INFO commandstats, CLUSTER
+	// INFO), to tell apart where the Redis CPU went.
+	calls    map[string]int64 // commands, those run inside scripts included
+	scripts  map[string]int64 // FCALL, EVALSHA and EVAL calls
+	pubs     map[string]int64 // PUBLISH calls
+	spubs    map[string]int64 // SPUBLISH calls
+	busPub   map[string]int64 // cluster bus: publish messages sent
+	busShard map[string]int64 // cluster bus: sharded publish messages sent
+	busAll   map[string]int64 // cluster bus: every message sent (pings included)
+}
+
+// masterStats is what mastersStats reads of one master.
+type masterStats struct {
+	snap snapshot
+	bus  map[string]int64 // CLUSTER INFO's cluster_stats_messages_*_sent
 }
 
 func runScale(args []string) int {
@@ -75,6 +98,9 @@ func runScale(args []string) int {
 	fs.IntVar(&o.concurrency, "concurrency", 20, "handler goroutines per queue in each worker process")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions; the table shows medians")
 	fs.IntVar(&o.payload, "payload", 100, "payload size in bytes")
+	fs.BoolVar(&o.oneMaster, "one-master", true, "also drain on a cluster of one master (cluster mode, one process)")
+	fs.BoolVar(&o.oneMasterPlainPool, "one-master-plain-pool", false, "also drain on the one-master cluster through a plain pool (Redis in cluster mode, worqr not)")
+	fs.BoolVar(&o.plainPubSub, "plain-pubsub", false, "also drain on the cluster with plain PUBLISH/SUBSCRIBE (as before sharded pub/sub)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -133,9 +159,46 @@ func scale(ctx context.Context, o scaleOptions) error {
 		oneOf[q] = one.Addr
 	}
 	tops := []*scaleTopology{
-		{name: "1 Redis", masters: []string{one.Addr}, queueOf: oneOf, args: []string{"-redis-url", one.URL}, pool: pool},
-		{name: fmt.Sprintf("cluster, %d masters", o.masters), masters: cl.Addrs(), queueOf: queueOf,
-			args: []string{"-cluster", strings.Join(cl.Addrs(), ",")}, pool: cp},
+		{name: "1 Redis", masters: []string{one.Addr}, queueOf: oneOf, args: []string{"-redis-url", one.URL}, pool: pool}}
+	if o.oneMaster {
+		// The same one process in cluster mode (every slot on it): against
+		// "1 Redis", what cluster mode costs; against the 3 masters, what
+		// spreading the same work over more processes costs.
+		solo, err := startSoloCluster(ctx)
+		if err != nil {
+			return err
+		}
+		defer solo.Stop()
+		sp, err := worqr.NewClusterPool([]string{solo.Addr}, &worqr.PoolOptions{MaxIdle: 64})
+		if err != nil {
+			return err
+		}
+		defer sp.Close()
+		soloOf := map[string]string{}
+		for _, q := range queues {
+			soloOf[q] = solo.Addr
+		}
+		tops = append(tops, &scaleTopology{name: "cluster, 1 master", masters: []string{solo.Addr}, queueOf: soloOf,
+			args: []string{"-cluster", solo.Addr}, pool: sp})
+		if o.oneMasterPlainPool {
+			// The node serves every slot, so a pool that does not route
+			// works: Redis runs in cluster mode, worqr as on one Redis (no
+			// guard key, LPOP takes, plain pub/sub).
+			pp, err := worqr.NewPool(solo.URL, &worqr.PoolOptions{MaxIdle: 64})
+			if err != nil {
+				return err
+			}
+			defer pp.Close()
+			tops = append(tops, &scaleTopology{name: "cluster, 1 master, plain pool", masters: []string{solo.Addr}, queueOf: soloOf,
+				args: []string{"-redis-url", solo.URL}, pool: pp})
+		}
+	}
+	tops = append(tops,
+		&scaleTopology{name: fmt.Sprintf("cluster, %d masters", o.masters), masters: cl.Addrs(), queueOf: queueOf,
+			args: []string{"-cluster", strings.Join(cl.Addrs(), ",")}, pool: cp})
+	if o.plainPubSub {
+		tops = append(tops, &scaleTopology{name: fmt.Sprintf("cluster, %d masters, plain PUBLISH", o.masters), masters: cl.Addrs(),
+			queueOf: queueOf, args: []string{"-cluster", strings.Join(cl.Addrs(), ","), "-plain-pubsub"}, pool: plainPubSub{cp}})
 	}
 	fmt.Printf("scale: %d jobs drained by %d worker processes, %d queues (%d per master of the cluster), concurrency %d per queue per process, %d-byte payloads, %d reps; GOMAXPROCS %d, %d CPUs\n",
 		o.n, o.procs, len(queues), o.perMaster, o.concurrency, o.payload, o.reps, runtime.GOMAXPROCS(0), runtime.NumCPU())
@@ -159,6 +222,37 @@ func scale(ctx context.Context, o scaleOptions) error {
 	return nil
 }
 
+// startSoloCluster starts a cluster-enabled redis-server that serves every
+// slot alone (CLUSTER ADDSLOTSRANGE 0 16383) and waits for cluster_state:ok.
+func startSoloCluster(ctx context.Context) (*redistest.Server, error) {
+	s, err := redistest.Start("--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--appendonly", "no",
+		"--cluster-announce-ip", "127.0.0.1") // a node that met no other does not know its address
+	if err != nil {
+		return nil, err
+	}
+	c, err := redis.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		s.Stop()
+		return nil, err
+	}
+	defer c.Close()
+	if _, err := redis.DoContext(c, ctx, "CLUSTER", "ADDSLOTSRANGE", 0, 16383); err != nil {
+		s.Stop()
+		return nil, fmt.Errorf("one-master cluster: %w", err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); ; {
+		info, err := redis.String(redis.DoContext(c, ctx, "CLUSTER", "INFO"))
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			return s, nil
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return nil, fmt.Errorf("one-master cluster not ok after 20 s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func mustNodeOf(ctx context.Context, cl *redistest.Cluster, slot int) string {
 	n, err := cl.NodeOf(ctx, slot)
 	if err != nil {
@@ -170,7 +264,9 @@ func mustNodeOf(ctx context.Context, cl *redistest.Cluster, slot int) string {
 // scaleOnce pre-enqueues o.n jobs over queues (untimed), then times their
 // drain by o.procs worker processes.
 func scaleOnce(ctx context.Context, o scaleOptions, tp *scaleTopology, queues []string) (scaleRun, error) {
-	r := scaleRun{jobs: map[string]int{}, redisCPU: map[string]float64{}}
+	r := scaleRun{jobs: map[string]int{}, redisCPU: map[string]float64{}, calls: map[string]int64{},
+		scripts: map[string]int64{}, pubs: map[string]int64{}, spubs: map[string]int64{},
+		busPub: map[string]int64{}, busShard: map[string]int64{}, busAll: map[string]int64{}}
 	ns := "scale-" + xid.New().String()
 	client, err := worqr.NewClient(tp.pool, &worqr.Config{Namespace: ns, Logger: newLogger()})
 	if err != nil {
@@ -254,7 +350,7 @@ func scaleOnce(ctx context.Context, o scaleOptions, tp *scaleTopology, queues []
 			return r, ctx.Err()
 		}
 	}
-	before, err := mastersCPU(ctx, tp.masters)
+	before, err := mastersStats(ctx, tp.masters)
 	if err != nil {
 		return r, err
 	}
@@ -287,12 +383,30 @@ func scaleOnce(ctx context.Context, o scaleOptions, tp *scaleTopology, queues []
 		last = max(last, lasts[p].Load())
 	}
 	r.seconds = time.Unix(0, last).Sub(start).Seconds()
-	after, err := mastersCPU(ctx, tp.masters)
+	after, err := mastersStats(ctx, tp.masters)
 	if err != nil {
 		return r, err
 	}
 	for _, m := range tp.masters {
-		r.redisCPU[m] = after[m] - before[m]
+		a, b := before[m], after[m]
+		r.redisCPU[m] = b.snap.redisCPU - a.snap.redisCPU
+		for name, d := range cmdDelta(a.snap, b.snap) {
+			if strings.HasPrefix(name, "cluster") {
+				continue // the bench's own CLUSTER INFO
+			}
+			r.calls[m] += d.Calls
+			switch name {
+			case "fcall", "evalsha", "eval":
+				r.scripts[m] += d.Calls
+			case "publish":
+				r.pubs[m] += d.Calls
+			case "spublish":
+				r.spubs[m] += d.Calls
+			}
+		}
+		r.busPub[m] = b.bus["publish"] - a.bus["publish"]
+		r.busShard[m] = b.bus["publishshard"] - a.bus["publishshard"]
+		r.busAll[m] = b.bus[""] - a.bus[""]
 	}
 	for _, c := range children {
 		c.stdin.Close()
@@ -305,29 +419,38 @@ func scaleOnce(ctx context.Context, o scaleOptions, tp *scaleTopology, queues []
 	return r, nil
 }
 
-// mastersCPU returns used_cpu_user + used_cpu_sys of each master, in
-// seconds.
-func mastersCPU(ctx context.Context, masters []string) (map[string]float64, error) {
-	out := map[string]float64{}
+// mastersStats reads of each master its CPU (used_cpu_user + used_cpu_sys)
+// and command counters (INFO), and, on a cluster node, the messages it sent
+// over the cluster bus (CLUSTER INFO: "" is cluster_stats_messages_sent,
+// the others cluster_stats_messages_<type>_sent).
+func mastersStats(ctx context.Context, masters []string) (map[string]masterStats, error) {
+	out := map[string]masterStats{}
 	for _, m := range masters {
 		c, err := redis.DialContext(ctx, "tcp", m)
 		if err != nil {
 			return nil, err
 		}
-		info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cpu"))
-		c.Close()
+		snap, err := takeSnapshot(ctx, c)
 		if err != nil {
+			c.Close()
 			return nil, err
 		}
-		for _, line := range strings.Split(info, "\n") {
-			line = strings.TrimSpace(line)
-			for _, k := range []string{"used_cpu_user:", "used_cpu_sys:"} {
-				if v, ok := strings.CutPrefix(line, k); ok {
-					f, _ := strconv.ParseFloat(v, 64)
-					out[m] += f
+		ms := masterStats{snap: snap, bus: map[string]int64{}}
+		if info, err := redis.String(redis.DoContext(c, ctx, "CLUSTER", "INFO")); err == nil {
+			for k, v := range parseInfo(info) {
+				typ, ok := strings.CutPrefix(k, "cluster_stats_messages_")
+				if !ok {
+					continue
 				}
+				if typ, ok = strings.CutSuffix(typ, "sent"); !ok {
+					continue
+				}
+				n, _ := strconv.ParseInt(v, 10, 64)
+				ms.bus[strings.TrimSuffix(typ, "_")] = n
 			}
-		}
+		} // a server without cluster mode: no bus
+		c.Close()
+		out[m] = ms
 	}
 	return out, nil
 }
@@ -367,6 +490,29 @@ func printScale(o scaleOptions, tp *scaleTopology, runs []scaleRun) {
 	}
 	// A master is one thread: it saturates at 1 s of CPU per second. The
 	// busiest master bounds the cluster when the clients keep up.
+	// What the masters did for that CPU: commands (those inside scripts
+	// included) and script calls per job, pub/sub, the cluster bus.
+	var calls, scripts, pubs, spubs, busPub, busShard, busAll []float64
+	for _, r := range runs {
+		var c, sc, p, sp, bp, bs, ba float64
+		for _, m := range tp.masters {
+			c += float64(r.calls[m])
+			sc += float64(r.scripts[m])
+			p += float64(r.pubs[m])
+			sp += float64(r.spubs[m])
+			bp += float64(r.busPub[m])
+			bs += float64(r.busShard[m])
+			ba += float64(r.busAll[m])
+		}
+		n := float64(o.n)
+		calls, scripts = append(calls, c/n), append(scripts, sc/n)
+		pubs, spubs = append(pubs, p), append(spubs, sp)
+		busPub, busShard, busAll = append(busPub, bp), append(busShard, bs), append(busAll, ba/r.seconds)
+	}
+	fmt.Printf("  per job, all masters: %.2f commands (those inside scripts included), %.3f script calls\n",
+		median(calls), median(scripts))
+	fmt.Printf("  during the drain: %.0f PUBLISH and %.0f SPUBLISH calls; cluster bus: %.0f publish and %.0f sharded publish messages sent, %.0f messages/s in all\n",
+		median(pubs), median(spubs), median(busPub), median(busShard), median(busAll))
 	fmt.Printf("  projection, clients not the bound: the busiest master saturates at about %.0f jobs/s of this mix "+
 		"(1 s of CPU per second / %.1f µs of its CPU per job of the whole); the clients then need about %.1f cores\n",
 		1e6/maxMaster, maxMaster, 1e6/maxMaster*median(client)/1e6)
@@ -380,6 +526,17 @@ func joinf(xs []float64, f string) string {
 	return strings.Join(s, ", ")
 }
 
+// plainPubSub hides a ClusterPool's sharded pub/sub: a store on it routes
+// each call by tag but publishes with PUBLISH, which a cluster broadcasts
+// to every node, and listens with SUBSCRIBE (worqr before sharded pub/sub).
+type plainPubSub struct{ cp *worqr.ClusterPool }
+
+func (p plainPubSub) GetContext(ctx context.Context) (redis.Conn, error) { return p.cp.GetContext(ctx) }
+
+func (p plainPubSub) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	return p.cp.GetContextForTag(ctx, tag)
+}
+
 func runScaleChild(args []string) int {
 	fs := flag.NewFlagSet(scaleChildMode, flag.ContinueOnError)
 	url := fs.String("redis-url", "", "Redis URL")
@@ -387,6 +544,7 @@ func runScaleChild(args []string) int {
 	ns := fs.String("namespace", "", "worqr namespace")
 	queues := fs.String("queues", "", "queues to serve, comma-separated")
 	concurrency := fs.Int("concurrency", 1, "handler goroutines per queue")
+	plain := fs.Bool("plain-pubsub", false, "publish and subscribe with plain pub/sub on a cluster")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -403,6 +561,9 @@ func runScaleChild(args []string) int {
 		}
 		defer cp.Close()
 		pool = cp
+		if *plain {
+			pool = plainPubSub{cp}
+		}
 	} else {
 		p, err := worqr.NewPool(*url, po)
 		if err != nil {

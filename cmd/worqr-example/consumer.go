@@ -140,6 +140,10 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	rep, err := readReplication(io.getenv)
+	if err != nil {
+		return err
+	}
 	zl, log, err := newLogger(io.err, io.getenv)
 	if err != nil {
 		return err
@@ -174,6 +178,7 @@ func runConsumer(ctx context.Context, args []string, io stdio) error {
 	}
 	settings := worqr.WorkerConfig{Config: worqr.Config{Namespace: c.namespace, Logger: log}}
 	tm.apply(&settings)
+	rep.apply(&settings.Config)
 	chain := &blockChain{start: begin, interval: *interval, max: *blocks}
 
 	var second atomic.Pointer[consumer.Consumer[uint64]]

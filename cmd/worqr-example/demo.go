@@ -70,6 +70,13 @@ func runDemo(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	rep, err := readReplication(io.getenv)
+	if err != nil {
+		return err
+	}
+	if rep.Replicas > 0 && c.redisURL == "" {
+		return usagef("%s: the embedded Redis has no replicas to wait for: unset it, or give the demo a Redis with replicas (%s)", envReplicas, envRedisURL)
+	}
 	zl, log, err := newLogger(io.err, io.getenv)
 	if err != nil {
 		return err
@@ -85,7 +92,7 @@ func runDemo(ctx context.Context, args []string, io stdio) error {
 	defer cancel()
 
 	d := &demo{
-		io: io, log: log, out: &lineWriter{w: io.out}, start: time.Now(), tm: tm,
+		io: io, log: log, out: &lineWriter{w: io.out}, start: time.Now(), tm: tm, rep: rep,
 		changed: make(chan struct{}),
 		runs:    map[string][]handlerRun{},
 		done:    map[string]string{},
@@ -168,6 +175,7 @@ type demo struct {
 	out   *lineWriter
 	start time.Time
 	tm    timings
+	rep   replication // the child worker reads it from the environment too
 	url   string
 	ns    string
 	real  bool
@@ -222,7 +230,9 @@ func (d *demo) waitFor(ctx context.Context, what string, cond func() bool) error
 }
 
 func (d *demo) run(ctx context.Context) error {
-	client, err := worqr.NewClient(d.pool, &worqr.Config{Namespace: d.ns, Logger: d.log})
+	ccfg := worqr.Config{Namespace: d.ns, Logger: d.log}
+	d.rep.apply(&ccfg)
+	client, err := worqr.NewClient(d.pool, &ccfg)
 	if err != nil {
 		return err
 	}
@@ -453,6 +463,7 @@ func (d *demo) newWorker(name string) (*worqr.Worker, error) {
 		OnEvent: func(e worqr.Event) { d.onEvent(name, e) },
 	}
 	d.tm.apply(&cfg)
+	d.rep.apply(&cfg.Config)
 	w, err := worqr.NewWorker(d.pool, &cfg)
 	if err != nil {
 		return nil, workerConfigError(err)

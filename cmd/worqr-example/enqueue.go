@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"fmt"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -55,25 +57,36 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 		for i := range payloads {
 			payloads[i] = []byte(*payload)
 		}
+		// The ids come with a *BatchError (those enqueued) and with
+		// ErrNotReplicated (all of them): print them before the error.
 		ids, err := client.EnqueueBatch(ctx, *queue, payloads, opts)
-		if err != nil {
-			return err
-		}
 		for _, id := range ids {
 			if err := out.line("enqueued", *queue, id); err != nil {
 				return err
 			}
 		}
-		return nil
+		return notReplicated(err)
 	}
 	for i := 0; i < *count; i++ {
 		id, err := client.Enqueue(ctx, *queue, []byte(*payload), opts)
-		if err != nil {
-			return err
+		if id != "" {
+			if err := out.line("enqueued", *queue, id); err != nil {
+				return err
+			}
 		}
-		if err := out.line("enqueued", *queue, id); err != nil {
-			return err
+		if err != nil {
+			return notReplicated(err)
 		}
 	}
 	return nil
+}
+
+// notReplicated says of an ErrNotReplicated that the task is enqueued on
+// the primary (its line was printed) though too few replicas confirmed it;
+// other errors are returned as they are.
+func notReplicated(err error) error {
+	if errors.Is(err, worqr.ErrNotReplicated) {
+		return fmt.Errorf("enqueued on the primary, but not confirmed by the replicas %s asks for (lost if the primary fails now): %w", envReplicas, err)
+	}
+	return err
 }

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -35,6 +36,8 @@ const (
 	envTLSCA             = "WORQR_TLS_CA_FILE"
 	envTLSCert           = "WORQR_TLS_CERT_FILE"
 	envTLSKey            = "WORQR_TLS_KEY_FILE"
+	envReplicas          = "WORQR_REPLICAS"
+	envReplicaTimeout    = "WORQR_REPLICA_TIMEOUT"
 )
 
 // usageError is bad input: the binary exits 2.
@@ -67,6 +70,8 @@ func envHelp(redisRequired, timings bool) string {
 		fmt.Fprintf(&b, "  %-25s how often a worker looks for dead peers (default %s)\n", envReaperInterval, worqr.DefaultReaperInterval)
 		fmt.Fprintf(&b, "  %-25s how often an idle worker polls its queues (default %s)\n", envPollInterval, worqr.DefaultPollInterval)
 	}
+	fmt.Fprintf(&b, "  %-25s replicas every enqueue and every end of a taking waits for (Redis WAIT); default 0: none\n", envReplicas)
+	fmt.Fprintf(&b, "  %-25s how long that wait may last, 1ms to %s (default %s; only with %s)\n", envReplicaTimeout, worqr.MaxReplicaTimeout, worqr.DefaultReplicaTimeout, envReplicas)
 	fmt.Fprintf(&b, "  %-25s PEM file of the CAs that sign the server's certificate (rediss:// only)\n", envTLSCA)
 	fmt.Fprintf(&b, "  %-25s PEM client certificate, for servers that require one (rediss:// only)\n", envTLSCert)
 	fmt.Fprintf(&b, "  %-25s PEM key of the client certificate\n", envTLSKey)
@@ -394,6 +399,10 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	rep, err := readReplication(io.getenv)
+	if err != nil {
+		return nil, err
+	}
 	pool, closePool, err := c.openPool()
 	if err != nil {
 		return nil, err
@@ -406,10 +415,12 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 		done()
 		return nil, err
 	}
-	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: c.namespace, Logger: log})
+	cfg := worqr.Config{Namespace: c.namespace, Logger: log}
+	rep.apply(&cfg)
+	client, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		done()
-		return nil, err
+		return nil, workerConfigError(err)
 	}
 	return &conn{log: log, pool: pool, client: client, close: done}, nil
 }
@@ -444,6 +455,8 @@ var fieldEnv = map[string]string{
 	"HeartbeatTTL":      envHeartbeatTTL,
 	"ReaperInterval":    envReaperInterval,
 	"PollInterval":      envPollInterval,
+	"Replicas":          envReplicas,
+	"ReplicaTimeout":    envReplicaTimeout,
 }
 
 func readTimings(getenv func(string) string) (timings, error) {
@@ -495,6 +508,50 @@ func (t timings) orDefaults() timings {
 		ReaperInterval:    def(t.ReaperInterval, worqr.DefaultReaperInterval),
 		PollInterval:      def(t.PollInterval, worqr.DefaultPollInterval),
 	}
+}
+
+// replication is the opt-in wait for replicas (Config.Replicas and
+// ReplicaTimeout) read from WORQR_REPLICAS and WORQR_REPLICA_TIMEOUT; zero
+// means none.
+type replication struct {
+	Replicas int
+	Timeout  time.Duration
+}
+
+// readReplication reads WORQR_REPLICAS (a whole number, 0 or more) and
+// WORQR_REPLICA_TIMEOUT (a Go duration from 1ms to MaxReplicaTimeout, only
+// with WORQR_REPLICAS above 0), naming the variable of a bad value.
+func readReplication(getenv func(string) string) (replication, error) {
+	var r replication
+	if v := strings.TrimSpace(getenv(envReplicas)); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return r, usagef("%s: %q is not a whole number (want the replicas to wait for, for example 1; 0 or empty: none)", envReplicas, v)
+		}
+		if n < 0 {
+			return r, usagef("%s: %q must not be negative (0 or empty: no wait)", envReplicas, v)
+		}
+		r.Replicas = n
+	}
+	if v := strings.TrimSpace(getenv(envReplicaTimeout)); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return r, usagef("%s: %q is not a duration (want for example 500ms or 2s)", envReplicaTimeout, v)
+		}
+		if d < time.Millisecond || d > worqr.MaxReplicaTimeout {
+			return r, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, worqr.MaxReplicaTimeout)
+		}
+		if r.Replicas == 0 {
+			return r, usagef("%s: %q applies only with %s above 0 (set it, or unset %s)", envReplicaTimeout, v, envReplicas, envReplicaTimeout)
+		}
+		r.Timeout = d
+	}
+	return r, nil
+}
+
+// apply copies the wait for replicas into cfg.
+func (r replication) apply(cfg *worqr.Config) {
+	cfg.Replicas, cfg.ReplicaTimeout = r.Replicas, r.Timeout
 }
 
 // workerConfigError names the variable behind a rejected timing.

@@ -211,11 +211,13 @@ func runFlow(ctx context.Context, args []string, io stdio) error {
 			user = "user-" + strconv.Itoa(i)
 		}
 		id, err := client.StartRun(ctx, flow, map[string]string{accessIndexBy: user})
-		if err != nil {
-			return err
+		if id != "" {
+			if err := out.line(lineStarted, id); err != nil {
+				return err
+			}
 		}
-		if err := out.line(lineStarted, id); err != nil {
-			return err
+		if err != nil {
+			return notReplicated(err)
 		}
 	}
 	return nil

@@ -122,6 +122,10 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if err != nil {
 		return err
 	}
+	rep, err := readReplication(io.getenv)
+	if err != nil {
+		return err
+	}
 	zl, log, err := newLogger(io.err, io.getenv)
 	if err != nil {
 		return err
@@ -207,6 +211,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 		})}
 	}
 	tm.apply(&cfg)
+	rep.apply(&cfg.Config)
 	pool, closePool, err := c.openPool() // a URL's pool dials nothing yet
 	if err != nil {
 		return err

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -63,6 +64,13 @@ standard input with - (all of it, up to the library's payload limit).`,
 		}
 		opts := &worqr.EnqueueOpts{Delay: delay, MaxAttempts: maxAttempts, Timeout: timeout, UniqueKey: uniqueKey, UniqueTTL: uniqueTTL}
 		id, err := a.client.Enqueue(ctx, q, payload, opts)
+		if errors.Is(err, worqr.ErrNotReplicated) {
+			// Enqueued on the primary: print the id, then say so (exit 1).
+			if _, perr := fmt.Fprintln(a.env.out, id); perr != nil {
+				return perr
+			}
+			return fmt.Errorf("task %s is enqueued on the primary, but not confirmed by the replicas %s asks for (lost if the primary fails now): %w", id, envReplicas, err)
+		}
 		if err != nil {
 			return err
 		}

@@ -80,7 +80,8 @@ to --grace; what still runs is then put back at the front of its queue.`,
 		if maxMessage < 1 {
 			return usagef("--max-message-bytes %d: must be at least 1", maxMessage)
 		}
-		cfg := worqr.RemoteConfig{Config: worqr.Config{Namespace: a.namespace, Logger: a.logger},
+		cfg := worqr.RemoteConfig{Config: worqr.Config{Namespace: a.namespace, Logger: a.logger,
+			Replicas: a.replicas, ReplicaTimeout: a.replicaTimeout},
 			SessionTTL: ttl, ReaperInterval: reaper, MaxSessions: maxSessions, AnyQueue: len(queues) == 0}
 		if len(queues) > 0 {
 			cfg.Queues = map[string]worqr.QueueConfig{}

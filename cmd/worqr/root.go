@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ const (
 	envTLSCert   = "WORQR_TLS_CERT_FILE"
 	envTLSKey    = "WORQR_TLS_KEY_FILE"
 	envLogLevel  = "WORQR_LOG_LEVEL"
+
+	envReplicas       = "WORQR_REPLICAS"
+	envReplicaTimeout = "WORQR_REPLICA_TIMEOUT"
 )
 
 const envHelp = `Environment (flags win; an empty value means unset):
@@ -42,6 +46,10 @@ const envHelp = `Environment (flags win; an empty value means unset):
   WORQR_TLS_CERT_FILE  PEM client certificate, for servers that require one (rediss:// only)
   WORQR_TLS_KEY_FILE   PEM key of the client certificate
   WORQR_LOG_LEVEL      debug, info, warn or error: the library's logs on stderr (default warn)
+  WORQR_REPLICAS       replicas every enqueue (and every end by the gateway's remote
+                       workers) waits for, Redis WAIT (default 0: no wait)
+  WORQR_REPLICA_TIMEOUT how long that wait may last, 1ms to 4s (default 1s; only with
+                       WORQR_REPLICAS)
 
 Exit codes: 0 success, 1 failure, 2 bad input (flag, argument, or a bulk
 action without --yes when stdin is not a terminal).
@@ -60,6 +68,10 @@ type app struct {
 	in     *worqr.Inspector
 	client *worqr.Client
 	logger *slog.Logger
+	// replicas and replicaTimeout are WORQR_REPLICAS and
+	// WORQR_REPLICA_TIMEOUT, for the gateway's remote workers.
+	replicas       int
+	replicaTimeout time.Duration
 	// maxIdle is the pool's idle connections (default 4; the gateway,
 	// a server, keeps more).
 	maxIdle int
@@ -204,6 +216,10 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	replicas, replicaTimeout, err := readReplication(getenv)
+	if err != nil {
+		return err
+	}
 	opts := &worqr.PoolOptions{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: max(a.maxIdle, 4)}
 	var pool interface {
 		worqr.ConnGetter
@@ -269,7 +285,9 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		pool.Close()
 		return err
 	}
-	client, err := worqr.NewClient(pool, cfg)
+	ccfg := *cfg
+	ccfg.Replicas, ccfg.ReplicaTimeout = replicas, replicaTimeout
+	client, err := worqr.NewClient(pool, &ccfg)
 	if err != nil {
 		pool.Close()
 		return err
@@ -281,7 +299,40 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		return &runError{fmt.Errorf("cannot reach Redis at %s: %w", where, err)}
 	}
 	a.pool, a.in, a.client, a.logger = pool, in, client, logger
+	a.replicas, a.replicaTimeout = replicas, replicaTimeout
 	return nil
+}
+
+// readReplication reads WORQR_REPLICAS (a whole number, 0 or more) and
+// WORQR_REPLICA_TIMEOUT (a Go duration from 1ms to worqr.MaxReplicaTimeout,
+// only with WORQR_REPLICAS above 0): Config.Replicas and ReplicaTimeout of
+// the CLI's client and of the gateway's remote workers. A bad value is a
+// usage error naming its variable.
+func readReplication(getenv func(string) string) (int, time.Duration, error) {
+	var n int
+	if v := strings.TrimSpace(getenv(envReplicas)); v != "" {
+		var err error
+		if n, err = strconv.Atoi(v); err != nil {
+			return 0, 0, usagef("%s: %q is not a whole number (want the replicas to wait for, for example 1; 0 or empty: none)", envReplicas, v)
+		}
+		if n < 0 {
+			return 0, 0, usagef("%s: %q must not be negative (0 or empty: no wait)", envReplicas, v)
+		}
+	}
+	var d time.Duration
+	if v := strings.TrimSpace(getenv(envReplicaTimeout)); v != "" {
+		var err error
+		if d, err = time.ParseDuration(v); err != nil {
+			return 0, 0, usagef("%s: %q is not a duration (want for example 500ms or 2s)", envReplicaTimeout, v)
+		}
+		if d < time.Millisecond || d > worqr.MaxReplicaTimeout {
+			return 0, 0, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, worqr.MaxReplicaTimeout)
+		}
+		if n == 0 {
+			return 0, 0, usagef("%s: %q applies only with %s above 0 (set it, or unset %s)", envReplicaTimeout, v, envReplicas, envReplicaTimeout)
+		}
+	}
+	return n, d, nil
 }
 
 func newLogger(getenv func(string) string) (*slog.Logger, error) {
