@@ -108,7 +108,9 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}()
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
-		w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
+		if !w.lostOnReturn(s, q, b.tasks) {
+			w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
+		}
 		return
 	}
 	batch := &Batch{Key: head.Key, Tasks: b.tasks}
@@ -124,6 +126,17 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()
+	}
+	pids := make([]string, len(b.tasks))
+	for i, t := range b.tasks {
+		pids[i] = t.pid
+	}
+	if !q.started(pids, cancel) {
+		// A taking of the batch was found lost (a failover) before the
+		// handler started.
+		cancel(ErrLostInFailover)
+		w.lostOnReturn(s, q, b.tasks)
+		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
 	w.runMu.Lock()
@@ -150,6 +163,9 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}
 	w.runMu.Unlock()
 	cancel(nil)
+	if w.lostOnReturn(s, q, b.tasks) {
+		return
+	}
 	// The batch's attempt decides retry or dead, against the head's max.
 	at := *head
 	at.Attempt = batch.Attempt

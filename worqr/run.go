@@ -44,7 +44,9 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		if !w.lostOnReturn(s, q, []*Task{t}) {
+			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		}
 		return
 	}
 	hctx, cancel := context.WithCancelCause(s.Context())
@@ -56,6 +58,12 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()
+	}
+	if !q.started([]string{t.pid}, cancel) {
+		// Found lost (a failover) before its handler started.
+		cancel(ErrLostInFailover)
+		w.lostOnReturn(s, q, []*Task{t})
+		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
 	w.runMu.Lock()
@@ -85,6 +93,9 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	}
 	w.runMu.Unlock()
 	cancel(nil)
+	if w.lostOnReturn(s, q, []*Task{t}) {
+		return
+	}
 	e := w.ending(q, taken, t, err)
 	if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
 		if perr := w.planStage(q, res, &e); perr != nil {
@@ -95,6 +106,24 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		}
 	}
 	w.complete(s, q, []*Task{t}, e, err)
+}
+
+// lostOnReturn marks the takings of ts as ending (their handler returned,
+// or never runs) and reports whether one was found lost in a failover
+// (queueRunner.markLost): then their end is not sent (Redis would refuse
+// it: the new primary does not hold them) and each is reported lost.
+func (w *Worker) lostOnReturn(s *heartbeat.Session, q *queueRunner, ts []*Task) bool {
+	pids := make([]string, len(ts))
+	for i, t := range ts {
+		pids[i] = t.pid
+	}
+	if !q.returned(pids) {
+		return false
+	}
+	for _, t := range ts {
+		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrLostInFailover})
+	}
+	return true
 }
 
 // nextStage is the stage after q's (its declaring stage's, for a child

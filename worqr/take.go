@@ -147,17 +147,56 @@ func heads(ts []rdb.Taken) int {
 }
 
 // release puts back the takings session s holds in q that no handler runs
-// (those of a take whose reply was lost).
+// (those of a take whose reply was lost), and in the same call reads which
+// of the takings being run s no longer holds: after a failover, a take the
+// old primary acknowledged and never passed on to the new one. Their
+// handlers are cancelled at once (ErrLostInFailover) and their ends are
+// not sent. After a switch of server it first waits for a beat of s on the
+// new server (confirmSwitch).
 func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
+	if err := w.confirmSwitch(s, q); err != nil {
+		return err
+	}
 	q.takeMu.Lock()
 	defer q.takeMu.Unlock()
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	n, _, err := w.st.Release(ctx, q.qk, s.ID(), q.heldPIDs())
-	if err == nil && n > 0 {
-		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", n)
+	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), q.heldPIDs())
+	if err != nil {
+		return err
 	}
-	return err
+	if r.Requeued > 0 {
+		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", r.Requeued)
+	}
+	for _, pid := range q.markLost(r.Missing) {
+		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",
+			"queue", q.name, "pid", pid, "worker_id", s.ID())
+	}
+	return nil
+}
+
+// confirmSwitch waits, when q saw its pool switch servers since its last
+// release, for a beat of s that the new server acknowledged: until then
+// the keepalive of s may be missing there (so a reaper may be requeueing
+// what s holds), and s.Until, read on the old server, fences nothing on
+// the new one. A session lost meanwhile is retired by the keeper, which
+// cancels every handler of s.
+func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
+	q.launchMu.Lock()
+	need := q.confirm
+	q.launchMu.Unlock()
+	if !need {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
+	defer cancel()
+	if err := w.keeper.Confirm(ctx, s); err != nil {
+		return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+	}
+	q.launchMu.Lock()
+	q.confirm = false
+	q.launchMu.Unlock()
+	return nil
 }
 
 // reporter records a running taking's progress reports, while its session

@@ -48,6 +48,8 @@ type Worker struct {
 	runCtx    context.Context // lives until Stop ends; Redis calls of the loops
 	runCancel context.CancelFunc
 	takeStop  chan struct{} // closed when Stop begins: no more taking
+	takeCtx   context.Context
+	takeStopC context.CancelFunc // ends takeCtx with takeStop
 
 	loops    sync.WaitGroup // fetchers
 	bg       sync.WaitGroup // keeper, subscriber, pause watcher, reaper
@@ -97,7 +99,7 @@ type queueRunner struct {
 	ends  *group.Group[rdb.Ending, endDone]
 
 	heldMu sync.Mutex
-	held   map[string]bool // pids of this queue's takings being run
+	held   map[string]*holding // pids of this queue's takings being run
 
 	// launchMu guards closed (set by Stop before it closes work: nothing
 	// is launched after) and unsure (the session id under which a take's
@@ -112,6 +114,10 @@ type queueRunner struct {
 	// new one, and the taking would stay held with no handler.
 	switches   uint64
 	switchesOf func() uint64
+	// confirm: a switch was seen and no beat has confirmed the session
+	// on the new server since; the release waits for one (see
+	// confirmSwitch).
+	confirm bool
 
 	// takeMu keeps release apart from an end that takes again: such an
 	// end holds it (read) from its call until its takings are launched
@@ -135,7 +141,7 @@ func (q *queueRunner) unsureFor(current string) string {
 	defer q.launchMu.Unlock()
 	if q.switchesOf != nil {
 		if n := q.switchesOf(); n != q.switches {
-			q.switches, q.unsure = n, current
+			q.switches, q.unsure, q.confirm = n, current, true
 		}
 	}
 	if q.unsure != current {
@@ -144,11 +150,19 @@ func (q *queueRunner) unsureFor(current string) string {
 	return q.unsure
 }
 
+// holding is the local state of one taking being run: from its launch
+// until its handler goroutine let it go (after its end).
+type holding struct {
+	cancel context.CancelCauseFunc // its handler's, while the handler runs
+	ending bool                    // its handler returned: its end is (or was) on its way
+	lost   bool                    // found not held in Redis before it ended: never ended
+}
+
 func (q *queueRunner) hold(pid string, on bool) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
 	if on {
-		q.held[pid] = true
+		q.held[pid] = &holding{}
 	} else {
 		delete(q.held, pid)
 	}
@@ -159,6 +173,59 @@ func (q *queueRunner) heldPIDs() []string {
 	defer q.heldMu.Unlock()
 	out := make([]string, 0, len(q.held))
 	for pid := range q.held {
+		out = append(out, pid)
+	}
+	return out
+}
+
+// started records the cancel of the handler that runs pids, and reports
+// false when one of them was found lost before it started (then the
+// handler must not run).
+func (q *queueRunner) started(pids []string, cancel context.CancelCauseFunc) bool {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	ok := true
+	for _, pid := range pids {
+		if h := q.held[pid]; h != nil {
+			h.cancel = cancel
+			ok = ok && !h.lost
+		}
+	}
+	return ok
+}
+
+// returned marks pids as ending (their handler returned) and reports
+// whether one of them was found lost meanwhile: then nothing is ended.
+func (q *queueRunner) returned(pids []string) (lost bool) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	for _, pid := range pids {
+		if h := q.held[pid]; h != nil {
+			h.ending = true
+			lost = lost || h.lost
+		}
+	}
+	return lost
+}
+
+// markLost marks as lost the pids of missing (read as not held in Redis)
+// whose handler has not returned yet, cancels those handlers with cause
+// ErrLostInFailover, and returns the pids it marked. A pid whose handler
+// returned is left alone: its end may have removed it from Redis before
+// the read (ending is set before the end is sent).
+func (q *queueRunner) markLost(missing []string) []string {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	var out []string
+	for _, pid := range missing {
+		h := q.held[pid]
+		if h == nil || h.ending || h.lost {
+			continue
+		}
+		h.lost = true
+		if h.cancel != nil {
+			h.cancel(ErrLostInFailover)
+		}
 		out = append(out, pid)
 	}
 	return out
@@ -217,7 +284,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 			r.freed = make(chan struct{}, 1)
 		}
 		r.work = make(chan job, r.concurrency)
-		r.held = map[string]bool{}
+		r.held = map[string]*holding{}
 		r.switchesOf = w.st.Switches
 		r.switches = w.st.Switches()
 		r.ends = w.endGroup(r)
@@ -284,6 +351,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.runCtx, w.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	w.takeCtx, w.takeStopC = context.WithCancel(w.runCtx)
 	if err := w.writeSettings(ctx); err != nil {
 		w.runCancel()
 		return err
@@ -481,6 +549,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 
 	close(w.takeStop)
+	w.takeStopC()
 	w.loops.Wait()
 	for _, q := range w.queues {
 		// No more takings: handler goroutines end after theirs. An end

@@ -862,12 +862,45 @@ func pair(vals []int, err error) (int, int, error) {
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.
 func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
+	r, err := s.ReleaseCheck(ctx, q, w, known)
+	return r.Requeued, r.Cancelled, err
+}
+
+// Released is what ReleaseCheck did and found.
+type Released struct {
+	Requeued, Cancelled int // takings put back (or ended as cancelled) that w held and did not know
+	// Missing are the pids of known that w does not hold in the queue:
+	// ended already, or lost (a take that a failed primary acknowledged
+	// and never passed on to the replica promoted in its place).
+	Missing []string
+}
+
+// ReleaseCheck is Release, and in the same script call (one read of w's
+// holdings) reports which of known w does not hold.
+func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known []string) (Released, error) {
 	args := make([]any, 0, 6+len(known))
 	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.TaskPrefix)
 	for _, pid := range known {
 		args = append(args, pid)
 	}
-	return pair(redis.Ints(s.eval(ctx, q.Ref.Tag, releaseScript, args...)))
+	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, releaseScript, args...))
+	if err != nil {
+		return Released{}, err
+	}
+	if len(vals) < 2 {
+		return Released{}, fmt.Errorf("rdb: release: reply of %d values, want 2 or more", len(vals))
+	}
+	var r Released
+	if r.Requeued, err = redis.Int(vals[0], nil); err == nil {
+		r.Cancelled, err = redis.Int(vals[1], nil)
+	}
+	if err == nil && len(vals) > 2 {
+		r.Missing, err = redis.Strings(vals[2:], nil)
+	}
+	if err != nil {
+		return Released{}, fmt.Errorf("rdb: release: %w", err)
+	}
+	return r, nil
 }
 
 // CancelResult says what Cancel did.
