@@ -372,11 +372,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
 
-	w.bg.Add(3)
+	w.bg.Add(4)
 	go func() {
 		defer w.bg.Done()
 		w.keeper.Run(w.runCtx)
 	}()
+	go w.switchLoop()
 	go w.subscribeLoop()
 	go w.pauseLoop()
 	w.refreshFlags()
@@ -422,6 +423,26 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// switchLoop pokes every queue when the pool says its server changed (a
+// failover; rdb.Store.Switched): each fetch loop then sees the switch at
+// once and checks what its session holds on the new server (release),
+// rather than at its next poll.
+func (w *Worker) switchLoop() {
+	defer w.bg.Done()
+	for {
+		ch := w.st.Switched()
+		if ch == nil {
+			return
+		}
+		select {
+		case <-w.runCtx.Done():
+			return
+		case <-ch:
+			w.pokeAll()
+		}
+	}
 }
 
 // onKeepalive turns the keeper's events into the worker's.
