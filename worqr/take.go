@@ -53,6 +53,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			if err == nil && hint && free > 0 {
 				var wait rdb.LimitWait
 				tasks, wait, err = w.take(s, q, free)
+				err = w.takeReplicated(s, q, err)
 				q.limitWait(wait)
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
@@ -122,7 +123,22 @@ func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken,
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch()}
+		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0}
+}
+
+// takeReplicated turns the error of a take that too few replicas
+// acknowledged (Config.Replicas) into nil, after counting, logging and
+// reporting it: the takings are held on the primary and are run. Such a
+// take is lost only if the primary fails before a replica gets it; then
+// the check after the switch (release) cancels their handlers.
+func (w *Worker) takeReplicated(s *heartbeat.Session, q *queueRunner, err error) error {
+	if !errors.Is(err, ErrNotReplicated) {
+		return err
+	}
+	w.unreplicated.Add(1)
+	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.name, "err", err)
+	w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.name, err)})
+	return nil
 }
 
 // keyBatch is the TakeArgs.Batch of q: its KeyBatch when a BatchHandler

@@ -374,6 +374,13 @@ type TakeArgs struct {
 	// as failed in its run, found from its id (<run id>.<suffix>) when its
 	// data is gone.
 	Child bool
+	// Ack: TakeWait waits, with WAIT in the same round trip, until the
+	// store's replicas (SetReplicas) have the take, so that a failover
+	// right after it finds the takings held on the promoted replica; when
+	// too few acknowledge in time it returns the takings (applied on the
+	// primary) with a *ReplicaError. EndTake waits for replicas whatever
+	// Ack says (its ends do).
+	Ack bool
 	// Levels: the queue has priority levels 1..Levels (its config's
 	// "prio"); their lists are taken from first, highest first. 0: the
 	// plain take.
@@ -450,6 +457,8 @@ type LimitWait int64
 const WaitWake LimitWait = -1
 
 // TakeWait is Take, and says whether the queue's global limits cut it.
+// With a.Ack and replicas to wait for, a *ReplicaError may come back with
+// the takings: they are taken (on the primary).
 func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, LimitWait, error) {
 	extra := a.keys(q)
 	args := make([]any, 0, 24)
@@ -457,14 +466,26 @@ func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken,
 	args = append(args, extra...)
 	args = append(args, a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until)
-	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript, args...))
+	var r any
+	var err error
+	if a.Ack {
+		r, err = s.evalAck(ctx, q.Ref.Tag, takeScript, args...)
+	} else {
+		r, err = s.eval(ctx, q.Ref.Tag, takeScript, args...)
+	}
+	err, replica := splitReplica(err)
+	vals, err := redis.Values(r, err)
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
 			return nil, 0, ErrExpired
 		}
 		return nil, 0, err
 	}
-	return decodeTaken(vals, a)
+	taken, wait, err := decodeTaken(vals, a)
+	if err == nil {
+		err = replica
+	}
+	return taken, wait, err
 }
 
 // decodeTaken decodes the flat reply of a take (8 values per id, then the
