@@ -99,7 +99,7 @@ type batchJob struct {
 func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	defer func() {
 		for _, t := range b.tasks {
-			q.hold(t.pid, false)
+			q.unhold(t.pid)
 		}
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
@@ -108,7 +108,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}()
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
-		if !w.lostOnReturn(s, q, b.tasks) {
+		if !w.lostOnReturn(q, b.tasks) {
 			w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
 		}
 		return
@@ -135,7 +135,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		// A taking of the batch was found lost (a failover) before the
 		// handler started.
 		cancel(ErrLostInFailover)
-		w.lostOnReturn(s, q, b.tasks)
+		w.lostOnReturn(q, b.tasks)
 		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
@@ -163,7 +163,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}
 	w.runMu.Unlock()
 	cancel(nil)
-	if w.lostOnReturn(s, q, b.tasks) {
+	if w.lostOnReturn(q, b.tasks) {
 		return
 	}
 	// The batch's attempt decides retry or dead, against the head's max.

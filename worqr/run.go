@@ -35,7 +35,7 @@ func (w *Worker) serve(q *queueRunner) {
 
 func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task) {
 	defer func() {
-		q.hold(t.pid, false)
+		q.unhold(t.pid)
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
 		poke(q.freed)
@@ -44,7 +44,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		if !w.lostOnReturn(s, q, []*Task{t}) {
+		if !w.lostOnReturn(q, []*Task{t}) {
 			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
 		}
 		return
@@ -62,7 +62,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if !q.started([]string{t.pid}, cancel) {
 		// Found lost (a failover) before its handler started.
 		cancel(ErrLostInFailover)
-		w.lostOnReturn(s, q, []*Task{t})
+		q.returned([]string{t.pid})
 		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
@@ -93,7 +93,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	}
 	w.runMu.Unlock()
 	cancel(nil)
-	if w.lostOnReturn(s, q, []*Task{t}) {
+	if w.lostOnReturn(q, []*Task{t}) {
 		return
 	}
 	e := w.ending(q, taken, t, err)
@@ -110,20 +110,16 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 
 // lostOnReturn marks the takings of ts as ending (their handler returned,
 // or never runs) and reports whether one was found lost in a failover
-// (queueRunner.markLost): then their end is not sent (Redis would refuse
-// it: the new primary does not hold them) and each is reported lost.
-func (w *Worker) lostOnReturn(s *heartbeat.Session, q *queueRunner, ts []*Task) bool {
+// (queueRunner.markLost, which reported it): then their end is not sent
+// (Redis would refuse it: the new primary does not hold them). The takes
+// of one batch are one script call, replicated as one transaction: they
+// are lost together.
+func (w *Worker) lostOnReturn(q *queueRunner, ts []*Task) bool {
 	pids := make([]string, len(ts))
 	for i, t := range ts {
 		pids[i] = t.pid
 	}
-	if !q.returned(pids) {
-		return false
-	}
-	for _, t := range ts {
-		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrLostInFailover})
-	}
-	return true
+	return q.returned(pids)
 }
 
 // nextStage is the stage after q's (its declaring stage's, for a child

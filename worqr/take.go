@@ -184,9 +184,10 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	if r.Requeued > 0 {
 		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", r.Requeued)
 	}
-	for _, pid := range q.markLost(r.Missing) {
+	for pid, id := range q.markLost(r.Missing) {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",
-			"queue", q.name, "pid", pid, "worker_id", s.ID())
+			"queue", q.name, "task_id", id, "pid", pid, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
 	}
 	return nil
 }
@@ -264,7 +265,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		q.busy.Add(1)
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
-		q.hold(t.PID, true)
+		q.hold(t.PID, t.ID)
 		// Never blocks: at most concurrency tasks are busy, and the channel
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
@@ -274,7 +275,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		if q.cfg.BatchHandler != nil {
 			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}}
 			for _, b := range behind {
-				q.hold(b.PID, true)
+				q.hold(b.PID, b.ID)
 				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
 			}
 		}

@@ -153,19 +153,23 @@ func (q *queueRunner) unsureFor(current string) string {
 // holding is the local state of one taking being run: from its launch
 // until its handler goroutine let it go (after its end).
 type holding struct {
+	id     string                  // the task's
 	cancel context.CancelCauseFunc // its handler's, while the handler runs
 	ending bool                    // its handler returned: its end is (or was) on its way
 	lost   bool                    // found not held in Redis before it ended: never ended
 }
 
-func (q *queueRunner) hold(pid string, on bool) {
+// hold records taking pid (of task id) as being run; unhold forgets it.
+func (q *queueRunner) hold(pid, id string) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	if on {
-		q.held[pid] = &holding{}
-	} else {
-		delete(q.held, pid)
-	}
+	q.held[pid] = &holding{id: id}
+}
+
+func (q *queueRunner) unhold(pid string) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	delete(q.held, pid)
 }
 
 func (q *queueRunner) heldPIDs() []string {
@@ -210,13 +214,13 @@ func (q *queueRunner) returned(pids []string) (lost bool) {
 
 // markLost marks as lost the pids of missing (read as not held in Redis)
 // whose handler has not returned yet, cancels those handlers with cause
-// ErrLostInFailover, and returns the pids it marked. A pid whose handler
-// returned is left alone: its end may have removed it from Redis before
-// the read (ending is set before the end is sent).
-func (q *queueRunner) markLost(missing []string) []string {
+// ErrLostInFailover, and returns the pids it marked with their task ids. A
+// pid whose handler returned is left alone: its end may have removed it
+// from Redis before the read (ending is set before the end is sent).
+func (q *queueRunner) markLost(missing []string) map[string]string {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	var out []string
+	var out map[string]string
 	for _, pid := range missing {
 		h := q.held[pid]
 		if h == nil || h.ending || h.lost {
@@ -226,7 +230,10 @@ func (q *queueRunner) markLost(missing []string) []string {
 		if h.cancel != nil {
 			h.cancel(ErrLostInFailover)
 		}
-		out = append(out, pid)
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[pid] = h.id
 	}
 	return out
 }
