@@ -99,7 +99,7 @@ var _ = Describe("A primary switch (Sentinel failover)", func() {
 		Eventually(ctx, causes).WithTimeout(5 * time.Second).Should(Receive(&cause))
 		Expect(errors.Is(cause, worqr.ErrLostInFailover)).To(BeTrue(), "cause %v", cause)
 		Expect(errors.Is(cause, worqr.ErrTaskLost)).To(BeTrue())
-		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(5 * time.Second).
+		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(5*time.Second).
 			Should(Equal([]worqr.EventKind{worqr.EventLost}), "reported lost, never ended")
 		for _, ev := range rec.all() {
 			if ev.TaskID == id {
