@@ -869,16 +869,6 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 	}
 }
 
-func pair(vals []int, err error) (int, int, error) {
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(vals) != 2 {
-		return 0, 0, fmt.Errorf("rdb: reply of %d values, want 2", len(vals))
-	}
-	return vals[0], vals[1], nil
-}
-
 // Release puts back at the front of the queue the takings worker w holds in
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.

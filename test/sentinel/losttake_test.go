@@ -83,7 +83,6 @@ func TestLostTakeCancelledAfterFailover(t *testing.T) {
 	// the keepalive (which cancels every handler) is not what is tested.
 	cfg := worqr.Config{Namespace: "lostake"}
 	l := &runLog{}
-	var workers []*worqr.Worker
 	for _, name := range []string{"A", "B"} {
 		w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
 			HeartbeatTTL: 20 * time.Second, HeartbeatInterval: time.Second,
@@ -107,7 +106,6 @@ func TestLostTakeCancelledAfterFailover(t *testing.T) {
 			defer scancel()
 			_ = w.Stop(sctx)
 		}()
-		workers = append(workers, w)
 	}
 	// The task is due in 2 s: its enqueue reaches the replica (Replicas
 	// 1), its move to the queue and its take do not.
