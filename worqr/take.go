@@ -200,20 +200,32 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 // cancels every handler of s.
 func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
 	q.launchMu.Lock()
-	need := q.confirm
+	need, seen := q.confirm, q.switches
 	q.launchMu.Unlock()
 	if !need {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
-	defer cancel()
-	if err := w.keeper.Confirm(ctx, s); err != nil {
-		return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+	// One beat serves every queue that saw no later switch.
+	if m := w.confirmed.Load(); m == nil || m.s != s || m.switches < seen {
+		now := w.st.Switches() // read before the beat begins
+		ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
+		defer cancel()
+		if err := w.keeper.Confirm(ctx, s); err != nil {
+			return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+		}
+		w.confirmed.Store(&confirmMark{s: s, switches: now})
 	}
 	q.launchMu.Lock()
 	q.confirm = false
 	q.launchMu.Unlock()
 	return nil
+}
+
+// confirmMark says that a beat of session s begun when the pool had
+// switched servers switches times was acknowledged (confirmSwitch).
+type confirmMark struct {
+	s        *heartbeat.Session
+	switches uint64
 }
 
 // reporter records a running taking's progress reports, while its session

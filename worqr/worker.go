@@ -34,7 +34,8 @@ type Worker struct {
 	keeper *heartbeat.Keeper
 	bus    *eventBus // publishes what the worker observes
 
-	unreplicated atomic.Uint64 // ends and takes too few replicas acknowledged (Unreplicated)
+	unreplicated atomic.Uint64               // ends and takes too few replicas acknowledged (Unreplicated)
+	confirmed    atomic.Pointer[confirmMark] // the last keepalive confirmed after a switch
 
 	queues []*queueRunner
 	group  *prioGroup // the queues served by priority (WorkerConfig.Priority), or nil
