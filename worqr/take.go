@@ -127,15 +127,14 @@ func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeA
 }
 
 // takeReplicated turns the error of a take that too few replicas
-// acknowledged (Config.Replicas) into nil, after counting, logging and
-// reporting it: the takings are held on the primary and are run. Such a
-// take is lost only if the primary fails before a replica gets it; then
+// acknowledged (Config.Replicas) into nil, after logging and reporting it
+// (an EventError): the takings are held on the primary and are run. Such
+// a take is lost only if the primary fails before a replica gets it; then
 // the check after the switch (release) cancels their handlers.
 func (w *Worker) takeReplicated(s *heartbeat.Session, q *queueRunner, err error) error {
 	if !errors.Is(err, ErrNotReplicated) {
 		return err
 	}
-	w.unreplicated.Add(1)
 	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.name, "err", err)
 	w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.name, err)})
 	return nil

@@ -323,13 +323,14 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	return w, nil
 }
 
-// Unreplicated returns how many ends of takings, and takes, this worker
-// recorded on the primary that fewer than Config.Replicas replicas
-// acknowledged within Config.ReplicaTimeout (each also logged and reported
-// as an EventError). Those takings are ended (or taken and run); an end is
-// lost only if the primary fails before a replica gets it, and then the
-// task runs again (at-least-once); such a take, lost the same way, has its
-// handler cancelled once the worker sees the failover (ErrLostInFailover).
+// Unreplicated returns how many ends of takings this worker recorded on the
+// primary that fewer than Config.Replicas replicas acknowledged within
+// Config.ReplicaTimeout (each also logged and reported as an EventError).
+// Those takings are ended; an end is lost only if the primary fails before
+// a replica gets it, and then the task runs again (at-least-once). (A take
+// short of replicas is logged and reported as an EventError, not counted
+// here: its takings run, and if it is lost after all their handlers are
+// cancelled once the worker sees the failover, ErrLostInFailover.)
 func (w *Worker) Unreplicated() uint64 { return w.unreplicated.Load() }
 
 // ID returns the worker's current id ("" before Start). It changes when the
