@@ -11,6 +11,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
@@ -185,7 +186,10 @@ func TestFailoverLostTake(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the first run (its take lost with the master) still runs 15 s after the switch")
+			info, err := client.Task(ctx, q, id)
+			held, herr := redis.StringMap(promoted.Pool().Get().Do("HGETALL", rdb.NewKeys(ns).Queue(rdb.Standalone(q)).WorkerQueue(w.ID())))
+			t.Fatalf("the first run (its take lost with the master) still runs 15 s after the switch; task %+v (%v); the new master holds %v (%v)",
+				info, err, held, herr)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
