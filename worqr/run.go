@@ -18,6 +18,7 @@ type job struct {
 	s     *heartbeat.Session
 	taken rdb.Taken
 	task  *Task
+	h     *holding  // its record in the queue's held map
 	batch *batchJob // a queue with KeyBatch: the batch this taking heads
 }
 
@@ -29,13 +30,14 @@ func (w *Worker) serve(q *queueRunner) {
 			w.runBatch(j.s, q, j.batch)
 			continue
 		}
-		w.run(j.s, q, j.taken, j.task)
+		w.run(j.s, q, j.taken, j.task, j.h)
 	}
 }
 
-func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task) {
+func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task, h *holding) {
+	hs := []*holding{h}
 	defer func() {
-		q.unhold(t.pid)
+		q.unhold(t.pid, h)
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
 		poke(q.freed)
@@ -44,7 +46,7 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		if !w.lostOnReturn(q, []*Task{t}) {
+		if !q.returned(hs) {
 			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
 		}
 		return
@@ -59,10 +61,10 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()
 	}
-	if !q.started([]string{t.pid}, cancel) {
+	if !q.started(hs, cancel) {
 		// Found lost (a failover) before its handler started.
 		cancel(ErrLostInFailover)
-		q.returned([]string{t.pid})
+		q.returned(hs)
 		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
@@ -93,7 +95,10 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	}
 	w.runMu.Unlock()
 	cancel(nil)
-	if w.lostOnReturn(q, []*Task{t}) {
+	if q.returned(hs) {
+		// Lost in a failover (markLost reported it): no end is sent,
+		// Redis would refuse it (or, the pid handed out again by the new
+		// primary, end another taking).
 		return
 	}
 	e := w.ending(q, taken, t, err)
@@ -106,20 +111,6 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		}
 	}
 	w.complete(s, q, []*Task{t}, e, err)
-}
-
-// lostOnReturn marks the takings of ts as ending (their handler returned,
-// or never runs) and reports whether one was found lost in a failover
-// (queueRunner.markLost, which reported it): then their end is not sent
-// (Redis would refuse it: the new primary does not hold them). The takes
-// of one batch are one script call, replicated as one transaction: they
-// are lost together.
-func (w *Worker) lostOnReturn(q *queueRunner, ts []*Task) bool {
-	pids := make([]string, len(ts))
-	for i, t := range ts {
-		pids[i] = t.pid
-	}
-	return q.returned(pids)
 }
 
 // nextStage is the stage after q's (its declaring stage's, for a child

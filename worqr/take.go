@@ -276,17 +276,17 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		q.busy.Add(1)
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
-		q.hold(t.PID, t.ID)
+		h := q.hold(t.PID, t.ID)
 		// Never blocks: at most concurrency tasks are busy, and the channel
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
 		// busy may pass concurrency for a moment, the channel never fills.)
 		task := w.newTask(s, q, t)
-		j := job{s: s, taken: t, task: task}
+		j := job{s: s, taken: t, task: task, h: h}
 		if q.cfg.BatchHandler != nil {
-			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}}
+			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}, held: []*holding{h}}
 			for _, b := range behind {
-				q.hold(b.PID, b.ID)
+				j.batch.held = append(j.batch.held, q.hold(b.PID, b.ID))
 				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
 			}
 		}

@@ -160,17 +160,25 @@ type holding struct {
 	lost   bool                    // found not held in Redis before it ended: never ended
 }
 
-// hold records taking pid (of task id) as being run; unhold forgets it.
-func (q *queueRunner) hold(pid, id string) {
+// hold records taking pid (of task id) as being run and returns its
+// record, which its handler goroutine keeps: after a failover the new
+// primary may hand out a pid again (its sequence lacks the lost takes), so
+// a later taking may replace the record under the same pid while the lost
+// one's handler still runs. unhold forgets h unless it was replaced.
+func (q *queueRunner) hold(pid, id string) *holding {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	q.held[pid] = &holding{id: id}
+	h := &holding{id: id}
+	q.held[pid] = h
+	return h
 }
 
-func (q *queueRunner) unhold(pid string) {
+func (q *queueRunner) unhold(pid string, h *holding) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	delete(q.held, pid)
+	if q.held[pid] == h {
+		delete(q.held, pid)
+	}
 }
 
 func (q *queueRunner) heldPIDs() []string {
@@ -183,32 +191,28 @@ func (q *queueRunner) heldPIDs() []string {
 	return out
 }
 
-// started records the cancel of the handler that runs pids, and reports
+// started records the cancel of the handler that runs hs, and reports
 // false when one of them was found lost before it started (then the
 // handler must not run).
-func (q *queueRunner) started(pids []string, cancel context.CancelCauseFunc) bool {
+func (q *queueRunner) started(hs []*holding, cancel context.CancelCauseFunc) bool {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
 	ok := true
-	for _, pid := range pids {
-		if h := q.held[pid]; h != nil {
-			h.cancel = cancel
-			ok = ok && !h.lost
-		}
+	for _, h := range hs {
+		h.cancel = cancel
+		ok = ok && !h.lost
 	}
 	return ok
 }
 
-// returned marks pids as ending (their handler returned) and reports
+// returned marks hs as ending (their handler returned) and reports
 // whether one of them was found lost meanwhile: then nothing is ended.
-func (q *queueRunner) returned(pids []string) (lost bool) {
+func (q *queueRunner) returned(hs []*holding) (lost bool) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	for _, pid := range pids {
-		if h := q.held[pid]; h != nil {
-			h.ending = true
-			lost = lost || h.lost
-		}
+	for _, h := range hs {
+		h.ending = true
+		lost = lost || h.lost
 	}
 	return lost
 }
