@@ -276,7 +276,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		q.busy.Add(1)
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
-		h := q.hold(t.PID, t.ID)
+		h := w.hold(s, q, t)
 		// Never blocks: at most concurrency tasks are busy, and the channel
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
@@ -286,13 +286,25 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		if q.cfg.BatchHandler != nil {
 			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}, held: []*holding{h}}
 			for _, b := range behind {
-				j.batch.held = append(j.batch.held, q.hold(b.PID, b.ID))
+				j.batch.held = append(j.batch.held, w.hold(s, q, b))
 				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
 			}
 		}
 		q.work <- j
 	}
 	return launched, buried
+}
+
+// hold records taking t of q as being run (queueRunner.hold), and reports
+// the taking it displaced, if any: lost in a failover.
+func (w *Worker) hold(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *holding {
+	h, displaced := q.hold(t.PID, t.ID)
+	if displaced != "" {
+		w.cfg.Logger.Warn("worker: taking lost in a failover (its pid was handed out again): handler cancelled",
+			"queue", q.name, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
+	}
+	return h
 }
 
 // newTask is the Task a handler sees for taking t.

@@ -165,12 +165,27 @@ type holding struct {
 // primary may hand out a pid again (its sequence lacks the lost takes), so
 // a later taking may replace the record under the same pid while the lost
 // one's handler still runs. unhold forgets h unless it was replaced.
-func (q *queueRunner) hold(pid, id string) *holding {
+//
+// A record that a new taking replaces while its handler still runs (not
+// ending) proves that its take was lost: Redis hands a pid out again only
+// when the INCRBY that issued it was lost with a primary. hold marks it
+// lost and cancels its handler (as markLost does) and returns its task id
+// as displaced. On a Redis Cluster a take can reach the new master before
+// the pool counts the switch (a MOVED reply updates the slot at once), so
+// the worker's check may come after such a take.
+func (q *queueRunner) hold(pid, id string) (h *holding, displaced string) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	h := &holding{id: id}
+	if old := q.held[pid]; old != nil && !old.ending && !old.lost {
+		old.lost = true
+		if old.cancel != nil {
+			old.cancel(ErrLostInFailover)
+		}
+		displaced = old.id
+	}
+	h = &holding{id: id}
 	q.held[pid] = h
-	return h
+	return h, displaced
 }
 
 func (q *queueRunner) unhold(pid string, h *holding) {

@@ -17,10 +17,10 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// TestFailoverLostTake loses an acknowledged take for sure: a task due in
-// 2 s reaches the replica of its queue's master (Replicas 1), the replica
-// is frozen and its replication link filled, the task becomes due and is
-// taken on the master only, then the master is SIGKILLed and the replica
+// TestFailoverLostTake loses an acknowledged take for sure: a task
+// reaches the replica of its queue's master (Replicas 1), the replica is
+// frozen and its replication link filled, then a worker starts and takes
+// the task on the master only; the master is SIGKILLed and the replica
 // resumed and promoted. On the new master the task is not held: it is
 // offered again while the first handler still runs it. The worker sees
 // the master leave the map (ClusterPool.Switched), confirms its keepalive,
@@ -107,23 +107,11 @@ func TestFailoverLostTake(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	w, err := worqr.NewWorker(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
-		defer c()
-		_ = w.Stop(sctx)
-	}()
 	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true, Replicas: 1, ReplicaTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := client.Enqueue(ctx, q, []byte("x"), &worqr.EnqueueOpts{Delay: 2 * time.Second})
+	id, err := client.Enqueue(ctx, q, []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +135,21 @@ func TestFailoverLostTake(t *testing.T) {
 	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
 		t.Fatal(err)
 	}
+	// The worker starts now (its registration and keepalive live on
+	// another master, whose replica is fine): its take reaches the
+	// master only.
+	w, err := worqr.NewWorker(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, c := context.WithTimeout(context.Background(), 5*time.Second)
+		defer c()
+		_ = w.Stop(sctx)
+	}()
 	select {
 	case <-started:
 	case <-ctx.Done():
