@@ -114,6 +114,14 @@ type Keeper struct {
 	changed chan struct{}
 	lastOK  atomic.Int64 // unix ns (Clock) when the last good beat was sent
 	parent  context.Context
+
+	// Confirm's requests and answers: kick asks the beat loop for a beat
+	// now; sent counts the beats begun, okSeq is the number of the last
+	// good one, and beaten is closed (and replaced) after each beat.
+	kick   chan struct{}
+	sent   uint64
+	okSeq  uint64
+	beaten chan struct{}
 }
 
 // Start registers the first session; ctx bounds the registration, and every
@@ -131,6 +139,8 @@ func (k *Keeper) Start(ctx context.Context) (*Session, error) {
 	}
 	k.parent = ctx
 	k.changed = make(chan struct{})
+	k.kick = make(chan struct{}, 1)
+	k.beaten = make(chan struct{})
 	s, err := k.register(ctx)
 	if err != nil {
 		return nil, err
@@ -179,6 +189,41 @@ func (k *Keeper) Current() (*Session, <-chan struct{}) {
 func (k *Keeper) Fresh() bool {
 	last := time.Unix(0, k.lastOK.Load())
 	return k.Clock.Now().Sub(last) < k.TTL-k.Interval
+}
+
+// Confirm asks for a beat of s now and waits until one begun after the
+// call found the keepalive of s alive (nil), s is retired (its cause), or
+// ctx ends. A worker calls it after its pool moved to another server (a
+// failover): the new server may not have the keepalive (it expired there,
+// or its last beats were never replicated), and the deadline of s
+// (Session.Until) was read on the old server. Once Confirm returns nil,
+// the new server holds the keepalive for a TTL from a beat after the
+// switch.
+func (k *Keeper) Confirm(ctx context.Context, s *Session) error {
+	k.mu.Lock()
+	want := k.sent + 1
+	k.mu.Unlock()
+	select {
+	case k.kick <- struct{}{}:
+	default:
+	}
+	for {
+		k.mu.Lock()
+		ok, ch := k.okSeq >= want, k.beaten
+		k.mu.Unlock()
+		switch {
+		case s.Lost():
+			return s.Cause()
+		case ok:
+			return nil
+		}
+		select {
+		case <-ch:
+		case <-s.ctx.Done():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Run beats until ctx ends. On a lost keepalive it retires the session
@@ -243,13 +288,27 @@ func (k *Keeper) beatLoop(ctx context.Context, s *Session) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-t.C():
+		case <-k.kick:
 		}
 		sent := k.Clock.Now()
+		k.mu.Lock()
+		k.sent++
+		seq := k.sent
+		k.mu.Unlock()
 		alive, at, err := k.beat(ctx, id)
+		if err == nil && alive {
+			s.extend(at, k.TTL)
+		}
+		k.mu.Lock()
+		if err == nil && alive && k.cur == s {
+			k.okSeq = seq
+		}
+		close(k.beaten)
+		k.beaten = make(chan struct{})
+		k.mu.Unlock()
 		switch {
 		case err == nil && alive:
 			k.lastOK.Store(sent.UnixNano())
-			s.extend(at, k.TTL)
 		case err == nil:
 			k.log().Warn("heartbeat: keepalive lost", "worker_id", id)
 			return ErrLost

@@ -732,3 +732,41 @@ func TestSessionUntilFollowsRedisClock(t *testing.T) {
 	}
 	within("after a beat", s.Until(), before, b.redisNow(t))
 }
+
+// Confirm beats at once (the clock does not move) and returns once a beat
+// begun after the call found the keepalive alive; when the key is gone
+// (a failover to a server that never got it) it returns the retired
+// session's cause, and the keeper registers a new id.
+func TestConfirm(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	s1 := b.start(t)
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+	b.do(t, "PEXPIRE", b.k.Keepalive(s1.ID()), 10*time.Minute.Milliseconds())
+	ctx, cancel := context.WithTimeout(b.ctx, patience)
+	defer cancel()
+	if err := b.keeper.Confirm(ctx, s1); err != nil {
+		t.Fatalf("Confirm of a live session: %v", err)
+	}
+	if pttl := b.do(t, "PTTL", b.k.Keepalive(s1.ID())).(int64); pttl > ttl.Milliseconds() {
+		t.Fatalf("Confirm returned before a beat renewed the keepalive (PTTL %d ms)", pttl)
+	}
+	b.noEvents(t)
+
+	b.do(t, "DEL", b.k.Keepalive(s1.ID()))
+	if err := b.keeper.Confirm(ctx, s1); !errors.Is(err, heartbeat.ErrLost) {
+		t.Fatalf("Confirm of a session whose key is gone: %v, want ErrLost", err)
+	}
+	checkRetired(t, s1, heartbeat.ErrLost)
+	if e := b.next(t); e.Kind != heartbeat.Lost || e.ID != s1.ID() {
+		t.Fatalf("event %+v, want Lost of %s", e, s1.ID())
+	}
+	if e := b.next(t); e.Kind != heartbeat.Registered {
+		t.Fatalf("event %+v, want Registered", e)
+	}
+	// A Confirm of the retired session returns its cause at once.
+	if err := b.keeper.Confirm(ctx, s1); !errors.Is(err, heartbeat.ErrLost) {
+		t.Fatalf("Confirm of a retired session: %v", err)
+	}
+}

@@ -91,6 +91,7 @@ func HandleBatchOf[T any](fn func(ctx context.Context, b *Batch, vs []T) error, 
 type batchJob struct {
 	taken []rdb.Taken
 	tasks []*Task
+	held  []*holding // each taking's record, in the order of tasks
 }
 
 // runBatch runs a batch of q (the head's taking first) through q's
@@ -98,8 +99,8 @@ type batchJob struct {
 // Task), and ends it through the queue's one end path.
 func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	defer func() {
-		for _, t := range b.tasks {
-			q.hold(t.pid, false)
+		for i, t := range b.tasks {
+			q.unhold(t.pid, b.held[i])
 		}
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
@@ -108,7 +109,9 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}()
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
-		w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
+		if !q.returned(b.held) {
+			w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
+		}
 		return
 	}
 	batch := &Batch{Key: head.Key, Tasks: b.tasks}
@@ -124,6 +127,14 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()
+	}
+	if !q.started(b.held, cancel) {
+		// A taking of the batch was found lost (a failover) before the
+		// handler started. The takes of one batch are one script call,
+		// replicated as one transaction: they are lost together.
+		cancel(ErrLostInFailover)
+		q.returned(b.held)
+		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
 	w.runMu.Lock()
@@ -150,6 +161,9 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}
 	w.runMu.Unlock()
 	cancel(nil)
+	if q.returned(b.held) {
+		return // lost in a failover: no end is sent (see run)
+	}
 	// The batch's attempt decides retry or dead, against the head's max.
 	at := *head
 	at.Attempt = batch.Attempt

@@ -189,6 +189,10 @@ func (c *ClusterPool) Masters() []string { return c.p.Masters() }
 // dead master acknowledged may never have reached its replica.
 func (c *ClusterPool) Switches() uint64 { return c.p.Switches() }
 
+// Switched returns a channel closed at the next switch: a worker on the
+// pool looks at its takings as soon as a failover is seen.
+func (c *ClusterPool) Switched() <-chan struct{} { return c.p.Switched() }
+
 // Close closes the connections to every node.
 func (c *ClusterPool) Close() error { return c.p.Close() }
 

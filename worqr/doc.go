@@ -38,7 +38,11 @@
 //
 // Each taking of a task has exactly one owner; finishing checks ownership in
 // the same script that records the outcome, so a worker that lost its
-// keepalive cannot record anything (ErrTaskLost). Execution is at-least-once:
+// keepalive cannot record anything (ErrTaskLost). After a failover (a
+// SentinelPool or ClusterPool switching servers) a worker cancels the
+// handlers of takings the new primary does not hold (ErrLostInFailover):
+// their take was acknowledged by the old primary and never replicated.
+// Execution is at-least-once:
 // after a crash, a lost keepalive or a failed attempt the handler runs again,
 // so handlers must be idempotent. A handler's error is a failed attempt,
 // retried with backoff up to MaxAttempts, then the task goes to the dead set;

@@ -14,6 +14,14 @@ import (
 // peer requeued the task. Nothing was recorded.
 var ErrTaskLost = rdb.ErrLost
 
+// ErrLostInFailover is the cause of a handler context cancelled because,
+// after the pool moved to a new primary (a Sentinel or Cluster failover),
+// the new primary does not hold the taking: the old primary acknowledged
+// the take and failed before a replica got it, so on the new primary the
+// task is waiting again (or already taken by another worker). The worker
+// sends no end for it and reports an EventLost. It matches ErrTaskLost.
+var ErrLostInFailover = fmt.Errorf("worqr: taking lost in a failover (the new primary does not hold it): %w", ErrTaskLost)
+
 // ErrTaskNotFound is returned by Client.Task when no task has that id in that
 // queue (it never existed, or it ended and its record is gone).
 var ErrTaskNotFound = errors.New("worqr: task not found")

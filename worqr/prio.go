@@ -246,6 +246,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 		}
 		q := cands[i]
 		tasks, wait, err := w.take(s, q, n)
+		err = w.takeReplicated(s, q, err)
 		if err != nil {
 			if !errors.Is(err, rdb.ErrExpired) {
 				// The take may have run with its reply lost: release

@@ -18,6 +18,7 @@ type job struct {
 	s     *heartbeat.Session
 	taken rdb.Taken
 	task  *Task
+	h     *holding  // its record in the queue's held map
 	batch *batchJob // a queue with KeyBatch: the batch this taking heads
 }
 
@@ -29,13 +30,14 @@ func (w *Worker) serve(q *queueRunner) {
 			w.runBatch(j.s, q, j.batch)
 			continue
 		}
-		w.run(j.s, q, j.taken, j.task)
+		w.run(j.s, q, j.taken, j.task, j.h)
 	}
 }
 
-func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task) {
+func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task, h *holding) {
+	hs := []*holding{h}
 	defer func() {
-		q.hold(t.pid, false)
+		q.unhold(t.pid, h)
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
 		poke(q.freed)
@@ -44,7 +46,9 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		if !q.returned(hs) {
+			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
+		}
 		return
 	}
 	hctx, cancel := context.WithCancelCause(s.Context())
@@ -56,6 +60,12 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()
+	}
+	if !q.started(hs, cancel) {
+		// Found lost (a failover) before its handler started.
+		cancel(ErrLostInFailover)
+		q.returned(hs)
+		return
 	}
 	me := &inflight{cancel: cancel, sess: s}
 	w.runMu.Lock()
@@ -85,6 +95,12 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	}
 	w.runMu.Unlock()
 	cancel(nil)
+	if q.returned(hs) {
+		// Lost in a failover (markLost reported it): no end is sent,
+		// Redis would refuse it (or, the pid handed out again by the new
+		// primary, end another taking).
+		return
+	}
 	e := w.ending(q, taken, t, err)
 	if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
 		if perr := w.planStage(q, res, &e); perr != nil {

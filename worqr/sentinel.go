@@ -118,5 +118,9 @@ func (s *SentinelPool) Primary() string { return s.p.Primary() }
 // and never passed on to the replica left it there).
 func (s *SentinelPool) Switches() uint64 { return s.p.Switches() }
 
+// Switched returns a channel closed at the next switch: a worker on the
+// pool looks at its takings as soon as a failover is seen.
+func (s *SentinelPool) Switched() <-chan struct{} { return s.p.Switched() }
+
 // Close stops following the sentinels and closes the connections.
 func (s *SentinelPool) Close() error { return s.p.Close() }

@@ -53,6 +53,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			if err == nil && hint && free > 0 {
 				var wait rdb.LimitWait
 				tasks, wait, err = w.take(s, q, free)
+				err = w.takeReplicated(s, q, err)
 				q.limitWait(wait)
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
@@ -122,7 +123,21 @@ func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken,
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch()}
+		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0}
+}
+
+// takeReplicated turns the error of a take that too few replicas
+// acknowledged (Config.Replicas) into nil, after logging and reporting it
+// (an EventError): the takings are held on the primary and are run. Such
+// a take is lost only if the primary fails before a replica gets it; then
+// the check after the switch (release) cancels their handlers.
+func (w *Worker) takeReplicated(s *heartbeat.Session, q *queueRunner, err error) error {
+	if !errors.Is(err, ErrNotReplicated) {
+		return err
+	}
+	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.name, "err", err)
+	w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.name, err)})
+	return nil
 }
 
 // keyBatch is the TakeArgs.Batch of q: its KeyBatch when a BatchHandler
@@ -147,17 +162,69 @@ func heads(ts []rdb.Taken) int {
 }
 
 // release puts back the takings session s holds in q that no handler runs
-// (those of a take whose reply was lost).
+// (those of a take whose reply was lost), and in the same call reads which
+// of the takings being run s no longer holds: after a failover, a take the
+// old primary acknowledged and never passed on to the new one. Their
+// handlers are cancelled at once (ErrLostInFailover) and their ends are
+// not sent. After a switch of server it first waits for a beat of s on the
+// new server (confirmSwitch).
 func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
+	if err := w.confirmSwitch(s, q); err != nil {
+		return err
+	}
 	q.takeMu.Lock()
 	defer q.takeMu.Unlock()
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	n, _, err := w.st.Release(ctx, q.qk, s.ID(), q.heldPIDs())
-	if err == nil && n > 0 {
-		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", n)
+	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), q.heldPIDs())
+	if err != nil {
+		return err
 	}
-	return err
+	if r.Requeued > 0 {
+		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", r.Requeued)
+	}
+	for pid, id := range q.markLost(r.Missing) {
+		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",
+			"queue", q.name, "task_id", id, "pid", pid, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
+	}
+	return nil
+}
+
+// confirmSwitch waits, when q saw its pool switch servers since its last
+// release, for a beat of s that the new server acknowledged: until then
+// the keepalive of s may be missing there (so a reaper may be requeueing
+// what s holds), and s.Until, read on the old server, fences nothing on
+// the new one. A session lost meanwhile is retired by the keeper, which
+// cancels every handler of s.
+func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
+	q.launchMu.Lock()
+	need, seen := q.confirm, q.switches
+	q.launchMu.Unlock()
+	if !need {
+		return nil
+	}
+	// One beat serves every queue that saw no later switch.
+	if m := w.confirmed.Load(); m == nil || m.s != s || m.switches < seen {
+		now := w.st.Switches() // read before the beat begins
+		ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
+		defer cancel()
+		if err := w.keeper.Confirm(ctx, s); err != nil {
+			return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+		}
+		w.confirmed.Store(&confirmMark{s: s, switches: now})
+	}
+	q.launchMu.Lock()
+	q.confirm = false
+	q.launchMu.Unlock()
+	return nil
+}
+
+// confirmMark says that a beat of session s begun when the pool had
+// switched servers switches times was acknowledged (confirmSwitch).
+type confirmMark struct {
+	s        *heartbeat.Session
+	switches uint64
 }
 
 // reporter records a running taking's progress reports, while its session
@@ -209,23 +276,35 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		q.busy.Add(1)
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
-		q.hold(t.PID, true)
+		h := w.hold(s, q, t)
 		// Never blocks: at most concurrency tasks are busy, and the channel
 		// holds that many. (An end that takes again launches at most as
 		// many as the ends it carried, whose handlers are still running:
 		// busy may pass concurrency for a moment, the channel never fills.)
 		task := w.newTask(s, q, t)
-		j := job{s: s, taken: t, task: task}
+		j := job{s: s, taken: t, task: task, h: h}
 		if q.cfg.BatchHandler != nil {
-			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}}
+			j.batch = &batchJob{taken: append([]rdb.Taken{t}, behind...), tasks: []*Task{task}, held: []*holding{h}}
 			for _, b := range behind {
-				q.hold(b.PID, true)
+				j.batch.held = append(j.batch.held, w.hold(s, q, b))
 				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
 			}
 		}
 		q.work <- j
 	}
 	return launched, buried
+}
+
+// hold records taking t of q as being run (queueRunner.hold), and reports
+// the taking it displaced, if any: lost in a failover.
+func (w *Worker) hold(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *holding {
+	h, displaced := q.hold(t.PID, t.ID)
+	if displaced != "" {
+		w.cfg.Logger.Warn("worker: taking lost in a failover (its pid was handed out again): handler cancelled",
+			"queue", q.name, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
+	}
+	return h
 }
 
 // newTask is the Task a handler sees for taking t.

@@ -70,8 +70,9 @@ func (t *Task) PID() string { return t.pid }
 func (t *Task) WorkerID() string { return t.worker }
 
 // Handler runs tasks. The context ends when the task is cancelled, when the
-// worker loses its keepalive and when Worker.Stop runs out of time;
-// context.Cause tells which. Return nil when the work is done; return
+// worker loses its keepalive, when a failover lost its taking
+// (ErrLostInFailover: the new primary does not hold it) and when Worker.Stop
+// runs out of time; context.Cause tells which. Return nil when the work is done; return
 // ErrGiveBack to put the task back at the front of its queue.
 //
 // Execution is at-least-once: after a crash or a lost keepalive the task runs

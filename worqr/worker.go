@@ -34,7 +34,8 @@ type Worker struct {
 	keeper *heartbeat.Keeper
 	bus    *eventBus // publishes what the worker observes
 
-	unreplicated atomic.Uint64 // ends too few replicas acknowledged (Unreplicated)
+	unreplicated atomic.Uint64               // ends and takes too few replicas acknowledged (Unreplicated)
+	confirmed    atomic.Pointer[confirmMark] // the last keepalive confirmed after a switch
 
 	queues []*queueRunner
 	group  *prioGroup // the queues served by priority (WorkerConfig.Priority), or nil
@@ -48,6 +49,8 @@ type Worker struct {
 	runCtx    context.Context // lives until Stop ends; Redis calls of the loops
 	runCancel context.CancelFunc
 	takeStop  chan struct{} // closed when Stop begins: no more taking
+	takeCtx   context.Context
+	takeStopC context.CancelFunc // ends takeCtx with takeStop
 
 	loops    sync.WaitGroup // fetchers
 	bg       sync.WaitGroup // keeper, subscriber, pause watcher, reaper
@@ -97,7 +100,7 @@ type queueRunner struct {
 	ends  *group.Group[rdb.Ending, endDone]
 
 	heldMu sync.Mutex
-	held   map[string]bool // pids of this queue's takings being run
+	held   map[string]*holding // pids of this queue's takings being run
 
 	// launchMu guards closed (set by Stop before it closes work: nothing
 	// is launched after) and unsure (the session id under which a take's
@@ -112,6 +115,10 @@ type queueRunner struct {
 	// new one, and the taking would stay held with no handler.
 	switches   uint64
 	switchesOf func() uint64
+	// confirm: a switch was seen and no beat has confirmed the session
+	// on the new server since; the release waits for one (see
+	// confirmSwitch).
+	confirm bool
 
 	// takeMu keeps release apart from an end that takes again: such an
 	// end holds it (read) from its call until its takings are launched
@@ -135,7 +142,7 @@ func (q *queueRunner) unsureFor(current string) string {
 	defer q.launchMu.Unlock()
 	if q.switchesOf != nil {
 		if n := q.switchesOf(); n != q.switches {
-			q.switches, q.unsure = n, current
+			q.switches, q.unsure, q.confirm = n, current, true
 		}
 	}
 	if q.unsure != current {
@@ -144,12 +151,47 @@ func (q *queueRunner) unsureFor(current string) string {
 	return q.unsure
 }
 
-func (q *queueRunner) hold(pid string, on bool) {
+// holding is the local state of one taking being run: from its launch
+// until its handler goroutine let it go (after its end).
+type holding struct {
+	id     string                  // the task's
+	cancel context.CancelCauseFunc // its handler's, while the handler runs
+	ending bool                    // its handler returned: its end is (or was) on its way
+	lost   bool                    // found not held in Redis before it ended: never ended
+}
+
+// hold records taking pid (of task id) as being run and returns its
+// record, which its handler goroutine keeps: after a failover the new
+// primary may hand out a pid again (its sequence lacks the lost takes), so
+// a later taking may replace the record under the same pid while the lost
+// one's handler still runs. unhold forgets h unless it was replaced.
+//
+// A record that a new taking replaces while its handler still runs (not
+// ending) proves that its take was lost: Redis hands a pid out again only
+// when the INCRBY that issued it was lost with a primary. hold marks it
+// lost and cancels its handler (as markLost does) and returns its task id
+// as displaced. On a Redis Cluster a take can reach the new master before
+// the pool counts the switch (a MOVED reply updates the slot at once), so
+// the worker's check may come after such a take.
+func (q *queueRunner) hold(pid, id string) (h *holding, displaced string) {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
-	if on {
-		q.held[pid] = true
-	} else {
+	if old := q.held[pid]; old != nil && !old.ending && !old.lost {
+		old.lost = true
+		if old.cancel != nil {
+			old.cancel(ErrLostInFailover)
+		}
+		displaced = old.id
+	}
+	h = &holding{id: id}
+	q.held[pid] = h
+	return h, displaced
+}
+
+func (q *queueRunner) unhold(pid string, h *holding) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	if q.held[pid] == h {
 		delete(q.held, pid)
 	}
 }
@@ -160,6 +202,58 @@ func (q *queueRunner) heldPIDs() []string {
 	out := make([]string, 0, len(q.held))
 	for pid := range q.held {
 		out = append(out, pid)
+	}
+	return out
+}
+
+// started records the cancel of the handler that runs hs, and reports
+// false when one of them was found lost before it started (then the
+// handler must not run).
+func (q *queueRunner) started(hs []*holding, cancel context.CancelCauseFunc) bool {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	ok := true
+	for _, h := range hs {
+		h.cancel = cancel
+		ok = ok && !h.lost
+	}
+	return ok
+}
+
+// returned marks hs as ending (their handler returned) and reports
+// whether one of them was found lost meanwhile: then nothing is ended.
+func (q *queueRunner) returned(hs []*holding) (lost bool) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	for _, h := range hs {
+		h.ending = true
+		lost = lost || h.lost
+	}
+	return lost
+}
+
+// markLost marks as lost the pids of missing (read as not held in Redis)
+// whose handler has not returned yet, cancels those handlers with cause
+// ErrLostInFailover, and returns the pids it marked with their task ids. A
+// pid whose handler returned is left alone: its end may have removed it
+// from Redis before the read (ending is set before the end is sent).
+func (q *queueRunner) markLost(missing []string) map[string]string {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	var out map[string]string
+	for _, pid := range missing {
+		h := q.held[pid]
+		if h == nil || h.ending || h.lost {
+			continue
+		}
+		h.lost = true
+		if h.cancel != nil {
+			h.cancel(ErrLostInFailover)
+		}
+		if out == nil {
+			out = map[string]string{}
+		}
+		out[pid] = h.id
 	}
 	return out
 }
@@ -217,7 +311,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 			r.freed = make(chan struct{}, 1)
 		}
 		r.work = make(chan job, r.concurrency)
-		r.held = map[string]bool{}
+		r.held = map[string]*holding{}
 		r.switchesOf = w.st.Switches
 		r.switches = w.st.Switches()
 		r.ends = w.endGroup(r)
@@ -252,7 +346,10 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 // primary that fewer than Config.Replicas replicas acknowledged within
 // Config.ReplicaTimeout (each also logged and reported as an EventError).
 // Those takings are ended; an end is lost only if the primary fails before
-// a replica gets it, and then the task runs again (at-least-once).
+// a replica gets it, and then the task runs again (at-least-once). (A take
+// short of replicas is logged and reported as an EventError, not counted
+// here: its takings run, and if it is lost after all their handlers are
+// cancelled once the worker sees the failover, ErrLostInFailover.)
 func (w *Worker) Unreplicated() uint64 { return w.unreplicated.Load() }
 
 // ID returns the worker's current id ("" before Start). It changes when the
@@ -284,6 +381,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	w.runCtx, w.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	w.takeCtx, w.takeStopC = context.WithCancel(w.runCtx)
 	if err := w.writeSettings(ctx); err != nil {
 		w.runCancel()
 		return err
@@ -304,11 +402,12 @@ func (w *Worker) Start(ctx context.Context) error {
 	w.started = true
 	w.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
 
-	w.bg.Add(3)
+	w.bg.Add(4)
 	go func() {
 		defer w.bg.Done()
 		w.keeper.Run(w.runCtx)
 	}()
+	go w.switchLoop()
 	go w.subscribeLoop()
 	go w.pauseLoop()
 	w.refreshFlags()
@@ -354,6 +453,26 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}()
 	return nil
+}
+
+// switchLoop pokes every queue when the pool says its server changed (a
+// failover; rdb.Store.Switched): each fetch loop then sees the switch at
+// once and checks what its session holds on the new server (release),
+// rather than at its next poll.
+func (w *Worker) switchLoop() {
+	defer w.bg.Done()
+	for {
+		ch := w.st.Switched()
+		if ch == nil {
+			return
+		}
+		select {
+		case <-w.runCtx.Done():
+			return
+		case <-ch:
+			w.pokeAll()
+		}
+	}
 }
 
 // onKeepalive turns the keeper's events into the worker's.
@@ -481,6 +600,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 
 	close(w.takeStop)
+	w.takeStopC()
 	w.loops.Wait()
 	for _, q := range w.queues {
 		// No more takings: handler goroutines end after theirs. An end

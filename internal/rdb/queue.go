@@ -374,6 +374,13 @@ type TakeArgs struct {
 	// as failed in its run, found from its id (<run id>.<suffix>) when its
 	// data is gone.
 	Child bool
+	// Ack: TakeWait waits, with WAIT in the same round trip, until the
+	// store's replicas (SetReplicas) have the take, so that a failover
+	// right after it finds the takings held on the promoted replica; when
+	// too few acknowledge in time it returns the takings (applied on the
+	// primary) with a *ReplicaError. EndTake waits for replicas whatever
+	// Ack says (its ends do).
+	Ack bool
 	// Levels: the queue has priority levels 1..Levels (its config's
 	// "prio"); their lists are taken from first, highest first. 0: the
 	// plain take.
@@ -450,6 +457,8 @@ type LimitWait int64
 const WaitWake LimitWait = -1
 
 // TakeWait is Take, and says whether the queue's global limits cut it.
+// With a.Ack and replicas to wait for, a *ReplicaError may come back with
+// the takings: they are taken (on the primary).
 func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, LimitWait, error) {
 	extra := a.keys(q)
 	args := make([]any, 0, 24)
@@ -457,14 +466,26 @@ func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken,
 	args = append(args, extra...)
 	args = append(args, a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
 		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until)
-	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, takeScript, args...))
+	var r any
+	var err error
+	if a.Ack {
+		r, err = s.evalAck(ctx, q.Ref.Tag, takeScript, args...)
+	} else {
+		r, err = s.eval(ctx, q.Ref.Tag, takeScript, args...)
+	}
+	err, replica := splitReplica(err)
+	vals, err := redis.Values(r, err)
 	if err != nil {
 		if e, ok := err.(redis.Error); ok && strings.HasPrefix(string(e), "WQEXPIRED") {
 			return nil, 0, ErrExpired
 		}
 		return nil, 0, err
 	}
-	return decodeTaken(vals, a)
+	taken, wait, err := decodeTaken(vals, a)
+	if err == nil {
+		err = replica
+	}
+	return taken, wait, err
 }
 
 // decodeTaken decodes the flat reply of a take (8 values per id, then the
@@ -848,26 +869,49 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 	}
 }
 
-func pair(vals []int, err error) (int, int, error) {
-	if err != nil {
-		return 0, 0, err
-	}
-	if len(vals) != 2 {
-		return 0, 0, fmt.Errorf("rdb: reply of %d values, want 2", len(vals))
-	}
-	return vals[0], vals[1], nil
-}
-
 // Release puts back at the front of the queue the takings worker w holds in
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.
 func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
+	r, err := s.ReleaseCheck(ctx, q, w, known)
+	return r.Requeued, r.Cancelled, err
+}
+
+// Released is what ReleaseCheck did and found.
+type Released struct {
+	Requeued, Cancelled int // takings put back (or ended as cancelled) that w held and did not know
+	// Missing are the pids of known that w does not hold in the queue:
+	// ended already, or lost (a take that a failed primary acknowledged
+	// and never passed on to the replica promoted in its place).
+	Missing []string
+}
+
+// ReleaseCheck is Release, and in the same script call (one read of w's
+// holdings) reports which of known w does not hold.
+func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known []string) (Released, error) {
 	args := make([]any, 0, 6+len(known))
 	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.TaskPrefix)
 	for _, pid := range known {
 		args = append(args, pid)
 	}
-	return pair(redis.Ints(s.eval(ctx, q.Ref.Tag, releaseScript, args...)))
+	vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, releaseScript, args...))
+	if err != nil {
+		return Released{}, err
+	}
+	if len(vals) < 2 {
+		return Released{}, fmt.Errorf("rdb: release: reply of %d values, want 2 or more", len(vals))
+	}
+	var r Released
+	if r.Requeued, err = redis.Int(vals[0], nil); err == nil {
+		r.Cancelled, err = redis.Int(vals[1], nil)
+	}
+	if err == nil && len(vals) > 2 {
+		r.Missing, err = redis.Strings(vals[2:], nil)
+	}
+	if err != nil {
+		return Released{}, fmt.Errorf("rdb: release: %w", err)
+	}
+	return r, nil
 }
 
 // CancelResult says what Cancel did.

@@ -177,4 +177,33 @@ func TestReplicasWait(t *testing.T) {
 	if _, err := two.Enqueue(ctx, q, []string{"u2"}, [][]byte{[]byte("p")}, &rdb.EnqueueArgs{UniqueKey: "k", UniqueTTL: 60000}); err != rdb.ErrDuplicate {
 		t.Fatalf("duplicate enqueue: %v, want ErrDuplicate", err)
 	}
+
+	// A take with Ack waits too (one WAIT, in the same round trip): the
+	// replica holds the taking when it returns. Without Ack, none.
+	before = waitCalls(t, pc)
+	taken, _, err = on.TakeWait(ctx, q, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1, Ack: true})
+	if err != nil || len(taken) != 1 {
+		t.Fatal(taken, err)
+	}
+	if got := waitCalls(t, pc) - before; got != 1 {
+		t.Fatalf("take with Ack: %d WAIT, want 1", got)
+	}
+	if ok, err := redis.Bool(rc.Do("HEXISTS", q.WorkerQueue("A"), taken[0].PID)); err != nil || !ok {
+		t.Fatalf("the replica does not hold the taking after the take returned (%v, %v)", ok, err)
+	}
+	before = waitCalls(t, pc)
+	if _, _, err := on.TakeWait(ctx, q, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitCalls(t, pc) - before; got != 0 {
+		t.Fatalf("take without Ack: %d WAIT, want 0", got)
+	}
+	// Too few replicas: taken on the primary, and said so.
+	taken, _, err = two.TakeWait(ctx, q, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1, Ack: true})
+	if !errors.Is(err, rdb.ErrNotReplicated) || len(taken) != 1 || taken[0].PID == "" {
+		t.Fatalf("take with Ack, 2 replicas asked of 1: %v, %v", taken, err)
+	}
+	if ok, err := redis.Bool(pc.Do("HEXISTS", q.WorkerQueue("A"), taken[0].PID)); err != nil || !ok {
+		t.Fatalf("the primary does not hold the taking (%v, %v)", ok, err)
+	}
 }

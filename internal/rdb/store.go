@@ -126,6 +126,22 @@ func (s *Store) Switches() uint64 {
 	return 0
 }
 
+// SwitchNotifier is a Switcher that says when its server changes: the
+// channel Switched returns is closed at the next change.
+type SwitchNotifier interface {
+	Switcher
+	Switched() <-chan struct{}
+}
+
+// Switched returns a channel closed at the pool's next change of server,
+// or nil (never ready) when the pool does not say (not a SwitchNotifier).
+func (s *Store) Switched() <-chan struct{} {
+	if sw, ok := s.pool.(SwitchNotifier); ok {
+		return sw.Switched()
+	}
+	return nil
+}
+
 // conn returns a connection for a call on the keys of tag.
 func (s *Store) conn(ctx context.Context, tag string) (redis.Conn, error) {
 	return s.router.Conn(ctx, tag)

@@ -2,6 +2,7 @@ package integration_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"time"
 
@@ -58,5 +59,52 @@ var _ = Describe("A primary switch (Sentinel failover)", func() {
 		pool.n.Add(1)
 		Eventually(ctx, ran.Load).WithTimeout(5*time.Second).Should(BeEquivalentTo(2), "after the switch the worker put it back and ran it")
 		Expect(e.hkeys(e.qk("sw").WorkerQueue(w.ID()))).To(BeEmpty())
+	}, SpecTimeout(20*time.Second))
+
+	// A take that the old primary acknowledged and never passed on leaves
+	// the handler running a taking that the new primary does not hold
+	// (there the task waits again). After the switch the worker reads its
+	// holdings (in the release's call) and cancels that handler with
+	// ErrLostInFailover; it sends no end and reports the taking lost.
+	It("cancels a handler whose taking the new primary does not hold", func(ctx SpecContext) {
+		e := newEnv()
+		pool := &switchingPool{Pool: e.pool}
+		rec := &recorder{}
+		causes := make(chan error, 2)
+		var started atomic.Value // the pid
+		cfg := e.workerConfig(map[string]worqr.QueueConfig{"sl": {Concurrency: 2, Handler: worqr.HandlerFunc(
+			func(ctx context.Context, t *worqr.Task) error {
+				started.Store(t.PID())
+				<-ctx.Done()
+				causes <- context.Cause(ctx)
+				return ctx.Err()
+			})}}, rec)
+		w, err := worqr.NewWorker(pool, cfg)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(w.Start(ctx)).To(Succeed())
+		DeferCleanup(func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_ = w.Stop(sctx)
+		})
+		id := e.enqueue("sl", "lost")
+		Eventually(ctx, started.Load).WithTimeout(5 * time.Second).ShouldNot(BeNil())
+		// The new primary's state: the take never happened there.
+		_, err = e.do("HDEL", e.qk("sl").WorkerQueue(w.ID()), started.Load())
+		Expect(err).NotTo(HaveOccurred())
+		Consistently(ctx, causes).WithTimeout(3*fastPollInterval).ShouldNot(Receive(), "no switch seen: nothing is read")
+
+		pool.n.Add(1)
+		var cause error
+		Eventually(ctx, causes).WithTimeout(5 * time.Second).Should(Receive(&cause))
+		Expect(errors.Is(cause, worqr.ErrLostInFailover)).To(BeTrue(), "cause %v", cause)
+		Expect(errors.Is(cause, worqr.ErrTaskLost)).To(BeTrue())
+		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(5*time.Second).
+			Should(Equal([]worqr.EventKind{worqr.EventLost}), "reported lost, never ended")
+		for _, ev := range rec.all() {
+			if ev.TaskID == id {
+				Expect(errors.Is(ev.Err, worqr.ErrLostInFailover)).To(BeTrue())
+			}
+		}
 	}, SpecTimeout(20*time.Second))
 })

@@ -54,6 +54,7 @@ type Pool struct {
 
 	followed [7]atomic.Int64 // redirections acted on, by kind
 	switches atomic.Uint64   // maps installed without a master of the one before
+	switched chan struct{}   // closed (and replaced) at each switch; guarded by mu
 
 	stop chan struct{}
 	wg   sync.WaitGroup
@@ -72,6 +73,14 @@ func (p *Pool) Redirections() (moved, ask, tryagain, clusterdown int64) {
 // is asynchronous), so a worker that sees the count change checks what it
 // holds (rdb.Store.Switches).
 func (p *Pool) Switches() uint64 { return p.switches.Load() }
+
+// Switched returns a channel closed at the next switch (when Switches
+// grows), so that a worker notices a failover at once.
+func (p *Pool) Switched() <-chan struct{} {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.switched
+}
 
 // ErrClosed is returned by a closed Pool.
 var ErrClosed = errors.New("cluster: pool closed")
@@ -94,7 +103,7 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	if o.RetryFor <= 0 {
 		o.RetryFor = 2 * time.Second
 	}
-	p := &Pool{o: o, slots: make([]string, Slots), pools: map[string]*redis.Pool{}, stop: make(chan struct{})}
+	p := &Pool{o: o, slots: make([]string, Slots), pools: map[string]*redis.Pool{}, stop: make(chan struct{}), switched: make(chan struct{})}
 	if err := p.Refresh(ctx); err != nil {
 		p.Close()
 		return nil, err
@@ -345,6 +354,8 @@ func (p *Pool) install(shards []shard) {
 			// writes the old master acknowledged may not have reached its
 			// replica.
 			p.switches.Add(1)
+			close(p.switched)
+			p.switched = make(chan struct{})
 			break
 		}
 	}

@@ -9,14 +9,18 @@
 -- KEYS[4] <ns>:{T}:done:<queue>       (zset) retained ended ids
 -- ARGV[1] wake channel   ARGV[2] task key prefix
 -- ARGV[3..] pids the worker knows it holds
--- Returns: {requeued, cancelled}. Idempotent.
+-- Returns: {requeued, cancelled, missing...}: missing are the pids of
+-- ARGV[3..] that KEYS[2] does not hold (ended, or lost: a take the old
+-- primary acknowledged and never passed on before a failover). Idempotent.
 local known = {}
 for i = 3, #ARGV do
   known[ARGV[i]] = true
 end
 local held = {}
+local present = {}
 local all = redis.call('HGETALL', KEYS[2])
 for j = 1, #all, 2 do
+  present[all[j]] = true
   if not known[all[j]] then
     redis.call('HDEL', KEYS[2], all[j])
     held[#held + 1] = {pid = tonumber(all[j]), id = all[j + 1]}
@@ -26,4 +30,10 @@ local requeued, cancelled = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2
 if requeued > 0 then
   redis.call('PUBLISH', ARGV[1], requeued)
 end
-return {requeued, cancelled}
+local out = {requeued, cancelled}
+for i = 3, #ARGV do
+  if not present[ARGV[i]] then
+    out[#out + 1] = ARGV[i]
+  end
+end
+return out

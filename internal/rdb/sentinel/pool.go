@@ -49,6 +49,7 @@ type Pool struct {
 	stop     chan struct{}
 	wg       sync.WaitGroup
 	switches atomic.Uint64
+	switched chan struct{} // closed (and replaced) at each switch; guarded by mu
 }
 
 // ErrNoPrimary is returned when no sentinel names a node that confirms it is
@@ -70,7 +71,7 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(discard{})
 	}
-	p := &Pool{o: o, refresh: make(chan struct{}, 1), stop: make(chan struct{})}
+	p := &Pool{o: o, refresh: make(chan struct{}, 1), stop: make(chan struct{}), switched: make(chan struct{})}
 	if err := p.discover(ctx); err != nil {
 		return nil, err
 	}
@@ -106,6 +107,14 @@ func (p *Pool) GetContext(ctx context.Context) (redis.Conn, error) {
 
 // Switches returns how many times the pool moved to another primary.
 func (p *Pool) Switches() uint64 { return p.switches.Load() }
+
+// Switched returns a channel closed at the next switch (when Switches
+// grows), so that a worker notices a failover at once.
+func (p *Pool) Switched() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.switched
+}
 
 // Refresh asks the watcher to ask the sentinels again (it does not wait).
 func (p *Pool) Refresh() {
@@ -207,9 +216,14 @@ func (p *Pool) use(addr string, pool *redis.Pool) {
 	}
 	old, oldAddr := p.pool, p.addr
 	p.addr, p.pool = addr, pool
-	p.mu.Unlock()
+	var switched chan struct{}
 	if old != nil {
 		p.switches.Add(1)
+		switched, p.switched = p.switched, make(chan struct{})
+	}
+	p.mu.Unlock()
+	if old != nil {
+		close(switched)
 		old.Close()
 		p.o.Logger.Warn("sentinel: primary switched", "master", p.o.Master, "from", oldAddr, "to", addr)
 	}

@@ -1,0 +1,176 @@
+package sentinel_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// aRun is one run of the task by a handler.
+type aRun struct {
+	worker     string
+	start, end time.Time
+	cause      error // context.Cause of the handler's context when it returned
+}
+
+// runLog records the runs of the task.
+type runLog struct {
+	mu   sync.Mutex
+	runs []*aRun
+	lost []worqr.Event // EventLost of the task
+}
+
+func (l *runLog) handler(worker string) worqr.Handler {
+	return worqr.HandlerFunc(func(ctx context.Context, _ *worqr.Task) error {
+		r := &aRun{worker: worker, start: time.Now()}
+		l.mu.Lock()
+		l.runs = append(l.runs, r)
+		l.mu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(40 * time.Second): // far longer than the test looks
+		}
+		l.mu.Lock()
+		r.end, r.cause = time.Now(), context.Cause(ctx)
+		l.mu.Unlock()
+		return ctx.Err()
+	})
+}
+
+func (l *runLog) snapshot() []aRun {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]aRun, len(l.runs))
+	for i, r := range l.runs {
+		out[i] = *r
+	}
+	return out
+}
+
+// A take that the primary acknowledged and never passed on to its
+// replica is lost when the replica is promoted: there the task is
+// scheduled again, and another worker takes it while the first handler
+// still runs it. After the switch, the first worker finds that the new
+// primary does not hold its taking (one read per queue, after a beat that
+// confirms its keepalive there) and cancels the handler with
+// ErrLostInFailover. The test measures how long the two runs overlapped
+// and how long after the promotion the first run was cancelled; without
+// the check the first run goes on for as long as its handler likes.
+func TestLostTakeCancelledAfterFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := redistest.StartSentinel(ctx, 1, 3)
+	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Stop()
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// A keepalive that outlives the failover on the replica: the loss of
+	// the keepalive (which cancels every handler) is not what is tested.
+	cfg := worqr.Config{Namespace: "lostake"}
+	l := &runLog{}
+	for _, name := range []string{"A", "B"} {
+		w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+			HeartbeatTTL: 20 * time.Second, HeartbeatInterval: time.Second,
+			Queues: map[string]worqr.QueueConfig{"x": {Concurrency: 1, Handler: l.handler(name)}},
+			OnEvent: func(e worqr.Event) {
+				if e.Kind == worqr.EventLost {
+					l.mu.Lock()
+					l.lost = append(l.lost, e)
+					l.mu.Unlock()
+				}
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			sctx, scancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer scancel()
+			_ = w.Stop(sctx)
+		}()
+	}
+	// The task is due in 2 s: its enqueue reaches the replica (Replicas
+	// 1), its move to the queue and its take do not.
+	rcfg := cfg
+	rcfg.Replicas, rcfg.ReplicaTimeout = 1, 3*time.Second
+	client, err := worqr.NewClient(pool, &rcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, "x", []byte("x"), &worqr.EnqueueOpts{ID: "x1", Delay: 2 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	// Let a beat of each worker reach the replica, then cut it off.
+	time.Sleep(1200 * time.Millisecond)
+	old, replica := st.Nodes[0], st.Nodes[1]
+	if err := replica.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	if err := cutReplicas(ctx, old.Addr); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the task to be taken on the cut-off primary", 10*time.Second, func() bool { return len(l.snapshot()) == 1 })
+	first := l.snapshot()[0]
+	old.Kill()
+	if err := replica.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	killed := time.Now()
+	next, err := st.WaitNewPrimary(ctx, old.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+	eventually(t, "the pool to follow the failover to "+next, 20*time.Second, func() bool { return pool.Primary() == next })
+	switched := time.Now()
+
+	eventually(t, "the first run to end", 15*time.Second, func() bool { return !l.snapshot()[0].end.IsZero() })
+	first = l.snapshot()[0]
+	if !errors.Is(first.cause, worqr.ErrLostInFailover) || !errors.Is(first.cause, worqr.ErrTaskLost) {
+		t.Fatalf("first run (worker %s) ended with cause %v, want ErrLostInFailover", first.worker, first.cause)
+	}
+	eventually(t, "the task to run again from the new primary", 15*time.Second, func() bool { return len(l.snapshot()) >= 2 })
+	runs := l.snapshot()
+	second := runs[1]
+	if len(runs) > 2 {
+		t.Errorf("the task ran %d times, want 2", len(runs))
+	}
+	l.mu.Lock()
+	lost := append([]worqr.Event(nil), l.lost...)
+	l.mu.Unlock()
+	if len(lost) != 1 || lost[0].TaskID != "x1" || !errors.Is(lost[0].Err, worqr.ErrLostInFailover) {
+		t.Errorf("lost events %+v, want one of x1 with ErrLostInFailover", lost)
+	}
+	overlap := time.Duration(0)
+	if first.end.After(second.start) {
+		overlap = first.end.Sub(second.start)
+	}
+	t.Logf("first run by %s, second by %s; kill->promoted %v, promoted->pool switched %v, "+
+		"pool switched->first run cancelled %v, promoted->cancelled %v; the two runs overlapped %v",
+		first.worker, second.worker, promoted.Sub(killed), switched.Sub(promoted),
+		first.end.Sub(switched), first.end.Sub(promoted), overlap)
+	// The overlap is bounded by the detection: the second run started on
+	// the new primary (after the promotion), the first ended when its
+	// worker saw the switch.
+	if overlap > first.end.Sub(promoted) {
+		t.Errorf("overlap %v longer than promotion->cancel %v", overlap, first.end.Sub(promoted))
+	}
+}
