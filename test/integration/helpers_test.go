@@ -177,13 +177,14 @@ func (e *env) keysWith(part string) []string {
 	return out
 }
 
-// snapshot renders every key of the namespace (but the reaper lease, which
-// live reapers rewrite on their own schedule) with its type and content.
+// snapshot renders every key of the namespace (but the reaper lease and
+// the throughput history, which live reapers and event publishers rewrite on
+// their own schedule) with its type and content.
 func (e *env) snapshot() map[string]string {
 	GinkgoHelper()
 	out := map[string]string{}
 	for _, k := range e.allKeys() {
-		if k == e.keys.ReaperLease() {
+		if k == e.keys.ReaperLease() || strings.HasPrefix(k, strings.TrimSuffix(e.keys.History(0), "0")) {
 			continue
 		}
 		typ, err := redis.String(e.do("TYPE", k))
