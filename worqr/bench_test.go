@@ -115,13 +115,21 @@ func BenchmarkDrain50(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	drain(b, pool, ns, worqr.QueueConfig{Concurrency: 50, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+		return nil
+	})})
+}
+
+// drain runs a worker with queue "bench" configured as qc until b.N tasks
+// are done, timing that and reporting Redis commands, script calls and
+// Redis CPU per task.
+func drain(b *testing.B, pool *redis.Pool, ns string, qc worqr.QueueConfig) {
+	ctx := context.Background()
 	var done atomic.Int64
 	all := make(chan struct{})
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
 		Config: worqr.Config{Namespace: ns},
-		Queues: map[string]worqr.QueueConfig{"bench": {Concurrency: 50, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
-			return nil
-		})}},
+		Queues: map[string]worqr.QueueConfig{"bench": qc},
 		OnEvent: func(e worqr.Event) {
 			if e.Kind == worqr.EventDone && done.Add(1) == int64(b.N) {
 				close(all)
@@ -177,38 +185,12 @@ func keyedDrain(b *testing.B, keys, batch int) {
 			}
 		}
 	}
-	var done atomic.Int64
-	all := make(chan struct{})
 	qc := worqr.QueueConfig{Concurrency: 50, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })}
 	if batch > 0 {
 		qc.Handler, qc.KeyBatch = nil, batch
 		qc.BatchHandler = worqr.BatchHandlerFunc(func(context.Context, *worqr.Batch) error { return nil })
 	}
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
-		Config: worqr.Config{Namespace: ns},
-		Queues: map[string]worqr.QueueConfig{"bench": qc},
-		OnEvent: func(e worqr.Event) {
-			if e.Kind == worqr.EventDone && done.Add(1) == int64(b.N) {
-				close(all)
-			}
-		},
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	before := commands(b, pool)
-	scripts := scriptCalls(b, pool)
-	cpu := redisCPU(b, pool)
-	b.ResetTimer()
-	if err := w.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	<-all
-	b.StopTimer()
-	b.ReportMetric(float64(commands(b, pool)-before)/float64(b.N), "cmds/op")
-	b.ReportMetric(float64(scriptCalls(b, pool)-scripts)/float64(b.N), "scripts/op")
-	b.ReportMetric((redisCPU(b, pool)-cpu)/float64(b.N), "redis-µs/op")
-	w.Stop(ctx)
+	drain(b, pool, ns, qc)
 }
 
 // BenchmarkMemoryPerWaitingTask reports Redis memory per waiting task

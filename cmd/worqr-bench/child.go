@@ -69,22 +69,7 @@ func runChild(args []string) int {
 				count.Add(1)
 			}
 		}
-		go func() {
-			t := time.NewTicker(2 * time.Millisecond)
-			defer t.Stop()
-			var sent int64
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				if c := count.Load(); c != sent {
-					sent = c
-					fmt.Printf("done %d %d\n", c, last.Load())
-				}
-			}
-		}()
+		go reportDone(ctx, &count, &last)
 	default:
 		fmt.Fprintf(os.Stderr, "%s: -mode must be hold or drain, not %q\n", childMode, *mode)
 		return 2

@@ -602,20 +602,7 @@ func runScaleChild(args []string) int {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(2 * time.Millisecond)
-		defer t.Stop()
-		var sent int64
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			if c := count.Load(); c != sent {
-				sent = c
-				fmt.Printf("done %d %d\n", c, last.Load())
-			}
-		}
+		reportDone(ctx, &count, &last)
 	}()
 	_, _ = io.Copy(io.Discard, in)
 	stop()
@@ -637,4 +624,23 @@ func loadavg() string {
 		return "?"
 	}
 	return strings.Join(f[:3], " ")
+}
+
+// reportDone prints "done <count> <last>" (tasks done, the time of the last
+// in Unix ns) every 2 ms when count changed, until ctx ends.
+func reportDone(ctx context.Context, count, last *atomic.Int64) {
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	var sent int64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if c := count.Load(); c != sent {
+			sent = c
+			fmt.Printf("done %d %d\n", c, last.Load())
+		}
+	}
 }

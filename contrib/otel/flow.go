@@ -2,11 +2,8 @@ package otelworqr
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
@@ -113,20 +110,11 @@ func StageMiddleware(tp trace.TracerProvider) worqr.StageMiddleware {
 			opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 			ctx, span := tr.Start(ctx, r.Stage+" process", opts...)
 			defer func() {
-				if v := recover(); v != nil {
-					span.AddEvent("panic", trace.WithAttributes(attribute.String("panic.value", fmt.Sprint(v))))
-					span.SetStatus(codes.Error, "panic: "+fmt.Sprint(v))
-					span.End()
+				v := recover()
+				endProcess(span, v, err)
+				if v != nil {
 					panic(v)
 				}
-				switch {
-				case err == nil:
-				case errors.Is(err, worqr.ErrGiveBack):
-					span.SetAttributes(GaveBackKey.Bool(true))
-				default:
-					fail(span, err)
-				}
-				span.End()
 			}()
 			res, err = next.HandleStage(ctx, r)
 			if err == nil && res != nil && len(res.Children) > 0 {

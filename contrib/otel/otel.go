@@ -253,23 +253,31 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 			}
 			ctx, span := tr.Start(ctx, t.Queue+" process", append(opts, trace.WithAttributes(attrs...))...)
 			defer func() {
-				if v := recover(); v != nil {
-					span.AddEvent("panic", trace.WithAttributes(attribute.String("panic.value", fmt.Sprint(v))))
-					span.SetStatus(codes.Error, "panic: "+fmt.Sprint(v))
-					span.End()
+				v := recover()
+				endProcess(span, v, err)
+				if v != nil {
 					panic(v)
 				}
-				switch {
-				case err == nil:
-				case errors.Is(err, worqr.ErrGiveBack):
-					span.SetAttributes(GaveBackKey.Bool(true))
-				default:
-					fail(span, err)
-				}
-				span.End()
 			}()
 			return next.HandleTask(ctx, t)
 		})
+	}
+}
+
+// endProcess ends the consumer span of a handler call that panicked with v
+// (not nil; the caller panics again), or returned err: a give-back is
+// marked, any other error recorded.
+func endProcess(span trace.Span, v any, err error) {
+	defer span.End()
+	switch {
+	case v != nil:
+		span.AddEvent("panic", trace.WithAttributes(attribute.String("panic.value", fmt.Sprint(v))))
+		span.SetStatus(codes.Error, "panic: "+fmt.Sprint(v))
+	case err == nil:
+	case errors.Is(err, worqr.ErrGiveBack):
+		span.SetAttributes(GaveBackKey.Bool(true))
+	default:
+		fail(span, err)
 	}
 }
 

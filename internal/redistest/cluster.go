@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"os/exec"
 	"sort"
 	"strconv"
@@ -33,58 +32,56 @@ type Cluster struct {
 // agrees on the slot map. It returns ErrNoRedisCLI when redis-cli is
 // missing (tests skip on it).
 func StartCluster(masters int) (*Cluster, error) {
+	nodes, err := startClusterNodes(masters, masters, []string{"--cluster-node-timeout", "2000"})
+	if err != nil {
+		return nil, err
+	}
+	cl := &Cluster{Nodes: nodes}
+	if err := createCluster(cl.Addrs(), 0, cl.WaitOK); err != nil {
+		cl.Stop()
+		return nil, err
+	}
+	return cl, nil
+}
+
+// startClusterNodes checks that a cluster of masters can be made (at least
+// 3 masters, redis-cli found: ErrNoRedisCLI otherwise), then starts n
+// cluster-enabled nodes (startClusterNode with extra); on an error it stops
+// those it started.
+func startClusterNodes(masters, n int, extra []string) ([]*Server, error) {
 	if masters < 3 {
 		return nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, not %d", masters)
 	}
 	if _, err := exec.LookPath("redis-cli"); err != nil {
 		return nil, ErrNoRedisCLI
 	}
-	cl := &Cluster{}
-	for i := 0; i < masters; i++ {
-		dir, err := os.MkdirTemp("", "worqr-cluster-")
+	var nodes []*Server
+	for i := 0; i < n; i++ {
+		s, err := startClusterNode(extra)
 		if err != nil {
-			cl.Stop()
+			for _, s := range nodes {
+				s.Stop()
+			}
 			return nil, err
 		}
-		// The bus port is chosen too: by default it is the port + 10000,
-		// out of range for a free port above 55535.
-		var s *Server
-		for attempt := 0; ; attempt++ {
-			bus, err := freePort()
-			if err != nil {
-				cl.Stop()
-				return nil, err
-			}
-			s, err = start(dir, []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-				"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000"}, false)
-			if err == nil {
-				break
-			}
-			if attempt == 3 { // a port taken between its choice and its use
-				cl.Stop()
-				return nil, err
-			}
-			if dir, err = os.MkdirTemp("", "worqr-cluster-"); err != nil {
-				cl.Stop()
-				return nil, err
-			}
-		}
-		cl.Nodes = append(cl.Nodes, s)
+		nodes = append(nodes, s)
 	}
+	return nodes, nil
+}
+
+// createCluster joins the nodes at addrs into one cluster with redis-cli
+// --cluster create (the slots split evenly, replicas replicas per master),
+// then calls wait; both share one 60 s deadline.
+func createCluster(addrs []string, replicas int, wait func(context.Context) error) error {
 	args := []string{"--cluster", "create"}
-	args = append(args, cl.Addrs()...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, addrs...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
-		cl.Stop()
-		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
+		return fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
 	}
-	if err := cl.WaitOK(ctx); err != nil {
-		cl.Stop()
-		return nil, err
-	}
-	return cl, nil
+	return wait(ctx)
 }
 
 // Addrs returns the nodes' host:port addresses.
@@ -99,9 +96,15 @@ func (cl *Cluster) Addrs() []string {
 // WaitOK polls every node until each says cluster_state:ok and all agree
 // on which node serves every slot (CLUSTER SHARDS), or ctx ends.
 func (cl *Cluster) WaitOK(ctx context.Context) error {
+	return waitReady(ctx, cl.ready)
+}
+
+// waitReady calls ready every 50 ms until it says ok, or ctx ends (the
+// error then gives its last reason).
+func waitReady(ctx context.Context, ready func(context.Context) (bool, string)) error {
 	var last string
 	for {
-		ok, why := cl.ready(ctx)
+		ok, why := ready(ctx)
 		if ok {
 			return nil
 		}
@@ -185,6 +188,15 @@ func (cl *Cluster) NodeOf(ctx context.Context, slot int) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	if n := slotOwner(slots, slot, cl.Nodes); n != nil {
+		return n, nil
+	}
+	return nil, fmt.Errorf("redistest: no node serves slot %d", slot)
+}
+
+// slotOwner returns the node of nodes that a CLUSTER SLOTS reply says
+// serves slot, or nil.
+func slotOwner(slots []any, slot int, nodes []*Server) *Server {
 	for _, s := range slots {
 		v, _ := redis.Values(s, nil)
 		lo, _ := redis.Int(v[0], nil)
@@ -194,93 +206,23 @@ func (cl *Cluster) NodeOf(ctx context.Context, slot int) (*Server, error) {
 		}
 		m, _ := redis.Values(v[2], nil)
 		port, _ := redis.Int(m[1], nil)
-		for _, n := range cl.Nodes {
+		for _, n := range nodes {
 			if strings.HasSuffix(n.Addr, fmt.Sprintf(":%d", port)) {
-				return n, nil
+				return n
 			}
 		}
 	}
-	return nil, fmt.Errorf("redistest: no node serves slot %d", slot)
+	return nil
 }
 
 // MoveSlot moves slot from its owner to node to, as redis-cli --cluster
 // reshard does: IMPORTING on the target, MIGRATING on the source, MIGRATE
-// of its keys (batches of up to batch keys; during the move clients get
-// ASK or TRYAGAIN), then SETSLOT NODE on both. between, when not nil, runs
-// after the slot is marked and before its keys move, so a test can work
-// while the slot is half moved.
+// of its keys (batches of up to batch keys, 10 when batch <= 0; during the
+// move clients get ASK or TRYAGAIN), then SETSLOT NODE on every node.
+// between, when not nil, runs after the slot is marked and before its keys
+// move, so a test can work while the slot is half moved. It is MoveTagSlot
+// without the stats.
 func (cl *Cluster) MoveSlot(ctx context.Context, slot int, to *Server, batch int, between func()) error {
-	from, err := cl.NodeOf(ctx, slot)
-	if err != nil {
-		return err
-	}
-	if from == to {
-		return fmt.Errorf("redistest: slot %d is already on %s", slot, to.Addr)
-	}
-	src, err := redis.DialContext(ctx, "tcp", from.Addr)
-	if err != nil {
-		return err
-	}
-	defer src.Close()
-	dst, err := redis.DialContext(ctx, "tcp", to.Addr)
-	if err != nil {
-		return err
-	}
-	defer dst.Close()
-	srcID, err := redis.String(src.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return err
-	}
-	dstID, err := redis.String(dst.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return err
-	}
-	if _, err := dst.Do("CLUSTER", "SETSLOT", slot, "IMPORTING", srcID); err != nil {
-		return fmt.Errorf("importing: %w", err)
-	}
-	if _, err := src.Do("CLUSTER", "SETSLOT", slot, "MIGRATING", dstID); err != nil {
-		return fmt.Errorf("migrating: %w", err)
-	}
-	if between != nil {
-		between()
-	}
-	host, port, _ := strings.Cut(to.Addr, ":")
-	for {
-		keys, err := redis.Strings(src.Do("CLUSTER", "GETKEYSINSLOT", slot, batch))
-		if err != nil {
-			return err
-		}
-		if len(keys) == 0 {
-			break
-		}
-		args := []any{host, port, "", 0, 5000, "KEYS"}
-		for _, k := range keys {
-			args = append(args, k)
-		}
-		if _, err := src.Do("MIGRATE", args...); err != nil {
-			return fmt.Errorf("migrate: %w", err)
-		}
-	}
-	// The target first, then the source, then the others (as redis-cli).
-	if _, err := dst.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID); err != nil {
-		return err
-	}
-	if _, err := src.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID); err != nil {
-		return err
-	}
-	for _, n := range cl.Nodes {
-		if n == from || n == to {
-			continue
-		}
-		c, err := redis.DialContext(ctx, "tcp", n.Addr)
-		if err != nil {
-			return err
-		}
-		_, err = c.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID)
-		c.Close()
-		if err != nil {
-			return err
-		}
-	}
-	return cl.WaitOK(ctx)
+	_, err := cl.MoveTagSlot(ctx, slot, to, MoveOpts{Batch: batch, Between: between})
+	return err
 }

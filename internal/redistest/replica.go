@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"time"
 
@@ -20,25 +19,9 @@ import (
 // or master's death, promotes it. It is not added to cl.Nodes (the
 // masters); the caller stops it.
 func (cl *Cluster) AddReplica(ctx context.Context, master *Server) (*Server, error) {
-	var s *Server
-	for attempt := 0; ; attempt++ {
-		dir, err := os.MkdirTemp("", "worqr-cluster-")
-		if err != nil {
-			return nil, err
-		}
-		bus, err := freePort()
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, err
-		}
-		s, err = start(dir, []string{"--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(bus),
-			"--cluster-config-file", dir + "/nodes.conf", "--cluster-node-timeout", "2000"}, false)
-		if err == nil {
-			break
-		}
-		if attempt == 3 { // a port taken between its choice and its use
-			return nil, err
-		}
+	s, err := startClusterNode([]string{"--cluster-node-timeout", "2000"})
+	if err != nil {
+		return nil, err
 	}
 	if err := cl.joinAsReplica(ctx, s, master); err != nil {
 		s.Stop()
@@ -48,24 +31,16 @@ func (cl *Cluster) AddReplica(ctx context.Context, master *Server) (*Server, err
 }
 
 func (cl *Cluster) joinAsReplica(ctx context.Context, s, master *Server) error {
-	mc, err := redis.DialContext(ctx, "tcp", master.Addr)
+	mc, masterID, err := dialID(ctx, master)
 	if err != nil {
 		return err
 	}
 	defer mc.Close()
-	rc, err := redis.DialContext(ctx, "tcp", s.Addr)
+	rc, replicaID, err := dialID(ctx, s)
 	if err != nil {
 		return err
 	}
 	defer rc.Close()
-	masterID, err := redis.String(mc.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return err
-	}
-	replicaID, err := redis.String(rc.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return err
-	}
 	// The master's bus port (not port + 10000 here): CLUSTER NODES' myself
 	// line reads ip:port@busport.
 	nodes, err := redis.String(mc.Do("CLUSTER", "NODES"))
@@ -127,6 +102,21 @@ func (cl *Cluster) joinAsReplica(ctx context.Context, s, master *Server) error {
 		}
 	}
 	return nil
+}
+
+// dialID dials node s and reads its cluster node id (CLUSTER MYID); the
+// caller closes the connection.
+func dialID(ctx context.Context, s *Server) (redis.Conn, string, error) {
+	c, err := redis.DialContext(ctx, "tcp", s.Addr)
+	if err != nil {
+		return nil, "", err
+	}
+	id, err := redis.String(c.Do("CLUSTER", "MYID"))
+	if err != nil {
+		c.Close()
+		return nil, "", err
+	}
+	return c, id, nil
 }
 
 // pollUntil calls cond every 50ms until it returns true or an error, or ctx

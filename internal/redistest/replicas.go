@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,37 +38,18 @@ const ReplicaNodeTimeout = 1500 * time.Millisecond
 // is in sync with its master. It returns ErrNoRedisCLI when redis-cli is
 // missing (tests skip on it).
 func StartClusterWithReplicas(masters int) (*ReplicaCluster, error) {
-	if masters < 3 {
-		return nil, fmt.Errorf("redistest: a cluster needs at least 3 masters, not %d", masters)
+	nodes, err := startClusterNodes(masters, 2*masters, []string{
+		"--cluster-node-timeout", strconv.Itoa(int(ReplicaNodeTimeout / time.Millisecond)),
+		// A replica syncs at once (the default waits 5 s for more
+		// replicas), and stays a replica of its own master.
+		"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
+		"--cluster-allow-replica-migration", "no",
+	})
+	if err != nil {
+		return nil, err
 	}
-	if _, err := exec.LookPath("redis-cli"); err != nil {
-		return nil, ErrNoRedisCLI
-	}
-	rc := &ReplicaCluster{killed: map[*Server]bool{}}
-	for i := 0; i < 2*masters; i++ {
-		s, err := startClusterNode([]string{
-			"--cluster-node-timeout", strconv.Itoa(int(ReplicaNodeTimeout / time.Millisecond)),
-			// A replica syncs at once (the default waits 5 s for more
-			// replicas), and stays a replica of its own master.
-			"--repl-diskless-sync", "yes", "--repl-diskless-sync-delay", "0",
-			"--cluster-allow-replica-migration", "no",
-		})
-		if err != nil {
-			rc.Stop()
-			return nil, err
-		}
-		rc.Nodes = append(rc.Nodes, s)
-	}
-	args := []string{"--cluster", "create"}
-	args = append(args, rc.Addrs()...)
-	args = append(args, "--cluster-replicas", "1", "--cluster-yes")
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "redis-cli", args...).CombinedOutput(); err != nil {
-		rc.Stop()
-		return nil, fmt.Errorf("redis-cli --cluster create: %v\n%s", err, out)
-	}
-	if err := rc.WaitOK(ctx); err != nil {
+	rc := &ReplicaCluster{Nodes: nodes, killed: map[*Server]bool{}}
+	if err := createCluster(rc.Addrs(), 1, rc.WaitOK); err != nil {
 		rc.Stop()
 		return nil, err
 	}
@@ -177,19 +157,7 @@ func clusterNodes(ctx context.Context, n *Server) ([]nodeLine, error) {
 // on which master serves every slot, every live master has a replica in
 // sync (master_link_status:up) unless its replica was killed, or ctx ends.
 func (rc *ReplicaCluster) WaitOK(ctx context.Context) error {
-	last := ""
-	for {
-		ok, why := rc.ready(ctx)
-		if ok {
-			return nil
-		}
-		last = why
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("redistest: cluster not ready: %s", last)
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
+	return waitReady(ctx, rc.ready)
 }
 
 func (rc *ReplicaCluster) ready(ctx context.Context) (bool, string) {
@@ -297,20 +265,8 @@ func (rc *ReplicaCluster) NodeOf(ctx context.Context, slot int) (*Server, error)
 		if err != nil {
 			continue
 		}
-		for _, s := range slots {
-			v, _ := redis.Values(s, nil)
-			lo, _ := redis.Int(v[0], nil)
-			hi, _ := redis.Int(v[1], nil)
-			if slot < lo || slot > hi {
-				continue
-			}
-			m, _ := redis.Values(v[2], nil)
-			port, _ := redis.Int(m[1], nil)
-			for _, x := range rc.Nodes {
-				if strings.HasSuffix(x.Addr, fmt.Sprintf(":%d", port)) {
-					return x, nil
-				}
-			}
+		if x := slotOwner(slots, slot, rc.Nodes); x != nil {
+			return x, nil
 		}
 		return nil, fmt.Errorf("redistest: no node serves slot %d", slot)
 	}
@@ -462,24 +418,16 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 		o.Batch = 10
 	}
 	begin := time.Now()
-	src, err := redis.DialContext(ctx, "tcp", from.Addr)
+	src, srcID, err := dialID(ctx, from)
 	if err != nil {
 		return st, err
 	}
 	defer src.Close()
-	dst, err := redis.DialContext(ctx, "tcp", to.Addr)
+	dst, dstID, err := dialID(ctx, to)
 	if err != nil {
 		return st, err
 	}
 	defer dst.Close()
-	srcID, err := redis.String(src.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return st, err
-	}
-	dstID, err := redis.String(dst.Do("CLUSTER", "MYID"))
-	if err != nil {
-		return st, err
-	}
 	if _, err := dst.Do("CLUSTER", "SETSLOT", slot, "IMPORTING", srcID); err != nil {
 		return st, fmt.Errorf("importing: %w", err)
 	}

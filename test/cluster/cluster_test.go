@@ -62,6 +62,32 @@ func ownerOf(t *testing.T, tag string) string {
 	return n.Addr
 }
 
+// rawCluster opens a cluster connection to cl (maxIdle idle connections a
+// node, retryFor of TRYAGAIN retries, 0 for the default); the caller
+// closes it.
+func rawCluster(ctx context.Context, t *testing.T, maxIdle int, retryFor time.Duration) *cluster.Pool {
+	t.Helper()
+	cp, err := cluster.New(ctx, cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
+		return &redis.Pool{MaxIdle: maxIdle, DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialContext(ctx, "tcp", addr)
+		}}
+	}, RetryFor: retryFor})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cp
+}
+
+// otherNode returns a master of cl other than the one at address from.
+func otherNode(from string) *redistest.Server {
+	for _, n := range cl.Nodes {
+		if n.Addr != from {
+			return n
+		}
+	}
+	return nil
+}
+
 // spread returns one name per master, prefix + n, each served by a
 // different master.
 func spread(t *testing.T, prefix string) []string {
@@ -409,14 +435,7 @@ func (ta *tally) passDoomed() {
 // task runs exactly once and the worker keeps its registration.
 func TestSlotMovesWhileWorking(t *testing.T) {
 	needCluster(t)
-	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
-		return &redis.Pool{MaxIdle: 32, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr)
-		}}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := rawCluster(context.Background(), t, 32, 0)
 	defer cp.Close()
 	var pool worqr.ConnGetter = cp
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
@@ -468,13 +487,7 @@ func TestSlotMovesWhileWorking(t *testing.T) {
 		}
 		slot := cluster.TagSlot(tag)
 		from := ownerOf(t, tag)
-		var to *redistest.Server
-		for _, n := range cl.Nodes {
-			if n.Addr != from {
-				to = n
-				break
-			}
-		}
+		to := otherNode(from)
 		if err := cl.MoveSlot(ctx, slot, to, 1000, nil); err != nil {
 			t.Fatalf("moving slot %d of %s: %v", slot, tag, err)
 		}
@@ -515,14 +528,7 @@ func TestSlotMovesWhileWorking(t *testing.T) {
 // the order is kept.
 func TestTakeDuringMigration(t *testing.T) {
 	needCluster(t)
-	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
-		return &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr)
-		}}
-	}, RetryFor: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := rawCluster(context.Background(), t, 8, 10*time.Second)
 	defer cp.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
@@ -560,13 +566,7 @@ func TestTakeDuringMigration(t *testing.T) {
 	}
 	slot := cluster.TagSlot(q)
 	from := ownerOf(t, q)
-	var to *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Addr != from {
-			to = n
-			break
-		}
-	}
+	to := otherNode(from)
 	type result struct {
 		got []rdb.Taken
 		err error

@@ -188,13 +188,7 @@ func TestKeyBatchOnCluster(t *testing.T) {
 	}()
 
 	from := ownerOf(t, moveQ)
-	var to *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Addr != from {
-			to = n
-			break
-		}
-	}
+	to := otherNode(from)
 	stats, err := cl.MoveTagSlot(ctx, cluster.TagSlot(moveQ), to, redistest.MoveOpts{Batch: 5, Pause: 10 * time.Millisecond,
 		Between: func() {
 			// The move starts while a batch of moveQ runs: its end

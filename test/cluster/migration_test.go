@@ -29,14 +29,7 @@ import (
 // HDEL, and the task was in no list and held by nobody, lost.
 func TestScriptsDuringMigration(t *testing.T) {
 	needCluster(t)
-	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
-		return &redis.Pool{MaxIdle: 16, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr)
-		}}
-	}, RetryFor: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := rawCluster(context.Background(), t, 16, 20*time.Second)
 	defer cp.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -97,18 +90,8 @@ func TestScriptsDuringMigration(t *testing.T) {
 
 	slot := cluster.TagSlot(q)
 	from := ownerOf(t, q)
-	var to *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Addr != from {
-			to = n
-			break
-		}
-	}
-	type call struct {
-		name string
-		run  func(ctx context.Context) error
-	}
-	calls := []call{
+	to := otherNode(from)
+	calls := []splitCall{
 		{"requeue of the dead worker's priority task", func(ctx context.Context) error {
 			n, _, err := st.Requeue(ctx, qk, []string{"D"}, true)
 			if err == nil && n != 1 {
@@ -149,56 +132,9 @@ func TestScriptsDuringMigration(t *testing.T) {
 			return err
 		}},
 	}
-	done := make([]chan error, len(calls))
 	_, _, tryBefore, _ := cp.Redirections()
-	stats, err := cl.MoveTagSlot(ctx, slot, to, redistest.MoveOpts{Batch: 1000, Between: func() {
-		// One task hash moves first: the slot's keys are on both nodes.
-		src, err := redis.Dial("tcp", from)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer src.Close()
-		host, port, _ := cutPort(to.Addr)
-		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", qk.Task("w0")); err != nil {
-			t.Errorf("migrating w0's hash: %v", err)
-			return
-		}
-		for i, c := range calls {
-			done[i] = make(chan error, 1)
-			go func() { done[i] <- c.run(ctx) }()
-		}
-		// Every call meets the split slot and waits.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, _, n, _ := cp.Redirections()
-			if n-tryBefore >= int64(3*len(calls)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		for i, c := range calls {
-			select {
-			case err := <-done[i]:
-				t.Errorf("%s returned while its slot was split: %v", c.name, err)
-				done[i] <- err
-			default:
-			}
-		}
-	}})
-	if err != nil {
-		t.Fatalf("moving the slot: %v", err)
-	}
+	stats := callWhileSplit(ctx, t, cp, slot, from, to, qk.Task("w0"), calls)
 	t.Logf("slot moved: %+v", stats)
-	for i, c := range calls {
-		if err := <-done[i]; err != nil {
-			t.Errorf("%s: %v", c.name, err)
-		}
-	}
 	// Everything is on the new owner, once: p back at the front of level 3,
 	// w0 cancelled (and gone: the queue keeps no ended task), s0, n1 and x
 	// waiting at level 0, e done.
@@ -241,6 +177,71 @@ func TestScriptsDuringMigration(t *testing.T) {
 	}
 }
 
+// splitCall is a call a migration test makes while its slot is split.
+type splitCall struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// callWhileSplit moves slot from the master at from to to. Once the slot is
+// marked, it moves key first (the slot's keys are then on both nodes),
+// starts every call and checks that they meet TRYAGAIN (3 replies a call,
+// as cp counts them) and none returns while the slot is split. After the
+// move it checks that every call succeeded, and returns the move's stats.
+func callWhileSplit(ctx context.Context, t *testing.T, cp *cluster.Pool, slot int, from string, to *redistest.Server,
+	key string, calls []splitCall) redistest.MoveStats {
+	t.Helper()
+	done := make([]chan error, len(calls))
+	_, _, tryBefore, _ := cp.Redirections()
+	stats, err := cl.MoveTagSlot(ctx, slot, to, redistest.MoveOpts{Batch: 1000, Between: func() {
+		src, err := redis.Dial("tcp", from)
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer src.Close()
+		host, port, _ := cutPort(to.Addr)
+		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", key); err != nil {
+			t.Errorf("migrating %s: %v", key, err)
+			return
+		}
+		for i, c := range calls {
+			done[i] = make(chan error, 1)
+			go func() { done[i] <- c.run(ctx) }()
+		}
+		// Every call meets the split slot and waits.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			_, _, n, _ := cp.Redirections()
+			if n-tryBefore >= int64(3*len(calls)) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+		for i, c := range calls {
+			select {
+			case err := <-done[i]:
+				t.Errorf("%s returned while its slot was split: %v", c.name, err)
+				done[i] <- err
+			default:
+			}
+		}
+	}})
+	if err != nil {
+		t.Fatalf("moving the slot: %v", err)
+	}
+	for i, c := range calls {
+		if err := <-done[i]; err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+	}
+	return stats
+}
+
 func contains(xs []string, s string) bool {
 	for _, x := range xs {
 		if x == s {
@@ -271,14 +272,7 @@ func sameSlot(t *testing.T, prefix string, slot int) string {
 // stopped at the schedule hash already moved ("non local key").
 func TestMoreScriptsDuringMigration(t *testing.T) {
 	needCluster(t)
-	cp, err := cluster.New(context.Background(), cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
-		return &redis.Pool{MaxIdle: 16, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr)
-		}}
-	}, RetryFor: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cp := rawCluster(context.Background(), t, 16, 20*time.Second)
 	defer cp.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 	defer cancel()
@@ -302,10 +296,7 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 	qk := st.Queue(rdb.Standalone(q))
 	ck := rdb.NewKeys(ns).Consumer(cq)
 	var runID string
-	calls := []struct {
-		name string
-		run  func(ctx context.Context) error
-	}{
+	calls := []splitCall{
 		{"periodic put", func(ctx context.Context) error {
 			ok, err := st.PutSchedule(ctx, "new", []byte(`{}`), "k", 1)
 			if err == nil && !ok {
@@ -346,60 +337,8 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 		}},
 	}
 	from := ownerOf(t, rdb.PeriodicTag)
-	var to *redistest.Server
-	for _, n := range cl.Nodes {
-		if n.Addr != from {
-			to = n
-			break
-		}
-	}
-	done := make([]chan error, len(calls))
-	_, _, tryBefore, _ := cp.Redirections()
-	_, err = cl.MoveTagSlot(ctx, slot, to, redistest.MoveOpts{Batch: 1000, Between: func() {
-		src, err := redis.Dial("tcp", from)
-		if err != nil {
-			t.Error(err)
-			return
-		}
-		defer src.Close()
-		host, port, _ := cutPort(to.Addr)
-		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", rdb.NewKeys(ns).Schedule("pre")); err != nil {
-			t.Errorf("migrating a schedule: %v", err)
-			return
-		}
-		for i, c := range calls {
-			done[i] = make(chan error, 1)
-			go func() { done[i] <- c.run(ctx) }()
-		}
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			_, _, n, _ := cp.Redirections()
-			if n-tryBefore >= int64(3*len(calls)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		for i, c := range calls {
-			select {
-			case err := <-done[i]:
-				t.Errorf("%s returned while its slot was split: %v", c.name, err)
-				done[i] <- err
-			default:
-			}
-		}
-	}})
-	if err != nil {
-		t.Fatalf("moving the slot: %v", err)
-	}
-	for i, c := range calls {
-		if err := <-done[i]; err != nil {
-			t.Errorf("%s: %v", c.name, err)
-		}
-	}
+	to := otherNode(from)
+	callWhileSplit(ctx, t, cp, slot, from, to, rdb.NewKeys(ns).Schedule("pre"), calls)
 	// Each applied once, on the new owner.
 	if s, err := st.Schedule(ctx, "new"); err != nil || s == nil {
 		t.Errorf("schedule: %v, %v", s, err)

@@ -393,14 +393,7 @@ func TestShardedNotBroadcast(t *testing.T) {
 	pool := needCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	raw, err := cluster.New(ctx, cluster.Options{Seeds: cl.Addrs(), NewPool: func(addr string) *redis.Pool {
-		return &redis.Pool{MaxIdle: 4, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialContext(ctx, "tcp", addr)
-		}}
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	raw := rawCluster(ctx, t, 4, 0)
 	defer raw.Close()
 	ns := redistest.Namespace()
 	q := spread(t, "sbus-")[1]

@@ -311,15 +311,7 @@ func TestTryAgainIsRetried(t *testing.T) {
 	err := cl.MoveSlot(ctx, slot, to, 100, func() {
 		// Move one key of two: a command on both gets TRYAGAIN until the
 		// other moves too.
-		src, err := redis.Dial("tcp", from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close()
-		host, port, _ := stringsCut(to.Addr)
-		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", k1); err != nil {
-			t.Fatal(err)
-		}
+		migrateKey(t, from, to, k1)
 		go func() {
 			c := must(p.GetContextForTag(ctx, tag))
 			defer c.Close()
@@ -342,6 +334,21 @@ func TestTryAgainIsRetried(t *testing.T) {
 	}
 	if err := <-done; err != nil {
 		t.Fatalf("MGET across the migration: %v", err)
+	}
+}
+
+// migrateKey moves key alone from the node at from to node to (MIGRATE),
+// as a slot move does while the slot is half moved.
+func migrateKey(t *testing.T, from string, to *redistest.Server, key string) {
+	t.Helper()
+	src, err := redis.Dial("tcp", from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer src.Close()
+	host, port, _ := stringsCut(to.Addr)
+	if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", key); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -388,15 +395,7 @@ func TestAskThenTryAgain(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	err := cl.MoveSlot(ctx, slot, to, 100, func() {
-		src, err := redis.Dial("tcp", from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer src.Close()
-		host, port, _ := stringsCut(to.Addr)
-		if _, err := src.Do("MIGRATE", host, port, "", 0, 5000, "KEYS", k1); err != nil {
-			t.Fatal(err)
-		}
+		migrateKey(t, from, to, k1)
 		go func() {
 			c := must(p.GetContextForTag(ctx, tag))
 			defer c.Close()
