@@ -28,46 +28,7 @@ import (
 // and ends for good. Meanwhile a read of the queue, sent just after the
 // kill, waits for the promotion rather than failing to dial.
 func TestFailoverLostEnd(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short mode")
-	}
-	rc, err := redistest.StartClusterWithReplicas(3)
-	if err != nil {
-		if err == redistest.ErrNoRedisCLI {
-			t.Skip(redistest.ClusterHint)
-		}
-		t.Fatalf("starting the cluster with replicas: %v", err)
-	}
-	t.Cleanup(rc.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
-	defer cancel()
-	pool, err := worqr.NewClusterPool(rc.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ns := redistest.Namespace()
-	// A queue whose master does not serve the registry.
-	reg, err := rc.NodeOf(ctx, cluster.TagSlot("reg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := ""
-	var master *redistest.Server
-	for i := 0; q == "" && i < 1000; i++ {
-		name := "lost-end-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		n, err := rc.NodeOf(ctx, cluster.TagSlot(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n != reg {
-			q, master = name, n
-		}
-	}
-	replica, err := rc.ReplicaOf(ctx, master)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, ctx, pool, ns, q, master, replica := failoverSetup(t, 40*time.Second, "lost-end-")
 
 	var mu sync.Mutex
 	runs := 0
@@ -265,4 +226,50 @@ func replicaCaughtUp(ctx context.Context, mc redis.Conn, addr string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// failoverSetup starts a cluster of 3 masters with a replica each (stopped
+// when the test ends) and a ClusterPool on it, and picks a queue named
+// prefix... whose master does not serve the registry (the keepalive stays on
+// a live master when the queue's master is killed), with that master and its
+// replica. ctx ends after timeout.
+func failoverSetup(t *testing.T, timeout time.Duration, prefix string) (rc *redistest.ReplicaCluster, ctx context.Context,
+	pool *worqr.ClusterPool, ns, q string, master, replica *redistest.Server) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("short mode")
+	}
+	rc, err := redistest.StartClusterWithReplicas(3)
+	if err != nil {
+		if err == redistest.ErrNoRedisCLI {
+			t.Skip(redistest.ClusterHint)
+		}
+		t.Fatalf("starting the cluster with replicas: %v", err)
+	}
+	t.Cleanup(rc.Stop)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	pool, err = worqr.NewClusterPool(rc.Addrs(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	reg, err := rc.NodeOf(ctx, cluster.TagSlot("reg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; q == "" && i < 1000; i++ {
+		name := prefix + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
+		n, err := rc.NodeOf(ctx, cluster.TagSlot(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n != reg {
+			q, master = name, n
+		}
+	}
+	if replica, err = rc.ReplicaOf(ctx, master); err != nil {
+		t.Fatal(err)
+	}
+	return rc, ctx, pool, redistest.Namespace(), q, master, replica
 }

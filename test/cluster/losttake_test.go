@@ -12,8 +12,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/rdb"
-	"github.com/worqr/worqr-go/internal/rdb/cluster"
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -28,47 +26,7 @@ import (
 // and cancels the handler with ErrLostInFailover; the task then runs
 // again. Without the check the first run goes on (the test fails).
 func TestFailoverLostTake(t *testing.T) {
-	if testing.Short() {
-		t.Skip("short mode")
-	}
-	rc, err := redistest.StartClusterWithReplicas(3)
-	if err != nil {
-		if err == redistest.ErrNoRedisCLI {
-			t.Skip(redistest.ClusterHint)
-		}
-		t.Fatalf("starting the cluster with replicas: %v", err)
-	}
-	t.Cleanup(rc.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	pool, err := worqr.NewClusterPool(rc.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	ns := redistest.Namespace()
-	// A queue whose master does not serve the registry (the keepalive
-	// stays on a live master).
-	reg, err := rc.NodeOf(ctx, cluster.TagSlot("reg"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := ""
-	var master *redistest.Server
-	for i := 0; q == "" && i < 1000; i++ {
-		name := "lost-take-" + string(rune('a'+i%26)) + strings.Repeat("x", i/26)
-		n, err := rc.NodeOf(ctx, cluster.TagSlot(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n != reg {
-			q, master = name, n
-		}
-	}
-	replica, err := rc.ReplicaOf(ctx, master)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rc, ctx, pool, ns, q, master, replica := failoverSetup(t, 60*time.Second, "lost-take-")
 
 	type run struct {
 		start, end time.Time
