@@ -28,6 +28,9 @@ type batchLedger struct {
 	retried  int              // failed batches that ran again
 	moving   bool             // the slot move is under way
 	duringMv int              // batches of the moved queue that ended while it was
+	// waitMove, when set, holds the moved queue's next batch in its
+	// handler until it is closed (the move has begun).
+	waitMove chan struct{}
 	bad      []string
 }
 
@@ -73,8 +76,15 @@ func (l *batchLedger) handler(q, moveQ string, size int) worqr.BatchHandler {
 		l.inflight[q]++
 		first := fmt.Sprintf("%s/%d", qk, idx[0])
 		prev, again := l.failed[first]
+		var wait chan struct{}
+		if q == moveQ {
+			wait, l.waitMove = l.waitMove, nil
+		}
 		l.mu.Unlock()
 
+		if wait != nil {
+			<-wait
+		}
 		time.Sleep(15 * time.Millisecond)
 
 		l.mu.Lock()
@@ -189,20 +199,28 @@ func TestKeyBatchOnCluster(t *testing.T) {
 
 	from := ownerOf(t, moveQ)
 	to := otherNode(from)
+	// The move starts while a batch of moveQ is held in its handler (once
+	// the slot is split, no take of moveQ can run): its end meets the split
+	// slot.
+	moveBegun := make(chan struct{})
+	var begin sync.Once
+	defer begin.Do(func() { close(moveBegun) })
+	l.mu.Lock()
+	l.waitMove = moveBegun
+	l.mu.Unlock()
+	if !poll(10*time.Second, func() bool {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return l.waitMove == nil // a batch of moveQ holds it
+	}) {
+		t.Fatal("no batch of the moved queue ran")
+	}
 	stats, err := cl.MoveTagSlot(ctx, cluster.TagSlot(moveQ), to, redistest.MoveOpts{Batch: 5, Pause: 10 * time.Millisecond,
 		Between: func() {
-			// The move starts while a batch of moveQ runs: its end
-			// meets the split slot.
-			if !poll(10*time.Second, func() bool {
-				l.mu.Lock()
-				defer l.mu.Unlock()
-				return l.inflight[moveQ] > 0
-			}) {
-				t.Error("no batch of the moved queue ran")
-			}
 			l.mu.Lock()
 			l.moving = true
 			l.mu.Unlock()
+			begin.Do(func() { close(moveBegun) })
 		}})
 	if err != nil {
 		t.Fatalf("moving the slot of %s: %v", moveQ, err)
