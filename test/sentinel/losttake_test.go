@@ -3,13 +3,11 @@ package sentinel_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -66,19 +64,7 @@ func (l *runLog) snapshot() []aRun {
 func TestLostTakeCancelledAfterFailover(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Stop()
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	st, pool := startSentinel(ctx, t)
 	// A keepalive that outlives the failover on the replica: the loss of
 	// the keepalive (which cancels every handler) is not what is tested.
 	cfg := worqr.Config{Namespace: "lostake"}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -132,19 +131,7 @@ func TestReplicationLoss(t *testing.T) {
 func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Stop()
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	st, pool := startSentinel(ctx, t)
 	cfg := worqr.Config{Namespace: "loss", Replicas: replicas}
 	if replicas > 0 {
 		cfg.ReplicaTimeout = 100 * time.Millisecond

@@ -55,20 +55,7 @@ func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
 func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Stop()
-
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	st, pool := startSentinel(ctx, t)
 	if pool.Primary() != st.Nodes[0].Addr {
 		t.Fatalf("primary %s, want %s", pool.Primary(), st.Nodes[0].Addr)
 	}
@@ -178,4 +165,25 @@ func waitLinked(ctx context.Context, node *redistest.Server) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// startSentinel starts a primary, one replica and three sentinels, and a
+// SentinelPool on them checking every second; both are stopped when the test
+// ends. It skips the test when redis-sentinel is not installed.
+func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *worqr.SentinelPool) {
+	t.Helper()
+	st, err := redistest.StartSentinel(ctx, 1, 3)
+	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Stop)
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pool.Close() })
+	return st, pool
 }
