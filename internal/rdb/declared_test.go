@@ -298,6 +298,38 @@ func TestScriptKeysDeclared(t *testing.T) {
 	must(err)
 	check("bulk", "bulk:t") // ids popped from the waiting list
 
+	// A bulk load: its tasks wait packed. The load declares its packed
+	// hashes; the take, the bulk cancel and the bulk delete reach them by
+	// the ids they pop; a cancel declares the one it names.
+	lids := loadIDs(6)
+	lps := make([][]byte, len(lids))
+	for i := range lps {
+		lps[i] = []byte("l")
+	}
+	_, err = st.LoadChunk(ctx, q, &rdb.LoadArgs{Name: "l", Fingerprint: "fp", TTLMillis: 60_000},
+		&rdb.LoadChunk{First: 1, After: 7, IDs: lids, Payloads: lps, Tail: "x"})
+	must(err)
+	check("load", "load:t") // the EXISTS guard over the chunk's task keys (see PROTOCOL)
+	got, err = st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 2})
+	must(err)
+	check("take of loaded tasks", "take:lb", "take:t")
+	_, err = st.End(ctx, q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, got[0].PID, got[0].ID, nil),
+		rdb.Done(rdb.KindTask, w, got[1].PID, got[1].ID, nil)})
+	must(err)
+	a.calls()
+	_, err = st.Cancel(ctx, q, lids[2])
+	must(err)
+	check("cancel of a loaded task")
+	_, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkCancel)
+	must(err)
+	lids = loadIDs(2)
+	_, err = st.LoadChunk(ctx, q, &rdb.LoadArgs{Name: "l2", Fingerprint: "fp", TTLMillis: 60_000},
+		&rdb.LoadChunk{First: 1, After: 3, IDs: lids, Payloads: lps[:2], Tail: "x"})
+	must(err)
+	_, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkDelete)
+	must(err)
+	check("bulk cancel and delete of loaded tasks", "bulk:lb", "bulk:t", "load:t")
+
 	// Priority levels and limits: a take declares the level lists and the
 	// rate log it reads; what puts a task back reaches its level's list by
 	// the level read from its hash.

@@ -141,6 +141,9 @@ type QueueKeys struct {
 	IDPrefix string
 	// LoadPrefix + load name is a bulk load's checkpoint (hash).
 	LoadPrefix string
+	// PackedPrefix + an id without its last 3 characters is the hash that
+	// holds the payloads of waiting loaded tasks (see Packed).
+	PackedPrefix string
 	// QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix +
 	// a queue name of the same tag give that queue's keys and channels (flow
 	// scripts reach sibling queues of their tag with them).
@@ -175,6 +178,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		UniquePrefix:      base + "u:" + q.Name + ":",
 		IDPrefix:          base + "id:" + q.Name + ":",
 		LoadPrefix:        base + "ld:" + q.Name + ":",
+		PackedPrefix:      base + "lb:",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",
 		DeadPrefix:        base + "dead:",
@@ -206,6 +210,16 @@ const MaxLevel = 9
 
 // Task is the hash of task id.
 func (q QueueKeys) Task(id string) string { return q.TaskPrefix + id }
+
+// Packed returns where a waiting task written by a bulk load keeps its
+// payload: the hash shared by the ids that differ from id only in their last
+// 3 characters, and the field named by those characters (the whole id when
+// it has no more than 3). Such a task has no hash of its own until it is
+// taken; lua/include/packed.lua computes the same names.
+func (q QueueKeys) Packed(id string) (key, field string) {
+	p := packedPart(id)
+	return q.PackedPrefix + p, id[len(p):]
+}
 
 // WorkerQueue is the hash pid -> task id of what worker w holds in this
 // queue.

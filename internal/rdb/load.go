@@ -101,12 +101,25 @@ func (s *Store) DeleteLoadState(ctx context.Context, q QueueKeys, name string) e
 
 func loadArgs(q QueueKeys, a *LoadArgs, ch *LoadChunk) []any {
 	n := len(ch.IDs)
-	args := make([]any, 0, 10+3*n)
-	args = append(args, 2+n, q.Waiting, q.LoadPrefix+a.Name)
+	args := make([]any, 0, 14+2*n)
+	args = append(args, 0, q.Waiting, q.LoadPrefix+a.Name)
+	// The chunk's packed hashes (most chunks of loaded xids touch one or
+	// two): declared, as every key a caller can name.
+	var seen map[string]bool
+	last := "\x00"
 	for _, id := range ch.IDs {
-		args = append(args, q.Task(id))
+		p := packedPart(id)
+		if p == last || seen[p] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[p], last = true, p
+		args = append(args, q.PackedPrefix+p)
 	}
-	args = append(args, q.WakeChannel, ch.First, ch.After, a.Fingerprint, a.MaxWaiting, a.TTLMillis, ch.Tail)
+	args[0] = len(args) - 1
+	args = append(args, q.WakeChannel, ch.First, ch.After, a.Fingerprint, a.MaxWaiting, a.TTLMillis, ch.Tail, q.TaskPrefix)
 	for _, id := range ch.IDs {
 		args = append(args, id)
 	}
@@ -114,6 +127,15 @@ func loadArgs(q QueueKeys, a *LoadArgs, ch *LoadChunk) []any {
 		args = append(args, p)
 	}
 	return args
+}
+
+// packedPart is the part of id that names its packed hash (see
+// QueueKeys.Packed).
+func packedPart(id string) string {
+	if n := len(id); n > 3 {
+		return id[:n-3]
+	}
+	return ""
 }
 
 func loadReply(r any, err error) (LoadReply, error) {

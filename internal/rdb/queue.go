@@ -928,8 +928,9 @@ const (
 // Cancel ends a waiting or scheduled task or asks the owner of a running one
 // to stop.
 func (s *Store) Cancel(ctx context.Context, q QueueKeys, id string) (CancelResult, error) {
+	pkey, pfield := q.Packed(id)
 	code, err := redis.Int(s.eval(ctx, q.Ref.Tag, cancelScript,
-		q.Waiting, q.Task(id), q.Scheduled, q.Config, q.Retained, id, q.CancelChannel))
+		q.Waiting, q.Task(id), q.Scheduled, q.Config, q.Retained, pkey, id, q.CancelChannel, pfield))
 	return CancelResult(code), err
 }
 

@@ -86,9 +86,13 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	if len(ids) == 0 {
 		return nil, nil
 	}
-	cmds := make([]command, 0, 2*len(ids))
+	// A loaded task waits packed, with no hash (see QueueKeys.Packed): its
+	// packed field is read before its hash, so that a take between the two
+	// reads shows the task running, not gone.
+	cmds := make([]command, 0, 3*len(ids))
 	for _, id := range ids {
-		cmds = append(cmds, cmdOf("HGETALL", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
+		pkey, pfield := q.Packed(id)
+		cmds = append(cmds, cmdOf("HGET", pkey, pfield), cmdOf("HGETALL", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 	if err != nil {
@@ -96,16 +100,19 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	}
 	out := make([]*TaskRecord, 0, len(ids))
 	for i, id := range ids {
-		m, err := redis.StringMap(rs[2*i], nil)
+		m, err := redis.StringMap(rs[3*i+1], nil)
 		if err != nil {
 			return nil, err
+		}
+		if p, err := redis.String(rs[3*i], nil); err == nil && len(m) == 0 {
+			m = map[string]string{FieldPayload: p}
 		}
 		r := DecodeTask(id, m)
 		if r == nil {
 			continue
 		}
 		if r.State == StateScheduled {
-			r.DueAt, _ = redis.Int64(rs[2*i+1], nil)
+			r.DueAt, _ = redis.Int64(rs[3*i+2], nil)
 		}
 		out = append(out, r)
 	}

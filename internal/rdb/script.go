@@ -337,7 +337,7 @@ var (
 	endScript        = load("end", -1)
 	requeueScript    = load("requeue", -1)
 	releaseScript    = load("release", 4)
-	cancelScript     = load("cancel", 5)
+	cancelScript     = load("cancel", 6)
 	registerScript   = load("register", 4)
 	moveScript       = load("move", 4)
 	deadScript       = load("dead", -1)

@@ -1,6 +1,7 @@
 --- @include "codes"
 --- @include "cfg"
 --- @include "finalize"
+--- @include "packed"
 -- bulk: delete or cancel up to ARGV[3] tasks from the front of a queue's
 -- waiting list or from its scheduled set (earliest first): one chunk of a
 -- bulk operation, so that a million tasks never hold Redis in one call.
@@ -30,13 +31,18 @@ for _, id in ipairs(ids) do
   local u, task_ms, okey = nil, nil, nil
   if type(t) == 'table' and not t.err then u, task_ms, okey = t[1], t[2], t[3] end
   -- An id with no task data is only dropped: a cancel must not make up a
-  -- record of a task that does not exist.
-  if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err and redis.call('EXISTS', tkey) == 1 then
+  -- record of a task that does not exist. A waiting id with no hash may be a
+  -- loaded task, packed (see packed.lua): a cancel makes its hash first, a
+  -- delete drops its packed field.
+  if ARGV[2] == 'cancel' and type(t) == 'table' and not t.err and
+      (redis.call('EXISTS', tkey) == 1 or (ARGV[1] == 'waiting' and unpack_task(tkey, ARGV[4], id))) then
     finalize(tkey, id, u, S_CANCELLED, retention, '', KEYS[4], task_ms, okey)
   else
     release_unique(u, id)
     key_ended(tkey, id, okey, KEYS[4], 'done:')
-    redis.call('DEL', tkey)
+    if redis.call('DEL', tkey) == 0 and ARGV[1] == 'waiting' then
+      packed_drop(ARGV[4], id)
+    end
   end
 end
 return #ids

@@ -2,6 +2,7 @@
 --- @include "level"
 --- @include "cfg"
 --- @include "finalize"
+--- @include "packed"
 -- cancel: end a waiting or scheduled task, or ask the owner of a running one
 -- to stop.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -9,12 +10,27 @@
 -- KEYS[3] <ns>:{T}:s:<queue>          (zset) scheduled ids
 -- KEYS[4] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- KEYS[5] <ns>:{T}:done:<queue>       (zset) retained ended ids
--- ARGV[1] task id   ARGV[2] cancel channel
+-- KEYS[6] <ns>:{T}:lb:<prefix>        (hash) where the task waits if it was
+--         loaded (packed, see packed.lua)
+-- ARGV[1] task id   ARGV[2] cancel channel   ARGV[3] the task's field in KEYS[6]
 -- Returns: 0 nothing to cancel (unknown, ended, dead, or already asked),
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
 local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
+if type(t) == 'table' and not t.err and not t[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+  -- No hash: a loaded task may wait packed. It leaves the waiting list (a
+  -- load writes to level 0) and ends cancelled like any waiting task, with
+  -- a hash made from its packed payload.
+  local p = redis.call('HGET', KEYS[6], ARGV[3])
+  if not p or redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
+    return 0
+  end
+  redis.call('HDEL', KEYS[6], ARGV[3])
+  redis.call('HSET', KEYS[2], F_PAYLOAD, p)
+  finalize(KEYS[2], ARGV[1], nil, S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], nil, nil)
+  return 1
+end
 if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
   return 0
 end

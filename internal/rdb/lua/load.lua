@@ -1,13 +1,16 @@
 --- @include "codes"
 --- @include "time"
+--- @include "packed"
 -- load: one chunk of a bulk load, applied together with the load's
 -- checkpoint so that every input line is enqueued exactly once however often
 -- a chunk is sent (a reply lost after Redis applied it, a loader killed and
 -- started again with --resume). The checkpoint holds the number of the next
--- input line to load; a chunk is applied only when it starts there.
+-- input line to load; a chunk is applied only when it starts there. The
+-- tasks are written packed (see packed.lua): their payloads go into the
+-- shared hashes of their ids, with no hash per task.
 -- KEYS[1]      <ns>:{T}:q:<queue>            (list) waiting ids
 -- KEYS[2]      <ns>:{T}:ld:<queue>:<load>    (hash) the checkpoint
--- KEYS[3..n+2] <ns>:{T}:t:<id>               (hash) one per task
+-- KEYS[3..]    <ns>:{T}:lb:<prefix>          (hash) the chunk's packed hashes
 -- ARGV[1] wake channel
 -- ARGV[2] the chunk's first line number (1-based)
 -- ARGV[3] the line number after the chunk's last line (lines without a task,
@@ -16,13 +19,14 @@
 -- ARGV[5] most waiting tasks before the chunk is refused ("0" = no limit)
 -- ARGV[6] the checkpoint's TTL ms
 -- ARGV[7] a digest of the chunk's last line (a resumed load checks it)
--- ARGV[8..n+7] task ids, in KEYS order;  ARGV[n+8..] payloads, in KEYS order
+-- ARGV[8] task key prefix (<ns>:{T}:t:)
+-- ARGV[9..n+8] task ids;  ARGV[n+9..] payloads, in the same order
 -- Returns {1, next} applied; {0, next} applied before (nothing written);
 -- {-1, next} the checkpoint is at another line (an earlier chunk was not
 -- applied); {-2, waiting} the queue holds too many waiting tasks;
 -- {-3} another input was loaded under this name; {-4, id} a task with one of
 -- these ids exists. Nothing is written unless the chunk is applied.
-local n = #KEYS - 2
+local n = (#ARGV - 8) / 2
 local first, after = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cp = redis.call('HMGET', KEYS[2], 'next', 'fp')
 local at = tonumber(cp[1]) or 1
@@ -42,20 +46,55 @@ if limit > 0 then
     return {-2, waiting}
   end
 end
-for i = 1, n do
-  if redis.call('EXISTS', KEYS[i + 2]) == 1 then
-    return {-4, ARGV[7 + i]}
+local tp = ARGV[8]
+if n > 0 then
+  -- No id may be taken: neither a task hash (a task that ran, or one
+  -- enqueued another way) nor a packed field (a loaded task still waiting).
+  -- One EXISTS over every task key; the packed fields, one HMGET per hash.
+  local tkeys = {}
+  for i = 1, n do
+    tkeys[i] = tp .. ARGV[8 + i]
   end
-end
-for i = 1, n do
-  redis.call('HSET', KEYS[i + 2], F_PAYLOAD, ARGV[7 + n + i])
-end
--- RPUSH in runs: Lua's unpack is limited to a few thousand values.
-local i, last = 8, 7 + n
-while i <= last do
-  local j = math.min(i + 999, last)
-  redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
-  i = j + 1
+  if redis.call('EXISTS', unpack(tkeys)) > 0 then
+    for i = 1, n do
+      if redis.call('EXISTS', tkeys[i]) == 1 then
+        return {-4, ARGV[8 + i]}
+      end
+    end
+  end
+  local groups, order = {}, {}
+  for i = 1, n do
+    local key, field = packed_at(tp, ARGV[8 + i])
+    local g = groups[key]
+    if not g then
+      g = {fields = {}, at = {}, pairs = {}}
+      groups[key] = g
+      order[#order + 1] = key
+    end
+    g.fields[#g.fields + 1] = field
+    g.at[#g.at + 1] = i
+    g.pairs[#g.pairs + 1] = field
+    g.pairs[#g.pairs + 1] = ARGV[8 + n + i]
+  end
+  for _, key in ipairs(order) do
+    local g = groups[key]
+    local had = redis.call('HMGET', key, unpack(g.fields))
+    for j = 1, #g.fields do
+      if had[j] then
+        return {-4, ARGV[8 + g.at[j]]}
+      end
+    end
+  end
+  for _, key in ipairs(order) do
+    redis.call('HSET', key, unpack(groups[key].pairs))
+  end
+  -- RPUSH in runs: Lua's unpack is limited to a few thousand values.
+  local i, last = 9, 8 + n
+  while i <= last do
+    local j = math.min(i + 999, last)
+    redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
+    i = j + 1
+  end
 end
 redis.call('HSET', KEYS[2], 'next', after, 'fp', ARGV[4], 'tail', ARGV[7], 'at', now_ms())
 redis.call('HINCRBY', KEYS[2], 'tasks', n)

@@ -3,6 +3,7 @@
 --- @include "fix_type"
 --- @include "bury"
 --- @include "flow"
+--- @include "packed"
 -- limit_allowance is how many of max tasks the queue's global limits let a
 -- take start now (read from its config hash k.cfg: 'rate' tasks per
 -- 'period' ms, at most 'conc' running), and, when a limit cut the take, how
@@ -132,7 +133,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
     return {}
   end
-  local data = {}
+  local data, packed = {}, {}
   for i, id in ipairs(ids) do
     local t
     if mode == '2' then
@@ -146,6 +147,21 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
+    end
+    if type(t) == 'table' and not t.err and not t[1] then
+      -- No hash: a loaded task waits packed (see packed.lua); its hash is
+      -- made below, when it is recorded as taken.
+      local p, err = packed_payload(k.tprefix, id)
+      if err then
+        if safe and string.find(err, 'non local key', 1, true) then
+          return nil, 'moved'
+        end
+        error(err)
+      end
+      if p then
+        t[1] = p
+        packed[i] = true
+      end
     end
     data[i] = t
   end
@@ -211,7 +227,12 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       for _ = 1, 5 do out[#out + 1] = '' end
     else
       local spid = tostring(pid)
-      redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+      if packed[i] then
+        redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+        packed_drop(k.tprefix, id)
+      else
+        redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+      end
       held[#held + 1] = spid
       held[#held + 1] = id
       out[#out + 1] = id

@@ -1,0 +1,53 @@
+--- @include "codes"
+-- Packed tasks. A task written by a bulk load waits without a hash of its
+-- own: its payload is a field of a hash shared by the tasks whose ids differ
+-- only in their last three characters (loaded ids are xids, whose last
+-- characters hold a line number, so about 2,000 consecutive lines share one
+-- hash). The take that pops such an id (or a cancel, or a bulk cancel) makes
+-- the task's hash from that field and deletes the field, so a task that ran
+-- looks like any other. A task hash and a packed field never both exist for
+-- one id. Ten million waiting tasks are so tens of thousands of keys, not
+-- ten million.
+--
+-- packed_at returns the shared hash and the field of id, from the tag's task
+-- prefix (<ns>:{T}:t:): <ns>:{T}:lb:<id without its last 3 characters> and
+-- those characters. Go computes the same (QueueKeys.Packed).
+local function packed_at(tprefix, id)
+  local base = string.sub(tprefix, 1, #tprefix - 2) .. 'lb:'
+  local n = #id
+  if n > 3 then
+    return base .. string.sub(id, 1, n - 3), string.sub(id, n - 2)
+  end
+  return base, id
+end
+
+-- packed_payload returns the packed payload of id (false when there is
+-- none), or nil, err when the hash is on another cluster node (a slot
+-- migration: the pcall's error).
+local function packed_payload(tprefix, id)
+  local key, field = packed_at(tprefix, id)
+  local p = redis.pcall('HGET', key, field)
+  if type(p) == 'table' and p.err then
+    return nil, p.err
+  end
+  return p
+end
+
+-- packed_drop deletes id's packed field (its hash goes with its last field).
+local function packed_drop(tprefix, id)
+  local key, field = packed_at(tprefix, id)
+  return redis.call('HDEL', key, field)
+end
+
+-- unpack_task makes the hash of waiting task id (key tkey) from its packed
+-- field, if it has one, and returns true when it did.
+local function unpack_task(tkey, tprefix, id)
+  local key, field = packed_at(tprefix, id)
+  local p = redis.call('HGET', key, field)
+  if not p then
+    return false
+  end
+  redis.call('HSET', tkey, F_PAYLOAD, p)
+  redis.call('HDEL', key, field)
+  return true
+end
