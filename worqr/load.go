@@ -121,8 +121,10 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // chunks of atomic steps, each applied together with a checkpoint in Redis:
 // however often a chunk is sent (a lost reply) and however a load ends (an
 // error, a kill), Load with Resume and the same input enqueues each line
-// exactly once. Task ids are made of the chunk's time, the load's name and
-// the line number. A load does not publish per-task events.
+// exactly once. Task ids are made of the chunk's time, a number drawn for
+// the run and the line number. The tasks wait packed, many to a Redis hash,
+// until they are taken (see docs/PROTOCOL.md, "Bulk loads"). A load does
+// not publish per-task events.
 //
 // When ctx ends, Load sends no more chunks but still reads the answers about
 // those on the wire (for up to 5 s), so that the progress it returns with
@@ -172,7 +174,6 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 		return LoadProgress{}, err
 	}
 	l := &loader{c: c, q: q.qk, o: o, ctx: ctx}
-	l.prefix = sha256.Sum256([]byte(o.Name))
 	l.args = rdb.LoadArgs{Name: o.Name, MaxWaiting: o.MaxWaiting, TTLMillis: o.CheckpointTTL.Milliseconds()}
 	cp, err := c.st.LoadState(ctx, q.qk, o.Name)
 	if err != nil {
@@ -187,6 +188,11 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 		l.cp, l.next = cp, cp.Next
 	}
 	l.start = l.next
+	run, err := c.st.LoadRun(ctx, q.qk)
+	if err != nil {
+		return LoadProgress{}, &LoadError{Err: err}
+	}
+	l.run3 = [3]byte{byte(run >> 16), byte(run >> 8), byte(run)}
 	if err := c.markKnown(ctx, q); err != nil {
 		return LoadProgress{}, &LoadError{Err: err}
 	}
@@ -206,20 +212,20 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 
 // loader is one run of Client.Load.
 type loader struct {
-	c      *Client
-	q      rdb.QueueKeys
-	o      LoadOptions
-	ctx    context.Context
-	args   rdb.LoadArgs
-	prefix [32]byte
-	scan   *bufio.Scanner
-	line   int64 // lines read
-	next   int64 // the checkpoint's next line, as last known
-	start  int64 // the checkpoint's next line when this run began
-	eof    bool
-	stop   error               // what ended the input early (a bad line), once its lines before are loaded
-	cp     *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
-	p      LoadProgress
+	c     *Client
+	q     rdb.QueueKeys
+	o     LoadOptions
+	ctx   context.Context
+	args  rdb.LoadArgs
+	run3  [3]byte // the run's number (rdb.Store.LoadRun), its low 3 bytes
+	scan  *bufio.Scanner
+	line  int64 // lines read
+	next  int64 // the checkpoint's next line, as last known
+	start int64 // the checkpoint's next line when this run began
+	eof   bool
+	stop  error               // what ended the input early (a bad line), once its lines before are loaded
+	cp    *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
+	p     LoadProgress
 	// pending are the chunks sent (or to send again), oldest first.
 	pending []*rdb.LoadChunk
 }
@@ -312,13 +318,16 @@ func digest(b []byte) string {
 	return hex.EncodeToString(sum[:12])
 }
 
-// taskID is an xid made of the chunk's time (seconds), three bytes of the
-// load name's digest and the line number (five bytes): ids sort by line
-// within a chunk, and the queue's latency reads the time as usual.
+// taskID is an xid made of the chunk's time (seconds), the low three bytes
+// of the run's number (drawn from Redis for each run, so that two runs,
+// of one load or of two, never make the same id) and the line number (five
+// bytes): ids sort by line within a chunk, the queue's latency reads the
+// time as usual, and about 2,000 consecutive lines share a packed hash
+// (rdb.QueueKeys.Packed).
 func (l *loader) taskID(secs [4]byte, line int64) string {
 	var b [12]byte
 	copy(b[:4], secs[:])
-	copy(b[4:7], l.prefix[:3])
+	copy(b[4:7], l.run3[:])
 	var n [8]byte
 	binary.BigEndian.PutUint64(n[:], uint64(line))
 	copy(b[7:], n[3:])
@@ -486,7 +495,7 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 	case rdb.LoadOtherInput:
 		return false, fmt.Errorf("load %q was made from another input (its first line differs)", l.o.Name)
 	case rdb.LoadIDExists:
-		return false, &LoadError{Line: ch.First, Err: fmt.Errorf("task id %s exists already in queue %s (another load under a name with the same digest prefix, in the same second?)", rep.ID, l.q.Ref.Member())}
+		return false, &LoadError{Line: ch.First, Err: fmt.Errorf("task id %s of this load is waiting already in queue %s (a chunk sent by another client with the same ids?)", rep.ID, l.q.Ref.Member())}
 	default:
 		return false, fmt.Errorf("unknown answer %d about lines %d to %d", rep.Status, ch.First, ch.After-1)
 	}

@@ -141,6 +141,9 @@ type QueueKeys struct {
 	IDPrefix string
 	// LoadPrefix + load name is a bulk load's checkpoint (hash).
 	LoadPrefix string
+	// LoadRuns is the per-tag counter that numbers bulk load runs: a run's
+	// number is part of the ids it makes, so two runs never make one id.
+	LoadRuns string
 	// PackedPrefix + an id without its last 3 characters is the hash that
 	// holds the payloads of waiting loaded tasks (see Packed).
 	PackedPrefix string
@@ -179,6 +182,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		IDPrefix:          base + "id:" + q.Name + ":",
 		LoadPrefix:        base + "ld:" + q.Name + ":",
 		PackedPrefix:      base + "lb:",
+		LoadRuns:          base + "lruns",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",
 		DeadPrefix:        base + "dead:",

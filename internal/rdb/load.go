@@ -49,7 +49,7 @@ const (
 	LoadGap        LoadStatus = -1 // the checkpoint is at Value, not at the chunk's first line
 	LoadFull       LoadStatus = -2 // Value tasks are waiting, at least MaxWaiting
 	LoadOtherInput LoadStatus = -3 // another input was loaded under this name
-	LoadIDExists   LoadStatus = -4 // a task with id ID exists already
+	LoadIDExists   LoadStatus = -4 // a loaded task with id ID is waiting already
 )
 
 // LoadReply is the answer about one chunk.
@@ -89,6 +89,12 @@ func (s *Store) LoadState(ctx context.Context, q QueueKeys, name string) (*LoadC
 		return nil
 	})
 	return cp, err
+}
+
+// LoadRun draws the number of a new run of a bulk load on q's tag (1, 2,
+// ...): the ids a run makes carry it, so no two runs make the same id.
+func (s *Store) LoadRun(ctx context.Context, q QueueKeys) (int64, error) {
+	return redis.Int64(s.cmd(ctx, q.Ref.Tag, "INCR", q.LoadRuns))
 }
 
 // DeleteLoadState forgets the checkpoint of load name (the tasks stay).

@@ -213,37 +213,31 @@ func TestLoadedTasksCancelledAndDeleted(t *testing.T) {
 	}
 }
 
-// A chunk whose ids are taken, by a waiting loaded task (packed) or by any
-// task hash, writes nothing.
-func TestLoadRefusesTakenIDs(t *testing.T) {
+// A chunk one of whose ids waits packed already (from another load) writes
+// nothing.
+func TestLoadRefusesWaitingIDs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	ids := loadIDs(20)
 	e.load(t, "a", 1, ids[:10])
-	e.enqueue(t, ids[15])
-	for _, tc := range []struct {
-		ids  []string
-		want string
-	}{
-		{ids[8:12], ids[8]},   // two of them wait packed
-		{ids[12:16], ids[15]}, // one has a hash
-	} {
-		ps := make([][]byte, len(tc.ids))
-		for i := range ps {
-			ps[i] = []byte("new")
-		}
-		r, err := e.st.LoadChunk(e.ctx, e.q, &rdb.LoadArgs{Name: "b", Fingerprint: "fp", TTLMillis: 60_000},
-			&rdb.LoadChunk{First: 1, After: int64(1 + len(tc.ids)), IDs: tc.ids, Payloads: ps, Tail: "x"})
-		if err != nil || r.Status != rdb.LoadIDExists || r.ID != tc.want {
-			t.Fatalf("LoadChunk of %v = %+v, %v; want exists %s", tc.ids, r, err, tc.want)
-		}
+	ps := make([][]byte, 4)
+	for i := range ps {
+		ps[i] = []byte("new")
 	}
-	if n, _ := redis.Int(e.c.Do("LLEN", e.q.Waiting)); n != 11 {
-		t.Fatalf("%d waiting, want 11: a refused chunk wrote", n)
+	r, err := e.st.LoadChunk(e.ctx, e.q, &rdb.LoadArgs{Name: "b", Fingerprint: "fp", TTLMillis: 60_000},
+		&rdb.LoadChunk{First: 1, After: 5, IDs: ids[8:12], Payloads: ps, Tail: "x"})
+	if err != nil || r.Status != rdb.LoadIDExists || r.ID != ids[8] {
+		t.Fatalf("LoadChunk = %+v, %v; want exists %s", r, err, ids[8])
 	}
-	key, field := e.q.Packed(ids[8])
-	if p, _ := redis.String(e.c.Do("HGET", key, field)); p != payload(ids[8]) {
-		t.Fatalf("packed payload of %s overwritten: %q", ids[8], p)
+	if n, _ := redis.Int(e.c.Do("LLEN", e.q.Waiting)); n != 10 {
+		t.Fatalf("%d waiting, want 10: a refused chunk wrote", n)
+	}
+	for _, id := range ids[8:12] {
+		key, field := e.q.Packed(id)
+		p, _ := redis.String(e.c.Do("HGET", key, field))
+		if want := map[bool]string{true: payload(id), false: ""}[id == ids[8] || id == ids[9]]; p != want {
+			t.Fatalf("packed payload of %s = %q, want %q", id, p, want)
+		}
 	}
 	if ok, _ := redis.Bool(e.c.Do("EXISTS", e.q.LoadPrefix+"b")); ok {
 		t.Fatal("a refused chunk wrote its checkpoint")

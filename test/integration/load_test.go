@@ -176,19 +176,52 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		Expect(p3.Enqueued).To(BeZero())
 		Expect(e.waiting("load")).To(HaveLen(25_000))
 
-		// The tasks run like any others (counted by id: a worker that loses
-		// its keepalive on a busy machine has its tasks run again).
+		// The tasks run like any others, each with its line (counted by id:
+		// a worker that loses its keepalive on a busy machine has its tasks
+		// run again). Taken, a task gets its own hash; the packed hashes
+		// are gone once every task was taken.
 		var mu sync.Mutex
-		ran := map[string]bool{}
+		ran := map[string]string{}
 		e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{"load": {Concurrency: 20, Handler: worqr.HandlerFunc(
 			func(_ context.Context, t *worqr.Task) error {
 				mu.Lock()
 				defer mu.Unlock()
-				ran[t.ID] = true
+				ran[t.ID] = string(t.Payload)
 				return nil
 			})}}, nil))
 		Eventually(ctx, func() int { mu.Lock(); defer mu.Unlock(); return len(ran) }).WithTimeout(60 * time.Second).Should(Equal(25_000))
+		mu.Lock()
+		got := make([]string, 0, len(ran))
+		for _, p := range ran {
+			got = append(got, p)
+		}
+		mu.Unlock()
+		sort.Strings(got)
+		Expect(got).To(Equal(want), "every line ran with its payload")
+		Expect(e.keysWith(":lb:")).To(BeEmpty(), "no packed hash left")
 	}, SpecTimeout(120*time.Second))
+
+	It("makes ids of its own for each run: the same input loaded again under the same name after its checkpoint was deleted", func(ctx SpecContext) {
+		e := newEnv()
+		input, want := loadInput(3_000)
+		opts := &worqr.LoadOptions{Name: "again"}
+		for range 2 {
+			p, err := e.client.Load(ctx, "twice", bytes.NewReader(input), opts)
+			Expect(err).NotTo(HaveOccurred(), "a second run in the same second makes other ids: none of them waits already")
+			Expect(p.Enqueued).To(BeEquivalentTo(len(want)))
+			Expect(e.st.DeleteLoadState(ctx, e.qk("twice"), "again")).To(Succeed())
+		}
+		ids := e.waiting("twice")
+		Expect(ids).To(HaveLen(2 * len(want)))
+		distinct := map[string]bool{}
+		for _, id := range ids {
+			distinct[id] = true
+		}
+		Expect(distinct).To(HaveLen(2*len(want)), "no id made twice")
+		twice := append(append([]string{}, want...), want...)
+		sort.Strings(twice)
+		Expect(e.payloads("twice")).To(Equal(twice))
+	}, SpecTimeout(30*time.Second))
 
 	It("stops feeding while the queue holds MaxWaiting tasks and goes on as workers drain it", func(ctx SpecContext) {
 		e := newEnv()
@@ -257,19 +290,25 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		Expect(err).To(MatchError(ContainSubstring("Chunk")))
 	}, SpecTimeout(20*time.Second))
 
-	It("writes nothing when a task id of the chunk exists (no silent overwrite)", func(ctx SpecContext) {
+	It("writes nothing when a task id of the chunk is waiting already (no silent overwrite)", func(ctx SpecContext) {
 		e := newEnv()
 		qk := e.qk("clash")
-		_, err := e.do("HSET", qk.Task("taken"), "d", "first")
+		rep, err := e.st.LoadChunk(ctx, qk, &rdb.LoadArgs{Name: "p", Fingerprint: "fp", TTLMillis: 60_000},
+			&rdb.LoadChunk{First: 1, After: 2, IDs: []string{"taken"}, Payloads: [][]byte{[]byte("first")}})
 		Expect(err).NotTo(HaveOccurred())
+		Expect(rep.Status).To(Equal(rdb.LoadApplied))
 		a := &rdb.LoadArgs{Name: "c", Fingerprint: "fp", TTLMillis: 60_000}
 		ch := &rdb.LoadChunk{First: 1, After: 3, IDs: []string{"new", "taken"}, Payloads: [][]byte{[]byte("a"), []byte("b")}}
-		rep, err := e.st.LoadChunk(ctx, qk, a, ch)
+		rep, err = e.st.LoadChunk(ctx, qk, a, ch)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(rep).To(Equal(rdb.LoadReply{Status: rdb.LoadIDExists, ID: "taken"}))
-		Expect(e.exists(qk.Task("new"))).To(BeFalse())
-		Expect(e.waiting("clash")).To(BeEmpty())
-		Expect(redis.String(e.do("HGET", qk.Task("taken"), "d"))).To(Equal("first"))
+		Expect(e.waiting("clash")).To(Equal([]string{"taken"}))
+		key, field := qk.Packed("taken")
+		Expect(redis.String(e.do("HGET", key, field))).To(Equal("first"))
+		key, field = qk.Packed("new")
+		Expect(e.do("HEXISTS", key, field)).To(BeEquivalentTo(0))
+		_, err = e.do("LPOP", qk.Waiting)
+		Expect(err).NotTo(HaveOccurred())
 
 		// The same chunk again after it was applied: seen, nothing new.
 		ch.IDs[1] = "other"

@@ -1,6 +1,5 @@
 --- @include "codes"
 --- @include "time"
---- @include "packed"
 -- load: one chunk of a bulk load, applied together with the load's
 -- checkpoint so that every input line is enqueued exactly once however often
 -- a chunk is sent (a reply lost after Redis applied it, a loader killed and
@@ -24,8 +23,9 @@
 -- Returns {1, next} applied; {0, next} applied before (nothing written);
 -- {-1, next} the checkpoint is at another line (an earlier chunk was not
 -- applied); {-2, waiting} the queue holds too many waiting tasks;
--- {-3} another input was loaded under this name; {-4, id} a task with one of
--- these ids exists. Nothing is written unless the chunk is applied.
+-- {-3} another input was loaded under this name; {-4, id} a loaded task with
+-- one of these ids is waiting. Nothing is written unless the chunk is
+-- applied.
 local n = (#ARGV - 8) / 2
 local first, after = tonumber(ARGV[2]), tonumber(ARGV[3])
 local cp = redis.call('HMGET', KEYS[2], 'next', 'fp')
@@ -48,34 +48,41 @@ if limit > 0 then
 end
 local tp = ARGV[8]
 if n > 0 then
-  -- No id may be taken: neither a task hash (a task that ran, or one
-  -- enqueued another way) nor a packed field (a loaded task still waiting).
-  -- One EXISTS over every task key; the packed fields, one HMGET per hash.
-  local tkeys = {}
-  for i = 1, n do
-    tkeys[i] = tp .. ARGV[8 + i]
-  end
-  if redis.call('EXISTS', unpack(tkeys)) > 0 then
-    for i = 1, n do
-      if redis.call('EXISTS', tkeys[i]) == 1 then
-        return {-4, ARGV[8 + i]}
-      end
-    end
-  end
+  -- Group the tasks by packed hash (a chunk of consecutive loaded ids
+  -- touches one or two; see packed_at), building each hash's name once.
   local groups, order = {}, {}
+  local lastpfx, g
+  local lb = string.sub(tp, 1, #tp - 2) .. 'lb:'
   for i = 1, n do
-    local key, field = packed_at(tp, ARGV[8 + i])
-    local g = groups[key]
-    if not g then
-      g = {fields = {}, at = {}, pairs = {}}
-      groups[key] = g
-      order[#order + 1] = key
+    local id = ARGV[8 + i]
+    local cut = #id - 3
+    local pfx, field
+    if cut > 0 then
+      pfx, field = string.sub(id, 1, cut), string.sub(id, cut + 1)
+    else
+      pfx, field = '', id
     end
-    g.fields[#g.fields + 1] = field
+    if pfx ~= lastpfx then
+      local key = lb .. pfx
+      g = groups[key]
+      if not g then
+        g = {fields = {}, at = {}, pairs = {}}
+        groups[key] = g
+        order[#order + 1] = key
+      end
+      lastpfx = pfx
+    end
+    local f = g.fields
+    f[#f + 1] = field
     g.at[#g.at + 1] = i
-    g.pairs[#g.pairs + 1] = field
-    g.pairs[#g.pairs + 1] = ARGV[8 + n + i]
+    local p = g.pairs
+    p[#p + 1] = field
+    p[#p + 1] = ARGV[8 + n + i]
   end
+  -- No id may wait packed already (a chunk of another load with the same
+  -- ids: never from Client.Load, whose ids carry a number drawn for each
+  -- run): one HMGET per hash. Task hashes are not looked at: a loaded id
+  -- is never an id a take has made a hash for (see PROTOCOL "Bulk loads").
   for _, key in ipairs(order) do
     local g = groups[key]
     local had = redis.call('HMGET', key, unpack(g.fields))
