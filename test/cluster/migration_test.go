@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"testing"
 	"time"
@@ -348,6 +349,13 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 	}
 	if n, err := client.Len(ctx, q); err != nil || n != 2 {
 		t.Errorf("loaded queue: %d waiting, %v", n, err)
+	}
+	// The loaded tasks waited packed; their hash moved with the slot, and a
+	// take on the new owner (a cluster take reads before it writes) makes
+	// their task hashes from it.
+	if got, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 2}); err != nil || len(got) != 2 ||
+		string(got[0].Payload) != "1" || string(got[1].Payload) != "2" || got[0].PID == "" || got[1].PID == "" {
+		t.Errorf("take of the loaded tasks: %+v, %v", got, err)
 	}
 	if ri, err := client.Run(ctx, flow, runID); err != nil || ri.State["a"] != "b" {
 		t.Errorf("run %s: %+v, %v", runID, ri, err)
