@@ -412,8 +412,9 @@ type plainEnqueued struct {
 // payloads) is one atomic step: all are enqueued or none. A larger batch is
 // split into atomic steps of up to 250 tasks, sent many at a time and
 // applied in order, so that no call holds Redis for more than about a
-// millisecond; if one fails, the
-// error is a *BatchError saying how many tasks, from the first, were
+// millisecond (and, given no options, its tasks wait packed, many to a
+// Redis hash, until they are taken: see docs/PROTOCOL.md, "Bulk loads");
+// if one fails, the error is a *BatchError saying how many tasks, from the first, were
 // enqueued (their ids are returned), and the rest may or may not have been.
 // With Config.Replicas, an error that matches ErrNotReplicated comes with
 // every id: all were enqueued on the primary, but too few replicas

@@ -329,6 +329,21 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkDelete)
 	must(err)
 	check("bulk cancel and delete of loaded tasks", "bulk:lb", "bulk:t")
+	// A plain batch split into steps is written packed: each step declares
+	// its packed hashes.
+	big := make([]string, rdb.MaxEnqueueChunk+1)
+	bps := make([][]byte, len(big))
+	for i := range big {
+		big[i], bps[i] = fmt.Sprintf("big%05d", i), []byte("b")
+	}
+	_, _, err = st.EnqueueBatch(ctx, q, big, bps, nil)
+	must(err)
+	check("a large batch, packed")
+	for n := rdb.BulkChunk; n == rdb.BulkChunk; {
+		n, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkDelete)
+		must(err)
+	}
+	a.calls()
 
 	// Priority levels and limits: a take declares the level lists and the
 	// rate log it reads; what puts a task back reaches its level's list by

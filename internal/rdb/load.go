@@ -109,21 +109,7 @@ func loadArgs(q QueueKeys, a *LoadArgs, ch *LoadChunk) []any {
 	n := len(ch.IDs)
 	args := make([]any, 0, 14+2*n)
 	args = append(args, 0, q.Waiting, q.LoadPrefix+a.Name)
-	// The chunk's packed hashes (most chunks of loaded xids touch one or
-	// two): declared, as every key a caller can name.
-	var seen map[string]bool
-	last := "\x00"
-	for _, id := range ch.IDs {
-		p := packedPart(id)
-		if p == last || seen[p] {
-			continue
-		}
-		if seen == nil {
-			seen = map[string]bool{}
-		}
-		seen[p], last = true, p
-		args = append(args, q.PackedPrefix+p)
-	}
+	args = appendPackedKeys(args, q, ch.IDs)
 	args[0] = len(args) - 1
 	args = append(args, q.WakeChannel, ch.First, ch.After, a.Fingerprint, a.MaxWaiting, a.TTLMillis, ch.Tail, q.TaskPrefix)
 	for _, id := range ch.IDs {
@@ -142,6 +128,27 @@ func packedPart(id string) string {
 		return id[:n-3]
 	}
 	return ""
+}
+
+// appendPackedKeys appends the packed hashes of ids to args, each once, in
+// order of first use: a script that writes tasks packed declares them, as
+// every key a caller can name (most runs of consecutive xids touch one or
+// two).
+func appendPackedKeys(args []any, q QueueKeys, ids []string) []any {
+	var seen map[string]bool
+	last := "\x00"
+	for _, id := range ids {
+		p := packedPart(id)
+		if p == last || seen[p] {
+			continue
+		}
+		if seen == nil {
+			seen = map[string]bool{}
+		}
+		seen[p], last = true, p
+		args = append(args, q.PackedPrefix+p)
+	}
+	return args
 }
 
 func loadReply(r any, err error) (LoadReply, error) {

@@ -119,28 +119,63 @@ func ids(prefix string, from, n int) []string {
 // A batch past MaxEnqueueChunk goes out as script calls of EnqueueStep tasks,
 // in order: each publishes its own wake-up with its count, and the waiting
 // list holds every task in the batch's order, behind those already waiting.
+// With nothing but payloads, the tasks are written packed (the hashes shared
+// by ids that differ in their last 3 characters: t00000..t00999 in lb:t00),
+// with no hash of their own; with a per-task option, each gets its hash.
 func TestEnqueueBatchSplitsIntoChunks(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	e.enqueue(t, "head")
-	ids := ids("t", 0, 1100)
-	ps := make([][]byte, len(ids))
-	want := state{e.q.Task("head"): fresh("head")}
-	for i, id := range ids {
-		ps[i] = []byte(payload(id))
-		want[e.q.Task(id)] = fresh(id)
+	for _, tc := range []struct {
+		name   string
+		a      *rdb.EnqueueArgs
+		packed bool
+	}{
+		{"plain: packed", nil, true},
+		{"max attempts: a hash per task", &rdb.EnqueueArgs{MaxAttempts: 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.enqueue(t, "head")
+			ids := ids("t", 0, 1100)
+			ps := make([][]byte, len(ids))
+			want := state{e.q.Task("head"): fresh("head")}
+			packs := map[string]hash{}
+			for i, id := range ids {
+				ps[i] = []byte(payload(id))
+				if tc.packed {
+					key, field := e.q.Packed(id)
+					if packs[key] == nil {
+						packs[key] = hash{}
+						want[key] = packs[key]
+					}
+					packs[key][field] = payload(id)
+				} else {
+					want[e.q.Task(id)] = hash{"d": payload(id), "ma": "3"}
+				}
+			}
+			if tc.packed && len(packs) != 2 {
+				t.Fatalf("%d packed hashes, want 2", len(packs))
+			}
+			want[e.q.Waiting] = append(list{"head"}, ids...)
+			if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{250, 500, 750, 1000, 1100}) {
+				t.Fatalf("Chunks = %v, want 5 chunks [250 500 750 1000 1100]", got)
+			}
+			l := e.listen(t)
+			n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, tc.a)
+			if err != nil || n != len(ids) {
+				t.Fatalf("EnqueueBatch = %d, %v; want %d", n, err, len(ids))
+			}
+			checkPubs(t, l.collect(t, e), []msg{{"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "100"}})
+			e.checkState(t, nil, func(*env) state { return want })
+			// Taken, each task has its payload (and a packed one, its hash).
+			got := e.takeFrom(t, e.q, "W", 1000, false)
+			for i, g := range got[1:] {
+				if g.ID != ids[i] || string(g.Payload) != payload(ids[i]) || g.PID == "" {
+					t.Fatalf("taking %d = %+v", i, g)
+				}
+			}
+		})
 	}
-	want[e.q.Waiting] = append(list{"head"}, ids...)
-	if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{250, 500, 750, 1000, 1100}) {
-		t.Fatalf("Chunks = %v, want 5 chunks [250 500 750 1000 1100]", got)
-	}
-	l := e.listen(t)
-	n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
-	if err != nil || n != len(ids) {
-		t.Fatalf("EnqueueBatch = %d, %v; want %d", n, err, len(ids))
-	}
-	checkPubs(t, l.collect(t, e), []msg{{"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "100"}})
-	e.checkState(t, nil, func(*env) state { return want })
 }
 
 // The byte cap splits a batch too: three payloads of just over half the cap
@@ -166,7 +201,8 @@ func TestEnqueueBatchSplitsByBytes(t *testing.T) {
 		t.Errorf("waiting = %v, %v; want %v", got, err, ids)
 	}
 	for i, id := range ids {
-		got, err := redis.Bytes(e.c.Do("HGET", e.q.Task(id), rdb.FieldPayload))
+		key, field := e.q.Packed(id) // written packed: a plain batch split into steps
+		got, err := redis.Bytes(e.c.Do("HGET", key, field))
 		if err != nil || string(got) != string(ps[i]) {
 			t.Errorf("payload of %s: %d bytes, %v; want its %d bytes", id, len(got), err, len(ps[i]))
 		}

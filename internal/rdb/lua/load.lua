@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "time"
+--- @include "packed"
 -- load: one chunk of a bulk load, applied together with the load's
 -- checkpoint so that every input line is enqueued exactly once however often
 -- a chunk is sent (a reply lost after Redis applied it, a loader killed and
@@ -48,37 +49,7 @@ if limit > 0 then
 end
 local tp = ARGV[8]
 if n > 0 then
-  -- Group the tasks by packed hash (a chunk of consecutive loaded ids
-  -- touches one or two; see packed_at), building each hash's name once.
-  local groups, order = {}, {}
-  local lastpfx, g
-  local lb = string.sub(tp, 1, #tp - 2) .. 'lb:'
-  for i = 1, n do
-    local id = ARGV[8 + i]
-    local cut = #id - 3
-    local pfx, field
-    if cut > 0 then
-      pfx, field = string.sub(id, 1, cut), string.sub(id, cut + 1)
-    else
-      pfx, field = '', id
-    end
-    if pfx ~= lastpfx then
-      local key = lb .. pfx
-      g = groups[key]
-      if not g then
-        g = {fields = {}, at = {}, pairs = {}}
-        groups[key] = g
-        order[#order + 1] = key
-      end
-      lastpfx = pfx
-    end
-    local f = g.fields
-    f[#f + 1] = field
-    g.at[#g.at + 1] = i
-    local p = g.pairs
-    p[#p + 1] = field
-    p[#p + 1] = ARGV[8 + n + i]
-  end
+  local order, groups = packed_group(tp, ARGV, 9, n)
   -- No id may wait packed already (a chunk of another load with the same
   -- ids: never from Client.Load, whose ids carry a number drawn for each
   -- run): one HMGET per hash. Task hashes are not looked at: a loaded id
@@ -92,16 +63,7 @@ if n > 0 then
       end
     end
   end
-  for _, key in ipairs(order) do
-    redis.call('HSET', key, unpack(groups[key].pairs))
-  end
-  -- RPUSH in runs: Lua's unpack is limited to a few thousand values.
-  local i, last = 9, 8 + n
-  while i <= last do
-    local j = math.min(i + 999, last)
-    redis.call('RPUSH', KEYS[1], unpack(ARGV, i, j))
-    i = j + 1
-  end
+  packed_write(order, groups, KEYS[1], ARGV, 9, n)
 end
 redis.call('HSET', KEYS[2], 'next', after, 'fp', ARGV[4], 'tail', ARGV[7], 'at', now_ms())
 redis.call('HINCRBY', KEYS[2], 'tasks', n)

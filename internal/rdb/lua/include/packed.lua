@@ -51,3 +51,58 @@ local function unpack_task(tkey, tprefix, id)
   redis.call('HDEL', key, field)
   return true
 end
+
+-- packed_group groups n tasks by packed hash: their ids are argv[at ..
+-- at+n-1] (argv: the script's ARGV) and their payloads the n values after
+-- them. It returns the hashes'
+-- names in order of first use and, by name, {fields, at (each field's task
+-- number, 1-based), pairs (field, payload, ...)}: what an HMGET and an HSET
+-- of each hash need. The name of a hash is built once per run of ids that
+-- share it (a chunk of consecutive xids touches one or two).
+local function packed_group(tp, argv, at, n)
+  local groups, order = {}, {}
+  local lastpfx, g
+  local lb = string.sub(tp, 1, #tp - 2) .. 'lb:'
+  for i = 1, n do
+    local id = argv[at + i - 1]
+    local cut = #id - 3
+    local pfx, field
+    if cut > 0 then
+      pfx, field = string.sub(id, 1, cut), string.sub(id, cut + 1)
+    else
+      pfx, field = '', id
+    end
+    if pfx ~= lastpfx then
+      local key = lb .. pfx
+      g = groups[key]
+      if not g then
+        g = {fields = {}, at = {}, pairs = {}}
+        groups[key] = g
+        order[#order + 1] = key
+      end
+      lastpfx = pfx
+    end
+    local f = g.fields
+    f[#f + 1] = field
+    g.at[#g.at + 1] = i
+    local p = g.pairs
+    p[#p + 1] = field
+    p[#p + 1] = argv[at + n + i - 1]
+  end
+  return order, groups
+end
+
+-- packed_write writes the groups of packed_group, one HSET per hash, and
+-- pushes the ids argv[at .. at+n-1] at the back of list (RPUSH in runs:
+-- Lua's unpack is limited to a few thousand values).
+local function packed_write(order, groups, list, argv, at, n)
+  for _, key in ipairs(order) do
+    redis.call('HSET', key, unpack(groups[key].pairs))
+  end
+  local i, last = at, at + n - 1
+  while i <= last do
+    local j = math.min(i + 999, last)
+    redis.call('RPUSH', list, unpack(argv, i, j))
+    i = j + 1
+  end
+end
