@@ -477,7 +477,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		case err == rdb.ErrSameTask:
 			return ids, nil // enqueued before (a retry): nothing new
 		case err == rdb.ErrIDTaken:
-			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload: %w", queue, ids[0], ErrDuplicate)
+			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload (or by a loaded task): %w", queue, ids[0], ErrDuplicate)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)

@@ -10,7 +10,8 @@ import (
 )
 
 // loadIDs returns n consecutive xids, as a bulk load makes them (the line
-// number in the last bytes): about 2,000 of them share a packed hash.
+// number in the last bytes): about 2,000 of them share a packed hash. Two
+// calls within one second make the same ids (time and machine, then lines).
 func loadIDs(n int) []string {
 	base := xid.New().Bytes()
 	out := make([]string, n)
@@ -241,5 +242,29 @@ func TestLoadRefusesWaitingIDs(t *testing.T) {
 	}
 	if ok, _ := redis.Bool(e.c.Do("EXISTS", e.q.LoadPrefix+"b")); ok {
 		t.Fatal("a refused chunk wrote its checkpoint")
+	}
+}
+
+// An enqueue with a caller-chosen id refuses the id of a loaded task that
+// waits packed, and writes nothing.
+func TestEnqueueRefusesTheIDOfAWaitingLoadedTask(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := loadIDs(3)
+	e.load(t, "a", 1, ids)
+	_, err := e.st.Enqueue(e.ctx, e.q, ids[1:2], [][]byte{[]byte("mine")}, &rdb.EnqueueArgs{IDLockTTL: 60_000, Digest: "x"})
+	if err != rdb.ErrIDTaken {
+		t.Fatalf("Enqueue with a loaded task's id = %v, want ErrIDTaken", err)
+	}
+	if n, _ := redis.Int(e.c.Do("EXISTS", e.q.Task(ids[1]), e.q.IDPrefix+ids[1])); n != 0 {
+		t.Fatal("the refused enqueue wrote a task hash or an id lock")
+	}
+	if n, _ := redis.Int(e.c.Do("LLEN", e.q.Waiting)); n != 3 {
+		t.Fatalf("%d waiting, want 3", n)
+	}
+	// Another id is free.
+	free := "order-1"
+	if _, err := e.st.Enqueue(e.ctx, e.q, []string{free}, [][]byte{[]byte("mine")}, &rdb.EnqueueArgs{IDLockTTL: 60_000, Digest: "x"}); err != nil {
+		t.Fatalf("Enqueue with a free id: %v", err)
 	}
 }

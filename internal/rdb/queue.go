@@ -100,7 +100,8 @@ func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int)
 var ErrSameTask = errors.New("worqr: task already enqueued")
 
 // ErrIDTaken is returned by Enqueue when a task with the caller-chosen id
-// was enqueued before with another payload.
+// was enqueued before with another payload, or when a loaded task with that
+// id waits packed.
 var ErrIDTaken = errors.New("worqr: task id already used")
 
 func optInt(v int64) string {
@@ -143,7 +144,8 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	}
 	flag := ""
 	if idem {
-		args = append(args, q.IDPrefix+ids[lo]) // declared, last
+		pkey, _ := q.Packed(ids[lo])
+		args = append(args, pkey, q.IDPrefix+ids[lo]) // declared: the id's packed hash, then its lock, last
 		flag = "1"
 	}
 	args[0] = len(args) - 1

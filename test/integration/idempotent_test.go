@@ -21,7 +21,9 @@ var _ = Describe("Idempotent enqueue (issue 16)", func() {
 		var armed atomic.Int32
 		armed.Store(1) // the first enqueue's reply is lost after Redis applied it
 		lossy := lossyPool(&armed, true, func(args []any) bool {
-			return fmt.Sprint(args[1]) == "4" && strings.HasSuffix(fmt.Sprint(args[2]), ":q:idem")
+			// The enqueue of one task with an id: 5 keys (waiting, scheduled,
+			// task, the id's packed hash, its lock).
+			return fmt.Sprint(args[1]) == "5" && strings.HasSuffix(fmt.Sprint(args[2]), ":q:idem")
 		})
 		client, err := worqr.NewClient(lossy, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 		Expect(err).NotTo(HaveOccurred())

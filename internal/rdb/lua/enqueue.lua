@@ -11,8 +11,10 @@
 -- then the unique locks <ns>:{T}:u:<queue>:<key> (string, holding a task
 --              id): one when ARGV[4] is "1"; one per distinct position
 --              named in the per-task indexes when ARGV[4] is "b"
--- then, when ARGV[8] is "1": <ns>:{T}:id:<queue>:<id> (string) the
---              caller-chosen id's lock, holding the payload's digest (last)
+-- then, when ARGV[8] is "1": <ns>:{T}:lb:<prefix> (hash) where a loaded
+--              task with that id would wait packed (see packed.lua), and
+--              <ns>:{T}:id:<queue>:<id> (string) the caller-chosen id's
+--              lock, holding the payload's digest (last)
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
@@ -35,7 +37,8 @@
 -- Returns: {n} on success; {-1, holder id} when the one unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
--- enqueued before with another payload. Nothing is written unless the
+-- enqueued before with another payload (or a loaded task with this id
+-- waits packed). Nothing is written unless the
 -- enqueue succeeds. With "b": {m, i, holder, ...}: m tasks enqueued, and for
 -- each task left out its position i in the call (1-based) and the id
 -- holding its lock (a task earlier in the same call, maybe).
@@ -51,6 +54,11 @@ if idlock then
     if prev == ARGV[10] then
       return {-2}
     end
+    return {-3}
+  end
+  -- A loaded task with this id waits packed: the id is taken.
+  local id = ARGV[first]
+  if redis.call('HEXISTS', KEYS[#KEYS - 1], #id > 3 and string.sub(id, -3) or id) == 1 then
     return {-3}
   end
 end
