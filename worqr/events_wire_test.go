@@ -38,12 +38,12 @@ func BenchmarkAppendWireEvents(b *testing.B) {
 	}
 	b.Run("appendWireEvents", func(b *testing.B) {
 		var buf []byte
-		for b.Loop() {
+		for range b.N {
 			buf, _ = appendWireEvents(buf[:0], batch)
 		}
 	})
 	b.Run("json.Marshal", func(b *testing.B) {
-		for b.Loop() {
+		for range b.N {
 			_, _ = json.Marshal(batch)
 		}
 	})
