@@ -404,6 +404,13 @@ func TestRestartResumes(t *testing.T) {
 	src.head.Store(99)
 	c2 := b.start(t, cfg)
 	waitFor(t, "the next 50", func() bool { return progress(t, c2).Processed == 100 })
+	// OnProcessed runs after the progress is in Redis: it may come a moment
+	// after the read above saw 100.
+	waitFor(t, "OnProcessed to tell 100", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(told) > 0 && told[len(told)-1] == 100
+	})
 	mu.Lock()
 	defer mu.Unlock()
 	for i := uint64(0); i < 100; i++ {
