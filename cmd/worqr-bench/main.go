@@ -75,6 +75,7 @@ type options struct {
 	recoveryJobs  int
 	recoveryCap   time.Duration
 	cpuprofile    string
+	memprofile    string
 	profile       string
 	jsonOut       string
 	verbose       bool
@@ -201,6 +202,7 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.recoveryJobs, "recovery-jobs", 10, "recovery: jobs held by the worker that is killed")
 	fs.DurationVar(&o.recoveryCap, "recovery-cap", 120*time.Second, "recovery: longest wait for the jobs to be taken again")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "write a CPU profile of the first worqr run of -profile's workload to this file")
+	fs.StringVar(&o.memprofile, "memprofile", "", "with -cpuprofile: also write allocation profiles at the start (FILE.base) and the end (FILE) of the profiled window")
 	fs.StringVar(&o.profile, "profile", "b", "workload -cpuprofile covers: a (enqueue), b (drain, first concurrency), c (latency at -rate) or h (the EnqueueBatch call of bulk)")
 	fs.StringVar(&o.jsonOut, "json", "", "also write both reports as JSON to this file")
 	fs.BoolVar(&o.verbose, "v", false, "print every repetition's samples")

@@ -429,10 +429,31 @@ func (b *bench) startProfile() (func(), error) {
 		f.Close()
 		return nil, err
 	}
+	// With -memprofile, the allocation profile at the start and at the end
+	// of the same window: go tool pprof -base FILE.base FILE shows what the
+	// window allocated.
+	writeAllocs := func(path string) {
+		if path == "" {
+			return
+		}
+		runtime.GC() // the profile is as of the last GC
+		if mf, err := os.Create(path); err == nil {
+			_ = pprof.Lookup("allocs").WriteTo(mf, 0)
+			mf.Close()
+		}
+	}
+	if b.o.memprofile != "" {
+		writeAllocs(b.o.memprofile + ".base")
+	}
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
 		fmt.Fprintf(os.Stderr, "worqr-bench: CPU profile written to %s\n", b.o.cpuprofile)
+		if b.o.memprofile != "" {
+			writeAllocs(b.o.memprofile)
+			fmt.Fprintf(os.Stderr, "worqr-bench: allocation profiles written to %s.base and %s (go tool pprof -sample_index=alloc_objects -base %s.base %s)\n",
+				b.o.memprofile, b.o.memprofile, b.o.memprofile, b.o.memprofile)
+		}
 	}, nil
 }
 
