@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "time"
+--- @include "packed"
 -- enqueue: write task hashes and push their ids at the back of a queue (or
 -- into its scheduled set when delayed), then publish one wake-up carrying the
 -- number of tasks made available. The caller splits large batches (Go:
@@ -57,8 +58,8 @@ if idlock then
     return {-3}
   end
   -- A loaded task with this id waits packed: the id is taken.
-  local id = ARGV[first]
-  if redis.call('HEXISTS', KEYS[#KEYS - 1], #id > 3 and string.sub(id, -3) or id) == 1 then
+  local _, field = packed_split(ARGV[first])
+  if redis.call('HEXISTS', KEYS[#KEYS - 1], field) == 1 then
     return {-3}
   end
 end

@@ -9,28 +9,39 @@
 -- one id. Ten million waiting tasks are so tens of thousands of keys, not
 -- ten million.
 --
--- packed_at returns the shared hash and the field of id, from the tag's task
--- prefix (<ns>:{T}:t:): <ns>:{T}:lb:<id without its last 3 characters> and
--- those characters. Go computes the same (QueueKeys.Packed).
-local function packed_at(tprefix, id)
-  local base = string.sub(tprefix, 1, #tprefix - 2) .. 'lb:'
+-- packed_split splits id into the part that names its packed hash and its
+-- field: all but its last 3 characters, and those (an id of 3 characters or
+-- fewer: '' and the whole id). Go computes the same (QueueKeys.Packed).
+local function packed_split(id)
   local n = #id
   if n > 3 then
-    return base .. string.sub(id, 1, n - 3), string.sub(id, n - 2)
+    return string.sub(id, 1, n - 3), string.sub(id, n - 2)
   end
-  return base, id
+  return '', id
+end
+
+-- packed_base is the prefix of the tag's packed hashes (<ns>:{T}:lb:), from
+-- its task prefix (<ns>:{T}:t:).
+local function packed_base(tprefix)
+  return string.sub(tprefix, 1, #tprefix - 2) .. 'lb:'
+end
+
+-- packed_at returns the shared hash and the field of id.
+local function packed_at(tprefix, id)
+  local pfx, field = packed_split(id)
+  return packed_base(tprefix) .. pfx, field
 end
 
 -- packed_payload returns the packed payload of id (false when there is
--- none), or nil, err when the hash is on another cluster node (a slot
--- migration: the pcall's error).
+-- none) and where it is (hash, field), or nil, err when the hash is on
+-- another cluster node (a slot migration: the pcall's error).
 local function packed_payload(tprefix, id)
   local key, field = packed_at(tprefix, id)
   local p = redis.pcall('HGET', key, field)
   if type(p) == 'table' and p.err then
     return nil, p.err
   end
-  return p
+  return p, key, field
 end
 
 -- packed_drop deletes id's packed field (its hash goes with its last field).
@@ -62,16 +73,9 @@ end
 local function packed_group(tp, argv, at, n)
   local groups, order = {}, {}
   local lastpfx, g
-  local lb = string.sub(tp, 1, #tp - 2) .. 'lb:'
+  local lb = packed_base(tp)
   for i = 1, n do
-    local id = argv[at + i - 1]
-    local cut = #id - 3
-    local pfx, field
-    if cut > 0 then
-      pfx, field = string.sub(id, 1, cut), string.sub(id, cut + 1)
-    else
-      pfx, field = '', id
-    end
+    local pfx, field = packed_split(argv[at + i - 1])
     if pfx ~= lastpfx then
       local key = lb .. pfx
       g = groups[key]

@@ -151,7 +151,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     if type(t) == 'table' and not t.err and not t[1] then
       -- No hash: a loaded task waits packed (see packed.lua); its hash is
       -- made below, when it is recorded as taken.
-      local p, err = packed_payload(k.tprefix, id)
+      local p, key, field = packed_payload(k.tprefix, id)
+      local err = p == nil and key -- nil: an error (false: no packed field)
       if err then
         if safe and string.find(err, 'non local key', 1, true) then
           return nil, 'moved'
@@ -160,7 +161,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
       if p then
         t[1] = p
-        packed[i] = true
+        packed[i] = {key, field}
       end
     end
     data[i] = t
@@ -229,7 +230,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       local spid = tostring(pid)
       if packed[i] then
         redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
-        packed_drop(k.tprefix, id)
+        redis.call('HDEL', packed[i][1], packed[i][2])
       else
         redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
       end
