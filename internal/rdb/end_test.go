@@ -5,6 +5,8 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -322,5 +324,39 @@ func TestEndTake(t *testing.T) {
 			}
 			e.checkState(t, nil, tc.state)
 		})
+	}
+}
+
+// After a failover the new primary may hand out a pid again (its counter
+// lacks the lost takes). A late end of the old taking names the same pid
+// and another task: it changes nothing, and the new taking stays owned and
+// reachable by the reaper. Simulated: the holding of a's taking is lost and
+// the counter set back, so that b's take gets a's pid.
+func TestEndOfAReissuedPidIsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "a", "b")
+	got := e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != "a" {
+		t.Fatalf("take = %+v", got)
+	}
+	pid := got[0].PID
+	e.do(t, "HDEL", e.q.WorkerQueue("W"), pid)
+	e.do(t, "DECR", e.q.Seq)
+	got = e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != "b" || got[0].PID != pid {
+		t.Fatalf("second take = %+v, want b under pid %s", got, pid)
+	}
+	ended, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", pid, "a", nil)})
+	if err != nil || len(ended) != 1 || ended[0].Outcome != rdb.OutcomeLost {
+		t.Fatalf("late end of a under the reissued pid = %+v, %v; want lost", ended, err)
+	}
+	if id, _ := redis.String(e.do(t, "HGET", e.q.WorkerQueue("W"), pid), nil); id != "b" {
+		t.Fatalf("the worker's holding of pid %s = %q, want b (still reachable)", pid, id)
+	}
+	// The same taking named twice in one call is claimed once.
+	ended, err = e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", pid, "b", nil), rdb.Done(rdb.KindTask, "W", pid, "b", nil)})
+	if err != nil || len(ended) != 2 || ended[0].Outcome != rdb.OutcomeDone || ended[1].Outcome != rdb.OutcomeLost {
+		t.Fatalf("end of b, twice in one call = %+v, %v; want done, lost", ended, err)
 	}
 }

@@ -279,9 +279,27 @@ local function end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids,
   return fail_attempt(q, tkey, id, ask, delay, err, worker), codes
 end
 
+-- The ownership of every taking but batches, checked together (own_all):
+-- a first pass over the takings reads their worker-queue hash, pid and id.
+local singles = {}
+do
+  local k, i = 9, 14
+  while i <= #ARGV do
+    local kind = ARGV[i + 1]
+    if kind == 'batch' then
+      k = k + 2 + tonumber(ARGV[i + 9])
+    else
+      singles[#singles + 1] = {KEYS[k], ARGV[i + 3], ARGV[i + 4]}
+      k = k + (kind == 'child' and 3 or 2)
+    end
+    i = i + tonumber(ARGV[i]) + 1
+  end
+end
+local owned = own_all(singles)
+
 local out, members = {}, {}
 local freed_more = 0 -- takings a batch freed beyond one
-local k, i = 9, 14
+local k, i, s = 9, 14, 0
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -307,22 +325,23 @@ while i <= #ARGV do
       fkeys[j] = KEYS[k + j - 1]
     end
     k = k + m
-    local have = redis.call('HMGET', wq, unpack(pids))
-    local all = true
-    for j = 1, #pids do
-      if have[j] ~= (j == 1 and id or fids[j - 1]) then all = false end
+    local ids = {id}
+    for j = 1, m do
+      ids[j + 1] = fids[j]
     end
     local codes = {}
-    if all then
-      redis.call('HDEL', wq, unpack(pids))
+    if own_every(wq, pids, ids) then
       code, codes = end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids, fres)
       freed_more = freed_more + m
     end
     for j = 1, m do
       members[#members + 1] = codes[j] or OUT_LOST
     end
-  elseif own(wq, pid) then
-    if ask == 'back' then
+  else
+    s = s + 1
+    if not owned[s] then
+      -- Lost: not the owner; nothing changed.
+    elseif ask == 'back' then
       code = give_back(tkey, id)
     elseif kind == 'stage' then
       code = end_stage(tkey, id, ask, delay, err, worker, i + 9)
