@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"math"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -266,5 +267,32 @@ func TestEnqueueRefusesTheIDOfAWaitingLoadedTask(t *testing.T) {
 	free := "order-1"
 	if _, err := e.st.Enqueue(e.ctx, e.q, []string{free}, [][]byte{[]byte("mine")}, &rdb.EnqueueArgs{IDLockTTL: 60_000, Digest: "x"}); err != nil {
 		t.Fatalf("Enqueue with a free id: %v", err)
+	}
+}
+
+// A packed hash that is not a hash (corrupt data) does not abort a take that
+// has popped its ids already: the other tasks are taken, and the id without
+// data is buried with the reason.
+func TestTakeBuriesAnIDWhosePackedHashIsCorrupt(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "ok1")
+	bad := loadIDs(1)[0]
+	key, _ := e.q.Packed(bad)
+	e.do(t, "SET", key, "not a hash")
+	e.do(t, "RPUSH", e.q.Waiting, bad)
+	e.enqueue(t, "ok2")
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 3})
+	if err != nil || len(got) != 3 {
+		t.Fatalf("Take = %+v, %v; want 3 takings, no error", got, err)
+	}
+	if got[0].ID != "ok1" || got[0].PID == "" || got[2].ID != "ok2" || got[2].PID == "" {
+		t.Fatalf("the good tasks: %+v", got)
+	}
+	if got[1].ID != bad || got[1].PID != "" || got[1].Reason == "" {
+		t.Fatalf("the id with a corrupt packed hash: %+v, want buried with a reason", got[1])
+	}
+	if n, _ := redis.Int(e.c.Do("ZCARD", e.q.Dead)); n != 1 {
+		t.Fatalf("%d dead, want 1", n)
 	}
 }

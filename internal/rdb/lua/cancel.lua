@@ -18,7 +18,10 @@
 -- running owner, 3 refused: the task is a flow run or one of its children
 -- (cancel the run instead).
 local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
-if type(t) == 'table' and not t.err and not t[1] and redis.call('EXISTS', KEYS[2]) == 0 then
+if type(t) ~= 'table' or t.err then
+  return 0
+end
+if redis.call('EXISTS', KEYS[2]) == 0 then
   -- No hash: a loaded task may wait packed. It leaves the waiting list (a
   -- load writes to level 0) and ends cancelled like any waiting task, with
   -- a hash made from its packed payload.
@@ -31,7 +34,7 @@ if type(t) == 'table' and not t.err and not t[1] and redis.call('EXISTS', KEYS[2
   finalize(KEYS[2], ARGV[1], nil, S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], nil, nil)
   return 1
 end
-if type(t) ~= 'table' or t.err or redis.call('EXISTS', KEYS[2]) == 0 or t[2] then
+if t[2] then
   return 0
 end
 if t[4] or t[5] then

@@ -45,18 +45,20 @@ local function packed_payload(tprefix, id)
 end
 
 -- packed_drop deletes id's packed field (its hash goes with its last field).
+-- A packed hash that is not a hash is left alone (its callers have popped
+-- the id already: an error would lose the ids popped with it).
 local function packed_drop(tprefix, id)
   local key, field = packed_at(tprefix, id)
-  return redis.call('HDEL', key, field)
+  redis.pcall('HDEL', key, field)
 end
 
 -- unpack_task makes the hash of waiting task id (key tkey) from its packed
 -- field, if it has one, and returns true when it did.
 local function unpack_task(tkey, tprefix, id)
   local key, field = packed_at(tprefix, id)
-  local p = redis.call('HGET', key, field)
-  if not p then
-    return false
+  local p = redis.pcall('HGET', key, field)
+  if type(p) ~= 'string' then
+    return false -- none, or a packed hash that is not a hash (see packed_drop)
   end
   redis.call('HSET', tkey, F_PAYLOAD, p)
   redis.call('HDEL', key, field)

@@ -153,12 +153,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       -- made below, when it is recorded as taken.
       local p, key, field = packed_payload(k.tprefix, id)
       local err = p == nil and key -- nil: an error (false: no packed field)
-      if err then
-        if safe and string.find(err, 'non local key', 1, true) then
-          return nil, 'moved'
-        end
-        error(err)
+      if err and safe and string.find(err, 'non local key', 1, true) then
+        return nil, 'moved'
       end
+      -- Any other error (a packed hash that is not a hash) must not abort
+      -- the take: outside a cluster the ids are popped already and would
+      -- be in no list, on a cluster the same id would fail every take. The
+      -- task is buried below as having no data.
       if p then
         t[1] = p
         packed[i] = {key, field}
