@@ -396,6 +396,16 @@ func TestRestartResumes(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the first 50", func() bool { return progress(t, c).Processed == 50 })
+	// OnProcessed runs after the progress is in Redis: it may come a moment
+	// after a read of the progress saw it.
+	toldEnd := func(p uint64) func() bool {
+		return func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return len(told) > 0 && told[len(told)-1] == p
+		}
+	}
+	waitFor(t, "the first run's OnProcessed to tell 50", toldEnd(50))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {
@@ -404,13 +414,7 @@ func TestRestartResumes(t *testing.T) {
 	src.head.Store(99)
 	c2 := b.start(t, cfg)
 	waitFor(t, "the next 50", func() bool { return progress(t, c2).Processed == 100 })
-	// OnProcessed runs after the progress is in Redis: it may come a moment
-	// after the read above saw 100.
-	waitFor(t, "OnProcessed to tell 100", func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(told) > 0 && told[len(told)-1] == 100
-	})
+	waitFor(t, "the second run's OnProcessed to tell 100", toldEnd(100))
 	mu.Lock()
 	defer mu.Unlock()
 	for i := uint64(0); i < 100; i++ {
@@ -423,8 +427,5 @@ func TestRestartResumes(t *testing.T) {
 		if told[k] <= told[k-1] {
 			t.Errorf("OnProcessed told %d after %d", told[k], told[k-1])
 		}
-	}
-	if len(told) == 0 || told[len(told)-1] != 100 {
-		t.Errorf("OnProcessed told %v, want it to end at 100", told)
 	}
 }

@@ -16,7 +16,7 @@ import (
 // step; they end together, in one atomic step.
 
 // MaxKeyBatch is the largest QueueConfig.KeyBatch.
-const MaxKeyBatch = 1000
+const MaxKeyBatch = rdb.MaxKeyBatch
 
 // Batch is what a BatchHandler runs: tasks of one key, in enqueue order.
 // Tasks[0] is the key's head, the oldest; the others were waiting behind

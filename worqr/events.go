@@ -155,7 +155,9 @@ func (b *eventBus) add(e Event) {
 	} else {
 		b.buf = append(b.buf, toWire(e))
 	}
-	if o := historyOutcome(e.Kind); o != "" && e.Queue != "" {
+	// A recovery that requeued nothing (its takings were all cancelled)
+	// counts nothing.
+	if o := historyOutcome(e.Kind); o != "" && e.Queue != "" && (e.Kind != EventRecovered || e.Count > 0) {
 		if b.counts == nil {
 			b.counts = map[histKey]int64{}
 		}

@@ -142,6 +142,9 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 		if q.Handler != nil || q.Concurrency != 0 {
 			return q, invalid(field, "sets Handler or Concurrency, which a remote queue does not use")
 		}
+		if err := q.noBatch(field); err != nil {
+			return q, err // remote workers take one task at a time
+		}
 		err := q.fill(field)
 		return q, err
 	}

@@ -476,3 +476,13 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 		t.Fatalf("task = %+v, %v; want done with result r", info, err)
 	}
 }
+
+// A remote queue takes one task at a time: batches per key are refused,
+// with the field named, rather than ignored.
+func TestRemoteRefusesKeyBatch(t *testing.T) {
+	pool := srv.TagCheckedPool(t)
+	_, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {KeyBatch: 4}}})
+	if !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), `Queues["q"].KeyBatch`) {
+		t.Fatalf("NewRemote with KeyBatch = %v; want ErrInvalid naming Queues[\"q\"].KeyBatch", err)
+	}
+}

@@ -113,13 +113,13 @@ func TestReplicas(t *testing.T) {
 				}
 				time.Sleep(20 * time.Millisecond)
 			}
+			mu.Lock()
+			defer mu.Unlock()
 			for _, id := range ids {
 				if !ran[id] {
 					t.Errorf("task %s did not run", id)
 				}
 			}
-			mu.Lock()
-			defer mu.Unlock()
 			if !tc.short {
 				if w.Unreplicated() != 0 || len(reported) != 0 {
 					t.Fatalf("Unreplicated %d, errors %v; want none", w.Unreplicated(), reported)

@@ -300,12 +300,14 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	// The first chunk runs on its own (it finds out how scripts run here
 	// and loads what is missing); the others travel enqueueWindow at a time.
-	if packed {
-		sc, as := args(0, ends[0])
-		r, e := s.evalAck(ctx, q.Ref.Tag, sc, as...)
-		_, dups, err = enqueueReply(r, e, 0)
-	} else {
+	// A batch of one call waits for replicas with it; a longer one waits
+	// once, after its last call (WAIT covers every write before it).
+	if len(ends) == 1 {
 		_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a)
+	} else {
+		sc, as := args(0, ends[0])
+		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
+		_, dups, err = enqueueReply(r, e, 0)
 	}
 	err, replica := splitReplica(err)
 	if err != nil {

@@ -112,15 +112,15 @@ func TestReplicasWait(t *testing.T) {
 		t.Fatalf("enqueue: %d WAIT, want 1", got)
 	}
 
-	// A batch of three chunks: the first alone, then two pipelined with
-	// one WAIT after them.
+	// A batch split into steps: one WAIT, after the last step (it covers
+	// every write before it on the connection's server).
 	bids, bps := ids("batch", 2*rdb.MaxEnqueueChunk+1)
 	before = waitCalls(t, pc)
 	if n, _, err := on.EnqueueBatch(ctx, q, bids, bps, nil); err != nil || n != len(bids) {
 		t.Fatal(n, err)
 	}
-	if got := waitCalls(t, pc) - before; got != 2 {
-		t.Fatalf("batch of 3 chunks: %d WAIT, want 2", got)
+	if got := waitCalls(t, pc) - before; got != 1 {
+		t.Fatalf("batch in steps: %d WAIT, want 1", got)
 	}
 	if n := llen(rc); n != 3+len(bids) {
 		t.Fatalf("the replica has %d waiting after the batch returned, want %d", n, 3+len(bids))
