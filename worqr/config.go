@@ -61,8 +61,8 @@ type Config struct {
 	// Inspector.RecentEvents. Default 0: live events only.
 	EventLogLength int
 	// Replicas, when > 0, makes every enqueue of a Client (Enqueue,
-	// EnqueueBatch, EnqueueMerge, StartRun; not Load) and every end of a
-	// taking by a Worker or Remote wait until that many replicas of the
+	// EnqueueBatch, EnqueueMerge, StartRun; not Load), every take and every
+	// end of a taking by a Worker or Remote wait until that many replicas of the
 	// primary have the write (Redis WAIT, sent on the connection that made
 	// the write, in the same round trip), or ReplicaTimeout passes, before
 	// it is acknowledged. Redis replication is asynchronous: without it, a

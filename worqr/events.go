@@ -16,6 +16,10 @@ import (
 // publications; more are counted in one EventDropped event.
 const maxBufferedEvents = 10000
 
+// maxKeptEventBytes bounds the JSON buffer the bus keeps between two
+// publications: 10,000 ordinary events take about 1.3 MB.
+const maxKeptEventBytes = 4 << 20
+
 // wireEvent is an Event as it travels between processes (JSON).
 type wireEvent struct {
 	Kind        EventKind `json:"kind"`
@@ -193,6 +197,9 @@ func (b *eventBus) flush() {
 		b.mu.Lock()
 		b.spare = batch[:0]
 		b.mu.Unlock()
+		if cap(b.wbuf) > maxKeptEventBytes {
+			b.wbuf = nil // a burst of long errors (stack traces) is not kept for good
+		}
 	}()
 	if dropped > 0 {
 		batch = append(batch, wireEvent{Kind: EventDropped, At: time.Now().UnixMilli(), Count: dropped})

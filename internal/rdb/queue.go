@@ -354,7 +354,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// With replicas to wait for, one WAIT after the last chunk covers every
 	// chunk of this connection (replicas acknowledge offsets in order).
 	if s.replicas > 0 {
-		if err := c.Send("WAIT", s.waitArgs()...); err != nil {
+		if err := c.Send("WAIT", s.waitArgs(ctx)...); err != nil {
 			return done, dups, err
 		}
 	}

@@ -32,7 +32,7 @@ func (e *ReplicaError) Error() string {
 func (e *ReplicaError) Is(target error) bool { return target == ErrNotReplicated }
 
 // SetReplicas makes the store's enqueues (Enqueue, EnqueueBatch, EnqueueKey,
-// FlowStart) and ends (End, EndTake) wait, with WAIT on the connection
+// FlowStart), takes and ends (End, EndTake) wait, with WAIT on the connection
 // that made the write, until n replicas acknowledged it or timeout passed.
 // n 0 (the default) waits for none and sends no WAIT. Call it before the
 // store is used.
@@ -41,8 +41,18 @@ func (s *Store) SetReplicas(n int, timeout time.Duration) {
 }
 
 // waitArgs are WAIT's arguments.
-func (s *Store) waitArgs() []any {
-	return []any{s.replicas, max(s.replicaTimeout.Milliseconds(), 1)}
+//
+// WAIT blocks for at most ReplicaTimeout, and never past most of what is
+// left of ctx: a WAIT cut off by the caller's deadline would lose the reply
+// of the write it follows (the write applied, the caller told it failed);
+// one that returns in time reports too few replicas, a *ReplicaError, with
+// the write's reply.
+func (s *Store) waitArgs(ctx context.Context) []any {
+	ms := s.replicaTimeout.Milliseconds()
+	if dl, ok := ctx.Deadline(); ok {
+		ms = min(ms, time.Until(dl).Milliseconds()*3/4)
+	}
+	return []any{s.replicas, max(ms, 1)}
 }
 
 // replicaErr turns WAIT's reply into nil or a *ReplicaError.
@@ -76,7 +86,7 @@ func (s *Store) evalAck(ctx context.Context, tag string, sc *script, keysAndArgs
 	defer c.Close()
 	libs() // names the functions
 	name, args := sc.command(s.mode.Load(), s.tagged, keysAndArgs)
-	replies, err := pipelineOn(ctx, c, []command{{name, args}, {"WAIT", s.waitArgs()}})
+	replies, err := pipelineOn(ctx, c, []command{{name, args}, {"WAIT", s.waitArgs(ctx)}})
 	if err != nil {
 		return nil, err
 	}
@@ -89,7 +99,7 @@ func (s *Store) evalAck(ctx context.Context, tag string, sc *script, keysAndArgs
 		if err != nil {
 			return r, err
 		}
-		return r, s.replicaErr(do(ctx, c, "WAIT", s.waitArgs()...))
+		return r, s.replicaErr(do(ctx, c, "WAIT", s.waitArgs(ctx)...))
 	}
 	if e, ok := replies[1].(redis.Error); ok {
 		return r, s.replicaErr(nil, e)
@@ -102,7 +112,8 @@ func (s *Store) evalAck(ctx context.Context, tag string, sc *script, keysAndArgs
 // cluster node redirected the call.
 func notRun(e redis.Error) bool {
 	msg := string(e)
-	for _, p := range []string{"NOSCRIPT ", "ERR Function not found", "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+	for _, p := range []string{"NOSCRIPT ", "ERR Function not found", "MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN",
+		"READONLY ", "LOADING ", "MASTERDOWN "} {
 		if strings.HasPrefix(msg, p) {
 			return true
 		}
