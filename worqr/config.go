@@ -235,6 +235,13 @@ type WorkerConfig struct {
 	// `worqr-example reaper`) or dead workers' tasks stay held forever.
 	// Default false.
 	DisableReaper bool
+	// DisableHandoff stops the worker from parking on its idle queues. A
+	// parked worker is handed a task by the enqueue itself (one round trip
+	// less per task, see docs/PROTOCOL.md "Hand-offs"); the hand-off's
+	// message, payload included, goes to every process subscribed to the
+	// queue. Only stand-alone queues without priority sharing, batches or
+	// Replicas park. Default false.
+	DisableHandoff bool
 	// Priority says how the worker shares its slots among its stand-alone
 	// queues (Queues; flows keep their own): PriorityNone (the default),
 	// each queue has its own Concurrency and is taken from on its own;

@@ -123,7 +123,8 @@ func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken,
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0}
+		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0,
+		Park: w.parkArgs(q)}
 }
 
 // takeReplicated turns the error of a take that too few replicas
@@ -176,7 +177,12 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	defer q.takeMu.Unlock()
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), q.heldPIDs())
+	// Hand-offs wait while the release is on its way (see handoff.go):
+	// the pids it is told of are read after they began to wait.
+	q.releaseBegin(s.ID())
+	known := q.heldPIDs()
+	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
+	w.releaseEnd(s, q, known, r, err)
 	if err != nil {
 		return err
 	}

@@ -21,6 +21,12 @@ func (w *Worker) subscribeLoop() {
 		q := q
 		channels = append(channels, q.qk.WakeChannel, q.qk.CancelChannel)
 		route[q.qk.WakeChannel] = func(data []byte) {
+			if rdb.IsHandoff(data) {
+				if q.parks {
+					w.handed(q, data)
+				}
+				return
+			}
 			if string(data) == "0" {
 				w.refreshFlags()
 			}
@@ -33,14 +39,30 @@ func (w *Worker) subscribeLoop() {
 		subscribed := false
 		err := w.st.Listen(w.runCtx, channels, func() {
 			subscribed = true
+			w.listening.Store(true)
+			// Hand-offs sent while the worker was not subscribed are
+			// lost: what it holds and does not know is released.
+			s, _ := w.keeper.Current()
+			for _, q := range w.queues {
+				if q.parks && s != nil {
+					q.setUnsure(s.ID())
+				}
+			}
 			w.pokeAll()
 		}, func(ch string, data []byte) {
 			if f := route[ch]; f != nil {
 				f(data)
 			}
 		})
+		w.listening.Store(false)
 		if w.runCtx.Err() != nil {
 			return
+		}
+		if s, _ := w.keeper.Current(); s != nil {
+			// Nothing handed can reach the worker now: park no more.
+			ctx, cancel := context.WithTimeout(w.runCtx, time.Second)
+			w.unparkAll(ctx, s)
+			cancel()
 		}
 		if err == nil {
 			err = errors.New("unsubscribed")
@@ -85,6 +107,13 @@ func (w *Worker) pauseLoop() {
 			return
 		case <-t.C:
 			w.refreshFlags()
+			if s, _ := w.keeper.Current(); s != nil && !s.Lost() {
+				for _, q := range w.queues {
+					if q.parks {
+						w.checkHandoffs(s, q)
+					}
+				}
+			}
 		}
 	}
 }

@@ -35,6 +35,7 @@ type Worker struct {
 	bus    *eventBus // publishes what the worker observes
 
 	unreplicated atomic.Uint64               // ends and takes too few replicas acknowledged (Unreplicated)
+	listening    atomic.Bool                 // the subscription is up: hand-offs can reach the worker
 	confirmed    atomic.Pointer[confirmMark] // the last keepalive confirmed after a switch
 
 	queues []*queueRunner
@@ -119,6 +120,11 @@ type queueRunner struct {
 	// on the new server since; the release waits for one (see
 	// confirmSwitch).
 	confirm bool
+
+	// parks: the queue's takes may park the worker, so that enqueues hand
+	// it tasks (see handoff.go); hand is the state that guards them.
+	parks bool
+	hand  handState
 
 	// takeMu keeps release apart from an end that takes again: such an
 	// end holds it (read) from its call until its takings are launched
@@ -310,7 +316,16 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 			r.wake = make(chan struct{}, 1)
 			r.freed = make(chan struct{}, 1)
 		}
-		r.work = make(chan job, r.concurrency)
+		r.parks = !c.DisableHandoff && c.Replicas == 0 && r.kind == rdb.KindTask && r.weight == 0 &&
+			r.cfg.BatchHandler == nil
+		// A hand-off is bounded by what Redis sees held: one may come while
+		// the end that freed its slot is still on its way back, so the
+		// channel has room for a second round of takings.
+		room := r.concurrency
+		if r.parks {
+			room *= 2
+		}
+		r.work = make(chan job, room)
 		r.held = map[string]*holding{}
 		r.switchesOf = w.st.Switches
 		r.switches = w.st.Switches()
@@ -601,6 +616,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 	close(w.takeStop)
 	w.takeStopC()
+	if s, _ := w.keeper.Current(); !s.Lost() {
+		// Nothing more is handed to the worker (what is on its way is
+		// run, or put back with the rest below).
+		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		w.unparkAll(uctx, s)
+		cancel()
+	}
 	w.loops.Wait()
 	for _, q := range w.queues {
 		// No more takings: handler goroutines end after theirs. An end

@@ -65,13 +65,14 @@ func TestPlainHotPathCommands(t *testing.T) {
 		take      int64
 		end       int64
 	}{
-		// enqueue: FCALL, HSET, RPUSH, PUBLISH; take: FCALL, TIME, LPOP,
+		// enqueue: FCALL, HRANDFIELD (no worker parked), HSET, RPUSH,
+		// PUBLISH; take: FCALL, TIME, LPOP,
 		// HMGET, INCRBY, HSET (task), HSET (wq), SADD; end: FCALL, HMGET
 		// and HDEL of the holdings (ownership: the pid must still map to
 		// the task's id), HMGET, DEL (or, kept: HSET, HDEL, PEXPIRE, ZADD,
 		// ZREMRANGEBYSCORE, PEXPIRE, and TIME).
-		{"no retention", 0, 4, 8, 5},
-		{"queue retention", 60000, 4, 8, 11},
+		{"no retention", 0, 5, 8, 5},
+		{"queue retention", 60000, 5, 8, 11},
 	} {
 		before := commandCount(t, c)
 		if _, err := st.Enqueue(ctx, q, []string{"a" + tc.name}, [][]byte{[]byte("p")}, nil); err != nil {
@@ -93,6 +94,22 @@ func TestPlainHotPathCommands(t *testing.T) {
 		if enq != tc.enqueue || take != tc.take || end != tc.end {
 			t.Errorf("%s: enqueue %d, take %d, end %d commands; want %d, %d, %d", tc.name, enq, take, end, tc.enqueue, tc.take, tc.end)
 		}
+	}
+	// A hand-off to a parked worker: the enqueue is FCALL, HRANDFIELD,
+	// TIME, HLEN (the worker's holdings), INCR (the pid), HSET (the task,
+	// taken), HSET (the holdings), PUBLISH; no take follows.
+	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 2, Park: 2}); err != nil || len(got) != 0 {
+		t.Fatal(got, err)
+	}
+	before := commandCount(t, c)
+	if _, err := st.Enqueue(ctx, q, []string{"handed"}, [][]byte{[]byte("p")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := commandCount(t, c) - before; n != 8 {
+		t.Errorf("enqueue handed to a parked worker: %d commands, want 8", n)
+	}
+	if n, _ := redis.Int(c.Do("HLEN", q.WorkerQueue("W"))); n != 1 {
+		t.Errorf("the parked worker holds %d takings, want 1", n)
 	}
 }
 

@@ -157,7 +157,12 @@ type QueueKeys struct {
 	// (tasks enqueued with a key); KeyListPrefix + key is the list of the
 	// ids waiting behind that key's head.
 	KeyHeads, KeyListPrefix string
-	// WakeChannel carries wake-ups (the number of tasks made available).
+	// Park is the hash of the workers parked on the queue: worker id ->
+	// "<until>|<cap>", written by a take that found the queue empty; an
+	// enqueue hands a task to one of them (see enqueue_hand.lua).
+	Park string
+	// WakeChannel carries wake-ups (the number of tasks made available)
+	// and hand-offs (see ParseHandoff).
 	WakeChannel string
 	// CancelChannel carries the ids of running tasks whose cancel was asked.
 	CancelChannel string
@@ -191,6 +196,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		IndexPrefix:       base + "ix:",
 		KeyHeads:          base + "kh:" + q.Name,
 		KeyListPrefix:     base + "k:" + q.Name + ":",
+		Park:              base + "park:" + q.Name,
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

@@ -391,7 +391,15 @@ func TestPlainHotPathCommandsByMonitor(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n["enqueue"] != 3 {
-		t.Errorf("enqueue of 1 ran %d commands, want 3 (HSET, RPUSH, PUBLISH)", n["enqueue"])
+	if n["enqueue_hand"] != 4 {
+		t.Errorf("enqueue of 1 ran %d commands, want 4 (HRANDFIELD of the parked workers, HSET, RPUSH, PUBLISH)", n["enqueue_hand"])
+	}
+	n = scriptCommands(t, a, func() {
+		if _, err := e.st.Enqueue(e.ctx, e.q, []string{"t6", "t7"}, [][]byte{[]byte("p"), []byte("p")}, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if n["enqueue"] != 4 {
+		t.Errorf("enqueue of 2 ran %d commands, want 4 (2 HSET, RPUSH, PUBLISH)", n["enqueue"])
 	}
 }

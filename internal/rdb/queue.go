@@ -77,6 +77,27 @@ func (a *EnqueueArgs) packable() bool {
 		a.IDLockTTL <= 0 && a.Priority <= 0
 }
 
+// MaxHandoffPayload is the largest payload an enqueue hands straight to a
+// parked worker: the hand-off message carries it to every process
+// subscribed to the queue's wake channel, so larger ones wait in the queue
+// and are taken.
+const MaxHandoffPayload = 4 << 10
+
+// handable reports whether one task enqueued with a may be handed to a
+// parked worker (enqueue_hand.lua): due now, at level 0, with no unique key,
+// no id of the caller's and no deadline.
+func (a *EnqueueArgs) handable(payload []byte) bool {
+	return a.DelayMillis <= 0 && a.DueMillis <= 0 && a.UniqueKey == "" && a.UniqueKeys == nil &&
+		a.DeadlineMs <= 0 && a.IDLockTTL <= 0 && a.Priority <= 0 && len(payload) <= MaxHandoffPayload
+}
+
+// enqueueHandArgs are the script arguments of enqueuing task i
+// (enqueue_hand.lua).
+func enqueueHandArgs(q QueueKeys, id string, payload []byte, a *EnqueueArgs) []any {
+	return []any{q.Waiting, q.Task(id), q.Park, q.Seq, q.WakeChannel, id, payload, q.WorkerQueuePrefix,
+		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs)}
+}
+
 // enqueuePackedArgs are the script arguments of writing tasks [lo, hi)
 // packed (enqueue_packed.lua).
 func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int) []any {
@@ -223,7 +244,13 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	if a.UniqueKeys != nil && len(a.UniqueKeys) != len(ids) {
 		return "", nil, fmt.Errorf("rdb: enqueue: %d unique keys for %d tasks", len(a.UniqueKeys), len(ids))
 	}
-	r, err := s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
+	var r any
+	var err error
+	if hi-lo == 1 && a.handable(payloads[lo]) {
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids[lo], payloads[lo], a)...)
+	} else {
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
+	}
 	err, replica := splitReplica(err)
 	holder, dups, err := enqueueReply(r, err, lo)
 	if err != nil {
@@ -440,6 +467,11 @@ type TakeArgs struct {
 	// Taken.Head), to be ended together (Ending.Batch). With Limited, each
 	// counts as a start. 0 or 1: the plain take.
 	Batch int
+	// Park > 0: the worker runs that many takings of this plain queue at
+	// once (no levels, no limits, no batches); a take that finds fewer
+	// tasks than it asked for parks it, so that an enqueue hands it tasks
+	// while it holds fewer (see Handoff). 0: never parked.
+	Park int
 }
 
 // MaxKeyBatch is the largest TakeArgs.Batch.
@@ -455,7 +487,15 @@ func (a TakeArgs) keys(q QueueKeys) []any {
 	if a.Limited {
 		out = append(out, q.RateLog())
 	}
+	if a.parks() {
+		out = append(out, q.Park) // last
+	}
 	return out
+}
+
+// parks reports whether the take may park its worker.
+func (a TakeArgs) parks() bool {
+	return a.Park > 0 && a.Levels == 0 && !a.Limited && a.Batch <= 1 && !a.Stage && !a.Child
 }
 
 // mode is how the take scripts are told the kind of queue; safe (a store
@@ -481,6 +521,9 @@ func (a TakeArgs) mode(safe bool) string {
 	}
 	if a.Batch > 1 && !a.Stage && !a.Child {
 		m += "k" + strconv.Itoa(min(a.Batch, MaxKeyBatch))
+	}
+	if a.parks() {
+		m += "h" + strconv.Itoa(a.Park)
 	}
 	return m
 }
@@ -887,10 +930,11 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 		return 0, 0, nil
 	}
 	args := make([]any, 0, 10+2*len(workers))
-	args = append(args, 4+len(workers), q.Waiting, q.Holders, q.Config, q.Retained)
+	args = append(args, 5+len(workers), q.Waiting, q.Holders, q.Config, q.Retained)
 	for _, w := range workers {
 		args = append(args, q.WorkerQueue(w))
 	}
+	args = append(args, q.Park) // last: the workers are parked no more
 	flag := "0"
 	if crashed {
 		flag = "1"
@@ -930,13 +974,17 @@ type Released struct {
 	// ended already, or lost (a take that a failed primary acknowledged
 	// and never passed on to the replica promoted in its place).
 	Missing []string
+	// Seq is the tag's taking counter when the call ran: a taking with a
+	// pid at most Seq that w held and did not know was put back (a
+	// hand-off whose message had not arrived, say).
+	Seq int64
 }
 
 // ReleaseCheck is Release, and in the same script call (one read of w's
 // holdings) reports which of known w does not hold.
 func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known []string) (Released, error) {
 	args := make([]any, 0, 6+len(known))
-	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.WakeChannel, q.TaskPrefix)
+	args = append(args, q.Waiting, q.WorkerQueue(w), q.Config, q.Retained, q.Seq, q.WakeChannel, q.TaskPrefix)
 	for _, pid := range known {
 		args = append(args, pid)
 	}
@@ -944,15 +992,18 @@ func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known [
 	if err != nil {
 		return Released{}, err
 	}
-	if len(vals) < 2 {
-		return Released{}, fmt.Errorf("rdb: release: reply of %d values, want 2 or more", len(vals))
+	if len(vals) < 3 {
+		return Released{}, fmt.Errorf("rdb: release: reply of %d values, want 3 or more", len(vals))
 	}
 	var r Released
 	if r.Requeued, err = redis.Int(vals[0], nil); err == nil {
 		r.Cancelled, err = redis.Int(vals[1], nil)
 	}
-	if err == nil && len(vals) > 2 {
-		r.Missing, err = redis.Strings(vals[2:], nil)
+	if err == nil {
+		r.Seq, err = redis.Int64(vals[2], nil)
+	}
+	if err == nil && len(vals) > 3 {
+		r.Missing, err = redis.Strings(vals[3:], nil)
 	}
 	if err != nil {
 		return Released{}, fmt.Errorf("rdb: release: %w", err)
@@ -1054,7 +1105,7 @@ func (s *Store) BulkLevel(ctx context.Context, q QueueKeys, place Place, level i
 // MarkLevel records that queue q has tasks of priority level (1..MaxLevel),
 // before they are enqueued, and returns the highest level recorded.
 func (s *Store) MarkLevel(ctx context.Context, q QueueKeys, level int) (int, error) {
-	return redis.Int(s.eval(ctx, q.Ref.Tag, levelsScript, q.Config, level, q.WakeChannel))
+	return redis.Int(s.eval(ctx, q.Ref.Tag, levelsScript, q.Config, q.Park, level, q.WakeChannel))
 }
 
 // Limits are a queue's global limits, kept in its config hash: at most
@@ -1087,6 +1138,12 @@ func (s *Store) SetLimits(ctx context.Context, q QueueKeys, l Limits) error {
 		}
 		if err != nil {
 			return err
+		}
+		if l.Rate > 0 && l.PeriodMs > 0 || l.Conc > 0 {
+			// A task handed at enqueue would pass the limits.
+			if _, err = do(ctx, c, "DEL", q.Park); err != nil {
+				return err
+			}
 		}
 		_, err = do(ctx, c, s.publish(), q.WakeChannel, "0")
 		return err
@@ -1165,6 +1222,10 @@ func (s *Store) SetPaused(ctx context.Context, q QueueKeys, on bool) error {
 		var err error
 		if on {
 			_, err = do(ctx, c, "HSET", q.Config, "paused", "1")
+			if err == nil {
+				// Nothing is handed to a parked worker from now on.
+				_, err = do(ctx, c, "DEL", q.Park)
+			}
 		} else {
 			_, err = do(ctx, c, "HDEL", q.Config, "paused")
 		}

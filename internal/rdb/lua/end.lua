@@ -27,6 +27,8 @@
 -- prefixes in ARGV): per stage taking, its next stage's queue
 -- <ns>:{T}:q:<next> when it fans out nothing, else each child's hash
 -- <ns>:{T}:t:<child> and each child queue <ns>:{T}:q:<child queue>
+-- then, when the take's mode has 'h<n>' (it may park the worker), the park
+-- hash <ns>:{T}:park:<queue>, last
 -- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
 -- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[8] retention ms of ended tasks (0 = delete at once)
@@ -364,7 +366,8 @@ if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
   -- During a slot migration the take may find a task hash moved: then it
   -- takes nothing (the ends above stay applied).
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
-    cfg = KEYS[3], tprefix = ARGV[1]}, ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
+    cfg = KEYS[3], tprefix = ARGV[1], park = KEYS[#KEYS], deadline = ARGV[11]},
+    ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
 end
 if string.find(ARGV[13], 'l', 2, true) then
   -- A queue with global limits: slots freed here and not taken again may

@@ -7,9 +7,12 @@
 -- KEYS[2] <ns>:{T}:wq:<queue>:<w>     (hash) pid -> task id worker w holds
 -- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- KEYS[4] <ns>:{T}:done:<queue>       (zset) retained ended ids
+-- KEYS[5] <ns>:{T}:seq                (string) taking counter of the tag
 -- ARGV[1] wake channel   ARGV[2] task key prefix
 -- ARGV[3..] pids the worker knows it holds
--- Returns: {requeued, cancelled, missing...}: missing are the pids of
+-- Returns: {requeued, cancelled, seq, missing...}: seq is the tag's taking
+-- counter, so every taking recorded before this call (a hand-off whose
+-- message is still on its way, say) has a pid at most seq; missing are the pids of
 -- ARGV[3..] that KEYS[2] does not hold (ended, or lost: a take the old
 -- primary acknowledged and never passed on before a failover). Idempotent.
 local known = {}
@@ -30,7 +33,7 @@ local requeued, cancelled = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2
 if requeued > 0 then
   redis.call('PUBLISH', ARGV[1], requeued)
 end
-local out = {requeued, cancelled}
+local out = {requeued, cancelled, tonumber(redis.call('GET', KEYS[5]) or '0')}
 for i = 3, #ARGV do
   if not present[ARGV[i]] then
     out[#out + 1] = ARGV[i]

@@ -10,18 +10,23 @@
 -- KEYS[2]    <ns>:{T}:h:<queue>        (set)  workers that may hold takings
 -- KEYS[3]    <ns>:{T}:cfg:<queue>      (hash) queue settings
 -- KEYS[4]    <ns>:{T}:done:<queue>     (zset) retained ended ids
--- KEYS[5..]  <ns>:{T}:wq:<queue>:<w>   (hash) pid -> task id, one per worker
+-- KEYS[5..n-1] <ns>:{T}:wq:<queue>:<w> (hash) pid -> task id, one per worker
+-- KEYS[n]    <ns>:{T}:park:<queue>     (hash) parked workers: the workers'
+--            fields are removed, so that nothing is handed to them after
 -- ARGV[1] wake channel   ARGV[2] task key prefix
 -- ARGV[3] "1" when the workers died (each requeued task counts a crash)
 -- ARGV[4] most takings to requeue in this run (>= 1)
--- ARGV[5..] worker ids, aligned with KEYS[5..]
+-- ARGV[5..] worker ids, aligned with KEYS[5..n-1]
 -- Returns: {requeued, cancelled, more}; more is 1 when takings are left for
 -- another run. A task whose cancel was asked ends as cancelled instead of
 -- being requeued; a flow run that ended meanwhile is left as it is.
 local limit = tonumber(ARGV[4])
 local held = {}
 local more = 0
-for i = 5, #KEYS do
+for i = 5, #ARGV, 1000 do
+  redis.call('HDEL', KEYS[#KEYS], unpack(ARGV, i, math.min(i + 999, #ARGV)))
+end
+for i = 5, #KEYS - 1 do
   local room = limit - #held
   if room <= 0 then
     more = 1

@@ -10,7 +10,8 @@
 -- KEYS[6] <ns>:{T}:cfg:<queue>        (hash) queue settings (and the limits)
 -- KEYS[7..] declared for a cluster, reached by name: with mode 'p<n>' the
 --         level lists <ns>:{T}:q:<queue>:<n> .. :1; with 'l' the rate log
---         <ns>:{T}:cfg:<queue>:rate (zset: pid by start time, Redis clock)
+--         <ns>:{T}:cfg:<queue>:rate (zset: pid by start time, Redis clock);
+--         with 'h<n>', last, the park hash <ns>:{T}:park:<queue>
 -- ARGV[1] worker id   ARGV[2] max count
 -- ARGV[3] task key prefix
 -- ARGV[4] max crashes (a task that crashed this many workers is buried; 0 = no limit)
@@ -23,8 +24,9 @@
 --         writing anything, so that a slot migration caught half way
 --         changes nothing (TRYAGAIN);
 --         then 'p<n>' when the queue has priority levels 1..n, 'l' when
---         it may have global limits and 'k<n>' when its worker takes
---         batches of up to n tasks per key (see take_tasks)
+--         it may have global limits, 'k<n>' when its worker takes
+--         batches of up to n tasks per key and 'h<n>' when a take that
+--         finds the queue empty parks the worker (see take_tasks)
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag (a
 --         buried flow run fails; a buried flow child counts as failed)
 -- ARGV[11] the worker's deadline (unix ms, Redis time): its keepalive was set
@@ -50,7 +52,8 @@ if now_ms() >= tonumber(ARGV[11]) then
   return redis.error_reply('WQEXPIRED the worker\'s keepalive deadline has passed')
 end
 local out = take_tasks({waiting = KEYS[1], wq = KEYS[2], holders = KEYS[3], seq = KEYS[4], dead = KEYS[5],
-  cfg = KEYS[6], tprefix = ARGV[3]}, ARGV[1], ARGV[2], tonumber(ARGV[4]), ARGV[5], prefixes(ARGV, 6))
+  cfg = KEYS[6], tprefix = ARGV[3], park = KEYS[#KEYS], deadline = ARGV[11]},
+  ARGV[1], ARGV[2], tonumber(ARGV[4]), ARGV[5], prefixes(ARGV, 6))
 if not out then
   -- The slot is being migrated and some task hashes already moved: the
   -- cluster client retries TRYAGAIN until the migration ends.

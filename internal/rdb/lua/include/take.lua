@@ -4,6 +4,7 @@
 --- @include "bury"
 --- @include "flow"
 --- @include "packed"
+--- @include "park"
 -- limit_allowance is how many of max tasks the queue's global limits let a
 -- take start now (read from its config hash k.cfg: 'rate' tasks per
 -- 'period' ms, at most 'conc' running), and, when a limit cut the take, how
@@ -71,7 +72,9 @@ end
 -- and 'l' (the queue may have global limits: see limit_allowance) and
 -- 'k<n>' (batches per key: each key's head comes with up to n-1 tasks of
 -- its key, see key_batch_read in key.lua, right after it in the reply,
--- the head's id in their eighth value). A plain
+-- the head's id in their eighth value) and 'h<n>' (the worker runs n
+-- takings of the queue at once: a take that finds fewer tasks than it asked
+-- for parks it, see park.lua; k.park and k.deadline are then set). A plain
 -- queue's mode is one digit (and 'm'): its take runs exactly the commands it
 -- ran before levels and limits existed. Returns the flat reply of take, or
 -- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
@@ -88,6 +91,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
   local limited = string.find(mode, 'l', 2, true) ~= nil
   local batch = tonumber(string.match(mode, 'k(%d+)') or '0')
+  local parks = tonumber(string.match(mode, 'h(%d+)') or '0')
   mode = string.sub(mode, 1, 1)
   if mode ~= '0' then
     batch = 0
@@ -127,7 +131,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       break
     end
   end
+  -- Parked (after every read, so that a take that reports 'moved' has
+  -- changed nothing).
+  local parking = parks > 0 and need > 0
   if #ids == 0 then
+    if parking then
+      park(k, w, k.deadline, parks)
+    end
     if wait then
       return {wait}
     end
@@ -197,6 +207,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
         redis.call('LTRIM', lists[j], n, -1)
       end
     end
+  end
+  if parking then
+    park(k, w, k.deadline, parks)
   end
   local last = redis.call('INCRBY', k.seq, #ids + nfol)
   local pid = last - #ids - nfol

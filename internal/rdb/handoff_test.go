@@ -1,0 +1,244 @@
+package rdb_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// parkW parks worker w on e.q (a take with Park that finds the queue empty)
+// with deadline until and cap slots.
+func (e *env) parkW(t *testing.T, w string, until int64, slots int) {
+	t.Helper()
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: until, Max: slots, Park: slots})
+	if err != nil || len(got) != 0 {
+		t.Fatalf("park take: %v %v", got, err)
+	}
+}
+
+func (e *env) parked(t *testing.T) map[string]string {
+	t.Helper()
+	m, err := redis.StringMap(e.c.Do("HGETALL", e.q.Park))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// A take that finds the queue empty parks its worker (and indexes it as a
+// holder); a take with tasks to spare does not; a paused queue parks no
+// one.
+func TestTakeParks(t *testing.T) {
+	e := newEnv(t)
+	until := e.now(t) + 60_000
+	e.enqueue(t, "a", "b")
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: until, Max: 2, Park: 2})
+	if err != nil || len(got) != 2 {
+		t.Fatal(got, err)
+	}
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a take that filled its slots parked: %v", p)
+	}
+	got, err = e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: until, Max: 2, Park: 2})
+	if err != nil || len(got) != 0 {
+		t.Fatal(got, err)
+	}
+	if p := e.parked(t); p["W"] != strconv.FormatInt(until, 10)+"|2" {
+		t.Fatalf("parked %v, want W -> %d|2", p, until)
+	}
+	if n, _ := redis.Int(e.c.Do("SISMEMBER", e.q.Holders, "W")); n != 1 {
+		t.Fatal("a parked worker is not in the holder index")
+	}
+	// An end that takes again and finds the queue empty parks as well.
+	_, _, err = e.st.EndTake(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "V", "0", "x", nil)},
+		&rdb.TakeArgs{Worker: "V", Until: until, Max: 1, Park: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := e.parked(t); p["V"] != strconv.FormatInt(until, 10)+"|3" {
+		t.Fatalf("parked %v, want V -> %d|3", p, until)
+	}
+	// Pausing removes every parked worker, and a paused queue parks no one.
+	if err := e.st.SetPaused(e.ctx, e.q, true); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("parked after a pause: %v", p)
+	}
+	e.parkW(t, "W", until, 2)
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a paused queue parked %v", p)
+	}
+	if err := e.st.SetPaused(e.ctx, e.q, false); err != nil {
+		t.Fatal(err)
+	}
+	// Limits and priority levels remove them too.
+	e.parkW(t, "W", until, 2)
+	if err := e.st.SetLimits(e.ctx, e.q, rdb.Limits{Conc: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("parked after a limit was set: %v", p)
+	}
+	e.parkW(t, "W", until, 2)
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a limited queue parked %v", p)
+	}
+	if err := e.st.SetLimits(e.ctx, e.q, rdb.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	e.parkW(t, "W", until, 2)
+	if _, err := e.st.MarkLevel(e.ctx, e.q, 2); err != nil {
+		t.Fatal(err)
+	}
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("parked after a priority level came into use: %v", p)
+	}
+}
+
+// An enqueue hands its task to a parked worker with a free slot: the taking
+// is recorded as a take records it, the message carries what the worker
+// needs, and nothing waits in the queue.
+func TestEnqueueHandsOff(t *testing.T) {
+	e := newEnv(t)
+	until := e.now(t) + 60_000
+	e.parkW(t, "W", until, 2)
+	l := e.listen(t)
+	if _, err := e.st.Enqueue(e.ctx, e.q, []string{"a"}, [][]byte{[]byte("pa\nyload")},
+		&rdb.EnqueueArgs{MaxAttempts: 4, TimeoutMs: 1500}); err != nil {
+		t.Fatal(err)
+	}
+	msgs := l.collect(t, e)
+	if len(msgs) != 1 || msgs[0].Channel != "wake" {
+		t.Fatalf("published %v, want one hand-off on the wake channel", msgs)
+	}
+	h, ok := rdb.ParseHandoff([]byte(msgs[0].Data))
+	if !ok {
+		t.Fatalf("not a hand-off: %q", msgs[0].Data)
+	}
+	want := rdb.Taken{ID: "a", PID: h.Taken.PID, Payload: []byte("pa\nyload"), Attempt: 1, MaxAttempts: 4, TimeoutMs: 1500}
+	if h.Worker != "W" || h.Taken.PID == "" || string(h.Taken.Payload) != string(want.Payload) ||
+		h.Taken.ID != want.ID || h.Taken.Attempt != 1 || h.Taken.MaxAttempts != 4 || h.Taken.TimeoutMs != 1500 {
+		t.Fatalf("hand-off %+v, want worker W and %+v", h, want)
+	}
+	if n, _ := redis.Int(e.c.Do("LLEN", e.q.Waiting)); n != 0 {
+		t.Fatalf("%d ids wait after a hand-off", n)
+	}
+	task, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task("a")))
+	if task["s"] != "active" || task["w"] != "W" || task["p"] != h.Taken.PID || task["ma"] != "4" || task["to"] != "1500" {
+		t.Fatalf("task hash %v", task)
+	}
+	if id, _ := redis.String(e.c.Do("HGET", e.q.WorkerQueue("W"), h.Taken.PID)); id != "a" {
+		t.Fatalf("holdings of W: pid %s -> %q, want a", h.Taken.PID, id)
+	}
+	// The taking ends as a taken one does.
+	if ended := e.endIn(t, e.q, 0, rdb.Done(rdb.KindTask, "W", h.Taken.PID, "a", nil)); ended[0].Outcome != rdb.OutcomeDone {
+		t.Fatalf("end of a handed taking: %+v", ended)
+	}
+
+	// A worker holding its cap is not handed more, and is parked no
+	// more; the task waits with a wake-up.
+	e.parkW(t, "W", until, 1)
+	e.enqueue(t, "b")
+	msgs = l.collect(t, e)
+	if len(msgs) != 1 {
+		t.Fatalf("published %v", msgs)
+	}
+	hb, _ := rdb.ParseHandoff([]byte(msgs[0].Data))
+	e.enqueue(t, "c")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a full worker is still parked: %v", p)
+	}
+	if ids, _ := redis.Strings(e.c.Do("LRANGE", e.q.Waiting, 0, -1)); strings.Join(ids, ",") != "c" {
+		t.Fatalf("waiting %v, want c", ids)
+	}
+	e.finish(t, "W", hb.Taken.PID, "b")
+
+	// A worker past its deadline (dead, or frozen) is skipped and
+	// forgotten.
+	now := e.now(t)
+	if _, err := e.c.Do("HSET", e.q.Park, "Z", strconv.FormatInt(now-1, 10)+"|5"); err != nil {
+		t.Fatal(err)
+	}
+	e.enqueue(t, "d")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a worker past its deadline is still parked: %v", p)
+	}
+}
+
+// Only a task due now, at level 0, with no unique key, no id of the
+// caller's and no deadline is handed; the others are enqueued as before.
+func TestEnqueueHandsOffOnlyPlainTasks(t *testing.T) {
+	e := newEnv(t)
+	until := e.now(t) + 60_000
+	for i, a := range []*rdb.EnqueueArgs{
+		{DelayMillis: 60_000},
+		{UniqueKey: "k", UniqueTTL: 60_000},
+		{DeadlineMs: until},
+		{IDLockTTL: 60_000, Digest: "d"},
+	} {
+		e.parkW(t, "W", until, 4)
+		id := "t" + strconv.Itoa(i)
+		if _, err := e.st.Enqueue(e.ctx, e.q, []string{id}, [][]byte{[]byte("p")}, a); err != nil {
+			t.Fatal(err)
+		}
+		if n, _ := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); n != 0 {
+			t.Fatalf("%+v: handed", a)
+		}
+		e.do(t, "DEL", e.q.Waiting) // the next park must find the queue empty
+	}
+	big := make([]byte, rdb.MaxHandoffPayload+1)
+	if _, err := e.st.Enqueue(e.ctx, e.q, []string{"big"}, [][]byte{big}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); n != 0 {
+		t.Fatal("a payload over MaxHandoffPayload was handed")
+	}
+}
+
+// A release tells the tag's taking counter, so that a worker can tell a
+// hand-off the release put back (pid at most Seq) from a later one. A
+// requeue of a worker (stop, or death) unparks it.
+func TestReleaseSeqAndRequeueUnparks(t *testing.T) {
+	e := newEnv(t)
+	until := e.now(t) + 60_000
+	e.parkW(t, "W", until, 2)
+	l := e.listen(t)
+	e.enqueue(t, "a")
+	h, _ := rdb.ParseHandoff([]byte(l.collect(t, e)[0].Data))
+	r, err := e.st.ReleaseCheck(e.ctx, e.q, "W", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requeued != 1 || r.Seq != h.Seq {
+		t.Fatalf("release %+v, want 1 requeued and seq %d", r, h.Seq)
+	}
+	if p := e.parked(t); p["W"] == "" {
+		t.Fatal("a release unparked the worker")
+	}
+	e.requeue(t, false, "W")
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("a requeued worker is still parked: %v", p)
+	}
+}
+
+func TestParseHandoff(t *testing.T) {
+	for _, bad := range []string{"", "1", "0", "h", "h\n", "h\nW\n1\na\n\n", "h\nW\nx\na\n\n\np", "h\n\n1\na\n\n\np", "h\nW\n1\na\nx\n\np"} {
+		if _, ok := rdb.ParseHandoff([]byte(bad)); ok {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+	h, ok := rdb.ParseHandoff([]byte("h\nW\n12\nid\n\n\n"))
+	if !ok || h.Worker != "W" || h.Seq != 12 || h.Taken.PID != "12" || h.Taken.ID != "id" || len(h.Taken.Payload) != 0 {
+		t.Fatalf("%+v %v", h, ok)
+	}
+	if rdb.IsHandoff([]byte("12")) {
+		t.Fatal("a wake-up is a hand-off")
+	}
+}

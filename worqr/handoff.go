@@ -1,0 +1,176 @@
+package worqr
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// Hand-offs (docs/PROTOCOL.md "Hand-offs"). A take that finds its queue
+// empty parks the worker (TakeArgs.Park); an enqueue then records the
+// taking for it, as a take would, and announces it on the queue's wake
+// channel, and the worker runs it with no take of its own. The message may
+// be lost (pub/sub) or come late, so:
+//   - a subscription made again (messages were lost meanwhile) and a
+//     taking held in Redis and unknown to the worker at two checks in a
+//     row (checkHandoffs) both make the queue unsure: its fetch loop
+//     releases what the worker holds and does not know;
+//   - while a release is on its way, hand-offs wait (hand.pending), and
+//     after it one that the release put back (its pid at most the release's
+//     Seq, and not among the pids the release was told of) is dropped: the
+//     worker never runs a taking it no longer holds.
+
+// handState is a queue's hand-off bookkeeping, guarded by mu. Lock order:
+// mu, then launchMu, then heldMu.
+type handState struct {
+	mu sync.Mutex
+	// releasing is the session whose release is on its way (or failed:
+	// it may have run): its hand-offs wait in pending until one succeeds.
+	releasing string
+	pending   []rdb.Handoff
+	// The last release that succeeded: its session, its Seq and the pids
+	// it was told the worker runs.
+	relFor   string
+	relSeq   int64
+	relKnown map[string]bool
+	// suspect: the pids held in Redis and unknown at the last check.
+	suspect map[string]bool
+}
+
+// handed receives a hand-off message of q.
+func (w *Worker) handed(q *queueRunner, data []byte) {
+	h, ok := rdb.ParseHandoff(data)
+	if !ok {
+		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.name)
+		return
+	}
+	s, _ := w.keeper.Current()
+	if s == nil || h.Worker != s.ID() || s.Lost() {
+		// Another worker's; or one of an id of ours that is dead or
+		// retired: what it held is put back (recovery, or Stop).
+		return
+	}
+	q.hand.mu.Lock()
+	defer q.hand.mu.Unlock()
+	if q.hand.releasing == h.Worker {
+		q.hand.pending = append(q.hand.pending, h)
+		return
+	}
+	w.deliver(s, q, h)
+}
+
+// deliver launches hand-off h unless a release put it back. Called with
+// q.hand.mu held.
+func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff) {
+	st := &q.hand
+	if st.relFor == h.Worker && h.Seq <= st.relSeq && !st.relKnown[h.Taken.PID] {
+		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.name,
+			"task_id", h.Taken.ID, "pid", h.Taken.PID)
+		return
+	}
+	w.launch(s, q, []rdb.Taken{h.Taken})
+}
+
+// releaseBegin marks a release of session id as on its way: hand-offs to id
+// wait until it is over.
+func (q *queueRunner) releaseBegin(id string) {
+	q.hand.mu.Lock()
+	q.hand.releasing = id
+	q.hand.mu.Unlock()
+}
+
+// releaseEnd ends what releaseBegin began, after a release of session s
+// that succeeded (r, known: the pids it was told of) or failed (err: it may
+// have run, so hand-offs keep waiting for one that succeeds).
+func (w *Worker) releaseEnd(s *heartbeat.Session, q *queueRunner, known []string, r rdb.Released, err error) {
+	st := &q.hand
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err != nil {
+		return
+	}
+	st.releasing = ""
+	st.relFor, st.relSeq = s.ID(), r.Seq
+	st.relKnown = make(map[string]bool, len(known))
+	for _, pid := range known {
+		st.relKnown[pid] = true
+	}
+	pending := st.pending
+	st.pending = nil
+	cur, _ := w.keeper.Current()
+	for _, h := range pending {
+		if cur == s && h.Worker == s.ID() && !s.Lost() {
+			w.deliver(s, q, h)
+		}
+	}
+}
+
+// checkHandoffs compares what session s holds in q in Redis with what it
+// runs: a pid unknown at two checks in a row (a poll interval apart) is a
+// hand-off whose message was lost, or a take whose reply was: the queue is
+// made unsure, and its fetch loop releases it.
+func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	held, err := w.st.Holdings(ctx, q.qk, s.ID())
+	if err != nil {
+		return // the next check
+	}
+	known := map[string]bool{}
+	for _, pid := range q.heldPIDs() { // read after the holdings
+		known[pid] = true
+	}
+	st := &q.hand
+	st.mu.Lock()
+	for _, h := range st.pending {
+		known[h.Taken.PID] = true
+	}
+	prev := st.suspect
+	st.suspect = nil
+	lost := ""
+	for _, pid := range held {
+		if known[pid] {
+			continue
+		}
+		if st.suspect == nil {
+			st.suspect = map[string]bool{}
+		}
+		st.suspect[pid] = true
+		if prev[pid] {
+			lost = pid
+		}
+	}
+	st.mu.Unlock()
+	if lost != "" {
+		w.cfg.Logger.Warn("worker: holding a taking it does not run (a lost hand-off or take reply): releasing",
+			"queue", q.name, "pid", lost, "worker_id", s.ID())
+		q.setUnsure(s.ID())
+		poke(q.wake)
+	}
+}
+
+// parkArgs is TakeArgs.Park for q: its concurrency while it may park and
+// hand-offs can reach the worker, else 0.
+func (w *Worker) parkArgs(q *queueRunner) int {
+	if !q.parks || !w.listening.Load() {
+		return 0
+	}
+	return q.concurrency
+}
+
+// unparkAll removes the worker's session s from the parked workers of every
+// queue that parks (best effort: a parked entry outlives the worker's
+// deadline by nothing, and a hand-off no message brought is released).
+func (w *Worker) unparkAll(ctx context.Context, s *heartbeat.Session) {
+	for _, q := range w.queues {
+		if !q.parks {
+			continue
+		}
+		if err := w.st.Unpark(ctx, q.qk, s.ID()); err != nil {
+			w.cfg.Logger.Debug("worker: unpark failed", "queue", q.name, "err", err)
+		}
+	}
+}
