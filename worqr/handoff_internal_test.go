@@ -1,0 +1,145 @@
+package worqr
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// A hand-off whose message comes after a release put its taking back is
+// never run under it (the task runs once, taken again); one that a
+// release was not told of but that came after it (its pid past the
+// release's Seq) waits while the release is on its way and then runs.
+func TestHandoffAfterReleaseIsDropped(t *testing.T) {
+	url := os.Getenv("WORQR_REDIS_URL") // set by TestMain
+	if url == "" {
+		t.Skip("no server")
+	}
+	ctx := context.Background()
+	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.DialURL(url) }, MaxIdle: 8}
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	var mu sync.Mutex
+	runs := map[string][]string{} // task id -> pids it ran under
+	ran := make(chan string, 10)
+	cfg := Config{Namespace: redistest.Namespace()}
+	w, err := NewWorker(pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its own
+		Queues: map[string]QueueConfig{"q": {Concurrency: 2, Handler: HandlerFunc(func(_ context.Context, t *Task) error {
+			mu.Lock()
+			runs[t.ID] = append(runs[t.ID], t.pid)
+			mu.Unlock()
+			ran <- t.ID
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	q := w.queues[0]
+	s, _ := w.keeper.Current()
+	// held records a taking for the worker as enqueue_hand does, and
+	// returns the hand-off message it would publish.
+	held := func(id string) (msg []byte, pid int64) {
+		pid, err := redis.Int64(c.Do("INCR", q.qk.Seq))
+		if err != nil {
+			t.Fatal(err)
+		}
+		spid := strconv.FormatInt(pid, 10)
+		if _, err := c.Do("HSET", q.qk.Task(id), "d", "p", "s", "active", "w", s.ID(), "p", spid); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("HSET", q.qk.WorkerQueue(s.ID()), spid, id); err != nil {
+			t.Fatal(err)
+		}
+		return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
+	}
+	wait := func(id string) {
+		t.Helper()
+		select {
+		case got := <-ran:
+			if got != id {
+				t.Fatalf("ran %s, want %s", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s did not run", id)
+		}
+	}
+
+	// Released before its message came: put back, then taken again. The
+	// fetch loop is held off meanwhile: release runs on it, never beside
+	// its take.
+	waitIdle(t, q)
+	q.paused.Store(true)
+	late, latePID := held("late")
+	if err := w.release(s, q); err != nil {
+		t.Fatal(err)
+	}
+	w.handed(q, late)
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	if got := runs["late"]; len(got) != 0 {
+		t.Fatalf("a hand-off put back by a release ran (pids %v)", got)
+	}
+	mu.Unlock()
+	q.paused.Store(false)
+	q.hint()
+	wait("late")
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	if got := runs["late"]; len(got) != 1 || got[0] == strconv.FormatInt(latePID, 10) {
+		t.Fatalf("late ran under pids %v: want once, not under the released pid %d", got, latePID)
+	}
+	mu.Unlock()
+
+	// Made after the release began: it waits, then runs under its pid.
+	q.paused.Store(true)
+	waitIdle(t, q)
+	q.releaseBegin(s.ID())
+	next, nextPID := held("next")
+	w.handed(q, next)
+	q.hand.mu.Lock()
+	pending := len(q.hand.pending)
+	q.hand.mu.Unlock()
+	if pending != 1 {
+		t.Fatalf("%d hand-offs wait during a release, want 1", pending)
+	}
+	w.releaseEnd(s, q, q.heldPIDs(), rdb.Released{Seq: nextPID - 1}, nil)
+	wait("next")
+	mu.Lock()
+	if got := runs["next"]; len(got) != 1 || got[0] != strconv.FormatInt(nextPID, 10) {
+		t.Fatalf("next ran under pids %v, want [%d]", got, nextPID)
+	}
+	mu.Unlock()
+}
+
+// waitIdle waits until q's fetch loop has no release due (the one a
+// subscription asks for at start).
+func waitIdle(t *testing.T, q *queueRunner) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q.launchMu.Lock()
+		u := q.unsure
+		q.launchMu.Unlock()
+		if u == "" {
+			time.Sleep(20 * time.Millisecond) // its take, if one was due, is over
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch loop never released")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

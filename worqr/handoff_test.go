@@ -1,0 +1,326 @@
+package worqr_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// handoffs counts the hand-off messages published on a queue's wake
+// channel, by the worker they name.
+type handoffs struct {
+	mu  sync.Mutex
+	by  map[string]int
+	psc redis.PubSubConn
+}
+
+func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
+	t.Helper()
+	c, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &handoffs{by: map[string]int{}, psc: redis.PubSubConn{Conn: c}}
+	if err := h.psc.Subscribe(q.WakeChannel); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.psc.Receive().(redis.Subscription); !ok {
+		t.Fatal("subscribe")
+	}
+	go func() {
+		for {
+			switch v := h.psc.Receive().(type) {
+			case redis.Message:
+				if m, ok := rdb.ParseHandoff(v.Data); ok {
+					h.mu.Lock()
+					h.by[m.Worker]++
+					h.mu.Unlock()
+				}
+			case error:
+				return
+			}
+		}
+	}()
+	t.Cleanup(func() { c.Close() })
+	return h
+}
+
+func (h *handoffs) count(w string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.by[w]
+}
+
+// waitParked waits until worker id is parked on q.
+func waitParked(t *testing.T, c redis.Conn, q rdb.QueueKeys, id string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if n, _ := redis.Int(c.Do("HEXISTS", q.Park, id)); n == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("worker %s never parked on %s", id, q.Ref.Name)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// An idle worker parks; each task enqueued then reaches it in the
+// enqueue's hand-off, with no take. With DisableHandoff it never parks.
+func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
+	for _, disable := range []bool{false, true} {
+		t.Run("disable="+strconv.FormatBool(disable), func(t *testing.T) {
+			ctx := context.Background()
+			pool := srv.Pool()
+			defer pool.Close()
+			c := pool.Get()
+			defer c.Close()
+			cfg := worqr.Config{Namespace: redistest.Namespace()}
+			q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+			h := watchHandoffs(t, q)
+			done := make(chan string, 100)
+			w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
+				PollInterval: 50 * time.Millisecond,
+				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+					done <- string(t.Payload)
+					return nil
+				})}}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer w.Stop(ctx)
+			client, _ := worqr.NewClient(pool, &cfg)
+			if !disable {
+				waitParked(t, c, q, w.ID())
+			} else {
+				time.Sleep(200 * time.Millisecond) // four polls: it would have parked
+				if n, _ := redis.Int(c.Do("HLEN", q.Park)); n != 0 {
+					t.Fatalf("%d workers parked with DisableHandoff", n)
+				}
+			}
+			const n = 20
+			for i := 0; i < n; i++ {
+				if _, err := client.Enqueue(ctx, "q", []byte(strconv.Itoa(i)), nil); err != nil {
+					t.Fatal(err)
+				}
+				select {
+				case got := <-done:
+					if got != strconv.Itoa(i) {
+						t.Fatalf("ran %s, want %d", got, i)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatalf("task %d did not run", i)
+				}
+			}
+			handed := h.count(w.ID())
+			if disable && handed != 0 {
+				t.Fatalf("%d hand-offs with DisableHandoff", handed)
+			}
+			// Every task but maybe a few enqueued while an end was on its
+			// way (a full worker is unparked until its next empty take).
+			if !disable && handed < n/2 {
+				t.Fatalf("%d of %d tasks handed to an idle worker", handed, n)
+			}
+			t.Logf("handed %d of %d", handed, n)
+		})
+	}
+}
+
+// A taking recorded for a parked worker whose message never came (pub/sub
+// lost it) is found by the worker's check of its holdings and released:
+// the task runs, once.
+func TestLostHandoffIsReleased(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	var runs atomic.Int32
+	done := make(chan struct{}, 10)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			runs.Add(1)
+			done <- struct{}{}
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	waitParked(t, c, q, w.ID())
+	// What enqueue_hand writes, without its message.
+	pid, err := redis.Int64(c.Do("INCR", q.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spid := strconv.FormatInt(pid, 10)
+	if _, err := c.Do("HSET", q.Task("lost"), "d", "p", "s", "active", "w", w.ID(), "p", spid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("HSET", q.WorkerQueue(w.ID()), spid, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a taking whose hand-off message was lost was never run")
+	}
+	time.Sleep(100 * time.Millisecond) // five more checks: nothing runs twice
+	if n := runs.Load(); n != 1 {
+		t.Fatalf("ran %d times", n)
+	}
+}
+
+// However many producers enqueue at once, a worker never runs more than
+// its concurrency, and every task runs once.
+func TestHandoffKeepsConcurrency(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	h := watchHandoffs(t, q)
+	var cur, peak atomic.Int32
+	var mu sync.Mutex
+	ran := map[string]int{}
+	const n = 400
+	all := make(chan struct{})
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			v := cur.Add(1)
+			for p := peak.Load(); v > p && !peak.CompareAndSwap(p, v); p = peak.Load() {
+			}
+			time.Sleep(200 * time.Microsecond)
+			cur.Add(-1)
+			mu.Lock()
+			ran[string(t.Payload)]++
+			if len(ran) == n {
+				close(all)
+			}
+			mu.Unlock()
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	waitParked(t, c, q, w.ID())
+	client, _ := worqr.NewClient(pool, &cfg)
+	var wg sync.WaitGroup
+	for p := 0; p < 4; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			for i := p; i < n; i += 4 {
+				if _, err := client.Enqueue(ctx, "q", []byte(strconv.Itoa(i)), nil); err != nil {
+					t.Error(err)
+				}
+				time.Sleep(2 * time.Millisecond) // at times together, at times with the worker idle
+			}
+		}(p)
+	}
+	wg.Wait()
+	select {
+	case <-all:
+	case <-time.After(30 * time.Second):
+		t.Fatal("not every task ran")
+	}
+	time.Sleep(50 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	for k, v := range ran {
+		if v != 1 {
+			t.Errorf("task %s ran %d times", k, v)
+		}
+	}
+	if p := peak.Load(); p > 2 {
+		t.Errorf("%d handlers ran at once, concurrency 2", p)
+	}
+	if h.count(w.ID()) == 0 {
+		t.Error("no task was handed: the test does not exercise hand-offs")
+	}
+	t.Logf("handed %d of %d, peak %d", h.count(w.ID()), n, peak.Load())
+}
+
+// A worker that dies holding a task handed to it has that task recovered
+// once its keepalive expires, as one it took: parking put it in the
+// queue's holder index.
+func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	st := rdb.NewStore(pool, cfg.Namespace)
+	q := st.Queue(rdb.Standalone("q"))
+	// A worker registered with a short keepalive that parks and dies.
+	at, err := st.Register(ctx, "dead", 300, "h", 1, []rdb.QueueRef{q.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "dead", Until: at + 250, Max: 1, Park: 1}); err != nil || len(got) != 0 {
+		t.Fatal(got, err)
+	}
+	client, _ := worqr.NewClient(pool, &cfg)
+	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := redis.String(c.Do("HGET", q.Task(id), "w")); got != "dead" {
+		t.Fatalf("the task was not handed to the parked worker (held by %q)", got)
+	}
+	done := make(chan worqr.Event, 1)
+	var recovered atomic.Int32
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventRecovered && e.Count > 0 {
+				recovered.Add(int32(e.Count))
+			}
+		},
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			done <- worqr.Event{TaskID: t.ID}
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	select {
+	case e := <-done:
+		if e.TaskID != id {
+			t.Fatalf("ran %s, want %s", e.TaskID, id)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the task handed to a dead worker was never recovered")
+	}
+	if recovered.Load() != 1 {
+		t.Fatalf("recovered %d tasks, want 1", recovered.Load())
+	}
+}
