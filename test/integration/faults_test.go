@@ -86,7 +86,9 @@ func lossyPool(armed *atomic.Int32, cut bool, match func(args []any) bool) *redi
 // waiting list.
 func takeOf(queue string) func(args []any) bool {
 	return func(args []any) bool {
-		return fmt.Sprint(args[1]) == "6" && strings.HasSuffix(fmt.Sprint(args[2]), ":q:"+queue)
+		// 6 keys, or 7 with the park hash when the worker may park.
+		n := fmt.Sprint(args[1])
+		return (n == "6" || n == "7") && strings.HasSuffix(fmt.Sprint(args[2]), ":q:"+queue)
 	}
 }
 

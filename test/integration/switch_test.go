@@ -34,6 +34,10 @@ var _ = Describe("A primary switch (Sentinel failover)", func() {
 		var ran atomic.Int64
 		cfg := e.workerConfig(map[string]worqr.QueueConfig{"sw": {Concurrency: 2, Handler: worqr.HandlerFunc(
 			func(context.Context, *worqr.Task) error { ran.Add(1); return nil })}}, nil)
+		// A worker that parks checks its holdings every poll and would
+		// release the stranded taking before the switch (worqr's
+		// TestLostHandoffIsReleased covers that): this is about the switch.
+		cfg.DisableHandoff = true
 		w, err := worqr.NewWorker(pool, cfg)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(w.Start(ctx)).To(Succeed())

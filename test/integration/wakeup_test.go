@@ -119,6 +119,10 @@ var _ = Describe("Wake-ups", func() {
 		}, &rec)
 		cfg.PollInterval = poll
 		cfg.DisableReaper = true
+		// A parked worker would be handed the good task by its enqueue,
+		// past the ids pushed by hand (which publish nothing): this is
+		// about takes.
+		cfg.DisableHandoff = true
 		e.start(nil, cfg)
 		Eventually(ctx, func() int { return e.numsub(e.qk("bury").WakeChannel) }).
 			WithTimeout(3 * time.Second).Should(Equal(1))
