@@ -256,6 +256,15 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.Enqueue(ctx, q, []string{"u"}, [][]byte{[]byte("u")}, &rdb.EnqueueArgs{UniqueKey: "key", UniqueTTL: 60_000})
 	must(err)
 	check("enqueue")
+	_, err = st.Take(ctx, q, rdb.TakeArgs{Worker: "P", Until: until, Max: 10, Park: 10})
+	must(err)
+	check("take that parks", "take:t")
+	_, err = st.Enqueue(ctx, q, []string{"hd"}, [][]byte{[]byte("h")}, nil)
+	must(err)
+	check("enqueue handed to a parked worker", "enqueue_hand:wq") // the worker is read from the park hash
+	_, _, err = st.Requeue(ctx, q, []string{"P"}, false) // back in the queue, and P unparked
+	must(err)
+	a.calls()
 
 	got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: w, Until: until, Max: 2})
 	must(err)
