@@ -262,7 +262,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.Enqueue(ctx, q, []string{"hd"}, [][]byte{[]byte("h")}, nil)
 	must(err)
 	check("enqueue handed to a parked worker", "enqueue_hand:wq") // the worker is read from the park hash
-	_, _, err = st.Requeue(ctx, q, []string{"P"}, false) // back in the queue, and P unparked
+	_, _, err = st.Requeue(ctx, q, []string{"P"}, false)          // back in the queue, and P unparked
 	must(err)
 	a.calls()
 
