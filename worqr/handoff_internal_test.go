@@ -2,7 +2,6 @@ package worqr
 
 import (
 	"context"
-	"os"
 	"strconv"
 	"sync"
 	"testing"
@@ -19,13 +18,8 @@ import (
 // release was not told of but that came after it (its pid past the
 // release's Seq) waits while the release is on its way and then runs.
 func TestHandoffAfterReleaseIsDropped(t *testing.T) {
-	url := os.Getenv("WORQR_REDIS_URL") // set by TestMain
-	if url == "" {
-		t.Skip("no server")
-	}
 	ctx := context.Background()
-	pool := &redis.Pool{Dial: func() (redis.Conn, error) { return redis.DialURL(url) }, MaxIdle: 8}
-	defer pool.Close()
+	pool := internalPool(t)
 	c := pool.Get()
 	defer c.Close()
 	var mu sync.Mutex

@@ -204,27 +204,44 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 // the new one. A session lost meanwhile is retired by the keeper, which
 // cancels every handler of s.
 func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
-	q.launchMu.Lock()
-	need, seen := q.confirm, q.switches
-	q.launchMu.Unlock()
-	if !need {
-		return nil
-	}
-	// One beat serves every queue that saw no later switch.
-	if m := w.confirmed.Load(); m == nil || m.s != s || m.switches < seen {
-		now := w.st.Switches() // read before the beat begins
-		ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
-		defer cancel()
-		if err := w.keeper.Confirm(ctx, s); err != nil {
-			return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+	for {
+		q.launchMu.Lock()
+		need, seen := q.confirm, q.switches
+		q.launchMu.Unlock()
+		if !need {
+			return nil
 		}
-		w.confirmed.Store(&confirmMark{s: s, switches: now})
+		// One beat serves every queue that saw no later switch.
+		if m := w.confirmed.Load(); m == nil || m.s != s || m.switches < seen {
+			now := w.st.Switches() // read before the beat begins
+			ctx, cancel := context.WithTimeout(w.takeCtx, w.cfg.HeartbeatTTL)
+			err := w.keeper.Confirm(ctx, s)
+			cancel()
+			if err != nil {
+				return fmt.Errorf("worqr: confirm keepalive after a server switch: %w", err)
+			}
+			w.confirmed.Store(&confirmMark{s: s, switches: now})
+		}
+		if testHookConfirmed != nil {
+			testHookConfirmed(q)
+		}
+		q.launchMu.Lock()
+		// A switch seen meanwhile (by an end that takes again) needs a
+		// beat of its own, begun after it: go round again.
+		done := q.switches == seen
+		if done {
+			q.confirm = false
+		}
+		q.launchMu.Unlock()
+		if done {
+			return nil
+		}
 	}
-	q.launchMu.Lock()
-	q.confirm = false
-	q.launchMu.Unlock()
-	return nil
 }
+
+// testHookConfirmed, when set by a test, runs after confirmSwitch has a
+// confirmed beat and before it clears the queue's need for one.
+var testHookConfirmed func(q *queueRunner)
 
 // confirmMark says that a beat of session s begun when the pool had
 // switched servers switches times was acknowledged (confirmSwitch).
