@@ -307,3 +307,21 @@ func TestKeyBatchTakeCapped(t *testing.T) {
 		t.Fatalf("took %d: %s ... %s %s", len(got), got[0].ID, got[len(got)-2].ID, got[len(got)-1].ID)
 	}
 }
+
+// A key whose list is not a list (corrupt data) never aborts a batch take
+// that popped ids: the head is taken alone and the others still run.
+func TestKeyBatchCorruptKeyListTakesTheHeadAlone(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 3)
+	e.do(t, "DEL", e.q.KeyListPrefix+"A")
+	e.do(t, "SET", e.q.KeyListPrefix+"A", "not a list")
+	got := e.takeBatch(t, "W", 10, 3)
+	if want := []string{"a1", "b1"}; !reflect.DeepEqual(takenIDs(got), want) {
+		t.Fatalf("took %v, want %v", takenIDs(got), want)
+	}
+	for _, g := range got {
+		if g.PID == "" || g.Head != "" {
+			t.Errorf("taken %+v: want a taking of its own", g)
+		}
+	}
+}

@@ -312,7 +312,9 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe)
       if safe and string.find(r.err, 'non local key', 1, true) then
         return nil
       end
-      error(r.err)
+      -- Corrupt key data (not a hash, not a list) must not abort a take
+      -- that popped ids (they would be in no list): the head goes alone.
+      return out
     end
   end
   if head ~= id then
