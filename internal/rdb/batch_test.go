@@ -325,3 +325,26 @@ func TestKeyBatchCorruptKeyListTakesTheHeadAlone(t *testing.T) {
 		}
 	}
 }
+
+// A head whose list of members is stale (a member now runs in another
+// batch, under another worker) never puts that member back: only takings
+// of its own batch are claimed.
+func TestKeyBatchRequeueLeavesAnotherBatchsMember(t *testing.T) {
+	t.Parallel()
+	e := batchEnv(t, 5)
+	got := e.takeBatch(t, "W", 1, 3) // a1, with a2 and a3 behind it
+	if len(got) != 3 {
+		t.Fatalf("took %v", takenIDs(got))
+	}
+	// a3 as if it ran in another batch, headed by a9, held by V.
+	e.do(t, "HSET", e.q.Task("a3"), "w", "V", "kf", "a9")
+	e.do(t, "HDEL", e.q.WorkerQueue("W"), got[2].PID)
+	e.do(t, "HSET", e.q.WorkerQueue("V"), got[2].PID, "a3")
+	e.requeue(t, false, "W")
+	if id, _ := redis.String(e.c.Do("HGET", e.q.WorkerQueue("V"), got[2].PID)); id != "a3" {
+		t.Fatalf("V's taking of a3 was put back by W's requeue (holds %q)", id)
+	}
+	if l := e.list(t, "A"); !reflect.DeepEqual(l, []string{"a2", "a4", "a5"}) {
+		t.Fatalf("A's list %v, want [a2 a4 a5] (a3 still runs under V)", l)
+	}
+}

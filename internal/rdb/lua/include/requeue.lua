@@ -2,16 +2,17 @@
 --- @include "level"
 --- @include "cfg"
 --- @include "finalize"
--- batch_claim reports whether the taking of task fid (a member of a batch)
--- is the caller's to put back: it is held in this run (mine), or it is
--- still taken (state active) and its pid is still in the holdings of the
--- worker named by its hash, where this takes it out.
-local function batch_claim(fid, mine, tprefix, qname)
+-- batch_claim reports whether the taking of task fid (a member of the batch
+-- headed by head) is the caller's to put back: it is held in this run
+-- (mine), or it is still taken (state active) in that batch (its F_BATCH_OF
+-- names head: a head's list of members may be stale) and its pid is still
+-- in the holdings of the worker named by its hash, where this takes it out.
+local function batch_claim(fid, head, mine, tprefix, qname)
   if mine[fid] then
     return true
   end
-  local f = redis.pcall('HMGET', tprefix .. fid, F_STATE, F_WORKER, F_PID)
-  if f.err or f[1] ~= S_ACTIVE or not f[2] or not f[3] then
+  local f = redis.pcall('HMGET', tprefix .. fid, F_STATE, F_WORKER, F_PID, F_BATCH_OF)
+  if f.err or f[1] ~= S_ACTIVE or not f[2] or not f[3] or (fid ~= head and f[4] ~= head) then
     return false
   end
   local base = string.sub(tprefix, 1, #tprefix - 2)
@@ -37,7 +38,7 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
   end
   local back = {}
   for _, fid in ipairs(key_batch_split(h[8])) do
-    if not gone[fid] and batch_claim(fid, mine, tprefix, qname) then
+    if not gone[fid] and batch_claim(fid, head, mine, tprefix, qname) then
       gone[fid] = true
       local x = redis.pcall('HGET', tprefix .. fid, F_CANCEL)
       if x == '1' then
@@ -53,7 +54,7 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
     key_batch_return(tprefix, qname, h[7], back)
     requeued = requeued + #back
   end
-  if gone[head] or h[3] ~= S_ACTIVE or not batch_claim(head, mine, tprefix, qname) then
+  if gone[head] or h[3] ~= S_ACTIVE or not batch_claim(head, head, mine, tprefix, qname) then
     return requeued, cancelled
   end
   gone[head] = true
