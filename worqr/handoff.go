@@ -71,7 +71,7 @@ func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff) {
 			"task_id", h.Taken.ID, "pid", h.Taken.PID)
 		return
 	}
-	w.launch(s, q, []rdb.Taken{h.Taken})
+	w.launchAll(s, q, []rdb.Taken{h.Taken}, true)
 }
 
 // releaseBegin marks a release of session id as on its way: hand-offs to id
@@ -154,11 +154,19 @@ func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 
 // parkArgs is TakeArgs.Park for q: its concurrency while it may park and
 // hand-offs can reach the worker, else 0.
-func (w *Worker) parkArgs(q *queueRunner) int {
+func (w *Worker) parkArgs(q *queueRunner) (cap int, validMs int64) {
 	if !q.parks || !w.listening.Load() {
-		return 0
+		return 0, 0
 	}
-	return q.concurrency
+	select {
+	case <-w.takeStop: // stopping: parked no more (see Stop)
+		return 0, 0
+	default:
+	}
+	// The worker parks again at each poll's take, so an entry need not
+	// outlive two polls: a worker that died or froze is skipped (and its
+	// entry dropped) that soon, not at the end of its keepalive.
+	return q.concurrency, 2 * w.cfg.PollInterval.Milliseconds()
 }
 
 // unparkAll removes the worker's session s from the parked workers of every

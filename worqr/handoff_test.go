@@ -2,6 +2,7 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -12,15 +13,17 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/worqr"
 )
 
 // handoffs counts the hand-off messages published on a queue's wake
 // channel, by the worker they name.
 type handoffs struct {
-	mu  sync.Mutex
-	by  map[string]int
-	psc redis.PubSubConn
+	mu   sync.Mutex
+	by   map[string]int
+	last map[string]string // pid of the last hand-off, by worker
+	psc  redis.PubSubConn
 }
 
 func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
@@ -29,7 +32,7 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &handoffs{by: map[string]int{}, psc: redis.PubSubConn{Conn: c}}
+	h := &handoffs{by: map[string]int{}, last: map[string]string{}, psc: redis.PubSubConn{Conn: c}}
 	if err := h.psc.Subscribe(q.WakeChannel); err != nil {
 		t.Fatal(err)
 	}
@@ -43,6 +46,7 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 				if m, ok := rdb.ParseHandoff(v.Data); ok {
 					h.mu.Lock()
 					h.by[m.Worker]++
+					h.last[m.Worker] = m.Taken.PID
 					h.mu.Unlock()
 				}
 			case error:
@@ -52,6 +56,21 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 	}()
 	t.Cleanup(func() { c.Close() })
 	return h
+}
+
+// lastPID waits up to d for a hand-off to w and returns the pid of the
+// last one ("" if none came).
+func (h *handoffs) lastPID(w string, d time.Duration) string {
+	deadline := time.Now().Add(d)
+	for {
+		h.mu.Lock()
+		pid := h.last[w]
+		h.mu.Unlock()
+		if pid != "" || time.Now().After(deadline) {
+			return pid
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 func (h *handoffs) count(w string) int {
@@ -189,8 +208,10 @@ func TestLostHandoffIsReleased(t *testing.T) {
 	}
 }
 
-// However many producers enqueue at once, a worker never runs more than
-// its concurrency, and every task runs once.
+// Producers enqueuing at once, with the worker now idle (handed tasks) and
+// now busy (taken tasks, and ends that take again): every task runs once,
+// and never more handlers than its concurrency at once. (That Redis hands
+// a worker no more than it can run is TestEnqueueHandsOff's, in rdb.)
 func TestHandoffKeepsConcurrency(t *testing.T) {
 	ctx := context.Background()
 	pool := srv.Pool()
@@ -266,8 +287,9 @@ func TestHandoffKeepsConcurrency(t *testing.T) {
 }
 
 // A worker that dies holding a task handed to it has that task recovered
-// once its keepalive expires, as one it took: parking put it in the
-// queue's holder index.
+// once its keepalive expires, as one it took. (That parking also puts it
+// in the queue's holder index, which the reaper's sweep reads, is
+// TestTakeParks's, in rdb.)
 func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	ctx := context.Background()
 	pool := srv.Pool()
@@ -322,5 +344,183 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	}
 	if recovered.Load() != 1 {
 		t.Fatalf("recovered %d tasks, want 1", recovered.Load())
+	}
+}
+
+// A cancel sent right after an enqueue reaches the handler of a task that
+// was handed to the worker (running for Redis at once), even when it
+// comes before the handler started.
+func TestCancelRightAfterAHandoff(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	h := watchHandoffs(t, q)
+	causes := make(chan error, 20)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			select {
+			case <-ctx.Done():
+				causes <- context.Cause(ctx)
+			case <-time.After(5 * time.Second):
+				causes <- nil
+			}
+			return ctx.Err()
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	client, _ := worqr.NewClient(pool, &cfg)
+	const n = 10
+	for i := 0; i < n; i++ {
+		waitParked(t, c, q, w.ID())
+		id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Cancel(ctx, "q", id); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case cause := <-causes:
+			if !errors.Is(cause, worqr.ErrTaskCancelled) {
+				t.Fatalf("round %d: the handler's context ended with %v, want ErrTaskCancelled", i, cause)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the handler never ran", i)
+		}
+	}
+	if got := h.count(w.ID()); got < n/2 {
+		t.Fatalf("%d of %d tasks handed: the test does not exercise hand-offs", got, n)
+	}
+}
+
+// A hand-off received by a worker frozen for most of its keepalive's TTL
+// since its last good beat is not run then (the reaper may have given the
+// task to another worker meanwhile): once a beat says its id lives, a
+// release puts it back and it runs, once.
+func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	clock := seam.NewManualClock(time.Now())
+	ctx := seam.WithHeartbeatClock(context.Background(), clock)
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	ran := make(chan string, 4)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+		// Fresh for TTL - Interval = 500 ms of its clock after a beat.
+		HeartbeatInterval: time.Second, HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Second,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			ran <- t.PID()
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	h := watchHandoffs(t, q)
+	waitParked(t, c, q, w.ID())
+	clock.Advance(700 * time.Millisecond) // no beat for 700 ms: not fresh
+	client, _ := worqr.NewClient(pool, &cfg)
+	if _, err := client.Enqueue(context.Background(), "q", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	handedPID := h.lastPID(w.ID(), time.Second)
+	if handedPID == "" {
+		t.Fatal("the task was not handed to the parked worker")
+	}
+	select {
+	case pid := <-ran:
+		t.Fatalf("a hand-off received while frozen ran (pid %s)", pid)
+	case <-time.After(200 * time.Millisecond):
+	}
+	// The worker's clock runs again: a beat, then the release and a take.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			clock.Advance(time.Second)
+			select {
+			case <-stop:
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	select {
+	case pid := <-ran:
+		if pid == handedPID {
+			t.Fatalf("ran under the handed pid %s, want a taking of its own after the release", pid)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never ran")
+	}
+	select {
+	case pid := <-ran:
+		t.Fatalf("ran twice (pid %s)", pid)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// Hand-off messages sent while the worker's subscription was down are
+// lost: each new subscription releases what the worker holds and does
+// not run, with no wait for its poll.
+func TestResubscribeReleasesLostHandoffs(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	ran := make(chan string, 4)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its holdings
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			ran <- t.ID
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	waitParked(t, c, q, w.ID())
+	// What enqueue_hand writes, without its message.
+	pid, err := redis.Int64(c.Do("INCR", q.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spid := strconv.FormatInt(pid, 10)
+	c.Do("HSET", q.Task("lost"), "d", "p", "s", "active", "w", w.ID(), "p", spid)
+	c.Do("HSET", q.WorkerQueue(w.ID()), spid, "lost")
+	select {
+	case id := <-ran:
+		t.Fatalf("%s ran before the subscription dropped", id)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if _, err := c.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != "lost" {
+			t.Fatalf("ran %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stranded taking was not released after the worker subscribed again")
 	}
 }

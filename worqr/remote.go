@@ -709,6 +709,9 @@ func (r *Remote) listenLoop() {
 			q := q
 			channels = append(channels, q.qk.WakeChannel)
 			route[q.qk.WakeChannel] = func(data []byte) {
+				if rdb.IsHandoff(data) {
+					return // a task handed to a worker of this process's peers: nothing waits
+				}
 				if string(data) == "0" { // a pause or resume
 					r.refreshPaused()
 				}

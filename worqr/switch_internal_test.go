@@ -31,7 +31,7 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 	ctx := context.Background()
 	w, err := NewWorker(internalPool(t), &WorkerConfig{Config: Config{Namespace: redistest.Namespace()},
 		PollInterval: time.Hour,
-		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(context.Context, *Task) error { return nil })}}})
+		Queues:       map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(context.Context, *Task) error { return nil })}}})
 	if err != nil {
 		t.Fatal(err)
 	}

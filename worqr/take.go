@@ -121,10 +121,11 @@ func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken,
 // the queue's flags: a queue with no priority levels and no limits takes
 // the plain way.
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
+	park, parkMs := w.parkArgs(q)
 	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
 		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0,
-		Park: w.parkArgs(q)}
+		Park: park, ParkMs: parkMs}
 }
 
 // takeReplicated turns the error of a take that too few replicas
@@ -272,8 +273,31 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 // many it launched and how many the take buried. After Stop closed the
 // queue it launches nothing: those takings stay held, and Stop requeues them.
 func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
+	return w.launchAll(s, q, tasks, false)
+}
+
+// launchAll is launch; with nowait (a hand-off, launched by the subscriber
+// goroutine, which must never block) a taking the handler goroutines have
+// no room for is not launched either. A taking not launched while the
+// session lives stays held: the queue is made unsure, and its fetch loop
+// releases it.
+func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken, nowait bool) (launched, buried int) {
 	q.launchMu.Lock()
-	defer q.launchMu.Unlock()
+	unsure := false
+	defer func() {
+		if unsure {
+			q.unsure = s.ID()
+		}
+		q.launchMu.Unlock()
+		if unsure {
+			poke(q.wake)
+		}
+	}()
+	// A process frozen (or cut off) for most of a TTL since its last good
+	// beat runs nothing it received meanwhile: its keepalive may have
+	// expired and the reaper requeued these takings to another worker.
+	// After a beat confirms the id lives, the release puts them back.
+	fresh := w.keeper.Fresh()
 	for i := 0; i < len(tasks); i++ {
 		t := tasks[i]
 		var behind []rdb.Taken // the batch t heads: the takings right after it
@@ -293,6 +317,12 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 			continue
 		}
 		if q.closed {
+			continue
+		}
+		if !fresh || nowait && len(q.work) == cap(q.work) {
+			w.cfg.Logger.Warn("worker: taking not run (received while frozen, or no room): put back by a release",
+				"queue", q.name, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
+			unsure = true
 			continue
 		}
 		launched++

@@ -32,7 +32,10 @@ func (w *Worker) subscribeLoop() {
 			}
 			q.hint()
 		}
-		route[q.qk.CancelChannel] = func(id []byte) { w.cancelRunning(string(id)) }
+		route[q.qk.CancelChannel] = func(id []byte) {
+			w.cancelRunning(string(id))
+			q.askCancel(string(id)) // launched, its handler not started yet
+		}
 	}
 	delay := 50 * time.Millisecond
 	for w.runCtx.Err() == nil {

@@ -164,6 +164,10 @@ type holding struct {
 	cancel context.CancelCauseFunc // its handler's, while the handler runs
 	ending bool                    // its handler returned: its end is (or was) on its way
 	lost   bool                    // found not held in Redis before it ended: never ended
+	// cancelled: a cancel of its task came before its handler started
+	// (a task handed to the worker is running for Redis from its enqueue
+	// on); the handler starts cancelled.
+	cancelled bool
 }
 
 // hold records taking pid (of task id) as being run and returns its
@@ -222,8 +226,29 @@ func (q *queueRunner) started(hs []*holding, cancel context.CancelCauseFunc) boo
 	for _, h := range hs {
 		h.cancel = cancel
 		ok = ok && !h.lost
+		if h.cancelled {
+			cancel(ErrTaskCancelled)
+		}
 	}
 	return ok
+}
+
+// askCancel cancels the handler of the taking of task id, or, when that
+// handler has not started yet, marks the taking so that it starts
+// cancelled (see started).
+func (q *queueRunner) askCancel(id string) {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	for _, h := range q.held {
+		if h.id != id || h.ending || h.lost {
+			continue
+		}
+		if h.cancel != nil {
+			h.cancel(ErrTaskCancelled)
+		} else {
+			h.cancelled = true
+		}
+	}
 }
 
 // returned marks hs as ending (their handler returned) and reports
@@ -616,14 +641,16 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 	close(w.takeStop)
 	w.takeStopC()
+	w.loops.Wait()
 	if s, _ := w.keeper.Current(); !s.Lost() {
-		// Nothing more is handed to the worker (what is on its way is
-		// run, or put back with the rest below).
+		// Nothing more is handed to the worker: no take parks it from
+		// now on (parkArgs), and the fetch loops are over. What is on its
+		// way is run, or put back with the rest below (the requeue
+		// unparks it again, after an end that took again in flight).
 		uctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		w.unparkAll(uctx, s)
 		cancel()
 	}
-	w.loops.Wait()
 	for _, q := range w.queues {
 		// No more takings: handler goroutines end after theirs. An end
 		// that takes again from now on launches nothing; what it took is

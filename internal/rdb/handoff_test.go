@@ -53,6 +53,17 @@ func TestTakeParks(t *testing.T) {
 	if n, _ := redis.Int(e.c.Do("SISMEMBER", e.q.Holders, "W")); n != 1 {
 		t.Fatal("a parked worker is not in the holder index")
 	}
+	// With ParkMs the entry is valid that long from the take, when that
+	// comes before the deadline.
+	t0 := e.now(t)
+	got, err = e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: until, Max: 2, Park: 2, ParkMs: 50})
+	if err != nil || len(got) != 0 {
+		t.Fatal(got, err)
+	}
+	v := strings.Split(e.parked(t)["W"], "|")
+	if at, _ := strconv.ParseInt(v[0], 10, 64); len(v) != 2 || at < t0+50 || at > e.now(t)+50 || v[1] != "2" {
+		t.Fatalf("parked W -> %v, want about %d|2", v, t0+50)
+	}
 	// An end that takes again and finds the queue empty parks as well.
 	_, _, err = e.st.EndTake(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "V", "0", "x", nil)},
 		&rdb.TakeArgs{Worker: "V", Until: until, Max: 1, Park: 3})

@@ -472,6 +472,9 @@ type TakeArgs struct {
 	// tasks than it asked for parks it, so that an enqueue hands it tasks
 	// while it holds fewer (see Handoff). 0: never parked.
 	Park int
+	// ParkMs > 0: the park entry is valid that long from the take (Redis
+	// time), and never past Until; 0: until Until.
+	ParkMs int64
 }
 
 // MaxKeyBatch is the largest TakeArgs.Batch.
@@ -523,7 +526,7 @@ func (a TakeArgs) mode(safe bool) string {
 		m += "k" + strconv.Itoa(min(a.Batch, MaxKeyBatch))
 	}
 	if a.parks() {
-		m += "h" + strconv.Itoa(a.Park)
+		m += "h" + strconv.Itoa(a.Park) + ":" + strconv.FormatInt(max(a.ParkMs, 0), 10)
 	}
 	return m
 }
@@ -1122,32 +1125,43 @@ type Limits struct {
 // queue's flags at once.
 func (s *Store) SetLimits(ctx context.Context, q QueueKeys, l Limits) error {
 	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
-		var err error
+		cmds := make([]command, 0, 3)
 		if l.Rate > 0 && l.PeriodMs > 0 {
-			_, err = do(ctx, c, "HSET", q.Config, "rate", l.Rate, "period", l.PeriodMs)
+			cmds = append(cmds, cmdOf("HSET", q.Config, "rate", l.Rate, "period", l.PeriodMs))
 		} else {
-			_, err = do(ctx, c, "HDEL", q.Config, "rate", "period")
-		}
-		if err != nil {
-			return err
+			cmds = append(cmds, cmdOf("HDEL", q.Config, "rate", "period"))
 		}
 		if l.Conc > 0 {
-			_, err = do(ctx, c, "HSET", q.Config, "conc", l.Conc)
+			cmds = append(cmds, cmdOf("HSET", q.Config, "conc", l.Conc))
 		} else {
-			_, err = do(ctx, c, "HDEL", q.Config, "conc")
-		}
-		if err != nil {
-			return err
+			cmds = append(cmds, cmdOf("HDEL", q.Config, "conc"))
 		}
 		if l.Rate > 0 && l.PeriodMs > 0 || l.Conc > 0 {
-			// A task handed at enqueue would pass the limits.
-			if _, err = do(ctx, c, "DEL", q.Park); err != nil {
-				return err
-			}
+			// A task handed at enqueue would pass the limits: the limits
+			// and the parked workers go together.
+			cmds = append(cmds, cmdOf("DEL", q.Park))
 		}
-		_, err = do(ctx, c, s.publish(), q.WakeChannel, "0")
+		if err := multi(ctx, c, cmds...); err != nil {
+			return err
+		}
+		_, err := do(ctx, c, s.publish(), q.WakeChannel, "0")
 		return err
 	})
+}
+
+// multi runs cmds on c in one MULTI/EXEC transaction (the keys of one tag).
+func multi(ctx context.Context, c redis.Conn, cmds ...command) error {
+	if _, err := do(ctx, c, "MULTI"); err != nil {
+		return err
+	}
+	for _, cm := range cmds {
+		if _, err := do(ctx, c, cm.name, cm.args...); err != nil {
+			_, _ = do(ctx, c, "DISCARD")
+			return err
+		}
+	}
+	_, err := do(ctx, c, "EXEC")
+	return err
 }
 
 // ReadLimits returns q's stored global limits.
@@ -1221,11 +1235,9 @@ func (s *Store) SetPaused(ctx context.Context, q QueueKeys, on bool) error {
 	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
 		var err error
 		if on {
-			_, err = do(ctx, c, "HSET", q.Config, "paused", "1")
-			if err == nil {
-				// Nothing is handed to a parked worker from now on.
-				_, err = do(ctx, c, "DEL", q.Park)
-			}
+			// Nothing is handed to a parked worker from now on: the flag
+			// and the parked workers go together.
+			err = multi(ctx, c, cmdOf("HSET", q.Config, "paused", "1"), cmdOf("DEL", q.Park))
 		} else {
 			_, err = do(ctx, c, "HDEL", q.Config, "paused")
 		}

@@ -72,9 +72,9 @@ end
 -- and 'l' (the queue may have global limits: see limit_allowance) and
 -- 'k<n>' (batches per key: each key's head comes with up to n-1 tasks of
 -- its key, see key_batch_read in key.lua, right after it in the reply,
--- the head's id in their eighth value) and 'h<n>' (the worker runs n
+-- the head's id in their eighth value) and 'h<n>:<ms>' (the worker runs n
 -- takings of the queue at once: a take that finds fewer tasks than it asked
--- for parks it, see park.lua; k.park and k.deadline are then set). A plain
+-- for parks it for ms, see park.lua; k.park and k.deadline are then set). A plain
 -- queue's mode is one digit (and 'm'): its take runs exactly the commands it
 -- ran before levels and limits existed. Returns the flat reply of take, or
 -- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
@@ -91,7 +91,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
   local limited = string.find(mode, 'l', 2, true) ~= nil
   local batch = tonumber(string.match(mode, 'k(%d+)') or '0')
-  local parks = tonumber(string.match(mode, 'h(%d+)') or '0')
+  local parks, park_ms = string.match(mode, 'h(%d+):(%d+)')
+  parks, park_ms = tonumber(parks or '0'), tonumber(park_ms or '0')
   mode = string.sub(mode, 1, 1)
   if mode ~= '0' then
     batch = 0
@@ -136,7 +137,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local parking = parks > 0 and need > 0
   if #ids == 0 then
     if parking then
-      park(k, w, k.deadline, parks)
+      park(k, w, k.deadline, parks, park_ms)
     end
     if wait then
       return {wait}
@@ -209,7 +210,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
   end
   if parking then
-    park(k, w, k.deadline, parks)
+    park(k, w, k.deadline, parks, park_ms)
   end
   local last = redis.call('INCRBY', k.seq, #ids + nfol)
   local pid = last - #ids - nfol
