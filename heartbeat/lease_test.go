@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -33,6 +35,10 @@ func TestLeaseBeatsUntilStaleOrGone(t *testing.T) {
 	l := open()
 	until := l.Until()
 	clock.Advance(ttl / 2)
+	// The deadline is the beat's Redis time + TTL - TTL/10, in ms: a beat
+	// in the same ms as the open would leave it where it was.
+	for opened := until.Add(-(ttl - ttl/10)).UnixMilli(); redisMillis(t) <= opened; {
+	}
 	if err := l.Beat(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -61,4 +67,19 @@ func TestLeaseBeatsUntilStaleOrGone(t *testing.T) {
 	if l.Context().Err() == nil {
 		t.Error("a lost lease's context is not cancelled")
 	}
+}
+
+// redisMillis is the test server's clock (TIME), in unix ms.
+func redisMillis(t *testing.T) int64 {
+	t.Helper()
+	c, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	v, err := redis.Int64s(c.Do("TIME"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v[0]*1000 + v[1]/1000
 }
