@@ -26,7 +26,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	runs := map[string][]string{} // task id -> pids it ran under
 	ran := make(chan string, 10)
 	cfg := Config{Namespace: redistest.Namespace()}
-	w, err := NewWorker(pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its own
+	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its own
 		Queues: map[string]QueueConfig{"q": {Concurrency: 2, Handler: HandlerFunc(func(_ context.Context, t *Task) error {
 			mu.Lock()
 			runs[t.ID] = append(runs[t.ID], t.pid)
@@ -34,12 +34,6 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 			ran <- t.ID
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	q := w.queues[0]
 	s, _ := w.keeper.Current()

@@ -79,6 +79,48 @@ func (h *handoffs) count(w string) int {
 	return h.by[w]
 }
 
+// handEnv is a pool on the test server, a connection, a config of a new
+// namespace and the keys of its queue "q" (all closed after the test).
+func handEnv(t *testing.T) (*redis.Pool, redis.Conn, worqr.Config, rdb.QueueKeys) {
+	t.Helper()
+	pool := srv.Pool()
+	c := pool.Get()
+	t.Cleanup(func() { c.Close(); pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	return pool, c, cfg, rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+}
+
+// startOn makes and starts a worker on pool (its caller stops it).
+func startOn(t *testing.T, ctx context.Context, pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
+	t.Helper()
+	w, err := worqr.NewWorker(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// strand records a taking of task id for worker w as enqueue_hand does,
+// without its message (as when pub/sub lost it), and returns its pid.
+func strand(t *testing.T, c redis.Conn, q rdb.QueueKeys, w, id string) string {
+	t.Helper()
+	pid, err := redis.Int64(c.Do("INCR", q.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spid := strconv.FormatInt(pid, 10)
+	if _, err := c.Do("HSET", q.Task(id), "d", "p", "s", "active", "w", w, "p", spid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("HSET", q.WorkerQueue(w), spid, id); err != nil {
+		t.Fatal(err)
+	}
+	return spid
+}
+
 // waitParked waits until worker id is parked on q.
 func waitParked(t *testing.T, c redis.Conn, q rdb.QueueKeys, id string) {
 	t.Helper()
@@ -100,26 +142,15 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 	for _, disable := range []bool{false, true} {
 		t.Run("disable="+strconv.FormatBool(disable), func(t *testing.T) {
 			ctx := context.Background()
-			pool := srv.Pool()
-			defer pool.Close()
-			c := pool.Get()
-			defer c.Close()
-			cfg := worqr.Config{Namespace: redistest.Namespace()}
-			q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+			pool, c, cfg, q := handEnv(t)
 			h := watchHandoffs(t, q)
 			done := make(chan string, 100)
-			w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
+			w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
 				PollInterval: 50 * time.Millisecond,
 				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 					done <- string(t.Payload)
 					return nil
 				})}}})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := w.Start(ctx); err != nil {
-				t.Fatal(err)
-			}
 			defer w.Stop(ctx)
 			client, _ := worqr.NewClient(pool, &cfg)
 			if !disable {
@@ -163,40 +194,18 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 // the task runs, once.
 func TestLostHandoffIsReleased(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	defer pool.Close()
-	c := pool.Get()
-	defer c.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	pool, c, cfg, q := handEnv(t)
 	var runs atomic.Int32
 	done := make(chan struct{}, 10)
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			runs.Add(1)
 			done <- struct{}{}
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	waitParked(t, c, q, w.ID())
-	// What enqueue_hand writes, without its message.
-	pid, err := redis.Int64(c.Do("INCR", q.Seq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spid := strconv.FormatInt(pid, 10)
-	if _, err := c.Do("HSET", q.Task("lost"), "d", "p", "s", "active", "w", w.ID(), "p", spid); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Do("HSET", q.WorkerQueue(w.ID()), spid, "lost"); err != nil {
-		t.Fatal(err)
-	}
+	strand(t, c, q, w.ID(), "lost")
 	select {
 	case <-done:
 	case <-time.After(10 * time.Second):
@@ -214,19 +223,14 @@ func TestLostHandoffIsReleased(t *testing.T) {
 // a worker no more than it can run is TestEnqueueHandsOff's, in rdb.)
 func TestHandoffKeepsConcurrency(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	defer pool.Close()
-	c := pool.Get()
-	defer c.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	pool, c, cfg, q := handEnv(t)
 	h := watchHandoffs(t, q)
 	var cur, peak atomic.Int32
 	var mu sync.Mutex
 	ran := map[string]int{}
 	const n = 400
 	all := make(chan struct{})
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			v := cur.Add(1)
 			for p := peak.Load(); v > p && !peak.CompareAndSwap(p, v); p = peak.Load() {
@@ -241,12 +245,6 @@ func TestHandoffKeepsConcurrency(t *testing.T) {
 			mu.Unlock()
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	waitParked(t, c, q, w.ID())
 	client, _ := worqr.NewClient(pool, &cfg)
@@ -317,7 +315,7 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	}
 	done := make(chan worqr.Event, 1)
 	var recovered atomic.Int32
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
 		OnEvent: func(e worqr.Event) {
 			if e.Kind == worqr.EventRecovered && e.Count > 0 {
 				recovered.Add(int32(e.Count))
@@ -327,12 +325,6 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 			done <- worqr.Event{TaskID: t.ID}
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	select {
 	case e := <-done:
@@ -352,15 +344,10 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 // comes before the handler started.
 func TestCancelRightAfterAHandoff(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	defer pool.Close()
-	c := pool.Get()
-	defer c.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	pool, c, cfg, q := handEnv(t)
 	h := watchHandoffs(t, q)
 	causes := make(chan error, 20)
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 500 * time.Millisecond,
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 500 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Retention: time.Minute, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 			select {
 			case <-ctx.Done():
@@ -370,12 +357,6 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 			}
 			return ctx.Err()
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	client, _ := worqr.NewClient(pool, &cfg)
 	const n = 10
@@ -434,19 +415,13 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	cfg := worqr.Config{Namespace: redistest.Namespace()}
 	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
 	ran := make(chan string, 4)
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg,
 		// Fresh for TTL - Interval = 500 ms of its clock after a beat.
 		HeartbeatInterval: time.Second, HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Second,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.PID()
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(context.Background())
 	h := watchHandoffs(t, q)
 	waitParked(t, c, q, w.ID())
@@ -497,34 +472,16 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 // not run, with no wait for its poll.
 func TestResubscribeReleasesLostHandoffs(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	defer pool.Close()
-	c := pool.Get()
-	defer c.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
+	pool, c, cfg, q := handEnv(t)
 	ran := make(chan string, 4)
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its holdings
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its holdings
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.ID
 			return nil
 		})}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	waitParked(t, c, q, w.ID())
-	// What enqueue_hand writes, without its message.
-	pid, err := redis.Int64(c.Do("INCR", q.Seq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spid := strconv.FormatInt(pid, 10)
-	c.Do("HSET", q.Task("lost"), "d", "p", "s", "active", "w", w.ID(), "p", spid)
-	c.Do("HSET", q.WorkerQueue(w.ID()), spid, "lost")
+	strand(t, c, q, w.ID(), "lost")
 	select {
 	case id := <-ran:
 		t.Fatalf("%s ran before the subscription dropped", id)

@@ -24,20 +24,27 @@ func internalPool(t *testing.T) *redis.Pool {
 	return pool
 }
 
+// startInternal makes and starts a worker on pool (its caller stops it).
+func startInternal(t *testing.T, pool *redis.Pool, cfg *WorkerConfig) *Worker {
+	t.Helper()
+	w, err := NewWorker(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // A second server switch seen while the beat that confirms the first is on
 // its way (an end that takes again sees it) gets a beat of its own: the
 // queue is not cleared of its need for one by the first beat.
 func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 	ctx := context.Background()
-	w, err := NewWorker(internalPool(t), &WorkerConfig{Config: Config{Namespace: redistest.Namespace()},
+	w := startInternal(t, internalPool(t), &WorkerConfig{Config: Config{Namespace: redistest.Namespace()},
 		PollInterval: time.Hour,
 		Queues:       map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(context.Context, *Task) error { return nil })}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
 	defer w.Stop(ctx)
 	q := w.queues[0]
 	q.paused.Store(true) // its fetch loop releases nothing: only this test's call runs
