@@ -30,7 +30,7 @@ type handState struct {
 	// releasing is the session whose release is on its way (or failed:
 	// it may have run): its hand-offs wait in pending until one succeeds.
 	releasing string
-	pending   []rdb.Handoff
+	pending   []pendingHandoff
 	// The last release that succeeded: its session, its Seq and the pids
 	// it was told the worker runs.
 	relFor   string
@@ -38,6 +38,13 @@ type handState struct {
 	relKnown map[string]bool
 	// suspect: the pids held in Redis and unknown at the last check.
 	suspect map[string]bool
+}
+
+// pendingHandoff is a hand-off waiting for a release to end, and whether a
+// cancel of its task came meanwhile.
+type pendingHandoff struct {
+	h         rdb.Handoff
+	cancelled bool
 }
 
 // handed receives a hand-off message of q.
@@ -56,15 +63,15 @@ func (w *Worker) handed(q *queueRunner, data []byte) {
 	q.hand.mu.Lock()
 	defer q.hand.mu.Unlock()
 	if q.hand.releasing == h.Worker {
-		q.hand.pending = append(q.hand.pending, h)
+		q.hand.pending = append(q.hand.pending, pendingHandoff{h: h})
 		return
 	}
-	w.deliver(s, q, h)
+	w.deliver(s, q, h, false)
 }
 
-// deliver launches hand-off h unless a release put it back. Called with
-// q.hand.mu held.
-func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff) {
+// deliver launches hand-off h unless a release put it back; cancelled: a
+// cancel of its task came while it waited. Called with q.hand.mu held.
+func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff, cancelled bool) {
 	st := &q.hand
 	if st.relFor == h.Worker && h.Seq <= st.relSeq && !st.relKnown[h.Taken.PID] {
 		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.name,
@@ -72,6 +79,24 @@ func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff) {
 		return
 	}
 	w.launchAll(s, q, []rdb.Taken{h.Taken}, true)
+	if cancelled {
+		q.askCancel(h.Taken.ID) // its handler starts cancelled
+	}
+}
+
+// cancelAsked stops the handler of task id of q, or has it start
+// cancelled: launched and not started yet, or a hand-off waiting for a
+// release.
+func (w *Worker) cancelAsked(q *queueRunner, id string) {
+	w.cancelRunning(id)
+	q.askCancel(id)
+	q.hand.mu.Lock()
+	for i := range q.hand.pending {
+		if q.hand.pending[i].h.Taken.ID == id {
+			q.hand.pending[i].cancelled = true
+		}
+	}
+	q.hand.mu.Unlock()
 }
 
 // releaseBegin marks a release of session id as on its way: hand-offs to id
@@ -101,9 +126,9 @@ func (w *Worker) releaseEnd(s *heartbeat.Session, q *queueRunner, known []string
 	pending := st.pending
 	st.pending = nil
 	cur, _ := w.keeper.Current()
-	for _, h := range pending {
-		if cur == s && h.Worker == s.ID() && !s.Lost() {
-			w.deliver(s, q, h)
+	for _, p := range pending {
+		if cur == s && p.h.Worker == s.ID() && !s.Lost() {
+			w.deliver(s, q, p.h, p.cancelled)
 		}
 	}
 }
@@ -125,8 +150,8 @@ func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 	}
 	st := &q.hand
 	st.mu.Lock()
-	for _, h := range st.pending {
-		known[h.Taken.PID] = true
+	for _, p := range st.pending {
+		known[p.h.Taken.PID] = true
 	}
 	prev := st.suspect
 	st.suspect = nil

@@ -9,6 +9,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -37,22 +38,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	defer w.Stop(ctx)
 	q := w.queues[0]
 	s, _ := w.keeper.Current()
-	// held records a taking for the worker as enqueue_hand does, and
-	// returns the hand-off message it would publish.
-	held := func(id string) (msg []byte, pid int64) {
-		pid, err := redis.Int64(c.Do("INCR", q.qk.Seq))
-		if err != nil {
-			t.Fatal(err)
-		}
-		spid := strconv.FormatInt(pid, 10)
-		if _, err := c.Do("HSET", q.qk.Task(id), "d", "p", "s", "active", "w", s.ID(), "p", spid); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Do("HSET", q.qk.WorkerQueue(s.ID()), spid, id); err != nil {
-			t.Fatal(err)
-		}
-		return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
-	}
+	held := func(id string) ([]byte, int64) { return heldFor(t, c, q, s, id) }
 	wait := func(id string) {
 		t.Helper()
 		select {
@@ -130,4 +116,79 @@ func waitIdle(t *testing.T, q *queueRunner) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// heldFor records a taking of task id for session s in q as enqueue_hand
+// does, and returns the hand-off message it would publish and its pid.
+func heldFor(t *testing.T, c redis.Conn, q *queueRunner, s *heartbeat.Session, id string) ([]byte, int64) {
+	t.Helper()
+	pid, err := redis.Int64(c.Do("INCR", q.qk.Seq))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spid := strconv.FormatInt(pid, 10)
+	if _, err := c.Do("HSET", q.qk.Task(id), "d", "p", "s", "active", "w", s.ID(), "p", spid); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("HSET", q.qk.WorkerQueue(s.ID()), spid, id); err != nil {
+		t.Fatal(err)
+	}
+	return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
+}
+
+// A cancel that comes before the handler of a taking starts (launched
+// behind a busy handler, or a hand-off waiting for a release to end)
+// makes that handler start cancelled.
+func TestCancelBeforeTheHandlerStarts(t *testing.T) {
+	ctx := context.Background()
+	pool := internalPool(t)
+	c := pool.Get()
+	defer c.Close()
+	gate := make(chan struct{})
+	causes := make(chan string, 4)
+	w := startInternal(t, pool, &WorkerConfig{Config: Config{Namespace: redistest.Namespace()}, PollInterval: time.Hour,
+		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
+			if t.ID == "first" {
+				<-gate
+				return nil
+			}
+			select {
+			case <-ctx.Done():
+				causes <- t.ID + ": " + context.Cause(ctx).Error()
+			case <-time.After(2 * time.Second):
+				causes <- t.ID + ": not cancelled"
+			}
+			return ctx.Err()
+		})}}})
+	defer w.Stop(ctx)
+	q := w.queues[0]
+	s, _ := w.keeper.Current()
+	want := func(id string) {
+		t.Helper()
+		select {
+		case got := <-causes:
+			if got != id+": "+ErrTaskCancelled.Error() {
+				t.Fatalf("%s, want %s cancelled", got, id)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s never ran", id)
+		}
+	}
+
+	// Launched behind a busy handler.
+	first, _ := heldFor(t, c, q, s, "first")
+	w.handed(q, first)
+	second, _ := heldFor(t, c, q, s, "second")
+	w.handed(q, second)
+	w.cancelAsked(q, "second")
+	close(gate)
+	want("second")
+
+	// Waiting for a release.
+	q.releaseBegin(s.ID())
+	third, pid := heldFor(t, c, q, s, "third")
+	w.handed(q, third)
+	w.cancelAsked(q, "third")
+	w.releaseEnd(s, q, q.heldPIDs(), rdb.Released{Seq: pid - 1}, nil)
+	want("third")
 }

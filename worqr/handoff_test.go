@@ -499,3 +499,50 @@ func TestResubscribeReleasesLostHandoffs(t *testing.T) {
 		t.Fatal("the stranded taking was not released after the worker subscribed again")
 	}
 }
+
+// A paused queue still releases what its worker holds and does not run
+// (a release takes nothing): the task goes back to wait for the resume,
+// instead of staying held with no handler for the whole pause.
+func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
+	ctx := context.Background()
+	pool, c, cfg, q := handEnv(t)
+	ran := make(chan string, 4)
+	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			ran <- t.ID
+			return nil
+		})}}})
+	defer w.Stop(ctx)
+	in, _ := worqr.NewInspector(pool, &cfg)
+	if err := in.Pause(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	strand(t, c, q, w.ID(), "lost")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ids, _ := redis.Strings(c.Do("LRANGE", q.Waiting, 0, -1))
+		if len(ids) == 1 && ids[0] == "lost" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stranded taking was not put back while the queue is paused (waiting %v)", ids)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case id := <-ran:
+		t.Fatalf("%s ran while the queue is paused", id)
+	default:
+	}
+	if err := in.Resume(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case id := <-ran:
+		if id != "lost" {
+			t.Fatalf("ran %s", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not run after the resume")
+	}
+}

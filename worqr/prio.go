@@ -209,7 +209,6 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 		if err := w.release(s, q); err != nil {
 			return false, err
 		}
-		q.setUnsure("")
 	}
 	free := g.slots.size - int(g.slots.busy.Load())
 	if free <= 0 {

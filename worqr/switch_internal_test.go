@@ -46,18 +46,18 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 		PollInterval: time.Hour,
 		Queues:       map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(context.Context, *Task) error { return nil })}}})
 	defer w.Stop(ctx)
-	q := w.queues[0]
-	q.paused.Store(true) // its fetch loop releases nothing: only this test's call runs
-	s, _ := w.keeper.Current()
+	// A queue of its own, which no fetch loop of the worker serves: only
+	// this test's calls look at it.
 	var switches atomic.Uint64
-	q.launchMu.Lock()
-	q.switchesOf = switches.Load
-	q.switches = 0
-	q.launchMu.Unlock()
+	q := &queueRunner{name: "x", switchesOf: switches.Load, currentID: w.ID}
+	s, _ := w.keeper.Current()
 	switches.Store(1)
 	q.unsureFor(s.ID()) // sees the first switch
 	var beats atomic.Int32
-	testHookConfirmed = func(q *queueRunner) {
+	testHookConfirmed = func(hq *queueRunner) {
+		if hq != q {
+			return
+		}
 		if beats.Add(1) == 1 {
 			switches.Store(2)
 			q.unsureFor(s.ID()) // the second, seen while the first beat was on its way
@@ -74,5 +74,23 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 	defer q.launchMu.Unlock()
 	if q.confirm {
 		t.Fatal("still waiting for a beat after confirming both switches")
+	}
+}
+
+// A caller holding a session that is no longer current (a group round, an
+// end that waited for its lock) never makes the queue forget that the
+// current session must release.
+func TestUnsureForAStaleSessionKeepsTheCurrentOnes(t *testing.T) {
+	q := &queueRunner{currentID: func() string { return "B" }}
+	q.setUnsure("B")
+	if got := q.unsureFor("A"); got != "" {
+		t.Fatalf("unsureFor(stale A) = %q, want \"\"", got)
+	}
+	if got := q.unsureFor("B"); got != "B" {
+		t.Fatalf("unsureFor(B) = %q after a stale caller, want B", got)
+	}
+	q.setUnsure("A") // a session that died: forgotten
+	if got := q.unsureFor("B"); got != "" {
+		t.Fatalf("unsureFor(B) = %q with a dead session's mark, want \"\"", got)
 	}
 }

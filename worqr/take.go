@@ -32,25 +32,25 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 		// A process frozen (or cut off) for most of a TTL does not take
 		// before a beat confirms its id still lives: a zombie re-taking its
 		// own requeued task would count a second crash for it.
-		ready := !s.Lost() && !q.paused.Load() && w.keeper.Fresh()
-		if limited, until := q.limitedNow(); limited && unsure == "" {
+		// A release takes nothing: it runs while the queue is paused or
+		// limited too, so that nothing stays held with no handler.
+		alive := !s.Lost() && w.keeper.Fresh()
+		ready := alive && !q.paused.Load()
+		if limited, until := q.limitedNow(); limited {
 			ready = false
 			if !until.IsZero() {
 				lift.Reset(time.Until(until))
 			}
 		}
-		if ready && (unsure != "" || hint && free > 0) {
+		if alive && unsure != "" || ready && hint && free > 0 {
 			var (
 				tasks []rdb.Taken
 				err   error
 			)
 			if unsure != "" {
 				err = w.release(s, q)
-				if err == nil {
-					q.setUnsure("")
-				}
 			}
-			if err == nil && hint && free > 0 {
+			if err == nil && ready && hint && free > 0 {
 				var wait rdb.LimitWait
 				tasks, wait, err = w.take(s, q, free)
 				err = w.takeReplicated(s, q, err)
@@ -83,7 +83,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				continue
 			}
 			delay = 50 * time.Millisecond
-			if hint && free > 0 {
+			if ready && hint && free > 0 {
 				q.more.Store(heads(tasks) == free)
 				launched, buried := w.launch(s, q, tasks)
 				hint = buried > 0 || (launched == free && free > 0)
@@ -178,6 +178,10 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	defer q.takeMu.Unlock()
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
+	// The need for a release is met by this one, unless it fails: a
+	// taking left unlaunched from now on (a hand-off delivered at its end,
+	// say) makes the queue unsure again, for the next one.
+	q.setUnsure("")
 	// Hand-offs wait while the release is on its way (see handoff.go):
 	// the pids it is told of are read after they began to wait.
 	q.releaseBegin(s.ID())
@@ -185,6 +189,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
 	w.releaseEnd(s, q, known, r, err)
 	if err != nil {
+		q.setUnsure(s.ID())
 		return err
 	}
 	if r.Requeued > 0 {

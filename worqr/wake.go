@@ -32,10 +32,7 @@ func (w *Worker) subscribeLoop() {
 			}
 			q.hint()
 		}
-		route[q.qk.CancelChannel] = func(id []byte) {
-			w.cancelRunning(string(id))
-			q.askCancel(string(id)) // launched, its handler not started yet
-		}
+		route[q.qk.CancelChannel] = func(id []byte) { w.cancelAsked(q, string(id)) }
 	}
 	delay := 50 * time.Millisecond
 	for w.runCtx.Err() == nil {

@@ -116,6 +116,7 @@ type queueRunner struct {
 	// new one, and the taking would stay held with no handler.
 	switches   uint64
 	switchesOf func() uint64
+	currentID  func() string // the worker's current session id (Worker.ID)
 	// confirm: a switch was seen and no beat has confirmed the session
 	// on the new server since; the release waits for one (see
 	// confirmSwitch).
@@ -141,11 +142,17 @@ func (q *queueRunner) setUnsure(id string) {
 	q.launchMu.Unlock()
 }
 
-// unsureFor returns the pending unsure session id, forgetting one that is
-// not current (that id is dead: the reaper requeues what it held).
-func (q *queueRunner) unsureFor(current string) string {
+// unsureFor returns the pending unsure session id when it is the caller's
+// session s. It forgets one that is not the worker's current session
+// (that id is dead: the reaper requeues what it held), never one the
+// caller's stale s would say is another.
+func (q *queueRunner) unsureFor(s string) string {
 	q.launchMu.Lock()
 	defer q.launchMu.Unlock()
+	current := s
+	if q.currentID != nil {
+		current = q.currentID()
+	}
 	if q.switchesOf != nil {
 		if n := q.switchesOf(); n != q.switches {
 			q.switches, q.unsure, q.confirm = n, current, true
@@ -153,6 +160,9 @@ func (q *queueRunner) unsureFor(current string) string {
 	}
 	if q.unsure != current {
 		q.unsure = ""
+	}
+	if q.unsure != s {
+		return ""
 	}
 	return q.unsure
 }
@@ -353,6 +363,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.work = make(chan job, room)
 		r.held = map[string]*holding{}
 		r.switchesOf = w.st.Switches
+		r.currentID = w.ID
 		r.switches = w.st.Switches()
 		r.ends = w.endGroup(r)
 		r.more.Store(true)

@@ -324,6 +324,16 @@ func TestKeyBatchCorruptKeyListTakesTheHeadAlone(t *testing.T) {
 			t.Errorf("taken %+v: want a taking of its own", g)
 		}
 	}
+	// Their end does not fail on the corrupt list either: both end done,
+	// and the list is set aside.
+	out, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", got[0].PID, "a1", nil),
+		rdb.Done(rdb.KindTask, "W", got[1].PID, "b1", nil)})
+	if err != nil || len(out) != 2 || out[0].Outcome != rdb.OutcomeDone || out[1].Outcome != rdb.OutcomeDone {
+		t.Fatalf("end: %+v, %v; want both done", out, err)
+	}
+	if n, _ := redis.Int(e.c.Do("EXISTS", e.q.KeyListPrefix+"A:bad")); n != 1 {
+		t.Error("the corrupt list was not set aside")
+	}
 }
 
 // A head whose list of members is stale (a member now runs in another

@@ -1149,19 +1149,32 @@ func (s *Store) SetLimits(ctx context.Context, q QueueKeys, l Limits) error {
 	})
 }
 
-// multi runs cmds on c in one MULTI/EXEC transaction (the keys of one tag).
+// multi runs cmds on c in one MULTI/EXEC transaction (the keys of one
+// tag), sent as one pipeline: on a cluster the connection sends the whole
+// transaction again, ASKING first, if the slot moved. An error reply of one
+// of the commands is returned.
 func multi(ctx context.Context, c redis.Conn, cmds ...command) error {
-	if _, err := do(ctx, c, "MULTI"); err != nil {
+	all := make([]command, 0, len(cmds)+2)
+	all = append(all, cmdOf("MULTI"))
+	all = append(all, cmds...)
+	all = append(all, cmdOf("EXEC"))
+	rs, err := pipelineOn(ctx, c, all)
+	if err != nil {
 		return err
 	}
-	for _, cm := range cmds {
-		if _, err := do(ctx, c, cm.name, cm.args...); err != nil {
-			_, _ = do(ctx, c, "DISCARD")
-			return err
+	if len(rs) != len(all) {
+		return fmt.Errorf("rdb: transaction: %d replies for %d commands", len(rs), len(all))
+	}
+	exec, err := redis.Values(rs[len(rs)-1], nil)
+	if err != nil {
+		return fmt.Errorf("rdb: transaction: %w", err)
+	}
+	for _, r := range exec {
+		if e, ok := r.(redis.Error); ok {
+			return e
 		}
 	}
-	_, err := do(ctx, c, "EXEC")
-	return err
+	return nil
 }
 
 // ReadLimits returns q's stored global limits.

@@ -68,16 +68,36 @@ local function key_promote(tprefix, base, qname, heads, okey, e)
   return nxt
 end
 
+-- key_pop pops the front of a key's list. A list that is not one (corrupt
+-- data) is set aside under <list>:bad and read as empty: the end of a task
+-- must not fail on it (the task would stay taken, and its worker would try
+-- again forever).
+local function key_pop(list)
+  local r = redis.pcall('LPOP', list)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'WRONGTYPE', 1, true) then
+      redis.call('RENAME', list, list .. ':bad')
+      return false
+    end
+    error(r.err)
+  end
+  return r
+end
+
 -- key_next is called when task id of key okey of queue qname leaves for
 -- good (done, cancelled, deleted, or dead on a queue whose keys move on):
 -- when it is the key's head, the key's next task becomes the head, or the
 -- key is forgotten when none waits. Anything else changes nothing.
 local function key_next(tprefix, qname, id, okey)
   local heads, list, base = key_names(tprefix, qname, okey)
-  if redis.call('HGET', heads, okey) ~= id then
-    return
+  local head = redis.pcall('HGET', heads, okey)
+  if type(head) == 'table' and head.err and not string.find(head.err, 'WRONGTYPE', 1, true) then
+    error(head.err)
   end
-  local nxt = redis.call('LPOP', list)
+  if head ~= id then
+    return -- not its key's head (or the heads hash is corrupt: nothing to move)
+  end
+  local nxt = key_pop(list)
   if nxt then
     key_promote(tprefix, base, qname, heads, okey, nxt)
   else
@@ -181,7 +201,7 @@ local function key_add(tprefix, base, qname, heads, list, okey, id, due)
   local head = redis.call('HGET', heads, okey)
   if head and redis.call('EXISTS', tprefix .. head) == 0 then
     -- Its head's data is gone (deleted by hand): the next one takes over.
-    head = redis.call('LPOP', list)
+    head = key_pop(list)
     if head then
       head = key_promote(tprefix, base, qname, heads, okey, head)
     end
@@ -252,7 +272,7 @@ local function key_requeue(tkey, id, okey, waiting, cfgkey)
     return true
   end
   if head and redis.call('EXISTS', tprefix .. head) == 0 then
-    head = redis.call('LPOP', list)
+    head = key_pop(list)
     if head then
       head = key_promote(tprefix, base, qname, heads, okey, head)
     end
