@@ -98,8 +98,8 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	mu.Unlock()
 }
 
-// waitIdle waits until q's fetch loop has no release due (the one a
-// subscription asks for at start).
+// waitIdle waits until q's fetch loop has made the release a subscription
+// asks for at start, and has none due.
 func waitIdle(t *testing.T, q *queueRunner) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -107,8 +107,10 @@ func waitIdle(t *testing.T, q *queueRunner) {
 		q.launchMu.Lock()
 		u := q.unsure
 		q.launchMu.Unlock()
-		if u == "" {
-			time.Sleep(20 * time.Millisecond) // its take, if one was due, is over
+		q.hand.mu.Lock()
+		done := q.hand.relFor != "" && q.hand.releasing == ""
+		q.hand.mu.Unlock()
+		if u == "" && done {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -163,6 +165,7 @@ func TestCancelBeforeTheHandlerStarts(t *testing.T) {
 	defer w.Stop(ctx)
 	q := w.queues[0]
 	s, _ := w.keeper.Current()
+	waitIdle(t, q) // the release at start is over: it would put back what is handed below
 	want := func(id string) {
 		t.Helper()
 		select {
