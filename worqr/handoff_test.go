@@ -146,7 +146,7 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 			h := watchHandoffs(t, q)
 			done := make(chan string, 100)
 			w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
-				PollInterval: 50 * time.Millisecond,
+				PollInterval: 200 * time.Millisecond, // a park entry lasts two polls: 400 ms, room for a loaded machine
 				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 					done <- string(t.Payload)
 					return nil
@@ -156,7 +156,7 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 			if !disable {
 				waitParked(t, c, q, w.ID())
 			} else {
-				time.Sleep(200 * time.Millisecond) // four polls: it would have parked
+				time.Sleep(200 * time.Millisecond) // its first take, at start, would have parked it
 				if n, _ := redis.Int(c.Do("HLEN", q.Park)); n != 0 {
 					t.Fatalf("%d workers parked with DisableHandoff", n)
 				}
@@ -248,12 +248,22 @@ func TestHandoffKeepsConcurrency(t *testing.T) {
 	defer w.Stop(ctx)
 	waitParked(t, c, q, w.ID())
 	client, _ := worqr.NewClient(pool, &cfg)
+	// The first alone, to an idle worker: handed, whatever the timing of
+	// the rest on a loaded machine.
+	if _, err := client.Enqueue(ctx, "q", []byte("0"), nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); h.count(w.ID()) == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a task enqueued to an idle parked worker was not handed")
+		}
+	}
 	var wg sync.WaitGroup
 	for p := 0; p < 4; p++ {
 		wg.Add(1)
 		go func(p int) {
 			defer wg.Done()
-			for i := p; i < n; i += 4 {
+			for i := 1 + p; i < n; i += 4 {
 				if _, err := client.Enqueue(ctx, "q", []byte(strconv.Itoa(i)), nil); err != nil {
 					t.Error(err)
 				}
@@ -278,9 +288,8 @@ func TestHandoffKeepsConcurrency(t *testing.T) {
 	if p := peak.Load(); p > 2 {
 		t.Errorf("%d handlers ran at once, concurrency 2", p)
 	}
-	if h.count(w.ID()) == 0 {
-		t.Error("no task was handed: the test does not exercise hand-offs")
-	}
+	// How many of the rest were handed depends on the machine's timing
+	// (none, on a loaded one): logged.
 	t.Logf("handed %d of %d, peak %d", h.count(w.ID()), n, peak.Load())
 }
 
