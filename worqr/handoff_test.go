@@ -516,16 +516,18 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 	ctx := context.Background()
 	pool, c, cfg, q := handEnv(t)
 	ran := make(chan string, 4)
+	// Paused before the worker starts: it reads the flag before its first
+	// take, so nothing it puts back is taken before the resume.
+	in, _ := worqr.NewInspector(pool, &cfg)
+	if err := in.Pause(ctx, "q"); err != nil {
+		t.Fatal(err)
+	}
 	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.ID
 			return nil
 		})}}})
 	defer w.Stop(ctx)
-	in, _ := worqr.NewInspector(pool, &cfg)
-	if err := in.Pause(ctx, "q"); err != nil {
-		t.Fatal(err)
-	}
 	strand(t, c, q, w.ID(), "lost")
 	deadline := time.Now().Add(10 * time.Second)
 	for {
