@@ -343,6 +343,11 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	case <-time.After(15 * time.Second):
 		t.Fatal("the task handed to a dead worker was never recovered")
 	}
+	// The reaper reports after its requeue, which the worker may beat to
+	// the task.
+	for deadline := time.Now().Add(5 * time.Second); recovered.Load() == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	if recovered.Load() != 1 {
 		t.Fatalf("recovered %d tasks, want 1", recovered.Load())
 	}
