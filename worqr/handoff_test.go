@@ -504,14 +504,7 @@ func TestResubscribeReleasesLostHandoffs(t *testing.T) {
 	if _, err := c.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case id := <-ran:
-		if id != "lost" {
-			t.Fatalf("ran %s", id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the stranded taking was not released after the worker subscribed again")
-	}
+	waitRan(t, ran, "lost", "the stranded taking was not released after the worker subscribed again")
 }
 
 // A paused queue still releases what its worker holds and does not run
@@ -553,12 +546,19 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 	if err := in.Resume(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
+	waitRan(t, ran, "lost", "not run after the resume")
+}
+
+// waitRan waits for the handler to report task id on ran; why says what a
+// timeout means.
+func waitRan(t *testing.T, ran <-chan string, id, why string) {
+	t.Helper()
 	select {
-	case id := <-ran:
-		if id != "lost" {
-			t.Fatalf("ran %s", id)
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
 		}
 	case <-time.After(10 * time.Second):
-		t.Fatal("not run after the resume")
+		t.Fatal(why)
 	}
 }
