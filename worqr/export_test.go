@@ -25,3 +25,9 @@ func (in *Inspector) ResumeScheduleAt(ctx context.Context, name string, now time
 
 // Zero reports whether o takes the plain enqueue path.
 func (o *EnqueueOpts) Zero() bool { return o.zero() }
+
+// Hand-off test helpers shared with the package's external tests.
+var (
+	StrandTaking = strandTaking
+	WaitRan      = waitRan
+)

@@ -39,17 +39,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	q := w.queues[0]
 	s, _ := w.keeper.Current()
 	held := func(id string) ([]byte, int64) { return heldFor(t, c, q, s, id) }
-	wait := func(id string) {
-		t.Helper()
-		select {
-		case got := <-ran:
-			if got != id {
-				t.Fatalf("ran %s, want %s", got, id)
-			}
-		case <-time.After(10 * time.Second):
-			t.Fatalf("%s did not run", id)
-		}
-	}
+	wait := func(id string) { t.Helper(); waitRan(t, ran, id, id+" did not run") }
 
 	// Released before its message came: put back, then taken again. The
 	// fetch loop is held off meanwhile: release runs on it, never beside
@@ -120,22 +110,46 @@ func waitIdle(t *testing.T, q *queueRunner) {
 	}
 }
 
-// heldFor records a taking of task id for session s in q as enqueue_hand
-// does, and returns the hand-off message it would publish and its pid.
-func heldFor(t *testing.T, c redis.Conn, q *queueRunner, s *heartbeat.Session, id string) ([]byte, int64) {
+// strandTaking records a taking of task id for worker w in q as
+// enqueue_hand does, without its message (as when pub/sub lost it), and
+// returns its pid.
+func strandTaking(t *testing.T, c redis.Conn, q rdb.QueueKeys, w, id string) string {
 	t.Helper()
-	pid, err := redis.Int64(c.Do("INCR", q.qk.Seq))
+	pid, err := redis.Int64(c.Do("INCR", q.Seq))
 	if err != nil {
 		t.Fatal(err)
 	}
 	spid := strconv.FormatInt(pid, 10)
-	if _, err := c.Do("HSET", q.qk.Task(id), "d", "p", "s", "active", "w", s.ID(), "p", spid); err != nil {
+	if _, err := c.Do("HSET", q.Task(id), "d", "p", "s", "active", "w", w, "p", spid); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Do("HSET", q.qk.WorkerQueue(s.ID()), spid, id); err != nil {
+	if _, err := c.Do("HSET", q.WorkerQueue(w), spid, id); err != nil {
 		t.Fatal(err)
 	}
+	return spid
+}
+
+// heldFor is strandTaking for session s, with the hand-off message
+// enqueue_hand would publish, and the pid as a number.
+func heldFor(t *testing.T, c redis.Conn, q *queueRunner, s *heartbeat.Session, id string) ([]byte, int64) {
+	t.Helper()
+	spid := strandTaking(t, c, q.qk, s.ID(), id)
+	pid, _ := strconv.ParseInt(spid, 10, 64)
 	return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
+}
+
+// waitRan waits for a handler to report task id on ran; why says what a
+// timeout means.
+func waitRan(t *testing.T, ran <-chan string, id, why string) {
+	t.Helper()
+	select {
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal(why)
+	}
 }
 
 // A cancel that comes before the handler of a taking starts (launched

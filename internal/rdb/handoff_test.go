@@ -73,41 +73,38 @@ func TestTakeParks(t *testing.T) {
 	if p := e.parked(t); p["V"] != strconv.FormatInt(until, 10)+"|3" {
 		t.Fatalf("parked %v, want V -> %d|3", p, until)
 	}
-	// Pausing removes every parked worker, and a paused queue parks no one.
-	if err := e.st.SetPaused(e.ctx, e.q, true); err != nil {
-		t.Fatal(err)
-	}
-	if p := e.parked(t); len(p) != 0 {
-		t.Fatalf("parked after a pause: %v", p)
-	}
-	e.parkW(t, "W", until, 2)
-	if p := e.parked(t); len(p) != 0 {
-		t.Fatalf("a paused queue parked %v", p)
-	}
-	if err := e.st.SetPaused(e.ctx, e.q, false); err != nil {
-		t.Fatal(err)
-	}
-	// Limits and priority levels remove them too.
-	e.parkW(t, "W", until, 2)
-	if err := e.st.SetLimits(e.ctx, e.q, rdb.Limits{Conc: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if p := e.parked(t); len(p) != 0 {
-		t.Fatalf("parked after a limit was set: %v", p)
-	}
-	e.parkW(t, "W", until, 2)
-	if p := e.parked(t); len(p) != 0 {
-		t.Fatalf("a limited queue parked %v", p)
-	}
-	if err := e.st.SetLimits(e.ctx, e.q, rdb.Limits{}); err != nil {
-		t.Fatal(err)
-	}
-	e.parkW(t, "W", until, 2)
-	if _, err := e.st.MarkLevel(e.ctx, e.q, 2); err != nil {
-		t.Fatal(err)
-	}
-	if p := e.parked(t); len(p) != 0 {
-		t.Fatalf("parked after a priority level came into use: %v", p)
+	// Each flag that a hand-off would pass (a pause, a limit, a priority
+	// level in use) removes every parked worker when it is set, and no
+	// take parks while it holds; lifting it lets takes park again.
+	for _, f := range []struct {
+		name     string
+		set, off func() error
+	}{
+		{"a pause", func() error { return e.st.SetPaused(e.ctx, e.q, true) },
+			func() error { return e.st.SetPaused(e.ctx, e.q, false) }},
+		{"a limit", func() error { return e.st.SetLimits(e.ctx, e.q, rdb.Limits{Conc: 3}) },
+			func() error { return e.st.SetLimits(e.ctx, e.q, rdb.Limits{}) }},
+		{"a priority level", func() error { _, err := e.st.MarkLevel(e.ctx, e.q, 2); return err }, nil},
+	} {
+		e.parkW(t, "W", until, 2)
+		if p := e.parked(t); len(p) == 0 {
+			t.Fatalf("before %s: nobody parked", f.name)
+		}
+		if err := f.set(); err != nil {
+			t.Fatal(err)
+		}
+		if p := e.parked(t); len(p) != 0 {
+			t.Fatalf("parked after %s was set: %v", f.name, p)
+		}
+		e.parkW(t, "W", until, 2)
+		if p := e.parked(t); len(p) != 0 {
+			t.Fatalf("parked while %s holds: %v", f.name, p)
+		}
+		if f.off != nil {
+			if err := f.off(); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }
 

@@ -69,12 +69,17 @@ type EnqueueArgs struct {
 	Priority int
 }
 
-// packable reports whether tasks enqueued with a may be written packed in
-// a large batch: nothing but a payload per task, at the back of level 0.
-func (a *EnqueueArgs) packable() bool {
+// plain reports whether tasks enqueued with a are due now, at the back of
+// level 0, with no unique key, no id of the caller's and no deadline.
+func (a *EnqueueArgs) plain() bool {
 	return a.DelayMillis <= 0 && a.DueMillis <= 0 && a.UniqueKey == "" && a.UniqueKeys == nil &&
-		a.MaxAttempts <= 0 && a.TimeoutMs <= 0 && a.DeadlineMs <= 0 && a.RetentionMs <= 0 &&
-		a.IDLockTTL <= 0 && a.Priority <= 0
+		a.DeadlineMs <= 0 && a.IDLockTTL <= 0 && a.Priority <= 0
+}
+
+// packable reports whether tasks enqueued with a may be written packed in
+// a large batch: plain, and nothing but a payload per task.
+func (a *EnqueueArgs) packable() bool {
+	return a.plain() && a.MaxAttempts <= 0 && a.TimeoutMs <= 0 && a.RetentionMs <= 0
 }
 
 // MaxHandoffPayload is the largest payload an enqueue hands straight to a
@@ -84,11 +89,10 @@ func (a *EnqueueArgs) packable() bool {
 const MaxHandoffPayload = 4 << 10
 
 // handable reports whether one task enqueued with a may be handed to a
-// parked worker (enqueue_hand.lua): due now, at level 0, with no unique key,
-// no id of the caller's and no deadline.
+// parked worker (enqueue_hand.lua): plain, its payload at most
+// MaxHandoffPayload.
 func (a *EnqueueArgs) handable(payload []byte) bool {
-	return a.DelayMillis <= 0 && a.DueMillis <= 0 && a.UniqueKey == "" && a.UniqueKeys == nil &&
-		a.DeadlineMs <= 0 && a.IDLockTTL <= 0 && a.Priority <= 0 && len(payload) <= MaxHandoffPayload
+	return a.plain() && len(payload) <= MaxHandoffPayload
 }
 
 // enqueueHandArgs are the script arguments of enqueuing task i
