@@ -49,15 +49,16 @@ type pendingHandoff struct {
 
 // handed receives a hand-off message of q.
 func (w *Worker) handed(q *queueRunner, data []byte) {
+	s, _ := w.keeper.Current()
+	if s == nil || s.Lost() || !rdb.HandoffFor(data, s.ID()) {
+		// Another worker's (every process of the queue receives every
+		// hand-off: not parsed); or one of an id of ours that is dead or
+		// retired: what it held is put back (recovery, or Stop).
+		return
+	}
 	h, ok := rdb.ParseHandoff(data)
 	if !ok {
 		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.name)
-		return
-	}
-	s, _ := w.keeper.Current()
-	if s == nil || h.Worker != s.ID() || s.Lost() {
-		// Another worker's; or one of an id of ours that is dead or
-		// retired: what it held is put back (recovery, or Stop).
 		return
 	}
 	q.hand.mu.Lock()

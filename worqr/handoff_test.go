@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ type handoffs struct {
 	mu   sync.Mutex
 	by   map[string]int
 	last map[string]string // pid of the last hand-off, by worker
+	pids map[string]bool   // every pid handed
 	psc  redis.PubSubConn
 }
 
@@ -32,7 +34,7 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := &handoffs{by: map[string]int{}, last: map[string]string{}, psc: redis.PubSubConn{Conn: c}}
+	h := &handoffs{by: map[string]int{}, last: map[string]string{}, pids: map[string]bool{}, psc: redis.PubSubConn{Conn: c}}
 	if err := h.psc.Subscribe(q.WakeChannel); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +49,7 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 					h.mu.Lock()
 					h.by[m.Worker]++
 					h.last[m.Worker] = m.Taken.PID
+					h.pids[m.Taken.PID] = true
 					h.mu.Unlock()
 				}
 			case error:
@@ -70,6 +73,19 @@ func (h *handoffs) lastPID(w string, d time.Duration) string {
 			return pid
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// handed reports whether a hand-off carried pid, waiting up to a second
+// for the watcher to read it (the worker may read it first).
+func (h *handoffs) handed(pid string) bool {
+	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+		h.mu.Lock()
+		ok := h.pids[pid]
+		h.mu.Unlock()
+		if ok || time.Now().After(deadline) {
+			return ok
+		}
 	}
 }
 
@@ -130,7 +146,7 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 			w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
 				PollInterval: 200 * time.Millisecond, // a park entry lasts two polls: 400 ms, room for a loaded machine
 				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
-					done <- string(t.Payload)
+					done <- string(t.Payload) + "|" + t.PID()
 					return nil
 				})}}})
 			defer w.Stop(ctx)
@@ -144,14 +160,19 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 				}
 			}
 			const n = 20
+			ranHanded := 0 // tasks run under the pid their hand-off carried
 			for i := 0; i < n; i++ {
 				if _, err := client.Enqueue(ctx, "q", []byte(strconv.Itoa(i)), nil); err != nil {
 					t.Fatal(err)
 				}
 				select {
 				case got := <-done:
-					if got != strconv.Itoa(i) {
-						t.Fatalf("ran %s, want %d", got, i)
+					payload, pid, _ := strings.Cut(got, "|")
+					if payload != strconv.Itoa(i) {
+						t.Fatalf("ran %s, want %d", payload, i)
+					}
+					if !disable && h.handed(pid) {
+						ranHanded++
 					}
 				case <-time.After(10 * time.Second):
 					t.Fatalf("task %d did not run", i)
@@ -163,10 +184,10 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 			}
 			// Every task but maybe a few enqueued while an end was on its
 			// way (a full worker is unparked until its next empty take).
-			if !disable && handed < n/2 {
-				t.Fatalf("%d of %d tasks handed to an idle worker", handed, n)
+			if !disable && (handed < n/2 || ranHanded < n/2) {
+				t.Fatalf("%d of %d tasks handed to an idle worker, %d run as handed", handed, n, ranHanded)
 			}
-			t.Logf("handed %d of %d", handed, n)
+			t.Logf("handed %d of %d, %d run as handed", handed, n, ranHanded)
 		})
 	}
 }

@@ -193,7 +193,8 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 		return err
 	}
 	if r.Requeued > 0 {
-		w.cfg.Logger.Warn("worker: put back takings whose take reply was lost", "queue", q.name, "count", r.Requeued)
+		w.cfg.Logger.Warn("worker: put back takings it held and did not run (a lost take reply or hand-off)",
+			"queue", q.name, "count", r.Requeued)
 	}
 	for pid, id := range q.markLost(r.Missing) {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",

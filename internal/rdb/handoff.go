@@ -28,6 +28,12 @@ type Handoff struct {
 // IsHandoff reports whether a wake channel message is a hand-off.
 func IsHandoff(data []byte) bool { return len(data) > 1 && data[0] == 'h' && data[1] == '\n' }
 
+// HandoffFor reports whether data is a hand-off to worker w, without
+// parsing the rest.
+func HandoffFor(data []byte, w string) bool {
+	return IsHandoff(data) && len(data) > 2+len(w) && string(data[2:2+len(w)]) == w && data[2+len(w)] == '\n'
+}
+
 // ParseHandoff parses a hand-off message; ok is false for anything else.
 func ParseHandoff(data []byte) (h Handoff, ok bool) {
 	if !IsHandoff(data) {

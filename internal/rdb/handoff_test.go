@@ -249,4 +249,13 @@ func TestParseHandoff(t *testing.T) {
 	if rdb.IsHandoff([]byte("12")) {
 		t.Fatal("a wake-up is a hand-off")
 	}
+	for _, c := range []struct {
+		msg, w string
+		want   bool
+	}{{"h\nW\n12\nid\n\n\n", "W", true}, {"h\nWX\n12\nid\n\n\n", "W", false},
+		{"h\nW\n12\nid\n\n\n", "WX", false}, {"h\nW", "W", false}, {"12", "W", false}} {
+		if got := rdb.HandoffFor([]byte(c.msg), c.w); got != c.want {
+			t.Errorf("HandoffFor(%q, %q) = %v", c.msg, c.w, got)
+		}
+	}
 }
