@@ -160,6 +160,22 @@ type QueueConfig struct {
 	// WorkerConfig.Concurrency, and this, when > 0, caps this queue's
 	// share.
 	Concurrency int
+	// ReadAhead is how many tasks beyond Concurrency the worker may take
+	// ahead of its handlers, while the queue's handlers return in under a
+	// millisecond on average: a handler that returns then starts its next
+	// task at once, without waiting for its end's round trip, and each end
+	// carries more tasks back. Never more than Concurrency handlers run at
+	// once. A task taken ahead that finds no free handler within 10 ms
+	// (handlers that slowed down) goes back to the front of its queue,
+	// with nothing counted, and the worker stops reading ahead until its
+	// handlers are fast again; it does the same when the worker stops.
+	// While taken ahead, a task counts as active (Inspector) and, like any
+	// task a worker holds, is run elsewhere if the worker dies.
+	// 0: Concurrency; negative: never; at most MaxReadAhead. Stand-alone
+	// queues with a Handler, not served by priority (WorkerConfig.Priority),
+	// and not while the queue has global limits (Limits) or tasks of a
+	// priority above 0 (EnqueueOpts.Priority).
+	ReadAhead int
 	// Weight is the queue's priority when the worker serves its queues by
 	// priority (WorkerConfig.Priority): its share of the slots
 	// (PriorityWeighted) or its rank (PriorityStrict: higher first). At
@@ -327,6 +343,12 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 			return out, invalid(field+".Weight", "(%d) applies only with WorkerConfig.Priority", q.Weight)
 		case q.Weight < 0:
 			return out, invalid(field+".Weight", "(%d) must not be negative", q.Weight)
+		case q.ReadAhead > MaxReadAhead:
+			return out, invalid(field+".ReadAhead", "(%d) must be at most %d", q.ReadAhead, MaxReadAhead)
+		case q.ReadAhead > 0 && out.Priority != PriorityNone:
+			return out, invalid(field+".ReadAhead", "(%d) does not apply with WorkerConfig.Priority (queues that share slots)", q.ReadAhead)
+		case q.ReadAhead > 0 && q.BatchHandler != nil:
+			return out, invalid(field+".ReadAhead", "(%d) does not apply with BatchHandler", q.ReadAhead)
 		}
 		if err := q.fill(field); err != nil {
 			return out, err
@@ -448,10 +470,13 @@ func (q *QueueConfig) checkBatch(field string) error {
 	return nil
 }
 
-// noBatch refuses batches on a flow's queue.
+// noBatch refuses batches, and reading ahead, on a flow's queue.
 func (q *QueueConfig) noBatch(field string) error {
 	if q.BatchHandler != nil || q.KeyBatch != 0 {
 		return invalid(field+".KeyBatch", "and BatchHandler apply only to stand-alone queues (WorkerConfig.Queues)")
+	}
+	if q.ReadAhead > 0 {
+		return invalid(field+".ReadAhead", "(%d) applies only to stand-alone queues (WorkerConfig.Queues)", q.ReadAhead)
 	}
 	return nil
 }

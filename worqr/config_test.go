@@ -391,6 +391,37 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: `worqr: Flow["f"].Stages[0].Queue.KeyBatch and BatchHandler apply only to stand-alone queues (WorkerConfig.Queues)`,
 		},
 		{
+			name: "ReadAhead too large",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, ReadAhead: 1025}
+			}),
+			wantErr: `worqr: Queues["q"].ReadAhead (1025) must be at most 1024`,
+		},
+		{
+			name: "ReadAhead with a BatchHandler",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{BatchHandler: noBatch, Concurrency: 1, KeyBatch: 2, ReadAhead: 4}
+			}),
+			wantErr: `worqr: Queues["q"].ReadAhead (4) does not apply with BatchHandler`,
+		},
+		{
+			name: "ReadAhead with Priority",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Priority, c.Concurrency = PriorityWeighted, 4
+				c.Queues["q"] = QueueConfig{Handler: noop, ReadAhead: 4}
+			}),
+			wantErr: `worqr: Queues["q"].ReadAhead (4) does not apply with WorkerConfig.Priority (queues that share slots)`,
+		},
+		{
+			name: "ReadAhead on a flow's queue",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Flows = []*Flow{{Name: "f", Stages: []Stage{{Name: "s1",
+					Handler: StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil }),
+					Queue:   QueueConfig{Concurrency: 1, ReadAhead: 3}}}}}
+			}),
+			wantErr: `worqr: Flow["f"].Stages[0].Queue.ReadAhead (3) applies only to stand-alone queues (WorkerConfig.Queues)`,
+		},
+		{
 			name:    "embedded Config namespace is checked",
 			cfg:     worker(func(c *WorkerConfig) { c.Namespace = "a/b" }),
 			wantErr: `worqr: Namespace "a/b" has forbidden character '/' at byte 1` + allowed,

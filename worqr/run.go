@@ -51,6 +51,15 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		}
 		return
 	}
+	if !w.slot(s, q, t, hs) {
+		return // given back: it waited too long for a handler slot
+	}
+	slotted := true
+	defer func() {
+		if slotted {
+			q.unslot()
+		}
+	}()
 	hctx, cancel := context.WithCancelCause(s.Context())
 	timeout := q.cfg.Timeout
 	if taken.TimeoutMs > 0 {
@@ -78,12 +87,18 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 		res *StageResult
 		run *Run
 	)
+	began := time.Now()
 	if q.kind == rdb.KindStage {
 		run = newRun(q, taken, t)
 		res, err = callStage(hctx, q.stageHandler, run)
 	} else {
 		err = callHandler(hctx, q.handler, t)
 	}
+	// The slot is free for a task taken ahead while this one's end is on
+	// its way.
+	q.ran(time.Since(began))
+	slotted = false
+	q.unslot()
 	var te *TimeoutError
 	if err != nil && errors.As(context.Cause(hctx), &te) {
 		err = fmt.Errorf("%w: %w", te, err)

@@ -336,10 +336,11 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
 		h := w.hold(s, q, t)
-		// Never blocks: at most concurrency tasks are busy, and the channel
-		// holds that many. (An end that takes again launches at most as
-		// many as the ends it carried, whose handlers are still running:
-		// busy may pass concurrency for a moment, the channel never fills.)
+		// Never blocks: at most concurrency tasks and those read ahead are
+		// busy, and the channel holds that many. (An end that takes again
+		// launches at most as many as the ends it carried, whose handlers
+		// are still running: busy may pass that for a moment, the channel
+		// never fills.)
 		task := w.newTask(s, q, t)
 		j := job{s: s, taken: t, task: task, h: h}
 		if q.cfg.BatchHandler != nil {

@@ -75,11 +75,18 @@ type queueRunner struct {
 	cfg          QueueConfig
 	handler      Handler
 	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
-	concurrency  int          // handler goroutines (and the cap on busy)
-	busy         atomic.Int32 // takings of this queue being run
-	slots        *slotPool    // its own, or the one its priority group shares
-	weight       int          // in a priority group
-	paused       atomic.Bool
+	concurrency  int          // handlers that run at once
+	// aheadMax: tasks the queue may take beyond concurrency while its
+	// handlers are fast (see ahead.go), waiting for one of sem's
+	// concurrency slots (nil when aheadMax is 0); runAvg: its handlers'
+	// recent average run time (ns).
+	aheadMax int
+	sem      chan struct{}
+	runAvg   atomic.Int64
+	busy     atomic.Int32 // takings of this queue being run
+	slots    *slotPool    // its own, or the one its priority group shares
+	weight   int          // in a priority group
+	paused   atomic.Bool
 	// levels and limited are the queue's flags read from its config (see
 	// refreshFlags): the highest priority level in use, and whether it may
 	// have global limits. A take passes them on; 0 and false: the plain
@@ -95,7 +102,7 @@ type queueRunner struct {
 	// it asked, or a wake-up came since). An end takes again only then, so
 	// that a worker at a low rate does not pop an empty queue on every end.
 	more  atomic.Bool
-	work  chan job      // cap concurrency: takings for the handler goroutines
+	work  chan job      // takings for the handler goroutines (room: see NewWorker)
 	wake  chan struct{} // cap 1: work may be waiting
 	freed chan struct{} // cap 1: a slot was freed
 	ends  *group.Group[rdb.Ending, endDone]
@@ -356,7 +363,11 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		// A hand-off is bounded by what Redis sees held: one may come while
 		// the end that freed its slot is still on its way back, so the
 		// channel has room for a second round of takings.
-		room := r.concurrency
+		if r.aheadMax = aheadMax(r); r.aheadMax > 0 {
+			r.sem = make(chan struct{}, r.concurrency)
+			r.runAvg.Store(int64(readAheadFast)) // until handlers are seen fast
+		}
+		room := r.concurrency + r.aheadMax
 		if r.parks {
 			room *= 2
 		}
@@ -481,7 +492,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		}
 	}
 	for _, q := range w.queues {
-		for i := 0; i < q.concurrency; i++ {
+		for i := 0; i < q.concurrency+q.aheadMax; i++ {
 			go w.serve(q)
 		}
 		if q.weight > 0 {
@@ -589,9 +600,10 @@ type slotPool struct {
 	busy atomic.Int32
 }
 
-// free returns how many more takings q may start now.
+// free returns how many more takings q may hold now: its slots, and while
+// it reads ahead the room ahead of them.
 func (q *queueRunner) free() int {
-	f := q.slots.size - int(q.slots.busy.Load())
+	f := q.slots.size + q.ahead() - int(q.slots.busy.Load())
 	if q.slots.size != q.concurrency {
 		f = min(f, q.concurrency-int(q.busy.Load()))
 	}
