@@ -1,6 +1,7 @@
 package worqr
 
 import (
+	"sync"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -27,9 +28,12 @@ var readAheadWait = 10 * time.Millisecond
 
 // aheadMax is how many tasks q may take ahead at most (0: it never reads
 // ahead): ReadAhead, or Concurrency when ReadAhead is 0, for stand-alone
-// queues with a Handler served without priority.
+// queues with a Handler served without priority, at a concurrency of 2 or
+// more. A queue at concurrency 1 runs its tasks one at a time in the order
+// it takes them, a task given back next: with tasks taken ahead, two takes
+// could be on their way at once and their replies cross.
 func aheadMax(q *queueRunner) int {
-	if q.kind != rdb.KindTask || q.weight > 0 || q.cfg.BatchHandler != nil || q.cfg.ReadAhead < 0 {
+	if q.kind != rdb.KindTask || q.weight > 0 || q.cfg.BatchHandler != nil || q.cfg.ReadAhead < 0 || q.concurrency < 2 {
 		return 0
 	}
 	if q.cfg.ReadAhead > 0 {
@@ -71,46 +75,147 @@ func (q *queueRunner) slowed() {
 	q.runAvg.Store(int64(8 * readAheadFast))
 }
 
-// slot waits for one of q's Concurrency handler slots for taking t of s.
-// It reports false when t must not run here: then t is given back to the
-// front of its queue (nothing counted). That is when the worker stops, and
-// when t waited readAheadWait while q held more takings than Concurrency
-// (read ahead): its handlers slowed down before their average showed it,
-// so q also stops reading ahead.
-func (w *Worker) slot(s *heartbeat.Session, q *queueRunner, t *Task, hs []*holding) bool {
-	if q.sem == nil {
+// slot waits for one of q's Concurrency handler slots for the taking of
+// job j, in launch order (a queue at concurrency 1 starts its tasks in the
+// order it took them). It reports false when j must not run here: when
+// the worker stops; when j waited readAheadWait while q held more takings
+// than Concurrency (taken ahead of handlers that slowed down before their
+// average showed it: q stops reading ahead); and when the process was
+// frozen for most of a TTL while j waited (launch would not have launched
+// it then: the reaper may have given it to another worker). The caller
+// then lets the taking go unrun (notRun).
+func (w *Worker) slot(q *queueRunner, j job) bool {
+	if q.turn == nil {
 		return true
 	}
-	select {
-	case q.sem <- struct{}{}:
+	granted := q.turn.wait(j.ticket)
+	if granted == nil {
 		return true
-	default:
 	}
 	timer := time.NewTimer(readAheadWait)
 	defer timer.Stop()
-	for waiting := true; waiting; {
+	for {
 		select {
-		case q.sem <- struct{}{}:
-			return true
-		case <-timer.C:
-			if waiting = int(q.busy.Load()) <= q.concurrency; waiting {
-				timer.Reset(readAheadWait)
-			} else {
-				q.slowed()
+		case <-granted:
+			if w.keeper.Fresh() {
+				return true
 			}
+			q.turn.done()
+			return false
+		case <-timer.C:
+			if int(q.busy.Load()) <= q.concurrency {
+				timer.Reset(readAheadWait)
+				continue
+			}
+			q.slowed()
 		case <-w.takeStop:
-			waiting = false
 		}
+		if !q.turn.leave(j.ticket) {
+			return true // granted meanwhile: it runs after all
+		}
+		return false
 	}
-	if !q.returned(hs) {
-		w.complete(s, q, []*Task{t}, rdb.GiveBack(rdb.KindTask, t.worker, t.pid, t.ID), nil)
-	}
-	return false
 }
 
-// unslot frees the handler slot slot took.
-func (q *queueRunner) unslot() {
-	if q.sem != nil {
-		<-q.sem
+// notRun lets taking h (pid) of s go without running it: it is no longer
+// held here, so a release puts it back at the front of its queue, in pid
+// order with any others. The fetch loop makes it; once the worker stops,
+// there is none, and this goroutine makes it (at once: not after Stop's
+// grace period, as Stop's requeue would).
+func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *holding) {
+	q.unhold(pid, h)
+	q.setUnsure(s.ID())
+	select {
+	case <-w.takeStop:
+	default:
+		poke(q.wake)
+		return
+	}
+	if err := w.release(s, q); err != nil {
+		w.cfg.Logger.Warn("worker: stopping: could not put back a task taken ahead (Stop's requeue will)",
+			"queue", q.name, "err", err)
+	}
+}
+
+// turnstile hands out a queue's handler slots to its takings in launch
+// order: each taking has a ticket (numbered from 1 as launched), and a
+// slot goes to the lowest ticket that still waits for one.
+type turnstile struct {
+	mu      sync.Mutex
+	free    int                      // slots not held
+	next    uint64                   // the ticket served next
+	waiting map[uint64]chan struct{} // tickets waiting, closed when served
+	gone    map[uint64]bool          // tickets past next that will never wait
+}
+
+func newTurnstile(slots int) *turnstile {
+	return &turnstile{free: slots, next: 1, waiting: map[uint64]chan struct{}{}, gone: map[uint64]bool{}}
+}
+
+// wait returns nil when ticket k holds a slot at once, or a channel closed
+// when it gets one.
+func (t *turnstile) wait(k uint64) chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k == t.next && t.free > 0 {
+		t.free--
+		t.next++
+		t.serve()
+		return nil
+	}
+	c := make(chan struct{})
+	t.waiting[k] = c
+	return c
+}
+
+// leave gives up ticket k's wait and reports true, or false when k was
+// served meanwhile (it holds a slot).
+func (t *turnstile) leave(k uint64) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if _, ok := t.waiting[k]; !ok {
+		return false
+	}
+	delete(t.waiting, k)
+	t.gone[k] = true
+	t.serve()
+	return true
+}
+
+// skip says that ticket k will never wait (its taking is not run).
+func (t *turnstile) skip(k uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if k >= t.next {
+		t.gone[k] = true
+		t.serve()
+	}
+}
+
+// done frees a slot.
+func (t *turnstile) done() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.free++
+	t.serve()
+}
+
+// serve hands free slots to the waiting tickets in order, passing over
+// those gone; it stops at a ticket that has not come to wait yet.
+func (t *turnstile) serve() {
+	for {
+		if t.gone[t.next] {
+			delete(t.gone, t.next)
+			t.next++
+			continue
+		}
+		c, ok := t.waiting[t.next]
+		if !ok || t.free == 0 {
+			return
+		}
+		delete(t.waiting, t.next)
+		close(c)
+		t.free--
+		t.next++
 	}
 }

@@ -3,6 +3,7 @@ package worqr
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/internal/seam"
 )
 
 // Which queues read ahead, how far, and when: only while their handlers'
@@ -29,6 +31,8 @@ func TestReadAheadRule(t *testing.T) {
 		{"a flow stage", &queueRunner{kind: rdb.KindStage, concurrency: 4}, 0},
 		{"a flow's child queue", &queueRunner{kind: rdb.KindChild, concurrency: 4}, 0},
 		{"served by priority", &queueRunner{kind: rdb.KindTask, concurrency: 4, weight: 1}, 0},
+		{"concurrency 1", &queueRunner{kind: rdb.KindTask, concurrency: 1}, 0},
+		{"concurrency 1, ReadAhead set", &queueRunner{kind: rdb.KindTask, concurrency: 1, cfg: QueueConfig{ReadAhead: 3}}, 0},
 		{"a BatchHandler", &queueRunner{kind: rdb.KindTask, concurrency: 4,
 			cfg: QueueConfig{BatchHandler: BatchHandlerFunc(func(context.Context, *Batch) error { return nil })}}, 0},
 	} {
@@ -92,7 +96,7 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const n = 3000
+	const n = 2000
 	ps := make([][]byte, n)
 	for i := range ps {
 		ps[i] = []byte(strconv.Itoa(i))
@@ -110,6 +114,7 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 				defer now.Add(-1)
 				for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
 				}
+				time.Sleep(100 * time.Microsecond) // some work: handlers overlap
 				if _, dup := seen.LoadOrStore(tk.ID, true); dup {
 					t.Errorf("task %s ran twice", tk.ID)
 				}
@@ -154,93 +159,102 @@ func TestReadAheadHoldsMoreRunsNoMore(t *testing.T) {
 	}
 }
 
-// slowAndNext starts a worker at concurrency 1 whose handlers look fast,
-// and enqueues "slow" (its handler waits for gate) then "next", which the
-// worker takes ahead. It returns the worker, the queue's keys, a channel
-// of what ran (id and attempt) and the events.
-func slowAndNext(t *testing.T, gate chan struct{}) (*Worker, *Client, chan string, chan Event) {
+// slowAndNext starts a worker at concurrency 2 whose handlers look fast,
+// and enqueues "slow1" and "slow2" (their handlers wait for the gate) then
+// "next", which the worker takes ahead. ctx (what Start gets) and cfg (durations) are the
+// test's. It returns the worker (stopped at cleanup), a channel of what ran
+// (id, attempt and crashes), and what opens the gate.
+func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (w *Worker, ran chan string, open func()) {
 	t.Helper()
-	ctx := context.Background()
+	gate := make(chan struct{})
+	var once sync.Once
+	open = func() { once.Do(func() { close(gate) }) }
 	pool := internalPool(t)
 	ns := redistest.Namespace()
 	c, err := NewClient(pool, &Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ran := make(chan string, 8)
-	events := make(chan Event, 64)
-	w := startInternal(t, pool, &WorkerConfig{Config: Config{Namespace: ns}, OnEvent: func(e Event) {
-		if e.Kind == EventGivenBack {
-			events <- e
-		}
-	}, Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
-		ran <- string(tk.Payload) + " " + strconv.Itoa(tk.Attempt)
-		if string(tk.Payload) == "slow" {
+	ran = make(chan string, 8)
+	cfg.Namespace = ns
+	cfg.Queues = map[string]QueueConfig{"q": {Concurrency: 2, Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
+		ran <- string(tk.Payload) + " " + strconv.Itoa(tk.Attempt) + " " + strconv.Itoa(tk.Crashes)
+		if strings.HasPrefix(string(tk.Payload), "slow") {
 			<-gate
 		}
 		return nil
-	})}}})
-	q := w.queues[0]
-	q.ran(10 * time.Microsecond) // handlers seen fast: it reads ahead
-	if _, err := c.Enqueue(ctx, "q", []byte("slow"), &EnqueueOpts{ID: "slow"}); err != nil {
+	})}}
+	if w, err = NewWorker(pool, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	waitRan(t, ran, "slow 1", "slow never ran")
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		open()
+		w.Stop(context.Background())
+	})
+	q := w.queues[0]
+	q.ran(10 * time.Microsecond) // handlers seen fast: it reads ahead
+	for _, id := range []string{"slow1", "slow2"} {
+		if _, err := c.Enqueue(ctx, "q", []byte(id), &EnqueueOpts{ID: id}); err != nil {
+			t.Fatal(err)
+		}
+		waitRan(t, ran, id+" 1 0", id+" never ran")
+	}
 	if _, err := c.Enqueue(ctx, "q", []byte("next"), &EnqueueOpts{ID: "next"}); err != nil {
 		t.Fatal(err)
 	}
-	return w, c, ran, events
+	return w, ran, open
 }
 
-// waitGivenBack waits for the event of id given back and checks that id
-// waits at the front of its queue again.
-func waitGivenBack(t *testing.T, w *Worker, events chan Event, id string) {
+// waitPutBack waits until id waits at the front of w's queue again.
+func waitPutBack(t *testing.T, w *Worker, id string) {
 	t.Helper()
-	select {
-	case e := <-events:
-		if e.TaskID != id {
-			t.Fatalf("%s given back, want %s", e.TaskID, id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatalf("%s never given back", id)
-	}
-	conn := w.queues[0].qk
 	c := internalPool(t).Get()
 	defer c.Close()
-	head, err := redis.Strings(c.Do("LRANGE", conn.Waiting, 0, 0))
-	if err != nil || len(head) != 1 || head[0] != id {
-		t.Fatalf("front of the queue %v (%v), want %s", head, err, id)
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		head, err := redis.Strings(c.Do("LRANGE", w.queues[0].qk.Waiting, 0, 0))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(head) == 1 && head[0] == id {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("front of the queue %v, want %s put back", head, id)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
 // A task taken ahead that finds every handler busy for readAheadWait goes
-// back to the front of its queue, nothing counted, and the queue stops
-// reading ahead: it runs once, at its first attempt, after the slow one.
+// back to the front of its queue, nothing counted (the release puts it
+// back), and the queue stops reading ahead: it runs once, at its first
+// attempt, after the slow ones.
 func TestReadAheadGivesBackWhenHandlersSlowDown(t *testing.T) {
-	gate := make(chan struct{})
-	w, _, ran, events := slowAndNext(t, gate)
-	defer w.Stop(context.Background())
-	waitGivenBack(t, w, events, "next")
+	old := readAheadWait
+	readAheadWait = time.Second // long enough to see it held first
+	defer func() { readAheadWait = old }()
+	w, ran, open := slowAndNext(t, context.Background(), WorkerConfig{})
+	waitHeldAhead(t, w)
+	waitPutBack(t, w, "next")
 	if got := w.queues[0].ahead(); got != 0 {
 		t.Errorf("still reads %d ahead after a give back", got)
 	}
 	select {
 	case got := <-ran:
-		t.Fatalf("%s ran while the slow handler held the only slot", got)
+		t.Fatalf("%s ran while the slow handlers held both slots", got)
 	default:
 	}
-	close(gate)
-	waitRan(t, ran, "next 1", "next never ran after the slow one (or not at its first attempt)")
+	open()
+	waitRan(t, ran, "next 1 0", "next never ran after the slow ones (or not at its first attempt, or a crash counted)")
 }
 
-// A task taken ahead is given back as soon as the worker stops, not run
-// in its grace period, even while its wait is not over.
-func TestReadAheadGivesBackOnStop(t *testing.T) {
-	old := readAheadWait
-	readAheadWait = time.Hour
-	defer func() { readAheadWait = old }()
-	gate := make(chan struct{})
-	w, _, ran, events := slowAndNext(t, gate)
+// waitHeldAhead waits until w holds three takings of its queue in Redis:
+// "next" waits for a slot.
+func waitHeldAhead(t *testing.T, w *Worker) {
+	t.Helper()
 	c := internalPool(t).Get()
 	defer c.Close()
 	key := w.queues[0].qk.WorkerQueue(w.ID())
@@ -249,18 +263,28 @@ func TestReadAheadGivesBackOnStop(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n == 2 {
-			break // next is held, waiting for the slot
+		if n == 3 {
+			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("the worker holds %d takings, never took next ahead", n)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// A task taken ahead is given back as soon as the worker stops, not run
+// in its grace period, even while its wait is not over.
+func TestReadAheadGivesBackOnStop(t *testing.T) {
+	old := readAheadWait
+	readAheadWait = time.Hour
+	defer func() { readAheadWait = old }()
+	w, ran, open := slowAndNext(t, context.Background(), WorkerConfig{})
+	waitHeldAhead(t, w)
 	stopped := make(chan error, 1)
 	go func() { stopped <- w.Stop(context.Background()) }()
-	waitGivenBack(t, w, events, "next") // while slow still runs
-	close(gate)
+	waitPutBack(t, w, "next") // while the slow ones still run
+	open()
 	if err := <-stopped; err != nil {
 		t.Fatal(err)
 	}
@@ -268,5 +292,72 @@ func TestReadAheadGivesBackOnStop(t *testing.T) {
 	case got := <-ran:
 		t.Fatalf("%s ran during the stop", got)
 	default:
+	}
+}
+
+// A task taken ahead whose wait for a slot spans most of a TTL with no
+// beat (a frozen process) is not run when the slot frees: the reaper may
+// have given it to another worker. It is given back (which changes nothing
+// if it was).
+func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
+	old := readAheadWait
+	readAheadWait = time.Hour
+	defer func() { readAheadWait = old }()
+	clock := seam.NewManualClock(time.Now())
+	ctx := seam.WithHeartbeatClock(context.Background(), clock)
+	// Fresh for TTL - Interval = 500 ms of its clock after a beat.
+	w, ran, open := slowAndNext(t, ctx, WorkerConfig{HeartbeatInterval: time.Second,
+		HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Hour})
+	waitHeldAhead(t, w)
+	clock.Advance(700 * time.Millisecond) // no beat for 700 ms: not fresh
+	open()
+	waitPutBack(t, w, "next")
+	select {
+	case got := <-ran:
+		t.Fatalf("%s ran after a freeze", got)
+	default:
+	}
+}
+
+// The turnstile serves tickets in order, whatever order they come to wait
+// in, and passes over the ones that left or will never wait.
+func TestTurnstileServesInLaunchOrder(t *testing.T) {
+	served := func(c chan struct{}) bool {
+		select {
+		case <-c:
+			return true
+		default:
+			return false
+		}
+	}
+	ts := newTurnstile(1)
+	if ts.wait(1) != nil {
+		t.Fatal("ticket 1 waits with a slot free")
+	}
+	c3 := ts.wait(3) // came before ticket 2
+	c2 := ts.wait(2)
+	ts.done() // 1 ends
+	if !served(c2) || served(c3) {
+		t.Fatalf("after 1: 2 served %v, 3 served %v; want 2 only", served(c2), served(c3))
+	}
+	c4 := ts.wait(4)
+	if !ts.leave(3) {
+		t.Fatal("3 left while waiting, reported served")
+	}
+	ts.skip(5) // never waits (expired when taken)
+	ts.done()  // 2 ends: 3 left, so 4
+	if !served(c4) {
+		t.Fatal("4 not served after 2 ended and 3 left")
+	}
+	if ts.leave(4) {
+		t.Fatal("4 was served, reported left")
+	}
+	c6 := ts.wait(6)
+	ts.done() // 4 ends: 5 never waits, so 6
+	if !served(c6) {
+		t.Fatal("6 not served past 5, which never waits")
+	}
+	if ts.wait(7) == nil {
+		t.Fatal("7 served while 6 holds the only slot")
 	}
 }

@@ -170,11 +170,13 @@ type QueueConfig struct {
 	// with nothing counted, and the worker stops reading ahead until its
 	// handlers are fast again; it does the same when the worker stops.
 	// While taken ahead, a task counts as active (Inspector) and, like any
-	// task a worker holds, is run elsewhere if the worker dies.
+	// task a worker holds, is run elsewhere if the worker dies (a crash
+	// counted: MaxCrashes).
 	// 0: Concurrency; negative: never; at most MaxReadAhead. Stand-alone
-	// queues with a Handler, not served by priority (WorkerConfig.Priority),
-	// and not while the queue has global limits (Limits) or tasks of a
-	// priority above 0 (EnqueueOpts.Priority).
+	// queues with a Handler and a Concurrency of 2 or more (at 1, tasks run
+	// one at a time in the order they are taken), not served by priority
+	// (WorkerConfig.Priority), and not while the queue has global limits
+	// (Limits) or tasks of a priority above 0 (EnqueueOpts.Priority).
 	ReadAhead int
 	// Weight is the queue's priority when the worker serves its queues by
 	// priority (WorkerConfig.Priority): its share of the slots

@@ -20,6 +20,9 @@ type job struct {
 	task  *Task
 	h     *holding  // its record in the queue's held map
 	batch *batchJob // a queue with KeyBatch: the batch this taking heads
+	// ticket is its place in the launch order, for a queue that reads
+	// ahead (see turnstile).
+	ticket uint64
 }
 
 // serve is one of a queue's long-lived handler goroutines (concurrency of
@@ -30,11 +33,12 @@ func (w *Worker) serve(q *queueRunner) {
 			w.runBatch(j.s, q, j.batch)
 			continue
 		}
-		w.run(j.s, q, j.taken, j.task, j.h)
+		w.run(q, j)
 	}
 }
 
-func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *Task, h *holding) {
+func (w *Worker) run(q *queueRunner, j job) {
+	s, taken, t, h := j.s, j.taken, j.task, j.h
 	hs := []*holding{h}
 	defer func() {
 		q.unhold(t.pid, h)
@@ -46,18 +50,22 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
+		if q.turn != nil {
+			q.turn.skip(j.ticket)
+		}
 		if !q.returned(hs) {
 			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
 		}
 		return
 	}
-	if !w.slot(s, q, t, hs) {
-		return // given back: it waited too long for a handler slot
+	if !w.slot(q, j) {
+		w.notRun(s, q, t.pid, h)
+		return
 	}
-	slotted := true
+	slotted := q.turn != nil
 	defer func() {
 		if slotted {
-			q.unslot()
+			q.turn.done()
 		}
 	}()
 	hctx, cancel := context.WithCancelCause(s.Context())
@@ -97,8 +105,10 @@ func (w *Worker) run(s *heartbeat.Session, q *queueRunner, taken rdb.Taken, t *T
 	// The slot is free for a task taken ahead while this one's end is on
 	// its way.
 	q.ran(time.Since(began))
-	slotted = false
-	q.unslot()
+	if slotted {
+		slotted = false
+		q.turn.done()
+	}
 	var te *TimeoutError
 	if err != nil && errors.As(context.Cause(hctx), &te) {
 		err = fmt.Errorf("%w: %w", te, err)

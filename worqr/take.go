@@ -350,6 +350,10 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 				j.batch.tasks = append(j.batch.tasks, w.newTask(s, q, b))
 			}
 		}
+		if q.turn != nil {
+			q.tickets++
+			j.ticket = q.tickets
+		}
 		q.work <- j
 	}
 	return launched, buried

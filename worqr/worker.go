@@ -77,11 +77,13 @@ type queueRunner struct {
 	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
 	concurrency  int          // handlers that run at once
 	// aheadMax: tasks the queue may take beyond concurrency while its
-	// handlers are fast (see ahead.go), waiting for one of sem's
-	// concurrency slots (nil when aheadMax is 0); runAvg: its handlers'
+	// handlers are fast (see ahead.go), waiting for one of turn's
+	// concurrency slots (nil when aheadMax is 0) in launch order (tickets,
+	// the last one issued, guarded by launchMu); runAvg: its handlers'
 	// recent average run time (ns).
 	aheadMax int
-	sem      chan struct{}
+	turn     *turnstile
+	tickets  uint64
 	runAvg   atomic.Int64
 	busy     atomic.Int32 // takings of this queue being run
 	slots    *slotPool    // its own, or the one its priority group shares
@@ -364,7 +366,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		// the end that freed its slot is still on its way back, so the
 		// channel has room for a second round of takings.
 		if r.aheadMax = aheadMax(r); r.aheadMax > 0 {
-			r.sem = make(chan struct{}, r.concurrency)
+			r.turn = newTurnstile(r.concurrency)
 			r.runAvg.Store(int64(readAheadFast)) // until handlers are seen fast
 		}
 		room := r.concurrency + r.aheadMax
