@@ -67,11 +67,13 @@ func (s *Session) Cause() error {
 }
 
 // Retire marks the session dead for good and cancels its context with
-// cause why. The first cause wins.
+// cause why. The first cause wins. The context is cancelled before Lost
+// reports true: whoever sees the session lost (Confirm returns then) finds
+// its context done.
 func (s *Session) Retire(why error) {
 	s.why.CompareAndSwap(nil, &why)
-	s.lost.Store(true)
 	s.cancel(s.Cause())
+	s.lost.Store(true)
 }
 
 // EventKind names what a Keeper reports.

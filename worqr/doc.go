@@ -15,7 +15,9 @@
 // every HeartbeatInterval) and starts taking; it wakes on Redis pub/sub and
 // polls as a fallback. Every worker also takes part in recovery: any peer may
 // requeue, to the front of their queues, the tasks of a worker whose keepalive
-// expired, within HeartbeatTTL + ReaperInterval (about 4 s by default).
+// expired, within HeartbeatTTL + ReaperInterval (about 4 s by default). A
+// queue whose handlers are fast also takes up to QueueConfig.ReadAhead tasks
+// ahead of them, which wait for a handler in the order they were taken.
 //
 // # Priorities and limits
 //
