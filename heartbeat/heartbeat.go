@@ -67,13 +67,14 @@ func (s *Session) Cause() error {
 }
 
 // Retire marks the session dead for good and cancels its context with
-// cause why. The first cause wins. The context is cancelled before Lost
-// reports true: whoever sees the session lost (Confirm returns then) finds
-// its context done.
+// cause why. The first cause wins. Lost reports true before the context
+// is done: a handler that returns because of the cancel finds the session
+// lost, and sends no end (at Stop, the requeue puts its taking back with
+// nothing counted).
 func (s *Session) Retire(why error) {
 	s.why.CompareAndSwap(nil, &why)
-	s.cancel(s.Cause())
 	s.lost.Store(true)
+	s.cancel(s.Cause())
 }
 
 // EventKind names what a Keeper reports.
@@ -215,6 +216,7 @@ func (k *Keeper) Confirm(ctx context.Context, s *Session) error {
 		k.mu.Unlock()
 		switch {
 		case s.Lost():
+			<-s.ctx.Done() // Retire cancels it right after
 			return s.Cause()
 		case ok:
 			return nil

@@ -23,8 +23,14 @@ const (
 
 // readAheadWait is how long a task taken ahead waits for a handler slot
 // before it is given back to the front of its queue (handlers that slowed
-// down before their average shows it). A variable for tests.
+// down before their average shows it), for each Concurrency tasks a queue
+// may take ahead: a task waits about ReadAhead/Concurrency average runs.
+// A variable for tests.
 var readAheadWait = 10 * time.Millisecond
+
+// testHookSlotWait, when set, is called when the taking of task id starts
+// to wait for a slot.
+var testHookSlotWait func(id string)
 
 // aheadMax is how many tasks q may take ahead at most (0: it never reads
 // ahead): ReadAhead, or Concurrency when ReadAhead is 0, for stand-alone
@@ -61,11 +67,16 @@ func (q *queueRunner) ran(d time.Duration) {
 	if q.aheadMax == 0 {
 		return
 	}
-	old := q.runAvg.Load()
-	avg := old + (int64(d)-old)/8
-	q.runAvg.Store(avg) // a lost update only delays a switch
-	if old >= int64(readAheadFast) && avg < int64(readAheadFast) {
-		q.hint()
+	for {
+		old := q.runAvg.Load()
+		avg := old + (int64(d)-old)/8
+		if !q.runAvg.CompareAndSwap(old, avg) {
+			continue // not over a slowdown recorded meanwhile
+		}
+		if old >= int64(readAheadFast) && avg < int64(readAheadFast) {
+			q.hint()
+		}
+		return
 	}
 }
 
@@ -76,14 +87,14 @@ func (q *queueRunner) slowed() {
 }
 
 // slot waits for one of q's Concurrency handler slots for the taking of
-// job j, in launch order (a queue at concurrency 1 starts its tasks in the
-// order it took them). It reports false when j must not run here: when
-// the worker stops; when j waited readAheadWait while q held more takings
-// than Concurrency (taken ahead of handlers that slowed down before their
-// average showed it: q stops reading ahead); and when the process was
-// frozen for most of a TTL while j waited (launch would not have launched
-// it then: the reaper may have given it to another worker). The caller
-// then lets the taking go unrun (notRun).
+// job j, in launch order (starts follow takes). It reports false when j
+// must not run here: when the worker stops; when j waited readAheadWait
+// for each Concurrency tasks q may take ahead (its handlers slowed down
+// before their average showed it: q stops reading ahead); and when the
+// process was frozen for most of a TTL while j waited, or j's session was
+// lost (launch would not have launched it then: the reaper may have given
+// it to another worker). The caller then lets the taking go unrun
+// (notRun).
 func (w *Worker) slot(q *queueRunner, j job) bool {
 	if q.turn == nil {
 		return true
@@ -92,36 +103,41 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 	if granted == nil {
 		return true
 	}
-	timer := time.NewTimer(readAheadWait)
-	defer timer.Stop()
-	for {
-		select {
-		case <-granted:
-			if w.keeper.Fresh() {
-				return true
-			}
-			q.turn.done()
-			return false
-		case <-timer.C:
-			if int(q.busy.Load()) <= q.concurrency {
-				timer.Reset(readAheadWait)
-				continue
-			}
-			q.slowed()
-		case <-w.takeStop:
-		}
-		if !q.turn.leave(j.ticket) {
-			return true // granted meanwhile: it runs after all
-		}
-		return false
+	if testHookSlotWait != nil {
+		testHookSlotWait(j.taken.ID)
 	}
+	timer := time.NewTimer(readAheadWait * time.Duration((q.aheadMax+q.concurrency-1)/q.concurrency))
+	defer timer.Stop()
+	select {
+	case <-granted:
+		if w.keeper.Fresh() && !j.s.Lost() {
+			return true
+		}
+		q.turn.done()
+		return false
+	case <-timer.C:
+		q.slowed()
+	case <-j.s.Context().Done():
+	case <-w.takeStop:
+	}
+	if !q.turn.leave(j.ticket) {
+		// Served meanwhile: it holds a slot, and runs unless that came
+		// too late.
+		if w.keeper.Fresh() && !j.s.Lost() {
+			return true
+		}
+		q.turn.done()
+	}
+	return false
 }
 
 // notRun lets taking h (pid) of s go without running it: it is no longer
 // held here, so a release puts it back at the front of its queue, in pid
 // order with any others. The fetch loop makes it; once the worker stops,
-// there is none, and this goroutine makes it (at once: not after Stop's
-// grace period, as Stop's requeue would).
+// there is none, and this goroutine makes it, once the fetch loops are
+// over (a take of theirs on its way, not yet held, would be put back and
+// then run), unless another release took it along: not after Stop's
+// grace period, as Stop's requeue would.
 func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *holding) {
 	q.unhold(pid, h)
 	q.setUnsure(s.ID())
@@ -129,6 +145,10 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 	case <-w.takeStop:
 	default:
 		poke(q.wake)
+		return
+	}
+	w.loops.Wait()
+	if q.unsureFor(s.ID()) == "" {
 		return
 	}
 	if err := w.release(s, q); err != nil {

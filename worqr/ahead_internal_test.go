@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -114,7 +115,9 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 				defer now.Add(-1)
 				for p := peak.Load(); r > p && !peak.CompareAndSwap(p, r); p = peak.Load() {
 				}
-				time.Sleep(100 * time.Microsecond) // some work: handlers overlap
+				for i := 0; i < 20; i++ {
+					runtime.Gosched() // handlers overlap
+				}
 				if _, dup := seen.LoadOrStore(tk.ID, true); dup {
 					t.Errorf("task %s ran twice", tk.ID)
 				}
@@ -297,26 +300,63 @@ func TestReadAheadGivesBackOnStop(t *testing.T) {
 
 // A task taken ahead whose wait for a slot spans most of a TTL with no
 // beat (a frozen process) is not run when the slot frees: the reaper may
-// have given it to another worker. It is given back (which changes nothing
-// if it was).
+// have given it to another worker. Once a beat confirms the session, the
+// release puts it back (no crash counted) and it runs.
 func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
 	old := readAheadWait
 	readAheadWait = time.Hour
 	defer func() { readAheadWait = old }()
+	waiting := make(chan string, 4)
+	testHookSlotWait = func(id string) { waiting <- id }
+	defer func() { testHookSlotWait = nil }()
 	clock := seam.NewManualClock(time.Now())
 	ctx := seam.WithHeartbeatClock(context.Background(), clock)
 	// Fresh for TTL - Interval = 500 ms of its clock after a beat.
 	w, ran, open := slowAndNext(t, ctx, WorkerConfig{HeartbeatInterval: time.Second,
-		HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Hour})
-	waitHeldAhead(t, w)
+		HeartbeatTTL: 1500 * time.Millisecond, PollInterval: 200 * time.Millisecond})
+	select {
+	case id := <-waiting:
+		if id != "next" {
+			t.Fatalf("%s waits for a slot, want next", id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("next never waited for a slot")
+	}
 	clock.Advance(700 * time.Millisecond) // no beat for 700 ms: not fresh
 	open()
-	waitPutBack(t, w, "next")
-	select {
+	q := w.queues[0]
+	for deadline := time.Now().Add(10 * time.Second); len(q.heldPIDs()) > 0; {
+		select {
+		case got := <-ran:
+			t.Fatalf("%s ran after a freeze", got)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still held: %v", q.heldPIDs())
+		}
+		time.Sleep(time.Millisecond)
+	}
+	select { // a handler reports before its taking ends
 	case got := <-ran:
 		t.Fatalf("%s ran after a freeze", got)
 	default:
 	}
+	// The slow ones ended and next was let go unrun. The clock runs
+	// again: a beat, then the release (at the next poll: a frozen worker
+	// releases nothing), then next runs, nothing counted.
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		for {
+			clock.Advance(time.Second)
+			select {
+			case <-stop:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}()
+	waitRan(t, ran, "next 1 0", "next never ran after the freeze (or ran with a crash counted: the reaper's, not the release's)")
 }
 
 // The turnstile serves tickets in order, whatever order they come to wait

@@ -87,7 +87,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				q.more.Store(heads(tasks) == free)
 				launched, buried := w.launch(s, q, tasks)
 				hint = buried > 0 || (launched == free && free > 0)
-				if hint {
+				if hint && !stopping(w.takeStop) {
 					continue
 				}
 			}
@@ -106,6 +106,16 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 		case <-changed:
 			hint = true
 		}
+	}
+}
+
+// stopping reports whether c (the worker's takeStop) is closed.
+func stopping(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -193,7 +203,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 		return err
 	}
 	if r.Requeued > 0 {
-		w.cfg.Logger.Warn("worker: put back takings it held and did not run (a lost take reply or hand-off)",
+		w.cfg.Logger.Warn("worker: put back takings it held and did not run (taken ahead of handlers that slowed down, or a lost take reply or hand-off)",
 			"queue", q.name, "count", r.Requeued)
 	}
 	for pid, id := range q.markLost(r.Missing) {

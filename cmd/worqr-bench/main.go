@@ -506,6 +506,17 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 	if o.rtt == 0 && slices.Contains(o.concurrencies, 50) {
 		ts = append(ts, target{"loopback drain at C=50 >= 5x asynq", ratio(o.drainKey("drain_jobs_per_s", 50), 5)})
 	}
+	// Targets against BullMQ, which this bench does not run: as multiples
+	// of asynq in this run, by BullMQ's ratio to asynq in issue 11's
+	// side-by-side runs (same harness, same Redis, both in one run).
+	for _, b := range bullmqTargets {
+		if o.rtt != b.rtt || !slices.Contains(o.concurrencies, b.c) {
+			continue
+		}
+		min := b.times * b.bullmq / b.asynq
+		ts = append(ts, target{fmt.Sprintf("drain at C=%d >= %gx BullMQ (%.2fx asynq)", b.c, b.times, min),
+			ratio(o.drainKey("drain_jobs_per_s", b.c), min)})
+	}
 	ts = append(ts,
 		target{"latency p50 <= 0.5 ms (loopback)", atMost("latency_p50_ms", 0.5, " ms")},
 		target{"latency p99 <= 2 ms (loopback)", atMost("latency_p99_ms", 2, " ms")},
@@ -539,6 +550,21 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 			fmt.Fprintf(w, "  [NOT] %-50s %s\n", t.what, v)
 		}
 	}
+}
+
+// bullmqTargets are issue 11's drain targets against BullMQ 6.7, with the
+// jobs/s BullMQ and asynq 0.26 drained side by side in that issue's runs
+// (rtt 0: loopback; else the emulated 0.6 ms round trip).
+var bullmqTargets = []struct {
+	rtt           time.Duration
+	c             int
+	times         float64
+	bullmq, asynq float64
+}{
+	{0, 10, 1.5, 21_640, 9_013},
+	{0, 50, 2.5, 18_398, 7_434},
+	{600 * time.Microsecond, 10, 2, 4_591, 938},
+	{600 * time.Microsecond, 50, 2, 6_700, 920},
 }
 
 // runAsynq runs repetition rep of the asynq module's program with `go run`

@@ -1,0 +1,57 @@
+package worqr
+
+import (
+	"context"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// Stop with no grace period puts back every running taking with nothing
+// counted: a handler that returns because Stop cancelled it finds its
+// session lost and sends no end (a retry would count an attempt). The
+// session must read lost before its context is done.
+func TestStopWithNoGraceCountsNothing(t *testing.T) {
+	ctx := context.Background()
+	pool := internalPool(t)
+	ns := redistest.Namespace()
+	c, err := NewClient(pool, &Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 200
+	var running, ended, requeued atomic.Int32
+	w := startInternal(t, pool, &WorkerConfig{Config: Config{Namespace: ns}, OnEvent: func(e Event) {
+		switch e.Kind {
+		case EventRetry, EventDone, EventDead:
+			ended.Add(1)
+		case EventStopRequeued:
+			requeued.Add(int32(e.Count))
+		}
+	}, Queues: map[string]QueueConfig{"q": {Concurrency: n, Handler: HandlerFunc(func(ctx context.Context, _ *Task) error {
+		running.Add(1)
+		<-ctx.Done()
+		return ctx.Err()
+	})}}})
+	for i := 0; i < n; i++ {
+		if _, err := c.Enqueue(ctx, "q", []byte(strconv.Itoa(i)), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); running.Load() < n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d running", running.Load(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	now, cancel := context.WithCancel(ctx)
+	cancel()
+	w.Stop(now)
+	if ended.Load() > 0 || requeued.Load() != n {
+		t.Fatalf("%d takings ended by their cancelled handlers (an attempt counted), %d requeued by Stop; want 0 and %d",
+			ended.Load(), requeued.Load(), n)
+	}
+}
