@@ -118,7 +118,7 @@ func waitReady(ctx context.Context, ready func(context.Context) (bool, string)) 
 }
 
 func (cl *Cluster) ready(ctx context.Context) (bool, string) {
-	var first string
+	var first, firstAddr string
 	for _, n := range cl.Nodes {
 		c, err := redis.DialContext(ctx, "tcp", n.Addr)
 		if err != nil {
@@ -140,9 +140,9 @@ func (cl *Cluster) ready(ctx context.Context) (bool, string) {
 		}
 		view := fmt.Sprint(slotView(slots))
 		if first == "" {
-			first = view
+			first, firstAddr = view, n.Addr
 		} else if view != first {
-			return false, "nodes disagree on the slot map"
+			return false, fmt.Sprintf("nodes disagree on the slot map: %s sees %s, %s sees %s", firstAddr, first, n.Addr, view)
 		}
 	}
 	return true, ""
