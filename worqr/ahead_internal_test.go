@@ -86,17 +86,25 @@ func TestReadAheadRule(t *testing.T) {
 	}
 }
 
-// drainPeak drains n tasks of a queue with a no-op handler at concurrency
-// 2 and returns the most handlers seen running at once and the most
-// takings the worker held in Redis at once (read by a poller).
-func drainPeak(t *testing.T, readAhead int) (running, held int) {
-	ctx := context.Background()
+// internalClient returns a pool on the test server, a namespace of the
+// test's own and a Client on both.
+func internalClient(t *testing.T) (*redis.Pool, string, *Client) {
+	t.Helper()
 	pool := internalPool(t)
 	ns := redistest.Namespace()
 	c, err := NewClient(pool, &Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
+	return pool, ns, c
+}
+
+// drainPeak drains n tasks of a queue with a no-op handler at concurrency
+// 2 and returns the most handlers seen running at once and the most
+// takings the worker held in Redis at once (read by a poller).
+func drainPeak(t *testing.T, readAhead int) (running, held int) {
+	ctx := context.Background()
+	pool, ns, c := internalClient(t)
 	const n = 2000
 	ps := make([][]byte, n)
 	for i := range ps {
@@ -164,21 +172,16 @@ func TestReadAheadHoldsMoreRunsNoMore(t *testing.T) {
 
 // slowAndNext starts a worker at concurrency 2 whose handlers look fast,
 // and enqueues "slow1" and "slow2" (their handlers wait for the gate) then
-// "next", which the worker takes ahead. ctx (what Start gets) and cfg (durations) are the
-// test's. It returns the worker (stopped at cleanup), a channel of what ran
+// "next", which the worker takes ahead. ctx (what Start gets) and cfg
+// (durations) are the test's. It returns the worker (stopped at cleanup), a channel of what ran
 // (id, attempt and crashes), and what opens the gate.
-func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (w *Worker, ran chan string, open func()) {
+func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (*Worker, chan string, func()) {
 	t.Helper()
 	gate := make(chan struct{})
 	var once sync.Once
-	open = func() { once.Do(func() { close(gate) }) }
-	pool := internalPool(t)
-	ns := redistest.Namespace()
-	c, err := NewClient(pool, &Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ran = make(chan string, 8)
+	open := func() { once.Do(func() { close(gate) }) }
+	pool, ns, c := internalClient(t)
+	ran := make(chan string, 8)
 	cfg.Namespace = ns
 	cfg.Queues = map[string]QueueConfig{"q": {Concurrency: 2, Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
 		ran <- string(tk.Payload) + " " + strconv.Itoa(tk.Attempt) + " " + strconv.Itoa(tk.Crashes)
@@ -187,7 +190,8 @@ func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (w *Worker
 		}
 		return nil
 	})}}
-	if w, err = NewWorker(pool, &cfg); err != nil {
+	w, err := NewWorker(pool, &cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Start(ctx); err != nil {

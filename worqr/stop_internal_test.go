@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // Stop with no grace period puts back every running taking with nothing
@@ -16,12 +14,7 @@ import (
 // session must read lost before its context is done.
 func TestStopWithNoGraceCountsNothing(t *testing.T) {
 	ctx := context.Background()
-	pool := internalPool(t)
-	ns := redistest.Namespace()
-	c, err := NewClient(pool, &Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, ns, c := internalClient(t)
 	const n = 200
 	var running, ended, requeued atomic.Int32
 	w := startInternal(t, pool, &WorkerConfig{Config: Config{Namespace: ns}, OnEvent: func(e Event) {
