@@ -165,10 +165,11 @@ type QueueConfig struct {
 	// millisecond on average: a handler that returns then starts its next
 	// task at once, without waiting for its end's round trip, and each end
 	// carries more tasks back. Never more than Concurrency handlers run at
-	// once. A task taken ahead that finds no free handler within 10 ms
-	// (handlers that slowed down) goes back to the front of its queue,
-	// with nothing counted, and the worker stops reading ahead until its
-	// handlers are fast again; it does the same when the worker stops.
+	// once. A task taken ahead that finds no free handler within 10 ms for
+	// each Concurrency tasks read ahead (handlers that slowed down) goes
+	// back to the front of its queue, with nothing counted, and the worker
+	// stops reading ahead until its handlers are fast again; it does the
+	// same when the worker stops.
 	// While taken ahead, a task counts as active (Inspector) and, like any
 	// task a worker holds, is run elsewhere if the worker dies (a crash
 	// counted: MaxCrashes).
