@@ -60,6 +60,22 @@ func (q *queueRunner) ahead() int {
 	return q.aheadMax
 }
 
+// began is when a handler of q starts, for ranSince; the zero time for a
+// queue that never reads ahead (no clock read on its hot path).
+func (q *queueRunner) began() time.Time {
+	if q.aheadMax == 0 {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
+// ranSince records the run of a handler of q that began then (ran).
+func (q *queueRunner) ranSince(began time.Time) {
+	if !began.IsZero() {
+		q.ran(time.Since(began))
+	}
+}
+
 // ran records how long a handler of q took: the average of the last eight
 // runs or so decides whether q reads ahead. When it turns fast, the fetch
 // loop is told (its next take fills the room ahead).
@@ -110,11 +126,7 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 	defer timer.Stop()
 	select {
 	case <-granted:
-		if w.keeper.Fresh() && !j.s.Lost() {
-			return true
-		}
-		q.turn.done()
-		return false
+		return w.slotUsable(q, j)
 	case <-timer.C:
 		q.slowed()
 	case <-j.s.Context().Done():
@@ -123,11 +135,19 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 	if !q.turn.leave(j.ticket) {
 		// Served meanwhile: it holds a slot, and runs unless that came
 		// too late.
-		if w.keeper.Fresh() && !j.s.Lost() {
-			return true
-		}
-		q.turn.done()
+		return w.slotUsable(q, j)
 	}
+	return false
+}
+
+// slotUsable reports whether job j, granted a slot after a wait, may run:
+// its session lives and the process was not frozen meanwhile. If not, the
+// slot is freed.
+func (w *Worker) slotUsable(q *queueRunner, j job) bool {
+	if w.keeper.Fresh() && !j.s.Lost() {
+		return true
+	}
+	q.turn.done()
 	return false
 }
 
@@ -141,9 +161,7 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *holding) {
 	q.unhold(pid, h)
 	q.setUnsure(s.ID())
-	select {
-	case <-w.takeStop:
-	default:
+	if !stopping(w.takeStop) {
 		poke(q.wake)
 		return
 	}
@@ -154,6 +172,21 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 	if err := w.release(s, q); err != nil {
 		w.cfg.Logger.Warn("worker: stopping: could not put back a task taken ahead (Stop's requeue will)",
 			"queue", q.name, "err", err)
+	}
+}
+
+// unslot frees the handler slot a taking of q held (slot), if q hands
+// them out.
+func (q *queueRunner) unslot() {
+	if q.turn != nil {
+		q.turn.done()
+	}
+}
+
+// skipSlot says that the taking of ticket k will never ask for a slot.
+func (q *queueRunner) skipSlot(k uint64) {
+	if q.turn != nil {
+		q.turn.skip(k)
 	}
 }
 

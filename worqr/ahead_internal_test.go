@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"strconv"
 	"strings"
@@ -215,24 +216,31 @@ func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (*Worker, 
 	return w, ran, open
 }
 
+// waitFor polls cond every millisecond until it holds; after 10 s it
+// fails the test with what cond last said.
+func waitFor(t *testing.T, cond func() (bool, string)) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		ok, why := cond()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal(why)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // waitPutBack waits until id waits at the front of w's queue again.
 func waitPutBack(t *testing.T, w *Worker, id string) {
 	t.Helper()
 	c := internalPool(t).Get()
 	defer c.Close()
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	waitFor(t, func() (bool, string) {
 		head, err := redis.Strings(c.Do("LRANGE", w.queues[0].qk.Waiting, 0, 0))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(head) == 1 && head[0] == id {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("front of the queue %v, want %s put back", head, id)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return err == nil && len(head) == 1 && head[0] == id, fmt.Sprintf("front of the queue %v (%v), want %s put back", head, err, id)
+	})
 }
 
 // A task taken ahead that finds every handler busy for readAheadWait goes
@@ -265,19 +273,10 @@ func waitHeldAhead(t *testing.T, w *Worker) {
 	c := internalPool(t).Get()
 	defer c.Close()
 	key := w.queues[0].qk.WorkerQueue(w.ID())
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	waitFor(t, func() (bool, string) {
 		n, err := redis.Int(c.Do("HLEN", key))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 3 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the worker holds %d takings, never took next ahead", n)
-		}
-		time.Sleep(time.Millisecond)
-	}
+		return err == nil && n == 3, fmt.Sprintf("the worker holds %d takings (%v), never took next ahead", n, err)
+	})
 }
 
 // A task taken ahead is given back as soon as the worker stops, not run
@@ -329,17 +328,10 @@ func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
 	clock.Advance(700 * time.Millisecond) // no beat for 700 ms: not fresh
 	open()
 	q := w.queues[0]
-	for deadline := time.Now().Add(10 * time.Second); len(q.heldPIDs()) > 0; {
-		select {
-		case got := <-ran:
-			t.Fatalf("%s ran after a freeze", got)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still held: %v", q.heldPIDs())
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, func() (bool, string) {
+		held := q.heldPIDs()
+		return len(held) == 0, fmt.Sprintf("still held: %v", held)
+	})
 	select { // a handler reports before its taking ends
 	case got := <-ran:
 		t.Fatalf("%s ran after a freeze", got)

@@ -109,10 +109,8 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 	if n = w.refillShare(q, n); n == 0 {
 		return s, nil // the priority rule gives these slots to other queues
 	}
-	select {
-	case <-w.takeStop:
+	if stopping(w.takeStop) {
 		return s, nil
-	default:
 	}
 	a := w.takeArgs(s, q, n)
 	return s, &a

@@ -106,19 +106,6 @@ func handEnv(t *testing.T) (*redis.Pool, redis.Conn, worqr.Config, rdb.QueueKeys
 	return pool, c, cfg, rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
 }
 
-// startOn makes and starts a worker on pool (its caller stops it).
-func startOn(t *testing.T, ctx context.Context, pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
-	t.Helper()
-	w, err := worqr.NewWorker(pool, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return w
-}
-
 // waitParked waits until worker id is parked on q.
 func waitParked(t *testing.T, c redis.Conn, q rdb.QueueKeys, id string) {
 	t.Helper()
@@ -143,7 +130,7 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 			pool, c, cfg, q := handEnv(t)
 			h := watchHandoffs(t, q)
 			done := make(chan string, 100)
-			w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
+			w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, DisableHandoff: disable,
 				PollInterval: 200 * time.Millisecond, // a park entry lasts two polls: 400 ms, room for a loaded machine
 				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 					done <- string(t.Payload) + "|" + t.PID()
@@ -200,7 +187,7 @@ func TestLostHandoffIsReleased(t *testing.T) {
 	pool, c, cfg, q := handEnv(t)
 	var runs atomic.Int32
 	done := make(chan struct{}, 10)
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			runs.Add(1)
 			done <- struct{}{}
@@ -233,7 +220,7 @@ func TestHandoffsAndTakesRunEachTaskOnce(t *testing.T) {
 	ran := map[string]int{}
 	const n = 400
 	all := make(chan struct{})
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			time.Sleep(200 * time.Microsecond)
 			mu.Lock()
@@ -320,7 +307,7 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	}
 	done := make(chan worqr.Event, 1)
 	var recovered atomic.Int32
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
 		OnEvent: func(e worqr.Event) {
 			if e.Kind == worqr.EventRecovered && e.Count > 0 {
 				recovered.Add(int32(e.Count))
@@ -357,7 +344,7 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 	pool, c, cfg, q := handEnv(t)
 	h := watchHandoffs(t, q)
 	causes := make(chan error, 20)
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 500 * time.Millisecond,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 500 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Retention: time.Minute, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 			select {
 			case <-ctx.Done():
@@ -425,7 +412,7 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	cfg := worqr.Config{Namespace: redistest.Namespace()}
 	q := rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
 	ran := make(chan string, 4)
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg,
 		// Fresh for TTL - Interval = 500 ms of its clock after a beat.
 		HeartbeatInterval: time.Second, HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Second,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
@@ -484,7 +471,7 @@ func TestResubscribeReleasesLostHandoffs(t *testing.T) {
 	ctx := context.Background()
 	pool, c, cfg, q := handEnv(t)
 	ran := make(chan string, 4)
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its holdings
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no check of its holdings
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.ID
 			return nil
@@ -516,7 +503,7 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 	if err := in.Pause(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 20 * time.Millisecond,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.ID
 			return nil
@@ -553,7 +540,7 @@ func TestStopUnparksBeforeItsGracePeriod(t *testing.T) {
 	pool, c, cfg, q := handEnv(t)
 	gate := make(chan struct{})
 	started := make(chan struct{}, 1)
-	w := startOn(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour,
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
 			started <- struct{}{}
 			<-gate // runs through the grace period

@@ -50,9 +50,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 	if taken.Expired {
 		// Past its deadline when taken (Redis time): never run, ended as
 		// expired through the queue's one end path.
-		if q.turn != nil {
-			q.turn.skip(j.ticket)
-		}
+		q.skipSlot(j.ticket)
 		if !q.returned(hs) {
 			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
 		}
@@ -62,12 +60,6 @@ func (w *Worker) run(q *queueRunner, j job) {
 		w.notRun(s, q, t.pid, h)
 		return
 	}
-	slotted := q.turn != nil
-	defer func() {
-		if slotted {
-			q.turn.done()
-		}
-	}()
 	hctx, cancel := context.WithCancelCause(s.Context())
 	timeout := q.cfg.Timeout
 	if taken.TimeoutMs > 0 {
@@ -80,6 +72,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 	}
 	if !q.started(hs, cancel) {
 		// Found lost (a failover) before its handler started.
+		q.unslot()
 		cancel(ErrLostInFailover)
 		q.returned(hs)
 		return
@@ -95,7 +88,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		res *StageResult
 		run *Run
 	)
-	began := time.Now()
+	began := q.began()
 	if q.kind == rdb.KindStage {
 		run = newRun(q, taken, t)
 		res, err = callStage(hctx, q.stageHandler, run)
@@ -104,11 +97,8 @@ func (w *Worker) run(q *queueRunner, j job) {
 	}
 	// The slot is free for a task taken ahead while this one's end is on
 	// its way.
-	q.ran(time.Since(began))
-	if slotted {
-		slotted = false
-		q.turn.done()
-	}
+	q.ranSince(began)
+	q.unslot()
 	var te *TimeoutError
 	if err != nil && errors.As(context.Cause(hctx), &te) {
 		err = fmt.Errorf("%w: %w", te, err)
