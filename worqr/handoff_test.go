@@ -179,6 +179,61 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 	}
 }
 
+// An EnqueueBatch of plain tasks (as concurrent Enqueue calls the client
+// sends together) is handed to an idle worker as far as it has free
+// slots: each task runs once, under the pid its hand-off carried.
+func TestEnqueueBatchIsHandedToAnIdleWorker(t *testing.T) {
+	ctx := context.Background()
+	pool, c, cfg, q := handEnv(t)
+	h := watchHandoffs(t, q)
+	const n = 4
+	release := make(chan struct{})
+	done := make(chan string, 2*n)
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: 200 * time.Millisecond,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: n, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+			<-release
+			done <- string(t.Payload) + "|" + t.PID()
+			return nil
+		})}}})
+	defer w.Stop(ctx)
+	open := sync.OnceFunc(func() { close(release) })
+	defer open() // before Stop, also when the test fails
+	client, _ := worqr.NewClient(pool, &cfg)
+	waitParked(t, c, q, w.ID())
+	payloads := make([][]byte, n+1)
+	for i := range payloads {
+		payloads[i] = []byte(strconv.Itoa(i))
+	}
+	if _, err := client.EnqueueBatch(ctx, "q", payloads, nil); err != nil {
+		t.Fatal(err)
+	}
+	// n handed (its free slots), the last one left waiting in the queue.
+	if ids, _ := redis.Strings(c.Do("LRANGE", q.Waiting, 0, -1)); len(ids) != 1 {
+		t.Fatalf("waiting %v, want the one task beyond the worker's %d slots", ids, n)
+	}
+	open()
+	seen := map[string]bool{}
+	handed := 0
+	for range payloads {
+		select {
+		case got := <-done:
+			payload, pid, _ := strings.Cut(got, "|")
+			if seen[payload] {
+				t.Fatalf("task %s ran twice", payload)
+			}
+			seen[payload] = true
+			if h.handed(pid) {
+				handed++
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("ran %v of %d tasks", seen, n+1)
+		}
+	}
+	if handed != n || h.count(w.ID()) != n {
+		t.Fatalf("%d tasks run as handed, %d hand-offs; want %d", handed, h.count(w.ID()), n)
+	}
+}
+
 // A taking recorded for a parked worker whose message never came (pub/sub
 // lost it) is found by the worker's check of its holdings and released:
 // the task runs, once.
@@ -488,6 +543,37 @@ func TestResubscribeReleasesLostHandoffs(t *testing.T) {
 		t.Fatal(err)
 	}
 	worqr.WaitRan(t, ran, "lost", "the stranded taking was not released after the worker subscribed again")
+}
+
+// A worker whose subscription drops can receive no hand-off: it unparks
+// itself at once, so that enqueues push their tasks with a wake-up rather
+// than hand them into a message nobody reads, and parks again once
+// subscribed.
+func TestSubscriptionDropUnparks(t *testing.T) {
+	ctx := context.Background()
+	pool, c, cfg, q := handEnv(t)
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, // no park renewed by a poll
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			return nil
+		})}}})
+	defer w.Stop(ctx)
+	waitParked(t, c, q, w.ID())
+	if _, err := c.Do("CLIENT", "KILL", "TYPE", "pubsub"); err != nil {
+		t.Fatal(err)
+	}
+	// The worker waits at least 50 ms before it subscribes again, and
+	// parks only after that: the entry is gone meanwhile.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID())); n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker stayed parked after its subscription dropped")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	waitParked(t, c, q, w.ID())
 }
 
 // A paused queue still releases what its worker holds and does not run

@@ -180,6 +180,56 @@ func TestEnqueueHandsOff(t *testing.T) {
 	}
 }
 
+// One enqueue of several tasks (a batch, or concurrent plain enqueues
+// grouped into one call) hands as many as the parked workers have free
+// slots, in the tasks' order with increasing pids, one message each; the
+// rest wait in the queue, in order, with one wake-up.
+func TestEnqueueBatchHandsOff(t *testing.T) {
+	e := newEnv(t)
+	until := e.now(t) + 60_000
+	e.parkW(t, "W", until, 2)
+	e.parkW(t, "V", until, 1)
+	l := e.listen(t)
+	e.enqueue(t, "a", "b", "c", "d", "e")
+	msgs := l.collect(t, e)
+	if len(msgs) != 4 || msgs[3].Data != "2" {
+		t.Fatalf("published %v, want 3 hand-offs and a wake-up for 2", msgs)
+	}
+	count := map[string]int{}
+	lastPID := 0
+	for i, m := range msgs[:3] {
+		h, ok := rdb.ParseHandoff([]byte(m.Data))
+		if !ok {
+			t.Fatalf("not a hand-off: %q", m.Data)
+		}
+		want := []string{"a", "b", "c"}[i]
+		pid, _ := strconv.Atoi(h.Taken.PID)
+		if h.Taken.ID != want || string(h.Taken.Payload) != payload(want) || pid <= lastPID {
+			t.Fatalf("hand-off %d: %+v, want task %s after pid %d", i, h, want, lastPID)
+		}
+		lastPID = pid
+		if id, _ := redis.String(e.c.Do("HGET", e.q.WorkerQueue(h.Worker), h.Taken.PID)); id != want {
+			t.Fatalf("holdings of %s: pid %s -> %q, want %s", h.Worker, h.Taken.PID, id, want)
+		}
+		if task, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task(want))); task["s"] != "active" || task["w"] != h.Worker {
+			t.Fatalf("task hash of %s: %v", want, task)
+		}
+		count[h.Worker]++
+	}
+	if count["W"] != 2 || count["V"] != 1 {
+		t.Fatalf("handed %v, want 2 to W and 1 to V (their free slots)", count)
+	}
+	if ids := e.waitingIDs(t); strings.Join(ids, ",") != "d,e" {
+		t.Fatalf("waiting %v, want d,e", ids)
+	}
+	// Both are full: the next enqueue finds them so and unparks them.
+	e.enqueue(t, "f", "g")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}})
+	if p := e.parked(t); len(p) != 0 {
+		t.Fatalf("full workers are still parked: %v", p)
+	}
+}
+
 // Only a task due now, at level 0, with no unique key, no id of the
 // caller's and no deadline is handed; the others are enqueued as before.
 func TestEnqueueHandsOffOnlyPlainTasks(t *testing.T) {

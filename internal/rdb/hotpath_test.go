@@ -96,7 +96,7 @@ func TestPlainHotPathCommands(t *testing.T) {
 		}
 	}
 	// A hand-off to a parked worker: the enqueue is FCALL, HRANDFIELD,
-	// TIME, HLEN (the worker's holdings), INCR (the pid), HSET (the task,
+	// TIME, HLEN (the worker's holdings), INCRBY (the pid), HSET (the task,
 	// taken), HSET (the holdings), PUBLISH; no take follows.
 	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 2, Park: 2}); err != nil || len(got) != 0 {
 		t.Fatal(got, err)

@@ -159,7 +159,7 @@ type QueueKeys struct {
 	KeyHeads, KeyListPrefix string
 	// Park is the hash of the workers parked on the queue: worker id ->
 	// "<until>|<cap>", written by a take that found the queue empty; an
-	// enqueue hands a task to one of them (see enqueue_hand.lua).
+	// enqueue hands its tasks to them (see enqueue_hand.lua).
 	Park string
 	// WakeChannel carries wake-ups (the number of tasks made available)
 	// and hand-offs (see ParseHandoff).

@@ -399,7 +399,7 @@ func TestPlainHotPathCommandsByMonitor(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	if n["enqueue"] != 4 {
-		t.Errorf("enqueue of 2 ran %d commands, want 4 (2 HSET, RPUSH, PUBLISH)", n["enqueue"])
+	if n["enqueue_hand"] != 5 {
+		t.Errorf("enqueue of 2 ran %d commands, want 5 (HRANDFIELD of the parked workers, 2 HSET, RPUSH, PUBLISH)", n["enqueue_hand"])
 	}
 }

@@ -88,18 +88,39 @@ func (a *EnqueueArgs) packable() bool {
 // and are taken.
 const MaxHandoffPayload = 4 << 10
 
-// handable reports whether one task enqueued with a may be handed to a
-// parked worker (enqueue_hand.lua): plain, its payload at most
-// MaxHandoffPayload.
-func (a *EnqueueArgs) handable(payload []byte) bool {
-	return a.plain() && len(payload) <= MaxHandoffPayload
+// handable reports whether tasks enqueued with a may be handed to parked
+// workers (enqueue_hand.lua): plain, at most MaxEnqueueChunk of them, each
+// payload at most MaxHandoffPayload.
+func (a *EnqueueArgs) handable(payloads [][]byte) bool {
+	if !a.plain() || len(payloads) > MaxEnqueueChunk {
+		return false
+	}
+	for _, p := range payloads {
+		if len(p) > MaxHandoffPayload {
+			return false
+		}
+	}
+	return true
 }
 
-// enqueueHandArgs are the script arguments of enqueuing task i
-// (enqueue_hand.lua).
-func enqueueHandArgs(q QueueKeys, id string, payload []byte, a *EnqueueArgs) []any {
-	return []any{q.Waiting, q.Task(id), q.Park, q.Seq, q.WakeChannel, id, payload, q.WorkerQueuePrefix,
-		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs)}
+// enqueueHandArgs are the script arguments of enqueuing tasks [lo, hi) of
+// ids and payloads (enqueue_hand.lua).
+func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) []any {
+	n := hi - lo
+	args := make([]any, 0, 10+3*n)
+	args = append(args, 3+n, q.Waiting, q.Park, q.Seq)
+	for _, id := range ids[lo:hi] {
+		args = append(args, q.Task(id))
+	}
+	args = append(args, q.WakeChannel, q.WorkerQueuePrefix,
+		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs))
+	for _, id := range ids[lo:hi] {
+		args = append(args, id)
+	}
+	for _, p := range payloads[lo:hi] {
+		args = append(args, p)
+	}
+	return args
 }
 
 // enqueuePackedArgs are the script arguments of writing tasks [lo, hi)
@@ -250,8 +271,8 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	}
 	var r any
 	var err error
-	if hi-lo == 1 && a.handable(payloads[lo]) {
-		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids[lo], payloads[lo], a)...)
+	if a.handable(payloads[lo:hi]) {
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids, payloads, lo, hi, a)...)
 	} else {
 		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
 	}

@@ -334,7 +334,7 @@ func do(ctx context.Context, c redis.Conn, cmd string, args ...any) (any, error)
 var (
 	enqueueScript     = load("enqueue", -1)
 	enqueuePacked     = load("enqueue_packed", -1)
-	enqueueHandScript = load("enqueue_hand", 4)
+	enqueueHandScript = load("enqueue_hand", -1)
 	takeScript        = load("take", -1)
 	endScript         = load("end", -1)
 	requeueScript     = load("requeue", -1)

@@ -1,54 +1,81 @@
 --- @include "codes"
 --- @include "time"
--- enqueue_hand: enqueue one task with nothing but a payload (and maybe a
--- max attempts, timeout or retention of its own), and when a worker is
--- parked on the queue with a free slot, hand it the task in the same call:
--- the taking is fenced and recorded as a take records it (a pid from the
--- tag's counter, the task's state, the worker's holdings), and announced on
--- the wake channel with everything the worker needs to run it, so that no
--- take follows. Otherwise the task is pushed at the back of the queue with
--- a wake-up, as the enqueue script does.
--- KEYS[1] <ns>:{T}:q:<queue>      (list)   waiting ids
--- KEYS[2] <ns>:{T}:t:<id>         (hash)   the task
--- KEYS[3] <ns>:{T}:park:<queue>   (hash)   parked worker -> "<until>|<cap>"
--- KEYS[4] <ns>:{T}:seq            (string) taking counter of the tag
--- The holdings <ns>:{T}:wq:<queue>:<w> of the parked worker picked cannot
--- be declared: the worker is read from KEYS[3].
--- ARGV[1] wake channel   ARGV[2] task id   ARGV[3] payload
--- ARGV[4] holdings prefix <ns>:{T}:wq:<queue>:
--- ARGV[5] max attempts override ("" = queue default)
--- ARGV[6] timeout override in ms ("")   ARGV[7] retention ms ("")
--- The hand-off message: "h\n<worker>\n<pid>\n<id>\n<max attempts>\n
--- <timeout>\n<payload>". A plain wake-up carries a count.
--- Returns: {1}.
+-- enqueue_hand: enqueue n tasks with nothing but a payload each (and maybe
+-- a max attempts, timeout or retention shared by all), and hand as many as
+-- they have free slots to workers parked on the queue, in the same call:
+-- each taking is fenced and recorded as a take records it (a pid from the
+-- tag's counter, the task's state, the worker's holdings), and announced
+-- on the wake channel with everything the worker needs to run it, so that
+-- no take follows. The tasks left are pushed at the back of the queue with
+-- one wake-up, as the enqueue script does. Tasks are handed in their
+-- order, and their pids increase in it.
+-- KEYS[1]      <ns>:{T}:q:<queue>     (list)   waiting ids
+-- KEYS[2]      <ns>:{T}:park:<queue>  (hash)   parked worker -> "<until>|<cap>"
+-- KEYS[3]      <ns>:{T}:seq           (string) taking counter of the tag
+-- KEYS[4..n+3] <ns>:{T}:t:<id>        (hash)   one per task
+-- The holdings <ns>:{T}:wq:<queue>:<w> of the parked workers picked cannot
+-- be declared: the workers are read from KEYS[2].
+-- ARGV[1] wake channel   ARGV[2] holdings prefix <ns>:{T}:wq:<queue>:
+-- ARGV[3] max attempts override ("" = queue default)
+-- ARGV[4] timeout override in ms ("")   ARGV[5] retention ms ("")
+-- ARGV[6..n+5] task ids, in KEYS order   ARGV[n+6..2n+5] payloads
+-- A hand-off message: "h\n<worker>\n<pid>\n<id>\n<max attempts>\n
+-- <timeout>\n<payload>", one per task handed. A plain wake-up carries a
+-- count.
+-- Returns: {n}.
+local n = #KEYS - 3
 local extra = {}
-if ARGV[5] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = ARGV[5] end
-if ARGV[6] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[6] end
-if ARGV[7] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[7] end
-local e = redis.call('HRANDFIELD', KEYS[3], 1, 'WITHVALUES')
-if e[1] then
-  local w = e[1]
-  local deadline, cap = string.match(e[2], '^(%d+)|(%d+)$')
+if ARGV[3] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = ARGV[3] end
+if ARGV[4] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[4] end
+if ARGV[5] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[5] end
+local i = 1 -- the next task to place
+-- Distinct parked workers, at random: at most as many as there are tasks,
+-- and a few.
+local e = redis.call('HRANDFIELD', KEYS[2], math.min(n, 4), 'WITHVALUES')
+for j = 1, #e, 2 do
+  if i > n then
+    break
+  end
+  local w = e[j]
+  local deadline, cap = string.match(e[j + 1], '^(%d+)|(%d+)$')
   local held
   if deadline and tonumber(deadline) > now_ms() then
     -- On a cluster during a slot migration the holdings may be on the
-    -- other node: then nothing is handed.
-    held = redis.pcall('HLEN', ARGV[4] .. w)
+    -- other node: then nothing is handed to w.
+    held = redis.pcall('HLEN', ARGV[2] .. w)
   end
   if type(held) == 'number' and held < tonumber(cap) then
-    local pid = tostring(redis.call('INCR', KEYS[4]))
-    redis.call('HSET', KEYS[2], F_PAYLOAD, ARGV[3], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, pid, unpack(extra))
-    redis.call('HSET', ARGV[4] .. w, pid, ARGV[2])
-    redis.call('PUBLISH', ARGV[1], 'h\n' .. w .. '\n' .. pid .. '\n' .. ARGV[2] .. '\n' .. ARGV[5] .. '\n' ..
-      ARGV[6] .. '\n' .. ARGV[3])
-    return {1}
+    local k = math.min(tonumber(cap) - held, n - i + 1)
+    local first = redis.call('INCRBY', KEYS[3], k) - k
+    local holdings = {}
+    for m = 0, k - 1 do
+      local id, payload, pid = ARGV[5 + i + m], ARGV[5 + n + i + m], tostring(first + m + 1)
+      redis.call('HSET', KEYS[3 + i + m], F_PAYLOAD, payload, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, pid,
+        unpack(extra))
+      holdings[#holdings + 1] = pid
+      holdings[#holdings + 1] = id
+    end
+    redis.call('HSET', ARGV[2] .. w, unpack(holdings))
+    for m = 0, k - 1 do
+      redis.call('PUBLISH', ARGV[1], 'h\n' .. w .. '\n' .. holdings[2 * m + 1] .. '\n' .. ARGV[5 + i + m] .. '\n' ..
+        ARGV[3] .. '\n' .. ARGV[4] .. '\n' .. ARGV[5 + n + i + m])
+    end
+    i = i + k
+  else
+    -- Past its deadline (dead, frozen or stopped), full (it parks again
+    -- when a take finds the queue empty: tasks waiting are taken first),
+    -- or out of reach: not parked any more.
+    redis.call('HDEL', KEYS[2], w)
   end
-  -- Past its deadline (dead, frozen or stopped), full (it parks again when
-  -- a take finds the queue empty: tasks waiting are taken first), or out
-  -- of reach: not parked any more.
-  redis.call('HDEL', KEYS[3], w)
 end
-redis.call('HSET', KEYS[2], F_PAYLOAD, ARGV[3], unpack(extra))
-redis.call('RPUSH', KEYS[1], ARGV[2])
-redis.call('PUBLISH', ARGV[1], 1)
-return {1}
+if i > n then
+  return {n}
+end
+local ids = {}
+for m = i, n do
+  redis.call('HSET', KEYS[3 + m], F_PAYLOAD, ARGV[5 + n + m], unpack(extra))
+  ids[#ids + 1] = ARGV[5 + m]
+end
+redis.call('RPUSH', KEYS[1], unpack(ids))
+redis.call('PUBLISH', ARGV[1], #ids)
+return {n}
