@@ -389,11 +389,7 @@ func (rc *ReplicaCluster) MoveTagSlot(ctx context.Context, slot int, to *Server,
 	if err != nil {
 		return MoveStats{}, err
 	}
-	st, err := migrateSlot(ctx, slot, from, to, masters, o)
-	if err != nil {
-		return st, err
-	}
-	return st, rc.WaitOK(ctx)
+	return migrateSlot(ctx, slot, from, to, masters, o, rc.ready)
 }
 
 // MoveTagSlot is ReplicaCluster.MoveTagSlot on a cluster without replicas.
@@ -402,14 +398,13 @@ func (cl *Cluster) MoveTagSlot(ctx context.Context, slot int, to *Server, o Move
 	if err != nil {
 		return MoveStats{}, err
 	}
-	st, err := migrateSlot(ctx, slot, from, to, cl.Nodes, o)
-	if err != nil {
-		return st, err
-	}
-	return st, cl.WaitOK(ctx)
+	return migrateSlot(ctx, slot, from, to, cl.Nodes, o, cl.ready)
 }
 
-func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Server, o MoveOpts) (MoveStats, error) {
+// migrateSlot moves slot from from to to, then waits until ready says every
+// node agrees.
+func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Server, o MoveOpts,
+	ready func(context.Context) (bool, string)) (MoveStats, error) {
 	var st MoveStats
 	if from == to {
 		return st, fmt.Errorf("redistest: slot %d is already on %s", slot, to.Addr)
@@ -464,28 +459,56 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 		}
 	}
 	// The target first, then the source, then the others (as redis-cli).
-	if _, err := dst.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID); err != nil {
+	if err := setSlotNode(ctx, slot, dstID, []*Server{to, from}); err != nil {
 		return st, err
 	}
-	if _, err := src.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID); err != nil {
-		return st, err
-	}
+	var others []*Server
 	for _, n := range masters {
-		if n == from || n == to {
-			continue
+		if n != from && n != to {
+			others = append(others, n)
 		}
-		c, err := redis.DialContext(ctx, "tcp", n.Addr)
-		if err != nil {
-			return st, err
-		}
-		_, err = c.Do("CLUSTER", "SETSLOT", slot, "NODE", dstID)
-		c.Close()
-		if err != nil {
-			return st, err
-		}
+	}
+	if err := setSlotNode(ctx, slot, dstID, others); err != nil {
+		return st, err
 	}
 	st.Duration = time.Since(begin)
-	return st, nil
+	// A node can undo the move before the gossip reaches it: one that
+	// still claims the slot with a config epoch at least the target's
+	// wins it back on the others (redis-cli --cluster fix then sets it
+	// again). While the nodes disagree, the slot is set again on every
+	// master, once a second.
+	last, again := time.Now(), 0
+	err = waitReady(ctx, func(ctx context.Context) (bool, string) {
+		ok, why := ready(ctx)
+		if !ok && time.Since(last) > time.Second {
+			last = time.Now()
+			again++
+			if err := setSlotNode(ctx, slot, dstID, masters); err != nil {
+				why += "; setting the slot again: " + err.Error()
+			}
+		}
+		if again > 0 {
+			why += fmt.Sprintf(" (slot %d set again %d times)", slot, again)
+		}
+		return ok, why
+	})
+	return st, err
+}
+
+// setSlotNode tells each of nodes that node id serves slot.
+func setSlotNode(ctx context.Context, slot int, id string, nodes []*Server) error {
+	for _, n := range nodes {
+		c, err := redis.DialContext(ctx, "tcp", n.Addr)
+		if err != nil {
+			return err
+		}
+		_, err = c.Do("CLUSTER", "SETSLOT", slot, "NODE", id)
+		c.Close()
+		if err != nil {
+			return fmt.Errorf("%s: setslot %d node: %w", n.Addr, slot, err)
+		}
+	}
+	return nil
 }
 
 // Pid returns the process id of a server this package started (0 when it
