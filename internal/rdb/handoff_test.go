@@ -167,6 +167,21 @@ func TestEnqueueHandsOff(t *testing.T) {
 	}
 	e.finish(t, "W", hb.Taken.PID, "b")
 
+	// A task waiting (here c) is never overtaken: W, parked with a free
+	// slot, is handed nothing, and the new task waits behind it.
+	e.do(t, "DEL", e.q.Waiting)
+	e.parkW(t, "W", until, 1)
+	e.do(t, "RPUSH", e.q.Waiting, "c") // as a give back or the mover would
+	e.enqueue(t, "c2")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+	if ids := e.waitingIDs(t); strings.Join(ids, ",") != "c,c2" {
+		t.Fatalf("waiting %v, want c,c2", ids)
+	}
+	if n, _ := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); n != 0 {
+		t.Fatalf("W was handed a task while one waited")
+	}
+	e.do(t, "DEL", e.q.Waiting, e.q.Park)
+
 	// A worker past its deadline (dead, or frozen) is skipped and
 	// forgotten.
 	now := e.now(t)
@@ -189,8 +204,17 @@ func TestEnqueueBatchHandsOff(t *testing.T) {
 	until := e.now(t) + 60_000
 	e.parkW(t, "W", until, 2)
 	e.parkW(t, "V", until, 1)
+	// Z is past its deadline: skipped and forgotten, the others served.
+	e.do(t, "HSET", e.q.Park, "Z", strconv.FormatInt(e.now(t)-1, 10)+"|5")
 	l := e.listen(t)
-	e.enqueue(t, "a", "b", "c", "d", "e")
+	ids := []string{"a", "b", "c", "d", "e"}
+	ps := make([][]byte, len(ids))
+	for i, id := range ids {
+		ps[i] = []byte(payload(id))
+	}
+	if _, err := e.st.Enqueue(e.ctx, e.q, ids, ps, &rdb.EnqueueArgs{MaxAttempts: 3, TimeoutMs: 700, RetentionMs: 9000}); err != nil {
+		t.Fatal(err)
+	}
 	msgs := l.collect(t, e)
 	if len(msgs) != 4 || msgs[3].Data != "2" {
 		t.Fatalf("published %v, want 3 hand-offs and a wake-up for 2", msgs)
@@ -202,17 +226,20 @@ func TestEnqueueBatchHandsOff(t *testing.T) {
 		if !ok {
 			t.Fatalf("not a hand-off: %q", m.Data)
 		}
-		want := []string{"a", "b", "c"}[i]
+		want := ids[i]
 		pid, _ := strconv.Atoi(h.Taken.PID)
-		if h.Taken.ID != want || string(h.Taken.Payload) != payload(want) || pid <= lastPID {
-			t.Fatalf("hand-off %d: %+v, want task %s after pid %d", i, h, want, lastPID)
+		if h.Taken.ID != want || string(h.Taken.Payload) != payload(want) || pid <= lastPID ||
+			h.Taken.MaxAttempts != 3 || h.Taken.TimeoutMs != 700 {
+			t.Fatalf("hand-off %d: %+v, want task %s after pid %d, max attempts 3, timeout 700", i, h, want, lastPID)
 		}
 		lastPID = pid
 		if id, _ := redis.String(e.c.Do("HGET", e.q.WorkerQueue(h.Worker), h.Taken.PID)); id != want {
 			t.Fatalf("holdings of %s: pid %s -> %q, want %s", h.Worker, h.Taken.PID, id, want)
 		}
-		if task, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task(want))); task["s"] != "active" || task["w"] != h.Worker {
-			t.Fatalf("task hash of %s: %v", want, task)
+		task, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task(want)))
+		if task["s"] != "active" || task["w"] != h.Worker || task["p"] != h.Taken.PID || task["d"] != payload(want) ||
+			task["ma"] != "3" || task["to"] != "700" || task["rt"] != "9000" {
+			t.Fatalf("task hash of %s: %v (hand-off to %s, pid %s)", want, task, h.Worker, h.Taken.PID)
 		}
 		count[h.Worker]++
 	}
@@ -222,11 +249,86 @@ func TestEnqueueBatchHandsOff(t *testing.T) {
 	if ids := e.waitingIDs(t); strings.Join(ids, ",") != "d,e" {
 		t.Fatalf("waiting %v, want d,e", ids)
 	}
-	// Both are full: the next enqueue finds them so and unparks them.
-	e.enqueue(t, "f", "g")
+	for _, id := range []string{"d", "e"} {
+		task, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task(id)))
+		if task["s"] != "" || task["w"] != "" || task["d"] != payload(id) || task["ma"] != "3" || task["to"] != "700" || task["rt"] != "9000" {
+			t.Fatalf("task hash of waiting %s: %v", id, task)
+		}
+	}
+	if p := e.parked(t); p["Z"] != "" {
+		t.Fatalf("a worker past its deadline is still parked: %v", p)
+	}
+	// d and e wait: the next enqueue hands nothing, and waits behind them.
+	e.enqueue(t, "f")
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+	if ids := e.waitingIDs(t); strings.Join(ids, ",") != "d,e,f" {
+		t.Fatalf("waiting %v, want d,e,f", ids)
+	}
+	// Nothing waits, and both are full: the next enqueue unparks them.
+	e.do(t, "DEL", e.q.Waiting)
+	e.enqueue(t, "g", "h")
 	checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}})
 	if p := e.parked(t); len(p) != 0 {
 		t.Fatalf("full workers are still parked: %v", p)
+	}
+}
+
+// One call hands at most 64 tasks and 64 KiB of payload (every process
+// subscribed to the queue receives each message); the rest wait.
+func TestEnqueueBatchHandsOffWithinLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		n, len int
+		handed int
+	}{
+		{"count", 100, 10, 64},
+		{"bytes", 40, 3000, 21}, // 21 x 3,000 B fit in 65,536, 22 do not
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			e.parkW(t, "W", e.now(t)+60_000, 1000)
+			ids := make([]string, tc.n)
+			ps := make([][]byte, tc.n)
+			for i := range ids {
+				ids[i] = "t" + strconv.Itoa(i)
+				ps[i] = make([]byte, tc.len)
+			}
+			if _, err := e.st.Enqueue(e.ctx, e.q, ids, ps, nil); err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); n != tc.handed {
+				t.Fatalf("handed %d, want %d", n, tc.handed)
+			}
+			if w := e.waitingIDs(t); len(w) != tc.n-tc.handed || w[0] != ids[tc.handed] {
+				t.Fatalf("%d waiting from %v, want %d from %s", len(w), w[:1], tc.n-tc.handed, ids[tc.handed])
+			}
+		})
+	}
+}
+
+// Pids are written in full however large the tag's counter grows (Lua's
+// tostring keeps 14 significant digits: 1e+14 would name many takings),
+// by a hand-off and by a take alike.
+func TestLargePids(t *testing.T) {
+	e := newEnv(t)
+	const base = 99_999_999_999_995
+	e.do(t, "SET", e.q.Seq, base)
+	e.parkW(t, "W", e.now(t)+60_000, 8)
+	e.enqueue(t, "a", "b", "c", "d", "e", "f", "g", "h")
+	held, err := redis.StringMap(e.c.Do("HGETALL", e.q.WorkerQueue("W")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		if pid := strconv.Itoa(base + 1 + i); held[pid] != id {
+			t.Fatalf("hand-off: holdings %v, want pid %s -> %s", held, pid, id)
+		}
+	}
+	e.do(t, "SET", e.q.Seq, base+4)
+	e.enqueue(t, "x", "y") // W is full: they wait
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "V", Until: e.now(t) + 60_000, Max: 2})
+	if err != nil || len(got) != 2 || got[0].PID != strconv.Itoa(base+5) || got[1].PID != strconv.Itoa(base+6) {
+		t.Fatalf("take: %+v %v, want pids %d and %d", got, err, base+5, base+6)
 	}
 }
 

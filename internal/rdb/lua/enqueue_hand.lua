@@ -1,14 +1,18 @@
 --- @include "codes"
 --- @include "time"
 -- enqueue_hand: enqueue n tasks with nothing but a payload each (and maybe
--- a max attempts, timeout or retention shared by all), and hand as many as
--- they have free slots to workers parked on the queue, in the same call:
--- each taking is fenced and recorded as a take records it (a pid from the
--- tag's counter, the task's state, the worker's holdings), and announced
--- on the wake channel with everything the worker needs to run it, so that
--- no take follows. The tasks left are pushed at the back of the queue with
--- one wake-up, as the enqueue script does. Tasks are handed in their
--- order, and their pids increase in it.
+-- a max attempts, timeout or retention shared by all), and, when no task
+-- waits in the queue, hand the first of them to workers parked on it, as
+-- many as they have free slots, in the same call: each taking is fenced
+-- and recorded as a take records it (a pid from the tag's counter, the
+-- task's state, the worker's holdings), and announced on the wake channel
+-- with everything the worker needs to run it, so that no take follows.
+-- The tasks left are pushed at the back of the queue with one wake-up, as
+-- the enqueue script does. Tasks are handed in their order, and their pids
+-- increase in it. A task already waiting (given back to the front, due, or
+-- too large to hand) is never overtaken: then nothing is handed. One call
+-- hands at most MAX_HANDED tasks and MAX_HANDED_BYTES of payload, since
+-- every process subscribed to the queue receives each message.
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)   waiting ids
 -- KEYS[2]      <ns>:{T}:park:<queue>  (hash)   parked worker -> "<until>|<cap>"
 -- KEYS[3]      <ns>:{T}:seq           (string) taking counter of the tag
@@ -23,17 +27,33 @@
 -- <timeout>\n<payload>", one per task handed. A plain wake-up carries a
 -- count.
 -- Returns: {n}.
+local MAX_HANDED, MAX_HANDED_BYTES = 64, 65536
 local n = #KEYS - 3
 local extra = {}
 if ARGV[3] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = ARGV[3] end
 if ARGV[4] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[4] end
 if ARGV[5] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[5] end
 local i = 1 -- the next task to place
--- Distinct parked workers, at random: at most as many as there are tasks,
--- and a few.
-local e = redis.call('HRANDFIELD', KEYS[2], math.min(n, 4), 'WITHVALUES')
+-- How many of the first tasks may be handed: at most MAX_HANDED, and
+-- MAX_HANDED_BYTES of payload (the first always fits: each is at most
+-- 4 KiB).
+local limit, bytes = 0, 0
+while limit < math.min(n, MAX_HANDED) do
+  bytes = bytes + #ARGV[5 + n + limit + 1]
+  if limit > 0 and bytes > MAX_HANDED_BYTES then
+    break
+  end
+  limit = limit + 1
+end
+-- Distinct parked workers, at random: at most as many as there are tasks
+-- to hand, and a few; none when a task waits (read only when someone is
+-- parked: an enqueue that finds no one costs no command more).
+local e = redis.call('HRANDFIELD', KEYS[2], math.min(limit, 4), 'WITHVALUES')
+if #e > 0 and redis.call('LLEN', KEYS[1]) > 0 then
+  e = {}
+end
 for j = 1, #e, 2 do
-  if i > n then
+  if i > limit then
     break
   end
   local w = e[j]
@@ -45,11 +65,11 @@ for j = 1, #e, 2 do
     held = redis.pcall('HLEN', ARGV[2] .. w)
   end
   if type(held) == 'number' and held < tonumber(cap) then
-    local k = math.min(tonumber(cap) - held, n - i + 1)
+    local k = math.min(tonumber(cap) - held, limit - i + 1)
     local first = redis.call('INCRBY', KEYS[3], k) - k
     local holdings = {}
     for m = 0, k - 1 do
-      local id, payload, pid = ARGV[5 + i + m], ARGV[5 + n + i + m], tostring(first + m + 1)
+      local id, payload, pid = ARGV[5 + i + m], ARGV[5 + n + i + m], string.format('%d', first + m + 1)
       redis.call('HSET', KEYS[3 + i + m], F_PAYLOAD, payload, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, pid,
         unpack(extra))
       holdings[#holdings + 1] = pid

@@ -242,7 +242,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = reason
       for _ = 1, 5 do out[#out + 1] = '' end
     else
-      local spid = tostring(pid)
+      local spid = string.format('%d', pid)
       if packed[i] then
         redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
         redis.call('HDEL', packed[i][1], packed[i][2])
@@ -285,7 +285,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
         local fids = {}
         for _, m in ipairs(f) do
           pid = pid + 1
-          local spid = tostring(pid)
+          local spid = string.format('%d', pid)
           local fkey = k.tprefix .. m.id
           redis.call('HSET', fkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_BATCH_OF, id)
           redis.call('HDEL', fkey, F_KEY_DUE)
