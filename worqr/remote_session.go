@@ -171,9 +171,12 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 		}
 		woken := q.woken()
 		if !q.paused.Load() {
-			out, err := s.takeOnce(ctx, q, req)
+			out, skipped, err := s.takeOnce(ctx, q, req)
 			if err != nil || len(out) > 0 {
 				return out, err
+			}
+			if skipped > 0 && time.Now().Before(deadline) {
+				continue // tasks not handed were taken: more may wait
 			}
 		}
 		left := time.Until(deadline)
@@ -193,13 +196,16 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 	}
 }
 
-func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) ([]Taking, error) {
+// takeOnce takes once from q for req. skipped counts the tasks taken and
+// not handed to the remote (buried by the take, or past their deadline and
+// ended as expired): the queue may hold more.
+func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) (out []Taking, skipped int, err error) {
 	s.takeMu.Lock()
 	defer s.takeMu.Unlock()
 	s.mu.Lock()
 	if prev := s.takes[req.RequestID]; req.RequestID != "" && prev != nil {
 		s.mu.Unlock() // the same request ran meanwhile
-		return prev.takings, nil
+		return prev.takings, 0, nil
 	}
 	held, known := 0, []string{}
 	for pid, t := range s.takings {
@@ -214,12 +220,12 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	s.mu.Unlock()
 	free := min(req.Max, s.r.cfg.MaxHeld-held)
 	if free <= 0 {
-		return nil, invalid("max", "the session holds %d takings already (MaxHeld %d)", held, s.r.cfg.MaxHeld)
+		return nil, 0, invalid("max", "the session holds %d takings already (MaxHeld %d)", held, s.r.cfg.MaxHeld)
 	}
 	s.actMu.RLock()
 	defer s.actMu.RUnlock()
 	if s.lease.Lost() {
-		return nil, fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
+		return nil, 0, fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
 	}
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -227,7 +233,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
 		if _, _, err := s.r.st.Release(cctx, q.qk, s.ID(), known); err != nil {
-			return nil, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 		}
 		s.mu.Lock()
 		delete(s.unsure, q)
@@ -236,7 +242,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	taken, err := s.r.st.Take(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild})
 	if errors.Is(err, rdb.ErrExpired) {
-		return nil, nil
+		return nil, 0, nil
 	}
 	if err != nil {
 		if !rdb.IsReplyError(err) {
@@ -244,27 +250,46 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			s.unsure[q] = true
 			s.mu.Unlock()
 		}
-		return nil, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 	}
 	now := time.Now()
-	out := make([]Taking, 0, len(taken))
+	out = make([]Taking, 0, len(taken))
+	var expired []string
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for _, t := range taken {
 		if t.PID == "" {
+			skipped++
 			s.r.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
 			continue
 		}
-		out = append(out, s.taking(q, t))
 		kept := t
 		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
 		s.takings[t.PID] = &remoteTaking{q: q, taken: kept, at: now}
+		if t.Expired {
+			// Past its deadline when taken (Redis time): never handed to
+			// the remote, ended as expired below, as a Worker does. Held
+			// meanwhile: if that end fails, the next beat gives it back
+			// (the remote does not list it) and a take expires it again.
+			expired = append(expired, t.PID)
+			continue
+		}
+		out = append(out, s.taking(q, t))
 		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID()})
 	}
 	if req.RequestID != "" && len(out) > 0 {
 		s.takes[req.RequestID] = &takeReply{at: now, takings: out}
 	}
-	return out, nil
+	s.mu.Unlock()
+	for _, pid := range expired {
+		skipped++
+		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
+			return s.ending(t, rdb.Expire(s.ID(), t.taken.PID, t.taken.ID)), nil
+		})
+		if err != nil {
+			s.r.cfg.Logger.Warn("remote: a taking past its deadline not ended as expired yet", "queue", q.name, "pid", pid, "err", err)
+		}
+	}
+	return out, skipped, nil
 }
 
 func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {

@@ -486,3 +486,32 @@ func TestRemoteRefusesKeyBatch(t *testing.T) {
 		t.Fatalf("NewRemote with KeyBatch = %v; want ErrInvalid naming Queues[\"q\"].KeyBatch", err)
 	}
 }
+
+// A task taken past its deadline is not handed to the remote: the session
+// ends it as expired, as a Worker does, and the take goes on to the next.
+func TestRemoteExpiredIsNotHanded(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
+	// A deadline already past (Redis time is the clock that counts: a
+	// minute leaves room for any skew with this process).
+	late, err := b.client.Enqueue(ctx, "q", []byte("late"), &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := b.client.Enqueue(ctx, "q", []byte("next"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	k := takeOne(t, s, "q", time.Second)
+	if k.TaskID != next || k.Attempt != 1 {
+		t.Fatalf("handed %s (attempt %d), want %s: the task past its deadline is not handed", k.TaskID, k.Attempt, next)
+	}
+	info, err := b.insp.Task(ctx, late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State != worqr.StateExpired {
+		t.Fatalf("state %s, want expired", info.State)
+	}
+}
