@@ -591,7 +591,11 @@ const (
 	// ended, dead, or its cancel was already asked). Nothing changed.
 	CancelNotFound CancelStatus = iota
 	// CancelRemoved: the task was waiting or scheduled; it ended as
-	// cancelled and no worker gets it.
+	// cancelled and no handler runs it. A task waiting deep in a long
+	// queue (over 10,000 tasks from either end) is not searched for, so
+	// that the call stays short: it is marked cancelled where it waits,
+	// and the worker that reaches it ends it without running it; until
+	// then it counts in the queue's length.
 	CancelRemoved
 	// CancelRequested: the task is running; its owner's handler context is
 	// cancelled and the taking ends as cancelled, not requeued.
@@ -628,8 +632,14 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	if res == rdb.CancelRefused {
 		return CancelNotFound, invalid("id", "%s is a flow run or one of its children: cancel the run with CancelRun", id)
 	}
-	if CancelStatus(res) == CancelRemoved {
+	switch res {
+	case rdb.CancelRemoved:
 		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, TaskID: id})
+	case rdb.CancelMarked:
+		// Deep in a long queue: it stays there, marked, and the worker
+		// that reaches it ends it as cancelled without running it (that
+		// end records the event).
+		return CancelRemoved, nil
 	}
 	return CancelStatus(res), nil
 }

@@ -439,7 +439,7 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 		if err != nil {
 			return n, fmt.Errorf("worqr: cancel all of %s: %w", queue, err)
 		}
-		if res == rdb.CancelRequested || res == rdb.CancelRemoved {
+		if res == rdb.CancelRequested || res == rdb.CancelRemoved || res == rdb.CancelMarked {
 			n++
 		}
 	}

@@ -1048,6 +1048,11 @@ const (
 	CancelRemoved   CancelResult = 1 // was waiting or scheduled: ended, no worker gets it
 	CancelRequested CancelResult = 2 // running: its owner was told to stop
 	CancelRefused   CancelResult = 3 // a flow run or child: cancel the run
+	// CancelMarked: waiting deep in a long list (beyond the stretch a
+	// cancel searches from each end, so that it never holds Redis for
+	// long): marked where it waits; the take that reaches it hands it out
+	// with attempt 0, never run, and its end records it as cancelled.
+	CancelMarked CancelResult = 4
 )
 
 // Cancel ends a waiting or scheduled task or asks the owner of a running one

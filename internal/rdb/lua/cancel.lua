@@ -16,7 +16,33 @@
 -- Returns: 0 nothing to cancel (unknown, ended, dead, or already asked),
 -- 1 removed from the queue or the scheduled set, 2 cancel asked of the
 -- running owner, 3 refused: the task is a flow run or one of its children
--- (cancel the run instead).
+-- (cancel the run instead), 4 marked where it waits, deep in a long list
+-- (see list_remove): never run, it ends as cancelled when a take reaches
+-- it.
+
+-- CANCEL_WINDOW is how far from each end of a waiting list a cancel looks
+-- for its task: LPOS and LREM compare every element they pass (about 13 ms
+-- per million), and no call may hold Redis for long.
+local CANCEL_WINDOW = 10000
+
+-- list_remove removes id from list when it is within CANCEL_WINDOW of
+-- either end (1), or reports that it is not in the list (0), or that the
+-- list is longer than both windows and id was not searched beyond them
+-- (-1): the caller then marks the task cancelled where it waits, and the
+-- take that reaches it hands it out with attempt 0, never run, and its
+-- end finalizes it as cancelled (see take.lua).
+local function list_remove(list, id)
+  if redis.call('LPOS', list, id, 'MAXLEN', CANCEL_WINDOW) then
+    return redis.call('LREM', list, 1, id)
+  end
+  if redis.call('LPOS', list, id, 'RANK', -1, 'MAXLEN', CANCEL_WINDOW) then
+    return redis.call('LREM', list, -1, id)
+  end
+  if redis.call('LLEN', list) > 2 * CANCEL_WINDOW then
+    return -1
+  end
+  return 0
+end
 local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
 if type(t) ~= 'table' or t.err then
   return 0
@@ -26,10 +52,19 @@ if redis.call('EXISTS', KEYS[2]) == 0 then
   -- load writes to level 0) and ends cancelled like any waiting task, with
   -- a hash made from its packed payload.
   local p = redis.call('HGET', KEYS[6], ARGV[3])
-  if not p or redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then
+  if not p then
+    return 0
+  end
+  local removed = list_remove(KEYS[1], ARGV[1])
+  if removed == 0 then
     return 0
   end
   redis.call('HDEL', KEYS[6], ARGV[3])
+  if removed < 0 then
+    -- Deep in a long list: marked where it waits (see list_remove).
+    redis.call('HSET', KEYS[2], F_PAYLOAD, p, F_CANCEL, '1', F_STATE, S_CANCELLED)
+    return 4
+  end
   redis.call('HSET', KEYS[2], F_PAYLOAD, p)
   finalize(KEYS[2], ARGV[1], nil, S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], nil, nil)
   return 1
@@ -49,10 +84,22 @@ if s ~= S_ACTIVE then
   if s == S_SCHEDULED then
     removed = redis.call('ZREM', KEYS[3], ARGV[1])
   else
-    removed = redis.call('LREM', level_list(KEYS[1], t[7]), 1, ARGV[1])
+    removed = list_remove(level_list(KEYS[1], t[7]), ARGV[1])
   end
-  if removed == 0 and t[8] then
+  if removed <= 0 and t[8] then
+    -- An ordered task behind its key's head waits in its key's list.
+    local deep = removed < 0
     removed = key_unlist(KEYS[2], ARGV[1], t[8], KEYS[1])
+    if removed == 0 and deep then
+      removed = -1
+    end
+  end
+  if removed < 0 then
+    -- Deep in a long list: marked where it waits (see list_remove); its
+    -- unique key is free at once.
+    release_unique(t[3], ARGV[1])
+    redis.call('HSET', KEYS[2], F_CANCEL, '1', F_STATE, S_CANCELLED)
+    return 4
   end
   if removed > 0 then
     finalize(KEYS[2], ARGV[1], t[3], S_CANCELLED, cfg_num(KEYS[4], 'retention', 0), '', KEYS[5], t[6], t[8])

@@ -98,6 +98,12 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     batch = 0
   end
   max = tonumber(max)
+  -- In a task queue, the index in a task's HMGET of F_CANCEL (read in the
+  -- same command): a task cancelled while it waited deep in a long list
+  -- and left there (see cancel.lua) is handed out with attempt 0, as one
+  -- past its deadline: its worker does not run it, and its end finds the
+  -- mark and ends it as cancelled.
+  local ci = mode == '0' and (batch > 0 and 9 or 8) or nil
   local wait
   if limited then
     k.rate = k.cfg .. ':rate'
@@ -152,9 +158,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META)
     elseif batch > 0 then
       -- A batch head's key (F_KEY) finds the tasks behind it.
-      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY)
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY, F_CANCEL)
     else
-      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE)
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_CANCEL)
     end
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
@@ -190,7 +196,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     for i, id in ipairs(ids) do
       local t = data[i]
       -- A head past its deadline is handed out to be expired, alone.
-      local late = type(t) == 'table' and not t.err and tonumber(t[7]) and now_ms() >= tonumber(t[7])
+      local late = type(t) == 'table' and not t.err and (ci and t[ci] or tonumber(t[7]) and now_ms() >= tonumber(t[7]))
       if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] and not late then
         local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe)
         if not f then
@@ -260,10 +266,11 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       else
         out[#out + 1] = t[1]
       end
-      -- Attempt 0: the task's deadline has passed (Redis time). The worker
-      -- does not run it; it ends the taking as expired (end, ask expire).
+      -- Attempt 0: the task's deadline has passed (Redis time), or it was
+      -- cancelled while it waited. The worker does not run it; it ends the
+      -- taking as expired (end, ask expire), or cancelled (the mark wins).
       local deadline = mode == '0' and tonumber(t[7])
-      if deadline and now_ms() >= deadline then
+      if deadline and now_ms() >= deadline or ci and t[ci] then
         out[#out + 1] = 0
       else
         out[#out + 1] = (tonumber(t[2]) or 0) + 1

@@ -1,0 +1,136 @@
+package rdb_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// commandCalls is how many times the server ran cmd (INFO commandstats).
+func commandCalls(t *testing.T, c redis.Conn, cmd string) int64 {
+	t.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// longList enqueues n tasks t0..t<n-1> in one EnqueueBatch (packed when
+// packed, else each with a hash; task t<uniq> holds unique key "k").
+func longList(t *testing.T, e *env, n int, packed bool, uniq int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	ps := make([][]byte, n)
+	for i := range ids {
+		ids[i] = "t" + strconv.Itoa(i)
+		ps[i] = []byte(payload(ids[i]))
+	}
+	var a *rdb.EnqueueArgs
+	if !packed {
+		keys := make([]string, n)
+		keys[uniq] = "k"
+		a = &rdb.EnqueueArgs{UniqueKeys: keys, UniqueTTL: 600_000}
+	}
+	if done, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, a); err != nil || done != n {
+		t.Fatal(done, err)
+	}
+	return ids
+}
+
+// A cancel looks for a waiting task only near the ends of its list, so
+// that it never holds Redis for long: near either end the task is removed;
+// deep in a long list it is marked where it waits (its unique key freed at
+// once), and the take that reaches it hands it out with attempt 0, never
+// run, and its end records it as cancelled. Not parallel: it counts the
+// server's LREM calls.
+func TestCancelDeepInALongList(t *testing.T) {
+	for _, packed := range []bool{false, true} {
+		t.Run("packed="+strconv.FormatBool(packed), func(t *testing.T) {
+			e := newEnv(t)
+			const n, mid = 25_000, 12_500
+			ids := longList(t, e, n, packed, mid)
+			cancel := func(id string) rdb.CancelResult {
+				t.Helper()
+				r, err := e.st.Cancel(e.ctx, e.q, id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			llen := func() int {
+				n, _ := redis.Int(e.c.Do("LLEN", e.q.Waiting))
+				return n
+			}
+			// Near the head and near the tail: removed, as before.
+			for _, i := range []int{5, n - 5} {
+				if r := cancel(ids[i]); r != rdb.CancelRemoved {
+					t.Fatalf("cancel of %s: %d, want removed", ids[i], r)
+				}
+			}
+			if got := llen(); got != n-2 {
+				t.Fatalf("%d waiting after two cancels near the ends, want %d", got, n-2)
+			}
+			// Deep: marked, left in the list, no LREM over it.
+			lrem := commandCalls(t, e.c, "lrem")
+			if r := cancel(ids[mid]); r != rdb.CancelMarked {
+				t.Fatalf("cancel of %s: %d, want marked", ids[mid], r)
+			}
+			if d := commandCalls(t, e.c, "lrem") - lrem; d != 0 {
+				t.Fatalf("a cancel deep in the list ran LREM %d times", d)
+			}
+			if got := llen(); got != n-2 {
+				t.Fatalf("%d waiting, want %d: the task stays where it waits", got, n-2)
+			}
+			h, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task(ids[mid])))
+			if h["x"] != "1" || h["s"] != "cancelled" || h["d"] != payload(ids[mid]) {
+				t.Fatalf("task hash %v, want the cancel mark, state cancelled and the payload", h)
+			}
+			if !packed {
+				if n, _ := redis.Int(e.c.Do("EXISTS", e.q.UniquePrefix+"k")); n != 0 {
+					t.Fatal("the unique key of a task cancelled deep in the list is still held")
+				}
+			}
+			if r := cancel(ids[mid]); r != rdb.CancelNoop {
+				t.Fatalf("second cancel: %d, want nothing to cancel", r)
+			}
+			// Bring it near the head and take: handed with attempt 0 among
+			// the others (attempt 1); its end says cancelled.
+			e.do(t, "LTRIM", e.q.Waiting, mid-10, -1)
+			got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: e.now(t) + 60_000, Max: 20})
+			if err != nil || len(got) != 20 {
+				t.Fatal(len(got), err)
+			}
+			var marked *rdb.Taken
+			for i := range got {
+				g := &got[i]
+				switch {
+				case g.ID == ids[mid]:
+					marked = g
+				case g.Attempt != 1 || g.Expired:
+					t.Fatalf("%s taken with attempt %d", g.ID, g.Attempt)
+				}
+			}
+			if marked == nil || marked.Attempt != 0 || !marked.Expired || string(marked.Payload) != payload(ids[mid]) {
+				t.Fatalf("the cancelled task taken as %+v, want attempt 0 (not run)", marked)
+			}
+			ended := e.endIn(t, e.q, 0, rdb.Expire("W", marked.PID, marked.ID))
+			if ended[0].Outcome != rdb.OutcomeCancelled {
+				t.Fatalf("its end: %v, want cancelled", ended[0].Outcome)
+			}
+			if n, _ := redis.Int(e.c.Do("EXISTS", e.q.Task(ids[mid]))); n != 0 {
+				t.Fatal("the cancelled task's hash outlived its end (no retention)")
+			}
+		})
+	}
+}
