@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -81,6 +82,11 @@ func TestCancelDeepInALongList(t *testing.T) {
 			if got := llen(); got != n-2 {
 				t.Fatalf("%d waiting after two cancels near the ends, want %d", got, n-2)
 			}
+			if !packed {
+				// Its crash count is at the limit (a dead worker held it):
+				// the mark still wins, it is not buried.
+				e.do(t, "HSET", e.q.Task(ids[mid]), "c", 3)
+			}
 			// Deep: marked, left in the list, no LREM over it.
 			lrem := commandCalls(t, e.c, "lrem")
 			if r := cancel(ids[mid]); r != rdb.CancelMarked {
@@ -107,7 +113,7 @@ func TestCancelDeepInALongList(t *testing.T) {
 			// Bring it near the head and take: handed with attempt 0 among
 			// the others (attempt 1); its end says cancelled.
 			e.do(t, "LTRIM", e.q.Waiting, mid-10, -1)
-			got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: e.now(t) + 60_000, Max: 20})
+			got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: e.now(t) + 60_000, Max: 20, MaxCrashes: 3})
 			if err != nil || len(got) != 20 {
 				t.Fatal(len(got), err)
 			}
@@ -132,5 +138,39 @@ func TestCancelDeepInALongList(t *testing.T) {
 				t.Fatal("the cancelled task's hash outlived its end (no retention)")
 			}
 		})
+	}
+}
+
+// A caller-chosen id whose task was marked cancelled deep in its queue is
+// taken until that task leaves the queue, even once its id lock expired:
+// an enqueue under it would otherwise write into the marked hash, and the
+// new task would end cancelled, never run.
+func TestCancelMarkedIDIsTaken(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	longList(t, e, 15_000, true, 0)
+	idArgs := &rdb.EnqueueArgs{IDLockTTL: 600_000, Digest: "d1"}
+	if _, err := e.st.Enqueue(e.ctx, e.q, []string{"order-42"}, [][]byte{[]byte("v1")}, idArgs); err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 15_000)
+	ps := make([][]byte, len(ids))
+	for i := range ids {
+		ids[i] = "u" + strconv.Itoa(i)
+		ps[i] = []byte("p")
+	}
+	if _, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.st.Cancel(e.ctx, e.q, "order-42"); err != nil || r != rdb.CancelMarked {
+		t.Fatalf("cancel: %v %v, want marked", r, err)
+	}
+	e.do(t, "DEL", e.q.IDPrefix+"order-42") // its lock expired
+	_, err := e.st.Enqueue(e.ctx, e.q, []string{"order-42"}, [][]byte{[]byte("v2")}, &rdb.EnqueueArgs{IDLockTTL: 600_000, Digest: "d2"})
+	if !errors.Is(err, rdb.ErrIDTaken) {
+		t.Fatalf("enqueue under the id of a marked task: %v, want ErrIDTaken", err)
+	}
+	if h, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task("order-42"))); h["d"] != "v1" {
+		t.Fatalf("the marked task's hash was written: %v", h)
 	}
 }

@@ -657,7 +657,7 @@ func TestTake(t *testing.T) {
 			seed: func(t *testing.T, e *env) {
 				e.enqueueUnique(t, "t1", "k")
 				e.enqueue(t, "t2")
-				e.do(t, "HSET", e.q.Task("t1"), "c", "3", "x", "1")
+				e.do(t, "HSET", e.q.Task("t1"), "c", "3")
 			},
 			w: "A", max: 2, maxCrashes: 3,
 			want: []taken{{ID: "t1", Reason: "crashed: the task was running on 3 workers that died"}, tk("t2", "2")},

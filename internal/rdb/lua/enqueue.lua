@@ -57,9 +57,11 @@ if idlock then
     end
     return {-3}
   end
-  -- A loaded task with this id waits packed: the id is taken.
+  -- A loaded task with this id waits packed, or a task with this id
+  -- was cancelled where it waits deep in its queue (see cancel.lua) and
+  -- has not left it yet: the id is taken.
   local _, field = packed_split(ARGV[first])
-  if redis.call('HEXISTS', KEYS[#KEYS - 1], field) == 1 then
+  if redis.call('HEXISTS', KEYS[#KEYS - 1], field) == 1 or redis.call('HEXISTS', KEYS[3], F_CANCEL) == 1 then
     return {-3}
   end
 end

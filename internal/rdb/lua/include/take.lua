@@ -237,7 +237,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     elseif (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) then
       reason = 'corrupt: attempt or crash count is not a number'
-    elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc then
+    elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc and not (ci and t[ci]) then
+      -- (A task whose cancel marked it where it waited is not buried: it
+      -- goes out below with attempt 0, never run, and ends cancelled.)
       reason = 'crashed: the task was running on ' .. t[3] .. ' workers that died'
     end
     if reason then
