@@ -458,6 +458,15 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 			}
 		}
 	}
+	// The target's config epoch first becomes the greatest in the cluster
+	// (BUMPEPOCH), so that no stale claim of the slot by the source, still
+	// in flight in the gossip, can win it back: a node that already took
+	// the move could otherwise flip back to the source, which no longer
+	// claims the slot, and the two would each say the other serves it for
+	// good (seen in CI: a slot moved away and back by an earlier test).
+	if _, err := dst.Do("CLUSTER", "BUMPEPOCH"); err != nil {
+		return st, fmt.Errorf("bumpepoch: %w", err)
+	}
 	// The target first, then the source, then the others (as redis-cli).
 	if err := setSlotNode(ctx, slot, dstID, []*Server{to, from}); err != nil {
 		return st, err
@@ -472,17 +481,31 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 		return st, err
 	}
 	st.Duration = time.Since(begin)
-	// A node can undo the move before the gossip reaches it: one that
-	// still claims the slot with a config epoch at least the target's
-	// wins it back on the others (redis-cli --cluster fix then sets it
-	// again). While the nodes disagree, the slot is set again on every
-	// master, once a second.
+	// While the nodes disagree, the target bumps its epoch again and the
+	// slot is set again on every master, once a second (as redis-cli
+	// --cluster fix would). Agreement must hold twice, 300 ms apart (a few
+	// gossip rounds), so that a late flip is caught here and mended rather
+	// than left to the next test.
 	last, again := time.Now(), 0
+	agreed := time.Time{}
 	err = waitReady(ctx, func(ctx context.Context) (bool, string) {
 		ok, why := ready(ctx)
-		if !ok && time.Since(last) > time.Second {
+		if ok {
+			if agreed.IsZero() {
+				agreed = time.Now()
+			}
+			if time.Since(agreed) < 300*time.Millisecond {
+				return false, "agreed, checking that it holds"
+			}
+			return true, ""
+		}
+		agreed = time.Time{}
+		if time.Since(last) > time.Second {
 			last = time.Now()
 			again++
+			if _, err := dst.Do("CLUSTER", "BUMPEPOCH"); err != nil {
+				why += "; bumpepoch: " + err.Error()
+			}
 			if err := setSlotNode(ctx, slot, dstID, masters); err != nil {
 				why += "; setting the slot again: " + err.Error()
 			}
