@@ -340,18 +340,7 @@ func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
 	// The slow ones ended and next was let go unrun. The clock runs
 	// again: a beat, then the release (at the next poll: a frozen worker
 	// releases nothing), then next runs, nothing counted.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			clock.Advance(time.Second)
-			select {
-			case <-stop:
-				return
-			case <-time.After(50 * time.Millisecond):
-			}
-		}
-	}()
+	defer clock.Run(time.Second, 50*time.Millisecond)()
 	waitRan(t, ran, "next 1 0", "next never ran after the freeze (or ran with a crash counted: the reaper's, not the release's)")
 }
 

@@ -492,18 +492,7 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	case <-time.After(200 * time.Millisecond):
 	}
 	// The worker's clock runs again: a beat, then the release and a take.
-	stop := make(chan struct{})
-	defer close(stop)
-	go func() {
-		for {
-			clock.Advance(time.Second)
-			select {
-			case <-stop:
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-		}
-	}()
+	defer clock.Run(time.Second, 300*time.Millisecond)()
 	select {
 	case pid := <-ran:
 		if pid == handedPID {

@@ -175,8 +175,8 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			if err != nil || len(out) > 0 {
 				return out, err
 			}
-			if skipped > 0 && time.Now().Before(deadline) {
-				continue // tasks not handed were taken: more may wait
+			if skipped > 0 {
+				continue // it took only tasks not to hand: more may wait
 			}
 		}
 		left := time.Until(deadline)

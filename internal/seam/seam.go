@@ -76,6 +76,26 @@ func (c *ManualClock) Advance(d time.Duration) {
 	}
 }
 
+// Run advances the clock by step every interval of wall time, from a
+// goroutine of its own, until the returned stop is called: a frozen worker
+// running again.
+func (c *ManualClock) Run(step, every time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			c.Advance(step)
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
 type manualTicker struct {
 	c       chan time.Time
 	period  time.Duration

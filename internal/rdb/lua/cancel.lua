@@ -25,23 +25,23 @@
 -- per million), and no call may hold Redis for long.
 local CANCEL_WINDOW = 10000
 
--- list_remove removes id from list when it is within CANCEL_WINDOW of
--- either end (1), or reports that it is not in the list (0), or that the
--- list is longer than both windows and id was not searched beyond them
--- (-1): the caller then marks the task cancelled where it waits, and the
--- take that reaches it hands it out with attempt 0, never run, and its
+-- list_remove removes id from list (1) or reports that it is not there
+-- (0): a list of at most two windows is searched whole, a longer one
+-- within CANCEL_WINDOW of either end. When id is not found there it
+-- reports -1: the caller then marks the task cancelled where it waits, and
+-- the take that reaches it hands it out with attempt 0, never run, and its
 -- end finalizes it as cancelled (see take.lua).
 local function list_remove(list, id)
+  if redis.call('LLEN', list) <= 2 * CANCEL_WINDOW then
+    return redis.call('LREM', list, 1, id)
+  end
   if redis.call('LPOS', list, id, 'MAXLEN', CANCEL_WINDOW) then
     return redis.call('LREM', list, 1, id)
   end
   if redis.call('LPOS', list, id, 'RANK', -1, 'MAXLEN', CANCEL_WINDOW) then
     return redis.call('LREM', list, -1, id)
   end
-  if redis.call('LLEN', list) > 2 * CANCEL_WINDOW then
-    return -1
-  end
-  return 0
+  return -1
 end
 local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
 if type(t) ~= 'table' or t.err then
