@@ -25,7 +25,7 @@ type Recovered struct {
 	Queue     registry.Queue
 	Workers   []string // the dead workers whose takings were requeued
 	Requeued  int
-	Cancelled int // takings dropped because their cancel had been asked
+	Cancelled []string // ids of the takings ended as cancelled (their cancel had been asked), not requeued
 }
 
 // Config is what a Reaper needs. Namespace and Interval are required.
@@ -209,12 +209,12 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 		if err != nil {
 			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
 		}
-		if n == 0 && cancelled == 0 {
+		if n == 0 && len(cancelled) == 0 {
 			continue
 		}
 		rec := Recovered{Queue: q, Workers: ws, Requeued: n, Cancelled: cancelled}
 		r.cfg.Logger.Info("recovery: requeued takings of dead workers",
-			"queue", q.Member(), "workers", ws, "requeued", n, "cancelled", cancelled)
+			"queue", q.Member(), "workers", ws, "requeued", n, "cancelled", len(cancelled))
 		if r.cfg.OnRecovered != nil {
 			r.cfg.OnRecovered(rec)
 		}

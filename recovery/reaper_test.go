@@ -327,7 +327,7 @@ func TestPassCoversEveryKnownQueue(t *testing.T) {
 	}
 }
 
-func TestPassCountsCancelledTakings(t *testing.T) {
+func TestPassReportsCancelledTakings(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.register(t, "A")
@@ -342,7 +342,7 @@ func TestPassCountsCancelledTakings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1, Cancelled: 1}}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1, Cancelled: []string{"t1"}}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Pass = %+v, want %+v", res, want)
 	}

@@ -110,7 +110,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
 		if !q.returned(b.held) {
-			w.complete(s, q, b.tasks, rdb.Expire(head.worker, head.pid, head.ID), nil)
+			w.complete(s, q, b.tasks, rdb.NotRun(head.worker, headTaken), nil)
 		}
 		return
 	}

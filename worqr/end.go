@@ -173,6 +173,8 @@ func asked(e rdb.Ending) rdb.Outcome {
 		return rdb.OutcomeRequeued
 	case rdb.AskExpire:
 		return rdb.OutcomeExpired
+	case rdb.AskCancel:
+		return rdb.OutcomeCancelled
 	}
 	if e.Kind == rdb.KindStage && e.Stage != nil {
 		switch {

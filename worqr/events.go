@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/seam"
 )
 
 // maxBufferedEvents caps the events a process keeps between two
@@ -316,11 +317,18 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady fun
 	}
 }
 
+// WaitRecheck is how often Client.Wait reads its task again when no event
+// woke it.
+const WaitRecheck = 5 * time.Second
+
 // Wait blocks until task id of queue has ended (done, cancelled, expired
 // or dead) and returns what Task reads then: its state, and for a done task
 // the result its handler set. It is woken by the events the task's worker
-// publishes (at most one Config.EventInterval late), not by polling: it
-// holds one pub/sub connection while it waits. A done, cancelled or expired
+// publishes (at most one Config.EventInterval late): it holds one pub/sub
+// connection while it waits. Events are best effort (the process that
+// ended the task may be killed before it publishes), so Wait also reads
+// the task again every WaitRecheck: a lost event delays it, never hangs
+// it. A done, cancelled or expired
 // task is readable only while its retention (its EnqueueOpts.Retention, or
 // its queue's Retention) keeps it, so Wait returns ErrTaskNotFound for a
 // task that ended without one (or never existed). It returns ctx's error when ctx ends first. The workers
@@ -335,6 +343,16 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	wake := make(chan struct{}, 1)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	var recheck <-chan time.Time
+	if clk := seam.HeartbeatClock(ctx); clk != nil {
+		t := clk.NewTicker(WaitRecheck)
+		defer t.Stop()
+		recheck = t.C()
+	} else {
+		t := time.NewTicker(WaitRecheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	go follow(fctx, c.st, c.cfg.Logger, func() { poke(wake) }, func(e Event) {
 		switch e.Kind {
 		case EventDone, EventCancelled, EventDead, EventExpired:
@@ -348,6 +366,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		case <-wake: // subscribed (anything that ended before is in Redis), or it ended
+		case <-recheck: // in case its event was lost
 		}
 		info, err := c.Task(ctx, queue, id)
 		if err != nil {

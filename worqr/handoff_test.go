@@ -658,3 +658,51 @@ func TestStopUnparksBeforeItsGracePeriod(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A task whose cancel was asked while a worker that then died held it is
+// ended as cancelled by the reaper of another worker, which reports it
+// (EventCancelled, so that Client.Wait and the history learn of it): the
+// dead worker's end, which would have, never came.
+func TestCancelledTakingOfADeadWorkerIsReported(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	st := rdb.NewStore(pool, cfg.Namespace)
+	q := st.Queue(rdb.Standalone("q"))
+	client, _ := worqr.NewClient(pool, &cfg)
+	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := st.Register(ctx, "dead", 300, "h", 1, []rdb.QueueRef{q.Ref})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "dead", Until: at + 250, Max: 1}); err != nil || len(got) != 1 || got[0].ID != id {
+		t.Fatal(got, err)
+	}
+	if s, err := client.Cancel(ctx, "q", id); err != nil || s != worqr.CancelRequested {
+		t.Fatalf("Cancel = %v, %v; want requested", s, err)
+	}
+	cancelled := make(chan worqr.Event, 1)
+	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 50 * time.Millisecond,
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventCancelled {
+				cancelled <- e
+			}
+		},
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			t.Errorf("task %s ran", tk.ID)
+			return nil
+		})}}})
+	defer w.Stop(ctx)
+	select {
+	case e := <-cancelled:
+		if e.TaskID != id || e.Queue != "q" {
+			t.Fatalf("cancelled event %+v, want task %s of q", e, id)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("no cancelled event for the task the reaper ended as cancelled")
+	}
+}

@@ -232,7 +232,9 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if unsure {
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
-		if _, _, err := s.r.st.Release(cctx, q.qk, s.ID(), known); err != nil {
+		_, cancelled, err := s.r.st.Release(cctx, q.qk, s.ID(), known)
+		emitCancelled(s.r.emit, q.name, s.ID(), cancelled)
+		if err != nil {
 			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 		}
 		s.mu.Lock()
@@ -266,8 +268,9 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
 		s.takings[t.PID] = &remoteTaking{q: q, taken: kept, at: now}
 		if t.Expired {
-			// Past its deadline when taken (Redis time): never handed to
-			// the remote, ended as expired below, as a Worker does. Held
+			// Past its deadline when taken (Redis time), or cancelled
+			// while it waited: never handed to the remote, ended as
+			// expired (or cancelled) below, as a Worker does. Held
 			// meanwhile: if that end fails, the next beat gives it back
 			// (the remote does not list it) and a take expires it again.
 			expired = append(expired, t.PID)
@@ -283,7 +286,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for _, pid := range expired {
 		skipped++
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
-			return s.ending(t, rdb.Expire(s.ID(), t.taken.PID, t.taken.ID)), nil
+			return s.ending(t, rdb.NotRun(s.ID(), t.taken)), nil
 		})
 		if err != nil {
 			s.r.cfg.Logger.Warn("remote: a taking past its deadline not ended as expired yet", "queue", q.name, "pid", pid, "err", err)
@@ -649,7 +652,8 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	s.actMu.Lock() // takes on their way land before the requeue; later ones see the lease retired
 	defer s.actMu.Unlock()
 	for _, q := range s.queues {
-		n, _, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
+		n, cancelled, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
+		emitCancelled(s.r.emit, q.name, s.ID(), cancelled)
 		if err != nil {
 			// Stay registered: the reaper requeues once the keepalive expires.
 			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.name, err)

@@ -48,11 +48,12 @@ func (w *Worker) run(q *queueRunner, j job) {
 		w.handlers.Done()
 	}()
 	if taken.Expired {
-		// Past its deadline when taken (Redis time): never run, ended as
-		// expired through the queue's one end path.
+		// Past its deadline when taken (Redis time), or cancelled while it
+		// waited: never run, ended as expired (or cancelled) through the
+		// queue's one end path.
 		q.skipSlot(j.ticket)
 		if !q.returned(hs) {
-			w.complete(s, q, []*Task{t}, rdb.Expire(t.worker, t.pid, t.ID), nil)
+			w.complete(s, q, []*Task{t}, rdb.NotRun(t.worker, taken), nil)
 		}
 		return
 	}

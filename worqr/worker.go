@@ -480,6 +480,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
 			OnRecovered: func(r recovery.Recovered) {
 				w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
+				emitCancelled(w.emit, r.Queue.Member(), w.ID(), r.Cancelled)
 			},
 			OnError: func(err error) { w.emit(Event{Kind: EventError, WorkerID: w.ID(), Err: err}) },
 		})
@@ -569,6 +570,16 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// emitCancelled emits EventCancelled for each of ids, tasks of queue that
+// a requeue or a release ended as cancelled instead of putting them back
+// (their cancel was asked while they were held): their ends were not
+// reached, so nothing else reports them.
+func emitCancelled(emit func(Event), queue, workerID string, ids []string) {
+	for _, id := range ids {
+		emit(Event{Kind: EventCancelled, Queue: queue, TaskID: id, WorkerID: workerID})
+	}
 }
 
 func (w *Worker) emit(e Event) {
@@ -740,7 +751,8 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	s.Retire(ErrWorkerStopped)
 	ok := true
 	for _, q := range w.queues {
-		n, _, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
+		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
+		emitCancelled(w.emit, q.name, s.ID(), cancelled)
 		if err != nil {
 			ok = false
 			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will once the keepalive expires)",

@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -110,7 +111,7 @@ func TestCancelDeepInALongList(t *testing.T) {
 			if r := cancel(ids[mid]); r != rdb.CancelNoop {
 				t.Fatalf("second cancel: %d, want nothing to cancel", r)
 			}
-			// Bring it near the head and take: handed with attempt 0 among
+			// Bring it near the head and take: handed with attempt -1 among
 			// the others (attempt 1); its end says cancelled.
 			e.do(t, "LTRIM", e.q.Waiting, mid-10, -1)
 			got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: e.now(t) + 60_000, Max: 20, MaxCrashes: 3})
@@ -127,10 +128,13 @@ func TestCancelDeepInALongList(t *testing.T) {
 					t.Fatalf("%s taken with attempt %d", g.ID, g.Attempt)
 				}
 			}
-			if marked == nil || marked.Attempt != 0 || !marked.Expired || string(marked.Payload) != payload(ids[mid]) {
-				t.Fatalf("the cancelled task taken as %+v, want attempt 0 (not run)", marked)
+			if marked == nil || marked.Attempt != -1 || !marked.Expired || !marked.Cancelled || string(marked.Payload) != payload(ids[mid]) {
+				t.Fatalf("the cancelled task taken as %+v, want attempt -1 (cancelled, not run)", marked)
 			}
-			ended := e.endIn(t, e.q, 0, rdb.Expire("W", marked.PID, marked.ID))
+			if end := rdb.NotRun("W", *marked); end.Ask != rdb.AskCancel {
+				t.Fatalf("NotRun asks %q, want %q", end.Ask, rdb.AskCancel)
+			}
+			ended := e.endIn(t, e.q, 0, rdb.NotRun("W", *marked))
 			if ended[0].Outcome != rdb.OutcomeCancelled {
 				t.Fatalf("its end: %v, want cancelled", ended[0].Outcome)
 			}
@@ -172,5 +176,27 @@ func TestCancelMarkedIDIsTaken(t *testing.T) {
 	}
 	if h, _ := redis.StringMap(e.c.Do("HGETALL", e.q.Task("order-42"))); h["d"] != "v1" {
 		t.Fatalf("the marked task's hash was written: %v", h)
+	}
+}
+
+// The ask cancel ends a taking the take found marked: cancelled while the
+// mark is there; put back to be run if the mark went away (a hand edit).
+func TestEndAskCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "a", "b")
+	got := e.takeFrom(t, e.q, "W", 2, false)
+	if len(got) != 2 {
+		t.Fatalf("took %d, want 2", len(got))
+	}
+	e.do(t, "HSET", e.q.Task("b"), "x", "1")
+	unmarked := rdb.NotRun("W", rdb.Taken{ID: "a", PID: got[0].PID, Cancelled: true})
+	marked := rdb.NotRun("W", rdb.Taken{ID: "b", PID: got[1].PID, Cancelled: true})
+	ended := e.endIn(t, e.q, 0, unmarked, marked)
+	if ended[0].Outcome != rdb.OutcomeRequeued || ended[1].Outcome != rdb.OutcomeCancelled {
+		t.Fatalf("ends %v %v, want requeued (no mark) and cancelled", ended[0].Outcome, ended[1].Outcome)
+	}
+	if w := e.waitingIDs(t); !reflect.DeepEqual(w, []string{"a"}) {
+		t.Errorf("waiting %v, want [a]", w)
 	}
 }

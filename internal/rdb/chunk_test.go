@@ -106,8 +106,8 @@ func TestRequeueRunsInChunks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if requeued != n+1 || cancelled != 0 {
-		t.Fatalf("Requeue = %d requeued, %d cancelled; want %d, 0", requeued, cancelled, n+1)
+	if requeued != n+1 || len(cancelled) != 0 {
+		t.Fatalf("Requeue = %d requeued, cancelled %v; want %d, none", requeued, cancelled, n+1)
 	}
 	if got, want := counter.calls.Load(), int64(n/rdb.RequeueChunk+1); got != want {
 		t.Errorf("Requeue made %d script calls for %d takings, want %d (chunks of %d)", got, n+1, want, rdb.RequeueChunk)

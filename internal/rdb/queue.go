@@ -438,9 +438,11 @@ type Taken struct {
 	Crashes     int
 	MaxAttempts int   // per-task override, 0 = queue default
 	TimeoutMs   int64 // per-task override, 0 = queue default
-	// Expired: the task's deadline had passed when it was taken (Redis
-	// time). The worker must not run it: it ends the taking with Expire.
-	Expired bool
+	// Expired: the task is not to be run: its deadline had passed when it
+	// was taken (Redis time), or (Cancelled) its cancel marked it where it
+	// waited. The worker ends the taking with NotRun.
+	Expired   bool
+	Cancelled bool
 	// Run is the flow run's whole hash, for takes of a stage queue.
 	Run map[string]string
 	// Parent is the run id of a flow child.
@@ -641,7 +643,10 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 				t.Payload, _ = redis.Bytes(vals[i+2], nil)
 			}
 			t.Attempt, _ = redis.Int(vals[i+3], nil)
-			t.Expired = t.Attempt == 0 // the take's mark: past its deadline
+			// The take's marks: -1 cancelled where it waited, 0 past its
+			// deadline.
+			t.Cancelled = t.Attempt == -1
+			t.Expired = t.Attempt <= 0
 			t.Crashes, _ = redis.Int(vals[i+4], nil)
 			if s, _ := redis.String(vals[i+5], nil); s != "" {
 				t.MaxAttempts, _ = strconv.Atoi(s)
@@ -671,6 +676,9 @@ const (
 	// AskExpire ends a taking the take found past its deadline (never
 	// run): expired, once the script confirms it on Redis's clock.
 	AskExpire Ask = "expire"
+	// AskCancel ends a taking the take found marked cancelled where it
+	// waited (never run): cancelled.
+	AskCancel Ask = "cancel"
 	AskLater  Ask = "later" // rate limited: to run again after a delay, no attempt counted
 )
 
@@ -753,9 +761,19 @@ func Dead(k Kind, worker, pid, id string, err string) Ending {
 }
 
 // Expire ends a taking of a plain queue that was past its deadline when
-// taken (Taken.Expired).
+// taken.
 func Expire(worker, pid, id string) Ending {
 	return Ending{Kind: KindTask, Worker: worker, PID: pid, ID: id, Ask: AskExpire}
+}
+
+// NotRun ends a taking of a plain queue that is not to be run
+// (Taken.Expired): as cancelled when its cancel marked it where it waited
+// (Taken.Cancelled), else as expired.
+func NotRun(worker string, t Taken) Ending {
+	if t.Cancelled {
+		return Ending{Kind: KindTask, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel}
+	}
+	return Expire(worker, t.PID, t.ID)
 }
 
 // Later schedules a taking to run again after delayMs without counting a
@@ -952,10 +970,11 @@ func (q QueueKeys) prefixes() []any {
 // once per dead worker) or stopped on purpose. It is idempotent. It runs one
 // script call per RequeueChunk takings (the order is kept within each; each
 // chunk goes in front of the one before); on an error, what is left stays
-// held for the next call.
-func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued, cancelled int, err error) {
+// held for the next call. cancelled are the ids of the tasks that ended as
+// cancelled instead (their cancel was asked while they ran).
+func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued int, cancelled []string, err error) {
 	if len(workers) == 0 {
-		return 0, 0, nil
+		return 0, nil, nil
 	}
 	args := make([]any, 0, 10+2*len(workers))
 	args = append(args, 5+len(workers), q.Waiting, q.Holders, q.Config, q.Retained)
@@ -972,16 +991,28 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 		args = append(args, w)
 	}
 	for {
-		vals, err := redis.Ints(s.eval(ctx, q.Ref.Tag, requeueScript, args...))
+		vals, err := redis.Values(s.eval(ctx, q.Ref.Tag, requeueScript, args...))
 		if err != nil {
 			return requeued, cancelled, err
 		}
-		if len(vals) != 3 {
-			return requeued, cancelled, fmt.Errorf("rdb: requeue: reply of %d values, want 3", len(vals))
+		if len(vals) < 2 {
+			return requeued, cancelled, fmt.Errorf("rdb: requeue: reply of %d values, want 2 or more", len(vals))
 		}
-		requeued += vals[0]
-		cancelled += vals[1]
-		if vals[2] == 0 {
+		n, err := redis.Int(vals[0], nil)
+		var more int
+		if err == nil {
+			more, err = redis.Int(vals[1], nil)
+		}
+		var ids []string
+		if err == nil {
+			ids, err = redis.Strings(vals[2:], nil)
+		}
+		if err != nil {
+			return requeued, cancelled, fmt.Errorf("rdb: requeue: %w", err)
+		}
+		requeued += n
+		cancelled = append(cancelled, ids...)
+		if more == 0 {
 			return requeued, cancelled, nil
 		}
 	}
@@ -990,14 +1021,18 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 // Release puts back at the front of the queue the takings worker w holds in
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.
-func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued, cancelled int, err error) {
+func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued int, cancelled []string, err error) {
 	r, err := s.ReleaseCheck(ctx, q, w, known)
 	return r.Requeued, r.Cancelled, err
 }
 
 // Released is what ReleaseCheck did and found.
 type Released struct {
-	Requeued, Cancelled int // takings put back (or ended as cancelled) that w held and did not know
+	// Requeued counts the takings put back that w held and did not know;
+	// Cancelled are the ids of those that ended as cancelled instead
+	// (their cancel was asked).
+	Requeued  int
+	Cancelled []string
 	// Missing are the pids of known that w does not hold in the queue:
 	// ended already, or lost (a take that a failed primary acknowledged
 	// and never passed on to the replica promoted in its place).
@@ -1025,7 +1060,7 @@ func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known [
 	}
 	var r Released
 	if r.Requeued, err = redis.Int(vals[0], nil); err == nil {
-		r.Cancelled, err = redis.Int(vals[1], nil)
+		r.Cancelled, err = redis.Strings(vals[1], nil)
 	}
 	if err == nil {
 		r.Seq, err = redis.Int64(vals[2], nil)

@@ -29,8 +29,8 @@ func TestReleaseCheckReportsMissing(t *testing.T) {
 		if run == 1 {
 			wantBack = 0 // idempotent
 		}
-		if r.Requeued != wantBack || r.Cancelled != 0 {
-			t.Errorf("run %d: requeued %d cancelled %d, want %d and 0", run, r.Requeued, r.Cancelled, wantBack)
+		if r.Requeued != wantBack || len(r.Cancelled) != 0 {
+			t.Errorf("run %d: requeued %d cancelled %v, want %d and none", run, r.Requeued, r.Cancelled, wantBack)
 		}
 		if want := []string{got[1].PID, "999999"}; !reflect.DeepEqual(r.Missing, want) {
 			t.Errorf("run %d: missing %v, want %v", run, r.Missing, want)
@@ -46,5 +46,29 @@ func TestReleaseCheckReportsMissing(t *testing.T) {
 	r, err := e.st.ReleaseCheck(e.ctx, e.q, "V", nil)
 	if err != nil || r.Requeued != 0 || r.Missing != nil {
 		t.Errorf("empty: %+v %v", r, err)
+	}
+}
+
+// A taking the worker did not know of whose cancel was asked meanwhile is
+// ended as cancelled, not put back, and the release names it (its end,
+// which would have reported it, never comes).
+func TestReleaseNamesCancelled(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "a", "b", "c")
+	got := e.takeFrom(t, e.q, "W", 2, false)
+	if len(got) != 2 {
+		t.Fatalf("took %d, want 2", len(got))
+	}
+	e.cancel(t, "b")
+	r, err := e.st.ReleaseCheck(e.ctx, e.q, "W", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Requeued != 1 || !reflect.DeepEqual(r.Cancelled, []string{"b"}) {
+		t.Errorf("released %+v, want a requeued and b cancelled", r)
+	}
+	if w := e.waitingIDs(t); !reflect.DeepEqual(w, []string{"a", "c"}) {
+		t.Errorf("waiting %v, want [a c]", w)
 	}
 }

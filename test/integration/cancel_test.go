@@ -178,7 +178,7 @@ var _ = Describe("Cancel", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(recs).To(HaveLen(1))
 		Expect(recs[0].Requeued).To(BeZero(), "recovery of a cancelled taking")
-		Expect(recs[0].Cancelled).To(Equal(1))
+		Expect(recs[0].Cancelled).To(Equal([]string{taken[2].ID}))
 		Expect(e.waiting("cd")).To(BeEmpty())
 		Expect(e.keysWith(":t:")).To(BeEmpty(), "every cancelled task's hash is gone")
 	}, SpecTimeout(15*time.Second))

@@ -449,9 +449,10 @@ func (p *Pool) DialNode(ctx context.Context, addr string) (redis.Conn, error) {
 // While no master serves it (a failover under way: the dead master is
 // marked failed and its replica not promoted yet) it waits and reads again,
 // with backoff, until the call's deadline (Options.RetryFor without one),
-// as for a CLUSTERDOWN reply.
-func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {
-	var rt *retrier
+// as for a CLUSTERDOWN reply. *rt paces those waits; it is made on the
+// first and shared with the caller's, so that one call's retries, of
+// either kind, stop at one deadline.
+func (p *Pool) addrFor(ctx context.Context, slot int, rt **retrier) (string, error) {
 	for attempt := 0; ; attempt++ {
 		p.mu.RLock()
 		var addr string
@@ -468,10 +469,10 @@ func (p *Pool) addrFor(ctx context.Context, slot int) (string, error) {
 		case addr != "":
 			return addr, nil
 		case attempt > 0:
-			if rt == nil {
-				rt = p.newRetrier(ctx)
+			if *rt == nil {
+				*rt = p.newRetrier(ctx)
 			}
-			if !rt.pause() {
+			if !(*rt).pause() {
 				return "", fmt.Errorf("cluster: no master serves slot %d (CLUSTERDOWN)", slot)
 			}
 		}
@@ -513,9 +514,9 @@ func (p *Pool) Get() redis.Conn {
 // the call's deadline (Options.RetryFor without one), then returns the
 // dial error.
 func (p *Pool) get(ctx context.Context, slot int) (redis.Conn, error) {
-	var rt *retrier
+	var rt *retrier // one deadline for every retry of this call
 	for {
-		addr, err := p.addrFor(ctx, slot)
+		addr, err := p.addrFor(ctx, slot, &rt)
 		if err != nil {
 			return nil, err
 		}

@@ -29,7 +29,7 @@ local CANCEL_WINDOW = 10000
 -- (0): a list of at most two windows is searched whole, a longer one
 -- within CANCEL_WINDOW of either end. When id is not found there it
 -- reports -1: the caller then marks the task cancelled where it waits, and
--- the take that reaches it hands it out with attempt 0, never run, and its
+-- the take that reaches it hands it out with attempt -1, never run, and its
 -- end finalizes it as cancelled (see take.lua).
 local function list_remove(list, id)
   if redis.call('LLEN', list) <= 2 * CANCEL_WINDOW then

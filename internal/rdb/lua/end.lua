@@ -40,7 +40,7 @@
 --   that free slots not taken again are announced on the wake channel.
 -- ARGV[14..] per taking: a count n, then n values:
 --   kind (task | stage | child | batch), worker id, pid, task id,
---   ask (done | retry | dead | back | expire), retry delay ms, error text,
+--   ask (done | retry | dead | back | expire | cancel), retry delay ms, error text,
 --   result;
 --   a child adds its run id; a stage adds its next stage ("" after the
 --   last), its fan-out policy (failfast | continue), the run retention ms,
@@ -93,7 +93,9 @@ local function give_back(tkey, id)
 end
 
 -- end_task ends a taking of a plain queue. Ask 'expire' ends a taking the
--- take found past its deadline (never run), once Redis's clock confirms it.
+-- take found past its deadline (never run), once Redis's clock confirms it;
+-- ask 'cancel' one the take found marked cancelled where it waited (never
+-- run).
 local function end_task(tkey, id, ask, delay, err, result, worker)
   local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY)
   if t.err then
@@ -103,6 +105,10 @@ local function end_task(tkey, id, ask, delay, err, result, worker)
   if t[1] then
     finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3], t[5])
     return OUT_CANCELLED
+  end
+  if ask == 'cancel' then
+    -- The mark is gone (changed by hand): the task goes back to be run.
+    return give_back(tkey, id)
   end
   if ask == 'done' then
     finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3], t[5])
@@ -267,7 +273,7 @@ local function end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids,
     return OUT_DEAD, codes
   end
   redis.call('HDEL', tkey, F_BATCH)
-  if ask == 'back' or ask == 'expire' then
+  if ask == 'back' or ask == 'expire' or ask == 'cancel' then
     return give_back(tkey, id), codes
   end
   if h[1] then

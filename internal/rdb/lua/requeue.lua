@@ -17,9 +17,10 @@
 -- ARGV[3] "1" when the workers died (each requeued task counts a crash)
 -- ARGV[4] most takings to requeue in this run (>= 1)
 -- ARGV[5..] worker ids, aligned with KEYS[5..n-1]
--- Returns: {requeued, cancelled, more}; more is 1 when takings are left for
--- another run. A task whose cancel was asked ends as cancelled instead of
--- being requeued; a flow run that ended meanwhile is left as it is.
+-- Returns: {requeued, more, cancelled...}; more is 1 when takings are left
+-- for another run. A task whose cancel was asked ends as cancelled instead
+-- of being requeued (its id is in cancelled); a flow run that ended
+-- meanwhile is left as it is.
 local limit = tonumber(ARGV[4])
 local held = {}
 local more = 0
@@ -51,4 +52,8 @@ local requeued, cancelled = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2
 if requeued > 0 then
   redis.call('PUBLISH', ARGV[1], requeued)
 end
-return {requeued, cancelled, more}
+local out = {requeued, more}
+for _, id in ipairs(cancelled) do
+  out[#out + 1] = id
+end
+return out

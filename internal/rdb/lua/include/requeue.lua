@@ -25,16 +25,17 @@ end
 -- crash is counted on the head alone: the tasks behind it did not choose
 -- to run with it). A member whose cancel was asked ends as cancelled. Only
 -- the members whose takings are the caller's (batch_claim) move; each is
--- marked in gone. Returns requeued, cancelled.
-local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, crashed)
+-- marked in gone. Returns requeued; the ids ended as cancelled are added
+-- to cancelled.
+local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, crashed, cancelled)
   local qname = key_queue_of(tprefix, queue, 'q:')
   local hkey = tprefix .. head
   local h = redis.pcall('HMGET', hkey, F_CANCEL, F_UNIQUE, F_STATE, F_WORKER, F_CRASHED_ON, F_RETENTION, F_KEY, F_BATCH)
-  local requeued, cancelled = 0, 0
+  local requeued = 0
   if h.err then
     -- The head's data is corrupt (a task behind it names it): the caller
     -- puts that task back alone; the take buries the head.
-    return requeued, cancelled
+    return requeued
   end
   local back = {}
   for _, fid in ipairs(key_batch_split(h[8])) do
@@ -44,7 +45,7 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
       if x == '1' then
         local fr = redis.call('HGET', tprefix .. fid, F_RETENTION)
         finalize(tprefix .. fid, fid, nil, S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, fr, nil)
-        cancelled = cancelled + 1
+        cancelled[#cancelled + 1] = fid
       else
         back[#back + 1] = fid
       end
@@ -55,13 +56,14 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
     requeued = requeued + #back
   end
   if gone[head] or h[3] ~= S_ACTIVE or not batch_claim(head, head, mine, tprefix, qname) then
-    return requeued, cancelled
+    return requeued
   end
   gone[head] = true
   redis.call('HDEL', hkey, F_BATCH)
   if h[1] then
     finalize(hkey, head, h[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, h[6], h[7])
-    return requeued, cancelled + 1
+    cancelled[#cancelled + 1] = head
+    return requeued
   end
   if crashed and (not h[4] or h[4] ~= h[5]) then
     redis.call('HINCRBY', hkey, F_CRASHES, 1)
@@ -72,7 +74,7 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
   redis.call('HSET', hkey, F_STATE, S_QUEUED)
   redis.call('HDEL', hkey, F_WORKER, F_PID)
   redis.call('LPUSH', queue, head)
-  return requeued + 1, cancelled
+  return requeued + 1
 end
 
 -- requeue_pids puts the takings held (a list of {pid = number, id = task
@@ -81,13 +83,13 @@ end
 -- asked ends as cancelled; a flow run that ended meanwhile is left as it is;
 -- crashed counts a crash on each, once per dead worker: a zombie that took
 -- its own requeued task again before it noticed its death is not counted
--- twice (F_CRASHED_ON remembers the last worker counted). Returns requeued,
--- cancelled.
+-- twice (F_CRASHED_ON remembers the last worker counted). Returns requeued
+-- and the ids ended as cancelled.
 local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   -- pids number takings in the order tasks left the queue: push the newest
   -- first so that the oldest ends up at the very front.
   table.sort(held, function(x, y) return x.pid < y.pid end)
-  local requeued, cancelled = 0, 0
+  local requeued, cancelled = 0, {}
   local mine, gone = {}, {} -- batches: members held here; members handled
   for _, h in ipairs(held) do
     mine[h.id] = true
@@ -101,8 +103,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
       -- batch goes back now, here, whichever member came first (the one
       -- with the highest pid: the head's place in the queue is then
       -- right, as the batch's pids follow each other).
-      local r, c = requeue_batch(t[11] or id, mine, gone, queue, cfg, retained, tprefix, crashed)
-      requeued, cancelled = requeued + r, cancelled + c
+      requeued = requeued + requeue_batch(t[11] or id, mine, gone, queue, cfg, retained, tprefix, crashed, cancelled)
       if not gone[id] and t[11] and t[9] then
         -- Its head does not name it (data changed by hand): back alone.
         gone[id] = true
@@ -120,7 +121,7 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
       redis.call('HDEL', tkey, F_WORKER, F_PID)
     elseif t[1] then
       finalize(tkey, id, t[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, t[7], t[9])
-      cancelled = cancelled + 1
+      cancelled[#cancelled + 1] = id
     elseif t[3] == S_ACTIVE then
       if crashed and (not t[5] or t[5] ~= t[6]) then
         redis.call('HINCRBY', tkey, F_CRASHES, 1)

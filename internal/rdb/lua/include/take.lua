@@ -100,9 +100,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   max = tonumber(max)
   -- In a task queue, the index in a task's HMGET of F_CANCEL (read in the
   -- same command): a task cancelled while it waited deep in a long list
-  -- and left there (see cancel.lua) is handed out with attempt 0, as one
-  -- past its deadline: its worker does not run it, and its end finds the
-  -- mark and ends it as cancelled.
+  -- and left there (see cancel.lua) is handed out with attempt -1: its
+  -- worker does not run it, and its end finds the mark and ends it as
+  -- cancelled.
   local ci = mode == '0' and (batch > 0 and 9 or 8) or nil
   local wait
   if limited then
@@ -239,7 +239,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       reason = 'corrupt: attempt or crash count is not a number'
     elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc and not (ci and t[ci]) then
       -- (A task whose cancel marked it where it waited is not buried: it
-      -- goes out below with attempt 0, never run, and ends cancelled.)
+      -- goes out below with attempt -1, never run, and ends cancelled.)
       reason = 'crashed: the task was running on ' .. t[3] .. ' workers that died'
     end
     if reason then
@@ -268,11 +268,14 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       else
         out[#out + 1] = t[1]
       end
-      -- Attempt 0: the task's deadline has passed (Redis time), or it was
-      -- cancelled while it waited. The worker does not run it; it ends the
-      -- taking as expired (end, ask expire), or cancelled (the mark wins).
+      -- Attempt -1: it was cancelled while it waited (the mark wins); 0:
+      -- its deadline has passed (Redis time). The worker does not run it:
+      -- it ends the taking as cancelled (end, ask cancel) or expired (ask
+      -- expire).
       local deadline = mode == '0' and tonumber(t[7])
-      if deadline and now_ms() >= deadline or ci and t[ci] then
+      if ci and t[ci] then
+        out[#out + 1] = -1
+      elseif deadline and now_ms() >= deadline then
         out[#out + 1] = 0
       else
         out[#out + 1] = (tonumber(t[2]) or 0) + 1
