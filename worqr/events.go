@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -317,8 +318,8 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady fun
 	}
 }
 
-// WaitRecheck is how often Client.Wait reads its task again when no event
-// woke it.
+// WaitRecheck is how often Client.Wait and Client.WaitRun read what they
+// wait for again when no event woke them.
 const WaitRecheck = 5 * time.Second
 
 // Wait blocks until task id of queue has ended (done, cancelled, expired
@@ -328,11 +329,11 @@ const WaitRecheck = 5 * time.Second
 // connection while it waits. Events are best effort (the process that
 // ended the task may be killed before it publishes), so Wait also reads
 // the task again every WaitRecheck: a lost event delays it, never hangs
-// it. A done, cancelled or expired
-// task is readable only while its retention (its EnqueueOpts.Retention, or
-// its queue's Retention) keeps it, so Wait returns ErrTaskNotFound for a
-// task that ended without one (or never existed). It returns ctx's error when ctx ends first. The workers
-// must publish events (Config.DisableEvents unset).
+// it. A done, cancelled or expired task is readable only while its
+// retention (its EnqueueOpts.Retention, or its queue's Retention) keeps
+// it, so Wait returns ErrTaskNotFound for a task that ended without one
+// (or never existed). It returns ctx's error when ctx ends first. The
+// workers must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	if _, err := c.queue(queue); err != nil {
 		return nil, err
@@ -340,7 +341,76 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	if id == "" {
 		return nil, invalid("id", "is empty")
 	}
-	wake := make(chan struct{}, 1)
+	var info *TaskInfo
+	err := c.waitUntil(ctx, func(e Event) bool {
+		switch e.Kind {
+		case EventDone, EventCancelled, EventDead, EventExpired:
+			return e.TaskID == id
+		}
+		return false
+	}, func() (bool, error) {
+		var err error
+		if info, err = c.Task(ctx, queue, id); err != nil {
+			return false, err
+		}
+		switch info.State {
+		case StateDone, StateCancelled, StateDead, StateExpired:
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// WaitRun blocks until run id of flow has ended (done, failed or
+// cancelled) and returns what Run reads then: its status, its state and
+// its children's results. It is woken as Wait is: by the events of the
+// flow's queues, and by a read every WaitRecheck. A run is readable only
+// while the flow's Retention keeps it once ended, so WaitRun returns
+// ErrTaskNotFound for a run that ended longer ago (or never existed). It
+// returns ctx's error when ctx ends first.
+func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+	if flow == nil {
+		return nil, invalid("Flow", "is nil")
+	}
+	if err := checkName("Flow.Name", flow.Name); err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, invalid("id", "is empty")
+	}
+	// A run ends through any of its flow's queues: a last stage done, a
+	// child dead (with fail-fast), a cancel.
+	prefix := flow.Name + "/"
+	var info *RunInfo
+	err := c.waitUntil(ctx, func(e Event) bool {
+		switch e.Kind {
+		case EventDone, EventCancelled, EventDead, EventExpired, EventForwarded, EventFannedOut:
+			return e.TaskID == id || strings.HasPrefix(e.Queue, prefix)
+		}
+		return false
+	}, func() (bool, error) {
+		var err error
+		if info, err = c.Run(ctx, flow, id); err != nil {
+			return false, err
+		}
+		return info.Status != RunRunning, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return info, nil
+}
+
+// waitUntil follows the namespace's events and calls ended once
+// subscribed (what ended before is in Redis by then), after each event
+// that wake accepts, and every WaitRecheck (an event may be lost), until
+// ended reports true or fails, or ctx ends.
+func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended func() (bool, error)) error {
+	woken := make(chan struct{}, 1)
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var recheck <-chan time.Time
@@ -353,28 +423,20 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 		defer t.Stop()
 		recheck = t.C
 	}
-	go follow(fctx, c.st, c.cfg.Logger, func() { poke(wake) }, func(e Event) {
-		switch e.Kind {
-		case EventDone, EventCancelled, EventDead, EventExpired:
-			if e.TaskID == id {
-				poke(wake)
-			}
+	go follow(fctx, c.st, c.cfg.Logger, func() { poke(woken) }, func(e Event) {
+		if wake(e) {
+			poke(woken)
 		}
 	})
 	for {
 		select {
 		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-wake: // subscribed (anything that ended before is in Redis), or it ended
-		case <-recheck: // in case its event was lost
+			return ctx.Err()
+		case <-woken:
+		case <-recheck:
 		}
-		info, err := c.Task(ctx, queue, id)
-		if err != nil {
-			return nil, err
-		}
-		switch info.State {
-		case StateDone, StateCancelled, StateDead, StateExpired:
-			return info, nil
+		if ok, err := ended(); ok || err != nil {
+			return err
 		}
 	}
 }

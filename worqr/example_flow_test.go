@@ -61,19 +61,15 @@ func ExampleFlow() {
 	if err != nil {
 		panic(err)
 	}
-	for {
-		run, err := client.Run(ctx, flow, id)
-		if err != nil {
-			panic(err)
-		}
-		if run.Status != worqr.RunRunning {
-			fmt.Println(run.Status, run.State["allowed"], run.State["children"])
-			for _, c := range run.Children {
-				fmt.Printf("%s %s %q\n", c.Queue, c.Status, c.Result)
-			}
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	run, err := client.WaitRun(wctx, flow, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(run.Status, run.State["allowed"], run.State["children"])
+	for _, c := range run.Children {
+		fmt.Printf("%s %s %q\n", c.Queue, c.Status, c.Result)
 	}
 	runs, _ := client.FindRuns(ctx, flow, "user", "ada")
 	fmt.Println(len(runs), "run for user ada")

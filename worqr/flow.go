@@ -394,5 +394,10 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 	if err != nil {
 		return false, fmt.Errorf("worqr: cancel run %s: %w", id, err)
 	}
+	if ok {
+		// The run's event (no queue: the run's stage and children end in
+		// theirs, with events of their own when they were running).
+		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id})
+	}
 	return ok, nil
 }
