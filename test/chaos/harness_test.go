@@ -370,6 +370,7 @@ func (c *cluster) kill(p *proc) int {
 	_ = syscall.Kill(p.pid, syscall.SIGKILL)
 	<-p.exited
 	c.fault("kill")
+	c.led.killed(p.n, at)
 	return c.led.watchHeld(p.n, "kill", at)
 }
 

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // ledger is everything the harness learned from outside the workers: the
@@ -29,6 +31,9 @@ type ledger struct {
 	// stageAccepts counts accepted stage ends (forwarded, fanned_out) by
 	// queue and id: more than one is a double acceptance.
 	stageAccepts map[string][]endRec
+
+	// killedAt is when the harness SIGKILLed each worker process it killed.
+	killedAt map[int]time.Time
 }
 
 type taskRec struct {
@@ -39,6 +44,15 @@ type taskRec struct {
 	ends      []endRec       // done, dead, cancelled
 	retries   map[string]int // by queue: failed attempts
 	losts     int
+	cancels   []cancelRec // the harness's Client.Cancel calls, in order
+}
+
+// cancelRec is one Client.Cancel of a task by the harness.
+type cancelRec struct {
+	status worqr.CancelStatus
+	err    error
+	asked  time.Time // the call began
+	at     time.Time // it returned
 }
 
 type takeRec struct {
@@ -92,6 +106,7 @@ func newLedger() *ledger {
 		samples:      map[string][]sample{},
 		kinds:        map[string]int{},
 		stageAccepts: map[string][]endRec{},
+		killedAt:     map[int]time.Time{},
 	}
 }
 
@@ -121,6 +136,21 @@ func (l *ledger) acked(queue string, ids []string, at time.Time) {
 		t := l.task(id)
 		t.queue, t.acked, t.ackAt = queue, true, at
 	}
+}
+
+// cancelled records a Client.Cancel of task id by the harness.
+func (l *ledger) cancelled(id string, r cancelRec) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	t := l.task(id)
+	t.cancels = append(t.cancels, r)
+}
+
+// killed records that process n was SIGKILLed at at.
+func (l *ledger) killed(n int, at time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.killedAt[n] = at
 }
 
 // closeOpen ends process n's open taking of id: the one with pid, or the

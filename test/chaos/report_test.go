@@ -295,7 +295,7 @@ func (r *result) String() string {
 	for _, k := range kinds {
 		fmt.Fprintf(&b, "  recovery after %s (fault to task taken again): %s", k, histogram(r.recovery[k]))
 		if n := r.notRetaken[k]; n > 0 {
-			fmt.Fprintf(&b, "; %d more held takings needed none (Redis had accepted their finish before the worker died)", n)
+			fmt.Fprintf(&b, "; %d more held takings needed none (Redis had accepted their finish before the worker died, or their cancel ended them)", n)
 		}
 		b.WriteString("\n")
 	}
