@@ -206,7 +206,7 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 		ws := byQueue[q]
 		qk := r.st.Queue(q)
 		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
-		if err != nil {
+		if err != nil && n == 0 && len(cancelled) == 0 {
 			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
 		}
 		if n == 0 && len(cancelled) == 0 {
@@ -219,6 +219,12 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 			r.cfg.OnRecovered(rec)
 		}
 		out = append(out, rec)
+		if err != nil {
+			// Reported first: the chunks done before the error moved
+			// takings (and ended some as cancelled) that no later pass
+			// would name.
+			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
+		}
 	}
 	return out, nil
 }

@@ -844,6 +844,9 @@ type faultyPool struct {
 	mu       sync.Mutex
 	down     bool
 	failCmds map[string]bool
+	// failCall, when set, fails each command it accepts (counted in
+	// sent either way).
+	failCall func(cmd string, args []any) bool
 	sent     map[string]int
 }
 
@@ -866,7 +869,7 @@ func (p *faultyPool) setDown(down bool) {
 	p.mu.Unlock()
 }
 
-func (p *faultyPool) fails(cmd string) bool {
+func (p *faultyPool) fails(cmd string, args ...any) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	cmd = strings.ToUpper(cmd)
@@ -874,7 +877,7 @@ func (p *faultyPool) fails(cmd string) bool {
 		p.sent = map[string]int{}
 	}
 	p.sent[cmd]++
-	return p.failCmds[cmd]
+	return p.failCmds[cmd] || p.failCall != nil && p.failCall(cmd, args)
 }
 
 func (p *faultyPool) GetContext(ctx context.Context) (redis.Conn, error) {
@@ -897,21 +900,21 @@ type faultyConn struct {
 }
 
 func (c *faultyConn) Do(cmd string, args ...any) (any, error) {
-	if c.p.fails(cmd) {
+	if c.p.fails(cmd, args...) {
 		return nil, errInjected
 	}
 	return c.Conn.Do(cmd, args...)
 }
 
 func (c *faultyConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	if c.p.fails(cmd) {
+	if c.p.fails(cmd, args...) {
 		return nil, errInjected
 	}
 	return redis.DoContext(c.Conn, ctx, cmd, args...)
 }
 
 func (c *faultyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	if c.p.fails(cmd) {
+	if c.p.fails(cmd, args...) {
 		return nil, errInjected
 	}
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
@@ -926,10 +929,56 @@ func (c *faultyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 }
 
 func (c *faultyConn) Send(cmd string, args ...any) error {
-	if c.p.fails(cmd) {
+	if c.p.fails(cmd, args...) {
 		return errInjected
 	}
 	return c.Conn.Send(cmd, args...)
+}
+
+// A requeue that fails after some of its calls (one per RequeueChunk
+// takings) reports what those calls did, the takings they ended as
+// cancelled in particular: no later pass can find them (they left the dead
+// worker's holdings), so their events come from this report or never.
+func TestPassReportsWhatAFailedRequeueDid(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	n := rdb.RequeueChunk + 1
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%d", i)
+	}
+	e.enqueue(t, e.q, ids...)
+	for held := 0; held < n; {
+		held += len(e.take(t, e.q, "A", n-held))
+	}
+	for _, id := range ids {
+		if _, err := e.st.Cancel(e.ctx, e.q, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.kill(t, "A")
+	requeues := 0
+	fp := &faultyPool{pool: e.pool, failCall: func(cmd string, args []any) bool {
+		if (cmd == "FCALL" || cmd == "EVALSHA") && len(args) > 0 && strings.Contains(fmt.Sprint(args[0]), "requeue") {
+			requeues++
+			return requeues == 2
+		}
+		return false
+	}}
+	var reported []recovery.Recovered
+	r, err := recovery.New(fp, &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet,
+		OnRecovered: func(rc recovery.Recovered) { reported = append(reported, rc) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Pass(e.ctx)
+	if err == nil || requeues != 2 {
+		t.Fatalf("Pass = %v (requeue calls %d), want the second requeue call's error", err, requeues)
+	}
+	if len(res) != 1 || len(reported) != 1 || len(reported[0].Cancelled) != rdb.RequeueChunk || reported[0].Requeued != 0 {
+		t.Fatalf("Pass returned %d, reported %+v; want the first call's %d cancelled takings", len(res), reported, rdb.RequeueChunk)
+	}
 }
 
 func TestPassAndMoveReturnPoolErrors(t *testing.T) {
