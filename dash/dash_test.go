@@ -21,6 +21,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -544,6 +545,10 @@ func TestChartReadsHistory(t *testing.T) {
 				path, enq, done, failed, minutes, chartMinutes)
 		}
 	}
+	// A queue known (an empty load names it) with no work.
+	if _, err := e.client.Load(context.Background(), "other", strings.NewReader(""), &worqr.LoadOptions{Name: "none"}); err != nil {
+		t.Fatal(err)
+	}
 	if enq, _, failed, _ := e.chartSums(ts2, "/queue?name=other"); enq != 0 || failed != 0 {
 		t.Errorf("the chart of a queue with no work shows %d enqueued, %d failed", enq, failed)
 	}
@@ -610,3 +615,28 @@ func TestBasicAuth(t *testing.T) {
 }
 
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A queue the namespace does not know has no page, and no action acts on
+// it: a typo would act on nothing, and a pause would create its settings.
+func TestUnknownQueueIsNotFound(t *testing.T) {
+	e := newEnv(t, nil)
+	e.kill("jobs", 1, "boom")
+	if code, body := e.get("/queue?name=nosuch"); code != http.StatusNotFound || !strings.Contains(body, "No queue named") {
+		t.Fatalf("page of an unknown queue: status %d, want 404 and a message", code)
+	}
+	tok := e.token("/queue?name=jobs")
+	for _, op := range []string{"pause", "retry_dead", "delete_waiting"} {
+		resp, _ := e.post("/action", url.Values{"op": {op}, "queue": {"nosuch"}, "csrf": {tok}})
+		if resp.StatusCode != http.StatusNotFound {
+			t.Fatalf("%s of an unknown queue: status %d, want 404", op, resp.StatusCode)
+		}
+	}
+	c := srv.Pool().Get()
+	defer c.Close()
+	if keys, _ := redis.Strings(c.Do("KEYS", e.cfg.Namespace+":{nosuch}:*")); len(keys) != 0 {
+		t.Fatalf("actions on an unknown queue wrote %v", keys)
+	}
+	if resp, _ := e.post("/action", url.Values{"op": {"pause"}, "queue": {"jobs"}, "csrf": {tok}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("pause of a known queue: status %d, want 303", resp.StatusCode)
+	}
+}

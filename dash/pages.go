@@ -104,6 +104,32 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 	}
 }
 
+// known reports whether the namespace knows queue name (a worker or a
+// client used it): the pages and actions of a queue are for known ones.
+func (d *Dashboard) known(ctx context.Context, name string) (bool, error) {
+	qs, err := d.in.Queues(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, q := range qs {
+		if q.Name == name {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// unknownQueue answers a request about a queue the namespace does not know
+// (404), or the error that kept known from telling.
+func (d *Dashboard) unknownQueue(w http.ResponseWriter, r *http.Request, name string, err error) {
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusNotFound, "error", &page{Title: "Not found",
+		Error: fmt.Sprintf("No queue named %q in this namespace: the queue list shows the known ones.", name)})
+}
+
 // --- CSRF: a random cookie (SameSite=Strict, HttpOnly) and, in every form,
 // its HMAC under a secret of this server. A POST needs both.
 
@@ -200,6 +226,10 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	if ok, err := d.known(ctx, name); err != nil || !ok {
+		d.unknownQueue(w, r, name, err)
+		return
+	}
 	q, err := d.in.Queue(ctx, name)
 	if err != nil {
 		d.fail(w, r, err)
@@ -429,6 +459,12 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		msg string
 	)
 	back := d.opts.Prefix + "/queue?name=" + url.QueryEscape(queue)
+	if ok, err := d.known(ctx, queue); err != nil || !ok {
+		// A typo (or a forged form) would act on nothing, or create the
+		// queue's settings (a pause).
+		d.unknownQueue(w, r, queue, err)
+		return
+	}
 	switch op {
 	case "pause":
 		err, msg = d.in.Pause(ctx, queue), "Paused "+queue

@@ -87,6 +87,14 @@ func (c *Client) enqueued(queue string, ids []string) {
 	c.bus.add(e)
 }
 
+// Flush publishes at once the events and history counts the Client
+// observed since its last publication (a publication goes out at most
+// every Config.EventInterval): a short-lived process (a script, a CLI
+// command) calls it before it exits, or what it did in its last interval
+// is missing from the events and the history. It waits for the
+// publication, at most about 2 s; best effort, as every publication.
+func (c *Client) Flush() { c.bus.flush() }
+
 // EnqueueOpts are per-call options of Enqueue and EnqueueBatch. A nil pointer
 // means the defaults.
 type EnqueueOpts struct {

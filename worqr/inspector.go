@@ -40,6 +40,10 @@ func NewInspector(pool ConnGetter, cfg *Config) (*Inspector, error) {
 	return &Inspector{st: st, reg: reg, cfg: c, bus: newEventBus(st, c)}, nil
 }
 
+// Flush publishes at once the events the Inspector observed (pauses,
+// resumes, ...) since its last publication, as Client.Flush does.
+func (in *Inspector) Flush() { in.bus.flush() }
+
 // QueueInfo counts the tasks of one queue.
 type QueueInfo struct {
 	// Name is the queue's name: "<queue>", or "<flow>/<queue>" for a flow's

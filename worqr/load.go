@@ -55,7 +55,10 @@ type LoadOptions struct {
 	// Resume continues the load Name from its checkpoint: the lines it
 	// already enqueued are read and skipped. Without Resume, a load whose
 	// checkpoint exists is refused (ErrLoadExists), so that a load is never
-	// started twice by mistake.
+	// started twice by mistake; with Resume, a load with no checkpoint is
+	// refused (ErrLoadNotFound), so that a resume under another name (a
+	// typo, a name made from an input changed since) does not start the
+	// input over.
 	Resume bool
 	// MaxWaiting > 0 stops feeding while the queue holds at least this many
 	// waiting tasks, and goes on as workers drain it: Redis then holds at
@@ -98,6 +101,11 @@ type LoadProgress struct {
 // checkpoint exists.
 var ErrLoadExists = errors.New("worqr: load already started")
 
+// ErrLoadNotFound is returned by Load with Resume when the load has no
+// checkpoint: it never started, or its checkpoint expired
+// (LoadOptions.CheckpointTTL after its last chunk).
+var ErrLoadNotFound = errors.New("worqr: no load to resume")
+
 // LoadError is returned by Load when it stops: Progress says how far it
 // went; every line before Progress.Lines-(unsent lines) is enqueued exactly
 // once, and Load with Resume continues from the checkpoint.
@@ -131,8 +139,8 @@ func (e *LoadError) Unwrap() error { return e.Err }
 // ctx's error counts every task enqueued.
 //
 // It returns the progress made; on failure ErrLoadExists (wrapped, with
-// where the load stands) or a *LoadError (wrapping an *InvalidError for a
-// bad line, or the Redis error).
+// where the load stands), ErrLoadNotFound (wrapped) or a *LoadError
+// (wrapping an *InvalidError for a bad line, or the Redis error).
 func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *LoadOptions) (LoadProgress, error) {
 	var o LoadOptions
 	if opts != nil {
@@ -173,7 +181,7 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 	if err != nil {
 		return LoadProgress{}, err
 	}
-	l := &loader{c: c, q: q.qk, o: o, ctx: ctx}
+	l := &loader{c: c, q: q.qk, queue: queue, o: o, ctx: ctx}
 	l.args = rdb.LoadArgs{Name: o.Name, MaxWaiting: o.MaxWaiting, TTLMillis: o.CheckpointTTL.Milliseconds()}
 	cp, err := c.st.LoadState(ctx, q.qk, o.Name)
 	if err != nil {
@@ -186,6 +194,9 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 				ErrLoadExists, o.Name, cp.Next, cp.Tasks)
 		}
 		l.cp, l.next = cp, cp.Next
+	} else if o.Resume {
+		return LoadProgress{}, fmt.Errorf("%w: %q has no checkpoint in %s (it never started, or its checkpoint expired): nothing was enqueued",
+			ErrLoadNotFound, o.Name, queue)
 	}
 	l.start = l.next
 	run, err := c.st.LoadRun(ctx, q.qk)
@@ -214,6 +225,7 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 type loader struct {
 	c     *Client
 	q     rdb.QueueKeys
+	queue string
 	o     LoadOptions
 	ctx   context.Context
 	args  rdb.LoadArgs
@@ -474,19 +486,28 @@ func (l *loader) stream() (bool, error) {
 	}
 }
 
+// applied counts chunk ch, applied by this run, in the progress and in an
+// EventEnqueued (and so in the history).
+func (l *loader) applied(ch *rdb.LoadChunk) {
+	l.p.Enqueued += int64(len(ch.IDs))
+	if len(ch.IDs) > 0 {
+		l.c.bus.add(Event{Kind: EventEnqueued, At: time.Now(), Queue: l.queue, Count: len(ch.IDs)})
+	}
+}
+
 // settle handles the answer about l.pending[0]: true when that chunk is
 // loaded (now or before) and dropped from pending.
 func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 	ch := l.pending[0]
 	switch rep.Status {
 	case rdb.LoadApplied:
-		l.p.Enqueued += int64(len(ch.IDs))
+		l.applied(ch)
 	case rdb.LoadSeen:
 		if ch.First >= l.start {
 			// Sent by this run before, applied, its answer lost (a broken
 			// connection after which the checkpoint was read before Redis
 			// had run the chunks sent behind the broken one).
-			l.p.Enqueued += int64(len(ch.IDs))
+			l.applied(ch)
 		} else {
 			l.p.Resumed += ch.After - ch.First
 		}
@@ -544,7 +565,7 @@ func (l *loader) resync(rep rdb.LoadReply) error {
 	at := rep.Value
 	for len(l.pending) > 0 && l.pending[0].After <= at {
 		ch := l.pending[0]
-		l.p.Enqueued += int64(len(ch.IDs)) // applied, its answer lost
+		l.applied(ch) // applied, its answer lost
 		l.pending = l.pending[1:]
 	}
 	l.next = at

@@ -422,7 +422,10 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 		done()
 		return nil, workerConfigError(err)
 	}
-	return &conn{log: log, pool: pool, client: client, close: done}, nil
+	return &conn{log: log, pool: pool, client: client, close: func() {
+		client.Flush() // what this process did reaches the events and the history before it exits
+		done()
+	}}, nil
 }
 
 // ping checks that Redis answers, so that a wrong URL fails at once with a

@@ -773,3 +773,69 @@ func TestTaskLsExpired(t *testing.T) {
 		t.Fatalf("task get -o json: %+v", got)
 	}
 }
+
+// A bad line stops a load after the lines before it; fixed in place, the
+// file is resumed by the command the error prints, or by the same command
+// with --resume (its default name does not change with the fix), and every
+// line ends up enqueued once. A --resume under a name that never started
+// enqueues nothing.
+func TestLoadFixedAndResumedEnqueuesEveryLineOnce(t *testing.T) {
+	b := setup(t)
+	var input bytes.Buffer
+	for i := 1; i <= 1000; i++ {
+		if i == 701 {
+			input.WriteString("{oops\n")
+			continue
+		}
+		fmt.Fprintf(&input, "{\"n\":%d}\n", i)
+	}
+	file := filepath.Join(t.TempDir(), "bad.jsonl")
+	if err := os.WriteFile(file, input.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := b.run("", "load", file, "--queue", "ld2", "--format", "jsonl")
+	if r.code != exitUsage || !strings.Contains(r.err, "line 701") || !strings.Contains(r.err, "--resume") {
+		t.Fatalf("bad line: exit %d, stderr %q; want 2, the line and how to resume", r.code, r.err)
+	}
+	if n := b.queue("ld2").Waiting; n != 700 {
+		t.Fatalf("%d tasks after the bad line, want the 700 before it", n)
+	}
+	fixed := bytes.Replace(input.Bytes(), []byte("{oops\n"), []byte("{\"n\":701}\n"), 1)
+	if err := os.WriteFile(file, fixed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r = b.run("", "load", file, "--queue", "ld2", "--format", "jsonl", "--resume", "--name", "never-started")
+	if r.code != exitUsage || !strings.Contains(r.err, "no load to resume") {
+		t.Errorf("resume of a load that never started: exit %d, stderr %q; want 2 and no load to resume", r.code, r.err)
+	}
+	out := b.ok("", "load", file, "--queue", "ld2", "--format", "jsonl", "--resume")
+	if !strings.Contains(out, "enqueued 300 tasks into ld2 from 1000 lines (0 blank, 700 loaded before)") {
+		t.Errorf("resume after the fix said %q", out)
+	}
+	if n := b.queue("ld2").Waiting; n != 1000 {
+		t.Fatalf("%d tasks after the resume, want 1000", n)
+	}
+}
+
+// A command's events and history counts are published before it exits (a
+// publication would otherwise come one EventInterval later, after the
+// process is gone).
+func TestCommandPublishesBeforeExit(t *testing.T) {
+	b := setup(t)
+	b.ok("", "enqueue", "hq", "hello")
+	b.ok("hi\nho\n", "load", "-", "--queue", "hq", "--name", "n")
+	c := b.pool.Get()
+	defer c.Close()
+	keys, err := redis.Strings(c.Do("KEYS", b.ns+":{reg}:hist:*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, k := range keys {
+		v, _ := redis.Int(c.Do("HGET", k, "hq|enqueued"))
+		n += v
+	}
+	if n != 3 {
+		t.Fatalf("history counts %d tasks enqueued into hq, want 3 (1 enqueued, 2 loaded)", n)
+	}
+}

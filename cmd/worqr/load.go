@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -38,9 +39,10 @@ Exactly once per line: a load that stops for any reason (Ctrl-C, a kill, a
 lost connection) is continued with the same input and --resume; lines already
 enqueued are read and skipped, and a chunk whose reply was lost is recognised
 by the checkpoint rather than enqueued twice. The load's name (--name) keys
-its checkpoint; for a file it defaults to one made from the file's base name,
-size and first 64 KiB, and for stdin it must be given. The input's first
-64 KiB must match on --resume.
+its checkpoint; for a file it defaults to one made from the file's base name
+and first line, and for stdin it must be given. On --resume the input must
+be the one loaded (its first line, and the last line loaded, are checked),
+and a name with no checkpoint is refused: nothing starts over.
 
 --max-waiting N stops feeding while the queue holds N waiting tasks and goes
 on as workers drain it, so that an input far larger than Redis's memory
@@ -56,7 +58,7 @@ progress line is printed every --every.`,
 	f := cmd.Flags()
 	f.StringVarP(&queue, "queue", "q", "", "the queue to load into (required)")
 	f.StringVar(&format, "format", "raw", "raw (each line is a payload) or jsonl (each line must be one JSON value)")
-	f.StringVar(&name, "name", "", "the load's name, which keys its checkpoint (default for a file: from its name, size and first 64 KiB)")
+	f.StringVar(&name, "name", "", "the load's name, which keys its checkpoint (default for a file: from its name and first line)")
 	f.BoolVar(&resume, "resume", false, "continue the load from its checkpoint (skips the lines already enqueued)")
 	f.IntVar(&maxWaiting, "max-waiting", 0, "pause while the queue holds this many waiting tasks (0: no limit)")
 	f.IntVar(&chunk, "chunk", worqr.DefaultLoadChunk, "tasks per atomic step (1..2000)")
@@ -113,7 +115,7 @@ progress line is printed every --every.`,
 			}
 			size = st.Size()
 			if name == "" {
-				name, err = fileLoadName(file, st.Name(), size)
+				name, err = fileLoadName(file, st.Name())
 				if err != nil {
 					return err
 				}
@@ -136,10 +138,12 @@ progress line is printed every --every.`,
 			switch {
 			case errors.Is(err, worqr.ErrLoadExists):
 				return usagef("%v (--resume continues it, --name starts another)", err)
+			case errors.Is(err, worqr.ErrLoadNotFound):
+				return usagef("%v (a load is resumed under the name it started with: see the \"as load\" line it printed)", err)
 			case ctx.Err() != nil:
-				return fmt.Errorf("interrupted after %d of %d lines read (%d tasks enqueued now): every chunk is atomic; run the same command with --resume to finish", enqueuedLines(p), p.Lines, p.Enqueued)
+				return fmt.Errorf("interrupted after %d of %d lines read (%d tasks enqueued now): every chunk is atomic; to finish, run: %s", enqueuedLines(p), p.Lines, p.Enqueued, resumeCommand(src, queue, name, format))
 			case errors.As(err, &le) && errors.Is(err, worqr.ErrInvalid):
-				return fmt.Errorf("%w; lines before it are enqueued: fix the input and run again with --resume", err)
+				return fmt.Errorf("%w; lines before it are enqueued: fix the input, then run: %s", err, resumeCommand(src, queue, name, format))
 			}
 			return err
 		}
@@ -154,6 +158,18 @@ progress line is printed every --every.`,
 			p.Enqueued, queue, p.Lines, p.Empty, p.Resumed, took.Round(time.Millisecond), rate(p.Enqueued, took))
 		return err
 	})
+	return cmd
+}
+
+// resumeCommand is the command that resumes load name of src into queue.
+func resumeCommand(src, queue, name, format string) string {
+	cmd := fmt.Sprintf("worqr load %s --queue %s --name %s --resume", src, queue, name)
+	if format != "raw" {
+		cmd += " --format " + format
+	}
+	if src == "-" {
+		cmd = "... | " + cmd
+	}
 	return cmd
 }
 
@@ -174,10 +190,13 @@ func displaySource(src string) string {
 	return src
 }
 
-// fileLoadName names a load of a file from its base name, size and first
-// 64 KiB, so that the same file gets the same name (and --resume finds its
-// checkpoint) and another file another one.
-func fileLoadName(f *os.File, base string, size int64) (string, error) {
+// fileLoadName names a load of a file from its base name and first line
+// (at most 64 KiB of it), so that the same file gets the same name (and
+// --resume finds its checkpoint) even once a bad line after the first was
+// fixed in place, and another file, as a rule, another one. (Load checks
+// on --resume that the input is the one loaded: its first line, and the
+// last line loaded.)
+func fileLoadName(f *os.File, base string) (string, error) {
 	head := make([]byte, 64<<10)
 	n, err := io.ReadFull(f, head)
 	if err != nil && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
@@ -186,9 +205,13 @@ func fileLoadName(f *os.File, base string, size int64) (string, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return "", err
 	}
+	first := head[:n]
+	if i := bytes.IndexByte(first, '\n'); i >= 0 {
+		first = first[:i]
+	}
 	h := sha256.New()
-	fmt.Fprintf(h, "%s\x00%d\x00", base, size)
-	h.Write(head[:n])
+	fmt.Fprintf(h, "%s\x00", base)
+	h.Write(first)
 	clean := []byte(filepath.Base(base))
 	for i, b := range clean {
 		if !(b >= 'a' && b <= 'z' || b >= 'A' && b <= 'Z' || b >= '0' && b <= '9' || b == '_' || b == '-' || b == '.') {

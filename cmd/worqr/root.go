@@ -157,6 +157,12 @@ func (a *app) body(offline bool, fn func(ctx context.Context, cmd *cobra.Command
 				return err
 			}
 			defer a.pool.Close()
+			// What the command did reaches the events and the history:
+			// the process exits before the next publication would.
+			defer func() {
+				a.client.Flush()
+				a.in.Flush()
+			}()
 		}
 		err := fn(ctx, cmd, args)
 		if err == nil {

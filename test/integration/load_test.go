@@ -282,6 +282,10 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		Expect(err).To(MatchError(ContainSubstring("its first line differs")))
 		_, err = e.client.Load(ctx, "json", strings.NewReader("{\"a\":1}\n[2]\n\n\"three\"\n{\"c\":4}\n{\"b\":6}\n7\n"), &worqr.LoadOptions{Name: "j", Resume: true})
 		Expect(err).To(MatchError(ContainSubstring("line 6, the last it loaded, differs")))
+		// A resume under a name with no checkpoint starts nothing over.
+		_, err = e.client.Load(ctx, "json", bytes.NewReader(fixed), &worqr.LoadOptions{Name: "k", Format: worqr.LoadJSONLines, Resume: true})
+		Expect(err).To(MatchError(worqr.ErrLoadNotFound))
+		Expect(e.payloads("json")).To(HaveLen(5), "nothing enqueued by a resume of nothing")
 
 		_, err = e.client.Load(ctx, "json", bytes.NewReader(bad), &worqr.LoadOptions{Name: "bad name"})
 		Expect(err).To(MatchError(worqr.ErrInvalid))
