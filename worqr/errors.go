@@ -63,14 +63,21 @@ type ReplicaError = rdb.ReplicaError
 var ErrSkipRetry = errors.New("worqr: skip retry")
 
 // SkipRetry returns an error that sends the task to the dead set at once, with
-// err as its last error. Use it for work that can never succeed, such as a
-// payload that cannot be decoded.
+// err as its last error (its text as is: the dead set groups tasks by it).
+// Use it for work that can never succeed, such as a payload that cannot be
+// decoded. It matches ErrSkipRetry and err.
 func SkipRetry(err error) error {
 	if err == nil {
 		return ErrSkipRetry
 	}
-	return fmt.Errorf("%w: %w", ErrSkipRetry, err)
+	return skipRetryError{err}
 }
+
+// skipRetryError is err, marked to skip the retries.
+type skipRetryError struct{ err error }
+
+func (e skipRetryError) Error() string   { return e.err.Error() }
+func (e skipRetryError) Unwrap() []error { return []error{ErrSkipRetry, e.err} }
 
 // RetryAfterError, returned by a handler (see RetryAfter), schedules the next
 // attempt after Delay instead of the queue's backoff. The attempt still counts

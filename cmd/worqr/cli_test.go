@@ -180,11 +180,28 @@ func TestQueueLimits(t *testing.T) {
 	if err != nil || l != (worqr.Limits{Rate: 100, Period: time.Second, Concurrency: 10}) {
 		t.Fatalf("the Inspector sees %+v, %v", l, err)
 	}
-	if r := b.run("", "queue", "limits", "emails", "--rate", "5"); r.code != 2 || !strings.Contains(r.err, "Limits.Period") {
+	if r := b.run("", "queue", "limits", "emails", "--rate", "5"); r.code != 2 || !strings.Contains(r.err, "--rate needs --period") {
 		t.Errorf("a rate without a period: exit %d, stderr %q", r.code, r.err)
 	}
 	if out := b.ok("", "queue", "limits", "emails", "--clear"); out != "limits of emails: none\n" {
 		t.Errorf("--clear printed %q", out)
+	}
+	// A queue not known yet: the flags are checked first (exit 2), setting
+	// is refused without --new (a typo), and --new sets them.
+	if r := b.run("", "queue", "limits", "api-calls", "--rate", "-1", "--period", "1s"); r.code != 2 || !strings.Contains(r.err, "--rate -1") {
+		t.Errorf("a negative rate for an unknown queue: exit %d, stderr %q; want 2", r.code, r.err)
+	}
+	if r := b.run("", "queue", "limits", "api-calls", "--rate", "100", "--period", "1s"); r.code != 1 || !strings.Contains(r.err, "--new sets its limits") {
+		t.Errorf("limits of an unknown queue without --new: exit %d, stderr %q; want 1 and a hint at --new", r.code, r.err)
+	}
+	if out := b.ok("", "queue", "limits", "api-calls", "--rate", "100", "--period", "1s", "--new"); out != "limits of api-calls: rate 100 per 1s\n" {
+		t.Errorf("--new printed %q", out)
+	}
+	if l, err := b.in.Limits(context.Background(), "api-calls"); err != nil || l.Rate != 100 {
+		t.Fatalf("the Inspector sees %+v, %v for the new queue", l, err)
+	}
+	if out := b.ok("", "queue", "limits", "api-calls"); out != "limits of api-calls: rate 100 per 1s\n" {
+		t.Errorf("reading the limits of a queue not known yet printed %q", out)
 	}
 }
 
@@ -837,5 +854,13 @@ func TestCommandPublishesBeforeExit(t *testing.T) {
 	}
 	if n != 3 {
 		t.Fatalf("history counts %d tasks enqueued into hq, want 3 (1 enqueued, 2 loaded)", n)
+	}
+}
+
+func TestEventsRefusesAnUnknownKind(t *testing.T) {
+	b := setup(t)
+	r := b.run("", "events", "--kind", "dead,given back")
+	if r.code != exitUsage || !strings.Contains(r.err, `--kind "given back": not an event kind`) || !strings.Contains(r.err, "given_back") {
+		t.Errorf("events --kind with a bad kind: exit %d, stderr %q; want 2 and the kinds", r.code, r.err)
 	}
 }

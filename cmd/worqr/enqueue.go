@@ -26,7 +26,9 @@ func (a *app) enqueueCmd() *cobra.Command {
 		Long: `Enqueues one task at the back of a queue and prints its id on stdout.
 
 The payload is the argument itself, the contents of a file with @file, or
-standard input with - (all of it, up to the library's payload limit).`,
+standard input with - (all of it, up to the library's payload limit). A file
+and stdin are taken byte for byte: the newline that echo or jq -c ends its
+output with is part of the payload (printf '%s' avoids it).`,
 		Example: `  worqr enqueue emails '{"to":"ada@example.com"}'
   worqr enqueue emails @message.json
   jq -c . message.json | worqr enqueue emails -

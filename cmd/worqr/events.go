@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -43,7 +44,7 @@ are printed first. One JSON object per line with -o json.`,
 	}
 	o.register(cmd)
 	cmd.Flags().StringVar(&queue, "queue", "", "only events of this queue")
-	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "only events of these kinds (comma-separated)")
+	cmd.Flags().StringSliceVar(&kinds, "kind", nil, "only events of these kinds (comma-separated: "+kindList()+")")
 	cmd.Flags().IntVar(&recent, "recent", 0, "first print the events of the latest N logged batches")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		if err := o.check(); err != nil {
@@ -54,7 +55,11 @@ are printed first. One JSON object per line with -o json.`,
 		}
 		want := map[worqr.EventKind]bool{}
 		for _, k := range kinds {
-			want[worqr.EventKind(strings.TrimSpace(k))] = true
+			k := worqr.EventKind(strings.TrimSpace(k))
+			if !slices.Contains(eventKinds, k) {
+				return usagef("--kind %q: not an event kind (want one of %s)", k, kindList())
+			}
+			want[k] = true
 		}
 		var werr error
 		print := func(e worqr.Event) {
@@ -101,4 +106,20 @@ func (a *app) printEvent(o output, e worqr.Event) error {
 	}
 	_, err := fmt.Fprintln(a.env.out, strings.Join(parts, " "))
 	return err
+}
+
+// eventKinds are the kinds of event --kind accepts.
+var eventKinds = []worqr.EventKind{
+	worqr.EventEnqueued, worqr.EventStarted, worqr.EventDone, worqr.EventRetry, worqr.EventDead,
+	worqr.EventCancelled, worqr.EventExpired, worqr.EventGivenBack, worqr.EventLost, worqr.EventForwarded,
+	worqr.EventFannedOut, worqr.EventRecovered, worqr.EventStopRequeued, worqr.EventKeepaliveLost,
+	worqr.EventRegistered, worqr.EventError, worqr.EventPaused, worqr.EventResumed, worqr.EventDropped,
+}
+
+func kindList() string {
+	s := make([]string, len(eventKinds))
+	for i, k := range eventKinds {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }

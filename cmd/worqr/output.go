@@ -35,6 +35,7 @@ func (o *output) json() bool { return o.format == "json" }
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // for a terminal or jq, not a web page: <n> stays <n>
 	return enc.Encode(v)
 }
 
@@ -139,7 +140,11 @@ func jsonTime(t time.Time) *string {
 }
 
 // writeJSONLine prints v as one line of JSON.
-func writeJSONLine(w io.Writer, v any) error { return json.NewEncoder(w).Encode(v) }
+func writeJSONLine(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
+}
 
 // idTime reads the time of a task or run id (an xid: second precision).
 func idTime(id string) time.Time {

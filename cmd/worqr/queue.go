@@ -222,7 +222,7 @@ func (a *app) queueLimitsCmd() *cobra.Command {
 	var (
 		rate, conc int
 		period     time.Duration
-		clear      bool
+		clear, new bool
 	)
 	cmd := &cobra.Command{
 		Use:   "limits <queue>",
@@ -232,8 +232,12 @@ func (a *app) queueLimitsCmd() *cobra.Command {
 one left out is removed); every worker applies them at once (within one poll
 interval if the announcement is lost). The limits hold across every process:
 at most --rate tasks start in any window of --period (Redis's clock), at
-most --concurrency run at once.`,
-		Example: "  worqr queue limits emails\n  worqr queue limits emails --rate 100 --period 1s\n  worqr queue limits emails --concurrency 10\n  worqr queue limits emails --clear",
+most --concurrency run at once.
+
+Setting the limits of a queue the namespace does not know yet (no worker or
+client used it) is refused, so that a typo does not set them on nothing:
+--new sets them all the same, for a queue about to be used.`,
+		Example: "  worqr queue limits emails\n  worqr queue limits emails --rate 100 --period 1s\n  worqr queue limits emails --concurrency 10\n  worqr queue limits emails --clear\n  worqr queue limits api-calls --rate 100 --period 1s --new",
 		Args:    args("queue"),
 	}
 	f := cmd.Flags()
@@ -241,17 +245,37 @@ most --concurrency run at once.`,
 	f.DurationVar(&period, "period", 0, "the rate's window")
 	f.IntVar(&conc, "concurrency", 0, "most tasks running at once, across every worker")
 	f.BoolVar(&clear, "clear", false, "remove every limit")
+	f.BoolVar(&new, "new", false, "set the limits of a queue that is not known yet")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q := args[0]
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
-		if _, err := a.knownQueue(ctx, q); err != nil {
-			return err
-		}
 		set := clear || cmd.Flags().Changed("rate") || cmd.Flags().Changed("period") || cmd.Flags().Changed("concurrency")
-		if clear && (rate != 0 || period != 0 || conc != 0) {
+		switch {
+		case clear && (rate != 0 || period != 0 || conc != 0):
 			return usagef("--clear cannot be given with --rate, --period or --concurrency")
+		case rate < 0:
+			return usagef("--rate %d: must not be negative", rate)
+		case conc < 0:
+			return usagef("--concurrency %d: must not be negative", conc)
+		case period < 0:
+			return usagef("--period %s: must not be negative", period)
+		case rate > 0 && period == 0:
+			return usagef("--rate needs --period, the window it counts starts in (for example --period 1s)")
+		case period > 0 && rate == 0:
+			return usagef("--period needs --rate, the starts it allows in each window")
+		case new && !set:
+			return usagef("--new is for setting limits: give --rate and --period, --concurrency or --clear")
+		}
+		var unknown *unknownQueueError
+		if _, err := a.knownQueue(ctx, q); err != nil && !errors.As(err, &unknown) {
+			return err
+		} else if err != nil && !new {
+			if set {
+				return fmt.Errorf("%w; --new sets its limits all the same", err)
+			}
+			fmt.Fprintf(a.env.err, "note: %v\n", err)
 		}
 		if set {
 			if err := a.in.SetLimits(ctx, q, worqr.Limits{Rate: rate, Period: period, Concurrency: conc}); err != nil {

@@ -410,6 +410,13 @@ func checkQueue(arg, q string) error {
 	return nil
 }
 
+// unknownQueueError says that a namespace does not know a queue.
+type unknownQueueError struct{ q, ns string }
+
+func (e *unknownQueueError) Error() string {
+	return fmt.Sprintf("queue %q is not known in namespace %q ('worqr queue ls' lists the known ones)", e.q, e.ns)
+}
+
 // knownQueue returns the counts of queue q, or an error naming the queue
 // when the namespace does not know it (a typo would otherwise act on nothing).
 func (a *app) knownQueue(ctx context.Context, q string) (*worqr.QueueInfo, error) {
@@ -422,7 +429,7 @@ func (a *app) knownQueue(ctx context.Context, q string) (*worqr.QueueInfo, error
 			return &qs[i], nil
 		}
 	}
-	return nil, fmt.Errorf("queue %q is not known in namespace %q ('worqr queue ls' lists the known ones)", q, a.namespace)
+	return nil, &unknownQueueError{q: q, ns: a.namespace}
 }
 
 // args returns a cobra argument check that names the arguments: usage

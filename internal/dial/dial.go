@@ -75,15 +75,18 @@ func scrub(err error, rawURL string) error {
 
 // Check validates the options without dialing.
 func (o Options) Check() error {
+	if o.URL == "" {
+		return errors.New("is empty: want redis://host:port/db or rediss://... (WORQR_REDIS_URL unset?)")
+	}
 	u, err := url.Parse(o.URL)
 	if err != nil {
-		return fmt.Errorf("the Redis URL %s does not parse", Redact(o.URL))
+		return fmt.Errorf("%q does not parse", Redact(o.URL))
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return fmt.Errorf("the Redis URL %s: scheme must be redis or rediss", Redact(o.URL))
+		return fmt.Errorf("%q: scheme must be redis or rediss", Redact(o.URL))
 	}
 	if (o.CAFile != "" || o.CertFile != "" || o.KeyFile != "") && u.Scheme != "rediss" {
-		return fmt.Errorf("TLS files are set but the Redis URL %s is not rediss://", Redact(o.URL))
+		return fmt.Errorf("%q is not rediss:// but TLS files are set", Redact(o.URL))
 	}
 	if (o.CertFile == "") != (o.KeyFile == "") {
 		return errors.New("a TLS client certificate needs both a cert file and a key file")

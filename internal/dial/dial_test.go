@@ -136,7 +136,8 @@ func TestCheck(t *testing.T) {
 		o    dial.Options
 		want string
 	}{
-		{dial.Options{URL: "http://h"}, "scheme must be redis or rediss"},
+		{dial.Options{URL: ""}, "is empty"},
+		{dial.Options{URL: "http://h"}, "\"http://h\": scheme must be redis or rediss"},
 		{dial.Options{URL: "redis://u:" + secret + "@h", CAFile: "/x"}, "not rediss://"},
 		{dial.Options{URL: "rediss://h", CertFile: "/x"}, "needs both"},
 		{dial.Options{URL: "rediss://h", CAFile: "/nonexistent"}, "TLS CA file"},

@@ -133,7 +133,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Expect(rec.kinds(id)).To(Equal([]worqr.EventKind{worqr.EventDead}))
 		info := e.rtDeadTask("sq", id)
 		Expect(info.DeadReason).To(Equal("failed"))
-		Expect(info.LastError).To(ContainSubstring("cannot decode payload"))
+		Expect(info.LastError).To(Equal("cannot decode payload"), "the error as the handler wrote it")
 		Expect(info.Failures).To(Equal(1))
 		Expect(info.DiedOn).To(Equal(w.ID()))
 		Expect(backoff.calls.Load()).To(BeZero())
