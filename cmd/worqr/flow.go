@@ -61,7 +61,7 @@ func (a *app) flowCmd() *cobra.Command {
   worqr flow get membership cv3k1s1hhc2s73b0o3ng
   worqr flow tree membership cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd())
+	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd())
 	return cmd
 }
 

@@ -80,7 +80,7 @@ func (a *app) taskCmd() *cobra.Command {
   worqr task cancel emails cv3k1s1hhc2s73b0o3ng
   worqr task retry emails cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.taskGetCmd(), a.taskLsCmd(), a.taskCancelCmd(), a.taskDeadCmd(true), a.taskDeadCmd(false))
+	cmd.AddCommand(a.taskGetCmd(), a.taskLsCmd(), a.taskWaitCmd(), a.taskCancelCmd(), a.taskDeadCmd(true), a.taskDeadCmd(false))
 	return cmd
 }
 

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// waitContext bounds a wait by --timeout (0: none).
+func waitContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	if timeout > 0 {
+		return context.WithTimeout(ctx, timeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (a *app) taskWaitCmd() *cobra.Command {
+	var (
+		o       output
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "wait <queue> <id> [--timeout D]",
+		Short: "wait until a task has ended; exit 0 only when it is done",
+		Long: `Waits until one task has ended (done, dead, cancelled or expired), woken by
+the workers' events (and reading the task every 5 s in case one was lost),
+then prints its state and id ("done cv3k1s1hhc2s73b0o3ng"), or the task as
+'task get -o json' prints it. Exit 0 when it is done; 1 when it ended
+otherwise (its last error on stderr), when --timeout passed first, or when
+it is not found (a task that ended is found only while its retention keeps
+it: give the queue a Retention, or the task one, to wait for it).`,
+		Example: "  id=$(worqr enqueue reports '{\"month\":\"2026-10\"}')\n  worqr task wait reports $id --timeout 10m && echo ready",
+		Args:    args("queue", "id"),
+	}
+	o.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until Ctrl-C)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		if timeout < 0 {
+			return usagef("--timeout %s: must not be negative", timeout)
+		}
+		q, id := args[0], args[1]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		wctx, cancel := waitContext(ctx, timeout)
+		defer cancel()
+		t, err := a.client.Wait(wctx, q, id)
+		switch {
+		case errors.Is(err, worqr.ErrTaskNotFound):
+			return fmt.Errorf("task %s not found in queue %s (never existed, or it ended and its record is gone: it is kept only for its retention)", id, q)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			state := "unknown"
+			if t, err := a.client.Task(ctx, q, id); err == nil {
+				state = string(t.State)
+			}
+			return fmt.Errorf("timed out after %s: task %s is %s", timeout, id, state)
+		case err != nil:
+			return err
+		}
+		if o.json() {
+			err = writeJSON(a.env.out, taskOf(t))
+		} else {
+			_, err = fmt.Fprintf(a.env.out, "%s %s\n", t.State, t.ID)
+		}
+		if err != nil || t.State == worqr.StateDone {
+			return err
+		}
+		return fmt.Errorf("task %s ended %s%s", id, t.State, lastError(t.LastError))
+	})
+	return cmd
+}
+
+func (a *app) flowWaitCmd() *cobra.Command {
+	var (
+		o       output
+		timeout time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "wait <flow> <run_id> [--timeout D]",
+		Short: "wait until a run has ended; exit 0 only when it is done",
+		Long: `Waits until one run of a flow has ended (done, failed or cancelled), woken
+by the events of the flow's queues (and reading the run every 5 s in case
+one was lost), then prints its status and id, or the run as 'flow get -o
+json' prints it. Exit 0 when it is done; 1 when it failed or was cancelled
+(its last error on stderr), when --timeout passed first, or when it is not
+found (an ended run is kept for its flow's Retention).`,
+		Example: "  worqr flow wait membership cv3k1s1hhc2s73b0o3ng --timeout 5m",
+		Args:    args("flow", "run_id"),
+	}
+	o.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until Ctrl-C)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		if timeout < 0 {
+			return usagef("--timeout %s: must not be negative", timeout)
+		}
+		flow, id := args[0], args[1]
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		wctx, cancel := waitContext(ctx, timeout)
+		defer cancel()
+		r, err := a.client.WaitRun(wctx, &worqr.Flow{Name: flow}, id)
+		switch {
+		case errors.Is(err, worqr.ErrTaskNotFound):
+			return fmt.Errorf("run %s of flow %s not found (never existed, or it ended longer ago than the flow's retention)", id, flow)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			return fmt.Errorf("timed out after %s: run %s is still running", timeout, id)
+		case err != nil:
+			return err
+		}
+		if o.json() {
+			err = writeJSON(a.env.out, runOf(r))
+		} else {
+			_, err = fmt.Fprintf(a.env.out, "%s %s\n", r.Status, r.ID)
+		}
+		if err != nil || r.Status == worqr.RunDone {
+			return err
+		}
+		return fmt.Errorf("run %s of flow %s ended %s%s", id, flow, r.Status, lastError(r.LastError))
+	})
+	return cmd
+}
+
+func lastError(e string) string {
+	if e == "" {
+		return ""
+	}
+	return ": " + clip(e, 200)
+}
