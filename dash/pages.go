@@ -105,18 +105,14 @@ func (d *Dashboard) fail(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // known reports whether the namespace knows queue name (a worker or a
-// client used it): the pages and actions of a queue are for known ones.
+// client used it): the pages and actions of a queue are for known ones. A
+// name that is not a queue name is not known.
 func (d *Dashboard) known(ctx context.Context, name string) (bool, error) {
-	qs, err := d.in.Queues(ctx)
-	if err != nil {
-		return false, err
+	ok, err := d.in.Known(ctx, name)
+	if errors.Is(err, worqr.ErrInvalid) {
+		return false, nil
 	}
-	for _, q := range qs {
-		if q.Name == name {
-			return true, nil
-		}
-	}
-	return false, nil
+	return ok, err
 }
 
 // unknownQueue answers a request about a queue the namespace does not know

@@ -20,12 +20,17 @@ type ConnGetter = rdb.ConnGetter
 // of it, in whole milliseconds.
 const MinInterval = 10 * time.Millisecond
 
+// Cancelled is a taking of a dead worker that a pass ended as cancelled:
+// its task, and its pid and worker when known ("" for a task taken in a
+// batch behind its key's head).
+type Cancelled struct{ TaskID, PID, Worker string }
+
 // Recovered reports what a pass did for one queue.
 type Recovered struct {
 	Queue     registry.Queue
 	Workers   []string // the dead workers whose takings were requeued
 	Requeued  int
-	Cancelled []string // ids of the takings ended as cancelled (their cancel had been asked), not requeued
+	Cancelled []Cancelled // takings ended as cancelled (their cancel had been asked), not requeued
 }
 
 // Config is what a Reaper needs. Namespace and Interval are required.
@@ -212,7 +217,10 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 		if n == 0 && len(cancelled) == 0 {
 			continue
 		}
-		rec := Recovered{Queue: q, Workers: ws, Requeued: n, Cancelled: cancelled}
+		rec := Recovered{Queue: q, Workers: ws, Requeued: n}
+		for _, c := range cancelled {
+			rec.Cancelled = append(rec.Cancelled, Cancelled{TaskID: c.ID, PID: c.PID, Worker: c.Worker})
+		}
 		r.cfg.Logger.Info("recovery: requeued takings of dead workers",
 			"queue", q.Member(), "workers", ws, "requeued", n, "cancelled", len(cancelled))
 		if r.cfg.OnRecovered != nil {

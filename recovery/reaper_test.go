@@ -332,7 +332,7 @@ func TestPassReportsCancelledTakings(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "A")
 	e.enqueue(t, e.q, "t1", "t2")
-	e.take(t, e.q, "A", 2)
+	taken := e.take(t, e.q, "A", 2)
 	if _, err := e.st.Cancel(e.ctx, e.q, "t1"); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,8 @@ func TestPassReportsCancelledTakings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1, Cancelled: []string{"t1"}}}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"A"}, Requeued: 1,
+		Cancelled: []recovery.Cancelled{{TaskID: "t1", PID: taken[0].PID, Worker: "A"}}}}
 	if !reflect.DeepEqual(res, want) {
 		t.Errorf("Pass = %+v, want %+v", res, want)
 	}

@@ -70,14 +70,14 @@ func SkipRetry(err error) error {
 	if err == nil {
 		return ErrSkipRetry
 	}
-	return skipRetryError{err}
+	return &skipRetryError{err}
 }
 
 // skipRetryError is err, marked to skip the retries.
 type skipRetryError struct{ err error }
 
-func (e skipRetryError) Error() string   { return e.err.Error() }
-func (e skipRetryError) Unwrap() []error { return []error{ErrSkipRetry, e.err} }
+func (e *skipRetryError) Error() string   { return e.err.Error() }
+func (e *skipRetryError) Unwrap() []error { return []error{ErrSkipRetry, e.err} }
 
 // RetryAfterError, returned by a handler (see RetryAfter), schedules the next
 // attempt after Delay instead of the queue's backoff. The attempt still counts

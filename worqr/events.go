@@ -368,7 +368,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 // WaitRun blocks until run id of flow has ended (done, failed or
 // cancelled) and returns what Run reads then: its status, its state and
 // its children's results. It is woken as Wait is: by the events of the
-// flow's queues, and by a read every WaitRecheck. A run is readable only
+// run's stage and children, and by a read every WaitRecheck. A run is readable only
 // while the flow's Retention keeps it once ended, so WaitRun returns
 // ErrTaskNotFound for a run that ended longer ago (or never existed). It
 // returns ctx's error when ctx ends first.
@@ -382,14 +382,15 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 	if id == "" {
 		return nil, invalid("id", "is empty")
 	}
-	// A run ends through any of its flow's queues: a last stage done, a
-	// child dead (with fail-fast), a cancel.
-	prefix := flow.Name + "/"
+	// A run ends by the end of its stage (its events carry the run's id)
+	// or of one of its children (ids "<run id>.<xid>"): a last child done,
+	// a child dead with fail-fast.
+	children := id + "."
 	var info *RunInfo
 	err := c.waitUntil(ctx, func(e Event) bool {
 		switch e.Kind {
 		case EventDone, EventCancelled, EventDead, EventExpired, EventForwarded, EventFannedOut:
-			return e.TaskID == id || strings.HasPrefix(e.Queue, prefix)
+			return e.TaskID == id || strings.HasPrefix(e.TaskID, children)
 		}
 		return false
 	}, func() (bool, error) {
@@ -408,7 +409,9 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 // waitUntil follows the namespace's events and calls ended once
 // subscribed (what ended before is in Redis by then), after each event
 // that wake accepts, and every WaitRecheck (an event may be lost), until
-// ended reports true or fails, or ctx ends.
+// ended reports true, or fails with ErrTaskNotFound or ErrInvalid, or ctx
+// ends. Any other failure (Redis unreachable for a while, a failover) is
+// logged and the wait goes on: the next wake-up or recheck reads again.
 func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended func() (bool, error)) error {
 	woken := make(chan struct{}, 1)
 	fctx, cancel := context.WithCancel(ctx)
@@ -435,8 +438,15 @@ func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended fun
 		case <-woken:
 		case <-recheck:
 		}
-		if ok, err := ended(); ok || err != nil {
+		ok, err := ended()
+		switch {
+		case ok:
+			return nil
+		case err == nil:
+		case errors.Is(err, ErrTaskNotFound) || errors.Is(err, ErrInvalid) || ctx.Err() != nil:
 			return err
+		default:
+			c.cfg.Logger.Warn("worqr: wait: reading failed; reading again at the next event or in WaitRecheck", "err", err)
 		}
 	}
 }

@@ -395,8 +395,10 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 		return false, fmt.Errorf("worqr: cancel run %s: %w", id, err)
 	}
 	if ok {
-		// The run's event (no queue: the run's stage and children end in
-		// theirs, with events of their own when they were running).
+		// The run's event (no queue: not counted in the history). A stage
+		// or a child that was running ends later with a cancelled event of
+		// its own (its stage's carries the run's id too): a follower may
+		// see the run's id cancelled twice.
 		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id})
 	}
 	return ok, nil

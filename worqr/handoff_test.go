@@ -679,7 +679,8 @@ func TestCancelledTakingOfADeadWorkerIsReported(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "dead", Until: at + 250, Max: 1}); err != nil || len(got) != 1 || got[0].ID != id {
+	got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "dead", Until: at + 250, Max: 1})
+	if err != nil || len(got) != 1 || got[0].ID != id {
 		t.Fatal(got, err)
 	}
 	if s, err := client.Cancel(ctx, "q", id); err != nil || s != worqr.CancelRequested {
@@ -699,8 +700,8 @@ func TestCancelledTakingOfADeadWorkerIsReported(t *testing.T) {
 	defer w.Stop(ctx)
 	select {
 	case e := <-cancelled:
-		if e.TaskID != id || e.Queue != "q" {
-			t.Fatalf("cancelled event %+v, want task %s of q", e, id)
+		if e.TaskID != id || e.Queue != "q" || e.WorkerID != "dead" || e.PID != got[0].PID {
+			t.Fatalf("cancelled event %+v, want task %s of q, held by dead under pid %s", e, id, got[0].PID)
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatal("no cancelled event for the task the reaper ended as cancelled")

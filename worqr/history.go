@@ -53,8 +53,8 @@ func historyOutcome(k EventKind) string {
 // Throughput counts what happened to the tasks of a queue (or of every
 // queue) during one minute.
 type Throughput struct {
-	// Enqueued counts tasks a Client enqueued (Enqueue, EnqueueBatch and
-	// ordered enqueues; not retries, requeues or children).
+	// Enqueued counts tasks a Client enqueued (Enqueue, EnqueueBatch,
+	// ordered enqueues and Load; not retries, requeues or children).
 	Enqueued int64 `json:"enqueued"`
 	// Done counts takings whose handler succeeded: done, and for a flow
 	// stage forwarded to the next stage or fanned out.

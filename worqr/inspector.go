@@ -78,6 +78,21 @@ func (in *Inspector) Queues(ctx context.Context) ([]QueueInfo, error) {
 	return in.stats(ctx, refs)
 }
 
+// Known reports whether queue ("<queue>" or "<flow>/<queue>") is one that
+// Queues lists: a worker served it or a client enqueued to it. One round
+// trip, whatever the number of queues.
+func (in *Inspector) Known(ctx context.Context, queue string) (bool, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return false, err
+	}
+	ok, err := in.st.IsKnownQueue(ctx, ref)
+	if err != nil {
+		return false, fmt.Errorf("worqr: known %s: %w", queue, err)
+	}
+	return ok, nil
+}
+
 // Queue returns the counts of one queue ("<queue>" or "<flow>/<queue>").
 func (in *Inspector) Queue(ctx context.Context, queue string) (*QueueInfo, error) {
 	ref, err := parseQueue(queue)

@@ -381,7 +381,7 @@ func (r *Remote) Start(ctx context.Context) error {
 			Namespace: r.cfg.Namespace, Interval: r.cfg.ReaperInterval, Logger: r.cfg.Logger,
 			OnRecovered: func(rc recovery.Recovered) {
 				r.emit(Event{Kind: EventRecovered, Queue: rc.Queue.Member(), Count: rc.Requeued, DeadWorkers: rc.Workers})
-				emitCancelled(r.emit, rc.Queue.Member(), "", rc.Cancelled)
+				emitCancelled(r.emit, rc.Queue.Member(), recoveredCancels(rc))
 			},
 			OnError: func(err error) { r.emit(Event{Kind: EventError, Err: err}) },
 		})

@@ -233,7 +233,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
 		_, cancelled, err := s.r.st.Release(cctx, q.qk, s.ID(), known)
-		emitCancelled(s.r.emit, q.name, s.ID(), cancelled)
+		emitCancelled(s.r.emit, q.name, cancelled)
 		if err != nil {
 			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 		}
@@ -289,7 +289,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			return s.ending(t, rdb.NotRun(s.ID(), t.taken)), nil
 		})
 		if err != nil {
-			s.r.cfg.Logger.Warn("remote: a taking past its deadline not ended as expired yet", "queue", q.name, "pid", pid, "err", err)
+			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet", "queue", q.name, "pid", pid, "err", err)
 		}
 	}
 	return out, skipped, nil
@@ -653,7 +653,7 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	defer s.actMu.Unlock()
 	for _, q := range s.queues {
 		n, cancelled, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(s.r.emit, q.name, s.ID(), cancelled)
+		emitCancelled(s.r.emit, q.name, cancelled)
 		if err != nil {
 			// Stay registered: the reaper requeues once the keepalive expires.
 			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.name, err)

@@ -198,7 +198,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	known := q.heldPIDs()
 	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
 	w.releaseEnd(s, q, known, r, err)
-	emitCancelled(w.emit, q.name, s.ID(), r.Cancelled)
+	emitCancelled(w.emit, q.name, r.Cancelled)
 	if err != nil {
 		q.setUnsure(s.ID())
 		return err

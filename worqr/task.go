@@ -200,6 +200,15 @@ const (
 	EventDropped EventKind = "dropped"
 )
 
+// EventKinds returns every kind of event, in the order they are listed
+// above (for tools that filter by kind: a kind not among them never
+// comes).
+func EventKinds() []EventKind {
+	return []EventKind{EventDone, EventCancelled, EventGivenBack, EventLost, EventRetry, EventDead,
+		EventExpired, EventForwarded, EventFannedOut, EventKeepaliveLost, EventRegistered, EventRecovered,
+		EventStopRequeued, EventError, EventStarted, EventEnqueued, EventPaused, EventResumed, EventDropped}
+}
+
 // Event is one thing that happened in a Worker (or, followed through
 // Inspector.Follow, in a Client or Inspector of the namespace).
 type Event struct {

@@ -2,6 +2,8 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -175,5 +177,117 @@ func TestWaitRunReturnsTheCancelledRun(t *testing.T) {
 	}
 	if _, err := c.WaitRun(ctx, nil, id); err == nil {
 		t.Fatal("WaitRun with no flow: no error")
+	}
+}
+
+// A read of Wait's that fails (Redis unreachable for a while) does not end
+// the wait: the next one reads again.
+func TestWaitOutlastsAFailedRead(t *testing.T) {
+	ctx := context.Background()
+	pool := newCmdPool()
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := worqr.NewClient(srv.Pool(), &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := other.Enqueue(ctx, "q", []byte("p"), &worqr.EnqueueOpts{Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := seam.NewManualClock(time.Now())
+	waitCtx, cancel := context.WithTimeout(seam.WithHeartbeatClock(ctx, clock), 30*time.Second)
+	defer cancel()
+	reads := pool.count("HGETALL")
+	waited := make(chan error, 1)
+	go func() {
+		info, err := c.Wait(waitCtx, "q", id)
+		if err == nil && info.State != worqr.StateCancelled {
+			err = fmt.Errorf("state %s, want cancelled", info.State)
+		}
+		waited <- err
+	}()
+	for pool.count("HGETALL") == reads {
+		select {
+		case err := <-waited:
+			t.Fatalf("Wait returned (%v) before the task ended", err)
+		case <-waitCtx.Done():
+			t.Fatal("Wait never read the task")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	pool.broken.Store(true)
+	for pool.refuse.Load() == 0 {
+		clock.Advance(worqr.WaitRecheck)
+		select {
+		case err := <-waited:
+			t.Fatalf("Wait returned on a failed read: %v", err)
+		case <-waitCtx.Done():
+			t.Fatal("Wait never read again")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	pool.broken.Store(false)
+	if st, err := other.Cancel(ctx, "q", id); err != nil || st != worqr.CancelRemoved {
+		t.Fatalf("Cancel = %v, %v", st, err)
+	}
+	stop := clock.Run(worqr.WaitRecheck, 10*time.Millisecond)
+	defer stop()
+	select {
+	case err := <-waited:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-waitCtx.Done():
+		t.Fatal("Wait did not see the task end after the failed read")
+	}
+}
+
+// A run that a child ends (here a dead child fails it, fail-fast) wakes
+// WaitRun by that child's event (its id is "<run id>.<xid>").
+func TestWaitRunWokenByAChild(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	counted := newCmdPool()
+	cfg := worqr.Config{Namespace: redistest.Namespace(), EventInterval: 20 * time.Millisecond}
+	release := make(chan struct{})
+	flow := &worqr.Flow{Name: "f", Retention: time.Minute, Stages: []worqr.Stage{
+		{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
+			Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, Handler: worqr.HandlerFunc(
+				func(context.Context, *worqr.Task) error {
+					<-release
+					return worqr.SkipRetry(errors.New("no such user"))
+				})}},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids", Payload: []byte("1")}}}, nil
+			})},
+		{Name: "after", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })},
+	}}
+	c, err := worqr.NewClient(counted, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{flow}})
+	defer close(release)
+	id, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	waited := waitRun(wctx, t, counted, c, flow, id)
+	release <- struct{}{}
+	select {
+	case info := <-waited:
+		if info == nil || info.Status != worqr.RunFailed {
+			t.Fatalf("WaitRun = %+v, want the run failed by its child", info)
+		}
+	case <-wctx.Done():
+		t.Fatal("WaitRun was not woken by the child that ended the run")
 	}
 }

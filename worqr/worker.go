@@ -480,7 +480,7 @@ func (w *Worker) Start(ctx context.Context) error {
 			Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
 			OnRecovered: func(r recovery.Recovered) {
 				w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
-				emitCancelled(w.emit, r.Queue.Member(), w.ID(), r.Cancelled)
+				emitCancelled(w.emit, r.Queue.Member(), recoveredCancels(r))
 			},
 			OnError: func(err error) { w.emit(Event{Kind: EventError, WorkerID: w.ID(), Err: err}) },
 		})
@@ -572,14 +572,24 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 	return nil
 }
 
-// emitCancelled emits EventCancelled for each of ids, tasks of queue that
+// emitCancelled emits EventCancelled for each of cs, takings of queue that
 // a requeue or a release ended as cancelled instead of putting them back
 // (their cancel was asked while they were held): their ends were not
-// reached, so nothing else reports them.
-func emitCancelled(emit func(Event), queue, workerID string, ids []string) {
-	for _, id := range ids {
-		emit(Event{Kind: EventCancelled, Queue: queue, TaskID: id, WorkerID: workerID})
+// reached, so nothing else reports them. Each event names the taking's
+// holder and pid, as its end would have.
+func emitCancelled(emit func(Event), queue string, cs []rdb.Cancelled) {
+	for _, c := range cs {
+		emit(Event{Kind: EventCancelled, Queue: queue, TaskID: c.ID, PID: c.PID, WorkerID: c.Worker})
 	}
+}
+
+// recoveredCancels are the takings a reaper's pass ended as cancelled.
+func recoveredCancels(r recovery.Recovered) []rdb.Cancelled {
+	out := make([]rdb.Cancelled, len(r.Cancelled))
+	for i, c := range r.Cancelled {
+		out[i] = rdb.Cancelled{ID: c.TaskID, PID: c.PID, Worker: c.Worker}
+	}
+	return out
 }
 
 func (w *Worker) emit(e Event) {
@@ -752,7 +762,7 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	ok := true
 	for _, q := range w.queues {
 		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(w.emit, q.name, s.ID(), cancelled)
+		emitCancelled(w.emit, q.name, cancelled)
 		if err != nil {
 			ok = false
 			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will once the keepalive expires)",

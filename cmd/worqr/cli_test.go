@@ -927,3 +927,23 @@ func TestTaskAndFlowWait(t *testing.T) {
 		t.Errorf("flow wait for a failed run: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
 	}
 }
+
+// A load stopped before it enqueued anything (a bad first line) has no
+// checkpoint: the error says to run it again, not to resume it.
+func TestLoadBadFirstLineSaysRunAgain(t *testing.T) {
+	b := setup(t)
+	file := filepath.Join(t.TempDir(), "first.jsonl")
+	if err := os.WriteFile(file, []byte("{oops\n{\"n\":2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := b.run("", "load", file, "--queue", "ld3", "--format", "jsonl")
+	if r.code != exitUsage || !strings.Contains(r.err, "line 1") || !strings.Contains(r.err, "not with --resume") {
+		t.Fatalf("bad first line: exit %d, stderr %q; want 2 and to run it again without --resume", r.code, r.err)
+	}
+	if err := os.WriteFile(file, []byte("{\"n\":1}\n{\"n\":2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.ok("", "load", file, "--queue", "ld3", "--format", "jsonl"); !strings.Contains(out, "enqueued 2 tasks") {
+		t.Errorf("the load run again said %q", out)
+	}
+}

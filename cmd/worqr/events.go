@@ -56,7 +56,7 @@ are printed first. One JSON object per line with -o json.`,
 		want := map[worqr.EventKind]bool{}
 		for _, k := range kinds {
 			k := worqr.EventKind(strings.TrimSpace(k))
-			if !slices.Contains(eventKinds, k) {
+			if !slices.Contains(worqr.EventKinds(), k) {
 				return usagef("--kind %q: not an event kind (want one of %s)", k, kindList())
 			}
 			want[k] = true
@@ -108,17 +108,10 @@ func (a *app) printEvent(o output, e worqr.Event) error {
 	return err
 }
 
-// eventKinds are the kinds of event --kind accepts.
-var eventKinds = []worqr.EventKind{
-	worqr.EventEnqueued, worqr.EventStarted, worqr.EventDone, worqr.EventRetry, worqr.EventDead,
-	worqr.EventCancelled, worqr.EventExpired, worqr.EventGivenBack, worqr.EventLost, worqr.EventForwarded,
-	worqr.EventFannedOut, worqr.EventRecovered, worqr.EventStopRequeued, worqr.EventKeepaliveLost,
-	worqr.EventRegistered, worqr.EventError, worqr.EventPaused, worqr.EventResumed, worqr.EventDropped,
-}
-
 func kindList() string {
-	s := make([]string, len(eventKinds))
-	for i, k := range eventKinds {
+	kinds := worqr.EventKinds()
+	s := make([]string, len(kinds))
+	for i, k := range kinds {
 		s[i] = string(k)
 	}
 	return strings.Join(s, ", ")

@@ -141,9 +141,9 @@ progress line is printed every --every.`,
 			case errors.Is(err, worqr.ErrLoadNotFound):
 				return usagef("%v (a load is resumed under the name it started with: see the \"as load\" line it printed)", err)
 			case ctx.Err() != nil:
-				return fmt.Errorf("interrupted after %d of %d lines read (%d tasks enqueued now): every chunk is atomic; to finish, run: %s", enqueuedLines(p), p.Lines, p.Enqueued, resumeCommand(src, queue, name, format))
+				return fmt.Errorf("interrupted after %d of %d lines read (%d tasks enqueued now): every chunk is atomic; to finish, %s", enqueuedLines(p), p.Lines, p.Enqueued, again(src, queue, name, format, p, resume))
 			case errors.As(err, &le) && errors.Is(err, worqr.ErrInvalid):
-				return fmt.Errorf("%w; lines before it are enqueued: fix the input, then run: %s", err, resumeCommand(src, queue, name, format))
+				return fmt.Errorf("%w; lines before it are enqueued: fix the input, then %s", err, again(src, queue, name, format, p, resume))
 			}
 			return err
 		}
@@ -159,6 +159,16 @@ progress line is printed every --every.`,
 		return err
 	})
 	return cmd
+}
+
+// again says how to go on with a load that stopped after p: resume it when
+// it has a checkpoint (it loaded something, now or before), else start it
+// again (a --resume would find nothing to resume).
+func again(src, queue, name, format string, p worqr.LoadProgress, resumed bool) string {
+	if p.Enqueued > 0 || resumed {
+		return "run: " + resumeCommand(src, queue, name, format)
+	}
+	return "run the same command again (nothing was enqueued, so not with --resume)"
 }
 
 // resumeCommand is the command that resumes load name of src into queue.

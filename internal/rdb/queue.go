@@ -970,9 +970,9 @@ func (q QueueKeys) prefixes() []any {
 // once per dead worker) or stopped on purpose. It is idempotent. It runs one
 // script call per RequeueChunk takings (the order is kept within each; each
 // chunk goes in front of the one before); on an error, what is left stays
-// held for the next call. cancelled are the ids of the tasks that ended as
+// held for the next call. cancelled are the takings that ended as
 // cancelled instead (their cancel was asked while they ran).
-func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued int, cancelled []string, err error) {
+func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, crashed bool) (requeued int, cancelled []Cancelled, err error) {
 	if len(workers) == 0 {
 		return 0, nil, nil
 	}
@@ -1003,9 +1003,9 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 		if err == nil {
 			more, err = redis.Int(vals[1], nil)
 		}
-		var ids []string
+		var ids []Cancelled
 		if err == nil {
-			ids, err = redis.Strings(vals[2:], nil)
+			ids, err = cancelledOf(vals[2:], "")
 		}
 		if err != nil {
 			return requeued, cancelled, fmt.Errorf("rdb: requeue: %w", err)
@@ -1021,18 +1021,45 @@ func (s *Store) Requeue(ctx context.Context, q QueueKeys, workers []string, cras
 // Release puts back at the front of the queue the takings worker w holds in
 // it other than known (pids w runs): takings whose take reply was lost. It
 // is idempotent; requeued tasks count no crash.
-func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued int, cancelled []string, err error) {
+func (s *Store) Release(ctx context.Context, q QueueKeys, w string, known []string) (requeued int, cancelled []Cancelled, err error) {
 	r, err := s.ReleaseCheck(ctx, q, w, known)
 	return r.Requeued, r.Cancelled, err
+}
+
+// Cancelled is a taking that a requeue or a release ended as cancelled
+// instead of putting it back (its cancel was asked while it was held): its
+// task, and its pid and holder when known ("" for a task taken in a batch
+// behind its key's head).
+type Cancelled struct{ ID, PID, Worker string }
+
+// cancelledOf reads the flat id, pid, worker triples of a requeue or
+// release reply; worker fills an empty worker.
+func cancelledOf(flat []any, worker string) ([]Cancelled, error) {
+	vs, err := redis.Strings(flat, nil)
+	if err != nil {
+		return nil, err
+	}
+	if len(vs)%3 != 0 {
+		return nil, fmt.Errorf("%d values of cancelled takings, want triples", len(vs))
+	}
+	out := make([]Cancelled, 0, len(vs)/3)
+	for i := 0; i < len(vs); i += 3 {
+		c := Cancelled{ID: vs[i], PID: vs[i+1], Worker: vs[i+2]}
+		if c.Worker == "" {
+			c.Worker = worker
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // Released is what ReleaseCheck did and found.
 type Released struct {
 	// Requeued counts the takings put back that w held and did not know;
-	// Cancelled are the ids of those that ended as cancelled instead
-	// (their cancel was asked).
+	// Cancelled are those that ended as cancelled instead (their cancel
+	// was asked).
 	Requeued  int
-	Cancelled []string
+	Cancelled []Cancelled
 	// Missing are the pids of known that w does not hold in the queue:
 	// ended already, or lost (a take that a failed primary acknowledged
 	// and never passed on to the replica promoted in its place).
@@ -1060,7 +1087,10 @@ func (s *Store) ReleaseCheck(ctx context.Context, q QueueKeys, w string, known [
 	}
 	var r Released
 	if r.Requeued, err = redis.Int(vals[0], nil); err == nil {
-		r.Cancelled, err = redis.Strings(vals[1], nil)
+		var flat []any
+		if flat, err = redis.Values(vals[1], nil); err == nil {
+			r.Cancelled, err = cancelledOf(flat, w)
+		}
 	}
 	if err == nil {
 		r.Seq, err = redis.Int64(vals[2], nil)

@@ -142,6 +142,11 @@ func (s *Store) KnownQueues(ctx context.Context) ([]QueueRef, error) {
 	return out, nil
 }
 
+// IsKnownQueue reports whether q is one of KnownQueues (one SISMEMBER).
+func (s *Store) IsKnownQueue(ctx context.Context, q QueueRef) (bool, error) {
+	return redis.Bool(s.cmd(ctx, RegistryTag, "SISMEMBER", s.keys.KnownQueues(), q.Member()))
+}
+
 // AddKnownQueues records queues as known (a client that enqueued to them).
 func (s *Store) AddKnownQueues(ctx context.Context, qs []QueueRef) error {
 	if len(qs) == 0 {

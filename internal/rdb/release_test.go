@@ -3,6 +3,8 @@ package rdb_test
 import (
 	"reflect"
 	"testing"
+
+	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // After a failover a worker checks, in the release's one call, which of
@@ -65,7 +67,7 @@ func TestReleaseNamesCancelled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Requeued != 1 || !reflect.DeepEqual(r.Cancelled, []string{"b"}) {
+	if want := []rdb.Cancelled{{ID: "b", PID: got[1].PID, Worker: "W"}}; r.Requeued != 1 || !reflect.DeepEqual(r.Cancelled, want) {
 		t.Errorf("released %+v, want a requeued and b cancelled", r)
 	}
 	if w := e.waitingIDs(t); !reflect.DeepEqual(w, []string{"a", "c"}) {

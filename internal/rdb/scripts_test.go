@@ -318,6 +318,7 @@ func TestTake(t *testing.T) {
 		missing = "missing: no task data for this id"
 		noD     = "corrupt: task data has no payload"
 		nan     = "corrupt: attempt or crash count is not a number"
+		neg     = "corrupt: attempt or crash count is negative"
 	)
 	tests := []struct {
 		name       string
@@ -632,6 +633,22 @@ func TestTake(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t1"): fresh("t1").with("n", "two").buried(nan, "A"),
+					e.q.Dead:       zset{{"t1", "@now"}},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "attempt count negative (the mark of a task not to run): buried",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.do(t, "HSET", e.q.Task("t1"), "n", "-2")
+			},
+			w: "A", max: 1,
+			want: []taken{{ID: "t1", Reason: neg}},
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): fresh("t1").with("n", "-2").buried(neg, "A"),
 					e.q.Dead:       zset{{"t1", "@now"}},
 					e.q.Seq:        str("1"),
 				}
@@ -1631,9 +1648,16 @@ func TestRequeue(t *testing.T) {
 			before := e.dump(t)
 			l := e.listen(t)
 			var n int
-			var cancelled []string
+			var cs []rdb.Cancelled
 			var err error
-			e.call(t, func() { n, cancelled, err = e.st.Requeue(e.ctx, e.q, tc.workers, tc.crashed) })
+			e.call(t, func() { n, cs, err = e.st.Requeue(e.ctx, e.q, tc.workers, tc.crashed) })
+			var cancelled []string
+			for _, c := range cs {
+				if c.Worker != "A" || c.PID == "" {
+					t.Errorf("cancelled taking %+v: want its pid and worker A", c)
+				}
+				cancelled = append(cancelled, c.ID)
+			}
 			pubs := l.collect(t, e)
 			if err != nil {
 				t.Fatalf("Requeue: %v", err)

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -178,7 +179,7 @@ var _ = Describe("Cancel", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(recs).To(HaveLen(1))
 		Expect(recs[0].Requeued).To(BeZero(), "recovery of a cancelled taking")
-		Expect(recs[0].Cancelled).To(Equal([]string{taken[2].ID}))
+		Expect(recs[0].Cancelled).To(Equal([]recovery.Cancelled{{TaskID: taken[2].ID, PID: taken[2].PID, Worker: owner}}))
 		Expect(e.waiting("cd")).To(BeEmpty())
 		Expect(e.keysWith(":t:")).To(BeEmpty(), "every cancelled task's hash is gone")
 	}, SpecTimeout(15*time.Second))

@@ -95,20 +95,18 @@ end
 -- end_task ends a taking of a plain queue. Ask 'expire' ends a taking the
 -- take found past its deadline (never run), once Redis's clock confirms it;
 -- ask 'cancel' one the take found marked cancelled where it waited (never
--- run).
+-- run): cancelled.
 local function end_task(tkey, id, ask, delay, err, result, worker)
   local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY)
   if t.err then
     bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
-  if t[1] then
+  if t[1] or ask == 'cancel' then
+    -- (Ask cancel: the take found the mark; its state is cancelled and its
+    -- unique lock released since the cancel, whatever became of the mark.)
     finalize(tkey, id, t[2], S_CANCELLED, retention, '', retained, t[3], t[5])
     return OUT_CANCELLED
-  end
-  if ask == 'cancel' then
-    -- The mark is gone (changed by hand): the task goes back to be run.
-    return give_back(tkey, id)
   end
   if ask == 'done' then
     finalize(tkey, id, t[2], S_DONE, retention, result, retained, t[3], t[5])
@@ -273,10 +271,10 @@ local function end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids,
     return OUT_DEAD, codes
   end
   redis.call('HDEL', tkey, F_BATCH)
-  if ask == 'back' or ask == 'expire' or ask == 'cancel' then
+  if ask == 'back' or ask == 'expire' then
     return give_back(tkey, id), codes
   end
-  if h[1] then
+  if h[1] or ask == 'cancel' then
     finalize(tkey, id, h[2], S_CANCELLED, retention, '', retained, h[3], h[4])
     return OUT_CANCELLED, codes
   end

@@ -10,9 +10,10 @@
 -- KEYS[5] <ns>:{T}:seq                (string) taking counter of the tag
 -- ARGV[1] wake channel   ARGV[2] task key prefix
 -- ARGV[3..] pids the worker knows it holds
--- Returns: {requeued, cancelled, seq, missing...}: cancelled is the list
--- of the ids ended as cancelled (their cancel was asked) instead of put
--- back; seq is the tag's taking
+-- Returns: {requeued, cancelled, seq, missing...}: cancelled lists the
+-- takings ended as cancelled (their cancel was asked) instead of put back,
+-- id and pid of each, and '' (the worker is the caller's), flat; seq is
+-- the tag's taking
 -- counter, so every taking recorded before this call (a hand-off whose
 -- message is still on its way, say) has a pid at most seq; missing are the pids of
 -- ARGV[3..] that KEYS[2] does not hold (ended, or lost: a take the old

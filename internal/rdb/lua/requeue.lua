@@ -19,8 +19,8 @@
 -- ARGV[5..] worker ids, aligned with KEYS[5..n-1]
 -- Returns: {requeued, more, cancelled...}; more is 1 when takings are left
 -- for another run. A task whose cancel was asked ends as cancelled instead
--- of being requeued (its id is in cancelled); a flow run that ended
--- meanwhile is left as it is.
+-- of being requeued (cancelled holds id, pid and worker of each, flat); a
+-- flow run that ended meanwhile is left as it is.
 local limit = tonumber(ARGV[4])
 local held = {}
 local more = 0
@@ -36,7 +36,7 @@ for i = 5, #KEYS - 1 do
   local kv = redis.call('HRANDFIELD', KEYS[i], room, 'WITHVALUES')
   local fields = {}
   for j = 1, #kv, 2 do
-    held[#held + 1] = {pid = tonumber(kv[j]), id = kv[j + 1]}
+    held[#held + 1] = {pid = tonumber(kv[j]), id = kv[j + 1], w = ARGV[i]}
     fields[#fields + 1] = kv[j]
   end
   if #fields > 0 then
@@ -53,7 +53,7 @@ if requeued > 0 then
   redis.call('PUBLISH', ARGV[1], requeued)
 end
 local out = {requeued, more}
-for _, id in ipairs(cancelled) do
-  out[#out + 1] = id
+for _, v in ipairs(cancelled) do
+  out[#out + 1] = v
 end
 return out

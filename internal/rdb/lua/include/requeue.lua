@@ -25,8 +25,9 @@ end
 -- crash is counted on the head alone: the tasks behind it did not choose
 -- to run with it). A member whose cancel was asked ends as cancelled. Only
 -- the members whose takings are the caller's (batch_claim) move; each is
--- marked in gone. Returns requeued; the ids ended as cancelled are added
--- to cancelled.
+-- marked in gone. Returns requeued; the takings ended as cancelled are
+-- added to cancelled (id, pid, worker: the pid and worker are '' for a
+-- member behind the head, which the head's holder held).
 local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, crashed, cancelled)
   local qname = key_queue_of(tprefix, queue, 'q:')
   local hkey = tprefix .. head
@@ -46,6 +47,8 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
         local fr = redis.call('HGET', tprefix .. fid, F_RETENTION)
         finalize(tprefix .. fid, fid, nil, S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, fr, nil)
         cancelled[#cancelled + 1] = fid
+        cancelled[#cancelled + 1] = ''
+        cancelled[#cancelled + 1] = ''
       else
         back[#back + 1] = fid
       end
@@ -63,6 +66,8 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
   if h[1] then
     finalize(hkey, head, h[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, h[6], h[7])
     cancelled[#cancelled + 1] = head
+    cancelled[#cancelled + 1] = ''
+    cancelled[#cancelled + 1] = h[4] or ''
     return requeued
   end
   if crashed and (not h[4] or h[4] ~= h[5]) then
@@ -78,13 +83,13 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
 end
 
 -- requeue_pids puts the takings held (a list of {pid = number, id = task
--- id}) back at the front of queue (of its priority level's list), oldest
+-- id, w = its worker or nil}) back at the front of queue (of its priority level's list), oldest
 -- first. A task whose cancel was
 -- asked ends as cancelled; a flow run that ended meanwhile is left as it is;
 -- crashed counts a crash on each, once per dead worker: a zombie that took
 -- its own requeued task again before it noticed its death is not counted
 -- twice (F_CRASHED_ON remembers the last worker counted). Returns requeued
--- and the ids ended as cancelled.
+-- and the takings ended as cancelled: id, pid, worker ('' unknown), flat.
 local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   -- pids number takings in the order tasks left the queue: push the newest
   -- first so that the oldest ends up at the very front.
@@ -122,6 +127,8 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
     elseif t[1] then
       finalize(tkey, id, t[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, t[7], t[9])
       cancelled[#cancelled + 1] = id
+      cancelled[#cancelled + 1] = string.format('%d', held[i].pid)
+      cancelled[#cancelled + 1] = held[i].w or ''
     elseif t[3] == S_ACTIVE then
       if crashed and (not t[5] or t[5] ~= t[6]) then
         redis.call('HINCRBY', tkey, F_CRASHES, 1)

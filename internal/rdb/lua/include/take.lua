@@ -237,6 +237,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     elseif (t[2] and not tonumber(t[2])) or (t[3] and not tonumber(t[3])) then
       reason = 'corrupt: attempt or crash count is not a number'
+    elseif (tonumber(t[2]) or 0) < 0 or (tonumber(t[3]) or 0) < 0 then
+      -- (An attempt of 0 or less is the take's mark for a task not to run.)
+      reason = 'corrupt: attempt or crash count is negative'
     elseif maxc > 0 and (tonumber(t[3]) or 0) >= maxc and not (ci and t[ci]) then
       -- (A task whose cancel marked it where it waited is not buried: it
       -- goes out below with attempt -1, never run, and ends cancelled.)
