@@ -373,14 +373,8 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 // ErrTaskNotFound for a run that ended longer ago (or never existed). It
 // returns ctx's error when ctx ends first.
 func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
-	if flow == nil {
-		return nil, invalid("Flow", "is nil")
-	}
-	if err := checkName("Flow.Name", flow.Name); err != nil {
+	if err := checkRunRef(flow, id); err != nil {
 		return nil, err
-	}
-	if id == "" {
-		return nil, invalid("id", "is empty")
 	}
 	// A run ends by the end of its stage (its events carry the run's id)
 	// or of one of its children (ids "<run id>.<xid>"): a last child done,

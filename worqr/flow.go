@@ -312,16 +312,25 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 	return id, nil
 }
 
-// Run returns what Redis holds about run id of flow, or ErrTaskNotFound.
-func (c *Client) Run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+// checkRunRef checks the flow and the run id that Run and WaitRun are given
+// (only the flow's name matters to them).
+func checkRunRef(flow *Flow, id string) error {
 	if flow == nil {
-		return nil, invalid("Flow", "is nil")
+		return invalid("Flow", "is nil")
 	}
 	if err := checkName("Flow.Name", flow.Name); err != nil {
-		return nil, err
+		return err
 	}
 	if id == "" {
-		return nil, invalid("id", "is empty")
+		return invalid("id", "is empty")
+	}
+	return nil
+}
+
+// Run returns what Redis holds about run id of flow, or ErrTaskNotFound.
+func (c *Client) Run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+	if err := checkRunRef(flow, id); err != nil {
+		return nil, err
 	}
 	r, err := c.st.Run(ctx, c.flowQueue(flow, flow.Name), id)
 	if err != nil {

@@ -3,7 +3,6 @@ package worqr_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -12,6 +11,58 @@ import (
 	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/worqr"
 )
+
+// waited is what a wait started by waiting returned.
+type waited[T any] struct {
+	v   T
+	err error
+}
+
+// waiting runs wait in the background under a manual clock (returned: only
+// the test moves it) and returns once wait read what it waits for a first
+// time (an HGETALL through pool) without returning: from then on, only an
+// event or the clock can wake it.
+func waiting[T any](ctx context.Context, t *testing.T, pool *cmdPool, wait func(context.Context) (T, error)) (*seam.ManualClock, <-chan waited[T]) {
+	t.Helper()
+	clock := seam.NewManualClock(time.Now())
+	out := make(chan waited[T], 1)
+	reads := pool.count("HGETALL")
+	go func() {
+		v, err := wait(seam.WithHeartbeatClock(ctx, clock))
+		out <- waited[T]{v, err}
+	}()
+	for pool.count("HGETALL") == reads {
+		select {
+		case w := <-out:
+			t.Fatalf("the wait returned (%v, %v) before what it waits for ended", w.v, w.err)
+		case <-ctx.Done():
+			t.Fatal("the wait never read what it waits for")
+		case <-time.After(time.Millisecond):
+		}
+	}
+	return clock, out
+}
+
+// cancelUnseen cancels waiting task id of queue q through c (a client that
+// publishes no event), runs clock, and expects the Wait behind done to
+// return the task cancelled before waitCtx ends: it has only its rechecks
+// to see it.
+func cancelUnseen(ctx, waitCtx context.Context, t *testing.T, c *worqr.Client, id string, clock *seam.ManualClock, done <-chan waited[*worqr.TaskInfo]) {
+	t.Helper()
+	if st, err := c.Cancel(ctx, "q", id); err != nil || st != worqr.CancelRemoved {
+		t.Fatalf("Cancel = %v, %v", st, err)
+	}
+	stop := clock.Run(worqr.WaitRecheck, 10*time.Millisecond)
+	defer stop()
+	select {
+	case w := <-done:
+		if w.err != nil || w.v.State != worqr.StateCancelled {
+			t.Fatalf("Wait returned %+v, %v; want the cancelled task", w.v, w.err)
+		}
+	case <-waitCtx.Done():
+		t.Fatal("Wait did not see the task end: no event came, and no recheck read it")
+	}
+}
 
 // Events are best effort: a task that ends with no event published (here
 // its cancel comes from a client that publishes none; in production, the
@@ -29,41 +80,10 @@ func TestWaitRereadsWithoutEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := seam.NewManualClock(time.Now())
-	waitCtx, cancel := context.WithTimeout(seam.WithHeartbeatClock(ctx, clock), 30*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	reads := pool.count("HGETALL")
-	waited := make(chan *worqr.TaskInfo, 1)
-	go func() {
-		info, err := c.Wait(waitCtx, "q", id)
-		if err != nil {
-			t.Error(err)
-		}
-		waited <- info
-	}()
-	// Its first read (once subscribed) finds the task waiting.
-	for pool.count("HGETALL") == reads {
-		select {
-		case <-waited:
-			t.Fatal("Wait returned before the task ended")
-		case <-waitCtx.Done():
-			t.Fatal("Wait never read the task")
-		case <-time.After(time.Millisecond):
-		}
-	}
-	if st, err := c.Cancel(ctx, "q", id); err != nil || st != worqr.CancelRemoved {
-		t.Fatalf("Cancel = %v, %v", st, err)
-	}
-	stop := clock.Run(worqr.WaitRecheck, 10*time.Millisecond)
-	defer stop()
-	select {
-	case info := <-waited:
-		if info == nil || info.State != worqr.StateCancelled {
-			t.Fatalf("Wait returned %+v, want the cancelled task", info)
-		}
-	case <-waitCtx.Done():
-		t.Fatal("Wait did not see the task end: no event came, and it did not read it again")
-	}
+	clock, done := waiting(waitCtx, t, pool, func(ctx context.Context) (*worqr.TaskInfo, error) { return c.Wait(ctx, "q", id) })
+	cancelUnseen(ctx, waitCtx, t, c, id, clock, done)
 }
 
 // waitRunEnv is a two-stage flow whose first stage waits for release (or
@@ -101,29 +121,20 @@ func waitRunEnv(t *testing.T) (context.Context, *cmdPool, *worqr.Client, *worqr.
 	return ctx, counted, c, flow, free
 }
 
-// waitRun runs WaitRun in the background under a clock that never moves,
-// and returns once it read the run (still running) a first time: from
-// then on, only an event can wake it.
+// waitRun runs WaitRun in the background and returns once it read the run
+// (still running) a first time; its clock never moves: only an event can
+// wake it.
 func waitRun(ctx context.Context, t *testing.T, pool *cmdPool, c *worqr.Client, flow *worqr.Flow, id string) <-chan *worqr.RunInfo {
+	t.Helper()
+	_, done := waiting(ctx, t, pool, func(ctx context.Context) (*worqr.RunInfo, error) { return c.WaitRun(ctx, flow, id) })
 	out := make(chan *worqr.RunInfo, 1)
-	wctx := seam.WithHeartbeatClock(ctx, seam.NewManualClock(time.Now()))
-	reads := pool.count("HGETALL")
 	go func() {
-		info, err := c.WaitRun(wctx, flow, id)
-		if err != nil {
-			t.Error(err)
+		w := <-done
+		if w.err != nil {
+			t.Error(w.err)
 		}
-		out <- info
+		out <- w.v
 	}()
-	for pool.count("HGETALL") == reads {
-		select {
-		case info := <-out:
-			t.Fatalf("WaitRun returned %+v before the run ended", info)
-		case <-ctx.Done():
-			t.Fatal("WaitRun never read the run")
-		case <-time.After(time.Millisecond):
-		}
-	}
 	return out
 }
 
@@ -198,52 +209,22 @@ func TestWaitOutlastsAFailedRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	clock := seam.NewManualClock(time.Now())
-	waitCtx, cancel := context.WithTimeout(seam.WithHeartbeatClock(ctx, clock), 30*time.Second)
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	reads := pool.count("HGETALL")
-	waited := make(chan error, 1)
-	go func() {
-		info, err := c.Wait(waitCtx, "q", id)
-		if err == nil && info.State != worqr.StateCancelled {
-			err = fmt.Errorf("state %s, want cancelled", info.State)
-		}
-		waited <- err
-	}()
-	for pool.count("HGETALL") == reads {
-		select {
-		case err := <-waited:
-			t.Fatalf("Wait returned (%v) before the task ended", err)
-		case <-waitCtx.Done():
-			t.Fatal("Wait never read the task")
-		case <-time.After(time.Millisecond):
-		}
-	}
+	clock, done := waiting(waitCtx, t, pool, func(ctx context.Context) (*worqr.TaskInfo, error) { return c.Wait(ctx, "q", id) })
 	pool.broken.Store(true)
 	for pool.refuse.Load() == 0 {
 		clock.Advance(worqr.WaitRecheck)
 		select {
-		case err := <-waited:
-			t.Fatalf("Wait returned on a failed read: %v", err)
+		case w := <-done:
+			t.Fatalf("Wait returned on a failed read: %v", w.err)
 		case <-waitCtx.Done():
 			t.Fatal("Wait never read again")
 		case <-time.After(time.Millisecond):
 		}
 	}
 	pool.broken.Store(false)
-	if st, err := other.Cancel(ctx, "q", id); err != nil || st != worqr.CancelRemoved {
-		t.Fatalf("Cancel = %v, %v", st, err)
-	}
-	stop := clock.Run(worqr.WaitRecheck, 10*time.Millisecond)
-	defer stop()
-	select {
-	case err := <-waited:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-waitCtx.Done():
-		t.Fatal("Wait did not see the task end after the failed read")
-	}
+	cancelUnseen(ctx, waitCtx, t, other, id, clock, done)
 }
 
 // A run that a child ends (here a dead child fails it, fail-fast) wakes

@@ -10,20 +10,34 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// waitContext bounds a wait by --timeout (0: none).
-func waitContext(ctx context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
-	if timeout > 0 {
-		return context.WithTimeout(ctx, timeout)
-	}
-	return context.WithCancel(ctx)
-}
-
-func (a *app) taskWaitCmd() *cobra.Command {
+// waitCmd gives cmd -o and --timeout and runs wait with a context that
+// --timeout bounds (none when 0); ctx is the command's own.
+func (a *app) waitCmd(cmd *cobra.Command, wait func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error) *cobra.Command {
 	var (
 		o       output
 		timeout time.Duration
 	)
-	cmd := &cobra.Command{
+	o.register(cmd)
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until Ctrl-C)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		if timeout < 0 {
+			return usagef("--timeout %s: must not be negative", timeout)
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		if timeout > 0 {
+			wctx, cancel = context.WithTimeout(ctx, timeout)
+		}
+		defer cancel()
+		return wait(ctx, wctx, &o, timeout, args)
+	})
+	return cmd
+}
+
+func (a *app) taskWaitCmd() *cobra.Command {
+	return a.waitCmd(&cobra.Command{
 		Use:   "wait <queue> <id> [--timeout D]",
 		Short: "wait until a task has ended; exit 0 only when it is done",
 		Long: `Waits until one task has ended (done, dead, cancelled or expired), woken by
@@ -35,22 +49,11 @@ it is not found (a task that ended is found only while its retention keeps
 it: give the queue a Retention, or the task one, to wait for it).`,
 		Example: "  id=$(worqr enqueue reports '{\"month\":\"2026-10\"}')\n  worqr task wait reports $id --timeout 10m && echo ready",
 		Args:    args("queue", "id"),
-	}
-	o.register(cmd)
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until Ctrl-C)")
-	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
-		if err := o.check(); err != nil {
-			return err
-		}
-		if timeout < 0 {
-			return usagef("--timeout %s: must not be negative", timeout)
-		}
+	}, func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error {
 		q, id := args[0], args[1]
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
-		wctx, cancel := waitContext(ctx, timeout)
-		defer cancel()
 		t, err := a.client.Wait(wctx, q, id)
 		switch {
 		case errors.Is(err, worqr.ErrTaskNotFound):
@@ -74,15 +77,10 @@ it: give the queue a Retention, or the task one, to wait for it).`,
 		}
 		return fmt.Errorf("task %s ended %s%s", id, t.State, lastError(t.LastError))
 	})
-	return cmd
 }
 
 func (a *app) flowWaitCmd() *cobra.Command {
-	var (
-		o       output
-		timeout time.Duration
-	)
-	cmd := &cobra.Command{
+	return a.waitCmd(&cobra.Command{
 		Use:   "wait <flow> <run_id> [--timeout D]",
 		Short: "wait until a run has ended; exit 0 only when it is done",
 		Long: `Waits until one run of a flow has ended (done, failed or cancelled), woken
@@ -93,22 +91,11 @@ json' prints it. Exit 0 when it is done; 1 when it failed or was cancelled
 found (an ended run is kept for its flow's Retention).`,
 		Example: "  worqr flow wait membership cv3k1s1hhc2s73b0o3ng --timeout 5m",
 		Args:    args("flow", "run_id"),
-	}
-	o.register(cmd)
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "give up after this long (0: wait until Ctrl-C)")
-	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
-		if err := o.check(); err != nil {
-			return err
-		}
-		if timeout < 0 {
-			return usagef("--timeout %s: must not be negative", timeout)
-		}
+	}, func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error {
 		flow, id := args[0], args[1]
 		if err := worqr.CheckQueueName(flow); err != nil {
 			return usagef("<flow> %q: %s", flow, ruleOf(err))
 		}
-		wctx, cancel := waitContext(ctx, timeout)
-		defer cancel()
 		r, err := a.client.WaitRun(wctx, &worqr.Flow{Name: flow}, id)
 		switch {
 		case errors.Is(err, worqr.ErrTaskNotFound):
@@ -128,7 +115,6 @@ found (an ended run is kept for its flow's Retention).`,
 		}
 		return fmt.Errorf("run %s of flow %s ended %s%s", id, flow, r.Status, lastError(r.LastError))
 	})
-	return cmd
 }
 
 func lastError(e string) string {
