@@ -201,3 +201,64 @@ func TestEndAskCancel(t *testing.T) {
 		t.Errorf("waiting %v, want nothing", w)
 	}
 }
+
+// An ordered task waiting deep in its key's long list is marked where it
+// waits, as in a queue's list (no search of the whole key list): when it
+// becomes its key's head it is taken with attempt -1 and ends cancelled,
+// and the key moves on. A marked task at the tail of its key's list is not
+// merged into.
+func TestCancelDeepInALongKeyList(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 25_001 // the head, then 25,000 behind it
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "k" + strconv.Itoa(i)
+	}
+	for lo := 0; lo < n; lo += rdb.MaxEnqueueChunk {
+		hi := min(lo+rdb.MaxEnqueueChunk, n)
+		ps := make([][]byte, hi-lo)
+		for i := range ps {
+			ps[i] = []byte("p")
+		}
+		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[lo:hi], ps, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := e.q.KeyListPrefix + "K"
+	if l, _ := redis.Int(e.c.Do("LLEN", list)); l != n-1 {
+		t.Fatalf("key list of %d, want %d", l, n-1)
+	}
+	mid := n / 2
+	if r, err := e.st.Cancel(e.ctx, e.q, ids[mid]); err != nil || r != rdb.CancelMarked {
+		t.Fatalf("cancel deep in the key list: %v %v, want marked", r, err)
+	}
+	if l, _ := redis.Int(e.c.Do("LLEN", list)); l != n-1 {
+		t.Fatalf("key list of %d after the cancel, want %d: nothing removed", l, n-1)
+	}
+	// A marked tail is no merge target: the enqueue waits behind it.
+	e.setCfg(t, e.q, "merge", "1")
+	e.do(t, "HSET", e.q.Task(ids[n-1]), "x", "1")
+	if r := e.keyed(t, "K", "late", "q", ""); r.Merged {
+		t.Fatalf("merged into %s, marked cancelled", r.ID)
+	}
+	e.do(t, "HDEL", e.q.Task(ids[n-1]), "x")
+	// Bring the marked task to the front of the key's list and end the head.
+	e.do(t, "LTRIM", list, mid-1, -1)
+	got := e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("took %+v, want the head %s", got, ids[0])
+	}
+	e.endIn(t, e.q, 0, rdb.Done(rdb.KindTask, "W", got[0].PID, got[0].ID, nil))
+	got = e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != ids[mid] || got[0].Attempt != -1 || !got[0].Cancelled {
+		t.Fatalf("took %+v, want the marked task %s with attempt -1", got, ids[mid])
+	}
+	if ended := e.endIn(t, e.q, 0, rdb.NotRun("W", got[0])); ended[0].Outcome != rdb.OutcomeCancelled {
+		t.Fatalf("its end: %v, want cancelled", ended[0].Outcome)
+	}
+	got = e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != ids[mid+1] || got[0].Attempt != 1 {
+		t.Fatalf("took %+v, want %s, the key's next, run", got, ids[mid+1])
+	}
+}

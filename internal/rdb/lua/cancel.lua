@@ -25,9 +25,10 @@
 -- per million), and no call may hold Redis for long.
 local CANCEL_WINDOW = 10000
 
--- list_remove removes id from list (1) or reports that it is not there
--- (0): a list of at most two windows is searched whole, a longer one
--- within CANCEL_WINDOW of either end. When id is not found there it
+-- list_remove removes id (an entry: a waiting list's id, or a key list's
+-- id or id@due) from list (1) or reports that it is not there (0): a list
+-- of at most two windows is searched whole, a longer one within
+-- CANCEL_WINDOW of either end. When id is not found there it
 -- reports -1: the caller then marks the task cancelled where it waits, and
 -- the take that reaches it hands it out with attempt -1, never run, and its
 -- end finalizes it as cancelled (see take.lua).
@@ -89,7 +90,8 @@ if s ~= S_ACTIVE then
   if removed <= 0 and t[8] then
     -- An ordered task behind its key's head waits in its key's list.
     local deep = removed < 0
-    removed = key_unlist(KEYS[2], ARGV[1], t[8], KEYS[1])
+    local list, entry = key_listed(KEYS[2], ARGV[1], t[8], KEYS[1])
+    removed = list_remove(list, entry)
     if removed == 0 and deep then
       removed = -1
     end

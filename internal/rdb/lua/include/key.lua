@@ -175,11 +175,16 @@ end
 
 -- key_tail returns the key's last task when it is still waiting (behind
 -- the head, or the head itself when queued or scheduled), else nil; second,
--- 'head' when it is the head.
+-- 'head' when it is the head. A task marked cancelled where it waits (see
+-- cancel.lua) is not waiting: nothing merges into it.
 local function key_tail(tprefix, heads, list, okey)
   local tail = redis.call('LINDEX', list, -1)
   if tail then
-    return (key_entry(tail)), 'list'
+    tail = key_entry(tail)
+    if redis.pcall('HEXISTS', tprefix .. tail, F_CANCEL) == 1 then
+      return nil
+    end
+    return tail, 'list'
   end
   local head = redis.call('HGET', heads, okey)
   if not head then
@@ -229,17 +234,17 @@ local function key_add(tprefix, base, qname, heads, list, okey, id, due)
   return true
 end
 
--- key_unlist takes task id out of the list of key okey (a task waiting
--- behind its key's head), given its hash key and the queue's waiting list.
--- Returns how many it removed (0 or 1).
-local function key_unlist(tkey, id, okey, waiting)
+-- key_listed returns the list of key okey and the entry under which task
+-- id (a task waiting behind its key's head) is in it, given its hash key
+-- and the queue's waiting list.
+local function key_listed(tkey, id, okey, waiting)
   local tprefix = string.sub(tkey, 1, #tkey - #id)
   local _, list = key_names(tprefix, key_queue_of(tprefix, waiting, 'q:'), okey)
   local due = redis.call('HGET', tkey, F_KEY_DUE)
   if due then
-    return redis.call('LREM', list, 1, id .. '@' .. due)
+    return list, id .. '@' .. due
   end
-  return redis.call('LREM', list, 1, id)
+  return list, id
 end
 
 -- key_merge_into merges entries into waiting task tail (its envelope's
