@@ -59,7 +59,7 @@ func TestClusterChaos(t *testing.T) {
 		t.Fatalf("starting the cluster with replicas: %v", err)
 	}
 	t.Cleanup(rc.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
 	masters, err := rc.Masters(ctx)
@@ -250,11 +250,20 @@ func TestClusterChaos(t *testing.T) {
 
 	// Everything acknowledged finishes, except enqueues lost with the
 	// killed master.
+	// A loaded machine drains the burst of (b) slowly: the wait goes on
+	// while tasks keep ending, and fails after 25 s without one.
 	lostEnq := map[string]bool{}
 	var open []string
-	drained := poll(25*time.Second, func() bool {
+	fewest, progress, stalled := -1, time.Now(), false
+	drained := poll(90*time.Second, func() bool {
 		open = led.notDone()
 		if len(open) == 0 {
+			return true
+		}
+		if fewest < 0 || len(open) < fewest {
+			fewest, progress = len(open), time.Now()
+		} else if time.Since(progress) > 25*time.Second {
+			stalled = true
 			return true
 		}
 		lostEnq = map[string]bool{}
@@ -273,7 +282,7 @@ func TestClusterChaos(t *testing.T) {
 			}
 		}
 		return len(lostEnq) == len(open)
-	})
+	}) && !stalled
 	if !drained {
 		var lines []string
 		for _, id := range open[:min(10, len(open))] {
@@ -286,7 +295,7 @@ func TestClusterChaos(t *testing.T) {
 			lines = append(lines, fmt.Sprintf("%s/%s acked %s: %s (%v); runs %s", q, id,
 				led.ackTime(id).Format("15:04:05.000"), state, err, led.runs(id)))
 		}
-		t.Fatalf("%d acknowledged tasks not done (%d lost enqueues) 25s after the enqueues stopped (kill at %s):\n%s",
+		t.Fatalf("%d acknowledged tasks not done (%d lost enqueues), none ended for 25 s or 90 s passed since the enqueues stopped (kill at %s):\n%s",
 			len(open), len(lostEnq), killAt.Format("15:04:05.000"), strings.Join(lines, "\n"))
 	}
 	lostFin := led.finishedTwice(killQ, killAt)
