@@ -26,6 +26,8 @@ with DisableReaper, or to keep recovery going while no worker is up.
 Stdout carries one line per event:
   reaping <holder>                              (started)
   recovered <queue> <count> <worker_id>[,...]   (takings requeued)
+  cancelled <queue> <task_id>                   (a taking ended as cancelled instead:
+                                                 its cancel was asked while it was held)
   error <text>                                  (a failed pass; retried next interval)
 `
 
@@ -58,6 +60,11 @@ func runReaper(ctx context.Context, args []string, io stdio) error {
 		Namespace: c.namespace, Interval: interval, Holder: holder, Logger: cn.log,
 		OnRecovered: func(rec recovery.Recovered) {
 			_ = out.line("recovered", rec.Queue.Member(), strconv.Itoa(rec.Requeued), strings.Join(rec.Workers, ","))
+			for _, c := range rec.Cancelled {
+				// Ended as cancelled instead (its cancel was asked while
+				// the dead worker held it), as a worker's line says it.
+				_ = out.line(lineCancelled, rec.Queue.Member(), c.TaskID)
+			}
 		},
 		OnError: func(err error) {
 			_ = out.line("error", strings.ReplaceAll(err.Error(), "\n", " "))

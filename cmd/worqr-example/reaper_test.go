@@ -5,6 +5,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // TestReaper kills a worker process while it holds a task; with no other
@@ -25,6 +27,68 @@ func TestReaper(t *testing.T) {
 	id := strings.Fields(stdout)[2]
 	clr.next(t, "took ")
 
+	lr := startReaper(t, url, ns, ce)
+	if f := lr.next(t, "reaping "); len(f) != 2 {
+		t.Fatalf("bad reaping line %v", f)
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	if f := lr.next(t, "recovered "); strings.Join(f, " ") != "recovered held 1 "+childID {
+		t.Fatalf("reaper: %q, want recovered held 1 %s", f, childID)
+	}
+	if m := taskFields(t, ce, "held", id); m["state"] != "queued" || m["crashes"] != "1" {
+		t.Fatalf("task after the reaper: %v, want queued after 1 crash", m)
+	}
+}
+
+// A task whose cancel was asked while its worker was frozen, and which that
+// worker never ended (killed), is ended as cancelled by the stand-alone
+// reaper, which says so.
+func TestReaperEndsACancelledTaking(t *testing.T) {
+	url := startMiniredis(t)
+	ns := "t-" + t.Name()
+	e := env{envHeartbeatInterval: "200ms", envHeartbeatTTL: "1s", envReaperInterval: "300ms", envPollInterval: "200ms"}
+	ce := env{envRedisURL: url, envNamespace: ns, envReaperInterval: "300ms"}
+
+	child, clr := startChildWorker(t, e, url, ns, "--queues", "held", "--work-time", "1m")
+	clr.next(t, "registered ")
+	code, stdout, stderr := runArgs(t, ce, "enqueue", "--queue", "held", "--payload", "x")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	id := strings.Fields(stdout)[2]
+	clr.next(t, "took ")
+	// Frozen, the worker cannot hear the cancel; killed, it never ends it.
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := worqr.NewPool(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := client.Cancel(context.Background(), "held", id); err != nil || st != worqr.CancelRequested {
+		t.Fatalf("Cancel = %v, %v; want requested", st, err)
+	}
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+
+	lr := startReaper(t, url, ns, ce)
+	if f := lr.next(t, "cancelled "); strings.Join(f, " ") != "cancelled held "+id {
+		t.Fatalf("reaper: %q, want cancelled held %s", f, id)
+	}
+}
+
+// startReaper runs the reaper command until the test ends and returns the
+// reader of its lines.
+func startReaper(t *testing.T, url, ns string, ce env) *lineReader {
+	t.Helper()
 	lr := newLineReader()
 	ctx, cancel := context.WithCancel(context.Background())
 	var errb syncBuffer
@@ -39,16 +103,5 @@ func TestReaper(t *testing.T) {
 		}
 		lr.w.Close()
 	})
-	if f := lr.next(t, "reaping "); len(f) != 2 {
-		t.Fatalf("bad reaping line %v", f)
-	}
-	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	if f := lr.next(t, "recovered "); strings.Join(f, " ") != "recovered held 1 "+childID {
-		t.Fatalf("reaper: %q, want recovered held 1 %s", f, childID)
-	}
-	if m := taskFields(t, ce, "held", id); m["state"] != "queued" || m["crashes"] != "1" {
-		t.Fatalf("task after the reaper: %v, want queued after 1 crash", m)
-	}
+	return lr
 }
