@@ -262,3 +262,65 @@ func TestCancelDeepInALongKeyList(t *testing.T) {
 		t.Fatalf("took %+v, want %s, the key's next, run", got, ids[mid+1])
 	}
 }
+
+// A task enqueued for later and marked deep in its key's list goes to the
+// queue at once when it becomes its key's head, its state still cancelled
+// (not scheduled for its due time, which would hold the key back until
+// then), is no merge target while it is the head, and ends cancelled; the
+// key then moves on.
+func TestCancelDeepInALongKeyListDue(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const n = 25_001
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = "d" + strconv.Itoa(i)
+	}
+	// The head, due now; the rest behind it, due in an hour.
+	if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[:1], [][]byte{[]byte("p")}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	later := &rdb.EnqueueArgs{DelayMillis: 3_600_000}
+	for lo := 1; lo < n; lo += rdb.MaxEnqueueChunk {
+		hi := min(lo+rdb.MaxEnqueueChunk, n)
+		ps := make([][]byte, hi-lo)
+		for i := range ps {
+			ps[i] = []byte("p")
+		}
+		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[lo:hi], ps, nil, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	list := e.q.KeyListPrefix + "K"
+	mid := n / 2
+	if r, err := e.st.Cancel(e.ctx, e.q, ids[mid]); err != nil || r != rdb.CancelMarked {
+		t.Fatalf("cancel deep in the key list: %v %v, want marked", r, err)
+	}
+	e.do(t, "LTRIM", list, mid-1, mid-1) // the marked one alone behind the head
+	got := e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != ids[0] {
+		t.Fatalf("took %+v, want the head %s", got, ids[0])
+	}
+	e.endIn(t, e.q, 0, rdb.Done(rdb.KindTask, "W", got[0].PID, got[0].ID, nil))
+	if s := e.field(t, ids[mid], "s"); s != "cancelled" {
+		t.Fatalf("the marked task promoted to head: state %q, want cancelled", s)
+	}
+	if od := e.field(t, ids[mid], rdb.FieldKeyDue); od != "" {
+		t.Fatalf("the promoted task keeps its list entry's due time %q (a cancel would look for <id>@<due>)", od)
+	}
+	e.setCfg(t, e.q, "merge", "1")
+	if r := e.keyed(t, "K", "late", "q", ""); r.Merged {
+		t.Fatalf("merged into %s, the marked head", r.ID)
+	}
+	got = e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != ids[mid] || !got[0].Cancelled {
+		t.Fatalf("took %+v, want the marked head %s at once, to be ended cancelled", got, ids[mid])
+	}
+	if ended := e.endIn(t, e.q, 0, rdb.NotRun("W", got[0])); ended[0].Outcome != rdb.OutcomeCancelled {
+		t.Fatalf("its end: %v, want cancelled", ended[0].Outcome)
+	}
+	got = e.takeFrom(t, e.q, "W", 1, false)
+	if len(got) != 1 || got[0].ID != "late" {
+		t.Fatalf("took %+v, want late, the key's next", got)
+	}
+}

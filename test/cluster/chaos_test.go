@@ -59,7 +59,7 @@ func TestClusterChaos(t *testing.T) {
 		t.Fatalf("starting the cluster with replicas: %v", err)
 	}
 	t.Cleanup(rc.Stop)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute) // phases (a)-(c), then up to 90 s of drain
 	defer cancel()
 
 	masters, err := rc.Masters(ctx)

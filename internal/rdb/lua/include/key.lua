@@ -57,10 +57,18 @@ end
 local function key_promote(tprefix, base, qname, heads, okey, e)
   local nxt, due = key_entry(e)
   redis.call('HSET', heads, okey, nxt)
-  if due and due > now_ms() then
+  if due then
+    -- The entry carried the due time: the hash's copy is stale from now
+    -- on (a cancel would look for '<id>@<due>' in the list).
+    redis.pcall('HDEL', tprefix .. nxt, F_KEY_DUE)
+  end
+  if due and due > now_ms() and redis.pcall('HEXISTS', tprefix .. nxt, F_CANCEL) ~= 1 then
     redis.pcall('HSET', tprefix .. nxt, F_STATE, S_SCHEDULED)
     redis.call('ZADD', base .. 's:' .. qname, due, nxt)
   else
+    -- (A task marked cancelled where it waited goes to the queue at once,
+    -- due or not, its state kept: the take hands it out to be ended as
+    -- cancelled, and the key moves on.)
     -- Its state is already S_QUEUED (set when it joined the list).
     redis.call('RPUSH', base .. 'q:' .. qname, nxt)
     key_wake(base .. 'wake:' .. qname)
