@@ -202,6 +202,31 @@ func TestEndAskCancel(t *testing.T) {
 	}
 }
 
+// keyedMany enqueues n tasks of key K named prefix0, prefix1, ...: the
+// first due now (its key's head), the others with later (nil: due now),
+// in chunks of MaxEnqueueChunk. It returns their ids.
+func keyedMany(t *testing.T, e *env, prefix string, n int, later *rdb.EnqueueArgs) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = prefix + strconv.Itoa(i)
+	}
+	if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[:1], [][]byte{[]byte("p")}, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	for lo := 1; lo < n; lo += rdb.MaxEnqueueChunk {
+		hi := min(lo+rdb.MaxEnqueueChunk, n)
+		ps := make([][]byte, hi-lo)
+		for i := range ps {
+			ps[i] = []byte("p")
+		}
+		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[lo:hi], ps, nil, later); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ids
+}
+
 // An ordered task waiting deep in its key's long list is marked where it
 // waits, as in a queue's list (no search of the whole key list): when it
 // becomes its key's head it is taken with attempt -1 and ends cancelled,
@@ -211,20 +236,7 @@ func TestCancelDeepInALongKeyList(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const n = 25_001 // the head, then 25,000 behind it
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = "k" + strconv.Itoa(i)
-	}
-	for lo := 0; lo < n; lo += rdb.MaxEnqueueChunk {
-		hi := min(lo+rdb.MaxEnqueueChunk, n)
-		ps := make([][]byte, hi-lo)
-		for i := range ps {
-			ps[i] = []byte("p")
-		}
-		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[lo:hi], ps, nil, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ids := keyedMany(t, e, "k", n, nil)
 	list := e.q.KeyListPrefix + "K"
 	if l, _ := redis.Int(e.c.Do("LLEN", list)); l != n-1 {
 		t.Fatalf("key list of %d, want %d", l, n-1)
@@ -272,25 +284,8 @@ func TestCancelDeepInALongKeyListDue(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	const n = 25_001
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = "d" + strconv.Itoa(i)
-	}
 	// The head, due now; the rest behind it, due in an hour.
-	if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[:1], [][]byte{[]byte("p")}, nil, nil); err != nil {
-		t.Fatal(err)
-	}
-	later := &rdb.EnqueueArgs{DelayMillis: 3_600_000}
-	for lo := 1; lo < n; lo += rdb.MaxEnqueueChunk {
-		hi := min(lo+rdb.MaxEnqueueChunk, n)
-		ps := make([][]byte, hi-lo)
-		for i := range ps {
-			ps[i] = []byte("p")
-		}
-		if _, err := e.st.EnqueueKey(e.ctx, e.q, "K", ids[lo:hi], ps, nil, later); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ids := keyedMany(t, e, "d", n, &rdb.EnqueueArgs{DelayMillis: 3_600_000})
 	list := e.q.KeyListPrefix + "K"
 	mid := n / 2
 	if r, err := e.st.Cancel(e.ctx, e.q, ids[mid]); err != nil || r != rdb.CancelMarked {
