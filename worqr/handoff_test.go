@@ -707,3 +707,64 @@ func TestCancelledTakingOfADeadWorkerIsReported(t *testing.T) {
 		t.Fatal("no cancelled event for the task the reaper ended as cancelled")
 	}
 }
+
+// A worker stopped while a handler still runs a task whose cancel was
+// asked (its message missed) puts that taking back as cancelled and
+// reports it (EventCancelled, with its pid), as its end would have.
+func TestStopReportsACancelledTaking(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	st := rdb.NewStore(pool, cfg.Namespace)
+	q := st.Queue(rdb.Standalone("q"))
+	started := make(chan *worqr.Task, 1)
+	release := make(chan struct{})
+	defer close(release)
+	events := make(chan worqr.Event, 16)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventCancelled {
+				events <- e
+			}
+		},
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			started <- tk
+			<-release // deaf to its context: still running when Stop gives up
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	client, _ := worqr.NewClient(pool, &cfg)
+	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var tk *worqr.Task
+	select {
+	case tk = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the task never started")
+	}
+	// The cancel's mark, without its message: the handler never hears it.
+	c := pool.Get()
+	defer c.Close()
+	if _, err := c.Do("HSET", q.Task(id), "x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	sctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+	defer cancel()
+	_ = w.Stop(sctx) // the grace runs out: what still runs is put back
+	select {
+	case e := <-events:
+		if e.TaskID != id || e.Queue != "q" || e.WorkerID != w.ID() || e.PID == "" || e.PID != tk.PID() {
+			t.Fatalf("cancelled event %+v, want task %s of q, pid %s, worker %s", e, id, tk.PID(), w.ID())
+		}
+	default:
+		t.Fatal("Stop put back a cancelled taking without reporting it")
+	}
+}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -13,19 +14,8 @@ import (
 // worker up, only the stand-alone reaper can put the task back: its line
 // names the dead worker, and the task is waiting again after one crash.
 func TestReaper(t *testing.T) {
-	url := startMiniredis(t)
-	ns := "t-" + t.Name()
-	e := env{envHeartbeatInterval: "200ms", envHeartbeatTTL: "1s", envReaperInterval: "300ms", envPollInterval: "200ms"}
-	ce := env{envRedisURL: url, envNamespace: ns, envReaperInterval: "300ms"}
-
-	child, clr := startChildWorker(t, e, url, ns, "--queues", "held", "--work-time", "1m")
-	childID := clr.next(t, "registered ")[1]
-	code, stdout, stderr := runArgs(t, ce, "enqueue", "--queue", "held", "--payload", "x")
-	if code != 0 {
-		t.Fatalf("enqueue: exit %d: %s", code, stderr)
-	}
-	id := strings.Fields(stdout)[2]
-	clr.next(t, "took ")
+	h := startHolder(t)
+	url, ns, ce, child, childID, id := h.url, h.ns, h.ce, h.child, h.childID, h.id
 
 	lr := startReaper(t, url, ns, ce)
 	if f := lr.next(t, "reaping "); len(f) != 2 {
@@ -46,19 +36,8 @@ func TestReaper(t *testing.T) {
 // worker never ended (killed), is ended as cancelled by the stand-alone
 // reaper, which says so.
 func TestReaperEndsACancelledTaking(t *testing.T) {
-	url := startMiniredis(t)
-	ns := "t-" + t.Name()
-	e := env{envHeartbeatInterval: "200ms", envHeartbeatTTL: "1s", envReaperInterval: "300ms", envPollInterval: "200ms"}
-	ce := env{envRedisURL: url, envNamespace: ns, envReaperInterval: "300ms"}
-
-	child, clr := startChildWorker(t, e, url, ns, "--queues", "held", "--work-time", "1m")
-	clr.next(t, "registered ")
-	code, stdout, stderr := runArgs(t, ce, "enqueue", "--queue", "held", "--payload", "x")
-	if code != 0 {
-		t.Fatalf("enqueue: exit %d: %s", code, stderr)
-	}
-	id := strings.Fields(stdout)[2]
-	clr.next(t, "took ")
+	h := startHolder(t)
+	url, ns, ce, child, id := h.url, h.ns, h.ce, h.child, h.id
 	// Frozen, the worker cannot hear the cancel; killed, it never ends it.
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
@@ -104,4 +83,32 @@ func startReaper(t *testing.T, url, ns string, ce env) *lineReader {
 		lr.w.Close()
 	})
 	return lr
+}
+
+// holder is a worker process (child) that holds task id of queue held,
+// on an embedded Redis at url under namespace ns; ce is the environment of
+// the commands run beside it.
+type holder struct {
+	url, ns, childID, id string
+	ce                   env
+	child                *exec.Cmd
+}
+
+// startHolder starts a worker whose handler works for a minute and gives
+// it one task to hold.
+func startHolder(t *testing.T) holder {
+	t.Helper()
+	url := startMiniredis(t)
+	ns := "t-" + t.Name()
+	e := env{envHeartbeatInterval: "200ms", envHeartbeatTTL: "1s", envReaperInterval: "300ms", envPollInterval: "200ms"}
+	ce := env{envRedisURL: url, envNamespace: ns, envReaperInterval: "300ms"}
+	child, clr := startChildWorker(t, e, url, ns, "--queues", "held", "--work-time", "1m")
+	childID := clr.next(t, "registered ")[1]
+	code, stdout, stderr := runArgs(t, ce, "enqueue", "--queue", "held", "--payload", "x")
+	if code != 0 {
+		t.Fatalf("enqueue: exit %d: %s", code, stderr)
+	}
+	id := strings.Fields(stdout)[2]
+	clr.next(t, "took ")
+	return holder{url: url, ns: ns, childID: childID, id: id, ce: ce, child: child}
 }

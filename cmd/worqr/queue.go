@@ -200,7 +200,7 @@ func (a *app) queuePauseCmd(pause bool) *cobra.Command {
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
-		if _, err := a.knownQueue(ctx, q); err != nil {
+		if err := a.mustKnow(ctx, q); err != nil {
 			return err
 		}
 		var err error
@@ -269,7 +269,7 @@ client used it) is refused, so that a typo does not set them on nothing:
 			return usagef("--new is for setting limits: give --rate and --period, --concurrency or --clear")
 		}
 		var unknown *unknownQueueError
-		if _, err := a.knownQueue(ctx, q); err != nil && !errors.As(err, &unknown) {
+		if err := a.mustKnow(ctx, q); err != nil && !errors.As(err, &unknown) {
 			return err
 		} else if err != nil && !new {
 			if set {

@@ -417,6 +417,19 @@ func (e *unknownQueueError) Error() string {
 	return fmt.Sprintf("queue %q is not known in namespace %q ('worqr queue ls' lists the known ones)", e.q, e.ns)
 }
 
+// mustKnow returns an *unknownQueueError when the namespace does not know
+// queue q (one SISMEMBER: for commands that need no counts).
+func (a *app) mustKnow(ctx context.Context, q string) error {
+	ok, err := a.in.Known(ctx, q)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return &unknownQueueError{q: q, ns: a.namespace}
+	}
+	return nil
+}
+
 // knownQueue returns the counts of queue q, or an error naming the queue
 // when the namespace does not know it (a typo would otherwise act on nothing).
 func (a *app) knownQueue(ctx context.Context, q string) (*worqr.QueueInfo, error) {

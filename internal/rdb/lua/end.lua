@@ -274,7 +274,7 @@ local function end_batch(tkey, id, ask, delay, err, result, worker, fkeys, fids,
   if ask == 'back' or ask == 'expire' then
     return give_back(tkey, id), codes
   end
-  if h[1] or ask == 'cancel' then
+  if h[1] then
     finalize(tkey, id, h[2], S_CANCELLED, retention, '', retained, h[3], h[4])
     return OUT_CANCELLED, codes
   end
