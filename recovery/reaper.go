@@ -46,6 +46,9 @@ type Config struct {
 	// Logger receives warnings. Default slog.Default().
 	Logger *slog.Logger
 	// OnRecovered, when set, is called for each queue a pass requeued in.
+	// A reaper publishes no events of its own: pass what it gets to
+	// worqr's Client.ReportRecovered to have them published (as a
+	// worker's reaper does), so that the events and the history count them.
 	OnRecovered func(Recovered)
 	// OnError, when set, is called for each failed lease, pass or move (the
 	// loop goes on at the next interval).

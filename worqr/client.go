@@ -15,6 +15,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/recovery"
 )
 
 // ConnGetter is satisfied by *redis.Pool. worqr never closes it.
@@ -94,6 +95,25 @@ func (c *Client) enqueued(queue string, ids []string) {
 // is missing from the events and the history. It waits for the
 // publication, at most about 2 s; best effort, as every publication.
 func (c *Client) Flush() { c.bus.flush() }
+
+// ReportRecovered publishes what one pass of a reaper you run yourself
+// (recovery.New, as worqr-example's reaper command does) did to queue
+// r.Queue, as a Worker's own reaper reports its passes: an EventRecovered
+// counting the takings put back, and an EventCancelled for each taking it
+// ended as cancelled (its cancel was asked while the dead worker held it).
+// Call it from recovery.Config.OnRecovered: without it Follow, Wait and the
+// history never see that reaper's work (Wait still sees the end by its
+// recheck). holder names the reaper in the events (Event.WorkerID of the
+// EventRecovered). Best effort, batched as every event of the Client.
+func (c *Client) ReportRecovered(holder string, r recovery.Recovered) {
+	now := time.Now()
+	queue := r.Queue.Member()
+	c.bus.add(Event{Kind: EventRecovered, At: now, WorkerID: holder, Queue: queue, Count: r.Requeued, DeadWorkers: r.Workers})
+	emitCancelled(func(e Event) {
+		e.At = now
+		c.bus.add(e)
+	}, queue, recoveredCancels(r))
+}
 
 // EnqueueOpts are per-call options of Enqueue and EnqueueBatch. A nil pointer
 // means the defaults.

@@ -177,7 +177,8 @@ const (
 	EventKeepaliveLost EventKind = "keepalive_lost"
 	// EventRegistered: the worker registered (at start or after a loss).
 	EventRegistered EventKind = "registered"
-	// EventRecovered: this worker's reaper requeued a dead worker's tasks.
+	// EventRecovered: this worker's reaper requeued a dead worker's tasks
+	// (or a reaper reported with Client.ReportRecovered: WorkerID names it).
 	EventRecovered EventKind = "recovered"
 	// EventStopRequeued: Stop ran out of time and requeued running tasks.
 	EventStopRequeued EventKind = "stop_requeued"

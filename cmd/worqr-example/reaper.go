@@ -23,7 +23,8 @@ of workers whose keepalive expired (to the front of their queues) and moves
 due delayed and retried tasks to their queues. Use it when every worker runs
 with DisableReaper, or to keep recovery going while no worker is up.
 
-Stdout carries one line per event:
+Its passes are published as events (recovered, cancelled), as a worker's
+reaper publishes them. Stdout carries one line per event:
   reaping <holder>                              (started)
   recovered <queue> <count> <worker_id>[,...]   (takings requeued)
   cancelled <queue> <task_id>                   (a taking ended as cancelled instead:
@@ -59,6 +60,9 @@ func runReaper(ctx context.Context, args []string, io stdio) error {
 	r, err := recovery.New(cn.pool, &recovery.Config{
 		Namespace: c.namespace, Interval: interval, Holder: holder, Logger: cn.log,
 		OnRecovered: func(rec recovery.Recovered) {
+			// Published as a worker's reaper publishes its passes: the
+			// events and the history count this reaper's work too.
+			cn.client.ReportRecovered(holder, rec)
 			_ = out.line("recovered", rec.Queue.Member(), strconv.Itoa(rec.Requeued), strings.Join(rec.Workers, ","))
 			for _, c := range rec.Cancelled {
 				// Ended as cancelled instead (its cancel was asked while

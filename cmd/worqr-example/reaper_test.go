@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -29,6 +30,10 @@ func TestReaper(t *testing.T) {
 	}
 	if m := taskFields(t, ce, "held", id); m["state"] != "queued" || m["crashes"] != "1" {
 		t.Fatalf("task after the reaper: %v, want queued after 1 crash", m)
+	}
+	// Published, as a worker's reaper publishes: the history counts it.
+	if got := historyOf(t, url, ns, "held"); got.Recovered != 1 {
+		t.Fatalf("history of held after the reaper: %+v, want 1 recovered", got)
 	}
 }
 
@@ -61,6 +66,46 @@ func TestReaperEndsACancelledTaking(t *testing.T) {
 	lr := startReaper(t, url, ns, ce)
 	if f := lr.next(t, "cancelled "); strings.Join(f, " ") != "cancelled held "+id {
 		t.Fatalf("reaper: %q, want cancelled held %s", f, id)
+	}
+	if got := historyOf(t, url, ns, "held"); got.Cancelled != 1 || got.Recovered != 0 {
+		t.Fatalf("history of held after the reaper: %+v, want 1 cancelled, none recovered", got)
+	}
+}
+
+// historyOf waits (10 s at most) until queue's history of the last two
+// minutes counts something recovered or cancelled, and returns its sums:
+// the reaper publishes its passes at its next event interval.
+func historyOf(t *testing.T, url, ns, queue string) worqr.Throughput {
+	t.Helper()
+	pool, err := worqr.NewPool(url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		ms, err := in.History(ctx, queue, 2)
+		if err != nil {
+			t.Fatalf("History: %v", err)
+		}
+		var sum worqr.Throughput
+		for _, m := range ms {
+			sum.Recovered += m.Recovered
+			sum.Cancelled += m.Cancelled
+		}
+		if sum.Recovered+sum.Cancelled > 0 {
+			return sum
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("history of %s: nothing recovered or cancelled after 10 s", queue)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
 }
 
