@@ -104,7 +104,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		}
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
-		poke(q.freed)
+		q.slotFreed()
 		w.handlers.Done()
 	}()
 	head, headTaken := b.tasks[0], b.taken[0]

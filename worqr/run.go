@@ -44,7 +44,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		q.unhold(t.pid, h)
 		q.busy.Add(-1)
 		q.slots.busy.Add(-1)
-		poke(q.freed)
+		q.slotFreed()
 		w.handlers.Done()
 	}()
 	if taken.Expired {

@@ -92,6 +92,15 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				}
 			}
 		}
+		if ready && hint && free == 0 {
+			// Work may be waiting, and no slot is free: a handler that
+			// frees one says so (slotFreed), unless it did before this.
+			q.waitsSlot.Store(true)
+			if q.free() > 0 {
+				q.waitsSlot.Store(false)
+				continue
+			}
+		}
 		select {
 		case <-w.takeStop:
 			return
@@ -106,6 +115,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 		case <-changed:
 			hint = true
 		}
+		q.waitsSlot.Store(false)
 	}
 }
 

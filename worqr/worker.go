@@ -106,7 +106,10 @@ type queueRunner struct {
 	more  atomic.Bool
 	work  chan job      // takings for the handler goroutines (room: see NewWorker)
 	wake  chan struct{} // cap 1: work may be waiting
-	freed chan struct{} // cap 1: a slot was freed
+	freed chan struct{} // cap 1: a slot was freed (see slotFreed)
+	// waitsSlot: the fetch loop waits for a free slot to take work that
+	// may be waiting (see slotFreed).
+	waitsSlot atomic.Bool
 	ends  *group.Group[rdb.Ending, endDone]
 
 	heldMu sync.Mutex
@@ -653,6 +656,18 @@ func (q *queueRunner) limitedNow() (bool, time.Time) {
 		}
 	}
 	return q.concWait.Load(), time.Time{}
+}
+
+// slotFreed tells q's fetch loop that a handler freed a slot, when the
+// loop waits for one: at a low rate it waits for work instead, and a
+// wake-up per task would cost it a goroutine switch for nothing. The
+// loop sets waitsSlot before it reads the free slots again (see
+// fetchLoop), and a handler frees its slot before it reads waitsSlot: one
+// of the two sees the other. A priority group's loop is always told.
+func (q *queueRunner) slotFreed() {
+	if q.weight > 0 || q.waitsSlot.Load() {
+		poke(q.freed)
+	}
 }
 
 func poke(c chan struct{}) {
