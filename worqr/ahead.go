@@ -113,7 +113,11 @@ func (q *queueRunner) slowed() {
 // (notRun).
 func (w *Worker) slot(q *queueRunner, j job) bool {
 	if q.turn == nil {
-		return true
+		// Launched while its session lived, j may have waited for a
+		// handler goroutine (one still ending its last task, its end
+		// retried while Redis is out of reach) past a freeze or the
+		// session's loss: the reaper may have given it to another worker.
+		return w.usable(j.s)
 	}
 	granted := q.turn.wait(j.ticket)
 	if granted == nil {
@@ -144,11 +148,18 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 // its session lives and the process was not frozen meanwhile. If not, the
 // slot is freed.
 func (w *Worker) slotUsable(q *queueRunner, j job) bool {
-	if w.keeper.Fresh() && !j.s.Lost() {
+	if w.usable(j.s) {
 		return true
 	}
 	q.turn.done()
 	return false
+}
+
+// usable reports whether a taking of session s may start its handler
+// now: s lives, and no freeze or cut-off of most of a TTL happened since
+// the last beat that found its keepalive.
+func (w *Worker) usable(s *heartbeat.Session) bool {
+	return w.keeper.Fresh() && !s.Lost()
 }
 
 // notRun lets taking h (pid) of s go without running it: it is no longer

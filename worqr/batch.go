@@ -114,6 +114,14 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		}
 		return
 	}
+	if !w.usable(s) {
+		// Waited for this goroutine past a freeze or the session's loss
+		// (see slot): not run here.
+		for i, t := range b.tasks {
+			w.notRun(s, q, t.pid, b.held[i])
+		}
+		return
+	}
 	batch := &Batch{Key: head.Key, Tasks: b.tasks}
 	for _, t := range b.tasks {
 		batch.Attempt = max(batch.Attempt, t.Attempt)

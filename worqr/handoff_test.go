@@ -768,3 +768,68 @@ func TestStopReportsACancelledTaking(t *testing.T) {
 		t.Fatal("Stop put back a cancelled taking without reporting it")
 	}
 }
+
+// A task handed to a worker whose only handler goroutine is still ending
+// its last task (the end applied, its reply lost, Redis out of reach while
+// the pub/sub connection lives) waits for that goroutine. By the time the
+// end gives up, the worker's session is lost and the reaper has given the
+// task to another worker: it must not start here too.
+func TestHandoffNotRunAfterSessionLost(t *testing.T) {
+	ctx := context.Background()
+	base, c, cfg, q := handEnv(t)
+	pool := &faultPool{Pool: base}
+	t.Cleanup(func() { pool.cut.Store(false) })
+	type start struct{ worker, payload string }
+	starts := make(chan start, 20)
+	finishA := make(chan struct{})
+	w1 := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, DisableReaper: true,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			starts <- start{"w1", string(tk.Payload)}
+			if string(tk.Payload) == "a" {
+				<-finishA
+			}
+			return nil
+		})}}})
+	waitParked(t, c, q, w1.ID())
+	client, err := worqr.NewClient(base, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, "q", []byte("a"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := <-starts; s.payload != "a" {
+		t.Fatalf("started %+v, want a", s)
+	}
+	startWorker(t, ctx, base, &worqr.WorkerConfig{Config: cfg, ReaperInterval: 100 * time.Millisecond,
+		PollInterval: 100 * time.Millisecond, DisableHandoff: true,
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			starts <- start{"w2", string(tk.Payload)}
+			return nil
+		})}}})
+	pool.loseEnd.Store(true)
+	close(finishA)
+	for deadline := time.Now().Add(5 * time.Second); !pool.cut.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("a's end was never sent")
+		}
+	}
+	// a's end applied: w1 holds nothing and is parked, so b is handed to it.
+	if _, err := client.Enqueue(ctx, "q", []byte("b"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var got []start
+	for timeout := time.After(8 * time.Second); ; {
+		select {
+		case s := <-starts:
+			if got = append(got, s); s.worker == "w1" {
+				t.Fatalf("b started on w1 after its session was lost (starts %v)", got)
+			}
+		case <-timeout:
+			if len(got) != 1 || got[0] != (start{"w2", "b"}) {
+				t.Fatalf("starts of b: %v, want one, on w2", got)
+			}
+			return
+		}
+	}
+}
