@@ -35,6 +35,11 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 				defer q.takeMu.RUnlock()
 				if q.unsureFor(s.ID()) != "" {
 					take = nil // a release is due first
+				} else if q.takesOver {
+					// Stop began after refill: it waited for the takes
+					// already under way (takeMu) before it unparks and
+					// requeues, so none may start now.
+					take = nil
 				}
 			}
 			call := take

@@ -19,6 +19,9 @@ type faultPool struct {
 	*redis.Pool
 	suffix atomic.Value // string: hold the calls of functions ending so
 	delay  atomic.Int64 // ns: for this long
+	// holding receives the function's name when a held call begins, and
+	// held when it has returned (see newFaultPool).
+	holding, held chan string
 	// loseEnd: the next end is applied, its reply lost, and the pool
 	// is cut (cut set) until the test clears cut.
 	loseEnd atomic.Bool
@@ -26,6 +29,10 @@ type faultPool struct {
 }
 
 var errFaultCut = errors.New("test: cut off from Redis")
+
+func newFaultPool(p *redis.Pool) *faultPool {
+	return &faultPool{Pool: p, holding: make(chan string, 100), held: make(chan string, 100)}
+}
 
 func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
 	c, err := p.Pool.GetContext(ctx)
@@ -61,7 +68,11 @@ func (c *faultConn) do(cmd string, args []any, f func() (any, error)) (any, erro
 		name, _ = args[0].(string)
 	}
 	if suf, _ := c.p.suffix.Load().(string); suf != "" && name != "" && strings.HasSuffix(name, suf) {
-		time.Sleep(time.Duration(c.p.delay.Load()))
+		if d := time.Duration(c.p.delay.Load()); d > 0 {
+			c.p.holding <- name
+			time.Sleep(d)
+			defer func() { c.p.held <- name }()
+		}
 	}
 	if strings.HasSuffix(name, "_end") && c.p.loseEnd.CompareAndSwap(true, false) {
 		_, _ = f()

@@ -777,7 +777,7 @@ func TestStopReportsACancelledTaking(t *testing.T) {
 func TestHandoffNotRunAfterSessionLost(t *testing.T) {
 	ctx := context.Background()
 	base, c, cfg, q := handEnv(t)
-	pool := &faultPool{Pool: base}
+	pool := newFaultPool(base)
 	t.Cleanup(func() { pool.cut.Store(false) })
 	type start struct{ worker, payload string }
 	starts := make(chan start, 20)
@@ -831,5 +831,96 @@ func TestHandoffNotRunAfterSessionLost(t *testing.T) {
 			}
 			return
 		}
+	}
+}
+
+// An end that takes again, its call built before Stop began and slow on its
+// way, must not land after Stop unparked the worker, nor after its
+// requeue: it would park the stopping worker, to be handed tasks it never
+// runs, or take a task for a worker that is gone, deregistered, where no
+// reaper pass looks. Stop waits for it. Both with the grace period over
+// at once (the end is then refused, its task requeued) and with one that
+// lets the handlers finish.
+func TestStopWaitsForAnEndThatTakesAgain(t *testing.T) {
+	for _, grace := range []time.Duration{0, 10 * time.Second} {
+		t.Run("grace="+grace.String(), func(t *testing.T) {
+			ctx := context.Background()
+			base, c, cfg, q := handEnv(t)
+			pool := newFaultPool(base)
+			client, err := worqr.NewClient(base, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Both waiting when w1 starts: its first take fills its two
+			// slots, so its ends take again (more may wait).
+			for _, p := range []string{"long", "short"} {
+				if _, err := client.Enqueue(ctx, "q", []byte(p), nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+			started := make(chan string, 10)
+			finish := map[string]chan struct{}{"long": make(chan struct{}), "short": make(chan struct{})}
+			w1 := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, PollInterval: time.Hour, DisableReaper: true,
+				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 2, ReadAhead: -1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+					started <- string(tk.Payload)
+					<-finish[string(tk.Payload)]
+					return nil
+				})}}})
+			id1 := w1.ID()
+			<-started
+			<-started
+			pool.hold("_end", 300*time.Millisecond)
+			close(finish["short"])
+			<-pool.holding // short's end, taking again (q is empty: parking), is on its way
+			stopped := make(chan struct{})
+			go func() {
+				defer close(stopped)
+				sctx, cancel := context.WithTimeout(ctx, grace)
+				defer cancel()
+				_ = w1.Stop(sctx)
+			}()
+			<-pool.held // it landed
+			pool.hold("", 0)
+			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+				n, err := redis.Int(c.Do("HEXISTS", q.Park, id1))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if n == 0 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the stopping worker is parked (to be handed tasks it will not run) 5 s after its end landed")
+				}
+			}
+			ran := make(chan string, 10)
+			startWorker(t, ctx, base, &worqr.WorkerConfig{Config: cfg, PollInterval: 100 * time.Millisecond, DisableHandoff: true,
+				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+					ran <- string(tk.Payload)
+					return nil
+				})}}})
+			if _, err := client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+			for timeout := time.After(10 * time.Second); ; {
+				select {
+				case p := <-ran:
+					if p != "x" {
+						continue
+					}
+				case <-timeout:
+					t.Fatal("x, enqueued while w1 stops, did not run on the peer")
+				}
+				break
+			}
+			close(finish["long"])
+			<-stopped
+			if n, err := redis.Int(c.Do("HLEN", q.WorkerQueue(id1))); err != nil || n != 0 {
+				t.Fatalf("the stopped worker holds %d takings (%v): no reaper looks for them", n, err)
+			}
+			if n, err := redis.Int(c.Do("HEXISTS", q.Park, id1)); err != nil || n != 0 {
+				t.Fatalf("the stopped worker is parked: %d (%v)", n, err)
+			}
+		})
 	}
 }

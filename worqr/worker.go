@@ -146,6 +146,8 @@ type queueRunner struct {
 	// an end's takings are on their way would put them back, and the
 	// worker would then run takings it no longer owns.
 	takeMu sync.RWMutex
+	// takesOver: Stop began; no end takes again (set under takeMu).
+	takesOver bool
 }
 
 func (q *queueRunner) setUnsure(id string) {
@@ -703,6 +705,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 	close(w.takeStop)
 	w.takeStopC()
 	w.loops.Wait()
+	for _, q := range w.queues {
+		// An end that takes again (and may park the worker) holds takeMu
+		// while its call is on its way: wait for those begun before
+		// takeStop closed; none begins after. Else one landing after the
+		// requeue below would take, or park, for a worker that is gone.
+		q.takeMu.Lock()
+		q.takesOver = true
+		q.takeMu.Unlock()
+	}
 	if s, _ := w.keeper.Current(); !s.Lost() {
 		// Nothing more is handed to the worker: no take parks it from
 		// now on (parkArgs), and the fetch loops are over. What is on its
