@@ -247,7 +247,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 				if !applied {
 					unsure = false
 				} else {
-					out, members = asked(e), nil
+					out, members = w.appliedOutcome(q.qk, t.ID, e), nil
 					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.name, "task_id", t.ID, "pid", t.pid)
 				}
 			}
@@ -287,6 +287,23 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 		}
 		delay = min(delay*2, time.Second)
 	}
+}
+
+// appliedOutcome is what the end e of task id recorded, applied by an
+// earlier attempt whose reply was lost: what it asked, unless the task
+// reads cancelled (a cancel asked while it ran wins over any end). A task
+// no retention keeps leaves nothing to read: what it asked, then.
+func (w *Worker) appliedOutcome(qk rdb.QueueKeys, id string, e rdb.Ending) rdb.Outcome {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	return readAppliedOutcome(ctx, w.st, qk, id, e)
+}
+
+func readAppliedOutcome(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, id string, e rdb.Ending) rdb.Outcome {
+	if rec, err := st.Task(ctx, qk, id); err == nil && rec != nil && rec.State == rdb.StateCancelled {
+		return rdb.OutcomeCancelled
+	}
+	return asked(e)
 }
 
 // appliedBefore reports whether session s is still alive in Redis (and not

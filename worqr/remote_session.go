@@ -55,11 +55,11 @@ type remoteTaking struct {
 	how     string // the call that ended it
 	// unsure: an earlier end call failed with its reply lost (it may have
 	// been applied); a later "lost" answer is then checked (see complete).
-	unsure  bool
-	tried   string    // the call of that attempt
-	triedAs EventKind // and the outcome it asked for
-	outcome EventKind
-	err     error
+	unsure   bool
+	tried    string     // the call of that attempt
+	triedEnd rdb.Ending // and the end it sent
+	outcome  EventKind
+	err      error
 }
 
 type takeReply struct {
@@ -618,7 +618,9 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 				if t.tried != how { // the earlier call was applied, not this one
 					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
 				}
-				return t.triedAs, nil
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer rcancel()
+				return eventOf[readAppliedOutcome(rctx, s.r.st, t.q.qk, t.taken.ID, t.triedEnd)], nil
 			}
 		}
 		cancel()
@@ -631,7 +633,7 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 		if rdb.IsReplyError(err) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}
-		t.unsure, t.tried, t.triedAs = true, how, eventOf[asked(e)]
+		t.unsure, t.tried, t.triedEnd = true, how, e
 		if s.lease.Lost() || !sleepCtx(ctx, delay) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}

@@ -475,6 +475,29 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 	if err != nil || info.State != worqr.StateDone || string(info.Result) != "r" {
 		t.Fatalf("task = %+v, %v; want done with result r", info, err)
 	}
+
+	// The same for a task whose cancel was asked while it was held: the
+	// end records it cancelled, and so says the answer, and its repeat.
+	id2, err := c.Enqueue(ctx, "q", []byte("y"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2 := takeOne(t, s, "q", 0)
+	if st, err := c.Cancel(ctx, "q", id2); err != nil || st != worqr.CancelRequested {
+		t.Fatalf("Cancel = %v, %v; want requested", st, err)
+	}
+	armed.Store(1)
+	for i := 0; i < 2; i++ {
+		if out, err := s.Finish(ctx, k2.PID, nil); err != nil || out != worqr.EventCancelled {
+			t.Fatalf("finish #%d of a cancelled task with the first reply lost = %q, %v; want cancelled", i+1, out, err)
+		}
+	}
+	if armed.Load() >= 0 {
+		t.Fatal("no reply was lost")
+	}
+	if info, err := c.Task(ctx, "q", id2); err != nil || info.State != worqr.StateCancelled {
+		t.Fatalf("task = %+v, %v; want cancelled", info, err)
+	}
 }
 
 // A remote queue takes one task at a time: batches per key are refused,
@@ -514,5 +537,62 @@ func TestRemoteExpiredIsNotHanded(t *testing.T) {
 	}
 	if info.State != worqr.StateExpired {
 		t.Fatalf("state %s, want expired", info.State)
+	}
+}
+
+// A Worker's end whose reply is lost after Redis applied it, for a task
+// whose cancel was asked while it ran: the end recorded it cancelled, and
+// so says the worker's event, not the done its handler asked for.
+func TestWorkerLostEndReplyOfACancelledTask(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Int32
+	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, srv.URL)
+		if err != nil {
+			return nil, err
+		}
+		return &lossyConn{Conn: c, armed: &armed, match: hasArg("done")}, nil
+	}}
+	defer pool.Close()
+	events := make(chan worqr.Event, 100)
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	started := make(chan struct{}, 1)
+	startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, OnEvent: func(e worqr.Event) {
+		if e.Kind == worqr.EventDone || e.Kind == worqr.EventCancelled || e.Kind == worqr.EventLost {
+			events <- e
+		}
+	},
+		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Retention: time.Minute,
+			Handler: worqr.HandlerFunc(func(hctx context.Context, _ *worqr.Task) error {
+				started <- struct{}{}
+				<-hctx.Done()  // the cancel
+				armed.Store(1) // the end's reply is lost
+				return nil
+			})}}})
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	if st, err := c.Cancel(ctx, "q", id); err != nil || st != worqr.CancelRequested {
+		t.Fatalf("Cancel = %v, %v; want requested", st, err)
+	}
+	select {
+	case e := <-events:
+		if e.Kind != worqr.EventCancelled || e.TaskID != id {
+			t.Fatalf("event %s of %s, want cancelled of %s", e.Kind, e.TaskID, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no end event")
+	}
+	if armed.Load() >= 0 {
+		t.Fatal("no reply was lost: the test did not test anything")
+	}
+	if info, err := c.Task(ctx, "q", id); err != nil || info.State != worqr.StateCancelled {
+		t.Fatalf("task = %+v, %v; want cancelled", info, err)
 	}
 }
