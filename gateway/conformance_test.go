@@ -41,7 +41,13 @@ type gw struct {
 
 func startGateway(t *testing.T, ttl time.Duration) *gw {
 	t.Helper()
-	pool := srv.Pool()
+	return startGatewayOn(t, srv, ttl)
+}
+
+// startGatewayOn starts a gateway on Redis server s.
+func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
+	t.Helper()
+	pool := s.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
@@ -320,4 +326,31 @@ func TestNodeWorkersConformance(t *testing.T) {
 			}
 		}
 	}
+}
+
+// The Node worker of docs/GATEWAY.md outlives its gateway's Redis going
+// away for longer than a session: its beats are refused (the session is
+// lost), its reopen fails while Redis is away, and once Redis is back it
+// opens a session and runs work again (it crashed on the first failed
+// reopen before).
+func TestNodeWorkerOutlastsRedisAway(t *testing.T) {
+	s, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	g := startGatewayOn(t, s, 2*time.Second)
+	w := startWorker(t, g, "n1", "away")
+	w.waitLine(t, 0, "session ", 10*time.Second)
+	s.Kill()
+	_, i := w.waitLine(t, 0, "open failed ", 30*time.Second)
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	_, j := w.waitLine(t, i, "session ", 30*time.Second)
+	id, err := g.client.Enqueue(context.Background(), "away", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.waitLine(t, j, "finished "+id+" ", 30*time.Second)
 }

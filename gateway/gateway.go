@@ -166,8 +166,9 @@ func toConnect(err error) error {
 	case errors.As(err, &ce):
 		return ce
 	case errors.As(err, &ie):
-		e := connect.NewError(connect.CodeInvalidArgument, err)
-		if d, derr := connect.NewErrorDetail(&gatewayv1.FieldViolation{Field: ie.Field, Description: ie.Rule}); derr == nil {
+		field := requestField(ie.Field)
+		e := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s %s", field, ie.Rule))
+		if d, derr := connect.NewErrorDetail(&gatewayv1.FieldViolation{Field: field, Description: ie.Rule}); derr == nil {
 			e.AddDetail(d)
 		}
 		return e
@@ -185,6 +186,40 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
+}
+
+// requestFields names, for the fields worqr's errors name in Go terms,
+// the request field a remote sent, as spelled in JSON (lowerCamelCase).
+var requestFields = map[string]string{
+	"queue name":              "queue",
+	"queue name (flow part)":  "queue",
+	"queue name (queue part)": "queue",
+	"EnqueueOpts.ID":          "id",
+	"EnqueueOpts.UniqueKey":   "uniqueKey",
+	"EnqueueOpts.UniqueTTL":   "uniqueTtlMs",
+	"EnqueueOpts.Delay":       "delayMs",
+	"EnqueueOpts.MaxAttempts": "maxAttempts",
+	"EnqueueOpts.Timeout":     "timeoutMs",
+	"wait":                    "waitMs",
+	"retry_in":                "retryInMs",
+	"session_id":              "sessionId",
+	"request_id":              "requestId",
+	"check_running":           "checkRunning",
+}
+
+// requestField is the request field a remote sent for field, as named by a
+// worqr error (Go terms) or by the gateway: the remote finds it in the
+// request it sent. An indexed field ("queues[2]") keeps its index.
+func requestField(field string) string {
+	if f, ok := requestFields[field]; ok {
+		return f
+	}
+	if i := strings.IndexByte(field, '['); i > 0 {
+		if f, ok := requestFields[field[:i]]; ok {
+			return f + field[i:]
+		}
+	}
+	return field
 }
 
 func bad(field, rule string) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,12 +74,16 @@ func TestProtocolsAndErrors(t *testing.T) {
 				t.Errorf("fail after finish = %v, want failed_precondition", err)
 			}
 			_, err = c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: q, WaitMs: 60000}))
-			if field := violation(t, err); field != "wait" {
-				t.Errorf("take with a 60 s wait = %v, want invalid_argument on wait", err)
+			if field := violation(t, err); field != "waitMs" || !strings.Contains(err.Error(), "waitMs (1m0s) must be") {
+				t.Errorf("take with a 60 s wait = %v (field %q), want invalid_argument on waitMs, the request's name", err, field)
 			}
 			_, err = c.Enqueue(ctx, connect.NewRequest(&gatewayv1.EnqueueRequest{Queue: "bad queue"}))
-			if field := violation(t, err); field != "queue name" {
-				t.Errorf("enqueue to a bad name = %v (field %q)", err, field)
+			if field := violation(t, err); field != "queue" {
+				t.Errorf("enqueue to a bad name = %v (field %q), want queue", err, field)
+			}
+			_, err = c.Enqueue(ctx, connect.NewRequest(&gatewayv1.EnqueueRequest{Queue: q, UniqueTtlMs: 1000}))
+			if field := violation(t, err); field != "uniqueKey" {
+				t.Errorf("enqueue with a unique TTL and no key = %v (field %q), want uniqueKey", err, field)
 			}
 			got, err := c.GetTask(ctx, connect.NewRequest(&gatewayv1.GetTaskRequest{Queue: q, Id: enq.Msg.Id}))
 			if err != nil || got.Msg.Task.State != "done" || string(got.Msg.Task.Result) != "r" {

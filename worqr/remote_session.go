@@ -138,7 +138,7 @@ const MaxTake = rdb.MaxTake
 
 // Take takes up to req.Max tasks of req.Queue, waiting up to req.Wait for
 // work when none waits. It returns no takings (and no error) when the wait
-// ran out, when the Remote is draining, or when the session's deadline
+// ran out (while the Remote drains, it waits it out: nothing more comes), or when the session's deadline
 // passed on Redis's clock before a beat moved it on (beat, then take).
 func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, error) {
 	q := s.queues[req.Queue]
@@ -167,6 +167,16 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, err
 		}
 		if s.r.draining.Load() {
+			// Nothing more is handed out: the take waits out its wait
+			// (or the session's end, when the Remote has stopped), so that
+			// a remote that takes again at once does not spin.
+			t := time.NewTimer(time.Until(deadline))
+			select {
+			case <-ctx.Done():
+			case <-s.lease.Context().Done():
+			case <-t.C:
+			}
+			t.Stop()
 			return nil, nil
 		}
 		woken := q.woken()

@@ -596,3 +596,54 @@ func TestWorkerLostEndReplyOfACancelledTask(t *testing.T) {
 		t.Fatalf("task = %+v, %v; want cancelled", info, err)
 	}
 }
+
+// While the Remote drains, a take hands out nothing and waits out its wait
+// (a remote that takes again at once would spin through the grace period),
+// and returns when the Remote has stopped.
+func TestRemoteDrainingTakeWaits(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {}}})
+	if _, err := b.client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	holder, idle := open(t, b, "q"), open(t, b, "q")
+	k := takeOne(t, holder, "q", 0)
+	stopped := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		stopped <- b.remote.Stop(sctx)
+	}()
+	for !b.remote.Draining() {
+		time.Sleep(time.Millisecond)
+	}
+	if _, err := b.client.Enqueue(ctx, "q", []byte("y"), nil); err != nil {
+		t.Fatal(err)
+	}
+	const wait = 300 * time.Millisecond
+	start := time.Now()
+	ks, err := idle.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: wait})
+	if err != nil || len(ks) != 0 {
+		t.Fatalf("take while draining = %v, %v; want nothing", ks, err)
+	}
+	if d := time.Since(start); d < wait {
+		t.Fatalf("take while draining returned after %s, before its %s wait", d, wait)
+	}
+	// A longer wait ends when the Remote has stopped (the holder finishes).
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = idle.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: 20 * time.Second})
+	}()
+	if _, err := holder.Finish(ctx, k.PID, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-stopped; err != nil {
+		t.Fatalf("Stop = %v", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a take waiting while the Remote drained did not return once it stopped")
+	}
+}

@@ -26,7 +26,7 @@ const envGatewayToken = "WORQR_GATEWAY_TOKEN"
 func (a *app) gatewayCmd() *cobra.Command {
 	var (
 		addr, token, certFile, keyFile string
-		ttl, grace, reaper             time.Duration
+		ttl, grace, reaper, retention  time.Duration
 		maxSessions, maxMessage        int
 		queues                         []string
 	)
@@ -42,6 +42,8 @@ refused with failed_precondition.
 
 Every stand-alone queue is served with the default settings (25 attempts,
 exponential backoff); --queue limits the queues sessions may take from.
+A task a session ends is deleted at once unless --retention keeps it
+readable (GetTask: its state, and a finished task's result) that long.
 Flows are served by embedding the gateway package in a Go program that
 declares them (worqr.RemoteConfig.Flows).
 
@@ -53,7 +55,7 @@ SIGINT or SIGTERM drain: sessions are told to finish what they run, for up
 to --grace; what still runs is then put back at the front of its queue.`,
 		Example: `  worqr gateway
   WORQR_GATEWAY_TOKEN=s3cret worqr gateway --addr 0.0.0.0:8090 --tls-cert cert.pem --tls-key key.pem
-  worqr gateway --queue emails --queue thumbnails --session-ttl 30s`,
+  worqr gateway --queue emails --queue thumbnails --session-ttl 30s --retention 1h`,
 		Args: args(),
 		PreRun: func(*cobra.Command, []string) {
 			a.maxIdle = 64
@@ -70,6 +72,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 	f.IntVar(&maxSessions, "max-sessions", worqr.DefaultMaxSessions, "sessions open at once")
 	f.IntVar(&maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "largest request message")
 	f.StringArrayVar(&queues, "queue", nil, "a queue sessions may take from (repeat; default: any)")
+	f.DurationVar(&retention, "retention", 0, "how long a task a session ended stays readable (GetTask, its result); 0: deleted at once")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		if token == "" {
 			token = a.env.getenv(envGatewayToken)
@@ -80,16 +83,20 @@ to --grace; what still runs is then put back at the front of its queue.`,
 		if maxMessage < 1 {
 			return usagef("--max-message-bytes %d: must be at least 1", maxMessage)
 		}
+		if retention < 0 {
+			return usagef("--retention %s: must not be negative", retention)
+		}
 		cfg := worqr.RemoteConfig{Config: worqr.Config{Namespace: a.namespace, Logger: a.logger,
 			Replicas: a.replicas, ReplicaTimeout: a.replicaTimeout},
-			SessionTTL: ttl, ReaperInterval: reaper, MaxSessions: maxSessions, AnyQueue: len(queues) == 0}
+			SessionTTL: ttl, ReaperInterval: reaper, MaxSessions: maxSessions, AnyQueue: len(queues) == 0,
+			DefaultQueue: worqr.QueueConfig{Retention: retention}}
 		if len(queues) > 0 {
 			cfg.Queues = map[string]worqr.QueueConfig{}
 			for _, q := range queues {
 				if err := worqr.CheckQueueName(q); err != nil {
 					return usagef("--queue %s", ruleOf(err))
 				}
-				cfg.Queues[q] = worqr.QueueConfig{}
+				cfg.Queues[q] = worqr.QueueConfig{Retention: retention}
 			}
 		}
 		remote, err := worqr.NewRemote(a.pool, &cfg)

@@ -3,6 +3,8 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"os/exec"
 	"regexp"
@@ -17,7 +19,7 @@ import (
 // namespace, and SIGTERM drains and stops it with exit 0.
 func TestGatewayServesWithTokenAndStopsOnSIGTERM(t *testing.T) {
 	b := setup(t)
-	cmd := exec.Command(binPath, "gateway", "--addr", "127.0.0.1:0", "--grace", "1s")
+	cmd := exec.Command(binPath, "gateway", "--addr", "127.0.0.1:0", "--grace", "1s", "--retention", "1m")
 	cmd.Env = append(cleanEnv(), "WORQR_REDIS_URL="+redisURL, "WORQR_NAMESPACE="+b.ns, "WORQR_GATEWAY_TOKEN=tok")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -56,6 +58,34 @@ func TestGatewayServesWithTokenAndStopsOnSIGTERM(t *testing.T) {
 	}
 	if n, err := b.client.Len(context.Background(), "mail"); err != nil || n != 1 {
 		t.Fatalf("mail holds %d (%v), want the enqueued task", n, err)
+	}
+	// A remote worker runs it; --retention keeps its result readable.
+	call := func(method, body string) map[string]any {
+		t.Helper()
+		req, _ := http.NewRequest("POST", m[1]+"/worqr.gateway.v1.GatewayService/"+method, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer tok")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
+			t.Fatalf("%s: %d %v (%v)", method, res.StatusCode, out, err)
+		}
+		return out
+	}
+	sid := call("OpenSession", `{"queues":["mail"]}`)["sessionId"]
+	takings, _ := call("Take", fmt.Sprintf(`{"sessionId":%q,"queue":"mail","max":1}`, sid))["takings"].([]any)
+	if len(takings) != 1 {
+		t.Fatalf("take: %v", takings)
+	}
+	k := takings[0].(map[string]any)
+	call("Finish", fmt.Sprintf(`{"sessionId":%q,"pid":%q,"result":"cg=="}`, sid, k["pid"]))
+	task, _ := call("GetTask", fmt.Sprintf(`{"queue":"mail","id":%q}`, k["taskId"]))["task"].(map[string]any)
+	if task["state"] != "done" || task["result"] != "cg==" {
+		t.Fatalf("task after its finish: %v, want done with its result (--retention 1m)", task)
 	}
 	_ = cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)

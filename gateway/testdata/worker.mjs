@@ -1,4 +1,4 @@
-// A worqr worker in ~40 lines of Node (>= 18): plain fetch against the
+// A worqr worker in ~50 lines of Node (>= 18): plain fetch against the
 // gateway's Connect JSON API. Env: GATEWAY (http://host:port), QUEUE, NAME,
 // TOKEN (optional), WORK_MS (how long each task takes).
 const { GATEWAY, QUEUE = "jobs", NAME = "node", TOKEN, WORK_MS = "100" } = process.env;
@@ -11,14 +11,17 @@ async function call(method, body) {
     headers: { "Content-Type": "application/json", ...(TOKEN && { Authorization: `Bearer ${TOKEN}` }) },
     body: JSON.stringify(body),
   });
-  const out = await res.json();
+  const out = await res.json().catch(() => ({ code: "unavailable", message: res.statusText })); // a proxy's page
   if (!res.ok) throw Object.assign(new Error(out.message), { code: out.code, status: res.status });
   return out;
 }
 
 let session = null;
-async function open() {
-  session = await call("OpenSession", { name: NAME, queues: [QUEUE] });
+async function open() { // until one opens: the gateway or its Redis may be away for a while
+  for (let delay = 200; ; delay = Math.min(2 * delay, 5000)) {
+    try { session = await call("OpenSession", { name: NAME, queues: [QUEUE] }); break; }
+    catch (e) { log(`open failed ${e.code ?? e.message}`); await sleep(delay); }
+  }
   log(`session ${session.sessionId}`);
 }
 async function beatLoop() {
