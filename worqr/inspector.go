@@ -430,15 +430,17 @@ func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, p
 }
 
 // DeleteAllWaiting deletes every task waiting in stand-alone queue (its
-// scheduled tasks too) in chunks of at most 1,000; running tasks are left
-// alone. A flow's runs are ended with Client.CancelRun instead.
+// scheduled tasks too, and in an ordered queue the tasks waiting behind
+// each key's head, whether that head waits, runs or is dead) in chunks of
+// at most 1,000; running tasks are left alone. A flow's runs are ended with
+// Client.CancelRun instead.
 func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.bulk(ctx, queue, rdb.BulkDelete, progress)
 }
 
 // CancelAll cancels every task of stand-alone queue: waiting and scheduled
-// ones end as cancelled (in chunks of at most 1,000), running ones are asked
-// to stop. It returns how many it cancelled or asked.
+// ones (and those behind an ordered queue's keys) end as cancelled (in
+// chunks of at most 1,000), running ones are asked to stop. It returns how many it cancelled or asked.
 func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progress) (int, error) {
 	n, err := in.bulk(ctx, queue, rdb.BulkCancel, progress)
 	if err != nil {
@@ -503,7 +505,35 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 			}
 		}
 	}
-	return total, nil
+	// An ordered queue: the tasks still waiting behind keys whose head
+	// runs, or is dead and blocks its key.
+	for cursor := uint64(0); ; {
+		ks, next, err := in.st.Keys(ctx, qk, cursor, 100)
+		if err != nil {
+			return total, fmt.Errorf("worqr: %s the tasks waiting behind the keys of %s: %w", action, queue, err)
+		}
+		names := make([]string, len(ks))
+		for i, k := range ks {
+			names[i] = k.Key
+		}
+		for len(names) > 0 {
+			n, err := in.st.BulkKeys(ctx, qk, names, action)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("worqr: %s the tasks waiting behind the keys of %s: %w", action, queue, err)
+			}
+			if progress != nil && n > 0 {
+				progress(total)
+			}
+			if n < rdb.BulkChunk {
+				break
+			}
+		}
+		if next == 0 {
+			return total, nil
+		}
+		cursor = next
+	}
 }
 
 // Ping checks that Redis answers.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -945,5 +946,44 @@ func TestLoadBadFirstLineSaysRunAgain(t *testing.T) {
 	}
 	if out := b.ok("", "load", file, "--queue", "ld3", "--format", "jsonl"); !strings.Contains(out, "enqueued 2 tasks") {
 		t.Errorf("the load run again said %q", out)
+	}
+}
+
+// An ordered queue: `queue ls` counts its keys, `queue keys` shows each
+// key's head and what waits behind it, and `queue purge` deletes every
+// waiting task, those behind the keys' heads included.
+func TestQueueKeysAndPurgeOfAnOrderedQueue(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	for key, n := range map[string]int{"order-42": 5, "order-43": 2} {
+		ps := make([][]byte, n)
+		for i := range ps {
+			ps[i] = []byte(fmt.Sprintf("%s/%d", key, i))
+		}
+		if _, err := b.client.EnqueueBatch(ctx, "orders", ps, &worqr.EnqueueOpts{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := b.ok("", "queue", "ls"); !regexp.MustCompile(`(?m)^orders\s+-\s+2\s+0\s+0\s+0\s+0\s+2\s`).MatchString(out) {
+		t.Errorf("queue ls: 2 heads waiting and 2 keys wanted:\n%s", out)
+	}
+	var keys []struct {
+		Key       string `json:"key"`
+		HeadState string `json:"head_state"`
+		Behind    int    `json:"behind"`
+	}
+	if err := json.Unmarshal([]byte(b.ok("", "queue", "keys", "orders", "-o", "json")), &keys); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
+	if len(keys) != 2 || keys[0].Key != "order-42" || keys[0].Behind != 4 || keys[1].Behind != 1 || keys[0].HeadState != "queued" {
+		t.Errorf("queue keys: %+v, want order-42 with 4 behind and order-43 with 1, heads queued", keys)
+	}
+	r := b.run("", "queue", "purge", "orders", "--yes")
+	if r.code != 0 || !strings.Contains(r.out, "deleted 7 waiting and scheduled tasks of orders") {
+		t.Errorf("purge: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
+	}
+	if out := b.ok("", "queue", "keys", "orders"); !strings.Contains(out, "no keys with tasks in queue orders") {
+		t.Errorf("queue keys after the purge: %q", out)
 	}
 }

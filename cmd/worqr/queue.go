@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -29,6 +30,9 @@ type queueJSON struct {
 	queueStats
 	Flow     string `json:"flow"`
 	Retained int64  `json:"retained"`
+	// Keys: an ordered queue's keys that have tasks; waiting counts only
+	// their heads, not the tasks behind them.
+	Keys int64 `json:"keys"`
 }
 
 func (a *app) queueCmd() *cobra.Command {
@@ -42,16 +46,19 @@ func (a *app) queueCmd() *cobra.Command {
   worqr queue purge emails --yes
   worqr queue history emails`,
 	})
-	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queueHistoryCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd())
+	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queueHistoryCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd(), a.queueKeysCmd())
 	return cmd
 }
 
 func (a *app) queueLsCmd() *cobra.Command {
 	var o output
 	cmd := &cobra.Command{
-		Use:     "ls",
-		Short:   "list every known queue with its counts",
-		Long:    "Lists every known queue with its flow, counts (retained: ended tasks kept for the queue's retention), pause and latency.",
+		Use:   "ls",
+		Short: "list every known queue with its counts",
+		Long: `Lists every known queue with its flow, counts (retained: ended tasks kept for
+the queue's retention; keys: an ordered queue's keys that have tasks, whose
+waiting count is of their heads only: 'worqr queue keys' shows what waits
+behind each), pause and latency.`,
 		Example: "  worqr queue ls\n  worqr queue ls -o json",
 		Args:    args(),
 	}
@@ -67,7 +74,7 @@ func (a *app) queueLsCmd() *cobra.Command {
 		if o.json() {
 			out := make([]queueJSON, len(qs))
 			for i, q := range qs {
-				out[i] = queueJSON{queueStats: statsOf(q), Flow: q.Flow, Retained: q.Retained}
+				out[i] = queueJSON{queueStats: statsOf(q), Flow: q.Flow, Retained: q.Retained, Keys: q.Keys}
 			}
 			return writeJSON(a.env.out, out)
 		}
@@ -75,10 +82,10 @@ func (a *app) queueLsCmd() *cobra.Command {
 			_, err := fmt.Fprintf(a.env.out, "no queues in namespace %q\n", a.namespace)
 			return err
 		}
-		t := newTable(a.env.out, "QUEUE", "FLOW", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "RETAINED", "PAUSED", "LATENCY")
+		t := newTable(a.env.out, "QUEUE", "FLOW", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "RETAINED", "KEYS", "PAUSED", "LATENCY")
 		for _, q := range qs {
 			t.row(q.Name, orDash(q.Flow), itoa(q.Waiting), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead),
-				itoa(q.Retained), yesNo(q.Paused), ago(q.Latency))
+				itoa(q.Retained), itoa(q.Keys), yesNo(q.Paused), ago(q.Latency))
 		}
 		return t.flush()
 	})
@@ -150,12 +157,12 @@ how many of its tasks each holds) and the first tasks waiting.`,
 				queueJSON
 				Workers []served   `json:"workers"`
 				Next    []taskJSON `json:"next"`
-			}{queueJSON{queueStats: statsOf(*qi), Flow: qi.Flow, Retained: qi.Retained}, workers, tasks})
+			}{queueJSON{queueStats: statsOf(*qi), Flow: qi.Flow, Retained: qi.Retained, Keys: qi.Keys}, workers, tasks})
 		}
 		w := a.env.out
 		if err := kv(w, "queue", qi.Name, "flow", orDash(qi.Flow), "waiting", itoa(qi.Waiting),
 			"scheduled", itoa(qi.Scheduled), "active", itoa(qi.Active), "dead", itoa(qi.Dead),
-			"retained", itoa(qi.Retained), "paused", yesNo(qi.Paused), "latency", ago(qi.Latency)); err != nil {
+			"retained", itoa(qi.Retained), "keys", itoa(qi.Keys), "paused", yesNo(qi.Paused), "latency", ago(qi.Latency)); err != nil {
 			return err
 		}
 		fmt.Fprintf(w, "\nworkers serving it: %d\n", len(workers))
@@ -310,7 +317,9 @@ func (a *app) queuePurgeCmd() *cobra.Command {
 		Use:   "purge <queue>",
 		Short: "delete every waiting and scheduled task of a queue (asks first)",
 		Long: `Deletes every task waiting in a stand-alone queue, and its scheduled tasks
-(delayed ones and retries) too, in atomic chunks of at most 1,000. Running
+(delayed ones and retries) too, in atomic chunks of at most 1,000. In an
+ordered queue that includes the tasks waiting behind each key's head, even
+a head that runs or is dead. Running
 tasks are left alone; dead tasks are kept ('worqr dead delete' removes them).
 A flow's queues cannot be purged: cancel their runs instead.
 
@@ -333,12 +342,117 @@ required when stdin is not a terminal.`,
 			return usagef("<queue> %q is a queue of flow %q: its tasks are runs, end them with the flow's CancelRun", q, qi.Flow)
 		}
 		total := qi.Waiting + qi.Scheduled
-		if err := a.confirm(cmd, yes, fmt.Sprintf("delete all %d waiting and %d scheduled tasks of queue %s", qi.Waiting, qi.Scheduled, q)); err != nil {
+		what := fmt.Sprintf("delete all %d waiting and %d scheduled tasks of queue %s", qi.Waiting, qi.Scheduled, q)
+		if qi.Keys > 0 {
+			what += fmt.Sprintf(", and every task waiting behind its %d keys", qi.Keys)
+		}
+		if err := a.confirm(cmd, yes, what); err != nil {
 			return err
 		}
 		return a.bulk(ctx, "deleted", "waiting and scheduled tasks of "+q, total, func(ctx context.Context, p worqr.Progress) (int, error) {
 			return a.in.DeleteAllWaiting(ctx, q, p)
 		})
+	})
+	return cmd
+}
+
+// keyJSON is one key in `queue keys -o json`.
+type keyJSON struct {
+	Key       string `json:"key"`
+	Head      string `json:"head"`
+	HeadState string `json:"head_state"`
+	Behind    int    `json:"behind"`
+	Blocked   bool   `json:"blocked"`
+}
+
+func (a *app) queueKeysCmd() *cobra.Command {
+	var (
+		o       output
+		blocked bool
+		limit   int
+	)
+	cmd := &cobra.Command{
+		Use:   "keys <queue>",
+		Short: "an ordered queue's keys: each one's head and how many tasks wait behind it",
+		Long: `Lists the keys of an ordered queue that have tasks: each key's head (the task
+that runs, waits its turn or its retry, or is dead), its state, and how many
+tasks wait behind it (they run one at a time, after the head). A key whose
+head is dead is blocked until the head is requeued or deleted ('worqr dead
+retry' / 'worqr dead delete'), unless the queue moves on. 'queue ls' counts
+only the heads as waiting.`,
+		Example: "  worqr queue keys orders\n  worqr queue keys orders --blocked\n  worqr queue keys orders -o json --limit 10000",
+		Args:    args("queue"),
+	}
+	o.register(cmd)
+	cmd.Flags().BoolVar(&blocked, "blocked", false, "only the keys blocked by a dead head (read from the dead set, newest first)")
+	cmd.Flags().IntVar(&limit, "limit", 100, "at most this many keys (1 to 100000)")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := o.check(); err != nil {
+			return err
+		}
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if limit < 1 || limit > 100000 {
+			return usagef("--limit %d: must be between 1 and 100000", limit)
+		}
+		if err := a.mustKnow(ctx, q); err != nil {
+			return err
+		}
+		var ks []worqr.KeyInfo
+		total := -1
+		if blocked {
+			var err error
+			if ks, err = a.in.BlockedKeys(ctx, q, limit); err != nil {
+				return err
+			}
+		} else {
+			seen := map[string]bool{}
+			for cursor := uint64(0); ; {
+				page, next, n, err := a.in.Keys(ctx, q, cursor, min(limit, 1000))
+				if err != nil {
+					return err
+				}
+				total = n
+				for _, k := range page {
+					if !seen[k.Key] && len(ks) < limit {
+						seen[k.Key] = true
+						ks = append(ks, k)
+					}
+				}
+				if next == 0 || len(ks) >= limit {
+					break
+				}
+				cursor = next
+			}
+		}
+		out := make([]keyJSON, len(ks))
+		for i, k := range ks {
+			out[i] = keyJSON{Key: k.Key, Behind: k.Behind, Blocked: k.Blocked}
+			if k.Head != nil {
+				out[i].Head, out[i].HeadState = k.Head.ID, string(k.Head.State)
+			}
+		}
+		if o.json() {
+			return writeJSON(a.env.out, out)
+		}
+		if len(out) == 0 {
+			_, err := fmt.Fprintf(a.env.out, "no keys with tasks in queue %s\n", q)
+			return err
+		}
+		t := newTable(a.env.out, "KEY", "HEAD", "HEAD STATE", "BEHIND", "BLOCKED")
+		for _, k := range out {
+			t.row(k.Key, orDash(k.Head), orDash(k.HeadState), strconv.Itoa(k.Behind), yesNo(k.Blocked))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+		if total > len(out) {
+			_, err := fmt.Fprintf(a.env.out, "%d of %d keys (--limit)\n", len(out), total)
+			return err
+		}
+		return nil
 	})
 	return cmd
 }

@@ -1189,9 +1189,23 @@ const (
 
 // Bulk deletes or cancels up to BulkChunk tasks of a stand-alone queue's
 // waiting list (front first) or scheduled set (earliest first) and returns
-// how many it handled: fewer than BulkChunk means none are left.
+// how many it handled: fewer than BulkChunk means none are left. A key's
+// head takes the tasks waiting behind it along, within the chunk.
 func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
 	return s.BulkLevel(ctx, q, place, 0, action)
+}
+
+// BulkKeys deletes or cancels up to BulkChunk of the tasks waiting in the
+// lists of keys of ordered queue q, behind their heads (running, or dead
+// and blocking the key), and returns how many it handled: fewer than
+// BulkChunk means those lists are empty. The heads stay.
+func (s *Store) BulkKeys(ctx context.Context, q QueueKeys, keys []string, action BulkAction) (int, error) {
+	args := make([]any, 0, 8+len(keys))
+	args = append(args, q.Waiting, q.Scheduled, q.Config, q.Retained, "keys", string(action), BulkChunk, q.TaskPrefix)
+	for _, k := range keys {
+		args = append(args, k)
+	}
+	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript, args...))
 }
 
 // BulkLevel is Bulk on the waiting list of priority level (0..MaxLevel).

@@ -324,6 +324,58 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 		Expect(bs).To(Equal([]string{"B/0", "B/0", "B/1"}))
 	}, SpecTimeout(20*time.Second))
 
+	It("purges every task waiting in an ordered queue: those behind each key's head too, whatever the head", func(ctx SpecContext) {
+		e := newEnv()
+		var ran trail
+		release := make(chan struct{})
+		h := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			ran.add(string(t.Payload))
+			switch string(t.Payload) {
+			case "D/0":
+				return worqr.SkipRetry(errors.New("bad"))
+			case "R/0":
+				<-release
+			}
+			return nil
+		})
+		e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{"pq": one(h, 2)}, nil))
+		// D's head is dead and blocks it, R's head runs: 3 and 2 behind.
+		e.enqueueKeyed("pq", "D", "D/0", "D/1", "D/2", "D/3")
+		e.enqueueKeyed("pq", "R", "R/0", "R/1", "R/2")
+		Eventually(ctx, ran.get).WithTimeout(5 * time.Second).Should(ContainElements("D/0", "R/0"))
+		in := inspector(e)
+		Eventually(ctx, func() bool {
+			ki, err := in.Key(ctx, "pq", "D")
+			return err == nil && ki != nil && ki.Blocked
+		}).WithTimeout(5 * time.Second).Should(BeTrue())
+		Expect(in.Pause(ctx, "pq")).To(Succeed())
+		// A and B: their heads wait, 4 and 1 behind them.
+		e.enqueueKeyed("pq", "A", "A/0", "A/1", "A/2", "A/3", "A/4")
+		e.enqueueKeyed("pq", "B", "B/0", "B/1")
+
+		deleted, err := in.DeleteAllWaiting(ctx, "pq", nil)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(deleted).To(Equal(5+2+3+2), "every waiting task, those behind a key's head included")
+		n, err := e.client.Len(ctx, "pq")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(n).To(BeZero())
+		for _, k := range []string{"A", "B"} {
+			ki, err := in.Key(ctx, "pq", k)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ki).To(BeNil(), "key %s has nothing left", k)
+		}
+		for _, k := range []string{"D", "R"} {
+			ki, err := in.Key(ctx, "pq", k)
+			Expect(err).NotTo(HaveOccurred())
+			Expect(ki).NotTo(BeNil())
+			Expect(ki.Behind).To(BeZero(), "nothing waits behind %s's head", k)
+		}
+		// The running head ends; nothing purged ever runs.
+		close(release)
+		Expect(in.Resume(ctx, "pq")).To(Succeed())
+		Consistently(ctx, ran.get).WithTimeout(time.Second).Should(ConsistOf("D/0", "R/0"))
+	}, SpecTimeout(20*time.Second))
+
 	It("merges enqueues into the key's waiting task and hands the payloads over together", func(ctx SpecContext) {
 		e := newEnv()
 		Expect(e.client.SetKeyPolicy(ctx, "mrg", worqr.KeyPolicy{Merge: true})).To(Succeed())

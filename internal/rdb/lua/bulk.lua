@@ -10,26 +10,37 @@
 -- KEYS[2] <ns>:{T}:s:<queue>          (zset) scheduled ids
 -- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- KEYS[4] <ns>:{T}:done:<queue>       (zset) retained ended ids
--- ARGV[1] "waiting" | "scheduled"   ARGV[2] "delete" | "cancel"
--- ARGV[3] chunk size   ARGV[4] task key prefix
--- Returns: the number of tasks handled; fewer than the chunk size means none
--- are left.
+-- ARGV[1] "waiting" | "scheduled" | "keys"   ARGV[2] "delete" | "cancel"
+-- ARGV[3] chunk size   ARGV[4] task key prefix   ARGV[5..] with "keys": the
+-- keys (of an ordered queue) whose lists to empty
+-- Returns: the number of tasks handled (the tasks waiting behind a key's
+-- head included); fewer than the chunk size means none are left.
 local n = tonumber(ARGV[3])
-local ids
-if ARGV[1] == 'waiting' then
-  ids = redis.call('LPOP', KEYS[1], n) or {}
-else
-  ids = redis.call('ZRANGE', KEYS[2], 0, n - 1)
-  if #ids > 0 then
-    redis.call('ZREM', KEYS[2], unpack(ids))
-  end
-end
 local retention = cfg_num(KEYS[3], 'retention', 0)
-for _, id in ipairs(ids) do
+local qname = key_queue_of(ARGV[4], KEYS[3], 'cfg:')
+local handled = 0
+
+-- drop deletes or cancels task id (its hash, unique lock, packed field).
+-- A key's head takes the tasks waiting behind it in the key's list along
+-- (they are waiting too), as many as the call has room for; then its end
+-- moves the key on: the next task left, if any, becomes the head, and a
+-- later chunk reaches it.
+local function drop(id, follower)
   local tkey = ARGV[4] .. id
   local t = redis.pcall('HMGET', tkey, F_UNIQUE, F_RETENTION, F_KEY)
   local u, task_ms, okey = nil, nil, nil
   if type(t) == 'table' and not t.err then u, task_ms, okey = t[1], t[2], t[3] end
+  if okey and okey ~= '' and not follower then
+    local heads, list = key_names(ARGV[4], qname, okey)
+    if redis.pcall('HGET', heads, okey) == id then
+      while handled < n do
+        local e = key_pop(list)
+        if not e then break end
+        drop((key_entry(e)), true)
+        handled = handled + 1
+      end
+    end
+  end
   -- An id with no task data is only dropped: a cancel must not make up a
   -- record of a task that does not exist. A waiting id with no hash may be a
   -- loaded task, packed (see packed.lua): a cancel makes its hash first, a
@@ -45,4 +56,32 @@ for _, id in ipairs(ids) do
     end
   end
 end
-return #ids
+
+if ARGV[1] == 'keys' then
+  -- The tasks waiting behind the heads of keys ARGV[5..] (a head running,
+  -- or dead and blocking its key): the heads stay.
+  for i = 5, #ARGV do
+    local _, list = key_names(ARGV[4], qname, ARGV[i])
+    while handled < n do
+      local e = key_pop(list)
+      if not e then break end
+      drop((key_entry(e)), true)
+      handled = handled + 1
+    end
+  end
+  return handled
+end
+local ids
+if ARGV[1] == 'waiting' then
+  ids = redis.call('LPOP', KEYS[1], n) or {}
+else
+  ids = redis.call('ZRANGE', KEYS[2], 0, n - 1)
+  if #ids > 0 then
+    redis.call('ZREM', KEYS[2], unpack(ids))
+  end
+end
+handled = #ids
+for _, id in ipairs(ids) do
+  drop(id, false)
+end
+return handled
