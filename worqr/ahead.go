@@ -182,7 +182,7 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 	}
 	if err := w.release(s, q); err != nil {
 		w.cfg.Logger.Warn("worker: stopping: could not put back a task taken ahead (Stop's requeue will)",
-			"queue", q.name, "err", err)
+			"queue", q.member, "err", err)
 	}
 }
 

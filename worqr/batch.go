@@ -151,7 +151,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}
 	w.runMu.Unlock()
 	for _, t := range b.tasks {
-		w.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
+		w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 	}
 	h := Chain(HandlerFunc(func(ctx context.Context, _ *Task) error {
 		return q.cfg.BatchHandler.HandleBatch(ctx, batch)

@@ -235,7 +235,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 	for {
 		if s.Lost() {
 			for _, t := range ts {
-				w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
+				w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
 			}
 			return
 		}
@@ -248,31 +248,31 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 					unsure = false
 				} else {
 					out, members = w.appliedOutcome(q.qk, t.ID, e), nil
-					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.name, "task_id", t.ID, "pid", t.pid)
+					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.member, "task_id", t.ID, "pid", t.pid)
 				}
 			}
 		}
 		if err == nil && res.replica != nil {
 			w.unreplicated.Add(1)
-			w.cfg.Logger.Warn("worker: end not acknowledged by enough replicas", "queue", q.name, "task_id", t.ID, "pid", t.pid, "err", res.replica)
-			w.emit(Event{Kind: EventError, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(),
+			w.cfg.Logger.Warn("worker: end not acknowledged by enough replicas", "queue", q.member, "task_id", t.ID, "pid", t.pid, "err", res.replica)
+			w.emit(Event{Kind: EventError, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(),
 				Err: fmt.Errorf("worqr: end of %s: %w", t.ID, res.replica)})
 		}
 		if err == nil {
 			if out == rdb.OutcomeLost {
 				for _, t := range ts {
-					w.cfg.Logger.Warn("worker: taking lost", "queue", q.name, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
-					w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
+					w.cfg.Logger.Warn("worker: taking lost", "queue", q.member, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
+					w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
 				}
 				return
 			}
-			w.emit(Event{Kind: eventOf[out], Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
+			w.emit(Event{Kind: eventOf[out], Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
 			for i, m := range ts[1:] {
 				mo := memberAsked(e)
 				if i < len(members) {
 					mo = members[i]
 				}
-				w.emit(Event{Kind: eventOf[mo], Queue: q.name, TaskID: m.ID, PID: m.pid, WorkerID: s.ID(), Err: herr})
+				w.emit(Event{Kind: eventOf[mo], Queue: q.member, TaskID: m.ID, PID: m.pid, WorkerID: s.ID(), Err: herr})
 			}
 			return
 		}
@@ -280,8 +280,8 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 			return // hard stop: the keepalive expires and a peer requeues
 		}
 		unsure = unsure || !rdb.IsReplyError(err)
-		w.emit(Event{Kind: EventError, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
-		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.name, "task_id", t.ID, "err", err)
+		w.emit(Event{Kind: EventError, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
+		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.member, "task_id", t.ID, "err", err)
 		if !sleepCtx(w.runCtx, delay) {
 			return
 		}

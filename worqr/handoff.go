@@ -58,7 +58,7 @@ func (w *Worker) handed(q *queueRunner, data []byte) {
 	}
 	h, ok := rdb.ParseHandoff(data)
 	if !ok {
-		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.name)
+		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.member)
 		return
 	}
 	q.hand.mu.Lock()
@@ -75,7 +75,7 @@ func (w *Worker) handed(q *queueRunner, data []byte) {
 func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff, cancelled bool) {
 	st := &q.hand
 	if st.relFor == h.Worker && h.Seq <= st.relSeq && !st.relKnown[h.Taken.PID] {
-		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.name,
+		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.member,
 			"task_id", h.Taken.ID, "pid", h.Taken.PID)
 		return
 	}
@@ -172,7 +172,7 @@ func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 	st.mu.Unlock()
 	if lost != "" {
 		w.cfg.Logger.Warn("worker: holding a taking it does not run (a lost hand-off or take reply): releasing",
-			"queue", q.name, "pid", lost, "worker_id", s.ID())
+			"queue", q.member, "pid", lost, "worker_id", s.ID())
 		q.setUnsure(s.ID())
 		poke(q.wake)
 	}
@@ -204,7 +204,7 @@ func (w *Worker) unparkAll(ctx context.Context, s *heartbeat.Session) {
 			continue
 		}
 		if err := w.st.Unpark(ctx, q.qk, s.ID()); err != nil {
-			w.cfg.Logger.Debug("worker: unpark failed", "queue", q.name, "err", err)
+			w.cfg.Logger.Debug("worker: unpark failed", "queue", q.member, "err", err)
 		}
 	}
 }

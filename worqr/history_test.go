@@ -285,3 +285,68 @@ func TestHistoryCostIsPerPublication(t *testing.T) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// A flow's queue is "<flow>/<queue>" in the events and the history, as in
+// every Inspector method: a stand-alone queue of the same name keeps its
+// own counts (the two were added up under the bare name).
+func TestHistoryNamesAFlowQueueWithItsFlow(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	done := worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })
+	flow := &worqr.Flow{Name: "fl", Stages: []worqr.Stage{{Name: "notify", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
+	var mu sync.Mutex
+	stageEvents := map[string]int{}
+	wc := fastTimings(ns)
+	wc.EventInterval = 20 * time.Millisecond
+	wc.Flows = []*worqr.Flow{flow}
+	wc.Queues = map[string]worqr.QueueConfig{"notify": {Handler: done, Concurrency: 1}}
+	wc.OnEvent = func(e worqr.Event) {
+		if e.Kind == worqr.EventDone {
+			mu.Lock()
+			stageEvents[e.Queue]++
+			mu.Unlock()
+		}
+	}
+	startWorker(t, ctx, pool, &wc)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := c.StartRun(ctx, flow, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := c.Enqueue(ctx, "notify", nil, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done2 := func(queue string) int64 {
+		ms, err := in.History(ctx, queue, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, m := range ms {
+			n += m.Done
+		}
+		return n
+	}
+	wait(t, 10*time.Second, "both queues' history", func() bool { return done2("fl/notify") >= 2 && done2("notify") >= 3 })
+	if f, s := done2("fl/notify"), done2("notify"); f != 2 || s != 3 {
+		t.Fatalf("history: fl/notify %d done, notify %d; want 2 and 3", f, s)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if stageEvents["fl/notify"] != 2 || stageEvents["notify"] != 3 {
+		t.Fatalf("done events by queue %v; want fl/notify 2, notify 3", stageEvents)
+	}
+}

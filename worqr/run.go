@@ -82,7 +82,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 	w.runMu.Lock()
 	w.running[t.ID] = me
 	w.runMu.Unlock()
-	w.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
+	w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 
 	var (
 		err error

@@ -74,8 +74,8 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				if w.runCtx.Err() != nil {
 					return
 				}
-				w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: err})
-				w.cfg.Logger.Warn("worker: take failed", "queue", q.name, "err", err)
+				w.emit(Event{Kind: EventError, Queue: q.member, WorkerID: s.ID(), Err: err})
+				w.cfg.Logger.Warn("worker: take failed", "queue", q.member, "err", err)
 				if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
 					return
 				}
@@ -157,8 +157,8 @@ func (w *Worker) takeReplicated(s *heartbeat.Session, q *queueRunner, err error)
 	if !errors.Is(err, ErrNotReplicated) {
 		return err
 	}
-	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.name, "err", err)
-	w.emit(Event{Kind: EventError, Queue: q.name, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.name, err)})
+	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.member, "err", err)
+	w.emit(Event{Kind: EventError, Queue: q.member, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.member, err)})
 	return nil
 }
 
@@ -208,19 +208,19 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	known := q.heldPIDs()
 	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
 	w.releaseEnd(s, q, known, r, err)
-	emitCancelled(w.emit, q.name, r.Cancelled)
+	emitCancelled(w.emit, q.member, r.Cancelled)
 	if err != nil {
 		q.setUnsure(s.ID())
 		return err
 	}
 	if r.Requeued > 0 {
 		w.cfg.Logger.Warn("worker: put back takings it held and did not run (taken ahead of handlers that slowed down, or a lost take reply or hand-off)",
-			"queue", q.name, "count", r.Requeued)
+			"queue", q.member, "count", r.Requeued)
 	}
 	for pid, id := range q.markLost(r.Missing) {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",
-			"queue", q.name, "task_id", id, "pid", pid, "worker_id", s.ID())
-		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
+			"queue", q.member, "task_id", id, "pid", pid, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
 	}
 	return nil
 }
@@ -334,13 +334,13 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 		}
 		if t.PID == "" {
 			buried++
-			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.name, "task_id", t.ID, "reason", t.Reason)
-			w.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.member, "task_id", t.ID, "reason", t.Reason)
+			w.emit(Event{Kind: EventDead, Queue: q.member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
 			continue
 		}
 		if s.Lost() {
 			// Taken under an id that just died: leave it to the reaper.
-			w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
+			w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
 			continue
 		}
 		if q.closed {
@@ -348,7 +348,7 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 		}
 		if !fresh || nowait && len(q.work) == cap(q.work) {
 			w.cfg.Logger.Warn("worker: taking not run (received while frozen, or no room): put back by a release",
-				"queue", q.name, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
+				"queue", q.member, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
 			unsure = true
 			continue
 		}
@@ -386,8 +386,8 @@ func (w *Worker) hold(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *holdin
 	h, displaced := q.hold(t.PID, t.ID)
 	if displaced != "" {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (its pid was handed out again): handler cancelled",
-			"queue", q.name, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
-		w.emit(Event{Kind: EventLost, Queue: q.name, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
+			"queue", q.member, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
 	}
 	return h
 }

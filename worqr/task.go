@@ -217,9 +217,11 @@ type Event struct {
 	// At is when the process that observed it did (its own clock).
 	At       time.Time
 	WorkerID string
-	Queue    string
-	TaskID   string
-	PID      string
+	// Queue is the queue as the Inspector names it: "<flow>/<queue>" for
+	// a flow's stage or child queue ("" for a run's own cancel).
+	Queue  string
+	TaskID string
+	PID    string
 	// Err is the handler's error (EventDone), or what failed.
 	Err error
 	// Count is the number of tasks an EventRecovered or EventStopRequeued

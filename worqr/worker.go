@@ -70,7 +70,8 @@ type queueRunner struct {
 	kind         rdb.Kind
 	flow         *Flow  // stage and child queues
 	stage        int    // the stage (declaring the child queue)
-	name         string // the queue's name within its tag, as events name it
+	name         string // the queue's name within its tag (a flow's stage or child queue: without the flow)
+	member       string // its name in events, the history and the Inspector: "<flow>/<queue>" for a flow's
 	qk           rdb.QueueKeys
 	cfg          QueueConfig
 	handler      Handler
@@ -110,7 +111,7 @@ type queueRunner struct {
 	// waitsSlot: the fetch loop waits for a free slot to take work that
 	// may be waiting (see slotFreed).
 	waitsSlot atomic.Bool
-	ends  *group.Group[rdb.Ending, endDone]
+	ends      *group.Group[rdb.Ending, endDone]
 
 	heldMu sync.Mutex
 	held   map[string]*holding // pids of this queue's takings being run
@@ -343,7 +344,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	}
 	add := func(r *queueRunner, ref rdb.QueueRef) {
 		r.qk = w.st.Queue(ref)
-		r.name = ref.Name
+		r.name, r.member = ref.Name, ref.Member()
 		r.concurrency = r.cfg.Concurrency
 		r.handler = r.cfg.Handler
 		if r.handler != nil {
@@ -566,11 +567,11 @@ func (w *Worker) writeSettings(ctx context.Context) error {
 			RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
 			DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
 		}); err != nil {
-			return fmt.Errorf("worqr: write settings of %s: %w", q.name, err)
+			return fmt.Errorf("worqr: write settings of %s: %w", q.member, err)
 		}
 		if l := q.cfg.Limits; l != nil {
 			if err := w.st.SetLimits(ctx, q.qk, l.rdb()); err != nil {
-				return fmt.Errorf("worqr: write limits of %s: %w", q.name, err)
+				return fmt.Errorf("worqr: write limits of %s: %w", q.member, err)
 			}
 		}
 	}
@@ -788,15 +789,15 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	ok := true
 	for _, q := range w.queues {
 		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(w.emit, q.name, cancelled)
+		emitCancelled(w.emit, q.member, cancelled)
 		if err != nil {
 			ok = false
 			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will once the keepalive expires)",
-				"queue", q.name, "worker_id", s.ID(), "err", err)
+				"queue", q.member, "worker_id", s.ID(), "err", err)
 			continue
 		}
 		if n > 0 {
-			w.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.ID(), Count: n})
+			w.emit(Event{Kind: EventStopRequeued, Queue: q.member, WorkerID: s.ID(), Count: n})
 		}
 	}
 	return ok

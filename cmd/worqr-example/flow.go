@@ -158,9 +158,9 @@ const (
 func flowEventLine(e worqr.Event) []string {
 	switch e.Kind {
 	case worqr.EventForwarded:
-		return []string{lineForwarded, e.Queue, e.TaskID}
+		return []string{lineForwarded, inFlow(e.Queue), e.TaskID}
 	case worqr.EventFannedOut:
-		return []string{lineFannedOut, e.Queue, e.TaskID}
+		return []string{lineFannedOut, inFlow(e.Queue), e.TaskID}
 	}
 	return nil
 }
@@ -235,9 +235,14 @@ func demoFlowOpts() accessFlowOpts {
 	return accessFlowOpts{concurrency: 2, workTime: demoFlowWorkTime, childWorkTime: demoFlowChildWork}
 }
 
-// isAccessFlowQueue says whether queue is one of the built-in flow's queues.
+// isAccessFlowQueue says whether queue (as events name it,
+// "<flow>/<queue>") is one of the built-in flow's queues.
 func isAccessFlowQueue(queue string) bool {
-	switch queue {
+	q, ok := strings.CutPrefix(queue, accessFlowName+"/")
+	if !ok {
+		return false
+	}
+	switch q {
 	case stageAccessCheck, stageUpdateMembership, stageManageReward, stageNotify, childDiscord, childTelegram:
 		return true
 	}
@@ -252,7 +257,7 @@ func (d *demo) flowEvent(e worqr.Event) {
 			if d.flowEnds == nil {
 				d.flowEnds = map[string]int{}
 			}
-			d.flowEnds[e.Queue+" "+e.TaskID]++
+			d.flowEnds[inFlow(e.Queue)+" "+e.TaskID]++
 		})
 	case worqr.EventLost, worqr.EventCancelled, worqr.EventDead, worqr.EventRetry, worqr.EventRecovered:
 		d.update(func() {

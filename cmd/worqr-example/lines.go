@@ -87,6 +87,16 @@ func tookLine(t *worqr.Task) []string {
 	return []string{lineTook, t.Queue, t.ID, word(t.PID()), strconv.Itoa(t.Attempt), strconv.Itoa(t.Crashes)}
 }
 
+// inFlow is queue as a task's lines name it: a flow's stage or child queue
+// ("<flow>/<queue>" in events) without its flow, as the took lines (the
+// Task's and the Run's names) do.
+func inFlow(queue string) string {
+	if i := strings.IndexByte(queue, '/'); i >= 0 {
+		return queue[i+1:]
+	}
+	return queue
+}
+
 // eventLine returns the line of a worker event, or nil for the events the
 // protocol leaves to the logs.
 func eventLine(e worqr.Event) []string {
@@ -94,19 +104,19 @@ func eventLine(e worqr.Event) []string {
 	case worqr.EventRegistered:
 		return []string{lineRegistered, e.WorkerID}
 	case worqr.EventDone:
-		return []string{lineDone, e.Queue, e.TaskID, word(e.PID)}
+		return []string{lineDone, inFlow(e.Queue), e.TaskID, word(e.PID)}
 	case worqr.EventCancelled:
-		return []string{lineCancelled, e.Queue, e.TaskID}
+		return []string{lineCancelled, inFlow(e.Queue), e.TaskID}
 	case worqr.EventLost:
-		return []string{lineLost, e.Queue, e.TaskID, word(e.PID)}
+		return []string{lineLost, inFlow(e.Queue), e.TaskID, word(e.PID)}
 	case worqr.EventKeepaliveLost:
 		return []string{lineKeepaliveLost, e.WorkerID}
 	case worqr.EventRecovered:
 		return []string{lineRecovered, e.Queue, strconv.Itoa(e.Count), word(strings.Join(e.DeadWorkers, ","))}
 	case worqr.EventRetry:
-		return []string{"retry", e.Queue, e.TaskID}
+		return []string{"retry", inFlow(e.Queue), e.TaskID}
 	case worqr.EventDead:
-		return []string{"dead", e.Queue, e.TaskID}
+		return []string{"dead", inFlow(e.Queue), e.TaskID}
 	}
 	return nil
 }

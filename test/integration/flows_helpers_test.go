@@ -343,7 +343,8 @@ func (l *flLog) recordChild(result string) worqr.Handler {
 func (r *recorder) flEvents(queue, id string) []worqr.EventKind {
 	var out []worqr.EventKind
 	for _, ev := range r.all() {
-		if ev.TaskID == id && ev.Queue == queue {
+		// Events name a flow's queue "<flow>/<queue>".
+		if _, q, ok := strings.Cut(ev.Queue, "/"); ev.TaskID == id && ok && q == queue {
 			out = append(out, ev.Kind)
 		}
 	}
