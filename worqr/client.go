@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -757,10 +758,25 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		PID:             r.PID,
 		CancelRequested: r.CancelRequested,
 	}
-	if x, err := xid.FromString(r.ID); err == nil {
-		info.EnqueuedAt = x.Time()
-	}
+	info.EnqueuedAt, _ = enqueuedAt(r.ID)
 	return info
+}
+
+// enqueuedAt reads when task id was first enqueued from the id itself: an
+// id worqr made (an xid, second precision), or a periodic tick's
+// ("<schedule>.<tick unix ms>", see TickTaskID). Not for an id of the
+// caller's choosing (EnqueueOpts.ID): false.
+func enqueuedAt(id string) (time.Time, bool) {
+	if x, err := xid.FromString(id); err == nil {
+		return x.Time(), true
+	}
+	if i := strings.LastIndexByte(id, '.'); i > 0 {
+		// A tick from 2000 on, and not in the future.
+		if ms, err := strconv.ParseInt(id[i+1:], 10, 64); err == nil && ms >= 946684800000 && ms <= time.Now().UnixMilli() {
+			return time.UnixMilli(ms), true
+		}
+	}
+	return time.Time{}, false
 }
 
 func msTime(ms int64) time.Time {

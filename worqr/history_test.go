@@ -350,3 +350,43 @@ func TestHistoryNamesAFlowQueueWithItsFlow(t *testing.T) {
 		t.Fatalf("done events by queue %v; want fl/notify 2, notify 3", stageEvents)
 	}
 }
+
+// A queue's latency and a task's enqueue time are read from the task's id:
+// a periodic tick's id carries its tick's time; an id of the caller's
+// choosing carries none (zero, not a made-up time).
+func TestLatencyOfATickAndOfACallersID(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tick := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
+	tid, err := c.Enqueue(ctx, "ticks", []byte("x"), &worqr.EnqueueOpts{ID: worqr.TickTaskID("every-minute", tick)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "mine", []byte("x"), &worqr.EnqueueOpts{ID: "order-1700000000000"}); err != nil {
+		t.Fatal(err)
+	}
+	qi, err := in.Queue(ctx, "ticks")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qi.Latency < time.Minute {
+		t.Errorf("latency of a queue whose head ticked a minute ago: %s", qi.Latency)
+	}
+	info, err := c.Task(ctx, "ticks", tid)
+	if err != nil || !info.EnqueuedAt.Equal(tick) {
+		t.Errorf("tick's EnqueuedAt = %v (%v), want %v", info.EnqueuedAt, err, tick)
+	}
+	if qi, err := in.Queue(ctx, "mine"); err != nil || qi.Latency != 0 || qi.Waiting != 1 {
+		t.Errorf("queue whose head has the caller's id: %+v, %v; want latency 0 (unknown)", qi, err)
+	}
+}

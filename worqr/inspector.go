@@ -6,8 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/rs/xid"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -61,9 +59,12 @@ type QueueInfo struct {
 	// counts only their heads (see Inspector.Keys).
 	Keys int64
 	// Latency is the age of the oldest waiting task: how long ago the task
-	// at the front of the queue was enqueued (0 when none waits). For a
-	// queue with priority levels, the front of level 0. Waiting counts
-	// every level.
+	// at the front of the queue was first enqueued (0 when none waits), so
+	// a retried or requeued task at the front counts its whole age. It is
+	// read from the task's id: 0 too when that is an id of the caller's
+	// choosing (EnqueueOpts.ID; a periodic tick's id carries its time). For
+	// a queue with priority levels, the front of level 0; for a flow's
+	// stage queue, the run's age. Waiting counts every level.
 	Latency time.Duration
 }
 
@@ -123,8 +124,8 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 		if r.Flow() {
 			qi.Flow = r.Tag
 		}
-		if x, err := xid.FromString(st[i].Head); err == nil {
-			qi.Latency = max(now.Sub(x.Time()), 0)
+		if at, ok := enqueuedAt(st[i].Head); ok {
+			qi.Latency = max(now.Sub(at), 0)
 		}
 		out[i] = qi
 	}

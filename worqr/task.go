@@ -141,7 +141,9 @@ type TaskInfo struct {
 	PID      string
 	// CancelRequested is true when Cancel was called while it ran.
 	CancelRequested bool
-	// EnqueuedAt is read from the task id (second precision).
+	// EnqueuedAt is read from the task id (second precision; a periodic
+	// tick's id carries its tick's time): zero for an id of the caller's
+	// choosing (EnqueueOpts.ID).
 	EnqueuedAt time.Time
 }
 
