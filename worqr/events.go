@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -331,8 +332,10 @@ const WaitRecheck = 5 * time.Second
 // the task again every WaitRecheck: a lost event delays it, never hangs
 // it. A done, cancelled or expired task is readable only while its
 // retention (its EnqueueOpts.Retention, or its queue's Retention) keeps
-// it, so Wait returns ErrTaskNotFound for a task that ended without one
-// (or never existed). It returns ctx's error when ctx ends first. The
+// it: for one that ended without retention, Wait returns what the event
+// of its end said (its State, no result) when it saw that event, and
+// ErrTaskNotFound when it did not (the task ended before Wait began, or
+// its event was lost), as for a task that never existed. It returns ctx's error when ctx ends first. The
 // workers must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	if _, err := c.queue(queue); err != nil {
@@ -342,15 +345,28 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 		return nil, invalid("id", "is empty")
 	}
 	var info *TaskInfo
+	var seen atomic.Pointer[TaskState] // how its end's event said it ended
 	err := c.waitUntil(ctx, func(e Event) bool {
+		if e.TaskID != id {
+			return false
+		}
 		switch e.Kind {
 		case EventDone, EventCancelled, EventDead, EventExpired:
-			return e.TaskID == id
+			if e.Queue == queue {
+				st := endState[e.Kind]
+				seen.Store(&st)
+			}
+			return true
 		}
 		return false
 	}, func() (bool, error) {
 		var err error
 		if info, err = c.Task(ctx, queue, id); err != nil {
+			if st := seen.Load(); st != nil && errors.Is(err, ErrTaskNotFound) {
+				// Ended with no retention to keep it: what its event said.
+				info = &TaskInfo{ID: id, Queue: queue, State: *st}
+				return true, nil
+			}
 			return false, err
 		}
 		switch info.State {
@@ -364,6 +380,10 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	}
 	return info, nil
 }
+
+// endState is the state a task's end event says it ended in.
+var endState = map[EventKind]TaskState{EventDone: StateDone, EventCancelled: StateCancelled,
+	EventDead: StateDead, EventExpired: StateExpired}
 
 // WaitRun blocks until run id of flow has ended (done, failed or
 // cancelled) and returns what Run reads then: its status, its state and

@@ -272,3 +272,38 @@ func TestWaitRunWokenByAChild(t *testing.T) {
 		t.Fatal("WaitRun was not woken by the child that ended the run")
 	}
 }
+
+// A task that ends with no retention to keep it leaves nothing to read:
+// Wait, which saw the event of its end, returns what that event said
+// (done), not ErrTaskNotFound.
+func TestWaitForATaskWithoutRetention(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	counted := newCmdPool()
+	cfg := worqr.Config{Namespace: redistest.Namespace(), EventInterval: 20 * time.Millisecond}
+	release := make(chan struct{})
+	wc := worqr.WorkerConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1,
+		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { <-release; return nil })}}}
+	startWorker(t, ctx, pool, &wc)
+	c, err := worqr.NewClient(counted, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.Enqueue(ctx, "q", []byte("p"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	_, done := waiting(waitCtx, t, counted, func(ctx context.Context) (*worqr.TaskInfo, error) { return c.Wait(ctx, "q", id) })
+	close(release)
+	select {
+	case w := <-done:
+		if w.err != nil || w.v.State != worqr.StateDone || w.v.ID != id {
+			t.Fatalf("Wait = %+v, %v; want %s done", w.v, w.err, id)
+		}
+	case <-waitCtx.Done():
+		t.Fatal("Wait did not return")
+	}
+}

@@ -987,3 +987,20 @@ func TestQueueKeysAndPurgeOfAnOrderedQueue(t *testing.T) {
 		t.Errorf("queue keys after the purge: %q", out)
 	}
 }
+
+// --unique-key needs --unique-ttl (the key's longest hold): refused, naming
+// the flag, before anything is sent; with it, a second enqueue of the key
+// is refused while the first task waits.
+func TestEnqueueUniqueKeyNeedsTTL(t *testing.T) {
+	b := setup(t)
+	if r := b.run("", "enqueue", "emails", "x", "--unique-key", "k1"); r.code != 2 || !strings.Contains(r.err, "--unique-key needs --unique-ttl") {
+		t.Errorf("--unique-key alone: exit %d, stderr %q; want 2 naming --unique-ttl", r.code, r.err)
+	}
+	b.ok("", "enqueue", "emails", "x", "--unique-key", "k1", "--unique-ttl", "1m")
+	if r := b.run("", "enqueue", "emails", "y", "--unique-key", "k1", "--unique-ttl", "1m"); r.code == 0 {
+		t.Errorf("a second enqueue of key k1 while the first waits: exit 0, stdout %q", r.out)
+	}
+	if qi := b.queue("emails"); qi.Waiting != 1 {
+		t.Errorf("emails holds %d waiting, want 1", qi.Waiting)
+	}
+}

@@ -40,7 +40,7 @@ output with is part of the payload (printf '%s' avoids it).`,
 	f.IntVar(&maxAttempts, "max-attempts", 0, "failed attempts before it goes to the dead set (0: the queue's setting)")
 	f.DurationVar(&timeout, "timeout", 0, "the handler's deadline for this task (0: the queue's setting)")
 	f.StringVar(&uniqueKey, "unique-key", "", "refuse the enqueue while another task holds this key")
-	f.DurationVar(&uniqueTTL, "unique-ttl", 0, "how long --unique-key holds at most (0: until the task ends)")
+	f.DurationVar(&uniqueTTL, "unique-ttl", 0, "how long --unique-key holds at most (required with it; released sooner when the task ends)")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q, src := args[0], args[1]
 		if err := checkQueue("<queue>", q); err != nil {
@@ -59,6 +59,9 @@ output with is part of the payload (printf '%s' avoids it).`,
 		}
 		if uniqueTTL > 0 && uniqueKey == "" {
 			return usagef("--unique-ttl needs --unique-key")
+		}
+		if uniqueKey != "" && uniqueTTL < time.Millisecond {
+			return usagef("--unique-key needs --unique-ttl (at least 1ms): how long the key holds at most")
 		}
 		payload, err := a.readPayload(src)
 		if err != nil {

@@ -45,8 +45,9 @@ the workers' events (and reading the task every 5 s in case one was lost),
 then prints its state and id ("done cv3k1s1hhc2s73b0o3ng"), or the task as
 'task get -o json' prints it. Exit 0 when it is done; 1 when it ended
 otherwise (its last error on stderr), when --timeout passed first, or when
-it is not found (a task that ended is found only while its retention keeps
-it: give the queue a Retention, or the task one, to wait for it).`,
+it is not found. A task that ends while it waits is seen by its end's
+event, retention or not; one that ended before is found only while its
+retention keeps it (give the queue a Retention, or the task one).`,
 		Example: "  id=$(worqr enqueue reports '{\"month\":\"2026-10\"}')\n  worqr task wait reports $id --timeout 10m && echo ready",
 		Args:    args("queue", "id"),
 	}, func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error {
