@@ -68,7 +68,7 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	grace := fs.Duration("grace", 10*time.Second, "on SIGINT/SIGTERM, how long running handlers may finish before their tasks are put back")
 	failFirst := fs.Int("fail-first", 0, "the handler returns an error on the first N attempts of each task (to exercise retries)")
 	maxAttempts := fs.Int("max-attempts", 0, "failed attempts before a task goes to the dead set (0: library default, 25)")
-	maxCrashes := fs.Int("max-crashes", 0, "worker deaths one task may cause before it goes to the dead set (0: library default, 5; -1: no limit)")
+	maxCrashes := fs.Int("max-crashes", 0, "worker deaths one task may cause before it goes to the dead set (0: library default, 5; negative: no limit)")
 	retryDelay := fs.Duration("retry-delay", 0, "fixed delay before a retry (0: the library's exponential backoff); a retry then waits in the scheduled set until the next pass of the mover, about once a second")
 	retention := fs.Duration("retention", 0, "how long done and cancelled tasks stay readable in Redis (0: deleted at once)")
 	serveFlow := fs.Bool("flow", false, "also serve the built-in flow guild-access (see above)")

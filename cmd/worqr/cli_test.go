@@ -216,6 +216,14 @@ func TestQueuePauseRefusesAnUnknownQueue(t *testing.T) {
 	if qi := b.queue("emials"); qi.Paused {
 		t.Error("the unknown queue was paused anyway")
 	}
+	// The listings refuse a queue name with a typo too, rather than print
+	// nothing and exit 0.
+	for _, args := range [][]string{{"task", "ls", "emials"}, {"dead", "ls", "emials"}, {"dead", "errors", "emials"},
+		{"queue", "history", "emials"}} {
+		if r := b.run("", args...); r.code != 1 || !strings.Contains(r.err, `queue "emials" is not known`) {
+			t.Errorf("%v: exit %d, stderr %q", args, r.code, r.err)
+		}
+	}
 }
 
 func TestDeadRetryAllMovesEveryDeadTaskBack(t *testing.T) {

@@ -47,6 +47,9 @@ func (a *app) deadLsCmd() *cobra.Command {
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
+		if err := a.mustKnow(ctx, q); err != nil {
+			return err
+		}
 		if limit < 1 || limit > 1000 {
 			return usagef("--limit %d: must be between 1 and 1000", limit)
 		}
@@ -172,6 +175,9 @@ dead set holds more.`,
 			return err
 		}
 		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if err := a.mustKnow(ctx, q); err != nil {
 			return err
 		}
 		if scan < 1 {

@@ -86,6 +86,9 @@ func (a *app) queueHistoryCmd() *cobra.Command {
 		if err := checkQueue("<queue>", args[0]); err != nil {
 			return err
 		}
+		if err := a.mustKnow(ctx, args[0]); err != nil {
+			return err
+		}
 		return a.printHistory(ctx, a.env.out, o, args[0], *minutes)
 	})
 	return cmd

@@ -270,6 +270,8 @@ client used it) is refused, so that a typo does not set them on nothing:
 			return usagef("--period %s: must not be negative", period)
 		case rate > 0 && period == 0:
 			return usagef("--rate needs --period, the window it counts starts in (for example --period 1s)")
+		case period > 0 && rate == 0 && cmd.Flags().Changed("rate"):
+			return usagef("--rate 0 with --period %s: the rate must be at least 1 start per period (--clear, or no --rate and --period, removes the rate limit)", period)
 		case period > 0 && rate == 0:
 			return usagef("--period needs --rate, the starts it allows in each window")
 		case new && !set:

@@ -92,7 +92,7 @@ library's public Inspector and Client.
   worqr stats --history
   worqr dead errors emails
   worqr dead retry emails --all
-  echo '{"to":"ada@example.com"}' | worqr enqueue emails -`,
+  printf '%s' '{"to":"ada@example.com"}' | worqr enqueue emails -`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		// No Args: cobra then rejects an unknown command (exit 2); no

@@ -188,6 +188,9 @@ The table ends with how many the state holds; -o json prints
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
+		if err := a.mustKnow(ctx, q); err != nil {
+			return err
+		}
 		if !contains(states, state) {
 			return usagef("--state %q: want one of %s", state, strings.Join(states, ", "))
 		}
@@ -227,11 +230,15 @@ func (a *app) printTasks(o output, ts []*worqr.TaskInfo, total, offset int, stat
 		}
 	}
 	from, to := offset+1, offset+len(ts)
+	what := state
+	if state == string(worqr.StateDone) || state == string(worqr.StateCancelled) || state == string(worqr.StateExpired) {
+		what = "ended (done, cancelled or expired: retained)" // one listing for the three
+	}
 	if len(ts) == 0 {
-		_, err := fmt.Fprintf(a.env.out, "no %s tasks shown (%d in all)\n", state, total)
+		_, err := fmt.Fprintf(a.env.out, "no %s tasks shown (%d in all)\n", what, total)
 		return err
 	}
-	_, err := fmt.Fprintf(a.env.out, "%d-%d of %d %s\n", from, to, total, state)
+	_, err := fmt.Fprintf(a.env.out, "%d-%d of %d %s\n", from, to, total, what)
 	return err
 }
 
