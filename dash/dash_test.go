@@ -640,3 +640,29 @@ func TestUnknownQueueIsNotFound(t *testing.T) {
 		t.Fatalf("pause of a known queue: status %d, want 303", resp.StatusCode)
 	}
 }
+
+// An ordered queue's page says how many keys have tasks, and its "Delete
+// all waiting" deletes the tasks behind the keys' heads too.
+func TestOrderedQueueDeleteAllWaiting(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for _, key := range []string{"order-1", "order-2"} {
+		if _, err := e.client.EnqueueBatch(ctx, "orders", [][]byte{[]byte("a"), []byte("b"), []byte("c")}, &worqr.EnqueueOpts{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, body := e.get("/queue?name=orders"); !strings.Contains(body, "2 keys with tasks") {
+		t.Fatal("the queue page does not say how many keys have tasks")
+	}
+	tok := e.token("/queue?name=orders")
+	resp, _ := e.post("/action", url.Values{"op": {"delete_waiting"}, "queue": {"orders"}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "Deleted 6") {
+		t.Fatalf("no message of 6 deleted in:\n%s", body)
+	}
+	if q, err := e.in.Queue(ctx, "orders"); err != nil || q.Waiting != 0 || q.Keys != 0 {
+		t.Fatalf("after delete all waiting: %+v, %v; want nothing left", q, err)
+	}
+}
