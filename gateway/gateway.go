@@ -174,7 +174,7 @@ func toConnect(err error) error {
 		return e
 	case errors.Is(err, worqr.ErrNotOwner):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, worqr.ErrTooManySessions):
+	case errors.Is(err, worqr.ErrTooManySessions), errors.Is(err, worqr.ErrTooManyHeld):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, worqr.ErrTaskNotFound):
 		return connect.NewError(connect.CodeNotFound, err)

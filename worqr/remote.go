@@ -118,6 +118,10 @@ var ErrNotOwner = errors.New("worqr: taking not owned by this session")
 // ErrTooManySessions is returned by Open when MaxSessions are open.
 var ErrTooManySessions = errors.New("worqr: too many sessions")
 
+// ErrTooManyHeld is returned by Take when the session holds MaxHeld
+// takings already: end some first.
+var ErrTooManyHeld = errors.New("worqr: the session holds as many takings as it may")
+
 // ErrDraining is returned by Open while the Remote stops.
 var ErrDraining = errors.New("worqr: remote is stopping")
 

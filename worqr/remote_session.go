@@ -230,7 +230,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	s.mu.Unlock()
 	free := min(req.Max, s.r.cfg.MaxHeld-held)
 	if free <= 0 {
-		return nil, 0, invalid("max", "the session holds %d takings already (MaxHeld %d)", held, s.r.cfg.MaxHeld)
+		return nil, 0, fmt.Errorf("%w: %d (MaxHeld %d): end some first", ErrTooManyHeld, held, s.r.cfg.MaxHeld)
 	}
 	s.actMu.RLock()
 	defer s.actMu.RUnlock()

@@ -647,3 +647,20 @@ func TestRemoteDrainingTakeWaits(t *testing.T) {
 		t.Fatal("a take waiting while the Remote drained did not return once it stopped")
 	}
 }
+
+// A session that holds MaxHeld takings is told so (ErrTooManyHeld, which
+// the gateway answers resource_exhausted), not that its request was bad.
+func TestRemoteTakeBeyondMaxHeld(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{MaxHeld: 1, Queues: map[string]worqr.QueueConfig{"q": {}}})
+	for i := 0; i < 2; i++ {
+		if _, err := b.client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := open(t, b, "q")
+	takeOne(t, s, "q", 0)
+	if _, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, worqr.ErrTooManyHeld) || errors.Is(err, worqr.ErrInvalid) {
+		t.Fatalf("take beyond MaxHeld = %v, want ErrTooManyHeld", err)
+	}
+}
