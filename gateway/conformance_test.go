@@ -354,3 +354,33 @@ func TestNodeWorkerOutlastsRedisAway(t *testing.T) {
 	}
 	w.waitLine(t, j, "finished "+id+" ", 30*time.Second)
 }
+
+// A call that fails because Redis cannot be reached answers unavailable
+// without the text of the dial error: it names the Redis address, which
+// is not the remote caller's to know.
+func TestUnreachableRedisIsNotNamed(t *testing.T) {
+	s, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	g := startGatewayOn(t, s, 2*time.Second)
+	s.Kill()
+	body, _ := json.Marshal(map[string]any{"queue": "q", "payload": "eA=="})
+	req, _ := http.NewRequest("POST", g.url+"/worqr.gateway.v1.GatewayService/Enqueue", bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	data, _ := io.ReadAll(res.Body)
+	addr := strings.TrimPrefix(s.URL, "redis://")
+	if i := strings.IndexByte(addr, '/'); i >= 0 {
+		addr = addr[:i]
+	}
+	if res.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(data), addr) || !strings.Contains(string(data), "unavailable") {
+		t.Fatalf("enqueue with Redis down: %d %s; want 503 unavailable, not naming %s", res.StatusCode, data, addr)
+	}
+}

@@ -16,6 +16,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -39,6 +41,9 @@ type Config struct {
 	Token string
 	// MaxMessageBytes caps a request message. Default 4 MiB.
 	MaxMessageBytes int
+	// Logger receives what callers are not told (the text of a failure
+	// to reach Redis names its address). Default slog.Default().
+	Logger *slog.Logger
 }
 
 // DefaultMaxMessageBytes is Config.MaxMessageBytes's default.
@@ -53,6 +58,9 @@ func Handler(cfg Config) (string, http.Handler, error) {
 	}
 	if cfg.MaxMessageBytes == 0 {
 		cfg.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
 	}
 	if cfg.MaxMessageBytes < 0 {
 		return "", nil, fmt.Errorf("gateway: MaxMessageBytes (%d) must not be negative", cfg.MaxMessageBytes)
@@ -156,7 +164,7 @@ var _ gatewayv1connect.GatewayServiceHandler = (*server)(nil)
 // failed_precondition, and so on. Errors worqr does not name (Redis
 // unreachable, a timeout) are unavailable: the call may be repeated, and
 // every call about a taking answers a repeat as it answered the first.
-func toConnect(err error) error {
+func (s *server) toConnect(err error) error {
 	if err == nil {
 		return nil
 	}
@@ -184,6 +192,13 @@ func toConnect(err error) error {
 		return connect.NewError(connect.CodeCanceled, err)
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		// Its text names the Redis address the gateway dials: not for
+		// remote callers (Config.Logger has it).
+		s.cfg.Logger.Warn("gateway: Redis unreachable", "err", err)
+		return connect.NewError(connect.CodeUnavailable, errors.New("worqr gateway: Redis is unreachable; try again"))
 	}
 	return connect.NewError(connect.CodeUnavailable, err)
 }
@@ -222,8 +237,8 @@ func requestField(field string) string {
 	return field
 }
 
-func bad(field, rule string) error {
-	return toConnect(&worqr.InvalidError{Field: field, Rule: rule})
+func (s *server) bad(field, rule string) error {
+	return s.toConnect(&worqr.InvalidError{Field: field, Rule: rule})
 }
 
 func ms(d uint32) time.Duration { return time.Duration(d) * time.Millisecond }
@@ -237,40 +252,40 @@ func (s *server) Enqueue(ctx context.Context, req *connect.Request[gatewayv1.Enq
 	}
 	id, err := s.cfg.Client.Enqueue(ctx, m.Queue, m.Payload, opts)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.EnqueueResponse{Id: id}), nil
 }
 
 func (s *server) EnqueueBatch(ctx context.Context, req *connect.Request[gatewayv1.EnqueueBatchRequest]) (*connect.Response[gatewayv1.EnqueueBatchResponse], error) {
 	if len(req.Msg.Payloads) == 0 {
-		return nil, bad("payloads", "is empty")
+		return nil, s.bad("payloads", "is empty")
 	}
 	ids, err := s.cfg.Client.EnqueueBatch(ctx, req.Msg.Queue, req.Msg.Payloads, nil)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.EnqueueBatchResponse{Ids: ids}), nil
 }
 
 func (s *server) Cancel(ctx context.Context, req *connect.Request[gatewayv1.CancelRequest]) (*connect.Response[gatewayv1.CancelResponse], error) {
 	if req.Msg.Id == "" {
-		return nil, bad("id", "is empty")
+		return nil, s.bad("id", "is empty")
 	}
 	st, err := s.cfg.Client.Cancel(ctx, req.Msg.Queue, req.Msg.Id)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.CancelResponse{Status: st.String()}), nil
 }
 
 func (s *server) GetTask(ctx context.Context, req *connect.Request[gatewayv1.GetTaskRequest]) (*connect.Response[gatewayv1.GetTaskResponse], error) {
 	if req.Msg.Id == "" {
-		return nil, bad("id", "is empty")
+		return nil, s.bad("id", "is empty")
 	}
 	t, err := s.cfg.Client.Task(ctx, req.Msg.Queue, req.Msg.Id)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.GetTaskResponse{Task: &gatewayv1.TaskInfo{
 		Id: t.ID, Queue: t.Queue, Payload: t.Payload, State: string(t.State), Failures: uint32(t.Failures),
@@ -284,13 +299,13 @@ func (s *server) QueueStats(ctx context.Context, req *connect.Request[gatewayv1.
 	if req.Msg.Queue == "" {
 		all, err := s.cfg.Inspector.Queues(ctx)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, s.toConnect(err)
 		}
 		qs = all
 	} else {
 		q, err := s.cfg.Inspector.Queue(ctx, req.Msg.Queue)
 		if err != nil {
-			return nil, toConnect(err)
+			return nil, s.toConnect(err)
 		}
 		qs = []worqr.QueueInfo{*q}
 	}
@@ -310,7 +325,7 @@ func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1
 	}
 	sess, err := s.cfg.Remote.Open(ctx, worqr.OpenOpts{Name: name, Queues: req.Msg.Queues})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	ttl := sess.TTL()
 	return connect.NewResponse(&gatewayv1.OpenSessionResponse{SessionId: sess.ID(),
@@ -320,11 +335,11 @@ func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1
 // session finds the session a call names.
 func (s *server) session(id string) (*worqr.RemoteSession, error) {
 	if id == "" {
-		return nil, bad("session_id", "is empty")
+		return nil, s.bad("session_id", "is empty")
 	}
 	sess, err := s.cfg.Remote.Session(id)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return sess, nil
 }
@@ -340,7 +355,7 @@ func (s *server) Beat(ctx context.Context, req *connect.Request[gatewayv1.BeatRe
 	}
 	rep, err := sess.Beat(ctx, running)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.BeatResponse{Lost: rep.Lost, Cancel: rep.Cancel, Drain: rep.Drain}), nil
 }
@@ -356,7 +371,7 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 	}
 	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId})
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	out := &gatewayv1.TakeResponse{Takings: make([]*gatewayv1.Taking, len(ks))}
 	for i, k := range ks {
@@ -374,7 +389,7 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 // end runs one end of a taking named by session and pid.
 func (s *server) end(sessionID, pid string, f func(*worqr.RemoteSession) (worqr.EventKind, error)) (*connect.Response[gatewayv1.EndResponse], error) {
 	if pid == "" {
-		return nil, bad("pid", "is empty")
+		return nil, s.bad("pid", "is empty")
 	}
 	sess, err := s.session(sessionID)
 	if err != nil {
@@ -382,7 +397,7 @@ func (s *server) end(sessionID, pid string, f func(*worqr.RemoteSession) (worqr.
 	}
 	out, err := f(sess)
 	if err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.EndResponse{Outcome: string(out)}), nil
 }
@@ -427,7 +442,7 @@ func (s *server) FanOut(ctx context.Context, req *connect.Request[gatewayv1.FanO
 	children := make([]worqr.ChildSpec, len(m.Children))
 	for i, c := range m.Children {
 		if c == nil {
-			return nil, bad(fmt.Sprintf("children[%d]", i), "is null")
+			return nil, s.bad(fmt.Sprintf("children[%d]", i), "is null")
 		}
 		children[i] = worqr.ChildSpec{Queue: c.Queue, Payload: c.Payload}
 	}
@@ -442,7 +457,7 @@ func (s *server) CloseSession(ctx context.Context, req *connect.Request[gatewayv
 		return nil, err
 	}
 	if err := sess.Close(ctx); err != nil {
-		return nil, toConnect(err)
+		return nil, s.toConnect(err)
 	}
 	return connect.NewResponse(&gatewayv1.CloseSessionResponse{}), nil
 }

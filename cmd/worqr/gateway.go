@@ -107,7 +107,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 			}
 			return err
 		}
-		srv, err := gateway.NewServer(addr, gateway.Config{Remote: remote, Client: a.client, Inspector: a.in,
+		srv, err := gateway.NewServer(addr, gateway.Config{Remote: remote, Client: a.client, Inspector: a.in, Logger: a.logger,
 			Token: token, MaxMessageBytes: maxMessage})
 		if err != nil {
 			return err
