@@ -61,8 +61,9 @@ type QueueInfo struct {
 	// Latency is the age of the oldest waiting task: how long ago the task
 	// at the front of the queue was first enqueued (0 when none waits), so
 	// a retried or requeued task at the front counts its whole age. It is
-	// read from the task's id: 0 too when that is an id of the caller's
-	// choosing (EnqueueOpts.ID; a periodic tick's id carries its time). For
+	// read from the task's id (as TaskInfo.EnqueuedAt): 0 too when that is
+	// an id of the caller's choosing (EnqueueOpts.ID) without a periodic
+	// tick's shape. For
 	// a queue with priority levels, the front of level 0; for a flow's
 	// stage queue, the run's age. Waiting counts every level.
 	Latency time.Duration
@@ -490,19 +491,28 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 		parts = append(parts, part{rdb.PlaceWaiting, l})
 	}
 	parts = append(parts, part{rdb.PlaceScheduled, 0})
-	for _, pt := range parts {
-		place := pt.place
-		for {
-			n, err := in.st.BulkLevel(ctx, qk, place, pt.level, action)
-			total += n
-			if err != nil {
-				return total, fmt.Errorf("worqr: %s %s tasks of %s: %w", action, place, queue, err)
-			}
-			if progress != nil && n > 0 {
-				progress(total)
-			}
-			if n < rdb.BulkChunk {
-				break
+	// A key's head ended by a call that had no room left for all the tasks
+	// behind it moves its key on: the next one becomes the head, in the
+	// waiting list or the scheduled set, which another part may have
+	// passed already. Only a call that filled its chunk does that: the
+	// parts run again until a round fills none.
+	for full := true; full; {
+		full = false
+		for _, pt := range parts {
+			place := pt.place
+			for {
+				n, err := in.st.BulkLevel(ctx, qk, place, pt.level, action)
+				total += n
+				if err != nil {
+					return total, fmt.Errorf("worqr: %s %s tasks of %s: %w", action, place, queue, err)
+				}
+				if progress != nil && n > 0 {
+					progress(total)
+				}
+				if n < rdb.BulkChunk {
+					break
+				}
+				full = true
 			}
 		}
 	}

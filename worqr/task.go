@@ -142,8 +142,10 @@ type TaskInfo struct {
 	// CancelRequested is true when Cancel was called while it ran.
 	CancelRequested bool
 	// EnqueuedAt is read from the task id (second precision; a periodic
-	// tick's id carries its tick's time): zero for an id of the caller's
-	// choosing (EnqueueOpts.ID).
+	// tick's id, "<schedule>.<tick unix ms>", carries its tick's time):
+	// zero for an id of the caller's choosing (EnqueueOpts.ID), unless it
+	// has a tick's shape (a last '.' followed by a unix ms time since 2000):
+	// then that time.
 	EnqueuedAt time.Time
 }
 

@@ -684,6 +684,10 @@ func poke(c chan struct{}) {
 // context given to Start ended and the stop it began is over.
 func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
 
+// takesOverWait bounds Stop's wait for the ends that take again on their
+// way (each call has 5 s).
+const takesOverWait = 6 * time.Second
+
 // Stop stops taking, lets running handlers finish until ctx ends, then puts
 // the takings still running back at the front of their queues (cancelling
 // their handlers with ErrWorkerStopped), deregisters and stops every loop. It
@@ -708,12 +712,25 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.loops.Wait()
 	for _, q := range w.queues {
 		// An end that takes again (and may park the worker) holds takeMu
-		// while its call is on its way: wait for those begun before
-		// takeStop closed; none begins after. Else one landing after the
-		// requeue below would take, or park, for a worker that is gone.
-		q.takeMu.Lock()
-		q.takesOver = true
-		q.takeMu.Unlock()
+		// while its call is on its way (at most 5 s): wait for those begun
+		// before takeStop closed; none begins after. Else one landing after
+		// the requeue below would take, or park, for a worker that is gone.
+		// Bounded: an OnEvent that calls Stop runs under such an end (it
+		// launches), and would wait for itself.
+		over := make(chan struct{})
+		go func() {
+			q.takeMu.Lock()
+			q.takesOver = true
+			q.takeMu.Unlock()
+			close(over)
+		}()
+		t := time.NewTimer(takesOverWait)
+		select {
+		case <-over:
+		case <-t.C:
+			w.cfg.Logger.Warn("worker: stopping: an end that takes again is still on its way; going on", "queue", q.member)
+		}
+		t.Stop()
 	}
 	if s, _ := w.keeper.Current(); !s.Lost() {
 		// Nothing more is handed to the worker: no take parks it from
