@@ -90,6 +90,23 @@ func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
 // returns the HTTP status and, on an error, the Connect error's code.
 func (g *gw) call(t *testing.T, method string, in, out any) (int, string) {
 	t.Helper()
+	status, data := g.raw(t, method, in)
+	if status != http.StatusOK {
+		var e struct{ Code string }
+		_ = json.Unmarshal(data, &e)
+		return status, e.Code
+	}
+	if out != nil {
+		if err := json.Unmarshal(data, out); err != nil {
+			t.Fatalf("%s: %v in %s", method, err, data)
+		}
+	}
+	return status, ""
+}
+
+// raw posts a Connect JSON request and returns the HTTP status and body.
+func (g *gw) raw(t *testing.T, method string, in any) (int, []byte) {
+	t.Helper()
 	body, _ := json.Marshal(in)
 	req, _ := http.NewRequest("POST", g.url+"/worqr.gateway.v1.GatewayService/"+method, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
@@ -100,17 +117,7 @@ func (g *gw) call(t *testing.T, method string, in, out any) (int, string) {
 	}
 	defer res.Body.Close()
 	data, _ := io.ReadAll(res.Body)
-	if res.StatusCode != http.StatusOK {
-		var e struct{ Code string }
-		_ = json.Unmarshal(data, &e)
-		return res.StatusCode, e.Code
-	}
-	if out != nil {
-		if err := json.Unmarshal(data, out); err != nil {
-			t.Fatalf("%s: %v in %s", method, err, data)
-		}
-	}
-	return res.StatusCode, ""
+	return res.StatusCode, data
 }
 
 // nodeWorker is one `node testdata/worker.mjs` process and the lines it
@@ -366,21 +373,12 @@ func TestUnreachableRedisIsNotNamed(t *testing.T) {
 	t.Cleanup(s.Stop)
 	g := startGatewayOn(t, s, 2*time.Second)
 	s.Kill()
-	body, _ := json.Marshal(map[string]any{"queue": "q", "payload": "eA=="})
-	req, _ := http.NewRequest("POST", g.url+"/worqr.gateway.v1.GatewayService/Enqueue", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+token)
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	data, _ := io.ReadAll(res.Body)
+	status, data := g.raw(t, "Enqueue", map[string]any{"queue": "q", "payload": "eA=="})
 	addr := strings.TrimPrefix(s.URL, "redis://")
 	if i := strings.IndexByte(addr, '/'); i >= 0 {
 		addr = addr[:i]
 	}
-	if res.StatusCode != http.StatusServiceUnavailable || strings.Contains(string(data), addr) || !strings.Contains(string(data), "unavailable") {
-		t.Fatalf("enqueue with Redis down: %d %s; want 503 unavailable, not naming %s", res.StatusCode, data, addr)
+	if status != http.StatusServiceUnavailable || strings.Contains(string(data), addr) || !strings.Contains(string(data), "unavailable") {
+		t.Fatalf("enqueue with Redis down: %d %s; want 503 unavailable, not naming %s", status, data, addr)
 	}
 }

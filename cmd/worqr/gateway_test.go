@@ -62,19 +62,7 @@ func TestGatewayServesWithTokenAndStopsOnSIGTERM(t *testing.T) {
 	// A remote worker runs it; --retention keeps its result readable.
 	call := func(method, body string) map[string]any {
 		t.Helper()
-		req, _ := http.NewRequest("POST", m[1]+"/worqr.gateway.v1.GatewayService/"+method, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Authorization", "Bearer tok")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var out map[string]any
-		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
-			t.Fatalf("%s: %d %v (%v)", method, res.StatusCode, out, err)
-		}
-		return out
+		return gatewayCall(context.Background(), t, m[1], "tok", method, body)
 	}
 	sid := call("OpenSession", `{"queues":["mail"]}`)["sessionId"]
 	takings, _ := call("Take", fmt.Sprintf(`{"sessionId":%q,"queue":"mail","max":1}`, sid))["takings"].([]any)
@@ -110,4 +98,25 @@ func TestGatewayRejectsHalfTLS(t *testing.T) {
 	if r.code != 2 || !strings.Contains(r.err, "--tls-cert and --tls-key go together") {
 		t.Errorf("exit %d, stderr %q; want 2 naming both flags", r.code, r.err)
 	}
+}
+
+// gatewayCall makes one JSON call of method to the gateway at base (with
+// token, when not "") and returns its reply; any status but 200 fails t.
+func gatewayCall(ctx context.Context, t *testing.T, base, token, method, body string) map[string]any {
+	t.Helper()
+	req, _ := http.NewRequestWithContext(ctx, "POST", base+"/worqr.gateway.v1.GatewayService/"+method, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var out map[string]any
+	if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
+		t.Fatalf("%s: status %d, %v, %v", method, res.StatusCode, out, err)
+	}
+	return out
 }

@@ -3,9 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -139,18 +137,7 @@ func TestReplicasEnv(t *testing.T) {
 	}()
 	call := func(method, body string) map[string]any {
 		t.Helper()
-		req, _ := http.NewRequestWithContext(ctx, "POST", m[1]+"/worqr.gateway.v1.GatewayService/"+method, strings.NewReader(body))
-		req.Header.Set("Content-Type", "application/json")
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		var out map[string]any
-		if err := json.NewDecoder(res.Body).Decode(&out); err != nil || res.StatusCode != 200 {
-			t.Fatalf("%s: status %d, %v, %v", method, res.StatusCode, out, err)
-		}
-		return out
+		return gatewayCall(ctx, t, m[1], "", method, body)
 	}
 	before = waitCalls(t, primary.Addr)
 	call("Enqueue", `{"queue":"remote","payload":"eA=="}`)

@@ -20,12 +20,25 @@ local retention = cfg_num(KEYS[3], 'retention', 0)
 local qname = key_queue_of(ARGV[4], KEYS[3], 'cfg:')
 local handled = 0
 
+local drop
+
+-- drain drops the tasks of a key's list, front first, while the call has
+-- room: they wait behind the key's head, not in the queue's own list.
+local function drain(list)
+  while handled < n do
+    local e = key_pop(list)
+    if not e then break end
+    drop((key_entry(e)), true)
+    handled = handled + 1
+  end
+end
+
 -- drop deletes or cancels task id (its hash, unique lock, packed field).
 -- A key's head takes the tasks waiting behind it in the key's list along
 -- (they are waiting too), as many as the call has room for; then its end
 -- moves the key on: the next task left, if any, becomes the head, and a
 -- later chunk reaches it.
-local function drop(id, follower)
+drop = function(id, follower)
   local tkey = ARGV[4] .. id
   local t = redis.pcall('HMGET', tkey, F_UNIQUE, F_RETENTION, F_KEY)
   local u, task_ms, okey = nil, nil, nil
@@ -33,12 +46,7 @@ local function drop(id, follower)
   if okey and okey ~= '' and not follower then
     local heads, list = key_names(ARGV[4], qname, okey)
     if redis.pcall('HGET', heads, okey) == id then
-      while handled < n do
-        local e = key_pop(list)
-        if not e then break end
-        drop((key_entry(e)), true)
-        handled = handled + 1
-      end
+      drain(list)
     end
   end
   -- An id with no task data is only dropped: a cancel must not make up a
@@ -62,12 +70,7 @@ if ARGV[1] == 'keys' then
   -- or dead and blocking its key): the heads stay.
   for i = 5, #ARGV do
     local _, list = key_names(ARGV[4], qname, ARGV[i])
-    while handled < n do
-      local e = key_pop(list)
-      if not e then break end
-      drop((key_entry(e)), true)
-      handled = handled + 1
-    end
+    drain(list)
   end
   return handled
 end
