@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/worqr"
@@ -305,5 +307,44 @@ func TestWaitForATaskWithoutRetention(t *testing.T) {
 		}
 	case <-waitCtx.Done():
 		t.Fatal("Wait did not return")
+	}
+}
+
+// CancelRunByName cancels a run knowing only its flow's name: a running
+// one (its stage told to stop) and a waiting one, each kept for the
+// retention it was started with; a second cancel says it was not running.
+func TestCancelRunByName(t *testing.T) {
+	ctx, pool, c, flow, _ := waitRunEnv(t)
+	running, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waiting, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{running, waiting} {
+		if ok, err := c.CancelRunByName(ctx, flow.Name, id); err != nil || !ok {
+			t.Fatalf("CancelRunByName(%s) = %v, %v", id, ok, err)
+		}
+		info, err := c.Run(ctx, flow, id)
+		if err != nil || info.Status != worqr.RunCancelled {
+			t.Fatalf("run %s after the cancel: %+v, %v", id, info, err)
+		}
+		if ok, err := c.CancelRunByName(ctx, flow.Name, id); err != nil || ok {
+			t.Fatalf("second CancelRunByName(%s) = %v, %v; want false", id, ok, err)
+		}
+	}
+	// Kept for the flow's retention: readable now, and with an expiry.
+	conn, err := pool.GetContext(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if n, err := redis.Int(conn.Do("EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do if redis.call('PTTL', k) > 0 then n = n + 1 end end return n", 0, "*:t:"+running)); err != nil || n != 1 {
+		t.Fatalf("the cancelled run's hash with an expiry: %d (%v), want 1", n, err)
+	}
+	if _, err := c.CancelRunByName(ctx, "no/such", running); !errors.Is(err, worqr.ErrInvalid) {
+		t.Fatalf("a bad flow name: %v, want ErrInvalid", err)
 	}
 }

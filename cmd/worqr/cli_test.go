@@ -1012,3 +1012,26 @@ func TestEnqueueUniqueKeyNeedsTTL(t *testing.T) {
 		t.Errorf("emails holds %d waiting, want 1", qi.Waiting)
 	}
 }
+
+// `flow cancel` cancels a run that waits (no worker serves the flow) with
+// only the flow's name; a second cancel, or one of an unknown run, exits 1.
+func TestFlowCancel(t *testing.T) {
+	b := setup(t)
+	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
+	id, err := b.client.StartRun(context.Background(), flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := b.ok("", "flow", "cancel", "signup", id); strings.TrimSpace(out) != "cancelled "+id {
+		t.Errorf("flow cancel: %q", out)
+	}
+	if r, err := b.client.Run(context.Background(), flow, id); err != nil || r.Status != worqr.RunCancelled {
+		t.Fatalf("run after flow cancel: %+v, %v", r, err)
+	}
+	for _, run := range []string{id, "nosuchrun"} {
+		if r := b.run("", "flow", "cancel", "signup", run); r.code != 1 || !strings.Contains(r.err, "is not running") {
+			t.Errorf("flow cancel of %s: exit %d, stderr %q; want 1, not running", run, r.code, r.err)
+		}
+	}
+}

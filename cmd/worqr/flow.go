@@ -56,12 +56,13 @@ var runStatuses = []string{"running", "done", "failed", "cancelled"}
 func (a *app) flowCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "flow",
-		Short: "list a flow's runs, show one run, draw it as a tree",
+		Short: "list a flow's runs, show one run, draw it as a tree, wait for or cancel one",
 		Example: `  worqr flow runs membership --status failed
   worqr flow get membership cv3k1s1hhc2s73b0o3ng
-  worqr flow tree membership cv3k1s1hhc2s73b0o3ng`,
+  worqr flow tree membership cv3k1s1hhc2s73b0o3ng
+  worqr flow cancel membership cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd())
+	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd())
 	return cmd
 }
 
@@ -154,6 +155,36 @@ func (a *app) getRun(ctx context.Context, flow, id string) (*worqr.RunInfo, erro
 		return nil, fmt.Errorf("run %s of flow %s not found (never existed, or it ended longer ago than the flow's retention)", id, flow)
 	}
 	return r, err
+}
+
+func (a *app) flowCancelCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "cancel <flow> <run_id>",
+		Short: "cancel a running run: its waiting stage and children removed, running ones told to stop",
+		Long: `Cancels one run of a flow: its stage task or children that wait are removed,
+those that run are told to stop (their later ends change nothing), and the
+run ends as cancelled, kept for the retention it was started with. Prints
+"cancelled <run_id>"; a run that is not running (ended, or unknown) is an
+error (exit 1).`,
+		Example: "  worqr flow cancel membership cv3k1s1hhc2s73b0o3ng",
+		Args:    args("flow", "run_id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		flow, id := args[0], args[1]
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		ok, err := a.client.CancelRunByName(ctx, flow, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("run %s of flow %s is not running (it ended, or never existed): nothing cancelled", id, flow)
+		}
+		_, err = fmt.Fprintln(a.env.out, "cancelled", id)
+		return err
+	})
+	return cmd
 }
 
 func (a *app) flowGetCmd() *cobra.Command {

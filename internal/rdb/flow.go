@@ -72,6 +72,18 @@ func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state
 	return n == 1, replica
 }
 
+// RunCancelStored is RunCancel with the run's retention and indexed
+// properties read from the run itself (flow_start stores them), for a
+// caller that knows only the flow's name.
+func (s *Store) RunCancelStored(ctx context.Context, q QueueKeys, id string) (bool, error) {
+	args := make([]any, 0, 9)
+	args = append(args, q.Task(id), id, q.TaskPrefix, "")
+	args = append(args, q.prefixes()...)
+	args = append(args, 0)
+	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
+	return n == 1, err
+}
+
 // RunCancel ends running run id as cancelled, with its stage task and pending
 // children. It reports false when the run was not running. q is any queue of
 // the flow's tag.

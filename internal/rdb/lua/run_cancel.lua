@@ -5,6 +5,7 @@
 -- pending children; later finishes of any of them change nothing.
 -- KEYS[1] <ns>:{F}:t:<run id>         (hash) the run
 -- ARGV[1] run id   ARGV[2] task key prefix   ARGV[3] run retention ms
+-- ("": the run's own, stored by flow_start, with its indexed properties)
 -- ARGV[4..8] queue, wake, scheduled, cancel, index prefixes of the tag
 -- ARGV[9] n indexed properties, then the property names
 -- Returns: 1 cancelled, 0 not running (unknown or ended).
@@ -18,5 +19,10 @@ if t[3] == S_CHILDREN then
 else
   stop_task(pfx, KEYS[1], ARGV[1], t[2])
 end
-end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(ARGV, 9)), pfx))
+if ARGV[3] == '' then
+  end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(redis.call('HGET', KEYS[1], F_RUN_RETENTION)) or 0,
+    run_index_keys(KEYS[1], pfx))
+else
+  end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(ARGV, 9)), pfx))
+end
 return 1
