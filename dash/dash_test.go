@@ -666,3 +666,32 @@ func TestOrderedQueueDeleteAllWaiting(t *testing.T) {
 		t.Fatalf("after delete all waiting: %+v, %v; want nothing left", q, err)
 	}
 }
+
+// A running run's page has a Cancel run action (the flow's name is enough:
+// the dashboard holds no definition); it ends the run as cancelled.
+func TestCancelRunFromItsPage(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
+	id, err := e.client.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := "/run?flow=signup&id=" + id
+	if _, body := e.get(page); !strings.Contains(body, "Cancel run") {
+		t.Fatal("a running run's page has no Cancel run action")
+	}
+	tok := e.token(page)
+	resp, _ := e.post("/action", url.Values{"op": {"cancel_run"}, "queue": {"signup/only"}, "id": {id}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	_, body := e.get(resp.Header.Get("Location"))
+	if !strings.Contains(body, "Cancelled run "+id) || strings.Contains(body, ">Cancel run<") {
+		t.Fatalf("after the cancel, the run's page:\n%s", body)
+	}
+	if r, err := e.in.Run(ctx, "signup", id); err != nil || r.Status != worqr.RunCancelled {
+		t.Fatalf("run after the cancel: %+v, %v", r, err)
+	}
+}

@@ -482,6 +482,16 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	case "delete_task":
 		n, err = d.in.DeleteDead(ctx, queue, id)
 		msg = fmt.Sprintf("Deleted %d dead task", n)
+	case "cancel_run":
+		// queue is the run's stage queue, "<flow>/<stage>".
+		flow, _, _ := strings.Cut(queue, "/")
+		var ok bool
+		ok, err = d.in.CancelRun(ctx, flow, id)
+		msg = "Cancelled run " + id
+		if !ok {
+			msg = "Run " + id + " was not running: nothing cancelled"
+		}
+		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
 	default:
 		http.Error(w, "unknown action", http.StatusBadRequest)
 		return

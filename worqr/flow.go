@@ -417,18 +417,23 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 // name (an operator tool): the run's retention and indexed properties are
 // those it was started with.
 func (c *Client) CancelRunByName(ctx context.Context, flow, id string) (bool, error) {
+	return cancelRunByName(ctx, c.st, c.bus, flow, id)
+}
+
+// cancelRunByName cancels run id of flow through st, its event on bus.
+func cancelRunByName(ctx context.Context, st *rdb.Store, bus *eventBus, flow, id string) (bool, error) {
 	if err := checkName("flow", flow); err != nil {
 		return false, err
 	}
 	if id == "" {
 		return false, invalid("id", "is empty")
 	}
-	ok, err := c.st.RunCancelStored(ctx, c.st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
+	ok, err := st.RunCancelStored(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
 	if err != nil {
 		return false, fmt.Errorf("worqr: cancel run %s of %s: %w", id, flow, err)
 	}
 	if ok {
-		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id}) // as CancelRun's
+		bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id}) // as CancelRun's
 	}
 	return ok, nil
 }

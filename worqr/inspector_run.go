@@ -25,6 +25,13 @@ func (in *Inspector) Run(ctx context.Context, flow, id string) (*RunInfo, error)
 	return runInfo(flow, r), nil
 }
 
+// CancelRun cancels run id of flow (its name is enough), as
+// Client.CancelRunByName does: for an operator tool that holds an
+// Inspector. It reports whether the run was running.
+func (in *Inspector) CancelRun(ctx context.Context, flow, id string) (bool, error) {
+	return cancelRunByName(ctx, in.st, in.bus, flow, id)
+}
+
 // RequeueDead moves the given dead tasks of queue to the back of the queue
 // with their failure and crash counts reset, and returns how many were dead.
 func (in *Inspector) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
