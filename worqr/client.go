@@ -160,7 +160,10 @@ type EnqueueOpts struct {
 	// ID and payload, for example retried after its reply was lost, creates
 	// nothing new and returns the same id, even after the task has run;
 	// with another payload it fails with ErrDuplicate. The id is remembered
-	// for IDTTL. Single Enqueue only.
+	// for IDTTL; past it, an Enqueue with the id creates a new task only
+	// once no task of that id exists any more (waiting, scheduled, running,
+	// dead, or kept for its retention): before, ErrDuplicate, whatever the
+	// payload. Single Enqueue only.
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
@@ -250,6 +253,8 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		return nil, invalid("EnqueueOpts.Deadline", "(%s) must be after 1970", o.Deadline)
 	case !o.Deadline.IsZero() && !o.At.IsZero() && !o.Deadline.After(o.At):
 		return nil, invalid("EnqueueOpts.Deadline", "(%s) must be after At (%s): the task could never start", o.Deadline, o.At)
+	case !o.Deadline.IsZero() && o.Delay > 0 && !o.Deadline.After(time.Now().Add(o.Delay)):
+		return nil, invalid("EnqueueOpts.Deadline", "(%s) must be after the Delay (%s from now): the task could never start", o.Deadline, o.Delay)
 	}
 	a.RetentionMs = o.Retention.Milliseconds()
 	if !o.Deadline.IsZero() {
@@ -506,7 +511,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		case err == rdb.ErrSameTask:
 			return ids, nil // enqueued before (a retry): nothing new
 		case err == rdb.ErrIDTaken:
-			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload (or by a loaded task): %w", queue, ids[0], ErrDuplicate)
+			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload, or names a task that still exists (past IDTTL: waiting, running, dead or retained), or a loaded task: %w", queue, ids[0], ErrDuplicate)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)

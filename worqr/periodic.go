@@ -147,6 +147,16 @@ func parseCron(field, expr, tz string) (ticker, error) {
 		if _, err := time.LoadLocation(tz); err != nil {
 			return nil, invalid("Schedule.TimeZone", "%q is not a known time zone: %v", tz, err)
 		}
+		if tz == "Local" {
+			// Each peer's own zone (ticks would differ between peers), and
+			// the cron library would read it as UTC's.
+			return nil, invalid("Schedule.TimeZone", "(%q) must be an IANA zone name, such as Europe/Paris", tz)
+		}
+	}
+	if hasTZ {
+		if z, _, _ := strings.Cut(strings.SplitN(expr, "=", 2)[1], " "); z == "Local" {
+			return nil, invalid(field, "(%q): the zone must be an IANA name, such as CRON_TZ=Europe/Paris", expr)
+		}
 	}
 	full := expr
 	if !hasTZ {
@@ -522,7 +532,15 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 		if time.Since(read) > maxPassAge {
 			return 0, false, fmt.Errorf("worqr: schedule %s: pass abandoned after %s (a frozen process)", d.Name, time.Since(read).Round(time.Second))
 		}
-		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: scheduleIDTTL})
+		// The tick's id is remembered until it can no longer be the latest
+		// missed tick (MissedRunOnce): past its next tick and the grace,
+		// and an hour more, so that a pass after an outage longer than an
+		// hour does not fire again a tick that ran.
+		idTTL := scheduleIDTTL
+		if nx := tk.next(tick); nx > tick {
+			idTTL += time.Duration(nx-tick)*time.Millisecond + time.Duration(def.GraceMs)*time.Millisecond
+		}
+		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: idTTL})
 		if err != nil && !errors.Is(err, ErrDuplicate) {
 			// Not advanced: the next pass fires these ticks again (the
 			// ones enqueued already create nothing new).

@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -532,5 +535,49 @@ func TestSchedulerStalePeerChangesNothing(t *testing.T) {
 	}
 	if info, _ := b.in.Schedule(ctx, "s"); info.Fired != 3 || !info.Next.Equal(sec(4)) {
 		t.Fatalf("schedule: %+v", info)
+	}
+}
+
+// A tick's id is remembered past its next tick and the grace (an hour
+// more): a daily tick whose scheduler died between the enqueue and the
+// advance, back after more than an hour, finds it remembered, and a
+// MissedRunOnce pass does not fire it again (it was remembered an hour).
+func TestTickIDRememberedPastItsNextTick(t *testing.T) {
+	ctx := context.Background()
+	b := newPeriodic(t, 1)
+	s := b.peers[0]
+	sc := worqr.Schedule{Name: "daily", Queue: "reports", Every: 24 * time.Hour, Missed: worqr.MissedRunOnce}
+	if err := s.RegisterAt(ctx, sc, base); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.PassAt(ctx, base.Add(24*time.Hour+time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	ids := b.ids(t, "reports")
+	if len(ids) != 1 || !strings.HasPrefix(ids[0], "daily.") {
+		t.Fatalf("after a day: %v, want one tick", ids)
+	}
+	id := ids[0]
+	conn := srv.Pool().Get()
+	defer conn.Close()
+	ms, err := redis.Int64(conn.Do("PTTL", rdb.NewKeys(b.ns).Queue(rdb.Standalone("reports")).IDPrefix+id))
+	if err != nil || ms < (24*time.Hour+time.Hour).Milliseconds()-60000 {
+		t.Fatalf("the tick's id is remembered %d ms (%v), want about 25 h (its next tick, the grace, an hour)", ms, err)
+	}
+}
+
+// "Local" is each peer's own zone, and the cron library read it as UTC:
+// refused, naming the field, in both forms.
+func TestScheduleRefusesTheLocalZone(t *testing.T) {
+	ctx := context.Background()
+	b := newPeriodic(t, 1)
+	for _, sc := range []worqr.Schedule{
+		{Name: "l1", Queue: "q", Cron: "0 0 9 * * *", TimeZone: "Local"},
+		{Name: "l2", Queue: "q", Cron: "CRON_TZ=Local 0 0 9 * * *"},
+	} {
+		err := b.peers[0].RegisterAt(ctx, sc, base)
+		if !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "IANA") {
+			t.Errorf("%s: %v, want ErrInvalid asking for an IANA zone", sc.Name, err)
+		}
 	}
 }

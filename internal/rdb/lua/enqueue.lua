@@ -57,11 +57,13 @@ if idlock then
     end
     return {-3}
   end
-  -- A loaded task with this id waits packed, or a task with this id
-  -- was cancelled where it waits deep in its queue (see cancel.lua) and
-  -- has not left it yet: the id is taken.
+  -- The lock is gone (IDTTL passed), but a task with this id still
+  -- exists (waiting, scheduled, running, retried, dead, kept for its
+  -- retention, or cancelled where it waits deep in its queue: see
+  -- cancel.lua), or a loaded one waits packed: the id is taken. Writing
+  -- over it would leave one id in two places.
   local _, field = packed_split(ARGV[first])
-  if redis.call('HEXISTS', KEYS[#KEYS - 1], field) == 1 or redis.call('HEXISTS', KEYS[3], F_CANCEL) == 1 then
+  if redis.call('EXISTS', KEYS[3]) == 1 or redis.call('HEXISTS', KEYS[#KEYS - 1], field) == 1 then
     return {-3}
   end
 end
