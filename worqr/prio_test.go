@@ -646,3 +646,60 @@ func TestLimitedWorkerDoesNotSpin(t *testing.T) {
 		return err == nil && n == 0
 	})
 }
+
+// A weighted group whose queue has a Concurrency cap below its share: the
+// group may plan that queue past its cap, and an end that takes again for
+// it launched into a full channel under launchMu, waiting on handlers that
+// waited on it: both queues stopped for good, and Stop never returned
+// (found by a helper's audit). A launch never blocks now; what has no room
+// is put back. Every task runs.
+func TestPriorityGroupCapNeverDeadlocks(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 3000
+	for _, q := range []string{"high", "low"} {
+		ps := make([][]byte, n)
+		for i := range ps {
+			ps[i] = []byte("x")
+		}
+		if _, err := c.EnqueueBatch(ctx, q, ps, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var done atomic.Int64
+	hold := func(d time.Duration) worqr.Handler {
+		return worqr.HandlerFunc(func(context.Context, *worqr.Task) error { time.Sleep(d); done.Add(1); return nil })
+	}
+	cfg := fastTimings(ns)
+	cfg.Priority, cfg.Concurrency = worqr.PriorityWeighted, 8
+	cfg.Queues = map[string]worqr.QueueConfig{
+		"high": {Weight: 1, Concurrency: 2, Handler: hold(3 * time.Millisecond)},
+		"low":  {Weight: 1, Handler: hold(time.Millisecond)},
+	}
+	w := startWorker(t, ctx, pool, &cfg)
+	for last := int64(-1); done.Load() < 2*n; {
+		time.Sleep(2 * time.Second)
+		if d := done.Load(); d == last {
+			stopped := make(chan error, 1)
+			go func() {
+				sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				stopped <- w.Stop(sctx)
+			}()
+			select {
+			case <-stopped:
+				t.Fatalf("the worker stalled at %d of %d tasks done", d, 2*n)
+			case <-time.After(15 * time.Second):
+				t.Fatalf("the worker stalled at %d of %d tasks done, and Stop(2s) did not return in 15 s: a deadlock", d, 2*n)
+			}
+		} else {
+			last = d
+		}
+	}
+}

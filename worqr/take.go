@@ -299,16 +299,11 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 // launch hands the takings to the queue's handler goroutines and returns how
 // many it launched and how many the take buried. After Stop closed the
 // queue it launches nothing: those takings stay held, and Stop requeues them.
-func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
-	return w.launchAll(s, q, tasks, false)
-}
-
-// launchAll is launch; with nowait (a hand-off, launched by the subscriber
-// goroutine, which must never block) a taking the handler goroutines have
-// no room for is not launched either. A taking not launched while the
+// It never blocks: a taking the handler goroutines have no room for is not
+// launched (nor one received while frozen). A taking not launched while the
 // session lives stays held: the queue is made unsure, and its fetch loop
 // releases it.
-func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken, nowait bool) (launched, buried int) {
+func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
 	q.launchMu.Lock()
 	unsure := false
 	defer func() {
@@ -346,7 +341,12 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 		if q.closed {
 			continue
 		}
-		if !fresh || nowait && len(q.work) == cap(q.work) {
+		// No room for it: a hand-off (whose subscriber goroutine must
+		// never block), or more takings than the handlers' channel holds
+		// (a priority group may plan a queue past its own Concurrency):
+		// never wait here under launchMu (an end waiting on this queue's
+		// handlers would wait for this launch, the group loop for launchMu).
+		if !fresh || len(q.work) == cap(q.work) {
 			w.cfg.Logger.Warn("worker: taking not run (received while frozen, or no room): put back by a release",
 				"queue", q.member, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
 			unsure = true
@@ -357,11 +357,8 @@ func (w *Worker) launchAll(s *heartbeat.Session, q *queueRunner, tasks []rdb.Tak
 		q.slots.busy.Add(1)
 		w.handlers.Add(1)
 		h := w.hold(s, q, t)
-		// Never blocks: at most concurrency tasks and those read ahead are
-		// busy, and the channel holds that many. (An end that takes again
-		// launches at most as many as the ends it carried, whose handlers
-		// are still running: busy may pass that for a moment, the channel
-		// never fills.)
+		// The send below never blocks: the channel had room (checked
+		// above; only launch sends, under launchMu).
 		task := w.newTask(s, q, t)
 		j := job{s: s, taken: t, task: task, h: h}
 		if q.cfg.BatchHandler != nil {
