@@ -703,3 +703,36 @@ func TestPriorityGroupCapNeverDeadlocks(t *testing.T) {
 		}
 	}
 }
+
+// A rate limit raised while a worker waits out the old one's period is
+// honoured at once: the worker waited the rest of the old minute (found by
+// a helper's audit).
+func TestRaisedRateLimitTakesEffect(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ran atomic.Int32
+	cfg := fastTimings(ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"r": {Concurrency: 4, Limits: &worqr.Limits{Rate: 1, Period: time.Minute},
+		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { ran.Add(1); return nil })}}
+	startWorker(t, ctx, pool, &cfg)
+	for i := 0; i < 3; i++ {
+		if _, err := c.Enqueue(ctx, "r", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wait(t, 10*time.Second, "the first start", func() bool { return ran.Load() == 1 })
+	if err := in.SetLimits(ctx, "r", worqr.Limits{Rate: 100, Period: time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 10*time.Second, "the other two under the raised rate", func() bool { return ran.Load() == 3 })
+}

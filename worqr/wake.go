@@ -135,8 +135,11 @@ func (w *Worker) refreshFlags() {
 	for i, q := range w.queues {
 		f := flags[i]
 		q.levels.Store(int32(f.Levels))
+		// The limits may have changed (a rate raised or removed): the next
+		// take works out the wait again from what is stored now, rather
+		// than wait out the one the old limits said.
+		q.rateUntil.Store(0)
 		if !f.Limited {
-			q.rateUntil.Store(0)
 			q.concWait.Store(false)
 		}
 		q.limited.Store(f.Limited)
