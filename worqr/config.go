@@ -450,6 +450,10 @@ func (l Limits) check(field string) error {
 		return invalid(field+".Period", "(%s) must be at least 1ms when Rate is set", l.Period)
 	case l.Rate == 0 && l.Period != 0:
 		return invalid(field+".Period", "(%s) is set but Rate is 0", l.Period)
+	case l.Period%time.Millisecond != 0:
+		// Stored in whole milliseconds: 1.999ms would count as 1ms, near
+		// twice the rate asked.
+		return invalid(field+".Period", "(%s) must be a whole number of milliseconds", l.Period)
 	}
 	return nil
 }

@@ -340,6 +340,13 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: `worqr: Queues["q"].Limits.Period (0s) must be at least 1ms when Rate is set`,
 		},
 		{
+			name: "period not in whole milliseconds",
+			cfg: worker(func(c *WorkerConfig) {
+				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Limits: &Limits{Rate: 5, Period: 1999 * time.Microsecond}}
+			}),
+			wantErr: `worqr: Queues["q"].Limits.Period (1.999ms) must be a whole number of milliseconds`,
+		},
+		{
 			name: "negative global concurrency",
 			cfg: worker(func(c *WorkerConfig) {
 				c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 1, Limits: &Limits{Concurrency: -1}}
