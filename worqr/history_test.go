@@ -356,17 +356,7 @@ func TestHistoryNamesAFlowQueueWithItsFlow(t *testing.T) {
 // choosing carries none (zero, not a made-up time).
 func TestLatencyOfATickAndOfACallersID(t *testing.T) {
 	ctx := context.Background()
-	ns := redistest.Namespace()
-	pool := srv.Pool()
-	t.Cleanup(func() { pool.Close() })
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, _, c, in := freshNamespace(t)
 	tick := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	tid, err := c.Enqueue(ctx, "ticks", []byte("x"), &worqr.EnqueueOpts{ID: worqr.TickTaskID("every-minute", tick)})
 	if err != nil {
@@ -389,4 +379,22 @@ func TestLatencyOfATickAndOfACallersID(t *testing.T) {
 	if qi, err := in.Queue(ctx, "mine"); err != nil || qi.Latency != 0 || qi.Waiting != 1 {
 		t.Errorf("queue whose head has the caller's id: %+v, %v; want latency 0 (unknown)", qi, err)
 	}
+}
+
+// freshNamespace returns a pool (closed when the test ends), a fresh
+// namespace, and a Client and an Inspector of it.
+func freshNamespace(t *testing.T) (*redis.Pool, string, *worqr.Client, *worqr.Inspector) {
+	t.Helper()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, ns, c, in
 }

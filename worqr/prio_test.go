@@ -655,13 +655,7 @@ func TestLimitedWorkerDoesNotSpin(t *testing.T) {
 // is put back. Every task runs.
 func TestPriorityGroupCapNeverDeadlocks(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	t.Cleanup(func() { pool.Close() })
-	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, ns, c, _ := freshNamespace(t)
 	const n = 3000
 	for _, q := range []string{"high", "low"} {
 		ps := make([][]byte, n)
@@ -709,17 +703,7 @@ func TestPriorityGroupCapNeverDeadlocks(t *testing.T) {
 // a helper's audit).
 func TestRaisedRateLimitTakesEffect(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.Pool()
-	t.Cleanup(func() { pool.Close() })
-	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, ns, c, in := freshNamespace(t)
 	var ran atomic.Int32
 	cfg := fastTimings(ns)
 	cfg.Queues = map[string]worqr.QueueConfig{"r": {Concurrency: 4, Limits: &worqr.Limits{Rate: 1, Period: time.Minute},
