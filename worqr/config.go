@@ -477,13 +477,17 @@ func (q *QueueConfig) checkBatch(field string) error {
 	return nil
 }
 
-// noBatch refuses batches, and reading ahead, on a flow's queue.
+// noBatch refuses batches, reading ahead and a priority weight on a flow's
+// or a remote's queue: they apply only to a worker's stand-alone queues.
 func (q *QueueConfig) noBatch(field string) error {
 	if q.BatchHandler != nil || q.KeyBatch != 0 {
 		return invalid(field+".KeyBatch", "and BatchHandler apply only to stand-alone queues (WorkerConfig.Queues)")
 	}
 	if q.ReadAhead > 0 {
 		return invalid(field+".ReadAhead", "(%d) applies only to stand-alone queues (WorkerConfig.Queues)", q.ReadAhead)
+	}
+	if q.Weight != 0 {
+		return invalid(field+".Weight", "(%d) applies only to stand-alone queues (WorkerConfig.Queues) served by priority", q.Weight)
 	}
 	return nil
 }

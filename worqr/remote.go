@@ -149,6 +149,11 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 		if err := q.noBatch(field); err != nil {
 			return q, err // remote workers take one task at a time
 		}
+		if q.Limits != nil {
+			// Set them with Inspector.SetLimits for Go workers; remote
+			// sessions do not apply them yet (docs/GATEWAY.md).
+			return q, invalid(field+".Limits", "are not applied by remote sessions yet")
+		}
 		err := q.fill(field)
 		return q, err
 	}

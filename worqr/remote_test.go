@@ -664,3 +664,22 @@ func TestRemoteTakeBeyondMaxHeld(t *testing.T) {
 		t.Fatalf("take beyond MaxHeld = %v, want ErrTooManyHeld", err)
 	}
 }
+
+// What a remote's or a flow's queue would silently ignore is refused,
+// naming the field: a priority Weight, and (remote) global Limits.
+func TestQueueSettingsThatWouldBeIgnored(t *testing.T) {
+	pool := srv.TagCheckedPool(t)
+	for field, cfg := range map[string]worqr.RemoteConfig{
+		`Queues["q"].Weight`: {Queues: map[string]worqr.QueueConfig{"q": {Weight: 2}}},
+		`Queues["q"].Limits`: {Queues: map[string]worqr.QueueConfig{"q": {Limits: &worqr.Limits{Concurrency: 1}}}},
+	} {
+		if _, err := worqr.NewRemote(pool, &cfg); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("NewRemote with %s: %v, want ErrInvalid naming it", field, err)
+		}
+	}
+	flow := &worqr.Flow{Name: "f", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1, Weight: 2},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
+	if _, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Flows: []*worqr.Flow{flow}}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "Queue.Weight") {
+		t.Errorf("a flow stage with a Weight: %v, want ErrInvalid naming its Queue.Weight", err)
+	}
+}
