@@ -41,13 +41,7 @@ func (a *app) deadLsCmd() *cobra.Command {
 	cmd.Flags().IntVar(&offset, "offset", 0, "how many of the newest to skip")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q := args[0]
-		if err := o.check(); err != nil {
-			return err
-		}
-		if err := checkQueue("<queue>", q); err != nil {
-			return err
-		}
-		if err := a.mustKnow(ctx, q); err != nil {
+		if err := a.knownArg(ctx, &o, q); err != nil {
 			return err
 		}
 		if limit < 1 || limit > 1000 {
@@ -171,13 +165,7 @@ dead set holds more.`,
 	cmd.Flags().IntVar(&scan, "scan", 10000, "how many of the newest dead tasks to read (at least 1)")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q := args[0]
-		if err := o.check(); err != nil {
-			return err
-		}
-		if err := checkQueue("<queue>", q); err != nil {
-			return err
-		}
-		if err := a.mustKnow(ctx, q); err != nil {
+		if err := a.knownArg(ctx, &o, q); err != nil {
 			return err
 		}
 		if scan < 1 {

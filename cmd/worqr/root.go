@@ -430,6 +430,18 @@ func (a *app) mustKnow(ctx context.Context, q string) error {
 	return nil
 }
 
+// knownArg checks the output flag and queue argument q of a listing, then
+// that the namespace knows q (a typo would list nothing, exit 0).
+func (a *app) knownArg(ctx context.Context, o *output, q string) error {
+	if err := o.check(); err != nil {
+		return err
+	}
+	if err := checkQueue("<queue>", q); err != nil {
+		return err
+	}
+	return a.mustKnow(ctx, q)
+}
+
 // knownQueue returns the counts of queue q, or an error naming the queue
 // when the namespace does not know it (a typo would otherwise act on nothing).
 func (a *app) knownQueue(ctx context.Context, q string) (*worqr.QueueInfo, error) {

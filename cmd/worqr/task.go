@@ -182,13 +182,7 @@ The table ends with how many the state holds; -o json prints
 	cmd.Flags().IntVar(&offset, "offset", 0, "how many to skip first")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q := args[0]
-		if err := o.check(); err != nil {
-			return err
-		}
-		if err := checkQueue("<queue>", q); err != nil {
-			return err
-		}
-		if err := a.mustKnow(ctx, q); err != nil {
+		if err := a.knownArg(ctx, &o, q); err != nil {
 			return err
 		}
 		if !contains(states, state) {
