@@ -61,8 +61,11 @@ type Remote struct {
 type RemoteConfig struct {
 	Config
 	// Queues are the stand-alone queues sessions may take from, with their
-	// retry, timeout and dead-set settings (Handler and Concurrency are not
-	// used and must be left zero).
+	// retry, timeout and dead-set settings, and their global Limits (stored
+	// when a session first asks for the queue, as a Worker's are at its
+	// start). Handler, Concurrency and Weight are not used and must be
+	// left zero. Sessions apply the limits stored in Redis, whoever set
+	// them, and take higher priority levels first.
 	Queues map[string]QueueConfig
 	// AnyQueue lets sessions take from any stand-alone queue, those not in
 	// Queues with the settings of DefaultQueue.
@@ -148,11 +151,6 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 		}
 		if err := q.noBatch(field); err != nil {
 			return q, err // remote workers take one task at a time
-		}
-		if q.Limits != nil {
-			// Set them with Inspector.SetLimits for Go workers; remote
-			// sessions do not apply them yet (docs/GATEWAY.md).
-			return q, invalid(field+".Limits", "are not applied by remote sessions yet")
 		}
 		err := q.fill(field)
 		return q, err
@@ -261,7 +259,15 @@ type remoteQueue struct {
 	ends  *group.Group[rdb.Ending, rdb.Ended]
 
 	settings atomic.Bool // written to Redis
-	paused   atomic.Bool // read by pauseLoop; a paused queue gives nothing
+	// The queue's flags, read when a session first asks for it and by
+	// pauseLoop: paused (a paused queue gives nothing), the highest
+	// priority level in use, and whether it may have global limits.
+	flagsRead atomic.Bool
+	paused    atomic.Bool
+	levels    atomic.Int32
+	limited   atomic.Bool
+	// rateUntil (unix ns): the rate limit allows no start before then.
+	rateUntil atomic.Int64
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
@@ -335,7 +341,13 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()
-			ended, err := r.st.End(ctx, q.qk, retention, es)
+			var call *rdb.TakeArgs
+			if q.limited.Load() {
+				// Takes nothing; tells the script that the queue may have
+				// limits, so that the slots freed are announced.
+				call = &rdb.TakeArgs{Limited: true}
+			}
+			ended, _, _, err := r.st.EndTakeWait(ctx, q.qk, retention, es, call)
 			if errors.Is(err, ErrNotReplicated) {
 				// Recorded on the primary: the takings are ended.
 				r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
@@ -547,7 +559,25 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 			}); err != nil {
 				return nil, fmt.Errorf("worqr: write settings of %s: %w", name, err)
 			}
+			if l := q.cfg.Limits; l != nil {
+				if err := r.st.SetLimits(ctx, q.qk, l.rdb()); err != nil {
+					return nil, fmt.Errorf("worqr: write limits of %s: %w", name, err)
+				}
+			}
 			q.settings.Store(true)
+		}
+	}
+	var unread []*remoteQueue
+	for _, q := range qs {
+		if !q.flagsRead.Load() {
+			unread = append(unread, q)
+		}
+	}
+	if len(unread) > 0 {
+		// Before the first take: a queue with priority levels or limits
+		// must not be taken from the plain way.
+		if err := r.readFlags(ctx, unread); err != nil {
+			return nil, fmt.Errorf("worqr: read queue flags: %w", err)
 		}
 	}
 	r.mu.Lock()
@@ -652,9 +682,10 @@ func (r *Remote) sweepLoop() {
 // memory is how long an ended taking's answer is kept for a repeated call.
 func (r *Remote) memory() time.Duration { return max(time.Minute, 3*r.cfg.SessionTTL) }
 
-// pauseLoop reads the pause flags of the queues sessions take from once per
-// PollInterval (one round trip per tag), as a Worker does: a pause is
-// honoured within one interval even if its announcement was lost.
+// pauseLoop reads the flags of the queues sessions take from (paused,
+// priority levels in use, global limits) once per PollInterval (one round
+// trip per tag), as a Worker does: a pause, a level or a limit stored in
+// Redis is honoured within one interval even if its announcement was lost.
 func (r *Remote) pauseLoop() {
 	defer r.bg.Done()
 	t := time.NewTicker(r.cfg.PollInterval)
@@ -664,34 +695,58 @@ func (r *Remote) pauseLoop() {
 		case <-r.runCtx.Done():
 			return
 		case <-t.C:
-			r.refreshPaused()
+			r.refreshFlags()
 		}
 	}
 }
 
-func (r *Remote) refreshPaused() {
+func (r *Remote) refreshFlags() {
 	qs := r.allQueues()
 	if len(qs) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.runCtx, 5*time.Second)
 	defer cancel()
+	if err := r.readFlags(ctx, qs); err != nil && r.runCtx.Err() == nil {
+		r.cfg.Logger.Warn("remote: reading queue flags failed", "err", err)
+	}
+}
+
+// readFlags reads the flags of qs and wakes the takes waiting on those
+// resumed or whose limits may have changed.
+func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 	qks := make([]rdb.QueueKeys, len(qs))
 	for i, q := range qs {
 		qks[i] = q.qk
 	}
-	paused, err := r.st.Paused(ctx, qks)
+	flags, err := r.st.Flags(ctx, qks)
 	if err != nil {
-		if r.runCtx.Err() == nil {
-			r.cfg.Logger.Warn("remote: reading pause flags failed", "err", err)
-		}
-		return
+		return err
 	}
 	for i, q := range qs {
-		if was := q.paused.Swap(paused[i]); was && !paused[i] {
+		f := flags[i]
+		q.levels.Store(int32(f.Levels))
+		// The limits may have changed (a rate raised or removed): the next
+		// take works out the wait again from what is stored now.
+		held := q.rateUntil.Swap(0) > 0
+		q.limited.Store(f.Limited)
+		q.flagsRead.Store(true)
+		if was := q.paused.Swap(f.Paused); (was && !f.Paused) || held {
 			q.wake()
 		}
 	}
+	return nil
+}
+
+// rateHeld reports whether q's rate limit allows no start now, and until
+// when.
+func (q *remoteQueue) rateHeld() (bool, time.Time) {
+	if u := q.rateUntil.Load(); u > 0 {
+		if t := time.Unix(0, u); time.Now().Before(t) {
+			return true, t
+		}
+	}
+	return false, time.Time{}
 }
 
 // listenLoop holds the Remote's pub/sub connection: the wake-up channel of
@@ -722,8 +777,8 @@ func (r *Remote) listenLoop() {
 				if rdb.IsHandoff(data) {
 					return // a task handed to a worker of this process's peers: nothing waits
 				}
-				if string(data) == "0" { // a pause or resume
-					r.refreshPaused()
+				if string(data) == "0" { // a pause, a resume, new limits or a new priority level
+					r.refreshFlags()
 				}
 				q.wake()
 			}

@@ -180,7 +180,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		woken := q.woken()
-		if !q.paused.Load() {
+		if held, _ := q.rateHeld(); !held && !q.paused.Load() {
 			out, skipped, err := s.takeOnce(ctx, q, req)
 			if err != nil || len(out) > 0 {
 				return out, err
@@ -193,7 +193,11 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 		if left <= 0 {
 			return nil, nil
 		}
-		t := time.NewTimer(min(left, s.r.cfg.PollInterval))
+		wait := min(left, s.r.cfg.PollInterval)
+		if held, until := q.rateHeld(); held {
+			wait = min(wait, time.Until(until))
+		}
+		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
@@ -251,8 +255,14 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		delete(s.unsure, q)
 		s.mu.Unlock()
 	}
-	taken, err := s.r.st.Take(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
-		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild})
+	taken, wait, err := s.r.st.TakeWait(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
+		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
+		Levels: int(q.levels.Load()), Limited: q.limited.Load()})
+	if wait > 0 {
+		// The rate limit allows the next start in wait ms: until then,
+		// the session's takes wait rather than ask.
+		q.rateUntil.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
+	}
 	if errors.Is(err, rdb.ErrExpired) {
 		return nil, 0, nil
 	}

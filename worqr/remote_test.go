@@ -21,6 +21,7 @@ type remoteBundle struct {
 	remote *worqr.Remote
 	client *worqr.Client
 	insp   *worqr.Inspector
+	ns     string
 }
 
 func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *remoteBundle {
@@ -49,7 +50,7 @@ func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *rem
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &remoteBundle{remote: r, client: c, insp: in}
+	return &remoteBundle{remote: r, client: c, insp: in, ns: ns}
 }
 
 func open(t *testing.T, b *remoteBundle, queues ...string) *worqr.RemoteSession {
@@ -666,12 +667,13 @@ func TestRemoteTakeBeyondMaxHeld(t *testing.T) {
 }
 
 // What a remote's or a flow's queue would silently ignore is refused,
-// naming the field: a priority Weight, and (remote) global Limits.
+// naming the field: a priority Weight. A remote's Limits are checked as a
+// Worker's are.
 func TestQueueSettingsThatWouldBeIgnored(t *testing.T) {
 	pool := srv.TagCheckedPool(t)
 	for field, cfg := range map[string]worqr.RemoteConfig{
 		`Queues["q"].Weight`: {Queues: map[string]worqr.QueueConfig{"q": {Weight: 2}}},
-		`Queues["q"].Limits`: {Queues: map[string]worqr.QueueConfig{"q": {Limits: &worqr.Limits{Concurrency: 1}}}},
+		`Queues["q"].Limits`: {Queues: map[string]worqr.QueueConfig{"q": {Limits: &worqr.Limits{Rate: 1}}}},
 	} {
 		if _, err := worqr.NewRemote(pool, &cfg); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), field) {
 			t.Errorf("NewRemote with %s: %v, want ErrInvalid naming it", field, err)

@@ -1371,27 +1371,6 @@ func (s *Store) SetPaused(ctx context.Context, q QueueKeys, on bool) error {
 	})
 }
 
-// Paused reports for each queue whether it is paused.
-func (s *Store) Paused(ctx context.Context, qs []QueueKeys) ([]bool, error) {
-	out := make([]bool, len(qs))
-	err := s.perTag(qs, func(tag string, idx []int) error {
-		cmds := make([]command, len(idx))
-		for j, i := range idx {
-			cmds[j] = cmdOf("HEXISTS", qs[i].Config, "paused")
-		}
-		rs, err := s.pipeline(ctx, tag, cmds)
-		if err != nil {
-			return err
-		}
-		for j, i := range idx {
-			n, _ := redis.Int(rs[j], nil)
-			out[i] = n == 1
-		}
-		return nil
-	})
-	return out, err
-}
-
 // perTag calls f once per hash tag of qs with the indexes of its queues, in
 // the order tags first appear.
 func (s *Store) perTag(qs []QueueKeys, f func(tag string, idx []int) error) error {

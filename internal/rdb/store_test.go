@@ -384,9 +384,16 @@ func TestStats(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("Stats =\n%+v\nwant\n%+v", got, want)
 	}
-	paused, err := e.st.Paused(e.ctx, qs)
-	if err != nil || !reflect.DeepEqual(paused, []bool{false, true, true, false}) {
-		t.Errorf("Paused = %v, %v; want [false true true false]", paused, err)
+	flags, err := e.st.Flags(e.ctx, qs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	paused := make([]bool, len(flags))
+	for i, f := range flags {
+		paused[i] = f.Paused
+	}
+	if !reflect.DeepEqual(paused, []bool{false, true, true, false}) {
+		t.Errorf("Flags' Paused = %v; want [false true true false]", paused)
 	}
 }
 
