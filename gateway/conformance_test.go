@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -380,5 +381,39 @@ func TestUnreachableRedisIsNotNamed(t *testing.T) {
 	}
 	if status != http.StatusServiceUnavailable || strings.Contains(string(data), addr) || !strings.Contains(string(data), "unavailable") {
 		t.Fatalf("enqueue with Redis down: %d %s; want 503 unavailable, not naming %s", status, data, addr)
+	}
+}
+
+// A Redis error that names a host (MOVED, from a gateway pointed at one
+// node of a Redis Cluster without its cluster mode) answers unavailable
+// without that text: the remote caller is not to learn the topology.
+func TestRedisRepliesNamingHostsAreNotPassedOn(t *testing.T) {
+	cl, err := redistest.StartCluster(3)
+	if errors.Is(err, redistest.ErrNoRedisCLI) {
+		t.Skip(err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Stop)
+	g := startGatewayOn(t, cl.Nodes[0], 2*time.Second)
+	moved := 0
+	for i := 0; i < 20; i++ {
+		status, data := g.raw(t, "Enqueue", map[string]any{"queue": fmt.Sprintf("q%d", i), "payload": "eA=="})
+		if status == http.StatusOK {
+			continue
+		}
+		moved++
+		for _, n := range cl.Nodes {
+			if strings.Contains(string(data), n.Addr) || strings.Contains(string(data), "MOVED") {
+				t.Fatalf("enqueue answered %d %s: it names the cluster's nodes", status, data)
+			}
+		}
+		if status != http.StatusServiceUnavailable {
+			t.Fatalf("enqueue answered %d %s, want 503 unavailable", status, data)
+		}
+	}
+	if moved == 0 {
+		t.Fatal("no enqueue reached a queue of another node: the test proves nothing")
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/rs/xid"
 
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
@@ -193,14 +194,21 @@ func (s *server) toConnect(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, err)
 	}
+	if errors.Is(err, worqr.ErrDraining) {
+		return connect.NewError(connect.CodeUnavailable, err)
+	}
+	// Anything else failed on the way to Redis or in it: a dial error, a
+	// TLS error, or a reply such as MOVED. Their texts can name Redis's
+	// hosts and ports, which are not the remote caller's to know: the
+	// gateway's log has the text, under a reference the answer gives.
+	ref := xid.New().String()
 	var ne net.Error
 	if errors.As(err, &ne) {
-		// Its text names the Redis address the gateway dials: not for
-		// remote callers (Config.Logger has it).
-		s.cfg.Logger.Warn("gateway: Redis unreachable", "err", err)
-		return connect.NewError(connect.CodeUnavailable, errors.New("worqr gateway: Redis is unreachable; try again"))
+		s.cfg.Logger.Warn("gateway: Redis unreachable", "ref", ref, "err", err)
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worqr gateway: Redis is unreachable; try again (ref %s)", ref))
 	}
-	return connect.NewError(connect.CodeUnavailable, err)
+	s.cfg.Logger.Warn("gateway: a call to Redis failed", "ref", ref, "err", err)
+	return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worqr gateway: a call to Redis failed; try again (ref %s in the gateway's log)", ref))
 }
 
 // requestFields names, for the fields worqr's errors name in Go terms,

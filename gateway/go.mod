@@ -6,6 +6,7 @@ replace github.com/worqr/worqr-go => ..
 
 require (
 	connectrpc.com/connect v1.19.1
+	github.com/rs/xid v1.6.0
 	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
 	google.golang.org/protobuf v1.36.10
 )
@@ -13,5 +14,4 @@ require (
 require (
 	github.com/gomodule/redigo v1.9.3 // indirect
 	github.com/robfig/cron/v3 v3.0.1 // indirect
-	github.com/rs/xid v1.6.0 // indirect
 )
