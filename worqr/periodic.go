@@ -501,8 +501,12 @@ func planTicks(tk ticker, first, now, grace int64, missed MissedPolicy) plan {
 	for steps := 0; t != 0 && t <= now && now-t > grace; steps++ {
 		lastMissed = t
 		if steps == maxScan {
-			// Many missed ticks: jump to the first on-time one.
+			// Many missed ticks: jump to the first on-time one, and find
+			// the latest missed one by looking back from it.
 			t = tk.next(now - grace - 1)
+			if l := lastTickBy(tk, now-grace-1); l != 0 {
+				lastMissed = l
+			}
 			break
 		}
 		t = tk.next(t)
@@ -516,6 +520,27 @@ func planTicks(tk ticker, first, now, grace int64, missed MissedPolicy) plan {
 	}
 	p.next = t
 	return p
+}
+
+// lastTickBy returns the latest tick of tk at or before limit, found in
+// the shortest window back from limit (a minute, doubled up to about two
+// years) that holds one, walking at most maxScan ticks; 0 if none.
+func lastTickBy(tk ticker, limit int64) int64 {
+	for w := time.Minute.Milliseconds(); w <= (1<<20)*time.Minute.Milliseconds(); w *= 2 {
+		last := tk.next(limit - w)
+		if last == 0 || last > limit {
+			continue
+		}
+		for steps := 0; steps < maxScan; steps++ {
+			n := tk.next(last)
+			if n == 0 || n > limit {
+				break
+			}
+			last = n
+		}
+		return last
+	}
+	return 0
 }
 
 // fire enqueues the due ticks of d and advances its next tick. It reports
