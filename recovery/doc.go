@@ -20,7 +20,8 @@
 // Redis refuses it once that has passed: after a pass saw a keepalive gone,
 // no taking appears under that id. Sweep, run every SweepInterval, reads
 // every known queue's holder index for holders that are neither registered
-// nor alive (left by an older version or by hand).
+// nor alive (left by an older version, by hand, or by a Redis Cluster
+// failover that lost a registration).
 //
 // The same loop runs the mover: under the same lease, each interval it moves
 // due tasks of every known queue's scheduled set (delayed enqueues, retries)

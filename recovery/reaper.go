@@ -242,8 +242,10 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 
 // Sweep reads the holder index of every known queue and requeues the
 // takings of holders that are neither registered nor alive: takings a Pass
-// cannot reach, which only an older version of worqr (one that did not fence
-// takes by deadline) or a hand edit can leave. Its cost follows the number
+// cannot reach, which an older version of worqr (one that did not fence
+// takes by deadline) or a hand edit can leave, and, on a Redis Cluster, a
+// worker that died just after a failover of the registry's master lost its
+// registration (a live one puts back what it held itself). Its cost follows the number
 // of known queues; Run sweeps once when it first holds the lease and then
 // every SweepInterval. Safe to run concurrently with passes.
 func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {

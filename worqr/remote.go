@@ -598,12 +598,13 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	if name == "" {
 		name = "remote"
 	}
+	switches := r.st.Switches() // read before the registration
 	lease, err := heartbeat.Open(ctx, r.reg, r.cfg.SessionTTL, name, 0, refs, seam.HeartbeatClock(r.runCtx))
 	if err != nil {
 		return nil, fmt.Errorf("worqr: open session: %w", err)
 	}
 	s := &RemoteSession{r: r, lease: lease, queues: qs, takings: map[string]*remoteTaking{},
-		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now()}
+		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches}
 	r.mu.Lock()
 	r.sessions[s.ID()] = s
 	r.mu.Unlock()

@@ -39,6 +39,11 @@ type RemoteSession struct {
 	takes   map[string]*takeReply    // by request id
 	unsure  map[*remoteQueue]bool    // a take's reply was lost: release first
 	beatAt  time.Time                // when the previous Beat arrived
+	// switches is the pool's count of server switches last seen: a
+	// switch may have lost ends (the taking still held on the new
+	// server, and nobody runs it) and takes, so every queue is then
+	// released before its next take, as after a lost take reply.
+	switches uint64
 
 	retiredAt time.Time // guarded by Remote.mu
 }
@@ -220,6 +225,12 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if prev := s.takes[req.RequestID]; req.RequestID != "" && prev != nil {
 		s.mu.Unlock() // the same request ran meanwhile
 		return prev.takings, 0, nil
+	}
+	if sw := s.r.st.Switches(); sw != s.switches {
+		s.switches = sw
+		for _, sq := range s.queues {
+			s.unsure[sq] = true
+		}
 	}
 	held, known := 0, []string{}
 	for pid, t := range s.takings {

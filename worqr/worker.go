@@ -551,11 +551,37 @@ func (w *Worker) onKeepalive(e heartbeat.Event) {
 	switch e.Kind {
 	case heartbeat.Lost:
 		w.emit(Event{Kind: EventKeepaliveLost, WorkerID: e.ID, Err: ErrKeepaliveLost})
+		w.requeueLost(e.ID)
 	case heartbeat.Registered:
 		w.emit(Event{Kind: EventRegistered, WorkerID: e.ID})
 		w.pokeAll()
 	case heartbeat.Failed:
 		w.emit(Event{Kind: EventError, WorkerID: e.ID, Err: e.Err})
+	}
+}
+
+// requeueLost puts back what the worker held under id, whose keepalive was
+// just found lost (the session is retired: its handlers are cancelled and
+// its ends change nothing), before the worker registers again. A reaper
+// would, once it finds id dead; but after a failover of a Redis Cluster's
+// registry master that lost id's registration, no reaper pass finds id
+// (passes start from the registry) while its takings live on in queues of
+// other masters, until a sweep minutes later. Whatever is not requeued
+// here (Redis unreachable) is left to the reaper.
+func (w *Worker) requeueLost(id string) {
+	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	defer cancel()
+	for _, q := range w.queues {
+		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{id}, false)
+		emitCancelled(w.emit, q.member, cancelled)
+		if err != nil {
+			w.cfg.Logger.Warn("worker: could not requeue the takings of a lost keepalive (the reaper will)",
+				"queue", q.member, "worker_id", id, "err", err)
+			continue
+		}
+		if n > 0 {
+			w.emit(Event{Kind: EventRecovered, WorkerID: id, Queue: q.member, Count: n, DeadWorkers: []string{id}})
+		}
 	}
 }
 
