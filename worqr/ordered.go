@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 
 	"github.com/rs/xid"
 
@@ -93,6 +94,8 @@ func checkKeyed(o *EnqueueOpts) error {
 	switch {
 	case len(o.Key) > MaxKeyLen:
 		return invalid("EnqueueOpts.Key", "is %d bytes long (at most %d)", len(o.Key), MaxKeyLen)
+	case math.IsNaN(o.Score) || math.IsInf(o.Score, 0):
+		return invalid("EnqueueOpts.Score", "(%v) must be a finite number", o.Score)
 	case o.UniqueKey != "":
 		return invalid("EnqueueOpts.UniqueKey", "cannot be set together with Key")
 	case o.ID != "":
@@ -170,9 +173,10 @@ type MergeFunc func(waiting, incoming []byte) ([]byte, error)
 const maxMergeTries = 32
 
 // EnqueueMerge enqueues payload with key on queue, merged by merge into the
-// key's last task when that task has not started yet: its payload becomes
-// merge(its payload, payload), and it keeps its attempts, its due time and
-// its score; otherwise a task is added as Enqueue with opts.Key would. It is
+// key's last task when that task has not started yet: its payload (its
+// last one, Task.Payload) becomes merge(that payload, payload), and it keeps
+// its other payloads (merged by KeyPolicy.Merge), its attempts, its due time
+// and its score; otherwise a task is added as Enqueue with opts.Key would. It is
 // for payloads that are not a set of values (a counter, a latest state); the
 // queue's KeyPolicy.Merge, if on, does not apply to it. The merge is a read,
 // merge and write: the write applies only if the task did not change since

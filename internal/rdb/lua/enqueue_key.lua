@@ -64,7 +64,11 @@ if mode == 'into' then
     if (t[2] or '0') ~= ARGV[9] or not have then
       return {-4}
     end
-    redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, {{s = have[1].s, p = ARGV[14]}}))
+    -- The caller merged into the last payload (Task.Payload): it alone is
+    -- replaced; the tail's other payloads (merged by the queue's
+    -- KeyPolicy.Merge) stay.
+    have[#have] = {s = have[#have].s, p = ARGV[14]}
+    redis.call('HSET', ttkey, F_PAYLOAD, env_encode(okey, have))
     redis.call('HINCRBY', ttkey, F_MERGE_VERSION, 1)
     return {tail, 1}
   end
