@@ -11,6 +11,20 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
+// endWeight weighs an ending in its group's end call, which holds at most
+// rdb.MaxTake of weight (and always its first ending): one per taking it
+// ends (a batch per key ends all its takings, as a take hands them out),
+// plus the children a stage's fan-out creates and the fields it writes.
+// Grouped fan-outs of MaxChildren children each held Redis for hundreds
+// of milliseconds in one call.
+func endWeight(e rdb.Ending) int {
+	n := 1 + len(e.Batch)
+	if e.Stage != nil {
+		n += len(e.Stage.Children) + len(e.Stage.Fields)/2
+	}
+	return n
+}
+
 // endGroup is a queue's one way to end takings: ends that arrive together
 // share one script call (group commit), whatever their kind (done, retry,
 // dead, give back, a stage's forward or fan-out, a child's end); each is
@@ -21,10 +35,7 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 	retention := q.cfg.Retention.Milliseconds()
 	return &group.Group[rdb.Ending, endDone]{
 		MaxBatch: 64, MaxInFlight: 2,
-		// A batch per key ends all its takings in the call: at most
-		// rdb.MaxTake takings per call, as a take hands out.
-		Weight:    func(e rdb.Ending) int { return 1 + len(e.Batch) },
-		MaxWeight: rdb.MaxTake,
+		Weight: endWeight, MaxWeight: rdb.MaxTake,
 		Run: func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

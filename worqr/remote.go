@@ -337,7 +337,7 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 	q.qk = r.st.Queue(ref)
 	retention := q.cfg.Retention.Milliseconds()
 	q.ends = &group.Group[rdb.Ending, rdb.Ended]{
-		MaxBatch: 64, MaxInFlight: 2,
+		MaxBatch: 64, MaxInFlight: 2, Weight: endWeight, MaxWeight: rdb.MaxTake,
 		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 			defer cancel()

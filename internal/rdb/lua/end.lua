@@ -139,7 +139,8 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     bury(q.dead_key, q.cfg_key, q.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
-  local ixkeys = index_keys(tkey, props, pfx)
+  local ixkeys
+  ixkeys, runret = stage_index_keys(tkey, props, pfx, runret)
   if t[2] ~= R_RUNNING then
     redis.call('HDEL', tkey, F_WORKER, F_PID)
     return OUT_CANCELLED
@@ -157,7 +158,7 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     return out
   end
   if #fields > 0 then
-    redis.call('HSET', tkey, unpack(fields))
+    hset_pairs(tkey, fields)
   end
   if #children == 0 then
     return forward_run(tkey, id, nexts, pfx, runret, ixkeys)

@@ -1,5 +1,6 @@
 --- @include "codes"
 --- @include "time"
+--- @include "flow"
 -- flow_start: create a flow run and push it at the back of its first stage's
 -- queue, with a wake-up; index it by its declared properties.
 -- KEYS[1]    <ns>:{F}:q:<first stage>  (list) waiting ids
@@ -18,7 +19,7 @@ end
 redis.call('HSET', KEYS[2], F_PAYLOAD, '', F_STAGE, ARGV[3], F_RUN_STATUS, R_RUNNING, F_STATE, S_QUEUED,
   F_RUN_RETENTION, ARGV[4], F_RUN_INDEXED, ARGV[5])
 if #ARGV > 5 then
-  redis.call('HSET', KEYS[2], unpack(ARGV, 6))
+  hset_pairs(KEYS[2], ARGV, 6)
 end
 for prop in string.gmatch(ARGV[5], '[^,]+') do
   local v = redis.call('HGET', KEYS[2], 'f:' .. prop)

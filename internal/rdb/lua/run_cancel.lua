@@ -19,7 +19,9 @@ if t[3] == S_CHILDREN then
 else
   stop_task(pfx, KEYS[1], ARGV[1], t[2])
 end
-if ARGV[3] == '' then
+if ARGV[3] == '' or redis.call('HEXISTS', KEYS[1], F_RUN_INDEXED) == 1 then
+  -- (The run's own settings win over the caller's Flow, which may have
+  -- changed since the run started.)
   end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(redis.call('HGET', KEYS[1], F_RUN_RETENTION)) or 0,
     run_index_keys(KEYS[1], pfx))
 else

@@ -7,6 +7,17 @@ local function prefixes(argv, i)
   return {queue = argv[i], wake = argv[i + 1], sched = argv[i + 2], cancel = argv[i + 3], index = argv[i + 4]}
 end
 
+-- hset_pairs HSETs the field/value pairs of list pairs (from index first,
+-- default 1) into key, at most 1,000 pairs per command: a run's state may
+-- have more fields than Lua's unpack takes (about 8,000 values), and an
+-- error here would abort a script that already claimed its takings.
+local function hset_pairs(key, pairs_, first)
+  first = first or 1
+  for i = first, #pairs_, 2000 do
+    redis.call('HSET', key, unpack(pairs_, i, math.min(i + 1999, #pairs_)))
+  end
+end
+
 -- list_from reads a count at argv[i] and that many values after it; returns
 -- the values and the index after them.
 local function list_from(argv, i)
@@ -56,6 +67,23 @@ local function run_index_keys(runkey, pfx)
     end
   end
   return index_keys(runkey, props, pfx)
+end
+
+-- stage_index_keys returns the index keys and retention of a run a stage
+-- ends: those the run was started with (stored by flow_start), which win
+-- over the ending worker's props and retention (its Flow may have changed
+-- since: an index entry left at +inf would never expire); the worker's for
+-- a run started before they were stored.
+local function stage_index_keys(runkey, props, pfx, retention)
+  local st = redis.call('HMGET', runkey, F_RUN_INDEXED, F_RUN_RETENTION)
+  if not st[1] then
+    return index_keys(runkey, props, pfx), retention
+  end
+  local stored = {}
+  for p in string.gmatch(st[1], '[^,]+') do
+    table.insert(stored, p)
+  end
+  return index_keys(runkey, stored, pfx), tonumber(st[2]) or retention
 end
 
 -- end_run ends flow run id with status (done, failed, cancelled): the run and
