@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -34,7 +35,8 @@ const (
 
 const envHelp = `Environment (flags win; an empty value means unset):
   WORQR_REDIS_URL      Redis URL, redis[s]://[user:password@]host[:port][/db] (required
-                       unless WORQR_REDIS_CLUSTER is set)
+                       unless WORQR_REDIS_CLUSTER is set); a node of a Redis Cluster
+                       is followed to the whole cluster
   WORQR_REDIS_CLUSTER  Redis Cluster seeds instead: host:port,host:port, or
                        redis[s]://[user:password@]host:port URLs (the first one's user,
                        password and TLS apply to every node)
@@ -284,6 +286,22 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
 		}
 		pool = p
+		if clusterNode(ctx, p) {
+			// One node of a Redis Cluster, as other Redis tools are
+			// pointed at one: follow the whole cluster from it (its
+			// other masters would answer MOVED).
+			p.Close()
+			where = "the Redis Cluster of " + where
+			cp, err := worqr.NewClusterPool([]string{a.redisURL}, opts)
+			if err != nil {
+				var ie *worqr.InvalidError
+				if errors.As(err, &ie) {
+					return usagef("%s names a node of a Redis Cluster: %s", source(cmd, "redis-url", envRedisURL, getenv), ie.Rule)
+				}
+				return &runError{fmt.Errorf("cannot reach %s: %w", where, err)}
+			}
+			pool = cp
+		}
 	}
 	cfg := &worqr.Config{Namespace: a.namespace, Logger: logger}
 	in, err := worqr.NewInspector(pool, cfg)
@@ -307,6 +325,20 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	a.pool, a.in, a.client, a.logger = pool, in, client, logger
 	a.replicas, a.replicaTimeout = replicas, replicaTimeout
 	return nil
+}
+
+// clusterNode reports whether the server of p runs in cluster mode (INFO
+// cluster). An unreachable server is not: the ping that follows says so.
+func clusterNode(ctx context.Context, p *redis.Pool) bool {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	c, err := p.GetContext(ctx)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cluster"))
+	return err == nil && strings.Contains(info, "cluster_enabled:1")
 }
 
 // readReplication reads WORQR_REPLICAS (a whole number, 0 or more) and
