@@ -843,18 +843,37 @@ func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids [
 	if err != nil {
 		return 0, err
 	}
+	return deadIDs(ctx, c.st, qk, op, ids)
+}
+
+// deadIDs applies op to the given dead tasks of qk, in atomic chunks of at
+// most rdb.BulkChunk. A requeue that some ids refused (flow children whose
+// run no longer waits for them) is ErrInvalid naming them, after the
+// others were requeued.
+func deadIDs(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, ids []string) (int, error) {
 	if len(ids) == 0 {
 		return 0, invalid("ids", "is empty")
 	}
 	total := 0
+	var refused []string
 	for len(ids) > 0 {
 		n := min(len(ids), rdb.BulkChunk)
-		k, err := c.st.DeadIDs(ctx, qk, op, ids[:n])
+		k, r, err := st.DeadIDs(ctx, qk, op, ids[:n])
 		total += k
+		refused = append(refused, r...)
 		if err != nil {
 			return total, err
 		}
 		ids = ids[n:]
+	}
+	if len(refused) > 0 {
+		shown := refused[:min(len(refused), 5)]
+		more := ""
+		if len(refused) > len(shown) {
+			more = fmt.Sprintf(" and %d more", len(refused)-len(shown))
+		}
+		return total, invalid("ids", "%s%s: flow children whose run no longer waits for them (it failed with them, was cancelled, or moved on): a requeue would run them and throw their result away; they stay dead (delete them, or start a new run)",
+			strings.Join(shown, ", "), more)
 	}
 	return total, nil
 }
@@ -868,19 +887,22 @@ func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int,
 }
 
 // deadAll applies op to every dead task of qk, oldest first, in atomic
-// chunks of at most rdb.BulkChunk, calling progress after each non-empty one.
+// chunks of at most rdb.BulkChunk, calling progress after each non-empty
+// one. A requeue leaves dead, and passes, the flow children whose run no
+// longer waits for them (see DeadIDs).
 func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
-	total := 0
+	total, skip := 0, 0
 	for {
-		n, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk)
+		n, refused, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk, skip)
 		total += n
+		skip += refused
 		if err != nil {
 			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
 		}
 		if progress != nil && n > 0 {
 			progress(total)
 		}
-		if n < rdb.BulkChunk {
+		if n+refused < rdb.BulkChunk {
 			return total, nil
 		}
 	}

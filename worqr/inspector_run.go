@@ -49,19 +49,5 @@ func (in *Inspector) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, i
 	if err != nil {
 		return 0, err
 	}
-	if len(ids) == 0 {
-		return 0, invalid("ids", "is empty")
-	}
-	qk := in.st.Queue(ref)
-	total := 0
-	for len(ids) > 0 {
-		n := min(len(ids), rdb.BulkChunk)
-		k, err := in.st.DeadIDs(ctx, qk, op, ids[:n])
-		total += k
-		if err != nil {
-			return total, err
-		}
-		ids = ids[n:]
-	}
-	return total, nil
+	return deadIDs(ctx, in.st, in.st.Queue(ref), op, ids)
 }

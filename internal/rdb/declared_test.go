@@ -276,10 +276,10 @@ func TestScriptKeysDeclared(t *testing.T) {
 		&rdb.TakeArgs{Worker: w, Until: until, Max: 2})
 	must(err)
 	check("end and take again", "end:t") // the ids the take pops
-	_, err = st.DeadIDs(ctx, q, rdb.DeadRequeue, []string{got[1].ID})
+	_, _, err = st.DeadIDs(ctx, q, rdb.DeadRequeue, []string{got[1].ID})
 	must(err)
 	check("dead by ids")
-	_, err = st.DeadOldest(ctx, q, rdb.DeadDelete, 10)
+	_, _, err = st.DeadOldest(ctx, q, rdb.DeadDelete, 10, 0)
 	must(err)
 	check("dead, the oldest")
 	_, _, err = st.Release(ctx, q, w, nil)
@@ -403,7 +403,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, w, kt[0].PID, kt[0].ID, "x")})
 	must(err)
 	a.calls()
-	_, err = st.DeadIDs(ctx, oq, rdb.DeadDelete, []string{kt[0].ID})
+	_, _, err = st.DeadIDs(ctx, oq, rdb.DeadDelete, []string{kt[0].ID})
 	must(err)
 	check("dead head deleted", "dead:kh", "dead:k") // the key named in the task's hash
 	// Batches per key: a take with the tasks behind a head, the batch's

@@ -789,20 +789,20 @@ func TestEndChild(t *testing.T) {
 			},
 		},
 		{
-			name: "a child already counted (failed, then requeued from the dead set) ends without counting again",
+			name: "a child requeued from the dead set while its run waits for the others (continue) counts again when it ends",
 			seed: func(t *testing.T, f *flowEnv) {
 				f.fanOut(t, "s2", false)
 				f.endChild(t, f.c1, rdb.Dead(rdb.KindChild, "A", "2", "k1", "bad"))
-				if n, err := f.st.DeadIDs(f.ctx, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
+				if n, _, err := f.st.DeadIDs(f.ctx, f.c1, rdb.DeadRequeue, []string{"k1"}); err != nil || n != 1 {
 					t.Fatalf("DeadIDs = %d, %v", n, err)
 				}
 				f.takeFrom(t, f.c1, "B", 2, false) // k2 pid 3, k1 pid 4
 			},
 			w: "B", pid: "4", id: "k1", end: done,
-			want: [2]rdb.Outcome{rdb.OutcomeCancelled, 0},
+			want: [2]rdb.Outcome{rdb.OutcomeDone, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
-					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
+					f.s1.Task("r1"), runFanned().with("k:k1", "done", "kp", "2"),
 					f.c1.Task("k2"), f.child("k2").with("s", "active", "w", "B", "p", "3"),
 					f.c1.Waiting, nil,
 					f.c1.WorkerQueue("B"), hash{"3": "k2"},
@@ -1336,9 +1336,9 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			var err error
 			f.call(t, func() {
 				if tc.oldest {
-					n, err = f.st.DeadOldest(f.ctx, f.s1, rdb.DeadRequeue, 1)
+					n, _, err = f.st.DeadOldest(f.ctx, f.s1, rdb.DeadRequeue, 1, 0)
 				} else {
-					n, err = f.st.DeadIDs(f.ctx, f.s1, rdb.DeadRequeue, []string{"r1"})
+					n, _, err = f.st.DeadIDs(f.ctx, f.s1, rdb.DeadRequeue, []string{"r1"})
 				}
 			})
 			pubs := l.collect(t, f.env)

@@ -211,7 +211,7 @@ func TestKeyHeads(t *testing.T) {
 		t.Fatalf("Key(B) = %+v, %v; want blocked by b1 with 1 behind", ks, err)
 	}
 	// Requeued, b1 runs again first; deleted, b2 moves up.
-	if n, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"b1"}); n != 1 || err != nil {
+	if n, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"b1"}); n != 1 || err != nil {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
 	if w := waiting(); !reflect.DeepEqual(w, []string{"a2", "b1"}) {
@@ -219,7 +219,7 @@ func TestKeyHeads(t *testing.T) {
 	}
 	got = e.takeFrom(t, e.q, "W", 10, false)
 	e.endTask(t, 0, rdb.Dead(rdb.KindTask, "W", got[1].PID, "b1", "bad"))
-	if n, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"b1"}); n != 1 || err != nil {
+	if n, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"b1"}); n != 1 || err != nil {
 		t.Fatalf("delete: %d %v", n, err)
 	}
 	if w := waiting(); !reflect.DeepEqual(w, []string{"b2"}) {
@@ -293,7 +293,7 @@ func TestKeyRequeueDeadAfterMoveOn(t *testing.T) {
 	e.keyed(t, "A", "a2", "new", "2") // the head now
 	got = e.takeFrom(t, e.q, "W", 1, false)
 	e.endTask(t, 0, rdb.Retry(rdb.KindTask, "W", got[0].PID, "a2", 60_000, "boom"))
-	if n, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"a1"}); n != 1 || err != nil {
+	if n, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"a1"}); n != 1 || err != nil {
 		t.Fatalf("requeue: %d %v", n, err)
 	}
 	if got := e.entries(t, "a2"); !reflect.DeepEqual(got, []string{"old:1", "new:2"}) {

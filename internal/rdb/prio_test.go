@@ -157,7 +157,7 @@ func TestMoveAndDeadKeepLevel(t *testing.T) {
 		t.Fatalf("take = %v", takenIDs(got))
 	}
 	e.endTask(t, 0, rdb.Dead(rdb.KindTask, "A", got[0].PID, "d3", "x"))
-	if _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"d3"}); err != nil {
+	if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"d3"}); err != nil {
 		t.Fatal(err)
 	}
 	if got := e.do(t, "LRANGE", e.q.Level(3), 0, -1); !reflect.DeepEqual(got, []any{[]byte("d3")}) {

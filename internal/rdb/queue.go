@@ -1145,8 +1145,12 @@ const (
 	DeadDelete  DeadOp = "delete"
 )
 
-// DeadIDs applies op to the given dead ids and returns how many were dead.
-func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, error) {
+// DeadIDs applies op to the given dead ids and returns how many were dead,
+// and the ids whose requeue it refused: flow children whose run no longer
+// waits for them (failed with them, cancelled, or moved on). They stay
+// dead. A child whose run still waits for its other children goes back
+// into it.
+func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, []string, error) {
 	args := make([]any, 0, 8+2*len(ids))
 	args = append(args, 3+len(ids), q.Dead, q.Waiting, q.Config)
 	for _, id := range ids {
@@ -1156,17 +1160,37 @@ func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []strin
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, args...))
+	return deadReply(s.eval(ctx, q.Ref.Tag, deadScript, args...))
 }
 
 // DeadOldest applies op to up to n (at most BulkChunk) of the oldest dead
-// tasks.
-func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int) (int, error) {
+// tasks past the first skip (those refused before), and returns how many
+// it handled and how many it refused (see DeadIDs).
+func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n, skip int) (int, int, error) {
 	if n < 1 {
-		return 0, nil
+		return 0, 0, nil
 	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, deadScript, 3,
-		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk)))
+	handled, refused, err := deadReply(s.eval(ctx, q.Ref.Tag, deadScript, 3,
+		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk), skip))
+	return handled, len(refused), err
+}
+
+// deadReply reads the dead script's reply: the number handled, then the
+// ids refused.
+func deadReply(r any, err error) (int, []string, error) {
+	vs, err := redis.Values(r, err)
+	if err != nil {
+		return 0, nil, err
+	}
+	if len(vs) == 0 {
+		return 0, nil, errors.New("rdb: empty reply of dead")
+	}
+	n, err := redis.Int(vs[0], nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	refused, err := redis.Strings(vs[1:], nil)
+	return n, refused, err
 }
 
 // Place is where a bulk operation takes tasks from.

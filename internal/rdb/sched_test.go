@@ -330,7 +330,7 @@ func TestDead(t *testing.T) {
 			name: "run twice (requeue): the second finds nothing dead, changes nothing",
 			seed: func(t *testing.T, e *env) {
 				dead3(t, e)
-				if _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"d3", "d2"}); err != nil {
+				if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"d3", "d2"}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -354,7 +354,7 @@ func TestDead(t *testing.T) {
 			name: "run twice (delete): changes nothing",
 			seed: func(t *testing.T, e *env) {
 				dead3(t, e)
-				if _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"d1"}); err != nil {
+				if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"d1"}); err != nil {
 					t.Fatal(err)
 				}
 			},
@@ -413,9 +413,9 @@ func TestDead(t *testing.T) {
 			var err error
 			e.call(t, func() {
 				if tc.ids != nil {
-					got, err = e.st.DeadIDs(e.ctx, e.q, tc.op, tc.ids)
+					got, _, err = e.st.DeadIDs(e.ctx, e.q, tc.op, tc.ids)
 				} else {
-					got, err = e.st.DeadOldest(e.ctx, e.q, tc.op, tc.n)
+					got, _, err = e.st.DeadOldest(e.ctx, e.q, tc.op, tc.n, 0)
 				}
 			})
 			pubs := l.collect(t, e)

@@ -126,7 +126,7 @@ func TestScriptsDuringMigration(t *testing.T) {
 			return err
 		}},
 		{"dead requeue", func(ctx context.Context) error {
-			n, err := st.DeadIDs(ctx, qk, rdb.DeadRequeue, []string{"x"})
+			n, _, err := st.DeadIDs(ctx, qk, rdb.DeadRequeue, []string{"x"})
 			if err == nil && n != 1 {
 				err = fmt.Errorf("dead requeue: %d", n)
 			}

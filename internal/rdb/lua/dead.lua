@@ -13,25 +13,52 @@
 -- ARGV[4] index key prefix of the tag (a requeued flow run is indexed as
 --         running again)
 -- ARGV[5] "ids" followed by ids in ARGV[6..], or "oldest" followed by a count
--- in ARGV[6] (that many of the oldest entries).
+-- in ARGV[6] and an offset in ARGV[7] (that many of the oldest entries,
+-- past the first offset: those refused before).
 -- A requeued task goes to the back of the queue (of its priority level)
 -- with its attempt and crash counts reset. A task of an ordered queue (one
 -- with a key) goes back under its key (see key_requeue); a deleted one that
--- blocked its key lets the key's next task move up. Returns: the number of
--- tasks handled.
+-- blocked its key lets the key's next task move up. A flow child goes back
+-- into its run, which waits for it again, when the run still waits for its
+-- other children (it went on past a failed child: ContinueOnChildFailure);
+-- else (the run failed with it, was cancelled, or moved on) its requeue is
+-- refused: it would run and its result be thrown away. It stays dead.
+-- Returns: {the number of tasks handled, then the ids refused}.
 local ids
 if ARGV[5] == 'oldest' then
-  ids = redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)
+  local from = tonumber(ARGV[7]) or 0
+  ids = redis.call('ZRANGE', KEYS[1], from, from + tonumber(ARGV[6]) - 1)
 else
   ids = {}
   for i = 6, #ARGV do
     table.insert(ids, ARGV[i])
   end
 end
-local handled, push = {}, {}
+-- back_in_run puts a dead child back among the children its run waits
+-- for, and says whether it could (see above). A task that is no child
+-- needs nothing.
+local function back_in_run(tkey, id)
+  local parent = redis.pcall('HGET', tkey, F_PARENT)
+  if type(parent) ~= 'string' then
+    return true
+  end
+  local runkey = ARGV[2] .. parent
+  local r = redis.call('HMGET', runkey, F_RUN_STATUS, F_STATE, 'k:' .. id)
+  if r[1] ~= R_RUNNING or r[2] ~= S_CHILDREN or r[3] ~= 'failed' then
+    return false
+  end
+  redis.call('HSET', runkey, 'k:' .. id, 'pending')
+  redis.call('HDEL', runkey, 'ke:' .. id)
+  redis.call('HINCRBY', runkey, F_PENDING, 1)
+  return true
+end
+
+local handled, push, refused = {}, {}, {}
 for _, id in ipairs(ids) do
-  if redis.call('ZREM', KEYS[1], id) == 1 then
-    local tkey = ARGV[2] .. id
+  local tkey = ARGV[2] .. id
+  if ARGV[1] ~= 'delete' and redis.call('ZSCORE', KEYS[1], id) and not back_in_run(tkey, id) then
+    table.insert(refused, id)
+  elseif redis.call('ZREM', KEYS[1], id) == 1 then
     local okey = redis.pcall('HGET', tkey, F_KEY)
     if type(okey) ~= 'string' then
       okey = nil
@@ -65,4 +92,4 @@ if #push > 0 then
   end
   redis.call('PUBLISH', ARGV[3], #push)
 end
-return #handled
+return {#handled, unpack(refused)}

@@ -1,0 +1,170 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// deadChildFlow is a flow whose stage "fan" fans out children "1" and "2"
+// to queue "kids", then "after" records the children it sees. Child "1"
+// fails for good while fail is set; child "2" waits for hold to close.
+type deadChildFlow struct {
+	flow  *worqr.Flow
+	runs  atomic.Int32 // runs of child "1"
+	fail  atomic.Bool
+	hold  chan struct{}
+	mu    sync.Mutex
+	after []worqr.ChildResult
+}
+
+func newDeadChildFlow(continueOnFailure bool) *deadChildFlow {
+	d := &deadChildFlow{hold: make(chan struct{})}
+	d.fail.Store(true)
+	d.flow = &worqr.Flow{Name: "fl", Retention: time.Minute, Stages: []worqr.Stage{
+		{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1}, ContinueOnChildFailure: continueOnFailure,
+			Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 2, Handler: worqr.HandlerFunc(
+				func(ctx context.Context, t *worqr.Task) error {
+					if string(t.Payload) == "2" {
+						select {
+						case <-d.hold:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+						return nil
+					}
+					d.runs.Add(1)
+					if d.fail.Load() {
+						return worqr.SkipRetry(errors.New("down"))
+					}
+					t.SetResult([]byte("ok"))
+					return nil
+				})}},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids", Payload: []byte("1")}, {Queue: "kids", Payload: []byte("2")}}}, nil
+			})},
+		{Name: "after", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				d.mu.Lock()
+				d.after = r.Children
+				d.mu.Unlock()
+				return nil, nil
+			})},
+	}}
+	return d
+}
+
+func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, string) {
+	t.Helper()
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	cfg := fastTimings(ns)
+	cfg.Flows = []*worqr.Flow{d.flow}
+	startWorker(t, ctx, pool, &cfg)
+	t.Cleanup(func() {
+		select {
+		case <-d.hold:
+		default:
+			close(d.hold)
+		}
+	})
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartRun(ctx, d.flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, id
+}
+
+func deadIDs(t *testing.T, c *worqr.Client, queue string) []string {
+	t.Helper()
+	infos, _, err := c.Dead(context.Background(), queue, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(infos))
+	for i, ti := range infos {
+		ids[i] = ti.ID
+	}
+	return ids
+}
+
+// A dead child whose run failed with it (fail-fast) is not requeued: it
+// would run and its result be thrown away, the run staying failed. Before,
+// the requeue ran the handler again and discarded what it did (found by
+// an audit).
+func TestRequeueOfADeadChildOfAFailedRunIsRefused(t *testing.T) {
+	ctx := context.Background()
+	d := newDeadChildFlow(false)
+	c, id := d.start(t)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunFailed {
+		t.Fatalf("run = %+v, %v; want failed", info, err)
+	}
+	dead := deadIDs(t, c, "fl/kids")
+	if len(dead) != 1 {
+		t.Fatalf("dead children %v, want the one that failed", dead)
+	}
+	d.fail.Store(false)
+	n, err := c.RequeueDead(ctx, "fl/kids", dead[0])
+	if !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), dead[0]) || n != 0 {
+		t.Fatalf("RequeueDead of a child of a failed run = %d, %v; want 0 and ErrInvalid naming it", n, err)
+	}
+	if n, err := c.RequeueAllDead(ctx, "fl/kids"); err != nil || n != 0 {
+		t.Fatalf("RequeueAllDead = %d, %v; want 0 (the child is passed)", n, err)
+	}
+	if got := deadIDs(t, c, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
+		t.Fatalf("dead children after the refused requeues %v, want %v", got, dead)
+	}
+	if runs := d.runs.Load(); runs != 1 {
+		t.Fatalf("the child ran %d times, want once", runs)
+	}
+}
+
+// A dead child whose run goes on past it (ContinueOnChildFailure) and still
+// waits for its other children goes back into the run when requeued: its
+// success counts, and the next stage sees it done.
+func TestRequeuedDeadChildRejoinsItsRun(t *testing.T) {
+	ctx := context.Background()
+	d := newDeadChildFlow(true)
+	c, id := d.start(t)
+	var dead []string
+	wait(t, 20*time.Second, "the child to die", func() bool { dead = deadIDs(t, c, "fl/kids"); return len(dead) == 1 })
+	d.fail.Store(false)
+	if n, err := c.RequeueDead(ctx, "fl/kids", dead[0]); err != nil || n != 1 {
+		t.Fatalf("RequeueDead = %d, %v", n, err)
+	}
+	wait(t, 20*time.Second, "the requeued child to run", func() bool { return d.runs.Load() == 2 })
+	close(d.hold)
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunDone {
+		t.Fatalf("run = %+v, %v; want done", info, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, ch := range d.after {
+		if ch.Status != "done" {
+			t.Errorf("the next stage saw child %s %s (%s), want both done", ch.ID, ch.Status, ch.Err)
+		}
+		if ch.ID == dead[0] && string(ch.Result) != "ok" {
+			t.Errorf("the requeued child's result %q, want ok", ch.Result)
+		}
+	}
+	if len(d.after) != 2 {
+		t.Errorf("the next stage saw %d children, want 2", len(d.after))
+	}
+}
