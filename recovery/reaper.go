@@ -134,6 +134,9 @@ func (r *Reaper) Run(ctx context.Context) {
 			} else {
 				lastSweep = time.Now()
 			}
+			if _, err := r.PruneRuns(ctx); err != nil && ctx.Err() == nil {
+				r.fail("prune runs", err)
+			}
 		}
 		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
 			r.fail("move", err)
@@ -240,14 +243,48 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 	return out, nil
 }
 
+// PruneRuns drops, from the list of runs of every known flow, the runs
+// whose data is gone (ended and past their retention), in chunks of
+// rdb.BulkChunk: that list is what Inspector.Runs pages through, and
+// nothing else shortens it. It returns how many it dropped. Run prunes
+// with each sweep (every SweepInterval).
+func (r *Reaper) PruneRuns(ctx context.Context) (int, error) {
+	queues, err := r.st.KnownQueues(ctx)
+	if err != nil {
+		return 0, err
+	}
+	flows := map[string]bool{}
+	total := 0
+	for _, q := range queues {
+		if !q.Flow() || flows[q.Tag] {
+			continue
+		}
+		flows[q.Tag] = true
+		qk := r.st.Queue(rdb.QueueRef{Tag: q.Tag, Name: q.Tag})
+		for start := 0; ; {
+			seen, dropped, err := r.st.PruneRuns(ctx, qk, start, rdb.BulkChunk)
+			total += dropped
+			if err != nil {
+				return total, err
+			}
+			if seen < rdb.BulkChunk {
+				break
+			}
+			start += seen - dropped
+		}
+	}
+	return total, nil
+}
+
 // Sweep reads the holder index of every known queue and requeues the
 // takings of holders that are neither registered nor alive: takings a Pass
 // cannot reach, which an older version of worqr (one that did not fence
 // takes by deadline) or a hand edit can leave, and, on a Redis Cluster, a
 // worker that died just after a failover of the registry's master lost its
-// registration (a live one puts back what it held itself). Its cost follows the number
-// of known queues; Run sweeps once when it first holds the lease and then
-// every SweepInterval. Safe to run concurrently with passes.
+// registration (a live one puts back what it held itself). Its cost
+// follows the number of known queues; Run sweeps once when it first holds
+// the lease and then every SweepInterval. Safe to run concurrently with
+// passes.
 func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 	queues, err := r.st.KnownQueues(ctx)
 	if err != nil || len(queues) == 0 {

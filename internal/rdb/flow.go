@@ -224,6 +224,33 @@ func (s *Store) ForgetRuns(ctx context.Context, q QueueKeys, ids []string) error
 	return err
 }
 
+// PruneRuns drops from the flow's list of runs the ids whose hash is gone
+// (ended and past their retention, or deleted), looking at up to n ids
+// from rank start; it returns how many it looked at and dropped. A run's
+// id and hash are written in one step (flow_start), and ids are never
+// reused: an id without a hash is gone for good.
+func (s *Store) PruneRuns(ctx context.Context, q QueueKeys, start, n int) (seen, dropped int, err error) {
+	ids, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "ZRANGE", q.Runs, start, start+n-1))
+	if err != nil || len(ids) == 0 {
+		return 0, 0, err
+	}
+	cmds := make([]command, len(ids))
+	for i, id := range ids {
+		cmds[i] = cmdOf("EXISTS", q.Task(id))
+	}
+	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
+	if err != nil {
+		return 0, 0, err
+	}
+	var gone []string
+	for i, r := range rs {
+		if k, err := redis.Int(r, nil); err == nil && k == 0 {
+			gone = append(gone, ids[i])
+		}
+	}
+	return len(ids), len(gone), s.ForgetRuns(ctx, q, gone)
+}
+
 func redisNow(ctx context.Context, c redis.Conn) (int64, error) {
 	return timeMillis(do(ctx, c, "TIME"))
 }
