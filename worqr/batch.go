@@ -60,6 +60,17 @@ type BatchHandler interface {
 	HandleBatch(ctx context.Context, b *Batch) error
 }
 
+type batchCtxKey struct{}
+
+// BatchOf returns the Batch that the middleware of a BatchHandler's queue
+// wraps (the Task it is given is the batch's head, Tasks[0]), or nil when
+// ctx is not that of a batch. A middleware that changes a task's payload
+// (a trace envelope) does so for every task of the batch.
+func BatchOf(ctx context.Context) *Batch {
+	b, _ := ctx.Value(batchCtxKey{}).(*Batch)
+	return b
+}
+
 // BatchHandlerFunc adapts a function to BatchHandler.
 type BatchHandlerFunc func(ctx context.Context, b *Batch) error
 
@@ -156,7 +167,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	h := Chain(HandlerFunc(func(ctx context.Context, _ *Task) error {
 		return q.cfg.BatchHandler.HandleBatch(ctx, batch)
 	}), w.cfg.Middleware...)
-	err := callHandler(hctx, h, head)
+	err := callHandler(context.WithValue(hctx, batchCtxKey{}, batch), h, head)
 	var te *TimeoutError
 	if err != nil && errors.As(context.Cause(hctx), &te) {
 		err = fmt.Errorf("%w: %w", te, err)

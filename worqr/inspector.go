@@ -445,6 +445,11 @@ func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progres
 // chunks of at most 1,000), running ones are asked to stop. It returns how many it cancelled or asked.
 func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progress) (int, error) {
 	n, err := in.bulk(ctx, queue, rdb.BulkCancel, progress)
+	if n > 0 {
+		// Each ended as cancelled here, where no worker will see it: its
+		// event (and history count) is this call's to publish.
+		in.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, Count: n})
+	}
 	if err != nil {
 		return n, err
 	}
@@ -464,6 +469,9 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 		}
 		if res == rdb.CancelRequested || res == rdb.CancelRemoved || res == rdb.CancelMarked {
 			n++
+		}
+		if res == rdb.CancelRemoved { // given back meanwhile, removed here
+			in.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, TaskID: h.ID})
 		}
 	}
 	if progress != nil {

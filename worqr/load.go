@@ -240,6 +240,27 @@ type loader struct {
 	p     LoadProgress
 	// pending are the chunks sent (or to send again), oldest first.
 	pending []*rdb.LoadChunk
+	// unsure are the chunks sent on a connection that broke before their
+	// answer came: Redis may have applied them. Only such a chunk found
+	// applied (LoadSeen, or behind the checkpoint) was applied by this run;
+	// any other was applied by another loader of the same name.
+	unsure map[*rdb.LoadChunk]bool
+}
+
+// markUnsure notes that the answers about the pending chunks are lost.
+func (l *loader) markUnsure() {
+	if l.unsure == nil {
+		l.unsure = map[*rdb.LoadChunk]bool{}
+	}
+	for _, ch := range l.pending {
+		l.unsure[ch] = true
+	}
+}
+
+// errOtherLoader says that chunk ch was applied by another run.
+func (l *loader) errOtherLoader(ch *rdb.LoadChunk) error {
+	return fmt.Errorf("lines %d to %d of load %q were enqueued by another run while this one was sending them: is another loader running under this name?",
+		ch.First, ch.After-1, l.o.Name)
 }
 
 // read returns the next chunk of the input, or nil at its end. Lines before
@@ -297,7 +318,11 @@ func (l *loader) read() (*rdb.LoadChunk, error) {
 			continue
 		}
 		var bad error
-		if l.o.Format == LoadJSONLines && !json.Valid(b) {
+		if len(b) > l.c.cfg.MaxPayloadBytes {
+			// The scanner's buffer is at least 64 KiB: it refuses only
+			// lines longer than that and MaxPayloadBytes+2.
+			bad = invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(b), l.c.cfg.MaxPayloadBytes)
+		} else if l.o.Format == LoadJSONLines && !json.Valid(b) {
 			bad = invalid("line", "is not one JSON value (format %s)", l.o.Format)
 		} else if err := checkPayloadPrefix("line", b); err != nil {
 			bad = err // a worker would read it as a task of an ordered queue
@@ -479,6 +504,7 @@ func (l *loader) stream() (bool, error) {
 		// the checkpoint.
 		for pipe.Pending() > 0 {
 			if _, err := pipe.Answer(); err != nil {
+				l.markUnsure()
 				break
 			}
 		}
@@ -506,7 +532,11 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 		if ch.First >= l.start {
 			// Sent by this run before, applied, its answer lost (a broken
 			// connection after which the checkpoint was read before Redis
-			// had run the chunks sent behind the broken one).
+			// had run the chunks sent behind the broken one); else another
+			// run of this load applied it.
+			if !l.unsure[ch] {
+				return false, l.errOtherLoader(ch)
+			}
 			l.applied(ch)
 		} else {
 			l.p.Resumed += ch.After - ch.First
@@ -522,6 +552,7 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 	}
 	l.next = ch.After
 	l.p.Waiting = false
+	delete(l.unsure, ch)
 	l.pending = l.pending[1:]
 	l.progress()
 	return true, nil
@@ -530,6 +561,7 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 // broken handles a failed connection: the answers of the chunks sent are
 // lost, so the checkpoint says which of them were applied.
 func (l *loader) broken(err error) (bool, error) {
+	l.markUnsure()
 	ctx := l.ctx
 	if ctx.Err() != nil {
 		// Stopped: the chunks sent may have been applied all the same; the
@@ -565,6 +597,10 @@ func (l *loader) resync(rep rdb.LoadReply) error {
 	at := rep.Value
 	for len(l.pending) > 0 && l.pending[0].After <= at {
 		ch := l.pending[0]
+		if !l.unsure[ch] {
+			return l.errOtherLoader(ch)
+		}
+		delete(l.unsure, ch)
 		l.applied(ch) // applied, its answer lost
 		l.pending = l.pending[1:]
 	}

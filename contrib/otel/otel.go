@@ -248,6 +248,24 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 			var links []trace.SpanStartOption
 			ctx, links = extract(ctx, meta)
 			opts = append(opts, links...)
+			if b := worqr.BatchOf(ctx); b != nil {
+				// A batch of an ordered queue (KeyBatch): t is its head;
+				// every other task comes out of its envelope too, and the
+				// span links to its producer span.
+				for _, bt := range b.Tasks {
+					if bt == t {
+						continue
+					}
+					if carrier, inner, ok := split(bt.Payload); ok {
+						orig, bt := bt.Payload, bt
+						bt.Payload = inner
+						defer func() { bt.Payload = orig }()
+						if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); sc.IsValid() {
+							opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
+						}
+					}
+				}
+			}
 			if typ, ok := taskType(t.Payload); ok {
 				attrs = append(attrs, TaskTypeKey.String(typ))
 			}
