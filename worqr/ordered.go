@@ -142,6 +142,9 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 			replica, err = err, nil // applied: carry on, say so at the end
 		}
 		if err != nil {
+			if len(fresh) > 0 {
+				c.enqueued(queue, fresh) // the steps before this one are in
+			}
 			if len(ids) == 1 {
 				return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
 			}
