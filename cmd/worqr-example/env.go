@@ -27,6 +27,8 @@ const (
 	envRedisURL          = "WORQR_REDIS_URL"
 	envRedisCluster      = "WORQR_REDIS_CLUSTER"
 	envRedisSentinel     = "WORQR_REDIS_SENTINEL"
+	envSentinelUser      = "WORQR_SENTINEL_USER"
+	envSentinelPassword  = "WORQR_SENTINEL_PASSWORD"
 	envNamespace         = "WORQR_NAMESPACE"
 	envHeartbeatInterval = "WORQR_HEARTBEAT_INTERVAL"
 	envHeartbeatTTL      = "WORQR_HEARTBEAT_TTL"
@@ -63,6 +65,9 @@ func envHelp(redisRequired, timings bool) string {
 	}
 	fmt.Fprintf(&b, "  %-25s Redis Cluster seeds, host:port,host:port (or redis[s]://[user:password@]host:port; the first URL's user, password and TLS apply to every node): use the cluster instead of %s%s\n", envRedisCluster, envRedisURL, map[bool]string{true: "", false: " (not for the demo)"}[redisRequired])
 	fmt.Fprintf(&b, "  %-25s master-name@host:port,host:port: the primary these sentinels monitor, instead of %s (the first redis[s]:// URL's user, password, TLS and database apply to it)%s\n", envRedisSentinel, envRedisURL, map[bool]string{true: "", false: " (not for the demo)"}[redisRequired])
+	if redisRequired {
+		fmt.Fprintf(&b, "  %-25s the ACL user and password to authenticate to the sentinels with\n", envSentinelUser+", "+envSentinelPassword)
+	}
 	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, worqr.DefaultNamespace)
 	if timings {
 		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, worqr.DefaultHeartbeatInterval)
@@ -294,7 +299,8 @@ func redacted(raw string) string {
 // WORQR_TLS_CA_FILE, WORQR_TLS_CERT_FILE and WORQR_TLS_KEY_FILE (refused with
 // a redis:// URL: TLS files without TLS are a mistake worth naming).
 func (c *common) poolOptions() *worqr.PoolOptions {
-	return &worqr.PoolOptions{CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey)}
+	return &worqr.PoolOptions{CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey),
+		SentinelUser: c.getenv(envSentinelUser), SentinelPassword: c.getenv(envSentinelPassword)}
 }
 
 // newPool returns a redigo pool for rawURL (it dials nothing yet). The caller

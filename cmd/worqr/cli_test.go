@@ -19,6 +19,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -1033,5 +1034,33 @@ func TestFlowCancel(t *testing.T) {
 		if r := b.run("", "flow", "cancel", "signup", run); r.code != 1 || !strings.Contains(r.err, "is not running") {
 			t.Errorf("flow cancel of %s: exit %d, stderr %q; want 1, not running", run, r.code, r.err)
 		}
+	}
+}
+
+// Sentinels that require a password are reached with WORQR_SENTINEL_USER
+// and WORQR_SENTINEL_PASSWORD; without them the CLI cannot log in (found
+// by an audit: nothing set them), and the password is never shown.
+func TestSentinelPassword(t *testing.T) {
+	b := setup(t)
+	primary, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(primary.Stop)
+	s, err := redistest.StartAuthSentinel(primary, "s3ntinel")
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(s.Stop)
+	env := []string{"WORQR_REDIS_SENTINEL=" + redistest.SentinelMaster + "@" + s.Addr, "WORQR_NAMESPACE=" + b.ns}
+	if r := b.runEnv(env, "", "enqueue", "q", "x"); r.code == 0 || !strings.Contains(r.err, "NOAUTH") {
+		t.Fatalf("without the sentinel's password: exit %d, %q; want it refused (NOAUTH)", r.code, r.err)
+	}
+	r := b.runEnv(append(env, "WORQR_SENTINEL_PASSWORD=s3ntinel"), "", "enqueue", "q", "x")
+	if r.code != 0 {
+		t.Fatalf("with WORQR_SENTINEL_PASSWORD: exit %d, %s", r.code, r.err)
+	}
+	if strings.Contains(r.out+r.err, "s3ntinel") {
+		t.Errorf("the output shows the password: %s %s", r.out, r.err)
 	}
 }

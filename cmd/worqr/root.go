@@ -23,6 +23,8 @@ const (
 	envRedisURL  = "WORQR_REDIS_URL"
 	envCluster   = "WORQR_REDIS_CLUSTER"
 	envSentinel  = "WORQR_REDIS_SENTINEL"
+	envSentUser  = "WORQR_SENTINEL_USER"
+	envSentPass  = "WORQR_SENTINEL_PASSWORD"
 	envNamespace = "WORQR_NAMESPACE"
 	envTLSCA     = "WORQR_TLS_CA_FILE"
 	envTLSCert   = "WORQR_TLS_CERT_FILE"
@@ -43,6 +45,8 @@ const envHelp = `Environment (flags win; an empty value means unset):
   WORQR_REDIS_SENTINEL a primary managed by Redis Sentinel instead: master-name@host:port,
                        host:port of the sentinels (a redis[s]:// URL's user, password, TLS
                        and database apply to the primary); failovers are followed
+  WORQR_SENTINEL_USER, WORQR_SENTINEL_PASSWORD
+                       authenticate to the sentinels (their own ACL user and password)
   WORQR_NAMESPACE      key prefix of every Redis key (default "worqr")
   WORQR_TLS_CA_FILE    PEM file of the CAs that sign the server's certificate (rediss:// only)
   WORQR_TLS_CERT_FILE  PEM client certificate, for servers that require one (rediss:// only)
@@ -249,6 +253,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		}
 		where = fmt.Sprintf("the primary %s of the sentinels at %s", master, strings.Join(shown, ","))
 		opts.Logger = logger
+		opts.SentinelUser, opts.SentinelPassword = getenv(envSentUser), getenv(envSentPass)
 		sp, err := worqr.NewSentinelPool(master, sentinels, opts)
 		if err != nil {
 			var ie *worqr.InvalidError

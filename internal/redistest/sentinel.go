@@ -226,3 +226,39 @@ func Info(ctx context.Context, addr, section string) (string, error) {
 	defer c.Close()
 	return redis.String(redis.DoContext(c, ctx, "INFO", section))
 }
+
+// StartAuthSentinel starts one redis-sentinel that requires password and
+// monitors primary as SentinelMaster (quorum 1): a sentinel to
+// authenticate to. It is stopped with Stop.
+func StartAuthSentinel(primary *Server, password string) (*Server, error) {
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		return nil, errors.New("redis-sentinel not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-sentinel)")
+	}
+	host, port, err := net.SplitHostPort(primary.Addr)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "worqr-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	sp, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\nrequirepass %s\n"+
+		"sentinel monitor %s %s %s 1\n", sp, dir, password, SentinelMaster, host, port)
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &Server{Dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(sp), bin: "redis-sentinel", args: []string{conf}, ready: "+monitor master"}
+	s.URL = "redis://" + s.Addr
+	if err := s.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("redis-sentinel: %w", err)
+	}
+	return s, nil
+}

@@ -140,29 +140,60 @@ func (p *Pool) Close() error {
 	return p.pool.Close()
 }
 
+// askTimeout bounds one sentinel's answer and the ROLE of the node it
+// names, so that a sentinel that accepts connections but never answers (a
+// stopped process, a black-holed host) does not use up the time of the
+// sentinels after it: a second, or its share of Check if that is longer.
+func (p *Pool) askTimeout() time.Duration {
+	return max(time.Second, p.o.Check/time.Duration(max(len(p.o.Sentinels), 1)))
+}
+
 // discover asks each sentinel in turn for the primary's address, and uses
-// the first one that the node itself confirms (ROLE says master).
+// the first one that the node itself confirms (ROLE says master), the node
+// in use included: a sentinel that has not seen a failover still names the
+// old primary, which may be a replica by now.
 func (p *Pool) discover(ctx context.Context) error {
 	var errs []error
 	for _, s := range p.o.Sentinels {
-		addr, err := p.ask(ctx, s)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("sentinel %s: %w", s, err))
-			continue
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
 		}
-		if p.Primary() == addr {
-			return nil // nothing changed
+		if p.discoverFrom(ctx, s, &errs) {
+			return nil
 		}
-		pool := p.o.NewPool(addr)
-		if err := confirm(ctx, pool); err != nil {
-			pool.Close()
-			errs = append(errs, fmt.Errorf("sentinel %s names %s: %w", s, addr, err))
-			continue
-		}
-		p.use(addr, pool)
-		return nil
 	}
 	return fmt.Errorf("%w for %q: %w", ErrNoPrimary, p.o.Master, errors.Join(errs...))
+}
+
+// discoverFrom asks sentinel s, within askTimeout, and reports whether the
+// pool now uses a primary that s names and that confirms it.
+func (p *Pool) discoverFrom(ctx context.Context, s string, errs *[]error) bool {
+	ctx, cancel := context.WithTimeout(ctx, p.askTimeout())
+	defer cancel()
+	addr, err := p.ask(ctx, s)
+	if err != nil {
+		*errs = append(*errs, fmt.Errorf("sentinel %s: %w", s, err))
+		return false
+	}
+	p.mu.Lock()
+	cur, curPool := p.addr, p.pool
+	p.mu.Unlock()
+	if cur == addr {
+		if err := confirm(ctx, curPool); err != nil {
+			*errs = append(*errs, fmt.Errorf("sentinel %s names %s, in use: %w", s, addr, err))
+			return false
+		}
+		return true // nothing changed
+	}
+	pool := p.o.NewPool(addr)
+	if err := confirm(ctx, pool); err != nil {
+		pool.Close()
+		*errs = append(*errs, fmt.Errorf("sentinel %s names %s: %w", s, addr, err))
+		return false
+	}
+	p.use(addr, pool)
+	return true
 }
 
 // ask returns the primary's address according to sentinel s.
@@ -299,7 +330,7 @@ func (p *Pool) follow(s string) error {
 		case <-p.refresh:
 		case <-tick.C:
 		}
-		dctx, dcancel := context.WithTimeout(ctx, p.o.Check)
+		dctx, dcancel := context.WithTimeout(ctx, max(p.o.Check, time.Duration(len(p.o.Sentinels))*p.askTimeout()))
 		err := p.discover(dctx)
 		dcancel()
 		if err == nil {

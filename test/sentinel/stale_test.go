@@ -1,0 +1,228 @@
+package sentinel_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// startExtraSentinel runs one more redis-sentinel with conf lines after
+// its port/dir lines; it is killed when the test ends.
+func startExtraSentinel(t *testing.T, lines ...string) (addr string, proc *os.Process) {
+	t.Helper()
+	dir := t.TempDir()
+	addr = freeAddr(t)
+	_, port, _ := net.SplitHostPort(addr)
+	body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nprotected-mode no\n%s\n", port, dir, strings.Join(lines, "\n"))
+	conf := filepath.Join(dir, "sentinel.conf")
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("redis-sentinel", conf)
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := redis.Dial("tcp", addr)
+		if err == nil {
+			_, err = c.Do("PING")
+			c.Close()
+			if err == nil {
+				return addr, cmd.Process
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sentinel %s does not answer: %v", addr, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func askSentinel(ctx context.Context, addr string) (string, error) {
+	c, err := redis.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	r, err := redis.Strings(redis.DoContext(c, ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", redistest.SentinelMaster))
+	if err != nil {
+		return "", err
+	}
+	return net.JoinHostPort(r[0], r[1]), nil
+}
+
+// failoverVia asks sentinel s for a forced failover and waits until s names
+// a primary other than old that says it is one.
+func failoverVia(ctx context.Context, t *testing.T, s, old string) string {
+	t.Helper()
+	c, err := redis.DialContext(ctx, "tcp", s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := c.Do("SENTINEL", "FAILOVER", redistest.SentinelMaster)
+		if err == nil {
+			break
+		}
+		// Sentinels that were just reset need a fresh INFO of the replica.
+		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") || time.Now().After(deadline) {
+			t.Fatal(err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	c.Close()
+	for {
+		now, err := askSentinel(ctx, s)
+		if err == nil && now != old {
+			if info, err := redistest.Info(ctx, now, "replication"); err == nil && strings.Contains(info, "role:master") {
+				return now
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new primary after 30 s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// A sentinel that cannot see the others (here: an ACL user on the data
+// nodes that denies it INFO and pub/sub, the effect of a partition between
+// sentinels) keeps naming the old primary. Listed first, it is the one the
+// pool follows and the first one asked; after a failover the old primary
+// is a replica. The pool checks the node in use with ROLE too, and asks
+// the next sentinel: it returned early because the stale sentinel named
+// the address in use, and each READONLY only repeated that (found by an
+// audit).
+func TestStaleFirstSentinelDoesNotKeepTheDemotedPrimary(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := redistest.StartSentinel(ctx, 1, 3)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(st.Stop)
+	old := st.Nodes[0].Addr
+	for _, n := range st.Nodes {
+		c, err := redis.Dial("tcp", n.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("ACL", "SETUSER", "stale", "on", ">stalepw", "+@all", "-info", "-subscribe", "-psubscribe", "-publish",
+			"allkeys", "allchannels"); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	host, port, _ := net.SplitHostPort(old)
+	stale, _ := startExtraSentinel(t,
+		fmt.Sprintf("sentinel monitor %s %s %s 2", redistest.SentinelMaster, host, port),
+		fmt.Sprintf("sentinel auth-user %s stale", redistest.SentinelMaster),
+		fmt.Sprintf("sentinel auth-pass %s stalepw", redistest.SentinelMaster),
+		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", redistest.SentinelMaster))
+
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
+		&worqr.PoolOptions{SentinelCheck: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: "stalesentinel"}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	second := failoverVia(ctx, t, st.Sentinels[0].Addr, old)
+	if err := waitLinked(ctx, st.Node(old)); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := askSentinel(ctx, stale); s != old {
+		t.Fatalf("the stale sentinel names %s, not the old primary %s: the setup is wrong", s, old)
+	}
+	var lastErr error
+	deadline := time.Now().Add(15 * time.Second)
+	for pool.Primary() != second {
+		_, lastErr = client.Enqueue(ctx, "q", []byte("x"), nil)
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after the failover to %s the pool still uses %s, now a replica (last enqueue: %v)", second, pool.Primary(), lastErr)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A sentinel that accepts connections but never answers (SIGSTOP: a hung
+// process or a black-holed host) first in the list: each sentinel's answer
+// has a time of its own, so the pool follows a failover that the other two
+// sentinels made. One discovery had one deadline (SentinelCheck) for every
+// sentinel, and the hung one used it all (found by an audit).
+func TestHungFirstSentinelDoesNotBlockFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, pool := startSentinel(ctx, t)
+	old := pool.Primary()
+	hung := st.Sentinels[0]
+	if err := hung.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
+	second := failoverVia(ctx, t, st.Sentinels[1].Addr, old)
+	deadline := time.Now().Add(20 * time.Second)
+	for pool.Primary() != second {
+		if time.Now().After(deadline) {
+			t.Fatalf("20 s after the failover to %s (named by 2 of 3 sentinels) the pool still uses %s", second, pool.Primary())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The same hung sentinel first in the list at start: the constructor asks
+// the next one.
+func TestHungFirstSentinelAtStart(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := redistest.StartSentinel(ctx, 1, 3)
+	if err != nil {
+		t.Skip(err)
+	}
+	t.Cleanup(st.Stop)
+	hung := st.Sentinels[0]
+	if err := hung.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
+	start := time.Now()
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), nil)
+	t.Logf("NewSentinelPool took %s", time.Since(start))
+	if err != nil {
+		t.Fatalf("NewSentinelPool with 2 of 3 sentinels answering: %v", err)
+	}
+	pool.Close()
+}
