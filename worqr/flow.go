@@ -134,7 +134,8 @@ type RunInfo struct {
 	Stage  string // the current stage, or the last one once ended
 	Status RunStatus
 	// TaskState is the state of the run's current stage task (queued,
-	// active, scheduled, dead, or "children" while waiting for children).
+	// active, scheduled, dead, or "children" while waiting for children);
+	// once the run ended, its status (done, failed, cancelled).
 	TaskState  string
 	State      map[string]string
 	Children   []ChildResult

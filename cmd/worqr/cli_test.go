@@ -1015,7 +1015,8 @@ func TestEnqueueUniqueKeyNeedsTTL(t *testing.T) {
 }
 
 // `flow cancel` cancels a run that waits (no worker serves the flow) with
-// only the flow's name; a second cancel, or one of an unknown run, exits 1.
+// only the flow's name; a second cancel (as after a lost reply: it says
+// the run is cancelled), or one of an unknown run, exits 1.
 func TestFlowCancel(t *testing.T) {
 	b := setup(t)
 	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
@@ -1030,9 +1031,9 @@ func TestFlowCancel(t *testing.T) {
 	if r, err := b.client.Run(context.Background(), flow, id); err != nil || r.Status != worqr.RunCancelled {
 		t.Fatalf("run after flow cancel: %+v, %v", r, err)
 	}
-	for _, run := range []string{id, "nosuchrun"} {
-		if r := b.run("", "flow", "cancel", "signup", run); r.code != 1 || !strings.Contains(r.err, "is not running") {
-			t.Errorf("flow cancel of %s: exit %d, stderr %q; want 1, not running", run, r.code, r.err)
+	for run, want := range map[string]string{id: "is not running: it is cancelled", "nosuchrun": "is not running (it ended and expired, or never existed)"} {
+		if r := b.run("", "flow", "cancel", "signup", run); r.code != 1 || !strings.Contains(r.err, want) {
+			t.Errorf("flow cancel of %s: exit %d, stderr %q; want 1, %q", run, r.code, r.err, want)
 		}
 	}
 }

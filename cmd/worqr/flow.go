@@ -179,7 +179,12 @@ error (exit 1).`,
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("run %s of flow %s is not running (it ended, or never existed): nothing cancelled", id, flow)
+			// Say how it ended: a cancel repeated after a lost reply finds
+			// the run cancelled by the first.
+			if r, err := a.in.Run(ctx, flow, id); err == nil {
+				return fmt.Errorf("run %s of flow %s is not running: it is %s (nothing cancelled now)", id, flow, r.Status)
+			}
+			return fmt.Errorf("run %s of flow %s is not running (it ended and expired, or never existed): nothing cancelled", id, flow)
 		}
 		_, err = fmt.Fprintln(a.env.out, "cancelled", id)
 		return err
