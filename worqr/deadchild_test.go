@@ -168,3 +168,33 @@ func TestRequeuedDeadChildRejoinsItsRun(t *testing.T) {
 		t.Errorf("the next stage saw %d children, want 2", len(d.after))
 	}
 }
+
+// A run started with RunOpts.ID is started once: a start repeated with the
+// same id (after its reply was lost) starts nothing and says ErrDuplicate
+// with the id.
+func TestStartRunWithIDIsIdempotent(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	flow := newDeadChildFlow(false).flow
+	opts := &worqr.RunOpts{ID: "order-42"}
+	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "1"}, opts); err != nil || id != "order-42" {
+		t.Fatalf("first start = %q, %v", id, err)
+	}
+	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "2"}, opts); !errors.Is(err, worqr.ErrDuplicate) || id != "order-42" {
+		t.Fatalf("repeated start = %q, %v; want order-42 and ErrDuplicate", id, err)
+	}
+	if n, err := c.Len(ctx, "fl/fan"); err != nil || n != 1 {
+		t.Fatalf("runs waiting in the first stage: %d, %v; want 1", n, err)
+	}
+	if r, err := c.Run(ctx, flow, "order-42"); err != nil || r.State["n"] != "1" {
+		t.Fatalf("the run: %+v, %v; want the first start's state", r, err)
+	}
+	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{ID: "no spaces"}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "RunOpts.ID") {
+		t.Errorf("a bad id: %v, want ErrInvalid naming RunOpts.ID", err)
+	}
+}

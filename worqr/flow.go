@@ -270,6 +270,12 @@ type RunOpts struct {
 	// stage as Run.Meta: propagation headers such as a trace context
 	// (contrib/otel sets it). At most MaxMetaBytes once encoded.
 	Meta map[string]string
+	// ID, when set, is the run's id instead of a fresh one, so that a
+	// start repeated after its reply was lost starts nothing: while a run
+	// of that id exists (running, or ended and within its retention),
+	// StartRunWith returns the id with ErrDuplicate. Same rules as queue
+	// names.
+	ID string
 }
 
 // StartRunWith is StartRun with options.
@@ -282,10 +288,20 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 		return "", err
 	}
 	var meta string
+	id := ""
 	if opts != nil {
 		if meta, err = encodeMeta("RunOpts.Meta", opts.Meta); err != nil {
 			return "", err
 		}
+		if opts.ID != "" {
+			if err := checkName("RunOpts.ID", opts.ID); err != nil {
+				return "", err
+			}
+			id = opts.ID
+		}
+	}
+	if id == "" {
+		id = xid.New().String()
 	}
 	if _, known := c.flows.Load(f.Name); !known {
 		// Once per flow and client, so the Inspector and the mover see the
@@ -303,12 +319,15 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 		c.flows.Store(f.Name, true)
 	}
 	qk := c.flowQueue(f, f.Stages[0].Name)
-	id := xid.New().String()
-	if _, err := c.st.FlowStartMeta(ctx, qk, id, state, meta, f.ref()); err != nil {
+	started, err := c.st.FlowStartMeta(ctx, qk, id, state, meta, f.ref())
+	if err != nil {
 		if errors.Is(err, ErrNotReplicated) { // started on the primary
 			return id, fmt.Errorf("worqr: start run %s of %s: %w", id, f.Name, err)
 		}
 		return "", fmt.Errorf("worqr: start run of %s: %w", f.Name, err)
+	}
+	if !started {
+		return id, fmt.Errorf("worqr: start run %s of %s: a run of this id exists: %w", id, f.Name, ErrDuplicate)
 	}
 	return id, nil
 }
