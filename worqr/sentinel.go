@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -51,8 +52,16 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 	if err := nodes.options(addrs[0]).Check(); err != nil {
 		return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
 	}
+	// One dialer per sentinel, made on first use: the pool also asks the
+	// sentinels that those given name as their peers.
+	var spMu sync.Mutex
 	sentinelPools := map[string]*redis.Pool{}
-	for _, a := range addrs {
+	sentinelPool := func(a string) (*redis.Pool, error) {
+		spMu.Lock()
+		defer spMu.Unlock()
+		if sp := sentinelPools[a]; sp != nil {
+			return sp, nil
+		}
 		u := url.URL{Scheme: base.Scheme, Host: a}
 		switch {
 		case o.SentinelUser != "":
@@ -63,9 +72,15 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 		sp, err := dial.Pool(dial.Options{URL: u.String(), CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
 			MaxIdle: 0, ConnectTimeout: o.ConnectTimeout})
 		if err != nil {
-			return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+			return nil, err
 		}
 		sentinelPools[a] = sp
+		return sp, nil
+	}
+	for _, a := range addrs {
+		if _, err := sentinelPool(a); err != nil {
+			return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*nodes.timeout())
 	defer cancel()
@@ -74,7 +89,11 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 		Sentinels: addrs,
 		NewPool:   nodes.pool,
 		DialSentinel: func(ctx context.Context, addr string) (redis.Conn, error) {
-			return sentinelPools[addr].DialContext(ctx) // a connection of its own, not pooled
+			sp, err := sentinelPool(addr)
+			if err != nil {
+				return nil, err
+			}
+			return sp.DialContext(ctx) // a connection of its own, not pooled
 		},
 		Check:  o.SentinelCheck,
 		Logger: o.Logger,

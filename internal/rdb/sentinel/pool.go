@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,7 +23,9 @@ import (
 type Options struct {
 	// Master is the name the sentinels monitor the primary under.
 	Master string
-	// Sentinels are the sentinels' host:port addresses, asked in turn.
+	// Sentinels are the sentinels' host:port addresses, asked in turn;
+	// those the sentinels name as their peers (SENTINEL SENTINELS) are
+	// learned and asked after them.
 	Sentinels []string
 	// NewPool returns a pool of connections to the node at addr (a primary
 	// candidate), with the caller's credentials, TLS and database.
@@ -42,6 +45,7 @@ type Pool struct {
 	o Options
 
 	mu       sync.Mutex
+	known    []string // the sentinels to ask: Options.Sentinels, then those learned
 	addr     string
 	pool     *redis.Pool
 	closed   bool
@@ -71,7 +75,7 @@ func New(ctx context.Context, o Options) (*Pool, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(discard{})
 	}
-	p := &Pool{o: o, refresh: make(chan struct{}, 1), stop: make(chan struct{}), switched: make(chan struct{})}
+	p := &Pool{o: o, known: append([]string(nil), o.Sentinels...), refresh: make(chan struct{}, 1), stop: make(chan struct{}), switched: make(chan struct{})}
 	if err := p.discover(ctx); err != nil {
 		return nil, err
 	}
@@ -145,7 +149,50 @@ func (p *Pool) Close() error {
 // stopped process, a black-holed host) does not use up the time of the
 // sentinels after it: a second, or its share of Check if that is longer.
 func (p *Pool) askTimeout() time.Duration {
-	return max(time.Second, p.o.Check/time.Duration(max(len(p.o.Sentinels), 1)))
+	return max(time.Second, p.o.Check/time.Duration(len(p.sentinels())))
+}
+
+// maxSentinels bounds the sentinels the pool knows: those given and those
+// learned.
+const maxSentinels = 64
+
+// sentinels returns the sentinels to ask, in order.
+func (p *Pool) sentinels() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.known
+}
+
+// learn adds the peers sentinel s knows for the master (SENTINEL
+// SENTINELS) to the sentinels to ask, so that the pool follows a set of
+// sentinels that is replaced over time. Best effort: a failure changes
+// nothing.
+func (p *Pool) learn(ctx context.Context, s string) {
+	ctx, cancel := context.WithTimeout(ctx, p.askTimeout())
+	defer cancel()
+	c, err := p.o.DialSentinel(ctx, s)
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	peers, err := redis.Values(redis.DoContext(c, ctx, "SENTINEL", "SENTINELS", p.o.Master))
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, peer := range peers {
+		m, err := redis.StringMap(peer, nil)
+		if err != nil || m["ip"] == "" || m["port"] == "" {
+			continue
+		}
+		addr := net.JoinHostPort(m["ip"], m["port"])
+		if len(p.known) < maxSentinels && !slices.Contains(p.known, addr) {
+			// A new slice: sentinels() hands the old one out unlocked.
+			p.known = append(slices.Clip(p.known), addr)
+			p.o.Logger.Info("sentinel: learned a sentinel", "master", p.o.Master, "sentinel", addr)
+		}
+	}
 }
 
 // discover asks each sentinel in turn for the primary's address, and uses
@@ -154,12 +201,13 @@ func (p *Pool) askTimeout() time.Duration {
 // old primary, which may be a replica by now.
 func (p *Pool) discover(ctx context.Context) error {
 	var errs []error
-	for _, s := range p.o.Sentinels {
+	for _, s := range p.sentinels() {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
 		}
 		if p.discoverFrom(ctx, s, &errs) {
+			p.learn(ctx, s)
 			return nil
 		}
 	}
@@ -266,7 +314,8 @@ func (p *Pool) watch() {
 	defer p.wg.Done()
 	pause := 100 * time.Millisecond
 	for next := 0; ; next++ {
-		s := p.o.Sentinels[next%len(p.o.Sentinels)]
+		known := p.sentinels()
+		s := known[next%len(known)]
 		err := p.follow(s)
 		select {
 		case <-p.stop:
@@ -330,7 +379,7 @@ func (p *Pool) follow(s string) error {
 		case <-p.refresh:
 		case <-tick.C:
 		}
-		dctx, dcancel := context.WithTimeout(ctx, max(p.o.Check, time.Duration(len(p.o.Sentinels))*p.askTimeout()))
+		dctx, dcancel := context.WithTimeout(ctx, max(p.o.Check, time.Duration(len(p.sentinels()))*p.askTimeout()))
 		err := p.discover(dctx)
 		dcancel()
 		if err == nil {
