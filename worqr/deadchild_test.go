@@ -18,6 +18,7 @@ import (
 // fails for good while fail is set; child "2" waits for hold to close.
 type deadChildFlow struct {
 	flow  *worqr.Flow
+	ns    string
 	runs  atomic.Int32 // runs of child "1"
 	fail  atomic.Bool
 	hold  chan struct{}
@@ -67,6 +68,7 @@ func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, string) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
+	d.ns = ns
 	cfg := fastTimings(ns)
 	cfg.Flows = []*worqr.Flow{d.flow}
 	startWorker(t, ctx, pool, &cfg)

@@ -94,7 +94,7 @@ func TestEndBatchOfStages(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("End = %+v, %v; want %+v", got, err, want)
 	}
-	kid := func(id string) hash { return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast"} }
+	kid := func(id string) hash { return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast", "pg": "1"} }
 	f.checkState(t, nil, func(*env) state {
 		return state{
 			f.s1.Task("r1"): runQueued("s2").with("f:out", "v1"),
@@ -127,7 +127,7 @@ func TestEndBatchOfChildren(t *testing.T) {
 	}
 	child := func(e rdb.Ending) rdb.Ending { e.Run = "r1"; return e }
 	// base is the run hash as fanned leaves it.
-	base := runQueued("s1").with("s", "children", "kp", "2", "k:k1", "pending", "kq:k1", "c1",
+	base := runQueued("s1").with("s", "children", "kp", "2", "kg", "1", "k:k1", "pending", "kq:k1", "c1",
 		"k:k2", "pending", "kq:k2", "c1")
 	tests := []struct {
 		name     string

@@ -106,7 +106,7 @@ func runEnded(h hash, status string) hash {
 }
 
 func runFanned() hash {
-	return runQueued("s1").with("s", "children", "kp", "3",
+	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1",
 		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
 }
 
@@ -121,7 +121,7 @@ func policy(failFast bool) string {
 // childOf is the hash of child id of run r1 as a fan-out towards stage next
 // with the given policy creates it.
 func childOf(id, next string, failFast bool) hash {
-	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast)}
+	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast), "pg": "1"}
 }
 
 // child is childOf as fanOut fanned out.
@@ -418,7 +418,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "", children: children[2:],
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s1").with("s", "children", "kp", "1", "k:k3", "pending", "kq:k3", "c2"),
+				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "k:k3", "pending", "kq:k3", "c2"),
 					f.c1.Task("k3"), childOf("k3", "", false),
 					f.c2.Waiting, list{"k0", "k3"})
 			},
