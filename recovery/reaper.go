@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/xid"
@@ -103,7 +105,13 @@ func (r *Reaper) fail(what string, err error) {
 func (r *Reaper) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	var lastSweep time.Time
+	var lastSweep, lastPrune time.Time
+	// The prune walks every flow's list of runs, which can take seconds:
+	// it runs beside the passes, one at a time, so that recovery never
+	// waits for it.
+	var pruning atomic.Bool
+	var pruner sync.WaitGroup
+	defer pruner.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,9 +142,17 @@ func (r *Reaper) Run(ctx context.Context) {
 			} else {
 				lastSweep = time.Now()
 			}
-			if _, err := r.PruneRuns(ctx); err != nil && ctx.Err() == nil {
-				r.fail("prune runs", err)
-			}
+		}
+		if time.Since(lastPrune) >= SweepInterval && pruning.CompareAndSwap(false, true) {
+			lastPrune = time.Now()
+			pruner.Add(1)
+			go func() {
+				defer pruner.Done()
+				defer pruning.Store(false)
+				if _, err := r.PruneRuns(ctx); err != nil && ctx.Err() == nil {
+					r.fail("prune runs", err)
+				}
+			}()
 		}
 		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
 			r.fail("move", err)
@@ -247,7 +263,7 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 // whose data is gone (ended and past their retention), in chunks of
 // rdb.BulkChunk: that list is what Inspector.Runs pages through, and
 // nothing else shortens it. It returns how many it dropped. Run prunes
-// with each sweep (every SweepInterval).
+// every SweepInterval, beside its passes.
 func (r *Reaper) PruneRuns(ctx context.Context) (int, error) {
 	queues, err := r.st.KnownQueues(ctx)
 	if err != nil {

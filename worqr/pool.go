@@ -25,7 +25,8 @@ type PoolOptions struct {
 	MaxIdle int
 	// MaxActive caps the open connections. Default 0: no cap.
 	MaxActive int
-	// ConnectTimeout bounds a dial. Default 5s.
+	// ConnectTimeout bounds a dial. Default 5s. Set, it also bounds (twice
+	// over) each sentinel's answer to a SentinelPool (default 1s).
 	ConnectTimeout time.Duration
 
 	// SentinelUser and SentinelPassword authenticate to the sentinels of a

@@ -97,6 +97,9 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 		},
 		Check:  o.SentinelCheck,
 		Logger: o.Logger,
+		// A ConnectTimeout set for a slow link bounds a sentinel's
+		// answer too (a dial, then the question and the ROLE).
+		AskTimeout: 2 * o.ConnectTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("worqr: %w", err)

@@ -36,6 +36,11 @@ type Options struct {
 	// Check is how often the sentinels are asked again even without news
 	// (default 5s): a missed +switch-master costs at most this long.
 	Check time.Duration
+	// AskTimeout bounds one sentinel's answer with the ROLE of the node it
+	// names (default: a second, or the sentinel's share of Check if that
+	// is longer), so that a sentinel that hangs does not keep the others
+	// from being asked.
+	AskTimeout time.Duration
 	// Logger gets the switches and the sentinels' failures (default: none).
 	Logger *slog.Logger
 }
@@ -147,8 +152,11 @@ func (p *Pool) Close() error {
 // askTimeout bounds one sentinel's answer and the ROLE of the node it
 // names, so that a sentinel that accepts connections but never answers (a
 // stopped process, a black-holed host) does not use up the time of the
-// sentinels after it: a second, or its share of Check if that is longer.
+// sentinels after it (see Options.AskTimeout).
 func (p *Pool) askTimeout() time.Duration {
+	if p.o.AskTimeout > 0 {
+		return p.o.AskTimeout
+	}
 	return max(time.Second, p.o.Check/time.Duration(len(p.sentinels())))
 }
 
@@ -264,9 +272,17 @@ func (p *Pool) ask(ctx context.Context, s string) (string, error) {
 	return net.JoinHostPort(r[0], r[1]), nil
 }
 
-// confirm checks that the node of pool says it is a primary.
+// confirm checks that the node of pool says it is a primary, on a
+// connection of its own: the pool's may all be in use (MaxActive), which
+// says nothing of the node.
 func confirm(ctx context.Context, pool *redis.Pool) error {
-	c, err := pool.GetContext(ctx)
+	var c redis.Conn
+	var err error
+	if pool.DialContext != nil {
+		c, err = pool.DialContext(ctx)
+	} else {
+		c, err = pool.Dial()
+	}
 	if err != nil {
 		return err
 	}
