@@ -305,7 +305,7 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 // releases it.
 func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
 	q.launchMu.Lock()
-	unsure := false
+	unsure, lost := false, false
 	defer func() {
 		if unsure {
 			q.unsure = s.ID()
@@ -313,6 +313,9 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 		q.launchMu.Unlock()
 		if unsure {
 			poke(q.wake)
+		}
+		if lost {
+			go w.requeueLostIn(s.ID(), q) // never a Redis call under launchMu
 		}
 	}()
 	// A process frozen (or cut off) for most of a TTL since its last good
@@ -334,8 +337,12 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 			continue
 		}
 		if s.Lost() {
-			// Taken under an id that just died: leave it to the reaper.
+			// Taken under an id that just died: put back as the worker
+			// put back the rest of what that id held (requeueLost; this
+			// take was on its way then). A reaper would find the id only
+			// while the registry holds it.
 			w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
+			lost = true
 			continue
 		}
 		if q.closed {

@@ -551,7 +551,7 @@ func (w *Worker) onKeepalive(e heartbeat.Event) {
 	switch e.Kind {
 	case heartbeat.Lost:
 		w.emit(Event{Kind: EventKeepaliveLost, WorkerID: e.ID, Err: ErrKeepaliveLost})
-		w.requeueLost(e.ID)
+		go w.requeueLost(e.ID) // the keeper registers again meanwhile
 	case heartbeat.Registered:
 		w.emit(Event{Kind: EventRegistered, WorkerID: e.ID})
 		w.pokeAll()
@@ -569,19 +569,25 @@ func (w *Worker) onKeepalive(e heartbeat.Event) {
 // other masters, until a sweep minutes later. Whatever is not requeued
 // here (Redis unreachable) is left to the reaper.
 func (w *Worker) requeueLost(id string) {
+	for _, q := range w.queues {
+		w.requeueLostIn(id, q)
+	}
+}
+
+// requeueLostIn is requeueLost for queue q: also run for the takings of a
+// take under id that landed after requeueLost.
+func (w *Worker) requeueLostIn(id string, q *queueRunner) {
 	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
 	defer cancel()
-	for _, q := range w.queues {
-		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{id}, false)
-		emitCancelled(w.emit, q.member, cancelled)
-		if err != nil {
-			w.cfg.Logger.Warn("worker: could not requeue the takings of a lost keepalive (the reaper will)",
-				"queue", q.member, "worker_id", id, "err", err)
-			continue
-		}
-		if n > 0 {
-			w.emit(Event{Kind: EventRecovered, WorkerID: id, Queue: q.member, Count: n, DeadWorkers: []string{id}})
-		}
+	n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{id}, false)
+	emitCancelled(w.emit, q.member, cancelled)
+	if err != nil {
+		w.cfg.Logger.Warn("worker: could not requeue the takings of a lost keepalive (the reaper will)",
+			"queue", q.member, "worker_id", id, "err", err)
+		return
+	}
+	if n > 0 {
+		w.emit(Event{Kind: EventRecovered, WorkerID: id, Queue: q.member, Count: n, DeadWorkers: []string{id}})
 	}
 }
 
