@@ -94,7 +94,9 @@ func TestEndBatchOfStages(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(got, want) {
 		t.Errorf("End = %+v, %v; want %+v", got, err, want)
 	}
-	kid := func(id string) hash { return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast", "pg": "1"} }
+	kid := func(id string) hash {
+		return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast", "pg": "1"}
+	}
 	f.checkState(t, nil, func(*env) state {
 		return state{
 			f.s1.Task("r1"): runQueued("s2").with("f:out", "v1"),
