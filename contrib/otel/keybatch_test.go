@@ -16,11 +16,7 @@ import (
 func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
-		if _, err := otelworqr.Enqueue(ctx, e.client, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueABC(ctx, t, e)
 	var mu sync.Mutex
 	var got [][]string
 	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, BatchHandler: worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
@@ -62,11 +58,7 @@ func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
 func TestKeyBatchTypedRuns(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
-		if _, err := otelworqr.Enqueue(ctx, e.client, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
-			t.Fatal(err)
-		}
-	}
+	enqueueABC(ctx, t, e)
 	var mu sync.Mutex
 	var done []string
 	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, MaxAttempts: 1, BatchHandler: worqr.HandleBatchOf(func(ctx context.Context, b *worqr.Batch, vs []string) error {
@@ -96,5 +88,15 @@ func TestKeyBatchTypedRuns(t *testing.T) {
 	defer mu.Unlock()
 	if qi.Dead != 0 || len(done) != 3 {
 		t.Errorf("done %q, %d dead: want all 3 done", done, qi.Dead)
+	}
+}
+
+// enqueueABC enqueues "a", "b" and "c" under key k of queue kb, traced.
+func enqueueABC(ctx context.Context, t *testing.T, e *env) {
+	t.Helper()
+	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
+		if _, err := otelworqr.Enqueue(ctx, e.client, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -83,34 +83,7 @@ func TestFailoverLostEnd(t *testing.T) {
 		t.Fatal("the task never started")
 	}
 	// The take reached the replica; from now on it hears nothing.
-	mc, err := redis.Dial("tcp", master.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	// (Not WAIT on mc: it counts the replicas that have mc's own last
-	// write, and mc wrote nothing, so it returned at once and the replica
-	// was sometimes still empty: its promotion then lost everything and the
-	// test saw no trace of the task.)
-	if err := replicaCaughtUp(ctx, mc, replica.Addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(replica.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
-		}
-	}()
-	// Fill the replication link: the kernel's socket buffers take up to
-	// tcp_rmem + tcp_wmem (36 MB at most on the test machine); what the
-	// master writes after that stays in its own output buffer to the
-	// replica, and dies with it.
-	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
-		t.Fatal(err)
-	}
+	resume := lagReplica(ctx, t, master, replica, q)
 	close(release)
 	select {
 	case k := <-ends:
@@ -140,8 +113,7 @@ func TestFailoverLostEnd(t *testing.T) {
 	switchesBefore := pool.Switches()
 	lenDone := make(chan error, 1)
 	promoted, took, err := rc.KillMasterThen(ctx, master, func() {
-		resumed = true
-		_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
+		resume()
 		// A call to the dead master's slot waits for the promotion
 		// (within its deadline) instead of failing to dial.
 		go func() {
@@ -185,6 +157,38 @@ func TestFailoverLostEnd(t *testing.T) {
 	if pool.Switches() == switchesBefore {
 		t.Error("the pool counted no switch")
 	}
+}
+
+// lagReplica makes replica (of master) miss what master writes next: once
+// the replica has everything master wrote, it is frozen (SIGSTOP) and the
+// replication link filled with a junk key of hash tag tag (the kernel's
+// socket buffers take up to tcp_rmem + tcp_wmem, 36 MB at most on the test
+// machine; what the master writes after that stays in its own output
+// buffer to the replica, and dies with it). resume lets the replica go on;
+// it runs when the test ends too, and twice is once.
+func lagReplica(ctx context.Context, t *testing.T, master, replica *redistest.Server, tag string) (resume func()) {
+	t.Helper()
+	mc, err := redis.Dial("tcp", master.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mc.Close()
+	// (Not WAIT on mc: it counts the replicas that have mc's own last
+	// write, and mc wrote nothing, so it returned at once and the replica
+	// was sometimes still empty: its promotion then lost everything.)
+	if err := replicaCaughtUp(ctx, mc, replica.Addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(replica.Pid(), syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	resume = func() { once.Do(func() { _ = syscall.Kill(replica.Pid(), syscall.SIGCONT) }) }
+	t.Cleanup(resume)
+	if _, err := mc.Do("SET", "{"+tag+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
+		t.Fatal(err)
+	}
+	return resume
 }
 
 // replicaCaughtUp waits until the replica at addr has applied everything the

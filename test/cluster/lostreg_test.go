@@ -2,13 +2,9 @@ package cluster_test
 
 import (
 	"context"
-	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/worqr"
@@ -40,26 +36,7 @@ func TestRegistryFailoverLosesRegistration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mc, err := redis.Dial("tcp", regMaster.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	if err := replicaCaughtUp(ctx, mc, regReplica.Addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(regReplica.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = syscall.Kill(regReplica.Pid(), syscall.SIGCONT)
-		}
-	}()
-	if _, err := mc.Do("SET", "{reg}:lag-junk", strings.Repeat("j", 96<<20)); err != nil {
-		t.Fatal(err)
-	}
+	resume := lagReplica(ctx, t, regMaster, regReplica, "reg")
 	var runs atomic.Int32
 	started := make(chan string, 4)
 	cfg := fastWorker(ns, map[string]worqr.QueueConfig{q: {Concurrency: 1,
@@ -92,10 +69,7 @@ func TestRegistryFailoverLosesRegistration(t *testing.T) {
 	// The worker has run a while: its reaper made its first pass and its
 	// first sweep (at its first lease), as in any process up for a second.
 	time.Sleep(1500 * time.Millisecond)
-	promoted, took, err := rc.KillMasterThen(ctx, regMaster, func() {
-		resumed = true
-		_ = syscall.Kill(regReplica.Pid(), syscall.SIGCONT)
-	})
+	promoted, took, err := rc.KillMasterThen(ctx, regMaster, resume)
 	if err != nil {
 		t.Fatal(err)
 	}

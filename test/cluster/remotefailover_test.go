@@ -3,11 +3,8 @@ package cluster_test
 import (
 	"context"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -60,33 +57,11 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 	if err != nil || len(tk) != 1 {
 		t.Fatalf("take: %v, %v", tk, err)
 	}
-	mc, err := redis.Dial("tcp", master.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mc.Close()
-	if err := replicaCaughtUp(ctx, mc, replica.Addr); err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(replica.Pid(), syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	resumed := false
-	defer func() {
-		if !resumed {
-			_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
-		}
-	}()
-	if _, err := mc.Do("SET", "{"+q+"}:junk", strings.Repeat("j", 96<<20)); err != nil {
-		t.Fatal(err)
-	}
+	resume := lagReplica(ctx, t, master, replica, q)
 	if k, err := s.Finish(ctx, tk[0].PID, nil); err != nil || k != worqr.EventDone {
 		t.Fatalf("finish: %v, %v", k, err)
 	}
-	promoted, took, err := rc.KillMasterThen(ctx, master, func() {
-		resumed = true
-		_ = syscall.Kill(replica.Pid(), syscall.SIGCONT)
-	})
+	promoted, took, err := rc.KillMasterThen(ctx, master, resume)
 	if err != nil {
 		t.Fatal(err)
 	}

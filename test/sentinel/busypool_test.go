@@ -33,14 +33,7 @@ func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l
 func TestBusyPoolDoesNotFailTheSentinelCheck(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
-		t.Skip(err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(st.Stop)
+	st := sentinelGroup(ctx, t)
 	logs := &lockedBuf{}
 	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{
 		SentinelCheck: time.Second, MaxActive: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})

@@ -170,7 +170,9 @@ func waitLinked(ctx context.Context, node *redistest.Server) error {
 // startSentinel starts a primary, one replica and three sentinels, and a
 // SentinelPool on them checking every second; both are stopped when the test
 // ends. It skips the test when redis-sentinel is not installed.
-func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *worqr.SentinelPool) {
+// sentinelGroup starts a primary, one replica and three sentinels, stopped
+// when the test ends (skipped without redis-sentinel).
+func sentinelGroup(ctx context.Context, t *testing.T) *redistest.Sentinel {
 	t.Helper()
 	st, err := redistest.StartSentinel(ctx, 1, 3)
 	if err != nil && strings.Contains(err.Error(), "redis-sentinel not found") {
@@ -180,6 +182,12 @@ func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *wor
 		t.Fatal(err)
 	}
 	t.Cleanup(st.Stop)
+	return st
+}
+
+func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *worqr.SentinelPool) {
+	t.Helper()
+	st := sentinelGroup(ctx, t)
 	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -122,11 +122,7 @@ func failoverVia(ctx context.Context, t *testing.T, s, old string) string {
 func TestStaleFirstSentinelDoesNotKeepTheDemotedPrimary(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Cleanup(st.Stop)
+	st := sentinelGroup(ctx, t)
 	old := st.Nodes[0].Addr
 	for _, n := range st.Nodes {
 		c, err := redis.Dial("tcp", n.Addr)
@@ -208,11 +204,7 @@ func TestHungFirstSentinelDoesNotBlockFailover(t *testing.T) {
 func TestHungFirstSentinelAtStart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	st, err := redistest.StartSentinel(ctx, 1, 3)
-	if err != nil {
-		t.Skip(err)
-	}
-	t.Cleanup(st.Stop)
+	st := sentinelGroup(ctx, t)
 	hung := st.Sentinels[0]
 	if err := hung.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
