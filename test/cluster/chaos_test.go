@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -274,7 +275,7 @@ func TestClusterChaos(t *testing.T) {
 			rec, err := client.Task(rctx, q, id)
 			c()
 			switch {
-			case err == nil && rec == nil && q == killQ && led.ackedBefore(id, promotedAt) && !led.everTaken(id):
+			case errors.Is(err, worqr.ErrTaskNotFound) && q == killQ && led.ackedBefore(id, promotedAt) && !led.everTaken(id):
 				// Acknowledged by the dead master, never replicated: until
 				// the replica's promotion only the old master accepted
 				// writes (one may answer after killAt, as SIGKILL lands).
