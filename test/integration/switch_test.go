@@ -91,6 +91,18 @@ var _ = Describe("A primary switch (Sentinel failover)", func() {
 			defer cancel()
 			_ = w.Stop(sctx)
 		})
+		// Subscribed first: a subscription made after the take would
+		// release what the worker holds and does not know of (hand-offs
+		// sent meanwhile are lost), and so find the deleted pid below
+		// with no switch at all.
+		Eventually(ctx, func() int64 {
+			r, err := e.do("PUBSUB", "NUMSUB", e.qk("sl").WakeChannel)
+			if vs, ok := r.([]any); err == nil && ok && len(vs) == 2 {
+				n, _ := vs[1].(int64)
+				return n
+			}
+			return 0
+		}).WithTimeout(5 * time.Second).Should(BeNumerically(">=", 1))
 		id := e.enqueue("sl", "lost")
 		Eventually(ctx, started.Load).WithTimeout(5 * time.Second).ShouldNot(BeNil())
 		// The new primary's state: the take never happened there.
