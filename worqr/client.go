@@ -89,6 +89,12 @@ func (c *Client) enqueued(queue string, ids []string) {
 	c.bus.add(e)
 }
 
+// errIDTaken is the error of an enqueue whose id of the caller's was
+// taken: ErrDuplicate.
+func errIDTaken(queue, id string) error {
+	return fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload, or names a task that still exists (past IDTTL: waiting, running, dead or retained), or a loaded task: %w", queue, id, ErrDuplicate)
+}
+
 // Flush publishes at once the events and history counts the Client
 // observed since its last publication (a publication goes out at most
 // every Config.EventInterval): a short-lived process (a script, a CLI
@@ -149,7 +155,8 @@ type EnqueueOpts struct {
 	// taken) does not run it, and it ends as expired (StateExpired,
 	// EventExpired; kept for the retention like a done task). A task
 	// already running when its deadline passes is not stopped (see
-	// Timeout).
+	// Timeout); a retry that would be due past the deadline is due at it,
+	// and so ends expired then.
 	Deadline time.Time
 	// Retention overrides the queue's QueueConfig.Retention for this task:
 	// how long it stays readable by Client.Task (and Wait) once done,
@@ -163,7 +170,7 @@ type EnqueueOpts struct {
 	// for IDTTL; past it, an Enqueue with the id creates a new task only
 	// once no task of that id exists any more (waiting, scheduled, running,
 	// dead, or kept for its retention): before, ErrDuplicate, whatever the
-	// payload. Single Enqueue only.
+	// payload. Enqueue, or EnqueueBatch of one payload, only.
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
@@ -511,7 +518,7 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		case err == rdb.ErrSameTask:
 			return ids, nil // enqueued before (a retry): nothing new
 		case err == rdb.ErrIDTaken:
-			return nil, fmt.Errorf("worqr: enqueue %s: task id %s was used before with another payload, or names a task that still exists (past IDTTL: waiting, running, dead or retained), or a loaded task: %w", queue, ids[0], ErrDuplicate)
+			return nil, errIDTaken(queue, ids[0])
 		}
 		if err != nil {
 			return nil, fmt.Errorf("worqr: enqueue %s: %w", queue, err)
@@ -520,6 +527,12 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		return ids, nil
 	}
 	n, dups, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
+	switch {
+	case args.IDLockTTL > 0 && err == rdb.ErrSameTask:
+		return ids, nil // a batch of one with an id of the caller's, enqueued before
+	case args.IDLockTTL > 0 && err == rdb.ErrIDTaken:
+		return nil, errIDTaken(queue, ids[0])
+	}
 	var derr *DuplicatesError
 	if len(dups) > 0 {
 		derr = &DuplicatesError{Queue: queue}

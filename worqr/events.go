@@ -333,10 +333,12 @@ const WaitRecheck = 5 * time.Second
 // it. A done, cancelled or expired task is readable only while its
 // retention (its EnqueueOpts.Retention, or its queue's Retention) keeps
 // it: for one that ended without retention, Wait returns what the event
-// of its end said (its State, no result) when it saw that event, and
-// ErrTaskNotFound when it did not (the task ended before Wait began, or
-// its event was lost), as for a task that never existed. It returns ctx's error when ctx ends first. The
-// workers must publish events (Config.DisableEvents unset).
+// of its end said (its State, no result) when it saw that event. A task
+// not found is waited for 2 × Config.EventInterval + 1s more (its end's
+// event may be on its way), then Wait returns ErrTaskNotFound: the task
+// ended before Wait began with no retention, or its event was lost, or it
+// never existed. It returns ctx's error when ctx ends first. The workers
+// must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	if _, err := c.queue(queue); err != nil {
 		return nil, err
@@ -346,6 +348,12 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	}
 	var info *TaskInfo
 	var seen atomic.Pointer[TaskState] // how its end's event said it ended
+	// A task read as gone may have ended after Wait was called, its event
+	// not yet published (a process publishes at most every EventInterval):
+	// Wait waits that long, and some, for the event before it says
+	// ErrTaskNotFound.
+	var gone time.Time
+	grace := 2*c.cfg.EventInterval + time.Second
 	err := c.waitUntil(ctx, func(e Event) bool {
 		if e.TaskID != id {
 			return false
@@ -367,6 +375,14 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 				info = &TaskInfo{ID: id, Queue: queue, State: *st}
 				return true, nil
 			}
+			if errors.Is(err, ErrTaskNotFound) {
+				if gone.IsZero() {
+					gone = time.Now()
+				}
+				if left := grace - time.Since(gone); left > 0 {
+					return false, &waitGraceError{d: left}
+				}
+			}
 			return false, err
 		}
 		switch info.State {
@@ -380,6 +396,12 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	}
 	return info, nil
 }
+
+// waitGraceError is what Wait's read says of a task not found while the
+// event of its end may still be on its way: read again after d.
+type waitGraceError struct{ d time.Duration }
+
+func (e *waitGraceError) Error() string { return "worqr: wait: task not found yet" }
 
 // endState is the state a task's end event says it ended in.
 var endState = map[EventKind]TaskState{EventDone: StateDone, EventCancelled: StateCancelled,
@@ -445,17 +467,24 @@ func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended fun
 			poke(woken)
 		}
 	})
+	var grace <-chan time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-woken:
 		case <-recheck:
+		case <-grace:
 		}
 		ok, err := ended()
+		var g *waitGraceError
 		switch {
 		case ok:
 			return nil
+		case errors.As(err, &g):
+			if grace == nil {
+				grace = time.After(g.d) // read again once it has passed
+			}
 		case err == nil:
 		case errors.Is(err, ErrTaskNotFound) || errors.Is(err, ErrInvalid) || ctx.Err() != nil:
 			return err

@@ -98,8 +98,9 @@ const (
 	StateDead      TaskState = "dead"      // in the dead set
 	StateDone      TaskState = "done"      // ended well (kept for Retention)
 	StateCancelled TaskState = "cancelled" // ended by Cancel (kept for Retention)
-	// StateExpired: taken after its EnqueueOpts.Deadline, so never run
-	// (kept for Retention).
+	// StateExpired: taken after its EnqueueOpts.Deadline, so not run
+	// (again: a failed attempt whose retry would be due past the deadline
+	// is due at it, and keeps its LastError) (kept for Retention).
 	StateExpired TaskState = "expired"
 )
 

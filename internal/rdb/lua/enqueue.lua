@@ -90,7 +90,9 @@ for i = 1, n do
     keep[#keep + 1] = i
   end
 end
-if idlock then
+if idlock and #keep > 0 then
+  -- (A task left out, its unique key held, is not enqueued: its id is not
+  -- remembered, or a repeat would say it was.)
   redis.call('SET', idlock, ARGV[10], 'PX', ARGV[9])
 end
 local due

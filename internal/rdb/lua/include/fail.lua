@@ -13,7 +13,14 @@ local function fail_attempt(q, tkey, id, ask, delay, err, worker)
   if ask == 'retry' or ask == 'later' then
     redis.call('HSET', tkey, F_STATE, S_SCHEDULED, F_ERROR, err)
     redis.call('HDEL', tkey, F_WORKER, F_PID)
-    redis.call('ZADD', q.sched_key, now_ms() + tonumber(delay), id)
+    -- A retry due past the task's deadline is due at it: the take then
+    -- ends it as expired, rather than after the whole backoff.
+    local due = now_ms() + tonumber(delay)
+    local deadline = tonumber(redis.call('HGET', tkey, F_DEADLINE))
+    if deadline and deadline < due then
+      due = deadline
+    end
+    redis.call('ZADD', q.sched_key, due, id)
     return OUT_RETRY
   end
   bury(q.dead_key, q.cfg_key, q.tprefix, id, 'failed', err, worker)
