@@ -171,9 +171,18 @@ func (s *server) toConnect(err error) error {
 	}
 	var ie *worqr.InvalidError
 	var ce *connect.Error
+	var oe *net.OpError
+	var de *net.DNSError
 	switch {
 	case errors.As(err, &ce):
 		return ce
+	case errors.As(err, &oe), errors.As(err, &de):
+		// A dial or read error names Redis's host and port; one that timed
+		// out is also a context.DeadlineExceeded (net's timeout error says
+		// so), which must not pass its text on below.
+		ref := xid.New().String()
+		s.cfg.Logger.Warn("gateway: Redis unreachable", "ref", ref, "err", err)
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("worqr gateway: Redis is unreachable; try again (ref %s)", ref))
 	case errors.As(err, &ie):
 		field := requestField(ie.Field)
 		e := connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s %s", field, ie.Rule))
@@ -190,9 +199,9 @@ func (s *server) toConnect(err error) error {
 	case errors.Is(err, worqr.ErrDuplicate):
 		return connect.NewError(connect.CodeAlreadyExists, err)
 	case errors.Is(err, context.Canceled):
-		return connect.NewError(connect.CodeCanceled, err)
+		return connect.NewError(connect.CodeCanceled, errors.New("worqr gateway: the call was cancelled"))
 	case errors.Is(err, context.DeadlineExceeded):
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
+		return connect.NewError(connect.CodeDeadlineExceeded, errors.New("worqr gateway: the call's deadline passed"))
 	}
 	if errors.Is(err, worqr.ErrDraining) {
 		return connect.NewError(connect.CodeUnavailable, err)
@@ -259,10 +268,12 @@ func (s *server) Enqueue(ctx context.Context, req *connect.Request[gatewayv1.Enq
 			UniqueKey: m.UniqueKey, UniqueTTL: ms(m.UniqueTtlMs), ID: m.Id}
 	}
 	id, err := s.cfg.Client.Enqueue(ctx, m.Queue, m.Payload, opts)
-	if err != nil {
+	if err != nil && !(id != "" && errors.Is(err, worqr.ErrNotReplicated)) {
 		return nil, s.toConnect(err)
 	}
-	return connect.NewResponse(&gatewayv1.EnqueueResponse{Id: id}), nil
+	res := connect.NewResponse(&gatewayv1.EnqueueResponse{Id: id})
+	s.notReplicated(res.Header(), err, 1)
+	return res, nil
 }
 
 func (s *server) EnqueueBatch(ctx context.Context, req *connect.Request[gatewayv1.EnqueueBatchRequest]) (*connect.Response[gatewayv1.EnqueueBatchResponse], error) {
@@ -270,10 +281,35 @@ func (s *server) EnqueueBatch(ctx context.Context, req *connect.Request[gatewayv
 		return nil, s.bad("payloads", "is empty")
 	}
 	ids, err := s.cfg.Client.EnqueueBatch(ctx, req.Msg.Queue, req.Msg.Payloads, nil)
-	if err != nil {
+	var be *worqr.BatchError
+	if errors.As(err, &be) && be.Enqueued > 0 {
+		// A large batch goes in steps: the first ones are in. Say how
+		// many (an unavailable would have the caller send them all
+		// again, twice over).
+		ref := xid.New().String()
+		s.cfg.Logger.Warn("gateway: enqueue batch stopped part way", "ref", ref, "enqueued", be.Enqueued, "total", be.Total, "err", err)
+		return nil, connect.NewError(connect.CodeAborted, fmt.Errorf(
+			"worqr gateway: %d of the %d payloads are enqueued (the first ones, in order); the rest may or may not be (ref %s in the gateway's log)", be.Enqueued, be.Total, ref))
+	}
+	if err != nil && !(len(ids) == len(req.Msg.Payloads) && errors.Is(err, worqr.ErrNotReplicated)) {
 		return nil, s.toConnect(err)
 	}
-	return connect.NewResponse(&gatewayv1.EnqueueBatchResponse{Ids: ids}), nil
+	res := connect.NewResponse(&gatewayv1.EnqueueBatchResponse{Ids: ids})
+	s.notReplicated(res.Header(), err, len(ids))
+	return res, nil
+}
+
+// notReplicated marks the answer of an enqueue applied on the primary but
+// acknowledged by too few replicas (err matches worqr.ErrNotReplicated):
+// the tasks ARE enqueued, so the caller gets their ids (an error would
+// make it enqueue them again), and the header Worqr-Not-Replicated says
+// they are lost if the primary fails before a replica gets them.
+func (s *server) notReplicated(h http.Header, err error, n int) {
+	if err == nil {
+		return
+	}
+	s.cfg.Logger.Warn("gateway: enqueue not acknowledged by enough replicas", "count", n, "err", err)
+	h.Set("Worqr-Not-Replicated", "1")
 }
 
 func (s *server) Cancel(ctx context.Context, req *connect.Request[gatewayv1.CancelRequest]) (*connect.Response[gatewayv1.CancelResponse], error) {

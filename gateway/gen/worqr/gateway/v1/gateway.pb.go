@@ -374,7 +374,8 @@ func (x *CancelRequest) GetId() string {
 
 type CancelResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// "cancelled", "requested" (running: its worker is told) or "noop".
+	// "removed" (it waited: cancelled), "requested" (running: its worker is
+	// told) or "not_found" (unknown, or ended already).
 	Status        string `protobuf:"bytes,1,opt,name=status,proto3" json:"status,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

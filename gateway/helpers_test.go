@@ -1,0 +1,112 @@
+package gateway_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/gateway"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// blackhole returns the address of a listener whose accept queue is full:
+// a dial to it times out, as a dial to a Redis host behind a firewall that
+// drops packets (or a host that is down in a cloud network) does.
+func blackhole(t *testing.T) string {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { syscall.Close(fd) })
+	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Listen(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	sa, _ := syscall.Getsockname(fd)
+	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
+	for i := 0; i < 2; i++ { // fill the accept queue
+		d := net.Dialer{Timeout: 200 * time.Millisecond}
+		if c, err := d.Dial("tcp", addr); err == nil {
+			t.Cleanup(func() { c.Close() })
+		}
+	}
+	return addr
+}
+
+func startGatewayWith(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config) *gw {
+	t.Helper()
+	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+		SessionTTL: 2 * time.Second, ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = remote.Stop(ctx)
+		_ = hs.Close()
+	})
+	return &gw{url: "http://" + l.Addr().String(), client: client}
+}
+
+func startGatewayPoll(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config, poll time.Duration) *gw {
+	t.Helper()
+	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+		SessionTTL: 2 * time.Second, ReaperInterval: 100 * time.Millisecond, PollInterval: poll})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	insp, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = hs.Serve(l) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = remote.Stop(ctx)
+		_ = hs.Close()
+	})
+	return &gw{url: "http://" + l.Addr().String(), client: client}
+}
