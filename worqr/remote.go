@@ -61,9 +61,9 @@ type Remote struct {
 type RemoteConfig struct {
 	Config
 	// Queues are the stand-alone queues sessions may take from, with their
-	// retry, timeout and dead-set settings, and their global Limits (stored
-	// when a session first asks for the queue, as a Worker's are at its
-	// start). Handler, Concurrency and Weight are not used and must be
+	// retry, timeout and dead-set settings, their key policy (Keys) and
+	// their global Limits (stored when a session first asks for the queue,
+	// as a Worker's are at its start: keep them the same as the Workers'). Handler, Concurrency and Weight are not used and must be
 	// left zero. Sessions apply the limits stored in Redis, whoever set
 	// them, and take higher priority levels first.
 	Queues map[string]QueueConfig
@@ -555,7 +555,7 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 		if !q.settings.Load() {
 			if err := r.st.WriteSettings(ctx, q.qk, rdb.QueueSettings{
 				RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
-				DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(),
+				DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
 			}); err != nil {
 				return nil, fmt.Errorf("worqr: write settings of %s: %w", name, err)
 			}

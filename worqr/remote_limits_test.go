@@ -112,3 +112,21 @@ func TestRemoteTakesByPriority(t *testing.T) {
 		}
 	}
 }
+
+// A RemoteConfig queue's key policy is stored when a session first asks
+// for the queue, as a Worker's is at its start: the remote wrote the zero
+// policy over it (merging off), whatever its QueueConfig.Keys said (found
+// by an audit).
+func TestRemoteStoresItsKeyPolicy(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"k": {Keys: worqr.KeyPolicy{Merge: true}}}})
+	open(t, b, "k")
+	first, err := b.client.Enqueue(ctx, "k", []byte("a"), &worqr.EnqueueOpts{Key: "x"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := b.client.Enqueue(ctx, "k", []byte("b"), &worqr.EnqueueOpts{Key: "x"})
+	if err != nil || second != first {
+		t.Fatalf("a second enqueue of key x = %s, %v; want it merged into %s (KeyPolicy.Merge)", second, err, first)
+	}
+}
