@@ -6,12 +6,10 @@ replace github.com/worqr/worqr-go => ..
 
 require (
 	connectrpc.com/connect v1.19.1
+	github.com/gomodule/redigo v1.9.3
 	github.com/rs/xid v1.6.0
 	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
 	google.golang.org/protobuf v1.36.10
 )
 
-require (
-	github.com/gomodule/redigo v1.9.3 // indirect
-	github.com/robfig/cron/v3 v3.0.1 // indirect
-)
+require github.com/robfig/cron/v3 v3.0.1 // indirect

@@ -74,39 +74,3 @@ func startGatewayWith(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config) *gw
 	})
 	return &gw{url: "http://" + l.Addr().String(), client: client}
 }
-
-func startGatewayPoll(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config, poll time.Duration) *gw {
-	t.Helper()
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
-		SessionTTL: 2 * time.Second, ReaperInterval: 100 * time.Millisecond, PollInterval: poll})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	client, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insp, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = hs.Serve(l) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = remote.Stop(ctx)
-		_ = hs.Close()
-	})
-	return &gw{url: "http://" + l.Addr().String(), client: client}
-}
