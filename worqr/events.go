@@ -327,7 +327,9 @@ const WaitRecheck = 5 * time.Second
 // or dead) and returns what Task reads then: its state, and for a done task
 // the result its handler set. It is woken by the events the task's worker
 // publishes (at most one Config.EventInterval late): it holds one pub/sub
-// connection while it waits. Events are best effort (the process that
+// connection of the pool while it waits, and takes another for each read,
+// so a pool capped by PoolOptions.MaxActive needs more than twice the
+// Waits running at once (or they wait on the pool until ctx ends). Events are best effort (the process that
 // ended the task may be killed before it publishes), so Wait also reads
 // the task again every WaitRecheck: a lost event delays it, never hangs
 // it. A done, cancelled or expired task is readable only while its
