@@ -50,11 +50,19 @@ func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
 	t.Helper()
 	pool := s.Pool()
 	t.Cleanup(func() { pool.Close() })
-	ns := redistest.Namespace()
-	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	return serveGateway(t, pool, worqr.RemoteConfig{Config: cfg, AnyQueue: true,
 		DefaultQueue: worqr.QueueConfig{Retention: time.Hour}, SessionTTL: ttl,
 		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
+}
+
+// serveGateway starts the Remote of rc on pool, with a Client and an
+// Inspector of rc's Config, and a gateway on them on a free loopback port;
+// all stop when the test ends.
+func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig) *gw {
+	t.Helper()
+	cfg := rc.Config
+	remote, err := worqr.NewRemote(pool, &rc)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,14 +1,12 @@
 package gateway_test
 
 import (
-	"context"
 	"fmt"
 	"net"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/gateway"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -39,38 +37,10 @@ func blackhole(t *testing.T) string {
 	return addr
 }
 
+// startGatewayWith starts a gateway whose Remote, Client and Inspector
+// have Config cfg, on pool.
 func startGatewayWith(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config) *gw {
 	t.Helper()
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+	return serveGateway(t, pool, worqr.RemoteConfig{Config: cfg, AnyQueue: true,
 		SessionTTL: 2 * time.Second, ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	client, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	insp, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = hs.Serve(l) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = remote.Stop(ctx)
-		_ = hs.Close()
-	})
-	return &gw{url: "http://" + l.Addr().String(), client: client}
 }
