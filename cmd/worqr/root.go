@@ -11,7 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -291,7 +290,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
 		}
 		pool = p
-		if clusterNode(ctx, p) {
+		if clusterNode(ctx, p, a.namespace) {
 			// One node of a Redis Cluster, as other Redis tools are
 			// pointed at one: follow the whole cluster from it (its
 			// other masters would answer MOVED).
@@ -332,18 +331,17 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	return nil
 }
 
-// clusterNode reports whether the server of p runs in cluster mode (INFO
-// cluster). An unreachable server is not: the ping that follows says so.
-func clusterNode(ctx context.Context, p *redis.Pool) bool {
+// clusterNode reports whether the server of p runs in cluster mode. An
+// unreachable server is not: the ping that follows says so.
+func clusterNode(ctx context.Context, p worqr.ConnGetter, namespace string) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	c, err := p.GetContext(ctx)
+	in, err := worqr.NewInspector(p, &worqr.Config{Namespace: namespace, DisableEvents: true})
 	if err != nil {
 		return false
 	}
-	defer c.Close()
-	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cluster"))
-	return err == nil && strings.Contains(info, "cluster_enabled:1")
+	on, err := in.ClusterMode(ctx)
+	return err == nil && on
 }
 
 // readReplication reads WORQR_REPLICAS (a whole number, 0 or more) and
