@@ -266,8 +266,7 @@ type remoteQueue struct {
 	paused    atomic.Bool
 	levels    atomic.Int32
 	limited   atomic.Bool
-	// rateUntil (unix ns): the rate limit allows no start before then.
-	rateUntil atomic.Int64
+	rate      rateGate // the rate limit allows no start before its time
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
@@ -729,7 +728,7 @@ func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 		q.levels.Store(int32(f.Levels))
 		// The limits may have changed (a rate raised or removed): the next
 		// take works out the wait again from what is stored now.
-		held := q.rateUntil.Swap(0) > 0
+		held := q.rate.clear()
 		q.limited.Store(f.Limited)
 		q.flagsRead.Store(true)
 		if was := q.paused.Swap(f.Paused); (was && !f.Paused) || held {
@@ -737,17 +736,6 @@ func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 		}
 	}
 	return nil
-}
-
-// rateHeld reports whether q's rate limit allows no start now, and until
-// when.
-func (q *remoteQueue) rateHeld() (bool, time.Time) {
-	if u := q.rateUntil.Load(); u > 0 {
-		if t := time.Unix(0, u); time.Now().Before(t) {
-			return true, t
-		}
-	}
-	return false, time.Time{}
 }
 
 // listenLoop holds the Remote's pub/sub connection: the wake-up channel of

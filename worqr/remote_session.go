@@ -185,7 +185,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		woken := q.woken()
-		if held, _ := q.rateHeld(); !held && !q.paused.Load() {
+		if held, _ := q.rate.held(); !held && !q.paused.Load() {
 			out, skipped, err := s.takeOnce(ctx, q, req)
 			if err != nil || len(out) > 0 {
 				return out, err
@@ -199,7 +199,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		wait := min(left, s.r.cfg.PollInterval)
-		if held, until := q.rateHeld(); held {
+		if held, until := q.rate.held(); held {
 			wait = min(wait, time.Until(until))
 		}
 		t := time.NewTimer(wait)
@@ -272,7 +272,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if wait > 0 {
 		// The rate limit allows the next start in wait ms: until then,
 		// the session's takes wait rather than ask.
-		q.rateUntil.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
+		q.rate.hold(wait)
 	}
 	if errors.Is(err, rdb.ErrExpired) {
 		return nil, 0, nil

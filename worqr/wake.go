@@ -138,7 +138,7 @@ func (w *Worker) refreshFlags() {
 		// The limits may have changed (a rate raised or removed): the next
 		// take works out the wait again from what is stored now, rather
 		// than wait out the one the old limits said.
-		q.rateUntil.Store(0)
+		q.rate.clear()
 		if !f.Limited {
 			q.concWait.Store(false)
 		}

@@ -96,11 +96,11 @@ type queueRunner struct {
 	// take.
 	levels  atomic.Int32
 	limited atomic.Bool
-	// rateUntil (unix ns): the rate limit allows no start before then;
-	// concWait: the concurrency limit was reached, until a wake-up or a
-	// poll. Neither is set for a queue without limits.
-	rateUntil atomic.Int64
-	concWait  atomic.Bool
+	// rate: the rate limit allows no start before its time; concWait:
+	// the concurrency limit was reached, until a wake-up or a poll.
+	// Neither is set for a queue without limits.
+	rate     rateGate
+	concWait atomic.Bool
 	// more: the queue may hold waiting tasks (the last take filled what
 	// it asked, or a wake-up came since). An end takes again only then, so
 	// that a worker at a low rate does not pop an empty queue on every end.
@@ -676,7 +676,7 @@ func (q *queueRunner) free() int {
 func (q *queueRunner) limitWait(wait rdb.LimitWait) {
 	switch {
 	case wait > 0:
-		q.rateUntil.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
+		q.rate.hold(wait)
 	case wait == rdb.WaitWake:
 		q.concWait.Store(true)
 	}
@@ -685,13 +685,34 @@ func (q *queueRunner) limitWait(wait rdb.LimitWait) {
 // limitedNow reports whether q's global limits forbid a take now, and
 // when the rate limit lifts (zero when a wake-up lifts it, or none holds).
 func (q *queueRunner) limitedNow() (bool, time.Time) {
-	if u := q.rateUntil.Load(); u > 0 {
+	if held, until := q.rate.held(); held {
+		return true, until
+	}
+	return q.concWait.Load(), time.Time{}
+}
+
+// rateGate is when a queue's rate limit allows the next start, as the
+// last take said (unix ns; 0: no wait known).
+type rateGate struct{ until atomic.Int64 }
+
+// hold records that no start is allowed for wait ms.
+func (g *rateGate) hold(wait rdb.LimitWait) {
+	g.until.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
+}
+
+// held reports whether no start is allowed now, and until when.
+func (g *rateGate) held() (bool, time.Time) {
+	if u := g.until.Load(); u > 0 {
 		if t := time.Unix(0, u); time.Now().Before(t) {
 			return true, t
 		}
 	}
-	return q.concWait.Load(), time.Time{}
+	return false, time.Time{}
 }
+
+// clear forgets the wait (the limits may have changed) and reports
+// whether one was recorded.
+func (g *rateGate) clear() bool { return g.until.Swap(0) > 0 }
 
 // slotFreed tells q's fetch loop that a handler freed a slot, when the
 // loop waits for one: at a low rate it waits for work instead, and a
