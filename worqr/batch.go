@@ -164,42 +164,55 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	for _, t := range b.tasks {
 		w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 	}
+	// finish ends the batch as the handler said, once it has run.
+	finish := func(err error) {
+		var te *TimeoutError
+		if err != nil && errors.As(context.Cause(hctx), &te) {
+			err = fmt.Errorf("%w: %w", te, err)
+		}
+		w.runMu.Lock()
+		for _, t := range b.tasks {
+			if w.running[t.ID] == me {
+				delete(w.running, t.ID)
+			}
+		}
+		w.runMu.Unlock()
+		cancel(nil)
+		if q.returned(b.held) {
+			return // lost in a failover: no end is sent (see run)
+		}
+		// The batch's attempt decides retry or dead, against the head's max.
+		at := *head
+		at.Attempt = batch.Attempt
+		asked := err
+		if err != nil && errors.Is(context.Cause(hctx), ErrTaskCancelled) {
+			// A cancel asked for one of its tasks stopped the batch: that task
+			// ends as cancelled, the others go back as they were, nothing
+			// counted (they did not fail).
+			asked = fmt.Errorf("%w: %w", ErrGiveBack, err)
+		}
+		e := w.ending(q, headTaken, &at, asked)
+		if len(b.tasks) > 1 {
+			ms := make([]rdb.Member, len(b.tasks)-1)
+			for i, t := range b.tasks[1:] {
+				ms[i] = rdb.Member{PID: t.pid, ID: t.ID, Result: t.result}
+			}
+			e = e.WithBatch(ms)
+		}
+		w.complete(s, q, b.tasks, e, err)
+	}
+	exited := true
+	defer func() {
+		if exited {
+			// The handler ended this goroutine (runtime.Goexit): see run.
+			finish(ErrHandlerExited)
+			go w.serve(q)
+		}
+	}()
 	h := Chain(HandlerFunc(func(ctx context.Context, _ *Task) error {
 		return q.cfg.BatchHandler.HandleBatch(ctx, batch)
 	}), w.cfg.Middleware...)
 	err := callHandler(context.WithValue(hctx, batchCtxKey{}, batch), h, head)
-	var te *TimeoutError
-	if err != nil && errors.As(context.Cause(hctx), &te) {
-		err = fmt.Errorf("%w: %w", te, err)
-	}
-	w.runMu.Lock()
-	for _, t := range b.tasks {
-		if w.running[t.ID] == me {
-			delete(w.running, t.ID)
-		}
-	}
-	w.runMu.Unlock()
-	cancel(nil)
-	if q.returned(b.held) {
-		return // lost in a failover: no end is sent (see run)
-	}
-	// The batch's attempt decides retry or dead, against the head's max.
-	at := *head
-	at.Attempt = batch.Attempt
-	asked := err
-	if err != nil && errors.Is(context.Cause(hctx), ErrTaskCancelled) {
-		// A cancel asked for one of its tasks stopped the batch: that task
-		// ends as cancelled, the others go back as they were, nothing
-		// counted (they did not fail).
-		asked = fmt.Errorf("%w: %w", ErrGiveBack, err)
-	}
-	e := w.ending(q, headTaken, &at, asked)
-	if len(b.tasks) > 1 {
-		ms := make([]rdb.Member, len(b.tasks)-1)
-		for i, t := range b.tasks[1:] {
-			ms[i] = rdb.Member{PID: t.pid, ID: t.ID, Result: t.result}
-		}
-		e = e.WithBatch(ms)
-	}
-	w.complete(s, q, b.tasks, e, err)
+	exited = false
+	finish(err)
 }

@@ -42,6 +42,12 @@ var ErrWorkerStopped = errors.New("worqr: worker stopped")
 // the front of its queue without counting a failure.
 var ErrGiveBack = errors.New("worqr: give back")
 
+// ErrHandlerExited is the error a task's attempt ends with when its handler
+// ended its goroutine with runtime.Goexit (as testing's FailNow does)
+// instead of returning: the attempt counts as failed, like a panic, and the
+// worker goes on with a new handler goroutine.
+var ErrHandlerExited = errors.New("worqr: handler called runtime.Goexit instead of returning")
+
 // ErrDuplicate is returned by Enqueue when EnqueueOpts.UniqueKey is held by
 // another task that has not ended. Nothing was enqueued.
 var ErrDuplicate = rdb.ErrDuplicate

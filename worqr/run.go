@@ -84,49 +84,62 @@ func (w *Worker) run(q *queueRunner, j job) {
 	w.runMu.Unlock()
 	w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 
+	// finish ends the taking as the handler said, once it has run.
+	finish := func(err error, res *StageResult) {
+		// The slot is free for a task taken ahead while this one's end is
+		// on its way.
+		q.unslot()
+		var te *TimeoutError
+		if err != nil && errors.As(context.Cause(hctx), &te) {
+			err = fmt.Errorf("%w: %w", te, err)
+		}
+
+		w.runMu.Lock()
+		if w.running[t.ID] == me {
+			delete(w.running, t.ID)
+		}
+		w.runMu.Unlock()
+		cancel(nil)
+		if q.returned(hs) {
+			// Lost in a failover (markLost reported it): no end is sent,
+			// Redis would refuse it (or, the pid handed out again by the new
+			// primary, end another taking).
+			return
+		}
+		e := w.ending(q, taken, t, err)
+		if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
+			if perr := w.planStage(q, res, &e); perr != nil {
+				// A result the flow cannot record: nothing is written; the
+				// stage goes to the dead set with the reason.
+				err = SkipRetry(perr)
+				e = w.ending(q, taken, t, err)
+			}
+		}
+		w.complete(s, q, []*Task{t}, e, err)
+	}
+	began := q.began()
+	exited := true
+	defer func() {
+		if exited {
+			// The handler ended this goroutine (runtime.Goexit) instead of
+			// returning: its taking ends as a failed attempt, and the queue
+			// gets a handler goroutine in place of this one.
+			finish(ErrHandlerExited, nil)
+			go w.serve(q)
+		}
+	}()
 	var (
 		err error
 		res *StageResult
-		run *Run
 	)
-	began := q.began()
 	if q.kind == rdb.KindStage {
-		run = newRun(q, taken, t)
-		res, err = callStage(hctx, q.stageHandler, run)
+		res, err = callStage(hctx, q.stageHandler, newRun(q, taken, t))
 	} else {
 		err = callHandler(hctx, q.handler, t)
 	}
-	// The slot is free for a task taken ahead while this one's end is on
-	// its way.
+	exited = false
 	q.ranSince(began)
-	q.unslot()
-	var te *TimeoutError
-	if err != nil && errors.As(context.Cause(hctx), &te) {
-		err = fmt.Errorf("%w: %w", te, err)
-	}
-
-	w.runMu.Lock()
-	if w.running[t.ID] == me {
-		delete(w.running, t.ID)
-	}
-	w.runMu.Unlock()
-	cancel(nil)
-	if q.returned(hs) {
-		// Lost in a failover (markLost reported it): no end is sent,
-		// Redis would refuse it (or, the pid handed out again by the new
-		// primary, end another taking).
-		return
-	}
-	e := w.ending(q, taken, t, err)
-	if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
-		if perr := w.planStage(q, res, &e); perr != nil {
-			// A result the flow cannot record: nothing is written; the
-			// stage goes to the dead set with the reason.
-			err = SkipRetry(perr)
-			e = w.ending(q, taken, t, err)
-		}
-	}
-	w.complete(s, q, []*Task{t}, e, err)
+	finish(err, res)
 }
 
 // nextStage is the stage after q's (its declaring stage's, for a child

@@ -78,10 +78,9 @@ func (t *Task) WorkerID() string { return t.worker }
 // Execution is at-least-once: after a crash or a lost keepalive the task runs
 // again elsewhere, so handlers must be idempotent.
 //
-// A handler returns (a panic is recovered and counts as a failed attempt).
-// It must not end its goroutine with runtime.Goexit (as testing's FailNow
-// does): the worker would lose that handler slot, and the task would stay
-// held by it until the worker stops.
+// A handler returns. A panic is recovered and counts as a failed attempt
+// (PanicError), and so does a handler that ends its goroutine with
+// runtime.Goexit, as testing's FailNow does (ErrHandlerExited).
 type Handler interface {
 	HandleTask(ctx context.Context, t *Task) error
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -112,6 +113,33 @@ func seq(n int) []int {
 }
 
 var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
+	It("retries a batch whose handler ended its goroutine with runtime.Goexit, whole, and keeps serving", func(ctx SpecContext) {
+		e := newEnv()
+		var rec recorder
+		var attempts atomic.Int64
+		w := e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{
+			"kbx": {KeyBatch: 3, Concurrency: 1, MaxAttempts: 3,
+				Backoff: func(int, error) time.Duration { return 5 * time.Millisecond },
+				BatchHandler: worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
+					attempts.Add(1)
+					if b.Attempt == 1 {
+						runtime.Goexit()
+					}
+					return nil
+				})},
+		}, &rec))
+		var ids []string
+		for k := range 4 {
+			ids = append(ids, e.enqueueKeyed("kbx", fmt.Sprintf("k%d", k), "a", "b", "c")...)
+		}
+		for _, id := range ids {
+			Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(10*time.Second).
+				Should(ContainElement(worqr.EventDone), "task %s ends done", id)
+		}
+		Expect(attempts.Load()).To(BeNumerically(">=", 8), "each key's batch ran twice")
+		Expect(e.hkeys(e.qk("kbx").WorkerQueue(w.ID()))).To(BeEmpty(), "nothing stays held")
+	}, SpecTimeout(30*time.Second))
+
 	It("runs each key in batches of at most KeyBatch, in order, and retries a failed batch whole", func(ctx SpecContext) {
 		e := newEnv()
 		const keys, per, size = 6, 20, 4

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -625,6 +626,44 @@ var _ = Describe("Retries, delays and the dead set", func() {
 			Should(Equal([]worqr.EventKind{worqr.EventDone}))
 		Expect(w.ID()).To(Equal(workerID))
 	}, SpecTimeout(15*time.Second))
+
+	It("retries a task whose handler ended its goroutine with runtime.Goexit (as t.FailNow does), and keeps serving on every slot", func(ctx SpecContext) {
+		e := newEnv()
+		var runs rtRuns
+		var rec recorder
+		w := e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{
+			"exits": {
+				Concurrency: 1, MaxAttempts: 3, Backoff: rtFixed(50 * time.Millisecond),
+				Handler: runs.handler(func(ctx context.Context, t *worqr.Task) error {
+					if string(t.Payload) == "exit" && t.Attempt == 1 {
+						runtime.Goexit()
+					}
+					return nil
+				}),
+			},
+		}, &rec))
+		id := e.enqueue("exits", "exit")
+		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(5 * time.Second).
+			Should(Equal([]worqr.EventKind{worqr.EventRetry, worqr.EventDone}))
+		Expect(runs.attempts(id)).To(Equal([]int{1, 2}))
+		for _, ev := range rec.all() {
+			if ev.TaskID == id && ev.Kind == worqr.EventRetry {
+				Expect(ev.Err).To(MatchError(worqr.ErrHandlerExited))
+			}
+		}
+		// Its one handler slot still serves: a Goexit on every first
+		// attempt, five times over, and then plain tasks.
+		var ids []string
+		for range 5 {
+			ids = append(ids, e.enqueue("exits", "exit"))
+		}
+		ids = append(ids, e.enqueue("exits", "calm"))
+		for _, id := range ids {
+			Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(10*time.Second).
+				Should(ContainElement(worqr.EventDone), "task %s ends done", id)
+		}
+		Expect(e.hkeys(e.qk("exits").WorkerQueue(w.ID()))).To(BeEmpty(), "nothing stays held")
+	}, SpecTimeout(30*time.Second))
 
 	It("lets one of ten concurrent enqueues with the same UniqueKey through and holds the key until the task ends (done, dead, cancelled), retries included", func(ctx SpecContext) {
 		e := newEnv()
