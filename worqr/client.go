@@ -904,18 +904,19 @@ func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int,
 // one. A requeue leaves dead, and passes, the flow children whose run no
 // longer waits for them (see DeadIDs).
 func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
-	total, skip := 0, 0
+	total := 0
+	var after, score string // the last id refused: the next chunk starts after it
 	for {
-		n, refused, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk, skip)
-		total += n
-		skip += refused
+		p, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk, after, score)
+		total += p.Handled
+		after, score = p.After, p.AfterScore
 		if err != nil {
 			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
 		}
-		if progress != nil && n > 0 {
+		if progress != nil && p.Handled > 0 {
 			progress(total)
 		}
-		if n+refused < rdb.BulkChunk {
+		if p.Read < rdb.BulkChunk {
 			return total, nil
 		}
 	}

@@ -3,6 +3,7 @@ package worqr_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -198,5 +199,121 @@ func TestStartRunWithIDIsIdempotent(t *testing.T) {
 	}
 	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{ID: "no spaces"}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "RunOpts.ID") {
 		t.Errorf("a bad id: %v, want ErrInvalid naming RunOpts.ID", err)
+	}
+}
+
+// RequeueAllDead passes the children it refuses by a cursor, not by how
+// many it refused: when refused entries leave the dead set between two of
+// its chunks (another operator deletes them, or the dead set's caps trim
+// the oldest), it still reads every entry after them. Before, the second
+// chunk skipped as many unread entries as had been refused, and left them
+// dead (the review's suspicion, reproduced here).
+func TestRequeueAllDeadWhileRefusedLeave(t *testing.T) {
+	// All refused leave (the cursor with them: the next chunk starts at its
+	// score), or the first three (the cursor stays: it starts after it).
+	t.Run("all", func(t *testing.T) { requeueAllDeadWhileRefusedLeave(t, 5) })
+	t.Run("some", func(t *testing.T) { requeueAllDeadWhileRefusedLeave(t, 3) })
+}
+
+func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	var fail atomic.Bool
+	fail.Store(true)
+	hold := make(chan struct{})
+	t.Cleanup(func() { close(hold) })
+	const early, late = 5, worqr.MaxChildren - 1 // 1,004 dead: more than one chunk
+	flow := &worqr.Flow{Name: "fl", Retention: time.Minute, Stages: []worqr.Stage{
+		{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1}, ContinueOnChildFailure: true,
+			Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 20, Handler: worqr.HandlerFunc(
+				func(ctx context.Context, t *worqr.Task) error {
+					if string(t.Payload) == "hold" {
+						select {
+						case <-hold:
+						case <-ctx.Done():
+							return ctx.Err()
+						}
+						return nil
+					}
+					if fail.Load() {
+						return worqr.SkipRetry(errors.New("down"))
+					}
+					return nil
+				})}},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				n, _ := strconv.Atoi(r.State["n"])
+				res := &worqr.StageResult{}
+				for range n {
+					res.Children = append(res.Children, worqr.ChildSpec{Queue: "kids", Payload: []byte("fail")})
+				}
+				if r.State["hold"] != "" {
+					res.Children = append(res.Children, worqr.ChildSpec{Queue: "kids", Payload: []byte("hold")})
+				}
+				return res, nil
+			})},
+		{Name: "after", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) { return nil, nil })},
+	}}
+	cfg := fastTimings(ns)
+	cfg.Flows = []*worqr.Flow{flow}
+	startWorker(t, ctx, pool, &cfg)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := func() int {
+		_, n, err := c.Dead(ctx, "fl/kids", 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// The first run's children die and the run moves on past them: their
+	// requeue is refused. The second run's die while it still waits for
+	// its held child: they go back into it.
+	first, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(early)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if info, err := c.WaitRun(wctx, flow, first); err != nil || info.Status != worqr.RunDone {
+		t.Fatalf("first run = %+v, %v; want done", info, err)
+	}
+	var refused []string
+	infos, _, err := c.Dead(ctx, "fl/kids", 0, early)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ti := range infos {
+		refused = append(refused, ti.ID)
+	}
+	if _, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(late), "hold": "1"}); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 30*time.Second, "the second run's children to die", func() bool { return dead() == early+late })
+	fail.Store(false)
+
+	chunks := 0
+	n, err := in.RequeueAllDead(ctx, "fl/kids", func(int) {
+		chunks++
+		if chunks == 1 {
+			// Another operator deletes the refused children meanwhile.
+			if m, err := c.DeleteDead(ctx, "fl/kids", refused[:leave]...); err != nil || m != leave {
+				t.Errorf("DeleteDead = %d, %v", m, err)
+			}
+		}
+	})
+	if err != nil || n != late {
+		t.Fatalf("RequeueAllDead = %d, %v; want %d (every child of the second run)", n, err, late)
+	}
+	if left := dead(); left != early-leave {
+		t.Fatalf("%d tasks left dead, want the %d refused not deleted", left, early-leave)
 	}
 }

@@ -279,7 +279,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, _, err = st.DeadIDs(ctx, q, rdb.DeadRequeue, []string{got[1].ID})
 	must(err)
 	check("dead by ids")
-	_, _, err = st.DeadOldest(ctx, q, rdb.DeadDelete, 10, 0)
+	_, err = st.DeadOldest(ctx, q, rdb.DeadDelete, 10, "", "")
 	must(err)
 	check("dead, the oldest")
 	_, _, err = st.Release(ctx, q, w, nil)

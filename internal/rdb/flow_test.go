@@ -1336,7 +1336,9 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			var err error
 			f.call(t, func() {
 				if tc.oldest {
-					n, _, err = f.st.DeadOldest(f.ctx, f.s1, rdb.DeadRequeue, 1, 0)
+					var p rdb.DeadPass
+					p, err = f.st.DeadOldest(f.ctx, f.s1, rdb.DeadRequeue, 1, "", "")
+					n = p.Handled
 				} else {
 					n, _, err = f.st.DeadIDs(f.ctx, f.s1, rdb.DeadRequeue, []string{"r1"})
 				}

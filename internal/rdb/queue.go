@@ -1163,16 +1163,54 @@ func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []strin
 	return deadReply(s.eval(ctx, q.Ref.Tag, deadScript, args...))
 }
 
+// DeadPass is what one DeadOldest call did.
+type DeadPass struct {
+	Handled int      // tasks requeued or deleted
+	Read    int      // entries read: fewer than asked when the set ended
+	Refused []string // ids whose requeue was refused (see DeadIDs), in order
+	// After and AfterScore are the cursor of the next call: the last id
+	// refused so far, and its score.
+	After, AfterScore string
+}
+
 // DeadOldest applies op to up to n (at most BulkChunk) of the oldest dead
-// tasks past the first skip (those refused before), and returns how many
-// it handled and how many it refused (see DeadIDs).
-func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n, skip int) (int, int, error) {
+// tasks after the cursor (after, afterScore: the last id refused by a call
+// before, "" for none; see dead.lua), and reports what it did and the
+// cursor of the next call. The entries before a cursor are those refused:
+// a cursor, not a count of them, so that entries another client (or the
+// dead set's caps) removes meanwhile do not make a call pass some it never
+// read.
+func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int, after, afterScore string) (DeadPass, error) {
+	p := DeadPass{After: after, AfterScore: afterScore}
 	if n < 1 {
-		return 0, 0, nil
+		return p, nil
 	}
-	handled, refused, err := deadReply(s.eval(ctx, q.Ref.Tag, deadScript, 3,
-		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk), skip))
-	return handled, len(refused), err
+	vs, err := redis.Values(s.eval(ctx, q.Ref.Tag, deadScript, 3,
+		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk),
+		after, afterScore))
+	if err != nil {
+		return p, err
+	}
+	if len(vs) < 3 {
+		return p, errors.New("rdb: short reply of dead")
+	}
+	if p.Handled, err = redis.Int(vs[0], nil); err != nil {
+		return p, err
+	}
+	if p.Read, err = redis.Int(vs[1], nil); err != nil {
+		return p, err
+	}
+	score, err := redis.String(vs[2], nil)
+	if err != nil {
+		return p, err
+	}
+	if p.Refused, err = redis.Strings(vs[3:], nil); err != nil {
+		return p, err
+	}
+	if len(p.Refused) > 0 {
+		p.After, p.AfterScore = p.Refused[len(p.Refused)-1], score
+	}
+	return p, nil
 }
 
 // deadReply reads the dead script's reply: the number handled, then the
@@ -1182,14 +1220,14 @@ func deadReply(r any, err error) (int, []string, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	if len(vs) == 0 {
-		return 0, nil, errors.New("rdb: empty reply of dead")
+	if len(vs) < 3 {
+		return 0, nil, errors.New("rdb: short reply of dead")
 	}
 	n, err := redis.Int(vs[0], nil)
 	if err != nil {
 		return 0, nil, err
 	}
-	refused, err := redis.Strings(vs[1:], nil)
+	refused, err := redis.Strings(vs[3:], nil)
 	return n, refused, err
 }
 

@@ -415,7 +415,9 @@ func TestDead(t *testing.T) {
 				if tc.ids != nil {
 					got, _, err = e.st.DeadIDs(e.ctx, e.q, tc.op, tc.ids)
 				} else {
-					got, _, err = e.st.DeadOldest(e.ctx, e.q, tc.op, tc.n, 0)
+					var p rdb.DeadPass
+					p, err = e.st.DeadOldest(e.ctx, e.q, tc.op, tc.n, "", "")
+					got = p.Handled
 				}
 			})
 			pubs := l.collect(t, e)

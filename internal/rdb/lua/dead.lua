@@ -13,8 +13,13 @@
 -- ARGV[4] index key prefix of the tag (a requeued flow run is indexed as
 --         running again)
 -- ARGV[5] "ids" followed by ids in ARGV[6..], or "oldest" followed by a count
--- in ARGV[6] and an offset in ARGV[7] (that many of the oldest entries,
--- past the first offset: those refused before).
+-- in ARGV[6], then a cursor: the id in ARGV[7] ("" for none) and its score
+-- in ARGV[8]. That many of the oldest entries after the cursor, the last
+-- id this script refused before: the entries before it are those refused
+-- (the others left the set). A cursor that left the set meanwhile
+-- (deleted by another client, or trimmed by the dead set's caps, which
+-- take the oldest first) is passed by its score: the entries from that
+-- score on, some refused before maybe seen again.
 -- A requeued task goes to the back of the queue (of its priority level)
 -- with its attempt and crash counts reset. A task of an ordered queue (one
 -- with a key) goes back under its key (see key_requeue); a deleted one that
@@ -23,11 +28,23 @@
 -- other children (it went on past a failed child: ContinueOnChildFailure);
 -- else (the run failed with it, was cancelled, or moved on) its requeue is
 -- refused: it would run and its result be thrown away. It stays dead.
--- Returns: {the number of tasks handled, then the ids refused}.
+-- Returns: {the number of tasks handled, the number of entries read, the
+-- score of the last id refused ("" for none), then the ids refused}.
 local ids
 if ARGV[5] == 'oldest' then
-  local from = tonumber(ARGV[7]) or 0
-  ids = redis.call('ZRANGE', KEYS[1], from, from + tonumber(ARGV[6]) - 1)
+  local n = tonumber(ARGV[6])
+  local from = 0
+  if ARGV[7] ~= '' then
+    from = redis.call('ZRANK', KEYS[1], ARGV[7])
+  end
+  if from then
+    if ARGV[7] ~= '' then
+      from = from + 1
+    end
+    ids = redis.call('ZRANGE', KEYS[1], from, from + n - 1)
+  else
+    ids = redis.call('ZRANGE', KEYS[1], ARGV[8], '+inf', 'BYSCORE', 'LIMIT', 0, n)
+  end
 else
   ids = {}
   for i = 6, #ARGV do
@@ -94,4 +111,8 @@ if #push > 0 then
   end
   redis.call('PUBLISH', ARGV[3], #push)
 end
-return {#handled, unpack(refused)}
+local last = ''
+if #refused > 0 then
+  last = redis.call('ZSCORE', KEYS[1], refused[#refused])
+end
+return {#handled, #ids, last, unpack(refused)}
