@@ -218,3 +218,76 @@ func TestHungFirstSentinelAtStart(t *testing.T) {
 	}
 	pool.Close()
 }
+
+// subscribers returns how many clients of sentinel addr are subscribed to
+// a channel (CLIENT LIST's sub=): the pool's watch, in these tests.
+func subscribers(ctx context.Context, addr string) (int, error) {
+	c, err := redis.DialContext(ctx, "tcp", addr, redis.DialReadTimeout(time.Second))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	list, err := redis.String(c.Do("CLIENT", "LIST"))
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, line := range strings.Split(list, "\n") {
+		if strings.Contains(line, " sub=1 ") {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// The sentinel the pool watches for +switch-master hangs (SIGSTOP): the
+// watch moves to another sentinel, since a PING on the subscription is not
+// answered. Before, a subscription to a hung sentinel never ended, and
+// switches were found only by the periodic check.
+func TestHungWatchedSentinelIsLeft(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := sentinelGroup(ctx, t)
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	watched := -1
+	deadline := time.Now().Add(10 * time.Second)
+	for watched < 0 {
+		for i, s := range st.Sentinels {
+			if n, err := subscribers(ctx, s.Addr); err == nil && n == 1 {
+				watched = i
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no sentinel has the pool's subscription")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	hung := st.Sentinels[watched]
+	if err := hung.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
+	deadline = time.Now().Add(15 * time.Second)
+	for {
+		moved := 0
+		for i, s := range st.Sentinels {
+			if i == watched {
+				continue
+			}
+			if n, err := subscribers(ctx, s.Addr); err == nil {
+				moved += n
+			}
+		}
+		if moved == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("15 s after sentinel %s hung, the watch has not moved to another (%d subscribed elsewhere)", hung.Addr, moved)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -365,6 +365,7 @@ func (p *Pool) follow(s string) error {
 		return err
 	}
 	failed := make(chan error, 1)
+	pongs := make(chan struct{}, 1)
 	var reader sync.WaitGroup
 	defer reader.Wait()
 	defer psc.Close() // ends the reader's Receive
@@ -378,6 +379,11 @@ func (p *Pool) follow(s string) error {
 				if f := strings.Fields(string(m.Data)); len(f) == 5 && f[0] == p.o.Master {
 					p.Refresh()
 				}
+			case redis.Pong:
+				select {
+				case pongs <- struct{}{}:
+				default:
+				}
 			case error:
 				failed <- m
 				return
@@ -386,14 +392,33 @@ func (p *Pool) follow(s string) error {
 	}()
 	tick := time.NewTicker(p.o.Check)
 	defer tick.Stop()
+	// A sentinel that hangs (a stopped process, a host gone behind a
+	// firewall) never ends the subscription: a PING on each Check that is
+	// not answered by the next one moves the watch to the next sentinel.
+	pinged := false
 	for {
 		select {
 		case <-p.stop:
 			return nil
 		case err := <-failed:
 			return err
+		case <-pongs:
+			pinged = false
+			continue
 		case <-p.refresh:
 		case <-tick.C:
+			select {
+			case <-pongs:
+				pinged = false
+			default:
+			}
+			if pinged {
+				return fmt.Errorf("sentinel %s: no answer to PING within %s", s, p.o.Check)
+			}
+			if err := psc.Ping(""); err != nil {
+				return err
+			}
+			pinged = true
 		}
 		dctx, dcancel := context.WithTimeout(ctx, max(p.o.Check, time.Duration(len(p.sentinels()))*p.askTimeout()))
 		err := p.discover(dctx)
