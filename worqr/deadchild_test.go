@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -315,5 +317,140 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 	}
 	if left := dead(); left != early-leave {
 		t.Fatalf("%d tasks left dead, want the %d refused not deleted", left, early-leave)
+	}
+}
+
+// A run failed by a child (fail-fast) is retried: its fanning stage runs
+// again and fans out anew, and the run ends done. The dead child of the
+// failed fan-out stays dead, and its requeue is refused from then on.
+func TestRetryRunFailedByAChild(t *testing.T) {
+	ctx := context.Background()
+	d := newDeadChildFlow(false)
+	c, id := d.start(t)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunFailed {
+		t.Fatalf("run = %+v, %v; want failed", info, err)
+	}
+	dead := deadIDs(t, c, "fl/kids")
+	if len(dead) != 1 {
+		t.Fatalf("dead children %v, want the one that failed", dead)
+	}
+	d.fail.Store(false)
+	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || !ok {
+		t.Fatalf("RetryRun = %v, %v; want true", ok, err)
+	}
+	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || ok {
+		t.Fatalf("RetryRun of the running run = %v, %v; want false", ok, err)
+	}
+	wait(t, 20*time.Second, "the fan-out's child 1 to run again", func() bool { return d.runs.Load() == 2 })
+	close(d.hold)
+	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunDone {
+		t.Fatalf("retried run = %+v, %v; want done", info, err)
+	}
+	d.mu.Lock()
+	if len(d.after) != 2 {
+		t.Errorf("the next stage saw %d children, want the 2 of the new fan-out", len(d.after))
+	}
+	for _, ch := range d.after {
+		if ch.Status != "done" || ch.ID == dead[0] {
+			t.Errorf("the next stage saw child %s %s, want the new fan-out's, done", ch.ID, ch.Status)
+		}
+	}
+	d.mu.Unlock()
+	if n, err := c.RequeueDead(ctx, "fl/kids", dead[0]); !errors.Is(err, worqr.ErrInvalid) || n != 0 {
+		t.Errorf("RequeueDead of the failed fan-out's child = %d, %v; want 0 and ErrInvalid", n, err)
+	}
+	if got := deadIDs(t, c, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
+		t.Errorf("dead children %v, want %v", got, dead)
+	}
+	if runs := d.runs.Load(); runs != 2 {
+		t.Errorf("child 1 ran %d times, want twice (the failed fan-out's, then the new one's)", runs)
+	}
+	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || ok {
+		t.Errorf("RetryRun of a done run = %v, %v; want false", ok, err)
+	}
+	if ok, err := c.RetryRun(ctx, d.flow, "nosuchrun"); err != nil || ok {
+		t.Errorf("RetryRun of an unknown run = %v, %v; want false", ok, err)
+	}
+}
+
+// A run whose stage failed for good is retried from that stage, which
+// leaves its dead set; the run is indexed as running again.
+func TestRetryRunFailedInAStage(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	var fail atomic.Bool
+	fail.Store(true)
+	var attempts atomic.Int32
+	gate := make(chan struct{})
+	flow := &worqr.Flow{Name: "fs", Retention: time.Minute, IndexBy: []string{"user"}, Stages: []worqr.Stage{
+		{Name: "one", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Fields: map[string]string{"one": "ok"}}, nil
+			})},
+		{Name: "two", Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 2, Backoff: func(int, error) time.Duration { return time.Millisecond }},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				attempts.Add(1)
+				if fail.Load() {
+					return nil, errors.New("down")
+				}
+				select {
+				case <-gate:
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+				return &worqr.StageResult{Fields: map[string]string{"two": "ok"}}, nil
+			})},
+	}}
+	cfg := fastTimings(ns)
+	cfg.Flows = []*worqr.Flow{flow}
+	startWorker(t, ctx, pool, &cfg)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartRun(ctx, flow, map[string]string{"user": "u1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if info, err := c.WaitRun(wctx, flow, id); err != nil || info.Status != worqr.RunFailed {
+		t.Fatalf("run = %+v, %v; want failed", info, err)
+	}
+	if got := deadIDs(t, c, "fs/two"); len(got) != 1 || got[0] != id {
+		t.Fatalf("dead in stage two: %v, want the run", got)
+	}
+	fail.Store(false)
+	if ok, err := in.RetryRun(ctx, "fs", id); err != nil || !ok {
+		t.Fatalf("RetryRun = %v, %v; want true", ok, err)
+	}
+	wait(t, 20*time.Second, "stage two to run again", func() bool { return attempts.Load() == 3 })
+	// Running again: indexed as such (+inf, and no expiry on the index).
+	conn := pool.Get()
+	ix := ns + ":{fs}:ix:user:u1"
+	score, err := redis.String(conn.Do("ZSCORE", ix, id))
+	ttl, err2 := redis.Int(conn.Do("PTTL", ix))
+	conn.Close()
+	if err != nil || err2 != nil || score != "inf" || ttl != -1 {
+		t.Errorf("the run's index entry while it runs again: score %q (%v), index PTTL %d (%v); want inf and no expiry", score, err, ttl, err2)
+	}
+	close(gate)
+	info, err := c.WaitRun(wctx, flow, id)
+	if err != nil || info.Status != worqr.RunDone || info.State["two"] != "ok" || info.State["one"] != "ok" {
+		t.Fatalf("retried run = %+v, %v; want done with both stages' fields", info, err)
+	}
+	if n := attempts.Load(); n != 3 {
+		t.Errorf("stage two ran %d times, want 3 (2 failed attempts, then the retry's)", n)
+	}
+	if got := deadIDs(t, c, "fs/two"); len(got) != 0 {
+		t.Errorf("dead in stage two after the retry: %v", got)
 	}
 }

@@ -433,6 +433,36 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 	return ok, nil
 }
 
+// RetryRun runs failed run id of flow again from the stage it failed in:
+// a stage whose handler failed for good runs again, and so does a stage
+// whose fan-out failed (a child failed for good and the run failed with
+// it), fanning out anew. The run forgets the failed fan-out's children: a
+// dead one stays dead (its requeue is refused from then on) and one still
+// running ends as cancelled. The stage's attempt and crash counts start
+// over. It reports false when the run was not failed (running, done,
+// cancelled, or unknown: ended longer ago than its retention).
+func (c *Client) RetryRun(ctx context.Context, flow *Flow, id string) (bool, error) {
+	if flow == nil {
+		return false, invalid("flow", "is nil")
+	}
+	return retryRunByName(ctx, c.st, flow.Name, id)
+}
+
+// retryRunByName retries failed run id of flow through st (see RetryRun).
+func retryRunByName(ctx context.Context, st *rdb.Store, flow, id string) (bool, error) {
+	if err := checkName("flow", flow); err != nil {
+		return false, err
+	}
+	if id == "" {
+		return false, invalid("id", "is empty")
+	}
+	ok, err := st.RunRetry(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
+	if err != nil {
+		return false, fmt.Errorf("worqr: retry run %s of %s: %w", id, flow, err)
+	}
+	return ok, nil
+}
+
 // CancelRunByName is CancelRun for a caller that knows only the flow's
 // name (an operator tool): the run's retention and indexed properties are
 // those it was started with.

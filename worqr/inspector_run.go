@@ -32,6 +32,13 @@ func (in *Inspector) CancelRun(ctx context.Context, flow, id string) (bool, erro
 	return cancelRunByName(ctx, in.st, in.bus, flow, id)
 }
 
+// RetryRun runs failed run id of flow (its name is enough) again from the
+// stage it failed in, as Client.RetryRun does. It reports whether the run
+// was failed.
+func (in *Inspector) RetryRun(ctx context.Context, flow, id string) (bool, error) {
+	return retryRunByName(ctx, in.st, flow, id)
+}
+
 // RequeueDead moves the given dead tasks of queue to the back of the queue
 // with their failure and crash counts reset, and returns how many were dead.
 func (in *Inspector) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {

@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1035,6 +1036,54 @@ func TestFlowCancel(t *testing.T) {
 		if r := b.run("", "flow", "cancel", "signup", run); r.code != 1 || !strings.Contains(r.err, want) {
 			t.Errorf("flow cancel of %s: exit %d, stderr %q; want 1, %q", run, r.code, r.err, want)
 		}
+	}
+}
+
+// `flow retry` runs a failed run again from the stage it failed in, with
+// only the flow's name; a second retry (as after a lost reply: it says the
+// run is running), or one of an unknown run, exits 1.
+func TestFlowRetry(t *testing.T) {
+	b := setup(t)
+	var fail atomic.Bool
+	fail.Store(true)
+	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only",
+		Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+			if fail.Load() {
+				return nil, errors.New("down")
+			}
+			return &worqr.StageResult{}, nil
+		})}}}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{Config: worqr.Config{Namespace: b.ns}, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	id, err := b.client.StartRun(context.Background(), flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func() worqr.RunStatus {
+		r, err := b.client.Run(context.Background(), flow, id)
+		if err != nil {
+			return ""
+		}
+		return r.Status
+	}
+	b.eventually("the run to fail", func() bool { return status() == worqr.RunFailed })
+	if r := b.run("", "flow", "retry", "signup", "nosuchrun"); r.code != 1 || !strings.Contains(r.err, "is not failed (it ended and expired, or never existed)") {
+		t.Errorf("flow retry of an unknown run: exit %d, stderr %q", r.code, r.err)
+	}
+	fail.Store(false)
+	if out := b.ok("", "flow", "retry", "signup", id); strings.TrimSpace(out) != "retried "+id {
+		t.Errorf("flow retry: %q", out)
+	}
+	b.eventually("the retried run to end done", func() bool { return status() == worqr.RunDone })
+	if r := b.run("", "flow", "retry", "signup", id); r.code != 1 || !strings.Contains(r.err, "is not failed: it is done") {
+		t.Errorf("flow retry of a done run: exit %d, stderr %q", r.code, r.err)
 	}
 }
 

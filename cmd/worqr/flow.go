@@ -56,13 +56,14 @@ var runStatuses = []string{"running", "done", "failed", "cancelled"}
 func (a *app) flowCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "flow",
-		Short: "list a flow's runs, show one run, draw it as a tree, wait for or cancel one",
+		Short: "list a flow's runs, show one run, draw it as a tree, wait for, cancel or retry one",
 		Example: `  worqr flow runs membership --status failed
   worqr flow get membership cv3k1s1hhc2s73b0o3ng
   worqr flow tree membership cv3k1s1hhc2s73b0o3ng
-  worqr flow cancel membership cv3k1s1hhc2s73b0o3ng`,
+  worqr flow cancel membership cv3k1s1hhc2s73b0o3ng
+  worqr flow retry membership cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd())
+	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd(), a.flowRetryCmd())
 	return cmd
 }
 
@@ -187,6 +188,42 @@ error (exit 1).`,
 			return fmt.Errorf("run %s of flow %s is not running (it ended and expired, or never existed): nothing cancelled", id, flow)
 		}
 		_, err = fmt.Fprintln(a.env.out, "cancelled", id)
+		return err
+	})
+	return cmd
+}
+
+func (a *app) flowRetryCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "retry <flow> <run_id>",
+		Short: "run a failed run again from the stage it failed in",
+		Long: `Runs a failed run of a flow again from the stage it failed in: a stage whose
+handler failed for good leaves its dead set and runs again; a stage whose
+fan-out failed (a child failed for good: fail-fast) runs again and fans
+out anew, the run forgetting the failed fan-out's children (a dead one
+stays dead). Prints "retried <run_id>"; a run that is not failed (running,
+done, cancelled, or unknown) is an error (exit 1).`,
+		Example: "  worqr flow retry membership cv3k1s1hhc2s73b0o3ng",
+		Args:    args("flow", "run_id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		flow, id := args[0], args[1]
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		ok, err := a.in.RetryRun(ctx, flow, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			// Say how it stands: a retry repeated after a lost reply finds
+			// the run running again.
+			if r, err := a.in.Run(ctx, flow, id); err == nil {
+				return fmt.Errorf("run %s of flow %s is not failed: it is %s (nothing retried)", id, flow, r.Status)
+			}
+			return fmt.Errorf("run %s of flow %s is not failed (it ended and expired, or never existed): nothing retried", id, flow)
+		}
+		_, err = fmt.Fprintln(a.env.out, "retried", id)
 		return err
 	})
 	return cmd

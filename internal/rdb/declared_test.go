@@ -473,6 +473,19 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.RunCancel(ctx, s1, "r2", ref)
 	must(err)
 	check("run cancel", "run_cancel:q", "run_cancel:ix") // the run's stage and index, from its hash
+	func() {
+		c := pool.Get()
+		defer c.Close()
+		_, err := c.Do("HSET", s1.Task("r2"), "fs", "failed") // as if it had failed
+		must(err)
+	}()
+	a.calls()
+	ok, err := st.RunRetry(ctx, s1, "r2")
+	must(err)
+	if !ok {
+		t.Fatal("run retry of a failed run did nothing")
+	}
+	check("run retry", "run_retry:dead", "run_retry:ix", "run_retry:q") // the run's stage, dead set and index, from its hash
 
 	// Per-task unique keys, deadline and retention.
 	_, _, err = st.EnqueueBatch(ctx, q, []string{"x1", "x2", "x3"}, [][]byte{[]byte("1"), []byte("2"), []byte("3")},

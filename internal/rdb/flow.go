@@ -96,6 +96,17 @@ func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef
 	return n == 1, err
 }
 
+// RunRetry runs failed run id again from the stage it failed in (see
+// run_retry.lua). It reports false when the run was not failed (unknown,
+// running, done or cancelled). q is any queue of the flow's tag.
+func (s *Store) RunRetry(ctx context.Context, q QueueKeys, id string) (bool, error) {
+	args := make([]any, 0, 8)
+	args = append(args, q.Task(id), id, q.DeadPrefix)
+	args = append(args, q.prefixes()...)
+	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, runRetryScript, args...))
+	return n == 1, err
+}
+
 // RunRecord is a flow run as Redis holds it.
 type RunRecord struct {
 	ID         string

@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,12 +37,21 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The remote beats every second, as a remote worker does (running: what it runs).
+	// The remote beats every second, as a remote worker does (running: what
+	// it runs; a taking left out of a beat is given back as one the remote
+	// never got, so the one taken below is listed until it is finished).
+	var (
+		runMu   sync.Mutex
+		running = []string{}
+	)
 	beatCtx, stopBeat := context.WithCancel(ctx)
 	defer stopBeat()
 	go func() {
 		for beatCtx.Err() == nil {
-			_, _ = s.Beat(beatCtx, []string{})
+			runMu.Lock()
+			now := append([]string{}, running...)
+			runMu.Unlock()
+			_, _ = s.Beat(beatCtx, now)
 			time.Sleep(time.Second)
 		}
 	}()
@@ -53,14 +63,21 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runMu.Lock() // (no beat between the take and its listing)
 	tk, err := s.Take(ctx, worqr.TakeRequest{Queue: q, Max: 1, Wait: 5 * time.Second})
 	if err != nil || len(tk) != 1 {
+		runMu.Unlock()
 		t.Fatalf("take: %v, %v", tk, err)
 	}
+	running = []string{tk[0].PID}
+	runMu.Unlock()
 	resume := lagReplica(ctx, t, master, replica, q)
 	if k, err := s.Finish(ctx, tk[0].PID, nil); err != nil || k != worqr.EventDone {
 		t.Fatalf("finish: %v, %v", k, err)
 	}
+	runMu.Lock()
+	running = []string{}
+	runMu.Unlock()
 	promoted, took, err := rc.KillMasterThen(ctx, master, resume)
 	if err != nil {
 		t.Fatal(err)

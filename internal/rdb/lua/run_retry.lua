@@ -1,0 +1,47 @@
+--- @include "codes"
+--- @include "flow"
+-- run_retry: run a failed flow run again from the stage it failed in (the
+-- stage its hash names): a stage that went dead leaves its dead set; a
+-- stage whose fan-out failed (a child failed for good, fail-fast) runs
+-- again and fans out anew. The failed fan-out's records ('k:', 'kq:',
+-- 'kr:', 'ke:' per child) are forgotten; the run's fan-out number ('kg')
+-- stays, so no child of the failed fan-out can rejoin the run (dead.lua),
+-- and one still running ends as cancelled (end.lua finds no record of it).
+-- The run is running again, waiting at the back of the stage's queue with
+-- its attempt and crash counts reset, kept with no expiry and indexed as
+-- running, as a requeue from the dead set does.
+-- KEYS[1] <ns>:{F}:t:<run id>         (hash) the run
+-- ARGV[1] run id   ARGV[2] dead prefix <ns>:{F}:dead:
+-- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
+-- The stage's queue, dead set and the run's index keys cannot be
+-- declared: they are read from KEYS[1].
+-- Returns: 1 retried, 0 not failed (unknown, running, done or cancelled).
+local t = redis.call('HMGET', KEYS[1], F_RUN_STATUS, F_STAGE)
+if t[1] ~= R_FAILED or not t[2] then
+  return 0
+end
+local id, stage = ARGV[1], t[2]
+local pfx = prefixes(ARGV, 3)
+redis.call('ZREM', ARGV[2] .. stage, id)
+-- A run has at most MaxChildren (1,000) children: at most 4,000 fields.
+local drop = {}
+for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
+  local p = string.sub(f, 1, 3)
+  if string.sub(f, 1, 2) == 'k:' or p == 'kq:' or p == 'kr:' or p == 'ke:' then
+    drop[#drop + 1] = f
+  end
+end
+for i = 1, #drop, 1000 do
+  redis.call('HDEL', KEYS[1], unpack(drop, i, math.min(i + 999, #drop)))
+end
+redis.call('HDEL', KEYS[1], F_FINISHED_AT, F_WORKER, F_PID, F_CANCEL, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON,
+  F_PENDING, F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER)
+redis.call('HSET', KEYS[1], F_RUN_STATUS, R_RUNNING, F_STATE, S_QUEUED)
+redis.call('PERSIST', KEYS[1])
+for _, ix in ipairs(run_index_keys(KEYS[1], pfx)) do
+  redis.call('ZADD', ix, 'inf', id)
+  redis.call('PERSIST', ix)
+end
+redis.call('RPUSH', pfx.queue .. stage, id)
+redis.call('PUBLISH', pfx.wake .. stage, 1)
+return 1
