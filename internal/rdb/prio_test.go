@@ -403,3 +403,49 @@ func TestPlainHotPathCommandsByMonitor(t *testing.T) {
 		t.Errorf("enqueue of 2 ran %d commands, want 5 (HRANDFIELD of the parked workers, 2 HSET, RPUSH, PUBLISH)", n["enqueue_hand"])
 	}
 }
+
+// TestRateLogTrimIsBounded: the starts of a rate log leave its window in
+// bulk (a burst, then an idle queue), and one ZREMRANGEBYSCORE trimmed
+// them all in the take that came next: 17 ms of Redis for 100,000. A take
+// trims at most 1,000 (RATE_TRIM in lua/include/take.lua) and counts only
+// the starts within the window; the next takes trim the rest.
+func TestRateLogTrimIsBounded(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const trim, old = 1000, 2500
+	e.enqueue(t, "t1", "t2", "t3", "t4")
+	if err := e.st.SetLimits(e.ctx, e.q, rdb.Limits{Rate: 3, PeriodMs: 60000}); err != nil {
+		t.Fatal(err)
+	}
+	now := e.now(t)
+	args := []any{e.q.RateLog()}
+	for i := range old {
+		args = append(args, now-60000-int64(i), "old"+strconv.Itoa(i))
+	}
+	args = append(args, now-1000, "x1") // one start within the window
+	e.do(t, "ZADD", args...)
+	card := func() int {
+		t.Helper()
+		n, err := redis.Int(e.c.Do("ZCARD", e.q.RateLog()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// Two starts left of 3: the starts out of the window do not count.
+	got, wait := e.takeArgs(t, e.st, rdb.TakeArgs{Worker: "A", Max: 5, Limited: true})
+	if len(got) != 2 || wait < 58000 || wait > 59000 {
+		t.Fatalf("take = %v, wait %d; want 2 tasks and about 59 s (x1 leaves the window)", takenIDs(got), wait)
+	}
+	if n := card(); n != old-trim+1+2 {
+		t.Fatalf("rate log holds %d, want %d: at most %d trimmed per take", n, old-trim+1+2, trim)
+	}
+	got, wait = e.takeArgs(t, e.st, rdb.TakeArgs{Worker: "A", Max: 5, Limited: true})
+	if len(got) != 0 || wait < 58000 || wait > 59000 {
+		t.Fatalf("take at the limit = %v, wait %d; want nothing and about 59 s", takenIDs(got), wait)
+	}
+	e.takeArgs(t, e.st, rdb.TakeArgs{Worker: "A", Max: 5, Limited: true})
+	if n := card(); n != 3 {
+		t.Fatalf("rate log holds %d after three takes, want the 3 starts of the window", n)
+	}
+}

@@ -766,11 +766,18 @@ func Expire(worker, pid, id string) Ending {
 	return Ending{Kind: KindTask, Worker: worker, PID: pid, ID: id, Ask: AskExpire}
 }
 
-// NotRun ends a taking of a plain queue that is not to be run
-// (Taken.Expired): as cancelled when its cancel marked it where it waited
-// (Taken.Cancelled), else as expired.
+// NotRun ends a taking that is not to be run (Taken.Expired): as cancelled
+// when its cancel marked it where it waited (Taken.Cancelled: a task, or a
+// flow run or child whose run was cancelled or failed while it waited deep
+// in its list), else (a task of a plain queue) as expired.
 func NotRun(worker string, t Taken) Ending {
 	if t.Cancelled {
+		switch {
+		case t.Run != nil:
+			return Ending{Kind: KindStage, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel}
+		case t.Parent != "":
+			return Ending{Kind: KindChild, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel, Run: t.Parent}
+		}
 		return Ending{Kind: KindTask, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel}
 	}
 	return Expire(worker, t.PID, t.ID)

@@ -142,7 +142,7 @@ var libs = sync.OnceValue(func() [2]*library {
 		fmt.Fprintf(&fns, "local function wq_%s(KEYS, ARGV)\n", sc.name)
 		fns.WriteString(unguardLua)
 		if seen["time"] {
-			fns.WriteString("_now = nil\n") // Redis time is read once per call
+			fns.WriteString("_call = nil\n") // Redis time is read once per call, and per-call bounds start afresh
 		}
 		if seen["key"] {
 			fns.WriteString("key_wakes = nil\n") // no call inherits another's (one that failed half way)

@@ -74,18 +74,31 @@ if mode == 'into' then
   end
 end
 local merging = mode == 'add' and redis.call('HGET', KEYS[5], 'merge') == '1'
-local out = {}
+local entries = {}
 for i = 1, n do
-  local id, payload, score = ARGV[12 + i], ARGV[12 + n + i], ARGV[12 + 2 * n + i]
+  local score = ARGV[12 + 2 * n + i]
   if score == '' then
     score = tostring(now_ms())
   end
-  local entry = {s = score, p = payload}
+  entries[i] = {s = score, p = ARGV[12 + n + i]}
+end
+local out = {}
+local i = 1
+while i <= n do
+  local id = ARGV[12 + i]
+  -- The tasks of this call that merge into the key's waiting tail merge
+  -- together: its envelope is read and written once for all of them, not
+  -- once each (a call of 1,000 merging tasks held Redis for seconds).
   local tail = merging and key_tail(tprefix, heads, list, okey)
-  if tail and key_merge_into(tprefix, tail, okey, {entry}) then
-    out[#out + 1] = tail
-    out[#out + 1] = 1
+  local merged = tail and key_merge_run(tprefix, tail, okey, entries, i) or 0
+  if merged > 0 then
+    for _ = 1, merged do
+      out[#out + 1] = tail
+      out[#out + 1] = 1
+    end
+    i = i + merged
   else
+    local entry = entries[i]
     local tkey = KEYS[5 + i]
     redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), F_KEY, okey)
     if ARGV[5] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[5]) end
@@ -95,6 +108,7 @@ for i = 1, n do
     key_add(tprefix, base, qname, heads, list, okey, id, due)
     out[#out + 1] = id
     out[#out + 1] = 0
+    i = i + 1
   end
 end
 return out

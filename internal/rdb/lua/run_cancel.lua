@@ -17,7 +17,7 @@ local pfx = prefixes(ARGV, 4)
 if t[3] == S_CHILDREN then
   cancel_children(KEYS[1], pfx, ARGV[2])
 else
-  stop_task(pfx, KEYS[1], ARGV[1], t[2])
+  stop_task(pfx, KEYS[1], ARGV[1], t[2], {left = STOP_SCAN})
 end
 if ARGV[3] == '' or redis.call('HEXISTS', KEYS[1], F_RUN_INDEXED) == 1 then
   -- (The run's own settings win over the caller's Flow, which may have

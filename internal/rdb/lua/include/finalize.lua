@@ -11,12 +11,23 @@ local function release_unique(u, id)
   end
 end
 
+-- RETAIN_TRIM is how many expired entries of retained sets one script call
+-- trims at most. Entries expire in bulk: a million tasks that ended in a
+-- burst expire together, and the next ending after that, however much
+-- later, found them all (a single ZREMRANGEBYSCORE of a million entries
+-- held Redis for about half a second; no call may hold it for more than a
+-- few milliseconds). The rest go in the next calls, RETAIN_TRIM each (an
+-- add trims more than it adds, so the set shrinks back); meanwhile an
+-- expired id stays listed with no hash, as it did before between adds.
+local RETAIN_TRIM = 1000
+
 -- finalize ends a task (done, cancelled or expired): its unique key is
 -- released and its hash kept for retention ms, or deleted when retention is
 -- 0. task_ms, when a number, is the task's own retention (F_RETENTION, which
 -- the caller read with the rest of the hash) and wins over the queue's. A
 -- kept task is listed in the queue's retained set retkey, scored by the
--- time it expires (entries past it are trimmed here). The set lives as
+-- time it expires (entries past it are trimmed here, at most RETAIN_TRIM
+-- per script call, oldest first). The set lives as
 -- long as its latest entry: the queue's retention from its last add, or,
 -- after a task's own retention, at least that. okey is the task's key on an
 -- ordered queue (nil else): the key's next task moves up.
@@ -37,7 +48,17 @@ local function finalize(tkey, id, u, state, retention, result, retkey, task_ms, 
     redis.call('PEXPIRE', tkey, retention)
     if retkey then
       redis.call('ZADD', retkey, now + retention, id)
-      redis.call('ZREMRANGEBYSCORE', retkey, '-inf', now)
+      -- What this run may still trim (now_ms made the run's scratch).
+      local left = _call.trims or RETAIN_TRIM
+      if left > 0 then
+        -- (The entries past their time are the set's first: it is sorted
+        -- by expiry, and the one just added expires after now.)
+        local old = redis.call('ZRANGEBYSCORE', retkey, '-inf', now, 'LIMIT', 0, left)
+        if #old > 0 then
+          redis.call('ZREMRANGEBYRANK', retkey, 0, #old - 1)
+        end
+        _call.trims = left - #old
+      end
       if not task_ms or redis.call('PTTL', retkey) < retention then
         redis.call('PEXPIRE', retkey, retention)
       end

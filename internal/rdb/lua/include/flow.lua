@@ -111,10 +111,21 @@ local function forward_run(tkey, id, nexts, pfx, retention, ixkeys)
   return OUT_FORWARDED
 end
 
+-- STOP_SCAN is how many list entries the stops of one run (its stage task,
+-- or every pending child of its fan-out) may pass in LREMs: LREM compares
+-- each entry it passes (about 13 ms per million), a stage queue may hold a
+-- million runs, and a fan-out's 1,000 children wait in child queues that
+-- other runs' children share, so one LREM per child held Redis for seconds.
+local STOP_SCAN = 20000
+
 -- stop_task takes task id (hash tkey) of queue qname out of its waiting list
--- or scheduled set, or, when it runs, marks it and tells its owner. Returns
--- true when it was taken out (nobody runs it).
-local function stop_task(pfx, tkey, id, qname)
+-- or scheduled set, or, when it runs, marks it and tells its owner. A
+-- waiting one is LREMed while its list is within what scan.left (shared by
+-- the stops of one run) may still pass; past that it is marked where it
+-- waits (F_CANCEL, state cancelled): the take that reaches it hands it out
+-- with attempt -1, never run, and its end finds its run ended and drops it
+-- (see take.lua). Returns true when it was taken out (nobody runs it).
+local function stop_task(pfx, tkey, id, qname, scan)
   local s = redis.call('HGET', tkey, F_STATE)
   if s == S_ACTIVE then
     redis.call('HSET', tkey, F_CANCEL, '1')
@@ -122,9 +133,16 @@ local function stop_task(pfx, tkey, id, qname)
     return false
   elseif s == S_SCHEDULED then
     redis.call('ZREM', pfx.sched .. qname, id)
-  else
-    redis.call('LREM', pfx.queue .. qname, 1, id)
+    return true
   end
+  local list = pfx.queue .. qname
+  local n = redis.call('LLEN', list)
+  if n > scan.left then
+    redis.call('HSET', tkey, F_CANCEL, '1', F_STATE, S_CANCELLED)
+    return false
+  end
+  scan.left = scan.left - n
+  redis.call('LREM', list, 1, id)
   return true
 end
 
@@ -132,17 +150,26 @@ end
 -- cancelled in the run.
 local function cancel_children(runkey, pfx, tprefix)
   local h = redis.call('HGETALL', runkey)
+  local queue = {} -- child id -> its queue (its 'kq:' field), from h
+  for i = 1, #h, 2 do
+    if string.sub(h[i], 1, 3) == 'kq:' then
+      queue[string.sub(h[i], 4)] = h[i + 1]
+    end
+  end
+  local scan = {left = STOP_SCAN}
+  local marks = {}
   for i = 1, #h, 2 do
     local f = h[i]
     if string.sub(f, 1, 2) == 'k:' and h[i + 1] == 'pending' then
       local cid = string.sub(f, 3)
-      local q = redis.call('HGET', runkey, 'kq:' .. cid)
-      if stop_task(pfx, tprefix .. cid, cid, q) then
+      if stop_task(pfx, tprefix .. cid, cid, queue[cid], scan) then
         redis.call('DEL', tprefix .. cid)
       end
-      redis.call('HSET', runkey, f, 'cancelled')
+      marks[#marks + 1] = f
+      marks[#marks + 1] = 'cancelled'
     end
   end
+  hset_pairs(runkey, marks)
 end
 
 -- child_ended counts the end of child cid in its run, once: done (result) or

@@ -15,6 +15,10 @@
 -- slot with nothing to decrement, and nothing can leak. Returns nil when a
 -- holder's hash is on another cluster node (a slot migration; nothing was
 -- written).
+-- RATE_TRIM is how many starts that left the window a take trims from a
+-- rate log at most.
+local RATE_TRIM = 1000
+
 local function limit_allowance(k, w, max)
   local c = redis.call('HMGET', k.cfg, 'rate', 'period', 'conc')
   local allow, wait = max, nil
@@ -41,13 +45,22 @@ local function limit_allowance(k, w, max)
   local rate, period = tonumber(c[1]), tonumber(c[2])
   if rate and rate > 0 and period and period > 0 then
     local now = now_ms()
-    redis.call('ZREMRANGEBYSCORE', k.rate, '-inf', now - period)
-    local used = redis.call('ZCARD', k.rate)
+    -- The starts that left the window are the log's first: at most
+    -- RATE_TRIM of them are trimmed per take, and those left are not
+    -- counted (a queue idle for most of a period after a burst of 100,000
+    -- starts found them all gone at once: one ZREMRANGEBYSCORE held
+    -- Redis for 17 ms; the next takes trim the rest).
+    local gone = redis.call('ZCOUNT', k.rate, '-inf', now - period)
+    local left = gone - math.min(gone, RATE_TRIM)
+    if gone > left then
+      redis.call('ZREMRANGEBYRANK', k.rate, 0, gone - left - 1)
+    end
+    local used = redis.call('ZCARD', k.rate) - left
     if rate - used <= allow then
       -- Cut, or used up by this take: the next start is allowed when the
-      -- oldest start in the log leaves the window.
+      -- oldest start in the window leaves it.
       allow = math.max(rate - used, 0)
-      local first = redis.call('ZRANGE', k.rate, 0, 0, 'WITHSCORES')
+      local first = redis.call('ZRANGE', k.rate, left, left, 'WITHSCORES')
       local oldest = tonumber(first[2]) or now
       wait = math.max(oldest + period - now, 1)
     end
@@ -98,12 +111,19 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     batch = 0
   end
   max = tonumber(max)
-  -- In a task queue, the index in a task's HMGET of F_CANCEL (read in the
-  -- same command): a task cancelled while it waited deep in a long list
-  -- and left there (see cancel.lua) is handed out with attempt -1: its
-  -- worker does not run it, and its end finds the mark and ends it as
-  -- cancelled.
-  local ci = mode == '0' and (batch > 0 and 9 or 8) or nil
+  -- The index in a task's HMGET of F_CANCEL (read in the same command): a
+  -- task cancelled while it waited deep in a long list and left there (see
+  -- cancel.lua), or a run or a child whose run was cancelled or failed
+  -- while it waited deep in its list (stop_task in flow.lua), is handed
+  -- out with attempt -1: its worker does not run it, and its end finds the
+  -- mark (or its run ended) and ends it as cancelled. A run's stands for
+  -- its status (see below).
+  local ci = 8
+  if mode == '2' then
+    ci = 9
+  elseif batch > 0 then
+    ci = 9
+  end
   local wait
   if limited then
     k.rate = k.cfg .. ':rate'
@@ -155,7 +175,15 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     local t
     if mode == '2' then
       -- A child also hands out its metadata (F_META, set at its fan-out).
-      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META)
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META, F_CANCEL)
+    elseif mode == '1' then
+      -- A run: its status stands for the mark (end_run drops F_CANCEL): a
+      -- run no longer running waits in its stage's list only when it was
+      -- cancelled there, too deep to be taken out (stop_task in flow.lua).
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_RUN_STATUS)
+      if type(t) == 'table' and not t.err then
+        t[8] = t[8] and t[8] ~= R_RUNNING
+      end
     elseif batch > 0 then
       -- A batch head's key (F_KEY) finds the tasks behind it.
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY, F_CANCEL)
