@@ -839,14 +839,14 @@ func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (i
 }
 
 // RequeueAllDead moves every dead task of queue to the back of the queue,
-// oldest first, in atomic batches of at most 1,000, and returns how many it
+// oldest first, in atomic batches of at most 250, and returns how many it
 // moved.
 func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
 	return c.deadAll(ctx, queue, rdb.DeadRequeue)
 }
 
 // PurgeDead deletes every dead task of queue, in atomic batches of at most
-// 1,000, and returns how many it deleted.
+// 250, and returns how many it deleted.
 func (c *Client) PurgeDead(ctx context.Context, queue string) (int, error) {
 	return c.deadAll(ctx, queue, rdb.DeadDelete)
 }
@@ -860,7 +860,7 @@ func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids [
 }
 
 // deadIDs applies op to the given dead tasks of qk, in atomic chunks of at
-// most rdb.BulkChunk. A requeue that some ids refused (flow children whose
+// most rdb.BulkStep. A requeue that some ids refused (flow children whose
 // run no longer waits for them) is ErrInvalid naming them, after the
 // others were requeued.
 func deadIDs(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, ids []string) (int, error) {
@@ -870,7 +870,7 @@ func deadIDs(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp
 	total := 0
 	var refused []string
 	for len(ids) > 0 {
-		n := min(len(ids), rdb.BulkChunk)
+		n := min(len(ids), rdb.BulkStep)
 		k, r, err := st.DeadIDs(ctx, qk, op, ids[:n])
 		total += k
 		refused = append(refused, r...)
@@ -900,14 +900,14 @@ func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int,
 }
 
 // deadAll applies op to every dead task of qk, oldest first, in atomic
-// chunks of at most rdb.BulkChunk, calling progress after each non-empty
+// chunks of at most rdb.BulkStep, calling progress after each non-empty
 // one. A requeue leaves dead, and passes, the flow children whose run no
 // longer waits for them (see DeadIDs).
 func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
 	total := 0
 	var after, score string // the last id refused: the next chunk starts after it
 	for {
-		p, err := st.DeadOldest(ctx, qk, op, rdb.BulkChunk, after, score)
+		p, err := st.DeadOldest(ctx, qk, op, rdb.BulkStep, after, score)
 		total += p.Handled
 		after, score = p.After, p.AfterScore
 		if err != nil {
@@ -916,7 +916,7 @@ func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp
 		if progress != nil && p.Handled > 0 {
 			progress(total)
 		}
-		if p.Read < rdb.BulkChunk {
+		if p.Read < rdb.BulkStep {
 			return total, nil
 		}
 	}

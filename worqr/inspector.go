@@ -413,12 +413,12 @@ func (in *Inspector) Limits(ctx context.Context, queue string) (Limits, error) {
 type Progress func(done int)
 
 // RequeueAllDead moves every dead task of queue to the back of the queue,
-// oldest first, in atomic chunks of at most 1,000, and returns how many.
+// oldest first, in atomic chunks of at most 250, and returns how many.
 func (in *Inspector) RequeueAllDead(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.deadAll(ctx, queue, rdb.DeadRequeue, progress)
 }
 
-// DeleteAllDead deletes every dead task of queue in chunks of at most 1,000.
+// DeleteAllDead deletes every dead task of queue in chunks of at most 250.
 func (in *Inspector) DeleteAllDead(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.deadAll(ctx, queue, rdb.DeadDelete, progress)
 }
@@ -434,7 +434,7 @@ func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, p
 // DeleteAllWaiting deletes every task waiting in stand-alone queue (its
 // scheduled tasks too, and in an ordered queue the tasks waiting behind
 // each key's head, whether that head waits, runs or is dead) in chunks of
-// at most 1,000; running tasks are left alone. A flow's runs are ended with
+// at most 250; running tasks are left alone. A flow's runs are ended with
 // Client.CancelRun instead.
 func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.bulk(ctx, queue, rdb.BulkDelete, progress)
@@ -442,7 +442,7 @@ func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progres
 
 // CancelAll cancels every task of stand-alone queue: waiting and scheduled
 // ones (and those behind an ordered queue's keys) end as cancelled (in
-// chunks of at most 1,000), running ones are asked to stop. It returns how many it cancelled or asked.
+// chunks of at most 250), running ones are asked to stop. It returns how many it cancelled or asked.
 func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progress) (int, error) {
 	n, err := in.bulk(ctx, queue, rdb.BulkCancel, progress)
 	if n > 0 {
@@ -517,7 +517,7 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 				if progress != nil && n > 0 {
 					progress(total)
 				}
-				if n < rdb.BulkChunk {
+				if n < rdb.BulkStep {
 					break
 				}
 				full = true
@@ -544,7 +544,7 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 			if progress != nil && n > 0 {
 				progress(total)
 			}
-			if n < rdb.BulkChunk {
+			if n < rdb.BulkStep {
 				break
 			}
 		}

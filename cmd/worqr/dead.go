@@ -89,7 +89,7 @@ func (a *app) deadAllCmd(requeue bool) *cobra.Command {
 		Short: short,
 		Long: short + `.
 
-It works through the whole dead set in atomic chunks of at most 1,000, so an
+It works through the whole dead set in atomic chunks of at most 250, so an
 interruption (Ctrl-C) leaves every task either done or untouched: run it again
 to finish. --all is required, so that a whole dead set is never acted on by
 accident ('worqr task ` + name + ` <queue> <id>' acts on one task). It asks for

@@ -319,7 +319,7 @@ func (a *app) queuePurgeCmd() *cobra.Command {
 		Use:   "purge <queue>",
 		Short: "delete every waiting and scheduled task of a queue (asks first)",
 		Long: `Deletes every task waiting in a stand-alone queue, and its scheduled tasks
-(delayed ones and retries) too, in atomic chunks of at most 1,000. In an
+(delayed ones and retries) too, in atomic chunks of at most 250. In an
 ordered queue that includes the tasks waiting behind each key's head, even
 a head that runs or is dead. Running
 tasks are left alone; dead tasks are kept ('worqr dead delete' removes them).

@@ -348,7 +348,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, _, err = st.EnqueueBatch(ctx, q, big, bps, nil)
 	must(err)
 	check("a large batch, packed")
-	for n := rdb.BulkChunk; n == rdb.BulkChunk; {
+	for n := rdb.BulkStep; n == rdb.BulkStep; {
 		n, err = st.Bulk(ctx, q, rdb.PlaceWaiting, rdb.BulkDelete)
 		must(err)
 	}

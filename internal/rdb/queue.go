@@ -30,8 +30,13 @@ const (
 	// RequeueChunk is the most takings one requeue script call puts back;
 	// Requeue calls it again until none are left.
 	RequeueChunk = 1000
-	// BulkChunk is the most tasks one call of a bulk operation handles.
+	// BulkChunk is the most tasks one page of a listing holds.
 	BulkChunk = 1000
+	// BulkStep is the most tasks one call of a bulk write handles (a
+	// dead-set operation, Bulk): each costs about ten commands, and no
+	// call may hold Redis for more than a few milliseconds (1,000 took 10
+	// to 17 ms).
+	BulkStep = 250
 	// EnqueueStep is the most tasks of one script call when a batch is
 	// larger than MaxEnqueueChunk and must be split anyway: short calls,
 	// many on the wire, so that none holds Redis for more than about a
@@ -1180,7 +1185,7 @@ type DeadPass struct {
 	After, AfterScore string
 }
 
-// DeadOldest applies op to up to n (at most BulkChunk) of the oldest dead
+// DeadOldest applies op to up to n (at most BulkStep) of the oldest dead
 // tasks after the cursor (after, afterScore: the last id refused by a call
 // before, "" for none; see dead.lua), and reports what it did and the
 // cursor of the next call. The entries before a cursor are those refused:
@@ -1193,7 +1198,7 @@ func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int, a
 		return p, nil
 	}
 	vs, err := redis.Values(s.eval(ctx, q.Ref.Tag, deadScript, 3,
-		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkChunk),
+		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkStep),
 		after, afterScore))
 	if err != nil {
 		return p, err
@@ -1256,21 +1261,21 @@ const (
 	BulkCancel BulkAction = "cancel"
 )
 
-// Bulk deletes or cancels up to BulkChunk tasks of a stand-alone queue's
+// Bulk deletes or cancels up to BulkStep tasks of a stand-alone queue's
 // waiting list (front first) or scheduled set (earliest first) and returns
-// how many it handled: fewer than BulkChunk means none are left. A key's
+// how many it handled: fewer than BulkStep means none are left. A key's
 // head takes the tasks waiting behind it along, within the chunk.
 func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
 	return s.BulkLevel(ctx, q, place, 0, action)
 }
 
-// BulkKeys deletes or cancels up to BulkChunk of the tasks waiting in the
+// BulkKeys deletes or cancels up to BulkStep of the tasks waiting in the
 // lists of keys of ordered queue q, behind their heads (running, or dead
 // and blocking the key), and returns how many it handled: fewer than
-// BulkChunk means those lists are empty. The heads stay.
+// BulkStep means those lists are empty. The heads stay.
 func (s *Store) BulkKeys(ctx context.Context, q QueueKeys, keys []string, action BulkAction) (int, error) {
 	args := make([]any, 0, 8+len(keys))
-	args = append(args, q.Waiting, q.Scheduled, q.Config, q.Retained, "keys", string(action), BulkChunk, q.TaskPrefix)
+	args = append(args, q.Waiting, q.Scheduled, q.Config, q.Retained, "keys", string(action), BulkStep, q.TaskPrefix)
 	for _, k := range keys {
 		args = append(args, k)
 	}
@@ -1280,7 +1285,7 @@ func (s *Store) BulkKeys(ctx context.Context, q QueueKeys, keys []string, action
 // BulkLevel is Bulk on the waiting list of priority level (0..MaxLevel).
 func (s *Store) BulkLevel(ctx context.Context, q QueueKeys, place Place, level int, action BulkAction) (int, error) {
 	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript,
-		q.Level(level), q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkChunk, q.TaskPrefix))
+		q.Level(level), q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkStep, q.TaskPrefix))
 }
 
 // MarkLevel records that queue q has tasks of priority level (1..MaxLevel),

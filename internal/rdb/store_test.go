@@ -235,14 +235,14 @@ func TestEnqueueBatchEdges(t *testing.T) {
 }
 
 // Bulk empties a stand-alone queue's waiting list or scheduled set
-// BulkChunk tasks per call: 2,500 tasks take three calls (1000, 1000, 500,
-// the short one saying none are left). Deleting drops each task and its
+// BulkStep tasks per call: 2,600 tasks take eleven calls (ten of 250, then
+// 100, the short one saying none are left). Deleting drops each task and its
 // unique key; cancelling ends each as cancelled, kept and listed in the
 // retained set when the queue has a retention. The other place is left
 // alone, and a call on an empty place changes nothing.
 func TestBulk(t *testing.T) {
 	t.Parallel()
-	const n = 2500
+	const n = 2600
 	all := ids("t", 0, n)
 	unique := all[n-3:] // enqueued one by one, each holding a unique key
 	tests := []struct {
@@ -291,13 +291,13 @@ func TestBulk(t *testing.T) {
 						t.Fatalf("Bulk: %v", err)
 					}
 					calls = append(calls, k)
-					if k < rdb.BulkChunk {
+					if k < rdb.BulkStep {
 						return
 					}
 				}
 			})
 			checkPubs(t, l.collect(t, e), nil)
-			if want := []int{1000, 1000, 500}; !reflect.DeepEqual(calls, want) {
+			if want := []int{250, 250, 250, 250, 250, 250, 250, 250, 250, 250, 100}; !reflect.DeepEqual(calls, want) {
 				t.Errorf("Bulk calls handled %v, want %v", calls, want)
 			}
 			want := state{}
