@@ -27,6 +27,8 @@ type Client struct {
 	st  *rdb.Store
 	cfg Config
 	bus *eventBus
+	// waits is the one events subscription shared by Wait and WaitRun.
+	waits *waitHub
 
 	queues sync.Map // queue name -> *clientQueue
 	flows  sync.Map // flow name -> true once its queues are recorded as known
@@ -77,7 +79,9 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	warnPool(pool, c.Logger)
 	st := rdb.NewStore(pool, c.Namespace)
 	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
-	return &Client{st: st, cfg: c, bus: newEventBus(st, c)}, nil
+	cl := &Client{st: st, cfg: c, bus: newEventBus(st, c)}
+	cl.waits = newWaitHub(cl, pool)
+	return cl, nil
 }
 
 // enqueued publishes that n tasks (ids, when one) were enqueued to queue.

@@ -27,7 +27,8 @@ import (
 // TRYAGAIN and CLUSTERDOWN with backoff within the call's deadline. See
 // README "Running on Redis Cluster". Close it when you are done.
 type ClusterPool struct {
-	p *cluster.Pool
+	p         *cluster.Pool
+	maxActive int // PoolOptions.MaxActive (per node)
 }
 
 // NewClusterPool reads the topology of the cluster from the first seed that
@@ -64,7 +65,7 @@ func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ClusterPool{p: p}, nil
+	return &ClusterPool{p: p, maxActive: o.MaxActive}, nil
 }
 
 // nodePools makes the pools of the nodes of a cluster or of the primaries a

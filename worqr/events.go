@@ -281,14 +281,14 @@ func decodeBatch(data []byte) ([]Event, error) {
 // was published meanwhile is missed (see RecentEvents). fn runs on Follow's
 // goroutine and should return quickly.
 func (in *Inspector) Follow(ctx context.Context, fn func(Event)) error {
-	follow(ctx, in.st, in.cfg.Logger, nil, fn)
+	follow(ctx, in.st, in.cfg.Logger, nil, nil, fn)
 	return nil
 }
 
 // follow delivers the namespace's events to fn until ctx ends,
 // resubscribing after a failure; onReady (when set) runs after each
-// subscription is confirmed.
-func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady func(), fn func(Event)) {
+// subscription is confirmed, onDown (when set) after each one ended.
+func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady, onDown func(), fn func(Event)) {
 	delay := 50 * time.Millisecond
 	for ctx.Err() == nil {
 		err := st.Listen(ctx, []string{st.EventsChannel()}, func() {
@@ -306,6 +306,9 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady fun
 				fn(e)
 			}
 		})
+		if onDown != nil {
+			onDown()
+		}
 		if ctx.Err() != nil {
 			return
 		}
@@ -326,21 +329,30 @@ const WaitRecheck = 5 * time.Second
 // Wait blocks until task id of queue has ended (done, cancelled, expired
 // or dead) and returns what Task reads then: its state, and for a done task
 // the result its handler set. It is woken by the events the task's worker
-// publishes (at most one Config.EventInterval late): it holds one pub/sub
-// connection of the pool while it waits, and takes another for each read,
-// so a pool capped by PoolOptions.MaxActive needs more than twice the
-// Waits running at once (or they wait on the pool until ctx ends). Events are best effort (the process that
-// ended the task may be killed before it publishes), so Wait also reads
-// the task again every WaitRecheck: a lost event delays it, never hangs
-// it. A done, cancelled or expired task is readable only while its
-// retention (its EnqueueOpts.Retention, or its queue's Retention) keeps
-// it: for one that ended without retention, Wait returns what the event
-// of its end said (its State, no result) when it saw that event. A task
-// not found is waited for 2 × Config.EventInterval + 1s more (its end's
-// event may be on its way), then Wait returns ErrTaskNotFound: the task
-// ended before Wait began with no retention, or its event was lost, or it
-// never existed. It returns ctx's error when ctx ends first. The workers
-// must publish events (Config.DisableEvents unset).
+// publishes (at most one Config.EventInterval late). Every Wait and WaitRun
+// running on a Client shares one subscription to the events: it takes one
+// connection of the pool (on a Redis Cluster, of the node that serves the
+// registry's slot) from the first Wait on, and gives it back once the last
+// one has returned. Their reads take a connection each, a few at a time (at
+// most 8; with PoolOptions.MaxActive set, at most half of the other
+// connections, and at least 1): the Waits never take more than that and
+// the subscription's, and any number of them run on a pool that allows 2
+// connections or more. Wait reads the task once the subscription
+// is active, so an end after that read is heard; after a failure the
+// subscription is made again and every Wait reads its task again, since
+// the events published meanwhile are lost. Events are best effort (the
+// process that ended the task may be killed before it publishes), so Wait
+// also reads the task again every WaitRecheck: a lost event delays it,
+// never hangs it. A read that fails is tried again after a short backoff
+// (logged; 50 ms doubling to WaitRecheck). A done, cancelled or expired
+// task is readable only while its retention (its EnqueueOpts.Retention, or
+// its queue's Retention) keeps it: for one that ended without retention,
+// Wait returns what the event of its end said (its State, no result) when
+// it saw that event. A task not found is waited for 2 × Config.EventInterval
+// + 1s more (its end's event may be on its way), then Wait returns
+// ErrTaskNotFound: the task ended before Wait began with no retention, or
+// its event was lost, or it never existed. It returns ctx's error when ctx
+// ends first. The workers must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	if _, err := c.queue(queue); err != nil {
 		return nil, err
@@ -356,7 +368,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	// ErrTaskNotFound.
 	var gone time.Time
 	grace := 2*c.cfg.EventInterval + time.Second
-	err := c.waitUntil(ctx, func(e Event) bool {
+	err := c.waitUntil(ctx, id, func(e Event) bool {
 		if e.TaskID != id {
 			return false
 		}
@@ -369,7 +381,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 			return true
 		}
 		return false
-	}, func() (bool, error) {
+	}, func(ctx context.Context) (bool, error) {
 		var err error
 		if info, err = c.Task(ctx, queue, id); err != nil {
 			if st := seen.Load(); st != nil && errors.Is(err, ErrTaskNotFound) {
@@ -411,8 +423,9 @@ var endState = map[EventKind]TaskState{EventDone: StateDone, EventCancelled: Sta
 
 // WaitRun blocks until run id of flow has ended (done, failed or
 // cancelled) and returns what Run reads then: its status, its state and
-// its children's results. It is woken as Wait is: by the events of the
-// run's stage and children, and by a read every WaitRecheck. A run is readable only
+// its children's results. It is woken as Wait is, through the same shared
+// subscription: by the events of the run's stage and children, and by a
+// read every WaitRecheck. A run is readable only
 // while the flow's Retention keeps it once ended, so WaitRun returns
 // ErrTaskNotFound for a run that ended longer ago (or never existed). It
 // returns ctx's error when ctx ends first.
@@ -425,13 +438,13 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 	// a child dead with fail-fast.
 	children := id + "."
 	var info *RunInfo
-	err := c.waitUntil(ctx, func(e Event) bool {
+	err := c.waitUntil(ctx, id, func(e Event) bool {
 		switch e.Kind {
 		case EventDone, EventCancelled, EventDead, EventExpired, EventForwarded, EventFannedOut:
 			return e.TaskID == id || strings.HasPrefix(e.TaskID, children)
 		}
 		return false
-	}, func() (bool, error) {
+	}, func(ctx context.Context) (bool, error) {
 		var err error
 		if info, err = c.Run(ctx, flow, id); err != nil {
 			return false, err
@@ -444,16 +457,22 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 	return info, nil
 }
 
-// waitUntil follows the namespace's events and calls ended once
-// subscribed (what ended before is in Redis by then), after each event
-// that wake accepts, and every WaitRecheck (an event may be lost), until
-// ended reports true, or fails with ErrTaskNotFound or ErrInvalid, or ctx
-// ends. Any other failure (Redis unreachable for a while, a failover) is
-// logged and the wait goes on: the next wake-up or recheck reads again.
-func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended func() (bool, error)) error {
-	woken := make(chan struct{}, 1)
-	fctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+// waitUntil registers a wait for id with the Client's shared events
+// subscription (waitHub) and calls ended once the subscription is active
+// (what ended before is in Redis by then), after each event about id that
+// wake accepts, after each resubscribe (what ended while the subscription
+// was down was not heard), and every WaitRecheck (an event may be lost),
+// until ended reports true, or fails with ErrTaskNotFound or ErrInvalid, or
+// ctx ends. Each read is bounded by WaitRecheck (it holds a token of the
+// Client's read gate, which the other waits need too). Any other failure
+// (Redis unreachable for a while, a failover, a pool with no connection
+// left) is logged and the wait goes on: ended runs again after a short
+// backoff (50 ms doubling to WaitRecheck), or at the next wake-up or
+// recheck if sooner.
+func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool, ended func(context.Context) (bool, error)) error {
+	w := &waiter{id: id, wake: wake, woken: make(chan struct{}, 1)}
+	c.waits.add(w)
+	defer c.waits.remove(w)
 	var recheck <-chan time.Time
 	if clk := seam.HeartbeatClock(ctx); clk != nil {
 		t := clk.NewTicker(WaitRecheck)
@@ -464,34 +483,46 @@ func (c *Client) waitUntil(ctx context.Context, wake func(Event) bool, ended fun
 		defer t.Stop()
 		recheck = t.C
 	}
-	go follow(fctx, c.st, c.cfg.Logger, func() { poke(woken) }, func(e Event) {
-		if wake(e) {
-			poke(woken)
-		}
-	})
-	var grace <-chan time.Time
+	var grace, retry <-chan time.Time
+	var backoff time.Duration // of the failed reads in a row, 0 after a good one
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-woken:
+		case <-w.woken:
 		case <-recheck:
 		case <-grace:
+		case <-retry:
 		}
-		ok, err := ended()
+		if !c.waits.acquire(ctx) {
+			return ctx.Err()
+		}
+		rctx, cancel := context.WithTimeout(ctx, WaitRecheck)
+		ok, err := ended(rctx)
+		cancel()
+		c.waits.release()
+		retry = nil
 		var g *waitGraceError
 		switch {
 		case ok:
 			return nil
 		case errors.As(err, &g):
+			backoff = 0
 			if grace == nil {
 				grace = time.After(g.d) // read again once it has passed
 			}
 		case err == nil:
+			backoff = 0
 		case errors.Is(err, ErrTaskNotFound) || errors.Is(err, ErrInvalid) || ctx.Err() != nil:
 			return err
 		default:
-			c.cfg.Logger.Warn("worqr: wait: reading failed; reading again at the next event or in WaitRecheck", "err", err)
+			if backoff == 0 {
+				c.cfg.Logger.Warn("worqr: wait: reading failed; reading again shortly, or at the next event", "err", err)
+				backoff = 50 * time.Millisecond
+			} else {
+				backoff = min(2*backoff, WaitRecheck)
+			}
+			retry = time.After(backoff)
 		}
 	}
 }

@@ -25,6 +25,9 @@ type cmdPool struct {
 	refuse atomic.Int64 // GetContext calls refused while broken
 	mu     sync.Mutex
 	n      map[string]int
+	// onSend, when set (before the pool is used), runs before every
+	// command sent with Send, and may hold it.
+	onSend func(cmd string)
 }
 
 func newCmdPool() *cmdPool { return &cmdPool{pool: srv.Pool(), n: map[string]int{}} }
@@ -73,6 +76,9 @@ func (c *cmdConn) DoContext(ctx context.Context, cmd string, args ...any) (any, 
 }
 
 func (c *cmdConn) Send(cmd string, args ...any) error {
+	if c.p.onSend != nil {
+		c.p.onSend(cmd)
+	}
 	c.add(cmd)
 	return c.Conn.Send(cmd, args...)
 }

@@ -24,7 +24,8 @@ import (
 // any connection error. What a failover can lose is what Redis replication
 // loses (README "Running with Sentinel"). Close it when you are done.
 type SentinelPool struct {
-	p *sentinel.Pool
+	p         *sentinel.Pool
+	maxActive int // PoolOptions.MaxActive
 }
 
 // NewSentinelPool finds the primary that the sentinels monitor under master
@@ -104,7 +105,7 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 	if err != nil {
 		return nil, fmt.Errorf("worqr: %w", err)
 	}
-	return &SentinelPool{p: p}, nil
+	return &SentinelPool{p: p, maxActive: o.MaxActive}, nil
 }
 
 // ParseSentinel splits the WORQR_REDIS_SENTINEL form
