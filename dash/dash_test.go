@@ -695,3 +695,55 @@ func TestCancelRunFromItsPage(t *testing.T) {
 		t.Fatalf("run after the cancel: %+v, %v", r, err)
 	}
 }
+
+// A failed run's page has a Retry run action (the flow's name is enough);
+// it runs the run again from the stage it failed in.
+func TestRetryRunFromItsPage(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	var fail atomic.Bool
+	fail.Store(true)
+	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only",
+		Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 1},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+			if fail.Load() {
+				return nil, errors.New("down")
+			}
+			return &worqr.StageResult{}, nil
+		})}}}
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: e.cfg, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
+	id, err := e.client.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if r, err := e.client.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
+		t.Fatalf("run = %+v, %v; want failed", r, err)
+	}
+	page := "/run?flow=signup&id=" + id
+	if _, body := e.get(page); !strings.Contains(body, ">Retry run<") || strings.Contains(body, ">Cancel run<") {
+		t.Fatalf("a failed run's page has no Retry run action (or a Cancel run one):\n%s", body)
+	}
+	fail.Store(false)
+	tok := e.token(page)
+	resp, _ := e.post("/action", url.Values{"op": {"retry_run"}, "queue": {"signup/only"}, "id": {id}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "Retried run "+id) {
+		t.Fatalf("after the retry, the run's page:\n%s", body)
+	}
+	if r, err := e.client.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunDone {
+		t.Fatalf("retried run = %+v, %v; want done", r, err)
+	}
+}

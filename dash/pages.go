@@ -492,6 +492,16 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 			msg = "Run " + id + " was not running: nothing cancelled"
 		}
 		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
+	case "retry_run":
+		// queue is the run's stage queue, "<flow>/<stage>".
+		flow, _, _ := strings.Cut(queue, "/")
+		var ok bool
+		ok, err = d.in.RetryRun(ctx, flow, id)
+		msg = "Retried run " + id
+		if !ok {
+			msg = "Run " + id + " was not failed: nothing retried"
+		}
+		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
 	default:
 		http.Error(w, "unknown action", http.StatusBadRequest)
 		return
