@@ -92,6 +92,11 @@ type LoadProgress struct {
 	Resumed int64
 	// Empty is the number of blank lines, which make no task.
 	Empty int64
+	// Checkpointed is true once the load has a checkpoint in Redis: a
+	// chunk was applied, by this call or by one before it (a chunk of
+	// blank lines too). Then Load continues only with Resume; before, only
+	// without it.
+	Checkpointed bool
 	// Waiting is true while the load waits for the queue to drain
 	// (MaxWaiting).
 	Waiting bool
@@ -194,6 +199,7 @@ func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *Load
 				ErrLoadExists, o.Name, cp.Next, cp.Tasks)
 		}
 		l.cp, l.next = cp, cp.Next
+		l.p.Checkpointed = true
 	} else if o.Resume {
 		return LoadProgress{}, fmt.Errorf("%w: %q has no checkpoint in %s (it never started, or its checkpoint expired): nothing was enqueued",
 			ErrLoadNotFound, o.Name, queue)
@@ -515,6 +521,7 @@ func (l *loader) stream() (bool, error) {
 // applied counts chunk ch, applied by this run, in the progress and in an
 // EventEnqueued (and so in the history).
 func (l *loader) applied(ch *rdb.LoadChunk) {
+	l.p.Checkpointed = true
 	l.p.Enqueued += int64(len(ch.IDs))
 	if len(ch.IDs) > 0 {
 		l.c.bus.add(Event{Kind: EventEnqueued, At: time.Now(), Queue: l.queue, Count: len(ch.IDs)})

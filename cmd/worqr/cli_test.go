@@ -959,6 +959,27 @@ func TestLoadBadFirstLineSaysRunAgain(t *testing.T) {
 	}
 }
 
+// A load whose only chunk before a bad line held blank lines has a
+// checkpoint all the same: the error says to resume it (before, it said to
+// run it again, which is refused while the checkpoint exists).
+func TestLoadBlankLinesThenABadLineSaysResume(t *testing.T) {
+	b := setup(t)
+	file := filepath.Join(t.TempDir(), "blank.jsonl")
+	if err := os.WriteFile(file, []byte("\n\n{oops\n{\"n\":2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := b.run("", "load", file, "--queue", "ld4", "--format", "jsonl", "--name", "blank")
+	if r.code != exitUsage || !strings.Contains(r.err, "line 3") || !strings.Contains(r.err, "--resume") || strings.Contains(r.err, "not with --resume") {
+		t.Fatalf("blank lines, then a bad line: exit %d, stderr %q; want 2 and to resume it", r.code, r.err)
+	}
+	if err := os.WriteFile(file, []byte("\n\n{\"n\":1}\n{\"n\":2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.ok("", "load", file, "--queue", "ld4", "--format", "jsonl", "--name", "blank", "--resume"); !strings.Contains(out, "enqueued 2 tasks") {
+		t.Errorf("the load resumed said %q", out)
+	}
+}
+
 // An ordered queue: `queue ls` counts its keys, `queue keys` shows each
 // key's head and what waits behind it, and `queue purge` deletes every
 // waiting task, those behind the keys' heads included.

@@ -162,10 +162,10 @@ progress line is printed every --every.`,
 }
 
 // again says how to go on with a load that stopped after p: resume it when
-// it has a checkpoint (it loaded something, now or before), else start it
-// again (a --resume would find nothing to resume).
+// it has a checkpoint (a chunk was applied, now or before, if only of blank
+// lines), else start it again (a --resume would find nothing to resume).
 func again(src, queue, name, format string, p worqr.LoadProgress, resumed bool) string {
-	if p.Enqueued > 0 || resumed {
+	if p.Checkpointed || resumed {
 		return "run: " + resumeCommand(src, queue, name, format)
 	}
 	return "run the same command again (nothing was enqueued, so not with --resume)"
