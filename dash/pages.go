@@ -482,24 +482,18 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	case "delete_task":
 		n, err = d.in.DeleteDead(ctx, queue, id)
 		msg = fmt.Sprintf("Deleted %d dead task", n)
-	case "cancel_run":
+	case "cancel_run", "retry_run":
 		// queue is the run's stage queue, "<flow>/<stage>".
 		flow, _, _ := strings.Cut(queue, "/")
-		var ok bool
-		ok, err = d.in.CancelRun(ctx, flow, id)
-		msg = "Cancelled run " + id
-		if !ok {
-			msg = "Run " + id + " was not running: nothing cancelled"
+		act, did, not := d.in.CancelRun, "Cancelled run ", " was not running: nothing cancelled"
+		if op == "retry_run" {
+			act, did, not = d.in.RetryRun, "Retried run ", " was not failed: nothing retried"
 		}
-		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
-	case "retry_run":
-		// queue is the run's stage queue, "<flow>/<stage>".
-		flow, _, _ := strings.Cut(queue, "/")
 		var ok bool
-		ok, err = d.in.RetryRun(ctx, flow, id)
-		msg = "Retried run " + id
+		ok, err = act(ctx, flow, id)
+		msg = did + id
 		if !ok {
-			msg = "Run " + id + " was not failed: nothing retried"
+			msg = "Run " + id + not
 		}
 		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
 	default:
