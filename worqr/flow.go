@@ -450,15 +450,22 @@ func (c *Client) RetryRun(ctx context.Context, flow *Flow, id string) (bool, err
 
 // retryRunByName retries failed run id of flow through st (see RetryRun).
 func retryRunByName(ctx context.Context, st *rdb.Store, flow, id string) (bool, error) {
+	return runOp(ctx, st, "retry", flow, id, st.RunRetry)
+}
+
+// runOp checks flow and id, then applies op (a run script by the run's
+// stored settings) to run id on a queue of the flow's tag.
+func runOp(ctx context.Context, st *rdb.Store, name, flow, id string,
+	op func(context.Context, rdb.QueueKeys, string) (bool, error)) (bool, error) {
 	if err := checkName("flow", flow); err != nil {
 		return false, err
 	}
 	if id == "" {
 		return false, invalid("id", "is empty")
 	}
-	ok, err := st.RunRetry(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
+	ok, err := op(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
 	if err != nil {
-		return false, fmt.Errorf("worqr: retry run %s of %s: %w", id, flow, err)
+		return false, fmt.Errorf("worqr: %s run %s of %s: %w", name, id, flow, err)
 	}
 	return ok, nil
 }
@@ -472,15 +479,9 @@ func (c *Client) CancelRunByName(ctx context.Context, flow, id string) (bool, er
 
 // cancelRunByName cancels run id of flow through st, its event on bus.
 func cancelRunByName(ctx context.Context, st *rdb.Store, bus *eventBus, flow, id string) (bool, error) {
-	if err := checkName("flow", flow); err != nil {
-		return false, err
-	}
-	if id == "" {
-		return false, invalid("id", "is empty")
-	}
-	ok, err := st.RunCancelStored(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
+	ok, err := runOp(ctx, st, "cancel", flow, id, st.RunCancelStored)
 	if err != nil {
-		return false, fmt.Errorf("worqr: cancel run %s of %s: %w", id, flow, err)
+		return false, err
 	}
 	if ok {
 		bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id}) // as CancelRun's
