@@ -747,3 +747,29 @@ func TestRetryRunFromItsPage(t *testing.T) {
 		t.Fatalf("retried run = %+v, %v; want done", r, err)
 	}
 }
+
+// A scheduled task's page has a Run now action: the task moves to its
+// queue at once.
+func TestRunNowFromItsPage(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	id, err := e.client.Enqueue(ctx, "later", []byte("x"), &worqr.EnqueueOpts{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := "/task?id=" + id
+	if _, body := e.get(page); !strings.Contains(body, ">Run now<") {
+		t.Fatalf("a scheduled task's page has no Run now action:\n%s", body)
+	}
+	tok := e.token(page)
+	resp, _ := e.post("/action", url.Values{"op": {"run_now"}, "queue": {"later"}, "id": {id}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("status %d, want 303", resp.StatusCode)
+	}
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "Moved "+id) || strings.Contains(body, ">Run now<") {
+		t.Fatalf("after Run now, the task's page:\n%s", body)
+	}
+	if ti, err := e.client.Task(ctx, "later", id); err != nil || ti.State != worqr.StateQueued {
+		t.Fatalf("the task after Run now: %+v, %v; want queued", ti, err)
+	}
+}

@@ -479,6 +479,14 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		n, err = d.in.RequeueDead(ctx, queue, id)
 		msg = fmt.Sprintf("Requeued %d task", n)
 		back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
+	case "run_now":
+		var ok bool
+		ok, err = d.in.RunNow(ctx, queue, id)
+		msg = "Moved " + id + " to its queue"
+		if !ok {
+			msg = "Task " + id + " was not scheduled: nothing moved"
+		}
+		back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
 	case "delete_task":
 		n, err = d.in.DeleteDead(ctx, queue, id)
 		msg = fmt.Sprintf("Deleted %d dead task", n)

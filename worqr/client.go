@@ -926,6 +926,32 @@ func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp
 	}
 }
 
+// RunNow moves scheduled task id of queue (enqueued with a delay, or
+// waiting for its retry) to the back of the queue now: a worker takes it
+// once it has taken the tasks before it. Its attempts, deadline and the
+// rest are kept. It reports false when the task was not scheduled:
+// waiting, running, ended, dead or unknown, or a task of an ordered queue
+// waiting behind its key's head (it runs after the head, whatever its due
+// time).
+func (c *Client) RunNow(ctx context.Context, queue, id string) (bool, error) {
+	qk, err := c.queue(queue)
+	if err != nil {
+		return false, err
+	}
+	return runNow(ctx, c.st, qk, id)
+}
+
+func runNow(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, id string) (bool, error) {
+	if id == "" {
+		return false, invalid("id", "is empty")
+	}
+	ok, err := st.Promote(ctx, qk, id)
+	if err != nil {
+		return false, fmt.Errorf("worqr: run %s of %s now: %w", id, qk.Ref.Member(), err)
+	}
+	return ok, nil
+}
+
 // SubscribeCancels delivers the ids of running tasks of queue whose cancel is
 // asked from now on, until ctx ends (then the channel is closed). It returns
 // once subscribed. Pub/sub is fire-and-forget: ids published while the

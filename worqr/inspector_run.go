@@ -39,6 +39,16 @@ func (in *Inspector) RetryRun(ctx context.Context, flow, id string) (bool, error
 	return retryRunByName(ctx, in.st, flow, id)
 }
 
+// RunNow moves scheduled task id of queue to the back of the queue now, as
+// Client.RunNow does. It reports whether the task was scheduled.
+func (in *Inspector) RunNow(ctx context.Context, queue, id string) (bool, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return false, err
+	}
+	return runNow(ctx, in.st, in.st.Queue(ref), id)
+}
+
 // RequeueDead moves the given dead tasks of queue to the back of the queue
 // with their failure and crash counts reset, and returns how many were dead.
 func (in *Inspector) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {

@@ -1108,6 +1108,28 @@ func TestFlowRetry(t *testing.T) {
 	}
 }
 
+// `task run-now` moves a delayed task to its queue at once; a second one
+// (the task waits now) exits 1.
+func TestTaskRunNow(t *testing.T) {
+	b := setup(t)
+	id, err := b.client.Enqueue(context.Background(), "emails", []byte("x"), &worqr.EnqueueOpts{Delay: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qi := b.queue("emails"); qi.Scheduled != 1 || qi.Waiting != 0 {
+		t.Fatalf("before: %+v, want 1 scheduled", qi)
+	}
+	if out := b.ok("", "task", "run-now", "emails", id); strings.TrimSpace(out) != "moved "+id {
+		t.Errorf("task run-now: %q", out)
+	}
+	if qi := b.queue("emails"); qi.Scheduled != 0 || qi.Waiting != 1 {
+		t.Errorf("after: %+v, want 1 waiting", qi)
+	}
+	if r := b.run("", "task", "run-now", "emails", id); r.code != 1 || !strings.Contains(r.err, "is not scheduled") {
+		t.Errorf("a second run-now: exit %d, stderr %q", r.code, r.err)
+	}
+}
+
 // Sentinels that require a password are reached with WORQR_SENTINEL_USER
 // and WORQR_SENTINEL_PASSWORD; without them the CLI cannot log in (found
 // by an audit: nothing set them), and the password is never shown.

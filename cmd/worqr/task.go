@@ -74,13 +74,14 @@ func deref(s *string) string {
 func (a *app) taskCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "task",
-		Short: "find, list, cancel, requeue and delete tasks",
+		Short: "find, list, cancel, run now, requeue and delete tasks",
 		Example: `  worqr task get emails cv3k1s1hhc2s73b0o3ng
   worqr task ls emails --state dead --limit 50
   worqr task cancel emails cv3k1s1hhc2s73b0o3ng
+  worqr task run-now emails cv3k1s1hhc2s73b0o3ng
   worqr task retry emails cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.taskGetCmd(), a.taskLsCmd(), a.taskWaitCmd(), a.taskCancelCmd(), a.taskDeadCmd(true), a.taskDeadCmd(false))
+	cmd.AddCommand(a.taskGetCmd(), a.taskLsCmd(), a.taskWaitCmd(), a.taskCancelCmd(), a.taskRunNowCmd(), a.taskDeadCmd(true), a.taskDeadCmd(false))
 	return cmd
 }
 
@@ -269,6 +270,36 @@ children cannot be cancelled here.`,
 			return fmt.Errorf("task %s of queue %s: nothing to cancel (unknown, ended, dead, or its cancel was already asked)", args[1], args[0])
 		}
 		_, err = fmt.Fprintf(a.env.out, "%s %s\n", st, args[1])
+		return err
+	})
+	return cmd
+}
+
+func (a *app) taskRunNowCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "run-now <queue> <id>",
+		Short: "move a scheduled task (delayed, or waiting for its retry) to its queue now",
+		Long: `Moves one scheduled task (enqueued with a delay, or waiting for its retry)
+to the back of its queue now; its attempts and deadline are kept. Prints
+"moved <id>". A task that is not scheduled (waiting, running, ended, dead,
+unknown, or waiting behind its key's head in an ordered queue) is an error
+(exit 1).`,
+		Example: "  worqr task run-now emails cv3k1s1hhc2s73b0o3ng",
+		Args:    args("queue", "id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q, id := args[0], args[1]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		ok, err := a.in.RunNow(ctx, q, id)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("task %s of queue %s is not scheduled: nothing moved", id, q)
+		}
+		_, err = fmt.Fprintln(a.env.out, "moved", id)
 		return err
 	})
 	return cmd

@@ -518,4 +518,13 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.RemoveSchedule(ctx, "s1")
 	must(err)
 	check("advance, pause, resume, remove a schedule")
+
+	// A scheduled task run now.
+	_, err = st.Enqueue(ctx, q, []string{"later"}, [][]byte{[]byte("l")}, &rdb.EnqueueArgs{DueMillis: until + 3_600_000})
+	must(err)
+	check("enqueue delayed")
+	if ok, err := st.Promote(ctx, q, "later"); err != nil || !ok {
+		t.Fatalf("promote of a scheduled task: %v, %v", ok, err)
+	}
+	check("promote")
 }

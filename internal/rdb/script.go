@@ -342,6 +342,7 @@ var (
 	cancelScript      = load("cancel", 6)
 	registerScript    = load("register", 4)
 	moveScript        = load("move", 4)
+	promoteScript     = load("promote", 4)
 	deadScript        = load("dead", -1)
 	bulkScript        = load("bulk", 4)
 	flowStartScript   = load("flow_start", -1)
