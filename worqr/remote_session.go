@@ -317,7 +317,15 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for _, pid := range expired {
 		skipped++
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
-			return s.ending(t, rdb.NotRun(s.ID(), t.taken)), nil
+			e := rdb.NotRun(s.ID(), t.taken)
+			if t.taken.Cancelled {
+				// A run or a child marked where it waited (stop_task in
+				// flow.lua) ends as what its queue holds: the kept taking
+				// has no run state (dropped above), from which NotRun
+				// would tell a stage's taking from a plain task's.
+				e.Kind = t.q.kind
+			}
+			return s.ending(t, e), nil
 		})
 		if err != nil {
 			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet", "queue", q.name, "pid", pid, "err", err)

@@ -4,7 +4,8 @@
 -- stage its hash names): a stage that went dead leaves its dead set; a
 -- stage whose fan-out failed (a child failed for good, fail-fast) runs
 -- again and fans out anew. The failed fan-out's records ('k:', 'kq:',
--- 'kr:', 'ke:' per child) are forgotten; the run's fan-out number ('kg')
+-- 'kr:', 'ke:' per child) are forgotten, those of earlier stages' fan-outs
+-- kept; the run's fan-out number ('kg')
 -- stays, so no child of the failed fan-out can rejoin the run (dead.lua),
 -- and one still running ends as cancelled (end.lua finds no record of it).
 -- The run is running again, waiting at the back of the stage's queue with
@@ -22,13 +23,52 @@ if t[1] ~= R_FAILED or not t[2] then
 end
 local id, stage = ARGV[1], t[2]
 local pfx = prefixes(ARGV, 3)
-redis.call('ZREM', ARGV[2] .. stage, id)
--- A run has at most MaxChildren (1,000) children: at most 4,000 fields.
+-- A run whose stage went dead is in that stage's dead set: the stage
+-- failed before it fanned out, and every child record is an earlier
+-- stage's (later stages read them as Run.Children): all are kept. Else a
+-- child failed the run (fail-fast) and only its fan-out is forgotten.
+local failed_fanout = redis.call('ZREM', ARGV[2] .. stage, id) == 0
 local drop = {}
-for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do
-  local p = string.sub(f, 1, 3)
-  if string.sub(f, 1, 2) == 'k:' or p == 'kq:' or p == 'kr:' or p == 'ke:' then
-    drop[#drop + 1] = f
+if failed_fanout then
+  -- The failed fan-out's children are those of the stage's child queues
+  -- (a child queue belongs to one stage of a flow): the queues of the
+  -- children it cancelled (pending when it failed) and of the child that
+  -- failed it (dead, its hash naming the run's latest fan-out). When none
+  -- can be told (that child's hash purged, and none pending), every child
+  -- record goes.
+  -- A run has at most MaxChildren (1,000) children per fan-out.
+  local h = redis.call('HGETALL', KEYS[1])
+  local status, queue, gen = {}, {}, nil
+  for i = 1, #h, 2 do
+    local f = h[i]
+    if string.sub(f, 1, 2) == 'k:' then
+      status[string.sub(f, 3)] = h[i + 1]
+    elseif string.sub(f, 1, 3) == 'kq:' then
+      queue[string.sub(f, 4)] = h[i + 1]
+    elseif f == 'kg' then
+      gen = h[i + 1]
+    end
+  end
+  local tprefix = string.sub(KEYS[1], 1, #KEYS[1] - #id)
+  local qs, known = {}, false
+  for cid, st in pairs(status) do
+    local mine = st == 'cancelled'
+    if st == 'failed' then
+      local c = redis.pcall('HMGET', tprefix .. cid, F_PARENT, 'pg')
+      mine = type(c) == 'table' and not c.err and c[1] == id and c[2] == gen
+    end
+    if mine and queue[cid] then
+      qs[queue[cid]] = true
+      known = true
+    end
+  end
+  for cid in pairs(status) do
+    if not known or qs[queue[cid] or ''] then
+      drop[#drop + 1] = 'k:' .. cid
+      drop[#drop + 1] = 'kq:' .. cid
+      drop[#drop + 1] = 'kr:' .. cid
+      drop[#drop + 1] = 'ke:' .. cid
+    end
   end
 end
 for i = 1, #drop, 1000 do

@@ -285,6 +285,10 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       if packed[i] then
         redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
         redis.call('HDEL', packed[i][1], packed[i][2])
+      elseif mode == '1' and t[ci] then
+        -- A run that ended (cancelled) where it waited: its state stays
+        -- its status (end_run's), which no end of this taking rewrites.
+        redis.call('HSET', tkey, F_WORKER, w, F_PID, spid)
       else
         redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
       end
