@@ -166,7 +166,7 @@ func TestRegister(t *testing.T) {
 func TestBeat(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
-	e.register(t, "A", 500*time.Millisecond)
+	e.register(t, "A", 10*time.Second) // alive for the first Beat, however loaded the machine
 
 	before := e.redisNow(t)
 	ok, at, err := e.r.Beat(e.ctx, "A", time.Minute)
