@@ -379,7 +379,10 @@ func childResults(cs []rdb.ChildRecord) []ChildResult {
 }
 
 // FindRuns returns the runs of flow whose state field prop (declared in
-// IndexBy) is value, running or ended within the retention.
+// IndexBy) is value, running or ended within the retention. The index and
+// the runs are read in pages of 1,000 (no Redis call grows with the index),
+// so the list is not one instant's: a run started, or a failed run retried,
+// while it is read may be missing; no run is listed twice.
 func (c *Client) FindRuns(ctx context.Context, flow *Flow, prop, value string) ([]*RunInfo, error) {
 	f, err := flow.validate()
 	if err != nil {

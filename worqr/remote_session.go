@@ -285,6 +285,20 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 	}
+	for i, t := range taken {
+		if t.RunUnread > 0 && !t.Expired {
+			// A run too big to come with the take (it keeps every child
+			// it fanned out): read in steps. Failing that, the takings are
+			// not handed out: as after a lost reply, the next take gives
+			// back what the remote does not know.
+			if taken[i].Run, err = s.r.st.ReadRun(cctx, q.qk, t.ID); err != nil {
+				s.mu.Lock()
+				s.unsure[q] = true
+				s.mu.Unlock()
+				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.name, t.ID, err)
+			}
+		}
+	}
 	now := time.Now()
 	out = make([]Taking, 0, len(taken))
 	var expired []string

@@ -133,7 +133,18 @@ func (w *Worker) run(q *queueRunner, j job) {
 		res *StageResult
 	)
 	if q.kind == rdb.KindStage {
-		res, err = callStage(hctx, q.stageHandler, newRun(q, taken, t))
+		if taken.RunUnread > 0 {
+			// The run was too big to come with the take (it keeps every
+			// child it fanned out): read in steps. Failing that, the
+			// taking goes back to the front of the queue, no attempt
+			// counted.
+			if taken.Run, err = w.st.ReadRun(hctx, q.qk, t.ID); err != nil {
+				err = fmt.Errorf("%w: reading run %s: %w", ErrGiveBack, t.ID, err)
+			}
+		}
+		if err == nil {
+			res, err = callStage(hctx, q.stageHandler, newRun(q, taken, t))
+		}
 	} else {
 		err = callHandler(hctx, q.handler, t)
 	}

@@ -102,11 +102,11 @@ func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p"
 
 // runEnded is a run that ended with status at the call's time.
 func runEnded(h hash, status string) hash {
-	return h.without("w", "p", "x").with("fs", status, "s", status, "ft", "@now")
+	return h.without("w", "p", "x", "kl").with("fs", status, "s", status, "ft", "@now")
 }
 
 func runFanned() hash {
-	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1",
+	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "k1 k2 k3",
 		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
 }
 
@@ -418,7 +418,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "", children: children[2:],
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "k:k3", "pending", "kq:k3", "c2"),
+				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "kl", "k3", "k:k3", "pending", "kq:k3", "c2"),
 					f.c1.Task("k3"), childOf("k3", "", false),
 					f.c2.Waiting, list{"k0", "k3"})
 			},
@@ -654,7 +654,7 @@ func TestEndChild(t *testing.T) {
 			want: [2]rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
-					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+					f.s1.Task("r1"), runFanned().without("kp", "kl").with("st", "s2", "s", "queued",
 						"k:k1", "done", "kr:k1", "rk1", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
 					f.s2.Waiting, list{"r1"})
 			},
@@ -753,7 +753,7 @@ func TestEndChild(t *testing.T) {
 			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeForwarded},
 			state: func(f *flowEnv) state {
 				return siblingsDoneState(f).with(
-					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+					f.s1.Task("r1"), runFanned().without("kp", "kl").with("st", "s2", "s", "queued",
 						"k:k1", "failed", "ke:k1", "bad", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
 					f.s2.Waiting, list{"r1"},
 					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
@@ -1215,7 +1215,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 			seed: siblingsDone("s2", false),
 			state: func(f *flowEnv) state {
 				return k1Buried(f, "5",
-					f.s1.Task("r1"), runFanned().without("kp").with("st", "s2", "s", "queued",
+					f.s1.Task("r1"), runFanned().without("kp", "kl").with("st", "s2", "s", "queued",
 						"k:k1", "failed", "ke:k1", crashed, "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
 					f.s2.Waiting, list{"r1"},
 					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,

@@ -448,8 +448,14 @@ type Taken struct {
 	// waited. The worker ends the taking with NotRun.
 	Expired   bool
 	Cancelled bool
-	// Run is the flow run's whole hash, for takes of a stage queue.
+	// Run is the flow run's whole hash, for takes of a stage queue; empty
+	// (not nil) when RunUnread says it was too big to come with the take.
 	Run map[string]string
+	// RunUnread, when > 0, is the number of fields of a run the take did
+	// not hand out (a take hands out at most 4,000 fields of runs: a run
+	// keeps the records of every child it fanned out): read it with
+	// ReadRun before the stage runs.
+	RunUnread int
 	// Parent is the run id of a flow child.
 	Parent string
 	// Meta is a flow child's metadata (Child.Meta; "" when none).
@@ -639,7 +645,11 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 		} else {
 			switch pm, pair := vals[i+2].([]any); {
 			case stage:
-				t.Run, _ = redis.StringMap(vals[i+2], nil)
+				if n, ok := vals[i+2].(int64); ok {
+					t.Run, t.RunUnread = map[string]string{}, int(n)
+				} else {
+					t.Run, _ = redis.StringMap(vals[i+2], nil)
+				}
 			case pair && len(pm) == 2:
 				// A flow child with metadata: {payload, metadata}.
 				t.Payload, _ = redis.Bytes(pm[0], nil)

@@ -168,6 +168,7 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
   -- dead child is requeued into its run only while the run waits for that
   -- fan-out (dead.lua).
   local gen = redis.call('HINCRBY', tkey, 'kg', 1)
+  local cids = {} -- 'kl': this fan-out's children, for a stop (flow.lua)
   for k = 1, #children, 4 do
     local cid, cq, payload, meta = children[k], children[k + 1], children[k + 2], children[k + 3]
     local ckey = q.tprefix .. cid
@@ -179,8 +180,9 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     redis.call('HSET', tkey, 'k:' .. cid, 'pending', 'kq:' .. cid, cq)
     wake(pfx.wake .. cq, 1)
     n = n + 1
+    cids[n] = cid
   end
-  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN)
+  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', table.concat(cids, ' '))
   redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON)
   return OUT_FANNED_OUT
 end

@@ -75,7 +75,7 @@ for i = 1, #drop, 1000 do
   redis.call('HDEL', KEYS[1], unpack(drop, i, math.min(i + 999, #drop)))
 end
 redis.call('HDEL', KEYS[1], F_FINISHED_AT, F_WORKER, F_PID, F_CANCEL, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON,
-  F_PENDING, F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER)
+  F_PENDING, F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, 'kl')
 redis.call('HSET', KEYS[1], F_RUN_STATUS, R_RUNNING, F_STATE, S_QUEUED)
 redis.call('PERSIST', KEYS[1])
 for _, ix in ipairs(run_index_keys(KEYS[1], pfx)) do

@@ -16,7 +16,9 @@
 -- ARGV[3] task key prefix
 -- ARGV[4] max crashes (a task that crashed this many workers is buried; 0 = no limit)
 -- ARGV[5] "1" for a flow stage queue: the payload slot holds the run's whole
---         hash (flat field/value array) instead of the payload; "2" for a
+--         hash (flat field/value array) instead of the payload, or, past
+--         RUN_INLINE fields for the take, its number of fields (an
+--         integer: the worker reads it, see take.lua); "2" for a
 --         flow child queue (a buried child with no data left is counted in
 --         the run its id names; a child created with metadata has
 --         {payload, metadata} in the payload slot); "0" else. A

@@ -1,0 +1,109 @@
+package rdb_test
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// indexCommands runs f and returns, as MONITOR saw them, the commands that
+// named key.
+func indexCommands(t *testing.T, key string, f func()) [][]string {
+	t.Helper()
+	mon, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if _, err := mon.Do("MONITOR"); err != nil {
+		t.Fatal(err)
+	}
+	f()
+	marker := "findruns-done-" + key
+	c, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Do("ECHO", marker); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]string
+	for {
+		line, err := redis.String(redis.ReceiveWithTimeout(mon, 5*time.Second))
+		if err != nil {
+			t.Fatalf("MONITOR: %v", err)
+		}
+		args := monitorArgs(line)
+		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
+			return out
+		}
+		for _, a := range args[1:] {
+			if a == key {
+				out = append(out, args)
+				break
+			}
+		}
+	}
+}
+
+// FindRuns reads a run index in pages: no command reads more than 1,000
+// of its entries, however many runs it holds (one ZRANGEBYSCORE of the
+// whole index held Redis for 3.4 ms per 100,000 runs).
+func TestFindRunsIsPaged(t *testing.T) {
+	f := newFlowEnv(t)
+	now := f.now(t)
+	// 1,200 running runs (+inf), 1,000 ended within their retention, 300
+	// past it.
+	var want []string
+	for i := 0; i < 1200; i++ {
+		id := fmt.Sprintf("run%05d", i)
+		f.do(t, "ZADD", f.ix, "inf", id)
+		want = append(want, id)
+	}
+	for i := 0; i < 1000; i++ {
+		id := fmt.Sprintf("ended%05d", i)
+		f.do(t, "ZADD", f.ix, now+60000+int64(i), id)
+		want = append(want, id)
+	}
+	for i := 0; i < 300; i++ {
+		f.do(t, "ZADD", f.ix, now-1-int64(i), fmt.Sprintf("gone%05d", i))
+	}
+	var got []string
+	cmds := indexCommands(t, f.ix, func() {
+		var err error
+		got, err = f.st.FindRuns(f.ctx, f.s1, "user", "u1")
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if len(got) != len(want) {
+		t.Fatalf("FindRuns: %d ids, want %d", len(got), len(want))
+	}
+	seen := map[string]bool{}
+	for _, id := range got {
+		if seen[id] || strings.HasPrefix(id, "gone") {
+			t.Fatalf("FindRuns: %s repeated or past its retention", id)
+		}
+		seen[id] = true
+	}
+	// Three pages (the third meets the runs past their retention), each a
+	// ZRANGE by rank of at most 1,000 entries.
+	if len(cmds) != 3 {
+		t.Fatalf("FindRuns sent %d commands on the index, want 3 pages: %q", len(cmds), cmds)
+	}
+	for _, c := range cmds {
+		if !strings.EqualFold(c[0], "ZRANGE") || len(c) < 4 {
+			t.Fatalf("FindRuns sent %q, want a ZRANGE by rank", c)
+		}
+		lo, err1 := strconv.Atoi(c[2])
+		hi, err2 := strconv.Atoi(c[3])
+		if err1 != nil || err2 != nil || hi-lo+1 > 1000 {
+			t.Fatalf("FindRuns sent %q: more than 1,000 entries in one command", c)
+		}
+	}
+}
