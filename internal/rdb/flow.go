@@ -269,14 +269,16 @@ var RunPage = 1000
 //
 // The index is read from its top (running runs score +inf, ended ones the
 // time their retention ends) down to Redis's now, RunPage entries per
-// command (ZRANGE ... REV by rank: O(log n + RunPage) whatever the index
-// holds), so no command grows with the index. The pages are not one
-// snapshot: a run that ends meanwhile only moves down, to ranks not read
-// yet, and a new run comes in on top (its score +inf, its id sorting last:
-// ids grow), pushing the rest down; either can make a page repeat an id,
-// which is dropped, and neither hides one. A run started during the read
+// call (runs_page.lua: O(log n + RunPage) whatever the index holds), so no
+// command grows with the index. The pages are not one snapshot, and are
+// not read by rank: a run read already that ends meanwhile moves down,
+// below the ranks read, and every entry between moves up one rank (a read
+// by rank passed over one). Each page starts after the last entry read
+// that is still where it was read (same score), found again by its id:
+// what moves above it changes nothing, and an entry that moves down past
+// it is read again (the repeat is dropped). A run started during the read
 // may be missed, as may a failed run put back to running during it (it
-// moves up, over ranks already read).
+// moves up, over entries already read).
 func (s *Store) FindRuns(ctx context.Context, q QueueKeys, prop, value string) ([]string, error) {
 	var ids []string
 	key := q.IndexKey(prop, value)
@@ -286,13 +288,45 @@ func (s *Store) FindRuns(ctx context.Context, q QueueKeys, prop, value string) (
 			return err
 		}
 		seen := map[string]bool{}
-		for start := 0; ; start += RunPage {
-			page, err := redis.Values(do(ctx, c, "ZRANGE", key, start, start+RunPage-1, "REV", "WITHSCORES"))
+		var read []string // id, score of each entry read, in order
+		// The next page starts after the last entry read still where it
+		// was read: the script looks for it among the last 16 entries
+		// read, then (none of them left there) RunPage entries further
+		// back at a time; when no entry read is left where it was (every
+		// one moved), the read starts again from the top, a few times at
+		// most.
+		back, restarts := 0, 0 // entries passed over from the end of read
+		for {
+			args := []any{key, RunPage}
+			n := 16
+			if back > 0 {
+				n = RunPage
+			}
+			if hi := len(read) - 2*back; hi > 0 {
+				for k := hi - 2; k >= max(0, hi-2*n); k -= 2 {
+					args = append(args, read[k], read[k+1])
+				}
+			} else if len(read) > 0 {
+				if restarts++; restarts > 3 {
+					return fmt.Errorf("rdb: find runs in %s: the index changes faster than it is read", key)
+				}
+			}
+			r, err := redis.Values(s.run(ctx, c, runsPageScript, args...))
 			if err != nil {
 				return err
 			}
+			if len(r) == 0 {
+				return fmt.Errorf("rdb: find runs: empty reply")
+			}
+			if ok, _ := redis.Int(r[0], nil); ok == 0 {
+				back += n // none of these is where it was read: look further back
+				continue
+			}
+			back = 0
+			page := r[1:]
 			for i := 0; i+1 < len(page); i += 2 {
 				id, _ := redis.String(page[i], nil)
+				scs, _ := redis.String(page[i+1], nil)
 				sc, err := redis.Float64(page[i+1], nil)
 				if err != nil {
 					return err
@@ -300,6 +334,7 @@ func (s *Store) FindRuns(ctx context.Context, q QueueKeys, prop, value string) (
 				if sc <= float64(now) {
 					return nil // past its retention, and so is every run below it
 				}
+				read = append(read, id, scs)
 				if !seen[id] {
 					seen[id] = true
 					ids = append(ids, id)

@@ -101,8 +101,12 @@ func runQueued(st string) hash {
 func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
 
 // runEnded is a run that ended with status at the call's time.
+// (A failed run keeps its latest fan-out's list, 'kl', for RetryRun.)
 func runEnded(h hash, status string) hash {
-	return h.without("w", "p", "x", "kl").with("fs", status, "s", status, "ft", "@now")
+	if status != "failed" {
+		h = h.without("kl")
+	}
+	return h.without("w", "p", "x").with("fs", status, "s", status, "ft", "@now")
 }
 
 func runFanned() hash {

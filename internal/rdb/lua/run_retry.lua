@@ -29,8 +29,19 @@ local pfx = prefixes(ARGV, 3)
 -- child failed the run (fail-fast) and only its fan-out is forgotten.
 local failed_fanout = redis.call('ZREM', ARGV[2] .. stage, id) == 0
 local drop = {}
-if failed_fanout then
-  -- The failed fan-out's children are those of the stage's child queues
+local kl = failed_fanout and redis.call('HGET', KEYS[1], 'kl')
+if kl then
+  -- The failed fan-out listed its children ('kl', kept by the fail-fast
+  -- end): exactly their records go, read by name (at most MaxChildren).
+  for cid in string.gmatch(kl, '[^ ]+') do
+    drop[#drop + 1] = 'k:' .. cid
+    drop[#drop + 1] = 'kq:' .. cid
+    drop[#drop + 1] = 'kr:' .. cid
+    drop[#drop + 1] = 'ke:' .. cid
+  end
+elseif failed_fanout then
+  -- (A run failed before its fan-out was listed.) The failed fan-out's
+  -- children are those of the stage's child queues
   -- (a child queue belongs to one stage of a flow): the queues of the
   -- children it cancelled (pending when it failed) and of the child that
   -- failed it (dead, its hash naming the run's latest fan-out). When none

@@ -87,11 +87,17 @@ local function stage_index_keys(runkey, props, pfx, retention)
 end
 
 -- end_run ends flow run id with status (done, failed, cancelled): the run and
--- its index entries are kept for retention ms.
+-- its index entries are kept for retention ms. A failed run keeps the list
+-- of its latest fan-out's children ('kl'): a fail-fast child failed it,
+-- and RetryRun forgets exactly that fan-out's records (run_retry.lua).
 local function end_run(tkey, id, status, retention, ixkeys)
   local now = now_ms()
   redis.call('HSET', tkey, F_RUN_STATUS, status, F_STATE, status, F_FINISHED_AT, now)
-  redis.call('HDEL', tkey, F_WORKER, F_PID, F_CANCEL, 'kl')
+  if status == R_FAILED then
+    redis.call('HDEL', tkey, F_WORKER, F_PID, F_CANCEL)
+  else
+    redis.call('HDEL', tkey, F_WORKER, F_PID, F_CANCEL, 'kl')
+  end
   redis.call('PEXPIRE', tkey, retention)
   index_expire(ixkeys, id, now + retention)
 end
