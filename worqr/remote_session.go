@@ -215,6 +215,27 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 	}
 }
 
+// giveBackUnknown puts back at once what the session holds in q besides
+// known (the takings it knew before a take whose takings it cannot hand
+// out), so that they do not wait for its next take from q, which may never
+// come. Failing that, that next take does it (unsure). The caller holds
+// takeMu: no other take's takings are in flight.
+func (s *RemoteSession) giveBackUnknown(ctx context.Context, q *remoteQueue, known []string) {
+	s.mu.Lock()
+	s.unsure[q] = true
+	s.mu.Unlock()
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	_, cancelled, err := s.r.st.Release(rctx, q.qk, s.ID(), known)
+	if err != nil {
+		return
+	}
+	emitCancelled(s.r.emit, q.name, cancelled)
+	s.mu.Lock()
+	delete(s.unsure, q)
+	s.mu.Unlock()
+}
+
 // takeOnce takes once from q for req. skipped counts the tasks taken and
 // not handed to the remote (buried by the take, or past their deadline and
 // ended as expired): the queue may hold more.
@@ -288,13 +309,14 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for i, t := range taken {
 		if t.RunUnread > 0 && !t.Expired {
 			// A run too big to come with the take (it keeps every child
-			// it fanned out): read in steps. Failing that, the takings are
-			// not handed out: as after a lost reply, the next take gives
-			// back what the remote does not know.
-			if taken[i].Run, err = s.r.st.ReadRun(cctx, q.qk, t.ID); err != nil {
-				s.mu.Lock()
-				s.unsure[q] = true
-				s.mu.Unlock()
+			// it fanned out): read in steps, each run in a time of its own
+			// (many wide runs read in the take's time could miss it on
+			// every try).
+			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			taken[i].Run, err = s.r.st.ReadRun(rctx, q.qk, t.ID)
+			rcancel()
+			if err != nil {
+				s.giveBackUnknown(ctx, q, known)
 				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.name, t.ID, err)
 			}
 		}

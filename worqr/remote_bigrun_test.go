@@ -1,0 +1,123 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// hscanFailing is a pool whose connections fail every HSCAN while fail is
+// set: the stepped read of a run too big to come with its take.
+type hscanFailing struct {
+	*redis.Pool
+	fail *atomic.Bool
+}
+
+func (p hscanFailing) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return hscanFailingConn{Conn: c, fail: p.fail}, nil
+}
+
+type hscanFailingConn struct {
+	redis.Conn
+	fail *atomic.Bool
+}
+
+func (c hscanFailingConn) Do(cmd string, args ...any) (any, error) {
+	if cmd == "HSCAN" && c.fail.Load() {
+		return nil, errors.New("injected: HSCAN refused")
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c hscanFailingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if cmd == "HSCAN" && c.fail.Load() {
+		return nil, errors.New("injected: HSCAN refused")
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+// A remote session whose take got a run too big to come with it, and could
+// not read it, gives the taking back at once: it waited, held by the live
+// session, for its next take from that queue, which a remote may never
+// make. The run is taken again, whole, once reads work.
+func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
+	ctx := context.Background()
+	var fail atomic.Bool
+	base := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		return redis.DialURLContext(ctx, srv.URL)
+	}}
+	t.Cleanup(func() { base.Close() })
+	pool := hscanFailing{Pool: base, fail: &fail}
+	ns := redistest.Namespace()
+	flow := &worqr.Flow{Name: "wide", Retention: time.Minute, Stages: []worqr.Stage{{Name: "s1"}}}
+	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true},
+		Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = r.Stop(sctx)
+	})
+	c, err := worqr.NewClient(base, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf := &worqr.Flow{Name: "wide", Retention: time.Minute, Stages: []worqr.Stage{
+		{Name: "s1", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}}}}
+	id, err := c.StartRun(ctx, cf, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The records of earlier fan-outs: 6,000 fields, over what a take hands out.
+	conn := base.Get()
+	defer conn.Close()
+	args := []any{ns + ":{wide}:t:" + id}
+	for i := range 3000 {
+		k := id + ".k" + strconv.Itoa(i)
+		args = append(args, "k:"+k, "done", "kq:"+k, "kids")
+	}
+	if _, err := conn.Do("HSET", args...); err != nil {
+		t.Fatal(err)
+	}
+	s, err := r.Open(ctx, worqr.OpenOpts{Name: "wide", Queues: []string{"wide/s1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1}); err == nil {
+		t.Fatalf("take with the run's read failing = %+v, nil; want an error", ks)
+	}
+	held, err := redis.Int(conn.Do("HLEN", ns+":{wide}:wq:s1:"+s.ID()))
+	if err != nil || held != 0 {
+		t.Fatalf("after the failed read the session holds %d takings (%v), want none: given back at once", held, err)
+	}
+	if n, err := c.Len(ctx, "wide/s1"); err != nil || n != 1 {
+		t.Fatalf("the stage's queue holds %d (%v), want the run back", n, err)
+	}
+	fail.Store(false)
+	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1})
+	if err != nil || len(ks) != 1 || ks[0].TaskID != id || len(ks[0].Children) != 3000 {
+		t.Fatalf("take after reads work again = %d takings, %v; want the run with its 3,000 children", len(ks), err)
+	}
+}
+
+func (c hscanFailingConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
