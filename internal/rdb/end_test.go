@@ -181,7 +181,7 @@ func TestEndBatchOfChildren(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Task("r1"): ttl(runEnded(base.with("k:k1", "failed", "ke:k1", "bad", "k:k2", "cancelled",
-						"kl", "k1 k2"), "failed"), 60000), // (kl kept for RetryRun)
+						"kl", "g1 k1 k2"), "failed"), 60000), // (kl kept for RetryRun)
 					f.c1.Task("k1"): childOf("k1", "s2", true).with("n", "1", "e", "bad").buried("failed", "A"),
 					f.c1.Dead:       zset{{"k1", "@now"}},
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),

@@ -54,8 +54,13 @@ func commandsOn(t *testing.T, key string, f func()) [][]string {
 // of earlier fan-outs, which a run keeps, are not read (the HGETALL of a
 // run in its 10th fan-out of 1,000 held Redis for 24 ms), and no command
 // reads more fields than the fan-out has children (twice: status, queue).
+//
+// A list that is not the latest fan-out's (a worker of an earlier version
+// fanned out again without writing one: 'kl' names the fan-out number it
+// was written for) is not taken for it: the run is read whole.
 func TestFailFastReadsOnlyTheLatestFanOut(t *testing.T) {
-	for _, old := range []bool{false, true} {
+	for _, mode := range []string{"listed", "old", "stale"} {
+		old := mode != "listed"
 		f := newFlowEnv(t)
 		f.start(t, f.s1, "r1")
 		// 2,000 children of earlier fan-outs, recorded in the run.
@@ -67,12 +72,17 @@ func TestFailFastReadsOnlyTheLatestFanOut(t *testing.T) {
 		f.do(t, "HSET", args...)
 		tk := f.takeFrom(t, f.s1, "A", 1, true)
 		f.endIn(t, f.s1, 0, f.stage(rdb.Done(rdb.KindStage, "A", tk[0].PID, "r1", nil), "s2", true, nil, children...))
-		if got, _ := redis.String(f.do(t, "HGET", f.s1.Task("r1"), "kl"), nil); got != "k1 k2 k3" {
+		if got, _ := redis.String(f.do(t, "HGET", f.s1.Task("r1"), "kl"), nil); got != "g1 k1 k2 k3" {
 			t.Fatalf("the fan-out's list: %q, want \"k1 k2 k3\"", got)
 		}
-		if old {
+		staleKl := "g0 r1.old0 r1.old1"
+		switch mode {
+		case "old":
 			// A run fanned out before the list existed: read whole, as then.
 			f.do(t, "HDEL", f.s1.Task("r1"), "kl")
+		case "stale":
+			// An earlier fan-out's list, left by a fan-out that wrote none.
+			f.do(t, "HSET", f.s1.Task("r1"), "kl", staleKl)
 		}
 		c := f.takeFrom(t, f.c1, "B", 1, false)
 		e := rdb.Dead(rdb.KindChild, "B", c[0].PID, c[0].ID, "boom")
@@ -96,10 +106,7 @@ func TestFailFastReadsOnlyTheLatestFanOut(t *testing.T) {
 			t.Errorf("old=%v: run after the fail-fast: fs=%s k1=%s k2=%s k3=%s", old, h["fs"], h["k:k1"], h["k:k2"], h["k:k3"])
 		}
 		// (The failed run keeps its fan-out's list for RetryRun.)
-		wantKl := "k1 k2 k3"
-		if old {
-			wantKl = ""
-		}
+		wantKl := map[string]string{"listed": "g1 k1 k2 k3", "old": "", "stale": staleKl}[mode]
 		if h["k:r1.old7"] != "done" || h["kr:r1.old7"] != "res" || h["kl"] != wantKl {
 			t.Errorf("old=%v: earlier fan-outs' records changed, or the list not kept: %q %q %q", old, h["k:r1.old7"], h["kr:r1.old7"], h["kl"])
 		}

@@ -110,7 +110,7 @@ func runEnded(h hash, status string) hash {
 }
 
 func runFanned() hash {
-	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "k1 k2 k3",
+	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "g1 k1 k2 k3",
 		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
 }
 
@@ -422,7 +422,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "", children: children[2:],
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "kl", "k3", "k:k3", "pending", "kq:k3", "c2"),
+				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "kl", "g1 k3", "k:k3", "pending", "kq:k3", "c2"),
 					f.c1.Task("k3"), childOf("k3", "", false),
 					f.c2.Waiting, list{"k0", "k3"})
 			},

@@ -182,7 +182,7 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     n = n + 1
     cids[n] = cid
   end
-  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', table.concat(cids, ' '))
+  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', 'g' .. gen .. ' ' .. table.concat(cids, ' '))
   redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON)
   return OUT_FANNED_OUT
 end

@@ -29,7 +29,7 @@ local pfx = prefixes(ARGV, 3)
 -- child failed the run (fail-fast) and only its fan-out is forgotten.
 local failed_fanout = redis.call('ZREM', ARGV[2] .. stage, id) == 0
 local drop = {}
-local kl = failed_fanout and redis.call('HGET', KEYS[1], 'kl')
+local kl = failed_fanout and latest_kl(KEYS[1])
 if kl then
   -- The failed fan-out listed its children ('kl', kept by the fail-fast
   -- end): exactly their records go, read by name (at most MaxChildren).

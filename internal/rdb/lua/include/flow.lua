@@ -152,6 +152,24 @@ local function stop_task(pfx, tkey, id, qname, scan)
   return true
 end
 
+-- latest_kl returns the ids the run's 'kl' lists, space-separated, when
+-- it is the list of the run's latest fan-out, else nil. 'kl' starts with
+-- its fan-out's number ('g<kg> '): a worker of a version that did not
+-- write 'kl' fans out without replacing an earlier list, and a stop or a
+-- retry must not take that list for its fan-out's (they read the run whole
+-- instead).
+local function latest_kl(runkey)
+  local v = redis.call('HMGET', runkey, 'kl', 'kg')
+  if not v[1] then
+    return nil
+  end
+  local g, ids = string.match(v[1], '^g(%d+) ?(.*)$')
+  if not g or g ~= v[2] then
+    return nil
+  end
+  return ids
+end
+
 -- fanout_children returns the children of a run's latest fan-out as
 -- {id, status, queue} triples. The fan-out lists its children's ids in
 -- the run ('kl', space-separated, written with 'kp' and dropped when the
@@ -162,7 +180,7 @@ end
 -- run fanned out before 'kl' existed is read whole, as it was then.
 local function fanout_children(runkey)
   local out = {}
-  local kl = redis.call('HGET', runkey, 'kl')
+  local kl = latest_kl(runkey)
   if not kl then
     local h = redis.call('HGETALL', runkey)
     local queue = {} -- child id -> its queue (its 'kq:' field), from h
