@@ -1,7 +1,7 @@
 --- @include "codes"
 --- @include "time"
 --- @include "bury"
---- @include "level"
+--- @include "pushback"
 -- move: push up to ARGV[1] scheduled tasks that are due (by Redis time) to the
 -- back of their queue (of their priority level's list when the queue has
 -- levels: its config's 'prio'), publish a wake-up, and trim the dead set by age.
@@ -23,12 +23,6 @@ for _, id in ipairs(ids) do
   -- A key of the wrong type must not abort the batch: the take buries it.
   redis.pcall('HSET', ARGV[2] .. id, F_STATE, S_QUEUED)
 end
-if cfg_num(KEYS[4], 'prio', 0) > 0 then
-  -- The queue has priority levels: each task goes to its level's list.
-  ids = push_by_level(KEYS[2], ARGV[2], ids)
-end
-if #ids > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ids))
-end
+push_back(KEYS[2], KEYS[4], ARGV[2], ids)
 redis.call('PUBLISH', ARGV[3], n)
 return n

@@ -1,6 +1,5 @@
 --- @include "codes"
---- @include "cfg"
---- @include "level"
+--- @include "pushback"
 -- promote: move scheduled task id (delayed, or waiting for a retry) to the
 -- back of its queue now, as move does once it is due (its priority level's
 -- list when the queue has levels), with a wake-up. Its attempts, deadline
@@ -18,12 +17,6 @@ if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
 end
 -- A key of the wrong type must not fail the call: the take buries it.
 redis.pcall('HSET', KEYS[4], F_STATE, S_QUEUED)
-local ids = {ARGV[1]}
-if cfg_num(KEYS[3], 'prio', 0) > 0 then
-  ids = push_by_level(KEYS[2], ARGV[2], ids)
-end
-if #ids > 0 then
-  redis.call('RPUSH', KEYS[2], unpack(ids))
-end
+push_back(KEYS[2], KEYS[3], ARGV[2], {ARGV[1]})
 redis.call('PUBLISH', ARGV[3], 1)
 return 1
