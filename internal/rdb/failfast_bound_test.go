@@ -11,9 +11,9 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
-// commandsOn runs f and returns, as MONITOR saw them, the commands (inside
-// scripts too) that named key.
-func commandsOn(t *testing.T, key string, f func()) [][]string {
+// monitored runs f and returns, as MONITOR saw them, the commands (inside
+// scripts too) that match keeps.
+func monitored(t *testing.T, keep func(args []string) bool, f func()) [][]string {
 	t.Helper()
 	mon, err := redis.DialURL(srv.URL)
 	if err != nil {
@@ -24,7 +24,7 @@ func commandsOn(t *testing.T, key string, f func()) [][]string {
 		t.Fatal(err)
 	}
 	f()
-	marker := "commands-on-done-" + key
+	marker := "monitored-done-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	c, err := redis.DialURL(srv.URL)
 	if err != nil {
 		t.Fatal(err)
@@ -43,10 +43,16 @@ func commandsOn(t *testing.T, key string, f func()) [][]string {
 		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
 			return out
 		}
-		if len(args) > 1 && args[1] == key {
+		if keep(args) {
 			out = append(out, args)
 		}
 	}
+}
+
+// commandsOn runs f and returns the commands whose first key is key.
+func commandsOn(t *testing.T, key string, f func()) [][]string {
+	t.Helper()
+	return monitored(t, func(args []string) bool { return len(args) > 1 && args[1] == key }, f)
 }
 
 // A fail-fast child's end stops the pending children of its run's latest

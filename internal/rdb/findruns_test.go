@@ -2,53 +2,16 @@ package rdb_test
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/gomodule/redigo/redis"
 )
 
-// indexCommands runs f and returns, as MONITOR saw them, the commands that
-// named key.
+// indexCommands runs f and returns the commands that named key.
 func indexCommands(t *testing.T, key string, f func()) [][]string {
 	t.Helper()
-	mon, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mon.Close()
-	if _, err := mon.Do("MONITOR"); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	marker := "findruns-done-" + key
-	c, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Do("ECHO", marker); err != nil {
-		t.Fatal(err)
-	}
-	var out [][]string
-	for {
-		line, err := redis.String(redis.ReceiveWithTimeout(mon, 5*time.Second))
-		if err != nil {
-			t.Fatalf("MONITOR: %v", err)
-		}
-		args := monitorArgs(line)
-		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
-			return out
-		}
-		for _, a := range args[1:] {
-			if a == key {
-				out = append(out, args)
-				break
-			}
-		}
-	}
+	return monitored(t, func(args []string) bool { return slices.Contains(args[1:], key) }, f)
 }
 
 // FindRuns reads a run index in pages: no command reads more than 1,000

@@ -4,7 +4,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 
@@ -26,42 +25,11 @@ func (f *flowEnv) runWithChildren(t *testing.T, id string, n int) {
 	f.do(t, "HSET", args...)
 }
 
-// runCommands runs fn and returns, as MONITOR saw them, the commands of
-// the namespace's flow tag (inside scripts too).
+// runCommands runs fn and returns the commands of namespace ns (inside
+// scripts too).
 func runCommands(t *testing.T, ns string, fn func()) [][]string {
 	t.Helper()
-	mon, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mon.Close()
-	if _, err := mon.Do("MONITOR"); err != nil {
-		t.Fatal(err)
-	}
-	fn()
-	marker := "run-commands-done-" + ns
-	c, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Do("ECHO", marker); err != nil {
-		t.Fatal(err)
-	}
-	var out [][]string
-	for {
-		line, err := redis.String(redis.ReceiveWithTimeout(mon, 5*time.Second))
-		if err != nil {
-			t.Fatalf("MONITOR: %v", err)
-		}
-		args := monitorArgs(line)
-		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
-			return out
-		}
-		if len(args) > 1 && strings.HasPrefix(args[1], ns+":") {
-			out = append(out, args)
-		}
-	}
+	return monitored(t, func(args []string) bool { return len(args) > 1 && strings.HasPrefix(args[1], ns+":") }, fn)
 }
 
 // A take of a stage queue hands out at most 4,000 fields of runs in all: a
