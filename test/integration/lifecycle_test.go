@@ -27,6 +27,11 @@ var _ = Describe("Worker lifecycle", func() {
 			"life": one(holdUntilDone(started, causes), 1),
 		}, &rec)
 		cfg.DisableReaper = true
+		// No poll: a poll's take on its way when the first task is handed
+		// to the worker could take the second before the hand-off is
+		// counted (the worker then holds it, waiting for the slot), and
+		// the check below that it waits would fail.
+		cfg.PollInterval = neverPoll
 		runCtx, cancel := context.WithCancel(context.Background())
 		DeferCleanup(cancel)
 		w := e.startCtx(runCtx, nil, cfg)
