@@ -215,25 +215,24 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 	}
 }
 
-// giveBackUnknown puts back at once what the session holds in q besides
-// known (the takings it knew before a take whose takings it cannot hand
-// out), so that they do not wait for its next take from q, which may never
-// come. Failing that, that next take does it (unsure). The caller holds
-// takeMu: no other take's takings are in flight.
-func (s *RemoteSession) giveBackUnknown(ctx context.Context, q *remoteQueue, known []string) {
+// releaseUnknown puts back what the session holds in q besides known (the
+// takings the remote knows of): those of a take whose reply was lost, or
+// whose takings could not be handed out. q stays unsure until it succeeds,
+// so that the next take tries again. The caller holds takeMu: no other
+// take's takings are in flight.
+func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, known []string) error {
 	s.mu.Lock()
 	s.unsure[q] = true
 	s.mu.Unlock()
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_, cancelled, err := s.r.st.Release(rctx, q.qk, s.ID(), known)
-	if err != nil {
-		return
-	}
+	_, cancelled, err := s.r.st.Release(ctx, q.qk, s.ID(), known)
 	emitCancelled(s.r.emit, q.name, cancelled)
+	if err != nil {
+		return err
+	}
 	s.mu.Lock()
 	delete(s.unsure, q)
 	s.mu.Unlock()
+	return nil
 }
 
 // takeOnce takes once from q for req. skipped counts the tasks taken and
@@ -278,14 +277,9 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if unsure {
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
-		_, cancelled, err := s.r.st.Release(cctx, q.qk, s.ID(), known)
-		emitCancelled(s.r.emit, q.name, cancelled)
-		if err != nil {
+		if err := s.releaseUnknown(cctx, q, known); err != nil {
 			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
 		}
-		s.mu.Lock()
-		delete(s.unsure, q)
-		s.mu.Unlock()
 	}
 	taken, wait, err := s.r.st.TakeWait(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
 		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
@@ -316,7 +310,11 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			taken[i].Run, err = s.r.st.ReadRun(rctx, q.qk, t.ID)
 			rcancel()
 			if err != nil {
-				s.giveBackUnknown(ctx, q, known)
+				// Not handed out: put back at once (the remote may never
+				// take from q again), or at the next take.
+				gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				_ = s.releaseUnknown(gctx, q, known)
+				gcancel()
 				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.name, t.ID, err)
 			}
 		}

@@ -200,21 +200,26 @@ func scanRun(ctx context.Context, c redis.Conn, key, cursor string, m map[string
 
 // scanStep adds one HSCAN reply's pairs to m and returns its next cursor.
 func scanStep(r []any, m map[string]string) (string, error) {
-	if len(r) != 2 {
-		return "", fmt.Errorf("rdb: HSCAN: reply of %d values", len(r))
-	}
-	cursor, err := redis.String(r[0], nil)
-	if err != nil {
-		return "", err
-	}
-	kv, err := redis.Strings(r[1], nil)
-	if err != nil {
-		return "", err
-	}
+	cursor, kv, err := scanReply(r)
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i]] = kv[i+1]
 	}
-	return cursor, nil
+	return cursor, err
+}
+
+// scanReply reads the reply of a SCAN, SSCAN or HSCAN: the next cursor
+// ("0" after the last step) and the elements (field, value pairs for
+// HSCAN).
+func scanReply(r []any) (string, []string, error) {
+	if len(r) != 2 {
+		return "", nil, fmt.Errorf("rdb: scan: reply of %d values", len(r))
+	}
+	cursor, err := redis.String(r[0], nil)
+	if err != nil {
+		return "", nil, err
+	}
+	items, err := redis.Strings(r[1], nil)
+	return cursor, items, err
 }
 
 // Runs returns the runs whose ids are given, in order, skipping those gone:

@@ -268,14 +268,11 @@ func (s *Store) Keys(ctx context.Context, q QueueKeys, cursor uint64, count int)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(vals) != 2 {
-		return nil, 0, fmt.Errorf("rdb: keys: reply of %d values", len(vals))
-	}
-	next, err := redis.Uint64(vals[0], nil)
+	nextS, kv, err := scanReply(vals)
 	if err != nil {
 		return nil, 0, err
 	}
-	kv, err := redis.Strings(vals[1], nil)
+	next, err := strconv.ParseUint(nextS, 10, 64)
 	if err != nil {
 		return nil, 0, err
 	}

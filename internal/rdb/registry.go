@@ -143,7 +143,7 @@ func (s *Store) KnownQueues(ctx context.Context) ([]QueueRef, error) {
 			return nil, err
 		}
 		var members []string
-		if _, err := redis.Scan(r, &cursor, &members); err != nil {
+		if cursor, members, err = scanReply(r); err != nil {
 			return nil, err
 		}
 		for _, m := range members {
