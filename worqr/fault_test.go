@@ -26,6 +26,8 @@ type faultPool struct {
 	// is cut (cut set) until the test clears cut.
 	loseEnd atomic.Bool
 	cut     atomic.Bool
+	// refuse: a command (say "HSCAN") every connection refuses while set.
+	refuse atomic.Value // string
 }
 
 var errFaultCut = errors.New("test: cut off from Redis")
@@ -62,6 +64,9 @@ func (c *faultConn) do(cmd string, args []any, f func() (any, error)) (any, erro
 	}
 	if c.p.cut.Load() {
 		return nil, errFaultCut
+	}
+	if r, _ := c.p.refuse.Load().(string); r != "" && cmd == r {
+		return nil, errors.New("test: " + cmd + " refused")
 	}
 	name := ""
 	if cmd == "FCALL" && len(args) > 0 {

@@ -2,9 +2,7 @@ package worqr_test
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,52 +12,17 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// hscanFailing is a pool whose connections fail every HSCAN while fail is
-// set: the stepped read of a run too big to come with its take.
-type hscanFailing struct {
-	*redis.Pool
-	fail *atomic.Bool
-}
-
-func (p hscanFailing) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := p.Pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return hscanFailingConn{Conn: c, fail: p.fail}, nil
-}
-
-type hscanFailingConn struct {
-	redis.Conn
-	fail *atomic.Bool
-}
-
-func (c hscanFailingConn) Do(cmd string, args ...any) (any, error) {
-	if cmd == "HSCAN" && c.fail.Load() {
-		return nil, errors.New("injected: HSCAN refused")
-	}
-	return c.Conn.Do(cmd, args...)
-}
-
-func (c hscanFailingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	if cmd == "HSCAN" && c.fail.Load() {
-		return nil, errors.New("injected: HSCAN refused")
-	}
-	return redis.DoContext(c.Conn, ctx, cmd, args...)
-}
-
 // A remote session whose take got a run too big to come with it, and could
 // not read it, gives the taking back at once: it waited, held by the live
 // session, for its next take from that queue, which a remote may never
 // make. The run is taken again, whole, once reads work.
 func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	ctx := context.Background()
-	var fail atomic.Bool
 	base := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
 		return redis.DialURLContext(ctx, srv.URL)
 	}}
 	t.Cleanup(func() { base.Close() })
-	pool := hscanFailing{Pool: base, fail: &fail}
+	pool := newFaultPool(base)
 	ns := redistest.Namespace()
 	flow := &worqr.Flow{Name: "wide", Retention: time.Minute, Stages: []worqr.Stage{{Name: "s1"}}}
 	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true},
@@ -100,7 +63,7 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	fail.Store(true)
+	pool.refuse.Store("HSCAN") // the run's read in steps fails
 	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1}); err == nil {
 		t.Fatalf("take with the run's read failing = %+v, nil; want an error", ks)
 	}
@@ -111,13 +74,9 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	if n, err := c.Len(ctx, "wide/s1"); err != nil || n != 1 {
 		t.Fatalf("the stage's queue holds %d (%v), want the run back", n, err)
 	}
-	fail.Store(false)
+	pool.refuse.Store("")
 	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1})
 	if err != nil || len(ks) != 1 || ks[0].TaskID != id || len(ks[0].Children) != 3000 {
 		t.Fatalf("take after reads work again = %d takings, %v; want the run with its 3,000 children", len(ks), err)
 	}
-}
-
-func (c hscanFailingConn) ReceiveContext(ctx context.Context) (any, error) {
-	return redis.ReceiveContext(c.Conn, ctx)
 }

@@ -449,3 +449,29 @@ func TestRateLogTrimIsBounded(t *testing.T) {
 		t.Fatalf("rate log holds %d after three takes, want the 3 starts of the window", n)
 	}
 }
+
+// Promote (RunNow) puts a scheduled task at the back of its own level's
+// list, as move does when it is due: a task of level 2 behind the level 2
+// task already waiting, and one of level 0 in the queue's list.
+func TestPromoteToItsLevel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueueAt(t, 2, "w2")
+	far := e.now(t) + 3_600_000
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{Priority: 2, DueMillis: far}, "later2")
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DueMillis: far}, "later0")
+	for _, id := range []string{"later2", "later0"} {
+		if ok, err := e.st.Promote(e.ctx, e.q, id); err != nil || !ok {
+			t.Fatalf("Promote(%s) = %v, %v; want true", id, ok, err)
+		}
+	}
+	if got := e.strs(t, "LRANGE", e.q.Level(2), 0, -1); !reflect.DeepEqual(got, []string{"w2", "later2"}) {
+		t.Errorf("level 2 list: %v, want [w2 later2]", got)
+	}
+	if got := e.waitingIDs(t); !reflect.DeepEqual(got, []string{"later0"}) {
+		t.Errorf("level 0 list: %v, want [later0]", got)
+	}
+	if ok, err := e.st.Promote(e.ctx, e.q, "later2"); err != nil || ok {
+		t.Errorf("Promote of a task that waits = %v, %v; want false", ok, err)
+	}
+}
