@@ -16,7 +16,7 @@ import (
 // requeued while the run waits for the children of a later one: the run
 // moved on from its fan-out. It was put back into the later fan-out, and
 // the run went back to a stage it had run (found by a review): each
-// fan-out is numbered in the run ('kg') and on its children ('pg').
+// fan-out is numbered in the run ('kg') and on its children ('pe').
 func TestDeadChildOfAnEarlierFanOutIsRefused(t *testing.T) {
 	ctx := context.Background()
 	var fan2Runs, kid1Runs atomic.Int32

@@ -95,7 +95,7 @@ func TestEndBatchOfStages(t *testing.T) {
 		t.Errorf("End = %+v, %v; want %+v", got, err, want)
 	}
 	kid := func(id string) hash {
-		return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast", "pg": "1"}
+		return hash{"d": payload(id), "pr": "r2", "pn": "s2", "pf": "failfast", "pe": "1"}
 	}
 	f.checkState(t, nil, func(*env) state {
 		return state{

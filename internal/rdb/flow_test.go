@@ -125,7 +125,7 @@ func policy(failFast bool) string {
 // childOf is the hash of child id of run r1 as a fan-out towards stage next
 // with the given policy creates it.
 func childOf(id, next string, failFast bool) hash {
-	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast), "pg": "1"}
+	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast), "pe": "1"}
 }
 
 // child is childOf as fanOut fanned out.

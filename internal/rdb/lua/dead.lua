@@ -55,13 +55,13 @@ end
 -- for, and says whether it could (see above). A task that is no child
 -- needs nothing.
 local function back_in_run(tkey, id)
-  local c = redis.pcall('HMGET', tkey, F_PARENT, 'pg')
-  if type(c) ~= 'table' or c.err or not c[1] then
+  local parent, gen, err = child_of(tkey)
+  if err or not parent then
     return true
   end
-  local runkey = ARGV[2] .. c[1]
+  local runkey = ARGV[2] .. parent
   local r = redis.pcall('HMGET', runkey, F_RUN_STATUS, F_STATE, 'k:' .. id, 'kg')
-  if r.err or r[1] ~= R_RUNNING or r[2] ~= S_CHILDREN or r[3] ~= 'failed' or r[4] ~= c[2] then
+  if r.err or r[1] ~= R_RUNNING or r[2] ~= S_CHILDREN or r[3] ~= 'failed' or r[4] ~= gen then
     -- (Corrupt run data, a run that moved on, or one waiting for a later
     -- fan-out: a child of an earlier one would count in the wrong one.)
     return false

@@ -164,7 +164,7 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
     return forward_run(tkey, id, nexts, pfx, runret, ixkeys)
   end
   local n = 0
-  -- The fan-out's number in the run ('kg'), kept on each child ('pg'): a
+  -- The fan-out's number in the run ('kg'), kept on each child ('pe'): a
   -- dead child is requeued into its run only while the run waits for that
   -- fan-out (dead.lua).
   local gen = redis.call('HINCRBY', tkey, 'kg', 1)
@@ -172,7 +172,7 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
   for k = 1, #children, 4 do
     local cid, cq, payload, meta = children[k], children[k + 1], children[k + 2], children[k + 3]
     local ckey = q.tprefix .. cid
-    redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy, 'pg', gen)
+    redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy, 'pe', gen)
     if meta ~= '' then
       redis.call('HSET', ckey, F_META, meta)
     end

@@ -65,8 +65,8 @@ elseif failed_fanout then
   for cid, st in pairs(status) do
     local mine = st == 'cancelled'
     if st == 'failed' then
-      local c = redis.pcall('HMGET', tprefix .. cid, F_PARENT, 'pg')
-      mine = type(c) == 'table' and not c.err and c[1] == id and c[2] == gen
+      local parent, g = child_of(tprefix .. cid)
+      mine = parent == id and g == gen
     end
     if mine and queue[cid] then
       qs[queue[cid]] = true

@@ -266,6 +266,19 @@ local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tpref
   return forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
 end
 
+-- child_of reads child task tkey's run id and fan-out number ('pe', the
+-- run's 'kg' when it fanned out) (nil, nil when it is no child; nil and
+-- the error on a read error). A child fanned out by an earlier version
+-- kept its number in F_PROGRESS, which its handler's progress report
+-- overwrote: that is read when 'pe' is not there.
+local function child_of(tkey)
+  local c = redis.pcall('HMGET', tkey, F_PARENT, 'pe', F_PROGRESS)
+  if type(c) ~= 'table' or c.err then
+    return nil, nil, c
+  end
+  return c[1], c[2] or c[3]
+end
+
 -- run_of_child is the run id a child id starts with (<run id>.<suffix>, as
 -- a fan-out names its children), or nil.
 local function run_of_child(cid)
