@@ -22,13 +22,13 @@ type waited[T any] struct {
 
 // waiting runs wait in the background under a manual clock (returned: only
 // the test moves it) and returns once wait read what it waits for a first
-// time (an HGETALL through pool, or the HSCAN that reads a run) without
+// time (the HLEN of Store.Tasks through pool, or the HSCAN that reads a run) without
 // returning: from then on, only an event or the clock can wake it.
 func waiting[T any](ctx context.Context, t *testing.T, pool *cmdPool, wait func(context.Context) (T, error)) (*seam.ManualClock, <-chan waited[T]) {
 	t.Helper()
 	clock := seam.NewManualClock(time.Now())
 	out := make(chan waited[T], 1)
-	read := func() int { return pool.count("HGETALL") + pool.count("HSCAN") }
+	read := func() int { return pool.count("HLEN") + pool.count("HSCAN") }
 	reads := read()
 	go func() {
 		v, err := wait(seam.WithHeartbeatClock(ctx, clock))

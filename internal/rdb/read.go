@@ -44,7 +44,13 @@ func atoi64(s string) int64 {
 	return n
 }
 
-// DecodeTask reads a task hash; nil when m is empty (no such task).
+// recordFields are the fields of a task hash DecodeTask reads.
+var recordFields = []any{FieldPayload, FieldState, FieldFailures, FieldCrashes, FieldCancel, FieldWorker, FieldPID,
+	FieldError, FieldDeadReason, FieldDeadAt, FieldDeadWorker, FieldResult, FieldProgress, FieldFinishedAt,
+	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus}
+
+// DecodeTask reads a task hash (the fields of recordFields); nil when m is
+// empty (no such task).
 func DecodeTask(id string, m map[string]string) *TaskRecord {
 	if len(m) == 0 {
 		return nil
@@ -88,11 +94,16 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	}
 	// A loaded task waits packed, with no hash (see QueueKeys.Packed): its
 	// packed field is read before its hash, so that a take between the two
-	// reads shows the task running, not gone.
-	cmds := make([]command, 0, 3*len(ids))
+	// reads shows the task running, not gone. Only the fields a record
+	// holds are read (and HLEN, for a hash holding none of them): a flow
+	// run keeps a record of every child it fanned out, and the HGETALL of
+	// a run of 10 x 1,000 children held Redis for 19 ms.
+	const per = 4
+	cmds := make([]command, 0, per*len(ids))
 	for _, id := range ids {
 		pkey, pfield := q.Packed(id)
-		cmds = append(cmds, cmdOf("HGET", pkey, pfield), cmdOf("HGETALL", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
+		cmds = append(cmds, cmdOf("HGET", pkey, pfield), command{"HMGET", append([]any{q.Task(id)}, recordFields...)},
+			cmdOf("HLEN", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 	if err != nil {
@@ -100,19 +111,30 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	}
 	out := make([]*TaskRecord, 0, len(ids))
 	for i, id := range ids {
-		m, err := redis.StringMap(rs[3*i+1], nil)
+		vs, err := redis.Values(rs[per*i+1], nil)
 		if err != nil {
 			return nil, err
 		}
-		if p, err := redis.String(rs[3*i], nil); err == nil && len(m) == 0 {
-			m = map[string]string{FieldPayload: p}
+		m := make(map[string]string, len(recordFields))
+		for j, v := range vs {
+			if b, ok := v.([]byte); ok {
+				m[recordFields[j].(string)] = string(b)
+			}
+		}
+		if n, _ := redis.Int(rs[per*i+2], nil); n == 0 {
+			m = nil
+			if p, err := redis.String(rs[per*i], nil); err == nil {
+				m = map[string]string{FieldPayload: p}
+			}
+		} else if len(m) == 0 {
+			m[FieldPayload] = "" // a hash with none of them (corrupt): shown, as it is listed
 		}
 		r := DecodeTask(id, m)
 		if r == nil {
 			continue
 		}
 		if r.State == StateScheduled {
-			r.DueAt, _ = redis.Int64(rs[3*i+2], nil)
+			r.DueAt, _ = redis.Int64(rs[per*i+3], nil)
 		}
 		out = append(out, r)
 	}
