@@ -442,15 +442,18 @@ func (s *Store) deleteNamespaceOn(ctx context.Context, c redis.Conn, perTag bool
 }
 
 // CancelAsked reports for each task id of queue q whether a cancel was asked
-// while it runs (one pipelined HEXISTS per id, one round trip). A remote
-// session's beat reads it for the takings it holds.
+// while it runs (one pipelined HMGET per id, one round trip). A remote
+// session's beat reads it for the takings it holds. A flow run's status
+// stands for its mark: run_cancel marks a running stage task and end_run
+// drops the mark in the same call, so a run that is no longer running
+// counts as cancelled.
 func (s *Store) CancelAsked(ctx context.Context, q QueueKeys, ids []string) ([]bool, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
 	cmds := make([]command, len(ids))
 	for i, id := range ids {
-		cmds[i] = cmdOf("HEXISTS", q.Task(id), FieldCancel)
+		cmds[i] = cmdOf("HMGET", q.Task(id), FieldCancel, FieldRunStatus)
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 	if err != nil {
@@ -458,7 +461,8 @@ func (s *Store) CancelAsked(ctx context.Context, q QueueKeys, ids []string) ([]b
 	}
 	out := make([]bool, len(ids))
 	for i := range ids {
-		out[i], _ = redis.Bool(rs[i], nil)
+		v, _ := redis.Strings(rs[i], nil)
+		out[i] = len(v) == 2 && (v[0] != "" || (v[1] != "" && v[1] != RunRunning))
 	}
 	return out, nil
 }
