@@ -51,6 +51,9 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				err = w.release(s, q)
 			}
 			if err == nil && ready && hint && free > 0 {
+				if testHookBeforeTake != nil {
+					testHookBeforeTake(q)
+				}
 				var wait rdb.LimitWait
 				tasks, wait, err = w.take(s, q, free)
 				err = w.takeReplicated(s, q, err)
@@ -85,7 +88,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			delay = 50 * time.Millisecond
 			if ready && hint && free > 0 {
 				q.more.Store(heads(tasks) == free)
-				launched, buried := w.launch(s, q, tasks)
+				launched, buried := w.launch(s, q, tasks, true)
 				hint = buried > 0 || (launched == free && free > 0)
 				if hint && !stopping(w.takeStop) {
 					continue
@@ -296,14 +299,23 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 	}
 }
 
+// testHookBeforeTake, when set by a test, runs in q's fetch loop before
+// each take (its number of free slots already read).
+var testHookBeforeTake func(q *queueRunner)
+
 // launch hands the takings to the queue's handler goroutines and returns how
 // many it launched and how many the take buried. After Stop closed the
 // queue it launches nothing: those takings stay held, and Stop requeues them.
 // It never blocks: a taking the handler goroutines have no room for is not
 // launched (nor one received while frozen). A taking not launched while the
 // session lives stays held: the queue is made unsure, and its fetch loop
-// releases it.
-func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken) (launched, buried int) {
+// releases it. bounded (the fetch loop's take, which asked for q's free
+// slots) launches no taking past the slots free now: a hand-off launched
+// while the take was on its way took one of them (Redis hands a worker
+// tasks only below its concurrency, but the take did not count the
+// hand-off), and the taking past them would wait, held out of other
+// workers' reach, for a handler to finish its task.
+func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken, bounded bool) (launched, buried int) {
 	q.launchMu.Lock()
 	unsure, lost := false, false
 	defer func() {
@@ -346,6 +358,12 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken)
 			continue
 		}
 		if q.closed {
+			continue
+		}
+		if bounded && q.free() <= 0 {
+			w.cfg.Logger.Debug("worker: taking past the free slots (a hand-off came first): put back by a release",
+				"queue", q.member, "task_id", t.ID, "pid", t.PID)
+			unsure = true
 			continue
 		}
 		// No room for it: a hand-off (whose subscriber goroutine must
