@@ -263,10 +263,7 @@ type remoteQueue struct {
 	// pauseLoop: paused (a paused queue gives nothing), the highest
 	// priority level in use, and whether it may have global limits.
 	flagsRead atomic.Bool
-	paused    atomic.Bool
-	levels    atomic.Int32
-	limited   atomic.Bool
-	rate      rateGate // the rate limit allows no start before its time
+	queueFlags
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
@@ -724,14 +721,9 @@ func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 		return err
 	}
 	for i, q := range qs {
-		f := flags[i]
-		q.levels.Store(int32(f.Levels))
-		// The limits may have changed (a rate raised or removed): the next
-		// take works out the wait again from what is stored now.
-		held := q.rate.clear()
-		q.limited.Store(f.Limited)
+		resumed, unheld := q.apply(flags[i])
 		q.flagsRead.Store(true)
-		if was := q.paused.Swap(f.Paused); (was && !f.Paused) || held {
+		if resumed || unheld {
 			q.wake()
 		}
 	}

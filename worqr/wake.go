@@ -133,17 +133,10 @@ func (w *Worker) refreshFlags() {
 		return
 	}
 	for i, q := range w.queues {
-		f := flags[i]
-		q.levels.Store(int32(f.Levels))
-		// The limits may have changed (a rate raised or removed): the next
-		// take works out the wait again from what is stored now, rather
-		// than wait out the one the old limits said.
-		q.rate.clear()
-		if !f.Limited {
+		if !flags[i].Limited {
 			q.concWait.Store(false)
 		}
-		q.limited.Store(f.Limited)
-		if was := q.paused.Swap(f.Paused); was && !f.Paused {
+		if resumed, _ := q.apply(flags[i]); resumed {
 			q.hint()
 		}
 	}

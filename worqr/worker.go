@@ -82,24 +82,16 @@ type queueRunner struct {
 	// concurrency slots (nil when aheadMax is 0) in launch order (tickets,
 	// the last one issued, guarded by launchMu); runAvg: its handlers'
 	// recent average run time (ns).
-	aheadMax int
-	turn     *turnstile
-	tickets  uint64
-	runAvg   atomic.Int64
-	busy     atomic.Int32 // takings of this queue being run
-	slots    *slotPool    // its own, or the one its priority group shares
-	weight   int          // in a priority group
-	paused   atomic.Bool
-	// levels and limited are the queue's flags read from its config (see
-	// refreshFlags): the highest priority level in use, and whether it may
-	// have global limits. A take passes them on; 0 and false: the plain
-	// take.
-	levels  atomic.Int32
-	limited atomic.Bool
-	// rate: the rate limit allows no start before its time; concWait:
-	// the concurrency limit was reached, until a wake-up or a poll.
-	// Neither is set for a queue without limits.
-	rate     rateGate
+	aheadMax   int
+	turn       *turnstile
+	tickets    uint64
+	runAvg     atomic.Int64
+	busy       atomic.Int32 // takings of this queue being run
+	slots      *slotPool    // its own, or the one its priority group shares
+	weight     int          // in a priority group
+	queueFlags              // read from its config (refreshFlags)
+	// concWait: the concurrency limit was reached, until a wake-up or a
+	// poll (never set for a queue without limits).
 	concWait atomic.Bool
 	// more: the queue may hold waiting tasks (the last take filled what
 	// it asked, or a wake-up came since). An end takes again only then, so
@@ -689,6 +681,29 @@ func (q *queueRunner) limitedNow() (bool, time.Time) {
 		return true, until
 	}
 	return q.concWait.Load(), time.Time{}
+}
+
+// queueFlags are a queue's flags as a Worker or a Remote last read them
+// from its config hash (rdb.Store.Flags), and the wait its rate limit
+// imposes. A take passes levels and limited on (0 and false: the plain
+// take).
+type queueFlags struct {
+	paused  atomic.Bool  // a paused queue gives nothing
+	levels  atomic.Int32 // the highest priority level in use
+	limited atomic.Bool  // it may have global limits
+	rate    rateGate     // the rate limit allows no start before its time
+}
+
+// apply stores flags f: the limits may have changed (a rate raised or
+// removed), so the next take works out the wait again from what is stored
+// now rather than wait out the one the old limits said. It reports
+// whether the queue was resumed and whether a rate wait was dropped.
+func (q *queueFlags) apply(f rdb.QueueFlags) (resumed, unheld bool) {
+	q.levels.Store(int32(f.Levels))
+	unheld = q.rate.clear()
+	q.limited.Store(f.Limited)
+	was := q.paused.Swap(f.Paused)
+	return was && !f.Paused, unheld
 }
 
 // rateGate is when a queue's rate limit allows the next start, as the
