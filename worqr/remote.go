@@ -599,7 +599,11 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	if err != nil {
 		return nil, fmt.Errorf("worqr: open session: %w", err)
 	}
-	s := &RemoteSession{r: r, lease: lease, queues: qs, takings: map[string]*remoteTaking{},
+	tags := map[string]bool{}
+	for _, q := range qs {
+		tags[q.qk.Ref.Tag] = true
+	}
+	s := &RemoteSession{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
 		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches}
 	r.mu.Lock()
 	r.sessions[s.ID()] = s

@@ -24,6 +24,10 @@ type RemoteSession struct {
 	lease *heartbeat.Lease
 
 	queues map[string]*remoteQueue // by name, fixed at Open
+	// qualify: the queues span more than one tag, whose pids count up
+	// apart (each stand-alone queue is a tag): the pid handed to the
+	// remote is then "<pid>@<tag>" (see token), else the pid itself.
+	qualify bool
 
 	// actMu keeps Close apart from takes: a take holds it (read) around
 	// its script call, Close (write) after retiring the lease, so that no
@@ -35,7 +39,7 @@ type RemoteSession struct {
 	takeMu sync.Mutex
 
 	mu      sync.Mutex
-	takings map[string]*remoteTaking // by pid, running or recently ended
+	takings map[string]*remoteTaking // by token (see token), running or recently ended
 	takes   map[string]*takeReply    // by request id
 	unsure  map[*remoteQueue]bool    // a take's reply was lost: release first
 	beatAt  time.Time                // when the previous Beat arrived
@@ -53,8 +57,12 @@ type remoteTaking struct {
 	taken rdb.Taken
 	at    time.Time // when taken (local clock)
 
-	mu      sync.Mutex  // one end at a time
-	done    atomic.Bool // ended is set (read without mu)
+	mu   sync.Mutex  // one end at a time
+	done atomic.Bool // ended is set (read without mu)
+	// missing: a release found it not held in Redis (a take a failed
+	// primary acknowledged and never passed on): every beat reports it
+	// in Cancel, as a Worker cancels its handler; its end answers lost.
+	missing atomic.Bool
 	ended   bool
 	endedAt time.Time
 	how     string // the call that ended it
@@ -104,11 +112,20 @@ func (s *RemoteSession) live() error {
 // Taking is one task handed to a remote session. PID is its fencing token:
 // every call about the taking names it.
 type Taking struct {
+	// PID names the taking in the session: the pid Redis gave it, or,
+	// for a session whose queues span several tags (pids count up per
+	// tag: two stand-alone queues hand out the same ones),
+	// "<pid>@<tag>".
 	PID    string
 	TaskID string
 	Queue  string
-	// Payload is the task's payload (stand-alone and child queues).
+	// Payload is the task's payload (stand-alone and child queues); for a
+	// task of an ordered queue, the last of its Payloads (as Task.Payload).
 	Payload []byte
+	// Key and Payloads: a task of an ordered queue (EnqueueOpts.Key), as
+	// Task.Key and Task.Payloads.
+	Key      string
+	Payloads []Payload
 	// Attempt is 1 on the first run, plus the failed attempts before.
 	Attempt     int
 	MaxAttempts int
@@ -224,14 +241,72 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 	s.mu.Lock()
 	s.unsure[q] = true
 	s.mu.Unlock()
-	_, cancelled, err := s.r.st.Release(ctx, q.qk, s.ID(), known)
-	emitCancelled(s.r.emit, q.name, cancelled)
+	r, err := s.r.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
+	emitCancelled(s.r.emit, q.name, r.Cancelled)
 	if err != nil {
 		return err
 	}
 	s.mu.Lock()
 	delete(s.unsure, q)
+	for _, pid := range r.Missing {
+		// Known and not held: lost in a failover (or ended meanwhile).
+		if t := s.takings[s.token(q, pid)]; t != nil && t.q == q && !t.isEnded() {
+			t.missing.Store(true)
+			s.r.cfg.Logger.Warn("remote: taking lost in a failover (the new primary does not hold it): reported as cancelled",
+				"queue", q.name, "task_id", t.taken.ID, "pid", pid, "worker_id", s.ID())
+		}
+	}
 	s.mu.Unlock()
+	return nil
+}
+
+// checkHoldings runs, after a good beat, the releases due: every queue
+// after a switch of server (seen before that beat, which reached the new
+// one), and a queue whose take reply was lost. Each puts back what the
+// session holds there and does not know, and finds the known takings the
+// server no longer holds (a take the old primary acknowledged and never
+// passed on): a Worker's fetch loop does both at once, and cancels their
+// handlers; a remote that takes only when its work is done would
+// otherwise run such a taking to its end while the new primary hands its
+// task to another worker. A take under way does them itself.
+func (s *RemoteSession) checkHoldings(ctx context.Context, sw uint64) error {
+	if !s.takeMu.TryLock() {
+		return nil
+	}
+	defer s.takeMu.Unlock()
+	s.mu.Lock()
+	if sw > s.switches {
+		s.switches = sw
+		for _, q := range s.queues {
+			s.unsure[q] = true
+		}
+	}
+	known := map[*remoteQueue][]string{}
+	for q := range s.unsure {
+		known[q] = []string{}
+	}
+	for _, t := range s.takings {
+		if _, ok := known[t.q]; ok && !t.isEnded() {
+			known[t.q] = append(known[t.q], t.taken.PID)
+		}
+	}
+	s.mu.Unlock()
+	if len(known) == 0 {
+		return nil
+	}
+	s.actMu.RLock()
+	defer s.actMu.RUnlock()
+	if s.lease.Lost() {
+		return nil
+	}
+	for q, pids := range known {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		err := s.releaseUnknown(cctx, q, pids)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("release of %s: %w", q.name, err)
+		}
+	}
 	return nil
 }
 
@@ -253,11 +328,11 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 	}
 	held, known := 0, []string{}
-	for pid, t := range s.takings {
+	for _, t := range s.takings {
 		if !t.isEnded() {
 			held++
 			if t.q == q {
-				known = append(known, pid)
+				known = append(known, t.taken.PID)
 			}
 		}
 	}
@@ -331,14 +406,14 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 		kept := t
 		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
-		s.takings[t.PID] = &remoteTaking{q: q, taken: kept, at: now}
+		s.takings[s.token(q, t.PID)] = &remoteTaking{q: q, taken: kept, at: now}
 		if t.Expired {
 			// Past its deadline when taken (Redis time), or cancelled
 			// while it waited: never handed to the remote, ended as
 			// expired (or cancelled) below, as a Worker does. Held
 			// meanwhile: if that end fails, the next beat gives it back
 			// (the remote does not list it) and a take expires it again.
-			expired = append(expired, t.PID)
+			expired = append(expired, s.token(q, t.PID))
 			continue
 		}
 		out = append(out, s.taking(q, t))
@@ -368,9 +443,20 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	return out, skipped, nil
 }
 
+// token is the name the remote knows taking pid of q by.
+func (s *RemoteSession) token(q *remoteQueue, pid string) string {
+	if s.qualify {
+		return pid + "@" + q.qk.Ref.Tag
+	}
+	return pid
+}
+
 func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
-	k := Taking{PID: t.PID, TaskID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
 		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
+	if rdb.IsEnvelope(t.Payload) {
+		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
+	}
 	if t.MaxAttempts > 0 {
 		k.MaxAttempts = t.MaxAttempts
 	}
@@ -407,6 +493,7 @@ type BeatReply struct {
 // whose reply was lost) and reported in Lost. A lost session answers
 // ErrSessionLost.
 func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, error) {
+	sw := s.r.st.Switches() // read before the beat: a switch before it is confirmed by it
 	if err := s.lease.Beat(ctx); err != nil {
 		if errors.Is(err, heartbeat.ErrLost) || s.lease.Lost() {
 			s.r.retire(s)
@@ -441,6 +528,9 @@ func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, 
 			return BeatReply{}, err
 		}
 	}
+	if err := s.checkHoldings(ctx, sw); err != nil {
+		return BeatReply{}, fmt.Errorf("worqr: beat: %w", err)
+	}
 	cancels, err := s.cancelsAsked(ctx)
 	if err != nil {
 		return BeatReply{}, fmt.Errorf("worqr: beat: %w", err)
@@ -463,6 +553,18 @@ func (s *RemoteSession) cancelsAsked(ctx context.Context) ([]string, error) {
 	s.mu.Unlock()
 	var out []string
 	for q, ts := range byQueue {
+		kept := ts[:0]
+		for _, t := range ts {
+			if t.missing.Load() {
+				out = append(out, pids[t])
+			} else {
+				kept = append(kept, t)
+			}
+		}
+		ts = kept
+		if len(ts) == 0 {
+			continue
+		}
 		ids := make([]string, len(ts))
 		for i, t := range ts {
 			ids[i] = t.taken.ID
@@ -509,7 +611,7 @@ func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (
 		if len(result) > s.r.cfg.MaxPayloadBytes {
 			return rdb.Ending{}, invalid("result", "is %d bytes, over MaxPayloadBytes (%d)", len(result), s.r.cfg.MaxPayloadBytes)
 		}
-		return s.ending(t, rdb.Done(t.q.kind, s.ID(), pid, t.taken.ID, result)), nil
+		return s.ending(t, rdb.Done(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, result)), nil
 	})
 }
 
@@ -527,20 +629,20 @@ func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn ti
 			maxAttempts = t.taken.MaxAttempts
 		}
 		if t.taken.Attempt >= maxAttempts {
-			return s.ending(t, rdb.Dead(t.q.kind, s.ID(), pid, t.taken.ID, reason)), nil
+			return s.ending(t, rdb.Dead(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, reason)), nil
 		}
 		d := retryIn
 		if d == 0 {
 			d = t.q.cfg.Backoff(t.taken.Attempt, errors.New(reason))
 		}
-		return s.ending(t, rdb.Retry(t.q.kind, s.ID(), pid, t.taken.ID, max(d.Milliseconds(), 0), reason)), nil
+		return s.ending(t, rdb.Retry(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, max(d.Milliseconds(), 0), reason)), nil
 	})
 }
 
 // Bury sends the taking's task to the dead set at once, with reason.
 func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind, error) {
 	return s.end(ctx, pid, "bury", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.ending(t, rdb.Dead(t.q.kind, s.ID(), pid, t.taken.ID, clip(reason))), nil
+		return s.ending(t, rdb.Dead(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, clip(reason))), nil
 	})
 }
 
@@ -548,7 +650,7 @@ func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind
 // no attempt. It returns EventGivenBack (or EventCancelled).
 func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, error) {
 	return s.end(ctx, pid, "give_back", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.ending(t, rdb.GiveBack(t.q.kind, s.ID(), pid, t.taken.ID)), nil
+		return s.ending(t, rdb.GiveBack(t.q.kind, s.ID(), t.taken.PID, t.taken.ID)), nil
 	})
 }
 
@@ -579,7 +681,7 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 		if len(children) > MaxChildren {
 			return rdb.Ending{}, invalid("children", "has %d children (at most %d per stage)", len(children), MaxChildren)
 		}
-		e := s.ending(t, rdb.Done(q.kind, s.ID(), pid, t.taken.ID, nil))
+		e := s.ending(t, rdb.Done(q.kind, s.ID(), t.taken.PID, t.taken.ID, nil))
 		e.Stage.Fields = rdb.StateFields(fields)
 		for i, c := range children {
 			if _, ok := st.Children[c.Queue]; !ok {
@@ -663,9 +765,13 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
-		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID(), Err: ErrTaskLost})
+		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
 	} else {
-		s.r.emit(Event{Kind: out, Queue: t.q.name, TaskID: t.taken.ID, PID: pid, WorkerID: s.ID()})
+		ev := Event{Kind: out, Queue: t.q.name, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
+		if e.Err != "" {
+			ev.Err = errors.New(e.Err) // the reason of a Fail or a Bury, as a Worker's handler error
+		}
+		s.r.emit(ev)
 	}
 	return out, err
 }
@@ -726,6 +832,12 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	s.r.retire(s)
 	s.actMu.Lock() // takes on their way land before the requeue; later ones see the lease retired
 	defer s.actMu.Unlock()
+	// The session is retired: nobody may act under its id any more, so a
+	// caller that hangs up (or whose deadline is short) must not cut the
+	// requeue short, or its takings stay held until the keepalive expires
+	// (a Worker's Stop requeues detached from its context too).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
 	for _, q := range s.queues {
 		n, cancelled, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
 		emitCancelled(s.r.emit, q.name, cancelled)
