@@ -425,3 +425,34 @@ func TestRedisRepliesNamingHostsAreNotPassedOn(t *testing.T) {
 		t.Fatal("no enqueue reached a queue of another node: the test proves nothing")
 	}
 }
+
+// A non-Go worker gets a task of an ordered queue as a Go handler does:
+// its payload, its key and every payload merged into it (the gateway
+// handed out the internal envelope before).
+func TestNodeWorkerGetsAKeyedTask(t *testing.T) {
+	g := startGateway(t, 10*time.Second)
+	ctx := context.Background()
+	if err := g.client.SetKeyPolicy(ctx, "keyed", worqr.KeyPolicy{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := g.client.Enqueue(ctx, "keyed", []byte("first"), &worqr.EnqueueOpts{Key: "k1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.client.Enqueue(ctx, "keyed", []byte("second"), &worqr.EnqueueOpts{Key: "k1"}); err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, g, "n1", "keyed")
+	f, _ := w.waitLine(t, 0, "took "+id+" ", 30*time.Second)
+	var got struct {
+		Payload string   `json:"payload"`
+		Key     string   `json:"key"`
+		Merged  []string `json:"merged"`
+	}
+	if err := json.Unmarshal([]byte(strings.Join(f[3:], " ")), &got); err != nil {
+		t.Fatalf("the worker's line %q: %v", f, err)
+	}
+	if got.Payload != "second" || got.Key != "k1" || len(got.Merged) != 2 || got.Merged[0] != "first" || got.Merged[1] != "second" {
+		t.Fatalf("the Node worker got %+v, want payload second, key k1, merged [first second]", got)
+	}
+}

@@ -1264,7 +1264,12 @@ type Taking struct {
 	State    map[string]string `protobuf:"bytes,9,rep,name=state,proto3" json:"state,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	Children []*ChildResult    `protobuf:"bytes,10,rep,name=children,proto3" json:"children,omitempty"`
 	// parent: a flow child's run id.
-	Parent        string `protobuf:"bytes,11,opt,name=parent,proto3" json:"parent,omitempty"`
+	Parent string `protobuf:"bytes,11,opt,name=parent,proto3" json:"parent,omitempty"`
+	// key and payloads: a task of an ordered queue (enqueued with a key by
+	// a Go client): its key, and every payload merged into it, oldest first
+	// (payload is then the last of them).
+	Key           string           `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
+	Payloads      []*MergedPayload `protobuf:"bytes,13,rep,name=payloads,proto3" json:"payloads,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1376,6 +1381,75 @@ func (x *Taking) GetParent() string {
 	return ""
 }
 
+func (x *Taking) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *Taking) GetPayloads() []*MergedPayload {
+	if x != nil {
+		return x.Payloads
+	}
+	return nil
+}
+
+// MergedPayload is one payload of a task of an ordered queue.
+type MergedPayload struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// score orders the payloads: the enqueue's score, or its time in unix
+	// milliseconds (Redis time).
+	Score         float64 `protobuf:"fixed64,2,opt,name=score,proto3" json:"score,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MergedPayload) Reset() {
+	*x = MergedPayload{}
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MergedPayload) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MergedPayload) ProtoMessage() {}
+
+func (x *MergedPayload) ProtoReflect() protoreflect.Message {
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MergedPayload.ProtoReflect.Descriptor instead.
+func (*MergedPayload) Descriptor() ([]byte, []int) {
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *MergedPayload) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *MergedPayload) GetScore() float64 {
+	if x != nil {
+		return x.Score
+	}
+	return 0
+}
+
 type TakeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Takings       []*Taking              `protobuf:"bytes,1,rep,name=takings,proto3" json:"takings,omitempty"`
@@ -1385,7 +1459,7 @@ type TakeResponse struct {
 
 func (x *TakeResponse) Reset() {
 	*x = TakeResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1397,7 +1471,7 @@ func (x *TakeResponse) String() string {
 func (*TakeResponse) ProtoMessage() {}
 
 func (x *TakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1410,7 +1484,7 @@ func (x *TakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeResponse.ProtoReflect.Descriptor instead.
 func (*TakeResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{20}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *TakeResponse) GetTakings() []*Taking {
@@ -1431,7 +1505,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1517,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1530,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FinishRequest) GetSessionId() string {
@@ -1493,7 +1567,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1505,7 +1579,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1518,7 +1592,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{22}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FailRequest) GetSessionId() string {
@@ -1559,7 +1633,7 @@ type GiveBackRequest struct {
 
 func (x *GiveBackRequest) Reset() {
 	*x = GiveBackRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1571,7 +1645,7 @@ func (x *GiveBackRequest) String() string {
 func (*GiveBackRequest) ProtoMessage() {}
 
 func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1584,7 +1658,7 @@ func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveBackRequest.ProtoReflect.Descriptor instead.
 func (*GiveBackRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GiveBackRequest) GetSessionId() string {
@@ -1612,7 +1686,7 @@ type BuryRequest struct {
 
 func (x *BuryRequest) Reset() {
 	*x = BuryRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1624,7 +1698,7 @@ func (x *BuryRequest) String() string {
 func (*BuryRequest) ProtoMessage() {}
 
 func (x *BuryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1637,7 +1711,7 @@ func (x *BuryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuryRequest.ProtoReflect.Descriptor instead.
 func (*BuryRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *BuryRequest) GetSessionId() string {
@@ -1672,7 +1746,7 @@ type ForwardRequest struct {
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1684,7 +1758,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1697,7 +1771,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ForwardRequest) GetSessionId() string {
@@ -1731,7 +1805,7 @@ type ChildSpec struct {
 
 func (x *ChildSpec) Reset() {
 	*x = ChildSpec{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1743,7 +1817,7 @@ func (x *ChildSpec) String() string {
 func (*ChildSpec) ProtoMessage() {}
 
 func (x *ChildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1756,7 +1830,7 @@ func (x *ChildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildSpec.ProtoReflect.Descriptor instead.
 func (*ChildSpec) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{26}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ChildSpec) GetQueue() string {
@@ -1785,7 +1859,7 @@ type FanOutRequest struct {
 
 func (x *FanOutRequest) Reset() {
 	*x = FanOutRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1797,7 +1871,7 @@ func (x *FanOutRequest) String() string {
 func (*FanOutRequest) ProtoMessage() {}
 
 func (x *FanOutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1810,7 +1884,7 @@ func (x *FanOutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FanOutRequest.ProtoReflect.Descriptor instead.
 func (*FanOutRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{27}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *FanOutRequest) GetSessionId() string {
@@ -1852,7 +1926,7 @@ type EndResponse struct {
 
 func (x *EndResponse) Reset() {
 	*x = EndResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1864,7 +1938,7 @@ func (x *EndResponse) String() string {
 func (*EndResponse) ProtoMessage() {}
 
 func (x *EndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1877,7 +1951,7 @@ func (x *EndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndResponse.ProtoReflect.Descriptor instead.
 func (*EndResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{28}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EndResponse) GetOutcome() string {
@@ -1896,7 +1970,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +1982,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +1995,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{29}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -1939,7 +2013,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1951,7 +2025,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1964,7 +2038,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{30}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{31}
 }
 
 var File_worqr_gateway_v1_gateway_proto protoreflect.FileDescriptor
@@ -2065,7 +2139,7 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xa1\x03\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xf0\x03\n" +
 	"\x06Taking\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\tR\x03pid\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -2079,11 +2153,16 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05state\x18\t \x03(\v2#.worqr.gateway.v1.Taking.StateEntryR\x05state\x129\n" +
 	"\bchildren\x18\n" +
 	" \x03(\v2\x1d.worqr.gateway.v1.ChildResultR\bchildren\x12\x16\n" +
-	"\x06parent\x18\v \x01(\tR\x06parent\x1a8\n" +
+	"\x06parent\x18\v \x01(\tR\x06parent\x12\x10\n" +
+	"\x03key\x18\f \x01(\tR\x03key\x12;\n" +
+	"\bpayloads\x18\r \x03(\v2\x1f.worqr.gateway.v1.MergedPayloadR\bpayloads\x1a8\n" +
 	"\n" +
 	"StateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"B\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"9\n" +
+	"\rMergedPayload\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x14\n" +
+	"\x05score\x18\x02 \x01(\x01R\x05score\"B\n" +
 	"\fTakeResponse\x122\n" +
 	"\atakings\x18\x01 \x03(\v2\x18.worqr.gateway.v1.TakingR\atakings\"X\n" +
 	"\rFinishRequest\x12\x1d\n" +
@@ -2154,7 +2233,7 @@ var file_worqr_gateway_v1_gateway_proto_rawDescGZIP = sync.OnceValue(func() []by
 	return protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)))
 })
 
-var file_worqr_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_worqr_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_worqr_gateway_v1_gateway_proto_goTypes = []any{
 	(*FieldViolation)(nil),       // 0: worqr.gateway.v1.FieldViolation
 	(*EnqueueRequest)(nil),       // 1: worqr.gateway.v1.EnqueueRequest
@@ -2176,65 +2255,67 @@ var file_worqr_gateway_v1_gateway_proto_goTypes = []any{
 	(*TakeRequest)(nil),          // 17: worqr.gateway.v1.TakeRequest
 	(*ChildResult)(nil),          // 18: worqr.gateway.v1.ChildResult
 	(*Taking)(nil),               // 19: worqr.gateway.v1.Taking
-	(*TakeResponse)(nil),         // 20: worqr.gateway.v1.TakeResponse
-	(*FinishRequest)(nil),        // 21: worqr.gateway.v1.FinishRequest
-	(*FailRequest)(nil),          // 22: worqr.gateway.v1.FailRequest
-	(*GiveBackRequest)(nil),      // 23: worqr.gateway.v1.GiveBackRequest
-	(*BuryRequest)(nil),          // 24: worqr.gateway.v1.BuryRequest
-	(*ForwardRequest)(nil),       // 25: worqr.gateway.v1.ForwardRequest
-	(*ChildSpec)(nil),            // 26: worqr.gateway.v1.ChildSpec
-	(*FanOutRequest)(nil),        // 27: worqr.gateway.v1.FanOutRequest
-	(*EndResponse)(nil),          // 28: worqr.gateway.v1.EndResponse
-	(*CloseSessionRequest)(nil),  // 29: worqr.gateway.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 30: worqr.gateway.v1.CloseSessionResponse
-	nil,                          // 31: worqr.gateway.v1.Taking.StateEntry
-	nil,                          // 32: worqr.gateway.v1.ForwardRequest.FieldsEntry
-	nil,                          // 33: worqr.gateway.v1.FanOutRequest.FieldsEntry
+	(*MergedPayload)(nil),        // 20: worqr.gateway.v1.MergedPayload
+	(*TakeResponse)(nil),         // 21: worqr.gateway.v1.TakeResponse
+	(*FinishRequest)(nil),        // 22: worqr.gateway.v1.FinishRequest
+	(*FailRequest)(nil),          // 23: worqr.gateway.v1.FailRequest
+	(*GiveBackRequest)(nil),      // 24: worqr.gateway.v1.GiveBackRequest
+	(*BuryRequest)(nil),          // 25: worqr.gateway.v1.BuryRequest
+	(*ForwardRequest)(nil),       // 26: worqr.gateway.v1.ForwardRequest
+	(*ChildSpec)(nil),            // 27: worqr.gateway.v1.ChildSpec
+	(*FanOutRequest)(nil),        // 28: worqr.gateway.v1.FanOutRequest
+	(*EndResponse)(nil),          // 29: worqr.gateway.v1.EndResponse
+	(*CloseSessionRequest)(nil),  // 30: worqr.gateway.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 31: worqr.gateway.v1.CloseSessionResponse
+	nil,                          // 32: worqr.gateway.v1.Taking.StateEntry
+	nil,                          // 33: worqr.gateway.v1.ForwardRequest.FieldsEntry
+	nil,                          // 34: worqr.gateway.v1.FanOutRequest.FieldsEntry
 }
 var file_worqr_gateway_v1_gateway_proto_depIdxs = []int32{
 	8,  // 0: worqr.gateway.v1.GetTaskResponse.task:type_name -> worqr.gateway.v1.TaskInfo
 	11, // 1: worqr.gateway.v1.QueueStatsResponse.queues:type_name -> worqr.gateway.v1.QueueStat
-	31, // 2: worqr.gateway.v1.Taking.state:type_name -> worqr.gateway.v1.Taking.StateEntry
+	32, // 2: worqr.gateway.v1.Taking.state:type_name -> worqr.gateway.v1.Taking.StateEntry
 	18, // 3: worqr.gateway.v1.Taking.children:type_name -> worqr.gateway.v1.ChildResult
-	19, // 4: worqr.gateway.v1.TakeResponse.takings:type_name -> worqr.gateway.v1.Taking
-	32, // 5: worqr.gateway.v1.ForwardRequest.fields:type_name -> worqr.gateway.v1.ForwardRequest.FieldsEntry
-	33, // 6: worqr.gateway.v1.FanOutRequest.fields:type_name -> worqr.gateway.v1.FanOutRequest.FieldsEntry
-	26, // 7: worqr.gateway.v1.FanOutRequest.children:type_name -> worqr.gateway.v1.ChildSpec
-	1,  // 8: worqr.gateway.v1.GatewayService.Enqueue:input_type -> worqr.gateway.v1.EnqueueRequest
-	3,  // 9: worqr.gateway.v1.GatewayService.EnqueueBatch:input_type -> worqr.gateway.v1.EnqueueBatchRequest
-	5,  // 10: worqr.gateway.v1.GatewayService.Cancel:input_type -> worqr.gateway.v1.CancelRequest
-	7,  // 11: worqr.gateway.v1.GatewayService.GetTask:input_type -> worqr.gateway.v1.GetTaskRequest
-	10, // 12: worqr.gateway.v1.GatewayService.QueueStats:input_type -> worqr.gateway.v1.QueueStatsRequest
-	13, // 13: worqr.gateway.v1.GatewayService.OpenSession:input_type -> worqr.gateway.v1.OpenSessionRequest
-	15, // 14: worqr.gateway.v1.GatewayService.Beat:input_type -> worqr.gateway.v1.BeatRequest
-	17, // 15: worqr.gateway.v1.GatewayService.Take:input_type -> worqr.gateway.v1.TakeRequest
-	21, // 16: worqr.gateway.v1.GatewayService.Finish:input_type -> worqr.gateway.v1.FinishRequest
-	22, // 17: worqr.gateway.v1.GatewayService.Fail:input_type -> worqr.gateway.v1.FailRequest
-	23, // 18: worqr.gateway.v1.GatewayService.GiveBack:input_type -> worqr.gateway.v1.GiveBackRequest
-	24, // 19: worqr.gateway.v1.GatewayService.Bury:input_type -> worqr.gateway.v1.BuryRequest
-	25, // 20: worqr.gateway.v1.GatewayService.Forward:input_type -> worqr.gateway.v1.ForwardRequest
-	27, // 21: worqr.gateway.v1.GatewayService.FanOut:input_type -> worqr.gateway.v1.FanOutRequest
-	29, // 22: worqr.gateway.v1.GatewayService.CloseSession:input_type -> worqr.gateway.v1.CloseSessionRequest
-	2,  // 23: worqr.gateway.v1.GatewayService.Enqueue:output_type -> worqr.gateway.v1.EnqueueResponse
-	4,  // 24: worqr.gateway.v1.GatewayService.EnqueueBatch:output_type -> worqr.gateway.v1.EnqueueBatchResponse
-	6,  // 25: worqr.gateway.v1.GatewayService.Cancel:output_type -> worqr.gateway.v1.CancelResponse
-	9,  // 26: worqr.gateway.v1.GatewayService.GetTask:output_type -> worqr.gateway.v1.GetTaskResponse
-	12, // 27: worqr.gateway.v1.GatewayService.QueueStats:output_type -> worqr.gateway.v1.QueueStatsResponse
-	14, // 28: worqr.gateway.v1.GatewayService.OpenSession:output_type -> worqr.gateway.v1.OpenSessionResponse
-	16, // 29: worqr.gateway.v1.GatewayService.Beat:output_type -> worqr.gateway.v1.BeatResponse
-	20, // 30: worqr.gateway.v1.GatewayService.Take:output_type -> worqr.gateway.v1.TakeResponse
-	28, // 31: worqr.gateway.v1.GatewayService.Finish:output_type -> worqr.gateway.v1.EndResponse
-	28, // 32: worqr.gateway.v1.GatewayService.Fail:output_type -> worqr.gateway.v1.EndResponse
-	28, // 33: worqr.gateway.v1.GatewayService.GiveBack:output_type -> worqr.gateway.v1.EndResponse
-	28, // 34: worqr.gateway.v1.GatewayService.Bury:output_type -> worqr.gateway.v1.EndResponse
-	28, // 35: worqr.gateway.v1.GatewayService.Forward:output_type -> worqr.gateway.v1.EndResponse
-	28, // 36: worqr.gateway.v1.GatewayService.FanOut:output_type -> worqr.gateway.v1.EndResponse
-	30, // 37: worqr.gateway.v1.GatewayService.CloseSession:output_type -> worqr.gateway.v1.CloseSessionResponse
-	23, // [23:38] is the sub-list for method output_type
-	8,  // [8:23] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	20, // 4: worqr.gateway.v1.Taking.payloads:type_name -> worqr.gateway.v1.MergedPayload
+	19, // 5: worqr.gateway.v1.TakeResponse.takings:type_name -> worqr.gateway.v1.Taking
+	33, // 6: worqr.gateway.v1.ForwardRequest.fields:type_name -> worqr.gateway.v1.ForwardRequest.FieldsEntry
+	34, // 7: worqr.gateway.v1.FanOutRequest.fields:type_name -> worqr.gateway.v1.FanOutRequest.FieldsEntry
+	27, // 8: worqr.gateway.v1.FanOutRequest.children:type_name -> worqr.gateway.v1.ChildSpec
+	1,  // 9: worqr.gateway.v1.GatewayService.Enqueue:input_type -> worqr.gateway.v1.EnqueueRequest
+	3,  // 10: worqr.gateway.v1.GatewayService.EnqueueBatch:input_type -> worqr.gateway.v1.EnqueueBatchRequest
+	5,  // 11: worqr.gateway.v1.GatewayService.Cancel:input_type -> worqr.gateway.v1.CancelRequest
+	7,  // 12: worqr.gateway.v1.GatewayService.GetTask:input_type -> worqr.gateway.v1.GetTaskRequest
+	10, // 13: worqr.gateway.v1.GatewayService.QueueStats:input_type -> worqr.gateway.v1.QueueStatsRequest
+	13, // 14: worqr.gateway.v1.GatewayService.OpenSession:input_type -> worqr.gateway.v1.OpenSessionRequest
+	15, // 15: worqr.gateway.v1.GatewayService.Beat:input_type -> worqr.gateway.v1.BeatRequest
+	17, // 16: worqr.gateway.v1.GatewayService.Take:input_type -> worqr.gateway.v1.TakeRequest
+	22, // 17: worqr.gateway.v1.GatewayService.Finish:input_type -> worqr.gateway.v1.FinishRequest
+	23, // 18: worqr.gateway.v1.GatewayService.Fail:input_type -> worqr.gateway.v1.FailRequest
+	24, // 19: worqr.gateway.v1.GatewayService.GiveBack:input_type -> worqr.gateway.v1.GiveBackRequest
+	25, // 20: worqr.gateway.v1.GatewayService.Bury:input_type -> worqr.gateway.v1.BuryRequest
+	26, // 21: worqr.gateway.v1.GatewayService.Forward:input_type -> worqr.gateway.v1.ForwardRequest
+	28, // 22: worqr.gateway.v1.GatewayService.FanOut:input_type -> worqr.gateway.v1.FanOutRequest
+	30, // 23: worqr.gateway.v1.GatewayService.CloseSession:input_type -> worqr.gateway.v1.CloseSessionRequest
+	2,  // 24: worqr.gateway.v1.GatewayService.Enqueue:output_type -> worqr.gateway.v1.EnqueueResponse
+	4,  // 25: worqr.gateway.v1.GatewayService.EnqueueBatch:output_type -> worqr.gateway.v1.EnqueueBatchResponse
+	6,  // 26: worqr.gateway.v1.GatewayService.Cancel:output_type -> worqr.gateway.v1.CancelResponse
+	9,  // 27: worqr.gateway.v1.GatewayService.GetTask:output_type -> worqr.gateway.v1.GetTaskResponse
+	12, // 28: worqr.gateway.v1.GatewayService.QueueStats:output_type -> worqr.gateway.v1.QueueStatsResponse
+	14, // 29: worqr.gateway.v1.GatewayService.OpenSession:output_type -> worqr.gateway.v1.OpenSessionResponse
+	16, // 30: worqr.gateway.v1.GatewayService.Beat:output_type -> worqr.gateway.v1.BeatResponse
+	21, // 31: worqr.gateway.v1.GatewayService.Take:output_type -> worqr.gateway.v1.TakeResponse
+	29, // 32: worqr.gateway.v1.GatewayService.Finish:output_type -> worqr.gateway.v1.EndResponse
+	29, // 33: worqr.gateway.v1.GatewayService.Fail:output_type -> worqr.gateway.v1.EndResponse
+	29, // 34: worqr.gateway.v1.GatewayService.GiveBack:output_type -> worqr.gateway.v1.EndResponse
+	29, // 35: worqr.gateway.v1.GatewayService.Bury:output_type -> worqr.gateway.v1.EndResponse
+	29, // 36: worqr.gateway.v1.GatewayService.Forward:output_type -> worqr.gateway.v1.EndResponse
+	29, // 37: worqr.gateway.v1.GatewayService.FanOut:output_type -> worqr.gateway.v1.EndResponse
+	31, // 38: worqr.gateway.v1.GatewayService.CloseSession:output_type -> worqr.gateway.v1.CloseSessionResponse
+	24, // [24:39] is the sub-list for method output_type
+	9,  // [9:24] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_worqr_gateway_v1_gateway_proto_init() }
@@ -2248,7 +2329,7 @@ func file_worqr_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
