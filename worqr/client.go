@@ -844,7 +844,8 @@ func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (i
 
 // RequeueAllDead moves every dead task of queue to the back of the queue,
 // oldest first, in atomic batches of at most 250, and returns how many it
-// moved.
+// moved: those dead when it started (a task it requeued that dies again
+// meanwhile stays dead).
 func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
 	return c.deadAll(ctx, queue, rdb.DeadRequeue)
 }
@@ -909,9 +910,19 @@ func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int,
 // longer waits for them (see DeadIDs).
 func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
 	total := 0
+	// A requeue reads only the tasks dead before it started: one it
+	// requeued that dies again meanwhile (a poison task) is not requeued
+	// again, round and round for as long as it keeps dying.
+	var before int64
+	if op == rdb.DeadRequeue {
+		var err error
+		if before, err = st.Time(ctx, qk.Ref.Tag); err != nil {
+			return 0, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
+		}
+	}
 	var after, score string // the last id refused: the next chunk starts after it
 	for {
-		p, err := st.DeadOldest(ctx, qk, op, rdb.BulkStep, after, score)
+		p, err := st.DeadOldestBefore(ctx, qk, op, rdb.BulkStep, after, score, before)
 		total += p.Handled
 		after, score = p.After, p.AfterScore
 		if err != nil {

@@ -413,7 +413,9 @@ func (in *Inspector) Limits(ctx context.Context, queue string) (Limits, error) {
 type Progress func(done int)
 
 // RequeueAllDead moves every dead task of queue to the back of the queue,
-// oldest first, in atomic chunks of at most 250, and returns how many.
+// oldest first, in atomic chunks of at most 250, and returns how many:
+// those dead when it started (a task it requeued that dies again
+// meanwhile stays dead).
 func (in *Inspector) RequeueAllDead(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.deadAll(ctx, queue, rdb.DeadRequeue, progress)
 }

@@ -1212,13 +1212,25 @@ type DeadPass struct {
 // dead set's caps) removes meanwhile do not make a call pass some it never
 // read.
 func (s *Store) DeadOldest(ctx context.Context, q QueueKeys, op DeadOp, n int, after, afterScore string) (DeadPass, error) {
+	return s.DeadOldestBefore(ctx, q, op, n, after, afterScore, 0)
+}
+
+// DeadOldestBefore is DeadOldest over the entries dead before unix ms
+// before (0: all): a pass over the whole dead set (RequeueAllDead) that
+// reads only the tasks dead when it started does not requeue again, and
+// again, the tasks it requeued that die again meanwhile.
+func (s *Store) DeadOldestBefore(ctx context.Context, q QueueKeys, op DeadOp, n int, after, afterScore string, before int64) (DeadPass, error) {
 	p := DeadPass{After: after, AfterScore: afterScore}
 	if n < 1 {
 		return p, nil
 	}
+	bound := ""
+	if before > 0 {
+		bound = strconv.FormatInt(before, 10)
+	}
 	vs, err := redis.Values(s.eval(ctx, q.Ref.Tag, deadScript, 3,
 		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkStep),
-		after, afterScore))
+		after, afterScore, bound))
 	if err != nil {
 		return p, err
 	}

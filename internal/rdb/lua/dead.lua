@@ -19,7 +19,12 @@
 -- (the others left the set). A cursor that left the set meanwhile
 -- (deleted by another client, or trimmed by the dead set's caps, which
 -- take the oldest first) is passed by its score: the entries from that
--- score on, some refused before maybe seen again.
+-- score on, some refused before maybe seen again. ARGV[9], when given and
+-- not "", is a time (unix ms): only the entries dead before it are read, so
+-- that a call that goes through the whole set (RequeueAllDead) does not
+-- meet again the tasks it requeued that died again meanwhile (it went
+-- round them for as long as they kept dying, running each again and
+-- again).
 -- A requeued task goes to the back of the queue (of its priority level)
 -- with its attempt and crash counts reset. A task of an ordered queue (one
 -- with a key) goes back under its key (see key_requeue); a deleted one that
@@ -44,6 +49,19 @@ if ARGV[5] == 'oldest' then
     ids = redis.call('ZRANGE', KEYS[1], from, from + n - 1)
   else
     ids = redis.call('ZRANGE', KEYS[1], ARGV[8], '+inf', 'BYSCORE', 'LIMIT', 0, n)
+  end
+  local before = tonumber(ARGV[9] or '')
+  if before and #ids > 0 then
+    -- (In score order: the first entry dead at or after it ends the read.)
+    local scores = redis.call('ZMSCORE', KEYS[1], unpack(ids))
+    for i = 1, #ids do
+      if tonumber(scores[i]) >= before then
+        for j = #ids, i, -1 do
+          ids[j] = nil
+        end
+        break
+      end
+    end
   end
 else
   ids = {}

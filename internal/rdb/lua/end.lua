@@ -143,6 +143,11 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
   ixkeys, runret = stage_index_keys(tkey, props, pfx, runret)
   if t[2] ~= R_RUNNING then
     redis.call('HDEL', tkey, F_WORKER, F_PID)
+    if t[2] == R_CANCELLED and redis.call('PTTL', tkey) == -1 then
+      -- Cancelled while it waited deep in its list (kept until now, see
+      -- run_cancel.lua): its retention starts.
+      redis.call('PEXPIRE', tkey, runret)
+    end
     return OUT_CANCELLED
   end
   if t[1] then

@@ -14,10 +14,12 @@ if t[1] ~= R_RUNNING then
   return 0
 end
 local pfx = prefixes(ARGV, 4)
+local left -- the run stays in its stage's list, marked (too deep to take out)
 if t[3] == S_CHILDREN then
   cancel_children(KEYS[1], pfx, ARGV[2])
 else
-  stop_task(pfx, KEYS[1], ARGV[1], t[2], {left = STOP_SCAN})
+  local _
+  _, left = stop_task(pfx, KEYS[1], ARGV[1], t[2], {left = STOP_SCAN})
 end
 if ARGV[3] == '' or redis.call('HEXISTS', KEYS[1], F_RUN_INDEXED) == 1 then
   -- (The run's own settings win over the caller's Flow, which may have
@@ -26,5 +28,12 @@ if ARGV[3] == '' or redis.call('HEXISTS', KEYS[1], F_RUN_INDEXED) == 1 then
     run_index_keys(KEYS[1], pfx))
 else
   end_run(KEYS[1], ARGV[1], R_CANCELLED, tonumber(ARGV[3]), index_keys(KEYS[1], (list_from(ARGV, 9)), pfx))
+end
+if left then
+  -- Left in its list for the take that reaches it, however long that
+  -- takes: the run is kept until then (its retention ran out first, and
+  -- the take buried its id as missing, an ended run in the dead set). The
+  -- end of that never-run taking (or its requeue) gives it its retention.
+  redis.call('PERSIST', KEYS[1])
 end
 return 1

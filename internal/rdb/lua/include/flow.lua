@@ -130,7 +130,8 @@ local STOP_SCAN = 20000
 -- the stops of one run) may still pass; past that it is marked where it
 -- waits (F_CANCEL, state cancelled): the take that reaches it hands it out
 -- with attempt -1, never run, and its end finds its run ended and drops it
--- (see take.lua). Returns true when it was taken out (nobody runs it).
+-- (see take.lua). Returns true when it was taken out (nobody runs it);
+-- false, and true second when it was left marked in its list.
 local function stop_task(pfx, tkey, id, qname, scan)
   local s = redis.call('HGET', tkey, F_STATE)
   if s == S_ACTIVE then
@@ -145,7 +146,7 @@ local function stop_task(pfx, tkey, id, qname, scan)
   local n = redis.call('LLEN', list)
   if n > scan.left then
     redis.call('HSET', tkey, F_CANCEL, '1', F_STATE, S_CANCELLED)
-    return false
+    return false, true
   end
   scan.left = scan.left - n
   redis.call('LREM', list, 1, id)

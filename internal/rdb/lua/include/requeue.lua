@@ -124,6 +124,11 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
     elseif t[4] and t[4] ~= R_RUNNING then
       -- A flow run that ended (cancelled) while this taking ran: keep it.
       redis.call('HDEL', tkey, F_WORKER, F_PID)
+      if t[4] == R_CANCELLED and redis.call('PTTL', tkey) == -1 then
+        -- Cancelled deep in its list, kept until its taking ended (see
+        -- run_cancel.lua): its retention starts.
+        redis.call('PEXPIRE', tkey, tonumber(redis.call('HGET', tkey, F_RUN_RETENTION)) or 86400000)
+      end
     elseif t[1] then
       finalize(tkey, id, t[2], S_CANCELLED, cfg_num(cfg, 'retention', 0), '', retained, t[7], t[9])
       cancelled[#cancelled + 1] = id
