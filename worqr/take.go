@@ -49,6 +49,9 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			)
 			if unsure != "" {
 				err = w.release(s, q)
+				// Hand-offs that waited for the release were launched
+				// at its end: the take counts them.
+				free = q.free()
 			}
 			if err == nil && ready && hint && free > 0 {
 				if testHookBeforeTake != nil {
