@@ -31,3 +31,24 @@ var (
 	StrandTaking = strandTaking
 	WaitRan      = waitRan
 )
+
+// PassSplitAt runs one scheduler pass as if Redis's clock read now, with
+// between called after the pass has read the due schedules and before it
+// fires them (a peer's change while the pass runs).
+func (s *Scheduler) PassSplitAt(ctx context.Context, now time.Time, between func()) (int, error) {
+	at, due, err := s.st.DueSchedules(ctx, now.UnixMilli(), dueBatch)
+	if err != nil {
+		return 0, err
+	}
+	read := time.Now()
+	between()
+	total := 0
+	for _, d := range due {
+		n, _, err := s.fire(ctx, d, at, read)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	return total, nil
+}

@@ -127,11 +127,91 @@ func (e everyTicker) next(t int64) int64 {
 type cronTicker struct{ s cron.Schedule }
 
 func (c cronTicker) next(t int64) int64 {
-	n := c.s.Next(time.UnixMilli(t).UTC())
-	if n.IsZero() {
-		return 0
+	ss, ok := c.s.(*cron.SpecSchedule)
+	if !ok {
+		n := c.s.Next(time.UnixMilli(t).UTC())
+		if n.IsZero() {
+			return 0
+		}
+		return n.UnixMilli()
 	}
-	return n.UnixMilli()
+	// The cron library walks a day's hours by adding an hour of real time
+	// and rebuilds times with time.Date: across a change of the zone's
+	// offset by other than one hour (Australia/Lord_Howe's 30 minutes,
+	// Antarctica/Troll's two hours) it steps over matching times, even a day's or a month's only one
+	// (a daily 00:00 skipped the day after the change, a monthly one a
+	// whole month). Near such a change the ticks are found minute by
+	// minute instead; elsewhere its answer stands.
+	from := t
+	for {
+		n := ss.Next(time.UnixMilli(from).UTC())
+		if n.IsZero() {
+			return 0
+		}
+		end := n.UnixMilli()
+		lo, hi, odd := oddZoneChange(ss.Location, from, end)
+		if !odd || end < lo {
+			return end
+		}
+		if m := scanTicks(ss, max(from, lo-1), hi); m != 0 {
+			return m
+		}
+		from = hi
+	}
+}
+
+// oddZoneWindow is how far on either side of an odd change of offset the
+// ticks are looked for minute by minute: the cron library's walk goes
+// wrong on the days around it.
+const oddZoneWindow = 48 * time.Hour
+
+// oddZoneChange returns the window [lo, hi] (unix ms) around the first
+// change of loc's offset by other than one hour whose window reaches
+// into [from, to], if any.
+func oddZoneChange(loc *time.Location, from, to int64) (lo, hi int64, ok bool) {
+	w := oddZoneWindow.Milliseconds()
+	at := time.UnixMilli(from - w).In(loc)
+	for {
+		_, end := at.ZoneBounds()
+		if end.IsZero() || end.UnixMilli()-w > to {
+			return 0, 0, false
+		}
+		_, before := end.Add(-time.Second).Zone()
+		_, after := end.Zone()
+		if d := after - before; d != 3600 && d != -3600 {
+			return end.UnixMilli() - w, end.UnixMilli() + w, true
+		}
+		at = end
+	}
+}
+
+// scanTicks returns the first time after from and at most to (unix ms)
+// whose wall clock in the schedule's zone matches it, 0 if none, looking
+// at every minute (zone offsets are whole minutes).
+func scanTicks(s *cron.SpecSchedule, from, to int64) int64 {
+	const starBit = 1 << 63
+	minute := time.Minute.Milliseconds()
+	for m := from - ((from%minute)+minute)%minute; m <= to; m += minute {
+		lt := time.UnixMilli(m).In(s.Location)
+		if 1<<uint(lt.Month())&s.Month == 0 || 1<<uint(lt.Hour())&s.Hour == 0 || 1<<uint(lt.Minute())&s.Minute == 0 {
+			continue
+		}
+		dom := 1<<uint(lt.Day())&s.Dom != 0
+		dow := 1<<uint(lt.Weekday())&s.Dow != 0
+		if s.Dom&starBit != 0 || s.Dow&starBit != 0 {
+			if !dom || !dow {
+				continue
+			}
+		} else if !dom && !dow {
+			continue
+		}
+		for sec := int64(0); sec < 60; sec++ {
+			if x := m + sec*1000; 1<<uint(sec)&s.Second != 0 && x > from && x <= to {
+				return x
+			}
+		}
+	}
+	return 0
 }
 
 var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
@@ -579,7 +659,10 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 	if next == 0 {
 		next = maxTick // never again: parked far away
 	}
-	ok, err := s.st.AdvanceSchedule(ctx, d.Name, d.Next, next, last, len(p.fire))
+	// Compared with the stored timing too: a re-registration with a new
+	// timing may have kept d.Next (its first tick), and next is a tick of
+	// the timing read.
+	ok, err := s.st.AdvanceSchedule(ctx, d.Name, def.timing(), d.Next, next, last, len(p.fire))
 	if err != nil {
 		return len(p.fire), false, fmt.Errorf("worqr: schedule %s: advance: %w", d.Name, err)
 	}

@@ -581,3 +581,49 @@ func TestScheduleRefusesTheLocalZone(t *testing.T) {
 		}
 	}
 }
+
+// A schedule re-registered with a new timing while a pass is under way: the
+// pass read the old definition and the next tick, and the registration (its
+// Redis time read just before that tick) kept the same next tick. The pass's
+// advance must not move the schedule to the next tick of the old timing:
+// the new schedule would fire a tick that is not one of its own (1m -> 2m),
+// or skip ticks of its own (2m -> 1m).
+func TestSchedulePassDoesNotAdvanceANewTiming(t *testing.T) {
+	minute := func(k int) time.Time { return base.Add(time.Duration(k) * time.Minute) }
+	for _, tc := range []struct {
+		name     string
+		old, new time.Duration
+		want     []time.Time // ticks enqueued by passes at minutes 2..6
+	}{
+		{"1m to 2m", time.Minute, 2 * time.Minute, []time.Time{minute(2), minute(4), minute(6)}},
+		{"2m to 1m", 2 * time.Minute, time.Minute, []time.Time{minute(2), minute(3), minute(4), minute(5), minute(6)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			b := newPeriodic(t, 1)
+			s := b.peers[0]
+			sc := worqr.Schedule{Name: "r", Queue: "q", Every: tc.old}
+			if err := s.RegisterAt(ctx, sc, minute(1)); err != nil {
+				t.Fatal(err)
+			}
+			sc.Every = tc.new
+			if _, err := s.PassSplitAt(ctx, minute(2).Add(100*time.Millisecond), func() {
+				// Another process registers the new timing; its Redis time
+				// was read 1 ms before the tick, so the next tick stays 2.
+				if err := s.RegisterAt(ctx, sc, minute(2).Add(-time.Millisecond)); err != nil {
+					t.Error(err)
+				}
+			}); err != nil {
+				t.Fatal(err)
+			}
+			for k := 2; k <= 6; k++ {
+				if _, err := s.PassAt(ctx, minute(k).Add(200*time.Millisecond)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if got, w := b.ids(t, "q"), tickIDs("r", tc.want...); strings.Join(got, " ") != strings.Join(w, " ") {
+				t.Fatalf("queue holds\n%v\nwant the new timing's ticks\n%v", got, w)
+			}
+		})
+	}
+}

@@ -509,7 +509,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	if len(due) != 1 {
 		t.Fatalf("due schedules: %+v", due)
 	}
-	_, err = st.AdvanceSchedule(ctx, "s1", due[0].Next, 2000, 1000, 1)
+	_, err = st.AdvanceSchedule(ctx, "s1", "every:1000", due[0].Next, 2000, 1000, 1)
 	must(err)
 	_, err = st.PauseSchedule(ctx, "s1")
 	must(err)

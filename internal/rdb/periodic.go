@@ -48,14 +48,17 @@ func (s *Store) PutSchedule(ctx context.Context, name string, def []byte, timing
 
 // AdvanceSchedule moves schedule name's next tick from expect to next and
 // records last (0 = nothing fired) as its last fired tick and count more
-// ticks fired, only if its next tick is still expect: peers racing on a
-// tick advance it once. It reports whether it applied.
-func (s *Store) AdvanceSchedule(ctx context.Context, name string, expect, next, last int64, count int) (bool, error) {
+// ticks fired, only if its next tick is still expect and its timing key is
+// still timing (the one of the definition the caller placed next with):
+// peers racing on a tick advance it once, and a pass that read a
+// definition since re-registered with another timing changes nothing. It
+// reports whether it applied.
+func (s *Store) AdvanceSchedule(ctx context.Context, name, timing string, expect, next, last int64, count int) (bool, error) {
 	f := ""
 	if last > 0 {
 		f = strconv.FormatInt(last, 10)
 	}
-	n, err := s.periodic(ctx, name, "advance", expect, next, f, count)
+	n, err := s.periodic(ctx, name, "advance", expect, next, f, count, timing)
 	return n == 1, err
 }
 

@@ -56,7 +56,7 @@ func TestPeriodicScript(t *testing.T) {
 	}
 
 	// Advance: a compare-and-set on the next tick.
-	if !must(e.st.AdvanceSchedule(e.ctx, "a", 1000, 2000, 1000, 1)) {
+	if !must(e.st.AdvanceSchedule(e.ctx, "a", "every:1000", 1000, 2000, 1000, 1)) {
 		t.Fatal("advance from the current tick refused")
 	}
 	want[k.Schedule("a")] = sched("d2", "every:1000", "2000", "1000", "1", false)
@@ -64,7 +64,7 @@ func TestPeriodicScript(t *testing.T) {
 	e.checkState(t, nil, func(*env) state { return want })
 	// Run again (a racing peer, a retry after a lost reply): nothing.
 	before := e.dump(t)
-	if must(e.st.AdvanceSchedule(e.ctx, "a", 1000, 3000, 2000, 2)) {
+	if must(e.st.AdvanceSchedule(e.ctx, "a", "every:1000", 1000, 3000, 2000, 2)) {
 		t.Fatal("a stale advance applied")
 	}
 	e.checkState(t, before, nil)
@@ -73,7 +73,7 @@ func TestPeriodicScript(t *testing.T) {
 	if !must(e.st.PauseSchedule(e.ctx, "a")) {
 		t.Fatal("pause refused")
 	}
-	if !must(e.st.AdvanceSchedule(e.ctx, "a", 2000, 4000, 0, 0)) {
+	if !must(e.st.AdvanceSchedule(e.ctx, "a", "every:1000", 2000, 4000, 0, 0)) {
 		t.Fatal("advance of a paused schedule refused")
 	}
 	want[k.Schedule("a")] = sched("d2", "every:1000", "4000", "1000", "1", true)
@@ -104,7 +104,7 @@ func TestPeriodicScript(t *testing.T) {
 		func() (bool, error) { return e.st.RemoveSchedule(e.ctx, "a") },
 		func() (bool, error) { return e.st.PauseSchedule(e.ctx, "a") },
 		func() (bool, error) { return e.st.ResumeSchedule(e.ctx, "a", 1) },
-		func() (bool, error) { return e.st.AdvanceSchedule(e.ctx, "a", 10000, 11000, 10000, 1) },
+		func() (bool, error) { return e.st.AdvanceSchedule(e.ctx, "a", "every:1000", 10000, 11000, 10000, 1) },
 	} {
 		if must(f()) {
 			t.Fatal("an op on a removed schedule applied")
@@ -126,4 +126,28 @@ func TestPeriodicDueDropsNamesWithoutHash(t *testing.T) {
 		t.Fatalf("due: %+v %v", due, err)
 	}
 	e.checkState(t, nil, func(*env) state { return state{} })
+}
+
+// An advance placed with another timing than the stored one (a pass that
+// read the definition before a re-registration that kept the next tick)
+// changes nothing.
+func TestPeriodicAdvanceComparesTheTiming(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	if _, err := e.st.PutSchedule(e.ctx, "a", []byte("d1"), "every:60000", 120000); err != nil {
+		t.Fatal(err)
+	}
+	// Re-registered with a new timing whose first tick is the same.
+	if _, err := e.st.PutSchedule(e.ctx, "a", []byte("d2"), "every:120000", 120000); err != nil {
+		t.Fatal(err)
+	}
+	before := e.dump(t)
+	ok, err := e.st.AdvanceSchedule(e.ctx, "a", "every:60000", 120000, 180000, 120000, 1)
+	if err != nil || ok {
+		t.Fatalf("advance with the old timing = %v, %v; want refused", ok, err)
+	}
+	e.checkState(t, before, nil)
+	if ok, err := e.st.AdvanceSchedule(e.ctx, "a", "every:120000", 120000, 240000, 120000, 1); err != nil || !ok {
+		t.Fatalf("advance with the stored timing = %v, %v; want applied", ok, err)
+	}
 }

@@ -13,9 +13,13 @@
 --             Returns 1 when the timing was set, 0 when kept.
 -- op advance: ARGV[3] the next tick the caller read, ARGV[4] the new next
 --             tick, ARGV[5] the latest tick it fired ("" = none), ARGV[6]
---             how many ticks it fired. Returns 1 when
---             applied, 0 when the next tick was no longer ARGV[3] (another
---             peer advanced it, or the schedule was removed).
+--             how many ticks it fired, ARGV[7] the timing key of the
+--             definition the caller read (absent: not compared). Returns 1
+--             when applied, 0 when the next tick was no longer ARGV[3]
+--             (another peer advanced it, or the schedule was removed) or
+--             the timing is no longer ARGV[7] (re-registered with a new
+--             timing whose first tick happened to be ARGV[3]: the caller's
+--             next tick is one of the old timing's).
 -- op pause:   Returns 1, or 0 when there is no such schedule.
 -- op resume:  ARGV[3] the next tick (the first after Redis's now: ticks
 --             that fell during the pause are not missed, they are skipped).
@@ -42,6 +46,9 @@ if redis.call('EXISTS', key) == 0 then
 end
 if op == 'advance' then
   if redis.call('HGET', key, 'n') ~= ARGV[3] then
+    return 0
+  end
+  if ARGV[7] and redis.call('HGET', key, 'k') ~= ARGV[7] then
     return 0
   end
   redis.call('HSET', key, 'n', ARGV[4])
