@@ -52,3 +52,10 @@ func (s *Scheduler) PassSplitAt(ctx context.Context, now time.Time, between func
 	}
 	return total, nil
 }
+
+// OnResumeRead makes a resume call f once it has read the schedule and
+// worked out its next tick, before it writes; undo removes it.
+func OnResumeRead(f func(name string)) (undo func()) {
+	testHookResumeRead = f
+	return func() { testHookResumeRead = nil }
+}

@@ -774,35 +774,51 @@ func (in *Inspector) resumeSchedule(ctx context.Context, name string, at int64) 
 	if err := checkName("name", name); err != nil {
 		return err
 	}
-	r, err := in.st.Schedule(ctx, name)
-	if err != nil {
-		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
-	}
-	if r == nil {
-		return ErrScheduleNotFound
-	}
-	_, tk, err := decodeDef(r.Def)
-	if err != nil {
-		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
-	}
-	if at == 0 {
-		if at, err = in.st.Time(ctx, rdb.PeriodicTag); err != nil {
+	// The next tick is worked out from the timing read: a re-registration
+	// with another timing in between is refused by the resume (its tick
+	// would be one of the old timing's), and the schedule is read again.
+	for try := 0; ; try++ {
+		r, err := in.st.Schedule(ctx, name)
+		if err != nil {
 			return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
 		}
+		if r == nil {
+			return ErrScheduleNotFound
+		}
+		def, tk, err := decodeDef(r.Def)
+		if err != nil {
+			return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+		}
+		now := at
+		if now == 0 {
+			if now, err = in.st.Time(ctx, rdb.PeriodicTag); err != nil {
+				return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+			}
+		}
+		next := tk.next(now)
+		if next == 0 {
+			next = maxTick
+		}
+		if testHookResumeRead != nil {
+			testHookResumeRead(name)
+		}
+		ok, err := in.st.ResumeSchedule(ctx, name, def.timing(), next)
+		if errors.Is(err, rdb.ErrTimingChanged) && try < 3 {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
+		}
+		if !ok {
+			return ErrScheduleNotFound
+		}
+		return nil
 	}
-	next := tk.next(at)
-	if next == 0 {
-		next = maxTick
-	}
-	ok, err := in.st.ResumeSchedule(ctx, name, next)
-	if err != nil {
-		return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
-	}
-	if !ok {
-		return ErrScheduleNotFound
-	}
-	return nil
 }
+
+// testHookResumeRead, when set by a test, runs when a resume has read the
+// schedule and worked out its next tick, before it writes.
+var testHookResumeRead func(name string)
 
 // RemoveSchedule deletes schedule name: no Scheduler fires it again (a pass
 // already under way may still enqueue its current tick).

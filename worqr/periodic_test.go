@@ -627,3 +627,46 @@ func TestSchedulePassDoesNotAdvanceANewTiming(t *testing.T) {
 		})
 	}
 }
+
+// A resume works out the next tick from the timing it read: when the
+// schedule is re-registered with another timing in between, the resume
+// reads it again rather than put it on a tick of the old timing (it did:
+// a schedule of every 7 minutes then fired on the old minute).
+func TestResumeAcrossAReRegistration(t *testing.T) {
+	ctx := context.Background()
+	b := newPeriodic(t, 1)
+	s := b.peers[0]
+	sc := worqr.Schedule{Name: "r", Queue: "q", Every: time.Minute}
+	if err := s.RegisterAt(ctx, sc, base); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.in.PauseSchedule(ctx, "r"); err != nil {
+		t.Fatal(err)
+	}
+	at := base.Add(30 * time.Second)
+	var newNext time.Time
+	once := false
+	undo := worqr.OnResumeRead(func(string) {
+		if once {
+			return
+		}
+		once = true
+		sc.Every = 7 * time.Minute
+		if err := s.RegisterAt(ctx, sc, at); err != nil {
+			t.Error(err)
+		}
+		info, _ := b.in.Schedule(ctx, "r")
+		newNext = info.Next
+	})
+	defer undo()
+	if err := b.in.ResumeScheduleAt(ctx, "r", at); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.in.Schedule(ctx, "r")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Paused || info.Every != 7*time.Minute || !info.Next.Equal(newNext) || info.Next.Equal(base.Add(time.Minute)) {
+		t.Fatalf("after the resume: paused %v, every %s, next %s; want the new timing's next tick %s", info.Paused, info.Every, info.Next, newNext)
+	}
+}

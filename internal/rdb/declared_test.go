@@ -513,7 +513,7 @@ func TestScriptKeysDeclared(t *testing.T) {
 	must(err)
 	_, err = st.PauseSchedule(ctx, "s1")
 	must(err)
-	_, err = st.ResumeSchedule(ctx, "s1", 3000)
+	_, err = st.ResumeSchedule(ctx, "s1", "every:1000", 3000)
 	must(err)
 	_, err = st.RemoveSchedule(ctx, "s1")
 	must(err)

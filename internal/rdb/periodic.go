@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 
@@ -70,10 +71,22 @@ func (s *Store) PauseSchedule(ctx context.Context, name string) (bool, error) {
 
 // ResumeSchedule resumes schedule name at tick next (when it was paused);
 // false when there is none.
-func (s *Store) ResumeSchedule(ctx context.Context, name string, next int64) (bool, error) {
-	n, err := s.periodic(ctx, name, "resume", next)
+//
+// next was worked out from timing: when the schedule was re-registered
+// with another timing since it was read, nothing changes and
+// ErrTimingChanged
+// comes back (read it again).
+func (s *Store) ResumeSchedule(ctx context.Context, name, timing string, next int64) (bool, error) {
+	n, err := s.periodic(ctx, name, "resume", next, timing)
+	if n == -1 {
+		return false, ErrTimingChanged
+	}
 	return n == 1, err
 }
+
+// ErrTimingChanged: a schedule's timing is no longer the one the caller
+// read (ResumeSchedule).
+var ErrTimingChanged = errors.New("rdb: the schedule's timing changed")
 
 // RemoveSchedule deletes schedule name; false when there was none.
 func (s *Store) RemoveSchedule(ctx context.Context, name string) (bool, error) {

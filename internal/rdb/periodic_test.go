@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 
@@ -87,12 +88,17 @@ func TestPeriodicScript(t *testing.T) {
 	want[k.Schedule("a")] = sched("d3", "every:5000", "5000", "1000", "1", true)
 	e.checkState(t, nil, func(*env) state { return want })
 	// Resume at a new tick; resuming again changes nothing.
-	must(e.st.ResumeSchedule(e.ctx, "a", 10000))
+	// A resume worked out from another timing changes nothing.
+	if _, err := e.st.ResumeSchedule(e.ctx, "a", "every:1000", 3000); !errors.Is(err, rdb.ErrTimingChanged) {
+		t.Fatalf("a resume from the old timing: %v, want ErrTimingChanged", err)
+	}
+	e.checkState(t, nil, func(*env) state { return want })
+	must(e.st.ResumeSchedule(e.ctx, "a", "every:5000", 10000))
 	want[k.Schedule("a")] = sched("d3", "every:5000", "10000", "1000", "1", false)
 	want[k.ScheduleDue()] = zset{{"a", "10000"}}
 	e.checkState(t, nil, func(*env) state { return want })
 	before = e.dump(t)
-	must(e.st.ResumeSchedule(e.ctx, "a", 20000))
+	must(e.st.ResumeSchedule(e.ctx, "a", "every:5000", 20000))
 	e.checkState(t, before, nil)
 
 	// Remove, then every op on it reports it missing and writes nothing.
@@ -103,7 +109,7 @@ func TestPeriodicScript(t *testing.T) {
 	for _, f := range []func() (bool, error){
 		func() (bool, error) { return e.st.RemoveSchedule(e.ctx, "a") },
 		func() (bool, error) { return e.st.PauseSchedule(e.ctx, "a") },
-		func() (bool, error) { return e.st.ResumeSchedule(e.ctx, "a", 1) },
+		func() (bool, error) { return e.st.ResumeSchedule(e.ctx, "a", "every:5000", 1) },
 		func() (bool, error) { return e.st.AdvanceSchedule(e.ctx, "a", "every:1000", 10000, 11000, 10000, 1) },
 	} {
 		if must(f()) {

@@ -22,7 +22,10 @@
 --             next tick is one of the old timing's).
 -- op pause:   Returns 1, or 0 when there is no such schedule.
 -- op resume:  ARGV[3] the next tick (the first after Redis's now: ticks
---             that fell during the pause are not missed, they are skipped).
+--             that fell during the pause are not missed, they are skipped),
+--             ARGV[4] the timing key ARGV[3] was worked out from (absent:
+--             not compared). Returns -1 (nothing changed) when the timing
+--             is no longer ARGV[4].
 --             Returns 1, or 0 when there is no such schedule.
 -- op remove:  Returns 1, or 0 when there was no such schedule.
 local key, due, all = KEYS[1], KEYS[2], KEYS[3]
@@ -65,6 +68,11 @@ elseif op == 'pause' then
   redis.call('ZREM', due, name)
   return 1
 elseif op == 'resume' then
+  if ARGV[4] and redis.call('HGET', key, 'k') ~= ARGV[4] then
+    -- Re-registered with a new timing since the caller read it (its next
+    -- tick is one of the old timing's), or removed.
+    return redis.call('EXISTS', key) == 1 and -1 or 0
+  end
   if redis.call('HEXISTS', key, 'p') == 1 then
     redis.call('HDEL', key, 'p')
     redis.call('HSET', key, 'n', ARGV[3])
