@@ -120,30 +120,12 @@ func (p *switchPool) Switches() uint64 { return p.n.Load() }
 func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 	ctx := context.Background()
 	pool := &switchPool{Pool: srv.TagCheckedPool(t)}
-	ns := redistest.Namespace()
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true}, AnyQueue: true})
-	if err != nil {
+	b := setupRemoteOn(t, ctx, pool, worqr.RemoteConfig{Config: worqr.Config{DisableEvents: true}, AnyQueue: true})
+	ns := b.ns
+	if _, err := b.client.Enqueue(ctx, "fq", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_ = r.Stop(sctx)
-	})
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Enqueue(ctx, "fq", []byte("x"), nil); err != nil {
-		t.Fatal(err)
-	}
-	s, err := r.Open(ctx, worqr.OpenOpts{Name: t.Name(), Queues: []string{"fq"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, b, "fq")
 	k := takeOne(t, s, "fq", 0)
 	if rep, err := s.Beat(ctx, []string{k.PID}); err != nil || len(rep.Cancel) != 0 {
 		t.Fatalf("beat before the switch = %+v, %v", rep, err)
@@ -158,6 +140,7 @@ func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 	pool.n.Add(1)
 	var rep worqr.BeatReply
 	for i := 0; i < 3 && len(rep.Cancel) == 0; i++ {
+		var err error
 		if rep, err = s.Beat(ctx, []string{k.PID}); err != nil {
 			t.Fatal(err)
 		}

@@ -26,10 +26,15 @@ type remoteBundle struct {
 
 func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *remoteBundle {
 	t.Helper()
-	pool := srv.TagCheckedPool(t)
+	cfg.DisableEvents = true
+	return setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
+}
+
+// setupRemoteOn is setupRemote on pool, its events as cfg says.
+func setupRemoteOn(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg worqr.RemoteConfig) *remoteBundle {
+	t.Helper()
 	ns := redistest.Namespace()
 	cfg.Namespace = ns
-	cfg.DisableEvents = true
 	r, err := worqr.NewRemote(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
