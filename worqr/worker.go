@@ -432,12 +432,18 @@ func (w *Worker) ID() string {
 // background until Stop, or until ctx ends: then the worker stops as Stop
 // does with a grace period that has already run out (running handlers are
 // cancelled with ErrWorkerStopped and their tasks put back at the front).
-// Calling Start twice is an error.
+// Calling Start twice, or after Stop (even a Stop before any Start), is an
+// error.
 func (w *Worker) Start(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.started {
 		return errors.New("worqr: worker already started")
+	}
+	if w.stopping {
+		// Stop came first and closed Stopped: a worker started now
+		// would run with nobody to stop it.
+		return errors.New("worqr: worker stopped before it was started")
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -764,6 +770,13 @@ const takesOverWait = 6 * time.Second
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started {
+		// Never started (or its Start failed): nothing runs. The worker
+		// is stopped for good: Stopped is closed, and a later Start is
+		// refused rather than run a worker whose Stop already returned.
+		if !w.stopping {
+			w.stopping = true
+			close(w.stopped)
+		}
 		w.mu.Unlock()
 		return nil
 	}
