@@ -773,3 +773,29 @@ func TestRunNowFromItsPage(t *testing.T) {
 		t.Fatalf("the task after Run now: %+v, %v; want queued", ti, err)
 	}
 }
+
+// TestJSONPayloadShownAsItIs: the task page pretty-prints a JSON payload,
+// but did so by decoding it into Go values and encoding them again: an
+// integer beyond 2^53 was shown rounded (9007199254740993 as
+// 9007199254740992), keys were sorted, and < > & became \u003c \u003e
+// \u0026.
+func TestJSONPayloadShownAsItIs(t *testing.T) {
+	e := newEnv(t, nil)
+	id, err := e.client.Enqueue(context.Background(), "mail", []byte(`{"z":9007199254740993,"a":"<b>&"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.get("/task?id=" + id)
+	if code != http.StatusOK {
+		t.Fatalf("task page: %d", code)
+	}
+	m := regexp.MustCompile(`(?s)<pre class="code" id="payload">(.*?)</pre>`).FindStringSubmatch(body)
+	if m == nil {
+		t.Fatalf("no payload on the task page:\n%s", body)
+	}
+	got := html.UnescapeString(m[1])
+	want := "{\n  \"z\": 9007199254740993,\n  \"a\": \"<b>&\"\n}"
+	if got != want {
+		t.Fatalf("payload shown as\n%s\nwant\n%s", got, want)
+	}
+}

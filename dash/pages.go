@@ -1,6 +1,7 @@
 package dash
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/rand"
@@ -605,11 +606,11 @@ func printable(b []byte) string {
 	if !utf8.Valid(b) {
 		return fmt.Sprintf("(%d bytes of binary) %x", len(b), b[:min(len(b), 256)])
 	}
-	var v any
-	if json.Unmarshal(b, &v) == nil {
-		if out, err := json.MarshalIndent(v, "", "  "); err == nil {
-			return string(out)
-		}
+	// json.Indent keeps the payload's own text (numbers beyond 2^53,
+	// key order, "<" and "&"): a decode and re-encode changed them.
+	var out bytes.Buffer
+	if json.Valid(b) && json.Indent(&out, bytes.TrimSpace(b), "", "  ") == nil {
+		return out.String()
 	}
 	return string(b)
 }

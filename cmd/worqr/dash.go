@@ -63,6 +63,11 @@ without them, keep --addr on a loopback address or behind your own proxy.`,
 		if prefix != "" && !strings.HasPrefix(prefix, "/") {
 			return usagef("--prefix %q: must start with /", prefix)
 		}
+		for _, c := range prefix {
+			if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/-_.~", c)) {
+				return usagef("--prefix %q: %q is not allowed (want a path of A-Z a-z 0-9 - _ . ~ and /)", prefix, c)
+			}
+		}
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return usagef("--addr %s: %v", addr, err)

@@ -50,6 +50,11 @@ are printed first. One JSON object per line with -o json.`,
 		if err := o.check(); err != nil {
 			return err
 		}
+		if queue != "" {
+			if err := checkQueue("--queue", queue); err != nil {
+				return err
+			}
+		}
 		if recent < 0 {
 			return usagef("--recent %d: want 0 or more", recent)
 		}

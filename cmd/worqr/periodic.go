@@ -116,8 +116,8 @@ func (a *app) periodicActCmd(verb string) *cobra.Command {
 	}
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		name := args[0]
-		if err := worqr.CheckQueueName(name); err != nil {
-			return usagef("<name> %q: schedule names are 1 to 80 characters of A-Z a-z 0-9 _ - .", name)
+		if err := worqr.CheckQueueName(name); err != nil || len(name) > worqr.MaxScheduleNameLen {
+			return usagef("<name> %q: schedule names are 1 to %d characters of A-Z a-z 0-9 _ - .", name, worqr.MaxScheduleNameLen)
 		}
 		var err error
 		switch verb {
