@@ -102,7 +102,14 @@ func (b *bundle) run(stdin string, args ...string) result {
 // runEnv is run with only env as the WORQR_ variables.
 func (b *bundle) runEnv(env []string, stdin string, args ...string) result {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	return b.runFor(60*time.Second, env, stdin, args...)
+}
+
+// runFor runs the binary with only env as the WORQR_ variables and stdin
+// as its input, killing it after d.
+func (b *bundle) runFor(d time.Duration, env []string, stdin string, args ...string) result {
+	b.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binPath, args...)
 	cmd.Env = append(cleanEnv(), env...)

@@ -1,10 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"errors"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -15,22 +11,7 @@ import (
 // hanging the test.
 func (b *bundle) runQuick(d time.Duration, args ...string) result {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, binPath, args...)
-	cmd.Env = append(cleanEnv(), "WORQR_REDIS_URL="+redisURL, "WORQR_NAMESPACE="+b.ns)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	switch {
-	case errors.As(err, &ee):
-		code = ee.ExitCode()
-	case err != nil:
-		b.t.Fatalf("running worqr %v: %v", args, err)
-	}
-	return result{out: out.String(), err: errb.String(), code: code}
+	return b.runFor(d, []string{"WORQR_REDIS_URL=" + redisURL, "WORQR_NAMESPACE=" + b.ns}, "", args...)
 }
 
 // TestEventsRefusesABadQueueName: `events --queue` with a name no queue can
