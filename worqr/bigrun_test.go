@@ -18,9 +18,7 @@ import (
 // handler runs.
 func TestStageSeesABigRunWhole(t *testing.T) {
 	ctx := context.Background()
-	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		return redis.DialURLContext(ctx, srv.URL)
-	}}
+	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	const kids = 3000

@@ -18,9 +18,7 @@ import (
 // make. The run is taken again, whole, once reads work.
 func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	ctx := context.Background()
-	base := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		return redis.DialURLContext(ctx, srv.URL)
-	}}
+	base := srv.Pool()
 	t.Cleanup(func() { base.Close() })
 	pool := newFaultPool(base)
 	ns := redistest.Namespace()

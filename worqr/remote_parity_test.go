@@ -10,7 +10,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/rdb"
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -160,32 +159,14 @@ func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 // reason.
 func TestRemoteFailEventsCarryTheReason(t *testing.T) {
 	ctx := context.Background()
-	pool := srv.TagCheckedPool(t)
-	ns := redistest.Namespace()
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns, EventLogLength: 100},
+	b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), worqr.RemoteConfig{Config: worqr.Config{EventLogLength: 100},
 		Queues: map[string]worqr.QueueConfig{"eq": {MaxAttempts: 2}}})
+	r, in := b.remote, b.insp
+	ids, err := b.client.EnqueueBatch(ctx, "eq", [][]byte{[]byte("a"), []byte("b")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := c.EnqueueBatch(ctx, "eq", [][]byte{[]byte("a"), []byte("b")}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := r.Open(ctx, worqr.OpenOpts{Name: t.Name(), Queues: []string{"eq"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := open(t, b, "eq")
 	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "eq", Max: 2})
 	if err != nil || len(ks) != 2 {
 		t.Fatalf("take = %v, %v", ks, err)
