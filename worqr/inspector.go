@@ -444,19 +444,20 @@ func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progres
 
 // CancelAll cancels every task of stand-alone queue: waiting and scheduled
 // ones (and those behind an ordered queue's keys) end as cancelled (in
-// chunks of at most 250), running ones are asked to stop. It returns how many it cancelled or asked.
+// chunks of at most 250), running ones are asked to stop. It returns how
+// many it cancelled or asked. A task given back to its queue while the call
+// runs (by the reaper, or by a worker that stops) is cancelled too; a task
+// enqueued while it runs may be.
 func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progress) (int, error) {
-	n, err := in.bulk(ctx, queue, rdb.BulkCancel, progress)
-	if n > 0 {
-		// Each ended as cancelled here, where no worker will see it: its
-		// event (and history count) is this call's to publish.
-		in.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, Count: n})
-	}
+	n, err := in.cancelWaiting(ctx, queue, 0, progress)
 	if err != nil {
 		return n, err
 	}
 	ref, _ := parseQueue(queue)
 	qk := in.st.Queue(ref)
+	if testHookCancelAllActive != nil {
+		testHookCancelAllActive()
+	}
 	hs, err := in.st.Active(ctx, qk)
 	if err != nil {
 		return n, fmt.Errorf("worqr: cancel all of %s: %w", queue, err)
@@ -476,10 +477,38 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 			in.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, TaskID: h.ID})
 		}
 	}
+	// A task that was running when the first pass ran and was given back
+	// before the running ones were read was in neither: a second pass
+	// finds it (one call per place when there is nothing).
+	n, err = in.cancelWaiting(ctx, queue, n, progress)
+	if err != nil {
+		return n, err
+	}
 	if progress != nil {
 		progress(n)
 	}
 	return n, nil
+}
+
+// testHookCancelAllActive, when set by a test, runs in CancelAll between
+// its first pass over the waiting tasks and its read of the running ones.
+var testHookCancelAllActive func()
+
+// cancelWaiting is CancelAll's pass over the waiting and scheduled tasks of
+// queue, after before were cancelled or asked: it returns the new total,
+// and publishes the pass's count as one event.
+func (in *Inspector) cancelWaiting(ctx context.Context, queue string, before int, progress Progress) (int, error) {
+	var pg Progress
+	if progress != nil {
+		pg = func(done int) { progress(before + done) }
+	}
+	n, err := in.bulk(ctx, queue, rdb.BulkCancel, pg)
+	if n > 0 {
+		// Each ended as cancelled here, where no worker will see it: its
+		// event (and history count) is this call's to publish.
+		in.bus.add(Event{Kind: EventCancelled, At: time.Now(), Queue: queue, Count: n})
+	}
+	return before + n, err
 }
 
 func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkAction, progress Progress) (int, error) {

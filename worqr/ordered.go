@@ -257,10 +257,16 @@ func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []
 	return "", false, fmt.Errorf("worqr: enqueue %s: key %q: its waiting task changed %d times during the merge", queue, key, maxMergeTries)
 }
 
-// checkPayload applies the size limit and the reserved prefix.
+// checkPayload applies the size limit and the reserved prefix. The limit
+// is the caller's payload's: a typed payload's tag (at most 106 bytes, see
+// TypedPayload) is not counted.
 func (c *Client) checkPayload(name string, p []byte) error {
-	if len(p) > c.cfg.MaxPayloadBytes {
-		return invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", len(p), c.cfg.MaxPayloadBytes)
+	size := len(p)
+	if _, inner, ok := splitTyped(p); ok {
+		size = len(inner)
+	}
+	if size > c.cfg.MaxPayloadBytes {
+		return invalid(name, "is %d bytes, over MaxPayloadBytes (%d)", size, c.cfg.MaxPayloadBytes)
 	}
 	return checkPayloadPrefix(name, p)
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 type order struct {
@@ -144,5 +146,24 @@ func TestHandleBatchOfDecodesInOrderOrSkipsRetry(t *testing.T) {
 	err := h.HandleBatch(context.Background(), b)
 	if !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), "task b") || got != nil {
 		t.Fatalf("bad payload: err %v, fn called with %+v", err, got)
+	}
+}
+
+// MaxPayloadBytes bounds the caller's payload: the type's tag EnqueueTyped
+// adds is not counted, and a refusal names the caller's size (it counted
+// the tag, and named the tagged size).
+func TestEnqueueTypedLimitIsThePayloads(t *testing.T) {
+	ctx := context.Background()
+	pool := internalPool(t)
+	c, err := NewClient(pool, &Config{Namespace: redistest.Namespace(), MaxPayloadBytes: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := EnqueueTyped(ctx, c, "ty", "email.send", []byte(strings.Repeat("p", 16)), nil); err != nil {
+		t.Errorf("a typed payload of MaxPayloadBytes: %v", err)
+	}
+	_, err = EnqueueTyped(ctx, c, "ty", "email.send", []byte(strings.Repeat("p", 17)), nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is 17 bytes, over MaxPayloadBytes (16)") {
+		t.Errorf("a typed payload of 17 bytes: %v, want an InvalidError naming 17 bytes", err)
 	}
 }
