@@ -213,6 +213,9 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	q.releaseBegin(s.ID())
 	known := q.heldPIDs()
 	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
+	if testHookReleased != nil {
+		testHookReleased(q)
+	}
 	w.releaseEnd(s, q, known, r, err)
 	emitCancelled(w.emit, q.member, r.Cancelled)
 	if err != nil {
@@ -301,6 +304,10 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 		return nil
 	}
 }
+
+// testHookReleased, when set by a test, runs in q's release once Redis
+// answered, before the hand-offs that waited for it are launched.
+var testHookReleased func(q *queueRunner)
 
 // testHookBeforeTake, when set by a test, runs in q's fetch loop before
 // each take (its number of free slots already read).
