@@ -16,8 +16,9 @@ import (
 // SentinelPool is a connection source for a Redis primary managed by Redis
 // Sentinel: give it to NewClient, NewWorker, NewInspector, registry.New or
 // recovery.New as you would a *redis.Pool. It asks the sentinels for the
-// primary (SENTINEL GET-MASTER-ADDR-BY-NAME), checks with ROLE that the node
-// is one, follows +switch-master on one sentinel, asks again every 5 seconds
+// primary (SENTINEL MASTER), checks with ROLE that the node is one (and
+// does not go back to a node named at an older configuration epoch while
+// the one in use still is), follows +switch-master on one sentinel, asks again every 5 seconds
 // and at once when a reply says the node is no longer the primary
 // (READONLY), and then sends every new call to the new primary. Workers keep
 // running through a failover: calls that fail meanwhile are retried as after

@@ -167,9 +167,6 @@ func waitLinked(ctx context.Context, node *redistest.Server) error {
 	}
 }
 
-// startSentinel starts a primary, one replica and three sentinels, and a
-// SentinelPool on them checking every second; both are stopped when the test
-// ends. It skips the test when redis-sentinel is not installed.
 // sentinelGroup starts a primary, one replica and three sentinels, stopped
 // when the test ends (skipped without redis-sentinel).
 func sentinelGroup(ctx context.Context, t *testing.T) *redistest.Sentinel {
@@ -185,6 +182,8 @@ func sentinelGroup(ctx context.Context, t *testing.T) *redistest.Sentinel {
 	return st
 }
 
+// startSentinel is sentinelGroup and a SentinelPool on it checking every
+// second, closed when the test ends.
 func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *worqr.SentinelPool) {
 	t.Helper()
 	st := sentinelGroup(ctx, t)

@@ -3,6 +3,7 @@ package sentinel_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -111,6 +112,109 @@ func failoverVia(ctx context.Context, t *testing.T, s, old string) string {
 	}
 }
 
+// staleSentinel starts a sentinel that monitors primary and cannot see
+// the data nodes' INFO and pub/sub (an ACL user that denies them, the
+// effect of a partition between sentinels): it names primary whatever
+// the others do, at configuration epoch 0.
+func staleSentinel(t *testing.T, st *redistest.Sentinel, primary string) string {
+	t.Helper()
+	for _, n := range st.Nodes {
+		c, err := redis.Dial("tcp", n.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Do("ACL", "SETUSER", "stale", "on", ">stalepw", "+@all", "-info", "-subscribe", "-psubscribe", "-publish",
+			"allkeys", "allchannels"); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+	}
+	host, port, _ := net.SplitHostPort(primary)
+	stale, _ := startExtraSentinel(t,
+		fmt.Sprintf("sentinel monitor %s %s %s 2", redistest.SentinelMaster, host, port),
+		fmt.Sprintf("sentinel auth-user %s stale", redistest.SentinelMaster),
+		fmt.Sprintf("sentinel auth-pass %s stalepw", redistest.SentinelMaster),
+		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", redistest.SentinelMaster))
+	return stale
+}
+
+// A split brain: after a failover, the old primary acts as one again and
+// nobody demotes it (here: REPLICAOF NO ONE, and an ACL that keeps the
+// sentinels from sending it REPLICAOF), and a sentinel cut off from the
+// others still names it. The pool went back to it at its next check:
+// ROLE confirmed it, and the writes of every process went to a node whose
+// data the rejoin throws away. The stale sentinel gives an older
+// configuration epoch: the pool stays on the primary in use while that
+// one confirms.
+func TestStaleSentinelDoesNotPullThePoolBackInASplitBrain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st := sentinelGroup(ctx, t)
+	old := st.Nodes[0].Addr
+	stale := staleSentinel(t, st, old)
+	refused := make(chan struct{}, 16)
+	log := slog.New(&matchHandler{match: "names an older primary", seen: refused})
+	// The stale sentinel is asked first at every check.
+	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
+		&worqr.PoolOptions{SentinelCheck: time.Second, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	second := failoverVia(ctx, t, st.Sentinels[0].Addr, old)
+	for deadline := time.Now().Add(15 * time.Second); pool.Primary() != second; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the pool never moved to the new primary %s (uses %s)", second, pool.Primary())
+		}
+	}
+	c, err := redis.Dial("tcp", old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Do("REPLICAOF", "NO", "ONE"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Do("ACL", "SETUSER", "default", "-replicaof", "-slaveof"); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := askSentinel(ctx, stale); s != old {
+		t.Fatalf("the stale sentinel names %s, not the old primary %s: the setup is wrong", s, old)
+	}
+	switches := pool.Switches()
+	// Two checks that asked the stale sentinel and refused what it named.
+	for n := 0; n < 2; {
+		select {
+		case <-refused:
+			n++
+		case <-time.After(15 * time.Second):
+			t.Fatalf("15 s without a check refusing the stale sentinel's %s; the pool uses %s", old, pool.Primary())
+		}
+		if pool.Primary() != second || pool.Switches() != switches {
+			t.Fatalf("the pool went from %s to %s (%d switches more): the old primary of a split brain", second, pool.Primary(), pool.Switches()-switches)
+		}
+	}
+}
+
+// matchHandler signals seen for each record whose message contains match.
+type matchHandler struct {
+	match string
+	seen  chan struct{}
+}
+
+func (h *matchHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *matchHandler) Handle(_ context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.match) {
+		select {
+		case h.seen <- struct{}{}:
+		default:
+		}
+	}
+	return nil
+}
+func (h *matchHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *matchHandler) WithGroup(string) slog.Handler      { return h }
+
 // A sentinel that cannot see the others (here: an ACL user on the data
 // nodes that denies it INFO and pub/sub, the effect of a partition between
 // sentinels) keeps naming the old primary. Listed first, it is the one the
@@ -124,23 +228,7 @@ func TestStaleFirstSentinelDoesNotKeepTheDemotedPrimary(t *testing.T) {
 	defer cancel()
 	st := sentinelGroup(ctx, t)
 	old := st.Nodes[0].Addr
-	for _, n := range st.Nodes {
-		c, err := redis.Dial("tcp", n.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Do("ACL", "SETUSER", "stale", "on", ">stalepw", "+@all", "-info", "-subscribe", "-psubscribe", "-publish",
-			"allkeys", "allchannels"); err != nil {
-			t.Fatal(err)
-		}
-		c.Close()
-	}
-	host, port, _ := net.SplitHostPort(old)
-	stale, _ := startExtraSentinel(t,
-		fmt.Sprintf("sentinel monitor %s %s %s 2", redistest.SentinelMaster, host, port),
-		fmt.Sprintf("sentinel auth-user %s stale", redistest.SentinelMaster),
-		fmt.Sprintf("sentinel auth-pass %s stalepw", redistest.SentinelMaster),
-		fmt.Sprintf("sentinel down-after-milliseconds %s 1000", redistest.SentinelMaster))
+	stale := staleSentinel(t, st, old)
 
 	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
 		&worqr.PoolOptions{SentinelCheck: time.Second})

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -49,10 +50,13 @@ type Options struct {
 type Pool struct {
 	o Options
 
-	mu       sync.Mutex
-	known    []string // the sentinels to ask: Options.Sentinels, then those learned
-	addr     string
-	pool     *redis.Pool
+	mu    sync.Mutex
+	known []string // the sentinels to ask: Options.Sentinels, then those learned
+	addr  string
+	pool  *redis.Pool
+	// epoch is the highest configuration epoch a sentinel gave with addr
+	// (SENTINEL MASTER's config-epoch): each failover raises it.
+	epoch    int64
 	closed   bool
 	refresh  chan struct{}
 	stop     chan struct{}
@@ -206,7 +210,11 @@ func (p *Pool) learn(ctx context.Context, s string) {
 // discover asks each sentinel in turn for the primary's address, and uses
 // the first one that the node itself confirms (ROLE says master), the node
 // in use included: a sentinel that has not seen a failover still names the
-// old primary, which may be a replica by now.
+// old primary, which may be a replica by now, or may still act as a primary
+// (a split brain: cut off from the sentinels that moved on, nobody demoted
+// it). Such a sentinel gives an older configuration epoch than the one the
+// pool moved on with: while the node in use confirms, the pool does not go
+// back (see discoverFrom).
 func (p *Pool) discover(ctx context.Context) error {
 	var errs []error
 	for _, s := range p.sentinels() {
@@ -227,20 +235,36 @@ func (p *Pool) discover(ctx context.Context) error {
 func (p *Pool) discoverFrom(ctx context.Context, s string, errs *[]error) bool {
 	ctx, cancel := context.WithTimeout(ctx, p.askTimeout())
 	defer cancel()
-	addr, err := p.ask(ctx, s)
+	addr, epoch, err := p.ask(ctx, s)
 	if err != nil {
 		*errs = append(*errs, fmt.Errorf("sentinel %s: %w", s, err))
 		return false
 	}
 	p.mu.Lock()
-	cur, curPool := p.addr, p.pool
+	cur, curPool, curEpoch := p.addr, p.pool, p.epoch
 	p.mu.Unlock()
 	if cur == addr {
 		if err := confirm(ctx, curPool); err != nil {
 			*errs = append(*errs, fmt.Errorf("sentinel %s names %s, in use: %w", s, addr, err))
 			return false
 		}
+		p.mu.Lock()
+		if p.addr == addr {
+			p.epoch = max(p.epoch, epoch)
+		}
+		p.mu.Unlock()
 		return true // nothing changed
+	}
+	if curPool != nil && epoch < curEpoch {
+		// A sentinel behind a failover the pool followed. Its node is
+		// not used while the one in use still confirms (sentinels reset
+		// to epoch 0 while the primary in use was demoted are followed).
+		if err := confirm(ctx, curPool); err == nil {
+			p.o.Logger.Warn("sentinel: a sentinel names an older primary, which is not used (a sentinel cut off from the others, maybe a split brain)",
+				"master", p.o.Master, "sentinel", s, "names", addr, "epoch", epoch, "in_use", cur, "in_use_epoch", curEpoch)
+			*errs = append(*errs, fmt.Errorf("sentinel %s names %s at configuration epoch %d, older than %s's (%d), which still confirms", s, addr, epoch, cur, curEpoch))
+			return false
+		}
 	}
 	pool := p.o.NewPool(addr)
 	if err := confirm(ctx, pool); err != nil {
@@ -248,28 +272,30 @@ func (p *Pool) discoverFrom(ctx context.Context, s string, errs *[]error) bool {
 		*errs = append(*errs, fmt.Errorf("sentinel %s names %s: %w", s, addr, err))
 		return false
 	}
-	p.use(addr, pool)
+	p.use(addr, pool, epoch)
 	return true
 }
 
-// ask returns the primary's address according to sentinel s.
-func (p *Pool) ask(ctx context.Context, s string) (string, error) {
+// ask returns the primary's address according to sentinel s, and the
+// configuration epoch s knows it at (SENTINEL MASTER).
+func (p *Pool) ask(ctx context.Context, s string) (string, int64, error) {
 	c, err := p.o.DialSentinel(ctx, s)
 	if err != nil {
-		return "", err
+		return "", 0, err
 	}
 	defer c.Close()
-	r, err := redis.Strings(redis.DoContext(c, ctx, "SENTINEL", "GET-MASTER-ADDR-BY-NAME", p.o.Master))
-	if err == redis.ErrNil {
-		return "", fmt.Errorf("does not monitor %q", p.o.Master)
-	}
+	m, err := redis.StringMap(redis.DoContext(c, ctx, "SENTINEL", "MASTER", p.o.Master))
 	if err != nil {
-		return "", err
+		if e, ok := err.(redis.Error); ok && strings.Contains(string(e), "No such master") {
+			return "", 0, fmt.Errorf("does not monitor %q", p.o.Master)
+		}
+		return "", 0, err
 	}
-	if len(r) != 2 {
-		return "", fmt.Errorf("unexpected reply %q", r)
+	epoch, err := strconv.ParseInt(m["config-epoch"], 10, 64)
+	if m["ip"] == "" || m["port"] == "" || err != nil {
+		return "", 0, fmt.Errorf("unexpected SENTINEL MASTER reply %q", m)
 	}
-	return net.JoinHostPort(r[0], r[1]), nil
+	return net.JoinHostPort(m["ip"], m["port"]), epoch, nil
 }
 
 // confirm checks that the node of pool says it is a primary, on a
@@ -302,7 +328,7 @@ func confirm(ctx context.Context, pool *redis.Pool) error {
 
 // use makes addr the primary; the old pool is closed, so that its
 // connections close as they come back.
-func (p *Pool) use(addr string, pool *redis.Pool) {
+func (p *Pool) use(addr string, pool *redis.Pool, epoch int64) {
 	p.mu.Lock()
 	if p.closed && p.pool != nil {
 		p.mu.Unlock()
@@ -310,7 +336,7 @@ func (p *Pool) use(addr string, pool *redis.Pool) {
 		return
 	}
 	old, oldAddr := p.pool, p.addr
-	p.addr, p.pool = addr, pool
+	p.addr, p.pool, p.epoch = addr, pool, epoch
 	var switched chan struct{}
 	if old != nil {
 		p.switches.Add(1)
