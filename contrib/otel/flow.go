@@ -109,14 +109,16 @@ func StageMiddleware(tp trace.TracerProvider) worqr.StageMiddleware {
 			ctx, opts := extract(ctx, r.Meta)
 			opts = append(opts, trace.WithSpanKind(trace.SpanKindConsumer), trace.WithAttributes(attrs...))
 			ctx, span := tr.Start(ctx, r.Stage+" process", opts...)
+			returned := false
 			defer func() {
 				v := recover()
-				endProcess(span, v, err)
+				endProcess(span, v, exited(returned, err))
 				if v != nil {
 					panic(v)
 				}
 			}()
 			res, err = next.HandleStage(ctx, r)
+			returned = true
 			if err == nil && res != nil && len(res.Children) > 0 {
 				// The children are the caller's: a copy carries the context.
 				out := *res

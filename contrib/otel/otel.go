@@ -212,7 +212,15 @@ func fail(span trace.Span, err error) {
 // without the envelope. A handler's error is recorded
 // on the span and sets its status to Error; worqr.ErrGiveBack does not (the
 // span gets worqr.gave_back=true instead). A panic is recorded too, and
-// goes on up to the worker.
+// goes on up to the worker; a handler that ends its goroutine with
+// runtime.Goexit records worqr.ErrHandlerExited, as the worker does.
+//
+// A task of an ordered queue that merges (KeyPolicy.Merge) holds one
+// envelope per enqueue merged into it: the handler gets Task.Payloads out
+// of their envelopes, equal payloads once (the first, as the merge keeps
+// them; Task.Payload the last left), and the span links to the producer
+// span of each. In Redis the envelopes differ, so every traced enqueue
+// counts against the most distinct payloads a task gathers (100).
 //
 // Put it first in WorkerConfig.Middleware, so that the middleware after it
 // sees the span in the context and the payload as enqueued.
@@ -248,6 +256,12 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 			var links []trace.SpanStartOption
 			ctx, links = extract(ctx, meta)
 			opts = append(opts, links...)
+			linked := map[trace.SpanID]bool{trace.SpanContextFromContext(ctx).SpanID(): len(links) > 0}
+			// A task merged into (KeyPolicy.Merge) holds the payload of
+			// every enqueue merged, each in its own envelope.
+			restore, more := unwrapMerged(t, linked)
+			defer restore()
+			opts = append(opts, more...)
 			if b := worqr.BatchOf(ctx); b != nil {
 				// A batch of an ordered queue (KeyBatch): t is its head;
 				// every other task comes out of its envelope too, and the
@@ -260,31 +274,87 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 						orig, bt := bt.Payload, bt
 						bt.Payload = inner
 						defer func() { bt.Payload = orig }()
-						if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); sc.IsValid() {
+						if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); sc.IsValid() && !linked[sc.SpanID()] {
+							linked[sc.SpanID()] = true
 							opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))
 						}
 					}
+					restore, more := unwrapMerged(bt, linked)
+					defer restore()
+					opts = append(opts, more...)
 				}
 			}
 			if typ, ok := taskType(t.Payload); ok {
 				attrs = append(attrs, TaskTypeKey.String(typ))
 			}
 			ctx, span := tr.Start(ctx, t.Queue+" process", append(opts, trace.WithAttributes(attrs...))...)
+			returned := false
 			defer func() {
 				v := recover()
-				endProcess(span, v, err)
+				endProcess(span, v, exited(returned, err))
 				if v != nil {
 					panic(v)
 				}
 			}()
-			return next.HandleTask(ctx, t)
+			err = next.HandleTask(ctx, t)
+			returned = true
+			return err
 		})
 	}
 }
 
+// unwrapMerged takes the payloads of a task merged into
+// (KeyPolicy.Merge, Task.Payloads) out of their envelopes, as the queue
+// would have merged them without tracing: each envelope carries its own
+// span context, so equal payloads were stored as distinct ones; the first
+// of each (the lowest score, as Merge keeps) is kept, and t.Payload is the
+// last one left. It returns what puts the task back as it came, and a link
+// to the producer span of each payload not yet in linked.
+func unwrapMerged(t *worqr.Task, linked map[trace.SpanID]bool) (restore func(), links []trace.SpanStartOption) {
+	if len(t.Payloads) == 0 {
+		return func() {}, nil
+	}
+	out := make([]worqr.Payload, 0, len(t.Payloads))
+	seen := map[string]bool{}
+	wrapped := false
+	for _, p := range t.Payloads {
+		carrier, inner, ok := split(p.Data)
+		if !ok {
+			inner = p.Data
+		} else {
+			wrapped = true
+			if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); sc.IsValid() && !linked[sc.SpanID()] {
+				linked[sc.SpanID()] = true
+				links = append(links, trace.WithLinks(trace.Link{SpanContext: sc}))
+			}
+		}
+		if seen[string(inner)] {
+			continue
+		}
+		seen[string(inner)] = true
+		out = append(out, worqr.Payload{Data: inner, Score: p.Score})
+	}
+	if !wrapped {
+		return func() {}, nil
+	}
+	origs, orig := t.Payloads, t.Payload
+	t.Payloads, t.Payload = out, out[len(out)-1].Data
+	return func() { t.Payloads, t.Payload = origs, orig }, links
+}
+
+// exited is the error of a handler call that returned err, or that ended
+// its goroutine with runtime.Goexit (returned false, no panic): the worker
+// ends such an attempt as failed with worqr.ErrHandlerExited.
+func exited(returned bool, err error) error {
+	if !returned {
+		return worqr.ErrHandlerExited
+	}
+	return err
+}
+
 // endProcess ends the consumer span of a handler call that panicked with v
-// (not nil; the caller panics again), or returned err: a give-back is
-// marked, any other error recorded.
+// (not nil; the caller panics again), or returned err (see exited): a
+// give-back is marked, any other error recorded.
 func endProcess(span trace.Span, v any, err error) {
 	defer span.End()
 	switch {

@@ -164,7 +164,7 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 		workersRegistered: desc("worqr_workers_registered", "Workers in the registry, alive or not yet reaped.", nil),
 		workersAlive:      desc("worqr_workers_alive", "Registered workers whose keepalive is current.", nil),
 		up: desc("worqr_up",
-			"1 when the last scrape read Redis, 0 when it failed (the worqr_queue_* and worqr_workers_* gauges are then absent).", nil),
+			"1 when the last scrape read Redis, 0 when a read failed (the gauges of what could not be read, worqr_queue_* or worqr_workers_*, are then absent).", nil),
 		scrapeDuration: desc("worqr_scrape_duration_seconds", "How long the scrape's Redis reads took.", nil),
 		tracked: desc("worqr_collector_tracked",
 			"Entries in the collector's bounded maps, waiting for the event they pair with (enqueued, started, early_start, worker).", []string{"map"}),

@@ -1,0 +1,84 @@
+package otelworqr_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	otelworqr "github.com/worqr/worqr-go/contrib/otel"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// A queue that merges the tasks of a key (KeyPolicy.Merge): every payload
+// merged into the task reached the handler (Task.Payloads) still in its
+// trace envelope, and since each envelope carries its own span context,
+// equal payloads were no longer merged into one (found by an audit).
+func TestMergedPayloadsUnwrapped(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if err := e.client.SetKeyPolicy(ctx, "mq", worqr.KeyPolicy{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.SetKeyPolicy(ctx, "plain", worqr.KeyPolicy{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	var producers []trace.SpanContext
+	for _, p := range []string{"a", "b", "a"} {
+		// The same payloads, traced and not, each into one waiting task.
+		if _, err := e.client.Enqueue(ctx, "plain", []byte(p), &worqr.EnqueueOpts{Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := otelworqr.Enqueue(ctx, e.client, "mq", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+			t.Fatal(err)
+		}
+		sends := e.spans("mq send", len(producers)+1)
+		producers = append(producers, sends[len(sends)-1].SpanContext())
+	}
+	type got struct {
+		payload  string
+		payloads []string
+	}
+	handler := func(ch chan<- got) worqr.Handler {
+		return worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			g := got{payload: string(tk.Payload)}
+			for _, p := range tk.Payloads {
+				g.payloads = append(g.payloads, string(p.Data))
+			}
+			ch <- g
+			return nil
+		})
+	}
+	plain, traced := make(chan got, 4), make(chan got, 4)
+	e.worker("plain", worqr.QueueConfig{Keys: worqr.KeyPolicy{Merge: true}, Handler: handler(plain)})
+	e.worker("mq", worqr.QueueConfig{Keys: worqr.KeyPolicy{Merge: true}, Handler: handler(traced)})
+	var want, g got
+	for _, c := range []struct {
+		ch  chan got
+		dst *got
+	}{{plain, &want}, {traced, &g}} {
+		select {
+		case *c.dst = <-c.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a handler did not run within 10s")
+		}
+	}
+	if len(want.payloads) != 2 {
+		t.Fatalf("without tracing the task holds payloads %q: want the 2 distinct ones", want.payloads)
+	}
+	if g.payload != want.payload || strings.Join(g.payloads, ",") != strings.Join(want.payloads, ",") {
+		t.Errorf("traced: the handler saw payload %q and payloads %q; without tracing %q and %q", g.payload, g.payloads, want.payload, want.payloads)
+	}
+	span := e.spans("mq process", 1)[0]
+	linked := map[trace.SpanID]bool{}
+	for _, l := range span.Links() {
+		linked[l.SpanContext.SpanID()] = true
+	}
+	for i, p := range producers {
+		if !linked[p.SpanID()] {
+			t.Errorf("the process span does not link to the send span of enqueue %d (links %v)", i, span.Links())
+		}
+	}
+}
