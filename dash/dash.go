@@ -175,12 +175,17 @@ func (d *Dashboard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // BasicAuth wraps h with HTTP basic authentication for one user, comparing
-// both the user name and the password in constant time.
+// both the user name and the password in constant time. An empty user or
+// password (say, an environment variable that is not set) lets nobody in:
+// every request is refused, rather than open to anyone who sends an empty
+// password.
 func BasicAuth(user, pass string, h http.Handler) http.Handler {
 	wantU := sha256.Sum256([]byte(user))
 	wantP := sha256.Sum256([]byte(pass))
+	unset := user == "" || pass == ""
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		u, p, ok := r.BasicAuth()
+		ok = ok && !unset
 		gotU := sha256.Sum256([]byte(u))
 		gotP := sha256.Sum256([]byte(p))
 		okU := subtle.ConstantTimeCompare(gotU[:], wantU[:])

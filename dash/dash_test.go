@@ -614,6 +614,24 @@ func TestBasicAuth(t *testing.T) {
 	}
 }
 
+// The README mounts the dashboard behind BasicAuth("ops",
+// os.Getenv("DASH_PASSWORD"), d): with the variable unset, the password is
+// empty, and a request with the user and an empty password must not get in.
+func TestBasicAuthWithAnEmptyPasswordRefusesEveryone(t *testing.T) {
+	in := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") })
+	for _, c := range []struct{ user, pass, sentUser, sentPass string }{
+		{"ops", "", "ops", ""}, {"", "", "", ""}, {"", "pw", "", "pw"},
+	} {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.SetBasicAuth(c.sentUser, c.sentPass)
+		rec := httptest.NewRecorder()
+		BasicAuth(c.user, c.pass, in).ServeHTTP(rec, r)
+		if rec.Code != http.StatusUnauthorized {
+			t.Errorf("BasicAuth(%q, %q) let in %q:%q (status %d), want 401", c.user, c.pass, c.sentUser, c.sentPass, rec.Code)
+		}
+	}
+}
+
 func discardLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 // A queue the namespace does not know has no page, and no action acts on

@@ -33,6 +33,11 @@ const (
 	// MaxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
 	// proto-max-bulk-len is 512 MiB).
 	MaxPayloadLimit = 256 << 20
+
+	// MaxConcurrency is the largest QueueConfig.Concurrency and
+	// WorkerConfig.Concurrency: each slot is a handler goroutine and room
+	// in the queue's channel, made when the worker is made.
+	MaxConcurrency = 100_000
 )
 
 // Config is what a Client needs. The zero value works: every field has a
@@ -155,10 +160,10 @@ type QueueConfig struct {
 	// Stand-alone queues only.
 	KeyBatch int
 	// Concurrency is how many tasks of this queue run at once in this
-	// worker. Required, >= 1, unless the worker serves its queues by
-	// priority (WorkerConfig.Priority): then the queues share
+	// worker. Required, 1 to MaxConcurrency, unless the worker serves its
+	// queues by priority (WorkerConfig.Priority): then the queues share
 	// WorkerConfig.Concurrency, and this, when > 0, caps this queue's
-	// share.
+	// share. Each slot is a handler goroutine, started with the worker.
 	Concurrency int
 	// ReadAhead is how many tasks beyond Concurrency the worker may take
 	// ahead of its handlers, while the queue's handlers return in under a
@@ -203,8 +208,8 @@ type QueueConfig struct {
 	// that kills its worker cannot starve the queue. Negative: no limit.
 	// Default 5.
 	MaxCrashes int
-	// Retention is how long a done or cancelled task (its outcome and
-	// result) stays readable by Client.Task. Default 0: deleted at once.
+	// Retention is how long a done, cancelled or expired task (its outcome
+	// and result) stays readable by Client.Task. Default 0: deleted at once.
 	Retention time.Duration
 	// DeadMaxCount caps the dead set; the oldest entries go first.
 	// Default 10,000.
@@ -228,8 +233,9 @@ func DefaultBackoff(attempt int, _ error) time.Duration {
 	return d/2 + time.Duration(rand.Int64N(int64(d/2)+1))
 }
 
-// WorkerConfig is what a Worker needs. Queues is required; every other field
-// has a default, given in its comment.
+// WorkerConfig is what a Worker needs. Queues or Flows is required (a
+// worker serves at least one queue); every other field has a default, given
+// in its comment.
 type WorkerConfig struct {
 	Config
 	// Queues maps each queue name to serve to its handler and concurrency.
@@ -272,7 +278,8 @@ type WorkerConfig struct {
 	// while every higher one is empty, paused or held by its limits).
 	Priority PriorityMode
 	// Concurrency is how many tasks of Queues run at once in all when
-	// Priority is set (required then, >= 1). Must be 0 otherwise.
+	// Priority is set (required then, 1 to MaxConcurrency). Must be 0
+	// otherwise.
 	Concurrency int
 	// Middleware wraps every task handler of the worker (stand-alone queues
 	// and flow child queues; not stage handlers), the first outermost.
@@ -323,6 +330,9 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 	case PriorityWeighted, PriorityStrict:
 		if out.Concurrency < 1 {
 			return out, invalid("Concurrency", "(%d) must be at least 1 with Priority %s", out.Concurrency, out.Priority)
+		}
+		if out.Concurrency > MaxConcurrency {
+			return out, invalid("Concurrency", "(%d) must be at most %d", out.Concurrency, MaxConcurrency)
 		}
 	default:
 		return out, invalid("Priority", "(%d) must be PriorityNone, PriorityWeighted or PriorityStrict", int(out.Priority))
@@ -495,6 +505,9 @@ func (q *QueueConfig) noBatch(field string) error {
 }
 
 func (q *QueueConfig) fill(field string) error {
+	if q.Concurrency > MaxConcurrency {
+		return invalid(field+".Concurrency", "(%d) must be at most %d", q.Concurrency, MaxConcurrency)
+	}
 	if q.Limits != nil {
 		if err := q.Limits.check(field + ".Limits"); err != nil {
 			return err

@@ -538,3 +538,33 @@ func TestCheckQueueName(t *testing.T) {
 		}
 	}
 }
+
+// A Concurrency with no bound is a channel and two goroutines per slot:
+// 1,000,000 took 6.5 GB, and 1<<30 ended the process with "fatal error:
+// runtime: out of memory" inside NewWorker (no panic a caller can
+// recover). It is refused, naming the field and the bound.
+func TestHugeConcurrencyIsRefused(t *testing.T) {
+	t.Parallel()
+	const big = 1 << 30
+	stage := &Flow{Name: "f", Stages: []Stage{{Name: "s", Queue: QueueConfig{Concurrency: big},
+		Handler: StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil })}}}
+	for name, c := range map[string]struct {
+		cfg   *WorkerConfig
+		field string
+	}{
+		"queue": {worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: big} }), `Queues["q"].Concurrency`},
+		"shared": {worker(func(c *WorkerConfig) {
+			c.Priority, c.Concurrency = PriorityWeighted, big
+			c.Queues["q"] = QueueConfig{Handler: noop}
+		}), "Concurrency"},
+		"stage": {&WorkerConfig{Flows: []*Flow{stage}}, "Concurrency"},
+	} {
+		_, err := c.cfg.withDefaults()
+		if err == nil || !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), c.field+" (1073741824) must be at most ") {
+			t.Errorf("%s: Concurrency %d: %v, want ErrInvalid naming %s and its bound", name, big, err, c.field)
+		}
+	}
+	if _, err := worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 10_000} }).withDefaults(); err != nil {
+		t.Errorf("Concurrency 10,000: %v, want it accepted", err)
+	}
+}

@@ -63,12 +63,17 @@ func (g *prioGroup) candidates(extra int) []*queueRunner {
 // share gives n free slots to the candidates: strict, all to the first (up
 // to its own free slots, the rest to the next); weighted, each slot to a
 // queue drawn with probability proportional to its weight (a queue whose
-// own free slots are used up leaves the draw).
-func (g *prioGroup) share(cands []*queueRunner, n, extra int) []int {
+// own free slots are used up leaves the draw). given, when not nil, is
+// what each candidate already has of this round (what it was owed): its
+// room is what is left of its free slots.
+func (g *prioGroup) share(cands []*queueRunner, n, extra int, given []int) []int {
 	out := make([]int, len(cands))
 	room := make([]int, len(cands))
 	for i, q := range cands {
 		room[i] = q.free() + extra
+		if given != nil {
+			room[i] = max(0, room[i]-given[i])
+		}
 	}
 	if g.mode == PriorityStrict {
 		for i := range cands {
@@ -78,13 +83,15 @@ func (g *prioGroup) share(cands []*queueRunner, n, extra int) []int {
 		return out
 	}
 	total := 0
-	for _, q := range cands {
-		total += q.weight
+	for i, q := range cands {
+		if room[i] > 0 {
+			total += q.weight
+		}
 	}
 	for ; n > 0 && total > 0; n-- {
 		r := rand.IntN(total)
 		for i, q := range cands {
-			if room[i] == 0 {
+			if room[i] <= 0 {
 				continue
 			}
 			if r < q.weight {
@@ -117,7 +124,7 @@ func (w *Worker) refillShare(q *queueRunner, n int) int {
 	own := 0
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for i, k := range g.share(cands, n, n) {
+	for i, k := range g.share(cands, n, n, nil) {
 		if cands[i] == q {
 			own = k
 		} else if k > 0 {
@@ -235,7 +242,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 		}
 	}
 	g.mu.Unlock()
-	for i, k := range g.share(cands, free, 0) {
+	for i, k := range g.share(cands, free, 0, plan) {
 		plan[i] += k
 	}
 	again := false

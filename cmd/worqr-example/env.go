@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -161,6 +162,12 @@ func (c *common) register(fs *flag.FlagSet, getenv func(string) string, namespac
 		"Redis Cluster seeds, host:port,host:port or redis[s]:// URLs, instead of --redis-url (env "+envRedisCluster+")")
 	fs.StringVar(&c.sentinel, "redis-sentinel", getenv(envRedisSentinel),
 		"master-name@host:port,host:port: the primary that these sentinels monitor, instead of --redis-url (env "+envRedisSentinel+")")
+	// --help shows each flag's default: the variables' values, with their
+	// passwords hidden.
+	for _, name := range []string{"redis-url", "redis-cluster", "redis-sentinel"} {
+		f := fs.Lookup(name)
+		f.DefValue = redactedList(f.DefValue)
+	}
 	if namespace {
 		ns := getenv(envNamespace)
 		if ns == "" {
@@ -293,6 +300,15 @@ func redacted(raw string) string {
 		return u.Redacted()
 	}
 	return "(unparsable URL)"
+}
+
+// urlPassword is the password of a redis[s]:// URL within a list of them
+// (cluster seeds, sentinels).
+var urlPassword = regexp.MustCompile(`(://[^:@/,]*):[^@/,]*@`)
+
+// redactedList hides the password of every URL in s, a URL or a list.
+func redactedList(s string) string {
+	return urlPassword.ReplaceAllString(s, "${1}:xxxxx@")
 }
 
 // poolOptions says how to reach Redis: TLS files come from

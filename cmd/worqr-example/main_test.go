@@ -125,6 +125,22 @@ func TestUsage(t *testing.T) {
 	}
 }
 
+// The README says the binaries never print the password of a Redis URL;
+// --help shows each flag's default, which is the variable's value.
+func TestHelpHidesPasswords(t *testing.T) {
+	e := env{envRedisURL: "redis://ops:s3cret-url@127.0.0.1:6379/0",
+		envRedisCluster:  "redis://ops:s3cret-seed@10.0.0.1:7000,10.0.0.2:7000",
+		envRedisSentinel: "mymaster@redis://ops:s3cret-sent@10.0.0.1:26379,10.0.0.2:26379"}
+	for _, c := range commands() {
+		_, stdout, stderr := runArgs(t, e, c.name, "--help")
+		if out := stdout + stderr; strings.Contains(out, "s3cret") {
+			t.Errorf("%s --help prints a password:\n%s", c.name, out)
+		} else if c.name != "demo" && !strings.Contains(out, "redis://ops:xxxxx@127.0.0.1:6379/0") {
+			t.Errorf("%s --help does not show the URL's default, redacted:\n%s", c.name, out)
+		}
+	}
+}
+
 func TestEventLine(t *testing.T) {
 	for _, tc := range []struct {
 		e    worqr.Event

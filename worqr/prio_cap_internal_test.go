@@ -1,0 +1,132 @@
+package worqr
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// warnRecorder keeps the messages of the Warn records logged through it.
+type warnRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (r *warnRecorder) Handle(_ context.Context, rec slog.Record) error {
+	r.mu.Lock()
+	r.msgs = append(r.msgs, rec.Message)
+	r.mu.Unlock()
+	return nil
+}
+func (r *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+func (r *warnRecorder) WithGroup(string) slog.Handler      { return r }
+
+// A queue of a priority group gets, in one round, the slots it is owed
+// (given to it by the draw of an end of another queue, refillShare) and
+// its part of the draw of the slots left: together they must stay within
+// its own free slots (QueueConfig.Concurrency, the cap of the README's
+// weighted example). Else the round takes tasks of the capped queue it has
+// no handler for: they wait, held out of every other worker's reach, until
+// a release puts them back, logged as if the process had been frozen.
+func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
+	ctx := context.Background()
+	pool := internalPool(t)
+	rec := &warnRecorder{}
+	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true, Logger: slog.New(rec)}
+	release := make(chan struct{})
+	var mu sync.Mutex
+	running, most := 0, 0
+	h := HandlerFunc(func(ctx context.Context, t *Task) error {
+		mu.Lock()
+		if running++; running > most {
+			most = running
+		}
+		mu.Unlock()
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		mu.Lock()
+		running--
+		mu.Unlock()
+		return nil
+	})
+	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour,
+		Priority: PriorityWeighted, Concurrency: 20,
+		Queues: map[string]QueueConfig{
+			"critical": {Handler: h, Weight: 6},
+			"default":  {Handler: h, Weight: 3},
+			"low":      {Handler: h, Weight: 1, Concurrency: 5},
+		}})
+	defer w.Stop(ctx)
+	defer close(release) // (before Stop, which waits for the handlers)
+	g := w.group
+	var low *queueRunner
+	for _, q := range g.queues {
+		if q.member == "low" {
+			low = q
+		}
+	}
+	// The first rounds find every queue empty.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		idle := true
+		for _, q := range g.queues {
+			idle = idle && !q.more.Load()
+		}
+		if idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the group never went idle")
+		}
+	}
+	// An end of another queue gave low 5 slots (its whole cap) to take at
+	// the next round.
+	g.mu.Lock()
+	g.owed[low] = 5
+	g.mu.Unlock()
+	client, err := NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([][]byte, 20)
+	for i := range ps {
+		ps[i] = []byte("x")
+	}
+	if _, err := client.EnqueueBatch(ctx, "low", ps, nil); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		mu.Lock()
+		r := running
+		mu.Unlock()
+		if r == 5 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d handlers of low running, want 5", r)
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // let a round past the cap show itself
+	if n, err := client.Len(ctx, "low"); err != nil || n != 15 {
+		t.Errorf("%d tasks of low waiting (err %v), want 15: the worker holds %d with 5 handlers", n, err, 20-n)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, m := range rec.msgs {
+		if strings.Contains(m, "taking not run") {
+			t.Errorf("the round took past low's 5 slots (warnings: %q)", rec.msgs)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 5 {
+		t.Fatalf("%d handlers of low ran at once, want at most 5", most)
+	}
+}
