@@ -575,9 +575,12 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 }
 
 // BatchError is returned by EnqueueBatch when a batch split into several
-// atomic steps failed part way: the first Enqueued tasks are in the queue;
-// of the rest, the step that failed may or may not have been applied (a
-// lost reply), and none after it was.
+// atomic steps failed part way: the first Enqueued tasks are in the queue.
+// When Redis refused the step that failed (an error reply, such as OOM),
+// nothing after them was applied. When its reply was lost (a broken
+// connection, a timeout), that step and those sent behind it may or may not
+// have been applied, in order: the tasks in the queue are the batch's first
+// ones, Enqueued or more.
 //
 // With EnqueueOpts.UniqueKeys, Enqueued counts the payloads handled
 // (enqueued or left out as duplicates), and Duplicates (when not nil) names

@@ -13,6 +13,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -392,23 +393,42 @@ func (l *loader) run() error {
 	if err := l.ctx.Err(); err != nil {
 		return err
 	}
-	cctx, cancel := l.callCtx()
-	rep, err := l.c.st.LoadChunk(cctx, l.q, &l.args, first)
-	cancel()
-	if err != nil {
-		if l.ctx.Err() != nil {
-			l.pending = []*rdb.LoadChunk{first}
-			_, err = l.broken(err) // the checkpoint tells whether it was applied
-		}
-		return err
-	}
-	l.pending = []*rdb.LoadChunk{first}
-	if done, err := l.settle(rep); err != nil {
-		return err
-	} else if !done {
-		if err := l.resync(rep); err != nil {
+	for tries := 1; ; tries++ {
+		cctx, cancel := l.callCtx()
+		rep, err := l.c.st.LoadChunk(cctx, l.q, &l.args, first)
+		cancel()
+		l.pending = []*rdb.LoadChunk{first}
+		var refused redis.Error
+		if err != nil && (l.ctx.Err() != nil || errors.As(err, &refused)) {
+			if l.ctx.Err() != nil {
+				_, err = l.broken(err) // the checkpoint tells whether it was applied
+			}
 			return err
 		}
+		if err != nil {
+			// The answer is lost (a broken connection): the checkpoint
+			// tells whether the chunk was applied, as for the chunks after
+			// it. Not applied, it is sent alone again (it loads the
+			// scripts where missing), a few times.
+			if _, berr := l.broken(err); berr != nil {
+				return berr
+			}
+			if len(l.pending) > 0 {
+				if tries < 3 {
+					continue
+				}
+				return err
+			}
+			break
+		}
+		if done, err := l.settle(rep); err != nil {
+			return err
+		} else if !done {
+			if err := l.resync(rep); err != nil {
+				return err
+			}
+		}
+		break
 	}
 	pause := newBackoff(20*time.Millisecond, time.Second)
 	for {
@@ -494,6 +514,15 @@ func (l *loader) stream() (bool, error) {
 			return false, nil
 		}
 		rep, err := pipe.Answer()
+		var refused redis.Error
+		if errors.As(err, &refused) {
+			// Redis answered, with an error (OOM under maxmemory, READONLY
+			// ...): the chunk was not applied, nor any sent behind it
+			// (their first line is not the checkpoint's). Sending them
+			// again at once would get the same answer, for ever: stop, as
+			// for the first chunk; Resume goes on.
+			return false, err
+		}
 		if err != nil {
 			return l.broken(err)
 		}

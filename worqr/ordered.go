@@ -118,8 +118,25 @@ func checkPayloadPrefix(name string, p []byte) error {
 	return nil
 }
 
+// keyedStepEnd returns the end of the step of a keyed batch that starts at
+// lo: at most MaxEnqueueChunk tasks and MaxEnqueueChunkBytes of payloads (a
+// larger payload is a step of its own), as rdb.Chunks cuts a plain batch, so
+// that no call holds Redis for long (1,000 payloads of 64 KiB in one call
+// held it for about 250 ms).
+func keyedStepEnd(payloads [][]byte, lo int) int {
+	hi, size := lo, 0
+	for hi < len(payloads) && hi-lo < rdb.MaxEnqueueChunk {
+		if hi > lo && size+len(payloads[hi]) > rdb.MaxEnqueueChunkBytes {
+			break
+		}
+		size += len(payloads[hi])
+		hi++
+	}
+	return hi
+}
+
 // enqueueKeyed enqueues payloads with opts.Key, in order, in steps of at
-// most MaxEnqueueChunk tasks.
+// most MaxEnqueueChunk tasks and MaxEnqueueChunkBytes of payloads.
 func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue, payloads [][]byte,
 	opts *EnqueueOpts, args *rdb.EnqueueArgs) ([]string, error) {
 	ids := make([]string, len(payloads))
@@ -135,8 +152,8 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	out := make([]string, 0, len(ids))
 	var fresh []string
 	var replica error
-	for lo := 0; lo < len(ids); lo += rdb.MaxEnqueueChunk {
-		hi := min(lo+rdb.MaxEnqueueChunk, len(ids))
+	for lo, hi := 0, 0; lo < len(ids); lo = hi {
+		hi = keyedStepEnd(payloads, lo)
 		res, err := c.st.EnqueueKey(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args)
 		if errors.Is(err, ErrNotReplicated) {
 			replica, err = err, nil // applied: carry on, say so at the end

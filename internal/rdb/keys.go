@@ -147,6 +147,11 @@ type QueueKeys struct {
 	// PackedPrefix + an id without its last 3 characters is the hash that
 	// holds the payloads of waiting loaded tasks (see Packed).
 	PackedPrefix string
+	// StepsPrefix + a batch id is the guard of an EnqueueBatch sent in
+	// steps: the number of its last step applied (string, a few minutes'
+	// TTL; its last step deletes it). A step runs only after the one before
+	// it, so that the steps sent behind a refused one change nothing.
+	StepsPrefix string
 	// QueuePrefix, ScheduledPrefix, DeadPrefix, WakePrefix, CancelPrefix +
 	// a queue name of the same tag give that queue's keys and channels (flow
 	// scripts reach sibling queues of their tag with them).
@@ -187,6 +192,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		IDPrefix:          base + "id:" + q.Name + ":",
 		LoadPrefix:        base + "ld:" + q.Name + ":",
 		PackedPrefix:      base + "lb:",
+		StepsPrefix:       base + "eb:",
 		LoadRuns:          base + "lruns",
 		QueuePrefix:       base + "q:",
 		ScheduledPrefix:   base + "s:",

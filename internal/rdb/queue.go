@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
 )
 
 // ErrLost is reported when the caller no longer owns a taking: nothing was
@@ -128,15 +129,48 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 	return args
 }
 
+// stepGuard chains the steps of a batch sent in steps (EnqueueBatch): step
+// n > 0 is applied only when the guard key says that step n-1 was, and the
+// last step deletes the guard. The steps travel many at once, so without
+// it those sent behind a step that Redis refused (an error reply: OOM, a
+// key of the wrong type) were applied all the same, and the batch's tasks
+// in the queue were no longer its first ones.
+type stepGuard struct {
+	key  string
+	step int
+	last bool
+}
+
+// stepGuardTTL is how long a batch's guard outlives its last step applied
+// (ms): far more than the gap between two steps on the wire.
+const stepGuardTTL = 5 * 60 * 1000
+
+// guardArgs are the step and last-step arguments of the enqueue scripts.
+func (g *stepGuard) guardArgs() (string, string) {
+	if g == nil {
+		return "", ""
+	}
+	last := ""
+	if g.last {
+		last = "1"
+	}
+	return strconv.Itoa(g.step), last
+}
+
+// ErrStepRefused is the answer of a step of a batch whose step before it
+// was not applied: nothing was written.
+var ErrStepRefused = errors.New("rdb: enqueue: a step before this one of the batch was not applied")
+
 // enqueuePackedArgs are the script arguments of writing tasks [lo, hi)
-// packed (enqueue_packed.lua).
-func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int) []any {
+// packed (enqueue_packed.lua), step g of a batch.
+func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, g *stepGuard) []any {
 	n := hi - lo
-	args := make([]any, 0, 8+2*n)
-	args = append(args, 0, q.Waiting)
+	args := make([]any, 0, 12+2*n)
+	args = append(args, 0, q.Waiting, g.key)
 	args = appendPackedKeys(args, q, ids[lo:hi])
 	args[0] = len(args) - 1
-	args = append(args, q.WakeChannel, q.TaskPrefix)
+	step, last := g.guardArgs()
+	args = append(args, q.WakeChannel, q.TaskPrefix, step, last, stepGuardTTL)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -163,8 +197,9 @@ func optInt(v int64) string {
 }
 
 // enqueueArgs are the script arguments of enqueuing tasks [lo, hi) of ids
-// and payloads (a.UniqueKeys is indexed like them).
-func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) []any {
+// and payloads (a.UniqueKeys is indexed like them), step g of a batch sent
+// in steps (nil: a batch of one call).
+func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *stepGuard) []any {
 	n := hi - lo
 	args := make([]any, 0, 18+4*n)
 	idem := a.IDLockTTL > 0 && n == 1
@@ -198,11 +233,14 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 		pkey, _ := q.Packed(ids[lo])
 		args = append(args, pkey, q.IDPrefix+ids[lo]) // declared: the id's packed hash, then its lock, last
 		flag = "1"
+	} else if g != nil {
+		args = append(args, g.key) // declared, last (a batch in steps has no id of the caller's)
 	}
 	args[0] = len(args) - 1
+	step, last := g.guardArgs()
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
-		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)))
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, stepGuardTTL)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -240,6 +278,8 @@ func enqueueReply(r any, err error, lo int) (string, []Dup, error) {
 		return "", nil, ErrSameTask
 	case n == -3:
 		return "", nil, ErrIDTaken
+	case n == -5:
+		return "", nil, ErrStepRefused
 	}
 	var dups []Dup
 	for i := 1; i+1 < len(vals); i += 2 {
@@ -279,7 +319,7 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	if a.handable(payloads[lo:hi]) {
 		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids, payloads, lo, hi, a)...)
 	} else {
-		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)...)
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a, nil)...)
 	}
 	err, replica := splitReplica(err)
 	holder, dups, err := enqueueReply(r, err, lo)
@@ -349,11 +389,15 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// as a bulk load is (see QueueKeys.Packed): about a third of the Redis
 	// time per task, and no key per waiting task.
 	packed := len(ends) > 1 && a.packable()
-	args := func(lo, hi int) (*script, []any) {
+	// The steps of a batch of several travel many at once: each is applied
+	// only after the one before it (see stepGuard).
+	guard := q.StepsPrefix + xid.New().String()
+	args := func(step, lo, hi int) (*script, []any) {
+		g := &stepGuard{key: guard, step: step, last: step == len(ends)-1}
 		if packed {
-			return enqueuePacked, enqueuePackedArgs(q, ids, payloads, lo, hi)
+			return enqueuePacked, enqueuePackedArgs(q, ids, payloads, lo, hi, g)
 		}
-		return enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a)
+		return enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a, g)
 	}
 	// The first chunk runs on its own (it finds out how scripts run here
 	// and loads what is missing); the others travel enqueueWindow at a time.
@@ -362,7 +406,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	if len(ends) == 1 {
 		_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a)
 	} else {
-		sc, as := args(0, ends[0])
+		sc, as := args(0, 0, ends[0])
 		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
 		_, dups, err = enqueueReply(r, e, 0)
 	}
@@ -392,7 +436,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		return nil
 	}
 	for sent < len(ends) {
-		sc, as := args(ends[sent-1], ends[sent])
+		sc, as := args(sent, ends[sent-1], ends[sent])
 		cmd, cargs := sc.command(s.mode.Load(), s.tagged, as)
 		if err := c.Send(cmd, cargs...); err != nil {
 			return done, dups, err

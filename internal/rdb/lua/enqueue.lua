@@ -16,6 +16,8 @@
 --              task with that id would wait packed (see packed.lua), and
 --              <ns>:{T}:id:<queue>:<id> (string) the caller-chosen id's
 --              lock, holding the payload's digest (last)
+-- or, when ARGV[15] is not "": <ns>:{T}:eb:<batch> (string, last) the
+--              guard of a batch sent in steps: its last step applied
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
@@ -32,19 +34,29 @@
 -- ARGV[12] retention ms of the task once ended ("" = the queue's)
 -- ARGV[13] n, the number of tasks
 -- ARGV[14] the tasks' priority level ("" = 0, the plain waiting list)
--- ARGV[15..n+14] task ids, in KEYS order;  ARGV[n+15..2n+14] payloads;
--- with "b": ARGV[2n+15..3n+14] per task, the position of its unique lock
+-- ARGV[15] the step's number in a batch sent in steps ("" = a batch of one
+--         call): step n > 0 is applied only when the guard says step n-1
+--         was (else {-5}, nothing written), so that the steps sent behind
+--         one Redis refused change nothing
+-- ARGV[16] "1": the batch's last step (it deletes the guard)
+-- ARGV[17] the guard's TTL ms
+-- ARGV[18..n+17] task ids, in KEYS order;  ARGV[n+18..2n+17] payloads;
+-- with "b": ARGV[2n+18..3n+17] per task, the position of its unique lock
 --         among the declared locks (1-based; 0 = none)
 -- Returns: {n} on success; {-1, holder id} when the one unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
 -- enqueued before with another payload (or a loaded task with this id
--- waits packed). Nothing is written unless the
--- enqueue succeeds. With "b": {m, i, holder, ...}: m tasks enqueued, and for
+-- waits packed); {-5} a step whose step before was not applied. Nothing is
+-- written unless the enqueue succeeds. With "b": {m, i, holder, ...}: m tasks enqueued, and for
 -- each task left out its position i in the call (1-based) and the id
 -- holding its lock (a task earlier in the same call, maybe).
 local n = tonumber(ARGV[13])
-local first = 15
+local first = 18
+local step = ARGV[15] ~= '' and tonumber(ARGV[15])
+if step and step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) then
+  return {-5}
+end
 local idlock = nil
 if ARGV[8] == '1' then
   idlock = KEYS[#KEYS]
@@ -132,7 +144,20 @@ if mode == 'b' then
     out[#out + 1] = v
   end
 end
+-- A step of a batch in steps lets the next one in (last: a step that
+-- failed half way does not).
+local function stepped()
+  if not step then
+    return
+  end
+  if ARGV[16] == '1' then
+    redis.call('DEL', KEYS[#KEYS])
+  else
+    redis.call('SET', KEYS[#KEYS], step, 'PX', ARGV[17])
+  end
+end
 if due or #ids == 0 then
+  stepped()
   return out
 end
 -- RPUSH in chunks: Lua's unpack is limited to a few thousand values.
@@ -143,4 +168,5 @@ while i <= #ids do
   i = j + 1
 end
 redis.call('PUBLISH', ARGV[1], #ids)
+stepped()
 return out

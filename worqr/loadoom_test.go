@@ -1,0 +1,132 @@
+package worqr_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// loadCalls counts the load chunks sent (pipelined) through its pool.
+type loadCalls struct {
+	pool *redis.Pool
+	n    atomic.Int64
+}
+
+func (p *loadCalls) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &loadCallConn{Conn: c, p: p}, nil
+}
+
+type loadCallConn struct {
+	redis.Conn
+	p *loadCalls
+}
+
+func (c *loadCallConn) Send(cmd string, args ...any) error {
+	if cmd == "FCALL" && len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), ":ld:") {
+		c.p.n.Add(1)
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *loadCallConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *loadCallConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *loadCallConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *loadCallConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// A load whose chunks Redis refuses with an error reply (here OOM: the
+// server's maxmemory reached after the first chunks) stops with that error,
+// its progress counting what the checkpoint says is in, and Resume goes on
+// once there is room. Before, a refused chunk past the first was taken for
+// a broken connection: the load read its checkpoint and sent the same
+// chunks again at once, for ever (thousands of refused calls a second),
+// until its context ended.
+func TestLoadStopsOnARedisErrorReply(t *testing.T) {
+	s, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	pool := s.Pool()
+	t.Cleanup(func() { pool.Close() })
+	c0 := pool.Get()
+	defer c0.Close()
+	ns := redistest.Namespace()
+	counted := &loadCalls{pool: pool}
+	c, err := worqr.NewClient(counted, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Room for a few chunks of 100 tasks of 1 KiB, not for 100 chunks.
+	info, err := redis.String(c0.Do("INFO", "memory"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var used int64
+	for _, l := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+			used, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if _, err := c0.Do("CONFIG", "SET", "maxmemory", used+1<<20); err != nil {
+		t.Fatal(err)
+	}
+	var in bytes.Buffer
+	const n = 10_000
+	line := strings.Repeat("x", 1000)
+	for i := 1; i <= n; i++ {
+		fmt.Fprintf(&in, "%d-%s\n", i, line)
+	}
+	// (The deadline only ends the spin of the code before the fix.)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := c.Load(ctx, "oom", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Chunk: 100, Window: 4})
+	sent := counted.n.Load()
+	if err == nil {
+		t.Fatalf("Load = %+v, nil: every line was loaded under maxmemory", p)
+	}
+	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("Load = %+v, %v after %d chunks sent: want it stopped with Redis's OOM error", p, err, sent)
+	}
+	l, _ := c.Len(context.Background(), "oom")
+	if int64(l) != p.Enqueued || !p.Checkpointed {
+		t.Fatalf("Load = %+v, %v; the queue holds %d", p, err, l)
+	}
+	// Room again: Resume loads the rest, each line once.
+	if _, err := c0.Do("CONFIG", "SET", "maxmemory", 0); err != nil {
+		t.Fatal(err)
+	}
+	p2, err2 := c.Load(context.Background(), "oom", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Resume: true, Chunk: 100, Window: 4})
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	if l, _ := c.Len(context.Background(), "oom"); l != n || p.Enqueued+p2.Enqueued != n {
+		t.Fatalf("after the resume the queue holds %d (enqueued %d + %d), want %d", l, p.Enqueued, p2.Enqueued, n)
+	}
+	t.Logf("stopped after %d tasks (%d chunks sent): %v", p.Enqueued, sent, err)
+}
