@@ -226,15 +226,25 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	return out, r.st.Forget(ctx, dead)
 }
 
-// requeue runs the requeue of each queue for its dead workers.
+// requeue runs the requeue of each queue for its dead workers. A queue
+// whose requeue fails does not stop the others: every pass reads the
+// queues in the same order, and those after it would stay held for as
+// long as it fails. The errors are returned together (the caller then
+// keeps the workers registered, so that a later pass tries again).
 func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[rdb.QueueRef][]string) ([]Recovered, error) {
 	var out []Recovered
+	var errs []error
 	for _, q := range order {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
 		ws := byQueue[q]
 		qk := r.st.Queue(q)
 		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
 		if err != nil && n == 0 && len(cancelled) == 0 {
-			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
+			errs = append(errs, fmt.Errorf("requeue %s: %w", q.Member(), err))
+			continue
 		}
 		if n == 0 && len(cancelled) == 0 {
 			continue
@@ -253,10 +263,10 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 			// Reported first: the chunks done before the error moved
 			// takings (and ended some as cancelled) that no later pass
 			// would name.
-			return out, fmt.Errorf("requeue %s: %w", q.Member(), err)
+			errs = append(errs, fmt.Errorf("requeue %s: %w", q.Member(), err))
 		}
 	}
-	return out, nil
+	return out, errors.Join(errs...)
 }
 
 // PruneRuns drops, from the list of runs of every known flow, the runs
@@ -370,19 +380,28 @@ const MoveBatch = 500
 // known queue to the back of its queue, in batches of MoveBatch, each batch
 // one atomic script run against Redis time; it also trims dead sets by age.
 // It is safe to run concurrently with other movers: each task moves once.
-// It returns how many tasks it moved.
+// It returns how many tasks it moved. A queue whose move fails does not
+// stop the others (every mover reads the queues in the same order: the
+// queues after it would never be moved while it fails): its error is
+// returned with those of the other queues that failed.
 func (r *Reaper) Move(ctx context.Context) (int, error) {
 	queues, err := r.st.KnownQueues(ctx)
 	if err != nil {
 		return 0, err
 	}
 	total := 0
+	var errs []error
 	for _, q := range queues {
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
 		qk := r.st.Queue(q)
 		for {
 			n, err := r.st.Move(ctx, qk, MoveBatch)
 			if err != nil {
-				return total, fmt.Errorf("move %s: %w", q.Member(), err)
+				errs = append(errs, fmt.Errorf("move %s: %w", q.Member(), err))
+				break
 			}
 			total += n
 			if n < MoveBatch {
@@ -390,5 +409,5 @@ func (r *Reaper) Move(ctx context.Context) (int, error) {
 			}
 		}
 	}
-	return total, nil
+	return total, errors.Join(errs...)
 }

@@ -3,6 +3,7 @@ package worqr
 import (
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"os"
 	"time"
@@ -187,7 +188,8 @@ type QueueConfig struct {
 	// Weight is the queue's priority when the worker serves its queues by
 	// priority (WorkerConfig.Priority): its share of the slots
 	// (PriorityWeighted) or its rank (PriorityStrict: higher first). At
-	// least 1; default 1. Must be 0 otherwise.
+	// least 1; default 1 (with PriorityWeighted the weights of the queues
+	// must add up to at most math.MaxInt). Must be 0 otherwise.
 	Weight int
 	// Limits, when set, are stored as the queue's global limits when the
 	// worker starts (every process then applies them; a zero Limits removes
@@ -369,6 +371,18 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 			return out, err
 		}
 		queues[name] = q
+	}
+	if out.Priority == PriorityWeighted {
+		// Each draw adds the weights up (prioGroup.share): past the
+		// largest int the sum turns negative and no queue is ever drawn.
+		sum := 0
+		for _, q := range queues {
+			w := max(q.Weight, 1)
+			if w > math.MaxInt-sum {
+				return out, invalid("Queues", "(their Weight, 1 for a queue without one) must add up to at most %d with PriorityWeighted", math.MaxInt)
+			}
+			sum += w
+		}
 	}
 	out.Queues = queues
 	def := func(d *time.Duration, v time.Duration, name string) error {

@@ -67,6 +67,7 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 				// limits, so that the slots freed are announced.
 				call = &rdb.TakeArgs{Limited: true}
 			}
+			hints := q.hints.Load()
 			ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
 			var replica error
 			if errors.Is(err, ErrNotReplicated) {
@@ -84,7 +85,7 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 				return nil, err
 			}
 			if take != nil {
-				q.limitWait(wait)
+				q.limitWait(wait, hints)
 				full := heads(taken) == take.Max && wait == 0
 				q.more.Store(full)
 				if _, buried := w.launch(s, q, taken, false); buried > 0 || full {

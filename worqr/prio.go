@@ -251,6 +251,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 			continue
 		}
 		q := cands[i]
+		hints := q.hints.Load()
 		tasks, wait, err := w.take(s, q, n)
 		err = w.takeReplicated(s, q, err)
 		if err != nil {
@@ -261,7 +262,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 			}
 			return false, err
 		}
-		q.limitWait(wait)
+		q.limitWait(wait, hints)
 		q.more.Store(heads(tasks) == n && wait == 0)
 		// Another round at once when every taking was launched or buried
 		// (slots were filled, or q leaves the draw having come back

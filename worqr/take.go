@@ -58,9 +58,10 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 					testHookBeforeTake(q)
 				}
 				var wait rdb.LimitWait
+				hints := q.hints.Load()
 				tasks, wait, err = w.take(s, q, free)
 				err = w.takeReplicated(s, q, err)
-				q.limitWait(wait)
+				q.limitWait(wait, hints)
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
 					// are failing). Nothing was taken; wait for a beat.

@@ -93,6 +93,10 @@ type queueRunner struct {
 	// concWait: the concurrency limit was reached, until a wake-up or a
 	// poll (never set for a queue without limits).
 	concWait atomic.Bool
+	// hints counts the wake-ups (hint): a take reads it before it is sent,
+	// so that a reply saying "wait for a wake-up" is not waited on when one
+	// came while that reply was on its way (see limitWait).
+	hints atomic.Uint64
 	// more: the queue may hold waiting tasks (the last take filled what
 	// it asked, or a wake-up came since). An end takes again only then, so
 	// that a worker at a low rate does not pop an empty queue on every end.
@@ -647,6 +651,7 @@ func (w *Worker) pokeAll() {
 // hint says that work may be waiting in q: its fetch loop looks, and its
 // ends take again.
 func (q *queueRunner) hint() {
+	q.hints.Add(1)
 	q.more.Store(true)
 	q.concWait.Store(false)
 	poke(q.wake)
@@ -671,12 +676,20 @@ func (q *queueRunner) free() int {
 
 // limitWait records what q's global limits said of a take: no start before
 // the rate allows one, or none until a wake-up (a taking ended somewhere).
-func (q *queueRunner) limitWait(wait rdb.LimitWait) {
+// hints is q.hints read before the take was sent: a wake-up since then (an
+// end that freed a slot after the take ran in Redis, whose message came
+// before the take's reply) is the one the wait is for, and it has come.
+func (q *queueRunner) limitWait(wait rdb.LimitWait, hints uint64) {
 	switch {
 	case wait > 0:
 		q.rate.hold(wait)
 	case wait == rdb.WaitWake:
 		q.concWait.Store(true)
+		if q.hints.Load() != hints {
+			// (hint counts before it clears: either this sees its
+			// count, or its clear comes after the store above.)
+			q.concWait.Store(false)
+		}
 	}
 }
 

@@ -41,7 +41,7 @@ local function limit_allowance(k, w, max)
       wait = -1
     end
   end
-  k.period = nil
+  k.period, k.conc_wait, k.rate_left = nil, wait, nil
   local rate, period = tonumber(c[1]), tonumber(c[2])
   if rate and rate > 0 and period and period > 0 then
     local now = now_ms()
@@ -63,6 +63,8 @@ local function limit_allowance(k, w, max)
       local first = redis.call('ZRANGE', k.rate, left, left, 'WITHSCORES')
       local oldest = tonumber(first[2]) or now
       wait = math.max(oldest + period - now, 1)
+      -- (Used up only if the take starts that many: see take_tasks.)
+      k.rate_left = rate - used
     end
     k.period = period
   end
@@ -201,6 +203,10 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     if parking then
       park(k, w, k.deadline, parks, park_ms)
     end
+    if wait and k.rate_left and k.rate_left > 0 then
+      -- The rate's wait counted on starts this take did not make.
+      wait = k.conc_wait
+    end
     if wait then
       return {wait}
     end
@@ -326,6 +332,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local out = {}
   local inline = RUN_INLINE -- fields of runs left to hand out (mode '1')
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
+  local starts = {} -- the pids of the takings handed out to run (the rate log's)
   for i, id in ipairs(ids) do
     pid = pid + 1
     local tkey = k.tprefix .. id
@@ -378,6 +385,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
         out[#out + 1] = 0
       else
         out[#out + 1] = (tonumber(t[2]) or 0) + 1
+        if limited then starts[#starts + 1] = spid end
       end
       out[#out + 1] = tonumber(t[3]) or 0
       out[#out + 1] = t[4] or ''
@@ -402,6 +410,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
           redis.call('HDEL', fkey, F_KEY_DUE)
           held[#held + 1] = spid
           held[#held + 1] = m.id
+          if limited then starts[#starts + 1] = spid end
           fids[#fids + 1] = m.id
           out[#out + 1] = m.id
           out[#out + 1] = spid
@@ -419,18 +428,25 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   if #held > 0 then
     redis.call('HSET', k.wq, unpack(held))
     redis.call('SADD', k.holders, w)
-    if limited then
-      -- The rate log: one entry per start, by Redis time.
+    if limited and k.period and #starts > 0 then
+      -- The rate log: one entry per start, by Redis time. A taking
+      -- handed out not to run (past its deadline, or cancelled where it
+      -- waited: attempt 0 or -1) is no start: a backlog of expired tasks
+      -- would use up the rate of the live ones behind it.
       local log = {}
-      for j = 1, #held, 2 do
+      for _, spid in ipairs(starts) do
         log[#log + 1] = now_ms()
-        log[#log + 1] = held[j]
+        log[#log + 1] = spid
       end
-      if k.period then
-        redis.call('ZADD', k.rate, unpack(log))
-        redis.call('PEXPIRE', k.rate, k.period)
-      end
+      redis.call('ZADD', k.rate, unpack(log))
+      redis.call('PEXPIRE', k.rate, k.period)
     end
+  end
+  if wait and k.rate_left and #starts < k.rate_left then
+    -- The rate's wait counted on starts this take did not make (fewer
+    -- tasks waited, or some were handed out not to run): the rate is not
+    -- used up, and only the concurrency limit's wait, if any, holds.
+    wait = k.conc_wait
   end
   if wait then
     out[#out + 1] = wait

@@ -1,0 +1,164 @@
+package worqr
+
+import (
+	"context"
+	"math"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+)
+
+// afterTakePool is a pool whose connections run hook once, right after
+// the first take script call sent while armed has been applied by Redis,
+// before its reply reaches the caller (a reply slow on its way).
+type afterTakePool struct {
+	*redis.Pool
+	armed atomic.Bool
+	hook  func()
+}
+
+func (p *afterTakePool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &afterTakeConn{Conn: c, p: p}, nil
+}
+
+type afterTakeConn struct {
+	redis.Conn
+	p *afterTakePool
+}
+
+func (c *afterTakeConn) after(cmd string, args []any) {
+	if cmd != "FCALL" || len(args) == 0 {
+		return
+	}
+	if name, _ := args[0].(string); strings.HasSuffix(name, "_take") && c.p.armed.CompareAndSwap(true, false) {
+		c.p.hook()
+	}
+}
+
+func (c *afterTakeConn) Do(cmd string, args ...any) (any, error) {
+	defer c.after(cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *afterTakeConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	defer c.after(cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *afterTakeConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	defer c.after(cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *afterTakeConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *afterTakeConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// A take cut by the global concurrency limit (another worker holds the one
+// slot) makes the fetch loop wait for a wake-up. The wake-up of the end
+// that frees the slot can reach the worker while that take's reply is
+// still on its way: it cleared the wait before the reply set it, and the
+// queue then waited for the next poll (PollInterval) with its slot free
+// and a task waiting. Here the other worker's end, and its wake-up, come
+// right after Redis applied the take, before its reply is read.
+func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
+	ctx := context.Background()
+	base := internalPool(t)
+	pool := &afterTakePool{Pool: base}
+	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	st := rdb.NewStore(base, cfg.Namespace)
+	client, err := NewClient(base, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := NewInspector(base, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := in.SetLimits(ctx, "lim", Limits{Concurrency: 1}); err != nil {
+		t.Fatal(err)
+	}
+	// Another worker ("other", a fake one: no reaper runs here) holds the
+	// queue's one slot; a second task waits.
+	if _, err := client.Enqueue(ctx, "lim", []byte("first"), nil); err != nil {
+		t.Fatal(err)
+	}
+	qk := st.Queue(rdb.QueueRef{Tag: "lim", Name: "lim"})
+	held, _, err := st.TakeWait(ctx, qk, rdb.TakeArgs{Worker: "other", Until: math.MaxInt64, Max: 1, Limited: true})
+	if err != nil || len(held) != 1 {
+		t.Fatalf("the other worker's take: %v, %v", held, err)
+	}
+	if _, err := client.Enqueue(ctx, "lim", []byte("second"), nil); err != nil {
+		t.Fatal(err)
+	}
+
+	started := make(chan string, 4)
+	var w *Worker
+	pool.hook = func() {
+		// The take (on the fetch loop's goroutine) found the slot held:
+		// its reply says "wait for a wake-up". Before the loop reads it,
+		// the other worker ends its taking, and the end's wake-up reaches
+		// this worker (its subscriber pokes the queue).
+		q := w.queues[0]
+		for deadline := time.Now().Add(10 * time.Second); !w.listening.Load(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Error("the worker never subscribed")
+				return
+			}
+		}
+		select {
+		case <-q.wake: // (what came before the end)
+		default:
+		}
+		_, _, _, err := st.EndTakeWait(ctx, qk, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "other", held[0].PID, held[0].ID, nil)},
+			&rdb.TakeArgs{Limited: true})
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); len(q.wake) == 0; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Error("the end's wake-up never reached the worker")
+				return
+			}
+		}
+	}
+	pool.armed.Store(true)
+	w, err = NewWorker(pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour, DisableReaper: true, DisableHandoff: true,
+		Queues: map[string]QueueConfig{"lim": {Concurrency: 2, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
+			started <- string(t.Payload)
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	select {
+	case got := <-started:
+		if got != "second" {
+			t.Fatalf("started %q, want second", got)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the slot freed while the take's reply was on its way was not used: the queue waits for its next poll (PollInterval, 1h here)")
+	}
+	if pool.armed.Load() {
+		t.Fatal("the hook never ran")
+	}
+}
