@@ -174,7 +174,10 @@ type EnqueueOpts struct {
 	// for IDTTL; past it, an Enqueue with the id creates a new task only
 	// once no task of that id exists any more (waiting, scheduled, running,
 	// dead, or kept for its retention): before, ErrDuplicate, whatever the
-	// payload. Enqueue, or EnqueueBatch of one payload, only.
+	// payload. Enqueue, or EnqueueBatch of one payload, only. With
+	// Config.Replicas, a repeat waits for the replicas as the first
+	// enqueue does, and returns the id with an error matching
+	// ErrNotReplicated while too few of them have the task.
 	ID string
 	// IDTTL is how long ID is remembered. Default 24h.
 	IDTTL time.Duration
@@ -512,6 +515,9 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	}
 	if len(payloads) == 1 && args.UniqueKeys == nil {
 		holder, err := c.st.Enqueue(ctx, q.qk, ids, payloads, args)
+		if errors.Is(err, rdb.ErrSameTask) {
+			return ids, sameTask(queue, ids[0], err) // enqueued before (a retry): nothing new
+		}
 		if errors.Is(err, ErrNotReplicated) {
 			c.enqueued(queue, ids)
 			return ids, fmt.Errorf("worqr: enqueue %s: task %s: %w", queue, ids[0], err)
@@ -519,8 +525,6 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		switch {
 		case err == rdb.ErrDuplicate:
 			return nil, &DuplicateError{Queue: queue, UniqueKey: opts.UniqueKey, HolderID: holder}
-		case err == rdb.ErrSameTask:
-			return ids, nil // enqueued before (a retry): nothing new
 		case err == rdb.ErrIDTaken:
 			return nil, errIDTaken(queue, ids[0])
 		}
@@ -532,8 +536,8 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	}
 	n, dups, err := c.st.EnqueueBatch(ctx, q.qk, ids, payloads, args)
 	switch {
-	case args.IDLockTTL > 0 && err == rdb.ErrSameTask:
-		return ids, nil // a batch of one with an id of the caller's, enqueued before
+	case args.IDLockTTL > 0 && errors.Is(err, rdb.ErrSameTask):
+		return ids, sameTask(queue, ids[0], err) // a batch of one with an id of the caller's, enqueued before
 	case args.IDLockTTL > 0 && err == rdb.ErrIDTaken:
 		return nil, errIDTaken(queue, ids[0])
 	}
@@ -572,6 +576,18 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 		return ids, derr
 	}
 	return ids, nil
+}
+
+// sameTask is the error of an enqueue that found its id of the caller's
+// enqueued before with the same payload (a repeat): nil, or, while the
+// client waits for replicas (Config.Replicas) and too few of them have the
+// task, its *ReplicaError.
+func sameTask(queue, id string, err error) error {
+	var re *ReplicaError
+	if errors.As(err, &re) {
+		return fmt.Errorf("worqr: enqueue %s: task %s (enqueued before): %w", queue, id, re)
+	}
+	return nil
 }
 
 // BatchError is returned by EnqueueBatch when a batch split into several

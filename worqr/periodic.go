@@ -633,6 +633,7 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 	}
 	p := planTicks(tk, d.Next, now, def.GraceMs, def.Missed)
 	var last int64
+	var short error // a tick enqueued on the primary, too few replicas have it
 	for _, tick := range p.fire {
 		if time.Since(read) > maxPassAge {
 			return 0, false, fmt.Errorf("worqr: schedule %s: pass abandoned after %s (a frozen process)", d.Name, time.Since(read).Round(time.Second))
@@ -646,6 +647,13 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 			idTTL += time.Duration(nx-tick)*time.Millisecond + time.Duration(def.GraceMs)*time.Millisecond
 		}
 		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: idTTL})
+		if errors.Is(err, ErrNotReplicated) {
+			// Enqueued (now or by an earlier pass) on the primary: it
+			// fired; the shortfall is reported, and a pass that enqueues
+			// it again would find it there and fall short the same way.
+			short = fmt.Errorf("worqr: schedule %s: tick %d: %w", d.Name, tick, err)
+			err = nil
+		}
 		if err != nil && !errors.Is(err, ErrDuplicate) {
 			// Not advanced: the next pass fires these ticks again (the
 			// ones enqueued already create nothing new).
@@ -666,7 +674,7 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 	if err != nil {
 		return len(p.fire), false, fmt.Errorf("worqr: schedule %s: advance: %w", d.Name, err)
 	}
-	return len(p.fire), ok, nil
+	return len(p.fire), ok, short
 }
 
 // maxTick is where a schedule that never ticks again waits (year 9999).

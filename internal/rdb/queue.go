@@ -181,7 +181,9 @@ func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int,
 }
 
 // ErrSameTask is returned by Enqueue when a task with the caller-chosen id
-// was enqueued before with the same payload: nothing new was written.
+// was enqueued before with the same payload: nothing new was written. While
+// the store waits for replicas, it comes joined with a *ReplicaError when
+// too few of them have that task (match it with errors.Is).
 var ErrSameTask = errors.New("worqr: task already enqueued")
 
 // ErrIDTaken is returned by Enqueue when a task with the caller-chosen id
@@ -323,6 +325,12 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	}
 	err, replica := splitReplica(err)
 	holder, dups, err := enqueueReply(r, err, lo)
+	if err == ErrSameTask && replica != nil {
+		// Enqueued before, maybe by a call whose reply was lost: the
+		// replicas' answer says whether they have it (the script wrote
+		// the id's lock again, so WAIT covered that first write).
+		return holder, dups, errors.Join(ErrSameTask, replica)
+	}
 	if err != nil {
 		return holder, dups, err
 	}
@@ -409,6 +417,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		sc, as := args(0, 0, ends[0])
 		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
 		_, dups, err = enqueueReply(r, e, 0)
+	}
+	if errors.Is(err, ErrSameTask) {
+		return 0, nil, err // with the replicas' answer, when short
 	}
 	err, replica := splitReplica(err)
 	if err != nil {

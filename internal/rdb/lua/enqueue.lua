@@ -65,6 +65,10 @@ if idlock then
   local prev = redis.call('GET', idlock)
   if prev then
     if prev == ARGV[10] then
+      -- Written again as it is: the call then replicates, so that a WAIT
+      -- after it on this connection (the caller waits for replicas) covers
+      -- the first enqueue, whose reply may have been lost on another one.
+      redis.call('SET', idlock, prev, 'KEEPTTL')
       return {-2}
     end
     return {-3}
