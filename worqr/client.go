@@ -591,11 +591,16 @@ func sameTask(queue, id string, err error) error {
 }
 
 // BatchError is returned by EnqueueBatch when a batch split into several
-// atomic steps failed part way: the first Enqueued tasks are in the queue.
-// When Redis refused the step that failed (an error reply, such as OOM),
-// nothing after them was applied. When its reply was lost (a broken
-// connection, a timeout), that step and those sent behind it may or may not
-// have been applied, in order: the tasks in the queue are the batch's first
+// atomic steps failed part way: the first Enqueued tasks are in the queue,
+// and none after them. Each step applies only after the one before it:
+// when Redis refused one (an error reply, such as OOM), those sent behind
+// it were refused too; when the replies were lost (a broken connection, a
+// timeout), the batch is closed in Redis (no step still on its way
+// applies) and Redis says how far it got. Only when Redis cannot be asked
+// (out of reach for 5 seconds), or with EnqueueOpts.UniqueKeys (the tasks a
+// step whose reply was lost left out are not known), may the steps after
+// Enqueued that were sent (at most sixteen of 250 tasks) have been
+// applied, in order: the tasks in the queue are then the batch's first
 // ones, Enqueued or more.
 //
 // With EnqueueOpts.UniqueKeys, Enqueued counts the payloads handled

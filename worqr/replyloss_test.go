@@ -21,6 +21,9 @@ type replyLossPool struct {
 	*redis.Pool
 	mu   sync.Mutex
 	lose func(cmd string, args []any) bool
+	// sendOnly: lose only commands sent in a pipeline (Send), not those
+	// of a Do.
+	sendOnly bool
 }
 
 func newReplyLossPool(url string) *replyLossPool {
@@ -46,10 +49,10 @@ func (p *replyLossPool) setLose(f func(cmd string, args []any) bool) {
 	p.lose = f
 }
 
-func (p *replyLossPool) picks(cmd string, args []any) bool {
+func (p *replyLossPool) picks(cmd string, args []any, send bool) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.lose != nil && p.lose(cmd, args)
+	return p.lose != nil && (send || !p.sendOnly) && p.lose(cmd, args)
 }
 
 // calls returns a predicate true for the nth call (1-based) of a script
@@ -100,7 +103,7 @@ func (c *replyLossConn) DoContext(ctx context.Context, cmd string, args ...any) 
 	if cmd == "" {
 		return c.c.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
 	}
-	if c.p.picks(cmd, args) {
+	if c.p.picks(cmd, args, false) {
 		return c.loseDo(cmd, args)
 	}
 	return c.c.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
@@ -110,7 +113,7 @@ func (c *replyLossConn) DoWithTimeout(d time.Duration, cmd string, args ...any) 
 	if c.broken {
 		return nil, errLostReply
 	}
-	if cmd != "" && c.p.picks(cmd, args) {
+	if cmd != "" && c.p.picks(cmd, args, false) {
 		return c.loseDo(cmd, args)
 	}
 	return c.c.(redis.ConnWithTimeout).DoWithTimeout(d, cmd, args...)
@@ -131,7 +134,7 @@ func (c *replyLossConn) Send(cmd string, args ...any) error {
 	if c.broken {
 		return errLostReply
 	}
-	if c.p.picks(cmd, args) {
+	if c.p.picks(cmd, args, true) {
 		c.drop = true
 	}
 	c.pending++

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
@@ -139,6 +140,26 @@ type stepGuard struct {
 	key  string
 	step int
 	last bool
+}
+
+// closeSteps closes the guard of a batch sent in steps, so that no step of
+// it still on its way applies, and returns the number of its last step
+// applied: -1 when the guard was gone (its last step applied, which drops
+// it). One command: SET ... GET (Redis 6.2).
+func (s *Store) closeSteps(ctx context.Context, q QueueKeys, guard string) (int, error) {
+	c, err := s.conn(ctx, q.Ref.Tag)
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	r, err := redis.String(redis.DoContext(c, ctx, "SET", guard, "closed", "GET", "PX", stepGuardTTL))
+	if err == redis.ErrNil {
+		return -1, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(r)
 }
 
 // stepGuardTTL is how long a batch's guard outlives its last step applied
@@ -435,6 +456,32 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	defer c.Close()
 	sent, received := 1, 1
+	// lost is the answer of a batch whose replies stopped coming (a broken
+	// connection, a deadline) before the reply of step received: the steps
+	// sent after it may have been applied, or may still be. The batch's
+	// guard is closed (no step applies after this) and read: its last step
+	// applied is where the batch stands. An error reply (Redis refused a
+	// step: the ones after it are refused by the guard) needs none of this.
+	lost := func(err error) (int, []Dup, error) {
+		var re redis.Error
+		if errors.As(err, &re) || a.UniqueKeys != nil {
+			// (With unique keys, the tasks a lost step left out are not
+			// known: done stays at what the replies said.)
+			return done, dups, err
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		last, gerr := s.closeSteps(cctx, q, guard)
+		switch {
+		case gerr != nil:
+			return done, dups, err // Redis out of reach: done is a floor
+		case last == -1 && sent == len(ends):
+			return len(ids), dups, err // the last step applied (it drops the guard)
+		case last >= received:
+			return ends[last], dups, err
+		}
+		return done, dups, err
+	}
 	recv := func() error {
 		r, err := redis.ReceiveContext(c, ctx)
 		_, more, err := enqueueReply(r, err, ends[received-1])
@@ -450,17 +497,17 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		sc, as := args(sent, ends[sent-1], ends[sent])
 		cmd, cargs := sc.command(s.mode.Load(), s.tagged, as)
 		if err := c.Send(cmd, cargs...); err != nil {
-			return done, dups, err
+			return lost(err)
 		}
 		sent++
 		if sent-received < enqueueWindow {
 			continue
 		}
 		if err := c.Flush(); err != nil {
-			return done, dups, err
+			return lost(err)
 		}
 		if err := recv(); err != nil {
-			return done, dups, err
+			return lost(err)
 		}
 	}
 	// With replicas to wait for, one WAIT after the last chunk covers every
@@ -471,11 +518,11 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		}
 	}
 	if err := c.Flush(); err != nil {
-		return done, dups, err
+		return lost(err)
 	}
 	for received < sent {
 		if err := recv(); err != nil {
-			return done, dups, err
+			return lost(err)
 		}
 	}
 	if s.replicas > 0 {

@@ -1,0 +1,197 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// batchPayloads returns n small payloads: an EnqueueBatch of them is split
+// into steps of 250 tasks (packed), sixteen on the wire at once.
+func batchPayloads(n int) [][]byte {
+	ps := make([][]byte, n)
+	for i := range ps {
+		ps[i] = []byte(strconv.Itoa(i))
+	}
+	return ps
+}
+
+// checkBatchError checks what a *BatchError says against the queue: the
+// first Enqueued payloads are in, in order, and none after them (the
+// promise of BatchError: of the rest, at most the step that failed, and
+// here it is known).
+func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, ids []string, err error) {
+	t.Helper()
+	var be *worqr.BatchError
+	if !errors.As(err, &be) {
+		t.Fatalf("EnqueueBatch: %v; want a *BatchError", err)
+	}
+	if len(ids) != be.Enqueued {
+		t.Fatalf("%d ids returned, BatchError.Enqueued %d", len(ids), be.Enqueued)
+	}
+	ctx := context.Background()
+	n, lerr := c.Len(ctx, queue)
+	if lerr != nil {
+		t.Fatal(lerr)
+	}
+	if n != be.Enqueued {
+		t.Fatalf("%d tasks in the queue, BatchError says %d of %d enqueued (%v): a retry of the rest, as the error advises, enqueues %d twice",
+			n, be.Enqueued, be.Total, be.Err, n-be.Enqueued)
+	}
+	if n == 0 {
+		return
+	}
+	infos, perr := c.Peek(ctx, queue, n)
+	if perr != nil {
+		t.Fatal(perr)
+	}
+	for i, in := range infos {
+		if string(in.Payload) != string(ps[i]) {
+			t.Fatalf("task %d of the queue has payload %q, want %q (the first payloads, in order)", i, in.Payload, ps[i])
+		}
+	}
+}
+
+// A large EnqueueBatch whose connection breaks after Redis applied the
+// steps on the wire (their replies lost) used to report only the first
+// step enqueued, while sixteen were (4,000 tasks more than it said).
+func TestBatchWithLostRepliesSaysWhatIsIn(t *testing.T) {
+	ctx := context.Background()
+	pool := newReplyLossPool(srv.URL)
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := batchPayloads(40 * 250)
+	// The second step (the first of the window) loses its reply, and so
+	// do the fifteen sent with it.
+	pool.sendOnly = true
+	pool.setLose(nthCall("enqueue_packed", 1))
+	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)
+	pool.setLose(nil)
+	checkBatchError(t, c, "b", ps, ids, err)
+}
+
+// A step of a large EnqueueBatch refused by Redis (here out of memory, for
+// that one step) used to leave the steps sent behind it applied: tasks
+// past the BatchError's count, after a hole, and out of order.
+func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
+	ctx := context.Background()
+	s := redistest.MustStart()
+	defer s.Stop()
+	side, err := redis.DialURL(s.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer side.Close()
+	oomCount := func() int {
+		info, err := redis.String(side.Do("INFO", "errorstats"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "errorstat_OOM:count="); ok {
+				n, _ := strconv.Atoi(v)
+				return n
+			}
+		}
+		return 0
+	}
+	// The 17th step sent on the window's connection is flushed alone (the
+	// window is full): Redis refuses it for want of memory, then has its
+	// memory back for the steps after it.
+	var mu sync.Mutex
+	sends := 0
+	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, s.URL)
+		if err != nil {
+			return nil, err
+		}
+		return &refuseConn{Conn: c, hook: func(cmd string, args []any) func() {
+			if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_enqueue_packed") {
+				return nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			sends++
+			if sends != 17 {
+				return nil
+			}
+			before := oomCount()
+			if _, err := side.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+				t.Error(err)
+			}
+			return func() { // after the flush: once Redis refused it
+				for deadline := time.Now().Add(10 * time.Second); oomCount() == before && time.Now().Before(deadline); {
+				}
+				if _, err := side.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
+					t.Error(err)
+				}
+			}
+		}}, nil
+	}}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := batchPayloads(40 * 250)
+	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)
+	if err == nil || !strings.Contains(err.Error(), "OOM") {
+		t.Fatalf("EnqueueBatch: %v; want the refused step's OOM", err)
+	}
+	checkBatchError(t, c, "b", ps, ids, err)
+}
+
+// refuseConn runs hook on each command sent (Send); a func it returns runs
+// after the next Flush.
+type refuseConn struct {
+	redis.Conn
+	hook  func(cmd string, args []any) func()
+	after func()
+}
+
+func (c *refuseConn) Send(cmd string, args ...any) error {
+	if f := c.hook(cmd, args); f != nil {
+		c.after = f
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *refuseConn) Flush() error {
+	err := c.Conn.Flush()
+	if f := c.after; f != nil {
+		c.after = nil
+		f()
+	}
+	return err
+}
+
+func (c *refuseConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return c.Conn.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
+}
+
+func (c *refuseConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.Conn.(redis.ConnWithTimeout).DoWithTimeout(d, cmd, args...)
+}
+
+func (c *refuseConn) ReceiveContext(ctx context.Context) (any, error) {
+	return c.Conn.(redis.ConnWithContext).ReceiveContext(ctx)
+}
+
+func (c *refuseConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return c.Conn.(redis.ConnWithTimeout).ReceiveWithTimeout(d)
+}
