@@ -12,7 +12,11 @@ package gateway
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -40,7 +44,10 @@ type Config struct {
 	// Token, when set, is the bearer token every call must carry
 	// (Authorization: Bearer <token>); others get unauthenticated.
 	Token string
-	// MaxMessageBytes caps a request message. Default 4 MiB.
+	// MaxMessageBytes caps a request message, and a Take's reply (its
+	// first taking always goes; those past the cap are put back at the
+	// front of the queue): 4 MiB, the default, is what gRPC clients
+	// receive by default. Default 4 MiB.
 	MaxMessageBytes int
 	// Logger receives what callers are not told (the text of a failure
 	// to reach Redis names its address). Default slog.Default().
@@ -67,10 +74,14 @@ func Handler(cfg Config) (string, http.Handler, error) {
 		return "", nil, fmt.Errorf("gateway: MaxMessageBytes (%d) must not be negative", cfg.MaxMessageBytes)
 	}
 	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxMessageBytes)}
-	if cfg.Token != "" {
-		opts = append(opts, connect.WithInterceptors(bearer(cfg.Token)))
+	srv := &server{cfg: cfg}
+	if _, err := rand.Read(srv.key[:]); err != nil {
+		return "", nil, fmt.Errorf("gateway: session key: %w", err)
 	}
-	path, h := gatewayv1connect.NewGatewayServiceHandler(&server{cfg: cfg}, opts...)
+	path, h := gatewayv1connect.NewGatewayServiceHandler(srv, opts...)
+	if cfg.Token != "" {
+		h = bearer(cfg.Token, h, opts)
+	}
 	return path, conflicts(h), nil
 }
 
@@ -140,22 +151,57 @@ func (c *conflictWriter) finish() {
 	_, _ = c.ResponseWriter.Write(c.held)
 }
 
-// bearer refuses calls without the token.
-func bearer(token string) connect.UnaryInterceptorFunc {
+// bearer refuses calls without the token, before their body is read: a
+// Connect interceptor runs only once the request is read and decoded, so
+// a caller without the token could make the gateway read and parse up to
+// MaxMessageBytes, or hold a handler while it sent a body it never
+// finished. The error is written in the call's protocol, and an
+// HTTP/1 connection is closed after it (its body is never read).
+func bearer(token string, next http.Handler, opts []connect.HandlerOption) http.Handler {
 	want := []byte("Bearer " + token)
-	return func(next connect.UnaryFunc) connect.UnaryFunc {
-		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
-			got := []byte(req.Header().Get("Authorization"))
-			if subtle.ConstantTimeCompare(got, want) != 1 {
-				return nil, connect.NewError(connect.CodeUnauthenticated, errors.New("gateway: missing or wrong bearer token"))
+	ew := connect.NewErrorWriter(opts...)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got := []byte(r.Header.Get("Authorization"))
+		if subtle.ConstantTimeCompare(got, want) != 1 {
+			if r.ProtoMajor == 1 {
+				// Else net/http reads what is left of the body before
+				// it answers, to keep the connection.
+				w.Header().Set("Connection", "close")
 			}
-			return next(ctx, req)
+			_ = ew.Write(w, r, connect.NewError(connect.CodeUnauthenticated, errors.New("gateway: missing or wrong bearer token")))
+			return
 		}
-	}
+		next.ServeHTTP(w, r)
+	})
 }
 
 type server struct {
 	cfg Config
+	// key signs session ids: a session id is "<worker id>.<mac>", so that
+	// the worker id, which GetTask, the Inspector, the dashboard and the
+	// events publish, does not name the session.
+	key [32]byte
+}
+
+// sessionID is the id the remote that opened session worker learns.
+func (s *server) sessionID(worker string) string {
+	return worker + "." + s.mac(worker)
+}
+
+func (s *server) mac(worker string) string {
+	m := hmac.New(sha256.New, s.key[:])
+	m.Write([]byte(worker))
+	return base64.RawURLEncoding.EncodeToString(m.Sum(nil)[:18])
+}
+
+// workerOf returns the worker id of session id, or "" when id was not
+// made by this gateway.
+func (s *server) workerOf(id string) string {
+	i := strings.LastIndexByte(id, '.')
+	if i <= 0 || !hmac.Equal([]byte(id[i+1:]), []byte(s.mac(id[:i]))) {
+		return ""
+	}
+	return id[:i]
 }
 
 var _ gatewayv1connect.GatewayServiceHandler = (*server)(nil)
@@ -372,7 +418,7 @@ func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1
 		return nil, s.toConnect(err)
 	}
 	ttl := sess.TTL()
-	return connect.NewResponse(&gatewayv1.OpenSessionResponse{SessionId: sess.ID(),
+	return connect.NewResponse(&gatewayv1.OpenSessionResponse{SessionId: s.sessionID(sess.ID()),
 		TtlMs: uint32(ttl.Milliseconds()), BeatMs: uint32((ttl / 3).Milliseconds())}), nil
 }
 
@@ -381,7 +427,11 @@ func (s *server) session(id string) (*worqr.RemoteSession, error) {
 	if id == "" {
 		return nil, s.bad("session_id", "is empty")
 	}
-	sess, err := s.cfg.Remote.Session(id)
+	worker := s.workerOf(id)
+	if worker == "" {
+		return nil, s.toConnect(fmt.Errorf("%w: %s", worqr.ErrSessionLost, id))
+	}
+	sess, err := s.cfg.Remote.Session(worker)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
@@ -413,7 +463,8 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 	if n == 0 {
 		n = 1
 	}
-	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId})
+	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId,
+		MaxBytes: s.cfg.MaxMessageBytes})
 	if err != nil {
 		return nil, s.toConnect(err)
 	}

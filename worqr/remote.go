@@ -267,6 +267,14 @@ type remoteQueue struct {
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
+
+	// refs counts the open sessions naming the queue and the Opens under
+	// way that resolved it; idleSince is when it last fell to 0. Both
+	// guarded by Remote.mu. A queue idle for a SessionTTL is let go
+	// (sweepLoop): names come from remotes, and each queue kept is
+	// subscribed to and read every PollInterval.
+	refs      int
+	idleSince time.Time
 }
 
 func (q *remoteQueue) woken() <-chan struct{} {
@@ -306,11 +314,13 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 	}, nil
 }
 
-// queue resolves a queue name a session asks for, made on first use.
+// queue resolves a queue name a session asks for, made on first use, and
+// counts a reference to it (see unref).
 func (r *Remote) queue(name string) (*remoteQueue, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if q := r.queues[name]; q != nil {
+		q.refs++
 		return q, nil
 	}
 	ref, err := parseQueue(name)
@@ -354,8 +364,37 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 		},
 	}
 	r.queues[name] = q
+	q.refs++
 	poke(r.subGrew)
 	return q, nil
+}
+
+// unref drops the references queue counted for qs. Called with r.mu held.
+func (r *Remote) unref(qs []*remoteQueue) {
+	now := time.Now()
+	for _, q := range qs {
+		if q.refs--; q.refs == 0 {
+			q.idleSince = now
+		}
+	}
+}
+
+// forgetIdleQueues lets go of the queues no open session has named for a
+// SessionTTL: the listener resubscribes without them, and they are no
+// longer read. A session naming one again makes it anew.
+func (r *Remote) forgetIdleQueues() {
+	r.mu.Lock()
+	forgot := false
+	for name, q := range r.queues {
+		if q.refs == 0 && time.Since(q.idleSince) >= r.cfg.SessionTTL {
+			delete(r.queues, name)
+			forgot = true
+		}
+	}
+	r.mu.Unlock()
+	if forgot {
+		poke(r.subGrew)
+	}
 }
 
 func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) bool {
@@ -535,8 +574,20 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	}
 	qs := map[string]*remoteQueue{}
 	refs := make([]registry.Queue, 0, len(opts.Queues))
+	var resolved []*remoteQueue // each reference counted, the session's once it opens
+	opened := false
+	defer func() {
+		if !opened {
+			r.mu.Lock()
+			r.unref(resolved)
+			r.mu.Unlock()
+		}
+	}()
 	for i, name := range opts.Queues {
 		q, err := r.queue(name)
+		if err == nil {
+			resolved = append(resolved, q)
+		}
 		if err != nil {
 			var ie *InvalidError
 			if errors.As(err, &ie) {
@@ -604,9 +655,10 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 		tags[q.qk.Ref.Tag] = true
 	}
 	s := &RemoteSession{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
-		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches}
+		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches, refd: resolved}
 	r.mu.Lock()
 	r.sessions[s.ID()] = s
+	opened = true
 	r.mu.Unlock()
 	r.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
 	return s, nil
@@ -645,6 +697,7 @@ func (r *Remote) retire(s *RemoteSession) {
 		delete(r.sessions, s.ID())
 		s.retiredAt = time.Now()
 		r.retired[s.ID()] = s
+		r.unref(s.refd)
 	}
 }
 
@@ -677,6 +730,7 @@ func (r *Remote) sweepLoop() {
 			}
 		}
 		r.mu.Unlock()
+		r.forgetIdleQueues()
 	}
 }
 

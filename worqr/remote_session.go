@@ -49,13 +49,17 @@ type RemoteSession struct {
 	// released before its next take, as after a lost take reply.
 	switches uint64
 
-	retiredAt time.Time // guarded by Remote.mu
+	retiredAt time.Time      // guarded by Remote.mu
+	refd      []*remoteQueue // the queue references it holds while open (Remote.queue)
 }
 
 type remoteTaking struct {
 	q     *remoteQueue
 	taken rdb.Taken
 	at    time.Time // when taken (local clock)
+	// notRun: never handed to the remote (past its deadline, or cancelled
+	// where it waited): the session itself ends it (see endNotRun).
+	notRun bool
 
 	mu   sync.Mutex  // one end at a time
 	done atomic.Bool // ended is set (read without mu)
@@ -153,6 +157,28 @@ type TakeRequest struct {
 	// the same id (after its reply was lost) returns the same takings.
 	// Same rules as queue names.
 	RequestID string
+	// MaxBytes, when positive, bounds the takings handed out by their
+	// size (payloads, run state and children, about as a reply carries
+	// them): the first is always handed; those past the bound are put
+	// back at the front of the queue at once, in order, nothing counted.
+	// A gateway sets it to the largest message its clients read.
+	MaxBytes int
+}
+
+// size is about how many bytes k takes in a reply: its bytes and strings,
+// and a little for the framing of each.
+func (k *Taking) size() int {
+	n := 64 + len(k.PID) + len(k.TaskID) + len(k.Queue) + len(k.Payload) + len(k.Key) + len(k.Parent)
+	for _, p := range k.Payloads {
+		n += 16 + len(p.Data)
+	}
+	for f, v := range k.State {
+		n += 8 + len(f) + len(v)
+	}
+	for _, c := range k.Children {
+		n += 16 + len(c.ID) + len(c.Queue) + len(c.Status) + len(c.Result) + len(c.Err)
+	}
+	return n
 }
 
 // MaxTake is the most tasks one Take returns.
@@ -171,6 +197,8 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 		return nil, invalid("max", "(%d) must be between 1 and %d", req.Max, MaxTake)
 	case req.Wait < 0 || req.Wait > s.r.cfg.MaxWait:
 		return nil, invalid("wait", "(%s) must be between 0 and %s", req.Wait, s.r.cfg.MaxWait)
+	case req.MaxBytes < 0:
+		return nil, invalid("max_bytes", "(%d) must not be negative", req.MaxBytes)
 	}
 	if req.RequestID != "" {
 		if err := checkName("request_id", req.RequestID); err != nil {
@@ -396,7 +424,6 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	}
 	now := time.Now()
 	out = make([]Taking, 0, len(taken))
-	var expired []string
 	s.mu.Lock()
 	for _, t := range taken {
 		if t.PID == "" {
@@ -406,25 +433,79 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 		kept := t
 		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
-		s.takings[s.token(q, t.PID)] = &remoteTaking{q: q, taken: kept, at: now}
+		s.takings[s.token(q, t.PID)] = &remoteTaking{q: q, taken: kept, at: now, notRun: t.Expired}
 		if t.Expired {
 			// Past its deadline when taken (Redis time), or cancelled
 			// while it waited: never handed to the remote, ended as
 			// expired (or cancelled) below, as a Worker does. Held
-			// meanwhile: if that end fails, the next beat gives it back
-			// (the remote does not list it) and a take expires it again.
-			expired = append(expired, s.token(q, t.PID))
+			// meanwhile: if that end fails, the next beat or take tries
+			// it again (the remote never saw it: nothing else would).
+			skipped++
 			continue
 		}
 		out = append(out, s.taking(q, t))
-		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: t.ID, PID: t.PID, WorkerID: s.ID()})
+	}
+	var over []Taking
+	if req.MaxBytes > 0 {
+		size := 0
+		for i := range out {
+			if size += out[i].size(); i > 0 && size > req.MaxBytes {
+				over = out[i:]
+				out = out[:i:i]
+				break
+			}
+		}
+		for _, k := range over {
+			delete(s.takings, k.PID) // never handed: put back below
+		}
+	}
+	for _, k := range out {
+		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
+	}
+	if len(over) > 0 {
+		// Everything the session holds in q but these is kept.
+		known = known[:0]
+		for _, t := range s.takings {
+			if t.q == q && !t.isEnded() {
+				known = append(known, t.taken.PID)
+			}
+		}
 	}
 	if req.RequestID != "" && len(out) > 0 {
 		s.takes[req.RequestID] = &takeReply{at: now, takings: out}
 	}
 	s.mu.Unlock()
-	for _, pid := range expired {
-		skipped++
+	if len(over) > 0 {
+		// Put back at once; if that fails, q stays unsure and the next
+		// beat or take puts them back (the session no longer knows them).
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		if err := s.releaseUnknown(gctx, q, known); err != nil {
+			s.r.cfg.Logger.Warn("remote: takings past the take's MaxBytes not put back yet", "queue", q.name, "count", len(over), "err", err)
+		}
+		gcancel()
+	}
+	if skipped > 0 {
+		s.endNotRun(ctx)
+	}
+	return out, skipped, nil
+}
+
+// endNotRun ends the takings the session's takes found not to run (past
+// their deadline, or cancelled where they waited) and has not ended yet:
+// those of the take just made, and any whose end failed before (a Redis
+// error reply, a caller that hung up while it was retried). The remote
+// never saw them, so no call of its ends them, and every release counts
+// them as known: without this they stayed held for the session's life.
+func (s *RemoteSession) endNotRun(ctx context.Context) {
+	var pids []string
+	s.mu.Lock()
+	for pid, t := range s.takings {
+		if t.notRun && !t.isEnded() {
+			pids = append(pids, pid)
+		}
+	}
+	s.mu.Unlock()
+	for _, pid := range pids {
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
 			e := rdb.NotRun(s.ID(), t.taken)
 			if t.taken.Cancelled {
@@ -436,11 +517,10 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			}
 			return s.ending(t, e), nil
 		})
-		if err != nil {
-			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet", "queue", q.name, "pid", pid, "err", err)
+		if err != nil && !errors.Is(err, ErrNotOwner) {
+			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet (tried again at the next beat or take)", "pid", pid, "err", err)
 		}
 	}
-	return out, skipped, nil
 }
 
 // token is the name the remote knows taking pid of q by.
@@ -501,6 +581,7 @@ func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, 
 		}
 		return BeatReply{}, fmt.Errorf("worqr: beat: %w", err)
 	}
+	s.endNotRun(ctx) // before the orphans: such a taking ends as it should, not given back
 	now := time.Now()
 	s.mu.Lock()
 	prev := s.beatAt
