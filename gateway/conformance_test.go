@@ -456,3 +456,36 @@ func TestNodeWorkerGetsAKeyedTask(t *testing.T) {
 		t.Fatalf("the Node worker got %+v, want payload second, key k1, merged [first second]", got)
 	}
 }
+
+// A Go producer's envelopes do not reach a Node worker: the task type of
+// EnqueueTyped and the trace context of contrib/otel's Enqueue come as
+// fields, and the payload as it was given (they came inside the payload's
+// bytes).
+func TestNodeWorkerGetsATypedTracedTask(t *testing.T) {
+	g := startGateway(t, 10*time.Second)
+	ctx := context.Background()
+	typed, err := worqr.TypedPayload("bill", []byte("inv-7"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	// contrib/otel's envelope (this module does not import it).
+	traced := append([]byte("\x00wqh:"+traceparent+"\x00"), typed...)
+	id, err := g.client.Enqueue(ctx, "typed", traced, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWorker(t, g, "n1", "typed")
+	f, _ := w.waitLine(t, 0, "took "+id+" ", 30*time.Second)
+	var got struct {
+		Payload     string `json:"payload"`
+		Type        string `json:"type"`
+		Traceparent string `json:"traceparent"`
+	}
+	if err := json.Unmarshal([]byte(strings.Join(f[3:], " ")), &got); err != nil {
+		t.Fatalf("the worker's line %q: %v", f, err)
+	}
+	if got.Payload != "inv-7" || got.Type != "bill" || got.Traceparent != traceparent {
+		t.Fatalf("the Node worker got %+v, want payload inv-7, type bill, traceparent %s", got, traceparent)
+	}
+}

@@ -472,7 +472,8 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 	for i, k := range ks {
 		t := &gatewayv1.Taking{Pid: k.PID, TaskId: k.TaskID, Queue: k.Queue, Payload: k.Payload,
 			Attempt: uint32(k.Attempt), MaxAttempts: uint32(k.MaxAttempts), Crashes: uint32(k.Crashes),
-			TimeoutMs: uint32(min(k.Timeout.Milliseconds(), 1<<32-1)), State: k.State, Parent: k.Parent, Key: k.Key}
+			TimeoutMs: uint32(min(k.Timeout.Milliseconds(), 1<<32-1)), State: k.State, Parent: k.Parent, Key: k.Key,
+			Type: k.Type, Traceparent: k.TraceParent, Tracestate: k.TraceState}
 		for _, p := range k.Payloads {
 			t.Payloads = append(t.Payloads, &gatewayv1.MergedPayload{Data: p.Data, Score: p.Score})
 		}

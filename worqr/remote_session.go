@@ -130,6 +130,13 @@ type Taking struct {
 	// Task.Key and Task.Payloads.
 	Key      string
 	Payloads []Payload
+	// Type is the task's type, for a payload enqueued with EnqueueTyped
+	// (or TypedPayload): Payload is then the payload as it was given.
+	Type string
+	// TraceParent and TraceState are the W3C trace context of a task
+	// enqueued with tracing on (contrib/otel's Enqueue): Payload is then
+	// the payload as it was given.
+	TraceParent, TraceState string
 	// Attempt is 1 on the first run, plus the failed attempts before.
 	Attempt     int
 	MaxAttempts int
@@ -168,7 +175,8 @@ type TakeRequest struct {
 // size is about how many bytes k takes in a reply: its bytes and strings,
 // and a little for the framing of each.
 func (k *Taking) size() int {
-	n := 64 + len(k.PID) + len(k.TaskID) + len(k.Queue) + len(k.Payload) + len(k.Key) + len(k.Parent)
+	n := 64 + len(k.PID) + len(k.TaskID) + len(k.Queue) + len(k.Payload) + len(k.Key) + len(k.Parent) +
+		len(k.Type) + len(k.TraceParent) + len(k.TraceState)
 	for _, p := range k.Payloads {
 		n += 16 + len(p.Data)
 	}
@@ -537,6 +545,7 @@ func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
 	if rdb.IsEnvelope(t.Payload) {
 		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
 	}
+	remotePayload(&k)
 	if t.MaxAttempts > 0 {
 		k.MaxAttempts = t.MaxAttempts
 	}

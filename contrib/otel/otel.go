@@ -41,7 +41,9 @@
 // stage's children. Metadata costs no payload bytes and nothing on a
 // plain queue's take. A run started by Client.StartRun gets a root span
 // per stage; its children are still under their stage's span. Stages and
-// children served by remote workers (the gateway) are not traced.
+// children served by remote workers (the gateway) are not traced; a task
+// of Enqueue served by a remote worker reaches it as its payload, with the
+// producer span's context as the taking's TraceParent.
 package otelworqr
 
 import (

@@ -1268,8 +1268,15 @@ type Taking struct {
 	// key and payloads: a task of an ordered queue (enqueued with a key by
 	// a Go client): its key, and every payload merged into it, oldest first
 	// (payload is then the last of them).
-	Key           string           `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
-	Payloads      []*MergedPayload `protobuf:"bytes,13,rep,name=payloads,proto3" json:"payloads,omitempty"`
+	Key      string           `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
+	Payloads []*MergedPayload `protobuf:"bytes,13,rep,name=payloads,proto3" json:"payloads,omitempty"`
+	// type: a task enqueued by a Go client with a task type (EnqueueTyped);
+	// payload is then the payload as given.
+	Type string `protobuf:"bytes,14,opt,name=type,proto3" json:"type,omitempty"`
+	// traceparent and tracestate: the W3C trace context of a task enqueued
+	// with tracing on (contrib/otel); payload is then the payload as given.
+	Traceparent   string `protobuf:"bytes,15,opt,name=traceparent,proto3" json:"traceparent,omitempty"`
+	Tracestate    string `protobuf:"bytes,16,opt,name=tracestate,proto3" json:"tracestate,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1393,6 +1400,27 @@ func (x *Taking) GetPayloads() []*MergedPayload {
 		return x.Payloads
 	}
 	return nil
+}
+
+func (x *Taking) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Taking) GetTraceparent() string {
+	if x != nil {
+		return x.Traceparent
+	}
+	return ""
+}
+
+func (x *Taking) GetTracestate() string {
+	if x != nil {
+		return x.Tracestate
+	}
+	return ""
 }
 
 // MergedPayload is one payload of a task of an ordered queue.
@@ -2139,7 +2167,7 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x05queue\x18\x02 \x01(\tR\x05queue\x12\x16\n" +
 	"\x06status\x18\x03 \x01(\tR\x06status\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\fR\x06result\x12\x14\n" +
-	"\x05error\x18\x05 \x01(\tR\x05error\"\xf0\x03\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\"\xc6\x04\n" +
 	"\x06Taking\x12\x10\n" +
 	"\x03pid\x18\x01 \x01(\tR\x03pid\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x14\n" +
@@ -2155,7 +2183,12 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	" \x03(\v2\x1d.worqr.gateway.v1.ChildResultR\bchildren\x12\x16\n" +
 	"\x06parent\x18\v \x01(\tR\x06parent\x12\x10\n" +
 	"\x03key\x18\f \x01(\tR\x03key\x12;\n" +
-	"\bpayloads\x18\r \x03(\v2\x1f.worqr.gateway.v1.MergedPayloadR\bpayloads\x1a8\n" +
+	"\bpayloads\x18\r \x03(\v2\x1f.worqr.gateway.v1.MergedPayloadR\bpayloads\x12\x12\n" +
+	"\x04type\x18\x0e \x01(\tR\x04type\x12 \n" +
+	"\vtraceparent\x18\x0f \x01(\tR\vtraceparent\x12\x1e\n" +
+	"\n" +
+	"tracestate\x18\x10 \x01(\tR\n" +
+	"tracestate\x1a8\n" +
 	"\n" +
 	"StateEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
