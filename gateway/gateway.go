@@ -583,5 +583,6 @@ func NewServer(addr string, cfg Config) (*http.Server, error) {
 	p.SetHTTP2(true)
 	p.SetUnencryptedHTTP2(true)
 	return &http.Server{Addr: addr, Handler: mux, Protocols: p, ReadHeaderTimeout: 10 * time.Second,
-		MaxHeaderBytes: 64 << 10, ErrorLog: nil}, nil
+		// (No read or write timeout: a Take waits up to MaxWait for work.)
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: 64 << 10, ErrorLog: nil}, nil
 }

@@ -409,6 +409,14 @@ func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
 // new task's id. With Config.Replicas, an error that matches
 // ErrNotReplicated comes with the id: the task was enqueued on the primary,
 // but too few replicas acknowledged it in time.
+//
+// An error from the connection (a reset, a timeout, ctx ending) may come
+// after Redis applied the enqueue: the task may be in the queue, and its id
+// is not returned. worqr does not send the call again by itself. When that
+// matters, give the task an id (EnqueueOpts.ID) and repeat the call with
+// it: a repeat with the same payload answers the same id and adds nothing.
+// An error that Redis sent (*InvalidError, OOM, ...) means nothing was
+// written.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
 	if opts.zero() {
 		return c.enqueuePlain(ctx, queue, payload)

@@ -81,6 +81,7 @@ type remoteTaking struct {
 
 type takeReply struct {
 	at      time.Time
+	queue   string
 	takings []Taking
 }
 
@@ -161,7 +162,8 @@ type TakeRequest struct {
 	// Wait is how long to wait when the queue is empty: 0 to MaxWait.
 	Wait time.Duration
 	// RequestID, when set, makes the take idempotent: a take repeated with
-	// the same id (after its reply was lost) returns the same takings.
+	// the same id (after its reply was lost) returns the same takings. An
+	// id names one take: repeated for another queue, it is refused.
 	// Same rules as queue names.
 	RequestID string
 	// MaxBytes, when positive, bounds the takings handed out by their
@@ -215,6 +217,9 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 		s.mu.Lock()
 		prev := s.takes[req.RequestID]
 		s.mu.Unlock()
+		if prev != nil && prev.queue != req.Queue {
+			return nil, invalid("request_id", "(%s) named a take of queue %s: a take of another queue needs an id of its own", req.RequestID, prev.queue)
+		}
 		if prev != nil {
 			return prev.takings, nil
 		}
@@ -355,6 +360,9 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	s.mu.Lock()
 	if prev := s.takes[req.RequestID]; req.RequestID != "" && prev != nil {
 		s.mu.Unlock() // the same request ran meanwhile
+		if prev.queue != req.Queue {
+			return nil, 0, invalid("request_id", "(%s) named a take of queue %s: a take of another queue needs an id of its own", req.RequestID, prev.queue)
+		}
 		return prev.takings, 0, nil
 	}
 	if sw := s.r.st.Switches(); sw != s.switches {
@@ -480,7 +488,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 	}
 	if req.RequestID != "" && len(out) > 0 {
-		s.takes[req.RequestID] = &takeReply{at: now, takings: out}
+		s.takes[req.RequestID] = &takeReply{at: now, queue: req.Queue, takings: out}
 	}
 	s.mu.Unlock()
 	if len(over) > 0 {

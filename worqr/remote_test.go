@@ -118,7 +118,7 @@ func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 	if _, err := b.client.EnqueueBatch(ctx, "q", [][]byte{[]byte("a"), []byte("b")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	s := open(t, b, "q")
+	s := open(t, b, "q", "q2")
 	req := worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "r1"}
 	first, err := s.Take(ctx, req)
 	if err != nil || len(first) != 1 {
@@ -136,6 +136,9 @@ func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 		{worqr.TakeRequest{Queue: "q", Max: 0}, "max"},
 		{worqr.TakeRequest{Queue: "q", Max: 1, Wait: time.Hour}, "wait"},
 		{worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "a b"}, "request_id"},
+		// The id of a take of q, for another queue: it answered q's
+		// takings as q2's.
+		{worqr.TakeRequest{Queue: "q2", Max: 1, RequestID: "r1"}, "request_id"},
 	} {
 		_, err := s.Take(ctx, c.req)
 		var ie *worqr.InvalidError

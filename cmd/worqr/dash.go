@@ -94,7 +94,7 @@ without them, keep --addr on a loopback address or behind your own proxy.`,
 		if prefix != "" {
 			mux.Handle("/{$}", http.RedirectHandler(prefix+"/", http.StatusFound))
 		}
-		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 		mode := ""
 		if readOnly {
 			mode = " (read-only)"
