@@ -415,8 +415,8 @@ func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
 // is not returned. worqr does not send the call again by itself. When that
 // matters, give the task an id (EnqueueOpts.ID) and repeat the call with
 // it: a repeat with the same payload answers the same id and adds nothing.
-// An error that Redis sent (*InvalidError, OOM, ...) means nothing was
-// written.
+// An *InvalidError, or an error reply from Redis (OOM, ...), means nothing
+// was written.
 func (c *Client) Enqueue(ctx context.Context, queue string, payload []byte, opts *EnqueueOpts) (string, error) {
 	if opts.zero() {
 		return c.enqueuePlain(ctx, queue, payload)
