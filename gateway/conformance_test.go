@@ -489,3 +489,32 @@ func TestNodeWorkerGetsATypedTracedTask(t *testing.T) {
 		t.Fatalf("the Node worker got %+v, want payload inv-7, type bill, traceparent %s", got, traceparent)
 	}
 }
+
+// The Node worker docs/GATEWAY.md shows is the one these tests run (the
+// docs' copy had drifted from it).
+func TestDocsShowTheWorkerTheTestsRun(t *testing.T) {
+	js, err := os.ReadFile("testdata/worker.mjs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := os.ReadFile("../docs/GATEWAY.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.SplitAfter(string(js), "\n")
+	for len(lines) > 0 && strings.HasPrefix(lines[0], "//") {
+		lines = lines[1:]
+	}
+	want := strings.Join(lines, "")
+	_, rest, ok := strings.Cut(string(doc), "## A worker in Node")
+	if ok {
+		_, rest, ok = strings.Cut(rest, "```js\n")
+	}
+	got, _, ok2 := strings.Cut(rest, "```\n")
+	if !ok || !ok2 {
+		t.Fatal(`docs/GATEWAY.md has no "## A worker in Node" section with a js block`)
+	}
+	if got != want {
+		t.Errorf("docs/GATEWAY.md's Node worker differs from testdata/worker.mjs (after its first comment)")
+	}
+}

@@ -1,4 +1,4 @@
-// A worqr worker in ~50 lines of Node (>= 18): plain fetch against the
+// A worqr worker in 59 lines of Node (>= 18): plain fetch against the
 // gateway's Connect JSON API. Env: GATEWAY (http://host:port), QUEUE, NAME,
 // TOKEN (optional), WORK_MS (how long each task takes).
 const { GATEWAY, QUEUE = "jobs", NAME = "node", TOKEN, WORK_MS = "100" } = process.env;
@@ -17,6 +17,7 @@ async function call(method, body) {
 }
 
 let session = null;
+const running = new Set(); // the pids this worker runs: each beat lists them
 async function open() { // until one opens: the gateway or its Redis may be away for a while
   for (let delay = 200; ; delay = Math.min(2 * delay, 5000)) {
     try { session = await call("OpenSession", { name: NAME, queues: [QUEUE] }); break; }
@@ -24,10 +25,10 @@ async function open() { // until one opens: the gateway or its Redis may be away
   }
   log(`session ${session.sessionId}`);
 }
-async function beatLoop() {
+async function beatLoop() { // a taking the worker never saw (a Take whose reply was lost) is given back
   for (;;) {
     await sleep(session.beatMs);
-    try { await call("Beat", { sessionId: session.sessionId }); }
+    try { await call("Beat", { sessionId: session.sessionId, checkRunning: true, running: [...running] }); }
     catch (e) { if (e.code === "failed_precondition") await open(); } // session lost: start over
   }
 }
@@ -40,6 +41,7 @@ for (;;) {
   try { ({ takings = [] } = await call("Take", { sessionId: sid, queue: QUEUE, max: 1, waitMs: 5000 })); }
   catch (e) { await sleep(100); continue; }
   for (const t of takings) {
+    running.add(t.pid);
     const text = (b) => Buffer.from(b ?? "", "base64").toString();
     log(`took ${t.taskId} ${t.pid} ${JSON.stringify({ payload: text(t.payload), key: t.key ?? "", merged: (t.payloads ?? []).map((p) => text(p.data)),
       type: t.type ?? "", traceparent: t.traceparent ?? "" })}`);
@@ -55,5 +57,6 @@ for (;;) {
       }
       break;
     }
+    running.delete(t.pid);
   }
 }
