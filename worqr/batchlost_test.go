@@ -114,35 +114,30 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 	// memory back for the steps after it.
 	var mu sync.Mutex
 	sends := 0
-	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
-		c, err := redis.DialURLContext(ctx, s.URL)
-		if err != nil {
-			return nil, err
+	base := s.Pool()
+	defer base.Close()
+	pool := &hookPool{pool: base, sent: func(cmd string, args []any) func() {
+		if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_enqueue_packed") {
+			return nil
 		}
-		return &refuseConn{Conn: c, hook: func(cmd string, args []any) func() {
-			if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_enqueue_packed") {
-				return nil
+		mu.Lock()
+		defer mu.Unlock()
+		sends++
+		if sends != 17 {
+			return nil
+		}
+		before := oomCount()
+		if _, err := side.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+			t.Error(err)
+		}
+		return func() { // after the flush: once Redis refused it
+			for deadline := time.Now().Add(10 * time.Second); oomCount() == before && time.Now().Before(deadline); {
 			}
-			mu.Lock()
-			defer mu.Unlock()
-			sends++
-			if sends != 17 {
-				return nil
-			}
-			before := oomCount()
-			if _, err := side.Do("CONFIG", "SET", "maxmemory", "1"); err != nil {
+			if _, err := side.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
 				t.Error(err)
 			}
-			return func() { // after the flush: once Redis refused it
-				for deadline := time.Now().Add(10 * time.Second); oomCount() == before && time.Now().Before(deadline); {
-				}
-				if _, err := side.Do("CONFIG", "SET", "maxmemory", "0"); err != nil {
-					t.Error(err)
-				}
-			}
-		}}, nil
+		}
 	}}
-	defer pool.Close()
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
 	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
@@ -154,44 +149,4 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 		t.Fatalf("EnqueueBatch: %v; want the refused step's OOM", err)
 	}
 	checkBatchError(t, c, "b", ps, ids, err)
-}
-
-// refuseConn runs hook on each command sent (Send); a func it returns runs
-// after the next Flush.
-type refuseConn struct {
-	redis.Conn
-	hook  func(cmd string, args []any) func()
-	after func()
-}
-
-func (c *refuseConn) Send(cmd string, args ...any) error {
-	if f := c.hook(cmd, args); f != nil {
-		c.after = f
-	}
-	return c.Conn.Send(cmd, args...)
-}
-
-func (c *refuseConn) Flush() error {
-	err := c.Conn.Flush()
-	if f := c.after; f != nil {
-		c.after = nil
-		f()
-	}
-	return err
-}
-
-func (c *refuseConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	return c.Conn.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
-}
-
-func (c *refuseConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	return c.Conn.(redis.ConnWithTimeout).DoWithTimeout(d, cmd, args...)
-}
-
-func (c *refuseConn) ReceiveContext(ctx context.Context) (any, error) {
-	return c.Conn.(redis.ConnWithContext).ReceiveContext(ctx)
-}
-
-func (c *refuseConn) ReceiveWithTimeout(d time.Duration) (any, error) {
-	return c.Conn.(redis.ConnWithTimeout).ReceiveWithTimeout(d)
 }

@@ -17,46 +17,9 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// loadCalls counts the load chunks sent (pipelined) through its pool.
-type loadCalls struct {
-	pool *redis.Pool
-	n    atomic.Int64
-}
-
-func (p *loadCalls) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := p.pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &loadCallConn{Conn: c, p: p}, nil
-}
-
-type loadCallConn struct {
-	redis.Conn
-	p *loadCalls
-}
-
-func (c *loadCallConn) Send(cmd string, args ...any) error {
-	if cmd == "FCALL" && len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), ":ld:") {
-		c.p.n.Add(1)
-	}
-	return c.Conn.Send(cmd, args...)
-}
-
-func (c *loadCallConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	return redis.DoContext(c.Conn, ctx, cmd, args...)
-}
-
-func (c *loadCallConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
-}
-
-func (c *loadCallConn) ReceiveContext(ctx context.Context) (any, error) {
-	return redis.ReceiveContext(c.Conn, ctx)
-}
-
-func (c *loadCallConn) ReceiveWithTimeout(d time.Duration) (any, error) {
-	return redis.ReceiveWithTimeout(c.Conn, d)
+// isLoadChunk reports a load chunk's script call.
+func isLoadChunk(cmd string, args []any) bool {
+	return cmd == "FCALL" && len(args) > 3 && strings.Contains(fmt.Sprint(args[3]), ":ld:")
 }
 
 // A load whose chunks Redis refuses with an error reply (here OOM: the
@@ -77,7 +40,13 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	c0 := pool.Get()
 	defer c0.Close()
 	ns := redistest.Namespace()
-	counted := &loadCalls{pool: pool}
+	var sent atomic.Int64 // the load chunks sent (pipelined)
+	counted := &hookPool{pool: pool, sent: func(cmd string, args []any) func() {
+		if isLoadChunk(cmd, args) {
+			sent.Add(1)
+		}
+		return nil
+	}}
 	c, err := worqr.NewClient(counted, &worqr.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
@@ -106,12 +75,12 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, err := c.Load(ctx, "oom", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Chunk: 100, Window: 4})
-	sent := counted.n.Load()
+	chunks := sent.Load()
 	if err == nil {
 		t.Fatalf("Load = %+v, nil: every line was loaded under maxmemory", p)
 	}
 	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "OOM") {
-		t.Fatalf("Load = %+v, %v after %d chunks sent: want it stopped with Redis's OOM error", p, err, sent)
+		t.Fatalf("Load = %+v, %v after %d chunks sent: want it stopped with Redis's OOM error", p, err, chunks)
 	}
 	l, _ := c.Len(context.Background(), "oom")
 	if int64(l) != p.Enqueued || !p.Checkpointed {
@@ -128,5 +97,5 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	if l, _ := c.Len(context.Background(), "oom"); l != n || p.Enqueued+p2.Enqueued != n {
 		t.Fatalf("after the resume the queue holds %d (enqueued %d + %d), want %d", l, p.Enqueued, p2.Enqueued, n)
 	}
-	t.Logf("stopped after %d tasks (%d chunks sent): %v", p.Enqueued, sent, err)
+	t.Logf("stopped after %d tasks (%d chunks sent): %v", p.Enqueued, chunks, err)
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
 
@@ -21,42 +22,9 @@ import (
 // reach, for all that time.
 func TestTakePastAHandoffPutsBack(t *testing.T) {
 	ctx := context.Background()
-	pool := internalPool(t)
-	c := pool.Get()
-	defer c.Close()
-	release := make(chan struct{})
-	started := make(chan string, 4)
-	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour,
-		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
-			started <- string(t.Payload)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})}}})
-	defer w.Stop(ctx)
-	defer close(release) // (before Stop, which waits for the handler)
-	q := w.queues[0]
-	s, _ := w.keeper.Current()
-	waitIdle(t, q)
-	parked := func() bool {
-		ok, err := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID()))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
-	for deadline := time.Now().Add(10 * time.Second); !parked(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never parked")
-		}
-	}
-	client, err := NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startParked(t)
+	q, c, client, started := p.q, p.c, p.client, p.started
+	s := p.s
 	var armed atomic.Bool
 	armed.Store(true)
 	var secondID atomic.Value // string
@@ -108,4 +76,55 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 		t.Fatalf("%q started while the hand-off's handler runs (concurrency 1)", got)
 	default:
 	}
+}
+
+// parkedOne is a worker serving queue "q" at concurrency 1 whose handler
+// sends the payload on started and runs until the test ends, parked (idle,
+// its release made), with a connection and a Client on the same server.
+type parkedOne struct {
+	q       *queueRunner
+	s       *heartbeat.Session
+	c       redis.Conn
+	client  *Client
+	started chan string
+}
+
+func startParked(t *testing.T) *parkedOne {
+	t.Helper()
+	ctx := context.Background()
+	pool := internalPool(t)
+	c := pool.Get()
+	t.Cleanup(func() { c.Close() })
+	release := make(chan struct{})
+	started := make(chan string, 4)
+	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour,
+		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
+			started <- string(t.Payload)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		})}}})
+	t.Cleanup(func() { w.Stop(ctx) })
+	t.Cleanup(func() { close(release) }) // (before Stop, which waits for the handler)
+	q := w.queues[0]
+	s, _ := w.keeper.Current()
+	waitIdle(t, q)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if ok, err := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID())); err != nil {
+			t.Fatal(err)
+		} else if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the worker never parked")
+		}
+	}
+	client, err := NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &parkedOne{q: q, s: s, c: c, client: client, started: started}
 }

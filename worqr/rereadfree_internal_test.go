@@ -5,10 +5,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/gomodule/redigo/redis"
-
-	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // The fetch loop reads its free slots again after a release: a hand-off
@@ -17,38 +13,9 @@ import (
 // concurrency (put back by launch, at the cost of a take and a release).
 func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 	ctx := context.Background()
-	pool := internalPool(t)
-	c := pool.Get()
-	defer c.Close()
-	release := make(chan struct{})
-	started := make(chan string, 4)
-	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour,
-		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
-			started <- string(t.Payload)
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})}}})
-	defer w.Stop(ctx)
-	defer close(release) // (before Stop, which waits for the handler)
-	q := w.queues[0]
-	s, _ := w.keeper.Current()
-	waitIdle(t, q)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ok, _ := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID())); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never parked")
-		}
-	}
-	client, err := NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startParked(t)
+	q, client, started := p.q, p.client, p.started
+	s := p.s
 	var armed atomic.Bool
 	armed.Store(true)
 	testHookReleased = func(hq *queueRunner) {
