@@ -1157,3 +1157,30 @@ func TestSentinelPassword(t *testing.T) {
 		t.Errorf("the output shows the password: %s %s", r.out, r.err)
 	}
 }
+
+// A load that Redis refuses (an error reply: OOM under maxmemory, here a
+// waiting list of the wrong type) says how far it got and how to go on;
+// it printed Redis's error alone.
+func TestLoadRefusedByRedisSaysHowToGoOn(t *testing.T) {
+	b := setup(t)
+	file := filepath.Join(t.TempDir(), "refused.txt")
+	if err := os.WriteFile(file, []byte("a\nb\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := b.pool.Get()
+	defer c.Close()
+	waiting := b.ns + ":{ld5}:q:ld5"
+	if _, err := c.Do("SET", waiting, "not a list"); err != nil {
+		t.Fatal(err)
+	}
+	r := b.run("", "load", file, "--queue", "ld5")
+	if r.code == 0 || !strings.Contains(r.err, "WRONGTYPE") || !strings.Contains(r.err, "0 tasks enqueued now") || !strings.Contains(r.err, "run the same command again") {
+		t.Fatalf("refused load: exit %d, stderr %q; want Redis's error, how far it got and how to go on", r.code, r.err)
+	}
+	if _, err := c.Do("DEL", waiting); err != nil {
+		t.Fatal(err)
+	}
+	if out := b.ok("", "load", file, "--queue", "ld5"); !strings.Contains(out, "enqueued 2 tasks") {
+		t.Errorf("the load run again said %q", out)
+	}
+}

@@ -145,7 +145,9 @@ progress line is printed every --every.`,
 			case errors.As(err, &le) && errors.Is(err, worqr.ErrInvalid):
 				return fmt.Errorf("%w; lines before it are enqueued: fix the input, then %s", err, again(src, queue, name, format, p, resume))
 			}
-			return err
+			// Redis refused a chunk (OOM, say) or went away: every chunk
+			// is atomic, and the load goes on from its checkpoint.
+			return fmt.Errorf("%w (%d tasks enqueued now, every chunk is atomic); once Redis is back or has room, %s", err, p.Enqueued, again(src, queue, name, format, p, resume))
 		}
 		took := time.Since(started)
 		if out.json() {
