@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 )
 
@@ -65,5 +66,33 @@ func TestPassGoesPastAQueueThatFails(t *testing.T) {
 	}
 	if ws := e.strings(t, "SMEMBERS", e.k.Workers()); len(ws) != 0 {
 		t.Errorf("workers = %v after the last requeue, want none", ws)
+	}
+}
+
+// A known queue whose holder index is not a set (a hand edit, a key of
+// another program) failed the whole Sweep: the orphaned takings of every
+// other queue stayed held at every sweep. Sweep goes past it and reports
+// it.
+func TestSweepGoesPastABrokenHolderIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	broken := e.st.Queue(standalone("broken"))
+	e.enqueue(t, e.q, "z1")
+	e.take(t, e.q, "Z", 1) // Z never registered
+	if err := e.st.AddKnownQueues(e.ctx, []rdb.QueueRef{broken.Ref, e.q.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	e.do(t, "SET", broken.Holders, "not a set")
+	r := e.reaper(t, "r1")
+	res, err := r.Sweep(e.ctx)
+	if err == nil || !strings.Contains(err.Error(), broken.Ref.Member()) {
+		t.Errorf("Sweep error = %v, want the broken queue's (%s)", err, broken.Ref.Member())
+	}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"Z"}, Requeued: 1}}
+	if !reflect.DeepEqual(res, want) {
+		t.Errorf("Sweep = %+v, want %+v: one queue's broken index kept the others' orphans held", res, want)
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"z1"}) {
+		t.Errorf("waiting = %v, want [z1]", w)
 	}
 }

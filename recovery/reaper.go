@@ -320,16 +320,15 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 	for i, q := range queues {
 		qks[i] = r.st.Queue(q)
 	}
-	holders, err := r.st.Holders(ctx, qks)
-	if err != nil {
-		return nil, err
-	}
+	// A queue whose holder index cannot be read is left out, and reported:
+	// the others are swept all the same.
+	holders, herr := r.st.Holders(ctx, qks)
 	// Read the registered set after the holders: a worker in it now was
 	// registered when its holdings were read (ids are never reused), so
 	// a holder missing from it is not a live registration.
 	registered, err := r.st.Workers(ctx)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(herr, err)
 	}
 	listed := map[string]bool{}
 	for _, w := range registered {
@@ -346,11 +345,11 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 		}
 	}
 	if len(ids) == 0 {
-		return nil, nil
+		return nil, herr
 	}
 	alive, err := r.st.Alive(ctx, ids)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(herr, err)
 	}
 	orphan := map[string]bool{}
 	for i, w := range ids {
@@ -370,7 +369,8 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 			}
 		}
 	}
-	return r.requeue(ctx, order, byQueue)
+	res, err := r.requeue(ctx, order, byQueue)
+	return res, errors.Join(herr, err)
 }
 
 // MoveBatch is how many due tasks one move script call moves.

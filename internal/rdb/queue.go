@@ -1598,9 +1598,13 @@ func (s *Store) perTag(qs []QueueKeys, f func(tag string, idx []int) error) erro
 }
 
 // Holders returns the holder index (workers that may hold takings) of each
-// queue.
+// queue. A queue whose index cannot be read (not a set: a hand edit, a key
+// of another program) is nil in out and named in err, with the others read
+// all the same (the reaper's sweep goes past it); a failure of a whole
+// call leaves its queues nil too.
 func (s *Store) Holders(ctx context.Context, qs []QueueKeys) ([][]string, error) {
 	out := make([][]string, len(qs))
+	var errs []error
 	err := s.perTag(qs, func(tag string, idx []int) error {
 		cmds := make([]command, len(idx))
 		for j, i := range idx {
@@ -1612,12 +1616,12 @@ func (s *Store) Holders(ctx context.Context, qs []QueueKeys) ([][]string, error)
 		}
 		for j, i := range idx {
 			if out[i], err = redis.Strings(rs[j], nil); err != nil {
-				return err
+				errs = append(errs, fmt.Errorf("holders of %s: %w", qs[i].Ref.Member(), err))
 			}
 		}
 		return nil
 	})
-	return out, err
+	return out, errors.Join(append(errs, err)...)
 }
 
 // Progress records report on task id while worker w owns its taking pid. It
