@@ -115,8 +115,13 @@ type Keeper struct {
 	mu      sync.Mutex
 	cur     *Session
 	changed chan struct{}
-	lastOK  atomic.Int64 // unix ns (Clock) when the last good beat was sent
-	parent  context.Context
+	// lastOK is when the last good beat was sent, as the time since epoch
+	// (Clock.Now at Start): a difference of two readings of the clock, so
+	// that it keeps their monotonic reading (a unix time would drop it,
+	// and every silence would be timed on the wall clock, which steps).
+	lastOK atomic.Int64
+	epoch  time.Time
+	parent context.Context
 
 	// Confirm's requests and answers: kick asks the beat loop for a beat
 	// now; sent counts the beats begun, okSeq is the number of the last
@@ -140,6 +145,7 @@ func (k *Keeper) Start(ctx context.Context) (*Session, error) {
 	if k.Clock == nil {
 		k.Clock = systemClock{}
 	}
+	k.epoch = k.Clock.Now()
 	k.parent = ctx
 	k.changed = make(chan struct{})
 	k.kick = make(chan struct{}, 1)
@@ -159,7 +165,7 @@ func (k *Keeper) register(ctx context.Context) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
-	k.lastOK.Store(sent.UnixNano())
+	k.lastOK.Store(int64(sent.Sub(k.epoch)))
 	k.log().Info("heartbeat: registered", "worker_id", s.id)
 	return s, nil
 }
@@ -190,8 +196,13 @@ func (k *Keeper) Current() (*Session, <-chan struct{}) {
 // (or cut off) longer than that must not take work before a beat says its
 // id is still alive.
 func (k *Keeper) Fresh() bool {
-	last := time.Unix(0, k.lastOK.Load())
-	return k.Clock.Now().Sub(last) < k.TTL-k.Interval
+	return k.sinceOK() < k.TTL-k.Interval
+}
+
+// sinceOK is how long ago the last good beat was sent, by the Keeper's
+// clock (monotonic when the clock's readings carry it).
+func (k *Keeper) sinceOK() time.Duration {
+	return k.Clock.Now().Sub(k.epoch) - time.Duration(k.lastOK.Load())
 }
 
 // Confirm asks for a beat of s now and waits until one begun after the
@@ -312,14 +323,14 @@ func (k *Keeper) beatLoop(ctx context.Context, s *Session) error {
 		k.mu.Unlock()
 		switch {
 		case err == nil && alive:
-			k.lastOK.Store(sent.UnixNano())
+			k.lastOK.Store(int64(sent.Sub(k.epoch)))
 		case err == nil:
 			k.log().Warn("heartbeat: keepalive lost", "worker_id", id)
 			return ErrLost
 		case ctx.Err() != nil:
 			return ctx.Err()
 		default:
-			since := k.Clock.Now().Sub(time.Unix(0, k.lastOK.Load()))
+			since := k.sinceOK()
 			k.emit(Event{Kind: Failed, ID: id, Err: err})
 			k.log().Warn("heartbeat: beat failed", "worker_id", id, "since_last_ok", since, "err", err)
 			if since >= k.TTL {

@@ -17,10 +17,14 @@ import (
 // for good and never renewed again; a new lease has a new id.
 type Lease struct {
 	*Session
-	reg    *registry.Registry
-	ttl    time.Duration
-	clock  Clock
-	lastOK atomic.Int64 // unix ns (clock) when the last good beat was sent
+	reg   *registry.Registry
+	ttl   time.Duration
+	clock Clock
+	// lastOK is when the last good beat was sent, as the time since epoch
+	// (the clock when the lease was opened), so that it keeps the clock's
+	// monotonic reading (see Keeper).
+	lastOK atomic.Int64
+	epoch  time.Time
 }
 
 // Open registers a new lease (a new worker id) with a keepalive of ttl,
@@ -41,8 +45,7 @@ func Open(ctx context.Context, reg *registry.Registry, ttl time.Duration, host s
 	if err != nil {
 		return nil, err
 	}
-	l := &Lease{Session: s, reg: reg, ttl: ttl, clock: clock}
-	l.lastOK.Store(sent.UnixNano())
+	l := &Lease{Session: s, reg: reg, ttl: ttl, clock: clock, epoch: sent}
 	return l, nil
 }
 
@@ -57,8 +60,7 @@ func (l *Lease) Fresh() bool {
 	if l.Lost() {
 		return false
 	}
-	last := time.Unix(0, l.lastOK.Load())
-	if l.clock.Now().Sub(last) < l.ttl-l.ttl/10 {
+	if l.clock.Now().Sub(l.epoch)-time.Duration(l.lastOK.Load()) < l.ttl-l.ttl/10 {
 		return true
 	}
 	l.Retire(ErrLost)
@@ -82,7 +84,7 @@ func (l *Lease) Beat(ctx context.Context) error {
 		l.Retire(ErrLost)
 		return l.Cause()
 	}
-	l.lastOK.Store(sent.UnixNano())
+	l.lastOK.Store(int64(sent.Sub(l.epoch)))
 	l.extend(at, l.ttl)
 	return nil
 }

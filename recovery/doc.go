@@ -26,7 +26,10 @@
 // The same loop runs the mover: under the same lease, each interval it moves
 // due tasks of every known queue's scheduled set (delayed enqueues, retries)
 // to the back of the queue, in atomic batches timed by Redis's clock, and
-// trims dead sets by age. A delayed task is offered within one reaper
+// trims dead sets by age. The move, the sweep and the prune of flow runs
+// run beside the passes, each one at a time (a move calls a script per
+// known queue: seconds with tens of thousands of them), so that no pass
+// waits for them. A delayed task is offered within one reaper
 // interval after it is due.
 //
 // Timing: kill -9 -> key expires within the heartbeat TTL (3 s) -> the next

@@ -105,13 +105,26 @@ func (r *Reaper) fail(what string, err error) {
 func (r *Reaper) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()
-	var lastSweep, lastPrune time.Time
-	// The prune walks every flow's list of runs, which can take seconds:
-	// it runs beside the passes, one at a time, so that recovery never
-	// waits for it.
-	var pruning atomic.Bool
+	var lastPrune time.Time
+	var sweptAt atomic.Pointer[time.Time] // when the last good sweep began
+	// The sweep, the prune and the move each make calls per known queue
+	// (or per flow's run), which can take seconds with many of them: they
+	// run beside the passes, each one at a time, so that recovery never
+	// waits for them (the documented bound is TTL + one interval).
+	var sweeping, pruning, moving atomic.Bool
 	var pruner sync.WaitGroup
 	defer pruner.Wait()
+	beside := func(busy *atomic.Bool, f func()) {
+		if !busy.CompareAndSwap(false, true) {
+			return
+		}
+		pruner.Add(1)
+		go func() {
+			defer pruner.Done()
+			defer busy.Store(false)
+			f()
+		}()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -134,29 +147,32 @@ func (r *Reaper) Run(ctx context.Context) {
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.fail("pass", err)
 		}
-		if lastSweep.IsZero() || time.Since(lastSweep) >= SweepInterval {
-			if _, err := r.Sweep(ctx); err != nil {
-				if ctx.Err() == nil {
-					r.fail("sweep", err)
+		// A sweep that failed is tried again at the next interval.
+		if at := sweptAt.Load(); at == nil || time.Since(*at) >= SweepInterval {
+			beside(&sweeping, func() {
+				start := time.Now()
+				if _, err := r.Sweep(ctx); err != nil {
+					if ctx.Err() == nil {
+						r.fail("sweep", err)
+					}
+				} else {
+					sweptAt.Store(&start)
 				}
-			} else {
-				lastSweep = time.Now()
-			}
+			})
 		}
-		if time.Since(lastPrune) >= SweepInterval && pruning.CompareAndSwap(false, true) {
+		if time.Since(lastPrune) >= SweepInterval && !pruning.Load() {
 			lastPrune = time.Now()
-			pruner.Add(1)
-			go func() {
-				defer pruner.Done()
-				defer pruning.Store(false)
+			beside(&pruning, func() {
 				if _, err := r.PruneRuns(ctx); err != nil && ctx.Err() == nil {
 					r.fail("prune runs", err)
 				}
-			}()
+			})
 		}
-		if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
-			r.fail("move", err)
-		}
+		beside(&moving, func() {
+			if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
+				r.fail("move", err)
+			}
+		})
 	}
 }
 

@@ -160,6 +160,6 @@ func Pool(o Options) (*redis.Pool, error) {
 			c, err := redis.DialURLContext(ctx, raw, opts[:len(opts):len(opts)]...)
 			return c, scrub(err, raw)
 		},
-		TestOnBorrow: rdb.TestOnBorrow,
+		TestOnBorrowContext: rdb.TestOnBorrow,
 	}, nil
 }

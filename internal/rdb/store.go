@@ -239,15 +239,26 @@ func IsReplyError(err error) bool {
 	return errors.As(err, &re)
 }
 
-// TestOnBorrow is a redis.Pool TestOnBorrow: a connection idle for a minute
-// or more is pinged before it is handed out.
-func TestOnBorrow(c redis.Conn, idle time.Time) error {
+// TestOnBorrow is a redis.Pool TestOnBorrowContext: a connection idle for a
+// minute or more is pinged before it is handed out. The PING is bounded by
+// the caller's context (and by IdlePingTimeout): behind a partition that
+// drops packets its reply never comes, and a call without a bound would
+// wait as long as TCP keeps the connection (minutes), a beat included:
+// the keepalive's TTL check would never run while the reaper requeues
+// the worker's takings to other workers.
+func TestOnBorrow(ctx context.Context, c redis.Conn, idle time.Time) error {
 	if time.Since(idle) < time.Minute {
 		return nil
 	}
-	_, err := c.Do("PING")
+	ctx, cancel := context.WithTimeout(ctx, IdlePingTimeout)
+	defer cancel()
+	_, err := redis.DoContext(c, ctx, "PING")
 	return err
 }
+
+// IdlePingTimeout bounds TestOnBorrow's PING when the caller's context
+// allows longer.
+const IdlePingTimeout = 5 * time.Second
 
 // Ping checks that the server of tag answers.
 func (s *Store) Ping(ctx context.Context, tag string) error {
