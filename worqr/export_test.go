@@ -59,3 +59,10 @@ func OnResumeRead(f func(name string)) (undo func()) {
 	testHookResumeRead = f
 	return func() { testHookResumeRead = nil }
 }
+
+// OnRunsForget makes Inspector.Runs call f with the ids it found gone,
+// before it drops them from the flow's list; undo removes it.
+func OnRunsForget(f func(gone []string)) (undo func()) {
+	testHookRunsForget = f
+	return func() { testHookRunsForget = nil }
+}

@@ -321,6 +321,9 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 					gone = append(gone, id)
 				}
 			}
+			if testHookRunsForget != nil {
+				testHookRunsForget(gone)
+			}
 			if err := in.st.ForgetRuns(ctx, qk, gone); err != nil {
 				return nil, err
 			}
@@ -489,6 +492,10 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 	}
 	return n, nil
 }
+
+// testHookRunsForget, when set by a test, runs in Runs between its read of
+// a page of runs and its drop of the ids it found gone from the list.
+var testHookRunsForget func(gone []string)
 
 // testHookCancelAllActive, when set by a test, runs in CancelAll between
 // its first pass over the waiting tasks and its read of the running ones.

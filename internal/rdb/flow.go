@@ -373,25 +373,31 @@ func (s *Store) RunIDs(ctx context.Context, q QueueKeys, offset, limit int) ([]s
 }
 
 // ForgetRuns drops run ids from the flow's list of runs (their hashes
-// expired).
+// expired), each only if its hash is still gone when the call runs: a run
+// started again under the same id (RunOpts.ID) since the caller read it
+// gone stays listed (runs_forget.lua).
 func (s *Store) ForgetRuns(ctx context.Context, q QueueKeys, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	args := make([]any, 0, 1+len(ids))
-	args = append(args, q.Runs)
+	args := make([]any, 0, 2+2*len(ids))
+	args = append(args, 1+len(ids), q.Runs)
+	for _, id := range ids {
+		args = append(args, q.Task(id))
+	}
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	_, err := s.cmd(ctx, q.Ref.Tag, "ZREM", args...)
+	_, err := s.eval(ctx, q.Ref.Tag, runsForgetScript, args...)
 	return err
 }
 
 // PruneRuns drops from the flow's list of runs the ids whose hash is gone
 // (ended and past their retention, or deleted), looking at up to n ids
 // from rank start; it returns how many it looked at and dropped. A run's
-// id and hash are written in one step (flow_start), and ids are never
-// reused: an id without a hash is gone for good.
+// id and hash are written in one step (flow_start); an id may be started
+// again once its run is gone (RunOpts.ID), so ForgetRuns checks each
+// again as it drops it.
 func (s *Store) PruneRuns(ctx context.Context, q QueueKeys, start, n int) (seen, dropped int, err error) {
 	ids, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "ZRANGE", q.Runs, start, start+n-1))
 	if err != nil || len(ids) == 0 {

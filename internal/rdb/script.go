@@ -349,6 +349,7 @@ var (
 	runCancelScript   = load("run_cancel", 1)
 	runRetryScript    = load("run_retry", 1)
 	runsPageScript    = load("runs_page", 1)
+	runsForgetScript  = load("runs_forget", -1)
 	progressScript    = load("progress", 2)
 	loadScript        = load("load", -1)
 	enqueueKeyScript  = load("enqueue_key", -1)

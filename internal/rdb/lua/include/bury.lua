@@ -18,17 +18,23 @@ end
 local TRIM_DEAD = 250
 
 -- trim_dead enforces a dead set's caps (count, then age), at most
--- TRIM_DEAD deletions of each kind per call.
-local function trim_dead(deadkey, cfgkey, tprefix)
+-- TRIM_DEAD deletions of each kind per call. room (default 0) is how many
+-- entries about to be added the count must leave room for: bury trims
+-- before it adds, so that the entry it adds is never the one trimmed
+-- (entries buried by one call share one time, and a tie is broken by id:
+-- a stage's end then wrote its run's status into the deleted hash).
+local function trim_dead(deadkey, cfgkey, tprefix, room)
   local max = cfg_num(cfgkey, 'dead_max', DEFAULT_DEAD_MAX)
   local age = cfg_num(cfgkey, 'dead_age', DEFAULT_DEAD_AGE)
-  local excess = redis.call('ZCARD', deadkey) - max
+  local excess = redis.call('ZCARD', deadkey) + (room or 0) - max
   if excess > 0 then
     local old = redis.call('ZRANGE', deadkey, 0, math.min(excess, TRIM_DEAD) - 1)
     for _, id in ipairs(old) do
       bury_forget(deadkey, tprefix, id)
     end
-    redis.call('ZREM', deadkey, unpack(old))
+    if #old > 0 then
+      redis.call('ZREM', deadkey, unpack(old))
+    end
   end
   local expired = redis.call('ZRANGEBYSCORE', deadkey, '-inf', now_ms() - age, 'LIMIT', 0, TRIM_DEAD)
   if #expired > 0 then
@@ -60,6 +66,8 @@ local function bury(deadkey, cfgkey, tprefix, id, reason, err, worker)
   end
   redis.call('HDEL', tkey, F_WORKER, F_PID, F_CANCEL)
   redis.call('PERSIST', tkey)
+  -- (An entry of id, buried again, moves to now: out of the trim's way.)
+  redis.call('ZREM', deadkey, id)
+  trim_dead(deadkey, cfgkey, tprefix, 1)
   redis.call('ZADD', deadkey, now_ms(), id)
-  trim_dead(deadkey, cfgkey, tprefix)
 end
