@@ -121,7 +121,9 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 	}
 	granted := q.turn.wait(j.ticket)
 	if granted == nil {
-		return true
+		// A slot at once; j may still have waited for a handler
+		// goroutine (as above) past a freeze or its session's loss.
+		return w.slotUsable(q, j)
 	}
 	if testHookSlotWait != nil {
 		testHookSlotWait(j.taken.ID)

@@ -79,7 +79,7 @@ func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff, ca
 			"task_id", h.Taken.ID, "pid", h.Taken.PID)
 		return
 	}
-	w.launch(s, q, []rdb.Taken{h.Taken}, false)
+	w.launch(s, q, []rdb.Taken{h.Taken}, launchHandoff)
 	if cancelled {
 		q.askCancel(h.Taken.ID) // its handler starts cancelled
 	}

@@ -192,13 +192,28 @@ func TestCancelBeforeTheHandlerStarts(t *testing.T) {
 		}
 	}
 
-	// Launched behind a busy handler.
+	// Launched behind a handler whose end is on its way (Redis hands a
+	// worker a task only below its concurrency: here the end freed the
+	// slot in Redis, and its reply has not come back yet). The end is held
+	// back by pausing Redis's writes.
 	first, _ := heldFor(t, c, q, s, "first")
 	w.handed(q, first)
 	second, _ := heldFor(t, c, q, s, "second")
+	if _, err := c.Do("CLIENT", "PAUSE", 3000, "WRITE"); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	for deadline := time.Now().Add(2 * time.Second); q.ending() == 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			c.Do("CLIENT", "UNPAUSE")
+			t.Fatal("the first handler never returned")
+		}
+	}
 	w.handed(q, second)
 	w.cancelAsked(q, "second")
-	close(gate)
+	if _, err := c.Do("CLIENT", "UNPAUSE"); err != nil {
+		t.Fatal(err)
+	}
 	want("second")
 
 	// Waiting for a release.

@@ -267,7 +267,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 		// Another round at once when every taking was launched or buried
 		// (slots were filled, or q leaves the draw having come back
 		// short), not when some were left to the reaper or to Stop.
-		if launched, buried := w.launch(s, q, tasks, false); launched+buried == heads(tasks) {
+		if launched, buried := w.launch(s, q, tasks, launchAny); launched+buried == heads(tasks) {
 			again = true
 		}
 	}

@@ -92,12 +92,24 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			delay = 50 * time.Millisecond
 			if ready && hint && free > 0 {
 				q.more.Store(heads(tasks) == free)
-				launched, buried := w.launch(s, q, tasks, true)
+				launched, buried := w.launch(s, q, tasks, launchFree)
 				hint = buried > 0 || (launched == free && free > 0)
 				if hint && !stopping(w.takeStop) {
 					continue
 				}
 			}
+		}
+		if !alive && !s.Lost() && (unsure != "" || hint) {
+			// Frozen or cut off for most of a TTL: nothing is released
+			// or taken before a beat says the id lives, and nothing tells
+			// this loop when one does. Look again soon: a taking not run
+			// meanwhile (a hand-off, or one that waited past the freeze)
+			// is held here, out of every other worker's reach, until the
+			// release, which must not wait for a poll or a wake-up.
+			if !sleepCtxOr(w.runCtx, w.takeStop, w.cfg.HeartbeatInterval/4) {
+				return
+			}
+			continue
 		}
 		if ready && hint && free == 0 {
 			// Work may be waiting, and no slot is free: a handler that
@@ -314,19 +326,36 @@ var testHookReleased func(q *queueRunner)
 // each take (its number of free slots already read).
 var testHookBeforeTake func(q *queueRunner)
 
+// How launch bounds the takings it launches.
+const (
+	// launchAny: an end's take again (the handlers of its ends still
+	// count as busy: it refills their slots) and a priority group's take.
+	launchAny = iota
+	// launchFree: the fetch loop's take, which asked for q's free slots.
+	launchFree
+	// launchHandoff: a hand-off, which Redis recorded while the worker
+	// held fewer than its concurrency there.
+	launchHandoff
+)
+
 // launch hands the takings to the queue's handler goroutines and returns how
 // many it launched and how many the take buried. After Stop closed the
 // queue it launches nothing: those takings stay held, and Stop requeues them.
 // It never blocks: a taking the handler goroutines have no room for is not
 // launched (nor one received while frozen). A taking not launched while the
 // session lives stays held: the queue is made unsure, and its fetch loop
-// releases it. bounded (the fetch loop's take, which asked for q's free
-// slots) launches no taking past the slots free now: a hand-off launched
-// while the take was on its way took one of them (Redis hands a worker
-// tasks only below its concurrency, but the take did not count the
-// hand-off), and the taking past them would wait, held out of other
-// workers' reach, for a handler to finish its task.
-func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken, bounded bool) (launched, buried int) {
+// releases it. With bound launchFree (the fetch loop's take, which asked
+// for q's free slots) it launches no taking past the slots free now: a
+// hand-off launched while the take was on its way took one of them (Redis
+// hands a worker tasks only below its concurrency, but the take did not
+// count the hand-off), and the taking past them would wait, held out of
+// other workers' reach, for a handler to finish its task. With bound
+// launchHandoff it launches none past the slots free now and those of
+// handlers that returned (a hand-off may come while the end that freed
+// its slot in Redis is on its way back: it waits for that end only): the
+// same race the other way round, the take's reply launched before the
+// hand-off's message came.
+func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken, bound int) (launched, buried int) {
 	q.launchMu.Lock()
 	unsure, lost := false, false
 	defer func() {
@@ -371,8 +400,8 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 		if q.closed {
 			continue
 		}
-		if bounded && q.free() <= 0 {
-			w.cfg.Logger.Debug("worker: taking past the free slots (a hand-off came first): put back by a release",
+		if f := q.free(); bound != launchAny && f <= 0 && (bound == launchFree || f+q.ending() <= 0) {
+			w.cfg.Logger.Debug("worker: taking past the free slots (a hand-off and a take crossed): put back by a release",
 				"queue", q.member, "task_id", t.ID, "pid", t.PID)
 			unsure = true
 			continue

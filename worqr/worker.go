@@ -227,6 +227,20 @@ func (q *queueRunner) unhold(pid string, h *holding) {
 	}
 }
 
+// ending counts the takings being run whose handler has returned: their
+// ends are on their way, and their handler goroutines free soon after.
+func (q *queueRunner) ending() int {
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	n := 0
+	for _, h := range q.held {
+		if h.ending {
+			n++
+		}
+	}
+	return n
+}
+
 func (q *queueRunner) heldPIDs() []string {
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
