@@ -351,7 +351,8 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 
 // Pause stops every worker from taking tasks of queue within one poll
 // interval (at once when the announcement reaches them); running tasks
-// finish. The flag is stored in Redis.
+// finish, and so do those a worker took ahead of its handlers
+// (QueueConfig.ReadAhead: a few per worker). The flag is stored in Redis.
 func (in *Inspector) Pause(ctx context.Context, queue string) error {
 	return in.setPaused(ctx, queue, true)
 }
