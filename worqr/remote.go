@@ -774,18 +774,20 @@ func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 	for i, q := range qs {
 		qks[i] = q.qk
 	}
-	flags, err := r.st.Flags(ctx, qks)
-	if err != nil {
-		return err
-	}
+	flags, errs := r.st.FlagsEach(ctx, qks)
+	var err error
 	for i, q := range qs {
+		if errs[i] != nil {
+			err = errs[i] // the others are applied (a cluster's master down)
+			continue
+		}
 		resumed, unheld := q.apply(flags[i])
 		q.flagsRead.Store(true)
 		if resumed || unheld {
 			q.wake()
 		}
 	}
-	return nil
+	return err
 }
 
 // listenLoop holds the Remote's pub/sub connection: the wake-up channel of

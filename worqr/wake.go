@@ -125,14 +125,17 @@ func (w *Worker) refreshFlags() {
 	for i, q := range w.queues {
 		qks[i] = q.qk
 	}
-	flags, err := w.st.Flags(ctx, qks)
-	if err != nil {
-		if w.runCtx.Err() == nil {
-			w.cfg.Logger.Warn("worker: reading queue flags failed", "err", err)
-		}
-		return
-	}
+	// Each queue's flags as read: on a Redis Cluster with a master down
+	// for good, the queues of the others still see their pauses, levels
+	// and limits.
+	flags, errs := w.st.FlagsEach(ctx, qks)
 	for i, q := range w.queues {
+		if err := errs[i]; err != nil {
+			if w.runCtx.Err() == nil {
+				w.cfg.Logger.Warn("worker: reading queue flags failed", "queue", q.member, "err", err)
+			}
+			continue
+		}
 		if !flags[i].Limited {
 			q.concWait.Store(false)
 		}

@@ -25,7 +25,11 @@ const pubsubPing = 2 * time.Second
 // SPUBLISH on them) are listened to with SSUBSCRIBE, on one connection per
 // master that serves one of their slots; the events channel stays on a
 // plain SUBSCRIBE connection (PUBLISH is broadcast to every node, and the
-// events are batched, not per task). Messages are handed to onMessage one
+// events are batched, not per task). Channels whose slot no master serves
+// (a master down for good, with cluster-require-full-coverage no) are left
+// out meanwhile: the others are listened to (onReady runs once they are
+// confirmed) and Listen ends, to be called again, once the slot map names
+// a master for one of them. Messages are handed to onMessage one
 // at a time. It returns an error as soon as one connection ends, after
 // reading the slot map again when a slot may have moved (the node sent
 // SUNSUBSCRIBE, refused a channel with MOVED, or the map read since then
@@ -71,6 +75,8 @@ func (s *Store) listenSharded(ctx context.Context, channels []string, onReady fu
 	var plain []string
 	byMaster := map[string][]string{}
 	var masters []string
+	var unserved []string // channels whose slot no master serves now
+	refreshed := false
 	for _, ch := range channels {
 		if ch == s.keys.Events() {
 			plain = append(plain, ch)
@@ -78,18 +84,24 @@ func (s *Store) listenSharded(ctx context.Context, channels []string, onReady fu
 		}
 		tag := HashTag(ch)
 		addr := s.shard.MasterOf(tag)
-		if addr == "" {
+		if addr == "" && !refreshed {
+			refreshed = true
 			if err := s.shard.Refresh(ctx); err != nil {
 				return err
 			}
-			if addr = s.shard.MasterOf(tag); addr == "" {
-				return fmt.Errorf("rdb: no master serves the slot of %s", ch)
-			}
+			addr = s.shard.MasterOf(tag)
+		}
+		if addr == "" {
+			unserved = append(unserved, ch)
+			continue
 		}
 		if byMaster[addr] == nil {
 			masters = append(masters, addr)
 		}
 		byMaster[addr] = append(byMaster[addr], ch)
+	}
+	if len(masters) == 0 && len(plain) == 0 {
+		return fmt.Errorf("rdb: no master serves the slot of %s", unserved[0])
 	}
 	groups := len(masters)
 	if len(plain) > 0 {
@@ -109,8 +121,19 @@ func (s *Store) listenSharded(ctx context.Context, channels []string, onReady fu
 		defer msgMu.Unlock()
 		onMessage(ch, data)
 	}
-	errs := make(chan error, groups)
+	errs := make(chan error, groups+1)
 	var wg sync.WaitGroup
+	if len(unserved) > 0 {
+		// A master down for good (cluster-require-full-coverage no): the
+		// channels of the others are listened to meanwhile, and the
+		// Listen ends, to listen again to all, once the map names a
+		// master for one of these.
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.awaitServed(lctx, unserved)
+		}()
+	}
 	wg.Add(groups)
 	for _, addr := range masters {
 		go func(addr string, chs []string) {
@@ -149,6 +172,34 @@ func (s *Store) listenSharded(ctx context.Context, channels []string, onReady fu
 	_ = s.shard.Refresh(rctx)
 	rcancel()
 	return err
+}
+
+// unservedCheck is how often a Listen that left out channels whose slot
+// no master served looks at the slot map again (read every tenth time).
+const unservedCheck = 500 * time.Millisecond
+
+// awaitServed returns ErrShardMoved once the slot map names a master for
+// one of channels (nil when ctx ends).
+func (s *Store) awaitServed(ctx context.Context, channels []string) error {
+	t := time.NewTicker(unservedCheck)
+	defer t.Stop()
+	for n := 1; ; n++ {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		if n%10 == 0 {
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_ = s.shard.Refresh(rctx)
+			cancel()
+		}
+		for _, ch := range channels {
+			if s.shard.MasterOf(HashTag(ch)) != "" {
+				return fmt.Errorf("%w: a master serves %s again", ErrShardMoved, ch)
+			}
+		}
+	}
 }
 
 // listenShard listens to channels (all served by the master at addr) with

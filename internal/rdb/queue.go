@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -1533,31 +1534,101 @@ type QueueFlags struct {
 	Limited bool
 }
 
-// Flags reads the flags of each queue, one round trip per tag.
+// Flags reads the flags of each queue, one round trip per tag; it fails
+// when the flags of any queue could not be read (see FlagsEach).
 func (s *Store) Flags(ctx context.Context, qs []QueueKeys) ([]QueueFlags, error) {
-	out := make([]QueueFlags, len(qs))
-	err := s.perTag(qs, func(tag string, idx []int) error {
-		cmds := make([]command, len(idx))
-		for j, i := range idx {
-			cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc")
+	out, errs := s.FlagsEach(ctx, qs)
+	for _, err := range errs {
+		if err != nil {
+			return out, err
 		}
-		rs, err := s.pipeline(ctx, tag, cmds)
+	}
+	return out, nil
+}
+
+// FlagsEach reads the flags of each queue, one round trip per tag, and
+// returns for each queue its flags or the error that kept them from being
+// read: a tag whose read fails does not keep the others from being read.
+// On a Redis Cluster (a ShardedPubSub pool) the tags of each master are
+// read apart from those of the others, the masters at once, so that a
+// master that is down (for good, with cluster-require-full-coverage no)
+// fails the reads of its own queues only, and does not use up the time
+// of the others'.
+func (s *Store) FlagsEach(ctx context.Context, qs []QueueKeys) ([]QueueFlags, []error) {
+	out := make([]QueueFlags, len(qs))
+	errs := make([]error, len(qs))
+	type tagIdx struct {
+		tag string
+		idx []int
+	}
+	var groups [][]tagIdx
+	at := map[string]int{} // master -> its group
+	_ = s.perTag(qs, func(tag string, idx []int) error {
+		g := 0
+		if s.shard != nil {
+			m := s.shard.MasterOf(tag)
+			var ok bool
+			if g, ok = at[m]; !ok {
+				g = len(groups)
+				at[m] = g
+				groups = append(groups, nil)
+			}
+		} else if len(groups) == 0 {
+			groups = append(groups, nil)
+		}
+		groups[g] = append(groups[g], tagIdx{tag, idx})
+		return nil
+	})
+	read := func(group []tagIdx) {
+		for _, ti := range group {
+			if err := s.flagsOf(ctx, ti.tag, qs, ti.idx, out); err != nil {
+				for _, i := range ti.idx {
+					errs[i] = err
+				}
+			}
+		}
+	}
+	if len(groups) == 1 {
+		read(groups[0])
+		return out, errs
+	}
+	var wg sync.WaitGroup
+	wg.Add(len(groups))
+	for _, g := range groups {
+		go func() {
+			defer wg.Done()
+			read(g)
+		}()
+	}
+	wg.Wait()
+	return out, errs
+}
+
+// flagsOf reads into out the flags of the queues qs[idx], all of tag.
+func (s *Store) flagsOf(ctx context.Context, tag string, qs []QueueKeys, idx []int, out []QueueFlags) error {
+	cmds := make([]command, len(idx))
+	for j, i := range idx {
+		cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc")
+	}
+	rs, err := s.pipeline(ctx, tag, cmds)
+	if err != nil {
+		return err
+	}
+	read := make([]QueueFlags, len(idx))
+	for j := range idx {
+		v, err := redis.Strings(rs[j], nil)
 		if err != nil {
 			return err
 		}
-		for j, i := range idx {
-			v, err := redis.Strings(rs[j], nil)
-			if err != nil {
-				return err
-			}
-			levels, _ := strconv.Atoi(v[1])
-			rate, _ := strconv.Atoi(v[2])
-			conc, _ := strconv.Atoi(v[3])
-			out[i] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0}
-		}
-		return nil
-	})
-	return out, err
+		levels, _ := strconv.Atoi(v[1])
+		rate, _ := strconv.Atoi(v[2])
+		conc, _ := strconv.Atoi(v[3])
+		read[j] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0}
+	}
+	for j, i := range idx {
+		out[i] = read[j]
+	}
+	return nil
 }
 
 // QueueSettings are the settings scripts read from a queue's config hash.

@@ -185,12 +185,25 @@ func (p *Pool) refreshLocked(ctx context.Context) error {
 	cands = append(cands, p.o.Seeds...)
 	var errs []error
 	tried := map[string]bool{}
+	uniq := 0
+	for _, addr := range cands {
+		if !tried[addr] {
+			tried[addr] = true
+			uniq++
+		}
+	}
+	clear(tried)
 	for _, addr := range cands {
 		if tried[addr] {
 			continue
 		}
 		tried[addr] = true
-		shards, err := p.readShards(ctx, addr)
+		// Each node asked has its share of the time left: one that hangs
+		// (frozen, or cut off by a partition) must not use up the time of
+		// the others.
+		nctx, cancel := context.WithTimeout(ctx, askTimeout(ctx, uniq-len(tried)+1))
+		shards, err := p.readShards(nctx, addr)
+		cancel()
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", addr, err))
 			if ctx.Err() != nil {
@@ -204,6 +217,17 @@ func (p *Pool) refreshLocked(ctx context.Context) error {
 		return nil
 	}
 	return fmt.Errorf("cluster: no node answered CLUSTER SHARDS: %w", errors.Join(errs...))
+}
+
+// askTimeout is how long one node asked for the slot map may take when
+// left nodes (it included) are still to be asked: its share of ctx's time
+// left (at least 100 ms), or a second without a deadline.
+func askTimeout(ctx context.Context, left int) time.Duration {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return time.Second
+	}
+	return max(time.Until(dl)/time.Duration(max(left, 1)), 100*time.Millisecond)
 }
 
 // refreshSoon refreshes the map in the background unless a refresh ran in
