@@ -66,3 +66,10 @@ func OnRunsForget(f func(gone []string)) (undo func()) {
 	testHookRunsForget = f
 	return func() { testHookRunsForget = nil }
 }
+
+// OnRunsPage makes Inspector.Runs call f before each page of the run list
+// after the first.
+func OnRunsPage(f func()) (undo func()) {
+	testHookRunsPage = f
+	return func() { testHookRunsPage = nil }
+}

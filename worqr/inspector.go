@@ -301,7 +301,13 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 	const page, scanMax = 200, 10000
 	var out []*RunInfo
 	skipped := 0
+	// A run started between two pages moves every entry down one rank: the
+	// last of a page comes again first in the next.
+	seen := map[string]bool{}
 	for pos := 0; pos < scanMax; pos += page {
+		if pos > 0 && testHookRunsPage != nil {
+			testHookRunsPage()
+		}
 		ids, total, err := in.st.RunIDs(ctx, qk, pos, page)
 		if err != nil {
 			return nil, err
@@ -330,6 +336,10 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 			pos -= len(gone)
 		}
 		for _, r := range runs {
+			if seen[r.ID] {
+				continue
+			}
+			seen[r.ID] = true
 			if status != "" && RunStatus(r.Status) != status {
 				continue
 			}
@@ -493,6 +503,10 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 	}
 	return n, nil
 }
+
+// testHookRunsPage, when set by a test, runs in Runs before each page
+// after the first.
+var testHookRunsPage func()
 
 // testHookRunsForget, when set by a test, runs in Runs between its read of
 // a page of runs and its drop of the ids it found gone from the list.

@@ -76,3 +76,54 @@ func TestRunStartedAgainUnderItsIDStaysListed(t *testing.T) {
 		t.Fatalf("running runs listed: %d; want the run %s started again", len(runs), opts.ID)
 	}
 }
+
+// Inspector.Runs reads the run list 200 at a time: a run started between
+// two pages moved every entry down one rank, and the last run of the first
+// page came again first in the second (listed twice).
+func TestRunsListsARunOnceWhenOneStartsBetweenPages(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	cfg := &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	flow := &worqr.Flow{Name: "pages", Stages: []worqr.Stage{
+		{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) { return nil, nil })},
+	}}
+	c, err := worqr.NewClient(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 210; i++ {
+		if _, err := c.StartRun(ctx, flow, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started := false
+	undo := worqr.OnRunsPage(func() {
+		if !started {
+			started = true
+			if _, err := c.StartRun(ctx, flow, nil); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	defer undo()
+	runs, err := in.Runs(ctx, "pages", "", 0, 250)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, r := range runs {
+		if seen[r.ID] {
+			t.Fatalf("run %s listed twice", r.ID)
+		}
+		seen[r.ID] = true
+	}
+	if len(runs) != 210 {
+		t.Errorf("%d runs listed, want the 210 there were when the call began", len(runs))
+	}
+}
