@@ -185,6 +185,14 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		at := *head
 		at.Attempt = batch.Attempt
 		asked := err
+		if err == nil {
+			if rerr := w.checkResults(b.tasks); rerr != nil {
+				// Results Redis is not to hold: nothing is written; the
+				// head goes to the dead set with the reason (see run).
+				err = SkipRetry(rerr)
+				asked = err
+			}
+		}
 		if err != nil && errors.Is(context.Cause(hctx), ErrTaskCancelled) {
 			// A cancel asked for one of its tasks stopped the batch: that task
 			// ends as cancelled, the others go back as they were, nothing

@@ -370,6 +370,10 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	qk := q.qk
 	q.enqueue = &group.Group[[]byte, plainEnqueued]{
 		MaxBatch: 256, MaxInFlight: 2,
+		// Payload bytes weigh too, as EnqueueBatch's chunks do: 256
+		// Enqueues of 1 MiB at once were one call of 256 MiB, which held
+		// Redis for 300 ms (a batch always takes its first payload).
+		Weight: func(p []byte) int { return len(p) }, MaxWeight: rdb.MaxEnqueueChunkBytes,
 		Run: func(ctx context.Context, payloads [][]byte) ([]plainEnqueued, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
@@ -738,7 +742,8 @@ func (c *Client) Len(ctx context.Context, queue string) (int, error) {
 }
 
 // Peek returns up to n tasks from the front of queue (the next to be taken
-// first), without taking them.
+// first), without taking them. They are read in pages of 1,000 (no Redis
+// call grows with n), so a large n does not list one instant's queue.
 func (c *Client) Peek(ctx context.Context, queue string, n int) ([]*TaskInfo, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
@@ -747,11 +752,40 @@ func (c *Client) Peek(ctx context.Context, queue string, n int) ([]*TaskInfo, er
 	if n < 1 {
 		return nil, invalid("n", "(%d) must be at least 1", n)
 	}
-	span, err := c.st.Waiting(ctx, qk, 0, n)
+	span, err := pages(0, n, func(off, n int) (rdb.Span, error) { return c.st.Waiting(ctx, qk, off, n) })
 	if err != nil {
 		return nil, err
 	}
 	return c.infos(ctx, qk, span.IDs)
+}
+
+// pages reads entries [offset, offset+limit) of a list or sorted set with
+// read, in pages of at most rdb.BulkChunk (one LRANGE or ZRANGE of a
+// million entries held Redis for 55 ms), until a page comes short. The
+// pages are not one instant's: an entry that moved between two of them
+// may be missing, and one met twice is listed once.
+func pages(offset, limit int, read func(offset, n int) (rdb.Span, error)) (rdb.Span, error) {
+	var out rdb.Span
+	seen := map[string]bool{}
+	for limit > 0 {
+		n := min(limit, rdb.BulkChunk)
+		sp, err := read(offset, n)
+		if err != nil {
+			return rdb.Span{}, err
+		}
+		out.Total = sp.Total
+		for _, id := range sp.IDs {
+			if !seen[id] {
+				seen[id] = true
+				out.IDs = append(out.IDs, id)
+			}
+		}
+		if len(sp.IDs) < n {
+			break
+		}
+		offset, limit = offset+n, limit-n
+	}
+	return out, nil
 }
 
 // infos reads tasks of qk, skipping those that ended between two reads.
@@ -842,7 +876,8 @@ func msTime(ms int64) time.Time {
 }
 
 // Dead returns up to limit tasks of queue's dead set, newest first, skipping
-// the offset newest, and the dead set's size. A flow's failed runs are in
+// the offset newest, and the dead set's size. They are read in pages of
+// 1,000, as Peek's. A flow's failed runs are in
 // the dead set of the stage they failed in ("<flow>/<stage>").
 func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*TaskInfo, int, error) {
 	qk, err := c.queue(queue)
@@ -855,7 +890,7 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 	if limit < 1 {
 		return nil, 0, invalid("limit", "(%d) must be at least 1", limit)
 	}
-	span, err := c.st.Dead(ctx, qk, offset, limit)
+	span, err := pages(offset, limit, func(off, n int) (rdb.Span, error) { return c.st.Dead(ctx, qk, off, n) })
 	if err != nil {
 		return nil, 0, err
 	}

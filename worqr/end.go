@@ -22,16 +22,35 @@ import (
 // ending has a call of its own. Grouped fan-outs of MaxChildren children
 // each held Redis for hundreds of milliseconds in one call, and so did 100
 // children failing their runs together (0.6 to 0.9 s).
+//
+// The bytes an ending writes weigh too, one per endByteUnit, so that one
+// call carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue
+// call does: 64 ends of 1 MiB results each were one call of 64 MiB, which
+// held Redis for 106 ms.
 func endWeight(e rdb.Ending) int {
 	n := 1 + len(e.Batch)
+	size := len(e.Result) + len(e.Err)
+	for _, m := range e.Batch {
+		size += len(m.Result)
+	}
 	if e.Stage != nil {
 		n += len(e.Stage.Children) + len(e.Stage.Fields)/2
+		for _, f := range e.Stage.Fields {
+			size += len(f)
+		}
+		for _, c := range e.Stage.Children {
+			size += len(c.Payload) + len(c.Meta)
+		}
 	}
 	if e.Kind == rdb.KindChild && (e.Ask == rdb.AskDead || e.Ask == rdb.AskCancel) {
 		n += MaxChildren
 	}
-	return n
+	return n + size/endByteUnit
 }
+
+// endByteUnit is how many bytes of an ending weigh as much as one taking:
+// rdb.MaxTake of them make rdb.MaxEnqueueChunkBytes.
+const endByteUnit = rdb.MaxEnqueueChunkBytes / rdb.MaxTake
 
 // endGroup is a queue's one way to end takings: ends that arrive together
 // share one script call (group commit), whatever their kind (done, retry,

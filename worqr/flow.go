@@ -17,6 +17,24 @@ const DefaultRunRetention = 24 * time.Hour
 // MaxFieldNameLen is the longest state field name, in bytes.
 const MaxFieldNameLen = 200
 
+// MaxStateFields is the most state fields one call writes: StartRun's
+// initial state, a stage's StageResult.Fields, a remote's Forward or
+// FanOut. They are written in the same atomic step as the start or the
+// stage's end, which must stay short (10,000 fields held Redis for 15 ms,
+// 1,000,000 for 1.4 s).
+const MaxStateFields = 1000
+
+// MaxStageBytes bounds what one StartRun or one stage's end writes: the
+// state fields' names and values, and the fanned-out children's payloads
+// and metadata, together at most MaxStageBytes or, when it is larger,
+// Config.MaxPayloadBytes (so that a single payload the configuration
+// allows still fits). It is MaxEnqueueChunk's byte bound: a fan-out of
+// 1,000 children of 1 MiB held Redis for 4 s in one call.
+const MaxStageBytes = 4 << 20
+
+// stageBudget is the most bytes one start or stage end writes.
+func stageBudget(maxPayload int) int { return max(MaxStageBytes, maxPayload) }
+
 // Flow is a pipeline of stages (queues) that share one state per run. A
 // finished stage forwards the run to the next stage's queue in the same
 // atomic step that records the finish; a stage may fan out child tasks, and
@@ -238,20 +256,30 @@ func (f *Flow) ref() rdb.FlowRef {
 	return rdb.FlowRef{RetentionMillis: f.Retention.Milliseconds(), IndexBy: f.IndexBy}
 }
 
-// checkStateFields checks state fields: names non-empty and at most
-// MaxFieldNameLen bytes, values at most maxValue bytes.
-func checkStateFields(field string, m map[string]string, maxValue int) error {
+// checkStateFields checks state fields: at most MaxStateFields, names
+// non-empty and at most MaxFieldNameLen bytes, values at most maxValue
+// bytes, names and values together at most budget bytes. It returns their
+// size.
+func checkStateFields(field string, m map[string]string, maxValue, budget int) (int, error) {
+	if len(m) > MaxStateFields {
+		return 0, invalid(field, "has %d fields (at most MaxStateFields, %d, per call)", len(m), MaxStateFields)
+	}
+	size := 0
 	for k, v := range m {
 		switch {
 		case k == "":
-			return invalid(field, "has an empty field name")
+			return 0, invalid(field, "has an empty field name")
 		case len(k) > MaxFieldNameLen:
-			return invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
+			return 0, invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
 		case len(v) > maxValue:
-			return invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
+			return 0, invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
 		}
+		size += len(k) + len(v)
 	}
-	return nil
+	if size > budget {
+		return 0, invalid(field, "holds %d bytes of names and values (at most %d per call: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
+	}
+	return size, nil
 }
 
 func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
@@ -284,7 +312,7 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 	if err != nil {
 		return "", err
 	}
-	if err := checkStateFields("state", state, c.cfg.MaxPayloadBytes); err != nil {
+	if _, err := checkStateFields("state", state, c.cfg.MaxPayloadBytes, stageBudget(c.cfg.MaxPayloadBytes)); err != nil {
 		return "", err
 	}
 	var meta string

@@ -773,7 +773,9 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, q.name)
 		}
 		st := q.flow.Stages[q.stage]
-		if err := checkStateFields("fields", fields, s.r.cfg.MaxPayloadBytes); err != nil {
+		budget := stageBudget(s.r.cfg.MaxPayloadBytes)
+		size, err := checkStateFields("fields", fields, s.r.cfg.MaxPayloadBytes, budget)
+		if err != nil {
 			return rdb.Ending{}, err
 		}
 		if len(children) > MaxChildren {
@@ -791,6 +793,9 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 			meta, err := encodeMeta(fmt.Sprintf("children[%d].meta", i), c.Meta)
 			if err != nil {
 				return rdb.Ending{}, err
+			}
+			if size += len(c.Payload) + len(meta); size > budget {
+				return rdb.Ending{}, invalid("children", "carry %d bytes or more with the fields (at most %d per fan-out: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
 			}
 			e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: t.taken.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
 		}

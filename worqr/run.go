@@ -106,6 +106,13 @@ func (w *Worker) run(q *queueRunner, j job) {
 			// primary, end another taking).
 			return
 		}
+		if err == nil {
+			if rerr := w.checkResults([]*Task{t}); rerr != nil {
+				// A result Redis is not to hold: nothing is written; the
+				// task goes to the dead set with the reason.
+				err = SkipRetry(rerr)
+			}
+		}
 		e := w.ending(q, taken, t, err)
 		if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
 			if perr := w.planStage(q, res, &e); perr != nil {
@@ -191,7 +198,9 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 	if res == nil {
 		res = &StageResult{}
 	}
-	if err := checkStateFields(fmt.Sprintf("StageResult.Fields of stage %s", st.Name), res.Fields, w.cfg.MaxPayloadBytes); err != nil {
+	budget := stageBudget(w.cfg.MaxPayloadBytes)
+	size, err := checkStateFields(fmt.Sprintf("StageResult.Fields of stage %s", st.Name), res.Fields, w.cfg.MaxPayloadBytes, budget)
+	if err != nil {
 		return err
 	}
 	if len(res.Children) > MaxChildren {
@@ -211,7 +220,28 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 		if err != nil {
 			return err
 		}
+		if size += len(c.Payload) + len(meta); size > budget {
+			return invalid("StageResult.Children", "carry %d bytes or more with the stage's fields (at most %d per stage end: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
+		}
 		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
+	}
+	return nil
+}
+
+// checkResults checks the results ts recorded (Task.SetResult): each at
+// most MaxPayloadBytes, as a Remote's Finish checks, and together (a
+// batch's, ended in one atomic step) at most MaxEnqueueChunkBytes (4 MiB)
+// or, when larger, MaxPayloadBytes.
+func (w *Worker) checkResults(ts []*Task) error {
+	total := 0
+	for _, t := range ts {
+		if len(t.result) > w.cfg.MaxPayloadBytes {
+			return invalid("Task.SetResult", "of task %s is %d bytes, over MaxPayloadBytes (%d)", t.ID, len(t.result), w.cfg.MaxPayloadBytes)
+		}
+		total += len(t.result)
+	}
+	if budget := max(rdb.MaxEnqueueChunkBytes, w.cfg.MaxPayloadBytes); total > budget {
+		return invalid("Task.SetResult", "results of the batch's %d tasks are %d bytes together (at most %d per batch)", len(ts), total, budget)
 	}
 	return nil
 }

@@ -60,7 +60,10 @@ func (t *Task) Progress(ctx context.Context, text string) error {
 
 // SetResult sets the bytes recorded as the task's result when the handler
 // returns nil. They are readable with Client.Task while the queue's
-// Retention keeps the task.
+// Retention keeps the task. At most Config.MaxPayloadBytes (the results of
+// a batch's tasks together at most 4 MiB, or MaxPayloadBytes when larger):
+// a larger result is not written, and the task goes to the dead set with
+// an *InvalidError naming Task.SetResult as its reason.
 func (t *Task) SetResult(b []byte) { t.result = b }
 
 // PID is the id of this taking, unique within the queue's tag.

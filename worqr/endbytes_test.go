@@ -1,0 +1,108 @@
+package worqr_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// endArgBytes is the size of a command's arguments.
+func endArgBytes(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			n += len(v)
+		case string:
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// Ends that arrive together share one script call (group commit): the
+// call is bounded by the bytes the ends write (results, errors, a stage's
+// fields and children), about MaxEnqueueChunkBytes (4 MiB), not only by
+// their count: 64 ends of 1 MiB results each were one call of 64 MiB,
+// which held Redis for 106 ms.
+func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	base := srv.Pool()
+	t.Cleanup(func() { base.Close() })
+	ns := redistest.Namespace()
+	const n, size = 16, 1 << 20
+	var calls, biggest atomic.Int64
+	var returned atomic.Int32
+	hold := make(chan struct{})
+	pool := &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+		b := endArgBytes(args)
+		if b < size {
+			return r, err
+		}
+		for {
+			old := biggest.Load()
+			if int64(b) <= old || biggest.CompareAndSwap(old, int64(b)) {
+				break
+			}
+		}
+		if calls.Add(1) <= 2 {
+			<-hold // the group's two calls in flight wait for the other ends to queue up
+		}
+		return r, err
+	}}
+	c, err := worqr.NewClient(base, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := make([][]byte, n)
+	for i := range ps {
+		ps[i] = []byte("x")
+	}
+	ids, err := c.EnqueueBatch(ctx, "res", ps, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var started sync.WaitGroup
+	started.Add(n)
+	gate := make(chan struct{})
+	res := make([]byte, size)
+	cfg := fastTimings(ns)
+	cfg.HeartbeatTTL = 5 * time.Second // the held calls must not cost the keepalive
+	cfg.DisableEvents = true
+	cfg.Queues = map[string]worqr.QueueConfig{"res": {Concurrency: n, Retention: time.Minute,
+		Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			started.Done()
+			<-gate
+			t.SetResult(res)
+			returned.Add(1)
+			return nil
+		})}}
+	startWorker(t, ctx, pool, &cfg)
+	started.Wait()
+	close(gate)
+	for returned.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // lets the ends reach the group
+	close(hold)
+	wait(t, 10*time.Second, "every task done", func() bool {
+		for _, id := range ids {
+			if info, err := c.Task(ctx, "res", id); err != nil || info.State != worqr.StateDone {
+				return false
+			}
+		}
+		return true
+	})
+	if max := biggest.Load(); max > 5<<20 {
+		t.Fatalf("one end call carried %d bytes (%d calls for %d results of 1 MiB); want about MaxEnqueueChunkBytes (4 MiB) at most",
+			max, calls.Load(), n)
+	}
+	t.Logf("%d calls, the biggest %d bytes", calls.Load(), biggest.Load())
+}

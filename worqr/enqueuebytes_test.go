@@ -1,0 +1,90 @@
+package worqr_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// argBytes is the size of a command's arguments.
+func argBytes(args []any) int {
+	n := 0
+	for _, a := range args {
+		switch v := a.(type) {
+		case []byte:
+			n += len(v)
+		case string:
+			n += len(v)
+		}
+	}
+	return n
+}
+
+// Plain Enqueue calls made at once share one script call (group commit):
+// the call is bounded by payload bytes as EnqueueBatch's chunks are
+// (MaxEnqueueChunkBytes, 4 MiB, or a single larger payload), not only by
+// count: 256 Enqueues of 1 MiB were one call of 256 MiB, which held Redis
+// for 300 ms.
+func TestCoalescedEnqueuesAreBoundedByBytes(t *testing.T) {
+	ctx := context.Background()
+	base := srv.Pool()
+	t.Cleanup(func() { base.Close() })
+	ns := redistest.Namespace()
+	const n, size = 24, 1 << 20
+	var calls, biggest atomic.Int64
+	var ready atomic.Int32
+	hold := make(chan struct{})
+	pool := &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+		b := argBytes(args)
+		if b < size {
+			return r, err
+		}
+		for {
+			old := biggest.Load()
+			if int64(b) <= old || biggest.CompareAndSwap(old, int64(b)) {
+				break
+			}
+		}
+		if calls.Add(1) <= 2 {
+			<-hold // the first two calls (the group's in-flight ones) wait for the rest to queue up
+		}
+		return r, err
+	}}
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := make([]byte, size)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ready.Add(1)
+			if _, err := c.Enqueue(ctx, "big", p, nil); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	for ready.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond) // lets the callers reach the group
+	close(hold)
+	wg.Wait()
+	if l, err := c.Len(ctx, "big"); err != nil || l != n {
+		t.Fatalf("queue holds %d (%v), want %d", l, err, n)
+	}
+	if max := biggest.Load(); max > 4<<20+4096 {
+		t.Fatalf("one enqueue call carried %d bytes (%d calls for %d payloads of 1 MiB); want at most MaxEnqueueChunkBytes (4 MiB)",
+			max, calls.Load(), n)
+	}
+	t.Logf("%d calls, the biggest %d bytes", calls.Load(), biggest.Load())
+}
