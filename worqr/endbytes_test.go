@@ -7,25 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
-
-// endArgBytes is the size of a command's arguments.
-func endArgBytes(args []any) int {
-	n := 0
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			n += len(v)
-		case string:
-			n += len(v)
-		}
-	}
-	return n
-}
 
 // Ends that arrive together share one script call (group commit): the
 // call is bounded by the bytes the ends write (results, errors, a stage's
@@ -38,25 +22,8 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 	t.Cleanup(func() { base.Close() })
 	ns := redistest.Namespace()
 	const n, size = 16, 1 << 20
-	var calls, biggest atomic.Int64
 	var returned atomic.Int32
-	hold := make(chan struct{})
-	pool := &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
-		b := endArgBytes(args)
-		if b < size {
-			return r, err
-		}
-		for {
-			old := biggest.Load()
-			if int64(b) <= old || biggest.CompareAndSwap(old, int64(b)) {
-				break
-			}
-		}
-		if calls.Add(1) <= 2 {
-			<-hold // the group's two calls in flight wait for the other ends to queue up
-		}
-		return r, err
-	}}
+	pool := newBigCalls(base, size)
 	c, err := worqr.NewClient(base, &worqr.Config{Namespace: ns, DisableEvents: true})
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +58,7 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // lets the ends reach the group
-	close(hold)
+	close(pool.hold)
 	wait(t, 10*time.Second, "every task done", func() bool {
 		for _, id := range ids {
 			if info, err := c.Task(ctx, "res", id); err != nil || info.State != worqr.StateDone {
@@ -100,9 +67,9 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 		}
 		return true
 	})
-	if max := biggest.Load(); max > 5<<20 {
+	if max := pool.biggest.Load(); max > 5<<20 {
 		t.Fatalf("one end call carried %d bytes (%d calls for %d results of 1 MiB); want about MaxEnqueueChunkBytes (4 MiB) at most",
-			max, calls.Load(), n)
+			max, pool.calls.Load(), n)
 	}
-	t.Logf("%d calls, the biggest %d bytes", calls.Load(), biggest.Load())
+	t.Logf("%d calls, the biggest %d bytes", pool.calls.Load(), pool.biggest.Load())
 }

@@ -13,18 +13,43 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// argBytes is the size of a command's arguments.
-func argBytes(args []any) int {
-	n := 0
-	for _, a := range args {
-		switch v := a.(type) {
-		case []byte:
-			n += len(v)
-		case string:
-			n += len(v)
+// bigCalls is a pool on base that records the biggest command sent with
+// Do (by the bytes of its arguments) and holds the first two commands of at
+// least size bytes (a group's calls in flight) until hold is closed, so
+// that the calls behind them queue up in their group.
+type bigCalls struct {
+	*hookPool
+	calls, biggest atomic.Int64
+	hold           chan struct{}
+}
+
+func newBigCalls(base *redis.Pool, size int) *bigCalls {
+	p := &bigCalls{hold: make(chan struct{})}
+	p.hookPool = &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+		b := 0
+		for _, a := range args {
+			switch v := a.(type) {
+			case []byte:
+				b += len(v)
+			case string:
+				b += len(v)
+			}
 		}
-	}
-	return n
+		if b < size {
+			return r, err
+		}
+		for {
+			old := p.biggest.Load()
+			if int64(b) <= old || p.biggest.CompareAndSwap(old, int64(b)) {
+				break
+			}
+		}
+		if p.calls.Add(1) <= 2 {
+			<-p.hold
+		}
+		return r, err
+	}}
+	return p
 }
 
 // Plain Enqueue calls made at once share one script call (group commit):
@@ -38,25 +63,8 @@ func TestCoalescedEnqueuesAreBoundedByBytes(t *testing.T) {
 	t.Cleanup(func() { base.Close() })
 	ns := redistest.Namespace()
 	const n, size = 24, 1 << 20
-	var calls, biggest atomic.Int64
 	var ready atomic.Int32
-	hold := make(chan struct{})
-	pool := &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
-		b := argBytes(args)
-		if b < size {
-			return r, err
-		}
-		for {
-			old := biggest.Load()
-			if int64(b) <= old || biggest.CompareAndSwap(old, int64(b)) {
-				break
-			}
-		}
-		if calls.Add(1) <= 2 {
-			<-hold // the first two calls (the group's in-flight ones) wait for the rest to queue up
-		}
-		return r, err
-	}}
+	pool := newBigCalls(base, size)
 	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
 	if err != nil {
 		t.Fatal(err)
@@ -77,14 +85,14 @@ func TestCoalescedEnqueuesAreBoundedByBytes(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond) // lets the callers reach the group
-	close(hold)
+	close(pool.hold)
 	wg.Wait()
 	if l, err := c.Len(ctx, "big"); err != nil || l != n {
 		t.Fatalf("queue holds %d (%v), want %d", l, err, n)
 	}
-	if max := biggest.Load(); max > 4<<20+4096 {
+	if max := pool.biggest.Load(); max > 4<<20+4096 {
 		t.Fatalf("one enqueue call carried %d bytes (%d calls for %d payloads of 1 MiB); want at most MaxEnqueueChunkBytes (4 MiB)",
-			max, calls.Load(), n)
+			max, pool.calls.Load(), n)
 	}
-	t.Logf("%d calls, the biggest %d bytes", calls.Load(), biggest.Load())
+	t.Logf("%d calls, the biggest %d bytes", pool.calls.Load(), pool.biggest.Load())
 }

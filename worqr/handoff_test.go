@@ -456,7 +456,10 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 // A hand-off received by a worker frozen for most of its keepalive's TTL
 // since its last good beat is not run then (the reaper may have given the
 // task to another worker meanwhile): once a beat says its id lives, a
-// release puts it back and it runs, once.
+// release puts it back and it runs, once. The release comes with that
+// beat, not at the next poll (an hour here) or wake-up: the task waited
+// that long, held by the worker out of every other worker's reach (found
+// by an audit).
 func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
@@ -469,7 +472,7 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	ran := make(chan string, 4)
 	w := startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg,
 		// Fresh for TTL - Interval = 500 ms of its clock after a beat.
-		HeartbeatInterval: time.Second, HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Second,
+		HeartbeatInterval: time.Second, HeartbeatTTL: 1500 * time.Millisecond, PollInterval: time.Hour,
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
 			ran <- t.PID()
 			return nil
@@ -498,8 +501,9 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 		if pid == handedPID {
 			t.Fatalf("ran under the handed pid %s, want a taking of its own after the release", pid)
 		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the task never ran")
+	case <-time.After(5 * time.Second):
+		held, _ := c.Do("HGETALL", q.WorkerQueue(w.ID()))
+		t.Fatalf("the task never ran: the worker, fresh again, still holds it (%s)", held)
 	}
 	select {
 	case pid := <-ran:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"os"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,95 +15,6 @@ import (
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/worqr"
 )
-
-// reapDownCluster starts (as masterDown in masterdown_test.go, when present) a 3-master cluster of its own with
-// cluster-require-full-coverage no (the masters left serve their slots
-// while one is down: README "Running on Redis Cluster", "Failover"), and
-// returns it, a queue name served by the master it will kill (not the
-// registry's) and one served by another master.
-func reapDownCluster(t *testing.T, ctx context.Context, prefix string) (own *redistest.Cluster, dead *redistest.Server, qDead, qLive string) {
-	t.Helper()
-	needCluster(t)
-	own, err := redistest.StartCluster(3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(own.Stop)
-	for _, n := range own.Nodes {
-		c, err := redis.Dial("tcp", n.Addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, err = c.Do("CONFIG", "SET", "cluster-require-full-coverage", "no")
-		c.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	reg, err := own.NodeOf(ctx, cluster.TagSlot(rdb.RegistryTag))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range own.Nodes {
-		if n != reg {
-			dead = n
-			break
-		}
-	}
-	for i := 0; (qDead == "" || qLive == "") && i < 1000; i++ {
-		name := prefix + strconv.Itoa(i)
-		n, err := own.NodeOf(ctx, cluster.TagSlot(name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		switch {
-		case n == dead && qDead == "":
-			qDead = name
-		case n != dead && qLive == "":
-			qLive = name
-		}
-	}
-	if qDead == "" || qLive == "" {
-		t.Fatal("no queue names on the masters wanted")
-	}
-	return own, dead, qDead, qLive
-}
-
-// reapKillForGood SIGKILLs master dead of own and waits until the other
-// masters have marked it failed (CLUSTER NODES flag "fail").
-func reapKillForGood(t *testing.T, own *redistest.Cluster, dead *redistest.Server) {
-	t.Helper()
-	dead.Kill()
-	var other *redistest.Server
-	for _, n := range own.Nodes {
-		if n != dead {
-			other = n
-			break
-		}
-	}
-	waitFor(t, 30*time.Second, "the killed master marked failed", func() bool {
-		c, err := redis.Dial("tcp", other.Addr)
-		if err != nil {
-			return false
-		}
-		defer c.Close()
-		nodes, err := redis.String(c.Do("CLUSTER", "NODES"))
-		if err != nil {
-			return false
-		}
-		for _, l := range strings.Split(nodes, "\n") {
-			f := strings.Fields(l)
-			if len(f) > 2 && strings.HasPrefix(f[1], dead.Addr) {
-				for _, fl := range strings.Split(f[2], ",") {
-					if fl == "fail" {
-						return true
-					}
-				}
-			}
-		}
-		return false
-	})
-}
 
 // TestOneMasterDownRecoveryOfTheOthers: with one master down for good
 // (cluster-require-full-coverage no) serving a few known queues, a reaper
@@ -119,7 +29,7 @@ func reapKillForGood(t *testing.T, own *redistest.Cluster, dead *redistest.Serve
 func TestOneMasterDownRecoveryOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	own, dead, _, qLive := reapDownCluster(t, ctx, "downr-")
+	own, dead, _, qLive := masterDown(t, ctx, "downr-")
 	var deadQueues []rdb.QueueRef
 	for i := 0; len(deadQueues) < 4 && i < 1000; i++ {
 		name := "downr-d" + strconv.Itoa(i)
@@ -145,7 +55,7 @@ func TestOneMasterDownRecoveryOfTheOthers(t *testing.T) {
 	if _, err := client.Enqueue(ctx, qLive, []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
-	reapKillForGood(t, own, dead)
+	killForGood(t, own, dead)
 
 	// A worker takes the task and dies: its keepalive lasts 1 s.
 	lk := st.Queue(rdb.Standalone(qLive))
