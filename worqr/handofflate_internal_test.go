@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
-	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // TestTakePastAHandoffPutsBack with the two replies the other way round:
@@ -21,42 +19,11 @@ import (
 // handler to finish (here: until the test ends).
 func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 	ctx := context.Background()
-	pool := internalPool(t)
-	c := pool.Get()
-	defer c.Close()
-	release := make(chan struct{})
-	started := make(chan string, 4)
-	cfg := Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	w := startInternal(t, pool, &WorkerConfig{Config: cfg, PollInterval: time.Hour,
-		Queues: map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(ctx context.Context, t *Task) error {
-			started <- t.ID
-			select {
-			case <-release:
-			case <-ctx.Done():
-			}
-			return nil
-		})}}})
-	defer w.Stop(ctx)
-	defer close(release) // (before Stop, which waits for the handler)
-	q := w.queues[0]
-	s, _ := w.keeper.Current()
-	waitIdle(t, q)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ok, _ := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID())); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never parked")
-		}
-	}
-	client, err := NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := startParked(t)
+	w, q, s, c, client, started := p.w, p.q, p.s, p.c, p.client, p.started
 	var armed atomic.Bool
 	armed.Store(true)
 	var msg atomic.Value // []byte: the hand-off's message, held back
-	var takenID atomic.Value
 	testHookBeforeTake = func(hq *queueRunner) {
 		if hq != q || !armed.CompareAndSwap(true, false) {
 			return
@@ -66,18 +33,16 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 		// the list (the worker, at its concurrency in Redis, is unparked).
 		m, _ := heldFor(t, c, q, s, "handed")
 		msg.Store(m)
-		id, err := client.Enqueue(ctx, "q", []byte("taken"), nil)
-		if err != nil {
+		if _, err := client.Enqueue(ctx, "q", []byte("taken"), nil); err != nil {
 			t.Error(err)
 		}
-		takenID.Store(id)
 	}
 	defer func() { testHookBeforeTake = nil }()
 	q.hint()
 	select {
 	case got := <-started:
-		if want, _ := takenID.Load().(string); got != want {
-			t.Fatalf("started %s, want the task taken (%s)", got, want)
+		if got != "taken" {
+			t.Fatalf("started %q, want the task taken", got)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the take's task never started")

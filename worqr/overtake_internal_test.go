@@ -82,6 +82,7 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 // sends the payload on started and runs until the test ends, parked (idle,
 // its release made), with a connection and a Client on the same server.
 type parkedOne struct {
+	w       *Worker
 	q       *queueRunner
 	s       *heartbeat.Session
 	c       redis.Conn
@@ -126,5 +127,5 @@ func startParked(t *testing.T) *parkedOne {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &parkedOne{q: q, s: s, c: c, client: client, started: started}
+	return &parkedOne{w: w, q: q, s: s, c: c, client: client, started: started}
 }
