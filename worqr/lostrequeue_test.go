@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
@@ -18,30 +20,60 @@ import (
 // anywhere, the task cancelled by the loss runs again under the worker's
 // new id.
 func TestLostKeepaliveRequeuesItsOwnTakings(t *testing.T) {
+	l := lostMidTask(t, worqr.WorkerConfig{DisableReaper: true, PollInterval: 100 * time.Millisecond},
+		func(ctx context.Context) error { return ctx.Err() })
+	select {
+	case got := <-l.started:
+		if got != l.id || l.w.ID() == l.dead {
+			t.Fatalf("ran %s under %s, want %s under a new id", got, l.w.ID(), l.id)
+		}
+	case <-time.After(3 * time.Second):
+		held, _ := l.c.Do("HGETALL", rdb.NewKeys(l.ns).Queue(rdb.Standalone("q")).WorkerQueue(l.dead))
+		t.Fatalf("the task held by the lost id was not put back (no reaper runs): the dead id still holds %s", held)
+	}
+}
+
+// lostMid is a worker whose keepalive was deleted while it ran its first
+// task (see lostMidTask).
+type lostMid struct {
+	w        *worqr.Worker
+	client   *worqr.Client
+	c        redis.Conn
+	ns       string
+	id, dead string      // the task, and the worker id that lost it
+	started  chan string // the task ids of the runs after the first
+}
+
+// lostMidTask starts a worker of wc (its Namespace, heartbeat timings and
+// queue "q" at concurrency 1 are set here) whose handler blocks its first
+// run until cancelled and then returns first(ctx), and later runs return
+// nil; it enqueues one task, waits for it to start, and deletes the
+// worker's keepalive.
+func lostMidTask(t *testing.T, wc worqr.WorkerConfig, first func(ctx context.Context) error) *lostMid {
+	t.Helper()
 	pool := srv.Pool()
-	defer pool.Close()
+	t.Cleanup(func() { pool.Close() })
 	c := pool.Get()
-	defer c.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	keys := rdb.NewKeys(cfg.Namespace)
+	t.Cleanup(func() { c.Close() })
+	wc.Config.Namespace = redistest.Namespace()
+	wc.HeartbeatInterval, wc.HeartbeatTTL = 100*time.Millisecond, 3*time.Second
 	started := make(chan string, 2)
 	var runs atomic.Int32
-	w := startWorker(t, context.Background(), pool, &worqr.WorkerConfig{Config: cfg, DisableReaper: true,
-		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 3 * time.Second, PollInterval: 100 * time.Millisecond,
-		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
-			started <- t.ID
-			if runs.Add(1) == 1 {
-				<-ctx.Done()
-				return ctx.Err()
-			}
-			return nil
-		})}}})
-	defer func() {
+	wc.Queues = map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+		started <- t.ID
+		if runs.Add(1) == 1 {
+			<-ctx.Done()
+			return first(ctx)
+		}
+		return nil
+	})}}
+	w := startWorker(t, context.Background(), pool, &wc)
+	t.Cleanup(func() {
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = w.Stop(sctx)
-	}()
-	client, err := worqr.NewClient(pool, &cfg)
+	})
+	client, err := worqr.NewClient(pool, &wc.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -49,23 +81,17 @@ func TestLostKeepaliveRequeuesItsOwnTakings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dead string
 	select {
-	case <-started:
-		dead = w.ID()
+	case got := <-started:
+		if got != id {
+			t.Fatalf("ran %s, want %s", got, id)
+		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("the task never started")
 	}
-	if _, err := c.Do("DEL", keys.Keepalive(dead)); err != nil {
+	dead := w.ID()
+	if _, err := c.Do("DEL", rdb.NewKeys(wc.Config.Namespace).Keepalive(dead)); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case got := <-started:
-		if got != id || w.ID() == dead {
-			t.Fatalf("ran %s under %s, want %s under a new id", got, w.ID(), id)
-		}
-	case <-time.After(3 * time.Second):
-		held, _ := c.Do("HGETALL", rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q")).WorkerQueue(dead))
-		t.Fatalf("the task held by the lost id was not put back (no reaper runs): the dead id still holds %s", held)
-	}
+	return &lostMid{w: w, client: client, c: c, ns: wc.Config.Namespace, id: id, dead: dead, started: started}
 }
