@@ -10,65 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// refusePool hands out the connections of pool; a call that refuse matches
-// is not sent: the caller gets a connection error instead (as when the
-// connection broke before the call went out).
-type refusePool struct {
-	pool   *redis.Pool
-	refuse func(cmd string, args []any) bool
-}
-
-func (p *refusePool) GetContext(ctx context.Context) (redis.Conn, error) {
-	c, err := p.pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &refuseConn{Conn: c, p: p}, nil
-}
-
-type refuseConn struct {
-	redis.Conn
-	p *refusePool
-}
-
 var errRefused = errors.New("injected: the connection broke before the call was sent")
-
-func (c *refuseConn) Do(cmd string, args ...any) (any, error) {
-	if c.p.refuse(cmd, args) {
-		return nil, errRefused
-	}
-	return c.Conn.Do(cmd, args...)
-}
-
-func (c *refuseConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	if c.p.refuse(cmd, args) {
-		return nil, errRefused
-	}
-	return redis.DoContext(c.Conn, ctx, cmd, args...)
-}
-
-func (c *refuseConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	if c.p.refuse(cmd, args) {
-		return nil, errRefused
-	}
-	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
-}
-
-func (c *refuseConn) ReceiveContext(ctx context.Context) (any, error) {
-	return redis.ReceiveContext(c.Conn, ctx)
-}
-
-func (c *refuseConn) ReceiveWithTimeout(d time.Duration) (any, error) {
-	return redis.ReceiveWithTimeout(c.Conn, d)
-}
 
 // An end that failed with a connection error is sent again; if the taking
 // is then gone, the worker must tell whether its first attempt was applied
@@ -89,9 +37,9 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 	var worker atomic.Value // the worker's id
 	var refused atomic.Bool
 	var hookErr error
-	pool := &refusePool{pool: base, refuse: func(cmd string, args []any) bool {
+	pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
 		if (cmd != "EVALSHA" && cmd != "FCALL") || len(args) < 3 || !strings.HasSuffix(fmt.Sprint(args[2]), ":s:q") {
-			return false
+			return nil
 		}
 		done := false
 		for _, a := range args[3:] {
@@ -100,7 +48,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 			}
 		}
 		if !done || !refused.CompareAndSwap(false, true) {
-			return false
+			return nil
 		}
 		// Before the retry: the keepalive expires and a reaper pass
 		// requeues what the worker held.
@@ -112,7 +60,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 		} else if _, err := reaper.Pass(context.Background()); err != nil {
 			hookErr = err
 		}
-		return true
+		return errRefused
 	}}
 	var mu sync.Mutex
 	var outcomes []worqr.Event

@@ -13,11 +13,15 @@ import (
 //     returns, if any, runs after the next Flush;
 //   - done runs after each command of a Do, with its reply, and returns the
 //     reply the caller gets (and may close the connection first, to lose
-//     it).
+//     it);
+//   - refuse runs before each command of a Do: when it returns an error,
+//     the command is not sent and the caller gets that error (as when the
+//     connection broke before the call went out).
 type hookPool struct {
-	pool *redis.Pool
-	sent func(cmd string, args []any) (afterFlush func())
-	done func(c redis.Conn, cmd string, args []any, r any, err error) (any, error)
+	pool   *redis.Pool
+	sent   func(cmd string, args []any) (afterFlush func())
+	done   func(c redis.Conn, cmd string, args []any, r any, err error) (any, error)
+	refuse func(cmd string, args []any) error
 }
 
 func (p *hookPool) GetContext(ctx context.Context) (redis.Conn, error) {
@@ -59,17 +63,33 @@ func (c *hookConn) hook(cmd string, args []any, r any, err error) (any, error) {
 	return c.p.done(c.Conn, cmd, args, r, err)
 }
 
+func (c *hookConn) refused(cmd string, args []any) error {
+	if c.p.refuse == nil || cmd == "" {
+		return nil
+	}
+	return c.p.refuse(cmd, args)
+}
+
 func (c *hookConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
 	r, err := c.Conn.Do(cmd, args...)
 	return c.hook(cmd, args, r, err)
 }
 
 func (c *hookConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
 	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
 	return c.hook(cmd, args, r, err)
 }
 
 func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
 	r, err := redis.DoWithTimeout(c.Conn, d, cmd, args...)
 	return c.hook(cmd, args, r, err)
 }
