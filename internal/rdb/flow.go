@@ -169,9 +169,34 @@ func (s *Store) Run(ctx context.Context, q QueueKeys, id string) (*RunRecord, er
 // 5.6 ms (19 ms inside a take's script).
 const runScan = 1000
 
+// runStepBytes is about how many bytes one HSCAN step of a run reads: a
+// run's state fields may hold up to MaxStageBytes each, and reading 64 of
+// 1 MiB in one command held Redis for 20 ms (see runScanner).
+const runStepBytes = 1 << 20
+
+// runScanner chooses the COUNT of each HSCAN step of a run from the
+// biggest entry its steps read so far: about runStepBytes of entries that
+// big, at most runScan, and at most four times the last step's (a run's
+// first fields may be small and the next big). HSCAN reads whole buckets
+// of the hash: a step may read a few entries more than its COUNT.
+type runScanner struct {
+	count   int // of the next step
+	biggest int // bytes of the biggest entry read
+}
+
+// add records one step's entries and sets the next step's count.
+func (r *runScanner) add(kv []string) {
+	for i := 0; i+1 < len(kv); i += 2 {
+		r.biggest = max(r.biggest, len(kv[i])+len(kv[i+1]))
+	}
+	r.count = min(4*r.count, runScan, max(runStepBytes/(r.biggest+1), 1))
+}
+
 // ReadRun returns the hash of run id (empty when it is gone) in steps of
-// HSCAN ... COUNT 1000, so that no command grows with the run's children:
-// a small hash (Redis's listpack encoding) comes whole with the first. A
+// HSCAN of at most 1,000 entries and about 1 MiB (see runScanner: the first
+// step asks for one entry), so that no command grows with the run's
+// children or its state: a small hash (Redis's listpack encoding) comes
+// whole with the first. A
 // stage's taking whose run was too big to come with the take
 // (Taken.RunUnread) reads it here: its children have all ended (the run
 // moved on) and only that taking's end writes its fields, so the steps see
@@ -179,31 +204,34 @@ const runScan = 1000
 func (s *Store) ReadRun(ctx context.Context, q QueueKeys, id string) (map[string]string, error) {
 	m := map[string]string{}
 	err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
-		return scanRun(ctx, c, q.Task(id), "0", m)
+		return scanRun(ctx, c, q.Task(id), "0", &runScanner{count: 1}, m)
 	})
 	return m, err
 }
 
-// scanRun reads hash key into m by HSCAN from cursor on, until the cursor
-// comes back to 0 (an entry met twice, during a rehash, is the same).
-func scanRun(ctx context.Context, c redis.Conn, key, cursor string, m map[string]string) error {
+// scanRun reads hash key into m by HSCAN from cursor on, in the steps sc
+// chooses, until the cursor comes back to 0 (an entry met twice, during a
+// rehash, is the same).
+func scanRun(ctx context.Context, c redis.Conn, key, cursor string, sc *runScanner, m map[string]string) error {
 	for {
-		r, err := redis.Values(do(ctx, c, "HSCAN", key, cursor, "COUNT", runScan))
+		r, err := redis.Values(do(ctx, c, "HSCAN", key, cursor, "COUNT", sc.count))
 		if err != nil {
 			return err
 		}
-		if cursor, err = scanStep(r, m); err != nil || cursor == "0" {
+		if cursor, err = scanStep(r, m, sc); err != nil || cursor == "0" {
 			return err
 		}
 	}
 }
 
-// scanStep adds one HSCAN reply's pairs to m and returns its next cursor.
-func scanStep(r []any, m map[string]string) (string, error) {
+// scanStep adds one HSCAN reply's pairs to m, and to sc, and returns its
+// next cursor.
+func scanStep(r []any, m map[string]string, sc *runScanner) (string, error) {
 	cursor, kv, err := scanReply(r)
 	for i := 0; i+1 < len(kv); i += 2 {
 		m[kv[i]] = kv[i+1]
 	}
+	sc.add(kv)
 	return cursor, err
 }
 
@@ -245,13 +273,14 @@ func (s *Store) Runs(ctx context.Context, q QueueKeys, ids []string) ([]*RunReco
 				return nil, err
 			}
 			m := map[string]string{}
-			cursor, err := scanStep(r, m)
+			sc := &runScanner{count: runScan}
+			cursor, err := scanStep(r, m, sc)
 			if err != nil {
 				return nil, err
 			}
 			if cursor != "0" {
 				if err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
-					return scanRun(ctx, c, q.Task(id), cursor, m)
+					return scanRun(ctx, c, q.Task(id), cursor, sc, m)
 				}); err != nil {
 					return nil, err
 				}

@@ -82,6 +82,16 @@ end
 -- its fields.
 local RUN_INLINE = 4000
 
+-- TAKE_BYTES bounds the payloads one take hands out (the first task goes
+-- whatever its size): a script returns about 1 MiB in 2 ms, and a take of
+-- 50 tasks of 1 MiB (the default MaxPayloadBytes) held Redis for 90 ms.
+-- The tasks past it go back to the front of their lists, in their order,
+-- with a wake-up: the next take (this worker's or another's) goes on. A
+-- run handed out with its state counts its state's memory (MEMORY USAGE)
+-- against RUN_INLINE_BYTES: a run past what is left is handed out as its
+-- number of fields, for the worker to read in steps (Store.ReadRun).
+local TAKE_BYTES, RUN_INLINE_BYTES = 1048576, 1048576
+
 -- take_refusal is why a take buries the task of hash tkey instead of
 -- handing it out (t: its fields as take_tasks read them, ci the index of
 -- its cancel mark), or nil.
@@ -212,9 +222,43 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
     return {}
   end
-  local data, packed = {}, {}
+  -- give_back puts ids[from..] back at the front of the lists they came
+  -- from, in their order (with safe they were read, not popped: left
+  -- where they are), drops them from this take, and says so on the
+  -- queue's wake channel, for the takes that follow.
+  local data, packed, reasons = {}, {}, {}
+  local function give_back(from)
+    local back, nback = {}, #ids - from + 1
+    for i = #ids, from, -1 do
+      local j = src[i]
+      if safe then
+        cut[j] = cut[j] - 1
+      else
+        back[j] = back[j] or {}
+        table.insert(back[j], ids[i])
+      end
+      ids[i], data[i], packed[i], reasons[i] = nil, nil, nil, nil
+    end
+    for j, list in pairs(back) do
+      redis.call('LPUSH', lists[j], unpack(list))
+    end
+    redis.call('PUBLISH', pfx.wake .. string.sub(k.waiting, #pfx.queue + 1), nback)
+  end
+  -- The tasks' data, at most TAKE_BYTES of payloads (and children's
+  -- metadata): the tasks past it are not read, and go back.
+  local bytes = 0
   for i, id in ipairs(ids) do
     local t
+    if i > 1 and bytes >= TAKE_BYTES / 8 then
+      -- Past an eighth of the budget, a task's size is asked before its
+      -- payload is read (a task over what is left would be read in vain).
+      local size = redis.pcall('HSTRLEN', k.tprefix .. id, F_PAYLOAD)
+      if type(size) == 'number' and bytes + size > TAKE_BYTES then
+        give_back(i)
+        parking = false
+        break
+      end
+    end
     if mode == '2' then
       -- A child also hands out its metadata (F_META, set at its fan-out).
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META, F_CANCEL)
@@ -253,6 +297,17 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     end
     data[i] = t
+    if type(t) == 'table' and not t.err then
+      bytes = bytes + #(t[1] or '')
+      if mode == '2' then
+        bytes = bytes + #(t[8] or '')
+      end
+    end
+    if i > 1 and bytes > TAKE_BYTES then
+      give_back(i)
+      parking = false -- tasks wait: the wake-up is for this worker too
+      break
+    end
   end
   -- Batches ('k<n>', a queue whose worker asks for them): each key's head
   -- comes with up to n-1 tasks of its key waiting behind it (read here,
@@ -272,6 +327,15 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
         if not f then
           return nil, 'moved'
         end
+        -- Within TAKE_BYTES (read, not popped: those cut stay at the
+        -- front of their key's list).
+        for x, m in ipairs(f) do
+          if bytes + #m.t[1] > TAKE_BYTES then
+            for y = #f, x, -1 do f[y] = nil end
+            break
+          end
+          bytes = bytes + #m.t[1]
+        end
         fol[i] = f
         nfol = nfol + #f
         budget = budget - #f
@@ -279,7 +343,6 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
   end
   -- (After every read: fix_type may write.)
-  local reasons = {}
   for i, id in ipairs(ids) do
     reasons[i] = take_refusal(k.tprefix .. id, data[i], maxc, ci)
   end
@@ -300,21 +363,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     end
     if second then
-      local back, nback = {}, #ids - second + 1
-      for i = #ids, second, -1 do
-        local j = src[i]
-        if safe then
-          cut[j] = cut[j] - 1 -- (read, not popped: left where it is)
-        else
-          back[j] = back[j] or {}
-          table.insert(back[j], ids[i])
-        end
-        ids[i], data[i], packed[i], reasons[i] = nil, nil, nil, nil
-      end
-      for j, list in pairs(back) do
-        redis.call('LPUSH', lists[j], unpack(list))
-      end
-      redis.call('PUBLISH', pfx.wake .. string.sub(k.waiting, #pfx.queue + 1), nback)
+      give_back(second)
     end
   end
   if safe then
@@ -331,6 +380,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local pid = last - #ids - nfol
   local out = {}
   local inline = RUN_INLINE -- fields of runs left to hand out (mode '1')
+  local inline_bytes = RUN_INLINE_BYTES -- and their memory
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
   local starts = {} -- the pids of the takings handed out to run (the rate log's)
   for i, id in ipairs(ids) do
@@ -363,8 +413,9 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = spid
       if mode == '1' then
         local n = redis.call('HLEN', tkey)
-        if n <= inline then
-          inline = inline - n
+        local size = n <= inline and redis.call('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
+        if size and size <= inline_bytes then
+          inline, inline_bytes = inline - n, inline_bytes - size
           out[#out + 1] = redis.call('HGETALL', tkey)
         else
           out[#out + 1] = n -- too big to hand out here: read by the worker
