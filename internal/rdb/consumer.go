@@ -129,25 +129,31 @@ func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, p
 	}
 }
 
-// IndexDone reports whether the job at index i is known to be done: below
-// the processed index (first when none is stored) or in the done set.
+// IndexDone reports whether the job at index i is known to be done: in the
+// done set or below the processed index (first when none is stored). The
+// two reads are a pipeline, not one atomic step, so their order matters:
+// an index leaves the done set only in the call that moves the processed
+// index past it, and that index never goes back. Read in this order, a
+// done index is found in one place or the other whatever runs between the
+// reads; in the other order, that call run between them hid it from both
+// (a job run again after a crash would be processed twice).
 func (s *Store) IndexDone(ctx context.Context, c ConsumerKeys, first, i uint64) (bool, error) {
 	replies, err := s.pipeline(ctx, c.Queue.Ref.Tag, []command{
-		cmdOf("HGET", c.State, "processed"),
 		cmdOf("SISMEMBER", c.Done, strconv.FormatUint(i, 10)),
+		cmdOf("HGET", c.State, "processed"),
 	})
 	if err != nil {
 		return false, err
 	}
 	processed := first
-	if replies[0] != nil {
-		v, err := redis.Uint64(replies[0], nil)
+	if replies[1] != nil {
+		v, err := redis.Uint64(replies[1], nil)
 		if err != nil {
 			return false, err
 		}
 		processed = v
 	}
-	in, err := redis.Bool(replies[1], nil)
+	in, err := redis.Bool(replies[0], nil)
 	if err != nil {
 		return false, err
 	}
