@@ -413,7 +413,12 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = spid
       if mode == '1' then
         local n = redis.call('HLEN', tkey)
-        local size = n <= inline and redis.call('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
+        local size = n <= inline and redis.pcall('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
+        if size and type(size) ~= 'number' then
+          -- (An embedded Redis of the example knows no SAMPLES.)
+          size = redis.pcall('MEMORY', 'USAGE', tkey)
+          size = type(size) == 'number' and size or 0
+        end
         if size and size <= inline_bytes then
           inline, inline_bytes = inline - n, inline_bytes - size
           out[#out + 1] = redis.call('HGETALL', tkey)
