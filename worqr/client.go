@@ -998,7 +998,7 @@ func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp
 		if progress != nil && p.Handled > 0 {
 			progress(total)
 		}
-		if p.Read < rdb.BulkStep {
+		if p.Read < rdb.BulkStep && !p.Cut {
 			return total, nil
 		}
 	}

@@ -1301,8 +1301,24 @@ const (
 // and the ids whose requeue it refused: flow children whose run no longer
 // waits for them (failed with them, cancelled, or moved on). They stay
 // dead. A child whose run still waits for its other children goes back
-// into it.
+// into it. Each call of the script applies op to the ids in order until
+// its byte bound (see dead.lua); the rest go in the next call.
 func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, []string, error) {
+	total := 0
+	var refused []string
+	for len(ids) > 0 {
+		p, err := s.deadIDs(ctx, q, op, ids)
+		total += p.Handled
+		refused = append(refused, p.Refused...)
+		if err != nil {
+			return total, refused, err
+		}
+		ids = ids[max(p.Read, 1):]
+	}
+	return total, refused, nil
+}
+
+func (s *Store) deadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (DeadPass, error) {
 	args := make([]any, 0, 8+2*len(ids))
 	args = append(args, 3+len(ids), q.Dead, q.Waiting, q.Config)
 	for _, id := range ids {
@@ -1312,7 +1328,8 @@ func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []strin
 	for _, id := range ids {
 		args = append(args, id)
 	}
-	return deadReply(s.eval(ctx, q.Ref.Tag, deadScript, args...))
+	p, _, err := deadReply(s.eval(ctx, q.Ref.Tag, deadScript, args...))
+	return p, err
 }
 
 // DeadPass is what one DeadOldest call did.
@@ -1320,6 +1337,9 @@ type DeadPass struct {
 	Handled int      // tasks requeued or deleted
 	Read    int      // entries read: fewer than asked when the set ended
 	Refused []string // ids whose requeue was refused (see DeadIDs), in order
+	// Cut says the call stopped at its byte bound (see dead.lua): Read is
+	// then fewer than asked though entries may be left after those read.
+	Cut bool
 	// After and AfterScore are the cursor of the next call: the last id
 	// refused so far, and its score.
 	After, AfterScore string
@@ -1349,50 +1369,48 @@ func (s *Store) DeadOldestBefore(ctx context.Context, q QueueKeys, op DeadOp, n 
 	if before > 0 {
 		bound = strconv.FormatInt(before, 10)
 	}
-	vs, err := redis.Values(s.eval(ctx, q.Ref.Tag, deadScript, 3,
+	p, score, err := deadReply(s.eval(ctx, q.Ref.Tag, deadScript, 3,
 		q.Dead, q.Waiting, q.Config, string(op), q.TaskPrefix, q.WakeChannel, q.IndexPrefix, "oldest", min(n, BulkStep),
 		after, afterScore, bound))
 	if err != nil {
-		return p, err
+		return DeadPass{After: after, AfterScore: afterScore}, err
 	}
-	if len(vs) < 3 {
-		return p, errors.New("rdb: short reply of dead")
-	}
-	if p.Handled, err = redis.Int(vs[0], nil); err != nil {
-		return p, err
-	}
-	if p.Read, err = redis.Int(vs[1], nil); err != nil {
-		return p, err
-	}
-	score, err := redis.String(vs[2], nil)
-	if err != nil {
-		return p, err
-	}
-	if p.Refused, err = redis.Strings(vs[3:], nil); err != nil {
-		return p, err
-	}
+	p.After, p.AfterScore = after, afterScore
 	if len(p.Refused) > 0 {
 		p.After, p.AfterScore = p.Refused[len(p.Refused)-1], score
 	}
 	return p, nil
 }
 
-// deadReply reads the dead script's reply: the number handled, then the
-// ids refused.
-func deadReply(r any, err error) (int, []string, error) {
+// deadReply reads the dead script's reply: the number handled, the entries
+// read, the score of the last id refused, whether the call stopped at its
+// byte bound, then the ids refused.
+func deadReply(r any, err error) (DeadPass, string, error) {
+	var p DeadPass
 	vs, err := redis.Values(r, err)
 	if err != nil {
-		return 0, nil, err
+		return p, "", err
 	}
-	if len(vs) < 3 {
-		return 0, nil, errors.New("rdb: short reply of dead")
+	if len(vs) < 4 {
+		return p, "", errors.New("rdb: short reply of dead")
 	}
-	n, err := redis.Int(vs[0], nil)
+	if p.Handled, err = redis.Int(vs[0], nil); err != nil {
+		return p, "", err
+	}
+	if p.Read, err = redis.Int(vs[1], nil); err != nil {
+		return p, "", err
+	}
+	score, err := redis.String(vs[2], nil)
 	if err != nil {
-		return 0, nil, err
+		return p, "", err
 	}
-	refused, err := redis.Strings(vs[3:], nil)
-	return n, refused, err
+	cut, err := redis.Int(vs[3], nil)
+	if err != nil {
+		return p, "", err
+	}
+	p.Cut = cut == 1
+	p.Refused, err = redis.Strings(vs[4:], nil)
+	return p, score, err
 }
 
 // Place is where a bulk operation takes tasks from.
@@ -1416,7 +1434,9 @@ const (
 // Bulk deletes or cancels up to BulkStep tasks of a stand-alone queue's
 // waiting list (front first) or scheduled set (earliest first) and returns
 // how many it handled: fewer than BulkStep means none are left. A key's
-// head takes the tasks waiting behind it along, within the chunk.
+// head takes the tasks waiting behind it along, within the chunk. A chunk
+// is one call, or several when its tasks' bytes pass a call's bound (see
+// bulk.lua).
 func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkAction) (int, error) {
 	return s.BulkLevel(ctx, q, place, 0, action)
 }
@@ -1426,18 +1446,41 @@ func (s *Store) Bulk(ctx context.Context, q QueueKeys, place Place, action BulkA
 // and blocking the key), and returns how many it handled: fewer than
 // BulkStep means those lists are empty. The heads stay.
 func (s *Store) BulkKeys(ctx context.Context, q QueueKeys, keys []string, action BulkAction) (int, error) {
-	args := make([]any, 0, 8+len(keys))
-	args = append(args, q.Waiting, q.Scheduled, q.Config, q.Retained, "keys", string(action), BulkStep, q.TaskPrefix)
-	for _, k := range keys {
-		args = append(args, k)
-	}
-	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript, args...))
+	return s.bulkChunk(ctx, q, func(n int) []any {
+		args := make([]any, 0, 8+len(keys))
+		args = append(args, q.Waiting, q.Scheduled, q.Config, q.Retained, "keys", string(action), n, q.TaskPrefix)
+		for _, k := range keys {
+			args = append(args, k)
+		}
+		return args
+	})
 }
 
 // BulkLevel is Bulk on the waiting list of priority level (0..MaxLevel).
 func (s *Store) BulkLevel(ctx context.Context, q QueueKeys, place Place, level int, action BulkAction) (int, error) {
-	return redis.Int(s.eval(ctx, q.Ref.Tag, bulkScript,
-		q.Level(level), q.Scheduled, q.Config, q.Retained, string(place), string(action), BulkStep, q.TaskPrefix))
+	return s.bulkChunk(ctx, q, func(n int) []any {
+		return []any{q.Level(level), q.Scheduled, q.Config, q.Retained, string(place), string(action), n, q.TaskPrefix}
+	})
+}
+
+// bulkChunk handles up to BulkStep tasks in calls of the bulk script (the
+// arguments args(n) of a call of at most n tasks): more than one when a
+// call stops at its byte bound.
+func (s *Store) bulkChunk(ctx context.Context, q QueueKeys, args func(n int) []any) (int, error) {
+	total := 0
+	for {
+		r, err := redis.Ints(s.eval(ctx, q.Ref.Tag, bulkScript, args(BulkStep-total)...))
+		if err != nil {
+			return total, err
+		}
+		if len(r) != 2 {
+			return total, fmt.Errorf("rdb: bulk: reply of %d values", len(r))
+		}
+		total += r[0]
+		if r[1] == 0 || total >= BulkStep {
+			return total, nil
+		}
+	}
 }
 
 // MarkLevel records that queue q has tasks of priority level (1..MaxLevel),

@@ -265,10 +265,11 @@ local MERGE_MAX = 100
 -- MERGE_MAX_BYTES bounds the distinct payloads' bytes a task gathers by
 -- merging, as MERGE_MAX bounds their number: the envelope is read and
 -- written whole by each merge, and 100 merges of 1 MiB payloads took a
--- minute of Redis time (1.3 s each at the end). It is an enqueue call's
--- byte bound (MaxEnqueueChunkBytes). A task holding no payload yet past it
--- (a single larger payload) takes none more.
-local MERGE_MAX_BYTES = 4194304
+-- minute of Redis time (1.3 s each at the end); at 4 MiB a dead task's
+-- requeue merging into its key's tail still took 15 to 27 ms. It is what
+-- one take hands out (TAKE_BYTES in take.lua). A task holding no payload
+-- yet past it (a single larger payload) takes none more.
+local MERGE_MAX_BYTES = 1048576
 
 -- key_merge_fit returns how many of entries[from..] (in order) can merge
 -- into envelope entries have without passing MERGE_MAX distinct payloads
