@@ -7,10 +7,10 @@ package rdb_test
 // go test -tags audit -run TestAuditBytes -v ./internal/rdb
 
 import (
-	"math/rand"
 	"fmt"
-	"strconv"
+	"math/rand"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
