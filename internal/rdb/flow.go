@@ -252,40 +252,48 @@ func scanReply(r []any) (string, []string, error) {
 
 // Runs returns the runs whose ids are given, in order, skipping those gone:
 // in pipelines of at most RunPage ids (FindRuns may name a whole index's
-// runs), the first step of each run's HSCAN (a run of a few dozen fields
-// comes whole with it), then the rest of each big run in steps (see
-// ReadRun).
+// runs), each run read by HSCAN in the steps ReadRun takes (a small run,
+// in Redis's listpack encoding, comes whole with the first; a big one in
+// steps of about 1 MiB, see runScanner), one step of every run not read
+// whole yet per pipeline: a first step of COUNT 1000 read a run holding
+// 300 children's results of 1 MiB in one command (182 ms).
 func (s *Store) Runs(ctx context.Context, q QueueKeys, ids []string) ([]*RunRecord, error) {
 	out := make([]*RunRecord, 0, len(ids))
 	for lo := 0; lo < len(ids); lo += RunPage {
 		page := ids[lo:min(lo+RunPage, len(ids))]
-		cmds := make([]command, len(page))
-		for i, id := range page {
-			cmds[i] = cmdOf("HSCAN", q.Task(id), "0", "COUNT", runScan)
+		ms := make([]map[string]string, len(page))
+		scs := make([]*runScanner, len(page))
+		cursors := make([]string, len(page))
+		left := make([]int, len(page)) // the runs not read whole yet
+		for i := range page {
+			ms[i], scs[i], cursors[i], left[i] = map[string]string{}, &runScanner{count: 1}, "0", i
 		}
-		rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
-		if err != nil {
-			return nil, err
-		}
-		for i, id := range page {
-			r, err := redis.Values(rs[i], nil)
+		for len(left) > 0 {
+			cmds := make([]command, len(left))
+			for j, i := range left {
+				cmds[j] = cmdOf("HSCAN", q.Task(page[i]), cursors[i], "COUNT", scs[i].count)
+			}
+			rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
 			if err != nil {
 				return nil, err
 			}
-			m := map[string]string{}
-			sc := &runScanner{count: runScan}
-			cursor, err := scanStep(r, m, sc)
-			if err != nil {
-				return nil, err
-			}
-			if cursor != "0" {
-				if err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
-					return scanRun(ctx, c, q.Task(id), cursor, sc, m)
-				}); err != nil {
+			next := left[:0]
+			for j, i := range left {
+				r, err := redis.Values(rs[j], nil)
+				if err != nil {
 					return nil, err
 				}
+				if cursors[i], err = scanStep(r, ms[i], scs[i]); err != nil {
+					return nil, err
+				}
+				if cursors[i] != "0" {
+					next = append(next, i)
+				}
 			}
-			if r := DecodeRun(id, m); r != nil {
+			left = next
+		}
+		for i, id := range page {
+			if r := DecodeRun(id, ms[i]); r != nil {
 				out = append(out, r)
 			}
 		}
