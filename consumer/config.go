@@ -105,7 +105,10 @@ type Config[J any] struct {
 	// job's record in this process, when the index has moved past the job
 	// and above what the last call said (the next consumer of a pipeline
 	// whose Source reads this one's progress checks then). It runs on the
-	// job's goroutine, one call at a time, and must return quickly.
+	// job's goroutine, one call at a time, and must return quickly. With
+	// Worker.Replicas, a record waits for the replicas as an end does, and
+	// OnProcessed is told only of records they acknowledged in time (a
+	// failover cannot take back a processed index it reported).
 	OnProcessed func(processed uint64)
 	// OnError, when set, is called with each check that failed (the
 	// Source's Head, or Redis); the next check tries again. It runs on the

@@ -38,6 +38,7 @@ type Consumer[J any] struct {
 
 	mu         sync.Mutex
 	started    bool
+	final      bool // Stop came before Start: stopped for good
 	loopCancel context.CancelFunc
 	loopDone   chan struct{}
 	stopped    chan struct{}
@@ -98,6 +99,14 @@ func New[J any](pool worqr.ConnGetter, cfg *Config[J]) (*Consumer[J], error) {
 		ns = worqr.DefaultNamespace
 	}
 	con.st = rdb.NewStore(pool, ns)
+	if wc.Replicas > 0 {
+		// A record waits for the replicas as the worker's ends do.
+		rt := wc.ReplicaTimeout
+		if rt == 0 {
+			rt = worqr.DefaultReplicaTimeout
+		}
+		con.st.SetReplicas(wc.Replicas, rt)
+	}
 	con.ck = rdb.NewKeys(ns).Consumer(QueueName(c.Name))
 	return con, nil
 }
@@ -119,6 +128,11 @@ func (c *Consumer[J]) Start(ctx context.Context) error {
 	defer c.mu.Unlock()
 	if c.started {
 		return errors.New("worqr: consumer already started")
+	}
+	if c.final {
+		// Stop came first and closed Stopped: a consumer started now
+		// would run with nobody to stop it.
+		return errors.New("worqr: consumer stopped before it was started")
 	}
 	if err := c.worker.Start(ctx); err != nil {
 		return err
@@ -145,14 +159,23 @@ func (c *Consumer[J]) Start(ctx context.Context) error {
 // finish until ctx ends; those still running then are cancelled and their
 // tasks put back, to run again (in this process after a restart, or in
 // another). It returns ctx.Err() when the grace period ran out. Calling it
-// again waits for the first call.
+// again waits for the first call. A Stop before Start is final: Start is
+// then refused.
 func (c *Consumer[J]) Stop(ctx context.Context) error {
 	c.mu.Lock()
 	started := c.started
-	c.mu.Unlock()
 	if !started {
-		return nil
+		// Never started (or its Start failed): nothing runs. The
+		// consumer is stopped for good, as its worker is: Stopped is
+		// closed and a later Start is refused.
+		if !c.final {
+			c.final = true
+			close(c.stopped)
+		}
+		c.mu.Unlock()
+		return c.worker.Stop(ctx)
 	}
+	c.mu.Unlock()
 	c.loopCancel()
 	<-c.loopDone
 	err := c.worker.Stop(ctx)
@@ -282,6 +305,15 @@ func (c *Consumer[J]) markDone(ctx context.Context, t *worqr.Task, i uint64) err
 		case err == nil && res == rdb.MarkLost:
 			// Our keepalive was lost and the task went back: the run
 			// that owns it now records it. Nothing changed.
+			return worqr.ErrTaskLost
+		case errors.Is(err, rdb.ErrNotReplicated) && res != rdb.MarkLost:
+			// Recorded on the primary, not on enough replicas: a
+			// failover may take it back, so OnProcessed is not told
+			// (a later record that the replicas have tells it).
+			c.log.Warn("consumer: record not acknowledged by enough replicas", "consumer", c.cfg.Name, "index", i, "err", err)
+			c.Check()
+			return nil
+		case errors.Is(err, rdb.ErrNotReplicated):
 			return worqr.ErrTaskLost
 		case err == nil && res == rdb.MarkUnknown:
 			c.log.Warn("consumer: index done but never dispatched (progress rewound?)", "consumer", c.cfg.Name, "index", i)

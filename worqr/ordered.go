@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -152,13 +154,36 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	out := make([]string, 0, len(ids))
 	var fresh []string
 	var replica error
-	for lo, hi := 0, 0; lo < len(ids); lo = hi {
-		hi = keyedStepEnd(payloads, lo)
-		res, err := c.st.EnqueueKey(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args)
+	var ends []int
+	for lo := 0; lo < len(ids); lo = ends[len(ends)-1] {
+		ends = append(ends, keyedStepEnd(payloads, lo))
+	}
+	// A batch of several steps chains them with a guard in Redis (as a
+	// plain EnqueueBatch's): a step applies only after the one before it,
+	// and after a lost reply the guard, closed, tells how far it got.
+	guard := ""
+	if len(ends) > 1 {
+		guard = q.qk.StepsPrefix + xid.New().String()
+	}
+	for k, hi := range ends {
+		lo := 0
+		if k > 0 {
+			lo = ends[k-1]
+		}
+		var st *rdb.KeyStep
+		if guard != "" {
+			st = &rdb.KeyStep{Guard: guard, Step: k, Last: k == len(ends)-1}
+		}
+		res, err := c.st.EnqueueKeyStep(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, st)
 		if errors.Is(err, ErrNotReplicated) {
 			replica, err = err, nil // applied: carry on, say so at the end
 		}
 		if err != nil {
+			if guard != "" && c.keyStepApplied(ctx, q, guard, k, k == len(ends)-1, err) {
+				// Its reply was lost, but it is in: its tasks count (an id
+				// of a task merged into a waiting one is not known here).
+				out = append(out, ids[lo:hi]...)
+			}
 			if len(fresh) > 0 {
 				c.enqueued(queue, fresh) // the steps before this one are in
 			}
@@ -181,6 +206,28 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 		return out, fmt.Errorf("worqr: enqueue %s: %w", queue, replica)
 	}
 	return out, nil
+}
+
+// keyStepApplied reports whether step k of a keyed batch whose call failed
+// with err was applied all the same (its reply lost): not for an error
+// reply (Redis refused it); else the batch's guard is closed, so that the
+// step, if still on its way, no longer applies, and read. Redis out of
+// reach: false (BatchError.Enqueued is then a floor).
+func (c *Client) keyStepApplied(ctx context.Context, q *clientQueue, guard string, k int, last bool, err error) bool {
+	var re redis.Error
+	if errors.As(err, &re) {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	got, gerr := c.st.CloseSteps(cctx, q.qk, guard)
+	switch {
+	case gerr != nil:
+		return false
+	case got == -1:
+		return last && k > 0 // the last step deletes the guard
+	}
+	return got >= k
 }
 
 // MergeFunc merges an incoming payload into the payload of a task that has

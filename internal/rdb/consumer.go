@@ -98,13 +98,25 @@ const (
 // pid of task id, is done, while w owns that taking, and advances the
 // processed index (more than ConsumerStep finished indexes in a row are
 // passed over by the following calls, or by Dispatch). It returns the
-// processed index after the call.
+// processed index after the call. While the store waits for replicas
+// (SetReplicas), each call waits as an end does: a *ReplicaError comes
+// back with the results when too few replicas acknowledged (the record
+// is applied on the primary, and lost if it fails before a replica has it).
 func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, pid, id string, i uint64) (MarkResult, uint64, error) {
 	res, processed := MarkResult(-1), uint64(0)
+	var replica error
 	for {
-		vals, err := redis.Int64s(s.eval(ctx, c.Queue.Ref.Tag, consumerDoneScript,
+		r, err := s.evalAck(ctx, c.Queue.Ref.Tag, consumerDoneScript,
 			c.State, c.Done, c.Queue.WorkerQueue(w),
-			pid, id, strconv.FormatUint(i, 10), strconv.FormatUint(first, 10), ConsumerStep))
+			pid, id, strconv.FormatUint(i, 10), strconv.FormatUint(first, 10), ConsumerStep)
+		err, rerr := splitReplica(err)
+		if err != nil {
+			return 0, 0, err
+		}
+		if rerr != nil {
+			replica = rerr
+		}
+		vals, err := redis.Int64s(r, nil)
 		if err != nil {
 			return 0, 0, err
 		}
@@ -118,11 +130,11 @@ func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, p
 			// The first call: nothing changed. A later one: the
 			// record stands, and the next record or dispatch passes
 			// over the rest.
-			return res, processed, nil
+			return res, processed, replica
 		}
 		processed = uint64(vals[1])
 		if vals[2] == 0 || res == MarkUnknown {
-			return res, processed, nil
+			return res, processed, replica
 		}
 		// Passing over the rest is idempotent: a taking still owned
 		// (the same call again finds the index done) keeps advancing.
@@ -161,13 +173,27 @@ func (s *Store) IndexDone(ctx context.Context, c ConsumerKeys, first, i uint64) 
 }
 
 // ReadProgress returns consumer c's progress (first when none is stored).
+// Its two reads are one transaction (MULTI/EXEC): a record run between
+// them moves the processed index over finished indexes and takes them out
+// of the done set, and the old index read with the new set counted those
+// jobs in flight again (past MaxProcessing; read the other way round, a
+// count below zero). No order of two separate reads is right.
 func (s *Store) ReadProgress(ctx context.Context, c ConsumerKeys, first uint64) (ConsumerProgress, error) {
-	replies, err := s.pipeline(ctx, c.Queue.Ref.Tag, []command{
+	rs, err := s.pipeline(ctx, c.Queue.Ref.Tag, []command{
+		cmdOf("MULTI"),
 		cmdOf("HMGET", c.State, "processed", "next"),
 		cmdOf("SCARD", c.Done),
+		cmdOf("EXEC"),
 	})
 	if err != nil {
 		return ConsumerProgress{}, err
+	}
+	replies, err := redis.Values(rs[len(rs)-1], nil)
+	if err != nil {
+		return ConsumerProgress{}, fmt.Errorf("rdb: consumer progress: %w", err)
+	}
+	if len(replies) != 2 {
+		return ConsumerProgress{}, fmt.Errorf("rdb: consumer progress: %d replies, want 2", len(replies))
 	}
 	vals, err := redis.Values(replies[0], nil)
 	if err != nil {

@@ -134,15 +134,31 @@ type KeyEnqueued struct {
 // changed since KeyTail read it: nothing was written.
 var ErrTailChanged = errors.New("worqr: the key's waiting task changed")
 
+// KeyStep is one step of a keyed batch sent in several calls (see
+// EnqueueKey): Guard is the batch's guard key (QueueKeys.StepsPrefix and an
+// id of the batch), Step the call's number from 0, Last true for the last.
+type KeyStep struct {
+	Guard string
+	Step  int
+	Last  bool
+}
+
 func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
-	scores []string, a *EnqueueArgs, mode, tail, version string) (any, error) {
+	scores []string, a *EnqueueArgs, mode, tail, version string, step *KeyStep) (any, error) {
 	if a == nil {
 		a = &EnqueueArgs{}
 	}
-	args := make([]any, 0, 20+4*len(ids))
-	args = append(args, 5+len(ids), q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config)
+	args := make([]any, 0, 24+4*len(ids))
+	nkeys := 5 + len(ids)
+	if step != nil {
+		nkeys++
+	}
+	args = append(args, nkeys, q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
+	}
+	if step != nil {
+		args = append(args, step.Guard)
 	}
 	args = append(args, q.TaskPrefix, key, optInt(a.DelayMillis), optInt(a.DueMillis),
 		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version,
@@ -156,6 +172,15 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 	for _, sc := range scores {
 		args = append(args, sc)
 	}
+	if step != nil {
+		last := ""
+		if step.Last {
+			last = "1"
+		}
+		args = append(args, step.Step, stepGuardTTL, last)
+	} else {
+		args = append(args, "", "", "")
+	}
 	if mode == "read" {
 		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 	}
@@ -168,13 +193,30 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 // attempts, timeout, retention and deadline apply.
 func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
 	scores []string, a *EnqueueArgs) ([]KeyEnqueued, error) {
+	return s.EnqueueKeyStep(ctx, q, key, ids, payloads, scores, a, nil)
+}
+
+// EnqueueKeyStep is EnqueueKey as step st of a keyed batch sent in several
+// calls (nil: a call of its own): it applies only when the step before it
+// did (else ErrStepRefused, nothing written), so that after a lost reply
+// CloseSteps tells how far the batch got.
+func (s *Store) EnqueueKeyStep(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
+	scores []string, a *EnqueueArgs, st *KeyStep) ([]KeyEnqueued, error) {
 	if len(ids) != len(payloads) || (scores != nil && len(scores) != len(ids)) {
 		return nil, fmt.Errorf("rdb: enqueue key: %d ids, %d payloads, %d scores", len(ids), len(payloads), len(scores))
 	}
 	if scores == nil {
 		scores = make([]string, len(ids))
 	}
-	return keyEnqueued(s.enqueueKeyCall(ctx, q, key, ids, payloads, scores, a, "add", "", ""))
+	return keyEnqueued(s.enqueueKeyCall(ctx, q, key, ids, payloads, scores, a, "add", "", "", st))
+}
+
+// CloseSteps closes the guard of a keyed batch sent in steps (no step of
+// it still on its way applies after this) and returns the number of its
+// last step applied: -1 when none was, or when its last step was (it
+// deletes the guard).
+func (s *Store) CloseSteps(ctx context.Context, q QueueKeys, guard string) (int, error) {
+	return s.closeSteps(ctx, q, guard)
 }
 
 func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {
@@ -184,8 +226,11 @@ func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {
 		return nil, err
 	}
 	if len(vals) == 1 {
-		if n, _ := redis.Int(vals[0], nil); n == -4 {
+		switch n, _ := redis.Int(vals[0], nil); n {
+		case -4:
 			return nil, ErrTailChanged
+		case -5:
+			return nil, ErrStepRefused
 		}
 	}
 	if len(vals)%2 != 0 {
@@ -211,7 +256,7 @@ type KeyTail struct {
 // ReadKeyTail returns key's waiting tail on q, or nil when the key has
 // none (no task, or its last one runs or is dead).
 func (s *Store) ReadKeyTail(ctx context.Context, q QueueKeys, key string) (*KeyTail, error) {
-	vals, err := redis.Values(s.enqueueKeyCall(ctx, q, key, nil, nil, nil, nil, "read", "", ""))
+	vals, err := redis.Values(s.enqueueKeyCall(ctx, q, key, nil, nil, nil, nil, "read", "", "", nil))
 	if err != nil || len(vals) == 0 {
 		return nil, err
 	}
@@ -236,7 +281,7 @@ func (s *Store) KeyMergeInto(ctx context.Context, q QueueKeys, key string, tail 
 	if tail != nil {
 		tid, ver = tail.ID, tail.Version
 	}
-	out, err := keyEnqueued(s.enqueueKeyCall(ctx, q, key, []string{id}, [][]byte{merged}, []string{score}, a, "into", tid, ver))
+	out, err := keyEnqueued(s.enqueueKeyCall(ctx, q, key, []string{id}, [][]byte{merged}, []string{score}, a, "into", tid, ver, nil))
 	err, replica := splitReplica(err)
 	if err != nil {
 		return KeyEnqueued{}, err

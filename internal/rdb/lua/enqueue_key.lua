@@ -29,6 +29,14 @@
 -- ARGV[11] their deadline, unix ms ("" = none): taken at or after it, a
 --          task ends as expired without running (its key moves on)
 -- ARGV[12] n, then n ids, n payloads, n scores ("" = Redis time in ms)
+-- then three more: the step's number in a keyed batch sent in steps ("" =
+--         a call of its own), its guard's TTL ms, and "1" for the batch's
+--         last step. With a step, the last
+--         key is <ns>:{T}:eb:<batch> (string), the guard of the batch: step
+--         k > 0 is applied only when it says step k-1 was (else {-5},
+--         nothing written); each step applied writes its number there, the
+--         batch's last deletes it (mode "add" only). So a client whose reply
+--         was lost closes the guard and reads how far the batch got.
 -- A merge keeps the waiting task's own retention and deadline.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
@@ -46,6 +54,11 @@ if mode == 'read' then
   return {tail, t[1] or '', t[2] or '0'}
 end
 local n = tonumber(ARGV[12])
+local step = ARGV[13 + 3 * n] or ''
+step = step ~= '' and tonumber(step)
+if step and step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) then
+  return {-5}
+end
 local due
 if ARGV[3] ~= '' then
   due = now_ms() + tonumber(ARGV[3])
@@ -109,6 +122,13 @@ while i <= n do
     out[#out + 1] = id
     out[#out + 1] = 0
     i = i + 1
+  end
+end
+if step then
+  if ARGV[15 + 3 * n] == '1' then
+    redis.call('DEL', KEYS[#KEYS])
+  else
+    redis.call('SET', KEYS[#KEYS], step, 'PX', ARGV[14 + 3 * n])
   end
 end
 return out

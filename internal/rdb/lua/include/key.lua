@@ -181,15 +181,25 @@ local function env_merge(a, b)
   return out
 end
 
+-- key_late reports whether deadline dl (a task's F_DEADLINE) has passed
+-- by Redis time: such a task never runs (the take ends it as expired).
+local function key_late(dl)
+  dl = tonumber(dl)
+  return dl ~= nil and now_ms() >= dl
+end
+
 -- key_tail returns the key's last task when it is still waiting (behind
 -- the head, or the head itself when queued or scheduled), else nil; second,
 -- 'head' when it is the head. A task marked cancelled where it waits (see
--- cancel.lua) is not waiting: nothing merges into it.
+-- cancel.lua) is not waiting: nothing merges into it. Nor does anything
+-- merge into a task whose deadline has passed: it will end as expired
+-- without running, and a payload merged into it would never run.
 local function key_tail(tprefix, heads, list, okey)
   local tail = redis.call('LINDEX', list, -1)
   if tail then
     tail = key_entry(tail)
-    if redis.pcall('HEXISTS', tprefix .. tail, F_CANCEL) == 1 then
+    local t = redis.pcall('HMGET', tprefix .. tail, F_CANCEL, F_DEADLINE)
+    if type(t) ~= 'table' or t.err or t[1] or key_late(t[2]) then
       return nil
     end
     return tail, 'list'
@@ -198,8 +208,8 @@ local function key_tail(tprefix, heads, list, okey)
   if not head then
     return nil
   end
-  local s = redis.pcall('HGET', tprefix .. head, F_STATE)
-  if s == S_QUEUED or s == S_SCHEDULED then
+  local t = redis.pcall('HMGET', tprefix .. head, F_STATE, F_DEADLINE)
+  if type(t) == 'table' and not t.err and (t[1] == S_QUEUED or t[1] == S_SCHEDULED) and not key_late(t[2]) then
     return head, 'head'
   end
   return nil
