@@ -168,6 +168,26 @@ func (s *Store) closeSteps(ctx context.Context, q QueueKeys, guard string) (int,
 	return strconv.Atoi(r)
 }
 
+// firstStepLost is EnqueueBatch's answer when the first of its several
+// steps (n tasks) failed with err: none of it applied after an error reply
+// (Redis refused it); else its reply may have been lost after Redis
+// applied it, and the guard, closed (the step, if still on its way, is
+// refused: step 0 applies only where no guard is), tells. Redis out of
+// reach, or unique keys (the tasks the step left out are not known): 0,
+// a floor.
+func (s *Store) firstStepLost(ctx context.Context, q QueueKeys, guard string, n int, a *EnqueueArgs, err error) (int, []Dup, error) {
+	var re redis.Error
+	if errors.As(err, &re) || a.UniqueKeys != nil {
+		return 0, nil, err
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if last, gerr := s.closeSteps(cctx, q, guard); gerr == nil && last == 0 {
+		return n, nil, err
+	}
+	return 0, nil, err
+}
+
 // stepGuardTTL is how long a batch's guard outlives its last step applied
 // (ms): far more than the gap between two steps on the wire.
 const stepGuardTTL = 5 * 60 * 1000
@@ -450,6 +470,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	err, replica := splitReplica(err)
 	if err != nil {
+		if len(ends) > 1 {
+			return s.firstStepLost(ctx, q, guard, ends[0], a, err)
+		}
 		return 0, nil, err
 	}
 	if len(ends) == 1 {

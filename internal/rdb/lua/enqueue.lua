@@ -54,7 +54,10 @@
 local n = tonumber(ARGV[13])
 local first = 18
 local step = ARGV[15] ~= '' and tonumber(ARGV[15])
-if step and step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) then
+if step and (step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) or
+    step == 0 and redis.call('EXISTS', KEYS[#KEYS]) == 1) then
+  -- (Step 0 finds a guard only when the client closed it: its reply was
+  -- taken for lost, and the batch ends before it.)
   return {-5}
 end
 local idlock = nil

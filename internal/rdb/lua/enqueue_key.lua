@@ -56,7 +56,10 @@ end
 local n = tonumber(ARGV[12])
 local step = ARGV[13 + 3 * n] or ''
 step = step ~= '' and tonumber(step)
-if step and step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) then
+if step and (step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) or
+    step == 0 and redis.call('EXISTS', KEYS[#KEYS]) == 1) then
+  -- (Step 0 finds a guard only when the client closed it: its reply was
+  -- taken for lost, and the batch ends before it.)
   return {-5}
 end
 local due

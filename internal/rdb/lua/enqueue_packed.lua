@@ -17,7 +17,10 @@
 -- ARGV[6..n+5] task ids;  ARGV[n+6..2n+5] payloads, in the same order
 -- Returns {n}, as enqueue, or {-5}.
 local step = tonumber(ARGV[3])
-if step > 0 and redis.call('GET', KEYS[2]) ~= tostring(step - 1) then
+if step > 0 and redis.call('GET', KEYS[2]) ~= tostring(step - 1) or
+    step == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
+  -- (Step 0 finds a guard only when the client closed it: its reply was
+  -- taken for lost, and the batch ends before it.)
   return {-5}
 end
 local n = (#ARGV - 5) / 2
