@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -523,7 +524,7 @@ func (c *cluster) enqueue(ctx context.Context, queue string, total int, rate flo
 		done := 0
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
-		payload := []byte("chaos")
+		payload := bytes.Repeat([]byte("chaos"), cfg.payload/5+1)[:cfg.payload]
 		for done < total && ctx.Err() == nil {
 			select {
 			case <-ctx.Done():

@@ -44,6 +44,7 @@ type settings struct {
 	tasks    int           // long mixed run
 	race     bool
 	report   string
+	payload  int // bytes of each task's payload (default 5)
 }
 
 var (
@@ -122,6 +123,16 @@ func readSettings() (settings, error) {
 			}
 			s.tasks = n
 		}
+	}
+	s.payload = 5
+	if v := os.Getenv("WORQR_CHAOS_PAYLOAD"); v != "" {
+		// Big payloads make takes stop at their byte bound and give tasks
+		// back, under the same faults.
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > 4<<20 {
+			return s, fmt.Errorf("WORQR_CHAOS_PAYLOAD=%q: want a number of bytes from 1 to 4194304", v)
+		}
+		s.payload = n
 	}
 	s.race = os.Getenv("WORQR_CHAOS_RACE") == "1"
 	s.report = os.Getenv("WORQR_CHAOS_REPORT")
