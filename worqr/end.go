@@ -106,7 +106,7 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 			if take != nil {
 				q.limitWait(wait, hints)
 				full := heads(taken) == take.Max && wait == 0
-				q.more.Store(full)
+				q.tookShort(full, hints)
 				if _, buried := w.launch(s, q, taken, launchAny); buried > 0 || full {
 					q.hint() // slots left by buried ids, or more may wait
 				}

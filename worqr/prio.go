@@ -263,7 +263,7 @@ func (w *Worker) groupRound(s *heartbeat.Session, g *prioGroup) (bool, error) {
 			return false, err
 		}
 		q.limitWait(wait, hints)
-		q.more.Store(heads(tasks) == n && wait == 0)
+		q.tookShort(heads(tasks) == n && wait == 0, hints)
 		// Another round at once when every taking was launched or buried
 		// (slots were filled, or q leaves the draw having come back
 		// short), not when some were left to the reaper or to Stop.

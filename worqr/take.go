@@ -46,6 +46,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			var (
 				tasks []rdb.Taken
 				err   error
+				hints uint64
 			)
 			if unsure != "" {
 				err = w.release(s, q)
@@ -58,7 +59,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 					testHookBeforeTake(q)
 				}
 				var wait rdb.LimitWait
-				hints := q.hints.Load()
+				hints = q.hints.Load()
 				tasks, wait, err = w.take(s, q, free)
 				err = w.takeReplicated(s, q, err)
 				q.limitWait(wait, hints)
@@ -91,7 +92,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			}
 			delay = 50 * time.Millisecond
 			if ready && hint && free > 0 {
-				q.more.Store(heads(tasks) == free)
+				q.tookShort(heads(tasks) == free, hints)
 				launched, buried := w.launch(s, q, tasks, launchFree)
 				hint = buried > 0 || (launched == free && free > 0)
 				if hint && !stopping(w.takeStop) {

@@ -671,6 +671,21 @@ func (q *queueRunner) hint() {
 	poke(q.wake)
 }
 
+// tookShort records what a take said of q's waiting work: full, it filled
+// what it asked (more may wait); else q has none until a wake-up. hints
+// is q.hints read before the take was sent: a wake-up since then (a take
+// that gave tasks back past its byte bound publishes one, and its few
+// bytes come before the take's reply) is newer than the take's answer,
+// and is kept.
+func (q *queueRunner) tookShort(full bool, hints uint64) {
+	q.more.Store(full)
+	if !full && q.hints.Load() != hints {
+		// (hint counts before it sets more: either this sees its count,
+		// or its store comes after the one above.)
+		q.more.Store(true)
+	}
+}
+
 // slotPool counts the takings being run against a number of slots: a
 // queue's own concurrency, or the slots a priority group's queues share.
 type slotPool struct {

@@ -411,8 +411,11 @@ end
 -- when it is the head).
 -- Each is {id = id, t = {payload, failures, crashes, max attempts,
 -- timeout}}. Reads only. nil when, with safe (a Redis Cluster), a task's
--- hash is on another node (a slot migration).
-local function key_batch_read(tprefix, qname, id, okey, n, safe)
+-- hash is on another node (a slot migration). With limit, the batch also
+-- stops before the task whose payload would take used (the bytes the take
+-- holds already) past limit, and that task is not read: past an eighth of
+-- limit each task's size is asked (HSTRLEN) before its payload is read.
+local function key_batch_read(tprefix, qname, id, okey, n, safe, used, limit)
   local heads, list = key_names(tprefix, qname, okey)
   local out = {}
   if n < 2 then
@@ -434,10 +437,17 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe)
     return out
   end
   local now = now_ms()
+  local bytes = used or 0
   for _, e in ipairs(entries) do
     local fid, due = key_entry(e)
     if due and due > now then
       break
+    end
+    if limit and bytes >= limit / 8 then
+      local size = redis.pcall('HSTRLEN', tprefix .. fid, F_PAYLOAD)
+      if type(size) == 'number' and bytes + size > limit then
+        break
+      end
     end
     local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE)
     if type(t) == 'table' and t.err then
@@ -451,6 +461,10 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe)
       -- head, which ends it as expired if it has passed).
       break
     end
+    if limit and bytes + #t[1] > limit then
+      break
+    end
+    bytes = bytes + #t[1]
     out[#out + 1] = {id = fid, t = t}
   end
   return out

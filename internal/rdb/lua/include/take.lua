@@ -323,17 +323,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       -- A head past its deadline is handed out to be expired, alone.
       local late = type(t) == 'table' and not t.err and (ci and t[ci] or tonumber(t[7]) and now_ms() >= tonumber(t[7]))
       if budget > 0 and type(t) == 'table' and not t.err and t[1] and t[8] and not late then
-        local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe)
+        -- Within TAKE_BYTES (those past it are not read, and stay at the
+        -- front of their key's list).
+        local f = key_batch_read(k.tprefix, qname, id, t[8], math.min(batch, budget + 1), safe, bytes, TAKE_BYTES)
         if not f then
           return nil, 'moved'
         end
-        -- Within TAKE_BYTES (read, not popped: those cut stay at the
-        -- front of their key's list).
-        for x, m in ipairs(f) do
-          if bytes + #m.t[1] > TAKE_BYTES then
-            for y = #f, x, -1 do f[y] = nil end
-            break
-          end
+        for _, m in ipairs(f) do
           bytes = bytes + #m.t[1]
         end
         fol[i] = f
