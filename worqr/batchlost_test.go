@@ -67,13 +67,7 @@ func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, i
 // step enqueued, while sixteen were (4,000 tasks more than it said).
 func TestBatchWithLostRepliesSaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool := newReplyLossPool(srv.URL)
-	defer pool.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	c, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, _, c := replyLossClient(t)
 	ps := batchPayloads(40 * 250)
 	// The second step (the first of the window) loses its reply, and so
 	// do the fifteen sent with it.
@@ -158,13 +152,7 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 // its way is refused by it.
 func TestBatchWithItsFirstReplyLostSaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool := newReplyLossPool(srv.URL)
-	defer pool.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	c, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, _, c := replyLossClient(t)
 	ps := batchPayloads(10 * 250)
 	pool.setLose(nthCall("enqueue_packed", 1))
 	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)

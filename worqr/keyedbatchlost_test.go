@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -19,13 +18,7 @@ import (
 // twice, each key running them again.
 func TestKeyedBatchWithALostReplySaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool := newReplyLossPool(srv.URL)
-	defer pool.Close()
-	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	c, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, cfg, c := replyLossClient(t)
 	in, err := worqr.NewInspector(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)

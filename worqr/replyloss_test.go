@@ -6,9 +6,13 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // replyLossPool is a pool on url whose connections lose the replies of the
@@ -40,6 +44,20 @@ func newReplyLossPool(url string) *replyLossPool {
 		},
 	}
 	return p
+}
+
+// replyLossClient returns a replyLossPool on the test server (closed with
+// the test), the configuration of a new namespace, and a client of it.
+func replyLossClient(t *testing.T) (*replyLossPool, worqr.Config, *worqr.Client) {
+	t.Helper()
+	pool := newReplyLossPool(srv.URL)
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, cfg, c
 }
 
 // setLose sets the predicate (nil: lose nothing).
