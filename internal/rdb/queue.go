@@ -1325,7 +1325,8 @@ const (
 // waits for them (failed with them, cancelled, or moved on). They stay
 // dead. A child whose run still waits for its other children goes back
 // into it. Each call of the script applies op to the ids in order until
-// its byte bound (see dead.lua); the rest go in the next call.
+// its byte bound (see dead.lua); the rest go in the next call. An error
+// of a later call comes back with what the calls before it did.
 func (s *Store) DeadIDs(ctx context.Context, q QueueKeys, op DeadOp, ids []string) (int, []string, error) {
 	total := 0
 	var refused []string

@@ -253,6 +253,11 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       -- Past an eighth of the budget, a task's size is asked before its
       -- payload is read (a task over what is left would be read in vain).
       local size = redis.pcall('HSTRLEN', k.tprefix .. id, F_PAYLOAD)
+      if size == 0 then
+        -- No payload in a hash: a loaded task may wait packed.
+        local key, field = packed_at(k.tprefix, id)
+        size = redis.pcall('HSTRLEN', key, field)
+      end
       if type(size) == 'number' and bytes + size > TAKE_BYTES then
         give_back(i)
         parking = false
