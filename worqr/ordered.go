@@ -431,7 +431,10 @@ func (in *Inspector) Keys(ctx context.Context, queue string, cursor uint64, coun
 }
 
 // BlockedKeys returns the keys of queue blocked by a dead head, reading
-// the dead set from the newest, at most limit keys.
+// the dead set from the newest, at most limit keys, each once. The dead
+// set is read in pages by rank: a task that leaves it during the call (its
+// requeue or delete) moves the entries after it up one, and the one at a
+// page's edge may be missed (the next call lists it).
 func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) ([]KeyInfo, error) {
 	qk, err := in.orderedQueue(queue)
 	if err != nil {
@@ -441,6 +444,10 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 		return nil, invalid("limit", "(%d) must be at least 1", limit)
 	}
 	var out []KeyInfo
+	// The pages are read by rank, newest first: a task that dies between
+	// two pages moves every entry down one, and the next page starts with
+	// the last entry read. Each key is listed once.
+	seen := map[string]bool{}
 	for off := 0; len(out) < limit; off += rdb.BulkChunk {
 		span, err := in.st.Dead(ctx, qk, off, rdb.BulkChunk)
 		if err != nil {
@@ -452,7 +459,7 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 		}
 		for _, r := range recs {
 			_, key, _ := unwrap(r.Payload)
-			if key == "" || len(out) >= limit {
+			if key == "" || len(out) >= limit || seen[key] {
 				continue
 			}
 			ki, err := in.Key(ctx, queue, key)
@@ -460,6 +467,7 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 				return nil, err
 			}
 			if ki != nil && ki.Blocked && ki.Head.ID == r.ID {
+				seen[key] = true
 				out = append(out, *ki)
 			}
 		}
