@@ -5,87 +5,12 @@ import (
 	"errors"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
-
-// latePool is a pool on url whose connections hold back the command hold
-// picks: it is not sent, the call fails as a broken connection would, and
-// the test sends it later (late), as a request stuck in a proxy or a
-// kernel buffer reaches Redis after the client gave up on it.
-type latePool struct {
-	*redis.Pool
-	mu   sync.Mutex
-	hold func(cmd string, args []any) bool
-	held []any // the command held: its name, then its arguments
-}
-
-func newLatePool(url string) *latePool {
-	p := &latePool{}
-	p.Pool = &redis.Pool{MaxIdle: 8, IdleTimeout: time.Minute,
-		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			c, err := redis.DialURLContext(ctx, url)
-			if err != nil {
-				return nil, err
-			}
-			return &lateConn{Conn: c, p: p}, nil
-		}}
-	return p
-}
-
-func (p *latePool) picks(cmd string, args []any) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.hold == nil || p.held != nil || !p.hold(cmd, args) {
-		return false
-	}
-	p.held = append([]any{cmd}, args...)
-	return true
-}
-
-type lateConn struct {
-	redis.Conn
-	p      *latePool
-	broken bool
-}
-
-func (c *lateConn) Err() error {
-	if c.broken {
-		return errLostReply
-	}
-	return c.Conn.Err()
-}
-
-func (c *lateConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
-	if c.broken {
-		return nil, errLostReply
-	}
-	if cmd != "" && c.p.picks(cmd, args) {
-		c.broken = true
-		return nil, errLostReply
-	}
-	return c.Conn.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
-}
-
-func (c *lateConn) Do(cmd string, args ...any) (any, error) {
-	return c.DoContext(context.Background(), cmd, args...)
-}
-
-func (c *lateConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
-	return c.DoContext(context.Background(), cmd, args...)
-}
-
-func (c *lateConn) ReceiveContext(ctx context.Context) (any, error) {
-	return c.Conn.(redis.ConnWithContext).ReceiveContext(ctx)
-}
-
-func (c *lateConn) ReceiveWithTimeout(d time.Duration) (any, error) {
-	return c.Conn.(redis.ConnWithTimeout).ReceiveWithTimeout(d)
-}
 
 // The first step of a large EnqueueBatch that has not reached Redis when
 // its call fails (RELIABILITY row 73): the client closes the batch's
@@ -104,8 +29,26 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			pool := newLatePool(srv.URL)
-			defer pool.Close()
+			base := srv.Pool()
+			defer base.Close()
+			// The call picked is not sent, and fails as a broken
+			// connection would; the test sends it later, as a request
+			// stuck in a proxy or a kernel buffer reaches Redis after
+			// the client gave up on it.
+			var (
+				mu   sync.Mutex
+				pick func(cmd string, args []any) bool
+				held []any // the command held: its name, then its arguments
+			)
+			pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
+				mu.Lock()
+				defer mu.Unlock()
+				if pick == nil || held != nil || !pick(cmd, args) {
+					return nil
+				}
+				held = append([]any{cmd}, args...)
+				return errLostReply
+			}}
 			cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
 			c, err := worqr.NewClient(pool, &cfg)
 			if err != nil {
@@ -115,14 +58,14 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 			if _, err := c.Enqueue(ctx, "warm", []byte("x"), nil); err != nil {
 				t.Fatal(err)
 			}
-			pool.mu.Lock()
-			pool.hold = nthCall(tc.script, 1)
-			pool.mu.Unlock()
+			mu.Lock()
+			pick = nthCall(tc.script, 1)
+			mu.Unlock()
 			ps := batchPayloads(10 * 250) // ten steps
 			ids, err := c.EnqueueBatch(ctx, "late", ps, tc.opts)
 			var be *worqr.BatchError
-			if !errors.As(err, &be) || be.Enqueued != 0 || pool.held == nil {
-				t.Fatalf("EnqueueBatch: %v (held %v); want a *BatchError saying 0 enqueued", err, pool.held != nil)
+			if !errors.As(err, &be) || be.Enqueued != 0 || held == nil {
+				t.Fatalf("EnqueueBatch: %v (held %v); want a *BatchError saying 0 enqueued", err, held != nil)
 			}
 			// The first step reaches Redis now.
 			rc, err := redis.DialURL(srv.URL)
@@ -130,7 +73,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer rc.Close()
-			r, err := rc.Do(pool.held[0].(string), pool.held[1:]...)
+			r, err := rc.Do(held[0].(string), held[1:]...)
 			t.Logf("the late first step: %v %v", r, err)
 			checkBatchError(t, c, "late", ps, ids, be)
 		})

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"time"
 
-	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -170,16 +168,16 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 		if k > 0 {
 			lo = ends[k-1]
 		}
-		var st *rdb.KeyStep
+		var g *rdb.StepGuard
 		if guard != "" {
-			st = &rdb.KeyStep{Guard: guard, Step: k, Last: k == len(ends)-1}
+			g = &rdb.StepGuard{Key: guard, Step: k, Last: k == len(ends)-1}
 		}
-		res, err := c.st.EnqueueKeyStep(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, st)
+		res, err := c.st.EnqueueKeyStep(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, g)
 		if errors.Is(err, ErrNotReplicated) {
 			replica, err = err, nil // applied: carry on, say so at the end
 		}
 		if err != nil {
-			if guard != "" && c.keyStepApplied(ctx, q, guard, k, k == len(ends)-1, err) {
+			if g != nil && c.keyStepApplied(ctx, q, g, err) {
 				// Its reply was lost, but it is in: its tasks count (an id
 				// of a task merged into a waiting one is not known here).
 				out = append(out, ids[lo:hi]...)
@@ -208,26 +206,19 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	return out, nil
 }
 
-// keyStepApplied reports whether step k of a keyed batch whose call failed
-// with err was applied all the same (its reply lost): not for an error
-// reply (Redis refused it); else the batch's guard is closed, so that the
-// step, if still on its way, no longer applies, and read. Redis out of
-// reach: false (BatchError.Enqueued is then a floor).
-func (c *Client) keyStepApplied(ctx context.Context, q *clientQueue, guard string, k int, last bool, err error) bool {
-	var re redis.Error
-	if errors.As(err, &re) {
-		return false
-	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	got, gerr := c.st.CloseSteps(cctx, q.qk, guard)
+// keyStepApplied reports whether step g of a keyed batch whose call failed
+// with err was applied all the same (its reply lost; see
+// rdb.Store.StepsApplied). Redis out of reach: false (BatchError.Enqueued
+// is then a floor).
+func (c *Client) keyStepApplied(ctx context.Context, q *clientQueue, g *rdb.StepGuard, err error) bool {
+	got, ok := c.st.StepsApplied(ctx, q.qk, g.Key, err)
 	switch {
-	case gerr != nil:
+	case !ok:
 		return false
 	case got == -1:
-		return last && k > 0 // the last step deletes the guard
+		return g.Last && g.Step > 0 // the last step deletes the guard
 	}
-	return got >= k
+	return got >= g.Step
 }
 
 // MergeFunc merges an incoming payload into the payload of a task that has

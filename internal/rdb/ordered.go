@@ -134,31 +134,22 @@ type KeyEnqueued struct {
 // changed since KeyTail read it: nothing was written.
 var ErrTailChanged = errors.New("worqr: the key's waiting task changed")
 
-// KeyStep is one step of a keyed batch sent in several calls (see
-// EnqueueKey): Guard is the batch's guard key (QueueKeys.StepsPrefix and an
-// id of the batch), Step the call's number from 0, Last true for the last.
-type KeyStep struct {
-	Guard string
-	Step  int
-	Last  bool
-}
-
 func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
-	scores []string, a *EnqueueArgs, mode, tail, version string, step *KeyStep) (any, error) {
+	scores []string, a *EnqueueArgs, mode, tail, version string, g *StepGuard) (any, error) {
 	if a == nil {
 		a = &EnqueueArgs{}
 	}
 	args := make([]any, 0, 24+4*len(ids))
 	nkeys := 5 + len(ids)
-	if step != nil {
+	if g != nil {
 		nkeys++
 	}
 	args = append(args, nkeys, q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
 	}
-	if step != nil {
-		args = append(args, step.Guard)
+	if g != nil {
+		args = append(args, g.Key)
 	}
 	args = append(args, q.TaskPrefix, key, optInt(a.DelayMillis), optInt(a.DueMillis),
 		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version,
@@ -172,15 +163,8 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 	for _, sc := range scores {
 		args = append(args, sc)
 	}
-	if step != nil {
-		last := ""
-		if step.Last {
-			last = "1"
-		}
-		args = append(args, step.Step, stepGuardTTL, last)
-	} else {
-		args = append(args, "", "", "")
-	}
+	step, last := g.guardArgs()
+	args = append(args, step, stepGuardTTL, last)
 	if mode == "read" {
 		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 	}
@@ -196,27 +180,19 @@ func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []s
 	return s.EnqueueKeyStep(ctx, q, key, ids, payloads, scores, a, nil)
 }
 
-// EnqueueKeyStep is EnqueueKey as step st of a keyed batch sent in several
+// EnqueueKeyStep is EnqueueKey as step g of a keyed batch sent in several
 // calls (nil: a call of its own): it applies only when the step before it
 // did (else ErrStepRefused, nothing written), so that after a lost reply
-// CloseSteps tells how far the batch got.
+// StepsApplied tells how far the batch got.
 func (s *Store) EnqueueKeyStep(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
-	scores []string, a *EnqueueArgs, st *KeyStep) ([]KeyEnqueued, error) {
+	scores []string, a *EnqueueArgs, g *StepGuard) ([]KeyEnqueued, error) {
 	if len(ids) != len(payloads) || (scores != nil && len(scores) != len(ids)) {
 		return nil, fmt.Errorf("rdb: enqueue key: %d ids, %d payloads, %d scores", len(ids), len(payloads), len(scores))
 	}
 	if scores == nil {
 		scores = make([]string, len(ids))
 	}
-	return keyEnqueued(s.enqueueKeyCall(ctx, q, key, ids, payloads, scores, a, "add", "", "", st))
-}
-
-// CloseSteps closes the guard of a keyed batch sent in steps (no step of
-// it still on its way applies after this) and returns the number of its
-// last step applied: -1 when none was, or when its last step was (it
-// deletes the guard).
-func (s *Store) CloseSteps(ctx context.Context, q QueueKeys, guard string) (int, error) {
-	return s.closeSteps(ctx, q, guard)
+	return keyEnqueued(s.enqueueKeyCall(ctx, q, key, ids, payloads, scores, a, "add", "", "", g))
 }
 
 func keyEnqueued(r any, err error) ([]KeyEnqueued, error) {

@@ -136,16 +136,18 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 	return args
 }
 
-// stepGuard chains the steps of a batch sent in steps (EnqueueBatch): step
-// n > 0 is applied only when the guard key says that step n-1 was, and the
-// last step deletes the guard. The steps travel many at once, so without
+// StepGuard chains the steps of a batch sent in steps (EnqueueBatch, and a
+// keyed batch's EnqueueKeyStep): step 0 applies only where no guard is,
+// step n > 0 only when the guard key says that step n-1 was, and the last
+// step deletes the guard. Key is QueueKeys.StepsPrefix and an id of the
+// batch. The steps travel many at once, so without
 // it those sent behind a step that Redis refused (an error reply: OOM, a
 // key of the wrong type) were applied all the same, and the batch's tasks
 // in the queue were no longer its first ones.
-type stepGuard struct {
-	key  string
-	step int
-	last bool
+type StepGuard struct {
+	Key  string
+	Step int
+	Last bool
 }
 
 // closeSteps closes the guard of a batch sent in steps, so that no step of
@@ -176,16 +178,31 @@ func (s *Store) closeSteps(ctx context.Context, q QueueKeys, guard string) (int,
 // reach, or unique keys (the tasks the step left out are not known): 0,
 // a floor.
 func (s *Store) firstStepLost(ctx context.Context, q QueueKeys, guard string, n int, a *EnqueueArgs, err error) (int, []Dup, error) {
+	if a.UniqueKeys == nil {
+		if last, ok := s.StepsApplied(ctx, q, guard, err); ok && last == 0 {
+			return n, nil, err
+		}
+	}
+	return 0, nil, err
+}
+
+// StepsApplied tells how far a batch sent in steps got when a step's call
+// failed with err: for an error reply (Redis refused the step, and the
+// guard refuses every step after it) nothing more applied, ok false;
+// else the reply may have been lost after Redis applied it, and the guard
+// is closed (no step still on its way applies after this, within 5 s
+// even when ctx is done) and read: last is the number of the last step
+// applied, -1 when none was or when the batch's last step was (it deletes
+// the guard). ok is false too when Redis cannot be asked.
+func (s *Store) StepsApplied(ctx context.Context, q QueueKeys, guard string, err error) (last int, ok bool) {
 	var re redis.Error
-	if errors.As(err, &re) || a.UniqueKeys != nil {
-		return 0, nil, err
+	if errors.As(err, &re) {
+		return 0, false
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if last, gerr := s.closeSteps(cctx, q, guard); gerr == nil && last == 0 {
-		return n, nil, err
-	}
-	return 0, nil, err
+	last, gerr := s.closeSteps(cctx, q, guard)
+	return last, gerr == nil
 }
 
 // stepGuardTTL is how long a batch's guard outlives its last step applied
@@ -193,15 +210,15 @@ func (s *Store) firstStepLost(ctx context.Context, q QueueKeys, guard string, n 
 const stepGuardTTL = 5 * 60 * 1000
 
 // guardArgs are the step and last-step arguments of the enqueue scripts.
-func (g *stepGuard) guardArgs() (string, string) {
+func (g *StepGuard) guardArgs() (string, string) {
 	if g == nil {
 		return "", ""
 	}
 	last := ""
-	if g.last {
+	if g.Last {
 		last = "1"
 	}
-	return strconv.Itoa(g.step), last
+	return strconv.Itoa(g.Step), last
 }
 
 // ErrStepRefused is the answer of a step of a batch whose step before it
@@ -210,10 +227,10 @@ var ErrStepRefused = errors.New("rdb: enqueue: a step before this one of the bat
 
 // enqueuePackedArgs are the script arguments of writing tasks [lo, hi)
 // packed (enqueue_packed.lua), step g of a batch.
-func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, g *stepGuard) []any {
+func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, g *StepGuard) []any {
 	n := hi - lo
 	args := make([]any, 0, 12+2*n)
-	args = append(args, 0, q.Waiting, g.key)
+	args = append(args, 0, q.Waiting, g.Key)
 	args = appendPackedKeys(args, q, ids[lo:hi])
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
@@ -248,7 +265,7 @@ func optInt(v int64) string {
 // enqueueArgs are the script arguments of enqueuing tasks [lo, hi) of ids
 // and payloads (a.UniqueKeys is indexed like them), step g of a batch sent
 // in steps (nil: a batch of one call).
-func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *stepGuard) []any {
+func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *StepGuard) []any {
 	n := hi - lo
 	args := make([]any, 0, 18+4*n)
 	idem := a.IDLockTTL > 0 && n == 1
@@ -283,7 +300,7 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 		args = append(args, pkey, q.IDPrefix+ids[lo]) // declared: the id's packed hash, then its lock, last
 		flag = "1"
 	} else if g != nil {
-		args = append(args, g.key) // declared, last (a batch in steps has no id of the caller's)
+		args = append(args, g.Key) // declared, last (a batch in steps has no id of the caller's)
 	}
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
@@ -445,10 +462,10 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// time per task, and no key per waiting task.
 	packed := len(ends) > 1 && a.packable()
 	// The steps of a batch of several travel many at once: each is applied
-	// only after the one before it (see stepGuard).
+	// only after the one before it (see StepGuard).
 	guard := q.StepsPrefix + xid.New().String()
 	args := func(step, lo, hi int) (*script, []any) {
-		g := &stepGuard{key: guard, step: step, last: step == len(ends)-1}
+		g := &StepGuard{Key: guard, Step: step, Last: step == len(ends)-1}
 		if packed {
 			return enqueuePacked, enqueuePackedArgs(q, ids, payloads, lo, hi, g)
 		}
@@ -492,18 +509,15 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// applied is where the batch stands. An error reply (Redis refused a
 	// step: the ones after it are refused by the guard) needs none of this.
 	lost := func(err error) (int, []Dup, error) {
-		var re redis.Error
-		if errors.As(err, &re) || a.UniqueKeys != nil {
+		if a.UniqueKeys != nil {
 			// (With unique keys, the tasks a lost step left out are not
 			// known: done stays at what the replies said.)
 			return done, dups, err
 		}
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		last, gerr := s.closeSteps(cctx, q, guard)
+		last, ok := s.StepsApplied(ctx, q, guard, err)
 		switch {
-		case gerr != nil:
-			return done, dups, err // Redis out of reach: done is a floor
+		case !ok:
+			return done, dups, err // refused, or Redis out of reach: done is a floor
 		case last == -1 && sent == len(ends):
 			return len(ids), dups, err // the last step applied (it drops the guard)
 		case last >= received:

@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"errors"
+	"io"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -16,11 +17,11 @@ func TestStepZeroAfterTheGuardClosedIsRefused(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	guard := e.q.StepsPrefix + "b1"
-	if last, err := e.st.CloseSteps(e.ctx, e.q, guard); err != nil || last != -1 {
-		t.Fatalf("CloseSteps = %d, %v; want -1 (no step applied)", last, err)
+	if last, ok := e.st.StepsApplied(e.ctx, e.q, guard, io.ErrUnexpectedEOF); !ok || last != -1 {
+		t.Fatalf("StepsApplied = %d, %v; want -1 (no step applied)", last, ok)
 	}
 	_, err := e.st.EnqueueKeyStep(e.ctx, e.q, "k", []string{"a1"}, [][]byte{[]byte("p")}, nil, nil,
-		&rdb.KeyStep{Guard: guard, Step: 0})
+		&rdb.StepGuard{Key: guard, Step: 0})
 	if !errors.Is(err, rdb.ErrStepRefused) {
 		t.Fatalf("step 0 after the close: %v; want ErrStepRefused", err)
 	}
@@ -30,10 +31,10 @@ func TestStepZeroAfterTheGuardClosedIsRefused(t *testing.T) {
 	// Without a closed guard, step 0 applies and opens it.
 	g2 := e.q.StepsPrefix + "b2"
 	if _, err := e.st.EnqueueKeyStep(e.ctx, e.q, "k", []string{"a2"}, [][]byte{[]byte("p")}, nil, nil,
-		&rdb.KeyStep{Guard: g2, Step: 0}); err != nil {
+		&rdb.StepGuard{Key: g2, Step: 0}); err != nil {
 		t.Fatal(err)
 	}
-	if last, err := e.st.CloseSteps(e.ctx, e.q, g2); err != nil || last != 0 {
-		t.Fatalf("CloseSteps after step 0 = %d, %v; want 0", last, err)
+	if last, ok := e.st.StepsApplied(e.ctx, e.q, g2, io.ErrUnexpectedEOF); !ok || last != 0 {
+		t.Fatalf("StepsApplied after step 0 = %d, %v; want 0", last, ok)
 	}
 }

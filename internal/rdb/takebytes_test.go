@@ -46,8 +46,13 @@ func TestTakeBoundedByBytes(t *testing.T) {
 			t.Fatalf("take: got %v, want %v", gotIDs, want)
 		}
 	}
-	// 800 KiB, and the third would pass 1 MiB.
+	// 800 KiB, and the third would pass 1 MiB: its size is asked
+	// (HSTRLEN), its payload not read.
+	before := cmdCalls(t, e.c, "hmget")
 	take("t0", "t1")
+	if read := cmdCalls(t, e.c, "hmget") - before; read != 2 {
+		t.Errorf("the take read %d task hashes to hand out 2 tasks: the one past the bound was read in vain", read)
+	}
 	if w, err := redis.Strings(e.c.Do("LRANGE", e.q.Waiting, 0, -1)); err != nil || fmt.Sprint(w) != "[t2 t3 t4 t5 t6]" {
 		t.Fatalf("waiting after the first take: %v, %v", w, err)
 	}
@@ -59,6 +64,33 @@ func TestTakeBoundedByBytes(t *testing.T) {
 	// Every taking is held by W, once.
 	if n, err := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); err != nil || n != len(ids) {
 		t.Fatalf("holdings: %d, %v", n, err)
+	}
+}
+
+// Loaded tasks wait packed, with no hash of their own: their size is asked
+// from their packed field before they are read.
+func TestTakeOfPackedTasksBoundedByBytes(t *testing.T) {
+	e := newEnv(t)
+	ids := make([]string, 12)
+	ps := make([][]byte, 12)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("dc39abcdefgh%08d", i)
+		ps[i] = bytes.Repeat([]byte{'p'}, 400<<10)
+	}
+	// 4.7 MiB: several steps, written packed.
+	if n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil); err != nil || n != len(ids) {
+		t.Fatalf("EnqueueBatch: %d, %v", n, err)
+	}
+	if k, f := e.q.Packed(ids[2]); e.do(t, "HEXISTS", k, f) != int64(1) {
+		t.Fatalf("the tasks were not written packed")
+	}
+	before := cmdCalls(t, e.c, "hget")
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 100, MaxCrashes: 5})
+	if err != nil || fmt.Sprint(takenIDs(got)) != fmt.Sprint(ids[:2]) {
+		t.Fatalf("take: %v, %v; want %v", takenIDs(got), err, ids[:2])
+	}
+	if read := cmdCalls(t, e.c, "hget") - before; read != 2 {
+		t.Errorf("the take read %d packed payloads (HGET) to hand out 2: the one past the bound was read in vain", read)
 	}
 }
 

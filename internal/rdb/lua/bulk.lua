@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "bytes"
 --- @include "cfg"
 --- @include "finalize"
 --- @include "packed"
@@ -14,15 +15,14 @@
 -- ARGV[3] chunk size   ARGV[4] task key prefix   ARGV[5..] with "keys": the
 -- keys (of an ordered queue) whose lists to empty
 -- A call stops early at its byte bound (at least one task is handled): once
--- the payload bytes its cancels copy pass BULK_COPY_BYTES (a cancel makes a
+-- the payload bytes its cancels copy pass COPY_BYTES (a cancel makes a
 -- loaded task's hash from its packed field: 250 loaded tasks of 1 MiB held
--- Redis for 343 ms), or those its deletes free pass BULK_FREE_BYTES (250
+-- Redis for 343 ms), or those its deletes free pass FREE_BYTES (250
 -- tasks of 1 MiB: 13 ms). The tasks behind a key's head it reaches are
 -- not counted (they are no loaded tasks).
 -- Returns: {the number of tasks handled (the tasks waiting behind a key's
 -- head included), 1 when the call stopped at its byte bound (else 0)};
 -- fewer than the chunk size and 0 means none are left.
-local BULK_COPY_BYTES, BULK_FREE_BYTES = 1048576, 67108864
 local n = tonumber(ARGV[3])
 local retention = cfg_num(KEYS[3], 'retention', 0)
 local qname = key_queue_of(ARGV[4], KEYS[3], 'cfg:')
@@ -109,7 +109,7 @@ end
 local copied, freed, cut = 0, 0, 0
 for i, id in ipairs(ids) do
   local c, f = weight(id)
-  if i > 1 and (copied + c > BULK_COPY_BYTES or freed + f > BULK_FREE_BYTES) then
+  if i > 1 and (copied + c > COPY_BYTES or freed + f > FREE_BYTES) then
     for j = #ids, i, -1 do
       ids[j] = nil
     end

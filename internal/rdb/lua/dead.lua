@@ -1,4 +1,5 @@
 --- @include "codes"
+--- @include "bytes"
 --- @include "flow"
 --- @include "level"
 --- @include "key"
@@ -34,8 +35,8 @@
 -- else (the run failed with it, was cancelled, or moved on) its requeue is
 -- refused: it would run and its result be thrown away. It stays dead.
 -- A call stops early at its byte bound (at least one entry is handled):
--- once the payload bytes its merges copy pass DEAD_COPY_BYTES, or those its
--- deletes free pass DEAD_FREE_BYTES (a requeue of 250 dead tasks of 1 MiB
+-- once the payload bytes its merges copy pass COPY_BYTES, or those its
+-- deletes free pass FREE_BYTES (a requeue of 250 dead tasks of 1 MiB
 -- of one key, each merging into the key's waiting tail, held Redis for
 -- 3.8 s; a delete of 250 tasks of 2 MiB 22 ms). The entries after the
 -- last one read stay where they are, for the next call.
@@ -97,11 +98,10 @@ local function back_in_run(tkey, id)
   return true
 end
 
--- DEAD_COPY_BYTES bounds the bytes a call's merges read and write (a
+-- COPY_BYTES bounds the bytes a call's merges read and write (a
 -- requeued task of an ordered queue that merges joins its key's waiting
 -- tail: both envelopes are read and their merge written, in the script),
--- DEAD_FREE_BYTES those its deletes free (cheaper per byte).
-local DEAD_COPY_BYTES, DEAD_FREE_BYTES = 1048576, 67108864
+-- FREE_BYTES those its deletes free (cheaper per byte).
 local merging = ARGV[1] ~= 'delete' and redis.call('HGET', KEYS[3], 'merge') == '1'
 local qname = key_queue_of(ARGV[2], KEYS[2], 'q:')
 local copied, freed, cut = 0, 0, 0
@@ -112,7 +112,7 @@ local function over(tkey, id)
   if ARGV[1] == 'delete' then
     local b = (tonumber(redis.pcall('HSTRLEN', tkey, F_PAYLOAD)) or 0) +
       (tonumber(redis.pcall('HSTRLEN', tkey, F_RESULT)) or 0)
-    if freed > 0 and freed + b > DEAD_FREE_BYTES then
+    if freed > 0 and freed + b > FREE_BYTES then
       return true
     end
     freed = freed + b
@@ -131,7 +131,7 @@ local function over(tkey, id)
   if tail and tail ~= id then
     b = b + (tonumber(redis.pcall('HSTRLEN', ARGV[2] .. tail, F_PAYLOAD)) or 0)
   end
-  if copied > 0 and copied + b > DEAD_COPY_BYTES then
+  if copied > 0 and copied + b > COPY_BYTES then
     return true
   end
   copied = copied + b

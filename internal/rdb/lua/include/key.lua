@@ -1,5 +1,7 @@
 --- @include "codes"
 --- @include "time"
+--- @include "packed"
+--- @include "bytes"
 -- key: ordered queues. Tasks enqueued with a key (F_KEY) run one at a time
 -- per key, in enqueue order: only the key's head circulates in the queue's
 -- own structures (waiting list, scheduled set, holdings, dead set); the
@@ -279,7 +281,7 @@ local MERGE_MAX = 100
 -- requeue merging into its key's tail still took 15 to 27 ms. It is what
 -- one take hands out (TAKE_BYTES in take.lua). A task holding no payload
 -- yet past it (a single larger payload) takes none more.
-local MERGE_MAX_BYTES = 1048576
+local MERGE_MAX_BYTES = COPY_BYTES
 
 -- key_merge_fit returns how many of entries[from..] (in order) can merge
 -- into envelope entries have without passing MERGE_MAX distinct payloads
@@ -413,8 +415,7 @@ end
 -- timeout}}. Reads only. nil when, with safe (a Redis Cluster), a task's
 -- hash is on another node (a slot migration). With limit, the batch also
 -- stops before the task whose payload would take used (the bytes the take
--- holds already) past limit, and that task is not read: past an eighth of
--- limit each task's size is asked (HSTRLEN) before its payload is read.
+-- holds already) past limit (see payload_past).
 local function key_batch_read(tprefix, qname, id, okey, n, safe, used, limit)
   local heads, list = key_names(tprefix, qname, okey)
   local out = {}
@@ -443,11 +444,8 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe, used, limit)
     if due and due > now then
       break
     end
-    if limit and bytes >= limit / 8 then
-      local size = redis.pcall('HSTRLEN', tprefix .. fid, F_PAYLOAD)
-      if type(size) == 'number' and bytes + size > limit then
-        break
-      end
+    if limit and payload_past(tprefix, fid, bytes, limit) then
+      break
     end
     local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE)
     if type(t) == 'table' and t.err then

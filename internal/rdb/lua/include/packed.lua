@@ -32,6 +32,23 @@ local function packed_at(tprefix, id)
   return packed_base(tprefix) .. pfx, field
 end
 
+-- payload_past reports whether the payload of task id would take bytes
+-- (what a take holds already) past limit. Its size is asked (HSTRLEN: in
+-- its hash, else in its packed field) only once bytes pass an eighth of
+-- limit; below that the payload is read whatever it weighs, and its
+-- reader checks it then.
+local function payload_past(tprefix, id, bytes, limit)
+  if bytes < limit / 8 then
+    return false
+  end
+  local n = redis.pcall('HSTRLEN', tprefix .. id, F_PAYLOAD)
+  if n == 0 then
+    local key, field = packed_at(tprefix, id)
+    n = redis.pcall('HSTRLEN', key, field)
+  end
+  return type(n) == 'number' and bytes + n > limit
+end
+
 -- packed_payload returns the packed payload of id (false when there is
 -- none) and where it is (hash, field), or nil, err when the hash is on
 -- another cluster node (a slot migration: the pcall's error).

@@ -4,6 +4,7 @@
 --- @include "bury"
 --- @include "flow"
 --- @include "packed"
+--- @include "bytes"
 --- @include "park"
 -- limit_allowance is how many of max tasks the queue's global limits let a
 -- take start now (read from its config hash k.cfg: 'rate' tasks per
@@ -90,7 +91,7 @@ local RUN_INLINE = 4000
 -- run handed out with its state counts its state's memory (MEMORY USAGE)
 -- against RUN_INLINE_BYTES: a run past what is left is handed out as its
 -- number of fields, for the worker to read in steps (Store.ReadRun).
-local TAKE_BYTES, RUN_INLINE_BYTES = 1048576, 1048576
+local TAKE_BYTES, RUN_INLINE_BYTES = COPY_BYTES, COPY_BYTES
 
 -- take_refusal is why a take buries the task of hash tkey instead of
 -- handing it out (t: its fields as take_tasks read them, ci the index of
@@ -245,24 +246,14 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     redis.call('PUBLISH', pfx.wake .. string.sub(k.waiting, #pfx.queue + 1), nback)
   end
   -- The tasks' data, at most TAKE_BYTES of payloads (and children's
-  -- metadata): the tasks past it are not read, and go back.
-  local bytes = 0
+  -- metadata): from the first task past it on, the tasks go back (not
+  -- read when payload_past tells beforehand).
+  local bytes, past = 0, nil
   for i, id in ipairs(ids) do
     local t
-    if i > 1 and bytes >= TAKE_BYTES / 8 then
-      -- Past an eighth of the budget, a task's size is asked before its
-      -- payload is read (a task over what is left would be read in vain).
-      local size = redis.pcall('HSTRLEN', k.tprefix .. id, F_PAYLOAD)
-      if size == 0 then
-        -- No payload in a hash: a loaded task may wait packed.
-        local key, field = packed_at(k.tprefix, id)
-        size = redis.pcall('HSTRLEN', key, field)
-      end
-      if type(size) == 'number' and bytes + size > TAKE_BYTES then
-        give_back(i)
-        parking = false
-        break
-      end
+    if i > 1 and payload_past(k.tprefix, id, bytes, TAKE_BYTES) then
+      past = i
+      break
     end
     if mode == '2' then
       -- A child also hands out its metadata (F_META, set at its fan-out).
@@ -309,10 +300,13 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       end
     end
     if i > 1 and bytes > TAKE_BYTES then
-      give_back(i)
-      parking = false -- tasks wait: the wake-up is for this worker too
+      past = i
       break
     end
+  end
+  if past then
+    give_back(past)
+    parking = false -- tasks wait: the wake-up is for this worker too
   end
   -- Batches ('k<n>', a queue whose worker asks for them): each key's head
   -- comes with up to n-1 tasks of its key waiting behind it (read here,
@@ -414,7 +408,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       out[#out + 1] = spid
       if mode == '1' then
         local n = redis.call('HLEN', tkey)
-        local size = n <= inline and redis.pcall('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
+        -- (MEMORY USAGE walks the hash: not once nothing is left.)
+        local size = n <= inline and inline_bytes > 0 and redis.pcall('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
         if size and type(size) ~= 'number' then
           -- (An embedded Redis of the example knows no SAMPLES.)
           size = redis.pcall('MEMORY', 'USAGE', tkey)
