@@ -314,10 +314,12 @@ func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []
 
 // checkPayload applies the size limit and the reserved prefix. The limit
 // is the caller's payload's: a typed payload's tag (at most 106 bytes, see
-// TypedPayload) is not counted.
+// TypedPayload) is not counted. Only a tag TypedPayload could have made
+// is one: a payload that merely starts with the mark, its nul far in, is
+// counted whole (else a payload of any size passed).
 func (c *Client) checkPayload(name string, p []byte) error {
 	size := len(p)
-	if _, inner, ok := splitTyped(p); ok {
+	if typ, inner, ok := splitTyped(p); ok && checkName("task type", typ) == nil {
 		size = len(inner)
 	}
 	if size > c.cfg.MaxPayloadBytes {
