@@ -132,7 +132,9 @@ type Taking struct {
 	Key      string
 	Payloads []Payload
 	// Type is the task's type, for a payload enqueued with EnqueueTyped
-	// (or TypedPayload): Payload is then the payload as it was given.
+	// (or TypedPayload): Payload is then the payload as it was given, as
+	// is each of Payloads of that type (one of another type, or of none,
+	// merged into the same task, is left as it was stored).
 	Type string
 	// TraceParent and TraceState are the W3C trace context of a task
 	// enqueued with tracing on (contrib/otel's Enqueue): Payload is then

@@ -29,7 +29,8 @@ func splitTrace(p []byte) (traceparent, tracestate string, payload []byte, ok bo
 // remotePayload fills k's payload fields for a remote worker, which has no
 // middleware to read the envelopes a Go producer may have put around the
 // payload: the trace context (TraceParent, TraceState) and the task type
-// (Type) are taken off and given as fields. The payloads merged into a
+// (Type) are taken off and given as fields, and each merged payload of
+// that type out of its tag too. The payloads merged into a
 // task of an ordered queue are taken out of their trace envelopes too; as
 // each carried a context of its own, equal ones were kept apart by the
 // merge, and the first of each is kept, as the merge keeps it without
@@ -62,5 +63,13 @@ func remotePayload(k *Taking) {
 	}
 	if typ, inner, ok := splitTyped(k.Payload); ok {
 		k.Type, k.Payload = typ, inner
+		// The merged payloads of that type come out of their tags too
+		// (a Mux hands them so); one of another type, or of none, is
+		// left as it was stored.
+		for i, p := range k.Payloads {
+			if pt, inner, ok := splitTyped(p.Data); ok && pt == typ {
+				k.Payloads[i].Data = inner
+			}
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -98,9 +99,12 @@ func splitTyped(p []byte) (typ string, payload []byte, ok bool) {
 
 // Mux serves one queue with a handler per task type: tasks enqueued with
 // EnqueueTyped (or TypedPayload) are routed by their type, and their
-// handler sees Task.Type and the payload as it was given. A task with no
-// type goes to the Fallback handler; a task of a type nobody handles (or
-// with no type and no Fallback) goes to the dead set at once, naming it.
+// handler sees Task.Type and the payload as it was given (on a merging
+// ordered queue, each of Task.Payloads too). A task with no type goes to
+// the Fallback handler; a task of a type nobody handles (or with no type
+// and no Fallback) goes to the dead set at once, naming it, and so does a
+// task of a merging ordered queue whose merged payloads are of several
+// types (or some of none): enqueue each type with its own keys.
 type Mux struct {
 	handlers map[string]Handler
 	// Fallback, when set, runs tasks that carry no type.
@@ -140,9 +144,36 @@ func (m *Mux) HandleTask(ctx context.Context, t *Task) error {
 	}
 	typed := *t
 	typed.Type, typed.Payload = typ, payload
+	if len(t.Payloads) > 0 {
+		ps, err := typedPayloads(t, typ)
+		if err != nil {
+			return err
+		}
+		typed.Payloads = ps
+	}
 	err := h.HandleTask(ctx, &typed)
 	t.result = typed.result
 	return err
+}
+
+// typedPayloads returns the payloads of a merged task (KeyPolicy.Merge)
+// out of their tags, each of type typ. A task that merged payloads of
+// another type, or of none, is refused (SkipRetry, its payloads kept in
+// the dead set): no one handler serves them all.
+func typedPayloads(t *Task, typ string) ([]Payload, error) {
+	out := make([]Payload, len(t.Payloads))
+	for i, p := range t.Payloads {
+		pt, inner, ok := splitTyped(p.Data)
+		if !ok || pt != typ {
+			other := "no type"
+			if ok {
+				other = strconv.Quote(pt)
+			}
+			return nil, SkipRetry(fmt.Errorf("worqr: task %s merged payloads of type %q and of %s (Payloads[%d]): a Mux runs a task with one type's handler", t.ID, typ, other, i))
+		}
+		out[i] = Payload{Data: inner, Score: p.Score}
+	}
+	return out, nil
 }
 
 func (m *Mux) types() []string {
