@@ -19,14 +19,27 @@ import (
 // no guard is), or 250 tasks are in the queue that the BatchError said
 // were not, and a caller that resends the batch runs them twice. Both
 // first-step scripts (enqueue_packed here, enqueue with options) check it.
+//
+// A batch of one call (10 tasks) whose call has not reached Redis when it
+// fails is refused the same way when it arrives late (it carries the guard
+// of TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn).
 func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
-	for _, tc := range []struct {
+	cases := []struct {
 		name, script string
 		opts         *worqr.EnqueueOpts
+		n            int
 	}{
-		{"packed", "enqueue_packed", nil},
-		{"with options", "enqueue", &worqr.EnqueueOpts{MaxAttempts: 3}},
-	} {
+		{"packed", "enqueue_packed", nil, 10 * 250}, // ten steps
+		{"with options", "enqueue", &worqr.EnqueueOpts{MaxAttempts: 3}, 10 * 250},
+	}
+	for _, b := range oneCallBatches() {
+		cases = append(cases, struct {
+			name, script string
+			opts         *worqr.EnqueueOpts
+			n            int
+		}{"one call, " + b.name, b.script, b.opts, 10})
+	}
+	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			base := srv.Pool()
@@ -61,7 +74,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 			mu.Lock()
 			pick = nthCall(tc.script, 1)
 			mu.Unlock()
-			ps := batchPayloads(10 * 250) // ten steps
+			ps := batchPayloads(tc.n)
 			ids, err := c.EnqueueBatch(ctx, "late", ps, tc.opts)
 			var be *worqr.BatchError
 			if !errors.As(err, &be) || be.Enqueued != 0 || held == nil {

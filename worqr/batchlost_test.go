@@ -163,3 +163,46 @@ func TestBatchWithItsFirstReplyLostSaysWhatIsIn(t *testing.T) {
 		t.Fatalf("BatchError.Enqueued %d, want 250 (the first step, applied)", be.Enqueued)
 	}
 }
+
+// An EnqueueBatch of one call (here 10 tasks) is all or nothing. When its
+// reply was lost after Redis applied it, the BatchError said 0 of 10
+// enqueued while all 10 were in: a caller resending the batch, as the
+// error advises, ran each task twice (found by the audit of idempotent
+// enqueues). The call leaves its guard behind; the client closes it and
+// reads whether the call applied. Both scripts a call of one batch may
+// run carry the guard: enqueue_hand (nothing but payloads) and enqueue
+// (with a deadline).
+func TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
+	for _, tc := range oneCallBatches() {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool, _, c := replyLossClient(t)
+			// The library loaded first: the call below is applied.
+			if _, err := c.Enqueue(ctx, "warm", []byte("x"), nil); err != nil {
+				t.Fatal(err)
+			}
+			ps := batchPayloads(10)
+			pool.setLose(nthCall(tc.script, 1))
+			ids, err := c.EnqueueBatch(ctx, "b", ps, tc.opts)
+			pool.setLose(nil)
+			checkBatchError(t, c, "b", ps, ids, err)
+			var be *worqr.BatchError
+			if errors.As(err, &be) && be.Enqueued != len(ps) {
+				t.Fatalf("BatchError.Enqueued %d, want %d (the call applied)", be.Enqueued, len(ps))
+			}
+		})
+	}
+}
+
+// oneCallBatch is an EnqueueBatch that goes in one call of script.
+type oneCallBatch struct {
+	name, script string
+	opts         *worqr.EnqueueOpts
+}
+
+func oneCallBatches() []oneCallBatch {
+	return []oneCallBatch{
+		{"payloads only", "enqueue_hand", nil},
+		{"with a deadline", "enqueue", &worqr.EnqueueOpts{Deadline: time.Now().Add(time.Hour)}},
+	}
+}

@@ -603,8 +603,13 @@ func sameTask(queue, id string, err error) error {
 }
 
 // BatchError is returned by EnqueueBatch when a batch split into several
-// atomic steps failed part way: the first Enqueued tasks are in the queue,
-// and none after them. Each step applies only after the one before it:
+// atomic steps failed part way, or a batch of one call failed: the first
+// Enqueued tasks are in the queue, and none after them. A batch of one
+// call (at most 1,000 tasks and 4 MiB) is all or nothing: when its reply
+// was lost, Redis is asked which (Enqueued is 0 or Total; with
+// EnqueueOpts.UniqueKey or UniqueKeys it is not asked, and Enqueued 0 is a
+// floor, as for Enqueue). Each step of a
+// longer batch applies only after the one before it:
 // when Redis refused one (an error reply, such as OOM), those sent behind
 // it were refused too; when the replies were lost (a broken connection, a
 // timeout), the batch is closed in Redis (no step still on its way

@@ -50,3 +50,35 @@ func TestKeyedBatchWithALostReplySaysWhatIsIn(t *testing.T) {
 		}
 	}
 }
+
+// A keyed EnqueueBatch of one call (10 tasks) whose reply was lost after
+// Redis applied it said 0 of 10 enqueued, as a plain one did
+// (TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn).
+func TestKeyedBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
+	ctx := context.Background()
+	pool, cfg, c := replyLossClient(t)
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The scripts loaded first: the call below is applied.
+	if _, err := c.Enqueue(ctx, "warm", []byte("x"), &worqr.EnqueueOpts{Key: "K"}); err != nil {
+		t.Fatal(err)
+	}
+	ps := batchPayloads(10)
+	pool.setLose(nthCall("enqueue_key", 1))
+	ids, err := c.EnqueueBatch(ctx, "kb", ps, &worqr.EnqueueOpts{Key: "K"})
+	pool.setLose(nil)
+	var be *worqr.BatchError
+	if !errors.As(err, &be) || len(ids) != be.Enqueued {
+		t.Fatalf("EnqueueBatch: %v, %d ids; want a *BatchError saying as many", err, len(ids))
+	}
+	k, err := in.Key(ctx, "kb", "K")
+	if err != nil || k == nil {
+		t.Fatalf("Key: %+v %v", k, err)
+	}
+	if n := k.Behind + 1; n != be.Enqueued {
+		t.Errorf("%d tasks of the key in Redis, BatchError says %d of %d enqueued (%v): a retry, as the error advises, enqueues %d twice",
+			n, be.Enqueued, be.Total, be.Err, n-be.Enqueued)
+	}
+}

@@ -158,9 +158,11 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 	}
 	// A batch of several steps chains them with a guard in Redis (as a
 	// plain EnqueueBatch's): a step applies only after the one before it,
-	// and after a lost reply the guard, closed, tells how far it got.
+	// and after a lost reply the guard, closed, tells how far it got. A
+	// batch of one call carries one too, left behind for a while: after a
+	// lost reply it tells whether the call applied.
 	guard := ""
-	if len(ends) > 1 {
+	if len(ids) > 1 {
 		guard = q.qk.StepsPrefix + xid.New().String()
 	}
 	for k, hi := range ends {
@@ -169,7 +171,10 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 			lo = ends[k-1]
 		}
 		var g *rdb.StepGuard
-		if guard != "" {
+		switch {
+		case guard != "" && len(ends) == 1:
+			g = &rdb.StepGuard{Key: guard, TTL: rdb.OneCallGuardTTL(ctx)}
+		case guard != "":
 			g = &rdb.StepGuard{Key: guard, Step: k, Last: k == len(ends)-1}
 		}
 		res, err := c.st.EnqueueKeyStep(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, g)

@@ -164,7 +164,11 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		args = append(args, sc)
 	}
 	step, last := g.guardArgs()
-	args = append(args, step, stepGuardTTL, last)
+	ttl := int64(stepGuardTTL)
+	if g != nil {
+		ttl = g.ttl()
+	}
+	args = append(args, step, ttl, last)
 	if mode == "read" {
 		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 	}

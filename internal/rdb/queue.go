@@ -117,16 +117,23 @@ func (a *EnqueueArgs) handable(payloads [][]byte) bool {
 }
 
 // enqueueHandArgs are the script arguments of enqueuing tasks [lo, hi) of
-// ids and payloads (enqueue_hand.lua).
-func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) []any {
+// ids and payloads (enqueue_hand.lua); g, when not nil, is the guard of a
+// batch of one call (step 0, not last).
+func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *StepGuard) []any {
 	n := hi - lo
-	args := make([]any, 0, 10+3*n)
+	args := make([]any, 0, 12+3*n)
 	args = append(args, 3+n, q.Waiting, q.Park, q.Seq)
 	for _, id := range ids[lo:hi] {
 		args = append(args, q.Task(id))
 	}
+	ttl := ""
+	if g != nil {
+		args = append(args, g.Key)
+		args[0] = 4 + n
+		ttl = strconv.FormatInt(g.ttl(), 10)
+	}
 	args = append(args, q.WakeChannel, q.WorkerQueuePrefix,
-		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs))
+		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs), ttl)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -139,7 +146,10 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 // StepGuard chains the steps of a batch sent in steps (EnqueueBatch, and a
 // keyed batch's EnqueueKeyStep): step 0 applies only where no guard is,
 // step n > 0 only when the guard key says that step n-1 was, and the last
-// step deletes the guard. Key is QueueKeys.StepsPrefix and an id of the
+// step deletes the guard. A plain EnqueueBatch of one call (2 to 1,000
+// tasks) carries one too, as step 0 and not last: it leaves the guard
+// saying "0" for its TTL, so that after a lost reply the client can tell
+// (StepsApplied) whether the call applied. Key is QueueKeys.StepsPrefix and an id of the
 // batch. The steps travel many at once, so without
 // it those sent behind a step that Redis refused (an error reply: OOM, a
 // key of the wrong type) were applied all the same, and the batch's tasks
@@ -148,6 +158,17 @@ type StepGuard struct {
 	Key  string
 	Step int
 	Last bool
+	// TTL is how long the guard outlives the step that wrote it (0:
+	// stepGuardTTL).
+	TTL time.Duration
+}
+
+// ttl is g's TTL in ms.
+func (g *StepGuard) ttl() int64 {
+	if g.TTL > 0 {
+		return g.TTL.Milliseconds()
+	}
+	return stepGuardTTL
 }
 
 // closeSteps closes the guard of a batch sent in steps, so that no step of
@@ -209,6 +230,19 @@ func (s *Store) StepsApplied(ctx context.Context, q QueueKeys, guard string, err
 // (ms): far more than the gap between two steps on the wire.
 const stepGuardTTL = 5 * 60 * 1000
 
+// OneCallGuardTTL is how long the guard of a batch of one call sent with
+// ctx outlives the call: past ctx's deadline, when it has one, by more
+// than the client takes to read it after a lost reply (StepsApplied),
+// else stepGuardTTL. Every such batch leaves one: a short TTL keeps few
+// of them in Redis when batches come fast.
+func OneCallGuardTTL(ctx context.Context) time.Duration {
+	ttl := time.Duration(stepGuardTTL) * time.Millisecond
+	if dl, ok := ctx.Deadline(); ok {
+		ttl = min(ttl, time.Until(dl)+30*time.Second)
+	}
+	return max(ttl, 30*time.Second)
+}
+
 // guardArgs are the step and last-step arguments of the enqueue scripts.
 func (g *StepGuard) guardArgs() (string, string) {
 	if g == nil {
@@ -234,7 +268,7 @@ func enqueuePackedArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int,
 	args = appendPackedKeys(args, q, ids[lo:hi])
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
-	args = append(args, q.WakeChannel, q.TaskPrefix, step, last, stepGuardTTL)
+	args = append(args, q.WakeChannel, q.TaskPrefix, step, last, g.ttl())
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -304,9 +338,13 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	}
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
+	ttl := int64(stepGuardTTL)
+	if g != nil {
+		ttl = g.ttl()
+	}
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
-		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, stepGuardTTL)
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, ttl)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -365,12 +403,12 @@ func (s *Store) Enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	if a != nil && a.UniqueKeys != nil {
 		return "", fmt.Errorf("rdb: enqueue: per-task unique keys go through EnqueueBatch")
 	}
-	holder, _, err := s.enqueue(ctx, q, ids, payloads, 0, len(ids), a)
+	holder, _, err := s.enqueue(ctx, q, ids, payloads, 0, len(ids), a, nil)
 	return holder, err
 }
 
 // enqueue runs one enqueue script call for tasks [lo, hi).
-func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs) (string, []Dup, error) {
+func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *StepGuard) (string, []Dup, error) {
 	if len(ids) != len(payloads) {
 		return "", nil, fmt.Errorf("rdb: enqueue: %d ids for %d payloads", len(ids), len(payloads))
 	}
@@ -383,9 +421,9 @@ func (s *Store) enqueue(ctx context.Context, q QueueKeys, ids []string, payloads
 	var r any
 	var err error
 	if a.handable(payloads[lo:hi]) {
-		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids, payloads, lo, hi, a)...)
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueHandScript, enqueueHandArgs(q, ids, payloads, lo, hi, a, g)...)
 	} else {
-		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a, nil)...)
+		r, err = s.evalAck(ctx, q.Ref.Tag, enqueueScript, enqueueArgs(q, ids, payloads, lo, hi, a, g)...)
 	}
 	err, replica := splitReplica(err)
 	holder, dups, err := enqueueReply(r, err, lo)
@@ -475,8 +513,14 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// and loads what is missing); the others travel enqueueWindow at a time.
 	// A batch of one call waits for replicas with it; a longer one waits
 	// once, after its last call (WAIT covers every write before it).
+	var one *StepGuard // the guard of a batch of one call
 	if len(ends) == 1 {
-		_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a)
+		if len(ids) > 1 && a.UniqueKey == "" && a.UniqueKeys == nil && a.IDLockTTL == 0 {
+			// Its reply lost, the client closes the guard and reads
+			// whether the call applied: all its tasks, or none.
+			one = &StepGuard{Key: guard, TTL: OneCallGuardTTL(ctx)}
+		}
+		_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a, one)
 	} else {
 		sc, as := args(0, 0, ends[0])
 		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
@@ -487,7 +531,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	}
 	err, replica := splitReplica(err)
 	if err != nil {
-		if len(ends) > 1 {
+		if len(ends) > 1 || one != nil {
 			return s.firstStepLost(ctx, q, guard, ends[0], a, err)
 		}
 		return 0, nil, err

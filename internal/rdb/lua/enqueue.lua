@@ -17,7 +17,8 @@
 --              <ns>:{T}:id:<queue>:<id> (string) the caller-chosen id's
 --              lock, holding the payload's digest (last)
 -- or, when ARGV[15] is not "": <ns>:{T}:eb:<batch> (string, last) the
---              guard of a batch sent in steps: its last step applied
+--              guard of a batch sent in steps, or of one call (step 0,
+--              not last): its last step applied
 -- ARGV[1] wake channel
 -- ARGV[2] delay ms, relative to Redis time ("" = none)
 -- ARGV[3] due time in unix ms ("" = none)
@@ -34,10 +35,11 @@
 -- ARGV[12] retention ms of the task once ended ("" = the queue's)
 -- ARGV[13] n, the number of tasks
 -- ARGV[14] the tasks' priority level ("" = 0, the plain waiting list)
--- ARGV[15] the step's number in a batch sent in steps ("" = a batch of one
---         call): step n > 0 is applied only when the guard says step n-1
---         was (else {-5}, nothing written), so that the steps sent behind
---         one Redis refused change nothing
+-- ARGV[15] the step's number in a batch sent in steps ("" = no guard):
+--         step n > 0 is applied only when the guard says step n-1 was
+--         (else {-5}, nothing written), so that the steps sent behind one
+--         Redis refused change nothing; step 0 only where no guard is (the
+--         client closed it: its reply was taken for lost)
 -- ARGV[16] "1": the batch's last step (it deletes the guard)
 -- ARGV[17] the guard's TTL ms
 -- ARGV[18..n+17] task ids, in KEYS order;  ARGV[n+18..2n+17] payloads;

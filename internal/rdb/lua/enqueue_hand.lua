@@ -17,18 +17,38 @@
 -- KEYS[2]      <ns>:{T}:park:<queue>  (hash)   parked worker -> "<until>|<cap>"
 -- KEYS[3]      <ns>:{T}:seq           (string) taking counter of the tag
 -- KEYS[4..n+3] <ns>:{T}:t:<id>        (hash)   one per task
+-- KEYS[n+4]    <ns>:{T}:eb:<batch>    (string) with ARGV[6]: the guard of
+--              an EnqueueBatch of one call (see enqueue.lua's steps): the
+--              call applies only where no guard is, and leaves one saying
+--              "0" (applied), so that a client whose reply was lost closes
+--              it and reads whether the batch is in
 -- The holdings <ns>:{T}:wq:<queue>:<w> of the parked workers picked cannot
 -- be declared: the workers are read from KEYS[2].
 -- ARGV[1] wake channel   ARGV[2] holdings prefix <ns>:{T}:wq:<queue>:
 -- ARGV[3] max attempts override ("" = queue default)
 -- ARGV[4] timeout override in ms ("")   ARGV[5] retention ms ("")
--- ARGV[6..n+5] task ids, in KEYS order   ARGV[n+6..2n+5] payloads
+-- ARGV[6] the guard's TTL ms ("": no guard)
+-- ARGV[7..n+6] task ids, in KEYS order   ARGV[n+7..2n+6] payloads
 -- A hand-off message: "h\n<worker>\n<pid>\n<id>\n<max attempts>\n
 -- <timeout>\n<payload>", one per task handed. A plain wake-up carries a
 -- count.
--- Returns: {n}.
+-- Returns: {n}; {-5} when the guard was closed (nothing written).
 local MAX_HANDED, MAX_HANDED_BYTES = 64, 65536
+local guard = ARGV[6] ~= '' and KEYS[#KEYS]
 local n = #KEYS - 3
+if guard then
+  n = n - 1
+  if redis.call('EXISTS', guard) == 1 then
+    return {-5}
+  end
+end
+local A = 6 -- ARGV[A + i]: task i's id; ARGV[A + n + i]: its payload
+local function applied()
+  if guard then
+    redis.call('SET', guard, '0', 'PX', ARGV[6])
+  end
+  return {n}
+end
 local extra = {}
 if ARGV[3] ~= '' then extra[#extra + 1] = F_MAX_ATTEMPTS; extra[#extra + 1] = ARGV[3] end
 if ARGV[4] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[4] end
@@ -39,7 +59,7 @@ local i = 1 -- the next task to place
 -- 4 KiB).
 local limit, bytes = 0, 0
 while limit < math.min(n, MAX_HANDED) do
-  bytes = bytes + #ARGV[5 + n + limit + 1]
+  bytes = bytes + #ARGV[A + n + limit + 1]
   if limit > 0 and bytes > MAX_HANDED_BYTES then
     break
   end
@@ -69,7 +89,7 @@ for j = 1, #e, 2 do
     local first = redis.call('INCRBY', KEYS[3], k) - k
     local holdings = {}
     for m = 0, k - 1 do
-      local id, payload, pid = ARGV[5 + i + m], ARGV[5 + n + i + m], string.format('%d', first + m + 1)
+      local id, payload, pid = ARGV[A + i + m], ARGV[A + n + i + m], string.format('%d', first + m + 1)
       redis.call('HSET', KEYS[3 + i + m], F_PAYLOAD, payload, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, pid,
         unpack(extra))
       holdings[#holdings + 1] = pid
@@ -77,8 +97,8 @@ for j = 1, #e, 2 do
     end
     redis.call('HSET', ARGV[2] .. w, unpack(holdings))
     for m = 0, k - 1 do
-      redis.call('PUBLISH', ARGV[1], 'h\n' .. w .. '\n' .. holdings[2 * m + 1] .. '\n' .. ARGV[5 + i + m] .. '\n' ..
-        ARGV[3] .. '\n' .. ARGV[4] .. '\n' .. ARGV[5 + n + i + m])
+      redis.call('PUBLISH', ARGV[1], 'h\n' .. w .. '\n' .. holdings[2 * m + 1] .. '\n' .. ARGV[A + i + m] .. '\n' ..
+        ARGV[3] .. '\n' .. ARGV[4] .. '\n' .. ARGV[A + n + i + m])
     end
     i = i + k
   else
@@ -89,13 +109,13 @@ for j = 1, #e, 2 do
   end
 end
 if i > n then
-  return {n}
+  return applied()
 end
 local ids = {}
 for m = i, n do
-  redis.call('HSET', KEYS[3 + m], F_PAYLOAD, ARGV[5 + n + m], unpack(extra))
-  ids[#ids + 1] = ARGV[5 + m]
+  redis.call('HSET', KEYS[3 + m], F_PAYLOAD, ARGV[A + n + m], unpack(extra))
+  ids[#ids + 1] = ARGV[A + m]
 end
 redis.call('RPUSH', KEYS[1], unpack(ids))
 redis.call('PUBLISH', ARGV[1], #ids)
-return {n}
+return applied()
