@@ -23,6 +23,15 @@ const maxBufferedEvents = 10000
 // publications: 10,000 ordinary events take about 1.3 MB.
 const maxKeptEventBytes = 4 << 20
 
+// maxEventBatchBytes bounds the events of one publication, about their
+// JSON's size (wireSize): more are counted in one EventDropped event, as
+// past maxBufferedEvents. Events carry their error (up to maxErrorLen
+// bytes each): 64 failed tasks whose handlers returned errors of 1 MiB
+// were one PUBLISH of 64 MiB, which held Redis for 177 ms and was past the
+// 32 MiB that Redis lets a subscriber fall behind by default (every
+// follower was disconnected, and missed it).
+const maxEventBatchBytes = 4 << 20
+
 // wireEvent is an Event as it travels between processes (JSON).
 type wireEvent struct {
 	Kind        EventKind `json:"kind"`
@@ -36,13 +45,24 @@ type wireEvent struct {
 	DeadWorkers []string  `json:"dead_workers,omitempty"`
 }
 
+// toWire is e as published: its error cut to maxErrorLen bytes, as the
+// task's stored error is (OnEvent gets it whole).
 func toWire(e Event) wireEvent {
 	w := wireEvent{Kind: e.Kind, At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
 		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers}
 	if e.Err != nil {
-		w.Err = e.Err.Error()
+		w.Err = clip(e.Err.Error())
 	}
 	return w
+}
+
+// wireSize is about the size of w's JSON (escapes not counted).
+func (w wireEvent) wireSize() int {
+	n := 96 + len(w.Kind) + len(w.WorkerID) + len(w.Queue) + len(w.TaskID) + len(w.PID) + len(w.Err)
+	for _, d := range w.DeadWorkers {
+		n += len(d) + 3
+	}
+	return n
 }
 
 func (w wireEvent) event() Event {
@@ -69,6 +89,7 @@ type eventBus struct {
 
 	mu      sync.Mutex
 	buf     []wireEvent
+	size    int         // about the bytes of buf's JSON (wireSize)
 	spare   []wireEvent // the array of the last publication's batch, for the next one
 	dropped int
 	counts  map[histKey]int64 // history counters since the last publication
@@ -159,8 +180,11 @@ func (b *eventBus) add(e Event) {
 	defer b.mu.Unlock()
 	if len(b.buf) >= maxBufferedEvents {
 		b.dropped++
+	} else if w := toWire(e); b.size+w.wireSize() > maxEventBatchBytes {
+		b.dropped++
 	} else {
-		b.buf = append(b.buf, toWire(e))
+		b.buf = append(b.buf, w)
+		b.size += w.wireSize()
 	}
 	// A recovery that requeued nothing (its takings were all cancelled)
 	// counts nothing.
@@ -190,7 +214,7 @@ func (b *eventBus) flush() {
 	defer b.sendMu.Unlock()
 	b.mu.Lock()
 	batch, dropped, counts := b.buf, b.dropped, b.counts
-	b.buf, b.dropped, b.counts, b.armed = b.spare, 0, nil, false
+	b.buf, b.size, b.dropped, b.counts, b.armed = b.spare, 0, 0, nil, false
 	b.spare = nil
 	b.mu.Unlock()
 	defer func() {

@@ -209,7 +209,8 @@ const (
 	EventPaused  EventKind = "paused"
 	EventResumed EventKind = "resumed"
 	// EventDropped: Count events were not published because a process
-	// observed more than it could buffer in one Config.EventInterval.
+	// observed more than it could buffer in one Config.EventInterval
+	// (10,000 events, or about 4 MiB of them).
 	EventDropped EventKind = "dropped"
 )
 
@@ -235,6 +236,9 @@ type Event struct {
 	TaskID string
 	PID    string
 	// Err is the handler's error (EventDone), or what failed.
+	// OnEvent gets it whole; an event published to other processes
+	// (Follow) carries its text cut to its first 8 KiB, as the task's
+	// stored error (TaskInfo.LastError) is.
 	Err error
 	// Count is the number of tasks an EventRecovered or EventStopRequeued
 	// concerned; DeadWorkers names the workers recovered.
