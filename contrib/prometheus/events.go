@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -65,7 +66,12 @@ func (c *Collector) observe(e worqr.Event) {
 	defer c.mu.Unlock()
 	now := c.now()
 	t := &c.t
-	if e.WorkerID != "" {
+	if e.Kind == worqr.EventKeepaliveLost && e.WorkerID != "" {
+		// Its id is dead for good (it never comes back): what names it
+		// from now on is about its death, not heard from it.
+		t.gone.put(e.WorkerID, start{}, now)
+	}
+	if e.WorkerID != "" && !t.gone.has(e.WorkerID, now) && !slices.Contains(e.DeadWorkers, e.WorkerID) {
 		t.workers.put(e.WorkerID, start{at: e.At}, now)
 	}
 	switch {
@@ -124,6 +130,9 @@ func (c *Collector) observe(e worqr.Event) {
 			if last, ok := t.workers.take(w); ok {
 				c.recoveryDelay.Observe(seconds(e.At.Sub(last.at)))
 			}
+			// The takings a reaper ended as cancelled name it, and so may
+			// its recovery in another queue: no event heard from it.
+			t.gone.put(w, start{}, now)
 			// Its takings were requeued: they will never end.
 			t.started.removeIf(func(s start) bool { return s.worker == w })
 		}
@@ -152,6 +161,11 @@ type trackers struct {
 	early    *tracker // task id -> a start that came before its enqueue
 	started  *tracker // task id + pid -> its start, until it ends
 	workers  *tracker // worker id -> its last event
+	// gone holds the worker ids found dead (recovered, or their keepalive
+	// lost), for ReorderWindow: later events naming one are about its
+	// death (a reaper's cancelled takings), not heard from it. Not
+	// reported among the tracked maps.
+	gone *tracker
 }
 
 func newTrackers(o Options, evicted *prometheus.CounterVec) trackers {
@@ -164,6 +178,8 @@ func newTrackers(o Options, evicted *prometheus.CounterVec) trackers {
 		early:    mk("early_start", o.ReorderWindow),
 		started:  mk("started", 0),
 		workers:  mk("worker", 0),
+		gone: &tracker{max: o.MaxTracked, ttl: o.ReorderWindow, evicted: prometheus.NewCounter(prometheus.CounterOpts{Name: "unreported"}),
+			ll: list.New(), m: map[string]*list.Element{}},
 	}
 }
 
@@ -230,3 +246,9 @@ func (t *tracker) removeIf(f func(start) bool) {
 }
 
 func (t *tracker) len() int { return t.ll.Len() }
+
+// has reports whether key is held and, at now, not past ttl.
+func (t *tracker) has(key string, now time.Time) bool {
+	el, ok := t.m[key]
+	return ok && (t.ttl <= 0 || now.Sub(el.Value.(*item).added) <= t.ttl)
+}

@@ -141,3 +141,39 @@ func TestRecoveryDelay(t *testing.T) {
 		t.Errorf("dropped = %v, want 7", v)
 	}
 }
+
+// Events a worker's death causes name it (its keepalive found lost, the
+// takings a reaper ended as cancelled, a worker's recovery of its own lost
+// id): none is an event heard from it. Counted as one, a recovery of its
+// own id observed a delay of 0 (its EventRecovered names it as the
+// worker), and a reaper's recovery of its takings of a second queue
+// observed the time since the cancelled events of the first.
+func TestRecoveryDelayCountsOnlyWhatTheWorkerDidBeforeItDied(t *testing.T) {
+	c := NewCollector(nil, nil)
+	// A worker that finds its own keepalive lost puts back what its id
+	// held: the cancelled takings first, then the recovery, both naming it.
+	c.observe(worqr.Event{Kind: worqr.EventStarted, At: at(0), Queue: "q", TaskID: "a", PID: "1", WorkerID: "self"})
+	c.observe(worqr.Event{Kind: worqr.EventKeepaliveLost, At: at(3000), WorkerID: "self"})
+	c.observe(worqr.Event{Kind: worqr.EventCancelled, At: at(3005), Queue: "q", TaskID: "b", PID: "2", WorkerID: "self"})
+	c.observe(worqr.Event{Kind: worqr.EventRecovered, At: at(3005), Queue: "q", WorkerID: "self", Count: 1,
+		DeadWorkers: []string{"self"}})
+	if n, sum := hist(t, c.recoveryDelay); n != 1 || sum != 3.005 {
+		t.Errorf("recovery of its own id: %d samples summing to %v, want one of 3.005s (since its last start)", n, sum)
+	}
+	// A reaper recovers a dead worker's takings of two queues; in the
+	// first, one was cancelled (reported naming the dead worker).
+	c.observe(worqr.Event{Kind: worqr.EventStarted, At: at(10000), Queue: "q", TaskID: "c", PID: "3", WorkerID: "dead"})
+	c.observe(worqr.Event{Kind: worqr.EventRecovered, At: at(14000), Queue: "q", WorkerID: "reaper", Count: 1,
+		DeadWorkers: []string{"dead"}})
+	c.observe(worqr.Event{Kind: worqr.EventCancelled, At: at(14000), Queue: "q", TaskID: "d", PID: "4", WorkerID: "dead"})
+	c.observe(worqr.Event{Kind: worqr.EventRecovered, At: at(14001), Queue: "r", WorkerID: "reaper", Count: 1,
+		DeadWorkers: []string{"dead"}})
+	if n, sum := hist(t, c.recoveryDelay); n != 2 || sum != 3.005+4 {
+		t.Errorf("after a reaper's recovery of two queues: %d samples summing to %v, want two (3.005s and 4s)", n, sum)
+	}
+	for _, w := range []string{"self", "dead"} {
+		if _, ok := c.t.workers.m[w]; ok {
+			t.Errorf("recovered worker %s is still tracked", w)
+		}
+	}
+}
