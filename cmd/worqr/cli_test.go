@@ -1184,3 +1184,43 @@ func TestLoadRefusedByRedisSaysHowToGoOn(t *testing.T) {
 		t.Errorf("the load run again said %q", out)
 	}
 }
+
+// events stops, and says why, when its output cannot be written (a full
+// disk, a closed socket): it followed on, printing nothing, forever.
+func TestEventsStopsWhenItsOutputFails(t *testing.T) {
+	b := setup(t)
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Skip("no /dev/full")
+	}
+	defer full.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, "events")
+	cmd.Env = append(cleanEnv(), "WORQR_REDIS_URL="+redisURL, "WORQR_NAMESPACE="+b.ns)
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = full, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	for {
+		if _, err := b.client.Enqueue(ctx, "live", []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+		b.client.Flush()
+		select {
+		case err := <-exited:
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(errb.String(), "no space left on device") {
+				t.Fatalf("events with a failing output: %v, stderr %q; want exit 1 naming the write error", err, errb.String())
+			}
+			return
+		case <-time.After(100 * time.Millisecond):
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("events still runs 30 s after its output failed (stderr %q)", errb.String())
+		}
+	}
+}

@@ -66,12 +66,18 @@ are printed first. One JSON object per line with -o json.`,
 			}
 			want[k] = true
 		}
+		// Output that cannot be written (a full disk, a closed socket)
+		// ends the command with its error rather than following on.
+		ctx, stop := context.WithCancel(ctx)
+		defer stop()
 		var werr error
 		print := func(e worqr.Event) {
 			if werr != nil || (queue != "" && e.Queue != queue) || (len(want) > 0 && !want[e.Kind]) {
 				return
 			}
-			werr = a.printEvent(o, e)
+			if werr = a.printEvent(o, e); werr != nil {
+				stop()
+			}
 		}
 		if recent > 0 {
 			events, err := a.in.RecentEvents(ctx, recent)
@@ -80,6 +86,9 @@ are printed first. One JSON object per line with -o json.`,
 			}
 			for _, e := range events {
 				print(e)
+			}
+			if werr != nil {
+				return werr
 			}
 		}
 		if err := a.in.Follow(ctx, print); err != nil {
