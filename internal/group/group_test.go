@@ -70,32 +70,38 @@ func TestGroupErrorReachesEveryCallerOfTheBatch(t *testing.T) {
 }
 
 // A waiting caller whose context ends is removed and never run; the lead it
-// may have been handed is passed on, so later callers still complete.
+// may have been handed is passed on, so later callers still complete. Each
+// step waits for the state it needs (the first batch running, a caller
+// waiting), not for a fixed time: on a loaded machine a caller started 20ms
+// earlier may not have arrived yet, and the abandoned one then ran a batch
+// of its own.
 func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 	release := make(chan struct{})
+	holding := make(chan struct{})
 	var ran sync.Map
 	g := &Group[int, int]{MaxInFlight: 1, Run: func(_ context.Context, in []int) ([]int, error) {
 		for _, v := range in {
 			ran.Store(v, true)
 			if v == 0 {
+				close(holding)
 				<-release
 			}
 		}
 		return in, nil
 	}}
 	go g.Call(context.Background(), 0) // holds the only lead until released
-	time.Sleep(20 * time.Millisecond)
+	<-holding
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	go func() { _, err := g.Call(ctx, 1); errc <- err }()
-	time.Sleep(20 * time.Millisecond)
+	waitPending(t, g, 1)
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("abandoned call returned %v", err)
 	}
 	done := make(chan int, 1)
 	go func() { v, _ := g.Call(context.Background(), 2); done <- v }()
-	time.Sleep(20 * time.Millisecond)
+	waitPending(t, g, 1)
 	close(release)
 	select {
 	case v := <-done:
@@ -107,6 +113,22 @@ func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 	}
 	if _, ok := ran.Load(1); ok {
 		t.Fatal("the abandoned item was run")
+	}
+}
+
+// waitPending waits until n callers of g wait for a batch.
+func waitPending[T, R any](t *testing.T, g *Group[T, R], n int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		g.mu.Lock()
+		k := len(g.pending)
+		g.mu.Unlock()
+		if k == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d callers waiting, want %d", k, n)
+		}
 	}
 }
 
