@@ -51,13 +51,13 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 			returned.Add(1)
 			return nil
 		})}}
-	startWorker(t, ctx, pool, &cfg)
+	w := startWorker(t, ctx, pool, &cfg)
 	started.Wait()
 	close(gate)
-	for returned.Load() < n {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // lets the ends reach the group
+	// Every end is in a held call or waits behind them in the group.
+	wait(t, 10*time.Second, "every end held or waiting", func() bool {
+		return returned.Load() == n && pool.held.Load()+int64(w.EndsWaiting("res")) == n
+	})
 	close(pool.hold)
 	wait(t, 10*time.Second, "every task done", func() bool {
 		for _, id := range ids {

@@ -16,23 +16,31 @@ import (
 // bigCalls is a pool on base that records the biggest command sent with
 // Do (by the bytes of its arguments) and holds the first two commands of at
 // least size bytes (a group's calls in flight) until hold is closed, so
-// that the calls behind them queue up in their group.
+// that the calls behind them queue up in their group. held counts the
+// arguments of size bytes or more of the commands it holds (the items of
+// the held group calls).
 type bigCalls struct {
 	*hookPool
 	calls, biggest atomic.Int64
+	held           atomic.Int64
 	hold           chan struct{}
 }
 
 func newBigCalls(base *redis.Pool, size int) *bigCalls {
 	p := &bigCalls{hold: make(chan struct{})}
 	p.hookPool = &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
-		b := 0
+		b, big := 0, 0
 		for _, a := range args {
+			n := 0
 			switch v := a.(type) {
 			case []byte:
-				b += len(v)
+				n = len(v)
 			case string:
-				b += len(v)
+				n = len(v)
+			}
+			b += n
+			if n >= size {
+				big++
 			}
 		}
 		if b < size {
@@ -45,6 +53,7 @@ func newBigCalls(base *redis.Pool, size int) *bigCalls {
 			}
 		}
 		if p.calls.Add(1) <= 2 {
+			p.held.Add(int64(big))
 			<-p.hold
 		}
 		return r, err
@@ -81,10 +90,10 @@ func TestCoalescedEnqueuesAreBoundedByBytes(t *testing.T) {
 			}
 		}()
 	}
-	for ready.Load() < n {
-		time.Sleep(time.Millisecond)
-	}
-	time.Sleep(50 * time.Millisecond) // lets the callers reach the group
+	// Every caller is in a held call or waits behind them in the group.
+	wait(t, 10*time.Second, "every enqueue held or waiting", func() bool {
+		return ready.Load() == n && pool.held.Load()+int64(c.EnqueuesWaiting("big")) == n
+	})
 	close(pool.hold)
 	wg.Wait()
 	if l, err := c.Len(ctx, "big"); err != nil || l != n {

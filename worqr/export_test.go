@@ -73,3 +73,24 @@ func OnRunsPage(f func()) (undo func()) {
 	testHookRunsPage = f
 	return func() { testHookRunsPage = nil }
 }
+
+// EnqueuesWaiting returns how many plain Enqueue calls of c to queue wait
+// for a group commit call (see Client.clientQueue).
+func (c *Client) EnqueuesWaiting(queue string) int {
+	q, err := c.clientQueue(queue)
+	if err != nil {
+		return 0
+	}
+	return q.enqueue.Waiting()
+}
+
+// EndsWaiting returns how many ends of takings of queue wait for a group
+// commit call (see Worker.endGroup).
+func (w *Worker) EndsWaiting(queue string) int {
+	for _, q := range w.queues {
+		if q.member == queue {
+			return q.ends.Waiting()
+		}
+	}
+	return 0
+}

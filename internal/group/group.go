@@ -83,6 +83,13 @@ func (g *Group[T, R]) Call(ctx context.Context, item T) (R, error) {
 	}
 }
 
+// Waiting returns how many calls wait for a batch (not yet in one).
+func (g *Group[T, R]) Waiting() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
+
 // abandon removes a waiting caller whose context ended. It reports false when
 // the call is already part of a batch.
 func (g *Group[T, R]) abandon(c *call[T, R]) bool {

@@ -120,9 +120,7 @@ func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 func waitPending[T, R any](t *testing.T, g *Group[T, R], n int) {
 	t.Helper()
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		g.mu.Lock()
-		k := len(g.pending)
-		g.mu.Unlock()
+		k := g.Waiting()
 		if k == n {
 			return
 		}
