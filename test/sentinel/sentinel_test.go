@@ -153,15 +153,20 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 }
 
 // waitLinked waits until node is a replica whose link to its primary is up.
+// The sentinels turn a demoted primary into a replica when their INFO of
+// it (every 10 s outside a failover) finds it still a primary: on a loaded
+// machine that took over 20 s once (CI run on 66d23c6 beside three other
+// test runs, load average 20).
 func waitLinked(ctx context.Context, node *redistest.Server) error {
-	deadline := time.Now().Add(20 * time.Second)
+	const wait = 60 * time.Second
+	deadline := time.Now().Add(wait)
 	for {
 		info, err := redistest.Info(ctx, node.Addr, "replication")
 		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is not a linked replica after 20 s: %v\n%s", node.Addr, err, info)
+			return fmt.Errorf("%s is not a linked replica after %s: %v\n%s", node.Addr, wait, err, info)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
