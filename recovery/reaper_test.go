@@ -663,7 +663,11 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 		}
 	}
 	kill(0)
-	const interval = 50 * time.Millisecond
+	// Passes run on Redis's clock (the lease's TTL), so no clock is
+	// injected; each pass here costs a few round trips (kill), which on a
+	// loaded machine took most of a 50 ms interval (14 passes of 20 once):
+	// the interval is long beside a pass.
+	const interval = 150 * time.Millisecond
 	r := e.reaper(t, "r1", func(c *recovery.Config) {
 		c.Interval = interval
 		c.OnRecovered = func(recovery.Recovered) {
