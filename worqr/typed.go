@@ -30,7 +30,12 @@ func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(dat
 // Handle returns a Handler that decodes each task's payload into a T with
 // codec (JSONCodec when nil) and calls fn with it. A payload that does not
 // decode never will: the task goes to the dead set at once (SkipRetry) with
-// the decode error, and fn is not called.
+// the decode error, and fn is not called; so does a task enqueued with a
+// type (EnqueueTyped), which a Mux serves. JSONCodec, as encoding/json,
+// ignores fields T does not have: a payload of another type that is a JSON
+// object decodes, into the fields the two share. To serve several types on
+// one queue, route them by type with a Mux; to refuse unknown fields, give
+// a stricter Codec.
 func Handle[T any](fn func(ctx context.Context, t *Task, v T) error, codec Codec) Handler {
 	if codec == nil {
 		codec = JSONCodec
@@ -38,6 +43,11 @@ func Handle[T any](fn func(ctx context.Context, t *Task, v T) error, codec Codec
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var v T
 		if err := codec.Unmarshal(t.Payload, &v); err != nil {
+			if typ, _, ok := splitTyped(t.Payload); ok && checkName("task type", typ) == nil {
+				// Enqueued with a type (EnqueueTyped): the decode error
+				// would only name the tag's first byte.
+				return SkipRetry(fmt.Errorf("worqr: task %s carries task type %q (EnqueueTyped): serve its queue with a Mux, not Handle", t.ID, typ))
+			}
 			return SkipRetry(fmt.Errorf("worqr: payload of task %s does not decode into %T: %w", t.ID, v, err))
 		}
 		return fn(ctx, t, v)

@@ -28,6 +28,17 @@ func TestHandleDecodesOrBuries(t *testing.T) {
 	if !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), "does not decode into worqr.order") {
 		t.Errorf("bad payload: %v, want a SkipRetry error naming the type", err)
 	}
+	// A task enqueued with a type on a queue served by Handle: the error
+	// says so, not "invalid character '\x00'".
+	typed, err := TypedPayload("order.new", []byte(`{"id":8}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = h.HandleTask(context.Background(), &Task{ID: "c", Payload: typed})
+	if !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), `carries task type "order.new"`) ||
+		!strings.Contains(err.Error(), "Mux") {
+		t.Errorf("typed payload: %v, want a SkipRetry error naming the task type and the Mux", err)
+	}
 }
 
 func TestTypedPayloadRoundTrip(t *testing.T) {
