@@ -905,6 +905,8 @@ func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*
 
 // RequeueDead moves the given dead tasks of queue to the back of the queue
 // with their failure and crash counts reset, and returns how many were dead.
+// A task enqueued with a UniqueKey runs again without it (its key was freed
+// when it died).
 func (c *Client) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
 	return c.deadIDs(ctx, queue, rdb.DeadRequeue, ids)
 }

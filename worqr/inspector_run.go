@@ -51,6 +51,8 @@ func (in *Inspector) RunNow(ctx context.Context, queue, id string) (bool, error)
 
 // RequeueDead moves the given dead tasks of queue to the back of the queue
 // with their failure and crash counts reset, and returns how many were dead.
+// A task enqueued with a UniqueKey runs again without it (its key was freed
+// when it died).
 func (in *Inspector) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
 	return in.deadIDs(ctx, queue, rdb.DeadRequeue, ids)
 }
