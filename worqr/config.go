@@ -291,7 +291,8 @@ type WorkerConfig struct {
 	StageMiddleware []StageMiddleware
 	// OnEvent, when set, is called for every event: finishes, lost takings,
 	// keepalive loss and re-registration, recoveries. It runs on the worker's
-	// goroutines and must return quickly. It must not call Worker.Stop
+	// goroutines and must return quickly; a panic in it is not recovered
+	// (it ends the process, as on any goroutine). It must not call Worker.Stop
 	// itself (start a goroutine that does): the finish events run on
 	// handler goroutines, which Stop waits for until its context ends.
 	OnEvent func(Event)

@@ -147,6 +147,11 @@ func (w *Worker) groupLoop(g *prioGroup) {
 	defer lift.Stop()
 	delay := 50 * time.Millisecond
 	for {
+		if stopping(w.takeStop) {
+			// (A round that took, or a freed slot picked by the select
+			// below when Stop had begun too, leads here: no more takes.)
+			return
+		}
 		s, changed := w.keeper.Current()
 		ready := !s.Lost() && w.keeper.Fresh()
 		var err error

@@ -809,6 +809,13 @@ const takesOverWait = 6 * time.Second
 // their handlers with ErrWorkerStopped), deregisters and stops every loop. It
 // returns ctx.Err() when the grace period ran out, nil otherwise. Calling it
 // again waits for the first call and returns its result.
+//
+// Its own Redis calls are bounded: while Redis is out of reach, a take on
+// its way, the put-back and the deregistration each wait up to 5 s, so
+// Stop may return up to about 10 s after ctx ends (8 s measured with a
+// 1 s grace). Leave that much beyond the grace to a hard kill deadline
+// (Kubernetes' terminationGracePeriodSeconds); what a killed worker holds
+// comes back through the reaper.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if !w.started {
