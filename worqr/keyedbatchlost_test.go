@@ -18,15 +18,7 @@ import (
 // twice, each key running them again.
 func TestKeyedBatchWithALostReplySaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool, cfg, c := replyLossClient(t)
-	in, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The scripts loaded first: the nth call below is the batch's nth step.
-	if _, err := c.Enqueue(ctx, "warm", []byte("x"), &worqr.EnqueueOpts{Key: "K"}); err != nil {
-		t.Fatal(err)
-	}
+	pool, in, c := keyedLossClient(t)
 	ps := batchPayloads(2500) // three steps: 1,000, 1,000, 500
 	for step := 1; step <= 3; step++ {
 		key := fmt.Sprintf("K%d", step)
@@ -56,15 +48,7 @@ func TestKeyedBatchWithALostReplySaysWhatIsIn(t *testing.T) {
 // (TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn).
 func TestKeyedBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool, cfg, c := replyLossClient(t)
-	in, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The scripts loaded first: the call below is applied.
-	if _, err := c.Enqueue(ctx, "warm", []byte("x"), &worqr.EnqueueOpts{Key: "K"}); err != nil {
-		t.Fatal(err)
-	}
+	pool, in, c := keyedLossClient(t)
 	ps := batchPayloads(10)
 	pool.setLose(nthCall("enqueue_key", 1))
 	ids, err := c.EnqueueBatch(ctx, "kb", ps, &worqr.EnqueueOpts{Key: "K"})
@@ -81,4 +65,19 @@ func TestKeyedBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 		t.Errorf("%d tasks of the key in Redis, BatchError says %d of %d enqueued (%v): a retry, as the error advises, enqueues %d twice",
 			n, be.Enqueued, be.Total, be.Err, n-be.Enqueued)
 	}
+}
+
+// keyedLossClient is replyLossClient with an Inspector, the scripts loaded
+// (the nth call of a test is then the batch's nth step, applied).
+func keyedLossClient(t *testing.T) (*replyLossPool, *worqr.Inspector, *worqr.Client) {
+	t.Helper()
+	pool, cfg, c := replyLossClient(t)
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(context.Background(), "warm", []byte("x"), &worqr.EnqueueOpts{Key: "K"}); err != nil {
+		t.Fatal(err)
+	}
+	return pool, in, c
 }
