@@ -1,8 +1,10 @@
 // Package dash is worqr's web dashboard: an http.Handler that shows every
 // queue with live counts and an hour of throughput, a queue's tasks by state,
 // one task, dead tasks grouped by error, workers and flow runs, and runs the
-// operator's actions (retry or delete all dead, delete all waiting, pause,
-// resume) as POSTs protected against cross-site request forgery.
+// operator's actions (retry or delete all dead, delete all waiting and
+// scheduled, pause, resume; requeue or delete one dead task, run a scheduled
+// task now, cancel or retry a flow run) as POSTs protected against
+// cross-site request forgery.
 //
 // Mount it under a prefix in your own server:
 //
@@ -11,8 +13,9 @@
 //	mux.Handle("/worqr/", dash.BasicAuth("ops", secret, d))
 //
 // Live updates reach the browser as server-sent events from one broadcaster
-// per Dashboard: it polls Inspector.Queues at most once per second, only
-// while a browser is connected, and relays one Inspector.Follow, so the
+// per Dashboard: it polls Inspector.Queues and the last two minutes of
+// Inspector.History at most once per second, only while a browser is
+// connected, and relays one Inspector.Follow, so the
 // dashboard's Redis cost does not grow with the number of open tabs. It
 // uses only the standard library and worqr's public API.
 package dash
