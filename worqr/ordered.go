@@ -35,7 +35,9 @@ type KeyPolicy struct {
 	// a task: the task then carries several payloads (Task.Payloads),
 	// ordered by score, each distinct payload once, with the lowest score
 	// it was enqueued with. The waiting task keeps its attempts and its due
-	// time. Payloads are compared byte for byte.
+	// time. Payloads are compared byte for byte. A task gathers at most
+	// 100 distinct payloads and 1 MiB of them: the next one starts a new
+	// task behind it, where the following ones merge.
 	Merge bool
 	// MoveOnDead: when a task of a key goes dead, the key's next task runs.
 	// Default false: the key is blocked (Inspector.Key says so, and
