@@ -68,7 +68,7 @@ type LoadOptions struct {
 	// Chunk is how many tasks one atomic step writes (default
 	// DefaultLoadChunk, at most 2,000).
 	Chunk int
-	// Window is how many chunks are on the wire at once (default
+	// Window is how many chunks are on the wire at once, 1 to 64 (default
 	// DefaultLoadWindow).
 	Window int
 	// CheckpointTTL is how long the checkpoint outlives the last chunk
