@@ -34,7 +34,9 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// Options tune a Collector. A nil *Options means all defaults.
+// Options tune a Collector. A nil *Options means all defaults, and so does
+// a zero or negative ScrapeTimeout, MaxTracked or ReorderWindow for that
+// field (NewCollector returns no error).
 type Options struct {
 	// ScrapeTimeout bounds the Redis reads of one scrape. Default 5s.
 	ScrapeTimeout time.Duration
