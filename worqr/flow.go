@@ -450,18 +450,34 @@ func (c *Client) CancelRun(ctx context.Context, flow *Flow, id string) (bool, er
 	if id == "" {
 		return false, invalid("id", "is empty")
 	}
-	ok, err := c.st.RunCancel(ctx, c.flowQueue(f, f.Name), id, f.ref())
+	r, err := c.st.RunCancel(ctx, c.flowQueue(f, f.Name), id, f.ref())
 	if err != nil {
 		return false, fmt.Errorf("worqr: cancel run %s: %w", id, err)
 	}
-	if ok {
-		// The run's event (no queue: not counted in the history). A stage
-		// or a child that was running ends later with a cancelled event of
-		// its own (its stage's carries the run's id too): a follower may
-		// see the run's id cancelled twice.
-		c.bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id})
+	runCancelEvents(c.bus, f.Name, id, r)
+	return r.Cancelled, nil
+}
+
+// runCancelEvents adds the events of run id's cancel r to bus. The run's
+// own event carries its stage's queue when the cancel took the stage task
+// out of where it waited, and so does one per child taken out: those
+// cancels are counted in the history as a task's Cancel is. A stage or a
+// child that was running ends later with a cancelled event of its own (a
+// stage's carries the run's id: a follower may see the run's id cancelled
+// twice, the run's event then without a queue, not counted).
+func runCancelEvents(bus *eventBus, flow, id string, r rdb.RunStop) {
+	if !r.Cancelled {
+		return
 	}
-	return ok, nil
+	now := time.Now()
+	e := Event{Kind: EventCancelled, At: now, TaskID: id}
+	if r.Stage != "" {
+		e.Queue = rdb.QueueRef{Tag: flow, Name: r.Stage}.Member()
+	}
+	bus.add(e)
+	for _, k := range r.Children {
+		bus.add(Event{Kind: EventCancelled, At: now, Queue: rdb.QueueRef{Tag: flow, Name: k.Queue}.Member(), TaskID: k.ID})
+	}
 }
 
 // RetryRun runs failed run id of flow again from the stage it failed in:
@@ -508,14 +524,17 @@ func (c *Client) CancelRunByName(ctx context.Context, flow, id string) (bool, er
 	return cancelRunByName(ctx, c.st, c.bus, flow, id)
 }
 
-// cancelRunByName cancels run id of flow through st, its event on bus.
+// cancelRunByName cancels run id of flow through st, its events on bus.
 func cancelRunByName(ctx context.Context, st *rdb.Store, bus *eventBus, flow, id string) (bool, error) {
-	ok, err := runOp(ctx, st, "cancel", flow, id, st.RunCancelStored)
+	var r rdb.RunStop
+	_, err := runOp(ctx, st, "cancel", flow, id, func(ctx context.Context, q rdb.QueueKeys, id string) (bool, error) {
+		var err error
+		r, err = st.RunCancelStored(ctx, q, id)
+		return r.Cancelled, err
+	})
 	if err != nil {
 		return false, err
 	}
-	if ok {
-		bus.add(Event{Kind: EventCancelled, At: time.Now(), TaskID: id}) // as CancelRun's
-	}
-	return ok, nil
+	runCancelEvents(bus, flow, id, r) // as CancelRun's
+	return r.Cancelled, nil
 }

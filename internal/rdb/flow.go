@@ -75,25 +75,63 @@ func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state
 // RunCancelStored is RunCancel with the run's retention and indexed
 // properties read from the run itself (flow_start stores them), for a
 // caller that knows only the flow's name.
-func (s *Store) RunCancelStored(ctx context.Context, q QueueKeys, id string) (bool, error) {
+func (s *Store) RunCancelStored(ctx context.Context, q QueueKeys, id string) (RunStop, error) {
 	args := make([]any, 0, 9)
 	args = append(args, q.Task(id), id, q.TaskPrefix, "")
 	args = append(args, q.prefixes()...)
 	args = append(args, 0)
-	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
-	return n == 1, err
+	return runCancelled(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
 }
 
 // RunCancel ends running run id as cancelled, with its stage task and pending
-// children. It reports false when the run was not running. q is any queue of
-// the flow's tag.
-func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef) (bool, error) {
+// children. Its Cancelled is false when the run was not running. q is any
+// queue of the flow's tag.
+func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef) (RunStop, error) {
 	args := make([]any, 0, 10+len(f.IndexBy))
 	args = append(args, q.Task(id), id, q.TaskPrefix, f.RetentionMillis)
 	args = append(args, q.prefixes()...)
 	args = appendList(args, f.IndexBy)
-	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
-	return n == 1, err
+	return runCancelled(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
+}
+
+// RunStop is what a run's cancel did: whether the run was running
+// (and is now cancelled), and the tasks it took out of where they waited,
+// whose cancels no end of a taking will report: the run's stage task (Stage
+// names its queue; "" when it ran, waits marked, or the run had fanned
+// out), and its waiting children.
+type RunStop struct {
+	Cancelled bool
+	Stage     string
+	Children  []QueuedTask
+}
+
+// QueuedTask is a task and the name of its queue within its tag.
+type QueuedTask struct {
+	Queue, ID string
+}
+
+// runCancelled decodes run_cancel's reply: 0, or {1, stage, queue, id, ...}.
+func runCancelled(r any, err error) (RunStop, error) {
+	if err != nil {
+		return RunStop{}, err
+	}
+	if n, ok := r.(int64); ok && n == 0 {
+		return RunStop{}, nil
+	}
+	vals, err := redis.Values(r, nil)
+	if err != nil || len(vals) < 2 || len(vals)%2 != 0 {
+		return RunStop{}, fmt.Errorf("rdb: run_cancel: unexpected reply %v (%v)", r, err)
+	}
+	vs, err := redis.Strings(vals[1:], nil)
+	if err != nil {
+		return RunStop{}, fmt.Errorf("rdb: run_cancel: unexpected reply %v (%v)", r, err)
+	}
+	vs = append([]string{""}, vs...) // as the reply's positions
+	out := RunStop{Cancelled: true, Stage: vs[1]}
+	for i := 2; i < len(vs); i += 2 {
+		out.Children = append(out.Children, QueuedTask{Queue: vs[i], ID: vs[i+1]})
+	}
+	return out, nil
 }
 
 // RunRetry runs failed run id again from the stage it failed in (see

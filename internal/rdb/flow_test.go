@@ -65,8 +65,8 @@ func (f *flowEnv) endChild(t *testing.T, q rdb.QueueKeys, e rdb.Ending) {
 
 func (f *flowEnv) runCancel(t *testing.T, id string) {
 	t.Helper()
-	if ok, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !ok {
-		t.Fatalf("RunCancel %s: %v, %v", id, ok, err)
+	if r, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !r.Cancelled {
+		t.Fatalf("RunCancel %s: %+v, %v", id, r, err)
 	}
 }
 
@@ -1063,7 +1063,11 @@ func TestRunCancel(t *testing.T) {
 			l := f.listen(t)
 			var got bool
 			var err error
-			f.call(t, func() { got, err = f.st.RunCancel(f.ctx, f.s1, tc.id, f.ref) })
+			f.call(t, func() {
+				var r rdb.RunStop
+				r, err = f.st.RunCancel(f.ctx, f.s1, tc.id, f.ref)
+				got = r.Cancelled
+			})
 			pubs := l.collect(t, f.env)
 			if err != nil || got != tc.want {
 				t.Errorf("RunCancel = %v, %v; want %v", got, err, tc.want)

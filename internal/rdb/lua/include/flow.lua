@@ -131,7 +131,9 @@ local STOP_SCAN = 20000
 -- waits (F_CANCEL, state cancelled): the take that reaches it hands it out
 -- with attempt -1, never run, and its end finds its run ended and drops it
 -- (see take.lua). Returns true when it was taken out (nobody runs it);
--- false, and true second when it was left marked in its list.
+-- false, and true second when it was left marked in its list. Third: true
+-- when it was found where it waited and taken out (its cancel is counted
+-- by the caller: no end of a taking will count it).
 local function stop_task(pfx, tkey, id, qname, scan)
   local s = redis.call('HGET', tkey, F_STATE)
   if s == S_ACTIVE then
@@ -139,8 +141,7 @@ local function stop_task(pfx, tkey, id, qname, scan)
     redis.call('PUBLISH', pfx.cancel .. qname, id)
     return false
   elseif s == S_SCHEDULED then
-    redis.call('ZREM', pfx.sched .. qname, id)
-    return true
+    return true, false, redis.call('ZREM', pfx.sched .. qname, id) > 0
   end
   local list = pfx.queue .. qname
   local n = redis.call('LLEN', list)
@@ -149,8 +150,7 @@ local function stop_task(pfx, tkey, id, qname, scan)
     return false, true
   end
   scan.left = scan.left - n
-  redis.call('LREM', list, 1, id)
-  return true
+  return true, false, redis.call('LREM', list, 1, id) > 0
 end
 
 -- latest_kl returns the ids the run's 'kl' lists, space-separated, when
@@ -219,20 +219,28 @@ end
 -- one run's stop is bounded; an end call weighs a child's ending that may
 -- fail its run as that many (worqr's endWeight), so that one call never
 -- stops the children of many runs.
+-- It returns the children taken out of where they waited, as queue, id
+-- pairs (their cancels are counted by the caller).
 local function cancel_children(runkey, pfx, tprefix)
   local scan = {left = STOP_SCAN}
-  local marks = {}
+  local marks, removed = {}, {}
   for _, c in ipairs(fanout_children(runkey)) do
     local cid = c[1]
     if c[2] == 'pending' then
-      if stop_task(pfx, tprefix .. cid, cid, c[3], scan) then
+      local out, _, found = stop_task(pfx, tprefix .. cid, cid, c[3], scan)
+      if out then
         redis.call('DEL', tprefix .. cid)
+      end
+      if found then
+        removed[#removed + 1] = c[3]
+        removed[#removed + 1] = cid
       end
       marks[#marks + 1] = 'k:' .. cid
       marks[#marks + 1] = 'cancelled'
     end
   end
   hset_pairs(runkey, marks)
+  return removed
 end
 
 -- child_ended counts the end of child cid in its run, once: done (result) or

@@ -1,0 +1,98 @@
+package worqr_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// A run cancelled while its stage task waits, and the waiting children of
+// a run cancelled after its fan-out, are taken out of their queues by the
+// cancel itself: no end of a taking reports them, so the cancel must, or
+// the history (and every follower of the events: the dashboard, the
+// Prometheus collector) never counts them. Before, CancelRun's only event
+// carried no queue: the waiting run counted nothing, and of three children
+// (one running, two waiting) only the running one counted.
+func TestHistoryCountsWhatARunCancelTookOut(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	var running atomic.Int32
+	kid := worqr.HandlerFunc(func(ctx context.Context, _ *worqr.Task) error {
+		running.Add(1)
+		<-ctx.Done() // until the run's cancel reaches it
+		return ctx.Err()
+	})
+	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
+	})
+	served := &worqr.Flow{Name: "served", Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
+		Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, Handler: kid}}, Handler: fan}}}
+	idle := &worqr.Flow{Name: "idle", Stages: []worqr.Stage{{Name: "first", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: fan}}}
+	wc := fastTimings(ns)
+	wc.EventInterval = 20 * time.Millisecond
+	wc.Flows = []*worqr.Flow{served}
+	startWorker(t, ctx, pool, &wc)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cancelled := func(queue string) int64 {
+		ms, err := in.History(ctx, queue, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		for _, m := range ms {
+			n += m.Cancelled
+		}
+		return n
+	}
+
+	// A run no worker serves waits in its first stage.
+	id, err := c.StartRun(ctx, idle, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := c.CancelRun(ctx, idle, id); err != nil || !ok {
+		t.Fatalf("CancelRun: %v %v", ok, err)
+	}
+	c.Flush()
+	if n := cancelled("idle/first"); n != 1 {
+		t.Errorf("history of idle/first: %d cancelled, want 1 (the run taken out of the stage's queue)", n)
+	}
+
+	// A run fanned out to three children of concurrency 1: one runs, two
+	// wait.
+	id, err = c.StartRun(ctx, served, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait(t, 10*time.Second, "a child to run", func() bool { return running.Load() == 1 })
+	if ok, err := c.CancelRun(ctx, served, id); err != nil || !ok {
+		t.Fatalf("CancelRun: %v %v", ok, err)
+	}
+	c.Flush()
+	end := time.Now().Add(10 * time.Second)
+	for cancelled("served/kids") < 3 && time.Now().Before(end) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := cancelled("served/kids"); n != 3 {
+		t.Errorf("history of served/kids: %d cancelled, want 3 (one running, told; two waiting, taken out)", n)
+	}
+	if n := cancelled("served/fan"); n != 0 {
+		t.Errorf("history of served/fan: %d cancelled, want 0 (the stage had fanned out: it ran and ended)", n)
+	}
+	if r := running.Load(); r != 1 {
+		t.Errorf("%d children ran, want 1", r)
+	}
+}
