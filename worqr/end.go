@@ -111,12 +111,24 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 					q.hint() // slots left by buried ids, or more may wait
 				}
 			}
+			emitStopped(w.emit, q.qk.Ref.Tag, ended)
 			out := make([]endDone, len(ended))
 			for i, e := range ended {
 				out[i] = endDone{Ended: e, replica: replica}
 			}
 			return out, nil
 		},
+	}
+}
+
+// emitStopped reports, through emit, the cancels of the waiting children
+// that the ends of a flow's tag took out of their queues (a child's end
+// that failed its run, fail-fast): no end of a taking reports them.
+func emitStopped(emit func(Event), tag string, ended []rdb.Ended) {
+	for _, e := range ended {
+		for _, k := range e.Stopped {
+			emit(Event{Kind: EventCancelled, Queue: rdb.QueueRef{Tag: tag, Name: k.Queue}.Member(), TaskID: k.ID})
+		}
 	}
 }
 

@@ -360,6 +360,9 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 				r.emit(Event{Kind: EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
 				err = nil
 			}
+			if err == nil {
+				emitStopped(r.emit, q.qk.Ref.Tag, ended)
+			}
 			return ended, err
 		},
 	}

@@ -2,6 +2,7 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -94,5 +95,61 @@ func TestHistoryCountsWhatARunCancelTookOut(t *testing.T) {
 	}
 	if r := running.Load(); r != 1 {
 		t.Errorf("%d children ran, want 1", r)
+	}
+}
+
+// A child that ends dead fails its run (fail-fast, the default) and takes
+// its waiting siblings out of their queue in the same end: those cancels
+// are reported by that end (no end of their own will), and counted.
+func TestHistoryCountsTheSiblingsAFailedChildTookOut(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	var ran atomic.Int32
+	kid := worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+		ran.Add(1)
+		return worqr.SkipRetry(errors.New("no")) // dead at once: the run fails
+	})
+	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
+	})
+	flow := &worqr.Flow{Name: "ff", Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
+		Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, Handler: kid}}, Handler: fan}}}
+	wc := fastTimings(ns)
+	wc.EventInterval = 20 * time.Millisecond
+	wc.Flows = []*worqr.Flow{flow}
+	startWorker(t, ctx, pool, &wc)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if r, err := c.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
+		t.Fatalf("WaitRun: %+v %v; want failed", r, err)
+	}
+	count := func() (dead, cancelled int64) {
+		ms, err := in.History(ctx, "ff/kids", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			dead, cancelled = dead+m.Dead, cancelled+m.Cancelled
+		}
+		return dead, cancelled
+	}
+	wait(t, 10*time.Second, "the history of ff/kids", func() bool { d, _ := count(); return d >= 1 })
+	// The worker's events of that end are published together.
+	if d, k := count(); d != 1 || k != 2 || ran.Load() != 1 {
+		t.Errorf("history of ff/kids: %d dead, %d cancelled, %d ran; want 1 dead (the child that failed), 2 cancelled (its waiting siblings), 1 ran", d, k, ran.Load())
 	}
 }

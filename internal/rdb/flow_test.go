@@ -628,8 +628,10 @@ func TestEndChild(t *testing.T) {
 		id     string
 		end    func(w, pid, id string) rdb.Ending
 		want   [2]rdb.Outcome // the child's outcome, the run's
-		state  func(f *flowEnv) state
-		pubs   []msg
+		// stopped are the waiting siblings its end took out (fail-fast).
+		stopped []rdb.QueuedTask
+		state   func(f *flowEnv) state
+		pubs    []msg
 	}{
 		{
 			name: "done, not the last: result recorded, the run waits for the others",
@@ -695,7 +697,8 @@ func TestEndChild(t *testing.T) {
 				f.takeFrom(t, f.c2, "B", 1, false) // k3, pid 3
 			},
 			w: "A", pid: "2", id: "k1", end: dead,
-			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			want:    [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			stopped: []rdb.QueuedTask{{Queue: "c1", ID: "k2"}},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
@@ -722,7 +725,8 @@ func TestEndChild(t *testing.T) {
 				f.endChild(t, f.c2, rdb.Retry(rdb.KindChild, "A", "4", "k3", 60000, ""))
 			},
 			w: "A", pid: "2", id: "k1", end: dead,
-			want: [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			want:    [2]rdb.Outcome{rdb.OutcomeDead, rdb.OutcomeDead},
+			stopped: []rdb.QueuedTask{{Queue: "c2", ID: "k3"}},
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Runs: runs("r1"),
@@ -927,7 +931,7 @@ func TestEndChild(t *testing.T) {
 			var err error
 			f.call(t, func() { got, err = f.st.End(f.ctx, f.c1, 0, []rdb.Ending{end}) })
 			pubs := l.collect(t, f.env)
-			if want := []rdb.Ended{{Outcome: tc.want[0], Run: tc.want[1]}}; err != nil || !reflect.DeepEqual(got, want) {
+			if want := []rdb.Ended{{Outcome: tc.want[0], Run: tc.want[1], Stopped: tc.stopped}}; err != nil || !reflect.DeepEqual(got, want) {
 				t.Errorf("End = %+v, %v; want %+v", got, err, want)
 			}
 			f.checkState(t, before, stateOf(f, tc.state))

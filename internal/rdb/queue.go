@@ -1008,6 +1008,10 @@ type Ended struct {
 	// cancelled, retry (back behind the head, which retries), requeued
 	// (back behind the head, given back or dead), or lost with the head.
 	Members []Outcome
+	// Stopped are the children of a child's run that its end took out of
+	// where they waited, when it failed the run (fail-fast): no end of a
+	// taking reports their cancels.
+	Stopped []QueuedTask
 }
 
 func appendList(args []any, vals []string) []any {
@@ -1126,8 +1130,8 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if len(reply) != 2 && len(reply) != 3 {
-		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2 or 3", len(reply))
+	if len(reply) < 2 || len(reply) > 4 {
+		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2 to 4", len(reply))
 	}
 	codes, err := redis.Ints(reply[0], nil)
 	if err != nil {
@@ -1140,7 +1144,21 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	for i := range out {
 		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
 	}
-	if len(reply) == 3 {
+	if len(reply) == 4 {
+		// The children ends took out of their queues: position, queue, id.
+		vs, err := redis.Strings(reply[3], nil)
+		if err != nil || len(vs)%3 != 0 {
+			return nil, nil, 0, fmt.Errorf("rdb: end: stopped children: %v %v", reply[3], err)
+		}
+		for j := 0; j < len(vs); j += 3 {
+			at, err := strconv.Atoi(vs[j])
+			if err != nil || at < 1 || at > len(out) {
+				return nil, nil, 0, fmt.Errorf("rdb: end: stopped child of taking %q", vs[j])
+			}
+			out[at-1].Stopped = append(out[at-1].Stopped, QueuedTask{Queue: vs[j+1], ID: vs[j+2]})
+		}
+	}
+	if len(reply) >= 3 {
 		// The outcomes of the batches' members, in order.
 		ms, err := redis.Ints(reply[2], nil)
 		if err != nil {

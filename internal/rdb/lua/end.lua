@@ -51,7 +51,10 @@
 --   result), and declares its members' hashes <ns>:{T}:t:<id> after the
 --   head's.
 -- Returns: {ends, taken} (and, when batches were ended, a third array:
--- their members' outcomes, in order): ends holds 2 values per taking: its outcome
+-- their members' outcomes, in order; and, when a child's end failed its
+-- run and that took waiting children out of their queues, a fourth: per
+-- such child, the 1-based position of the taking that ended, its queue and
+-- its id): ends holds 2 values per taking: its outcome
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
 -- nothing was asked or the deadline had passed).
@@ -193,7 +196,8 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
 end
 
 -- end_child ends a child taking and counts it in its run, once; the last
--- pending child moves the run on, in the same step.
+-- pending child moves the run on, in the same step. Third: the children
+-- taken out of where they waited when this one failed its run.
 local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runid)
   -- Corrupt child or run data: the child is buried with the reason (an
   -- error would abort the whole batch with this taking already released).
@@ -223,12 +227,12 @@ local function end_child(tkey, id, ask, delay, err, result, worker, runkey, runi
     redis.call('DEL', tkey)
     return OUT_DONE, run
   end
-  local run = child_ended(runkey, runid, id, tkey, false, '', err, pfx, q.tprefix)
+  local run, removed = child_ended(runkey, runid, id, tkey, false, '', err, pfx, q.tprefix)
   if ask == 'cancelled' then
     redis.call('DEL', tkey)
-    return OUT_CANCELLED, run
+    return OUT_CANCELLED, run, removed
   end
-  return fail_attempt(q, tkey, id, 'dead', delay, err, worker), run
+  return fail_attempt(q, tkey, id, 'dead', delay, err, worker), run, removed
 end
 
 -- end_batch ends a batch of one key (QueueConfig.KeyBatch): the head's
@@ -315,7 +319,7 @@ do
 end
 local owned = own_all(singles)
 
-local out, members = {}, {}
+local out, members, stopped = {}, {}, {}
 local freed_more = 0 -- takings a batch freed beyond one
 local k, i, s = 9, 14, 0
 while i <= #ARGV do
@@ -364,7 +368,13 @@ while i <= #ARGV do
     elseif kind == 'stage' then
       code = end_stage(tkey, id, ask, delay, err, worker, i + 9)
     elseif kind == 'child' then
-      code, run = end_child(tkey, id, ask, delay, err, result, worker, runkey, ARGV[i + 9])
+      local removed
+      code, run, removed = end_child(tkey, id, ask, delay, err, result, worker, runkey, ARGV[i + 9])
+      for j = 1, #(removed or {}), 2 do
+        stopped[#stopped + 1] = string.format('%d', #out / 2 + 1)
+        stopped[#stopped + 1] = removed[j]
+        stopped[#stopped + 1] = removed[j + 1]
+      end
     else
       code = end_task(tkey, id, ask, delay, err, result, worker)
     end
@@ -397,7 +407,9 @@ if string.find(ARGV[13], 'l', 2, true) then
     redis.call('PUBLISH', ARGV[2], freed)
   end
 end
-if #members > 0 then
+if #stopped > 0 then
+  return {out, taken, members, stopped}
+elseif #members > 0 then
   return {out, taken, members}
 end
 return {out, taken}

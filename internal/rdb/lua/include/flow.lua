@@ -220,7 +220,7 @@ end
 -- fail its run as that many (worqr's endWeight), so that one call never
 -- stops the children of many runs.
 -- It returns the children taken out of where they waited, as queue, id
--- pairs (their cancels are counted by the caller).
+-- pairs: no end of a taking will report their cancels (the caller does).
 local function cancel_children(runkey, pfx, tprefix)
   local scan = {left = STOP_SCAN}
   local marks, removed = {}, {}
@@ -248,7 +248,8 @@ end
 -- next stage F_PARENT_NEXT, both stored on the child at fan-out). The run
 -- ends failed (fail-fast) or moves on when this was its last pending child.
 -- Returns the run's outcome: OUT_LOST (unchanged), OUT_DONE, OUT_DEAD
--- (failed) or OUT_FORWARDED.
+-- (failed) or OUT_FORWARDED; with OUT_DEAD, the children it took out of
+-- where they waited (cancel_children).
 local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tprefix)
   local r = redis.call('HMGET', runkey, F_RUN_STATUS, 'k:' .. cid, F_RUN_RETENTION)
   if r[1] ~= R_RUNNING or r[2] ~= 'pending' then
@@ -264,9 +265,9 @@ local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tpref
   else
     redis.call('HSET', runkey, 'k:' .. cid, 'failed', 'ke:' .. cid, err)
     if c[2] ~= 'continue' then
-      cancel_children(runkey, pfx, tprefix)
+      local removed = cancel_children(runkey, pfx, tprefix)
       end_run(runkey, runid, R_FAILED, retention, run_index_keys(runkey, pfx))
-      return OUT_DEAD
+      return OUT_DEAD, removed
     end
   end
   if redis.call('HINCRBY', runkey, F_PENDING, -1) > 0 then
