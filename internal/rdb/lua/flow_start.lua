@@ -29,6 +29,7 @@ for prop in string.gmatch(ARGV[5], '[^,]+') do
 end
 redis.call('ZADD', KEYS[3], now_ms(), ARGV[2])
 for i = 4, #KEYS do
+  index_trim(KEYS[i], now_ms())
   redis.call('ZADD', KEYS[i], 'inf', ARGV[2])
   redis.call('PERSIST', KEYS[i])
 end

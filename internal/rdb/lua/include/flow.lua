@@ -29,11 +29,30 @@ local function list_from(argv, i)
   return out, i + n + 1
 end
 
+-- INDEX_TRIM is how many entries of runs past their retention one call
+-- drops from an index key at most (see index_trim).
+local INDEX_TRIM = 1000
+
+-- index_trim drops from index key ix the entries of runs whose retention
+-- ended before now (the lowest scores: running runs are +inf, ended ones
+-- the time their retention ends), at most INDEX_TRIM of them. A key
+-- expires whole once its last run does, but a value that always has a run
+-- going (a tenant, a busy user) never lets it, and kept one entry per run
+-- ever started under it. Called where an entry is added or scored, so the
+-- index shrinks faster than it grows; FindRuns never reads these entries.
+local function index_trim(ix, now)
+  local old = redis.call('ZCOUNT', ix, '-inf', string.format('(%d', now))
+  if old > 0 then
+    redis.call('ZREMRANGEBYRANK', ix, 0, math.min(old, INDEX_TRIM) - 1)
+  end
+end
+
 -- index_expire gives run id's entries in the index zsets their expiry time
 -- and lets each index key expire once every run in it has ended (running runs
 -- are scored +inf).
 local function index_expire(ixkeys, id, at)
   for _, ix in ipairs(ixkeys) do
+    index_trim(ix, now_ms())
     redis.call('ZADD', ix, 'XX', at, id)
     local top = redis.call('ZRANGE', ix, -1, -1, 'WITHSCORES')
     if top[2] and top[2] ~= 'inf' then
