@@ -155,7 +155,9 @@ for i, id in ipairs(ids) do
     end
     if ARGV[1] == 'delete' then
       key_ended(tkey, id, okey, KEYS[1], 'dead:')
-      redis.call('DEL', tkey)
+      -- (UNLINK: a wide hash, a dead run's child records, is freed aside;
+      -- see bury_forget.)
+      redis.call('UNLINK', tkey)
     else
       redis.call('HSET', tkey, F_STATE, S_QUEUED)
       redis.call('HDEL', tkey, F_FAILURES, F_CRASHES, F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_UNIQUE, F_CRASHED_ON)
