@@ -62,7 +62,19 @@ type Reaper struct {
 	st  *rdb.Store
 	reg *registry.Registry
 	cfg Config
+	// callTimeout bounds each call Run's lease and the mover make (see
+	// CallTimeout); tests shorten it.
+	callTimeout time.Duration
 }
+
+// CallTimeout bounds each call to Redis of Run's lease and of the mover
+// (one per known queue and batch), when the caller's context allows
+// longer. A call whose reply never comes (a connection that went silent:
+// a partition that drops packets, a virtual IP moved to another host)
+// would otherwise wait until TCP gives up, about 15 minutes: Run moves one
+// at a time, and a lease holder whose move hung kept the lease, so no
+// delayed task or retry became due in any queue meanwhile.
+const CallTimeout = 5 * time.Second
 
 // New returns a reaper on pool.
 func New(pool ConnGetter, cfg *Config) (*Reaper, error) {
@@ -89,7 +101,12 @@ func New(pool ConnGetter, cfg *Config) (*Reaper, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reaper{st: rdb.NewStore(pool, c.Namespace), reg: reg, cfg: c}, nil
+	return &Reaper{st: rdb.NewStore(pool, c.Namespace), reg: reg, cfg: c, callTimeout: CallTimeout}, nil
+}
+
+// bounded returns ctx bounded by the reaper's callTimeout.
+func (r *Reaper) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, r.callTimeout)
 }
 
 func (r *Reaper) fail(what string, err error) {
@@ -134,7 +151,9 @@ func (r *Reaper) Run(ctx context.Context) {
 		// The lease ends a little before the next tick, so that a lone
 		// reaper gets it every interval (Redis expires to the millisecond,
 		// and a lease of exactly one interval is often still there).
-		ok, err := r.reg.AcquireLease(ctx, r.cfg.Holder, r.cfg.Interval*9/10)
+		lctx, cancel := r.bounded(ctx)
+		ok, err := r.reg.AcquireLease(lctx, r.cfg.Holder, r.cfg.Interval*9/10)
+		cancel()
 		if err != nil {
 			if ctx.Err() == nil {
 				r.fail("lease", err)
@@ -399,9 +418,13 @@ const MoveBatch = 500
 // It returns how many tasks it moved. A queue whose move fails does not
 // stop the others (every mover reads the queues in the same order: the
 // queues after it would never be moved while it fails): its error is
-// returned with those of the other queues that failed.
+// returned with those of the other queues that failed. Each call is
+// bounded by CallTimeout: a call that gets no reply fails its queue's move
+// for this time, and the next move goes on.
 func (r *Reaper) Move(ctx context.Context) (int, error) {
-	queues, err := r.st.KnownQueues(ctx)
+	kctx, cancel := r.bounded(ctx)
+	queues, err := r.st.KnownQueues(kctx)
+	cancel()
 	if err != nil {
 		return 0, err
 	}
@@ -414,7 +437,9 @@ func (r *Reaper) Move(ctx context.Context) (int, error) {
 		}
 		qk := r.st.Queue(q)
 		for {
-			n, err := r.st.Move(ctx, qk, MoveBatch)
+			mctx, cancel := r.bounded(ctx)
+			n, err := r.st.Move(mctx, qk, MoveBatch)
+			cancel()
 			if err != nil {
 				errs = append(errs, fmt.Errorf("move %s: %w", q.Member(), err))
 				break

@@ -1,0 +1,117 @@
+package recovery_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/recovery"
+)
+
+// hangPool passes calls to pool, but its first call of the move script
+// never gets a reply: it waits until its context ends, as a call on a
+// connection that went silent does (a partition that drops packets, a
+// virtual IP moved to another host: no reset comes, TCP retransmits for
+// about 15 minutes). Every other call, on other connections, is answered.
+type hangPool struct {
+	pool    *redis.Pool
+	hung    atomic.Bool
+	hanging chan struct{} // closed when the hung call starts waiting
+}
+
+func (p *hangPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &hangConn{Conn: c, p: p}, nil
+}
+
+type hangConn struct {
+	redis.Conn
+	p *hangPool
+}
+
+// hang reports whether the call hung (its context ended).
+func (c *hangConn) hang(ctx context.Context, cmd string, args []any) error {
+	if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_move") || !c.p.hung.CompareAndSwap(false, true) {
+		return nil
+	}
+	close(c.p.hanging)
+	<-ctx.Done()
+	return fmt.Errorf("read: i/o timeout (no reply: %w)", ctx.Err())
+}
+
+func (c *hangConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.hang(context.Background(), cmd, args); err != nil {
+		return nil, err
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *hangConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.hang(ctx, cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *hangConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := c.hang(ctx, cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *hangConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *hangConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// One move call that never gets its reply stopped every move of the lease
+// holder: Run moves one at a time, the call carried Run's context (no
+// deadline), and the holder kept the lease, its passes and leases going on
+// other connections. No delayed task or retry became due in any queue
+// until TCP gave up on the connection (about 15 minutes). Each call of the
+// mover is bounded, so the next move goes on.
+func TestMoveCallThatGetsNoReplyDoesNotStopTheMover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	e.enqueueDue(t, e.q, 1000, "d1")
+
+	hp := &hangPool{pool: e.pool, hanging: make(chan struct{})}
+	const interval = 30 * time.Millisecond
+	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetCallTimeout(300 * time.Millisecond)
+	runReapers(t, r)
+	select {
+	case <-hp.hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reaper never moved")
+	}
+	// The hung call's bound is 300 ms here: the due task is moved soon
+	// after, by a later move of the same reaper.
+	deadline := time.Now().Add(5 * time.Second)
+	for !reflect.DeepEqual(e.waiting(t, e.q), []string{"d1"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("d1, due long ago, not moved within 5 s of a move call that got no reply: waiting = %v, scheduled = %v",
+				e.waiting(t, e.q), e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
+		}
+		time.Sleep(interval)
+	}
+}
