@@ -52,7 +52,8 @@ type QueueInfo struct {
 	Flow                       string
 	Waiting, Scheduled, Active int64
 	Dead                       int64
-	// Retained counts ended tasks kept for the queue's Retention.
+	// Retained counts ended tasks kept for the queue's Retention (or
+	// their own), those whose retention has not ended (Redis's clock).
 	Retained int64
 	Paused   bool
 	// Keys counts the keys of an ordered queue that have tasks; Waiting

@@ -240,10 +240,20 @@ func (s *Store) Dead(ctx context.Context, q QueueKeys, offset, limit int) (Span,
 	return s.span(ctx, q.Ref.Tag, cmdOf("ZCARD", q.Dead), cmdOf("ZREVRANGE", q.Dead, offset, offset+limit-1))
 }
 
-// Retained returns a page of q's retained ended ids, newest first (entries
-// whose hash expired are skipped by Tasks).
+// Retained returns a page of q's retained ended ids, those kept longest
+// first, and how many are kept. Only the entries not yet past their time
+// (Redis's clock) count: an entry past it names a task whose hash has
+// expired, and stays in the set until an ending trims it (at most
+// RETAIN_TRIM per call; a quiet queue after a burst of endings kept
+// hundreds of thousands of them). Two round trips: TIME, then the page.
 func (s *Store) Retained(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
-	return s.span(ctx, q.Ref.Tag, cmdOf("ZCARD", q.Retained), cmdOf("ZREVRANGE", q.Retained, offset, offset+limit-1))
+	now, err := s.Time(ctx, q.Ref.Tag)
+	if err != nil {
+		return Span{}, err
+	}
+	live := "(" + strconv.FormatInt(now, 10)
+	return s.span(ctx, q.Ref.Tag, cmdOf("ZCOUNT", q.Retained, live, "+inf"),
+		cmdOf("ZRANGE", q.Retained, "+inf", live, "BYSCORE", "REV", "LIMIT", offset, limit))
 }
 
 func (s *Store) span(ctx context.Context, tag string, count, page command) (Span, error) {
@@ -312,12 +322,14 @@ type QueueStat struct {
 	Keys int64
 }
 
-// Stats counts the tasks of each queue, two round trips per tag.
+// Stats counts the tasks of each queue, two round trips per tag. Retained
+// counts the entries of the retained set not yet past their time (Redis's
+// clock; see Retained), read in the second.
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
 		const per = 8 + MaxLevel
-		cmds := make([]command, 0, per*len(idx))
+		cmds := make([]command, 0, per*len(idx)+1)
 		for _, i := range idx {
 			q := qs[i]
 			cmds = append(cmds, cmdOf("LLEN", q.Waiting), cmdOf("ZCARD", q.Scheduled), cmdOf("ZCARD", q.Dead),
@@ -327,12 +339,23 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
 			}
 		}
+		cmds = append(cmds, cmdOf("TIME"))
 		rs, err := s.pipeline(ctx, tag, cmds)
 		if err != nil {
 			return err
 		}
+		now, err := timeMillis(rs[len(rs)-1], nil)
+		if err != nil {
+			return err
+		}
+		live := "(" + strconv.FormatInt(now, 10)
+		// The second round trip: the retained entries still kept (those
+		// with any), then the holdings of each queue's holders.
 		var scards []command
 		var owner []int
+		for _, i := range idx {
+			scards = append(scards, cmdOf("ZCOUNT", qs[i].Retained, live, "+inf"))
+		}
 		for j, i := range idx {
 			r := rs[per*j : per*j+per]
 			st := &out[i]
@@ -362,8 +385,13 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 		if err != nil {
 			return err
 		}
+		for k, i := range idx {
+			if out[i].Retained, err = redis.Int64(rs[k], nil); err != nil {
+				return err
+			}
+		}
 		for k, i := range owner {
-			n, _ := redis.Int64(rs[k], nil)
+			n, _ := redis.Int64(rs[len(idx)+k], nil)
 			out[i].Active += n
 		}
 		return nil
