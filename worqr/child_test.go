@@ -2,6 +2,7 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"sync"
@@ -54,6 +55,26 @@ func runChild(role string) int {
 		cfg := fastTimings(ns)
 		cfg.Queues = map[string]worqr.QueueConfig{"lim": {Concurrency: 6, Limits: &worqr.Limits{Concurrency: 4},
 			Handler: limitHandler(rc, "child", 0, make(chan struct{}), nil)}}
+		w, err := worqr.NewWorker(pool, &cfg)
+		if err != nil {
+			return 2
+		}
+		if err := w.Start(context.Background()); err != nil {
+			return 2
+		}
+		select {} // until killed
+	case "backoffpanic":
+		// A queue whose Backoff panics; its handler fails each task's
+		// first attempt (see TestBackoffThatPanicsIsNoCrash).
+		cfg := fastTimings(ns)
+		cfg.Queues = map[string]worqr.QueueConfig{"bp": {Concurrency: 2, Retention: time.Minute,
+			Backoff: func(int, error) time.Duration { panic("backoff: no delay for this error") },
+			Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+				if t.Attempt == 1 {
+					return errors.New("first attempt fails")
+				}
+				return nil
+			})}}
 		w, err := worqr.NewWorker(pool, &cfg)
 		if err != nil {
 			return 2

@@ -200,7 +200,8 @@ type QueueConfig struct {
 	// overrides it. Crashes are counted apart (MaxCrashes). Default 25.
 	MaxAttempts int
 	// Backoff returns how long to wait before the next attempt after failed
-	// attempt number attempt (1-based). Default DefaultBackoff.
+	// attempt number attempt (1-based). Default DefaultBackoff. A Backoff
+	// that panics is logged, and DefaultBackoff's wait applies.
 	Backoff func(attempt int, err error) time.Duration
 	// Timeout is the deadline of each run's context; the run then counts as a
 	// failed attempt. A task's EnqueueOpts overrides it. Default 0: none.

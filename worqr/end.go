@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"runtime/debug"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -202,7 +204,7 @@ func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rd
 		case errors.As(herr, &ra):
 			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(ra.Delay.Milliseconds(), 0), msg)
 		default:
-			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(q.cfg.Backoff(t.Attempt, herr).Milliseconds(), 0), msg)
+			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(retryWait(&q.cfg, t.Attempt, herr, w.cfg.Logger).Milliseconds(), 0), msg)
 		}
 	}
 	switch q.kind {
@@ -215,6 +217,22 @@ func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rd
 		e.Run = taken.Parent
 	}
 	return e
+}
+
+// retryWait is cfg.Backoff's wait after failed attempt number attempt. A
+// Backoff that panics is the user's code failing on the way of a failed
+// attempt, as a handler's panic is: the attempt is retried after
+// DefaultBackoff, and the panic logged (it ran outside the handler's
+// recover, and took the whole process down with every other handler).
+func retryWait(cfg *QueueConfig, attempt int, err error, log *slog.Logger) (d time.Duration) {
+	defer func() {
+		if v := recover(); v != nil {
+			log.Error("worker: QueueConfig.Backoff panicked; the default backoff applies", "attempt", attempt,
+				"err", &PanicError{Value: v, Stack: debug.Stack()})
+			d = DefaultBackoff(attempt, err)
+		}
+	}()
+	return cfg.Backoff(attempt, err)
 }
 
 // asked is the outcome an ending asks for (a cancel asked meanwhile would

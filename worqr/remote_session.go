@@ -733,7 +733,7 @@ func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn ti
 		}
 		d := retryIn
 		if d == 0 {
-			d = t.q.cfg.Backoff(t.taken.Attempt, errors.New(reason))
+			d = retryWait(&t.q.cfg, t.taken.Attempt, errors.New(reason), s.r.cfg.Logger)
 		}
 		return s.ending(t, rdb.Retry(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, max(d.Milliseconds(), 0), reason)), nil
 	})
