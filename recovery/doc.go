@@ -30,9 +30,10 @@
 // run beside the passes, each one at a time (a move calls a script per
 // known queue: seconds with tens of thousands of them), so that no pass
 // waits for them. A delayed task is offered within one reaper
-// interval after it is due. The lease and each call of the mover are
-// bounded (CallTimeout, 5 s): a call whose reply never comes (a connection
-// gone silent) fails that queue's move once, and the next move goes on.
+// interval after it is due. The lease and each call of a pass and of the
+// mover are bounded (CallTimeout, 5 s): a call whose reply never comes (a
+// connection gone silent) fails that pass, or that queue's move, once, and
+// the next one goes on.
 //
 // Timing: kill -9 -> key expires within the heartbeat TTL (3 s) -> the next
 // pass, within one reaper interval (1 s), requeues: about 4 s in the worst case.

@@ -3,6 +3,7 @@ package recovery_test
 import (
 	"context"
 	"fmt"
+	"math"
 	"reflect"
 	"strings"
 	"sync/atomic"
@@ -11,16 +12,20 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/registry"
 )
 
-// hangPool passes calls to pool, but its first call of the move script
-// never gets a reply: it waits until its context ends, as a call on a
-// connection that went silent does (a partition that drops packets, a
-// virtual IP moved to another host: no reset comes, TCP retransmits for
-// about 15 minutes). Every other call, on other connections, is answered.
+// hangPool passes calls to pool, but its first call of the script named
+// script (move when "") never gets a reply: it waits until its context
+// ends, as a call on a connection that went silent does (a partition that
+// drops packets, a virtual IP moved to another host: no reset comes, TCP
+// retransmits for about 15 minutes). Every other call, on other
+// connections, is answered.
 type hangPool struct {
 	pool    *redis.Pool
+	script  string
 	hung    atomic.Bool
 	hanging chan struct{} // closed when the hung call starts waiting
 }
@@ -40,7 +45,11 @@ type hangConn struct {
 
 // hang reports whether the call hung (its context ended).
 func (c *hangConn) hang(ctx context.Context, cmd string, args []any) error {
-	if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_move") || !c.p.hung.CompareAndSwap(false, true) {
+	script := c.p.script
+	if script == "" {
+		script = "move"
+	}
+	if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_"+script) || !c.p.hung.CompareAndSwap(false, true) {
 		return nil
 	}
 	close(c.p.hanging)
@@ -111,6 +120,50 @@ func TestMoveCallThatGetsNoReplyDoesNotStopTheMover(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatalf("d1, due long ago, not moved within 5 s of a move call that got no reply: waiting = %v, scheduled = %v",
 				e.waiting(t, e.q), e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
+		}
+		time.Sleep(interval)
+	}
+}
+
+// One call of a recovery pass that never gets its reply stopped every
+// later pass of the reaper: Run waits for its pass, which carried Run's
+// context (no deadline), and a lone reaper (one process, or the peer that
+// keeps the lease) recovered nothing more until TCP gave up on the
+// connection. Each call of a pass is bounded: the next pass requeues.
+func TestPassCallThatGetsNoReplyDoesNotStopRecovery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, e.q, "t1")
+	if _, err := e.reg.Register(e.ctx, "Z", time.Minute, "host", 1, []registry.Queue{e.q.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "Z", Until: math.MaxInt64, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.pool.Get()
+	defer c.Close()
+	if _, err := c.Do("DEL", e.k.Keepalive("Z")); err != nil { // Z died holding t1
+		t.Fatal(err)
+	}
+
+	hp := &hangPool{pool: e.pool, script: "requeue", hanging: make(chan struct{})}
+	const interval = 30 * time.Millisecond
+	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetCallTimeout(300 * time.Millisecond)
+	runReapers(t, r)
+	select {
+	case <-hp.hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reaper never requeued")
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"}) {
+		if time.Now().After(deadline) {
+			t.Fatalf("t1, held by a dead worker, not requeued within 5 s of a requeue call that got no reply: waiting = %v",
+				e.waiting(t, e.q))
 		}
 		time.Sleep(interval)
 	}

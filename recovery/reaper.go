@@ -62,18 +62,20 @@ type Reaper struct {
 	st  *rdb.Store
 	reg *registry.Registry
 	cfg Config
-	// callTimeout bounds each call Run's lease and the mover make (see
-	// CallTimeout); tests shorten it.
+	// callTimeout bounds each call of Run's lease, of a pass and of the
+	// mover (see CallTimeout); tests shorten it.
 	callTimeout time.Duration
 }
 
-// CallTimeout bounds each call to Redis of Run's lease and of the mover
-// (one per known queue and batch), when the caller's context allows
-// longer. A call whose reply never comes (a connection that went silent:
-// a partition that drops packets, a virtual IP moved to another host)
-// would otherwise wait until TCP gives up, about 15 minutes: Run moves one
-// at a time, and a lease holder whose move hung kept the lease, so no
-// delayed task or retry became due in any queue meanwhile.
+// CallTimeout bounds each call to Redis of Run's lease, of a pass (each
+// read, each queue's requeue) and of the mover (one per known queue and
+// batch), when the caller's context allows longer. A call whose reply
+// never comes (a connection that went silent: a partition that drops
+// packets, a virtual IP moved to another host) would otherwise wait until
+// TCP gives up, about 15 minutes: Run moves one at a time and waits for
+// its pass, and a lease holder whose move or pass hung kept the lease, so
+// no delayed task or retry became due, or no dead worker's task came back,
+// meanwhile.
 const CallTimeout = 5 * time.Second
 
 // New returns a reaper on pool.
@@ -207,12 +209,21 @@ const SweepInterval = 5 * time.Minute
 // refused by Redis once its worker's deadline (before its keepalive can
 // expire) has passed: once a keepalive is seen gone, no taking appears under
 // its id.
+//
+// Each of its calls is bounded by CallTimeout (the reading of every known
+// queue, for a worker with no description, by 6 times that): a call whose
+// reply never comes fails the pass, and the next one goes on, rather than
+// holding the lease holder's passes until TCP gives up on the connection.
 func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
-	registered, err := r.st.Workers(ctx)
+	bctx, cancel := r.bounded(ctx)
+	registered, err := r.st.Workers(bctx)
+	cancel()
 	if err != nil || len(registered) == 0 {
 		return nil, err
 	}
-	alive, err := r.st.Alive(ctx, registered)
+	bctx, cancel = r.bounded(ctx)
+	alive, err := r.st.Alive(bctx, registered)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +236,9 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	if len(dead) == 0 {
 		return nil, nil
 	}
-	queues, known, err := r.st.WorkerQueues(ctx, dead)
+	bctx, cancel = r.bounded(ctx)
+	queues, known, err := r.st.WorkerQueues(bctx, dead)
+	cancel()
 	if err != nil {
 		return nil, err
 	}
@@ -244,7 +257,10 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 		qs := queues[i]
 		if !known[i] {
 			if all == nil {
-				if all, err = r.st.KnownQueues(ctx); err != nil {
+				kctx, kcancel := context.WithTimeout(ctx, 6*r.callTimeout)
+				all, err = r.st.KnownQueues(kctx)
+				kcancel()
+				if err != nil {
 					return nil, err
 				}
 			}
@@ -258,7 +274,9 @@ func (r *Reaper) Pass(ctx context.Context) ([]Recovered, error) {
 	if err != nil {
 		return out, err
 	}
-	return out, r.st.Forget(ctx, dead)
+	bctx, cancel = r.bounded(ctx)
+	defer cancel()
+	return out, r.st.Forget(bctx, dead)
 }
 
 // requeue runs the requeue of each queue for its dead workers. A queue
@@ -276,7 +294,9 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 		}
 		ws := byQueue[q]
 		qk := r.st.Queue(q)
-		n, cancelled, err := r.st.Requeue(ctx, qk, ws, true)
+		bctx, cancel := r.bounded(ctx)
+		n, cancelled, err := r.st.Requeue(bctx, qk, ws, true)
+		cancel()
 		if err != nil && n == 0 && len(cancelled) == 0 {
 			errs = append(errs, fmt.Errorf("requeue %s: %w", q.Member(), err))
 			continue
