@@ -330,7 +330,9 @@ func (r *Reaper) requeue(ctx context.Context, order []rdb.QueueRef, byQueue map[
 // nothing else shortens it. It returns how many it dropped. Run prunes
 // every SweepInterval, beside its passes.
 func (r *Reaper) PruneRuns(ctx context.Context) (int, error) {
-	queues, err := r.st.KnownQueues(ctx)
+	kctx, cancel := context.WithTimeout(ctx, 6*r.callTimeout)
+	queues, err := r.st.KnownQueues(kctx)
+	cancel()
 	if err != nil {
 		return 0, err
 	}
@@ -343,7 +345,9 @@ func (r *Reaper) PruneRuns(ctx context.Context) (int, error) {
 		flows[q.Tag] = true
 		qk := r.st.Queue(rdb.QueueRef{Tag: q.Tag, Name: q.Tag})
 		for start := 0; ; {
-			seen, dropped, err := r.st.PruneRuns(ctx, qk, start, rdb.BulkChunk)
+			bctx, cancel := r.bounded(ctx)
+			seen, dropped, err := r.st.PruneRuns(bctx, qk, start, rdb.BulkChunk)
+			cancel()
 			total += dropped
 			if err != nil {
 				return total, err
@@ -365,9 +369,13 @@ func (r *Reaper) PruneRuns(ctx context.Context) (int, error) {
 // registration (a live one puts back what it held itself). Its cost
 // follows the number of known queues; Run sweeps once when it first holds
 // the lease and then every SweepInterval. Safe to run concurrently with
-// passes.
+// passes. Its reads of every known queue are bounded by 6 times
+// CallTimeout, its other calls by CallTimeout, as a pass's.
 func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
-	queues, err := r.st.KnownQueues(ctx)
+	wide := func() (context.Context, context.CancelFunc) { return context.WithTimeout(ctx, 6*r.callTimeout) }
+	kctx, cancel := wide()
+	queues, err := r.st.KnownQueues(kctx)
+	cancel()
 	if err != nil || len(queues) == 0 {
 		return nil, err
 	}
@@ -377,11 +385,15 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 	}
 	// A queue whose holder index cannot be read is left out, and reported:
 	// the others are swept all the same.
-	holders, herr := r.st.Holders(ctx, qks)
+	hctx, cancel := wide()
+	holders, herr := r.st.Holders(hctx, qks)
+	cancel()
 	// Read the registered set after the holders: a worker in it now was
 	// registered when its holdings were read (ids are never reused), so
 	// a holder missing from it is not a live registration.
-	registered, err := r.st.Workers(ctx)
+	bctx, cancel := r.bounded(ctx)
+	registered, err := r.st.Workers(bctx)
+	cancel()
 	if err != nil {
 		return nil, errors.Join(herr, err)
 	}
@@ -402,7 +414,9 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 	if len(ids) == 0 {
 		return nil, herr
 	}
-	alive, err := r.st.Alive(ctx, ids)
+	bctx, cancel = r.bounded(ctx)
+	alive, err := r.st.Alive(bctx, ids)
+	cancel()
 	if err != nil {
 		return nil, errors.Join(herr, err)
 	}
