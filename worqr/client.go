@@ -160,7 +160,9 @@ type EnqueueOpts struct {
 	// EventExpired; kept for the retention like a done task). A task
 	// already running when its deadline passes is not stopped (see
 	// Timeout); a retry that would be due past the deadline is due at it,
-	// and so ends expired then.
+	// and so ends expired then. A Deadline not after At, or not after now
+	// plus Delay on this process's clock, is refused (the task could never
+	// start): with a clock ahead of Redis's, one just after is refused too.
 	Deadline time.Time
 	// Retention overrides the queue's QueueConfig.Retention for this task:
 	// how long it stays readable by Client.Task (and Wait) once done,
