@@ -163,8 +163,7 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 		span, err = in.st.Retained(ctx, qk, offset, limit)
 	case StateActive:
 		var hs []rdb.Holding
-		hs, err = in.st.Active(ctx, qk)
-		sort.Slice(hs, func(i, j int) bool { return hs[i].PID < hs[j].PID })
+		hs, err = in.st.Active(ctx, qk) // in take order (by pid's value)
 		span.Total = len(hs)
 		for i := offset; i < len(hs) && i < offset+limit; i++ {
 			span.IDs = append(span.IDs, hs[i].ID)
