@@ -395,8 +395,14 @@ func TestTaskRetryDeleteAndCancel(t *testing.T) {
 	if qi := b.queue("emails"); qi.Dead != 0 || qi.Waiting != 1 {
 		t.Errorf("%d dead, %d waiting; want 0 and 1", qi.Dead, qi.Waiting)
 	}
-	if r := b.run("", "task", "retry", "emails", dead[1]); r.code != 1 || !strings.Contains(r.err, "not in the dead set") {
+	if r := b.run("", "task", "retry", "emails", dead[1]); r.code != 1 || !strings.Contains(r.err, "not in the dead set") ||
+		!strings.Contains(r.err, "it is unknown") {
 		t.Errorf("retry of a deleted task: exit %d, stderr %q", r.code, r.err)
+	}
+	// Run again (as after an error whose reply was lost): it says where
+	// the task is now.
+	if r := b.run("", "task", "retry", "emails", dead[0]); r.code != 1 || !strings.Contains(r.err, "(it is queued)") {
+		t.Errorf("a second retry: exit %d, stderr %q", r.code, r.err)
 	}
 	if out := b.ok("", "task", "cancel", "emails", dead[0]); out != "removed "+dead[0]+"\n" {
 		t.Errorf("cancel: %q", out)
@@ -1125,7 +1131,7 @@ func TestTaskRunNow(t *testing.T) {
 	if qi := b.queue("emails"); qi.Scheduled != 0 || qi.Waiting != 1 {
 		t.Errorf("after: %+v, want 1 waiting", qi)
 	}
-	if r := b.run("", "task", "run-now", "emails", id); r.code != 1 || !strings.Contains(r.err, "is not scheduled") {
+	if r := b.run("", "task", "run-now", "emails", id); r.code != 1 || !strings.Contains(r.err, "is not scheduled (it is queued)") {
 		t.Errorf("a second run-now: exit %d, stderr %q", r.code, r.err)
 	}
 }

@@ -297,7 +297,7 @@ unknown, or waiting behind its key's head in an ordered queue) is an error
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("task %s of queue %s is not scheduled: nothing moved", id, q)
+			return fmt.Errorf("task %s of queue %s is not scheduled%s: nothing moved", id, q, a.stateNow(ctx, q, id))
 		}
 		_, err = fmt.Fprintln(a.env.out, "moved", id)
 		return err
@@ -337,10 +337,26 @@ func (a *app) taskDeadCmd(requeue bool) *cobra.Command {
 			return err
 		}
 		if n == 0 {
-			return fmt.Errorf("task %s is not in the dead set of queue %s: nothing %s", id, q, verb)
+			return fmt.Errorf("task %s is not in the dead set of queue %s%s: nothing %s", id, q, a.stateNow(ctx, q, id), verb)
 		}
 		_, err = fmt.Fprintf(a.env.out, "%s %s\n", verb, id)
 		return err
 	})
 	return cmd
+}
+
+// stateNow says where task id of queue q stands now, for an action that
+// found it elsewhere: " (it is queued)", " (it is unknown: ended and not
+// kept, or never was)", or "" when it cannot be read. An operator who runs
+// an action again after an error (its reply lost, the action applied)
+// learns that it did.
+func (a *app) stateNow(ctx context.Context, q, id string) string {
+	t, err := a.client.Task(ctx, q, id)
+	switch {
+	case errors.Is(err, worqr.ErrTaskNotFound):
+		return " (it is unknown: ended and not kept, or never was)"
+	case err != nil || t == nil:
+		return ""
+	}
+	return fmt.Sprintf(" (it is %s)", t.State)
 }
