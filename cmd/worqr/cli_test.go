@@ -407,6 +407,10 @@ func TestTaskRetryDeleteAndCancel(t *testing.T) {
 	if out := b.ok("", "task", "cancel", "emails", dead[0]); out != "removed "+dead[0]+"\n" {
 		t.Errorf("cancel: %q", out)
 	}
+	if r := b.run("", "task", "cancel", "emails", dead[0]); r.code != 1 || !strings.Contains(r.err, "nothing to cancel") ||
+		!strings.Contains(r.err, ": it is unknown") {
+		t.Errorf("a second cancel: exit %d, stderr %q", r.code, r.err)
+	}
 	if b.queue("emails").Waiting != 0 {
 		t.Error("the cancelled task still waits")
 	}

@@ -267,7 +267,11 @@ children cannot be cancelled here.`,
 			return err
 		}
 		if st == worqr.CancelNotFound {
-			return fmt.Errorf("task %s of queue %s: nothing to cancel (unknown, ended, dead, or its cancel was already asked)", args[1], args[0])
+			msg := fmt.Sprintf("task %s of queue %s: nothing to cancel (unknown, ended, dead, or its cancel was already asked)", args[1], args[0])
+			if w := a.whereNow(ctx, args[0], args[1]); w != "" {
+				msg += ": " + w
+			}
+			return errors.New(msg)
 		}
 		_, err = fmt.Fprintf(a.env.out, "%s %s\n", st, args[1])
 		return err
@@ -351,12 +355,21 @@ func (a *app) taskDeadCmd(requeue bool) *cobra.Command {
 // an action again after an error (its reply lost, the action applied)
 // learns that it did.
 func (a *app) stateNow(ctx context.Context, q, id string) string {
+	if w := a.whereNow(ctx, q, id); w != "" {
+		return " (" + w + ")"
+	}
+	return ""
+}
+
+// whereNow is stateNow's words without the parentheses ("" when the task
+// cannot be read).
+func (a *app) whereNow(ctx context.Context, q, id string) string {
 	t, err := a.client.Task(ctx, q, id)
 	switch {
 	case errors.Is(err, worqr.ErrTaskNotFound):
-		return " (it is unknown: ended and not kept, or never was)"
+		return "it is unknown: ended and not kept, or never was"
 	case err != nil || t == nil:
 		return ""
 	}
-	return fmt.Sprintf(" (it is %s)", t.State)
+	return fmt.Sprintf("it is %s", t.State)
 }
