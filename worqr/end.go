@@ -128,9 +128,15 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 // that failed its run, fail-fast): no end of a taking reports them.
 func emitStopped(emit func(Event), tag string, ended []rdb.Ended) {
 	for _, e := range ended {
-		for _, k := range e.Stopped {
-			emit(Event{Kind: EventCancelled, Queue: rdb.QueueRef{Tag: tag, Name: k.Queue}.Member(), TaskID: k.ID})
-		}
+		emitTakenOut(emit, tag, e.Stopped)
+	}
+}
+
+// emitTakenOut reports, through emit, the cancels of tasks ks of a flow's
+// tag that a stop took out of where they waited.
+func emitTakenOut(emit func(Event), tag string, ks []rdb.QueuedTask) {
+	for _, k := range ks {
+		emit(Event{Kind: EventCancelled, Queue: rdb.QueueRef{Tag: tag, Name: k.Queue}.Member(), TaskID: k.ID})
 	}
 }
 

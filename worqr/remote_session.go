@@ -447,6 +447,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		if t.PID == "" {
 			skipped++
 			s.r.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			emitTakenOut(s.r.emit, q.qk.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
 		kept := t

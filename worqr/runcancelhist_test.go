@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -151,5 +153,136 @@ func TestHistoryCountsTheSiblingsAFailedChildTookOut(t *testing.T) {
 	// The worker's events of that end are published together.
 	if d, k := count(); d != 1 || k != 2 || ran.Load() != 1 {
 		t.Errorf("history of ff/kids: %d dead, %d cancelled, %d ran; want 1 dead (the child that failed), 2 cancelled (its waiting siblings), 1 ran", d, k, ran.Load())
+	}
+}
+
+// A child that crashed MaxCrashes workers is buried by the take that
+// reaches it, and fails its run (fail-fast) as a child that ends dead
+// does: the take takes its waiting siblings out of their queue, and no
+// end of a taking reports those cancels; the take's worker must. Before,
+// the buried child counted dead and its two siblings nowhere.
+func TestHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	var ran atomic.Int32
+	kid := worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+		ran.Add(1)
+		return nil
+	})
+	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
+	})
+	flow := &worqr.Flow{Name: "pc", Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
+		Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, MaxCrashes: 2, Handler: kid}}, Handler: fan}}}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The children wait, untaken, until the first is made a poison one.
+	if err := in.Pause(ctx, "pc/kids"); err != nil {
+		t.Fatal(err)
+	}
+	wc := fastTimings(ns)
+	wc.EventInterval = 20 * time.Millisecond
+	wc.Flows = []*worqr.Flow{flow}
+	startWorker(t, ctx, pool, &wc)
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartRun(ctx, flow, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := pool.Get()
+	defer conn.Close()
+	waiting := ns + ":{pc}:q:kids"
+	var kids []string
+	wait(t, 10*time.Second, "the fan-out", func() bool {
+		kids, err = redis.Strings(conn.Do("LRANGE", waiting, 0, -1))
+		return err == nil && len(kids) == 3
+	})
+	// Its holders died twice (as the reaper counts them).
+	if _, err := conn.Do("HSET", ns+":{pc}:t:"+kids[0], "c", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Resume(ctx, "pc/kids"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if r, err := c.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
+		t.Fatalf("WaitRun: %+v %v; want failed", r, err)
+	}
+	count := func() (dead, cancelled int64) {
+		ms, err := in.History(ctx, "pc/kids", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			dead, cancelled = dead+m.Dead, cancelled+m.Cancelled
+		}
+		return dead, cancelled
+	}
+	wait(t, 10*time.Second, "the history of pc/kids", func() bool { d, _ := count(); return d >= 1 })
+	// The worker's events of that take are published together.
+	if d, k := count(); d != 1 || k != 2 || ran.Load() != 0 {
+		t.Errorf("history of pc/kids: %d dead, %d cancelled, %d ran; want 1 dead (the buried child), 2 cancelled (its waiting siblings), 0 ran", d, k, ran.Load())
+	}
+}
+
+// The same through a remote session: its take of the child queue buries
+// the poison child, and it reports the cancels of the siblings the run's
+// stop took out.
+func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "rpc", Stages: []worqr.Stage{
+		{Name: "split", Children: map[string]worqr.QueueConfig{"part": {MaxCrashes: 2}}},
+	}}
+	cfg := worqr.RemoteConfig{Flows: []*worqr.Flow{flow}}
+	cfg.EventInterval = 20 * time.Millisecond
+	b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
+	cf := &worqr.Flow{Name: "rpc", Stages: []worqr.Stage{
+		{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
+			Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
+	}}
+	if _, err := b.client.StartRun(ctx, cf, nil); err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "rpc/split", "rpc/part")
+	k := takeOne(t, s, "rpc/split", 0)
+	parts := []worqr.ChildSpec{{Queue: "part"}, {Queue: "part"}, {Queue: "part"}}
+	if out, err := s.FanOut(ctx, k.PID, nil, parts); err != nil || out != worqr.EventFannedOut {
+		t.Fatalf("fan-out = %q, %v", out, err)
+	}
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	conn := pool.Get()
+	defer conn.Close()
+	kids, err := redis.Strings(conn.Do("LRANGE", b.ns+":{rpc}:q:part", 0, -1))
+	if err != nil || len(kids) != 3 {
+		t.Fatalf("children waiting: %v %v", kids, err)
+	}
+	if _, err := conn.Do("HSET", b.ns+":{rpc}:t:"+kids[0], "c", 2); err != nil {
+		t.Fatal(err)
+	}
+	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "rpc/part", Max: 3}); err != nil || len(ks) != 0 {
+		t.Fatalf("take: %+v %v; want the poison child buried, its siblings stopped", ks, err)
+	}
+	count := func() (dead, cancelled int64) {
+		ms, err := b.insp.History(ctx, "rpc/part", 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			dead, cancelled = dead+m.Dead, cancelled+m.Cancelled
+		}
+		return dead, cancelled
+	}
+	wait(t, 10*time.Second, "the history of rpc/part", func() bool { d, _ := count(); return d >= 1 })
+	if d, k := count(); d != 1 || k != 2 {
+		t.Errorf("history of rpc/part: %d dead, %d cancelled; want 1 dead (the buried child), 2 cancelled (its waiting siblings)", d, k)
 	}
 }

@@ -387,6 +387,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 			buried++
 			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.member, "task_id", t.ID, "reason", t.Reason)
 			w.emit(Event{Kind: EventDead, Queue: q.member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			emitTakenOut(w.emit, q.qk.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
 		if s.Lost() {

@@ -61,6 +61,11 @@ func TestTakeBuriesOneChildPerCall(t *testing.T) {
 			if len(got) != 1 || got[0].ID != "r0.p" || got[0].Reason != crashed {
 				t.Fatalf("first take: %+v, want r0.p buried alone", got)
 			}
+			// Its run's stop took r0.q out of c1: the take says so (no end
+			// of a taking reports that cancel).
+			if want := []rdb.QueuedTask{{Queue: "c1", ID: "r0.q"}}; !reflect.DeepEqual(got[0].Stopped, want) {
+				t.Errorf("first take: stopped %+v, want %+v", got[0].Stopped, want)
+			}
 			left, _ := redis.Strings(f.do(t, "LRANGE", f.c1.Waiting, 0, -1), nil)
 			// r0's own second child was put back, then stopped with its run.
 			want := append(append(append([]string{}, poison[1:]...), rest[k-1]), rest[1:k-1]...)
@@ -75,6 +80,9 @@ func TestTakeBuriesOneChildPerCall(t *testing.T) {
 				got = take()
 				if len(got) != 1 || got[0].ID != poison[r] || got[0].Reason != crashed {
 					t.Fatalf("take %d: %+v, want %s buried alone", r+1, got, poison[r])
+				}
+				if want := []rdb.QueuedTask{{Queue: "c1", ID: rest[r]}}; !reflect.DeepEqual(got[0].Stopped, want) {
+					t.Errorf("take %d: stopped %+v, want %+v", r+1, got[0].Stopped, want)
 				}
 			}
 			if got = take(); len(got) != 0 {

@@ -625,8 +625,12 @@ type Taken struct {
 	ID string
 	// PID is "" when the task was buried instead (bad data, or too many
 	// crashes); Reason then says why.
-	PID         string
-	Reason      string
+	PID    string
+	Reason string
+	// Stopped are, for a buried flow child that failed its run
+	// (fail-fast), the siblings the run's stop took out of where they
+	// waited: no end of a taking reports their cancels.
+	Stopped     []QueuedTask
 	Payload     []byte
 	Attempt     int // failed attempts so far + 1
 	Crashes     int
@@ -831,6 +835,15 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 		t.PID, _ = redis.String(vals[i+1], nil)
 		if t.PID == "" {
 			t.Reason, _ = redis.String(vals[i+2], nil)
+			if ks, ok := vals[i+3].([]any); ok {
+				vs, err := redis.Strings(ks, nil)
+				if err != nil || len(vs)%2 != 0 {
+					return nil, 0, fmt.Errorf("rdb: take: stopped children of %s: %v %v", t.ID, ks, err)
+				}
+				for j := 0; j < len(vs); j += 2 {
+					t.Stopped = append(t.Stopped, QueuedTask{Queue: vs[j], ID: vs[j+1]})
+				}
+			}
 		} else {
 			switch pm, pair := vals[i+2].([]any); {
 			case stage:

@@ -43,7 +43,10 @@
 --   {id, pid, payload, attempt, crashes, max attempts ("" = default),
 --    timeout ms (""), parent run id ("" unless a flow child; with 'k<n>',
 --    for a task taken in a batch behind its key's head, the head's id)}
--- For an id buried instead of handed out, pid is "" and payload is the reason.
+-- For an id buried instead of handed out, pid is "" and payload is the reason;
+-- for a flow child that so failed its run (fail-fast), attempt is then the
+-- array of its siblings the run's stop took out of where they waited, as
+-- queue, id pairs (no end of a taking reports their cancels; "" for none).
 -- When a global limit cut the take, one more value ends the reply: the ms
 -- until the rate limit allows the next start, or -1 (the concurrency limit
 -- is reached: wait for a wake-up).

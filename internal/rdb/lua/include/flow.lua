@@ -318,7 +318,10 @@ end
 -- (running) fails; a child counts as failed in its run. in_child says the
 -- task was taken from a child queue: a child whose data is gone or corrupt
 -- (no F_PARENT) is then counted in the run its id names, if that run still
--- waits for it, so that the run never waits forever.
+-- waits for it, so that the run never waits forever. Returns, when the
+-- child failed its run (fail-fast), the siblings that took out of where
+-- they waited, as queue, id pairs (cancel_children): no end of a taking
+-- reports their cancels (the take's caller does).
 local function buried_in_flow(tkey, id, reason, pfx, tprefix, in_child)
   local t = redis.call('HMGET', tkey, F_RUN_STATUS, F_PARENT, F_RUN_RETENTION)
   local parent = t[2]
@@ -329,6 +332,7 @@ local function buried_in_flow(tkey, id, reason, pfx, tprefix, in_child)
     redis.call('HSET', tkey, F_RUN_STATUS, R_FAILED, F_FINISHED_AT, now_ms())
     index_expire(run_index_keys(tkey, pfx), id, now_ms() + (tonumber(t[3]) or 86400000))
   elseif parent then
-    child_ended(tprefix .. parent, parent, id, tkey, false, '', reason, pfx, tprefix)
+    local _, removed = child_ended(tprefix .. parent, parent, id, tkey, false, '', reason, pfx, tprefix)
+    return removed
   end
 end

@@ -385,11 +385,14 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     local reason = reasons[i]
     if reason then
       bury(k.dead, k.cfg, k.tprefix, id, reason, '', w)
-      buried_in_flow(tkey, id, reason, pfx, k.tprefix, mode == '2')
+      local stopped = buried_in_flow(tkey, id, reason, pfx, k.tprefix, mode == '2')
       out[#out + 1] = id
       out[#out + 1] = ''
       out[#out + 1] = reason
-      for _ = 1, 5 do out[#out + 1] = '' end
+      -- (A child that failed its run: the siblings its run's stop took out
+      -- of where they waited, queue, id pairs, for the caller to report.)
+      out[#out + 1] = stopped and #stopped > 0 and stopped or ''
+      for _ = 1, 4 do out[#out + 1] = '' end
     else
       local spid = string.format('%d', pid)
       if packed[i] then
