@@ -17,8 +17,26 @@ import (
 // One publication carries about maxEventBatchBytes of events at most; the
 // rest are counted in its EventDropped, so that events + dropped is what
 // was observed. 2,000 events with errors of 8 KiB (stack traces of
-// panicking handlers come close) were one PUBLISH of 16 MiB.
+// panicking handlers come close) were one PUBLISH of 16 MiB. The bound is
+// on the JSON published: an error's bytes that JSON escapes (an HTML
+// page's '<', '>' and '&', control bytes, bytes that are not UTF-8) take
+// 6 bytes each there, and errors of 8 KiB of them were publications of
+// 24 MiB (6 times the bound) when only their raw bytes were counted.
 func TestEventBatchIsBoundedInBytes(t *testing.T) {
+	for _, tc := range []struct{ name, unit string }{
+		{"plain", "s"},
+		{"html", "<"},
+		{"control", "\x01"},
+		{"not utf-8", "\xff"},
+		{"utf-8", "\u00e9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testEventBatchIsBoundedInBytes(t, strings.Repeat(tc.unit, maxErrorLen/len(tc.unit)))
+		})
+	}
+}
+
+func testEventBatchIsBoundedInBytes(t *testing.T, text string) {
 	pool := internalPool(t)
 	ns := redistest.Namespace()
 	st := rdb.NewStore(pool, ns)
@@ -33,7 +51,7 @@ func TestEventBatchIsBoundedInBytes(t *testing.T) {
 	}
 	b := &eventBus{st: st, interval: time.Hour, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 	const n = 2000
-	errText := errors.New(strings.Repeat("s", maxErrorLen))
+	errText := errors.New(text)
 	for range n {
 		b.add(Event{Kind: EventRetry, At: time.Now(), Queue: "q", TaskID: "t", PID: "1", WorkerID: "w", Err: errText})
 	}
@@ -59,5 +77,19 @@ func TestEventBatchIsBoundedInBytes(t *testing.T) {
 	}
 	if got+dropped != n || dropped == 0 {
 		t.Fatalf("published %d events and %d dropped, want %d in all, some dropped", got, dropped, n)
+	}
+}
+
+// jsonLen is the length of a string as the events' JSON escapes it.
+func TestJSONLenIsTheEscapedLength(t *testing.T) {
+	for _, s := range []string{"", "plain", "<a href=\"x\">&amp;</a>", "tab\tnl\ncr\r\b\f\x01\x1f\\",
+		"\xff\xfe caf\u00e9 \u2028\u2029 \U0001F600", "\xe2\x82"} {
+		q, err := appendJSONString(nil, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := jsonLen(s) + 2; got != len(q) {
+			t.Errorf("jsonLen(%q) + 2 = %d, want %d (%s)", s, got, len(q), q)
+		}
 	}
 }

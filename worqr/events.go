@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -56,11 +57,49 @@ func toWire(e Event) wireEvent {
 	return w
 }
 
-// wireSize is about the size of w's JSON (escapes not counted).
+// wireOf is e as published, and about the size of its JSON (wireSize).
+func wireOf(e Event) (wireEvent, int) {
+	w := toWire(e)
+	return w, w.wireSize()
+}
+
+// wireSize is about the size of w's JSON: its strings as escaped
+// (jsonLen), the rest estimated.
 func (w wireEvent) wireSize() int {
-	n := 96 + len(w.Kind) + len(w.WorkerID) + len(w.Queue) + len(w.TaskID) + len(w.PID) + len(w.Err)
+	n := 96 + len(w.Kind) + jsonLen(w.WorkerID) + jsonLen(w.Queue) + jsonLen(w.TaskID) + jsonLen(w.PID) + jsonLen(w.Err)
 	for _, d := range w.DeadWorkers {
-		n += len(d) + 3
+		n += jsonLen(d) + 3
+	}
+	return n
+}
+
+// jsonLen is the length of s in JSON, quotes left out, as
+// appendJSONString (encoding/json) escapes it: an error's '<', '>', '&',
+// control bytes and bytes that are not UTF-8 take 6 bytes each (\u003c,
+// \ufffd), and an error of 8 KiB of them 48 KiB.
+func jsonLen(s string) int {
+	n := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			switch {
+			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
+				n += 2
+			case c < 0x20 || c == '<' || c == '>' || c == '&':
+				n += 6
+			default:
+				n++
+			}
+			i++
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
+			n += 6
+		} else {
+			n += size
+		}
+		i += size
 	}
 	return n
 }
@@ -180,11 +219,11 @@ func (b *eventBus) add(e Event) {
 	defer b.mu.Unlock()
 	if len(b.buf) >= maxBufferedEvents {
 		b.dropped++
-	} else if w := toWire(e); b.size+w.wireSize() > maxEventBatchBytes {
+	} else if w, n := wireOf(e); b.size+n > maxEventBatchBytes {
 		b.dropped++
 	} else {
 		b.buf = append(b.buf, w)
-		b.size += w.wireSize()
+		b.size += n
 	}
 	// A recovery that requeued nothing (its takings were all cancelled)
 	// counts nothing.
