@@ -173,13 +173,17 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 			lo = ends[k-1]
 		}
 		var g *rdb.StepGuard
+		cctx := ctx
 		switch {
 		case guard != "" && len(ends) == 1:
-			g = &rdb.StepGuard{Key: guard, TTL: rdb.OneCallGuardTTL(ctx)}
+			var cancel context.CancelFunc
+			cctx, cancel = rdb.OneCallContext(ctx) // (the guard outlives the call)
+			defer cancel()
+			g = &rdb.StepGuard{Key: guard, TTL: rdb.OneCallGuardTTL(cctx)}
 		case guard != "":
 			g = &rdb.StepGuard{Key: guard, Step: k, Last: k == len(ends)-1}
 		}
-		res, err := c.st.EnqueueKeyStep(ctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, g)
+		res, err := c.st.EnqueueKeyStep(cctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, g)
 		if errors.Is(err, ErrNotReplicated) {
 			replica, err = err, nil // applied: carry on, say so at the end
 		}

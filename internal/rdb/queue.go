@@ -234,13 +234,33 @@ const stepGuardTTL = 5 * 60 * 1000
 // ctx outlives the call: past ctx's deadline, when it has one, by more
 // than the client takes to read it after a lost reply (StepsApplied),
 // else stepGuardTTL. Every such batch leaves one: a short TTL keeps few
-// of them in Redis when batches come fast.
+// of them in Redis when batches come fast. ctx is the call's, bounded by
+// OneCallContext: with no deadline, or one later than stepGuardTTL, a
+// reply lost on a connection gone silent is noticed when the guard may be
+// gone.
 func OneCallGuardTTL(ctx context.Context) time.Duration {
 	ttl := time.Duration(stepGuardTTL) * time.Millisecond
 	if dl, ok := ctx.Deadline(); ok {
 		ttl = min(ttl, time.Until(dl)+30*time.Second)
 	}
 	return max(ttl, 30*time.Second)
+}
+
+// oneCallMax bounds the call of a batch of one call (OneCallContext), so
+// that its guard, which lives stepGuardTTL at most, outlives the call's
+// deadline by 30 s.
+const oneCallMax = time.Duration(stepGuardTTL)*time.Millisecond - 30*time.Second
+
+// OneCallContext bounds ctx for the call of a batch of one call to
+// oneCallMax (4.5 min): its guard (OneCallGuardTTL of the context
+// returned) then outlives the call's deadline, and the client that closes
+// it after a lost reply finds it whenever the call applied. Without the
+// bound, a reply lost on a connection gone silent (a partition that drops
+// packets) was noticed when TCP gave up, about 15 minutes later: the guard
+// had expired, and the call, applied, was reported as not (0 enqueued; a
+// resend ran every task twice).
+func OneCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, oneCallMax)
 }
 
 // guardArgs are the step and last-step arguments of the enqueue scripts.
@@ -515,12 +535,16 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 	// once, after its last call (WAIT covers every write before it).
 	var one *StepGuard // the guard of a batch of one call
 	if len(ends) == 1 {
+		cctx := ctx
 		if len(ids) > 1 && a.UniqueKey == "" && a.UniqueKeys == nil && a.IDLockTTL == 0 {
 			// Its reply lost, the client closes the guard and reads
 			// whether the call applied: all its tasks, or none.
-			one = &StepGuard{Key: guard, TTL: OneCallGuardTTL(ctx)}
+			var cancel context.CancelFunc
+			cctx, cancel = OneCallContext(ctx)
+			defer cancel()
+			one = &StepGuard{Key: guard, TTL: OneCallGuardTTL(cctx)}
 		}
-		_, dups, err = s.enqueue(ctx, q, ids, payloads, 0, ends[0], a, one)
+		_, dups, err = s.enqueue(cctx, q, ids, payloads, 0, ends[0], a, one)
 	} else {
 		sc, as := args(0, 0, ends[0])
 		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
