@@ -11,7 +11,7 @@ import (
 // The guard of a batch of one call (EnqueueBatch, plain or keyed) must
 // outlive the call: after a lost reply the client closes it and reads
 // whether the call applied, and a guard gone reads as "not applied". Its
-// TTL is 30 s past the call's deadline, at most 5 min; a call with no
+// TTL is 30 s past the call's deadline (the call's own at most 30 s); a call with no
 // deadline, or a later one, waited on a connection gone silent until TCP
 // gave up (about 15 minutes), and a call applied was then reported as
 // not: 0 enqueued, and a resend ran every task twice. The call is bounded

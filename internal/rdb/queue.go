@@ -246,13 +246,17 @@ func OneCallGuardTTL(ctx context.Context) time.Duration {
 	return max(ttl, 30*time.Second)
 }
 
-// oneCallMax bounds the call of a batch of one call (OneCallContext), so
-// that its guard, which lives stepGuardTTL at most, outlives the call's
-// deadline by 30 s.
-const oneCallMax = time.Duration(stepGuardTTL)*time.Millisecond - 30*time.Second
+// oneCallMax bounds the call of a batch of one call, and each wait for a
+// step's reply of a longer one (OneCallContext), so that its guard, which
+// lives 30 s past that deadline (stepGuardTTL after each step applied),
+// outlives it. One call of at most 1,000 tasks or 4 MiB takes milliseconds:
+// 30 s is far past any healthy call, and keeps the guard that every batch
+// of one call leaves to a minute (at 1,000 batches a second, about 60,000
+// keys of a few dozen bytes).
+const oneCallMax = 30 * time.Second
 
 // OneCallContext bounds ctx for the call of a batch of one call to
-// oneCallMax (4.5 min): its guard (OneCallGuardTTL of the context
+// oneCallMax (30 s): its guard (OneCallGuardTTL of the context
 // returned) then outlives the call's deadline, and the client that closes
 // it after a lost reply finds it whenever the call applied. Without the
 // bound, a reply lost on a connection gone silent (a partition that drops
@@ -546,8 +550,14 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		}
 		_, dups, err = s.enqueue(cctx, q, ids, payloads, 0, ends[0], a, one)
 	} else {
+		// Each wait for a step's reply is bounded as a call of one is
+		// (OneCallContext): the guard, written again by each step applied
+		// and living stepGuardTTL, is then still there to close and read
+		// when a reply is found lost.
 		sc, as := args(0, 0, ends[0])
-		r, e := s.eval(ctx, q.Ref.Tag, sc, as...)
+		cctx, cancel := OneCallContext(ctx)
+		r, e := s.eval(cctx, q.Ref.Tag, sc, as...)
+		cancel()
 		_, dups, err = enqueueReply(r, e, 0)
 	}
 	if errors.Is(err, ErrSameTask) {
@@ -594,7 +604,9 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 		return done, dups, err
 	}
 	recv := func() error {
-		r, err := redis.ReceiveContext(c, ctx)
+		rctx, cancel := OneCallContext(ctx)
+		r, err := redis.ReceiveContext(c, rctx)
+		cancel()
 		_, more, err := enqueueReply(r, err, ends[received-1])
 		if err != nil {
 			return err
