@@ -100,9 +100,21 @@ func TestMoveCallThatGetsNoReplyDoesNotStopTheMover(t *testing.T) {
 	e.register(t, "A")
 	e.enqueueDue(t, e.q, 1000, "d1")
 
-	hp := &hangPool{pool: e.pool, hanging: make(chan struct{})}
-	const interval = 30 * time.Millisecond
-	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
+	runHung(t, e, "move")
+	// The hung call's bound is 300 ms here: the due task is moved soon
+	// after, by a later move of the same reaper.
+	waitWaiting(t, e, "d1", "due long ago, not moved within 5 s of a move call that got no reply")
+}
+
+// hungInterval is the reaper's interval of the hung-call tests.
+const hungInterval = 30 * time.Millisecond
+
+// runHung runs a reaper of e, its calls bounded to 300 ms, whose first
+// call of script gets no reply, until that call hangs.
+func runHung(t *testing.T, e *env, script string) {
+	t.Helper()
+	hp := &hangPool{pool: e.pool, script: script, hanging: make(chan struct{})}
+	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: hungInterval, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,17 +123,19 @@ func TestMoveCallThatGetsNoReplyDoesNotStopTheMover(t *testing.T) {
 	select {
 	case <-hp.hanging:
 	case <-time.After(5 * time.Second):
-		t.Fatal("the reaper never moved")
+		t.Fatalf("the reaper never called %s", script)
 	}
-	// The hung call's bound is 300 ms here: the due task is moved soon
-	// after, by a later move of the same reaper.
+}
+
+// waitWaiting waits up to 5 s until id alone waits in e's queue.
+func waitWaiting(t *testing.T, e *env, id, what string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for !reflect.DeepEqual(e.waiting(t, e.q), []string{"d1"}) {
+	for !reflect.DeepEqual(e.waiting(t, e.q), []string{id}) {
 		if time.Now().After(deadline) {
-			t.Fatalf("d1, due long ago, not moved within 5 s of a move call that got no reply: waiting = %v, scheduled = %v",
-				e.waiting(t, e.q), e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
+			t.Fatalf("%s, %s: waiting = %v, scheduled = %v", id, what, e.waiting(t, e.q), e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
 		}
-		time.Sleep(interval)
+		time.Sleep(hungInterval)
 	}
 }
 
@@ -146,25 +160,6 @@ func TestPassCallThatGetsNoReplyDoesNotStopRecovery(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	hp := &hangPool{pool: e.pool, script: "requeue", hanging: make(chan struct{})}
-	const interval = 30 * time.Millisecond
-	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.SetCallTimeout(300 * time.Millisecond)
-	runReapers(t, r)
-	select {
-	case <-hp.hanging:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the reaper never requeued")
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	for !reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("t1, held by a dead worker, not requeued within 5 s of a requeue call that got no reply: waiting = %v",
-				e.waiting(t, e.q))
-		}
-		time.Sleep(interval)
-	}
+	runHung(t, e, "requeue")
+	waitWaiting(t, e, "t1", "held by a dead worker, not requeued within 5 s of a requeue call that got no reply")
 }

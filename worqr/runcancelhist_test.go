@@ -109,15 +109,10 @@ func TestHistoryCountsTheSiblingsAFailedChildTookOut(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	var ran atomic.Int32
-	kid := worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+	flow := fanOfThree("ff", worqr.QueueConfig{Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
 		ran.Add(1)
 		return worqr.SkipRetry(errors.New("no")) // dead at once: the run fails
-	})
-	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
-		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
-	})
-	flow := &worqr.Flow{Name: "ff", Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
-		Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, Handler: kid}}, Handler: fan}}}
+	})})
 	wc := fastTimings(ns)
 	wc.EventInterval = 20 * time.Millisecond
 	wc.Flows = []*worqr.Flow{flow}
@@ -134,24 +129,8 @@ func TestHistoryCountsTheSiblingsAFailedChildTookOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if r, err := c.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
-		t.Fatalf("WaitRun: %+v %v; want failed", r, err)
-	}
-	count := func() (dead, cancelled int64) {
-		ms, err := in.History(ctx, "ff/kids", 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			dead, cancelled = dead+m.Dead, cancelled+m.Cancelled
-		}
-		return dead, cancelled
-	}
-	wait(t, 10*time.Second, "the history of ff/kids", func() bool { d, _ := count(); return d >= 1 })
-	// The worker's events of that end are published together.
-	if d, k := count(); d != 1 || k != 2 || ran.Load() != 1 {
+	waitFailed(t, ctx, c, flow, id)
+	if d, k := deadAndCancelled(t, ctx, in, "ff/kids"); d != 1 || k != 2 || ran.Load() != 1 {
 		t.Errorf("history of ff/kids: %d dead, %d cancelled, %d ran; want 1 dead (the child that failed), 2 cancelled (its waiting siblings), 1 ran", d, k, ran.Load())
 	}
 }
@@ -167,15 +146,10 @@ func TestHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	var ran atomic.Int32
-	kid := worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+	flow := fanOfThree("pc", worqr.QueueConfig{Concurrency: 1, MaxCrashes: 2, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
 		ran.Add(1)
 		return nil
-	})
-	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
-		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
-	})
-	flow := &worqr.Flow{Name: "pc", Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
-		Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 1, MaxCrashes: 2, Handler: kid}}, Handler: fan}}}
+	})})
 	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
@@ -211,24 +185,8 @@ func TestHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 	if err := in.Resume(ctx, "pc/kids"); err != nil {
 		t.Fatal(err)
 	}
-	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if r, err := c.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
-		t.Fatalf("WaitRun: %+v %v; want failed", r, err)
-	}
-	count := func() (dead, cancelled int64) {
-		ms, err := in.History(ctx, "pc/kids", 2)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range ms {
-			dead, cancelled = dead+m.Dead, cancelled+m.Cancelled
-		}
-		return dead, cancelled
-	}
-	wait(t, 10*time.Second, "the history of pc/kids", func() bool { d, _ := count(); return d >= 1 })
-	// The worker's events of that take are published together.
-	if d, k := count(); d != 1 || k != 2 || ran.Load() != 0 {
+	waitFailed(t, ctx, c, flow, id)
+	if d, k := deadAndCancelled(t, ctx, in, "pc/kids"); d != 1 || k != 2 || ran.Load() != 0 {
 		t.Errorf("history of pc/kids: %d dead, %d cancelled, %d ran; want 1 dead (the buried child), 2 cancelled (its waiting siblings), 0 ran", d, k, ran.Load())
 	}
 }
@@ -271,8 +229,37 @@ func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "rpc/part", Max: 3}); err != nil || len(ks) != 0 {
 		t.Fatalf("take: %+v %v; want the poison child buried, its siblings stopped", ks, err)
 	}
+	if d, k := deadAndCancelled(t, ctx, b.insp, "rpc/part"); d != 1 || k != 2 {
+		t.Errorf("history of rpc/part: %d dead, %d cancelled; want 1 dead (the buried child), 2 cancelled (its waiting siblings)", d, k)
+	}
+}
+
+// fanOfThree is a flow of one stage that fans out three children to its
+// child queue "kids", served as kids.
+func fanOfThree(name string, kids worqr.QueueConfig) *worqr.Flow {
+	fan := worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+		return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "kids"}, {Queue: "kids"}, {Queue: "kids"}}}, nil
+	})
+	return &worqr.Flow{Name: name, Stages: []worqr.Stage{{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1},
+		Children: map[string]worqr.QueueConfig{"kids": kids}, Handler: fan}}}
+}
+
+// waitFailed waits until run id of flow has failed.
+func waitFailed(t *testing.T, ctx context.Context, c *worqr.Client, flow *worqr.Flow, id string) {
+	t.Helper()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if r, err := c.WaitRun(wctx, flow, id); err != nil || r.Status != worqr.RunFailed {
+		t.Fatalf("WaitRun: %+v %v; want failed", r, err)
+	}
+}
+
+// deadAndCancelled adds up queue's history of the last two minutes, once
+// its dead count is at least one.
+func deadAndCancelled(t *testing.T, ctx context.Context, in *worqr.Inspector, queue string) (dead, cancelled int64) {
+	t.Helper()
 	count := func() (dead, cancelled int64) {
-		ms, err := b.insp.History(ctx, "rpc/part", 2)
+		ms, err := in.History(ctx, queue, 2)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,8 +268,6 @@ func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 		}
 		return dead, cancelled
 	}
-	wait(t, 10*time.Second, "the history of rpc/part", func() bool { d, _ := count(); return d >= 1 })
-	if d, k := count(); d != 1 || k != 2 {
-		t.Errorf("history of rpc/part: %d dead, %d cancelled; want 1 dead (the buried child), 2 cancelled (its waiting siblings)", d, k)
-	}
+	wait(t, 10*time.Second, "the history of "+queue, func() bool { d, _ := count(); return d >= 1 })
+	return count() // (the worker's events of one end or take are published together)
 }
