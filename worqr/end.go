@@ -192,10 +192,7 @@ func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rd
 	case errors.Is(herr, ErrGiveBack):
 		e = rdb.GiveBack(q.kind, t.worker, t.pid, t.ID)
 	default:
-		msg := herr.Error()
-		if len(msg) > maxErrorLen {
-			msg = msg[:maxErrorLen]
-		}
+		msg := clip(herr.Error())
 		maxAttempts := q.cfg.MaxAttempts
 		if taken.MaxAttempts > 0 {
 			maxAttempts = taken.MaxAttempts

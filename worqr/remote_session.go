@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/rs/xid"
 
@@ -806,11 +807,17 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 	})
 }
 
+// clip cuts an error's text to maxErrorLen bytes, as it is stored and
+// published, at a character's start.
 func clip(msg string) string {
-	if len(msg) > maxErrorLen {
-		return msg[:maxErrorLen]
+	if len(msg) <= maxErrorLen {
+		return msg
 	}
-	return msg
+	n := maxErrorLen
+	for n > 0 && !utf8.RuneStart(msg[n]) {
+		n-- // not inside a character: the cut text stays valid UTF-8
+	}
+	return msg[:n]
 }
 
 // ending adds what the queue's kind records to e (as a Worker's ending does).
