@@ -173,17 +173,17 @@ func (c *Client) enqueueKeyed(ctx context.Context, queue string, q *clientQueue,
 			lo = ends[k-1]
 		}
 		var g *rdb.StepGuard
-		cctx := ctx
-		switch {
-		case guard != "" && len(ends) == 1:
-			var cancel context.CancelFunc
-			cctx, cancel = rdb.OneCallContext(ctx) // (the guard outlives the call)
-			defer cancel()
-			g = &rdb.StepGuard{Key: guard, TTL: rdb.OneCallGuardTTL(cctx)}
-		case guard != "":
-			g = &rdb.StepGuard{Key: guard, Step: k, Last: k == len(ends)-1}
+		cctx, cancel := ctx, context.CancelFunc(func() {})
+		if guard != "" {
+			// Each call is bounded, so that the guard outlives it.
+			cctx, cancel = rdb.OneCallContext(ctx)
+			// (A batch of one call leaves its guard behind, not last: a
+			// lost reply is read from it.)
+			one := len(ends) == 1
+			g = &rdb.StepGuard{Key: guard, Step: k, Last: !one && k == len(ends)-1, OneCall: one}
 		}
 		res, err := c.st.EnqueueKeyStep(cctx, q.qk, opts.Key, ids[lo:hi], payloads[lo:hi], scores[lo:hi], args, g)
+		cancel()
 		if errors.Is(err, ErrNotReplicated) {
 			replica, err = err, nil // applied: carry on, say so at the end
 		}

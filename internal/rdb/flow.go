@@ -119,17 +119,29 @@ func runCancelled(r any, err error) (RunStop, error) {
 		return RunStop{}, nil
 	}
 	vals, err := redis.Values(r, nil)
-	if err != nil || len(vals) < 2 || len(vals)%2 != 0 {
+	if err != nil || len(vals) < 2 {
 		return RunStop{}, fmt.Errorf("rdb: run_cancel: unexpected reply %v (%v)", r, err)
 	}
-	vs, err := redis.Strings(vals[1:], nil)
+	stage, err := redis.String(vals[1], nil)
 	if err != nil {
-		return RunStop{}, fmt.Errorf("rdb: run_cancel: unexpected reply %v (%v)", r, err)
+		return RunStop{}, fmt.Errorf("rdb: run_cancel: stage: %w", err)
 	}
-	vs = append([]string{""}, vs...) // as the reply's positions
-	out := RunStop{Cancelled: true, Stage: vs[1]}
-	for i := 2; i < len(vs); i += 2 {
-		out.Children = append(out.Children, QueuedTask{Queue: vs[i], ID: vs[i+1]})
+	children, err := queuedTasks(vals[2:])
+	if err != nil {
+		return RunStop{}, fmt.Errorf("rdb: run_cancel: %w", err)
+	}
+	return RunStop{Cancelled: true, Stage: stage, Children: children}, nil
+}
+
+// queuedTasks reads a script's flat queue, id pairs.
+func queuedTasks(flat []any) ([]QueuedTask, error) {
+	vs, err := redis.Strings(flat, nil)
+	if err != nil || len(vs)%2 != 0 {
+		return nil, fmt.Errorf("queue, id pairs: %v (%v)", flat, err)
+	}
+	var out []QueuedTask
+	for i := 0; i < len(vs); i += 2 {
+		out = append(out, QueuedTask{Queue: vs[i], ID: vs[i+1]})
 	}
 	return out, nil
 }

@@ -35,7 +35,7 @@ func TestOneCallGuardOutlivesTheCall(t *testing.T) {
 			defer cancel()
 			cctx, ccancel := rdb.OneCallContext(ctx)
 			defer ccancel()
-			ttl := rdb.OneCallGuardTTL(cctx)
+			ttl := rdb.OneCallGuardTTL
 			dl, ok := cctx.Deadline()
 			if !ok {
 				t.Fatalf("the call has no deadline; its guard lives %v", ttl)

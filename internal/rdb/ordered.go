@@ -164,11 +164,7 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		args = append(args, sc)
 	}
 	step, last := g.guardArgs()
-	ttl := int64(stepGuardTTL)
-	if g != nil {
-		ttl = g.ttl()
-	}
-	args = append(args, step, ttl, last)
+	args = append(args, step, g.ttl(), last)
 	if mode == "read" {
 		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 	}

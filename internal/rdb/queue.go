@@ -126,7 +126,7 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 	for _, id := range ids[lo:hi] {
 		args = append(args, q.Task(id))
 	}
-	ttl := ""
+	ttl := "" // no guard
 	if g != nil {
 		args = append(args, g.Key)
 		args[0] = 4 + n
@@ -149,8 +149,8 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 // step deletes the guard. A plain EnqueueBatch of one call (2 to 1,000
 // tasks) carries one too, as step 0 and not last: it leaves the guard
 // saying "0" for its TTL, so that after a lost reply the client can tell
-// (StepsApplied) whether the call applied. Key is QueueKeys.StepsPrefix and an id of the
-// batch. The steps travel many at once, so without
+// (StepsApplied) whether the call applied. Key is QueueKeys.StepsPrefix
+// and an id of the batch. The steps travel many at once, so without
 // it those sent behind a step that Redis refused (an error reply: OOM, a
 // key of the wrong type) were applied all the same, and the batch's tasks
 // in the queue were no longer its first ones.
@@ -158,15 +158,16 @@ type StepGuard struct {
 	Key  string
 	Step int
 	Last bool
-	// TTL is how long the guard outlives the step that wrote it (0:
-	// stepGuardTTL).
-	TTL time.Duration
+	// OneCall: the guard of a batch of one call, which lives
+	// OneCallGuardTTL (every such batch leaves one), not stepGuardTTL.
+	OneCall bool
 }
 
-// ttl is g's TTL in ms.
+// ttl is how long g outlives the step that writes it, in ms (nil: no
+// guard is written; stepGuardTTL, as the scripts want an argument).
 func (g *StepGuard) ttl() int64 {
-	if g.TTL > 0 {
-		return g.TTL.Milliseconds()
+	if g != nil && g.OneCall {
+		return OneCallGuardTTL.Milliseconds()
 	}
 	return stepGuardTTL
 }
@@ -230,22 +231,6 @@ func (s *Store) StepsApplied(ctx context.Context, q QueueKeys, guard string, err
 // (ms): far more than the gap between two steps on the wire.
 const stepGuardTTL = 5 * 60 * 1000
 
-// OneCallGuardTTL is how long the guard of a batch of one call sent with
-// ctx outlives the call: past ctx's deadline, when it has one, by more
-// than the client takes to read it after a lost reply (StepsApplied),
-// else stepGuardTTL. Every such batch leaves one: a short TTL keeps few
-// of them in Redis when batches come fast. ctx is the call's, bounded by
-// OneCallContext: with no deadline, or one later than stepGuardTTL, a
-// reply lost on a connection gone silent is noticed when the guard may be
-// gone.
-func OneCallGuardTTL(ctx context.Context) time.Duration {
-	ttl := time.Duration(stepGuardTTL) * time.Millisecond
-	if dl, ok := ctx.Deadline(); ok {
-		ttl = min(ttl, time.Until(dl)+30*time.Second)
-	}
-	return max(ttl, 30*time.Second)
-}
-
 // oneCallMax bounds the call of a batch of one call, and each wait for a
 // step's reply of a longer one (OneCallContext), so that its guard, which
 // lives 30 s past that deadline (stepGuardTTL after each step applied),
@@ -255,9 +240,15 @@ func OneCallGuardTTL(ctx context.Context) time.Duration {
 // keys of a few dozen bytes).
 const oneCallMax = 30 * time.Second
 
+// OneCallGuardTTL is how long the guard of a batch of one call outlives
+// the call: past the call's deadline (OneCallContext: oneCallMax at most)
+// by more than the client takes to read it after a lost reply
+// (StepsApplied, 5 s at most).
+const OneCallGuardTTL = oneCallMax + 30*time.Second
+
 // OneCallContext bounds ctx for the call of a batch of one call to
-// oneCallMax (30 s): its guard (OneCallGuardTTL of the context
-// returned) then outlives the call's deadline, and the client that closes
+// oneCallMax (30 s): its guard (OneCallGuardTTL) then outlives the call's
+// deadline, and the client that closes
 // it after a lost reply finds it whenever the call applied. Without the
 // bound, a reply lost on a connection gone silent (a partition that drops
 // packets) was noticed when TCP gave up, about 15 minutes later: the guard
@@ -362,13 +353,9 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	}
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
-	ttl := int64(stepGuardTTL)
-	if g != nil {
-		ttl = g.ttl()
-	}
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
-		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, ttl)
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, g.ttl())
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -546,7 +533,7 @@ func (s *Store) EnqueueBatch(ctx context.Context, q QueueKeys, ids []string, pay
 			var cancel context.CancelFunc
 			cctx, cancel = OneCallContext(ctx)
 			defer cancel()
-			one = &StepGuard{Key: guard, TTL: OneCallGuardTTL(cctx)}
+			one = &StepGuard{Key: guard, OneCall: true}
 		}
 		_, dups, err = s.enqueue(cctx, q, ids, payloads, 0, ends[0], a, one)
 	} else {
@@ -872,12 +859,9 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 		if t.PID == "" {
 			t.Reason, _ = redis.String(vals[i+2], nil)
 			if ks, ok := vals[i+3].([]any); ok {
-				vs, err := redis.Strings(ks, nil)
-				if err != nil || len(vs)%2 != 0 {
-					return nil, 0, fmt.Errorf("rdb: take: stopped children of %s: %v %v", t.ID, ks, err)
-				}
-				for j := 0; j < len(vs); j += 2 {
-					t.Stopped = append(t.Stopped, QueuedTask{Queue: vs[j], ID: vs[j+1]})
+				var err error
+				if t.Stopped, err = queuedTasks(ks); err != nil {
+					return nil, 0, fmt.Errorf("rdb: take: stopped children of %s: %w", t.ID, err)
 				}
 			}
 		} else {
