@@ -372,9 +372,9 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	qk := q.qk
 	q.enqueue = &group.Group[[]byte, plainEnqueued]{
 		MaxBatch: 256, MaxInFlight: 2,
-		// Payload bytes weigh too, as EnqueueBatch's chunks do: 256
-		// Enqueues of 1 MiB at once were one call of 256 MiB, which held
-		// Redis for 300 ms (a batch always takes its first payload).
+		// Payload bytes weigh too, as EnqueueBatch's chunks do: a call
+		// carries at most MaxEnqueueChunkBytes, or one larger payload (a
+		// batch always takes its first), so that no call holds Redis long.
 		Weight: func(p []byte) int { return len(p) }, MaxWeight: rdb.MaxEnqueueChunkBytes,
 		Run: func(ctx context.Context, payloads [][]byte) ([]plainEnqueued, error) {
 			ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -767,8 +767,8 @@ func (c *Client) Peek(ctx context.Context, queue string, n int) ([]*TaskInfo, er
 }
 
 // pages reads entries [offset, offset+limit) of a list or sorted set with
-// read, in pages of at most rdb.BulkChunk (one LRANGE or ZRANGE of a
-// million entries held Redis for 55 ms), until a page comes short. The
+// read, in pages of at most rdb.BulkChunk (so that no LRANGE or ZRANGE
+// holds Redis long, however large limit is), until a page comes short. The
 // pages are not one instant's: an entry that moved between two of them
 // may be missing, and one met twice is listed once.
 func pages(offset, limit int, read func(offset, n int) (rdb.Span, error)) (rdb.Span, error) {

@@ -27,10 +27,9 @@ const maxKeptEventBytes = 4 << 20
 // maxEventBatchBytes bounds the events of one publication, about their
 // JSON's size (wireSize): more are counted in one EventDropped event, as
 // past maxBufferedEvents. Events carry their error (up to maxErrorLen
-// bytes each): 64 failed tasks whose handlers returned errors of 1 MiB
-// were one PUBLISH of 64 MiB, which held Redis for 177 ms and was past the
-// 32 MiB that Redis lets a subscriber fall behind by default (every
-// follower was disconnected, and missed it).
+// bytes each): without this bound one PUBLISH could hold Redis for long
+// and pass the 32 MiB a subscriber may fall behind by default, which
+// disconnects every follower.
 const maxEventBatchBytes = 4 << 20
 
 // wireEvent is an Event as it travels between processes (JSON).
@@ -140,10 +139,10 @@ type eventBus struct {
 
 // appendWireEvents appends batch as a JSON array to dst: the bytes
 // json.Marshal makes of it, without its reflection, and into a buffer the
-// bus keeps from one publication to the next (a busy worker publishes
-// thousands of events four times a second: with json.Marshal, growing and
-// clearing a fresh megabyte buffer each time was a tenth of its CPU). A
-// string that needs escaping goes through json.Marshal.
+// bus keeps from one publication to the next, so that a busy worker
+// (thousands of events four times a second) does not grow and clear a
+// fresh megabyte buffer each time. A string that needs escaping goes
+// through json.Marshal.
 func appendWireEvents(dst []byte, batch []wireEvent) ([]byte, error) {
 	dst = append(dst, '[')
 	var err error

@@ -20,16 +20,15 @@ const MaxFieldNameLen = 200
 // MaxStateFields is the most state fields one call writes: StartRun's
 // initial state, a stage's StageResult.Fields, a remote's Forward or
 // FanOut. They are written in the same atomic step as the start or the
-// stage's end, which must stay short (10,000 fields held Redis for 15 ms,
-// 1,000,000 for 1.4 s).
+// stage's end, which must stay short: Redis time grows with the fields.
 const MaxStateFields = 1000
 
 // MaxStageBytes bounds what one StartRun or one stage's end writes: the
 // state fields' names and values, and the fanned-out children's payloads
 // and metadata, together at most MaxStageBytes or, when it is larger,
 // Config.MaxPayloadBytes (so that a single payload the configuration
-// allows still fits). It is MaxEnqueueChunk's byte bound: a fan-out of
-// 1,000 children of 1 MiB held Redis for 4 s in one call.
+// allows still fits). It is an enqueue call's byte bound, so that a start or
+// a fan-out holds Redis no longer than one enqueue call does.
 const MaxStageBytes = 4 << 20
 
 // stageBudget is the most bytes one start or stage end writes.

@@ -138,10 +138,10 @@ func (c cronTicker) next(t int64) int64 {
 	// The cron library walks a day's hours by adding an hour of real time
 	// and rebuilds times with time.Date: across a change of the zone's
 	// offset by other than one hour (Australia/Lord_Howe's 30 minutes,
-	// Antarctica/Troll's two hours) it steps over matching times, even a day's or a month's only one
-	// (a daily 00:00 skipped the day after the change, a monthly one a
-	// whole month). Near such a change the ticks are found minute by
-	// minute instead; elsewhere its answer stands.
+	// Antarctica/Troll's two hours) it steps over matching times, even a
+	// day's or a month's only one (a daily 00:00 would miss the day after
+	// the change, a monthly one a whole month). Near such a change the
+	// ticks are found minute by minute instead; elsewhere its answer stands.
 	from := t
 	for {
 		n := ss.Next(time.UnixMilli(from).UTC())
