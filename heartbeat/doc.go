@@ -32,8 +32,8 @@
 // Timing: a worker beats every Interval (default 1 s) with a TTL (default 3
 // s). After a kill -9 its key expires within TTL; a reaper pass runs at
 // least every reaper interval (default 1 s), so its tasks are offered again
-// within TTL + reaper interval (about 4 s by default; the chaos suite's worst
-// case was 4.56 s, the wake-up's delivery included).
+// within TTL + reaper interval (about 4 s by default; docs/RELIABILITY.md
+// has the measured figures).
 //
 // A Lease is a session without a Keeper: its owner renews it by calling Beat
 // (a remote worker's beats arrive over the network). The same rules hold: a

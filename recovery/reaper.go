@@ -72,10 +72,9 @@ type Reaper struct {
 // batch), when the caller's context allows longer. A call whose reply
 // never comes (a connection that went silent: a partition that drops
 // packets, a virtual IP moved to another host) would otherwise wait until
-// TCP gives up, about 15 minutes: Run moves one at a time and waits for
-// its pass, and a lease holder whose move or pass hung kept the lease, so
-// no delayed task or retry became due, or no dead worker's task came back,
-// meanwhile.
+// TCP gives up, about 15 minutes, while its holder keeps the lease: no
+// delayed task or retry would become due, and no dead worker's task come
+// back, meanwhile.
 const CallTimeout = 5 * time.Second
 
 // New returns a reaper on pool.
