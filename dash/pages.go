@@ -607,7 +607,7 @@ func printable(b []byte) string {
 		return fmt.Sprintf("(%d bytes of binary) %x", len(b), b[:min(len(b), 256)])
 	}
 	// json.Indent keeps the payload's own text (numbers beyond 2^53,
-	// key order, "<" and "&"): a decode and re-encode changed them.
+	// key order, "<" and "&"), which a decode and re-encode would change.
 	var out bytes.Buffer
 	if json.Valid(b) && json.Indent(&out, bytes.TrimSpace(b), "", "  ") == nil {
 		return out.String()

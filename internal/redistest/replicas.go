@@ -460,10 +460,10 @@ func migrateSlot(ctx context.Context, slot int, from, to *Server, masters []*Ser
 	}
 	// The target's config epoch first becomes the greatest in the cluster
 	// (BUMPEPOCH), so that no stale claim of the slot by the source, still
-	// in flight in the gossip, can win it back: a node that already took
-	// the move could otherwise flip back to the source, which no longer
-	// claims the slot, and the two would each say the other serves it for
-	// good (seen in CI: a slot moved away and back by an earlier test).
+	// in flight in the gossip (a slot moved away and back leaves some), can
+	// win it back: a node that already took the move could otherwise flip
+	// back to the source, which no longer claims the slot, and the two
+	// would each say the other serves it for good.
 	if _, err := dst.Do("CLUSTER", "BUMPEPOCH"); err != nil {
 		return st, fmt.Errorf("bumpepoch: %w", err)
 	}
