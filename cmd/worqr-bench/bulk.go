@@ -42,7 +42,7 @@ const (
 	bulkBeat      = 100 * time.Millisecond
 	// probeEvery is the pause between the prober's PINGs.
 	probeEvery = time.Millisecond
-	// bulkCallLimitMs is the "no Redis call over a few milliseconds".
+	// bulkCallLimitMs is the bound on one Redis call: a few milliseconds.
 	bulkCallLimitMs = 5.0
 )
 

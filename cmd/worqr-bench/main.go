@@ -84,7 +84,7 @@ type options struct {
 	run workloads
 }
 
-// workloads says which measurements run. The letters are the issues'.
+// workloads says which measurements run, each named by a letter (-only).
 type workloads struct {
 	enqueue, drain, latency, commands, cpu, memory, recovery bool
 	// bulk (h) runs only when named: a million tasks take tens of seconds
@@ -429,9 +429,9 @@ func run(ctx context.Context, o *options) error {
 	return nil
 }
 
-// printTargets says which of the issues' targets the medians meet: those of
-// the first performance issue (loopback, saturated) and those of issue 11
-// (over a network, at a low rate) that can be stated against asynq or alone.
+// printTargets says which targets the medians meet: on loopback, saturated,
+// and over a network, at a low rate; those that can be stated against
+// asynq or alone.
 func printTargets(w io.Writer, o *options, wq, aq *Report) {
 	type target struct {
 		what string
@@ -507,8 +507,8 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 		ts = append(ts, target{"loopback drain at C=50 >= 5x asynq", ratio(o.drainKey("drain_jobs_per_s", 50), 5)})
 	}
 	// Targets against BullMQ, which this bench does not run: as multiples
-	// of asynq in this run, by BullMQ's ratio to asynq in issue 11's
-	// side-by-side runs (same harness, same Redis, both in one run).
+	// of asynq in this run, by BullMQ's ratio to asynq in side-by-side
+	// runs (same harness, same Redis, both in one run).
 	for _, b := range bullmqTargets {
 		if o.rtt != b.rtt || !slices.Contains(o.concurrencies, b.c) {
 			continue
@@ -555,9 +555,9 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 	}
 }
 
-// bullmqTargets are issue 11's drain targets against BullMQ 6.7, with the
-// jobs/s BullMQ and asynq 0.26 drained side by side in that issue's runs
-// (rtt 0: loopback; else the emulated 0.6 ms round trip).
+// bullmqTargets are the drain targets against BullMQ 6.7, with the jobs/s
+// BullMQ and asynq 0.26 drained side by side (rtt 0: loopback; else the
+// emulated 0.6 ms round trip).
 var bullmqTargets = []struct {
 	rtt           time.Duration
 	c             int

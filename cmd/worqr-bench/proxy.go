@@ -183,8 +183,8 @@ func (p *delayProxy) pipe(dst, src net.Conn) {
 // waits in epoll with a millisecond timeout, so 300 µs becomes about 1 ms.
 // nanosleep(2) holds this goroutine's thread instead (the runtime hands its P
 // to another thread if it needs one) and returns within the kernel's timer
-// slack and wake-up latency (on the VM of docs/BENCHMARKS.md a 300 µs
-// nanosleep took about 430 µs); calibrate makes up for that lateness.
+// slack and wake-up latency (on a VM, often over 100 µs); calibrate makes
+// up for that lateness.
 func sleepUntil(t time.Time) {
 	d := time.Until(t)
 	if d <= 0 {
@@ -260,13 +260,13 @@ func (p *proxyProc) stop() {
 	_ = p.cmd.Wait()
 }
 
-// calibrate sets the proxy's delay so that the median PING through it is
-// rtt more than the median PING straight to Redis: the proxy's own hops (two
-// more wake-ups per direction) and nanosleep's lateness come off the delay.
-// nanosleep's lateness is not linear in the time asked for (on the VM of
-// docs/BENCHMARKS.md any request under about 100 µs took about 150 µs), so it
-// bisects on [0, rtt/2] rather than subtracting what it measured. It returns
-// the medians measured at the delay it settled on.
+// calibrate sets the proxy's delay so that the median PING through it is rtt
+// more than the median PING straight to Redis: the proxy's own hops (two more
+// wake-ups per direction) and nanosleep's lateness come off the delay.
+// nanosleep's lateness is not linear in the time asked for (on a VM, every
+// short request takes about as long), so it bisects on [0, rtt/2] rather than
+// subtracting what it measured. It returns the medians measured at the delay
+// it settled on.
 func (p *proxyProc) calibrate(ctx context.Context, directURL string, rtt time.Duration) (direct, via time.Duration, err error) {
 	type point struct{ delay, direct, via time.Duration }
 	var best point

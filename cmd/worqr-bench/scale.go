@@ -25,20 +25,19 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// scaleMode runs the scale benchmark (issue 13, item 8): the same drain
-// workload on one Redis and on a Redis Cluster of -masters masters, from
-// -procs worker processes serving -queues-per-master queues per master
-// (their names chosen so that their hash tags spread evenly over the
-// masters). It reports throughput, the Redis CPU (INFO cpu, user + sys)
-// per job on each master, how the jobs and that CPU spread, and the worker
-// processes' CPU per job, so that what one more master gives can be
-// projected from per-master CPU per job when the clients are not the bound.
-// To tell apart where a cluster's extra CPU per job goes, it also drains on
-// a cluster of one master (-one-master, on by default), through a plain
-// pool on that node (-one-master-plain-pool) and with plain pub/sub on the
-// cluster (-plain-pubsub), and prints per setup the commands and script
-// calls per job, the PUBLISH and SPUBLISH calls and the cluster bus
-// messages of the drain.
+// scaleMode runs the scale benchmark: the same drain workload on one Redis and
+// on a Redis Cluster of -masters masters, from -procs worker processes serving
+// -queues-per-master queues per master (their names chosen so that their hash
+// tags spread evenly over the masters). It reports throughput, the Redis CPU
+// (INFO cpu, user + sys) per job on each master, how the jobs and that CPU
+// spread, and the worker processes' CPU per job, so that what one more master
+// gives can be projected from per-master CPU per job when the clients are not
+// the bound. To tell apart where a cluster's extra CPU per job goes, it also
+// drains on a cluster of one master (-one-master, on by default), through a
+// plain pool on that node (-one-master-plain-pool) and with plain pub/sub on
+// the cluster (-plain-pubsub), and prints per setup the commands and script
+// calls per job, the PUBLISH and SPUBLISH calls and the cluster bus messages
+// of the drain.
 //
 //	go run ./cmd/worqr-bench scale                      # 200,000 jobs, 3 reps, 3 setups, about 2-3 minutes
 //	go run ./cmd/worqr-bench scale -reps 3 -one-master-plain-pool -plain-pubsub
@@ -528,7 +527,7 @@ func joinf(xs []float64, f string) string {
 
 // plainPubSub hides a ClusterPool's sharded pub/sub: a store on it routes
 // each call by tag but publishes with PUBLISH, which a cluster broadcasts
-// to every node, and listens with SUBSCRIBE (worqr before sharded pub/sub).
+// to every node, and listens with SUBSCRIBE: what sharded pub/sub saves.
 type plainPubSub struct{ cp *worqr.ClusterPool }
 
 func (p plainPubSub) GetContext(ctx context.Context) (redis.Conn, error) { return p.cp.GetContext(ctx) }
