@@ -241,6 +241,10 @@ func (q QueueKeys) Packed(id string) (key, field string) {
 // queue.
 func (q QueueKeys) WorkerQueue(w string) string { return q.WorkerQueuePrefix + w }
 
+func (q QueueKeys) prefixes() []any {
+	return []any{q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix}
+}
+
 // ConsumerKeys are the keys of one indexed consumer: its queue (one task per
 // index in flight, id and payload the index in decimal) and its progress,
 // all under the queue's tag.

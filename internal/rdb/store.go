@@ -10,6 +10,7 @@ package rdb
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -214,6 +215,53 @@ func pipelineOn(ctx context.Context, c redis.Conn, cmds []command) ([]any, error
 		out[i] = r
 	}
 	return out, nil
+}
+
+// multi runs cmds on c in one MULTI/EXEC transaction (the keys of one
+// tag), sent as one pipeline: on a cluster the connection sends the whole
+// transaction again, ASKING first, if the slot moved. An error reply of one
+// of the commands is returned.
+func multi(ctx context.Context, c redis.Conn, cmds ...command) error {
+	all := make([]command, 0, len(cmds)+2)
+	all = append(all, cmdOf("MULTI"))
+	all = append(all, cmds...)
+	all = append(all, cmdOf("EXEC"))
+	rs, err := pipelineOn(ctx, c, all)
+	if err != nil {
+		return err
+	}
+	if len(rs) != len(all) {
+		return fmt.Errorf("rdb: transaction: %d replies for %d commands", len(rs), len(all))
+	}
+	exec, err := redis.Values(rs[len(rs)-1], nil)
+	if err != nil {
+		return fmt.Errorf("rdb: transaction: %w", err)
+	}
+	for _, r := range exec {
+		if e, ok := r.(redis.Error); ok {
+			return e
+		}
+	}
+	return nil
+}
+
+// perTag calls f once per hash tag of qs with the indexes of its queues, in
+// the order tags first appear.
+func (s *Store) perTag(qs []QueueKeys, f func(tag string, idx []int) error) error {
+	var tags []string
+	by := map[string][]int{}
+	for i, q := range qs {
+		if _, ok := by[q.Ref.Tag]; !ok {
+			tags = append(tags, q.Ref.Tag)
+		}
+		by[q.Ref.Tag] = append(by[q.Ref.Tag], i)
+	}
+	for _, t := range tags {
+		if err := f(t, by[t]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Pipeliner is a connection that runs a pipeline itself: a Redis Cluster

@@ -1,0 +1,335 @@
+package rdb
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/gomodule/redigo/redis"
+)
+
+// ErrLost is reported when the caller no longer owns a taking: nothing was
+// changed. Package worqr exports it as ErrTaskLost.
+var ErrLost = errors.New("worqr: task lost")
+
+// Ask is what the owner of a taking asks its end to record.
+type Ask string
+
+// The asks of an Ending.
+const (
+	AskDone  Ask = "done"  // the work is done (a stage: forward or fan out)
+	AskRetry Ask = "retry" // a failed attempt, to run again after a delay
+	AskDead  Ask = "dead"  // a failed attempt, to the dead set
+	AskBack  Ask = "back"  // give back: to the front of the queue, nothing counted
+	// AskExpire ends a taking the take found past its deadline (never
+	// run): expired, once the script confirms it on Redis's clock.
+	AskExpire Ask = "expire"
+	// AskCancel ends a taking the take found marked cancelled where it
+	// waited (never run): cancelled.
+	AskCancel Ask = "cancel"
+	AskLater  Ask = "later" // rate limited: to run again after a delay, no attempt counted
+)
+
+// Kind is the kind of queue a taking belongs to.
+type Kind string
+
+// The kinds of queue.
+const (
+	KindTask  Kind = "task"  // a stand-alone queue
+	KindStage Kind = "stage" // a flow's stage queue
+	KindChild Kind = "child" // a flow's child queue
+)
+
+// StageEnd is what a done stage records: fields merged into the run, then
+// either children fanned out or the run forwarded to Next.
+type StageEnd struct {
+	Next           string // "" after the last stage
+	FailFast       bool   // a dead child fails the run
+	RunRetentionMs int64
+	IndexBy        []string
+	Fields         []string // "f:"-prefixed name/value pairs
+	Children       []Child
+}
+
+// Child is one child task a stage fans out.
+type Child struct {
+	ID, Queue string
+	Payload   []byte
+	// Meta is stored with the child (FieldMeta) when not "", and handed
+	// out by its takes (Taken.Meta). Opaque to the scripts.
+	Meta string
+}
+
+// Ending is how one taking ends. Build it with Done, Retry, Dead or GiveBack.
+type Ending struct {
+	Kind         Kind
+	Worker, PID  string
+	ID           string
+	Ask          Ask
+	RetryDelayMs int64
+	Err          string
+	Result       []byte
+	Stage        *StageEnd // KindStage
+	Run          string    // KindChild: the child's run
+	// Batch (KindTask): the tasks taken behind this head in its batch
+	// (Taken.Head), in order. They end with it, in the same step, and only
+	// if every one of them is still owned; see WithBatch.
+	Batch []Member
+}
+
+// Member is a task taken in a batch behind its key's head, and the result
+// it records when the batch is done.
+type Member struct {
+	PID, ID string
+	Result  []byte
+}
+
+// WithBatch returns e (a head's ending) ending the tasks taken behind it
+// too: done, they are done; otherwise they go back to the front of their
+// key's list, in order, while the head ends as e asks (a retry counts a
+// failed attempt on each; a dead head resets their counters).
+func (e Ending) WithBatch(ms []Member) Ending {
+	e.Batch = ms
+	return e
+}
+
+// Done ends a taking whose work is done, with its result.
+func Done(k Kind, worker, pid, id string, result []byte) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskDone, Result: result}
+}
+
+// Retry ends a failed attempt that runs again after delayMs.
+func Retry(k Kind, worker, pid, id string, delayMs int64, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskRetry, RetryDelayMs: delayMs, Err: err}
+}
+
+// Dead ends a failed attempt in the dead set.
+func Dead(k Kind, worker, pid, id string, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskDead, Err: err}
+}
+
+// Expire ends a taking of a plain queue that was past its deadline when
+// taken.
+func Expire(worker, pid, id string) Ending {
+	return Ending{Kind: KindTask, Worker: worker, PID: pid, ID: id, Ask: AskExpire}
+}
+
+// NotRun ends a taking that is not to be run (Taken.Expired): as cancelled
+// when its cancel marked it where it waited (Taken.Cancelled: a task, or a
+// flow run or child whose run was cancelled or failed while it waited deep
+// in its list), else (a task of a plain queue) as expired.
+func NotRun(worker string, t Taken) Ending {
+	if t.Cancelled {
+		switch {
+		case t.Run != nil:
+			return Ending{Kind: KindStage, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel}
+		case t.Parent != "":
+			return Ending{Kind: KindChild, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel, Run: t.Parent}
+		}
+		return Ending{Kind: KindTask, Worker: worker, PID: t.PID, ID: t.ID, Ask: AskCancel}
+	}
+	return Expire(worker, t.PID, t.ID)
+}
+
+// Later schedules a taking to run again after delayMs without counting a
+// failed attempt (the handler was rate limited).
+func Later(k Kind, worker, pid, id string, delayMs int64, err string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskLater, RetryDelayMs: delayMs, Err: err}
+}
+
+// GiveBack puts a taking back at the front of its queue.
+func GiveBack(k Kind, worker, pid, id string) Ending {
+	return Ending{Kind: k, Worker: worker, PID: pid, ID: id, Ask: AskBack}
+}
+
+// Ended is what End recorded for one taking: its outcome (OutcomeLost when
+// the worker no longer owned it: nothing changed) and, for a flow child, its
+// run's (OutcomeLost when the run did not change).
+type Ended struct {
+	Outcome Outcome
+	Run     Outcome
+	// Members are the outcomes of an Ending's Batch, in order: done,
+	// cancelled, retry (back behind the head, which retries), requeued
+	// (back behind the head, given back or dead), or lost with the head.
+	Members []Outcome
+	// Stopped are the children of a child's run that its end took out of
+	// where they waited, when it failed the run (fail-fast): no end of a
+	// taking reports their cancels.
+	Stopped []QueuedTask
+}
+
+func appendList(args []any, vals []string) []any {
+	args = append(args, len(vals))
+	for _, v := range vals {
+		args = append(args, v)
+	}
+	return args
+}
+
+// End records the ends of takings of queue q in one script call: the one way
+// a taking ends. retentionMs is how long the queue keeps ended tasks. Each
+// taking is checked for ownership and answered on its own. While the store
+// waits for replicas (SetReplicas), a *ReplicaError comes with the outcomes:
+// the ends were recorded on the primary.
+func (s *Store) End(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending) ([]Ended, error) {
+	out, _, err := s.EndTake(ctx, q, retentionMs, es, nil)
+	return out, err
+}
+
+// EndTake is End, then, in the same script call, a take as Take(ctx, q,
+// *take) would run it (nothing when take is nil or take.Max is 0, or when
+// take.Until has passed: then no error, nothing taken). A worker refills the
+// slots its ends free without a round trip of its own.
+func (s *Store) EndTake(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending, take *TakeArgs) ([]Ended, []Taken, error) {
+	ended, taken, _, err := s.EndTakeWait(ctx, q, retentionMs, es, take)
+	return ended, taken, err
+}
+
+// EndTakeWait is EndTake, and says whether the queue's global limits cut
+// its take. A take with Max 0 takes nothing but still tells the script
+// the queue's flags (Limited: the ends announce freed slots).
+func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64, es []Ending, take *TakeArgs) ([]Ended, []Taken, LimitWait, error) {
+	var t TakeArgs
+	if take != nil {
+		t = *take
+	}
+	keys := make([]any, 0, 8+3*len(es))
+	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained, q.Holders, q.Seq, q.WorkerQueue(t.Worker))
+	args := make([]any, 0, 14+10*len(es))
+	args = append(args, q.TaskPrefix, q.WakeChannel)
+	args = append(args, q.prefixes()...)
+	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(s.tagged))
+	for _, e := range es {
+		keys = append(keys, q.WorkerQueue(e.Worker), q.Task(e.ID))
+		if e.Kind == KindChild {
+			keys = append(keys, q.Task(e.Run))
+		}
+		kind := string(e.Kind)
+		if len(e.Batch) > 0 && e.Kind == KindTask {
+			kind = "batch"
+			for _, m := range e.Batch {
+				keys = append(keys, q.Task(m.ID))
+			}
+		}
+		mark := len(args)
+		args = append(args, 0, kind, e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
+		if kind == "batch" {
+			args = append(args, len(e.Batch))
+			for _, m := range e.Batch {
+				args = append(args, m.PID, m.ID, m.Result)
+			}
+		}
+		switch e.Kind {
+		case KindChild:
+			args = append(args, e.Run)
+		case KindStage:
+			st := e.Stage
+			if st == nil {
+				st = &StageEnd{}
+			}
+			policy := "continue"
+			if st.FailFast {
+				policy = "failfast"
+			}
+			args = append(args, st.Next, policy, st.RunRetentionMs)
+			args = appendList(args, st.IndexBy)
+			args = appendList(args, st.Fields)
+			args = append(args, 4*len(st.Children))
+			for _, ch := range st.Children {
+				args = append(args, ch.ID, ch.Queue, ch.Payload, ch.Meta)
+			}
+		}
+		args[mark] = len(args) - mark - 1
+	}
+	// The keys a stage's end writes by name (the next stage's queue, each
+	// child's hash and queue) are declared after every taking's keys, so
+	// that a cluster checks them before the script runs; the script reaches
+	// them from the tag's prefixes.
+	for _, e := range es {
+		if e.Kind != KindStage || e.Stage == nil {
+			continue
+		}
+		seen := map[string]bool{}
+		if e.Stage.Next != "" && len(e.Stage.Children) == 0 {
+			keys = append(keys, q.QueuePrefix+e.Stage.Next)
+		}
+		for _, ch := range e.Stage.Children {
+			keys = append(keys, q.Task(ch.ID))
+			if !seen[ch.Queue] {
+				seen[ch.Queue] = true
+				keys = append(keys, q.QueuePrefix+ch.Queue)
+			}
+		}
+	}
+	if t.Max > 0 {
+		keys = append(keys, t.keys(q)...)
+	}
+	all := make([]any, 0, 1+len(keys)+len(args))
+	all = append(all, len(keys))
+	all = append(all, keys...)
+	all = append(all, args...)
+	r, err := s.evalAck(ctx, q.Ref.Tag, endScript, all...)
+	err, replica := splitReplica(err)
+	reply, err := redis.Values(r, err)
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	if len(reply) < 2 || len(reply) > 4 {
+		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2 to 4", len(reply))
+	}
+	codes, err := redis.Ints(reply[0], nil)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("rdb: end: %w", err)
+	}
+	if len(codes) != 2*len(es) {
+		return nil, nil, 0, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
+	}
+	out := make([]Ended, len(es))
+	for i := range out {
+		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
+	}
+	if len(reply) == 4 {
+		// The children ends took out of their queues: position, queue, id.
+		vs, err := redis.Strings(reply[3], nil)
+		if err != nil || len(vs)%3 != 0 {
+			return nil, nil, 0, fmt.Errorf("rdb: end: stopped children: %v %v", reply[3], err)
+		}
+		for j := 0; j < len(vs); j += 3 {
+			at, err := strconv.Atoi(vs[j])
+			if err != nil || at < 1 || at > len(out) {
+				return nil, nil, 0, fmt.Errorf("rdb: end: stopped child of taking %q", vs[j])
+			}
+			out[at-1].Stopped = append(out[at-1].Stopped, QueuedTask{Queue: vs[j+1], ID: vs[j+2]})
+		}
+	}
+	if len(reply) >= 3 {
+		// The outcomes of the batches' members, in order.
+		ms, err := redis.Ints(reply[2], nil)
+		if err != nil {
+			return nil, nil, 0, fmt.Errorf("rdb: end: members: %w", err)
+		}
+		for i, e := range es {
+			if e.Kind != KindTask || len(e.Batch) == 0 {
+				continue
+			}
+			if len(ms) < len(e.Batch) {
+				return nil, nil, 0, fmt.Errorf("rdb: end: %d member outcomes left for a batch of %d", len(ms), len(e.Batch))
+			}
+			out[i].Members = make([]Outcome, len(e.Batch))
+			for j := range e.Batch {
+				out[i].Members[j] = Outcome(ms[j])
+			}
+			ms = ms[len(e.Batch):]
+		}
+	}
+	vals, err := redis.Values(reply[1], nil)
+	if err != nil {
+		return out, nil, 0, fmt.Errorf("rdb: end: take: %w", err)
+	}
+	taken, wait, err := decodeTaken(vals, t)
+	if err != nil {
+		return out, nil, 0, err
+	}
+	return out, taken, wait, replica
+}
