@@ -11,18 +11,17 @@ const (
 	MaxTake = 1000
 	// RequeueChunk is the most takings one requeue script call puts back;
 	// Requeue calls it again until none are left. Each costs about ten
-	// commands, as a BulkStep's task does (1,000 took 7 to 15 ms).
+	// commands, as a BulkStep's task does.
 	RequeueChunk = 250
 	// RequeueWorkers is the most workers one requeue script call names:
-	// each call reads every worker it names, emptied or not (1,000 dead
-	// workers of one queue cost 3 ms a call before any taking moved).
+	// each call reads every worker it names, emptied or not, before it
+	// moves any taking.
 	RequeueWorkers = 100
 	// BulkChunk is the most tasks one page of a listing holds.
 	BulkChunk = 1000
 	// BulkStep is the most tasks one call of a bulk write handles (a
 	// dead-set operation, Bulk): each costs about ten commands, and no
-	// call may hold Redis for more than a few milliseconds (1,000 took 10
-	// to 17 ms).
+	// call may hold Redis for more than a few milliseconds.
 	BulkStep = 250
 	// EnqueueStep is the most tasks of one script call when a batch is
 	// larger than MaxEnqueueChunk and must be split anyway: short calls,

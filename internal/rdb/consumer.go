@@ -147,8 +147,8 @@ func (s *Store) MarkDone(ctx context.Context, c ConsumerKeys, first uint64, w, p
 // an index leaves the done set only in the call that moves the processed
 // index past it, and that index never goes back. Read in this order, a
 // done index is found in one place or the other whatever runs between the
-// reads; in the other order, that call run between them hid it from both
-// (a job run again after a crash would be processed twice).
+// reads; in the other order, that call run between them would hide it from
+// both (a job run again after a crash would be processed twice).
 func (s *Store) IndexDone(ctx context.Context, c ConsumerKeys, first, i uint64) (bool, error) {
 	replies, err := s.pipeline(ctx, c.Queue.Ref.Tag, []command{
 		cmdOf("SISMEMBER", c.Done, strconv.FormatUint(i, 10)),
@@ -175,9 +175,9 @@ func (s *Store) IndexDone(ctx context.Context, c ConsumerKeys, first, i uint64) 
 // ReadProgress returns consumer c's progress (first when none is stored).
 // Its two reads are one transaction (MULTI/EXEC): a record run between
 // them moves the processed index over finished indexes and takes them out
-// of the done set, and the old index read with the new set counted those
-// jobs in flight again (past MaxProcessing; read the other way round, a
-// count below zero). No order of two separate reads is right.
+// of the done set, and the old index read with the new set would count
+// those jobs in flight again (past MaxProcessing; read the other way
+// round, a count below zero). No order of two separate reads is right.
 func (s *Store) ReadProgress(ctx context.Context, c ConsumerKeys, first uint64) (ConsumerProgress, error) {
 	rs, err := s.pipeline(ctx, c.Queue.Ref.Tag, []command{
 		cmdOf("MULTI"),

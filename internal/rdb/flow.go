@@ -214,14 +214,13 @@ func (s *Store) Run(ctx context.Context, q QueueKeys, id string) (*RunRecord, er
 }
 
 // runScan is how many entries one HSCAN of a run reads: a run keeps the
-// records of every child it fanned out (about 3 fields each), and one
-// HGETALL of a run that fanned out 10 x 1,000 children held Redis for
-// 5.6 ms (19 ms inside a take's script).
+// records of every child it fanned out (about 3 fields each), so no
+// command may read a run whole.
 const runScan = 1000
 
 // runStepBytes is about how many bytes one HSCAN step of a run reads: a
-// run's state fields may hold up to MaxStageBytes each, and reading 64 of
-// 1 MiB in one command held Redis for 20 ms (see runScanner).
+// run's state fields may hold up to MaxStageBytes each, so a step bounded
+// by its count alone could read many MiB in one command (see runScanner).
 const runStepBytes = 1 << 20
 
 // runScanner chooses the COUNT of each HSCAN step of a run from the size
@@ -230,9 +229,9 @@ const runStepBytes = 1 << 20
 // first fields may be small and the next big). HSCAN reads whole buckets
 // of the hash: a step may read a few entries more than its COUNT. What it
 // calls big halves with each step that reads none as big: sized by the
-// biggest entry ever read, every step after one entry of 1 MiB read a
-// single entry, and a run of 20,000 small records and a state field of
-// 1 MiB took 5,558 round trips.
+// biggest entry ever read, one entry of 1 MiB would make every later step
+// read a single entry, and a run of many small records as many round
+// trips.
 type runScanner struct {
 	count int // of the next step
 	big   int // bytes of an entry deemed big (see add)
@@ -252,11 +251,11 @@ func (r *runScanner) add(kv []string) {
 // HSCAN of at most 1,000 entries and about 1 MiB (see runScanner: the first
 // step asks for one entry), so that no command grows with the run's
 // children or its state: a small hash (Redis's listpack encoding) comes
-// whole with the first. A
-// stage's taking whose run was too big to come with the take
-// (Taken.RunUnread) reads it here: its children have all ended (the run
-// moved on) and only that taking's end writes its fields, so the steps see
-// one state (but for a cancel of the run, which its handler is told of).
+// whole with the first. A stage's taking whose run was too big to come
+// with the take (Taken.RunUnread) reads it here: its children have all
+// ended (the run moved on) and only that taking's end writes its fields,
+// so the steps see one state (but for a cancel of the run, which its
+// handler is told of).
 func (s *Store) ReadRun(ctx context.Context, q QueueKeys, id string) (map[string]string, error) {
 	m := map[string]string{}
 	err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
@@ -311,8 +310,8 @@ func scanReply(r []any) (string, []string, error) {
 // runs), each run read by HSCAN in the steps ReadRun takes (a small run,
 // in Redis's listpack encoding, comes whole with the first; a big one in
 // steps of about 1 MiB, see runScanner), one step of every run not read
-// whole yet per pipeline: a first step of COUNT 1000 read a run holding
-// 300 children's results of 1 MiB in one command (182 ms).
+// whole yet per pipeline, so that no command reads much more than 1 MiB of
+// a run, however big its children's results.
 func (s *Store) Runs(ctx context.Context, q QueueKeys, ids []string) ([]*RunRecord, error) {
 	out := make([]*RunRecord, 0, len(ids))
 	for lo := 0; lo < len(ids); lo += RunPage {
@@ -358,8 +357,8 @@ func (s *Store) Runs(ctx context.Context, q QueueKeys, ids []string) ([]*RunReco
 }
 
 // RunPage is how many index entries one command of FindRuns reads, and
-// how many runs one pipeline of Runs reads: one ZRANGEBYSCORE of a whole
-// index held Redis for 3.4 ms per 100,000 runs (44 ms at a million).
+// how many runs one pipeline of Runs reads, so that no command grows with
+// the index (a whole index costs about 3.4 ms per 100,000 runs).
 var RunPage = 1000
 
 // FindRuns returns the ids of the runs indexed under prop = value that are
@@ -371,7 +370,7 @@ var RunPage = 1000
 // command grows with the index. The pages are not one snapshot, and are
 // not read by rank: a run read already that ends meanwhile moves down,
 // below the ranks read, and every entry between moves up one rank (a read
-// by rank passed over one). Each page starts after the last entry read
+// by rank would pass over one). Each page starts after the last entry read
 // that is still where it was read (same score), found again by its id:
 // what moves above it changes nothing, and an entry that moves down past
 // it is read again (the repeat is dropped). A run started during the read

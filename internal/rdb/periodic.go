@@ -74,8 +74,7 @@ func (s *Store) PauseSchedule(ctx context.Context, name string) (bool, error) {
 //
 // next was worked out from timing: when the schedule was re-registered
 // with another timing since it was read, nothing changes and
-// ErrTimingChanged
-// comes back (read it again).
+// ErrTimingChanged comes back (read it again).
 func (s *Store) ResumeSchedule(ctx context.Context, name, timing string, next int64) (bool, error) {
 	n, err := s.periodic(ctx, name, "resume", next, timing)
 	if n == -1 {

@@ -96,8 +96,8 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	// packed field is read before its hash, so that a take between the two
 	// reads shows the task running, not gone. Only the fields a record
 	// holds are read (and HLEN, for a hash holding none of them): a flow
-	// run keeps a record of every child it fanned out, and the HGETALL of
-	// a run of 10 x 1,000 children held Redis for 19 ms.
+	// run keeps a record of every child it fanned out, so its HGETALL
+	// grows with its children.
 	const per = 4
 	cmds := make([]command, 0, per*len(ids))
 	for _, id := range ids {
@@ -244,8 +244,8 @@ func (s *Store) Dead(ctx context.Context, q QueueKeys, offset, limit int) (Span,
 // first, and how many are kept. Only the entries not yet past their time
 // (Redis's clock) count: an entry past it names a task whose hash has
 // expired, and stays in the set until an ending trims it (at most
-// RETAIN_TRIM per call; a quiet queue after a burst of endings kept
-// hundreds of thousands of them). Two round trips: TIME, then the page.
+// RETAIN_TRIM per call, so a quiet queue after a burst of endings may keep
+// many). Two round trips: TIME, then the page.
 func (s *Store) Retained(ctx context.Context, q QueueKeys, offset, limit int) (Span, error) {
 	now, err := s.Time(ctx, q.Ref.Tag)
 	if err != nil {
@@ -402,11 +402,10 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 // DeleteNamespace deletes every key of the namespace, SCANning 1,000 at a
 // time (one UNLINK per batch), and returns how many it deleted. UNLINK,
 // not DEL: a key is one command however large its value, and DEL frees
-// the value before it returns (a dead set of a million held Redis for
-// about 120 ms), where UNLINK leaves a large one to a background thread.
-// On a Redis
-// Cluster (a pool that implements EachMaster) it scans every master and
-// deletes each batch one hash tag at a time.
+// the value before it returns, holding Redis as long as the value is
+// large, where UNLINK leaves a large one to a background thread. On a
+// Redis Cluster (a pool that implements EachMaster) it scans every master
+// and deletes each batch one hash tag at a time.
 func (s *Store) DeleteNamespace(ctx context.Context) (int, error) {
 	deleted := 0
 	if em, ok := s.pool.(EachMaster); ok {

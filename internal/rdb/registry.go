@@ -131,9 +131,9 @@ func (s *Store) Forget(ctx context.Context, ids []string) error {
 
 // KnownQueues returns every queue any worker of the namespace ever served.
 //
-// It reads the set with SSCAN, about 1,000 at a time: one SMEMBERS of
-// 100,000 queues held Redis for 16 ms, and the reaper reads it every pass.
-// A queue known for the whole read is listed once.
+// It reads the set with SSCAN, about 1,000 at a time, so that no command
+// grows with the number of queues (the reaper reads it every pass). A
+// queue known for the whole read is listed once.
 func (s *Store) KnownQueues(ctx context.Context) ([]QueueRef, error) {
 	seen := map[string]bool{}
 	var out []QueueRef

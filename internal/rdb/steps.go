@@ -16,10 +16,10 @@ import (
 // tasks) carries one too, as step 0 and not last: it leaves the guard
 // saying "0" for its TTL, so that after a lost reply the client can tell
 // (StepsApplied) whether the call applied. Key is QueueKeys.StepsPrefix
-// and an id of the batch. The steps travel many at once, so without
-// it those sent behind a step that Redis refused (an error reply: OOM, a
-// key of the wrong type) were applied all the same, and the batch's tasks
-// in the queue were no longer its first ones.
+// and an id of the batch. The steps travel many at once: the guard keeps
+// those sent behind a step that Redis refused (an error reply: OOM, a key
+// of the wrong type) from applying, so the batch's tasks in the queue are
+// always its first ones.
 type StepGuard struct {
 	Key  string
 	Step int
@@ -98,12 +98,11 @@ const OneCallGuardTTL = oneCallMax + 30*time.Second
 
 // OneCallContext bounds ctx for the call of a batch of one call to
 // oneCallMax (30 s): its guard (OneCallGuardTTL) then outlives the call's
-// deadline, and the client that closes
-// it after a lost reply finds it whenever the call applied. Without the
-// bound, a reply lost on a connection gone silent (a partition that drops
-// packets) was noticed when TCP gave up, about 15 minutes later: the guard
-// had expired, and the call, applied, was reported as not (0 enqueued; a
-// resend ran every task twice).
+// deadline, and the client that closes it after a lost reply finds it
+// whenever the call applied. Unbounded, a reply lost on a silent
+// connection (a partition that drops packets) is noticed only when TCP
+// gives up, minutes later, after the guard expired: an applied call would
+// be reported as not, and a resend would run every task twice.
 func OneCallContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(ctx, oneCallMax)
 }

@@ -14,12 +14,12 @@
 -- ARGV[1] "waiting" | "scheduled" | "keys"   ARGV[2] "delete" | "cancel"
 -- ARGV[3] chunk size   ARGV[4] task key prefix   ARGV[5..] with "keys": the
 -- keys (of an ordered queue) whose lists to empty
--- A call stops early at its byte bound (at least one task is handled): once
--- the payload bytes its cancels copy pass COPY_BYTES (a cancel makes a
--- loaded task's hash from its packed field: 250 loaded tasks of 1 MiB held
--- Redis for 343 ms), or those its deletes free pass FREE_BYTES (250
--- tasks of 1 MiB: 13 ms). The tasks behind a key's head it reaches are
--- not counted (they are no loaded tasks).
+-- A call stops early at its byte bound (at least one task is handled), so
+-- that no call holds Redis for more than a few ms whatever the payloads
+-- weigh: once the payload bytes its cancels copy pass COPY_BYTES (a cancel
+-- makes a loaded task's hash from its packed field), or those its deletes
+-- free pass FREE_BYTES. The tasks behind a key's head it reaches are not
+-- counted (they are no loaded tasks).
 -- Returns: {the number of tasks handled (the tasks waiting behind a key's
 -- head included), 1 when the call stopped at its byte bound (else 0)};
 -- fewer than the chunk size and 0 means none are left.

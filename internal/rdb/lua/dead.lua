@@ -22,10 +22,9 @@
 -- take the oldest first) is passed by its score: the entries from that
 -- score on, some refused before maybe seen again. ARGV[9], when given and
 -- not "", is a time (unix ms): only the entries dead before it are read, so
--- that a call that goes through the whole set (RequeueAllDead) does not
--- meet again the tasks it requeued that died again meanwhile (it went
--- round them for as long as they kept dying, running each again and
--- again).
+-- that a pass over the whole set (RequeueAllDead) never meets again the
+-- tasks it requeued that died again meanwhile, and ends even while they
+-- keep dying.
 -- A requeued task goes to the back of the queue (of its priority level)
 -- with its attempt and crash counts reset. A task of an ordered queue (one
 -- with a key) goes back under its key (see key_requeue); a deleted one that
@@ -34,12 +33,11 @@
 -- other children (it went on past a failed child: ContinueOnChildFailure);
 -- else (the run failed with it, was cancelled, or moved on) its requeue is
 -- refused: it would run and its result be thrown away. It stays dead.
--- A call stops early at its byte bound (at least one entry is handled):
--- once the payload bytes its merges copy pass COPY_BYTES, or those its
--- deletes free pass FREE_BYTES (a requeue of 250 dead tasks of 1 MiB
--- of one key, each merging into the key's waiting tail, held Redis for
--- 3.8 s; a delete of 250 tasks of 2 MiB 22 ms). The entries after the
--- last one read stay where they are, for the next call.
+-- A call stops early at its byte bound (at least one entry is handled), so
+-- that no call holds Redis for more than a few ms whatever the payloads
+-- weigh: once the payload bytes its merges copy pass COPY_BYTES, or those
+-- its deletes free pass FREE_BYTES. The entries after the last one read
+-- stay where they are, for the next call.
 -- Returns: {the number of tasks handled, the number of entries read, the
 -- score of the last id refused ("" for none), 1 when the call stopped at
 -- its byte bound (else 0), then the ids refused}.

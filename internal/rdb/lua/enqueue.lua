@@ -4,7 +4,7 @@
 -- enqueue: write task hashes and push their ids at the back of a queue (or
 -- into its scheduled set when delayed), then publish one wake-up carrying the
 -- number of tasks made available. The caller splits large batches (Go:
--- rdb.MaxEnqueueBatch), so that one call never holds Redis for long.
+-- rdb.MaxEnqueueChunk), so that one call never holds Redis for long.
 -- KEYS[1]      <ns>:{T}:q:<queue>     (list)  waiting ids (of the priority
 --              level: <ns>:{T}:q:<queue>:<level> for a level > 0)
 -- KEYS[2]      <ns>:{T}:s:<queue>     (zset)  scheduled ids by due time (ms)
@@ -50,9 +50,10 @@
 -- enqueue retried after its reply was lost: nothing new); {-3} when it was
 -- enqueued before with another payload (or a loaded task with this id
 -- waits packed); {-5} a step whose step before was not applied. Nothing is
--- written unless the enqueue succeeds. With "b": {m, i, holder, ...}: m tasks enqueued, and for
--- each task left out its position i in the call (1-based) and the id
--- holding its lock (a task earlier in the same call, maybe).
+-- written unless the enqueue succeeds. With "b": {m, i, holder, ...}: m
+-- tasks enqueued, and for each task left out its position i in the call
+-- (1-based) and the id holding its lock (a task earlier in the same call,
+-- maybe).
 local n = tonumber(ARGV[13])
 local first = 18
 local step = ARGV[15] ~= '' and tonumber(ARGV[15])

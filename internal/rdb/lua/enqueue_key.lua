@@ -31,8 +31,8 @@
 -- ARGV[12] n, then n ids, n payloads, n scores ("" = Redis time in ms)
 -- then three more: the step's number in a keyed batch sent in steps ("" =
 --         a call of its own), its guard's TTL ms, and "1" for the batch's
---         last step. With a step, the last
---         key is <ns>:{T}:eb:<batch> (string), the guard of the batch: step
+--         last step. With a step, the last key is <ns>:{T}:eb:<batch>
+--         (string), the guard of the batch: step
 --         k > 0 is applied only when it says step k-1 was (else {-5},
 --         nothing written); each step applied writes its number there, the
 --         batch's last deletes it (mode "add" only). So a client whose reply
@@ -104,7 +104,7 @@ while i <= n do
   local id = ARGV[12 + i]
   -- The tasks of this call that merge into the key's waiting tail merge
   -- together: its envelope is read and written once for all of them, not
-  -- once each (a call of 1,000 merging tasks held Redis for seconds).
+  -- once each, so a call copies it once however many of its tasks merge.
   local tail = merging and key_tail(tprefix, heads, list, okey)
   local merged = tail and key_merge_run(tprefix, tail, okey, entries, i) or 0
   if merged > 0 then

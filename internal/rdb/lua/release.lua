@@ -13,11 +13,11 @@
 -- Returns: {requeued, cancelled, seq, missing...}: cancelled lists the
 -- takings ended as cancelled (their cancel was asked) instead of put back,
 -- id and pid of each, and '' (the worker is the caller's), flat; seq is
--- the tag's taking
--- counter, so every taking recorded before this call (a hand-off whose
--- message is still on its way, say) has a pid at most seq; missing are the pids of
--- ARGV[3..] that KEYS[2] does not hold (ended, or lost: a take the old
--- primary acknowledged and never passed on before a failover). Idempotent.
+-- the tag's taking counter, so every taking recorded before this call (a
+-- hand-off whose message is still on its way, say) has a pid at most seq;
+-- missing are the pids of ARGV[3..] that KEYS[2] does not hold (ended, or
+-- lost: a take the old primary acknowledged and never passed on before a
+-- failover). Idempotent.
 local known = {}
 for i = 3, #ARGV do
   known[ARGV[i]] = true

@@ -41,9 +41,10 @@ else
 end
 if left then
   -- Left in its list for the take that reaches it, however long that
-  -- takes: the run is kept until then (its retention ran out first, and
-  -- the take buried its id as missing, an ended run in the dead set). The
-  -- end of that never-run taking (or its requeue) gives it its retention.
+  -- takes: the run is kept with no expiry until then (expired first, its
+  -- id would be buried by the take as missing: an ended run in the dead
+  -- set). The end of that never-run taking (or its requeue) gives it its
+  -- retention.
   redis.call('PERSIST', KEYS[1])
 end
 return out

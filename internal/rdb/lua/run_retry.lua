@@ -5,9 +5,9 @@
 -- stage whose fan-out failed (a child failed for good, fail-fast) runs
 -- again and fans out anew. The failed fan-out's records ('k:', 'kq:',
 -- 'kr:', 'ke:' per child) are forgotten, those of earlier stages' fan-outs
--- kept; the run's fan-out number ('kg')
--- stays, so no child of the failed fan-out can rejoin the run (dead.lua),
--- and one still running ends as cancelled (end.lua finds no record of it).
+-- kept; the run's fan-out number ('kg') stays, so no child of the failed
+-- fan-out can rejoin the run (dead.lua), and one still running ends as
+-- cancelled (end.lua finds no record of it).
 -- The run is running again, waiting at the back of the stage's queue with
 -- its attempt and crash counts reset, kept with no expiry and indexed as
 -- running, as a requeue from the dead set does.
@@ -41,8 +41,8 @@ if kl then
   end
 elseif failed_fanout then
   -- (A run failed before its fan-out was listed.) The failed fan-out's
-  -- children are those of the stage's child queues
-  -- (a child queue belongs to one stage of a flow): the queues of the
+  -- children are those of the stage's child queues (a child queue
+  -- belongs to one stage of a flow): the queues of the
   -- children it cancelled (pending when it failed) and of the child that
   -- failed it (dead, its hash naming the run's latest fan-out). When none
   -- can be told (that child's hash purged, and none pending), every child

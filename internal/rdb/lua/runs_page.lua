@@ -1,7 +1,7 @@
 -- runs_page: one page of a run index (FindRuns), read from the top down
 -- (ZRANGE ... REV: score, then id, descending) after the last entry read
 -- that is still where it was read. A page read by rank alone (start +=
--- page) passed over entries: a run read already that ends meanwhile moves
+-- page) would pass over entries: a run read already that ends meanwhile moves
 -- down, below the ranks read, and every entry between moves up one rank.
 -- The entry after which the page starts is found again by its id, so
 -- whatever moved above it changes nothing: an entry that moved down past

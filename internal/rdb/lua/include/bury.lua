@@ -5,8 +5,8 @@
 -- bury_forget deletes dead task id; the head of a key (blocked) lets the
 -- key's next task move up. UNLINK, not DEL: a dead flow run keeps the
 -- records of every child it fanned out (tens of thousands of fields), and
--- DEL frees them one by one before it returns (about 10 ms for 40,000);
--- Redis frees a value of more than 64 elements in its background thread.
+-- DEL frees them one by one before it returns, where Redis frees a value
+-- of more than 64 elements in its background thread.
 local function bury_forget(deadkey, tprefix, id)
   local okey = redis.pcall('HGET', tprefix .. id, F_KEY)
   if type(okey) == 'string' then
@@ -16,16 +16,16 @@ local function bury_forget(deadkey, tprefix, id)
 end
 
 -- TRIM_DEAD is the most deletions of each kind trim_dead makes per call:
--- each deletes a task's hash and what its key holds (a call of 1,000 took
--- 5 to 7 ms; no call may hold Redis for more than a few).
+-- each deletes a task's hash and what its key holds, and no call may hold
+-- Redis for more than a few milliseconds.
 local TRIM_DEAD = 250
 
 -- trim_dead enforces a dead set's caps (count, then age), at most
 -- TRIM_DEAD deletions of each kind per call. room (default 0) is how many
 -- entries about to be added the count must leave room for: bury trims
 -- before it adds, so that the entry it adds is never the one trimmed
--- (entries buried by one call share one time, and a tie is broken by id:
--- a stage's end then wrote its run's status into the deleted hash).
+-- (entries buried by one call share one time and ties break by id, and a
+-- stage's end still writes its run's status into the hash it buries).
 local function trim_dead(deadkey, cfgkey, tprefix, room)
   local max = cfg_num(cfgkey, 'dead_max', DEFAULT_DEAD_MAX)
   local age = cfg_num(cfgkey, 'dead_age', DEFAULT_DEAD_AGE)

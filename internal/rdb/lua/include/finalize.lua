@@ -12,13 +12,12 @@ local function release_unique(u, id)
 end
 
 -- RETAIN_TRIM is how many expired entries of retained sets one script call
--- trims at most. Entries expire in bulk: a million tasks that ended in a
--- burst expire together, and the next ending after that, however much
--- later, found them all (a single ZREMRANGEBYSCORE of a million entries
--- held Redis for about half a second; no call may hold it for more than a
--- few milliseconds). The rest go in the next calls, RETAIN_TRIM each (an
--- add trims more than it adds, so the set shrinks back); meanwhile an
--- expired id stays listed with no hash, as it did before between adds.
+-- trims at most, so that no call holds Redis for more than a few
+-- milliseconds: entries expire in bulk (the tasks that ended in a burst
+-- expire together, and the next ending finds them all). The rest go in the
+-- next calls, RETAIN_TRIM each (an add trims more than it adds, so the set
+-- shrinks back); meanwhile an expired id stays listed with no hash, as it
+-- does between any two adds.
 local RETAIN_TRIM = 1000
 
 -- finalize ends a task (done, cancelled or expired): its unique key is
@@ -27,8 +26,8 @@ local RETAIN_TRIM = 1000
 -- the caller read with the rest of the hash) and wins over the queue's. A
 -- kept task is listed in the queue's retained set retkey, scored by the
 -- time it expires (entries past it are trimmed here, at most RETAIN_TRIM
--- per script call, oldest first). The set lives as
--- long as its latest entry: the queue's retention from its last add, or,
+-- per script call, oldest first). The set lives as long as its latest
+-- entry: the queue's retention from its last add, or,
 -- after a task's own retention, at least that. okey is the task's key on an
 -- ordered queue (nil else): the key's next task moves up.
 local function finalize(tkey, id, u, state, retention, result, retkey, task_ms, okey)

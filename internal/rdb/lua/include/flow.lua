@@ -31,10 +31,9 @@ end
 
 -- INDEX_TRIM is how many entries of runs past their retention one script
 -- call drops from the index keys it touches at most, all of them together
--- (see index_trim): entries expire in bulk (the runs of a value that ended
--- in a burst), and a call that ends many runs (a worker's group commit of
--- 64 stage ends) dropped INDEX_TRIM per run: 64,000 held Redis for about
--- 40 ms.
+-- (see index_trim), not per run: entries expire in bulk (the runs of a
+-- value that ended in a burst), and one call may end many runs (a group
+-- commit of stage ends).
 local INDEX_TRIM = 1000
 
 -- index_trim drops from index key ix the entries of runs whose retention
@@ -42,7 +41,7 @@ local INDEX_TRIM = 1000
 -- the time their retention ends), at most what the script call may still
 -- drop of INDEX_TRIM. A key expires whole once its last run does, but a
 -- value that always has a run going (a tenant, a busy user) never lets
--- it, and kept one entry per run ever started under it. Called where an
+-- it, and would keep one entry per run ever started under it. Called where an
 -- entry is added or scored, so the index shrinks faster than it grows;
 -- FindRuns never reads these entries.
 local function index_trim(ix, now)
@@ -152,7 +151,8 @@ end
 -- or every pending child of its fan-out) may pass in LREMs: LREM compares
 -- each entry it passes (about 13 ms per million), a stage queue may hold a
 -- million runs, and a fan-out's 1,000 children wait in child queues that
--- other runs' children share, so one LREM per child held Redis for seconds.
+-- other runs' children share, so an unbounded LREM per child could hold
+-- Redis for seconds.
 local STOP_SCAN = 20000
 
 -- stop_task takes task id (hash tkey) of queue qname out of its waiting list
@@ -207,9 +207,9 @@ end
 -- the run ('kl', space-separated, written with 'kp' and dropped when the
 -- run moves on or ends), so they are read with two HMGETs of at most
 -- MaxChildren (1,000) fields each: the run's hash keeps the records of
--- every earlier fan-out ('k:', 'kq:', 'kr:', 'ke:' per child), and the
--- HGETALL of a run in its 10th fan-out of 1,000 held Redis for 24 ms. A
--- run fanned out before 'kl' existed is read whole, as it was then.
+-- every earlier fan-out ('k:', 'kq:', 'kr:', 'ke:' per child), so its
+-- HGETALL grows with every fan-out. A run fanned out before 'kl' existed
+-- is read whole.
 local function fanout_children(runkey)
   local out = {}
   local kl = latest_kl(runkey)

@@ -267,19 +267,18 @@ local function key_listed(tkey, id, okey, waiting)
   return list, id
 end
 
--- MERGE_MAX is the most distinct payloads a task gathers by merging. A
+-- MERGE_MAX is the most distinct payloads a task gathers by merging: a
 -- merge reads, sorts and writes the whole envelope (about 4 us per
--- payload): a key whose tail had gathered 100,000 payloads held Redis for a
--- second per enqueue. A payload that would pass it starts a new task
--- behind the full one instead (merging is a may: the order holds).
+-- payload), so it bounds the cost of every merge. A payload that would
+-- pass it starts a new task behind the full one instead (merging is a
+-- may: the order holds).
 local MERGE_MAX = 100
 
 -- MERGE_MAX_BYTES bounds the distinct payloads' bytes a task gathers by
 -- merging, as MERGE_MAX bounds their number: the envelope is read and
--- written whole by each merge, and 100 merges of 1 MiB payloads took a
--- minute of Redis time (1.3 s each at the end); at 4 MiB a dead task's
--- requeue merging into its key's tail still took 15 to 27 ms. It is what
--- one take hands out (TAKE_BYTES in take.lua). A task holding no payload
+-- written whole by each merge (and by a dead task's requeue merging into
+-- it), so its size is what each merge costs. It is what one take hands
+-- out (TAKE_BYTES in take.lua). A task holding no payload
 -- yet past it (a single larger payload) takes none more.
 local MERGE_MAX_BYTES = COPY_BYTES
 

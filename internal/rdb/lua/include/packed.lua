@@ -84,11 +84,11 @@ end
 
 -- packed_group groups n tasks by packed hash: their ids are argv[at ..
 -- at+n-1] (argv: the script's ARGV) and their payloads the n values after
--- them. It returns the hashes'
--- names in order of first use and, by name, {fields, at (each field's task
--- number, 1-based), pairs (field, payload, ...)}: what an HMGET and an HSET
--- of each hash need. The name of a hash is built once per run of ids that
--- share it (a chunk of consecutive xids touches one or two).
+-- them. It returns the hashes' names in order of first use and, by name,
+-- {fields, at (each field's task number, 1-based), pairs (field, payload,
+-- ...)}: what an HMGET and an HSET of each hash need. The name of a hash is
+-- built once per run of ids that share it (a chunk of consecutive xids
+-- touches one or two).
 local function packed_group(tp, argv, at, n)
   local groups, order = {}, {}
   local lastpfx, g

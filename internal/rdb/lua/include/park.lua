@@ -3,8 +3,9 @@
 -- handed tasks by the enqueue (see enqueue_hand.lua): field w of the park
 -- hash k.park holds "<until>|<cap>": w's deadline (unix ms, Redis time:
 -- no task is handed at or after it), or valid_ms from now if sooner (the
--- worker parks again at each poll, so a dead one is skipped that soon) and how many takings of the queue w
--- runs at once (the enqueue hands one only while w holds fewer). w joins
+-- worker parks again at each poll, so a dead one is skipped that soon),
+-- and how many takings of the queue w runs at once (the enqueue hands one
+-- only while w holds fewer). w joins
 -- the holder index here, once, so that what it is handed is reachable by
 -- the reaper. A queue that is paused, has priority levels in use or global
 -- limits is never handed to: w's field is removed instead (the calls that

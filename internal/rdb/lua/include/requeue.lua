@@ -83,9 +83,9 @@ local function requeue_batch(head, mine, gone, queue, cfg, retained, tprefix, cr
 end
 
 -- requeue_pids puts the takings held (a list of {pid = number, id = task
--- id, w = its worker or nil}) back at the front of queue (of its priority level's list), oldest
--- first. A task whose cancel was
--- asked ends as cancelled; a flow run that ended meanwhile is left as it is;
+-- id, w = its worker or nil}) back at the front of queue (of its priority
+-- level's list), oldest first. A task whose cancel was asked ends as
+-- cancelled; a flow run that ended meanwhile is left as it is;
 -- crashed counts a crash on each, once per dead worker: a zombie that took
 -- its own requeued task again before it noticed its death is not counted
 -- twice (F_CRASHED_ON remembers the last worker counted). Returns requeued

@@ -47,10 +47,9 @@ local function limit_allowance(k, w, max)
   if rate and rate > 0 and period and period > 0 then
     local now = now_ms()
     -- The starts that left the window are the log's first: at most
-    -- RATE_TRIM of them are trimmed per take, and those left are not
-    -- counted (a queue idle for most of a period after a burst of 100,000
-    -- starts found them all gone at once: one ZREMRANGEBYSCORE held
-    -- Redis for 17 ms; the next takes trim the rest).
+    -- RATE_TRIM of them are trimmed per take (after a burst, a whole
+    -- period's starts leave at once; the next takes trim the rest), and
+    -- those left are not counted.
     local gone = redis.call('ZCOUNT', k.rate, '-inf', now - period)
     local left = gone - math.min(gone, RATE_TRIM)
     if gone > left then
@@ -74,18 +73,17 @@ end
 
 -- RUN_INLINE is how many fields of run hashes a take of a stage queue hands
 -- out with its takings, in all: a run keeps the records of every child it
--- fanned out ('k:', 'kq:', 'kr:', 'ke:'), and the HGETALL of a run that
--- fanned out 10 x 1,000 children held Redis for 19 ms (a take of 100 runs
--- of 1,000 children, 230 ms). A run past what is left of it is handed out
--- as its number of fields instead: the worker reads it in steps (HSCAN,
+-- fanned out ('k:', 'kq:', 'kr:', 'ke:'), so its HGETALL grows with its
+-- children. A run past what is left of it is handed out as its number of
+-- fields instead: the worker reads it in steps (HSCAN,
 -- Store.ReadRun). Nothing changes it meanwhile but a cancel: its children
 -- have all ended (the run moved on) and only this taking's end writes
 -- its fields.
 local RUN_INLINE = 4000
 
 -- TAKE_BYTES bounds the payloads one take hands out (the first task goes
--- whatever its size): a script returns about 1 MiB in 2 ms, and a take of
--- 50 tasks of 1 MiB (the default MaxPayloadBytes) held Redis for 90 ms.
+-- whatever its size), so that no take holds Redis for more than a few ms
+-- however large its payloads: a script returns about 1 MiB in 2 ms.
 -- The tasks past it go back to the front of their lists, in their order,
 -- with a wake-up: the next take (this worker's or another's) goes on. A
 -- run handed out with its state counts its state's memory (MEMORY USAGE)
@@ -123,24 +121,24 @@ end
 -- worker and never loops: such a task goes to the dead set with the reason.
 -- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
 -- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
--- whole hash, or its number of fields past RUN_INLINE), '2' a child queue
--- (a child with metadata has {payload, metadata} in the payload slot). maxc: crash limit (0 = none). A task of a
--- task queue whose deadline (F_DEADLINE) has passed is handed out with
--- attempt 0: its worker ends it as expired without running it. pfx: the tag's
--- prefixes (see prefixes). mode may go on with 'm' (below), 'p<n>' (the
--- queue has priority levels 1..n: the lists <waiting>:<level> are taken
--- from first, highest level first, then the waiting list itself, level 0)
--- and 'l' (the queue may have global limits: see limit_allowance) and
--- 'k<n>' (batches per key: each key's head comes with up to n-1 tasks of
--- its key, see key_batch_read in key.lua, right after it in the reply,
--- the head's id in their eighth value) and 'h<n>:<ms>' (the worker runs n
--- takings of the queue at once: a take that finds fewer tasks than it asked
--- for parks it for ms, see park.lua; k.park and k.deadline are then set). A plain
--- queue's mode is one digit (and 'm'): its take runs exactly the commands it
--- ran before levels and limits existed. Returns the flat reply of take, or
--- nil, 'moved' when, with 'm', a task hash is on another cluster node (a
--- slot migration): then nothing changed. When a limit cut the take, the
--- reply ends with one more value, the wait (see limit_allowance).
+-- whole hash, or its number of fields past RUN_INLINE), '2' a child queue (a
+-- child with metadata has {payload, metadata} in the payload slot). maxc:
+-- crash limit (0 = none). A task of a task queue whose deadline (F_DEADLINE)
+-- has passed is handed out with attempt 0: its worker ends it as expired
+-- without running it. pfx: the tag's prefixes (see prefixes). mode may go on
+-- with 'm' (below), 'p<n>' (the queue has priority levels 1..n: the lists
+-- <waiting>:<level> are taken from first, highest level first, then the
+-- waiting list itself, level 0) and 'l' (the queue may have global limits:
+-- see limit_allowance) and 'k<n>' (batches per key: each key's head comes
+-- with up to n-1 tasks of its key, see key_batch_read in key.lua, right after
+-- it in the reply, the head's id in their eighth value) and 'h<n>:<ms>' (the
+-- worker runs n takings of the queue at once: a take that finds fewer tasks
+-- than it asked for parks it for ms, see park.lua; k.park and k.deadline are
+-- then set). A plain queue's mode is one digit (and 'm'): its take runs no
+-- command for levels, limits, batches or parking. Returns the flat reply of
+-- take, or nil, 'moved' when, with 'm', a task hash is on another cluster
+-- node (a slot migration): then nothing changed. When a limit cut the take,
+-- the reply ends with one more value, the wait (see limit_allowance).
 local function take_tasks(k, w, max, maxc, mode, pfx)
   -- mode may end with 'm' (the store runs on a Redis Cluster): then every
   -- task hash is read before anything is written, ids included. During a
@@ -344,12 +342,10 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   if mode == '2' then
     -- A child buried here counts as failed in its run, and a fail-fast
     -- run then stops its other children (up to STOP_SCAN list entries:
-    -- about 5 ms). One take buries at most one child, its last: the ids
-    -- behind it go back to the front of their lists, in their order, for
-    -- the takes that follow (told by a wake-up), where the stop finds its
-    -- run's other children. A crash storm of poison children buried 100
-    -- in one call, holding Redis for half a second, and handed out their
-    -- siblings taken with them, to run for a run that had failed.
+    -- about 5 ms). One take buries at most one child, its last, so that
+    -- it stops at most one run: the ids behind it go back to the front of
+    -- their lists, in their order, for the takes that follow (told by a
+    -- wake-up), where the stop finds its run's other children.
     local second
     for i = 1, #ids - 1 do
       if reasons[i] then
