@@ -1,5 +1,3 @@
-// Package rdb holds worqr's Redis plumbing: every key name, the Lua scripts and
-// their typed wrappers. It is internal: the public API lives in package worqr.
 package rdb
 
 import (
