@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -44,4 +45,53 @@ func ExampleScheduler() {
 	// Output:
 	// heartbeat -> pings cron="" every=10s zone="" missed=skip
 	// nightly-report -> reports cron="0 30 2 * * *" every=0s zone="Europe/Paris" missed=run_once
+}
+
+// A schedule enqueues one task per tick, once across every Scheduler of
+// the namespace; a worker runs it as any other task. The task of a tick has
+// the id "<schedule>.<tick in unix ms>".
+func ExampleSchedule() {
+	ctx := context.Background()
+	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: "example-schedule"}
+
+	ticks := make(chan *worqr.Task, 1)
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{
+		"maintenance": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			select {
+			case ticks <- t:
+			default: // a later tick, after the example stopped reading
+			}
+			return nil
+		})},
+	}})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer w.Stop(ctx)
+
+	s, err := worqr.NewScheduler(pool, &worqr.SchedulerConfig{
+		Config:       cfg,
+		Schedules:    []worqr.Schedule{{Name: "purge-sessions", Queue: "maintenance", Every: time.Second, Payload: []byte("purge")}},
+		PollInterval: 50 * time.Millisecond, // how late a tick may be enqueued (default 1s)
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer s.Stop(ctx)
+
+	t := <-ticks
+	fmt.Println(string(t.Payload), strings.HasPrefix(t.ID, "purge-sessions."))
+	// Output:
+	// purge true
 }
