@@ -42,6 +42,8 @@ func testMain(m *testing.M) int {
 	}
 	defer srv.Stop()
 	redisURL = srv.URL
+	// The examples read the server's address as a program would.
+	os.Setenv("WORQR_REDIS_URL", srv.URL)
 	return m.Run()
 }
 
