@@ -27,23 +27,23 @@ func TestReadAheadRule(t *testing.T) {
 		q    *queueRunner
 		want int
 	}{
-		{"default: Concurrency", &queueRunner{kind: rdb.KindTask, concurrency: 4}, 4},
-		{"ReadAhead set", &queueRunner{kind: rdb.KindTask, concurrency: 4, cfg: QueueConfig{ReadAhead: 7}}, 7},
-		{"ReadAhead negative", &queueRunner{kind: rdb.KindTask, concurrency: 4, cfg: QueueConfig{ReadAhead: -1}}, 0},
-		{"a flow stage", &queueRunner{kind: rdb.KindStage, concurrency: 4}, 0},
-		{"a flow's child queue", &queueRunner{kind: rdb.KindChild, concurrency: 4}, 0},
-		{"served by priority", &queueRunner{kind: rdb.KindTask, concurrency: 4, weight: 1}, 0},
-		{"concurrency 1", &queueRunner{kind: rdb.KindTask, concurrency: 1}, 0},
-		{"concurrency 1, ReadAhead set", &queueRunner{kind: rdb.KindTask, concurrency: 1, cfg: QueueConfig{ReadAhead: 3}}, 0},
-		{"a BatchHandler", &queueRunner{kind: rdb.KindTask, concurrency: 4,
-			cfg: QueueConfig{BatchHandler: BatchHandlerFunc(func(context.Context, *Batch) error { return nil })}}, 0},
+		{"default: Concurrency", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4}, 4},
+		{"ReadAhead set", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: 7}}, concurrency: 4}, 7},
+		{"ReadAhead negative", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: -1}}, concurrency: 4}, 0},
+		{"a flow stage", &queueRunner{queueEngine: queueEngine{kind: rdb.KindStage}, concurrency: 4}, 0},
+		{"a flow's child queue", &queueRunner{queueEngine: queueEngine{kind: rdb.KindChild}, concurrency: 4}, 0},
+		{"served by priority", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4, weight: 1}, 0},
+		{"concurrency 1", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 1}, 0},
+		{"concurrency 1, ReadAhead set", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: 3}}, concurrency: 1}, 0},
+		{"a BatchHandler", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask,
+			cfg: QueueConfig{BatchHandler: BatchHandlerFunc(func(context.Context, *Batch) error { return nil })}}, concurrency: 4}, 0},
 	} {
 		if got := aheadMax(c.q); got != c.want {
 			t.Errorf("%s: aheadMax %d, want %d", c.name, got, c.want)
 		}
 	}
 
-	q := &queueRunner{kind: rdb.KindTask, concurrency: 4, wake: make(chan struct{}, 1)}
+	q := &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4, wake: make(chan struct{}, 1)}
 	q.aheadMax = aheadMax(q)
 	q.runAvg.Store(int64(readAheadFast)) // as NewWorker starts it
 	if got := q.ahead(); got != 0 {

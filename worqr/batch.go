@@ -121,7 +121,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
 		if !q.returned(b.held) {
-			w.complete(s, q, b.tasks, rdb.NotRun(head.worker, headTaken), nil)
+			w.complete(s, q, b.tasks, q.notRun(head.worker, headTaken), nil)
 		}
 		return
 	}
@@ -182,7 +182,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 			return // lost in a failover: no end is sent (see run)
 		}
 		// The batch's attempt decides retry or dead, against the head's max.
-		at := *head
+		at := headTaken
 		at.Attempt = batch.Attempt
 		asked := err
 		if err == nil {
@@ -199,7 +199,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 			// counted (they did not fail).
 			asked = fmt.Errorf("%w: %w", ErrGiveBack, err)
 		}
-		e := w.ending(q, headTaken, &at, asked)
+		e := q.decide(head.worker, at, asked, head.result, w.cfg.Logger)
 		if len(b.tasks) > 1 {
 			ms := make([]rdb.Member, len(b.tasks)-1)
 			for i, t := range b.tasks[1:] {

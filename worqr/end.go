@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"runtime/debug"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -14,21 +12,17 @@ import (
 )
 
 // endWeight weighs an ending in its group's end call, which holds at most
-// rdb.MaxTake of weight (and always its first ending): one per taking it
-// ends (a batch per key ends all its takings, as a take hands them out),
-// plus the children a stage's fan-out creates and the fields it writes,
-// plus, for a child's ending that may fail its run (dead, or cancel), the
-// children that failing stops: a fail-fast run's end stops every pending
-// child of its fan-out (about 4 ms for 1,000). The ending does not know its
-// run's fan-out, so it weighs the most a fan-out has (MaxChildren): such an
-// ending has a call of its own. Grouped fan-outs of MaxChildren children
-// each held Redis for hundreds of milliseconds in one call, and so did 100
-// children failing their runs together (0.6 to 0.9 s).
+// rdb.MaxTake of weight (and always its first ending), so that no end call
+// holds Redis for more than a few milliseconds. It weighs one per taking
+// it ends (a batch per key ends all its takings), plus the children a
+// stage's fan-out creates and the fields it writes, plus, for a child's
+// ending that may fail its run (dead, or cancel), the children that
+// failing stops: the ending does not know its run's fan-out, so it weighs
+// the most a fan-out has (MaxChildren) and gets a call of its own.
 //
-// The bytes an ending writes weigh too, one per endByteUnit, so that one
-// call carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue
-// call does: 64 ends of 1 MiB results each were one call of 64 MiB, which
-// held Redis for 106 ms.
+// The bytes an ending writes weigh one per endByteUnit, so that one call
+// carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue call
+// does.
 func endWeight(e rdb.Ending) int {
 	n := 1 + len(e.Batch)
 	size := len(e.Result) + len(e.Err)
@@ -62,65 +56,59 @@ const endByteUnit = rdb.MaxEnqueueChunkBytes / rdb.MaxTake
 // batch of tasks, not two.
 func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 	retention := q.cfg.Retention.Milliseconds()
-	return &group.Group[rdb.Ending, endDone]{
-		MaxBatch: 64, MaxInFlight: 2,
-		Weight: endWeight, MaxWeight: rdb.MaxTake,
-		Run: func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			s, take := w.refill(q, es)
+	return newEndGroup(func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
+		s, take := w.refill(q, es)
+		if take != nil {
+			// Until its takings are launched (see takeMu).
+			q.takeMu.RLock()
+			defer q.takeMu.RUnlock()
+			if q.unsureFor(s.ID()) != "" {
+				take = nil // a release is due first
+			} else if q.takesOver {
+				// Stop began after refill: it waited for the takes
+				// already under way (takeMu) before it unparks and
+				// requeues, so none may start now.
+				take = nil
+			}
+		}
+		call := take
+		if call == nil && q.limited.Load() {
+			// Takes nothing; tells the script that the queue may have
+			// limits, so that the slots freed are announced.
+			call = &rdb.TakeArgs{Limited: true}
+		}
+		hints := q.hints.Load()
+		ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
+		var replica error
+		if errors.Is(err, ErrNotReplicated) {
+			// Recorded on the primary: the takings are ended (an end
+			// tried again would find them lost); complete says so.
+			replica, err = err, nil
+		}
+		if err != nil {
 			if take != nil {
-				// Until its takings are launched (see takeMu).
-				q.takeMu.RLock()
-				defer q.takeMu.RUnlock()
-				if q.unsureFor(s.ID()) != "" {
-					take = nil // a release is due first
-				} else if q.takesOver {
-					// Stop began after refill: it waited for the takes
-					// already under way (takeMu) before it unparks and
-					// requeues, so none may start now.
-					take = nil
-				}
+				// The take may have been applied with the reply
+				// lost: release before the queue is taken from again.
+				q.setUnsure(s.ID())
+				q.hint()
 			}
-			call := take
-			if call == nil && q.limited.Load() {
-				// Takes nothing; tells the script that the queue may have
-				// limits, so that the slots freed are announced.
-				call = &rdb.TakeArgs{Limited: true}
+			return nil, err
+		}
+		if take != nil {
+			q.limitWait(wait, hints)
+			full := heads(taken) == take.Max && wait == 0
+			q.tookShort(full, hints)
+			if _, buried := w.launch(s, q, taken, launchAny); buried > 0 || full {
+				q.hint() // slots left by buried ids, or more may wait
 			}
-			hints := q.hints.Load()
-			ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
-			var replica error
-			if errors.Is(err, ErrNotReplicated) {
-				// Recorded on the primary: the takings are ended (an end
-				// tried again would find them lost); complete says so.
-				replica, err = err, nil
-			}
-			if err != nil {
-				if take != nil {
-					// The take may have been applied with the reply
-					// lost: release before the queue is taken from again.
-					q.setUnsure(s.ID())
-					q.hint()
-				}
-				return nil, err
-			}
-			if take != nil {
-				q.limitWait(wait, hints)
-				full := heads(taken) == take.Max && wait == 0
-				q.tookShort(full, hints)
-				if _, buried := w.launch(s, q, taken, launchAny); buried > 0 || full {
-					q.hint() // slots left by buried ids, or more may wait
-				}
-			}
-			emitStopped(w.emit, q.qk.Ref.Tag, ended)
-			out := make([]endDone, len(ended))
-			for i, e := range ended {
-				out[i] = endDone{Ended: e, replica: replica}
-			}
-			return out, nil
-		},
-	}
+		}
+		emitStopped(w.emit, q.qk.Ref.Tag, ended)
+		out := make([]endDone, len(ended))
+		for i, e := range ended {
+			out[i] = endDone{Ended: e, replica: replica}
+		}
+		return out, nil
+	})
 }
 
 // emitStopped reports, through emit, the cancels of the waiting children
@@ -182,61 +170,6 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 
 // maxErrorLen caps the error text stored with a task.
 const maxErrorLen = 8 << 10
-
-// ending turns a handler's return into how its taking ends.
-func (w *Worker) ending(q *queueRunner, taken rdb.Taken, t *Task, herr error) rdb.Ending {
-	var e rdb.Ending
-	switch {
-	case herr == nil:
-		e = rdb.Done(q.kind, t.worker, t.pid, t.ID, t.result)
-	case errors.Is(herr, ErrGiveBack):
-		e = rdb.GiveBack(q.kind, t.worker, t.pid, t.ID)
-	default:
-		msg := clip(herr.Error())
-		maxAttempts := q.cfg.MaxAttempts
-		if taken.MaxAttempts > 0 {
-			maxAttempts = taken.MaxAttempts
-		}
-		var ra *RetryAfterError
-		var rl *RateLimitedError
-		switch {
-		case errors.As(herr, &rl) && !errors.Is(herr, ErrSkipRetry):
-			e = rdb.Later(q.kind, t.worker, t.pid, t.ID, max(rl.Delay.Milliseconds(), 1), msg)
-		case errors.Is(herr, ErrSkipRetry) || t.Attempt >= maxAttempts:
-			e = rdb.Dead(q.kind, t.worker, t.pid, t.ID, msg)
-		case errors.As(herr, &ra):
-			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(ra.Delay.Milliseconds(), 0), msg)
-		default:
-			e = rdb.Retry(q.kind, t.worker, t.pid, t.ID, max(retryWait(&q.cfg, t.Attempt, herr, w.cfg.Logger).Milliseconds(), 0), msg)
-		}
-	}
-	switch q.kind {
-	case rdb.KindStage:
-		e.Stage = &rdb.StageEnd{
-			Next: q.nextStage(), FailFast: !q.flow.Stages[q.stage].ContinueOnChildFailure,
-			RunRetentionMs: q.flow.Retention.Milliseconds(), IndexBy: q.flow.IndexBy,
-		}
-	case rdb.KindChild:
-		e.Run = taken.Parent
-	}
-	return e
-}
-
-// retryWait is cfg.Backoff's wait after failed attempt number attempt. A
-// Backoff that panics is the user's code failing on the way of a failed
-// attempt, as a handler's panic is: the attempt is retried after
-// DefaultBackoff, and the panic logged (it ran outside the handler's
-// recover, and took the whole process down with every other handler).
-func retryWait(cfg *QueueConfig, attempt int, err error, log *slog.Logger) (d time.Duration) {
-	defer func() {
-		if v := recover(); v != nil {
-			log.Error("worker: QueueConfig.Backoff panicked; the default backoff applies", "attempt", attempt,
-				"err", &PanicError{Value: v, Stack: debug.Stack()})
-			d = DefaultBackoff(attempt, err)
-		}
-	}()
-	return cfg.Backoff(attempt, err)
-}
 
 // asked is the outcome an ending asks for (a cancel asked meanwhile would
 // have made it OutcomeCancelled).
@@ -366,7 +299,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 // reads cancelled (a cancel asked while it ran wins over any end). A task
 // no retention keeps leaves nothing to read: what it asked, then.
 func (w *Worker) appliedOutcome(qk rdb.QueueKeys, id string, e rdb.Ending) rdb.Outcome {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	return readAppliedOutcome(ctx, w.st, qk, id, e)
 }
@@ -381,7 +314,7 @@ func readAppliedOutcome(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, id
 // appliedBefore reports whether session s is still alive in Redis (and not
 // retired here): then a taking of s that vanished was ended by s itself.
 func (w *Worker) appliedBefore(s *heartbeat.Session) (bool, error) {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	alive, err := w.reg.Alive(ctx, []string{s.ID()})
 	if err != nil {

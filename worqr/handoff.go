@@ -3,7 +3,6 @@ package worqr
 import (
 	"context"
 	"sync"
-	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -139,7 +138,7 @@ func (w *Worker) releaseEnd(s *heartbeat.Session, q *queueRunner, known []string
 // hand-off whose message was lost, or a take whose reply was: the queue is
 // made unsure, and its fetch loop releases it.
 func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	held, err := w.st.Holdings(ctx, q.qk, s.ID())
 	if err != nil {

@@ -250,20 +250,15 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 // group its ends share (every session's ends of the queue, one script call
 // per batch).
 type remoteQueue struct {
-	name  string // "<queue>" or "<flow>/<queue>"
-	kind  rdb.Kind
-	flow  *Flow
-	stage int
-	qk    rdb.QueueKeys
-	cfg   QueueConfig
-	ends  *group.Group[rdb.Ending, rdb.Ended]
+	// queueEngine: the queue's keys, config, place in a flow and flags
+	// (read when a session first asks for it and by pauseLoop), shared
+	// with a Worker's runners. Its member is "<queue>" or
+	// "<flow>/<queue>".
+	queueEngine
+	ends *group.Group[rdb.Ending, rdb.Ended]
 
-	settings atomic.Bool // written to Redis
-	// The queue's flags, read when a session first asks for it and by
-	// pauseLoop: paused (a paused queue gives nothing), the highest
-	// priority level in use, and whether it may have global limits.
-	flagsRead atomic.Bool
-	queueFlags
+	settings  atomic.Bool // written to Redis
+	flagsRead atomic.Bool // its flags were read once
 
 	wakeMu sync.Mutex
 	wakeCh chan struct{} // closed (and replaced) on a wake-up
@@ -327,7 +322,7 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &remoteQueue{name: name, wakeCh: make(chan struct{})}
+	q := &remoteQueue{queueEngine: queueEngine{member: name}, wakeCh: make(chan struct{})}
 	if !ref.Flow() {
 		cfg, ok := r.cfg.Queues[name]
 		if !ok {
@@ -342,30 +337,25 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 	}
 	q.qk = r.st.Queue(ref)
 	retention := q.cfg.Retention.Milliseconds()
-	q.ends = &group.Group[rdb.Ending, rdb.Ended]{
-		MaxBatch: 64, MaxInFlight: 2, Weight: endWeight, MaxWeight: rdb.MaxTake,
-		Run: func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
-			ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			defer cancel()
-			var call *rdb.TakeArgs
-			if q.limited.Load() {
-				// Takes nothing; tells the script that the queue may have
-				// limits, so that the slots freed are announced.
-				call = &rdb.TakeArgs{Limited: true}
-			}
-			ended, _, _, err := r.st.EndTakeWait(ctx, q.qk, retention, es, call)
-			if errors.Is(err, ErrNotReplicated) {
-				// Recorded on the primary: the takings are ended.
-				r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
-				r.emit(Event{Kind: EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
-				err = nil
-			}
-			if err == nil {
-				emitStopped(r.emit, q.qk.Ref.Tag, ended)
-			}
-			return ended, err
-		},
-	}
+	q.ends = newEndGroup(func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
+		var call *rdb.TakeArgs
+		if q.limited.Load() {
+			// Takes nothing; tells the script that the queue may have
+			// limits, so that the slots freed are announced.
+			call = &rdb.TakeArgs{Limited: true}
+		}
+		ended, _, _, err := r.st.EndTakeWait(ctx, q.qk, retention, es, call)
+		if errors.Is(err, ErrNotReplicated) {
+			// Recorded on the primary: the takings are ended.
+			r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
+			r.emit(Event{Kind: EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
+			err = nil
+		}
+		if err == nil {
+			emitStopped(r.emit, q.qk.Ref.Tag, ended)
+		}
+		return ended, err
+	})
 	r.queues[name] = q
 	q.refs++
 	poke(r.subGrew)
@@ -493,7 +483,7 @@ func (r *Remote) Stop(ctx context.Context) error {
 		}
 	}
 	t.Stop()
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	for _, s := range r.allSessions() {
 		if cerr := s.Close(cctx); cerr != nil && !errors.Is(cerr, ErrSessionLost) {
@@ -763,7 +753,7 @@ func (r *Remote) refreshFlags() {
 	if len(qs) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(r.runCtx, callTimeout)
 	defer cancel()
 	if err := r.readFlags(ctx, qs); err != nil && r.runCtx.Err() == nil {
 		r.cfg.Logger.Warn("remote: reading queue flags failed", "err", err)
@@ -811,7 +801,7 @@ func (r *Remote) listenLoop() {
 				continue
 			}
 		}
-		sort.Slice(qs, func(i, j int) bool { return qs[i].name < qs[j].name })
+		sort.Slice(qs, func(i, j int) bool { return qs[i].member < qs[j].member })
 		route := map[string]func([]byte){}
 		channels := make([]string, 0, len(qs))
 		for _, q := range qs {

@@ -10,8 +10,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/rs/xid"
-
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
@@ -286,7 +284,7 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 	s.unsure[q] = true
 	s.mu.Unlock()
 	r, err := s.r.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
-	emitCancelled(s.r.emit, q.name, r.Cancelled)
+	emitCancelled(s.r.emit, q.member, r.Cancelled)
 	if err != nil {
 		return err
 	}
@@ -297,7 +295,7 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 		if t := s.takings[s.token(q, pid)]; t != nil && t.q == q && !t.isEnded() {
 			t.missing.Store(true)
 			s.r.cfg.Logger.Warn("remote: taking lost in a failover (the new primary does not hold it): reported as cancelled",
-				"queue", q.name, "task_id", t.taken.ID, "pid", pid, "worker_id", s.ID())
+				"queue", q.member, "task_id", t.taken.ID, "pid", pid, "worker_id", s.ID())
 		}
 	}
 	s.mu.Unlock()
@@ -344,11 +342,11 @@ func (s *RemoteSession) checkHoldings(ctx context.Context, sw uint64) error {
 		return nil
 	}
 	for q, pids := range known {
-		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		cctx, cancel := context.WithTimeout(ctx, callTimeout)
 		err := s.releaseUnknown(cctx, q, pids)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("release of %s: %w", q.name, err)
+			return fmt.Errorf("release of %s: %w", q.member, err)
 		}
 	}
 	return nil
@@ -394,18 +392,16 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if s.lease.Lost() {
 		return nil, 0, fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
 	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	cctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
 	if unsure {
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
 		if err := s.releaseUnknown(cctx, q, known); err != nil {
-			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.member, err)
 		}
 	}
-	taken, wait, err := s.r.st.TakeWait(cctx, q.qk, rdb.TakeArgs{Worker: s.ID(), Until: s.lease.Until().UnixMilli(), Max: free,
-		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load()})
+	taken, wait, err := s.r.st.TakeWait(cctx, q.qk, q.takeArgs(s.ID(), s.lease.Until(), free))
 	if wait > 0 {
 		// The rate limit allows the next start in wait ms: until then,
 		// the session's takes wait rather than ask.
@@ -420,7 +416,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			s.unsure[q] = true
 			s.mu.Unlock()
 		}
-		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.name, err)
+		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.member, err)
 	}
 	for i, t := range taken {
 		if t.RunUnread > 0 && !t.Expired {
@@ -428,16 +424,16 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			// it fanned out): read in steps, each run in a time of its own
 			// (many wide runs read in the take's time could miss it on
 			// every try).
-			rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+			rctx, rcancel := context.WithTimeout(ctx, callTimeout)
 			taken[i].Run, err = s.r.st.ReadRun(rctx, q.qk, t.ID)
 			rcancel()
 			if err != nil {
 				// Not handed out: put back at once (the remote may never
 				// take from q again), or at the next take.
-				gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 				_ = s.releaseUnknown(gctx, q, known)
 				gcancel()
-				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.name, t.ID, err)
+				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.member, t.ID, err)
 			}
 		}
 	}
@@ -447,7 +443,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for _, t := range taken {
 		if t.PID == "" {
 			skipped++
-			s.r.emit(Event{Kind: EventDead, Queue: q.name, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			s.r.emit(Event{Kind: EventDead, Queue: q.member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
 			emitTakenOut(s.r.emit, q.qk.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
@@ -480,7 +476,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 	}
 	for _, k := range out {
-		s.r.emit(Event{Kind: EventStarted, Queue: q.name, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
+		s.r.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
 	}
 	if len(over) > 0 {
 		// Everything the session holds in q but these is kept.
@@ -498,9 +494,9 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	if len(over) > 0 {
 		// Put back at once; if that fails, q stays unsure and the next
 		// beat or take puts them back (the session no longer knows them).
-		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 		if err := s.releaseUnknown(gctx, q, known); err != nil {
-			s.r.cfg.Logger.Warn("remote: takings past the take's MaxBytes not put back yet", "queue", q.name, "count", len(over), "err", err)
+			s.r.cfg.Logger.Warn("remote: takings past the take's MaxBytes not put back yet", "queue", q.member, "count", len(over), "err", err)
 		}
 		gcancel()
 	}
@@ -527,15 +523,7 @@ func (s *RemoteSession) endNotRun(ctx context.Context) {
 	s.mu.Unlock()
 	for _, pid := range pids {
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
-			e := rdb.NotRun(s.ID(), t.taken)
-			if t.taken.Cancelled {
-				// A run or a child marked where it waited (stop_task in
-				// flow.lua) ends as what its queue holds: the kept taking
-				// has no run state (dropped above), from which NotRun
-				// would tell a stage's taking from a plain task's.
-				e.Kind = t.q.kind
-			}
-			return s.ending(t, e), nil
+			return t.q.notRun(s.ID(), t.taken), nil
 		})
 		if err != nil && !errors.Is(err, ErrNotOwner) {
 			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet (tried again at the next beat or take)", "pid", pid, "err", err)
@@ -552,7 +540,7 @@ func (s *RemoteSession) token(q *remoteQueue, pid string) string {
 }
 
 func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
-	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.name, Payload: t.Payload, Attempt: t.Attempt,
+	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.member, Payload: t.Payload, Attempt: t.Attempt,
 		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
 	if rdb.IsEnvelope(t.Payload) {
 		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
@@ -713,7 +701,7 @@ func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (
 		if len(result) > s.r.cfg.MaxPayloadBytes {
 			return rdb.Ending{}, invalid("result", "is %d bytes, over MaxPayloadBytes (%d)", len(result), s.r.cfg.MaxPayloadBytes)
 		}
-		return s.ending(t, rdb.Done(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, result)), nil
+		return s.decide(t, nil, result), nil
 	})
 }
 
@@ -725,26 +713,14 @@ func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn ti
 		if retryIn < 0 {
 			return rdb.Ending{}, invalid("retry_in", "(%s) must not be negative", retryIn)
 		}
-		reason = clip(reason)
-		maxAttempts := t.q.cfg.MaxAttempts
-		if t.taken.MaxAttempts > 0 {
-			maxAttempts = t.taken.MaxAttempts
-		}
-		if t.taken.Attempt >= maxAttempts {
-			return s.ending(t, rdb.Dead(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, reason)), nil
-		}
-		d := retryIn
-		if d == 0 {
-			d = retryWait(&t.q.cfg, t.taken.Attempt, errors.New(reason), s.r.cfg.Logger)
-		}
-		return s.ending(t, rdb.Retry(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, max(d.Milliseconds(), 0), reason)), nil
+		return s.decide(t, &remoteFailure{reason: reason, retryIn: retryIn}, nil), nil
 	})
 }
 
 // Bury sends the taking's task to the dead set at once, with reason.
 func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind, error) {
 	return s.end(ctx, pid, "bury", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.ending(t, rdb.Dead(t.q.kind, s.ID(), t.taken.PID, t.taken.ID, clip(reason))), nil
+		return s.decide(t, SkipRetry(&remoteFailure{reason: reason}), nil), nil
 	})
 }
 
@@ -752,7 +728,7 @@ func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind
 // no attempt. It returns EventGivenBack (or EventCancelled).
 func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, error) {
 	return s.end(ctx, pid, "give_back", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.ending(t, rdb.GiveBack(t.q.kind, s.ID(), t.taken.PID, t.taken.ID)), nil
+		return s.decide(t, ErrGiveBack, nil), nil
 	})
 }
 
@@ -772,39 +748,21 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 		how = "fan_out"
 	}
 	return s.end(ctx, pid, how, func(t *remoteTaking) (rdb.Ending, error) {
-		q := t.q
-		if q.kind != rdb.KindStage {
-			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, q.name)
+		if t.q.kind != rdb.KindStage {
+			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, t.q.member)
 		}
-		st := q.flow.Stages[q.stage]
-		budget := stageBudget(s.r.cfg.MaxPayloadBytes)
-		size, err := checkStateFields("fields", fields, s.r.cfg.MaxPayloadBytes, budget)
-		if err != nil {
+		e := s.decide(t, nil, nil)
+		if err := t.q.fanOut(&e, fields, children, s.r.cfg.MaxPayloadBytes, fanOutNames{fields: "fields", children: "children", lower: true}); err != nil {
 			return rdb.Ending{}, err
-		}
-		if len(children) > MaxChildren {
-			return rdb.Ending{}, invalid("children", "has %d children (at most %d per stage)", len(children), MaxChildren)
-		}
-		e := s.ending(t, rdb.Done(q.kind, s.ID(), t.taken.PID, t.taken.ID, nil))
-		e.Stage.Fields = rdb.StateFields(fields)
-		for i, c := range children {
-			if _, ok := st.Children[c.Queue]; !ok {
-				return rdb.Ending{}, invalid(fmt.Sprintf("children[%d].queue", i), "%q is not a child queue declared by stage %s", c.Queue, st.Name)
-			}
-			if len(c.Payload) > s.r.cfg.MaxPayloadBytes {
-				return rdb.Ending{}, invalid(fmt.Sprintf("children[%d].payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), s.r.cfg.MaxPayloadBytes)
-			}
-			meta, err := encodeMeta(fmt.Sprintf("children[%d].meta", i), c.Meta)
-			if err != nil {
-				return rdb.Ending{}, err
-			}
-			if size += len(c.Payload) + len(meta); size > budget {
-				return rdb.Ending{}, invalid("children", "carry %d bytes or more with the fields (at most %d per fan-out: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
-			}
-			e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: t.taken.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
 		}
 		return e, nil
 	})
+}
+
+// decide is the queue's outcome policy for taking t of the session: err
+// is what the remote reported (nil: done).
+func (s *RemoteSession) decide(t *remoteTaking, err error, result []byte) rdb.Ending {
+	return t.q.decide(s.ID(), t.taken, err, result, s.r.cfg.Logger)
 }
 
 // clip cuts an error's text to maxErrorLen bytes, as it is stored and
@@ -818,28 +776,6 @@ func clip(msg string) string {
 		n-- // not inside a character: the cut text stays valid UTF-8
 	}
 	return msg[:n]
-}
-
-// ending adds what the queue's kind records to e (as a Worker's ending does).
-func (s *RemoteSession) ending(t *remoteTaking, e rdb.Ending) rdb.Ending {
-	q := t.q
-	switch q.kind {
-	case rdb.KindStage:
-		e.Stage = &rdb.StageEnd{
-			Next: q.nextStage(), FailFast: !q.flow.Stages[q.stage].ContinueOnChildFailure,
-			RunRetentionMs: q.flow.Retention.Milliseconds(), IndexBy: q.flow.IndexBy,
-		}
-	case rdb.KindChild:
-		e.Run = t.taken.Parent
-	}
-	return e
-}
-
-func (q *remoteQueue) nextStage() string {
-	if q.stage+1 < len(q.flow.Stages) {
-		return q.flow.Stages[q.stage+1].Name
-	}
-	return ""
 }
 
 // end is every end of a taking: the pid's answer if it ended already (the
@@ -878,9 +814,9 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
-		s.r.emit(Event{Kind: EventLost, Queue: t.q.name, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
+		s.r.emit(Event{Kind: EventLost, Queue: t.q.member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
 	} else {
-		ev := Event{Kind: out, Queue: t.q.name, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
+		ev := Event{Kind: out, Queue: t.q.member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
 		if e.Err != "" {
 			ev.Err = errors.New(e.Err) // the reason of a Fail or a Bury, as a Worker's handler error
 		}
@@ -900,7 +836,7 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how string, e rdb.Ending) (EventKind, error) {
 	delay := 20 * time.Millisecond
 	for {
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 		res, err := t.q.ends.Call(cctx, e)
 		out := res.Outcome
 		if err == nil && out == rdb.OutcomeLost && t.unsure {
@@ -910,7 +846,7 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 				if t.tried != how { // the earlier call was applied, not this one
 					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
 				}
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 				defer rcancel()
 				return eventOf[readAppliedOutcome(rctx, s.r.st, t.q.qk, t.taken.ID, t.triedEnd)], nil
 			}
@@ -949,17 +885,17 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	// caller that hangs up (or whose deadline is short) must not cut the
 	// requeue short, or its takings stay held until the keepalive expires
 	// (a Worker's Stop requeues detached from its context too).
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	for _, q := range s.queues {
 		n, cancelled, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(s.r.emit, q.name, cancelled)
+		emitCancelled(s.r.emit, q.member, cancelled)
 		if err != nil {
 			// Stay registered: the reaper requeues once the keepalive expires.
-			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.name, err)
+			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.member, err)
 		}
 		if n > 0 {
-			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.name, WorkerID: s.ID(), Count: n})
+			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.member, WorkerID: s.ID(), Count: n})
 		}
 	}
 	if err := s.r.reg.Deregister(ctx, s.ID()); err != nil {

@@ -7,8 +7,6 @@ import (
 	"runtime/debug"
 	"time"
 
-	"github.com/rs/xid"
-
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
@@ -53,7 +51,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		// queue's one end path.
 		q.skipSlot(j.ticket)
 		if !q.returned(hs) {
-			w.complete(s, q, []*Task{t}, rdb.NotRun(t.worker, taken), nil)
+			w.complete(s, q, []*Task{t}, q.notRun(t.worker, taken), nil)
 		}
 		return
 	}
@@ -113,13 +111,13 @@ func (w *Worker) run(q *queueRunner, j job) {
 				err = SkipRetry(rerr)
 			}
 		}
-		e := w.ending(q, taken, t, err)
+		e := q.decide(t.worker, taken, err, t.result, w.cfg.Logger)
 		if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
 			if perr := w.planStage(q, res, &e); perr != nil {
 				// A result the flow cannot record: nothing is written; the
 				// stage goes to the dead set with the reason.
 				err = SkipRetry(perr)
-				e = w.ending(q, taken, t, err)
+				e = q.decide(t.worker, taken, err, t.result, w.cfg.Logger)
 			}
 		}
 		w.complete(s, q, []*Task{t}, e, err)
@@ -160,15 +158,6 @@ func (w *Worker) run(q *queueRunner, j job) {
 	finish(err, res)
 }
 
-// nextStage is the stage after q's (its declaring stage's, for a child
-// queue), or "" after the last.
-func (q *queueRunner) nextStage() string {
-	if q.stage+1 < len(q.flow.Stages) {
-		return q.flow.Stages[q.stage+1].Name
-	}
-	return ""
-}
-
 func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
 	r := rdb.DecodeRun(t.ID, taken.Run)
 	if r == nil {
@@ -194,38 +183,13 @@ const MaxChildren = 1000
 
 // planStage checks a stage's result and adds what the stage's end records.
 func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) error {
-	st := q.flow.Stages[q.stage]
 	if res == nil {
 		res = &StageResult{}
 	}
-	budget := stageBudget(w.cfg.MaxPayloadBytes)
-	size, err := checkStateFields(fmt.Sprintf("StageResult.Fields of stage %s", st.Name), res.Fields, w.cfg.MaxPayloadBytes, budget)
-	if err != nil {
-		return err
-	}
-	if len(res.Children) > MaxChildren {
-		return invalid("StageResult.Children", "has %d children (at most %d per stage)", len(res.Children), MaxChildren)
-	}
-	e.Stage.Fields = rdb.StateFields(res.Fields)
-	for i, c := range res.Children {
-		if _, ok := st.Children[c.Queue]; !ok {
-			return invalid(fmt.Sprintf("StageResult.Children[%d].Queue", i), "%q is not a child queue declared by stage %s", c.Queue, st.Name)
-		}
-		if len(c.Payload) > w.cfg.MaxPayloadBytes {
-			return invalid(fmt.Sprintf("StageResult.Children[%d].Payload", i), "is %d bytes, over MaxPayloadBytes (%d)", len(c.Payload), w.cfg.MaxPayloadBytes)
-		}
-		// A child's id starts with its run's: a take that buries a child
-		// whose data is gone still counts it in its run.
-		meta, err := encodeMeta(fmt.Sprintf("StageResult.Children[%d].Meta", i), c.Meta)
-		if err != nil {
-			return err
-		}
-		if size += len(c.Payload) + len(meta); size > budget {
-			return invalid("StageResult.Children", "carry %d bytes or more with the stage's fields (at most %d per stage end: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
-		}
-		e.Stage.Children = append(e.Stage.Children, rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: c.Queue, Payload: c.Payload, Meta: meta})
-	}
-	return nil
+	return q.fanOut(e, res.Fields, res.Children, w.cfg.MaxPayloadBytes, fanOutNames{
+		fields:   fmt.Sprintf("StageResult.Fields of stage %s", q.flow.Stages[q.stage].Name),
+		children: "StageResult.Children",
+	})
 }
 
 // checkResults checks the results ts recorded (Task.SetResult): each at

@@ -152,20 +152,19 @@ func stopping(c <-chan struct{}) bool {
 // take takes up to n tasks of q under s, and says whether q's global limits
 // cut the take.
 func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, rdb.LimitWait, error) {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	return w.st.TakeWait(ctx, q.qk, w.takeArgs(s, q, n))
 }
 
-// takeArgs are the arguments of a take of up to n tasks of q under s, with
-// the queue's flags: a queue with no priority levels and no limits takes
-// the plain way.
+// takeArgs are the arguments of a take of up to n tasks of q under s:
+// the engine's, with the Worker's key batches, replica acks and hand-off
+// parks.
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
-	park, parkMs := w.parkArgs(q)
-	return rdb.TakeArgs{Worker: s.ID(), Until: s.Until().UnixMilli(), Max: n,
-		MaxCrashes: q.cfg.MaxCrashes, Stage: q.kind == rdb.KindStage, Child: q.kind == rdb.KindChild,
-		Levels: int(q.levels.Load()), Limited: q.limited.Load(), Batch: q.keyBatch(), Ack: w.cfg.Replicas > 0,
-		Park: park, ParkMs: parkMs}
+	a := q.takeArgs(s.ID(), s.Until(), n)
+	a.Batch, a.Ack = q.keyBatch(), w.cfg.Replicas > 0
+	a.Park, a.ParkMs = w.parkArgs(q)
+	return a
 }
 
 // takeReplicated turns the error of a take that too few replicas
@@ -216,7 +215,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	}
 	q.takeMu.Lock()
 	defer q.takeMu.Unlock()
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	// The need for a release is met by this one, unless it fails: a
 	// taking left unlaunched from now on (a hand-off delivered at its end,

@@ -119,7 +119,7 @@ func (w *Worker) pauseLoop() {
 }
 
 func (w *Worker) refreshFlags() {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	qks := make([]rdb.QueueKeys, len(w.queues))
 	for i, q := range w.queues {

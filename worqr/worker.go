@@ -67,13 +67,12 @@ type inflight struct {
 }
 
 type queueRunner struct {
-	kind         rdb.Kind
-	flow         *Flow  // stage and child queues
-	stage        int    // the stage (declaring the child queue)
+	// queueEngine: the queue's keys, config, place in a flow and flags
+	// (read by refreshFlags), shared with the Remote's sessions. Its
+	// member is the queue's name in events, the history and the
+	// Inspector: "<flow>/<queue>" for a flow's.
+	queueEngine
 	name         string // the queue's name within its tag (a flow's stage or child queue: without the flow)
-	member       string // its name in events, the history and the Inspector: "<flow>/<queue>" for a flow's
-	qk           rdb.QueueKeys
-	cfg          QueueConfig
 	handler      Handler
 	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
 	concurrency  int          // handlers that run at once
@@ -82,14 +81,13 @@ type queueRunner struct {
 	// concurrency slots (nil when aheadMax is 0) in launch order (tickets,
 	// the last one issued, guarded by launchMu); runAvg: its handlers'
 	// recent average run time (ns).
-	aheadMax   int
-	turn       *turnstile
-	tickets    uint64
-	runAvg     atomic.Int64
-	busy       atomic.Int32 // takings of this queue being run
-	slots      *slotPool    // its own, or the one its priority group shares
-	weight     int          // in a priority group
-	queueFlags              // read from its config (refreshFlags)
+	aheadMax int
+	turn     *turnstile
+	tickets  uint64
+	runAvg   atomic.Int64
+	busy     atomic.Int32 // takings of this queue being run
+	slots    *slotPool    // its own, or the one its priority group shares
+	weight   int          // in a priority group
 	// concWait: the concurrency limit was reached, until a wake-up or a
 	// poll (never set for a queue without limits).
 	concWait atomic.Bool
@@ -404,17 +402,17 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	}
 	sort.Strings(names) // a stable order: strict priority breaks ties by name
 	for _, name := range names {
-		add(&queueRunner{kind: rdb.KindTask, cfg: c.Queues[name]}, rdb.Standalone(name))
+		add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: c.Queues[name]}}, rdb.Standalone(name))
 	}
 	if w.group != nil {
 		w.group.sortQueues()
 	}
 	for _, f := range c.Flows {
 		for i, st := range f.Stages {
-			add(&queueRunner{kind: rdb.KindStage, flow: f, stage: i, cfg: st.Queue},
+			add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindStage, flow: f, stage: i, cfg: st.Queue}},
 				rdb.QueueRef{Tag: f.Name, Name: st.Name})
 			for name, cq := range st.Children {
-				add(&queueRunner{kind: rdb.KindChild, flow: f, stage: i, cfg: cq},
+				add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindChild, flow: f, stage: i, cfg: cq}},
 					rdb.QueueRef{Tag: f.Name, Name: name})
 			}
 		}
@@ -593,7 +591,7 @@ func (w *Worker) requeueLost(id string) {
 // requeueLostIn is requeueLost for queue q: also run for the takings of a
 // take under id that landed after requeueLost.
 func (w *Worker) requeueLostIn(id string, q *queueRunner) {
-	ctx, cancel := context.WithTimeout(w.runCtx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
 	n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{id}, false)
 	emitCancelled(w.emit, q.member, cancelled)
@@ -893,7 +891,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	s, _ := w.keeper.Current()
 	if !s.Lost() {
