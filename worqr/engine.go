@@ -218,6 +218,29 @@ func (q *queueEngine) fanOut(e *rdb.Ending, fields map[string]string, children [
 	return nil
 }
 
+// readFlags reads the flags of qs from their config hashes (one round trip
+// per tag) and applies each queue's as read: on a Redis Cluster with a
+// master down for good, the queues of the others still see their pauses,
+// levels and limits. woke is called for each queue resumed, or whose rate
+// wait was dropped (its limits may have changed); errs[i] is the read
+// error of qs[i], whose flags stay as they were.
+func readFlags(ctx context.Context, st *rdb.Store, qs []*queueEngine, woke func(i int, resumed, unheld bool)) []error {
+	qks := make([]rdb.QueueKeys, len(qs))
+	for i, q := range qs {
+		qks[i] = q.qk
+	}
+	flags, errs := st.FlagsEach(ctx, qks)
+	for i, q := range qs {
+		if errs[i] != nil {
+			continue
+		}
+		if resumed, unheld := q.apply(flags[i]); resumed || unheld {
+			woke(i, resumed, unheld)
+		}
+	}
+	return errs
+}
+
 // newEndGroup is a queue's one way to end takings: ends that arrive
 // together share one script call (group commit), whatever their kind; each
 // is checked and answered on its own. A call carries at most 64 ends and

@@ -763,22 +763,18 @@ func (r *Remote) refreshFlags() {
 // readFlags reads the flags of qs and wakes the takes waiting on those
 // resumed or whose limits may have changed.
 func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
-	qks := make([]rdb.QueueKeys, len(qs))
+	es := make([]*queueEngine, len(qs))
 	for i, q := range qs {
-		qks[i] = q.qk
+		es[i] = &q.queueEngine
 	}
-	flags, errs := r.st.FlagsEach(ctx, qks)
+	errs := readFlags(ctx, r.st, es, func(i int, _, _ bool) { qs[i].wake() })
 	var err error
 	for i, q := range qs {
 		if errs[i] != nil {
 			err = errs[i] // the others are applied (a cluster's master down)
 			continue
 		}
-		resumed, unheld := q.apply(flags[i])
 		q.flagsRead.Store(true)
-		if resumed || unheld {
-			q.wake()
-		}
 	}
 	return err
 }

@@ -121,26 +121,18 @@ func (w *Worker) pauseLoop() {
 func (w *Worker) refreshFlags() {
 	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
-	qks := make([]rdb.QueueKeys, len(w.queues))
+	qs := make([]*queueEngine, len(w.queues))
 	for i, q := range w.queues {
-		qks[i] = q.qk
+		qs[i] = &q.queueEngine
 	}
-	// Each queue's flags as read: on a Redis Cluster with a master down
-	// for good, the queues of the others still see their pauses, levels
-	// and limits.
-	flags, errs := w.st.FlagsEach(ctx, qks)
-	for i, q := range w.queues {
-		if err := errs[i]; err != nil {
-			if w.runCtx.Err() == nil {
-				w.cfg.Logger.Warn("worker: reading queue flags failed", "queue", q.member, "err", err)
-			}
-			continue
+	errs := readFlags(ctx, w.st, qs, func(i int, resumed, _ bool) {
+		if resumed {
+			w.queues[i].hint()
 		}
-		if !flags[i].Limited {
-			q.concWait.Store(false)
-		}
-		if resumed, _ := q.apply(flags[i]); resumed {
-			q.hint()
+	})
+	for i, err := range errs {
+		if err != nil && w.runCtx.Err() == nil {
+			w.cfg.Logger.Warn("worker: reading queue flags failed", "queue", w.queues[i].member, "err", err)
 		}
 	}
 }

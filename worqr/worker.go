@@ -88,9 +88,6 @@ type queueRunner struct {
 	busy     atomic.Int32 // takings of this queue being run
 	slots    *slotPool    // its own, or the one its priority group shares
 	weight   int          // in a priority group
-	// concWait: the concurrency limit was reached, until a wake-up or a
-	// poll (never set for a queue without limits).
-	concWait atomic.Bool
 	// hints counts the wake-ups (hint): a take reads it before it is sent,
 	// so that a reply saying "wait for a wake-up" is not waited on when one
 	// came while that reply was on its way (see limitWait).
@@ -738,6 +735,9 @@ type queueFlags struct {
 	levels  atomic.Int32 // the highest priority level in use
 	limited atomic.Bool  // it may have global limits
 	rate    rateGate     // the rate limit allows no start before its time
+	// concWait: the concurrency limit was reached, until a wake-up, a
+	// poll, or flags that say the queue has no limits (a Worker's only).
+	concWait atomic.Bool
 }
 
 // apply stores flags f: the limits may have changed (a rate raised or
@@ -748,6 +748,9 @@ func (q *queueFlags) apply(f rdb.QueueFlags) (resumed, unheld bool) {
 	q.levels.Store(int32(f.Levels))
 	unheld = q.rate.clear()
 	q.limited.Store(f.Limited)
+	if !f.Limited {
+		q.concWait.Store(false)
+	}
 	was := q.paused.Swap(f.Paused)
 	return was && !f.Paused, unheld
 }
