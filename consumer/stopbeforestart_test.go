@@ -11,9 +11,9 @@ import (
 // A Stop that comes before Start (a signal during the program's setup, or
 // after a Start that failed) returns nil: the consumer is stopped. Its
 // Stopped must then be closed, and a later Start refused, as a Worker's
-// are (RELIABILITY row 28): before, Stopped stayed open for ever and the
-// late Start ran a consumer, dispatching and working jobs, whose Stop had
-// already returned, with nobody left to stop it.
+// are: otherwise a late Start would run a consumer, dispatching and
+// working jobs, whose Stop had already returned, with nobody left to stop
+// it.
 func TestStopBeforeStartIsFinal(t *testing.T) {
 	b := setup(t)
 	cfg := consumer.Config[uint64]{Name: "early", Source: newSource(9), Worker: b.fast(),

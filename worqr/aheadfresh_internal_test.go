@@ -13,7 +13,7 @@ import (
 // through the turnstile) must not start a taking that waited for a
 // handler goroutine across a freeze of most of a TTL, even when a slot is
 // free the moment a goroutine takes it: the reaper may have given the task
-// to another worker meanwhile (docs/RELIABILITY.md, bug 4). Here every
+// to another worker meanwhile. Here every
 // handler goroutine is ending its task (the ends held back by pausing
 // Redis's writes) when a hand-off comes; the worker's clock then runs past
 // the point where it is fresh, and the ends come back: the hand-off finds

@@ -13,7 +13,7 @@ import (
 )
 
 // The first step of a large EnqueueBatch that has not reached Redis when
-// its call fails (RELIABILITY row 73): the client closes the batch's
+// its call fails: the client closes the batch's
 // guard, finds no step applied and says 0 enqueued. When that step
 // reaches Redis afterwards it must be refused (step 0 applies only where
 // no guard is), or 250 tasks are in the queue that the BatchError said
