@@ -1,7 +1,12 @@
 GO        ?= go
 PKGS      := ./...
 # Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel and the browser test.
+# They build against the root module (and each other) as it is here through go.work.
 NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel test/browser
+# The root module requires no other module of the repository: it builds and is
+# tested against its own go.mod, as a user of the library gets it, not against
+# the versions the workspace picks for all the modules together.
+ROOTGO    := GOWORK=off $(GO)
 STATICCHECK_VERSION ?= v0.6.1
 
 .DEFAULT_GOAL := help
@@ -10,15 +15,15 @@ help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
 
 build: ## build every package and the binaries into ./bin (bin/worqr: the operator CLI, a nested module)
-	$(GO) build $(PKGS)
-	$(GO) build -o bin/worqr-example ./cmd/worqr-example
+	$(ROOTGO) build $(PKGS)
+	$(ROOTGO) build -o bin/worqr-example ./cmd/worqr-example
 	cd cmd/worqr && $(GO) build -o ../../bin/worqr .
 
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
-	$(GO) run ./cmd/worqr-example
+	$(ROOTGO) run ./cmd/worqr-example
 
 test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
-	$(GO) test -race -count=1 -timeout 10m $(PKGS)
+	$(ROOTGO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
 	cd gateway && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/prometheus && $(GO) test -race -count=1 -timeout 5m ./...
@@ -27,8 +32,8 @@ test: ## unit + integration tests with -race, the CLI's, the gateway's (its conf
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
-	$(GO) vet $(PKGS)
-	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
+	$(ROOTGO) vet $(PKGS)
+	$(ROOTGO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) $(PKGS)
 	for m in $(NESTED); do (cd $$m && $(GO) vet ./... && $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...) || exit 1; done
 
 screenshots: ## capture docs/img/*.png of every dashboard page with headless Chromium
@@ -55,12 +60,12 @@ proto: ## regenerate gateway/gen from gateway/proto (needs protoc: apt-get insta
 BENCH_FLAGS ?=
 
 bench: ## worqr vs asynq, own redis-server, ~5 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
-	$(GO) run ./cmd/worqr-bench $(BENCH_FLAGS)
+	$(ROOTGO) run ./cmd/worqr-bench $(BENCH_FLAGS)
 
 BENCH_NET_FLAGS ?= -rtt 600us -only b,c -concurrency 10,50 -n 20000 -reps 3
 
 bench-net: ## worqr vs asynq through a 0.6 ms RTT delay proxy: drain at C=10 and 50, 1,000 jobs/s costs, ~5 min
-	$(GO) run ./cmd/worqr-bench $(BENCH_NET_FLAGS) $(BENCH_FLAGS)
+	$(ROOTGO) run ./cmd/worqr-bench $(BENCH_NET_FLAGS) $(BENCH_FLAGS)
 
 .PHONY: bench bench-net
 
@@ -70,6 +75,6 @@ CHAOS_TIMEOUT  ?= 1h
 
 chaos: ## mixed-fault chaos run, own redis-server (CHAOS_DURATION=10m CHAOS_TASKS=100000; docs/RELIABILITY.md)
 	WORQR_CHAOS=long WORQR_CHAOS_DURATION=$(CHAOS_DURATION) WORQR_CHAOS_TASKS=$(CHAOS_TASKS) \
-		$(GO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run 'TestChaos(Mixed|Durability)$$' ./test/chaos
+		$(ROOTGO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run 'TestChaos(Mixed|Durability)$$' ./test/chaos
 
 .PHONY: chaos

@@ -2,13 +2,11 @@ module github.com/worqr/worqr-go/gateway
 
 go 1.24.0
 
-replace github.com/worqr/worqr-go => ..
-
 require (
 	connectrpc.com/connect v1.19.1
 	github.com/gomodule/redigo v1.9.3
 	github.com/rs/xid v1.6.0
-	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go v0.1.0
 	google.golang.org/protobuf v1.36.10
 )
 

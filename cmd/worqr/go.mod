@@ -2,19 +2,15 @@ module github.com/worqr/worqr-go/cmd/worqr
 
 go 1.24.0
 
-replace github.com/worqr/worqr-go => ../..
-
-replace github.com/worqr/worqr-go/contrib/prometheus => ../../contrib/prometheus
-
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/prometheus/client_golang v1.23.2
 	github.com/rs/xid v1.6.0
 	github.com/schollz/progressbar/v3 v3.18.0
 	github.com/spf13/cobra v1.10.2
-	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
-	github.com/worqr/worqr-go/contrib/prometheus v0.0.0-00010101000000-000000000000
-	github.com/worqr/worqr-go/gateway v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go v0.1.0
+	github.com/worqr/worqr-go/contrib/prometheus v0.1.0
+	github.com/worqr/worqr-go/gateway v0.1.0
 	golang.org/x/term v0.28.0
 )
 
@@ -35,5 +31,3 @@ require (
 	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )
-
-replace github.com/worqr/worqr-go/gateway => ../../gateway

@@ -2,12 +2,10 @@ module github.com/worqr/worqr-go/contrib/otel
 
 go 1.23.0
 
-replace github.com/worqr/worqr-go => ../..
-
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/rs/xid v1.6.0
-	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go v0.1.0
 	go.opentelemetry.io/otel v1.38.0
 	go.opentelemetry.io/otel/sdk v1.38.0
 	go.opentelemetry.io/otel/trace v1.38.0

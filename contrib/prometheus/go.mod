@@ -2,14 +2,12 @@ module github.com/worqr/worqr-go/contrib/prometheus
 
 go 1.23.0
 
-replace github.com/worqr/worqr-go => ../..
-
 require (
 	github.com/gomodule/redigo v1.9.3
 	github.com/prometheus/client_golang v1.23.2
 	github.com/prometheus/client_model v0.6.2
 	github.com/rs/xid v1.6.0
-	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go v0.1.0
 )
 
 require (

@@ -2,14 +2,12 @@ module github.com/worqr/worqr-go/test/browser
 
 go 1.25
 
-replace github.com/worqr/worqr-go => ../..
-
 require (
 	github.com/chromedp/cdproto v0.0.0-20250724212937-08a3db8b4327
 	github.com/chromedp/chromedp v0.14.2
 	github.com/gomodule/redigo v1.9.3
 	github.com/rs/xid v1.6.0
-	github.com/worqr/worqr-go v0.0.0-00010101000000-000000000000
+	github.com/worqr/worqr-go v0.1.0
 )
 
 require (
