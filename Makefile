@@ -1,8 +1,9 @@
 GO        ?= go
 PKGS      := ./...
-# Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel and the browser test.
-# They build against the root module (and each other) as it is here through go.work.
-NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel test/browser
+# Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel, the browser test
+# and tools/modproxy (used by release-check). They build against the root module (and each other) as it is
+# here through go.work.
+NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel test/browser tools/modproxy
 # The root module requires no other module of the repository: it builds and is
 # tested against its own go.mod, as a user of the library gets it, not against
 # the versions the workspace picks for all the modules together.
@@ -39,7 +40,10 @@ lint: ## gofmt, go vet, staticcheck
 screenshots: ## capture docs/img/*.png of every dashboard page with headless Chromium
 	cd test/browser && $(GO) test -count=1 -run TestScreenshots -screenshots=../../docs/img ./...
 
-.PHONY: help build run test lint screenshots
+release-check: ## publish every module at VERSION into a module proxy on disk from a clone of the last commit, then go install the CLI and build a program from it (docs/RELEASING.md)
+	bash .ci/release-check
+
+.PHONY: help build run test lint screenshots release-check
 
 # The gateway's generated code is committed: only changing gateway/proto needs protoc.
 PROTOC_GEN_GO_VERSION         ?= v1.36.10
