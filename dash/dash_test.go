@@ -614,7 +614,7 @@ func TestBasicAuth(t *testing.T) {
 	}
 }
 
-// The README mounts the dashboard behind BasicAuth("ops",
+// docs/guide/dashboard.md mounts the dashboard behind BasicAuth("ops",
 // os.Getenv("DASH_PASSWORD"), d): with the variable unset, the password is
 // empty, and a request with the user and an empty password must not get in.
 func TestBasicAuthWithAnEmptyPasswordRefusesEveryone(t *testing.T) {

@@ -25,7 +25,7 @@ import (
 // CLUSTER SHARDS from the seeds, reads it again on a MOVED reply and every
 // 30 seconds, answers ASK with ASKING on the node named, and retries
 // TRYAGAIN and CLUSTERDOWN with backoff within the call's deadline. See
-// README "Running on Redis Cluster". Close it when you are done.
+// docs/guide/cluster.md. Close it when you are done.
 type ClusterPool struct {
 	p         *cluster.Pool
 	maxActive int // PoolOptions.MaxActive (per node)
@@ -165,8 +165,7 @@ func (c *ClusterPool) EachMaster(ctx context.Context, f func(conn redis.Conn) er
 
 // MasterOf returns the address of the master that serves hash tag tag's
 // slot, as last read ("" when unknown). With DialMaster and Refresh it is
-// how worqr's workers listen to sharded pub/sub (see README "Running on
-// Redis Cluster").
+// how worqr's workers listen to sharded pub/sub (see docs/guide/cluster.md).
 func (c *ClusterPool) MasterOf(tag string) string { return c.p.Addr(cluster.TagSlot(tag)) }
 
 // DialMaster opens a new connection to the node at addr (host:port, as

@@ -41,12 +41,12 @@ func TestMissedRunOnceFiresTheLatestMissedTick(t *testing.T) {
 }
 
 // A cron schedule fires at every time whose wall clock in its zone matches
-// it (README: a time that occurs twice fires twice, one that does not
-// exist does not fire), also around a change of offset by other than one
-// hour, where the cron library's own walk stepped over ticks: in
-// Australia/Lord_Howe (30 minutes) a daily 00:00 skipped 8 April 2024 and
-// a monthly one 1 November 2023; in Antarctica/Troll (2 hours) a 02:00
-// after 01:00 on the night the offset goes back.
+// it (docs/guide/scheduling.md: a time that occurs twice fires twice, one
+// that does not exist does not fire), also around a change of offset by
+// other than one hour, where the cron library's own walk stepped over ticks:
+// in Australia/Lord_Howe (30 minutes) a daily 00:00 skipped 8 April 2024 and
+// a monthly one 1 November 2023; in Antarctica/Troll (2 hours) a 02:00 after
+// 01:00 on the night the offset goes back.
 func TestCronTicksAroundZoneChanges(t *testing.T) {
 	const starBit = 1 << 63
 	// matches is the oracle: the wall clock of t in s's zone matches s.

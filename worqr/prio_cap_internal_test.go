@@ -28,12 +28,12 @@ func (r *warnRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *warnRecorder) WithGroup(string) slog.Handler      { return r }
 
 // A queue of a priority group gets, in one round, the slots it is owed
-// (given to it by the draw of an end of another queue, refillShare) and
-// its part of the draw of the slots left: together they must stay within
-// its own free slots (QueueConfig.Concurrency, the cap of the README's
-// weighted example). Else the round takes tasks of the capped queue it has
-// no handler for: they wait, held out of every other worker's reach, until
-// a release puts them back, logged as if the process had been frozen.
+// (given to it by the draw of an end of another queue, refillShare) and its
+// part of the draw of the slots left: together they must stay within its own
+// free slots (QueueConfig.Concurrency, the cap of the weighted example of
+// docs/guide/priorities.md). Else the round takes tasks of the capped queue
+// it has no handler for: they wait, held out of every other worker's reach,
+// until a release puts them back, logged as if the process had been frozen.
 func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 	ctx := context.Background()
 	pool := internalPool(t)

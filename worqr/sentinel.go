@@ -23,7 +23,7 @@ import (
 // (READONLY), and then sends every new call to the new primary. Workers keep
 // running through a failover: calls that fail meanwhile are retried as after
 // any connection error. What a failover can lose is what Redis replication
-// loses (README "Running with Sentinel"). Close it when you are done.
+// loses (docs/guide/sentinel.md). Close it when you are done.
 type SentinelPool struct {
 	p         *sentinel.Pool
 	maxActive int // PoolOptions.MaxActive

@@ -125,8 +125,8 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// The README says the binaries never print the password of a Redis URL;
-// --help shows each flag's default, which is the variable's value.
+// docs/guide/production.md says the binaries never print the password of a
+// Redis URL; --help shows each flag's default, which is the variable's value.
 func TestHelpHidesPasswords(t *testing.T) {
 	e := env{envRedisURL: "redis://ops:s3cret-url@127.0.0.1:6379/0",
 		envRedisCluster:  "redis://ops:s3cret-seed@10.0.0.1:7000,10.0.0.2:7000",

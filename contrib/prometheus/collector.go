@@ -18,7 +18,8 @@
 // Metric names follow the OpenTelemetry messaging semantic conventions
 // translated to Prometheus where they fit (messaging_client_sent_messages_total,
 // messaging_client_consumed_messages_total, messaging_process_duration_seconds);
-// the others are prefixed worqr_. The README lists them all.
+// the others are prefixed worqr_. README.md (in this directory) lists them
+// all.
 package prometheus
 
 import (

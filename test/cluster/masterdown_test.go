@@ -17,7 +17,7 @@ import (
 
 // masterDown starts a 3-master cluster of its own with
 // cluster-require-full-coverage no (the masters left serve their slots
-// while one is down: README "Running on Redis Cluster", "Failover"), and
+// while one is down: docs/guide/cluster.md, "Failover"), and
 // returns it, a queue name served by the master it will kill (not the
 // registry's) and one served by another master.
 func masterDown(t *testing.T, ctx context.Context, prefix string) (own *redistest.Cluster, dead *redistest.Server, qDead, qLive string) {
