@@ -23,7 +23,7 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(ROOTGO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 6.2; chromium, or the browser test skips)
+test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 7.0; chromium, or the browser test skips)
 	$(ROOTGO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
 	cd gateway && $(GO) test -race -count=1 -timeout 5m ./...

@@ -4,8 +4,9 @@
 // # Enqueueing
 //
 // A Client enqueues tasks (an opaque payload; worqr adds no envelope), one at
-// a time or in batches (one round trip, all or nothing), immediately or after a
-// delay, optionally unique; it cancels them, looks them up by id, and lists,
+// a time or in batches (up to 1,000 tasks and 4 MiB in one atomic step, a
+// larger batch in ordered steps), immediately or after a delay, optionally
+// unique; it cancels them, looks them up by id, and lists,
 // requeues and purges the dead set.
 //
 // # Running workers
