@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -24,35 +23,6 @@ func batchEnv(t *testing.T, n int) *env {
 	}
 	e.keyed(t, "B", "b1", "b1", "")
 	return e
-}
-
-func (e *env) takeBatch(t *testing.T, w string, max, batch int) []rdb.Taken {
-	t.Helper()
-	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Batch: batch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got
-}
-
-// batchOf returns the ending of the batch headed by got[0] (the members
-// being got[1:]), built from ask.
-func batchOf(head rdb.Ending, got []rdb.Taken) rdb.Ending {
-	ms := make([]rdb.Member, 0, len(got)-1)
-	for _, m := range got[1:] {
-		ms = append(ms, rdb.Member{PID: m.PID, ID: m.ID, Result: []byte("r-" + m.ID)})
-	}
-	return head.WithBatch(ms)
-}
-
-func (e *env) list(t *testing.T, key string) []string {
-	t.Helper()
-	return e.strs(t, "LRANGE", e.q.KeyListPrefix+key, 0, -1)
-}
-
-func (e *env) waitingIDs(t *testing.T) []string {
-	t.Helper()
-	return e.strs(t, "LRANGE", e.q.Waiting, 0, -1)
 }
 
 func TestKeyBatchTakeAndDone(t *testing.T) {

@@ -3,29 +3,11 @@ package rdb_test
 import (
 	"errors"
 	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// commandCalls is how many times the server ran cmd (INFO commandstats).
-func commandCalls(t *testing.T, c redis.Conn, cmd string) int64 {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
-			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
-			return n
-		}
-	}
-	return 0
-}
 
 // longList enqueues n tasks t0..t<n-1> in one EnqueueBatch (packed when
 // packed, else each with a hash; task t<uniq> holds unique key "k").

@@ -4,50 +4,10 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// monitored runs f and returns, as MONITOR saw them, the commands (inside
-// scripts too) that match keeps.
-func monitored(t *testing.T, keep func(args []string) bool, f func()) [][]string {
-	t.Helper()
-	mon, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mon.Close()
-	if _, err := mon.Do("MONITOR"); err != nil {
-		t.Fatal(err)
-	}
-	f()
-	marker := "monitored-done-" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	c, err := redis.DialURL(srv.URL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if _, err := c.Do("ECHO", marker); err != nil {
-		t.Fatal(err)
-	}
-	var out [][]string
-	for {
-		line, err := redis.String(redis.ReceiveWithTimeout(mon, 5*time.Second))
-		if err != nil {
-			t.Fatalf("MONITOR: %v", err)
-		}
-		args := monitorArgs(line)
-		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
-			return out
-		}
-		if keep(args) {
-			out = append(out, args)
-		}
-	}
-}
 
 // commandsOn runs f and returns the commands whose first key is key.
 func commandsOn(t *testing.T, key string, f func()) [][]string {

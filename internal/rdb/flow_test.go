@@ -6,127 +6,8 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// flowEnv is env plus a flow of tag F: stages s1 and s2, child queues c1
-// and c2, runs indexed by their "user" field, kept one minute once ended.
-type flowEnv struct {
-	*env
-	s1, s2, c1, c2 rdb.QueueKeys
-	ix             string // the index of user u1
-	ref            rdb.FlowRef
-	// next and failFast are how fanOut fanned r1 out: the run's next stage
-	// and the policy, stored on each child.
-	next     string
-	failFast bool
-}
-
-func newFlowEnv(t *testing.T) *flowEnv {
-	e := newEnv(t)
-	q := func(name string) rdb.QueueKeys { return e.k.Queue(rdb.QueueRef{Tag: "F", Name: name}) }
-	f := &flowEnv{env: e, s1: q("s1"), s2: q("s2"), c1: q("c1"), c2: q("c2"),
-		ref: rdb.FlowRef{RetentionMillis: 60000, IndexBy: []string{"user"}}}
-	f.ix = f.s1.IndexKey("user", "u1")
-	return f
-}
-
-// start starts run id of user u1 in stage queue q.
-func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
-	t.Helper()
-	ok, err := f.st.FlowStart(f.ctx, q, id, map[string]string{"user": "u1"}, f.ref)
-	if err != nil || !ok {
-		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
-	}
-}
-
-// stage is e, a stage taking's ending, with what a stage of flowEnv's flow
-// records: the next stage, the fan-out policy, the fields and the children.
-func (f *flowEnv) stage(e rdb.Ending, next string, failFast bool, fields map[string]string, children ...rdb.Child) rdb.Ending {
-	e.Stage = &rdb.StageEnd{Next: next, FailFast: failFast, RunRetentionMs: f.ref.RetentionMillis,
-		IndexBy: f.ref.IndexBy, Fields: rdb.StateFields(fields), Children: children}
-	return e
-}
-
-// endStage ends a taking of stage s1 (the ending e of kind stage) towards
-// next.
-func (f *flowEnv) endStage(t *testing.T, e rdb.Ending, next string, failFast bool, children ...rdb.Child) {
-	t.Helper()
-	f.endIn(t, f.s1, 0, f.stage(e, next, failFast, nil, children...))
-}
-
-// endChild ends a taking of a child of run r1 in child queue q.
-func (f *flowEnv) endChild(t *testing.T, q rdb.QueueKeys, e rdb.Ending) {
-	t.Helper()
-	e.Run = "r1"
-	f.endIn(t, q, 0, e)
-}
-
-func (f *flowEnv) runCancel(t *testing.T, id string) {
-	t.Helper()
-	if r, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !r.Cancelled {
-		t.Fatalf("RunCancel %s: %+v, %v", id, r, err)
-	}
-}
-
-// children are the three children r1's first stage fans out: k1 and k2 in
-// c1, k3 in c2.
-var children = []rdb.Child{
-	{ID: "k1", Queue: "c1", Payload: []byte("pk1")},
-	{ID: "k2", Queue: "c1", Payload: []byte("pk2")},
-	{ID: "k3", Queue: "c2", Payload: []byte("pk3")},
-}
-
-// fanOut seeds run r1, taken by A in s1 (pid 1) and fanned out towards
-// stage next with the given policy, and its child k1 taken by A (pid 2): the
-// state fannedOut describes.
-func (f *flowEnv) fanOut(t *testing.T, next string, failFast bool) {
-	t.Helper()
-	f.next, f.failFast = next, failFast
-	f.start(t, f.s1, "r1")
-	f.takeFrom(t, f.s1, "A", 1, true)
-	f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), next, failFast, children...)
-	f.takeFrom(t, f.c1, "A", 1, false)
-}
-
-// Expected run hashes: run r1 of user u1, in stage st, with the retention
-// and indexed properties of flowEnv's FlowRef, and the value it is indexed
-// by ('i:user', kept from the start).
-func runQueued(st string) hash {
-	return hash{"d": "", "st": st, "fs": "running", "s": "queued", "f:user": "u1", "fr": "60000", "fi": "user",
-		"i:user": "u1"}
-}
-
-func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
-
-// runEnded is a run that ended with status at the call's time.
-// (A failed run keeps its latest fan-out's list, 'kl', for RetryRun.)
-func runEnded(h hash, status string) hash {
-	if status != "failed" {
-		h = h.without("kl")
-	}
-	return h.without("w", "p", "x").with("fs", status, "s", status, "ft", "@now")
-}
-
-func runFanned() hash {
-	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "g1 k1 k2 k3",
-		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
-}
-
-// policy is how a fan-out policy is stored on a child ('pf').
-func policy(failFast bool) string {
-	if failFast {
-		return "failfast"
-	}
-	return "continue"
-}
-
-// childOf is the hash of child id of run r1 as a fan-out towards stage next
-// with the given policy creates it.
-func childOf(id, next string, failFast bool) hash {
-	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast), "pe": "1"}
-}
 
 // child is childOf as fanOut fanned out.
 func (f *flowEnv) child(id string) hash { return childOf(id, f.next, f.failFast) }
@@ -276,14 +157,6 @@ func TestFlowStart(t *testing.T) {
 			checkPubs(t, pubs, tc.pubs)
 		})
 	}
-}
-
-// stateOf adapts a flow table's expected state to checkState.
-func stateOf(f *flowEnv, want func(f *flowEnv) state) func(*env) state {
-	if want == nil {
-		return nil
-	}
-	return func(*env) state { return want(f) }
 }
 
 // TestEndStage is the end script for the takings of a flow's stage queue.

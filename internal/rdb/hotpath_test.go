@@ -3,36 +3,12 @@ package rdb_test
 import (
 	"context"
 	"math"
-	"strconv"
-	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
-
-// commandCount is the number of commands the server has run, those inside
-// scripts included (INFO commandstats, INFO itself left out).
-func commandCount(t *testing.T, c redis.Conn) int64 {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var total int64
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
-			continue
-		}
-		i := strings.Index(line, "calls=")
-		j := strings.IndexByte(line[i:], ',')
-		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
-		total += n
-	}
-	return total
-}
 
 // The plain hot path of a queue that uses none of the optional features
 // (unique keys, deadlines, per-task retention, priorities...) costs a fixed

@@ -5,29 +5,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/gomodule/redigo/redis"
 )
-
-// cmdCalls is how many times the server ran command name (lower case),
-// those inside scripts included (INFO commandstats).
-func cmdCalls(t *testing.T, c redis.Conn, name string) int64 {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_"+name+":") {
-			continue
-		}
-		i := strings.Index(line, "calls=")
-		j := strings.IndexByte(line[i:], ',')
-		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
-		return n
-	}
-	return 0
-}
 
 // A key batch stops at the take's byte bound (TAKE_BYTES), and the tasks
 // behind its head past the bound must not even be read: the take read

@@ -7,52 +7,8 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// keyed enqueues one task of key with payload p and score sc ("" = now).
-func (e *env) keyed(t *testing.T, key, id, p, sc string) rdb.KeyEnqueued {
-	t.Helper()
-	out, err := e.st.EnqueueKey(e.ctx, e.q, key, []string{id}, [][]byte{[]byte(p)}, []string{sc}, nil)
-	if err != nil || len(out) != 1 {
-		t.Fatalf("EnqueueKey %s %s: %v %v", key, id, out, err)
-	}
-	return out[0]
-}
-
-// entries reads task id's payload envelope as "payload:score" strings.
-func (e *env) entries(t *testing.T, id string) []string {
-	t.Helper()
-	b, err := redis.Bytes(e.c.Do("HGET", e.q.Task(id), rdb.FieldPayload))
-	if err != nil {
-		t.Fatalf("HGET payload of %s: %v", id, err)
-	}
-	_, es, ok := rdb.DecodeEnvelope(b)
-	if !ok {
-		t.Fatalf("payload of %s is not an envelope: %q", id, b)
-	}
-	out := make([]string, len(es))
-	for i, x := range es {
-		out[i] = string(x.Payload) + ":" + rdb.FormatScore(x.Score)
-	}
-	return out
-}
-
-func (e *env) strs(t *testing.T, cmd string, args ...any) []string {
-	t.Helper()
-	v, err := redis.Strings(e.c.Do(cmd, args...))
-	if err != nil {
-		t.Fatalf("%s %v: %v", cmd, args, err)
-	}
-	return v
-}
-
-func (e *env) field(t *testing.T, id, f string) string {
-	t.Helper()
-	v, _ := redis.String(e.c.Do("HGET", e.q.Task(id), f))
-	return v
-}
 
 func TestEnvelopeRoundTrip(t *testing.T) {
 	t.Parallel()

@@ -5,30 +5,8 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/rs/xid"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// loadIDs returns n consecutive xids, as a bulk load makes them (the line
-// number in the last bytes): about 2,000 of them share a packed hash. Two
-// calls within one second make the same ids (time and machine, then lines).
-func loadIDs(n int) []string {
-	base := xid.New().Bytes()
-	out := make([]string, n)
-	for i := range out {
-		var b [12]byte
-		copy(b[:], base)
-		v := uint64(1000 + i)
-		for j := 11; j >= 7; j-- {
-			b[j] = byte(v)
-			v >>= 8
-		}
-		id, _ := xid.FromBytes(b[:])
-		out[i] = id.String()
-	}
-	return out
-}
 
 // load applies one chunk of ids (payload "p"+id) under load name, from line
 // first, and fails the test unless it was applied.
@@ -43,21 +21,6 @@ func (e *env) load(t *testing.T, name string, first int64, ids []string) {
 	if err != nil || r.Status != rdb.LoadApplied {
 		t.Fatalf("LoadChunk = %+v, %v", r, err)
 	}
-}
-
-// packedKeys returns the packed hashes of the namespace and their fields.
-func (e *env) packedKeys(t *testing.T) map[string]int {
-	t.Helper()
-	keys, err := redis.Strings(e.c.Do("KEYS", e.ns+":*:lb:*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := map[string]int{}
-	for _, k := range keys {
-		n, _ := redis.Int(e.c.Do("HLEN", k))
-		out[k] = n
-	}
-	return out
 }
 
 // A loaded task waits with no hash of its own, its payload a field of a hash

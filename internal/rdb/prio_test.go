@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -26,26 +25,6 @@ func (e *env) enqueueAt(t *testing.T, level int, ids ...string) {
 		}
 	}
 	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{Priority: level}, ids...)
-}
-
-func takenIDs(ts []rdb.Taken) []string {
-	out := make([]string, len(ts))
-	for i, x := range ts {
-		out[i] = x.ID
-	}
-	return out
-}
-
-func (e *env) takeArgs(t *testing.T, st *rdb.Store, a rdb.TakeArgs) ([]rdb.Taken, rdb.LimitWait) {
-	t.Helper()
-	if a.Until == 0 {
-		a.Until = math.MaxInt64
-	}
-	got, wait, err := st.TakeWait(e.ctx, e.q, a)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return got, wait
 }
 
 func TestTakeByLevel(t *testing.T) {

@@ -6,31 +6,8 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// runWithChildren writes n children's records (done, with a result) into
-// run id's hash, as fan-outs leave them.
-func (f *flowEnv) runWithChildren(t *testing.T, id string, n int) {
-	t.Helper()
-	if n == 0 {
-		return
-	}
-	args := []any{f.s1.Task(id)}
-	for i := 0; i < n; i++ {
-		c := id + ".c" + strconv.Itoa(i)
-		args = append(args, "k:"+c, "done", "kq:"+c, "c1", "kr:"+c, "res"+c)
-	}
-	f.do(t, "HSET", args...)
-}
-
-// runCommands runs fn and returns the commands of namespace ns (inside
-// scripts too).
-func runCommands(t *testing.T, ns string, fn func()) [][]string {
-	t.Helper()
-	return monitored(t, func(args []string) bool { return len(args) > 1 && strings.HasPrefix(args[1], ns+":") }, fn)
-}
 
 // A take of a stage queue hands out at most 4,000 fields of runs in all: a
 // run past that (it keeps the records of every child it fanned out) comes

@@ -30,9 +30,6 @@ func checkErr(t *testing.T, what string, err, want error) {
 	}
 }
 
-// far is a due time in the far future (2100-01-01), never due in a test.
-const far = 4102444800000
-
 func TestEnqueue(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
@@ -273,37 +270,6 @@ func TestEnqueueLargeBatchKeepsOrder(t *testing.T) {
 			checkPubs(t, l.collect(t, e), []msg{{"wake", fmt.Sprint(n)}})
 			e.checkState(t, nil, func(*env) state { return want })
 		})
-	}
-}
-
-// taken is rdb.Taken with comparable fields.
-type taken struct {
-	ID, PID, Reason, Payload      string
-	Attempt, Crashes, MaxAttempts int
-	TimeoutMs                     int64
-	Parent                        string
-	Run                           hash
-}
-
-// takenOf converts Take's result for comparison.
-func takenOf(res []rdb.Taken) []taken {
-	got := make([]taken, len(res))
-	for i, r := range res {
-		got[i] = taken{r.ID, r.PID, r.Reason, string(r.Payload), r.Attempt, r.Crashes,
-			r.MaxAttempts, r.TimeoutMs, r.Parent, nil}
-		if r.Run != nil {
-			got[i].Run = hash(r.Run)
-		}
-	}
-	return got
-}
-
-// startRun starts flow run id in e.q (its first stage), without state
-// fields or index, kept one minute once ended.
-func (e *env) startRun(t *testing.T, id string) {
-	t.Helper()
-	if ok, err := e.st.FlowStart(e.ctx, e.q, id, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
-		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
 	}
 }
 

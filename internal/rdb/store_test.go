@@ -9,7 +9,6 @@ import (
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -106,15 +105,6 @@ func TestChunks(t *testing.T) {
 			t.Errorf("%s: Chunks = %v, want %v", tc.name, got, tc.want)
 		}
 	}
-}
-
-// ids returns n ids prefix00000, prefix00001, ... (sorted as numbered).
-func ids(prefix string, from, n int) []string {
-	out := make([]string, n)
-	for i := range out {
-		out[i] = fmt.Sprintf("%s%05d", prefix, from+i)
-	}
-	return out
 }
 
 // A batch past MaxEnqueueChunk goes out as script calls of EnqueueStep tasks,

@@ -12,10 +12,15 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
+	"github.com/rs/xid"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
+
+// The helpers shared by this package's test files: a test's env (its
+// namespace, store and raw connection) and the state-diff tables' dump and
+// compare; flows; ordered queues; and the readers of what the server ran
+// (MONITOR, INFO commandstats) that the cost tests use.
 
 // The Redis values a state holds, by type. A state maps every key of a
 // namespace to its value, so that comparing two states compares everything
@@ -709,4 +714,607 @@ func checkPubsAnyOrder(t *testing.T, got, want []msg) {
 		return out
 	}
 	checkPubs(t, sorted(got), sorted(want))
+}
+
+// Takings and runs in tables.
+
+// far is a due time in the far future (2100-01-01), never due in a test.
+const far = 4102444800000
+
+// taken is rdb.Taken with comparable fields.
+type taken struct {
+	ID, PID, Reason, Payload      string
+	Attempt, Crashes, MaxAttempts int
+	TimeoutMs                     int64
+	Parent                        string
+	Run                           hash
+}
+
+// takenOf converts Take's result for comparison.
+func takenOf(res []rdb.Taken) []taken {
+	got := make([]taken, len(res))
+	for i, r := range res {
+		got[i] = taken{r.ID, r.PID, r.Reason, string(r.Payload), r.Attempt, r.Crashes,
+			r.MaxAttempts, r.TimeoutMs, r.Parent, nil}
+		if r.Run != nil {
+			got[i].Run = hash(r.Run)
+		}
+	}
+	return got
+}
+
+// startRun starts flow run id in e.q (its first stage), without state
+// fields or index, kept one minute once ended.
+func (e *env) startRun(t *testing.T, id string) {
+	t.Helper()
+	if ok, err := e.st.FlowStart(e.ctx, e.q, id, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
+		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
+	}
+}
+
+// Flows.
+
+// flowEnv is env plus a flow of tag F: stages s1 and s2, child queues c1
+// and c2, runs indexed by their "user" field, kept one minute once ended.
+type flowEnv struct {
+	*env
+	s1, s2, c1, c2 rdb.QueueKeys
+	ix             string // the index of user u1
+	ref            rdb.FlowRef
+	// next and failFast are how fanOut fanned r1 out: the run's next stage
+	// and the policy, stored on each child.
+	next     string
+	failFast bool
+}
+
+func newFlowEnv(t *testing.T) *flowEnv {
+	e := newEnv(t)
+	q := func(name string) rdb.QueueKeys { return e.k.Queue(rdb.QueueRef{Tag: "F", Name: name}) }
+	f := &flowEnv{env: e, s1: q("s1"), s2: q("s2"), c1: q("c1"), c2: q("c2"),
+		ref: rdb.FlowRef{RetentionMillis: 60000, IndexBy: []string{"user"}}}
+	f.ix = f.s1.IndexKey("user", "u1")
+	return f
+}
+
+// start starts run id of user u1 in stage queue q.
+func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
+	t.Helper()
+	ok, err := f.st.FlowStart(f.ctx, q, id, map[string]string{"user": "u1"}, f.ref)
+	if err != nil || !ok {
+		t.Fatalf("FlowStart %s: %v, %v", id, ok, err)
+	}
+}
+
+// stage is e, a stage taking's ending, with what a stage of flowEnv's flow
+// records: the next stage, the fan-out policy, the fields and the children.
+func (f *flowEnv) stage(e rdb.Ending, next string, failFast bool, fields map[string]string, children ...rdb.Child) rdb.Ending {
+	e.Stage = &rdb.StageEnd{Next: next, FailFast: failFast, RunRetentionMs: f.ref.RetentionMillis,
+		IndexBy: f.ref.IndexBy, Fields: rdb.StateFields(fields), Children: children}
+	return e
+}
+
+// endStage ends a taking of stage s1 (the ending e of kind stage) towards
+// next.
+func (f *flowEnv) endStage(t *testing.T, e rdb.Ending, next string, failFast bool, children ...rdb.Child) {
+	t.Helper()
+	f.endIn(t, f.s1, 0, f.stage(e, next, failFast, nil, children...))
+}
+
+// endChild ends a taking of a child of run r1 in child queue q.
+func (f *flowEnv) endChild(t *testing.T, q rdb.QueueKeys, e rdb.Ending) {
+	t.Helper()
+	e.Run = "r1"
+	f.endIn(t, q, 0, e)
+}
+
+func (f *flowEnv) runCancel(t *testing.T, id string) {
+	t.Helper()
+	if r, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !r.Cancelled {
+		t.Fatalf("RunCancel %s: %+v, %v", id, r, err)
+	}
+}
+
+// children are the three children r1's first stage fans out: k1 and k2 in
+// c1, k3 in c2.
+var children = []rdb.Child{
+	{ID: "k1", Queue: "c1", Payload: []byte("pk1")},
+	{ID: "k2", Queue: "c1", Payload: []byte("pk2")},
+	{ID: "k3", Queue: "c2", Payload: []byte("pk3")},
+}
+
+// fanOut seeds run r1, taken by A in s1 (pid 1) and fanned out towards
+// stage next with the given policy, and its child k1 taken by A (pid 2): the
+// state fannedOut describes.
+func (f *flowEnv) fanOut(t *testing.T, next string, failFast bool) {
+	t.Helper()
+	f.next, f.failFast = next, failFast
+	f.start(t, f.s1, "r1")
+	f.takeFrom(t, f.s1, "A", 1, true)
+	f.endStage(t, rdb.Done(rdb.KindStage, "A", "1", "r1", nil), next, failFast, children...)
+	f.takeFrom(t, f.c1, "A", 1, false)
+}
+
+// Expected run hashes: run r1 of user u1, in stage st, with the retention
+// and indexed properties of flowEnv's FlowRef, and the value it is indexed
+// by ('i:user', kept from the start).
+func runQueued(st string) hash {
+	return hash{"d": "", "st": st, "fs": "running", "s": "queued", "f:user": "u1", "fr": "60000", "fi": "user",
+		"i:user": "u1"}
+}
+
+func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
+
+// runEnded is a run that ended with status at the call's time.
+// (A failed run keeps its latest fan-out's list, 'kl', for RetryRun.)
+func runEnded(h hash, status string) hash {
+	if status != "failed" {
+		h = h.without("kl")
+	}
+	return h.without("w", "p", "x").with("fs", status, "s", status, "ft", "@now")
+}
+
+func runFanned() hash {
+	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "g1 k1 k2 k3",
+		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
+}
+
+// policy is how a fan-out policy is stored on a child ('pf').
+func policy(failFast bool) string {
+	if failFast {
+		return "failfast"
+	}
+	return "continue"
+}
+
+// childOf is the hash of child id of run r1 as a fan-out towards stage next
+// with the given policy creates it.
+func childOf(id, next string, failFast bool) hash {
+	return hash{"d": payload(id), "pr": "r1", "pn": next, "pf": policy(failFast), "pe": "1"}
+}
+
+// stateOf adapts a flow table's expected state to checkState.
+func stateOf(f *flowEnv, want func(f *flowEnv) state) func(*env) state {
+	if want == nil {
+		return nil
+	}
+	return func(*env) state { return want(f) }
+}
+
+// runWithChildren writes n children's records (done, with a result) into
+// run id's hash, as fan-outs leave them.
+func (f *flowEnv) runWithChildren(t *testing.T, id string, n int) {
+	t.Helper()
+	if n == 0 {
+		return
+	}
+	args := []any{f.s1.Task(id)}
+	for i := 0; i < n; i++ {
+		c := id + ".c" + strconv.Itoa(i)
+		args = append(args, "k:"+c, "done", "kq:"+c, "c1", "kr:"+c, "res"+c)
+	}
+	f.do(t, "HSET", args...)
+}
+
+// Ordered queues and key batches.
+
+// keyed enqueues one task of key with payload p and score sc ("" = now).
+func (e *env) keyed(t *testing.T, key, id, p, sc string) rdb.KeyEnqueued {
+	t.Helper()
+	out, err := e.st.EnqueueKey(e.ctx, e.q, key, []string{id}, [][]byte{[]byte(p)}, []string{sc}, nil)
+	if err != nil || len(out) != 1 {
+		t.Fatalf("EnqueueKey %s %s: %v %v", key, id, out, err)
+	}
+	return out[0]
+}
+
+// entries reads task id's payload envelope as "payload:score" strings.
+func (e *env) entries(t *testing.T, id string) []string {
+	t.Helper()
+	b, err := redis.Bytes(e.c.Do("HGET", e.q.Task(id), rdb.FieldPayload))
+	if err != nil {
+		t.Fatalf("HGET payload of %s: %v", id, err)
+	}
+	_, es, ok := rdb.DecodeEnvelope(b)
+	if !ok {
+		t.Fatalf("payload of %s is not an envelope: %q", id, b)
+	}
+	out := make([]string, len(es))
+	for i, x := range es {
+		out[i] = string(x.Payload) + ":" + rdb.FormatScore(x.Score)
+	}
+	return out
+}
+
+func (e *env) strs(t *testing.T, cmd string, args ...any) []string {
+	t.Helper()
+	v, err := redis.Strings(e.c.Do(cmd, args...))
+	if err != nil {
+		t.Fatalf("%s %v: %v", cmd, args, err)
+	}
+	return v
+}
+
+func (e *env) field(t *testing.T, id, f string) string {
+	t.Helper()
+	v, _ := redis.String(e.c.Do("HGET", e.q.Task(id), f))
+	return v
+}
+
+func (e *env) takeBatch(t *testing.T, w string, max, batch int) []rdb.Taken {
+	t.Helper()
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Batch: batch})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// batchOf returns the ending of the batch headed by got[0] (the members
+// being got[1:]), built from ask.
+func batchOf(head rdb.Ending, got []rdb.Taken) rdb.Ending {
+	ms := make([]rdb.Member, 0, len(got)-1)
+	for _, m := range got[1:] {
+		ms = append(ms, rdb.Member{PID: m.PID, ID: m.ID, Result: []byte("r-" + m.ID)})
+	}
+	return head.WithBatch(ms)
+}
+
+func (e *env) list(t *testing.T, key string) []string {
+	t.Helper()
+	return e.strs(t, "LRANGE", e.q.KeyListPrefix+key, 0, -1)
+}
+
+func (e *env) waitingIDs(t *testing.T) []string {
+	t.Helper()
+	return e.strs(t, "LRANGE", e.q.Waiting, 0, -1)
+}
+
+// Takes, ids and loaded tasks.
+
+func (e *env) takeArgs(t *testing.T, st *rdb.Store, a rdb.TakeArgs) ([]rdb.Taken, rdb.LimitWait) {
+	t.Helper()
+	if a.Until == 0 {
+		a.Until = math.MaxInt64
+	}
+	got, wait, err := st.TakeWait(e.ctx, e.q, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got, wait
+}
+
+func takenIDs(ts []rdb.Taken) []string {
+	out := make([]string, len(ts))
+	for i, x := range ts {
+		out[i] = x.ID
+	}
+	return out
+}
+
+// ids returns n ids prefix00000, prefix00001, ... (sorted as numbered).
+func ids(prefix string, from, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s%05d", prefix, from+i)
+	}
+	return out
+}
+
+// loadIDs returns n consecutive xids, as a bulk load makes them (the line
+// number in the last bytes): about 2,000 of them share a packed hash. Two
+// calls within one second make the same ids (time and machine, then lines).
+func loadIDs(n int) []string {
+	base := xid.New().Bytes()
+	out := make([]string, n)
+	for i := range out {
+		var b [12]byte
+		copy(b[:], base)
+		v := uint64(1000 + i)
+		for j := 11; j >= 7; j-- {
+			b[j] = byte(v)
+			v >>= 8
+		}
+		id, _ := xid.FromBytes(b[:])
+		out[i] = id.String()
+	}
+	return out
+}
+
+// packedKeys returns the packed hashes of the namespace and their fields.
+func (e *env) packedKeys(t *testing.T) map[string]int {
+	t.Helper()
+	keys, err := redis.Strings(e.c.Do("KEYS", e.ns+":*:lb:*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]int{}
+	for _, k := range keys {
+		n, _ := redis.Int(e.c.Do("HLEN", k))
+		out[k] = n
+	}
+	return out
+}
+
+// What the server ran: MONITOR sees every command, those inside scripts
+// too; INFO commandstats counts them.
+
+// monitorArgs parses the arguments of a MONITOR line ("..." quoted, with
+// \" \\ \n \r \t \a \b \xHH escapes).
+func monitorArgs(line string) []string {
+	var out []string
+	i := strings.Index(line, "] ")
+	if i < 0 {
+		return nil
+	}
+	s := line[i+2:]
+	for len(s) > 0 {
+		if s[0] != '"' {
+			s = s[1:]
+			continue
+		}
+		var b strings.Builder
+		j := 1
+		for ; j < len(s) && s[j] != '"'; j++ {
+			if s[j] != '\\' || j+1 >= len(s) {
+				b.WriteByte(s[j])
+				continue
+			}
+			j++
+			switch s[j] {
+			case 'n':
+				b.WriteByte('\n')
+			case 'r':
+				b.WriteByte('\r')
+			case 't':
+				b.WriteByte('\t')
+			case 'a':
+				b.WriteByte('\a')
+			case 'b':
+				b.WriteByte('\b')
+			case 'x':
+				v, _ := strconv.ParseUint(s[j+1:j+3], 16, 8)
+				b.WriteByte(byte(v))
+				j += 2
+			default:
+				b.WriteByte(s[j])
+			}
+		}
+		out = append(out, b.String())
+		if j+1 > len(s) {
+			break
+		}
+		s = s[j+1:]
+	}
+	return out
+}
+
+// monitored runs f and returns, as MONITOR saw them, the commands (inside
+// scripts too) that match keeps.
+func monitored(t *testing.T, keep func(args []string) bool, f func()) [][]string {
+	t.Helper()
+	mon, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	if _, err := mon.Do("MONITOR"); err != nil {
+		t.Fatal(err)
+	}
+	f()
+	marker := "monitored-done-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	c, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Do("ECHO", marker); err != nil {
+		t.Fatal(err)
+	}
+	var out [][]string
+	for {
+		line, err := redis.String(redis.ReceiveWithTimeout(mon, 5*time.Second))
+		if err != nil {
+			t.Fatalf("MONITOR: %v", err)
+		}
+		args := monitorArgs(line)
+		if len(args) == 2 && args[0] == "ECHO" && args[1] == marker {
+			return out
+		}
+		if keep(args) {
+			out = append(out, args)
+		}
+	}
+}
+
+// runCommands runs fn and returns the commands of namespace ns (inside
+// scripts too).
+func runCommands(t *testing.T, ns string, fn func()) [][]string {
+	t.Helper()
+	return monitored(t, func(args []string) bool { return len(args) > 1 && strings.HasPrefix(args[1], ns+":") }, fn)
+}
+
+// scriptCall is one script call seen by MONITOR: its name, its declared
+// keys and the keys its commands touched.
+type scriptCall struct {
+	name     string
+	declared map[string]bool
+	touched  []string
+	channels []string // published on
+}
+
+// keyAuditor watches every command of namespace ns through MONITOR.
+type keyAuditor struct {
+	t    *testing.T
+	mon  redis.Conn
+	keys redis.Conn // COMMAND GETKEYS
+	ns   string
+	step int
+}
+
+func newKeyAuditor(t *testing.T, ns string) *keyAuditor {
+	mon, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := mon.Do("MONITOR"); err != nil {
+		t.Fatal(err)
+	}
+	kc, err := redis.DialURL(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { mon.Close(); kc.Close() })
+	return &keyAuditor{t: t, mon: mon, keys: kc, ns: ns}
+}
+
+// calls returns the script calls of the namespace made since the last
+// call of calls, up to a marker it sends.
+func (a *keyAuditor) calls() []scriptCall {
+	a.t.Helper()
+	a.step++
+	marker := fmt.Sprintf("audit-%s-%d", a.ns, a.step)
+	if _, err := a.keys.Do("ECHO", marker); err != nil {
+		a.t.Fatal(err)
+	}
+	var out []scriptCall
+	var cur *scriptCall
+	for {
+		r, err := redis.String(redis.ReceiveWithTimeout(a.mon, 5*time.Second))
+		if err != nil {
+			a.t.Fatalf("MONITOR: %v", err)
+		}
+		args := monitorArgs(r)
+		if len(args) == 0 {
+			continue
+		}
+		if strings.Contains(r, "[0 lua]") {
+			if cur != nil {
+				cur.touched = append(cur.touched, a.keysOf(args)...)
+				if c := strings.ToUpper(args[0]); (c == "PUBLISH" || c == "SPUBLISH") && len(args) > 1 {
+					cur.channels = append(cur.channels, args[1])
+				}
+			}
+			continue
+		}
+		if cur != nil {
+			out = append(out, *cur)
+			cur = nil
+		}
+		cmd := strings.ToUpper(args[0])
+		if cmd == "ECHO" && len(args) == 2 && args[1] == marker {
+			return out
+		}
+		if (cmd == "FCALL" || cmd == "EVALSHA" || cmd == "EVAL") && len(args) >= 3 {
+			n, _ := strconv.Atoi(args[2])
+			if n < 1 || len(args) < 3+n || !strings.HasPrefix(args[3], a.ns+":") {
+				continue
+			}
+			c := scriptCall{name: args[1], declared: map[string]bool{}}
+			if parts := strings.SplitN(c.name, "_", 3); cmd == "FCALL" && len(parts) == 3 {
+				c.name = parts[2] // worqr_<hex>_<script>
+			}
+			for _, k := range args[3 : 3+n] {
+				c.declared[k] = true
+			}
+			cur = &c
+		}
+	}
+}
+
+// keysOf returns the keys of one command, as Redis finds them.
+func (a *keyAuditor) keysOf(args []string) []string {
+	cargs := make([]any, 0, len(args)+1)
+	cargs = append(cargs, "GETKEYS")
+	for _, s := range args {
+		cargs = append(cargs, s)
+	}
+	keys, err := redis.Strings(a.keys.Do("COMMAND", cargs...))
+	if err != nil {
+		return nil // no key (TIME, PUBLISH...)
+	}
+	return keys
+}
+
+// kind is the part of a key after "<ns>:{tag}:" up to the next ':' (t, q,
+// u, ix...).
+func kind(key string) string {
+	_, rest, _ := strings.Cut(key, "}:")
+	k, _, _ := strings.Cut(rest, ":")
+	return k
+}
+
+// undeclared returns the kinds of the keys calls touched without declaring
+// them, per script, as "script:kind".
+func undeclared(calls []scriptCall) []string {
+	set := map[string]bool{}
+	for _, c := range calls {
+		for _, k := range c.touched {
+			if !c.declared[k] {
+				set[c.name+":"+kind(k)] = true
+			}
+		}
+	}
+	out := make([]string, 0, len(set))
+	for k := range set {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// commandCalls is how many times the server ran cmd (INFO commandstats).
+func commandCalls(t *testing.T, c redis.Conn, cmd string) int64 {
+	t.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// cmdCalls is how many times the server ran command name (lower case),
+// those inside scripts included (INFO commandstats).
+func cmdCalls(t *testing.T, c redis.Conn, name string) int64 {
+	t.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_"+name+":") {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.IndexByte(line[i:], ',')
+		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
+		return n
+	}
+	return 0
+}
+
+// commandCount is the number of commands the server has run, those inside
+// scripts included (INFO commandstats, INFO itself left out).
+func commandCount(t *testing.T, c redis.Conn) int64 {
+	t.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	for _, line := range strings.Split(info, "\n") {
+		if !strings.HasPrefix(line, "cmdstat_") || strings.HasPrefix(line, "cmdstat_info:") {
+			continue
+		}
+		i := strings.Index(line, "calls=")
+		j := strings.IndexByte(line[i:], ',')
+		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
+		total += n
+	}
+	return total
 }
