@@ -2,12 +2,224 @@ package rdb_test
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
+
+func TestCancel(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		seed  func(t *testing.T, e *env)
+		id    string
+		want  rdb.CancelResult
+		state func(e *env) state
+		pubs  []msg
+	}{
+		{
+			name: "waiting task: removed, hash gone",
+			seed: func(t *testing.T, e *env) { e.enqueue(t, "t1", "t2", "t3") },
+			id:   "t2",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t3"},
+					e.q.Task("t1"): fresh("t1"),
+					e.q.Task("t3"): fresh("t3"),
+				}
+			},
+		},
+		{
+			name: "waiting task: its unique key released",
+			seed: func(t *testing.T, e *env) { e.enqueueUnique(t, "t1", "k") },
+			id:   "t1",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{}
+			},
+		},
+		{
+			name: "waiting task, retention in the queue's config: kept as cancelled, expiring",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "retention", 60000)
+				e.enqueue(t, "t1")
+			},
+			id:   "t1",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"retention": "60000"},
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
+				}
+			},
+		},
+		{
+			name: "given-back task waiting again: removed",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.giveBack(t, "A", "1", "t1")
+			},
+			id:   "t1",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "scheduled task: taken out of the scheduled set, ended",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueDue(t, far, "t1", "t2")
+			},
+			id:   "t1",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t2"): fresh("t2").with("s", "scheduled"),
+					e.q.Scheduled:  zset{{"t2", fmt.Sprint(far)}},
+				}
+			},
+		},
+		{
+			name: "scheduled for a retry, unique, with retention: kept as cancelled, unique key released",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "retention", 60000)
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+				e.endTask(t, 0, rdb.Retry(rdb.KindTask, "A", "1", "t1", 60000, "boom"))
+			},
+			id:   "t1",
+			want: rdb.CancelRemoved,
+			state: func(e *env) state {
+				return state{
+					e.q.Config: hash{"retention": "60000"},
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now", "n", "1", "e", "boom",
+						"u", uniqueKey(e.q, "k")), 60000),
+					e.q.Retained: ttl(zset{{"t1", "@now+60000"}}, 60000),
+					e.q.Holders:  set{"A"},
+					e.q.Seq:      str("1"),
+				}
+			},
+		},
+		{
+			name: "running task: marked, owner told on the cancel channel",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+			},
+			id:   "t1",
+			want: rdb.CancelRequested,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:          list{"t2"},
+					e.q.Task("t1"):       active("t1", "A", "1").with("x", "1"),
+					e.q.Task("t2"):       fresh("t2"),
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
+					e.q.Holders:          set{"A"},
+					e.q.Seq:              str("1"),
+				}
+			},
+			pubs: []msg{{"cancel", "t1"}},
+		},
+		{
+			name: "flow run: refused, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				e.startRun(t, "r1")
+			},
+			id:   "r1",
+			want: rdb.CancelRefused,
+		},
+		{
+			name: "flow child: refused, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				e.do(t, "HSET", e.q.Task("k1"), "d", "pk1", "pr", "r1")
+				e.do(t, "RPUSH", e.q.Waiting, "k1")
+			},
+			id:   "k1",
+			want: rdb.CancelRefused,
+		},
+		{
+			name: "unknown id: no-op",
+			seed: func(t *testing.T, e *env) { e.enqueue(t, "t1") },
+			id:   "nope",
+			want: rdb.CancelNoop,
+		},
+		{
+			name: "task data not a hash: no-op",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			id:   "t1",
+			want: rdb.CancelNoop,
+		},
+		{
+			name: "finished task kept for the retention: no-op",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.endTask(t, 60000, rdb.Done(rdb.KindTask, "A", "1", "t1", nil))
+			},
+			id:   "t1",
+			want: rdb.CancelNoop,
+		},
+		{
+			name: "dead task: no-op",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.endTask(t, 0, rdb.Dead(rdb.KindTask, "A", "1", "t1", "bad"))
+			},
+			id:   "t1",
+			want: rdb.CancelNoop,
+		},
+		{
+			name: "cancel a running task twice: the second is a no-op",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.cancel(t, "t1")
+			},
+			id:   "t1",
+			want: rdb.CancelNoop,
+		},
+		{
+			name: "cancel a waiting task twice: the second is a no-op",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.cancel(t, "t1")
+			},
+			id:   "t1",
+			want: rdb.CancelNoop,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tc.seed(t, e)
+			before := e.dump(t)
+			l := e.listen(t)
+			var got rdb.CancelResult
+			var err error
+			e.call(t, func() { got, err = e.st.Cancel(e.ctx, e.q, tc.id) })
+			pubs := l.collect(t, e)
+			if err != nil {
+				t.Fatalf("Cancel: %v", err)
+			}
+			if got != tc.want {
+				t.Errorf("Cancel = %v, want %v", got, tc.want)
+			}
+			e.checkState(t, before, tc.state)
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
 
 // longList enqueues n tasks t0..t<n-1> in one EnqueueBatch (packed when
 // packed, else each with a hash; task t<uniq> holds unique key "k").

@@ -1,14 +1,645 @@
 package rdb_test
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 )
+
+// TestEndTask is the end script for the takings of a stand-alone queue,
+// one taking per call (TestEndBatch mixes them in one call).
+func TestEndTask(t *testing.T) {
+	t.Parallel()
+	done := func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindTask, w, pid, id, nil) }
+	doneWith := func(result string) func(w, pid, id string) rdb.Ending {
+		return func(w, pid, id string) rdb.Ending { return rdb.Done(rdb.KindTask, w, pid, id, []byte(result)) }
+	}
+	retry := func(w, pid, id string) rdb.Ending { return rdb.Retry(rdb.KindTask, w, pid, id, 5000, "boom") }
+	dead := func(w, pid, id string) rdb.Ending { return rdb.Dead(rdb.KindTask, w, pid, id, "bad") }
+	// taken1 seeds one task, t1, taken by A as pid 1.
+	taken1 := func(t *testing.T, e *env) {
+		e.enqueue(t, "t1")
+		e.take(t, "A", 1)
+	}
+	tests := []struct {
+		name       string
+		seed       func(t *testing.T, e *env)
+		w, pid, id string
+		end        func(w, pid, id string) rdb.Ending
+		retention  int64 // how long the queue keeps ended tasks (ms)
+		want       rdb.Outcome
+		state      func(e *env) state
+	}{
+		{
+			name: "owner: done, the worker's other takings kept",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2", "t3")
+				e.take(t, "A", 2)
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:          list{"t3"},
+					e.q.Task("t2"):       active("t2", "A", "2"),
+					e.q.Task("t3"):       fresh("t3"),
+					e.q.WorkerQueue("A"): hash{"2": "t2"},
+					e.q.Holders:          set{"A"},
+					e.q.Seq:              str("2"),
+				}
+			},
+		},
+		{
+			name: "owner of its last taking: done, the worker's set goes",
+			seed: taken1,
+			w:    "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			// The old API's empty mode defaulted to done; the ending's
+			// constructors leave nothing to default but the result.
+			name: "done with a nil result: done, no result recorded",
+			seed: taken1,
+			w:    "A", pid: "1", id: "t1", end: func(w, pid, id string) rdb.Ending {
+				return rdb.Done(rdb.KindTask, w, pid, id, nil)
+			},
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "done with retention: kept as done with the result and finish time, expiring",
+			seed: taken1,
+			w:    "A", pid: "1", id: "t1",
+			end: doneWith("out\x00"), retention: 60000,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now", "r", "out\x00"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "done with retention, no result: no result field",
+			seed: taken1,
+			w:    "A", pid: "1", id: "t1",
+			end: done, retention: 60000,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "done: its unique key released",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "done: a unique key another task holds now is left alone",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+				e.do(t, "SET", uniqueKey(e.q, "k"), "t9", "PX", 60000)
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeDone,
+			state: func(e *env) state {
+				return state{
+					uniqueKey(e.q, "k"): ttl(str("t9"), 60000),
+					e.q.Holders:         set{"A"},
+					e.q.Seq:             str("1"),
+				}
+			},
+		},
+		{
+			name: "cancel asked while it ran: cancelled, its unique key released",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "cancel asked, with retention: kept as cancelled, expiring",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1",
+			end: doneWith("ignored"), retention: 60000,
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "cancel asked wins over a retry: cancelled, nothing scheduled",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "cancel asked wins over dead: cancelled, nothing buried",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{e.q.Holders: set{"A"}, e.q.Seq: str("1")}
+			},
+		},
+		{
+			name: "retry: a failed attempt counted, scheduled at Redis time + delay, unique key kept",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+			},
+			w: "A", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeRetry,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"):      fresh("t1").with("u", uniqueKey(e.q, "k"), "s", "scheduled", "n", "1", "e", "boom"),
+					e.q.Scheduled:       zset{{"t1", "@now+5000"}},
+					uniqueKey(e.q, "k"): ttl(str("t1"), 60000),
+					e.q.Holders:         set{"A"},
+					e.q.Seq:             str("1"),
+				}
+			},
+		},
+		{
+			name: "retry again: n incremented, the last error replaces the previous one, due order kept",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueDue(t, far, "t0")
+				taken1(t, e)
+				e.do(t, "HSET", e.q.Task("t1"), "n", "2", "e", "old")
+			},
+			w: "A", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeRetry,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t0"): fresh("t0").with("s", "scheduled"),
+					e.q.Task("t1"): fresh("t1").with("s", "scheduled", "n", "3", "e", "boom"),
+					e.q.Scheduled:  zset{{"t1", "@now+5000"}, {"t0", fmt.Sprint(far)}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "dead: buried with reason, error, time and worker; its unique key released",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.take(t, "A", 1)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): fresh("t1").with("u", uniqueKey(e.q, "k"), "n", "1", "e", "bad").
+						buried("failed", "A"),
+					e.q.Dead:    zset{{"t1", "@now"}},
+					e.q.Holders: set{"A"},
+					e.q.Seq:     str("1"),
+				}
+			},
+		},
+		{
+			name: "dead, retention asked: a dead task never expires",
+			seed: taken1,
+			w:    "A", pid: "1", id: "t1",
+			end: dead, retention: 60000,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Dead:       zset{{"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "dead, the hash had an expiry (an id reused within a retention): kept for good",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.do(t, "PEXPIRE", e.q.Task("t1"), 600000)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Dead:       zset{{"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "dead past dead_max: the oldest entries and their hashes trimmed",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "dead_max", 2)
+				now := e.now(t)
+				e.seedDead(t, e.q, "d1", now-2000)
+				e.seedDead(t, e.q, "d2", now-1000)
+				taken1(t, e)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"dead_max": "2"},
+					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
+					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Dead:       zset{{"d2", "@seed-1000"}, {"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "dead: entries older than dead_age trimmed with their hashes",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "dead_age", 60000)
+				now := e.now(t)
+				e.seedDead(t, e.q, "d1", now-120000)
+				e.seedDead(t, e.q, "d2", now-1000)
+				taken1(t, e)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"dead_age": "60000"},
+					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
+					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Dead:       zset{{"d2", "@seed-1000"}, {"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "dead, no config hash: the default age (90 days) applies",
+			seed: func(t *testing.T, e *env) {
+				now := e.now(t)
+				e.seedDead(t, e.q, "d1", now-91*24*3600*1000)
+				e.seedDead(t, e.q, "d2", now-89*24*3600*1000)
+				taken1(t, e)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("d2"): deadSeed("d2", "@seed-7689600000"),
+					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Dead:       zset{{"d2", "@seed-7689600000"}, {"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			// Corrupt data must not abort the script after the taking was
+			// released: the id would be nowhere (invariant 1).
+			name: "task data not a hash: buried with the reason, what it held kept in 'raw'",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeDead,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"): hash{"raw": "garbage"}.buried("corrupt: task data is a string, not a hash", "A"),
+					e.q.Dead:       zset{{"t1", "@now"}},
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "not the owner (another worker's pid): lost, nothing changed",
+			seed: taken1,
+			w:    "B", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "not the owner, retry: lost, nothing scheduled",
+			seed: taken1,
+			w:    "B", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "not the owner, dead: lost, nothing buried",
+			seed: taken1,
+			w:    "B", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "not the owner (stale pid, the taking was requeued): lost, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.requeue(t, true, "A")
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "not the owner (stale pid, the task was taken again by the same worker): lost, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.requeue(t, true, "A")
+				e.take(t, "A", 1)
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "run twice (done): the second call is lost and changes nothing",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 2)
+				e.finish(t, "A", "1", "t1")
+			},
+			w: "A", pid: "1", id: "t1", end: done,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "run twice (retry): the second call is lost, n not counted again",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.endTask(t, 0, retry("A", "1", "t1"))
+			},
+			w: "A", pid: "1", id: "t1", end: retry,
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "run twice (dead): the second call is lost, nothing buried again",
+			seed: func(t *testing.T, e *env) {
+				taken1(t, e)
+				e.endTask(t, 0, dead("A", "1", "t1"))
+			},
+			w: "A", pid: "1", id: "t1", end: dead,
+			want: rdb.OutcomeLost,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tc.seed(t, e)
+			before := e.dump(t)
+			l := e.listen(t)
+			var got []rdb.Ended
+			var err error
+			e.call(t, func() { got, err = e.st.End(e.ctx, e.q, tc.retention, []rdb.Ending{tc.end(tc.w, tc.pid, tc.id)}) })
+			pubs := l.collect(t, e)
+			if want := []rdb.Ended{{Outcome: tc.want}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
+			}
+			e.checkState(t, before, tc.state)
+			checkPubs(t, pubs, nil)
+		})
+	}
+}
+
+// TestEndGiveBack is the end script's give back: the taking goes back to the
+// front of its queue, nothing counted.
+func TestEndGiveBack(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		seed       func(t *testing.T, e *env)
+		kind       rdb.Kind // "": a task
+		w, pid, id string
+		want       rdb.Outcome
+		state      func(e *env) state
+		pubs       []msg
+	}{
+		{
+			name: "owner: back at the front, with a wake-up",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2", "t3")
+				e.take(t, "A", 1)
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeRequeued,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t2", "t3"},
+					e.q.Task("t1"): queued("t1"),
+					e.q.Task("t2"): fresh("t2"),
+					e.q.Task("t3"): fresh("t3"),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "owner: the worker's other takings kept, counters and unique key untouched",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1")
+				e.enqueueUnique(t, "t2", "k")
+				e.take(t, "A", 2)
+				e.do(t, "HSET", e.q.Task("t2"), "n", "1", "c", "2")
+			},
+			w: "A", pid: "2", id: "t2",
+			want: rdb.OutcomeRequeued,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:          list{"t2"},
+					e.q.Task("t1"):       active("t1", "A", "1"),
+					e.q.Task("t2"):       queued("t2").with("n", "1", "c", "2", "u", uniqueKey(e.q, "k")),
+					uniqueKey(e.q, "k"):  ttl(str("t2"), 60000),
+					e.q.WorkerQueue("A"): hash{"1": "t1"},
+					e.q.Holders:          set{"A"},
+					e.q.Seq:              str("2"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "cancel asked while it ran: ended, not requeued, its unique key released",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueUnique(t, "t1", "k")
+				e.enqueue(t, "t2")
+				e.take(t, "A", 1)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t2"},
+					e.q.Task("t2"): fresh("t2"),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			name: "cancel asked, retention in the queue's config: kept as cancelled, expiring",
+			seed: func(t *testing.T, e *env) {
+				e.setCfg(t, e.q, "retention", 60000)
+				e.enqueue(t, "t1")
+				e.take(t, "A", 1)
+				e.cancel(t, "t1")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{
+					e.q.Config:     hash{"retention": "60000"},
+					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+		},
+		{
+			// As requeue does: a stage handler that gives back its run
+			// after the run was cancelled must not queue the run again
+			// (end_run removed the run's cancel mark, so only fs tells).
+			name: "a flow run cancelled while its stage ran: not put back, left as it is",
+			seed: func(t *testing.T, e *env) {
+				e.startRun(t, "r1")
+				e.takeFrom(t, e.q, "A", 1, true)
+				if _, err := e.st.RunCancel(e.ctx, e.q, "r1", rdb.FlowRef{RetentionMillis: 60000}); err != nil {
+					t.Fatal(err)
+				}
+			},
+			kind: rdb.KindStage, w: "A", pid: "1", id: "r1",
+			want: rdb.OutcomeCancelled,
+			state: func(e *env) state {
+				return state{
+					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
+						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
+					e.q.Holders: set{"A"},
+					e.q.Runs:    runs("r1"),
+					e.q.Seq:     str("1"),
+				}
+			},
+		},
+		{
+			// As requeue does: corrupt data must not abort the script after
+			// the taking was released (the id would be nowhere); the id goes
+			// back and the take buries it with the reason.
+			name: "task data not a hash: the id back at the front as it is, with a wake-up",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+				e.do(t, "SET", e.q.Task("t1"), "garbage")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeRequeued,
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t2"},
+					e.q.Task("t1"): str("garbage"),
+					e.q.Task("t2"): fresh("t2"),
+					e.q.Holders:    set{"A"},
+					e.q.Seq:        str("1"),
+				}
+			},
+			pubs: []msg{{"wake", "1"}},
+		},
+		{
+			name: "not the owner (another worker's pid): lost, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+			},
+			w: "B", pid: "1", id: "t1",
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "not the owner (stale pid, the taking was requeued): lost, nothing changed",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+				e.requeue(t, true, "A")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeLost,
+		},
+		{
+			name: "run twice: the second call is lost and pushes nothing",
+			seed: func(t *testing.T, e *env) {
+				e.enqueue(t, "t1", "t2")
+				e.take(t, "A", 1)
+				e.giveBack(t, "A", "1", "t1")
+			},
+			w: "A", pid: "1", id: "t1",
+			want: rdb.OutcomeLost,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			tc.seed(t, e)
+			before := e.dump(t)
+			l := e.listen(t)
+			kind := tc.kind
+			if kind == "" {
+				kind = rdb.KindTask
+			}
+			var got []rdb.Ended
+			var err error
+			e.call(t, func() { got, err = e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.GiveBack(kind, tc.w, tc.pid, tc.id)}) })
+			pubs := l.collect(t, e)
+			if want := []rdb.Ended{{Outcome: tc.want}}; err != nil || !reflect.DeepEqual(got, want) {
+				t.Errorf("End = %+v, %v; want %+v", got, err, want)
+			}
+			e.checkState(t, before, tc.state)
+			checkPubs(t, pubs, tc.pubs)
+		})
+	}
+}
 
 // One End call ends a batch of takings of one queue (the worker's group
 // commit): each is checked for ownership on its own and gets its own

@@ -446,6 +446,12 @@ func (e *env) settle(got, want any) any {
 	return got
 }
 
+// Every state-diff table (TestEnqueue, TestTake, TestEndTask, TestRequeue,
+// TestCancel, ...) seeds Redis, snapshots it, runs one wrapper, then checks
+// the wrapper's result, the whole namespace (state: nil means "nothing
+// changed") and every message published on the namespace's channels (pubs:
+// nil means "none").
+
 // checkState compares the namespace with want, or with before when want is
 // nil (the call must have changed nothing).
 func (e *env) checkState(t *testing.T, before state, want func(e *env) state) {
