@@ -372,30 +372,6 @@ func TestCancelMarkedIDIsTaken(t *testing.T) {
 	}
 }
 
-// The ask cancel ends a taking the take found marked: cancelled, even if
-// the mark went away since (a hand edit: the cancel already set the state
-// and released the unique lock); a task without it that ends expired is
-// unaffected.
-func TestEndAskCancel(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.enqueue(t, "a", "b")
-	got := e.takeFrom(t, e.q, "W", 2, false)
-	if len(got) != 2 {
-		t.Fatalf("took %d, want 2", len(got))
-	}
-	e.do(t, "HSET", e.q.Task("b"), "x", "1")
-	unmarked := rdb.NotRun("W", rdb.Taken{ID: "a", PID: got[0].PID, Cancelled: true})
-	marked := rdb.NotRun("W", rdb.Taken{ID: "b", PID: got[1].PID, Cancelled: true})
-	ended := e.endIn(t, e.q, 0, unmarked, marked)
-	if ended[0].Outcome != rdb.OutcomeCancelled || ended[1].Outcome != rdb.OutcomeCancelled {
-		t.Fatalf("ends %v %v, want cancelled twice", ended[0].Outcome, ended[1].Outcome)
-	}
-	if w := e.waitingIDs(t); len(w) != 0 {
-		t.Errorf("waiting %v, want nothing", w)
-	}
-}
-
 // keyedMany enqueues n tasks of key K named prefix0, prefix1, ...: the
 // first due now (its key's head), the others with later (nil: due now),
 // in chunks of MaxEnqueueChunk. It returns their ids.

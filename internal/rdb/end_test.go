@@ -993,3 +993,128 @@ func TestEndOfAReissuedPidIsLost(t *testing.T) {
 		t.Fatalf("end of b, twice in one call = %+v, %v; want done, lost", ended, err)
 	}
 }
+
+// A batch of one key is owned only if every member's pid still maps to that
+// member's id (own_every). After a failover the new primary may hand out the
+// batch's pids again, to another key's batch: a late end of the old batch
+// must be lost, and the new batch stay owned and reachable by the reaper.
+// Simulated: the holdings of a's batch are lost and the counter set back.
+func TestEndOfABatchWithReissuedPidsIsLost(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	for _, id := range []string{"a1", "a2", "a3"} {
+		e.keyed(t, "A", id, id, "")
+	}
+	for _, id := range []string{"b1", "b2", "b3"} {
+		e.keyed(t, "B", id, id, "")
+	}
+	old := e.takeBatch(t, "W", 1, 3)
+	if want := []string{"a1", "a2", "a3"}; !reflect.DeepEqual(takenIDs(old), want) {
+		t.Fatalf("took %v, want %v", takenIDs(old), want)
+	}
+	for _, g := range old {
+		e.do(t, "HDEL", e.q.WorkerQueue("W"), g.PID)
+	}
+	e.do(t, "DECRBY", e.q.Seq, len(old))
+	got := e.takeBatch(t, "W", 1, 3)
+	if want := []string{"b1", "b2", "b3"}; !reflect.DeepEqual(takenIDs(got), want) {
+		t.Fatalf("second take %v, want %v", takenIDs(got), want)
+	}
+	for i := range got {
+		if got[i].PID != old[i].PID {
+			t.Fatalf("second take's pids %v, want a's pids reissued", got)
+		}
+	}
+	ended, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{batchOf(rdb.Done(rdb.KindTask, "W", old[0].PID, "a1", nil), old)})
+	if err != nil || len(ended) != 1 || ended[0].Outcome != rdb.OutcomeLost {
+		t.Fatalf("late end of a's batch under reissued pids = %+v, %v; want lost", ended, err)
+	}
+	held, err := redis.StringMap(e.c.Do("HGETALL", e.q.WorkerQueue("W")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range got {
+		if held[g.PID] != g.ID {
+			t.Fatalf("W's holdings %v, want pid %s -> %s (still reachable)", held, g.PID, g.ID)
+		}
+	}
+}
+
+// The ask cancel ends a taking the take found marked: cancelled, even if
+// the mark went away since (a hand edit: the cancel already set the state
+// and released the unique lock); a task without it that ends expired is
+// unaffected.
+func TestEndAskCancel(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "a", "b")
+	got := e.takeFrom(t, e.q, "W", 2, false)
+	if len(got) != 2 {
+		t.Fatalf("took %d, want 2", len(got))
+	}
+	e.do(t, "HSET", e.q.Task("b"), "x", "1")
+	unmarked := rdb.NotRun("W", rdb.Taken{ID: "a", PID: got[0].PID, Cancelled: true})
+	marked := rdb.NotRun("W", rdb.Taken{ID: "b", PID: got[1].PID, Cancelled: true})
+	ended := e.endIn(t, e.q, 0, unmarked, marked)
+	if ended[0].Outcome != rdb.OutcomeCancelled || ended[1].Outcome != rdb.OutcomeCancelled {
+		t.Fatalf("ends %v %v, want cancelled twice", ended[0].Outcome, ended[1].Outcome)
+	}
+	if w := e.waitingIDs(t); len(w) != 0 {
+		t.Errorf("waiting %v, want nothing", w)
+	}
+}
+
+// A rate-limited end (ask later) schedules the task without counting a
+// failed attempt.
+func TestEndLater(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "t1")
+	e.take(t, "A", 1)
+	e.call(t, func() { e.endTask(t, 0, rdb.Later(rdb.KindTask, "A", "1", "t1", 2000, "quota")) })
+	e.checkState(t, nil, func(e *env) state {
+		return state{
+			e.q.Task("t1"): fresh("t1").with("s", "scheduled", "e", "quota"),
+			e.q.Scheduled:  zset{{"t1", "@now+2000"}},
+			e.q.Holders:    set{"A"},
+			e.q.Seq:        str("1"),
+		}
+	})
+}
+
+// A task's own retention wins over the queue's, longer or shorter, and the
+// retained set lives as long as its latest entry.
+func TestTaskRetentionOverridesTheQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{RetentionMs: 120000}, "long")
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{RetentionMs: 5000}, "short")
+	e.enqueue(t, "plain")
+	got := e.takeFrom(t, e.q, "A", 3, false)
+	before := e.dump(t)
+	e.call(t, func() {
+		e.endIn(t, e.q, 60000,
+			rdb.Done(rdb.KindTask, "A", got[0].PID, "long", nil),
+			rdb.Done(rdb.KindTask, "A", got[1].PID, "short", nil),
+			rdb.Done(rdb.KindTask, "A", got[2].PID, "plain", nil))
+	})
+	e.checkState(t, before, func(e *env) state {
+		return state{
+			e.q.Task("long"):  ttl(hash{"d": "plong", "rt": "120000", "s": "done", "ft": "@now"}, 120000),
+			e.q.Task("short"): ttl(hash{"d": "pshort", "rt": "5000", "s": "done", "ft": "@now"}, 5000),
+			e.q.Task("plain"): ttl(hash{"d": "pplain", "s": "done", "ft": "@now"}, 60000),
+			// Scored by expiry; the set's TTL is that of its queue-retention
+			// entry, the last added (see finalize).
+			e.q.Retained: ttl(zset{{"short", "@now+5000"}, {"plain", "@now+60000"}, {"long", "@now+120000"}}, 60000),
+			e.q.Holders:  set{"A"},
+			e.q.Seq:      str("3"),
+		}
+	})
+	// A queue without retention keeps a task that asks for it.
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{RetentionMs: 30000}, "kept")
+	got = e.takeFrom(t, e.q, "A", 1, false)
+	e.endTask(t, 0, rdb.Done(rdb.KindTask, "A", got[0].PID, "kept", []byte("r")))
+	if r, err := e.st.Task(e.ctx, e.q, "kept"); err != nil || r == nil || r.State != rdb.StateDone || r.RetentionMs != 30000 || string(r.Result) != "r" {
+		t.Fatalf("kept: %+v %v", r, err)
+	}
+}

@@ -3,8 +3,11 @@ package rdb_test
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -261,5 +264,237 @@ func TestEnqueueLargeBatchKeepsOrder(t *testing.T) {
 			checkPubs(t, l.collect(t, e), []msg{{"wake", fmt.Sprint(n)}})
 			e.checkState(t, nil, func(*env) state { return want })
 		})
+	}
+}
+
+// payloadsOf returns n payloads of size bytes each.
+func payloadsOf(n, size int) [][]byte {
+	out := make([][]byte, n)
+	for i := range out {
+		out[i] = make([]byte, size)
+	}
+	return out
+}
+
+func TestChunks(t *testing.T) {
+	t.Parallel()
+	const max = rdb.MaxEnqueueChunkBytes
+	half := max / 2
+	tests := []struct {
+		name     string
+		payloads [][]byte
+		want     []int
+	}{
+		{"nothing", nil, nil},
+		{"one", payloadsOf(1, 10), []int{1}},
+		{"exactly one chunk", payloadsOf(rdb.MaxEnqueueChunk, 10), []int{1000}},
+		{"one task over: steps", payloadsOf(rdb.MaxEnqueueChunk+1, 10), []int{250, 500, 750, 1000, 1001}},
+		{"1,100 tasks", payloadsOf(1100, 10), []int{250, 500, 750, 1000, 1100}},
+		{"bytes: exactly the cap fits", [][]byte{make([]byte, half), make([]byte, half)}, []int{2}},
+		{"bytes: one byte over starts a chunk", [][]byte{make([]byte, half), make([]byte, half), {0}}, []int{2, 3}},
+		{"bytes: three halves and a byte", payloadsOf(3, half+1), []int{1, 2, 3}},
+		{"bytes: a payload over the cap is a chunk of its own",
+			[][]byte{{1}, make([]byte, max+1), {2}}, []int{1, 2, 3}},
+		{"over the bytes cap: steps, and bytes before count",
+			append(payloadsOf(999, 10), make([]byte, max)), []int{250, 500, 750, 999, 1000}},
+		{"bytes: a step cut short by the cap",
+			append(append(payloadsOf(100, 10), make([]byte, max-500)), payloadsOf(200, 10)...), []int{100, 151, 301}},
+	}
+	for _, tc := range tests {
+		if got := rdb.Chunks(tc.payloads); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("%s: Chunks = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// A batch past MaxEnqueueChunk goes out as script calls of EnqueueStep tasks,
+// in order: each publishes its own wake-up with its count, and the waiting
+// list holds every task in the batch's order, behind those already waiting.
+// With nothing but payloads, the tasks are written packed (the hashes shared
+// by ids that differ in their last 3 characters: t00000..t00999 in lb:t00),
+// with no hash of their own; with a per-task option, each gets its hash.
+func TestEnqueueBatchSplitsIntoChunks(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		a      *rdb.EnqueueArgs
+		packed bool
+	}{
+		{"plain: packed", nil, true},
+		{"max attempts: a hash per task", &rdb.EnqueueArgs{MaxAttempts: 3}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := newEnv(t)
+			e.enqueue(t, "head")
+			ids := ids("t", 0, 1100)
+			ps := make([][]byte, len(ids))
+			want := state{e.q.Task("head"): fresh("head")}
+			packs := map[string]hash{}
+			for i, id := range ids {
+				ps[i] = []byte(payload(id))
+				if tc.packed {
+					key, field := e.q.Packed(id)
+					if packs[key] == nil {
+						packs[key] = hash{}
+						want[key] = packs[key]
+					}
+					packs[key][field] = payload(id)
+				} else {
+					want[e.q.Task(id)] = hash{"d": payload(id), "ma": "3"}
+				}
+			}
+			if tc.packed && len(packs) != 2 {
+				t.Fatalf("%d packed hashes, want 2", len(packs))
+			}
+			want[e.q.Waiting] = append(list{"head"}, ids...)
+			if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{250, 500, 750, 1000, 1100}) {
+				t.Fatalf("Chunks = %v, want 5 chunks [250 500 750 1000 1100]", got)
+			}
+			l := e.listen(t)
+			n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, tc.a)
+			if err != nil || n != len(ids) {
+				t.Fatalf("EnqueueBatch = %d, %v; want %d", n, err, len(ids))
+			}
+			checkPubs(t, l.collect(t, e), []msg{{"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "250"}, {"wake", "100"}})
+			e.checkState(t, nil, func(*env) state { return want })
+			// Taken, each task has its payload (and a packed one, its hash).
+			got := e.takeFrom(t, e.q, "W", 1000, false)
+			for i, g := range got[1:] {
+				if g.ID != ids[i] || string(g.Payload) != payload(ids[i]) || g.PID == "" {
+					t.Fatalf("taking %d = %+v", i, g)
+				}
+			}
+		})
+	}
+}
+
+// The byte cap splits a batch too: three payloads of just over half the cap
+// are three script calls, applied in order, each payload intact.
+func TestEnqueueBatchSplitsByBytes(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	ids := []string{"b1", "b2", "b3"}
+	ps := make([][]byte, len(ids))
+	for i := range ps {
+		ps[i] = []byte(strings.Repeat(string(rune('x'+i)), rdb.MaxEnqueueChunkBytes/2+1))
+	}
+	if got := rdb.Chunks(ps); !reflect.DeepEqual(got, []int{1, 2, 3}) {
+		t.Fatalf("Chunks = %v, want [1 2 3]", got)
+	}
+	l := e.listen(t)
+	n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil)
+	if err != nil || n != 3 {
+		t.Fatalf("EnqueueBatch = %d, %v; want 3", n, err)
+	}
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}, {"wake", "1"}, {"wake", "1"}})
+	if got, err := redis.Strings(e.c.Do("LRANGE", e.q.Waiting, 0, -1)); err != nil || !reflect.DeepEqual(got, ids) {
+		t.Errorf("waiting = %v, %v; want %v", got, err, ids)
+	}
+	for i, id := range ids {
+		key, field := e.q.Packed(id) // written packed: a plain batch split into steps
+		got, err := redis.Bytes(e.c.Do("HGET", key, field))
+		if err != nil || string(got) != string(ps[i]) {
+			t.Errorf("payload of %s: %d bytes, %v; want its %d bytes", id, len(got), err, len(ps[i]))
+		}
+	}
+}
+
+func TestEnqueueBatchEdges(t *testing.T) {
+	t.Parallel()
+	t.Run("empty: nothing sent, nothing written", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		l := e.listen(t)
+		n, _, err := e.st.EnqueueBatch(e.ctx, e.q, nil, nil, nil)
+		if err != nil || n != 0 {
+			t.Errorf("EnqueueBatch(nothing) = %d, %v; want 0, nil", n, err)
+		}
+		checkPubs(t, l.collect(t, e), nil)
+		e.checkState(t, nil, func(*env) state { return state{} })
+	})
+	t.Run("ids and payloads of different lengths: error, nothing written", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids("t", 0, 1500), payloadsOf(1499, 1), nil)
+		if err == nil || n != 0 {
+			t.Errorf("EnqueueBatch = %d, %v; want 0 and an error", n, err)
+		}
+		e.checkState(t, nil, func(*env) state { return state{} })
+	})
+}
+
+// Per-task unique keys in a batch: a task whose key is held (by a task
+// enqueued before, or by an earlier task of the same batch) is left out and
+// reported; the others are enqueued in the same step.
+func TestEnqueueBatchUniqueKeys(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueueUnique(t, "t0", "k1")
+	l := e.listen(t)
+	ids := []string{"t1", "t2", "t3", "t4"}
+	ps := [][]byte{[]byte("pt1"), []byte("pt2"), []byte("pt3"), []byte("pt4")}
+	a := &rdb.EnqueueArgs{UniqueKeys: []string{"k1", "k2", "", "k2"}, UniqueTTL: 60000}
+	var (
+		n    int
+		dups []rdb.Dup
+		err  error
+	)
+	before := e.dump(t)
+	e.call(t, func() { n, dups, err = e.st.EnqueueBatch(e.ctx, e.q, ids, ps, a) })
+	if err != nil || n != 4 {
+		t.Fatalf("EnqueueBatch = %d, %v", n, err)
+	}
+	if want := []rdb.Dup{{Index: 0, Holder: "t0"}, {Index: 3, Holder: "t2"}}; !reflect.DeepEqual(dups, want) {
+		t.Fatalf("dups %+v, want %+v", dups, want)
+	}
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}})
+	e.checkState(t, before, func(e *env) state {
+		return state{
+			e.q.Waiting:          list{"t0", "t2", "t3"},
+			e.q.Task("t0"):       fresh("t0").with("u", uniqueKey(e.q, "k1")),
+			uniqueKey(e.q, "k1"): ttl(str("t0"), 60000),
+			e.q.Task("t2"):       fresh("t2").with("u", uniqueKey(e.q, "k2")),
+			e.q.Task("t3"):       fresh("t3"),
+			uniqueKey(e.q, "k2"): ttl(str("t2"), 60000),
+		}
+	})
+	// Every key held: nothing is written, every task is reported.
+	before = e.dump(t)
+	_, dups, err = e.st.EnqueueBatch(e.ctx, e.q, []string{"t5", "t6"}, ps[:2], &rdb.EnqueueArgs{UniqueKeys: []string{"k2", "k1"}, UniqueTTL: 60000})
+	if err != nil || len(dups) != 2 || dups[0] != (rdb.Dup{Index: 0, Holder: "t2"}) || dups[1] != (rdb.Dup{Index: 1, Holder: "t0"}) {
+		t.Fatalf("all held: dups %+v, %v", dups, err)
+	}
+	e.checkState(t, before, nil)
+	// Single Enqueue refuses per-task keys (it could not report them).
+	if _, err := e.st.Enqueue(e.ctx, e.q, ids[:1], ps[:1], a); err == nil {
+		t.Fatal("Enqueue took per-task unique keys")
+	}
+}
+
+// A batch split into several script calls reports duplicates by their index
+// in the whole batch, across the calls.
+func TestEnqueueBatchUniqueKeysAcrossChunks(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	n := rdb.MaxEnqueueChunk + 500
+	ids := make([]string, n)
+	keys := make([]string, n)
+	ps := make([][]byte, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("t%05d", i)
+		ps[i] = []byte("p")
+		keys[i] = fmt.Sprint("k", i%(n-2)) // the last two repeat the first two, in the second chunk
+	}
+	done, dups, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, &rdb.EnqueueArgs{UniqueKeys: keys, UniqueTTL: 60000})
+	if err != nil || done != n {
+		t.Fatalf("EnqueueBatch = %d, %v", done, err)
+	}
+	want := []rdb.Dup{{Index: n - 2, Holder: ids[0]}, {Index: n - 1, Holder: ids[1]}}
+	if !reflect.DeepEqual(dups, want) {
+		t.Fatalf("dups %+v, want %+v", dups, want)
+	}
+	if l, _ := e.st.Len(e.ctx, e.q); l != n-2 {
+		t.Fatalf("queue length %d, want %d", l, n-2)
 	}
 }

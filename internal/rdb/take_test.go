@@ -1,10 +1,16 @@
 package rdb_test
 
 import (
+	"bytes"
+	"errors"
+	"fmt"
 	"math"
 	"reflect"
+	"strconv"
+	"strings"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -438,5 +444,177 @@ func TestTake(t *testing.T) {
 			e.checkState(t, before, tc.state)
 			checkPubs(t, pubs, nil)
 		})
+	}
+}
+
+// A take at its worker's deadline, not only after it, is refused and
+// changes nothing (take.lua: the keepalive was set to live at least until
+// the deadline, not past it). The deadline is the Redis time read just
+// before the take: on a local server most takes run within that same
+// millisecond (the boundary), and the rest after it; each must be refused.
+func TestTakeAtTheDeadlineIsRefused(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "a")
+	for i := 0; i < 200; i++ {
+		until := e.now(t)
+		got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: until, Max: 1})
+		if !errors.Is(err, rdb.ErrExpired) || len(got) != 0 {
+			t.Fatalf("take %d with the deadline at Redis's now (%d) = %+v, %v; want rdb.ErrExpired and nothing", i, until, got, err)
+		}
+	}
+	if ids := e.waitingIDs(t); len(ids) != 1 || ids[0] != "a" {
+		t.Fatalf("waiting %v, want [a]", ids)
+	}
+	if n, _ := redis.Int(e.c.Do("EXISTS", e.q.WorkerQueue("W"), e.q.Holders)); n != 0 {
+		t.Fatalf("a refused take recorded a taking or a holder (%d keys)", n)
+	}
+}
+
+// A task taken past its deadline is handed out marked expired (attempt 0);
+// its end with Expire records it as expired, kept for its own retention.
+func TestDeadlineExpiresAtTake(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DeadlineMs: 1, RetentionMs: 30000}, "late")
+	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DeadlineMs: far}, "ok")
+	got := e.takeFrom(t, e.q, "A", 2, false)
+	if len(got) != 2 || !got[0].Expired || got[0].Attempt != 0 || got[1].Expired || got[1].Attempt != 1 {
+		t.Fatalf("take: %+v", got)
+	}
+	before := e.dump(t)
+	var ended []rdb.Ended
+	e.call(t, func() {
+		var err error
+		ended, err = e.st.End(e.ctx, e.q, 0, []rdb.Ending{
+			rdb.Expire("A", got[0].PID, "late"),
+			rdb.Expire("A", got[1].PID, "ok"), // not past: the end refuses to expire it
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	if ended[0].Outcome != rdb.OutcomeExpired || ended[1].Outcome != rdb.OutcomeRequeued {
+		t.Fatalf("outcomes %v, %v; want expired, requeued", ended[0].Outcome, ended[1].Outcome)
+	}
+	e.checkState(t, before, func(e *env) state {
+		return state{
+			e.q.Task("late"): ttl(hash{"d": "plate", "dl": "1", "rt": "30000", "s": "expired", "ft": "@now"}, 30000),
+			e.q.Retained:     ttl(zset{{"late", "@now+30000"}}, 30000),
+			e.q.Task("ok"):   hash{"d": "pok", "dl": fmt.Sprint(far), "s": "queued"},
+			e.q.Waiting:      list{"ok"},
+			e.q.Holders:      set{"A"},
+			e.q.Seq:          str("2"),
+		}
+	})
+	// Run again: the takings are gone, nothing changes.
+	before = e.dump(t)
+	again, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Expire("A", got[0].PID, "late")})
+	if err != nil || again[0].Outcome != rdb.OutcomeLost {
+		t.Fatalf("second end: %+v %v", again, err)
+	}
+	e.checkState(t, before, nil)
+}
+
+// A take hands out at most about 1 MiB of payloads, the first task whatever
+// its size: the tasks past it go back to the front of the queue, in their
+// order, with a wake-up for the takes that follow (a take of 50 tasks of
+// 1 MiB held Redis for 90 ms).
+func TestTakeBoundedByBytes(t *testing.T) {
+	e := newEnv(t)
+	ids := []string{"t0", "t1", "t2", "t3", "t4", "t5", "t6"}
+	sizes := []int{400 << 10, 400 << 10, 400 << 10, 400 << 10, 400 << 10, 10, 2 << 20}
+	for i, id := range ids {
+		if _, err := e.st.Enqueue(e.ctx, e.q, []string{id}, [][]byte{bytes.Repeat([]byte{'x'}, sizes[i])}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := e.listen(t)
+
+	take := func(want ...string) {
+		t.Helper()
+		got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 100, MaxCrashes: 5})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var gotIDs []string
+		for _, tk := range got {
+			gotIDs = append(gotIDs, tk.ID)
+			if tk.PID == "" {
+				t.Fatalf("%s was buried: %s", tk.ID, tk.Payload)
+			}
+		}
+		if fmt.Sprint(gotIDs) != fmt.Sprint(want) {
+			t.Fatalf("take: got %v, want %v", gotIDs, want)
+		}
+	}
+	// 800 KiB, and the third would pass 1 MiB: its size is asked
+	// (HSTRLEN), its payload not read.
+	before := cmdCalls(t, e.c, "hmget")
+	take("t0", "t1")
+	if read := cmdCalls(t, e.c, "hmget") - before; read != 2 {
+		t.Errorf("the take read %d task hashes to hand out 2 tasks: the one past the bound was read in vain", read)
+	}
+	if w, err := redis.Strings(e.c.Do("LRANGE", e.q.Waiting, 0, -1)); err != nil || fmt.Sprint(w) != "[t2 t3 t4 t5 t6]" {
+		t.Fatalf("waiting after the first take: %v, %v", w, err)
+	}
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "5"}})
+	take("t2", "t3")
+	take("t4", "t5")
+	take("t6") // 2 MiB: alone, but handed out
+	take()
+	// Every taking is held by W, once.
+	if n, err := redis.Int(e.c.Do("HLEN", e.q.WorkerQueue("W"))); err != nil || n != len(ids) {
+		t.Fatalf("holdings: %d, %v", n, err)
+	}
+}
+
+// Loaded tasks wait packed, with no hash of their own: their size is asked
+// from their packed field before they are read.
+func TestTakeOfPackedTasksBoundedByBytes(t *testing.T) {
+	e := newEnv(t)
+	ids := make([]string, 12)
+	ps := make([][]byte, 12)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("dc39abcdefgh%08d", i)
+		ps[i] = bytes.Repeat([]byte{'p'}, 400<<10)
+	}
+	// 4.7 MiB: several steps, written packed.
+	if n, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil); err != nil || n != len(ids) {
+		t.Fatalf("EnqueueBatch: %d, %v", n, err)
+	}
+	if k, f := e.q.Packed(ids[2]); e.do(t, "HEXISTS", k, f) != int64(1) {
+		t.Fatalf("the tasks were not written packed")
+	}
+	before := cmdCalls(t, e.c, "hget")
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 100, MaxCrashes: 5})
+	if err != nil || fmt.Sprint(takenIDs(got)) != fmt.Sprint(ids[:2]) {
+		t.Fatalf("take: %v, %v; want %v", takenIDs(got), err, ids[:2])
+	}
+	if read := cmdCalls(t, e.c, "hget") - before; read != 2 {
+		t.Errorf("the take read %d packed payloads (HGET) to hand out 2: the one past the bound was read in vain", read)
+	}
+}
+
+// A key batch's tasks behind its head count too: those past the bound stay
+// at the front of their key's list, and come with the next head.
+func TestKeyBatchBoundedByBytes(t *testing.T) {
+	e := newEnv(t)
+	for i := 0; i < 6; i++ {
+		id := "k" + strconv.Itoa(i)
+		e.keyed(t, "A", id, strings.Repeat("y", 300<<10), "")
+	}
+	// The head and two behind it: 900 KiB; a third would pass 1 MiB.
+	first := e.takeBatch(t, "W", 10, 10)
+	if got := takenIDs(first); fmt.Sprint(got) != "[k0 k1 k2]" {
+		t.Fatalf("first batch: %v", got)
+	}
+	if l := e.list(t, "A"); fmt.Sprint(l) != "[k3 k4 k5]" {
+		t.Fatalf("A's list %v, want [k3 k4 k5]: those cut stay at its front", l)
+	}
+	// Ended, the key moves up: its next head comes with the rest.
+	e.endIn(t, e.q, 60_000, batchOf(rdb.Done(rdb.KindTask, "W", first[0].PID, "k0", nil), first))
+	if got := takenIDs(e.takeBatch(t, "W", 10, 10)); fmt.Sprint(got) != "[k3 k4 k5]" {
+		t.Fatalf("second batch: %v", got)
 	}
 }
