@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -286,5 +287,154 @@ func TestConsumerScriptKeysDeclared(t *testing.T) {
 	}
 	if got := undeclared(a.calls()); len(got) != 0 {
 		t.Errorf("done: undeclared keys %v, want none", got)
+	}
+}
+
+// IndexDone's two reads are not one atomic step (a pipeline: another
+// client's call may run between them). An index done out of order waits
+// in the done set until the processed index passes it, in the call that
+// removes it from the set: read the processed index first, and that call
+// run between the reads, and the index was in neither place (a consumer
+// that ran its job again after a crash would process it twice).
+func TestIndexDoneAcrossAnAdvance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.consumer()
+	e.dispatch(t, rdb.ConsumerLimits{MaxProcessing: 4, MaxSearchAhead: 6}, 100) // 0..3
+	pid := map[string]string{}
+	for _, tk := range e.takeFrom(t, c.Queue, "A", 4, false) {
+		pid[tk.ID] = tk.PID
+	}
+	if res, p := e.mark(t, "A", pid["1"], 1); res != rdb.MarkRecorded || p != 0 {
+		t.Fatalf("mark 1 = %d, %d; want recorded, 0", res, p)
+	}
+	// Between the two reads, 0 is done: the processed index moves to 2
+	// and 1 leaves the done set.
+	g := &steppingGetter{g: routed{pool: e.pool, t: t, ns: e.ns}, between: func() {
+		if res, p := e.mark(t, "A", pid["0"], 0); res != rdb.MarkRecorded || p != 2 {
+			t.Errorf("mark 0 = %d, %d; want recorded, 2", res, p)
+		}
+	}}
+	done, err := rdb.NewStore(g, e.ns).IndexDone(e.ctx, c, 0, 1)
+	if err != nil || !done {
+		t.Fatalf("IndexDone(1) = %v, %v across the advance; want true", done, err)
+	}
+	if g.ran != 1 {
+		t.Fatalf("the call between the reads ran %d times", g.ran)
+	}
+}
+
+// steppingGetter hands out connections that run a pipeline's commands one
+// by one, and between the first and the second runs between (once).
+type steppingGetter struct {
+	g       routed
+	between func()
+	ran     int
+}
+
+func (s *steppingGetter) GetContext(ctx context.Context) (redis.Conn, error) {
+	return s.g.GetContext(ctx)
+}
+
+func (s *steppingGetter) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	c, err := s.g.GetContextForTag(ctx, tag)
+	if err != nil {
+		return nil, err
+	}
+	return &steppingConn{Conn: c, s: s}, nil
+}
+
+type sent struct {
+	cmd  string
+	args []any
+}
+
+type steppingConn struct {
+	redis.Conn
+	s       *steppingGetter
+	pending []sent
+	replies []any
+	errs    []error
+}
+
+func (c *steppingConn) Send(cmd string, args ...any) error {
+	c.pending = append(c.pending, sent{cmd, args})
+	return nil
+}
+
+func (c *steppingConn) Flush() error {
+	for i, p := range c.pending {
+		r, err := c.Conn.Do(p.cmd, p.args...)
+		c.replies, c.errs = append(c.replies, r), append(c.errs, err)
+		if i == 0 && c.s.ran == 0 && len(c.pending) > 1 {
+			c.s.ran++
+			c.s.between()
+		}
+	}
+	c.pending = nil
+	return nil
+}
+
+func (c *steppingConn) Receive() (any, error) {
+	r, err := c.replies[0], c.errs[0]
+	c.replies, c.errs = c.replies[1:], c.errs[1:]
+	return r, err
+}
+
+func (c *steppingConn) ReceiveContext(context.Context) (any, error) { return c.Receive() }
+
+func (c *steppingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+// ReadProgress reads the progress hash and the size of the done set. Read
+// in two steps, a MarkDone run between them (it moves the processed index
+// over indexes done out of order and takes them out of the done set)
+// made a progress that never was: the old processed index with the new,
+// smaller done set, that is more jobs in flight than were ever dispatched
+// and not done (here 5, past MaxProcessing 3, when there were 3 then 2;
+// read in the other order, the count goes negative). Whatever runs between, the reply is the progress
+// before or after the call.
+func TestReadProgressAcrossAnAdvance(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	c := e.consumer()
+	l := rdb.ConsumerLimits{MaxProcessing: 3, MaxSearchAhead: 6}
+	e.dispatch(t, l, 100) // 0..2
+	pid := map[string]string{}
+	for _, tk := range e.takeFrom(t, c.Queue, "A", 3, false) {
+		pid[tk.ID] = tk.PID
+	}
+	for _, i := range []uint64{1, 2} {
+		if res, p := e.mark(t, "A", pid[strconv.FormatUint(i, 10)], i); res != rdb.MarkRecorded || p != 0 {
+			t.Fatalf("mark %d = %d, %d; want recorded, 0", i, res, p)
+		}
+	}
+	// 0 is in flight: two more may go (3, 4).
+	if p, sent := e.dispatch(t, l, 100); sent != 2 || p.Next != 5 {
+		t.Fatalf("Dispatch = %+v, %d; want next 5, 2 sent", p, sent)
+	}
+	before := rdb.ConsumerProgress{Processed: 0, Next: 5, Finished: 2}
+	after := rdb.ConsumerProgress{Processed: 3, Next: 5, Finished: 0}
+	if p, err := e.st.ReadProgress(e.ctx, c, 0); err != nil || p != before {
+		t.Fatalf("ReadProgress = %+v, %v; want %+v", p, err, before)
+	}
+	// Between the reads, 0 is done: the processed index moves to 3 and
+	// 1, 2 leave the done set.
+	g := &steppingGetter{g: routed{pool: e.pool, t: t, ns: e.ns}, between: func() {
+		if res, p := e.mark(t, "A", pid["0"], 0); res != rdb.MarkRecorded || p != 3 {
+			t.Errorf("mark 0 = %d, %d; want recorded, 3", res, p)
+		}
+	}}
+	p, err := rdb.NewStore(g, e.ns).ReadProgress(e.ctx, c, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.ran != 1 {
+		t.Fatalf("the call between the reads ran %d times", g.ran)
+	}
+	if p != before && p != after {
+		t.Errorf("ReadProgress across the advance = %+v (%d in flight, MaxProcessing 3); want %+v or %+v",
+			p, p.InFlight(), before, after)
 	}
 }

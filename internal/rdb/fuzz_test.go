@@ -35,20 +35,3 @@ func FuzzDecodeRun(f *testing.F) {
 		}
 	})
 }
-
-// FuzzDecodeTask: a task hash read from Redis, however corrupt, decodes
-// without panicking; the payload and the error text come back unchanged.
-func FuzzDecodeTask(f *testing.F) {
-	f.Add("dc0tj79ksdue97si2fng", "payload", "active", "3", "x", "boom", "1700000000000")
-	f.Add("not-an-xid", "", "", "-1", "", "", "abc")
-	f.Add("", "\x00\xff", "dead", "99999999999999999999", "1", "", "-5")
-	f.Fuzz(func(t *testing.T, id, d, s, n, x, e, ft string) {
-		info := DecodeTask(id, map[string]string{"d": d, "s": s, "n": n, "c": n, "x": x, "e": e, "ft": ft, "dt": ft})
-		if string(info.Payload) != d || info.LastError != e || info.ID != id {
-			t.Fatalf("DecodeTask changed what it read: %+v", info)
-		}
-		if s == "" && info.State != StateQueued || s != "" && info.State != s {
-			t.Fatalf("state %q read as %q", s, info.State)
-		}
-	})
-}

@@ -99,32 +99,3 @@ func TestStageTakeBoundsTheRunsItHandsOut(t *testing.T) {
 		t.Errorf("%d HSCAN steps for three reads of 9,008 entries: want at least 27", scans)
 	}
 }
-
-// Store.Tasks (the listings of a queue, the task page) reads the fields of
-// a record, not whole hashes: a run waiting in a stage queue keeps the
-// records of every child it fanned out (r1 here, 3,000), and the listing
-// of a page of such runs read each whole. A hash with none of a record's
-// fields (corrupt) is still listed, as before.
-func TestTasksReadsNoRunWhole(t *testing.T) {
-	f := newFlowEnv(t)
-	f.start(t, f.s1, "r1")
-	f.runWithChildren(t, "r1", 3000)
-	f.do(t, "HSET", f.s1.Task("odd"), "raw", "x")
-	var got []*rdb.TaskRecord
-	cmds := runCommands(t, f.ns, func() {
-		var err error
-		got, err = f.st.Tasks(f.ctx, f.s1, []string{"r1", "odd", "gone"})
-		if err != nil {
-			t.Error(err)
-		}
-	})
-	for _, c := range cmds {
-		switch strings.ToUpper(c[0]) {
-		case "HGETALL", "HKEYS", "HVALS", "HSCAN":
-			t.Errorf("Tasks read a hash whole: %q", c[:2])
-		}
-	}
-	if len(got) != 2 || got[0].ID != "r1" || got[0].RunStatus != "running" || got[0].State != rdb.StateQueued || got[1].ID != "odd" {
-		t.Fatalf("Tasks = %+v, want r1 (a running run, queued) and odd", got)
-	}
-}

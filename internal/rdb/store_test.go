@@ -3,77 +3,17 @@ package rdb_test
 import (
 	"context"
 	"fmt"
-	"reflect"
-	"strconv"
+	"go/ast"
+	"go/types"
+	"os"
+	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
-	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"golang.org/x/tools/go/packages"
 )
-
-// Stats counts each queue's tasks by place, for queues of several tags in
-// one call, in the order asked.
-func TestStats(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	qa := e.k.Queue(rdb.Standalone("a"))
-	s1 := e.k.Queue(rdb.QueueRef{Tag: "F", Name: "s1"})
-	c1 := e.k.Queue(rdb.QueueRef{Tag: "F", Name: "c1"})
-
-	// a: six tasks; A takes two, B two; A's end one done (retained) and
-	// one dead; two still wait; two scheduled; paused.
-	e.enqueueTo(t, qa, nil, "a1", "a2", "a3", "a4", "a5", "a6")
-	e.takeFrom(t, qa, "A", 2, false)
-	e.takeFrom(t, qa, "B", 2, false)
-	e.endIn(t, qa, 60000, rdb.Done(rdb.KindTask, "A", "1", "a1", nil), rdb.Dead(rdb.KindTask, "A", "2", "a2", "bad"))
-	e.enqueueTo(t, qa, &rdb.EnqueueArgs{DueMillis: far}, "a7", "a8")
-	if err := e.st.SetPaused(e.ctx, qa, true); err != nil {
-		t.Fatal(err)
-	}
-	// F/s1: two runs, the first taken by A.
-	for _, id := range []string{"r1", "r2"} {
-		if ok, err := e.st.FlowStart(e.ctx, s1, id, nil, rdb.FlowRef{RetentionMillis: 60000}); err != nil || !ok {
-			t.Fatalf("FlowStart: %v, %v", ok, err)
-		}
-	}
-	e.takeFrom(t, s1, "A", 1, true)
-	// F/c1: one task waiting, paused, then resumed and paused again.
-	e.enqueueTo(t, c1, nil, "k1")
-	for _, on := range []bool{true, false, true} {
-		if err := e.st.SetPaused(e.ctx, c1, on); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// F/s2: nothing at all.
-	s2 := e.k.Queue(rdb.QueueRef{Tag: "F", Name: "s2"})
-
-	qs := []rdb.QueueKeys{s1, qa, c1, s2}
-	got, err := e.st.Stats(e.ctx, qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []rdb.QueueStat{
-		{Waiting: 1, Active: 1, Head: "r2"},
-		{Waiting: 2, Scheduled: 2, Active: 2, Dead: 1, Retained: 1, Paused: true, Head: "a5"},
-		{Waiting: 1, Paused: true, Head: "k1"},
-		{},
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("Stats =\n%+v\nwant\n%+v", got, want)
-	}
-	flags, err := e.st.Flags(e.ctx, qs)
-	if err != nil {
-		t.Fatal(err)
-	}
-	paused := make([]bool, len(flags))
-	for i, f := range flags {
-		paused[i] = f.Paused
-	}
-	if !reflect.DeepEqual(paused, []bool{false, true, true, false}) {
-		t.Errorf("Flags' Paused = %v; want [false true true false]", paused)
-	}
-}
 
 // fakeTB records the errors a checker reports instead of failing.
 type fakeTB struct {
@@ -131,35 +71,179 @@ func TestTagChecksCatchCrossTagCalls(t *testing.T) {
 	}
 }
 
-// TestKnownQueuesReadInSteps: the set of known queues is read with SSCAN,
-// about 1,000 at a time, not one SMEMBERS (16 ms of Redis at 100,000
-// queues, read by the reaper on every pass), and each queue comes once.
-func TestKnownQueuesReadInSteps(t *testing.T) {
-	e := newEnv(t)
-	const n = 3500
-	refs := make([]rdb.QueueRef, n)
-	for i := range refs {
-		refs[i] = rdb.Standalone("q" + strconv.Itoa(i))
-	}
-	if err := e.st.AddKnownQueues(e.ctx, refs); err != nil {
-		t.Fatal(err)
-	}
-	before := commandCalls(t, e.c, "sscan")
-	got, err := e.st.KnownQueues(e.ctx)
+const (
+	module = "github.com/worqr/worqr-go"
+	redigo = "github.com/gomodule/redigo/redis"
+)
+
+// commandSenders are the allowed non-test packages outside internal/rdb that
+// may talk to Redis directly. Nothing else may.
+var commandSenders = map[string]string{
+	// The test harness: it starts redis-server, waits for it and reads
+	// keys to compare states (SCAN); it is imported by tests only.
+	module + "/internal/redistest": "test harness starting servers",
+	// The benchmark binary measures Redis itself, outside the library: it
+	// reads INFO (commands processed, CPU, memory) and DBSIZE around each
+	// run, and empties its database (FLUSHDB) before one.
+	module + "/cmd/worqr-bench": "benchmark binary reading INFO",
+}
+
+// harmless are the redigo methods that do not talk to Redis.
+var harmless = map[string]bool{"Close": true, "Err": true}
+
+// sendingFuncs are redigo's package-level functions that send or receive
+// on a connection (or build a script to send).
+var sendingFuncs = map[string]bool{
+	"DoContext": true, "DoWithTimeout": true, "ReceiveContext": true, "ReceiveWithTimeout": true,
+	"NewScript": true,
+}
+
+// moduleRoot is the directory of go.mod above the test's directory.
+func moduleRoot(t *testing.T) string {
+	t.Helper()
+	dir, err := os.Getwd()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if calls := commandCalls(t, e.c, "sscan") - before; calls < n/1000 {
-		t.Errorf("KnownQueues of %d queues ran %d SSCANs, want at least %d", n, calls, n/1000)
-	}
-	seen := map[string]bool{}
-	for _, r := range got {
-		if seen[r.Member()] {
-			t.Fatalf("%s listed twice", r.Member())
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
 		}
-		seen[r.Member()] = true
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			t.Fatal("go.mod not found")
+		}
+		dir = parent
 	}
-	if len(seen) != n {
-		t.Fatalf("KnownQueues listed %d queues, want %d", len(seen), n)
+}
+
+// loadModule loads the non-test files of every package of the module
+// matching patterns, with types, from root; overlay adds or replaces files.
+func loadModule(t *testing.T, root string, overlay map[string][]byte, patterns ...string) []*packages.Package {
+	t.Helper()
+	cfg := &packages.Config{
+		Mode: packages.NeedName | packages.NeedFiles | packages.NeedSyntax |
+			packages.NeedTypes | packages.NeedTypesInfo,
+		Dir:     root,
+		Tests:   false,
+		Overlay: overlay,
+	}
+	pkgs, err := packages.Load(cfg, patterns...)
+	if err != nil {
+		t.Fatalf("loading the module: %v", err)
+	}
+	return pkgs
+}
+
+// redisUses returns, for each package outside internal/rdb, where its
+// non-test code calls a redigo method other than Close and Err, or a redigo
+// function that sends or receives. A package that does not type-check is
+// reported too: it could hide a use.
+func redisUses(pkgs []*packages.Package) []string {
+	var out []string
+	for _, p := range pkgs {
+		if p.PkgPath == module+"/internal/rdb" || strings.HasPrefix(p.PkgPath, module+"/internal/rdb/") {
+			continue
+		}
+		for _, e := range p.Errors {
+			out = append(out, fmt.Sprintf("%s: cannot check: %v", p.PkgPath, e))
+		}
+		if p.TypesInfo == nil {
+			continue
+		}
+		for _, f := range p.Syntax {
+			ast.Inspect(f, func(n ast.Node) bool {
+				sel, ok := n.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				fn, ok := p.TypesInfo.Uses[sel.Sel].(*types.Func)
+				if !ok || fn.Pkg() == nil || fn.Pkg().Path() != redigo {
+					return true
+				}
+				sig, _ := fn.Type().(*types.Signature)
+				isMethod := sig != nil && sig.Recv() != nil
+				if (isMethod && !harmless[fn.Name()]) || (!isMethod && sendingFuncs[fn.Name()]) {
+					what := "redis." + fn.Name()
+					if isMethod {
+						what = types.TypeString(sig.Recv().Type(), func(p *types.Package) string { return p.Name() }) +
+							"." + fn.Name()
+					}
+					out = append(out, fmt.Sprintf("%s: %s: %s", p.PkgPath, p.Fset.Position(sel.Pos()), what))
+				}
+				return true
+			})
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Only internal/rdb sends Redis commands: the public packages and the
+// binaries go through its Store, so that key names, fields and the routing
+// by hash tag live in one place (docs/PROTOCOL.md, "One owner").
+func TestOnlyRdbSendsCommands(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("loads and type-checks the whole module")
+	}
+	root := moduleRoot(t)
+	pkgs := loadModule(t, root, nil, "./...")
+	if len(pkgs) < 5 {
+		t.Fatalf("loaded only %d packages", len(pkgs))
+	}
+	allowed := map[string]bool{}
+	for _, use := range redisUses(pkgs) {
+		pkg, _, _ := strings.Cut(use, ": ")
+		if _, ok := commandSenders[pkg]; ok {
+			allowed[pkg] = true
+			continue
+		}
+		t.Errorf("only internal/rdb may send Redis commands: %s", use)
+	}
+	// An allowed package that no longer sends anything should leave the list.
+	for pkg, why := range commandSenders {
+		if !allowed[pkg] {
+			t.Errorf("%s is allowed to send commands (%s) but does not: remove it from commandSenders", pkg, why)
+		}
+	}
+}
+
+// The check above must see a command sent from a public package: load
+// package worqr with one more file that pings, and expect exactly that.
+func TestOnlyRdbSendsCommandsSeesAPing(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("loads and type-checks package worqr")
+	}
+	root := moduleRoot(t)
+	probe := filepath.Join(root, "worqr", "zz_probe_ping.go")
+	src := []byte(`package worqr
+
+import "github.com/gomodule/redigo/redis"
+
+func probePing(c redis.Conn) error {
+	_, err := c.Do("PING")
+	return err
+}
+
+func probeScript(c redis.Conn) {
+	s := redis.NewScript(0, "return 1")
+	_, _ = redis.DoContext(c, nil, "GET", "k")
+	_ = s
+	_ = c.Close()
+}
+`)
+	uses := redisUses(loadModule(t, root, map[string][]byte{probe: src}, module+"/worqr"))
+	var found []string
+	for _, u := range uses {
+		if strings.Contains(u, "zz_probe_ping.go") {
+			found = append(found, u[strings.LastIndex(u, " ")+1:])
+		}
+	}
+	want := []string{"redis.Conn.Do", "redis.DoContext", "redis.NewScript"}
+	sort.Strings(found)
+	if strings.Join(found, " ") != strings.Join(want, " ") {
+		t.Errorf("found %v in the probe, want %v (Close is allowed); all: %v", found, want, uses)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -24,10 +23,13 @@ type oneShard struct {
 func (p *oneShard) GetContextForTag(ctx context.Context, _ string) (redis.Conn, error) {
 	return p.GetContext(ctx)
 }
+
 func (p *oneShard) MasterOf(string) string { return "the-server" }
+
 func (p *oneShard) DialMaster(ctx context.Context, _ string) (redis.Conn, error) {
 	return p.DialContext(ctx)
 }
+
 func (p *oneShard) Refresh(context.Context) error { p.refreshes.Add(1); return nil }
 
 // A store on a ShardedPubSub pool runs the sharded scripts, which publish
