@@ -8,10 +8,12 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
+
+// server returns the package's test server (started in TestMain).
+func server(testing.TB) *redistest.Server { return srv }
 
 // Hot-path benchmarks: a store on a pool of one idle connection, one round
 // trip per script call, so ns/op is mostly loopback latency plus the
