@@ -302,9 +302,9 @@ func TestKeyBatchReadsNoFollowerPastTheBound(t *testing.T) {
 	for i := 0; i < n; i++ {
 		e.keyed(t, "A", "k"+strconv.Itoa(i), strings.Repeat("y", 300<<10), "")
 	}
-	before := cmdCalls(t, e.c, "hmget")
+	before := commandCalls(t, e.c, "hmget")
 	first := e.takeBatch(t, "W", 10, 100)
-	read := cmdCalls(t, e.c, "hmget") - before
+	read := commandCalls(t, e.c, "hmget") - before
 	if got := takenIDs(first); fmt.Sprint(got) != "[k0 k1 k2]" {
 		t.Fatalf("first batch: %v", got)
 	}
@@ -413,6 +413,21 @@ func (e *env) lazyFreed(t *testing.T) int {
 	return 0
 }
 
+// waitLazyFreed waits until the server's background thread has freed at
+// least n values more than before, and fails the test after about 2 s.
+// The thread counts what it freed once it has; a DEL never moves the
+// count.
+func (e *env) waitLazyFreed(t *testing.T, before, n int, what string) {
+	t.Helper()
+	for i := 0; e.lazyFreed(t) < before+n; i++ {
+		if i == 200 {
+			t.Fatalf("%s: freed by the call itself, not aside (lazyfreed_objects %d, want %d)",
+				what, e.lazyFreed(t), before+n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // TestDeleteNamespaceFreesLargeValuesAside: a namespace holds values of
 // any size (a dead set of a million ids), and DEL frees a value before it
 // returns: about 120 ms of Redis for that dead set. DeleteNamespace
@@ -433,14 +448,7 @@ func TestDeleteNamespaceFreesLargeValuesAside(t *testing.T) {
 	if err != nil || n != 3 { // the dead set, a's hash, the waiting list
 		t.Fatalf("DeleteNamespace: %d, %v; want 3 keys", n, err)
 	}
-	// The background thread counts what it freed once it has: wait for it
-	// (a DEL never makes the count move).
-	for i := 0; e.lazyFreed(t) == before; i++ {
-		if i == 200 {
-			t.Fatal("the dead set of 1,000 was freed by the call itself, not aside")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	e.waitLazyFreed(t, before, 1, "the dead set of 1,000")
 	if left, _ := redis.Int(e.do(t, "EXISTS", e.q.Dead), nil); left != 0 {
 		t.Fatal("the dead set is still there")
 	}
@@ -458,19 +466,6 @@ func (e *env) seedWideDead(t *testing.T, id string, at int64, n int) {
 	}
 	e.do(t, "HSET", args...)
 	e.do(t, "ZADD", e.q.Dead, at, id)
-}
-
-// waitLazyFreed waits until the server's background thread has freed at
-// least n values more than before, and fails the test after about 2 s.
-func (e *env) waitLazyFreed(t *testing.T, before, n int, what string) {
-	t.Helper()
-	for i := 0; e.lazyFreed(t) < before+n; i++ {
-		if i == 200 {
-			t.Fatalf("%s: freed by the script itself, not aside (lazyfreed_objects %d, want %d)",
-				what, e.lazyFreed(t), before+n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // The hashes a dead set holds can be wide: a flow run whose stage went

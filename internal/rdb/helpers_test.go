@@ -1268,7 +1268,9 @@ func undeclared(calls []scriptCall) []string {
 	return out
 }
 
-// commandCalls is how many times the server ran cmd (INFO commandstats).
+// commandCalls is how many times the server ran command cmd (lower case:
+// "lrem", "fcall", "wait"), those inside scripts included (INFO
+// commandstats).
 func commandCalls(t *testing.T, c redis.Conn, cmd string) int64 {
 	t.Helper()
 	info, err := redis.String(c.Do("INFO", "commandstats"))
@@ -1280,26 +1282,6 @@ func commandCalls(t *testing.T, c redis.Conn, cmd string) int64 {
 			n, _ := strconv.ParseInt(rest[:strings.IndexByte(rest, ',')], 10, 64)
 			return n
 		}
-	}
-	return 0
-}
-
-// cmdCalls is how many times the server ran command name (lower case),
-// those inside scripts included (INFO commandstats).
-func cmdCalls(t *testing.T, c redis.Conn, name string) int64 {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if !strings.HasPrefix(line, "cmdstat_"+name+":") {
-			continue
-		}
-		i := strings.Index(line, "calls=")
-		j := strings.IndexByte(line[i:], ',')
-		n, _ := strconv.ParseInt(line[i+6:i+j], 10, 64)
-		return n
 	}
 	return 0
 }

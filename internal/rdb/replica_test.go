@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -15,22 +13,6 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
-
-// waitCalls is how many WAIT commands the server has run.
-func waitCalls(t *testing.T, c redis.Conn) int {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_wait:calls="); ok {
-			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
-			return n
-		}
-	}
-	return 0
-}
 
 // A store that waits for replicas sends WAIT with each enqueue and end (one
 // per pipelined batch), on the connection of the write, so that the replica
@@ -74,11 +56,11 @@ func TestReplicasWait(t *testing.T) {
 
 	// Off: no WAIT.
 	off := rdb.NewStore(pool, ns)
-	before := waitCalls(t, pc)
+	before := commandCalls(t, pc, "wait")
 	if _, err := off.Enqueue(ctx, q, []string{"off"}, [][]byte{[]byte("p")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitCalls(t, pc) - before; got != 0 {
+	if got := commandCalls(t, pc, "wait") - before; got != 0 {
 		t.Fatalf("a store without replicas sent %d WAIT", got)
 	}
 
@@ -89,7 +71,7 @@ func TestReplicasWait(t *testing.T) {
 	if _, err := pc.Do("FUNCTION", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	if _, err := on.Enqueue(ctx, q, []string{"a"}, [][]byte{[]byte("p")}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -97,29 +79,29 @@ func TestReplicasWait(t *testing.T) {
 		t.Fatalf("the replica has %d waiting after the enqueue returned, want 2", n)
 	}
 	// One WAIT with the script, one after it ran again once loaded.
-	if got := waitCalls(t, pc) - before; got != 2 {
+	if got := commandCalls(t, pc, "wait") - before; got != 2 {
 		t.Fatalf("enqueue after FUNCTION FLUSH: %d WAIT, want 2", got)
 	}
 	if n := llen(pc); n != 2 {
 		t.Fatalf("%d waiting on the primary, want 2 (the enqueue ran once)", n)
 	}
 
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	if _, err := on.Enqueue(ctx, q, []string{"b"}, [][]byte{[]byte("p")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitCalls(t, pc) - before; got != 1 {
+	if got := commandCalls(t, pc, "wait") - before; got != 1 {
 		t.Fatalf("enqueue: %d WAIT, want 1", got)
 	}
 
 	// A batch split into steps: one WAIT, after the last step (it covers
 	// every write before it on the connection's server).
 	bids, bps := ids("batch", 2*rdb.MaxEnqueueChunk+1)
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	if n, _, err := on.EnqueueBatch(ctx, q, bids, bps, nil); err != nil || n != len(bids) {
 		t.Fatal(n, err)
 	}
-	if got := waitCalls(t, pc) - before; got != 1 {
+	if got := commandCalls(t, pc, "wait") - before; got != 1 {
 		t.Fatalf("batch in steps: %d WAIT, want 1", got)
 	}
 	if n := llen(rc); n != 3+len(bids) {
@@ -131,12 +113,12 @@ func TestReplicasWait(t *testing.T) {
 	if err != nil || len(taken) != 1 {
 		t.Fatal(taken, err)
 	}
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	ended, err := on.End(ctx, q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", taken[0].PID, taken[0].ID, nil)})
 	if err != nil || ended[0].Outcome != rdb.OutcomeDone {
 		t.Fatal(ended, err)
 	}
-	if got := waitCalls(t, pc) - before; got != 1 {
+	if got := commandCalls(t, pc, "wait") - before; got != 1 {
 		t.Fatalf("end: %d WAIT, want 1", got)
 	}
 	if n, err := redis.Int(rc.Do("EXISTS", q.Task(taken[0].ID))); err != nil || n != 0 {
@@ -180,22 +162,22 @@ func TestReplicasWait(t *testing.T) {
 
 	// A take with Ack waits too (one WAIT, in the same round trip): the
 	// replica holds the taking when it returns. Without Ack, none.
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	taken, _, err = on.TakeWait(ctx, q, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1, Ack: true})
 	if err != nil || len(taken) != 1 {
 		t.Fatal(taken, err)
 	}
-	if got := waitCalls(t, pc) - before; got != 1 {
+	if got := commandCalls(t, pc, "wait") - before; got != 1 {
 		t.Fatalf("take with Ack: %d WAIT, want 1", got)
 	}
 	if ok, err := redis.Bool(rc.Do("HEXISTS", q.WorkerQueue("A"), taken[0].PID)); err != nil || !ok {
 		t.Fatalf("the replica does not hold the taking after the take returned (%v, %v)", ok, err)
 	}
-	before = waitCalls(t, pc)
+	before = commandCalls(t, pc, "wait")
 	if _, _, err := on.TakeWait(ctx, q, rdb.TakeArgs{Worker: "A", Until: math.MaxInt64, Max: 1}); err != nil {
 		t.Fatal(err)
 	}
-	if got := waitCalls(t, pc) - before; got != 0 {
+	if got := commandCalls(t, pc, "wait") - before; got != 0 {
 		t.Fatalf("take without Ack: %d WAIT, want 0", got)
 	}
 	// Too few replicas: taken on the primary, and said so.

@@ -26,7 +26,7 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 	if _, err := c.Do("FUNCTION", "FLUSH"); err != nil {
 		t.Fatal(err)
 	}
-	before := fcalls(t, c)
+	before := commandCalls(t, c, "fcall")
 	st := rdb.NewStore(pool, redistest.Namespace())
 	q := st.Queue(rdb.Standalone("fn"))
 	if _, err := st.Enqueue(ctx, q, []string{"a"}, [][]byte{[]byte("p")}, nil); err != nil {
@@ -36,7 +36,7 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 	if err != nil || len(got) != 1 {
 		t.Fatalf("Take = %+v, %v", got, err)
 	}
-	if calls := fcalls(t, c) - before; calls < 2 {
+	if calls := commandCalls(t, c, "fcall") - before; calls < 2 {
 		t.Errorf("FCALL ran %d times for an enqueue and a take, want 2 (the scripts ran some other way)", calls)
 	}
 	libs, err := redis.Values(c.Do("FUNCTION", "LIST", "LIBRARYNAME", "worqr_*"))
@@ -57,23 +57,6 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 	if len(fns) != len(files) {
 		t.Errorf("the library holds %d functions, want one per script (%d)", len(fns), len(files))
 	}
-}
-
-// fcalls reads how many FCALLs the server ran.
-func fcalls(t *testing.T, c redis.Conn) int {
-	t.Helper()
-	info, err := redis.String(c.Do("INFO", "commandstats"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if rest, ok := strings.CutPrefix(line, "cmdstat_fcall:calls="); ok {
-			var n int
-			fmt.Sscanf(rest, "%d", &n)
-			return n
-		}
-	}
-	return 0
 }
 
 // A user whose ACL denies functions (or a Redis before 7) still gets every

@@ -550,9 +550,9 @@ func TestTakeBoundedByBytes(t *testing.T) {
 	}
 	// 800 KiB, and the third would pass 1 MiB: its size is asked
 	// (HSTRLEN), its payload not read.
-	before := cmdCalls(t, e.c, "hmget")
+	before := commandCalls(t, e.c, "hmget")
 	take("t0", "t1")
-	if read := cmdCalls(t, e.c, "hmget") - before; read != 2 {
+	if read := commandCalls(t, e.c, "hmget") - before; read != 2 {
 		t.Errorf("the take read %d task hashes to hand out 2 tasks: the one past the bound was read in vain", read)
 	}
 	if w, err := redis.Strings(e.c.Do("LRANGE", e.q.Waiting, 0, -1)); err != nil || fmt.Sprint(w) != "[t2 t3 t4 t5 t6]" {
@@ -586,12 +586,12 @@ func TestTakeOfPackedTasksBoundedByBytes(t *testing.T) {
 	if k, f := e.q.Packed(ids[2]); e.do(t, "HEXISTS", k, f) != int64(1) {
 		t.Fatalf("the tasks were not written packed")
 	}
-	before := cmdCalls(t, e.c, "hget")
+	before := commandCalls(t, e.c, "hget")
 	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 100, MaxCrashes: 5})
 	if err != nil || fmt.Sprint(takenIDs(got)) != fmt.Sprint(ids[:2]) {
 		t.Fatalf("take: %v, %v; want %v", takenIDs(got), err, ids[:2])
 	}
-	if read := cmdCalls(t, e.c, "hget") - before; read != 2 {
+	if read := commandCalls(t, e.c, "hget") - before; read != 2 {
 		t.Errorf("the take read %d packed payloads (HGET) to hand out 2: the one past the bound was read in vain", read)
 	}
 }
