@@ -1495,9 +1495,13 @@ func TestRunCancelledDeepOutlivesItsWait(t *testing.T) {
 			}
 			f.do(t, "RPUSH", fill...)
 			f.runCancel(t, "r1")
-			// The take reaches it after its retention.
+			// However long the take takes to reach it (past its retention
+			// of 100 ms), the run must be there: it has no expiry while it
+			// waits.
+			if pttl, _ := redis.Int64(f.do(t, "PTTL", f.s1.Task("r1")), nil); pttl != -1 {
+				t.Fatalf("the run's PTTL while it waits marked: %d, want no expiry (-1)", pttl)
+			}
 			f.do(t, "LTRIM", f.s1.Waiting, 0, 0)
-			time.Sleep(300 * time.Millisecond)
 			got := f.takeFrom(t, f.s1, "A", 1, true)
 			if n, _ := redis.Int(f.do(t, "ZCARD", f.s1.Dead), nil); n != 0 {
 				ids, _ := redis.Strings(f.do(t, "ZRANGE", f.s1.Dead, 0, -1), nil)
