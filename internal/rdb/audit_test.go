@@ -9,11 +9,10 @@ package rdb_test
 // asserted. Run them on a private redis-server with
 // go test -tags audit -run TestAudit -v ./internal/rdb
 // (-run TestAuditBytes for the last section). They are the figures of
-// docs/BENCHMARKS.md: the calls that grew with the data (TestAudit...,
-// TestAudit2... for flows), the takes of big payloads and of runs with big
-// states ("Takes bounded by bytes", TestAudit3...), and the calls whose
-// time grows with the bytes they read or return, not the count of items
-// (TestAuditBytes...).
+// docs/BENCHMARKS.md: the calls that grew with the data (flows among
+// them), the takes of big payloads and of runs with big states ("Takes
+// bounded by bytes"), and the calls whose time grows with the bytes they
+// read or return, not the count of items (TestAuditBytes...).
 
 import (
 	"bytes"
@@ -388,9 +387,9 @@ func (f *flowEnv) fanOutRun(t *testing.T, id, w string, n int, failFast bool) []
 	return ids
 }
 
-// Item 1: one end call failing one child in each of k runs (fail-fast),
+// One end call failing one child in each of k runs (fail-fast),
 // each run fanned out to 1,000 children.
-func TestAudit2FailFastMany(t *testing.T) {
+func TestAuditFailFastOfManyRuns(t *testing.T) {
 	for _, k := range []int{1, 10, 100} {
 		f := newFlowEnv(t)
 		var es []rdb.Ending
@@ -418,9 +417,9 @@ func TestAudit2FailFastMany(t *testing.T) {
 	}
 }
 
-// Item 1b: fail-fast of a run whose 10th fan-out is pending (9 earlier
+// Fail-fast of a run whose 10th fan-out is pending (9 earlier
 // fan-outs of 1,000 children recorded in its hash).
-func TestAudit2FailFastAfterFanOuts(t *testing.T) {
+func TestAuditFailFastAfterManyFanOuts(t *testing.T) {
 	f := newFlowEnv(t)
 	var args []any
 	args = append(args, f.s1.Task("r1"))
@@ -455,8 +454,8 @@ func (f *flowEnv) bigRun(t *testing.T, id string, k int) {
 	f.do(t, "HSET", args...)
 }
 
-// Item 2: the take of a stage whose run fanned out 10 x 1,000 children.
-func TestAudit2StageTake(t *testing.T) {
+// The take of a stage whose run fanned out 10 x 1,000 children.
+func TestAuditStageTakeOfABigRun(t *testing.T) {
 	f := newFlowEnv(t)
 	f.start(t, f.s1, "r1")
 	f.bigRun(t, "r1", 10)
@@ -476,8 +475,8 @@ func TestAudit2StageTake(t *testing.T) {
 	})
 }
 
-// Item 2b: a take of 100 stage runs of 1 x 1,000 children each.
-func TestAudit2StageTakeMany(t *testing.T) {
+// A take of 100 stage runs of 1 x 1,000 children each.
+func TestAuditStageTakeOfManyRuns(t *testing.T) {
 	f := newFlowEnv(t)
 	for r := 0; r < 100; r++ {
 		id := "r" + strconv.Itoa(r)
@@ -496,8 +495,8 @@ func TestAudit2StageTakeMany(t *testing.T) {
 	}
 }
 
-// Item 3: FindRuns of a value with n runs.
-func TestAudit2FindRuns(t *testing.T) {
+// FindRuns of a value with 100,000 and 1,000,000 runs.
+func TestAuditFindRunsUpToAMillion(t *testing.T) {
 	for _, n := range []int{100000, 1000000} {
 		f := newFlowEnv(t)
 		f.fill(t, n, func(i int) []any { return []any{"ZADD", f.ix, "inf", "run" + strconv.Itoa(i)} })
@@ -529,7 +528,8 @@ func readRuns(t *testing.T, f *flowEnv, got []rdb.Taken) []rdb.Taken {
 	return got
 }
 
-func TestAudit3BigTake(t *testing.T) {
+// Takes of n tasks of 1 MiB until none is left.
+func TestAuditTakesOfBigPayloads(t *testing.T) {
 	for _, n := range []int{10, 50, 200} {
 		e := newEnv(t)
 		p := bytes.Repeat([]byte("x"), 1<<20)
@@ -550,7 +550,8 @@ func TestAudit3BigTake(t *testing.T) {
 	}
 }
 
-func TestAudit3BigRunTake(t *testing.T) {
+// The take of a run holding 64 fields of 1 MiB, and its ReadRun.
+func TestAuditTakeOfABigRunState(t *testing.T) {
 	f := newFlowEnv(t)
 	f.start(t, f.s1, "r1")
 	var args []any
@@ -571,7 +572,9 @@ func TestAudit3BigRunTake(t *testing.T) {
 	})
 }
 
-func TestAudit3ScanSteps(t *testing.T) {
+// The HSCAN steps (COUNT 1) of a hash of 64 fields of 1 MiB, and the time
+// of each.
+func TestAuditHScanOfBigFields(t *testing.T) {
 	f := newFlowEnv(t)
 	var args []any
 	args = append(args, "big")
