@@ -668,8 +668,9 @@ func scriptCommands(t *testing.T, a *keyAuditor, f func()) map[string]int {
 	}
 }
 
-// TestPlainHotPathCommands pins the commands a plain queue's take and end
-// run (no levels, no limits): what priorities and limits must not change.
+// TestPlainHotPathCommandsByMonitor pins the commands a plain queue's take
+// and end run (no levels, no limits): what priorities and limits must not
+// change.
 // Take of k: TIME, LPOP, INCRBY, HSET (wq), SADD, and per task HMGET, HSET;
 // end of a done task: HDEL (ownership), HMGET, DEL.
 func TestPlainHotPathCommandsByMonitor(t *testing.T) {
