@@ -2,7 +2,6 @@ package worqr
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/internal/startstop"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -41,11 +41,7 @@ type Worker struct {
 	queues []*queueRunner
 	group  *prioGroup // the queues served by priority (WorkerConfig.Priority), or nil
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool
-	stopErr  error
-	stopped  chan struct{} // closed when Stop has returned
+	life startstop.Machine // Start, Stop, Stopped
 
 	runCtx    context.Context // lives until Stop ends; Redis calls of the loops
 	runCancel context.CancelFunc
@@ -340,7 +336,6 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		cfg:      c,
 		running:  map[string]*inflight{},
 		takeStop: make(chan struct{}),
-		stopped:  make(chan struct{}),
 	}
 	w.st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	w.bus = newEventBus(w.st, c.Config)
@@ -446,18 +441,12 @@ func (w *Worker) ID() string {
 // does with a grace period that has already run out (running handlers are
 // cancelled with ErrWorkerStopped and their tasks put back at the front).
 // Calling Start twice, or after Stop (even a Stop before any Start), is an
-// error.
+// error; a Start that failed leaves the worker startable.
 func (w *Worker) Start(ctx context.Context) error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.started {
-		return errors.New("worqr: worker already started")
-	}
-	if w.stopping {
-		// Stop came first and closed Stopped: a worker started now
-		// would run with nobody to stop it.
-		return errors.New("worqr: worker stopped before it was started")
-	}
+	return w.life.Start("worker", func() error { return w.start(ctx) })
+}
+
+func (w *Worker) start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -480,7 +469,6 @@ func (w *Worker) Start(ctx context.Context) error {
 		w.runCancel()
 		return fmt.Errorf("worqr: register worker: %w", err)
 	}
-	w.started = true
 	w.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
 
 	w.bg.Add(4)
@@ -799,7 +787,7 @@ func poke(c chan struct{}) {
 
 // Stopped is closed once the worker has stopped: Stop returned, or the
 // context given to Start ended and the stop it began is over.
-func (w *Worker) Stopped() <-chan struct{} { return w.stopped }
+func (w *Worker) Stopped() <-chan struct{} { return w.life.Stopped() }
 
 // takesOverWait bounds Stop's wait for the ends that take again on their
 // way (each call has 5 s).
@@ -817,27 +805,16 @@ const takesOverWait = 6 * time.Second
 // 1 s grace). Leave that much beyond the grace to a hard kill deadline
 // (Kubernetes' terminationGracePeriodSeconds); what a killed worker holds
 // comes back through the reaper.
+//
+// A Stop before any Start (or after a Start that failed) returns nil: the
+// worker is stopped for good, Stopped is closed and a later Start is
+// refused rather than run a worker whose Stop already returned.
 func (w *Worker) Stop(ctx context.Context) error {
-	w.mu.Lock()
-	if !w.started {
-		// Never started (or its Start failed): nothing runs. The worker
-		// is stopped for good: Stopped is closed, and a later Start is
-		// refused rather than run a worker whose Stop already returned.
-		if !w.stopping {
-			w.stopping = true
-			close(w.stopped)
-		}
-		w.mu.Unlock()
-		return nil
-	}
-	if w.stopping {
-		w.mu.Unlock()
-		<-w.stopped
-		return w.stopErr
-	}
-	w.stopping = true
-	w.mu.Unlock()
+	return w.life.Stop(func() error { return w.stop(ctx) })
+}
 
+// stop is Stop after a Start, run once.
+func (w *Worker) stop(ctx context.Context) error {
 	close(w.takeStop)
 	w.takeStopC()
 	w.loops.Wait()
@@ -923,8 +900,6 @@ func (w *Worker) Stop(ctx context.Context) error {
 		t.Stop()
 	}
 	w.bus.flush() // what happened before Stop reaches the followers now
-	w.stopErr = err
-	close(w.stopped)
 	return err
 }
 
