@@ -8,12 +8,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/robfig/cron/v3"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/startstop"
 )
 
 // MissedPolicy says what a schedule does with ticks that came while no
@@ -373,12 +373,9 @@ type Scheduler struct {
 	st  *rdb.Store
 	cfg SchedulerConfig
 
-	mu       sync.Mutex
-	started  bool
-	stopping bool
-	cancel   context.CancelFunc
-	done     chan struct{} // closed when the loop has returned
-	stopped  chan struct{} // closed when Stop has returned
+	life   startstop.Machine // Start, Stop, Stopped
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the loop has returned
 }
 
 // NewScheduler validates cfg (nil means all defaults) and returns a
@@ -421,7 +418,7 @@ func NewScheduler(pool ConnGetter, cfg *SchedulerConfig) (*Scheduler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scheduler{c: c, st: c.st, cfg: sc, stopped: make(chan struct{})}, nil
+	return &Scheduler{c: c, st: c.st, cfg: sc}, nil
 }
 
 // Register stores schedule sc in Redis (creating or replacing the one of the
@@ -456,19 +453,19 @@ func (s *Scheduler) register(ctx context.Context, sc Schedule, at int64) error {
 
 // Start registers the configured schedules and starts firing every schedule
 // of the namespace in the background, until Stop or until ctx ends. It
-// returns once the schedules are registered.
+// returns once the schedules are registered. Calling Start twice, or after
+// Stop (even a Stop before any Start), is an error; a Start that failed
+// leaves the scheduler startable.
 func (s *Scheduler) Start(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.started {
-		return errors.New("worqr: scheduler already started")
-	}
+	return s.life.Start("scheduler", func() error { return s.start(ctx) })
+}
+
+func (s *Scheduler) start(ctx context.Context) error {
 	for _, sc := range s.cfg.Schedules {
 		if err := s.Register(ctx, sc); err != nil {
 			return err
 		}
 	}
-	s.started = true
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	s.done = make(chan struct{})
@@ -504,39 +501,23 @@ func (s *Scheduler) loop(ctx context.Context) {
 }
 
 // Stop stops the scheduler and waits for its pass in progress, or returns
-// ctx's error when ctx ends first (call it again to keep waiting). It is
-// safe to call more than once, and before Start.
+// ctx's error when ctx ends first (the pass is cancelled and the stop goes
+// on; call it again to keep waiting). It is safe to call more than once.
+// A Stop before any Start returns nil and is final: a later Start is
+// refused.
 func (s *Scheduler) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	if !s.started {
-		s.started = true // never starts after
-		if !s.stopping {
-			s.stopping = true
-			close(s.stopped)
-		}
-		s.mu.Unlock()
+	return s.life.StopContext(ctx, func() error {
+		s.cancel()
+		<-s.done
+		s.c.bus.flush()
 		return nil
-	}
-	s.cancel()
-	done := s.done
-	s.mu.Unlock()
-	select {
-	case <-done:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	s.mu.Lock()
-	if !s.stopping {
-		s.stopping = true
-		close(s.stopped)
-	}
-	s.mu.Unlock()
-	s.c.bus.flush()
-	return nil
+	})
 }
 
-// Stopped is closed once Stop has returned nil.
-func (s *Scheduler) Stopped() <-chan struct{} { return s.stopped }
+// Stopped is closed once the scheduler has stopped: its loop has ended
+// after Stop (even one whose ctx ran out first) or after the context given
+// to Start ended, or a Stop came before any Start.
+func (s *Scheduler) Stopped() <-chan struct{} { return s.life.Stopped() }
 
 // pass fires every due tick of every schedule, at Redis time (or at at,
 // unix ms, when > 0: tests), and returns how many tasks it enqueued (or

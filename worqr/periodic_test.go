@@ -670,3 +670,76 @@ func TestResumeAcrossAReRegistration(t *testing.T) {
 		t.Fatalf("after the resume: paused %v, every %s, next %s; want the new timing's next tick %s", info.Paused, info.Every, info.Next, newNext)
 	}
 }
+
+// The Scheduler follows the lifecycle every long-running type shares
+// (internal/startstop).
+func TestSchedulerLifecycle(t *testing.T) {
+	ctx := context.Background()
+	stoppedWithin := func(t *testing.T, s *worqr.Scheduler) {
+		t.Helper()
+		select {
+		case <-s.Stopped():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Stopped not closed")
+		}
+	}
+
+	t.Run("StartTwiceIsAnError", func(t *testing.T) {
+		s := newPeriodic(t, 1).peers[0]
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = s.Stop(ctx) })
+		if err := s.Start(ctx); err == nil || err.Error() != "worqr: scheduler already started" {
+			t.Fatalf("second Start = %v, want worqr: scheduler already started", err)
+		}
+	})
+
+	// A Stop before Start (a signal during setup) is final, as a Worker's
+	// is: before, a later Start ran a scheduler whose Stop had returned.
+	t.Run("StopBeforeStartIsFinal", func(t *testing.T) {
+		s := newPeriodic(t, 1).peers[0]
+		if err := s.Stop(ctx); err != nil {
+			t.Fatalf("Stop before Start = %v, want nil", err)
+		}
+		stoppedWithin(t, s)
+		err := s.Start(ctx)
+		if err == nil {
+			_ = s.Stop(ctx)
+		}
+		if err == nil || err.Error() != "worqr: scheduler stopped before it was started" {
+			t.Fatalf("Start after Stop = %v, want worqr: scheduler stopped before it was started", err)
+		}
+	})
+
+	// A Stop whose ctx ran out still stops the loop, and Stopped closes
+	// once it has: before, only a Stop that returned nil closed it.
+	t.Run("StoppedClosesAfterAStopThatRanOut", func(t *testing.T) {
+		s := newPeriodic(t, 1).peers[0]
+		if err := s.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		if err := s.Stop(done); err != nil && !errors.Is(err, context.Canceled) {
+			t.Fatalf("Stop with an ended ctx = %v, want nil or context.Canceled", err)
+		}
+		stoppedWithin(t, s)
+		if err := s.Stop(done); err != nil {
+			t.Errorf("Stop once stopped = %v, want nil whatever its ctx", err)
+		}
+	})
+
+	t.Run("StartContextThatEndsStopsIt", func(t *testing.T) {
+		s := newPeriodic(t, 1).peers[0]
+		life, cancel := context.WithCancel(ctx)
+		if err := s.Start(life); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		stoppedWithin(t, s)
+		if err := s.Stop(ctx); err != nil {
+			t.Errorf("Stop after the Start context ended = %v, want nil", err)
+		}
+	})
+}
