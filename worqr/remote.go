@@ -13,6 +13,7 @@ import (
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/internal/startstop"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -43,12 +44,10 @@ type Remote struct {
 	opening  int // Opens under way (counted against MaxSessions)
 	// retired sessions are kept for memory(), so that an end repeated
 	// after its reply was lost still gets its recorded answer.
-	retired  map[string]*RemoteSession
-	started  bool
-	stopping bool
-	stopped  chan struct{}
-	stopErr  error
-	subGrew  chan struct{} // cap 1: the set of queues to listen to grew
+	retired map[string]*RemoteSession
+	subGrew chan struct{} // cap 1: the set of queues to listen to grew
+
+	life startstop.Machine // Start, Stop, Stopped
 
 	draining  atomic.Bool
 	runCtx    context.Context
@@ -305,7 +304,7 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 	return &Remote{
 		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
 		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, retired: map[string]*RemoteSession{},
-		stopped: make(chan struct{}), subGrew: make(chan struct{}, 1),
+		subGrew: make(chan struct{}, 1),
 	}, nil
 }
 
@@ -412,21 +411,18 @@ func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) bool {
 // Start starts the Remote's background loops: the subscriber that wakes
 // waiting takes and routes cancels, the sweeper of expired sessions, and
 // (unless disabled) a reaper. It returns at once; ctx's values reach the
-// loops, not its cancellation. Calling it twice is an error.
+// loops, not its cancellation. Calling it twice, or after Stop (even a
+// Stop before any Start), is an error; a Start that failed leaves the
+// Remote startable.
 func (r *Remote) Start(ctx context.Context) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.started {
-		return errors.New("worqr: remote already started")
-	}
-	r.started = true
-	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
-	r.bg.Add(3)
-	go r.listenLoop()
-	go r.sweepLoop()
-	go r.pauseLoop()
+	return r.life.Start("remote", func() error { return r.start(ctx) })
+}
+
+func (r *Remote) start(ctx context.Context) error {
+	var reaper *recovery.Reaper
 	if !r.cfg.DisableReaper {
-		reaper, err := recovery.New(r.pool, &recovery.Config{
+		var err error
+		reaper, err = recovery.New(r.pool, &recovery.Config{
 			Namespace: r.cfg.Namespace, Interval: r.cfg.ReaperInterval, Logger: r.cfg.Logger,
 			OnRecovered: func(rc recovery.Recovered) {
 				r.emit(Event{Kind: EventRecovered, Queue: rc.Queue.Member(), Count: rc.Requeued, DeadWorkers: rc.Workers})
@@ -435,9 +431,15 @@ func (r *Remote) Start(ctx context.Context) error {
 			OnError: func(err error) { r.emit(Event{Kind: EventError, Err: err}) },
 		})
 		if err != nil {
-			r.runCancel()
-			return err
+			return err // before any loop starts: nothing to undo
 		}
+	}
+	r.runCtx, r.runCancel = context.WithCancel(context.WithoutCancel(ctx))
+	r.bg.Add(3)
+	go r.listenLoop()
+	go r.sweepLoop()
+	go r.pauseLoop()
+	if reaper != nil {
 		r.bg.Add(1)
 		go func() {
 			defer r.bg.Done()
@@ -455,20 +457,19 @@ func (r *Remote) Draining() bool { return r.draining.Load() }
 // until no session holds a taking or ctx ends. Then every session is closed
 // (what it still holds is put back at the front of its queue) and the loops
 // stop. It returns ctx.Err() if the grace period ran out. More calls wait
-// for the first.
+// for the first and return its result. A Stop before any Start returns
+// nil and is final: Stopped is closed and a later Start is refused.
 func (r *Remote) Stop(ctx context.Context) error {
-	r.mu.Lock()
-	if !r.started {
-		r.mu.Unlock()
-		return nil
-	}
-	if r.stopping {
-		r.mu.Unlock()
-		<-r.stopped
-		return r.stopErr
-	}
-	r.stopping = true
-	r.mu.Unlock()
+	return r.life.Stop(func() error { return r.stop(ctx) })
+}
+
+// Stopped is closed once the Remote has stopped: the first Stop after
+// Start has closed the sessions and ended the loops, or a Stop came
+// before any Start.
+func (r *Remote) Stopped() <-chan struct{} { return r.life.Stopped() }
+
+// stop is Stop after a Start, run once.
+func (r *Remote) stop(ctx context.Context) error {
 	r.draining.Store(true)
 	for _, q := range r.allQueues() {
 		q.wake() // waiting takes return
@@ -493,8 +494,6 @@ func (r *Remote) Stop(ctx context.Context) error {
 	r.runCancel()
 	r.bg.Wait()
 	r.bus.flush()
-	r.stopErr = err
-	close(r.stopped)
 	return err
 }
 
@@ -547,10 +546,7 @@ type OpenOpts struct {
 
 // Open registers a new session (a new worker id, alive for SessionTTL).
 func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error) {
-	r.mu.Lock()
-	started := r.started
-	r.mu.Unlock()
-	if !started {
+	if !r.life.Started() {
 		return nil, errors.New("worqr: remote not started")
 	}
 	if r.draining.Load() {

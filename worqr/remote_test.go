@@ -693,3 +693,73 @@ func TestQueueSettingsThatWouldBeIgnored(t *testing.T) {
 		t.Errorf("a flow stage with a Weight: %v, want ErrInvalid naming its Queue.Weight", err)
 	}
 }
+
+// The Remote follows the lifecycle every long-running type shares
+// (internal/startstop), and has Stopped as they do.
+func TestRemoteLifecycle(t *testing.T) {
+	ctx := context.Background()
+	newRemote := func(t *testing.T) *worqr.Remote {
+		t.Helper()
+		r, err := worqr.NewRemote(srv.TagCheckedPool(t), &worqr.RemoteConfig{
+			Config: worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}, AnyQueue: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	stoppedWithin := func(t *testing.T, r *worqr.Remote) {
+		t.Helper()
+		select {
+		case <-r.Stopped():
+		case <-time.After(10 * time.Second):
+			t.Fatal("Stopped not closed")
+		}
+	}
+
+	t.Run("StartTwiceIsAnError", func(t *testing.T) {
+		b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+		if err := b.remote.Start(ctx); err == nil || err.Error() != "worqr: remote already started" {
+			t.Fatalf("second Start = %v, want worqr: remote already started", err)
+		}
+	})
+
+	// A Stop before Start (a signal during the gateway's setup) is final,
+	// as a Worker's is: before, it was forgotten and a later Start ran a
+	// Remote whose Stop had returned, with nobody left to stop it.
+	t.Run("StopBeforeStartIsFinal", func(t *testing.T) {
+		r := newRemote(t)
+		if err := r.Stop(ctx); err != nil {
+			t.Fatalf("Stop before Start = %v, want nil", err)
+		}
+		stoppedWithin(t, r)
+		err := r.Start(ctx)
+		if err == nil {
+			_ = r.Stop(ctx)
+		}
+		if err == nil || err.Error() != "worqr: remote stopped before it was started" {
+			t.Fatalf("Start after Stop = %v, want worqr: remote stopped before it was started", err)
+		}
+		if _, err := r.Open(ctx, worqr.OpenOpts{Name: "late", Queues: []string{"q"}}); err == nil {
+			t.Error("Open on a Remote stopped before Start = nil")
+		}
+	})
+
+	t.Run("StoppedIsClosedOnceStopped", func(t *testing.T) {
+		r := newRemote(t)
+		if err := r.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-r.Stopped():
+			t.Fatal("Stopped closed while running")
+		default:
+		}
+		done, cancel := context.WithCancel(ctx)
+		cancel()
+		first := r.Stop(done) // nothing held: nil, or Canceled if the select saw ctx first
+		stoppedWithin(t, r)
+		if err := r.Stop(ctx); err != first {
+			t.Errorf("second Stop = %v, want the first's result %v", err, first)
+		}
+	})
+}
