@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/startstop"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -36,12 +37,9 @@ type Consumer[J any] struct {
 	notifyMu sync.Mutex
 	notified uint64 // the last index given to OnProcessed
 
-	mu         sync.Mutex
-	started    bool
-	final      bool // Stop came before Start: stopped for good
+	life       startstop.Machine // Start, Stop, Stopped
 	loopCancel context.CancelFunc
 	loopDone   chan struct{}
-	stopped    chan struct{}
 }
 
 // Progress is a consumer's progress as Redis holds it.
@@ -71,11 +69,10 @@ func New[J any](pool worqr.ConnGetter, cfg *Config[J]) (*Consumer[J], error) {
 		return nil, err
 	}
 	con := &Consumer[J]{
-		cfg:     c,
-		limits:  rdb.ConsumerLimits{First: c.First, MaxProcessing: c.MaxProcessing, MaxSearchAhead: c.MaxSearchAhead},
-		kick:    make(chan struct{}, 1),
-		stopped: make(chan struct{}),
-		log:     c.Worker.Logger,
+		cfg:    c,
+		limits: rdb.ConsumerLimits{First: c.First, MaxProcessing: c.MaxProcessing, MaxSearchAhead: c.MaxSearchAhead},
+		kick:   make(chan struct{}, 1),
+		log:    c.Worker.Logger,
 	}
 	if con.log == nil {
 		con.log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -121,23 +118,17 @@ func (c *Consumer[J]) Worker() *worqr.Worker { return c.worker }
 // Start registers the consumer's worker, starts working jobs and checks
 // for new ones at once. It returns once registered (ctx bounds the
 // registration); the work goes on until Stop, or until ctx ends (then it
-// stops as Stop does with no grace period). Calling Start twice is an
-// error.
+// stops as Stop does with no grace period). Calling Start twice, or after
+// Stop (even a Stop before any Start), is an error; a Start that failed
+// leaves the consumer startable.
 func (c *Consumer[J]) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.started {
-		return errors.New("worqr: consumer already started")
-	}
-	if c.final {
-		// Stop came first and closed Stopped: a consumer started now
-		// would run with nobody to stop it.
-		return errors.New("worqr: consumer stopped before it was started")
-	}
+	return c.life.Start("consumer", func() error { return c.start(ctx) })
+}
+
+func (c *Consumer[J]) start(ctx context.Context) error {
 	if err := c.worker.Start(ctx); err != nil {
 		return err
 	}
-	c.started = true
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.loopCancel = cancel
 	c.loopDone = make(chan struct{})
@@ -146,10 +137,11 @@ func (c *Consumer[J]) Start(ctx context.Context) error {
 		c.loop(lctx)
 	}()
 	go func() {
+		// The worker also stops on its own, when ctx ends: the consumer
+		// follows it (a Stop that came first has done so already, and
+		// this one returns at once).
 		<-c.worker.Stopped()
-		cancel()
-		<-c.loopDone
-		close(c.stopped)
+		_ = c.life.Stop(func() error { return c.stop(context.Background()) })
 	}()
 	c.Check()
 	return nil
@@ -159,32 +151,31 @@ func (c *Consumer[J]) Start(ctx context.Context) error {
 // finish until ctx ends; those still running then are cancelled and their
 // tasks put back, to run again (in this process after a restart, or in
 // another). It returns ctx.Err() when the grace period ran out. Calling it
-// again waits for the first call. A Stop before Start is final: Start is
-// then refused.
+// again waits for the first call and returns its result. A Stop before
+// Start is final: Start is then refused.
 func (c *Consumer[J]) Stop(ctx context.Context) error {
-	c.mu.Lock()
-	started := c.started
-	if !started {
+	err := c.life.Stop(func() error { return c.stop(ctx) })
+	if !c.life.Started() {
 		// Never started (or its Start failed): nothing runs. The
-		// consumer is stopped for good, as its worker is: Stopped is
-		// closed and a later Start is refused.
-		if !c.final {
-			c.final = true
-			close(c.stopped)
-		}
-		c.mu.Unlock()
+		// consumer is stopped for good, and so is its worker: a Start
+		// of either is refused.
 		return c.worker.Stop(ctx)
 	}
-	c.mu.Unlock()
-	c.loopCancel()
-	<-c.loopDone
-	err := c.worker.Stop(ctx)
-	<-c.stopped
 	return err
 }
 
-// Stopped is closed once the consumer has stopped.
-func (c *Consumer[J]) Stopped() <-chan struct{} { return c.stopped }
+// stop is Stop after a Start, run once: by Stop, or when the worker
+// stopped on its own.
+func (c *Consumer[J]) stop(ctx context.Context) error {
+	c.loopCancel()
+	<-c.loopDone
+	return c.worker.Stop(ctx)
+}
+
+// Stopped is closed once the consumer has stopped: Stop returned, or the
+// context given to Start ended and its worker has stopped; or a Stop came
+// before any Start.
+func (c *Consumer[J]) Stopped() <-chan struct{} { return c.life.Stopped() }
 
 // Check tells the consumer that new jobs may exist. It returns at once; the
 // consumer reads the Source's head and dispatches what the limits allow.
