@@ -489,8 +489,11 @@ func (in *Inspector) TasksBehind(ctx context.Context, queue, key string, offset,
 	if err != nil {
 		return nil, err
 	}
-	if offset < 0 || limit < 0 {
-		return nil, invalid("offset", "and limit must not be negative")
+	if offset < 0 {
+		return nil, invalid("offset", "(%d) must not be negative", offset)
+	}
+	if limit < 0 {
+		return nil, invalid("limit", "(%d) must not be negative", limit)
 	}
 	span, err := pages(offset, limit, func(off, n int) (rdb.Span, error) {
 		ids, err := in.st.KeyBehind(ctx, qk, key, off, n)
