@@ -18,8 +18,9 @@
 // Metric names follow the OpenTelemetry messaging semantic conventions
 // translated to Prometheus where they fit (messaging_client_sent_messages_total,
 // messaging_client_consumed_messages_total, messaging_process_duration_seconds);
-// the others are prefixed worqr_. README.md (in this directory) lists them
-// all.
+// the others are prefixed worqr_. Every metric of a queue names it with the
+// label queue, so that all of them join by it. README.md (in this
+// directory) lists them all.
 package prometheus
 
 import (
@@ -179,15 +180,15 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 		sent: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "messaging_client_sent_messages_total", ConstLabels: msg,
 			Help: "Tasks enqueued (OTel messaging.client.sent.messages), by queue.",
-		}, []string{"messaging_destination_name", "messaging_operation_name"}),
+		}, []string{"queue", "messaging_operation_name"}),
 		consumed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "messaging_client_consumed_messages_total", ConstLabels: msg,
 			Help: "Takings ended by workers (OTel messaging.client.consumed.messages), by queue and outcome.",
-		}, []string{"messaging_destination_name", "messaging_operation_name", "outcome"}),
+		}, []string{"queue", "messaging_operation_name", "outcome"}),
 		process: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "messaging_process_duration_seconds", ConstLabels: msg, Buckets: o.ProcessBuckets,
 			Help: "Handler duration, from a taking's start to its end (OTel messaging.process.duration), by queue and outcome.",
-		}, []string{"messaging_destination_name", "messaging_operation_name", "outcome"}),
+		}, []string{"queue", "messaging_operation_name", "outcome"}),
 		wait: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "worqr_task_wait_seconds", ConstLabels: cl, Buckets: o.WaitBuckets,
 			Help: "Time from a task's enqueue to its first start (single enqueues only; includes any Delay), by queue.",

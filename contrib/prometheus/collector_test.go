@@ -291,12 +291,12 @@ func TestEventMetrics(t *testing.T) {
 	}
 
 	proc := func(q, outcome string) []string {
-		return []string{"messaging_destination_name", q, "messaging_operation_name", "process", "outcome", outcome}
+		return []string{"queue", q, "messaging_operation_name", "process", "outcome", outcome}
 	}
 	ws := []want{
-		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "ok", "messaging_operation_name", "send"}, 7},
-		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "fail"}, 2},
-		{"messaging_client_sent_messages_total", []string{"messaging_destination_name", "idle"}, 1},
+		{"messaging_client_sent_messages_total", []string{"queue", "ok", "messaging_operation_name", "send"}, 7},
+		{"messaging_client_sent_messages_total", []string{"queue", "fail"}, 2},
+		{"messaging_client_sent_messages_total", []string{"queue", "idle"}, 1},
 		{"messaging_client_consumed_messages_total", proc("ok", "done"), 7},
 		{"messaging_client_consumed_messages_total", proc("fail", "retry"), 2},
 		{"messaging_client_consumed_messages_total", proc("fail", "dead"), 2},
@@ -319,9 +319,9 @@ func TestEventMetrics(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP messaging_client_consumed_messages_total Takings ended by workers (OTel messaging.client.consumed.messages), by queue and outcome.
 # TYPE messaging_client_consumed_messages_total counter
-messaging_client_consumed_messages_total{messaging_destination_name="fail",messaging_operation_name="process",messaging_system="worqr",outcome="dead"} 2
-messaging_client_consumed_messages_total{messaging_destination_name="fail",messaging_operation_name="process",messaging_system="worqr",outcome="retry"} 2
-messaging_client_consumed_messages_total{messaging_destination_name="ok",messaging_operation_name="process",messaging_system="worqr",outcome="done"} 7
+messaging_client_consumed_messages_total{messaging_operation_name="process",messaging_system="worqr",outcome="dead",queue="fail"} 2
+messaging_client_consumed_messages_total{messaging_operation_name="process",messaging_system="worqr",outcome="retry",queue="fail"} 2
+messaging_client_consumed_messages_total{messaging_operation_name="process",messaging_system="worqr",outcome="done",queue="ok"} 7
 `), "messaging_client_consumed_messages_total"); err != nil {
 		t.Error(err)
 	}
@@ -362,8 +362,8 @@ func TestRecoveryMetrics(t *testing.T) {
 			{"worqr_recovered_tasks_total", []string{"queue", "crash"}, 1},
 			{"worqr_recoveries_total", []string{"queue", "crash"}, 1},
 			{"worqr_recovery_delay_seconds", nil, 1},
-			{"messaging_client_consumed_messages_total", []string{"messaging_destination_name", "crash", "outcome", "done"}, 1},
-			{"messaging_process_duration_seconds", []string{"messaging_destination_name", "crash", "outcome", "done"}, 1},
+			{"messaging_client_consumed_messages_total", []string{"queue", "crash", "outcome", "done"}, 1},
+			{"messaging_process_duration_seconds", []string{"queue", "crash", "outcome", "done"}, 1},
 			{"worqr_task_wait_seconds", []string{"queue", "crash"}, 1}, // the restart is no first start
 			// the dead worker's start was dropped, the peer's ended
 			{"worqr_collector_tracked", []string{"map", "started"}, 0},
