@@ -73,7 +73,7 @@ func Handler(cfg Config) (string, http.Handler, error) {
 	if cfg.MaxMessageBytes < 0 {
 		return "", nil, fmt.Errorf("gateway: MaxMessageBytes (%d) must not be negative", cfg.MaxMessageBytes)
 	}
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxMessageBytes)}
+	opts := append([]connect.HandlerOption{connect.WithReadMaxBytes(cfg.MaxMessageBytes)}, jsonCodecs()...)
 	srv := &server{cfg: cfg}
 	if _, err := rand.Read(srv.key[:]); err != nil {
 		return "", nil, fmt.Errorf("gateway: session key: %w", err)
