@@ -10,11 +10,15 @@ import (
 )
 
 // jsonCodecs replace connect's JSON codec (Connect's application/json and
-// gRPC's application/grpc+json), which drops the fields of a request it
-// does not know: a misspelled field ("delayMS") was ignored and the call
-// ran without it (the task ran at once). A request naming a field its
-// message does not have is refused with invalid_argument, whose message
-// names the field.
+// gRPC's application/grpc+json) with a strict one:
+//
+//   - a request naming a field its message does not have is refused with
+//     invalid_argument, whose message names the field (connect's codec
+//     dropped it: a misspelled "delayMS" ran the task at once);
+//   - a reply carries every field of its message, zero values included
+//     (connect's codec left them out, so a client could not tell a count
+//     of 0, or an empty list, from a field of a newer gateway it does not
+//     know, and every client had to default each one).
 func jsonCodecs() []connect.HandlerOption {
 	return []connect.HandlerOption{
 		connect.WithCodec(jsonCodec{name: "json"}),
@@ -28,8 +32,10 @@ type jsonCodec struct{ name string }
 // in lowerCamelCase (delayMs); any other name is an error.
 var jsonIn = protojson.UnmarshalOptions{}
 
-// jsonOut writes replies.
-var jsonOut = protojson.MarshalOptions{}
+// jsonOut writes replies: every field, named in lowerCamelCase (the JSON
+// names; UseProtoNames would send delay_ms), a message field not set as
+// null, an empty list as [] and an empty map as {}.
+var jsonOut = protojson.MarshalOptions{EmitUnpopulated: true}
 
 func (c jsonCodec) Name() string { return c.name }
 

@@ -38,13 +38,13 @@ beatLoop();
 for (;;) {
   const sid = session.sessionId;
   let takings = [];
-  try { ({ takings = [] } = await call("Take", { sessionId: sid, queue: QUEUE, max: 1, waitMs: 5000 })); }
+  try { ({ takings } = await call("Take", { sessionId: sid, queue: QUEUE, max: 1, waitMs: 5000 })); }
   catch (e) { await sleep(100); continue; }
   for (const t of takings) {
     running.add(t.pid);
-    const text = (b) => Buffer.from(b ?? "", "base64").toString();
-    log(`took ${t.taskId} ${t.pid} ${JSON.stringify({ payload: text(t.payload), key: t.key ?? "", merged: (t.payloads ?? []).map((p) => text(p.data)),
-      type: t.type ?? "", traceparent: t.traceparent ?? "" })}`);
+    const text = (b) => Buffer.from(b, "base64").toString(); // every field comes, "" and [] included
+    log(`took ${t.taskId} ${t.pid} ${JSON.stringify({ payload: text(t.payload), key: t.key, merged: t.payloads.map((p) => text(p.data)),
+      type: t.type, traceparent: t.traceparent })}`);
     await sleep(Number(WORK_MS)); // the work
     const result = Buffer.from(NAME).toString("base64");
     for (let attempt = 1; ; attempt++) { // a repeat after a lost reply answers the same
