@@ -283,11 +283,11 @@ func TestNodeWorkersConformance(t *testing.T) {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		var st struct {
-			Queues []struct{ Waiting, Active, Scheduled string }
+			Queues []struct{ Waiting, Active, Scheduled int }
 		}
 		g.call(t, "QueueStats", map[string]any{"queue": "jobs"}, &st)
 		q := st.Queues[0]
-		if (q.Waiting == "" || q.Waiting == "0") && (q.Active == "" || q.Active == "0") && (q.Scheduled == "" || q.Scheduled == "0") {
+		if q.Waiting == 0 && q.Active == 0 && q.Scheduled == 0 {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -401,11 +401,17 @@ func (s *server) QueueStats(ctx context.Context, req *connect.Request[gatewayv1.
 	}
 	out := &gatewayv1.QueueStatsResponse{}
 	for _, q := range qs {
-		out.Queues = append(out.Queues, &gatewayv1.QueueStat{Name: q.Name, Flow: q.Flow, Waiting: q.Waiting,
-			Scheduled: q.Scheduled, Active: q.Active, Dead: q.Dead, Retained: q.Retained, Paused: q.Paused,
-			LatencyMs: uint32(min(q.Latency.Milliseconds(), 1<<32-1))})
+		out.Queues = append(out.Queues, &gatewayv1.QueueStat{Name: q.Name, Flow: q.Flow, Waiting: count(q.Waiting),
+			Scheduled: count(q.Scheduled), Active: count(q.Active), Dead: count(q.Dead), Retained: count(q.Retained),
+			Paused: q.Paused, LatencyMs: uint32(min(q.Latency.Milliseconds(), 1<<32-1))})
 	}
 	return connect.NewResponse(out), nil
+}
+
+// count is n as a QueueStat count: a uint32, so that JSON carries it as a
+// number (64-bit integers are strings there), saturated at 4294967295.
+func count(n int64) uint32 {
+	return uint32(min(max(n, 0), 1<<32-1))
 }
 
 func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1.OpenSessionRequest]) (*connect.Response[gatewayv1.OpenSessionResponse], error) {

@@ -31,15 +31,15 @@ func TestEnqueueShortOfReplicas(t *testing.T) {
 	t.Logf("Enqueue: %d %s", status, data)
 	var qs struct {
 		Queues []struct {
-			Waiting string `json:"waiting"`
+			Waiting int `json:"waiting"`
 		} `json:"queues"`
 	}
 	st, body := g.raw(t, "QueueStats", map[string]any{"queue": "rq"})
 	if st != 200 || json.Unmarshal(body, &qs) != nil || len(qs.Queues) != 1 {
 		t.Fatalf("QueueStats: %d %s", st, body)
 	}
-	if status != http.StatusOK && qs.Queues[0].Waiting != "0" {
-		t.Fatalf("Enqueue answered %d %s, yet the task is enqueued (%s waiting): a caller that repeats it enqueues it twice, and it was not given the id", status, data, qs.Queues[0].Waiting)
+	if status != http.StatusOK && qs.Queues[0].Waiting != 0 {
+		t.Fatalf("Enqueue answered %d %s, yet the task is enqueued (%d waiting): a caller that repeats it enqueues it twice, and it was not given the id", status, data, qs.Queues[0].Waiting)
 	}
 }
 

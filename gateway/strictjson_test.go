@@ -111,3 +111,69 @@ func missing(md protoreflect.MessageDescriptor, obj map[string]any, at string) [
 	}
 	return out
 }
+
+// Counts come as JSON numbers: QueueStat's were int64, which the JSON
+// mapping writes as strings ("waiting":"2").
+func TestJSONCountsAreNumbers(t *testing.T) {
+	g := startGateway(t, 10*time.Second)
+	for range 2 {
+		if st, code := g.call(t, "Enqueue", map[string]any{"queue": "counted", "payload": "eA=="}, nil); st != http.StatusOK {
+			t.Fatalf("enqueue: %d %s", st, code)
+		}
+	}
+	var open struct{ SessionId string }
+	g.call(t, "OpenSession", map[string]any{"queues": []string{"counted"}}, &open)
+	for _, c := range []struct {
+		method string
+		in     map[string]any
+		reply  proto.Message
+	}{
+		{"QueueStats", map[string]any{"queue": "counted"}, &gatewayv1.QueueStatsResponse{}},
+		{"Take", map[string]any{"sessionId": open.SessionId, "queue": "counted"}, &gatewayv1.TakeResponse{}},
+	} {
+		status, data := g.raw(t, c.method, c.in)
+		var out map[string]any
+		if err := json.Unmarshal(data, &out); err != nil || status != http.StatusOK {
+			t.Fatalf("%s: %d %s", c.method, status, data)
+		}
+		for _, f := range notNumbers(c.reply.ProtoReflect().Descriptor(), out, "") {
+			t.Errorf("%s's reply carries %s as a string, want a number: %s", c.method, f, data)
+		}
+		if qs, _ := out["queues"].([]any); c.method == "QueueStats" && (len(qs) != 1 || qs[0].(map[string]any)["waiting"] != 2.0) {
+			t.Errorf("QueueStats = %s, want waiting 2", data)
+		}
+	}
+}
+
+// notNumbers names the integer fields of md that obj (its JSON) carries as
+// anything but a number, nested ones included.
+func notNumbers(md protoreflect.MessageDescriptor, obj map[string]any, at string) []string {
+	var out []string
+	fs := md.Fields()
+	for i := 0; i < fs.Len(); i++ {
+		f := fs.Get(i)
+		name := at + f.JSONName()
+		v := obj[f.JSONName()]
+		switch {
+		case f.IsMap():
+		case f.Message() != nil && f.IsList():
+			l, _ := v.([]any)
+			for j, e := range l {
+				if o, ok := e.(map[string]any); ok {
+					out = append(out, notNumbers(f.Message(), o, fmt.Sprintf("%s[%d].", name, j))...)
+				}
+			}
+		case f.Message() != nil:
+			if o, ok := v.(map[string]any); ok {
+				out = append(out, notNumbers(f.Message(), o, name+".")...)
+			}
+		case f.Kind() == protoreflect.BoolKind, f.Kind() == protoreflect.StringKind, f.Kind() == protoreflect.BytesKind,
+			f.Kind() == protoreflect.EnumKind:
+		default:
+			if _, ok := v.(float64); !ok && v != nil {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}

@@ -701,16 +701,19 @@ func (x *QueueStatsRequest) GetQueue() string {
 }
 
 type QueueStat struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Flow          string                 `protobuf:"bytes,2,opt,name=flow,proto3" json:"flow,omitempty"`
-	Waiting       int64                  `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	Scheduled     int64                  `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
-	Active        int64                  `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
-	Dead          int64                  `protobuf:"varint,6,opt,name=dead,proto3" json:"dead,omitempty"`
-	Retained      int64                  `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
-	Paused        bool                   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
-	LatencyMs     uint32                 `protobuf:"varint,9,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Flow  string                 `protobuf:"bytes,2,opt,name=flow,proto3" json:"flow,omitempty"`
+	// Counts are uint32, not 64-bit, so that JSON carries them as numbers
+	// (the JSON mapping writes 64-bit integers as strings); a count past
+	// 4294967295 is sent as 4294967295.
+	Waiting       uint32 `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Scheduled     uint32 `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	Active        uint32 `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
+	Dead          uint32 `protobuf:"varint,6,opt,name=dead,proto3" json:"dead,omitempty"`
+	Retained      uint32 `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
+	Paused        bool   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	LatencyMs     uint32 `protobuf:"varint,9,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -759,35 +762,35 @@ func (x *QueueStat) GetFlow() string {
 	return ""
 }
 
-func (x *QueueStat) GetWaiting() int64 {
+func (x *QueueStat) GetWaiting() uint32 {
 	if x != nil {
 		return x.Waiting
 	}
 	return 0
 }
 
-func (x *QueueStat) GetScheduled() int64 {
+func (x *QueueStat) GetScheduled() uint32 {
 	if x != nil {
 		return x.Scheduled
 	}
 	return 0
 }
 
-func (x *QueueStat) GetActive() int64 {
+func (x *QueueStat) GetActive() uint32 {
 	if x != nil {
 		return x.Active
 	}
 	return 0
 }
 
-func (x *QueueStat) GetDead() int64 {
+func (x *QueueStat) GetDead() uint32 {
 	if x != nil {
 		return x.Dead
 	}
 	return 0
 }
 
-func (x *QueueStat) GetRetained() int64 {
+func (x *QueueStat) GetRetained() uint32 {
 	if x != nil {
 		return x.Retained
 	}
@@ -2127,11 +2130,11 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\tQueueStat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04flow\x18\x02 \x01(\tR\x04flow\x12\x18\n" +
-	"\awaiting\x18\x03 \x01(\x03R\awaiting\x12\x1c\n" +
-	"\tscheduled\x18\x04 \x01(\x03R\tscheduled\x12\x16\n" +
-	"\x06active\x18\x05 \x01(\x03R\x06active\x12\x12\n" +
-	"\x04dead\x18\x06 \x01(\x03R\x04dead\x12\x1a\n" +
-	"\bretained\x18\a \x01(\x03R\bretained\x12\x16\n" +
+	"\awaiting\x18\x03 \x01(\rR\awaiting\x12\x1c\n" +
+	"\tscheduled\x18\x04 \x01(\rR\tscheduled\x12\x16\n" +
+	"\x06active\x18\x05 \x01(\rR\x06active\x12\x12\n" +
+	"\x04dead\x18\x06 \x01(\rR\x04dead\x12\x1a\n" +
+	"\bretained\x18\a \x01(\rR\bretained\x12\x16\n" +
 	"\x06paused\x18\b \x01(\bR\x06paused\x12\x1d\n" +
 	"\n" +
 	"latency_ms\x18\t \x01(\rR\tlatencyMs\"I\n" +
