@@ -59,9 +59,9 @@ func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
 }
 
 // serveGateway starts the Remote of rc on pool, with a Client and an
-// Inspector of rc's Config, and a gateway on them on a free loopback port;
-// all stop when the test ends.
-func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig) *gw {
+// Inspector of rc's Config, and a gateway on them on a free loopback port
+// (its Config changed by each of tune); all stop when the test ends.
+func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig, tune ...func(*gateway.Config)) *gw {
 	t.Helper()
 	cfg := rc.Config
 	remote, err := worqr.NewRemote(pool, &rc)
@@ -79,7 +79,11 @@ func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig) *g
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token})
+	gc := gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token}
+	for _, f := range tune {
+		f(&gc)
+	}
+	hs, err := gateway.NewServer("127.0.0.1:0", gc)
 	if err != nil {
 		t.Fatal(err)
 	}

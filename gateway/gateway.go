@@ -29,6 +29,8 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/rs/xid"
+	"google.golang.org/protobuf/encoding/protowire"
+	"google.golang.org/protobuf/proto"
 
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
@@ -44,10 +46,11 @@ type Config struct {
 	// Token, when set, is the bearer token every call must carry
 	// (Authorization: Bearer <token>); others get unauthenticated.
 	Token string
-	// MaxMessageBytes caps a request message, and a Take's reply (its
-	// first taking always goes; those past the cap are put back at the
-	// front of the queue): 4 MiB, the default, is what gRPC clients
-	// receive by default. Default 4 MiB.
+	// MaxMessageBytes caps a request message, and a Take's reply as it
+	// is sent, in protobuf or in JSON (base64 and JSON make a payload a
+	// third larger): its first taking always goes; those past the cap
+	// are put back at the front of the queue. 4 MiB, the default, is
+	// what gRPC clients receive by default. Default 4 MiB.
 	MaxMessageBytes int
 	// Logger receives what callers are not told (the text of a failure
 	// to reach Redis names its address). Default slog.Default().
@@ -469,26 +472,79 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 	if n == 0 {
 		n = 1
 	}
+	// The reply's cap counts the bytes it is sent as: a taking weighs its
+	// encoding, in JSON or in protobuf as the call came.
+	size, envelope := protoSize, 0
+	if strings.Contains(req.Header().Get("Content-Type"), "json") {
+		// {"takings":[]}
+		size, envelope = jsonSize, len(orNil(jsonOut.Marshal(&gatewayv1.TakeResponse{})))
+	}
 	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId,
-		MaxBytes: s.cfg.MaxMessageBytes})
+		MaxBytes: max(s.cfg.MaxMessageBytes-envelope, 1), Size: size})
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
 	out := &gatewayv1.TakeResponse{Takings: make([]*gatewayv1.Taking, len(ks))}
-	for i, k := range ks {
-		t := &gatewayv1.Taking{Pid: k.PID, TaskId: k.TaskID, Queue: k.Queue, Payload: k.Payload,
-			Attempt: uint32(k.Attempt), MaxAttempts: uint32(k.MaxAttempts), Crashes: uint32(k.Crashes),
-			TimeoutMs: uint32(min(k.Timeout.Milliseconds(), 1<<32-1)), State: k.State, Parent: k.Parent, Key: k.Key,
-			Type: k.Type, Traceparent: k.TraceParent, Tracestate: k.TraceState}
-		for _, p := range k.Payloads {
-			t.Payloads = append(t.Payloads, &gatewayv1.MergedPayload{Data: p.Data, Score: p.Score})
-		}
-		for _, c := range k.Children {
-			t.Children = append(t.Children, &gatewayv1.ChildResult{Id: c.ID, Queue: c.Queue, Status: c.Status, Result: c.Result, Error: c.Err})
-		}
-		out.Takings[i] = t
+	for i := range ks {
+		out.Takings[i] = taking(&ks[i], true)
 	}
 	return connect.NewResponse(out), nil
+}
+
+// taking is k as a reply carries it; without its bytes fields (payloads,
+// children's results) unless withBytes.
+func taking(k *worqr.Taking, withBytes bool) *gatewayv1.Taking {
+	bytes := func(b []byte) []byte {
+		if withBytes {
+			return b
+		}
+		return nil
+	}
+	t := &gatewayv1.Taking{Pid: k.PID, TaskId: k.TaskID, Queue: k.Queue, Payload: bytes(k.Payload),
+		Attempt: uint32(k.Attempt), MaxAttempts: uint32(k.MaxAttempts), Crashes: uint32(k.Crashes),
+		TimeoutMs: uint32(min(k.Timeout.Milliseconds(), 1<<32-1)), State: k.State, Parent: k.Parent, Key: k.Key,
+		Type: k.Type, Traceparent: k.TraceParent, Tracestate: k.TraceState}
+	for _, p := range k.Payloads {
+		t.Payloads = append(t.Payloads, &gatewayv1.MergedPayload{Data: bytes(p.Data), Score: p.Score})
+	}
+	for _, c := range k.Children {
+		t.Children = append(t.Children, &gatewayv1.ChildResult{Id: c.ID, Queue: c.Queue, Status: c.Status, Result: bytes(c.Result), Error: c.Err})
+	}
+	return t
+}
+
+// protoSize is how many bytes k adds to a TakeResponse in protobuf: its
+// message, and the tag and length that frame it in the repeated field.
+func protoSize(k *worqr.Taking) int {
+	n := proto.Size(taking(k, true))
+	return protowire.SizeTag(1) + protowire.SizeVarint(uint64(n)) + n
+}
+
+// jsonSize is how many bytes k adds to a TakeResponse in JSON: the taking
+// without its bytes fields, marshalled as the reply is, plus the base64 of
+// those bytes (protojson writes them in standard base64, which needs no
+// escaping), plus the ", " that parts it from the one before. The bytes
+// are not encoded twice.
+func jsonSize(k *worqr.Taking) int {
+	b64 := base64.StdEncoding.EncodedLen
+	n := len(orNil(jsonOut.Marshal(taking(k, false)))) + 2 + b64(len(k.Payload))
+	for _, p := range k.Payloads {
+		n += b64(len(p.Data))
+	}
+	for _, c := range k.Children {
+		n += b64(len(c.Result))
+	}
+	return n
+}
+
+// orNil is b, or nil when err is set: a taking that does not marshal (a
+// string that is not UTF-8) fails the reply's marshal too, whatever it
+// weighs.
+func orNil(b []byte, err error) []byte {
+	if err != nil {
+		return nil
+	}
+	return b
 }
 
 // end runs one end of a taking named by session and pid.

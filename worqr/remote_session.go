@@ -173,6 +173,12 @@ type TakeRequest struct {
 	// back at the front of the queue at once, in order, nothing counted.
 	// A gateway sets it to the largest message its clients read.
 	MaxBytes int
+	// Size, when set, is how many bytes a taking weighs against MaxBytes:
+	// a gateway gives the size of its encoding in the reply (base64 and
+	// JSON make a payload a third larger). Default: its bytes and strings,
+	// and a little for the framing of each. It is called with the
+	// session's lock held: it must not call the session.
+	Size func(k *Taking) int
 }
 
 // size is about how many bytes k takes in a reply: its bytes and strings,
@@ -463,9 +469,12 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	}
 	var over []Taking
 	if req.MaxBytes > 0 {
-		size := 0
+		size, weigh := 0, (*Taking).size
+		if req.Size != nil {
+			weigh = req.Size
+		}
 		for i := range out {
-			if size += out[i].size(); i > 0 && size > req.MaxBytes {
+			if size += weigh(&out[i]); i > 0 && size > req.MaxBytes {
 				over = out[i:]
 				out = out[:i:i]
 				break
