@@ -801,10 +801,10 @@ const takesOverWait = 6 * time.Second
 //
 // Its own Redis calls are bounded: while Redis is out of reach, a take on
 // its way, the put-back and the deregistration each wait up to 5 s, so
-// Stop may return up to about 10 s after ctx ends (8 s measured with a
-// 1 s grace). Leave that much beyond the grace to a hard kill deadline
-// (Kubernetes' terminationGracePeriodSeconds); what a killed worker holds
-// comes back through the reaper.
+// Stop may return up to about 10 s after ctx ends. Leave that much beyond
+// the grace to a hard kill deadline (Kubernetes'
+// terminationGracePeriodSeconds); what a killed worker holds comes back
+// through the reaper.
 //
 // A Stop before any Start (or after a Start that failed) returns nil: the
 // worker is stopped for good, Stopped is closed and a later Start is
