@@ -171,55 +171,6 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 // maxErrorLen caps the error text stored with a task.
 const maxErrorLen = 8 << 10
 
-// asked is the outcome an ending asks for (a cancel asked meanwhile would
-// have made it OutcomeCancelled).
-func asked(e rdb.Ending) rdb.Outcome {
-	switch e.Ask {
-	case rdb.AskRetry, rdb.AskLater:
-		return rdb.OutcomeRetry
-	case rdb.AskDead:
-		return rdb.OutcomeDead
-	case rdb.AskBack:
-		return rdb.OutcomeRequeued
-	case rdb.AskExpire:
-		return rdb.OutcomeExpired
-	case rdb.AskCancel:
-		return rdb.OutcomeCancelled
-	}
-	if e.Kind == rdb.KindStage && e.Stage != nil {
-		switch {
-		case len(e.Stage.Children) > 0:
-			return rdb.OutcomeFannedOut
-		case e.Stage.Next != "":
-			return rdb.OutcomeForwarded
-		}
-	}
-	return rdb.OutcomeDone
-}
-
-// memberAsked is the outcome an ending asks for the tasks of its batch
-// behind the head (see rdb.Ending.WithBatch).
-func memberAsked(e rdb.Ending) rdb.Outcome {
-	switch e.Ask {
-	case rdb.AskDone:
-		return rdb.OutcomeDone
-	case rdb.AskRetry, rdb.AskLater:
-		return rdb.OutcomeRetry
-	}
-	return rdb.OutcomeRequeued
-}
-
-var eventOf = map[rdb.Outcome]EventKind{
-	rdb.OutcomeDone:      EventDone,
-	rdb.OutcomeCancelled: EventCancelled,
-	rdb.OutcomeRequeued:  EventGivenBack,
-	rdb.OutcomeRetry:     EventRetry,
-	rdb.OutcomeDead:      EventDead,
-	rdb.OutcomeForwarded: EventForwarded,
-	rdb.OutcomeFannedOut: EventFannedOut,
-	rdb.OutcomeExpired:   EventExpired,
-}
-
 // complete records the end of a taking, retrying on connection errors for as
 // long as the session lives: a taking left in Redis by a live worker would
 // never be recovered.
@@ -248,11 +199,12 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 		out, members := res.Outcome, res.Members
 		if err == nil && out == rdb.OutcomeLost && unsure {
 			var applied bool
-			if applied, err = w.appliedBefore(s); err == nil {
+			var was rdb.Outcome
+			if applied, was, err = q.appliedEarlier(w.runCtx, w.st, w.reg, s.ID(), s.Lost, e); err == nil {
 				if !applied {
 					unsure = false
 				} else {
-					out, members = w.appliedOutcome(q.qk, t.ID, e), nil
+					out, members = was, nil
 					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.member, "task_id", t.ID, "pid", t.pid)
 				}
 			}
@@ -292,33 +244,4 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 		}
 		delay = min(delay*2, time.Second)
 	}
-}
-
-// appliedOutcome is what the end e of task id recorded, applied by an
-// earlier attempt whose reply was lost: what it asked, unless the task
-// reads cancelled (a cancel asked while it ran wins over any end). A task
-// no retention keeps leaves nothing to read: what it asked, then.
-func (w *Worker) appliedOutcome(qk rdb.QueueKeys, id string, e rdb.Ending) rdb.Outcome {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
-	defer cancel()
-	return readAppliedOutcome(ctx, w.st, qk, id, e)
-}
-
-func readAppliedOutcome(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, id string, e rdb.Ending) rdb.Outcome {
-	if rec, err := st.Task(ctx, qk, id); err == nil && rec != nil && rec.State == rdb.StateCancelled {
-		return rdb.OutcomeCancelled
-	}
-	return asked(e)
-}
-
-// appliedBefore reports whether session s is still alive in Redis (and not
-// retired here): then a taking of s that vanished was ended by s itself.
-func (w *Worker) appliedBefore(s *heartbeat.Session) (bool, error) {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
-	defer cancel()
-	alive, err := w.reg.Alive(ctx, []string{s.ID()})
-	if err != nil {
-		return false, err
-	}
-	return alive[0] && !s.Lost(), nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/xid"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/registry"
 )
 
 // queueEngine is what both drivers of a taking's life share for one queue:
@@ -216,6 +217,78 @@ func (q *queueEngine) fanOut(e *rdb.Ending, fields map[string]string, children [
 		e.Stage.Children = out
 	}
 	return nil
+}
+
+// appliedEarlier tells, for an end that Redis answered "lost" after an
+// earlier attempt of it (tried) whose reply was lost, whether that attempt
+// was applied. While session's keepalive exists in Redis, and lost says
+// the session is not lost here, nobody else moves its takings (the reaper
+// requeues dead workers only), so a taking that vanished from a live
+// session was ended by it. out is then what the applied end recorded: what
+// it asked, unless the task reads cancelled (a cancel asked while it ran
+// wins over any end); a task no retention keeps answers what it asked.
+func (q *queueEngine) appliedEarlier(ctx context.Context, st *rdb.Store, reg *registry.Registry, session string, lost func() bool, tried rdb.Ending) (applied bool, out rdb.Outcome, err error) {
+	actx, cancel := context.WithTimeout(ctx, callTimeout)
+	alive, err := reg.Alive(actx, []string{session})
+	cancel()
+	if err != nil || !alive[0] || lost() {
+		return false, out, err
+	}
+	rctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	if rec, err := st.Task(rctx, q.qk, tried.ID); err == nil && rec != nil && rec.State == rdb.StateCancelled {
+		return true, rdb.OutcomeCancelled, nil
+	}
+	return true, asked(tried), nil
+}
+
+// asked is the outcome an ending asks for (a cancel asked meanwhile would
+// have made it OutcomeCancelled).
+func asked(e rdb.Ending) rdb.Outcome {
+	switch e.Ask {
+	case rdb.AskRetry, rdb.AskLater:
+		return rdb.OutcomeRetry
+	case rdb.AskDead:
+		return rdb.OutcomeDead
+	case rdb.AskBack:
+		return rdb.OutcomeRequeued
+	case rdb.AskExpire:
+		return rdb.OutcomeExpired
+	case rdb.AskCancel:
+		return rdb.OutcomeCancelled
+	}
+	if e.Kind == rdb.KindStage && e.Stage != nil {
+		switch {
+		case len(e.Stage.Children) > 0:
+			return rdb.OutcomeFannedOut
+		case e.Stage.Next != "":
+			return rdb.OutcomeForwarded
+		}
+	}
+	return rdb.OutcomeDone
+}
+
+// memberAsked is the outcome an ending asks for the tasks of its batch
+// behind the head (see rdb.Ending.WithBatch).
+func memberAsked(e rdb.Ending) rdb.Outcome {
+	switch e.Ask {
+	case rdb.AskDone:
+		return rdb.OutcomeDone
+	case rdb.AskRetry, rdb.AskLater:
+		return rdb.OutcomeRetry
+	}
+	return rdb.OutcomeRequeued
+}
+
+var eventOf = map[rdb.Outcome]EventKind{
+	rdb.OutcomeDone:      EventDone,
+	rdb.OutcomeCancelled: EventCancelled,
+	rdb.OutcomeRequeued:  EventGivenBack,
+	rdb.OutcomeRetry:     EventRetry,
+	rdb.OutcomeDead:      EventDead,
+	rdb.OutcomeForwarded: EventForwarded,
+	rdb.OutcomeFannedOut: EventFannedOut,
+	rdb.OutcomeExpired:   EventExpired,
 }
 
 // readFlags reads the flags of qs from their config hashes (one round trip

@@ -849,15 +849,15 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 		res, err := t.q.ends.Call(cctx, e)
 		out := res.Outcome
 		if err == nil && out == rdb.OutcomeLost && t.unsure {
-			var alive []bool
-			if alive, err = s.r.reg.Alive(cctx, []string{s.ID()}); err == nil && alive[0] && !s.lease.Lost() {
+			var applied bool
+			var was rdb.Outcome
+			applied, was, err = t.q.appliedEarlier(context.WithoutCancel(ctx), s.r.st, s.r.reg, s.ID(), s.lease.Lost, t.triedEnd)
+			if err == nil && applied {
 				cancel()
 				if t.tried != how { // the earlier call was applied, not this one
 					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
 				}
-				rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
-				defer rcancel()
-				return eventOf[readAppliedOutcome(rctx, s.r.st, t.q.qk, t.taken.ID, t.triedEnd)], nil
+				return eventOf[was], nil
 			}
 		}
 		cancel()
