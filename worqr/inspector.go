@@ -134,11 +134,15 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 	return out, nil
 }
 
-// Tasks returns a page of the tasks of queue in one state, and how many the
-// state holds: StateQueued (waiting, front first), StateScheduled (soonest
-// first), StateActive (held by workers), StateDead (newest first), or
-// StateDone / StateCancelled / StateExpired (retained ended tasks, those
-// kept longest first; all three are listed for any of them).
+// Tasks returns up to limit tasks of queue in one state, skipping the
+// offset first, and how many the state holds: StateQueued (waiting, the
+// next to be taken first, without taking them), StateScheduled (soonest
+// first), StateActive (held by workers), StateDead (newest first; a flow's
+// failed runs are in the dead set of the stage they failed in,
+// "<flow>/<stage>"), or StateDone / StateCancelled / StateExpired
+// (retained ended tasks, those kept longest first; all three are listed
+// for any of them). The ids are read in pages of 1,000 (no Redis call
+// grows with limit), so a large limit does not list one instant's queue.
 func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, offset, limit int) ([]*TaskInfo, int, error) {
 	ref, err := parseQueue(queue)
 	if err != nil {
@@ -147,20 +151,20 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 	if offset < 0 {
 		return nil, 0, invalid("offset", "(%d) must not be negative", offset)
 	}
-	if limit < 1 || limit > rdb.BulkChunk {
-		return nil, 0, invalid("limit", "(%d) must be between 1 and %d", limit, rdb.BulkChunk)
+	if limit < 1 {
+		return nil, 0, invalid("limit", "(%d) must be at least 1", limit)
 	}
 	qk := in.st.Queue(ref)
 	var span rdb.Span
 	switch state {
 	case StateQueued:
-		span, err = in.st.Waiting(ctx, qk, offset, limit)
+		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Waiting(ctx, qk, off, n) })
 	case StateScheduled:
-		span, err = in.st.Scheduled(ctx, qk, offset, limit)
+		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Scheduled(ctx, qk, off, n) })
 	case StateDead:
-		span, err = in.st.Dead(ctx, qk, offset, limit)
+		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Dead(ctx, qk, off, n) })
 	case StateDone, StateCancelled, StateExpired:
-		span, err = in.st.Retained(ctx, qk, offset, limit)
+		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Retained(ctx, qk, off, n) })
 	case StateActive:
 		var hs []rdb.Holding
 		hs, err = in.st.Active(ctx, qk) // in take order (by pid's value)

@@ -82,6 +82,14 @@ func TestListingPagesAreBounded(t *testing.T) {
 	if ts, total, err := c.Dead(ctx, "pq", 0, 1_000_000); err != nil || len(ts) != 0 || total != 0 {
 		t.Fatalf("Dead(1,000,000) = %d, %d, %v", len(ts), total, err)
 	}
+	if ts, total, err := in.Tasks(ctx, "pq", worqr.StateQueued, 0, 1_000_000); err != nil || len(ts) != n || total != n {
+		t.Fatalf("Tasks(queued, 1,000,000) = %d tasks of %d, %v; want the %d", len(ts), total, err, n)
+	}
+	for _, st := range []worqr.TaskState{worqr.StateDead, worqr.StateScheduled, worqr.StateDone} {
+		if ts, total, err := in.Tasks(ctx, "pq", st, 0, 1_000_000); err != nil || len(ts) != 0 || total != 0 {
+			t.Fatalf("Tasks(%s, 1,000,000) = %d, %d, %v", st, len(ts), total, err)
+		}
+	}
 	for cmd, size := range biggest {
 		if size > 1000 {
 			t.Errorf("one %s asked for %d entries; want a page of at most 1,000", cmd, size)
