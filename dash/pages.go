@@ -256,7 +256,7 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) task(w http.ResponseWriter, r *http.Request) {
 	id := strings.TrimSpace(r.URL.Query().Get("id"))
-	t, err := d.in.Task(r.Context(), id)
+	t, err := d.in.Task(r.Context(), "", id)
 	if err != nil {
 		d.fail(w, r, err)
 		return

@@ -55,7 +55,7 @@ func TestCancelDeepInALongQueueIsNeverRun(t *testing.T) {
 	}
 	in, _ := worqr.NewInspector(pool, &cfg)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		info, err := in.Task(ctx, deep)
+		info, err := in.Task(ctx, "", deep)
 		if err == nil && info.State == worqr.StateCancelled && !info.FinishedAt.IsZero() {
 			break
 		}

@@ -189,15 +189,32 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 	return out, span.Total, nil
 }
 
-// Task finds task id in any known queue, or returns ErrTaskNotFound. For a
-// flow run it reports the run's current stage queue.
-func (in *Inspector) Task(ctx context.Context, id string) (*TaskInfo, error) {
+// Task returns what Redis holds about task id of queue ("<queue>", or
+// "<flow>/<queue>" for a flow's stage or child queue: a flow's queues
+// share their tasks, any of them finds a task of the flow), or
+// ErrTaskNotFound. It is one lookup. An empty queue searches every known
+// queue, for a tool that holds only an id: one lookup per stand-alone
+// queue or flow, and the first task of that id found (an id is unique
+// within a queue, not across queues: EnqueueOpts.ID may use it in
+// another). For a flow run the TaskInfo names the run's current stage
+// queue, for a child its own queue.
+func (in *Inspector) Task(ctx context.Context, queue, id string) (*TaskInfo, error) {
+	var refs []rdb.QueueRef
+	if queue != "" {
+		ref, err := parseQueue(queue)
+		if err != nil {
+			return nil, err
+		}
+		refs = []rdb.QueueRef{ref}
+	}
 	if id == "" {
 		return nil, invalid("id", "is empty")
 	}
-	refs, err := in.st.KnownQueues(ctx)
-	if err != nil {
-		return nil, err
+	if queue == "" {
+		var err error
+		if refs, err = in.st.KnownQueues(ctx); err != nil {
+			return nil, err
+		}
 	}
 	seen := map[string]bool{}
 	for _, r := range refs {

@@ -28,7 +28,7 @@ func TestEnqueueMergeKeepsEarlierPayloads(t *testing.T) {
 	if _, err := c.Enqueue(ctx, "am", []byte("b"), &worqr.EnqueueOpts{Key: "k"}); err != nil {
 		t.Fatal(err)
 	}
-	ti, err := in.Task(ctx, id)
+	ti, err := in.Task(ctx, "", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestEnqueueMergeKeepsEarlierPayloads(t *testing.T) {
 	if err != nil || !merged || got != id {
 		t.Fatalf("EnqueueMerge: %s %v %v", got, merged, err)
 	}
-	ti, err = in.Task(ctx, id)
+	ti, err = in.Task(ctx, "", id)
 	if err != nil {
 		t.Fatal(err)
 	}

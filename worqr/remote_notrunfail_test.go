@@ -101,7 +101,7 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 	if _, err := s.Beat(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	info, err := insp.Task(ctx, late)
+	info, err := insp.Task(ctx, "", late)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -540,7 +540,7 @@ func TestRemoteExpiredIsNotHanded(t *testing.T) {
 	if k.TaskID != next || k.Attempt != 1 {
 		t.Fatalf("handed %s (attempt %d), want %s: the task past its deadline is not handed", k.TaskID, k.Attempt, next)
 	}
-	info, err := b.insp.Task(ctx, late)
+	info, err := b.insp.Task(ctx, "", late)
 	if err != nil {
 		t.Fatal(err)
 	}

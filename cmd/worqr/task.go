@@ -115,7 +115,7 @@ error: nothing on stdout, exit 1.`,
 			err error
 		)
 		if len(args) == 1 {
-			t, err = a.in.Task(ctx, args[0])
+			t, err = a.in.Task(ctx, "", args[0])
 		} else {
 			if err := checkQueue("<queue>", args[0]); err != nil {
 				return err
