@@ -787,7 +787,7 @@ func TestRunNowFromItsPage(t *testing.T) {
 	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "Moved "+id) || strings.Contains(body, ">Run now<") {
 		t.Fatalf("after Run now, the task's page:\n%s", body)
 	}
-	if ti, err := e.client.Task(ctx, "later", id); err != nil || ti.State != worqr.StateQueued {
+	if ti, err := e.in.Task(ctx, "later", id); err != nil || ti.State != worqr.StateQueued {
 		t.Fatalf("the task after Run now: %+v, %v; want queued", ti, err)
 	}
 }

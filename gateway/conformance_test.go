@@ -40,6 +40,7 @@ const token = "s3cret"
 type gw struct {
 	url    string
 	client *worqr.Client
+	in     *worqr.Inspector
 }
 
 func startGateway(t *testing.T, ttl time.Duration) *gw {
@@ -98,7 +99,7 @@ func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig, tu
 		_ = remote.Stop(ctx)
 		_ = hs.Close()
 	})
-	return &gw{url: "http://" + l.Addr().String(), client: client}
+	return &gw{url: "http://" + l.Addr().String(), client: client, in: insp}
 }
 
 // call posts a Connect JSON request and decodes the reply into out. It

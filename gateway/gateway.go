@@ -1,7 +1,7 @@
 // Package gateway serves worqr to programs in any language: one API over
 // gRPC, gRPC-Web and JSON over HTTP (the Connect protocol) on one port. It is
 // a thin layer over worqr.Remote (workers), worqr.Client (producers) and
-// worqr.Inspector (queue stats): every guarantee is theirs. A remote worker
+// worqr.Inspector (queue stats, task reads): every guarantee is theirs. A remote worker
 // opens a session (a worqr worker id), beats it, takes tasks and ends each
 // taking by its pid, the fencing token; an end about a taking the session no
 // longer owns is refused with failed_precondition and changes nothing.
@@ -376,7 +376,12 @@ func (s *server) GetTask(ctx context.Context, req *connect.Request[gatewayv1.Get
 	if req.Msg.Id == "" {
 		return nil, s.bad("id", "is empty")
 	}
-	t, err := s.cfg.Client.Task(ctx, req.Msg.Queue, req.Msg.Id)
+	if req.Msg.Queue == "" {
+		// Refused as it always was: Inspector.Task would search every
+		// queue, where GetTask reads one queue's task in one lookup.
+		return nil, s.toConnect(worqr.CheckQueueName(""))
+	}
+	t, err := s.cfg.Inspector.Task(ctx, req.Msg.Queue, req.Msg.Id)
 	if err != nil {
 		return nil, s.toConnect(err)
 	}

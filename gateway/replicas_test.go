@@ -81,7 +81,11 @@ func TestEnqueueBatchStoppedPartWay(t *testing.T) {
 	status, data := g.raw(t, "EnqueueBatch", map[string]any{"queue": "big", "payloads": payloads})
 	var out struct{ Code, Message string }
 	_ = json.Unmarshal(data, &out)
-	n, _ := g.client.Len(context.Background(), "big")
+	qi, err := g.in.Queue(context.Background(), "big")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := int(qi.Waiting)
 	if status == http.StatusOK || out.Code != "aborted" || !strings.Contains(out.Message, " of the 2000 payloads are enqueued") || strings.Contains(out.Message, "OOM") {
 		t.Fatalf("a batch stopped part way: %d %s; want aborted, saying how many are in (the queue holds %d)", status, data, n)
 	}

@@ -16,7 +16,7 @@ import (
 // neither) although the task exists.
 func TestBatchOfOneWithIDRepeated(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, _ := freshNamespace(t)
+	_, _, c, in := freshNamespace(t)
 	opts := &worqr.EnqueueOpts{ID: "order-1", UniqueKeys: []string{"k"}, UniqueTTL: time.Hour}
 	ids, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("p")}, opts)
 	if err != nil || len(ids) != 1 || ids[0] != "order-1" {
@@ -30,7 +30,7 @@ func TestBatchOfOneWithIDRepeated(t *testing.T) {
 	if !errors.Is(err, worqr.ErrDuplicate) {
 		t.Errorf("repeat with another payload: %v; want ErrDuplicate", err)
 	}
-	if n, _ := c.Len(ctx, "q"); n != 1 {
+	if n := queueLen(t, in, "q"); n != 1 {
 		t.Errorf("waiting: %d, want 1", n)
 	}
 }
@@ -41,7 +41,7 @@ func TestBatchOfOneWithIDRepeated(t *testing.T) {
 // above: returns the id, nil) and no task of that id exists: lost.
 func TestBatchOfOneWithIDLeftOutIsNotRemembered(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, _ := freshNamespace(t)
+	_, _, c, in := freshNamespace(t)
 	holder, err := c.Enqueue(ctx, "q", []byte("h"), &worqr.EnqueueOpts{UniqueKey: "k", UniqueTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +54,7 @@ func TestBatchOfOneWithIDLeftOutIsNotRemembered(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("p")}, opts)
-	info, terr := c.Task(ctx, "q", "order-2")
+	info, terr := in.Task(ctx, "q", "order-2")
 	if err != nil || len(ids) != 1 || ids[0] != "order-2" || terr != nil || info.State != worqr.StateQueued {
 		t.Fatalf("once the key is free: %v, %v; task: %+v, %v; want order-2 enqueued", ids, err, info, terr)
 	}

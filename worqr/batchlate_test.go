@@ -67,6 +67,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			in := newInspector(t, pool, &cfg)
 			// The library loaded: the held call runs when sent late.
 			if _, err := c.Enqueue(ctx, "warm", []byte("x"), nil); err != nil {
 				t.Fatal(err)
@@ -88,7 +89,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 			defer rc.Close()
 			r, err := rc.Do(held[0].(string), held[1:]...)
 			t.Logf("the late first step: %v %v", r, err)
-			checkBatchError(t, c, "late", ps, ids, be)
+			checkBatchError(t, in, "late", ps, ids, be)
 		})
 	}
 }

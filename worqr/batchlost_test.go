@@ -30,7 +30,7 @@ func batchPayloads(n int) [][]byte {
 // first Enqueued payloads are in, in order, and none after them (the
 // promise of BatchError: of the rest, at most the step that failed, and
 // here it is known).
-func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, ids []string, err error) {
+func checkBatchError(t *testing.T, in *worqr.Inspector, queue string, ps [][]byte, ids []string, err error) {
 	t.Helper()
 	var be *worqr.BatchError
 	if !errors.As(err, &be) {
@@ -39,11 +39,7 @@ func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, i
 	if len(ids) != be.Enqueued {
 		t.Fatalf("%d ids returned, BatchError.Enqueued %d", len(ids), be.Enqueued)
 	}
-	ctx := context.Background()
-	n, lerr := c.Len(ctx, queue)
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
+	n := queueLen(t, in, queue)
 	if n != be.Enqueued {
 		t.Fatalf("%d tasks in the queue, BatchError says %d of %d enqueued (%v): a retry of the rest, as the error advises, enqueues %d twice",
 			n, be.Enqueued, be.Total, be.Err, n-be.Enqueued)
@@ -51,13 +47,13 @@ func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, i
 	if n == 0 {
 		return
 	}
-	infos, perr := c.Peek(ctx, queue, n)
+	infos, _, perr := in.Tasks(context.Background(), queue, worqr.StateQueued, 0, n)
 	if perr != nil {
 		t.Fatal(perr)
 	}
-	for i, in := range infos {
-		if string(in.Payload) != string(ps[i]) {
-			t.Fatalf("task %d of the queue has payload %q, want %q (the first payloads, in order)", i, in.Payload, ps[i])
+	for i, info := range infos {
+		if string(info.Payload) != string(ps[i]) {
+			t.Fatalf("task %d of the queue has payload %q, want %q (the first payloads, in order)", i, info.Payload, ps[i])
 		}
 	}
 }
@@ -67,7 +63,7 @@ func checkBatchError(t *testing.T, c *worqr.Client, queue string, ps [][]byte, i
 // step enqueued, while sixteen were (4,000 tasks more than it said).
 func TestBatchWithLostRepliesSaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool, _, c := replyLossClient(t)
+	pool, _, c, in := replyLossClient(t)
 	ps := batchPayloads(40 * 250)
 	// The second step (the first of the window) loses its reply, and so
 	// do the fifteen sent with it.
@@ -75,7 +71,7 @@ func TestBatchWithLostRepliesSaysWhatIsIn(t *testing.T) {
 	pool.setLose(nthCall("enqueue_packed", 1))
 	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)
 	pool.setLose(nil)
-	checkBatchError(t, c, "b", ps, ids, err)
+	checkBatchError(t, in, "b", ps, ids, err)
 }
 
 // A step of a large EnqueueBatch refused by Redis (here out of memory, for
@@ -137,12 +133,13 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	ps := batchPayloads(40 * 250)
 	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)
 	if err == nil || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("EnqueueBatch: %v; want the refused step's OOM", err)
 	}
-	checkBatchError(t, c, "b", ps, ids, err)
+	checkBatchError(t, in, "b", ps, ids, err)
 }
 
 // The first step of a large EnqueueBatch runs alone: when its reply was
@@ -152,12 +149,12 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 // its way is refused by it.
 func TestBatchWithItsFirstReplyLostSaysWhatIsIn(t *testing.T) {
 	ctx := context.Background()
-	pool, _, c := replyLossClient(t)
+	pool, _, c, in := replyLossClient(t)
 	ps := batchPayloads(10 * 250)
 	pool.setLose(nthCall("enqueue_packed", 1))
 	ids, err := c.EnqueueBatch(ctx, "b", ps, nil)
 	pool.setLose(nil)
-	checkBatchError(t, c, "b", ps, ids, err)
+	checkBatchError(t, in, "b", ps, ids, err)
 	var be *worqr.BatchError
 	if errors.As(err, &be) && be.Enqueued != 250 {
 		t.Fatalf("BatchError.Enqueued %d, want 250 (the first step, applied)", be.Enqueued)
@@ -176,7 +173,7 @@ func TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 	for _, tc := range oneCallBatches() {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			pool, _, c := replyLossClient(t)
+			pool, _, c, in := replyLossClient(t)
 			// The library loaded first: the call below is applied.
 			if _, err := c.Enqueue(ctx, "warm", []byte("x"), nil); err != nil {
 				t.Fatal(err)
@@ -185,7 +182,7 @@ func TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 			pool.setLose(nthCall(tc.script, 1))
 			ids, err := c.EnqueueBatch(ctx, "b", ps, tc.opts)
 			pool.setLose(nil)
-			checkBatchError(t, c, "b", ps, ids, err)
+			checkBatchError(t, in, "b", ps, ids, err)
 			var be *worqr.BatchError
 			if errors.As(err, &be) && be.Enqueued != len(ps) {
 				t.Fatalf("BatchError.Enqueued %d, want %d (the call applied)", be.Enqueued, len(ps))

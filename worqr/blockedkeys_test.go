@@ -25,6 +25,7 @@ func TestBlockedKeysListsAKeyOnceWhenATaskDiesBetweenPages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	reader := newInspector(t, base, &cfg)
 	const n = 1005
 	for i := 0; i < n; i++ {
 		if _, err := c.Enqueue(ctx, "blk", []byte("x"), &worqr.EnqueueOpts{Key: fmt.Sprintf("k%04d", i)}); err != nil {
@@ -39,7 +40,7 @@ func TestBlockedKeysListsAKeyOnceWhenATaskDiesBetweenPages(t *testing.T) {
 		})}}
 	startWorker(t, ctx, base, &wc)
 	wait(t, 20*time.Second, "every task dead", func() bool {
-		_, total, err := c.Dead(ctx, "blk", 0, 1)
+		_, total, err := reader.Tasks(ctx, "blk", worqr.StateDead, 0, 1)
 		return err == nil && total == n
 	})
 	// Before the second page is read, one more entry tops the dead set.

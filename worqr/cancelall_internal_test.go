@@ -44,7 +44,7 @@ func TestCancelAllCancelsATaskGivenBackMeanwhile(t *testing.T) {
 	if err != nil || n != 1 {
 		t.Errorf("CancelAll = %d, %v; want 1", n, err)
 	}
-	got, err := c.Task(ctx, "ca", id)
+	got, err := in.Task(ctx, "ca", id)
 	if err != nil {
 		t.Fatal(err)
 	}

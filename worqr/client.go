@@ -22,7 +22,10 @@ import (
 // ConnGetter is satisfied by *redis.Pool. worqr never closes it.
 type ConnGetter = rdb.ConnGetter
 
-// Client enqueues, cancels and inspects tasks. It is safe for concurrent use.
+// Client is the producer's side: it enqueues tasks (Enqueue, EnqueueBatch,
+// EnqueueMerge, Load), starts flow runs, cancels them and waits for their
+// ends. What reads or steers what Redis holds (lengths, tasks, the dead
+// set, runs, pauses) is the Inspector's. It is safe for concurrent use.
 type Client struct {
 	st  *rdb.Store
 	cfg Config
@@ -165,7 +168,7 @@ type EnqueueOpts struct {
 	// start): with a clock ahead of Redis's, one just after is refused too.
 	Deadline time.Time
 	// Retention overrides the queue's QueueConfig.Retention for this task:
-	// how long it stays readable by Client.Task (and Wait) once done,
+	// how long it stays readable by Inspector.Task (and Wait) once done,
 	// cancelled or expired. Default 0: the queue's.
 	Retention time.Duration
 	// ID is a task id of the caller's choosing (same rules as queue names),
@@ -738,84 +741,12 @@ func (c *Client) Cancel(ctx context.Context, queue, id string) (CancelStatus, er
 	return CancelStatus(res), nil
 }
 
-// Len returns the number of tasks waiting in queue ("<flow>/<queue>" for a
-// flow's stage or child queue).
-func (c *Client) Len(ctx context.Context, queue string) (int, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return 0, err
-	}
-	return c.st.Len(ctx, qk)
-}
-
-// Peek returns up to n tasks from the front of queue (the next to be taken
-// first), without taking them. They are read in pages of 1,000 (no Redis
-// call grows with n), so a large n does not list one instant's queue.
-func (c *Client) Peek(ctx context.Context, queue string, n int) ([]*TaskInfo, error) {
+// task reads task id of queue for Wait, or returns ErrTaskNotFound (the
+// Inspector's Task is the public read).
+func (c *Client) task(ctx context.Context, queue, id string) (*TaskInfo, error) {
 	qk, err := c.queue(queue)
 	if err != nil {
 		return nil, err
-	}
-	if n < 1 {
-		return nil, invalid("n", "(%d) must be at least 1", n)
-	}
-	span, err := pages(0, n, func(off, n int) (rdb.Span, error) { return c.st.Waiting(ctx, qk, off, n) })
-	if err != nil {
-		return nil, err
-	}
-	return c.infos(ctx, qk, span.IDs)
-}
-
-// pages reads entries [offset, offset+limit) of a list or sorted set with
-// read, in pages of at most rdb.BulkChunk (so that no LRANGE or ZRANGE
-// holds Redis long, however large limit is), until a page comes short. The
-// pages are not one instant's: an entry that moved between two of them
-// may be missing, and one met twice is listed once.
-func pages(offset, limit int, read func(offset, n int) (rdb.Span, error)) (rdb.Span, error) {
-	var out rdb.Span
-	seen := map[string]bool{}
-	for limit > 0 {
-		n := min(limit, rdb.BulkChunk)
-		sp, err := read(offset, n)
-		if err != nil {
-			return rdb.Span{}, err
-		}
-		out.Total = sp.Total
-		for _, id := range sp.IDs {
-			if !seen[id] {
-				seen[id] = true
-				out.IDs = append(out.IDs, id)
-			}
-		}
-		if len(sp.IDs) < n {
-			break
-		}
-		offset, limit = offset+n, limit-n
-	}
-	return out, nil
-}
-
-// infos reads tasks of qk, skipping those that ended between two reads.
-func (c *Client) infos(ctx context.Context, qk rdb.QueueKeys, ids []string) ([]*TaskInfo, error) {
-	recs, err := c.st.Tasks(ctx, qk, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*TaskInfo, len(recs))
-	for i, r := range recs {
-		out[i] = taskInfo(qk.Ref, r)
-	}
-	return out, nil
-}
-
-// Task returns what Redis holds about task id of queue, or ErrTaskNotFound.
-func (c *Client) Task(ctx context.Context, queue, id string) (*TaskInfo, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return nil, err
-	}
-	if id == "" {
-		return nil, invalid("id", "is empty")
 	}
 	r, err := c.st.Task(ctx, qk, id)
 	if err != nil {
@@ -880,209 +811,4 @@ func msTime(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
-}
-
-// Dead returns up to limit tasks of queue's dead set, newest first, skipping
-// the offset newest, and the dead set's size. They are read in pages of
-// 1,000, as Peek's. A flow's failed runs are in
-// the dead set of the stage they failed in ("<flow>/<stage>").
-func (c *Client) Dead(ctx context.Context, queue string, offset, limit int) ([]*TaskInfo, int, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return nil, 0, err
-	}
-	if offset < 0 {
-		return nil, 0, invalid("offset", "(%d) must not be negative", offset)
-	}
-	if limit < 1 {
-		return nil, 0, invalid("limit", "(%d) must be at least 1", limit)
-	}
-	span, err := pages(offset, limit, func(off, n int) (rdb.Span, error) { return c.st.Dead(ctx, qk, off, n) })
-	if err != nil {
-		return nil, 0, err
-	}
-	out, err := c.infos(ctx, qk, span.IDs)
-	return out, span.Total, err
-}
-
-// RequeueDead moves the given dead tasks of queue to the back of the queue
-// with their failure and crash counts reset, and returns how many were dead.
-// A task enqueued with a UniqueKey runs again without it (its key was freed
-// when it died).
-func (c *Client) RequeueDead(ctx context.Context, queue string, ids ...string) (int, error) {
-	return c.deadIDs(ctx, queue, rdb.DeadRequeue, ids)
-}
-
-// DeleteDead deletes the given dead tasks of queue and returns how many were dead.
-func (c *Client) DeleteDead(ctx context.Context, queue string, ids ...string) (int, error) {
-	return c.deadIDs(ctx, queue, rdb.DeadDelete, ids)
-}
-
-// RequeueAllDead moves every dead task of queue to the back of the queue,
-// oldest first, in atomic batches of at most 250, and returns how many it
-// moved: those dead when it started (a task it requeued that dies again
-// meanwhile stays dead).
-func (c *Client) RequeueAllDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadRequeue)
-}
-
-// PurgeDead deletes every dead task of queue, in atomic batches of at most
-// 250, and returns how many it deleted.
-func (c *Client) PurgeDead(ctx context.Context, queue string) (int, error) {
-	return c.deadAll(ctx, queue, rdb.DeadDelete)
-}
-
-func (c *Client) deadIDs(ctx context.Context, queue string, op rdb.DeadOp, ids []string) (int, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return 0, err
-	}
-	return deadIDs(ctx, c.st, qk, op, ids)
-}
-
-// deadIDs applies op to the given dead tasks of qk, in atomic chunks of at
-// most rdb.BulkStep. A requeue that some ids refused (flow children whose
-// run no longer waits for them) is ErrInvalid naming them, after the
-// others were requeued.
-func deadIDs(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, ids []string) (int, error) {
-	if len(ids) == 0 {
-		return 0, invalid("ids", "is empty")
-	}
-	total := 0
-	var refused []string
-	for len(ids) > 0 {
-		n := min(len(ids), rdb.BulkStep)
-		k, r, err := st.DeadIDs(ctx, qk, op, ids[:n])
-		total += k
-		refused = append(refused, r...)
-		if err != nil {
-			return total, err
-		}
-		ids = ids[n:]
-	}
-	if len(refused) > 0 {
-		shown := refused[:min(len(refused), 5)]
-		more := ""
-		if len(refused) > len(shown) {
-			more = fmt.Sprintf(" and %d more", len(refused)-len(shown))
-		}
-		return total, invalid("ids", "%s%s: flow children whose run no longer waits for them (it failed with them, was cancelled, or moved on): a requeue would run them and throw their result away; they stay dead (delete them, or start a new run)",
-			strings.Join(shown, ", "), more)
-	}
-	return total, nil
-}
-
-func (c *Client) deadAll(ctx context.Context, queue string, op rdb.DeadOp) (int, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return 0, err
-	}
-	return deadAll(ctx, c.st, qk, op, nil)
-}
-
-// deadAll applies op to every dead task of qk, oldest first, in atomic
-// chunks of at most rdb.BulkStep, calling progress after each non-empty
-// one. A requeue leaves dead, and passes, the flow children whose run no
-// longer waits for them (see DeadIDs).
-func deadAll(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, op rdb.DeadOp, progress Progress) (int, error) {
-	total := 0
-	// A requeue reads only the tasks dead before it started: one it
-	// requeued that dies again meanwhile (a poison task) is not requeued
-	// again, round and round for as long as it keeps dying.
-	var before int64
-	if op == rdb.DeadRequeue {
-		var err error
-		if before, err = st.Time(ctx, qk.Ref.Tag); err != nil {
-			return 0, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
-		}
-	}
-	var after, score string // the last id refused: the next chunk starts after it
-	for {
-		p, err := st.DeadOldestBefore(ctx, qk, op, rdb.BulkStep, after, score, before)
-		total += p.Handled
-		after, score = p.After, p.AfterScore
-		if err != nil {
-			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
-		}
-		if progress != nil && p.Handled > 0 {
-			progress(total)
-		}
-		if p.Read < rdb.BulkStep && !p.Cut {
-			return total, nil
-		}
-	}
-}
-
-// RunNow moves scheduled task id of queue (enqueued with a delay, or
-// waiting for its retry) to the back of the queue now: a worker takes it
-// once it has taken the tasks before it. Its attempts, deadline and the
-// rest are kept. It reports false when the task was not scheduled:
-// waiting, running, ended, dead or unknown, or a task of an ordered queue
-// waiting behind its key's head (it runs after the head, whatever its due
-// time).
-func (c *Client) RunNow(ctx context.Context, queue, id string) (bool, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return false, err
-	}
-	return runNow(ctx, c.st, qk, id)
-}
-
-func runNow(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, id string) (bool, error) {
-	if id == "" {
-		return false, invalid("id", "is empty")
-	}
-	ok, err := st.Promote(ctx, qk, id)
-	if err != nil {
-		return false, fmt.Errorf("worqr: run %s of %s now: %w", id, qk.Ref.Member(), err)
-	}
-	return ok, nil
-}
-
-// SubscribeCancels delivers the ids of running tasks of queue whose cancel is
-// asked from now on, until ctx ends (then the channel is closed). It returns
-// once subscribed. Pub/sub is fire-and-forget: ids published while the
-// subscription reconnects after a connection failure are missed (a worker's
-// finish still honours the cancel). It holds one connection of the pool.
-func (c *Client) SubscribeCancels(ctx context.Context, queue string) (<-chan string, error) {
-	qk, err := c.queue(queue)
-	if err != nil {
-		return nil, err
-	}
-	out := make(chan string, 64)
-	ready := make(chan error, 1)
-	go func() {
-		defer close(out)
-		first := true
-		delay := 50 * time.Millisecond
-		for ctx.Err() == nil {
-			err := c.st.Listen(ctx, []string{qk.CancelChannel}, func() {
-				delay = 50 * time.Millisecond // a new failure starts a new backoff
-				if first {
-					first = false
-					ready <- nil
-				}
-			}, func(_ string, data []byte) {
-				select {
-				case out <- string(data):
-				case <-ctx.Done():
-				}
-			})
-			if first {
-				ready <- err
-				return
-			}
-			if err != nil {
-				c.cfg.Logger.Warn("client: cancel subscription lost, reconnecting", "queue", queue, "err", err)
-				if !sleepCtx(ctx, delay) {
-					return
-				}
-				delay = min(delay*2, 5*time.Second)
-			}
-		}
-	}()
-	if err := <-ready; err != nil {
-		return nil, fmt.Errorf("worqr: subscribe to cancels of %s: %w", queue, err)
-	}
-	return out, nil
 }

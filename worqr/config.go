@@ -212,7 +212,7 @@ type QueueConfig struct {
 	// Default 5.
 	MaxCrashes int
 	// Retention is how long a done, cancelled or expired task (its outcome
-	// and result) stays readable by Client.Task. Default 0: deleted at once.
+	// and result) stays readable by Inspector.Task. Default 0: deleted at once.
 	Retention time.Duration
 	// DeadMaxCount caps the dead set; the oldest entries go first.
 	// Default 10,000.

@@ -18,9 +18,9 @@ import (
 func TestDeadChildOfACorruptRun(t *testing.T) {
 	ctx := context.Background()
 	d := newDeadChildFlow(true)
-	c, id := d.start(t)
+	_, in, id := d.start(t)
 	var dead []string
-	wait(t, 20*time.Second, "the child to die", func() bool { dead = deadIDs(t, c, "fl/kids"); return len(dead) == 1 })
+	wait(t, 20*time.Second, "the child to die", func() bool { dead = deadIDs(t, in, "fl/kids"); return len(dead) == 1 })
 	conn := srv.Pool().Get()
 	defer conn.Close()
 	runKey := rdb.NewKeys(d.ns).Queue(rdb.QueueRef{Tag: "fl", Name: "fl"}).Task(id)
@@ -31,13 +31,13 @@ func TestDeadChildOfACorruptRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.fail.Store(false)
-	if n, err := c.RequeueAllDead(ctx, "fl/kids"); n != 0 || err != nil {
+	if n, err := in.RequeueAllDead(ctx, "fl/kids", nil); n != 0 || err != nil {
 		t.Errorf("RequeueAllDead with a corrupt run = %d, %v; want 0, nil (the child passed)", n, err)
 	}
-	if n, err := c.RequeueDead(ctx, "fl/kids", dead[0]); n != 0 || !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), dead[0]) {
+	if n, err := in.RequeueDead(ctx, "fl/kids", dead[0]); n != 0 || !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), dead[0]) {
 		t.Errorf("RequeueDead with a corrupt run = %d, %v; want 0 and ErrInvalid naming it", n, err)
 	}
-	if got := deadIDs(t, c, "fl/kids"); len(got) != 1 {
+	if got := deadIDs(t, in, "fl/kids"); len(got) != 1 {
 		t.Errorf("dead children %v, want the one still there", got)
 	}
 }

@@ -77,26 +77,28 @@ func TestDeadChildOfAnEarlierFanOutIsRefused(t *testing.T) {
 			}
 		}
 	})
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	ccfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &ccfg)
 	id, err := c.StartRun(ctx, flow, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var dead []string
 	wait(t, 20*time.Second, "the kids1 child to die and fan2 to fan out", func() bool {
-		dead = deadIDs(t, c, "fl/kids1")
-		r, err := c.Run(ctx, flow, id)
+		dead = deadIDs(t, in, "fl/kids1")
+		r, err := in.Run(ctx, flow.Name, id)
 		return len(dead) == 1 && err == nil && r.Stage == "fan2" && r.TaskState == "children"
 	})
 	fail.Store(false)
-	n, err := c.RequeueDead(ctx, "fl/kids1", dead[0])
+	n, err := in.RequeueDead(ctx, "fl/kids1", dead[0])
 	if n != 0 || !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), dead[0]) {
 		t.Fatalf("RequeueDead of a child of fan1 while the run waits in fan2 = %d, %v; want 0 and ErrInvalid naming it", n, err)
 	}
-	if got := deadIDs(t, c, "fl/kids1"); len(got) != 1 || got[0] != dead[0] {
+	if got := deadIDs(t, in, "fl/kids1"); len(got) != 1 || got[0] != dead[0] {
 		t.Fatalf("dead children of fan1 after the refused requeue: %v, want %v", got, dead)
 	}
 	if runs := kid1Runs.Load(); runs != 1 {

@@ -65,7 +65,7 @@ func newDeadChildFlow(continueOnFailure bool) *deadChildFlow {
 	return d
 }
 
-func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, string) {
+func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, *worqr.Inspector, string) {
 	t.Helper()
 	ctx := context.Background()
 	pool := srv.Pool()
@@ -82,7 +82,8 @@ func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, string) {
 			close(d.hold)
 		}
 	})
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	ccfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,12 +91,12 @@ func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c, id
+	return c, newInspector(t, pool, &ccfg), id
 }
 
-func deadIDs(t *testing.T, c *worqr.Client, queue string) []string {
+func deadIDs(t *testing.T, in *worqr.Inspector, queue string) []string {
 	t.Helper()
-	infos, _, err := c.Dead(context.Background(), queue, 0, 10)
+	infos, _, err := in.Tasks(context.Background(), queue, worqr.StateDead, 0, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,25 +114,25 @@ func deadIDs(t *testing.T, c *worqr.Client, queue string) []string {
 func TestRequeueOfADeadChildOfAFailedRunIsRefused(t *testing.T) {
 	ctx := context.Background()
 	d := newDeadChildFlow(false)
-	c, id := d.start(t)
+	c, in, id := d.start(t)
 	wctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunFailed {
 		t.Fatalf("run = %+v, %v; want failed", info, err)
 	}
-	dead := deadIDs(t, c, "fl/kids")
+	dead := deadIDs(t, in, "fl/kids")
 	if len(dead) != 1 {
 		t.Fatalf("dead children %v, want the one that failed", dead)
 	}
 	d.fail.Store(false)
-	n, err := c.RequeueDead(ctx, "fl/kids", dead[0])
+	n, err := in.RequeueDead(ctx, "fl/kids", dead[0])
 	if !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), dead[0]) || n != 0 {
 		t.Fatalf("RequeueDead of a child of a failed run = %d, %v; want 0 and ErrInvalid naming it", n, err)
 	}
-	if n, err := c.RequeueAllDead(ctx, "fl/kids"); err != nil || n != 0 {
+	if n, err := in.RequeueAllDead(ctx, "fl/kids", nil); err != nil || n != 0 {
 		t.Fatalf("RequeueAllDead = %d, %v; want 0 (the child is passed)", n, err)
 	}
-	if got := deadIDs(t, c, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
+	if got := deadIDs(t, in, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
 		t.Fatalf("dead children after the refused requeues %v, want %v", got, dead)
 	}
 	if runs := d.runs.Load(); runs != 1 {
@@ -145,11 +146,11 @@ func TestRequeueOfADeadChildOfAFailedRunIsRefused(t *testing.T) {
 func TestRequeuedDeadChildRejoinsItsRun(t *testing.T) {
 	ctx := context.Background()
 	d := newDeadChildFlow(true)
-	c, id := d.start(t)
+	c, in, id := d.start(t)
 	var dead []string
-	wait(t, 20*time.Second, "the child to die", func() bool { dead = deadIDs(t, c, "fl/kids"); return len(dead) == 1 })
+	wait(t, 20*time.Second, "the child to die", func() bool { dead = deadIDs(t, in, "fl/kids"); return len(dead) == 1 })
 	d.fail.Store(false)
-	if n, err := c.RequeueDead(ctx, "fl/kids", dead[0]); err != nil || n != 1 {
+	if n, err := in.RequeueDead(ctx, "fl/kids", dead[0]); err != nil || n != 1 {
 		t.Fatalf("RequeueDead = %d, %v", n, err)
 	}
 	wait(t, 20*time.Second, "the requeued child to run", func() bool { return d.runs.Load() == 2 })
@@ -181,10 +182,12 @@ func TestStartRunWithIDIsIdempotent(t *testing.T) {
 	ctx := context.Background()
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	flow := newDeadChildFlow(false).flow
 	opts := &worqr.RunOpts{ID: "order-42"}
 	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "1"}, opts); err != nil || id != "order-42" {
@@ -193,10 +196,10 @@ func TestStartRunWithIDIsIdempotent(t *testing.T) {
 	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "2"}, opts); !errors.Is(err, worqr.ErrDuplicate) || id != "order-42" {
 		t.Fatalf("repeated start = %q, %v; want order-42 and ErrDuplicate", id, err)
 	}
-	if n, err := c.Len(ctx, "fl/fan"); err != nil || n != 1 {
-		t.Fatalf("runs waiting in the first stage: %d, %v; want 1", n, err)
+	if n := queueLen(t, in, "fl/fan"); n != 1 {
+		t.Fatalf("runs waiting in the first stage: %d; want 1", n)
 	}
-	if r, err := c.Run(ctx, flow, "order-42"); err != nil || r.State["n"] != "1" {
+	if r, err := in.Run(ctx, flow.Name, "order-42"); err != nil || r.State["n"] != "1" {
 		t.Fatalf("the run: %+v, %v; want the first start's state", r, err)
 	}
 	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{ID: "no spaces"}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "RunOpts.ID") {
@@ -270,7 +273,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 		t.Fatal(err)
 	}
 	dead := func() int {
-		_, n, err := c.Dead(ctx, "fl/kids", 0, 1)
+		_, n, err := in.Tasks(ctx, "fl/kids", worqr.StateDead, 0, 1)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,7 +292,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 		t.Fatalf("first run = %+v, %v; want done", info, err)
 	}
 	var refused []string
-	infos, _, err := c.Dead(ctx, "fl/kids", 0, early)
+	infos, _, err := in.Tasks(ctx, "fl/kids", worqr.StateDead, 0, early)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +310,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 		chunks++
 		if chunks == 1 {
 			// Another operator deletes the refused children meanwhile.
-			if m, err := c.DeleteDead(ctx, "fl/kids", refused[:leave]...); err != nil || m != leave {
+			if m, err := in.DeleteDead(ctx, "fl/kids", refused[:leave]...); err != nil || m != leave {
 				t.Errorf("DeleteDead = %d, %v", m, err)
 			}
 		}
@@ -326,21 +329,21 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 func TestRetryRunFailedByAChild(t *testing.T) {
 	ctx := context.Background()
 	d := newDeadChildFlow(false)
-	c, id := d.start(t)
+	c, in, id := d.start(t)
 	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	if info, err := c.WaitRun(wctx, d.flow, id); err != nil || info.Status != worqr.RunFailed {
 		t.Fatalf("run = %+v, %v; want failed", info, err)
 	}
-	dead := deadIDs(t, c, "fl/kids")
+	dead := deadIDs(t, in, "fl/kids")
 	if len(dead) != 1 {
 		t.Fatalf("dead children %v, want the one that failed", dead)
 	}
 	d.fail.Store(false)
-	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || !ok {
+	if ok, err := in.RetryRun(ctx, d.flow.Name, id); err != nil || !ok {
 		t.Fatalf("RetryRun = %v, %v; want true", ok, err)
 	}
-	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || ok {
+	if ok, err := in.RetryRun(ctx, d.flow.Name, id); err != nil || ok {
 		t.Fatalf("RetryRun of the running run = %v, %v; want false", ok, err)
 	}
 	wait(t, 20*time.Second, "the fan-out's child 1 to run again", func() bool { return d.runs.Load() == 2 })
@@ -358,19 +361,19 @@ func TestRetryRunFailedByAChild(t *testing.T) {
 		}
 	}
 	d.mu.Unlock()
-	if n, err := c.RequeueDead(ctx, "fl/kids", dead[0]); !errors.Is(err, worqr.ErrInvalid) || n != 0 {
+	if n, err := in.RequeueDead(ctx, "fl/kids", dead[0]); !errors.Is(err, worqr.ErrInvalid) || n != 0 {
 		t.Errorf("RequeueDead of the failed fan-out's child = %d, %v; want 0 and ErrInvalid", n, err)
 	}
-	if got := deadIDs(t, c, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
+	if got := deadIDs(t, in, "fl/kids"); len(got) != 1 || got[0] != dead[0] {
 		t.Errorf("dead children %v, want %v", got, dead)
 	}
 	if runs := d.runs.Load(); runs != 2 {
 		t.Errorf("child 1 ran %d times, want twice (the failed fan-out's, then the new one's)", runs)
 	}
-	if ok, err := c.RetryRun(ctx, d.flow, id); err != nil || ok {
+	if ok, err := in.RetryRun(ctx, d.flow.Name, id); err != nil || ok {
 		t.Errorf("RetryRun of a done run = %v, %v; want false", ok, err)
 	}
-	if ok, err := c.RetryRun(ctx, d.flow, "nosuchrun"); err != nil || ok {
+	if ok, err := in.RetryRun(ctx, d.flow.Name, "nosuchrun"); err != nil || ok {
 		t.Errorf("RetryRun of an unknown run = %v, %v; want false", ok, err)
 	}
 }
@@ -425,7 +428,7 @@ func TestRetryRunFailedInAStage(t *testing.T) {
 	if info, err := c.WaitRun(wctx, flow, id); err != nil || info.Status != worqr.RunFailed {
 		t.Fatalf("run = %+v, %v; want failed", info, err)
 	}
-	if got := deadIDs(t, c, "fs/two"); len(got) != 1 || got[0] != id {
+	if got := deadIDs(t, in, "fs/two"); len(got) != 1 || got[0] != id {
 		t.Fatalf("dead in stage two: %v, want the run", got)
 	}
 	fail.Store(false)
@@ -450,7 +453,7 @@ func TestRetryRunFailedInAStage(t *testing.T) {
 	if n := attempts.Load(); n != 3 {
 		t.Errorf("stage two ran %d times, want 3 (2 failed attempts, then the retry's)", n)
 	}
-	if got := deadIDs(t, c, "fs/two"); len(got) != 0 {
+	if got := deadIDs(t, in, "fs/two"); len(got) != 0 {
 		t.Errorf("dead in stage two after the retry: %v", got)
 	}
 }

@@ -14,7 +14,7 @@ import (
 )
 
 // A task taken after its deadline is never run: it ends as expired, seen
-// in the events, the Inspector and Client.Task (kept for its own retention
+// in the events, Inspector.Tasks and Inspector.Task (kept for its own retention
 // though its queue keeps nothing), and Wait returns it.
 func TestDeadlinePassedTaskEndsExpiredWithoutRunning(t *testing.T) {
 	ctx := context.Background()
@@ -87,7 +87,7 @@ func TestDeadlinePassedTaskEndsExpiredWithoutRunning(t *testing.T) {
 		t.Errorf("events of the task on time %v", got)
 	}
 	mu.Unlock()
-	info, err := c.Task(ctx, "q", late)
+	info, err := in.Task(ctx, "q", late)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestDeadlinePassedTaskEndsExpiredWithoutRunning(t *testing.T) {
 	if err != nil || total != 1 || len(list) != 1 || list[0].ID != late {
 		t.Errorf("Inspector.Tasks(expired) = %v, %d, %v", list, total, err)
 	}
-	if _, err := c.Task(ctx, "q", ontime); !errors.Is(err, worqr.ErrTaskNotFound) {
+	if _, err := in.Task(ctx, "q", ontime); !errors.Is(err, worqr.ErrTaskNotFound) {
 		t.Errorf("the done task without retention: %v, want ErrTaskNotFound", err)
 	}
 	select {
@@ -115,7 +115,9 @@ func TestEnqueueBatchUniqueKeysReportsEachDuplicate(t *testing.T) {
 	ctx := context.Background()
 	pool := srv.Pool()
 	defer pool.Close()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, _ := worqr.NewClient(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	first, err := c.Enqueue(ctx, "q", []byte("a"), &worqr.EnqueueOpts{UniqueKey: "user-1", UniqueTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +135,10 @@ func TestEnqueueBatchUniqueKeysReportsEachDuplicate(t *testing.T) {
 		de.Duplicates[0].UniqueKey != "user-1" || de.Duplicates[1].Index != 2 || de.Duplicates[1].HolderID != ids[1] {
 		t.Fatalf("duplicates %+v %+v", de.Duplicates[0], de.Duplicates[1])
 	}
-	peek, _ := c.Peek(ctx, "q", 10)
+	peek, _, err := in.Tasks(ctx, "q", worqr.StateQueued, 0, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var got []string
 	for _, p := range peek {
 		got = append(got, string(p.Payload))
@@ -151,7 +156,9 @@ func TestEnqueueOptsBadDeadlineRetentionUniqueKeys(t *testing.T) {
 	ctx := context.Background()
 	pool := srv.Pool()
 	defer pool.Close()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, _ := worqr.NewClient(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	two := [][]byte{[]byte("a"), []byte("b")}
 	at := time.Now().Add(time.Hour)
 	for _, tc := range []struct {
@@ -181,7 +188,7 @@ func TestEnqueueOptsBadDeadlineRetentionUniqueKeys(t *testing.T) {
 			t.Errorf("%+v: %v, want an error on %s", tc.opts, err, tc.field)
 		}
 	}
-	if n, _ := c.Len(ctx, "q"); n != 0 {
+	if n := queueLen(t, in, "q"); n != 0 {
 		t.Fatalf("%d tasks enqueued by bad calls", n)
 	}
 }
@@ -229,6 +236,7 @@ func TestKeyedDeadlineAndRetention(t *testing.T) {
 			defer pool.Close()
 			cfg := worqr.Config{Namespace: redistest.Namespace()}
 			c, _ := worqr.NewClient(pool, &cfg)
+			in := newInspector(t, pool, &cfg)
 			enq := func(p string, o *worqr.EnqueueOpts) string {
 				t.Helper()
 				o.Key = "K"
@@ -294,7 +302,7 @@ func TestKeyedDeadlineAndRetention(t *testing.T) {
 			if batch > 0 && !reflect.DeepEqual(batches, [][]string{{"1"}, {"3", "4"}}) {
 				t.Errorf("batches %v, want [[1] [3 4]]: a task with a deadline is not taken behind a head", batches)
 			}
-			info, err := c.Task(ctx, "q", late)
+			info, err := in.Task(ctx, "q", late)
 			if err != nil {
 				t.Fatal(err)
 			}

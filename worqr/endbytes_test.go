@@ -24,10 +24,12 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 	const n, size = 16, 1 << 20
 	var returned atomic.Int32
 	pool := newBigCalls(base, size)
-	c, err := worqr.NewClient(base, &worqr.Config{Namespace: ns, DisableEvents: true})
+	ccfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(base, &ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, base, &ccfg)
 	ps := make([][]byte, n)
 	for i := range ps {
 		ps[i] = []byte("x")
@@ -61,7 +63,7 @@ func TestGroupedEndsAreBoundedByBytes(t *testing.T) {
 	close(pool.hold)
 	wait(t, 10*time.Second, "every task done", func() bool {
 		for _, id := range ids {
-			if info, err := c.Task(ctx, "res", id); err != nil || info.State != worqr.StateDone {
+			if info, err := in.Task(ctx, "res", id); err != nil || info.State != worqr.StateDone {
 				return false
 			}
 		}

@@ -96,6 +96,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, base, &cfg)
 	id, err := client.Enqueue(context.Background(), "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +119,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 		mu.Unlock()
 		if got != nil {
 			if got.Kind != worqr.EventLost {
-				info, _ := client.Task(context.Background(), "q", id)
+				info, _ := in.Task(context.Background(), "q", id)
 				t.Fatalf("the end of pid %s, retried after a reaper requeued the taking, reported %s (task now %+v); want lost",
 					first, got.Kind, info)
 			}

@@ -22,8 +22,10 @@ var ErrTaskLost = rdb.ErrLost
 // sends no end for it and reports an EventLost. It matches ErrTaskLost.
 var ErrLostInFailover = fmt.Errorf("worqr: taking lost in a failover (the new primary does not hold it): %w", ErrTaskLost)
 
-// ErrTaskNotFound is returned by Client.Task when no task has that id in that
-// queue (it never existed, or it ended and its record is gone).
+// ErrTaskNotFound is returned by Inspector.Task when no task has that id in
+// that queue (or, without a queue, in any known queue), by Inspector.Run
+// and Client.WaitRun when no run of that flow has that id, and by
+// Client.Wait: it never existed, or it ended and its record is gone.
 var ErrTaskNotFound = errors.New("worqr: task not found")
 
 // ErrKeepaliveLost is the cause of a handler context cancelled because the

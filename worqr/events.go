@@ -445,7 +445,7 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 		return false
 	}, func(ctx context.Context) (bool, error) {
 		var err error
-		if info, err = c.Task(ctx, queue, id); err != nil {
+		if info, err = c.task(ctx, queue, id); err != nil {
 			if st := seen.Load(); st != nil && errors.Is(err, ErrTaskNotFound) {
 				// Ended with no retention to keep it: what its event said.
 				info = &TaskInfo{ID: id, Queue: queue, State: *st}
@@ -484,10 +484,10 @@ var endState = map[EventKind]TaskState{EventDone: StateDone, EventCancelled: Sta
 	EventDead: StateDead, EventExpired: StateExpired}
 
 // WaitRun blocks until run id of flow has ended (done, failed or
-// cancelled) and returns what Run reads then: its status, its state and
-// its children's results. It is woken as Wait is, through the same shared
-// subscription: by the events of the run's stage and children, and by a
-// read every WaitRecheck. A run is readable only
+// cancelled) and returns what Inspector.Run reads then: its status, its
+// state and its children's results. It is woken as Wait is, through the
+// same shared subscription: by the events of the run's stage and
+// children, and by a read every WaitRecheck. A run is readable only
 // while the flow's Retention keeps it once ended, so WaitRun returns
 // ErrTaskNotFound for a run that ended longer ago (or never existed). It
 // returns ctx's error when ctx ends first.
@@ -508,7 +508,7 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 		return false
 	}, func(ctx context.Context) (bool, error) {
 		var err error
-		if info, err = c.Run(ctx, flow, id); err != nil {
+		if info, err = c.run(ctx, flow, id); err != nil {
 			return false, err
 		}
 		return info.Status != RunRunning, nil

@@ -14,6 +14,7 @@ import (
 // Enqueue adds a task and returns its id. With an id of the caller's
 // choosing the enqueue is idempotent: repeated (say after a lost reply), it
 // adds nothing. A unique key refuses a second task while the first is held.
+// The Inspector reads the task and the queue back.
 func ExampleClient_Enqueue() {
 	ctx := context.Background()
 	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
@@ -21,7 +22,12 @@ func ExampleClient_Enqueue() {
 		panic(err)
 	}
 	defer pool.Close()
-	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: "example-enqueue"})
+	cfg := worqr.Config{Namespace: "example-enqueue"}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	in, err := worqr.NewInspector(pool, &cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -39,22 +45,26 @@ func ExampleClient_Enqueue() {
 	_, err = client.Enqueue(ctx, "invoices", []byte(`{"invoice":44}`), unique)
 	fmt.Println(errors.Is(err, worqr.ErrDuplicate))
 
-	t, err := client.Task(ctx, "invoices", "invoice-42")
+	t, err := in.Task(ctx, "invoices", "invoice-42")
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(t.State, string(t.Payload))
-	fmt.Println(client.Len(ctx, "invoices"))
+	q, err := in.Queue(ctx, "invoices")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(q.Waiting, "waiting")
 	// Output:
 	// invoice-42 <nil>
 	// invoice-42 <nil>
 	// true
 	// queued {"invoice":42}
-	// 2 <nil>
+	// 2 waiting
 }
 
 // A delayed task waits in the scheduled set until it is due (on Redis's
-// clock); RunNow moves it to the back of its queue at once.
+// clock); Inspector.RunNow moves it to the back of its queue at once.
 func ExampleEnqueueOpts_delay() {
 	ctx := context.Background()
 	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
@@ -67,11 +77,15 @@ func ExampleEnqueueOpts_delay() {
 	if err != nil {
 		panic(err)
 	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
 	id, err := client.Enqueue(ctx, "reminders", []byte("call back"), &worqr.EnqueueOpts{Delay: time.Hour})
 	if err != nil {
 		panic(err)
 	}
-	t, err := client.Task(ctx, "reminders", id)
+	t, err := in.Task(ctx, "reminders", id)
 	if err != nil {
 		panic(err)
 	}
@@ -92,7 +106,7 @@ func ExampleEnqueueOpts_delay() {
 	}
 	defer w.Stop(ctx)
 
-	fmt.Println(client.RunNow(ctx, "reminders", id))
+	fmt.Println(in.RunNow(ctx, "reminders", id))
 	fmt.Println(<-ran)
 	// Output:
 	// scheduled true
@@ -110,7 +124,12 @@ func ExampleClient_Load() {
 		panic(err)
 	}
 	defer pool.Close()
-	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: "example-load"})
+	cfg := worqr.Config{Namespace: "example-load"}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	in, err := worqr.NewInspector(pool, &cfg)
 	if err != nil {
 		panic(err)
 	}
@@ -124,8 +143,12 @@ func ExampleClient_Load() {
 		panic(err)
 	}
 	fmt.Printf("lines=%d enqueued=%d blank=%d\n", p.Lines, p.Enqueued, p.Empty)
-	fmt.Println(client.Len(ctx, "imports"))
+	q, err := in.Queue(ctx, "imports")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(q.Waiting, "waiting")
 	// Output:
 	// lines=4 enqueued=3 blank=1
-	// 3 <nil>
+	// 3 waiting
 }

@@ -48,6 +48,10 @@ func ExampleFlow() {
 	if err != nil {
 		panic(err)
 	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{flow}})
 	if err != nil {
 		panic(err)
@@ -71,7 +75,7 @@ func ExampleFlow() {
 	for _, c := range run.Children {
 		fmt.Printf("%s %s %q\n", c.Queue, c.Status, c.Result)
 	}
-	runs, _ := client.FindRuns(ctx, flow, "user", "ada")
+	runs, _ := in.FindRuns(ctx, flow, "user", "ada")
 	fmt.Println(len(runs), "run for user ada")
 	// Unordered output:
 	// done yes 2

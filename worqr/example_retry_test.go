@@ -64,7 +64,7 @@ func ExampleRetryAfter() {
 
 // SkipRetry sends a task to the dead set at once, for work that can never
 // succeed; the dead set keeps it with its error until it is requeued
-// (RequeueDead, once the cause is fixed) or deleted.
+// (Inspector.RequeueDead, once the cause is fixed) or deleted.
 func ExampleSkipRetry() {
 	ctx := context.Background()
 	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
@@ -99,6 +99,10 @@ func ExampleSkipRetry() {
 	if err != nil {
 		panic(err)
 	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
 	id, err := client.Enqueue(ctx, "emails", []byte("bob@example.com"), nil)
 	if err != nil {
 		panic(err)
@@ -111,14 +115,14 @@ func ExampleSkipRetry() {
 	}
 	fmt.Println(t.State, t.Failures, t.DeadReason)
 
-	dead, n, err := client.Dead(ctx, "emails", 0, 10)
+	dead, n, err := in.Tasks(ctx, "emails", worqr.StateDead, 0, 10)
 	if err != nil {
 		panic(err)
 	}
 	fmt.Println(n, dead[0].LastError)
 
 	fixed <- struct{}{} // the mailbox exists now
-	fmt.Println(client.RequeueDead(ctx, "emails", id))
+	fmt.Println(in.RequeueDead(ctx, "emails", id))
 	fmt.Println(<-done)
 	// Output:
 	// dead 1 failed

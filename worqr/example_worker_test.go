@@ -95,6 +95,10 @@ func ExampleWorker_Stop() {
 	if err != nil {
 		panic(err)
 	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
 	if _, err := client.Enqueue(ctx, "reports", []byte("yearly"), nil); err != nil {
 		panic(err)
 	}
@@ -104,9 +108,13 @@ func ExampleWorker_Stop() {
 	defer cancel()
 	fmt.Println("stop:", w.Stop(stopCtx))
 	fmt.Println("handler:", <-cause)
-	fmt.Println(client.Len(ctx, "reports"))
+	q, err := in.Queue(ctx, "reports")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(q.Waiting, "waiting")
 	// Output:
 	// stop: context deadline exceeded
 	// handler: worqr: worker stopped
-	// 1 <nil>
+	// 1 waiting
 }

@@ -47,7 +47,7 @@ type Flow struct {
 	// Stages run in order. At least one; names unique within the flow and
 	// different from the flow's name and from every child queue's.
 	Stages []Stage
-	// IndexBy lists state fields runs can be found by (Client.FindRuns).
+	// IndexBy lists state fields runs can be found by (Inspector.FindRuns).
 	// Queue-name rules apply to these names.
 	IndexBy []string
 	// Retention is how long an ended run (done, failed, cancelled) and its
@@ -359,8 +359,8 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 	return id, nil
 }
 
-// checkRunRef checks the flow and the run id that Run and WaitRun are given
-// (only the flow's name matters to them).
+// checkRunRef checks the flow and the run id that WaitRun is given (only
+// the flow's name matters to it).
 func checkRunRef(flow *Flow, id string) error {
 	if flow == nil {
 		return invalid("Flow", "is nil")
@@ -374,8 +374,9 @@ func checkRunRef(flow *Flow, id string) error {
 	return nil
 }
 
-// Run returns what Redis holds about run id of flow, or ErrTaskNotFound.
-func (c *Client) Run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
+// run reads run id of flow for WaitRun, or returns ErrTaskNotFound (the
+// Inspector's Run is the public read).
+func (c *Client) run(ctx context.Context, flow *Flow, id string) (*RunInfo, error) {
 	if err := checkRunRef(flow, id); err != nil {
 		return nil, err
 	}
@@ -403,39 +404,6 @@ func childResults(cs []rdb.ChildRecord) []ChildResult {
 		out[i] = ChildResult{ID: c.ID, Queue: c.Queue, Status: c.Status, Result: c.Result, Err: c.Err}
 	}
 	return out
-}
-
-// FindRuns returns the runs of flow whose state field prop (declared in
-// IndexBy) is value, running or ended within the retention. The index and
-// the runs are read in pages of 1,000 (no Redis call grows with the index),
-// so the list is not one instant's: a run started, or a failed run retried,
-// while it is read may be missing; no run is listed twice.
-func (c *Client) FindRuns(ctx context.Context, flow *Flow, prop, value string) ([]*RunInfo, error) {
-	f, err := flow.validate()
-	if err != nil {
-		return nil, err
-	}
-	declared := false
-	for _, p := range f.IndexBy {
-		declared = declared || p == prop
-	}
-	if !declared {
-		return nil, invalid("prop", "%q is not in Flow.IndexBy of %s", prop, f.Name)
-	}
-	qk := c.flowQueue(f, f.Name)
-	ids, err := c.st.FindRuns(ctx, qk, prop, value)
-	if err != nil {
-		return nil, fmt.Errorf("worqr: find runs: %w", err)
-	}
-	recs, err := c.st.Runs(ctx, qk, ids)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*RunInfo, len(recs))
-	for i, r := range recs {
-		out[i] = runInfo(f.Name, r)
-	}
-	return out, nil
 }
 
 // CancelRun ends a running run as cancelled: its waiting stage task and
@@ -477,63 +445,4 @@ func runCancelEvents(bus *eventBus, flow, id string, r rdb.RunStop) {
 	for _, k := range r.Children {
 		bus.add(Event{Kind: EventCancelled, At: now, Queue: rdb.QueueRef{Tag: flow, Name: k.Queue}.Member(), TaskID: k.ID})
 	}
-}
-
-// RetryRun runs failed run id of flow again from the stage it failed in:
-// a stage whose handler failed for good runs again, and so does a stage
-// whose fan-out failed (a child failed for good and the run failed with
-// it), fanning out anew. The run forgets the failed fan-out's children: a
-// dead one stays dead (its requeue is refused from then on) and one still
-// running ends as cancelled. The stage's attempt and crash counts start
-// over. It reports false when the run was not failed (running, done,
-// cancelled, or unknown: ended longer ago than its retention).
-func (c *Client) RetryRun(ctx context.Context, flow *Flow, id string) (bool, error) {
-	if flow == nil {
-		return false, invalid("flow", "is nil")
-	}
-	return retryRunByName(ctx, c.st, flow.Name, id)
-}
-
-// retryRunByName retries failed run id of flow through st (see RetryRun).
-func retryRunByName(ctx context.Context, st *rdb.Store, flow, id string) (bool, error) {
-	return runOp(ctx, st, "retry", flow, id, st.RunRetry)
-}
-
-// runOp checks flow and id, then applies op (a run script by the run's
-// stored settings) to run id on a queue of the flow's tag.
-func runOp(ctx context.Context, st *rdb.Store, name, flow, id string,
-	op func(context.Context, rdb.QueueKeys, string) (bool, error)) (bool, error) {
-	if err := checkName("flow", flow); err != nil {
-		return false, err
-	}
-	if id == "" {
-		return false, invalid("id", "is empty")
-	}
-	ok, err := op(ctx, st.Queue(rdb.QueueRef{Tag: flow, Name: flow}), id)
-	if err != nil {
-		return false, fmt.Errorf("worqr: %s run %s of %s: %w", name, id, flow, err)
-	}
-	return ok, nil
-}
-
-// CancelRunByName is CancelRun for a caller that knows only the flow's
-// name (an operator tool): the run's retention and indexed properties are
-// those it was started with.
-func (c *Client) CancelRunByName(ctx context.Context, flow, id string) (bool, error) {
-	return cancelRunByName(ctx, c.st, c.bus, flow, id)
-}
-
-// cancelRunByName cancels run id of flow through st, its events on bus.
-func cancelRunByName(ctx context.Context, st *rdb.Store, bus *eventBus, flow, id string) (bool, error) {
-	var r rdb.RunStop
-	_, err := runOp(ctx, st, "cancel", flow, id, func(ctx context.Context, q rdb.QueueKeys, id string) (bool, error) {
-		var err error
-		r, err = st.RunCancelStored(ctx, q, id)
-		return r.Cancelled, err
-	})
-	if err != nil {
-		return false, err
-	}
-	runCancelEvents(bus, flow, id, r) // as CancelRun's
-	return r.Cancelled, nil
 }

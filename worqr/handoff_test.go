@@ -411,6 +411,7 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 		})}}})
 	defer w.Stop(ctx)
 	client, _ := worqr.NewClient(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	const n = 10
 	for i := 0; i < n; i++ {
 		// The last round's taking ended (else the worker is full: the task
@@ -441,7 +442,7 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 			// checks of the worker's holdings has it released, and a
 			// release ends a task whose cancel was asked as cancelled,
 			// without running it: as good.
-			info, err := client.Task(ctx, "q", id)
+			info, err := in.Task(ctx, "q", id)
 			if err != nil || info.State != worqr.StateCancelled {
 				t.Fatalf("round %d: the handler never ran, and the task is %+v (%v)", i, info, err)
 			}

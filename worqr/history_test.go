@@ -378,7 +378,7 @@ func TestLatencyOfATickAndOfACallersID(t *testing.T) {
 	if qi.Latency < time.Minute {
 		t.Errorf("latency of a queue whose head ticked a minute ago: %s", qi.Latency)
 	}
-	info, err := c.Task(ctx, "ticks", tid)
+	info, err := in.Task(ctx, "ticks", tid)
 	if err != nil || !info.EnqueuedAt.Equal(tick) {
 		t.Errorf("tick's EnqueuedAt = %v (%v), want %v", info.EnqueuedAt, err, tick)
 	}

@@ -23,10 +23,12 @@ func TestIDReusedPastItsTTLWhileItsTaskExists(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	opts := &worqr.EnqueueOpts{ID: "order-42", IDTTL: 50 * time.Millisecond, Delay: time.Hour}
 	if _, err := c.Enqueue(ctx, "q", []byte("p"), opts); err != nil {
 		t.Fatal(err)
@@ -42,8 +44,8 @@ func TestIDReusedPastItsTTLWhileItsTaskExists(t *testing.T) {
 	if !errors.Is(err, worqr.ErrDuplicate) {
 		t.Fatalf("an enqueue past IDTTL of the id of a scheduled task: %v, want ErrDuplicate", err)
 	}
-	if n, err := c.Len(ctx, "q"); err != nil || n != 0 {
-		t.Fatalf("waiting: %d (%v), want 0: the task is scheduled only", n, err)
+	if n := queueLen(t, in, "q"); n != 0 {
+		t.Fatalf("waiting: %d, want 0: the task is scheduled only", n)
 	}
 	if _, err := c.Cancel(ctx, "q", "order-42"); err != nil {
 		t.Fatal(err)

@@ -10,9 +10,11 @@ import (
 	"github.com/worqr/worqr-go/registry"
 )
 
-// Inspector reads and steers what a namespace holds in Redis: queues, tasks,
-// workers, flow runs, pauses and bulk operations. Binaries and dashboards
-// use it rather than reading keys. It is safe for concurrent use.
+// Inspector reads and steers what a namespace holds in Redis: queues and
+// their lengths, tasks, dead sets, workers, flow runs, pauses, limits and
+// bulk operations. Every read is here, for a producer (its Client
+// enqueues, cancels and waits) as for binaries and dashboards, which use
+// it rather than reading keys. It is safe for concurrent use.
 type Inspector struct {
 	st  *rdb.Store
 	reg *registry.Registry
@@ -38,8 +40,10 @@ func NewInspector(pool ConnGetter, cfg *Config) (*Inspector, error) {
 	return &Inspector{st: st, reg: reg, cfg: c, bus: newEventBus(st, c)}, nil
 }
 
-// Flush publishes at once the events the Inspector observed (pauses,
-// resumes, ...) since its last publication, as Client.Flush does.
+// Flush publishes at once the events the Inspector observed since its last
+// publication, as Client.Flush does: it publishes events of its own
+// (pauses, resumes, cancels of CancelAll and CancelRun) that a short-lived
+// process would lose at exit.
 func (in *Inspector) Flush() { in.bus.flush() }
 
 // QueueInfo counts the tasks of one queue.
@@ -187,6 +191,35 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 		out[i] = taskInfo(ref, r)
 	}
 	return out, span.Total, nil
+}
+
+// pages reads entries [offset, offset+limit) of a list or sorted set with
+// read, in pages of at most rdb.BulkChunk (so that no LRANGE or ZRANGE
+// holds Redis long, however large limit is), until a page comes short. The
+// pages are not one instant's: an entry that moved between two of them
+// may be missing, and one met twice is listed once.
+func pages(offset, limit int, read func(offset, n int) (rdb.Span, error)) (rdb.Span, error) {
+	var out rdb.Span
+	seen := map[string]bool{}
+	for limit > 0 {
+		n := min(limit, rdb.BulkChunk)
+		sp, err := read(offset, n)
+		if err != nil {
+			return rdb.Span{}, err
+		}
+		out.Total = sp.Total
+		for _, id := range sp.IDs {
+			if !seen[id] {
+				seen[id] = true
+				out.IDs = append(out.IDs, id)
+			}
+		}
+		if len(sp.IDs) < n {
+			break
+		}
+		offset, limit = offset+n, limit-n
+	}
+	return out, nil
 }
 
 // Task returns what Redis holds about task id of queue ("<queue>", or
@@ -460,12 +493,41 @@ func (in *Inspector) DeleteAllDead(ctx context.Context, queue string, progress P
 	return in.deadAll(ctx, queue, rdb.DeadDelete, progress)
 }
 
+// deadAll applies op to every dead task of queue, oldest first, in atomic
+// chunks of at most rdb.BulkStep, calling progress after each non-empty
+// one. A requeue leaves dead, and passes, the flow children whose run no
+// longer waits for them (see deadIDs).
 func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, progress Progress) (int, error) {
 	ref, err := parseQueue(queue)
 	if err != nil {
 		return 0, err
 	}
-	return deadAll(ctx, in.st, in.st.Queue(ref), op, progress)
+	qk := in.st.Queue(ref)
+	total := 0
+	// A requeue reads only the tasks dead before it started: one it
+	// requeued that dies again meanwhile (a poison task) is not requeued
+	// again, round and round for as long as it keeps dying.
+	var before int64
+	if op == rdb.DeadRequeue {
+		if before, err = in.st.Time(ctx, qk.Ref.Tag); err != nil {
+			return 0, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
+		}
+	}
+	var after, score string // the last id refused: the next chunk starts after it
+	for {
+		p, err := in.st.DeadOldestBefore(ctx, qk, op, rdb.BulkStep, after, score, before)
+		total += p.Handled
+		after, score = p.After, p.AfterScore
+		if err != nil {
+			return total, fmt.Errorf("worqr: %s dead of %s: %w", op, qk.Ref.Member(), err)
+		}
+		if progress != nil && p.Handled > 0 {
+			progress(total)
+		}
+		if p.Read < rdb.BulkStep && !p.Cut {
+			return total, nil
+		}
+	}
 }
 
 // DeleteAllWaiting deletes every task waiting in stand-alone queue (its
@@ -651,4 +713,53 @@ func (in *Inspector) DeleteNamespace(ctx context.Context) (int, error) {
 		return n, fmt.Errorf("worqr: delete namespace %s: %w", in.cfg.Namespace, err)
 	}
 	return n, nil
+}
+
+// SubscribeCancels delivers the ids of running tasks of queue whose cancel is
+// asked from now on, until ctx ends (then the channel is closed). It returns
+// once subscribed. Pub/sub is fire-and-forget: ids published while the
+// subscription reconnects after a connection failure are missed (a worker's
+// finish still honours the cancel). It holds one connection of the pool.
+func (in *Inspector) SubscribeCancels(ctx context.Context, queue string) (<-chan string, error) {
+	ref, err := parseQueue(queue)
+	if err != nil {
+		return nil, err
+	}
+	qk := in.st.Queue(ref)
+	out := make(chan string, 64)
+	ready := make(chan error, 1)
+	go func() {
+		defer close(out)
+		first := true
+		delay := 50 * time.Millisecond
+		for ctx.Err() == nil {
+			err := in.st.Listen(ctx, []string{qk.CancelChannel}, func() {
+				delay = 50 * time.Millisecond // a new failure starts a new backoff
+				if first {
+					first = false
+					ready <- nil
+				}
+			}, func(_ string, data []byte) {
+				select {
+				case out <- string(data):
+				case <-ctx.Done():
+				}
+			})
+			if first {
+				ready <- err
+				return
+			}
+			if err != nil {
+				in.cfg.Logger.Warn("inspector: cancel subscription lost, reconnecting", "queue", queue, "err", err)
+				if !sleepCtx(ctx, delay) {
+					return
+				}
+				delay = min(delay*2, 5*time.Second)
+			}
+		}
+	}()
+	if err := <-ready; err != nil {
+		return nil, fmt.Errorf("worqr: subscribe to cancels of %s: %w", queue, err)
+	}
+	return out, nil
 }

@@ -67,15 +67,11 @@ func TestKeyedBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 	}
 }
 
-// keyedLossClient is replyLossClient with an Inspector, the scripts loaded
-// (the nth call of a test is then the batch's nth step, applied).
+// keyedLossClient is replyLossClient with the scripts loaded (the nth
+// call of a test is then the batch's nth step, applied).
 func keyedLossClient(t *testing.T) (*replyLossPool, *worqr.Inspector, *worqr.Client) {
 	t.Helper()
-	pool, cfg, c := replyLossClient(t)
-	in, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool, _, c, in := replyLossClient(t)
 	if _, err := c.Enqueue(context.Background(), "warm", []byte("x"), &worqr.EnqueueOpts{Key: "K"}); err != nil {
 		t.Fatal(err)
 	}

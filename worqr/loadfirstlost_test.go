@@ -36,10 +36,12 @@ func TestLoadFirstChunkReplyLost(t *testing.T) {
 		}
 		return r, err
 	}}
-	c, err := worqr.NewClient(lossy, &worqr.Config{Namespace: ns})
+	cfg := worqr.Config{Namespace: ns}
+	c, err := worqr.NewClient(lossy, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	insp := newInspector(t, lossy, &cfg)
 	var in bytes.Buffer
 	const n = 1000
 	for i := 1; i <= n; i++ {
@@ -49,10 +51,7 @@ func TestLoadFirstChunkReplyLost(t *testing.T) {
 	if left.Load() > 0 {
 		t.Fatal("no reply was lost")
 	}
-	l, lerr := c.Len(ctx, "lost1")
-	if lerr != nil {
-		t.Fatal(lerr)
-	}
+	l := queueLen(t, insp, "lost1")
 	if err != nil {
 		t.Fatalf("Load = %+v, %v (the queue holds %d): a lost reply of the first chunk stopped the load", p, err, l)
 	}

@@ -47,10 +47,12 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 		}
 		return nil
 	}}
-	c, err := worqr.NewClient(counted, &worqr.Config{Namespace: ns})
+	cfg := worqr.Config{Namespace: ns}
+	c, err := worqr.NewClient(counted, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	insp := newInspector(t, counted, &cfg)
 	// Room for a few chunks of 100 tasks of 1 KiB, not for 100 chunks.
 	info, err := redis.String(c0.Do("INFO", "memory"))
 	if err != nil {
@@ -82,7 +84,7 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	if errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "OOM") {
 		t.Fatalf("Load = %+v, %v after %d chunks sent: want it stopped with Redis's OOM error", p, err, chunks)
 	}
-	l, _ := c.Len(context.Background(), "oom")
+	l := queueLen(t, insp, "oom")
 	if int64(l) != p.Enqueued || !p.Checkpointed {
 		t.Fatalf("Load = %+v, %v; the queue holds %d", p, err, l)
 	}
@@ -94,7 +96,7 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	if err2 != nil {
 		t.Fatal(err2)
 	}
-	if l, _ := c.Len(context.Background(), "oom"); l != n || p.Enqueued+p2.Enqueued != n {
+	if l := queueLen(t, insp, "oom"); l != n || p.Enqueued+p2.Enqueued != n {
 		t.Fatalf("after the resume the queue holds %d (enqueued %d + %d), want %d", l, p.Enqueued, p2.Enqueued, n)
 	}
 	t.Logf("stopped after %d tasks (%d chunks sent): %v", p.Enqueued, chunks, err)

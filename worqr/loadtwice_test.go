@@ -51,10 +51,7 @@ func TestTwoLoadersOfOneName(t *testing.T) {
 		}(k)
 	}
 	done.Wait()
-	l, err := c.Len(ctx, "ld2")
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := queueLen(t, in, "ld2")
 	c.Flush() // waits for the publication
 	h := waitHistory(t, in, "ld2", func(h worqr.Throughput) bool { return h.Enqueued >= int64(l) })
 	if errs[0] == nil && errs[1] == nil {

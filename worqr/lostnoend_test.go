@@ -53,7 +53,7 @@ func TestNoEndUnderALostKeepalive(t *testing.T) {
 			t.Fatalf("ran %s, want %s again", got, l.id)
 		}
 	case <-time.After(5 * time.Second):
-		info, _ := l.client.Task(context.Background(), "q", l.id)
+		info, _ := l.in.Task(context.Background(), "q", l.id)
 		t.Fatalf("the task was not run again under the new id: %+v", info)
 	}
 }

@@ -72,7 +72,7 @@ func TestIdempotentEnqueueRepeatWaitsForReplicas(t *testing.T) {
 			t.Fatalf("first enqueue: %q, nil; want its reply lost", id)
 		}
 		pool.setLose(nil)
-		if _, err := client.Task(ctx, "r", "order-2"); err != nil {
+		if _, err := newInspector(t, pool, &cfg).Task(ctx, "r", "order-2"); err != nil {
 			t.Fatalf("the first enqueue was not applied: %v", err)
 		}
 		// The retry the docs advise, the same id and payload, by a

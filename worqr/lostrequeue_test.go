@@ -37,7 +37,7 @@ func TestLostKeepaliveRequeuesItsOwnTakings(t *testing.T) {
 // task (see lostMidTask).
 type lostMid struct {
 	w        *worqr.Worker
-	client   *worqr.Client
+	in       *worqr.Inspector
 	c        redis.Conn
 	ns       string
 	id, dead string      // the task, and the worker id that lost it
@@ -93,5 +93,5 @@ func lostMidTask(t *testing.T, wc worqr.WorkerConfig, first func(ctx context.Con
 	if _, err := c.Do("DEL", rdb.NewKeys(wc.Config.Namespace).Keepalive(dead)); err != nil {
 		t.Fatal(err)
 	}
-	return &lostMid{w: w, client: client, c: c, ns: wc.Config.Namespace, id: id, dead: dead, started: started}
+	return &lostMid{w: w, in: newInspector(t, pool, &wc.Config), c: c, ns: wc.Config.Namespace, id: id, dead: dead, started: started}
 }

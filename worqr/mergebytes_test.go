@@ -20,10 +20,12 @@ func TestMergedPayloadsAreBoundedByBytes(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	if err := c.SetKeyPolicy(ctx, "m", worqr.KeyPolicy{Merge: true}); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +46,7 @@ func TestMergedPayloadsAreBoundedByBytes(t *testing.T) {
 	}
 	total := 0
 	for _, id := range ids {
-		info, err := c.Task(ctx, "m", id)
+		info, err := in.Task(ctx, "m", id)
 		if err != nil {
 			t.Fatal(err)
 		}

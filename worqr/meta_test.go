@@ -26,6 +26,7 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	var (
 		mu     sync.Mutex
 		seen   []string // what the handlers and middleware saw, in order
@@ -90,7 +91,7 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var info *worqr.RunInfo
 	for {
-		info, err = c.Run(ctx, flow, id)
+		info, err = in.Run(ctx, flow.Name, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -136,6 +137,7 @@ func TestChildMetaChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	flow := &worqr.Flow{Name: "badmeta", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
 			return &worqr.StageResult{Children: []worqr.ChildSpec{{Queue: "k", Meta: map[string]string{"": "x"}}}}, nil
@@ -163,7 +165,7 @@ func TestChildMetaChecked(t *testing.T) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		info, err := c.Run(ctx, flow, id)
+		info, err := in.Run(ctx, flow.Name, id)
 		if err != nil {
 			t.Fatal(err)
 		}

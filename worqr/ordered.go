@@ -348,7 +348,7 @@ type KeyInfo struct {
 	Behind int
 	// Blocked is true when the head is dead and the queue's KeyPolicy does
 	// not move on: the key runs nothing until the head is requeued or
-	// deleted (Client.RequeueDead, Client.DeleteDead).
+	// deleted (Inspector.RequeueDead, Inspector.DeleteDead).
 	Blocked bool
 }
 
@@ -483,7 +483,7 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 
 // TasksBehind returns the ids of the tasks waiting behind key's head, in
 // the order they will run, from offset (at most limit), read in pages of
-// 1,000 as Client.Peek's.
+// 1,000 as Tasks'.
 func (in *Inspector) TasksBehind(ctx context.Context, queue, key string, offset, limit int) ([]string, error) {
 	qk, err := in.orderedQueue(queue)
 	if err != nil {

@@ -662,7 +662,7 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 const maxTick = 253402300799000
 
 // TickTaskID returns the id of the task schedule name enqueues for its tick
-// at t: "<name>.<t unix ms>". Client.Task and Inspector.Task find it.
+// at t: "<name>.<t unix ms>". Inspector.Task finds it.
 func TickTaskID(name string, t time.Time) string {
 	return name + "." + strconv.FormatInt(t.UnixMilli(), 10)
 }

@@ -56,13 +56,13 @@ func newPeriodic(t *testing.T, peers int) *periodicBundle {
 // ids returns the ids waiting in queue, front first.
 func (b *periodicBundle) ids(t *testing.T, queue string) []string {
 	t.Helper()
-	infos, err := b.c.Peek(context.Background(), queue, 10000)
+	infos, _, err := b.in.Tasks(context.Background(), queue, worqr.StateQueued, 0, 10000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := make([]string, len(infos))
-	for i, in := range infos {
-		out[i] = in.ID
+	for i, info := range infos {
+		out[i] = info.ID
 	}
 	return out
 }
@@ -425,16 +425,12 @@ func TestSchedulerPeersKilled(t *testing.T) {
 	b.ns = ns
 	pool := srv.Pool()
 	defer pool.Close()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	b.c = c
+	b.in = newInspector(t, pool, &worqr.Config{Namespace: ns, DisableEvents: true})
 	waitTicks := func(n int) {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			l, err := c.Len(context.Background(), "ticks")
-			if err != nil {
-				t.Fatal(err)
-			}
+			l := queueLen(t, b.in, "ticks")
 			if l >= n {
 				return
 			}

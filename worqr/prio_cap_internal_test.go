@@ -95,6 +95,10 @@ func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	ps := make([][]byte, 20)
 	for i := range ps {
 		ps[i] = []byte("x")
@@ -114,8 +118,10 @@ func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 		}
 	}
 	time.Sleep(100 * time.Millisecond) // let a round past the cap show itself
-	if n, err := client.Len(ctx, "low"); err != nil || n != 15 {
-		t.Errorf("%d tasks of low waiting (err %v), want 15: the worker holds %d with 5 handlers", n, err, 20-n)
+	if qi, err := in.Queue(ctx, "low"); err != nil {
+		t.Error(err)
+	} else if n := qi.Waiting; n != 15 {
+		t.Errorf("%d tasks of low waiting, want 15: the worker holds %d with 5 handlers", n, 20-n)
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()

@@ -258,6 +258,7 @@ func TestRateLimitedKeepsAttempt(t *testing.T) {
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	var calls atomic.Int32
 	var attempts sync.Map
 	done := make(chan struct{})
@@ -287,7 +288,7 @@ func TestRateLimitedKeepsAttempt(t *testing.T) {
 		}
 	}
 	wait(t, 5*time.Second, "the task to end as done", func() bool {
-		info, err := c.Task(ctx, "rl", id)
+		info, err := in.Task(ctx, "rl", id)
 		return err == nil && info.State == worqr.StateDone && info.Failures == 0
 	})
 }
@@ -642,8 +643,8 @@ func TestLimitedWorkerDoesNotSpin(t *testing.T) {
 	t.Logf("%d takes in a second while held by the limits", counter.takes.Load())
 	close(release)
 	wait(t, 10*time.Second, "the conc queue's tasks to run once the slot is free", func() bool {
-		n, err := c.Len(ctx, "conc")
-		return err == nil && n == 0
+		qi, err := in.Queue(ctx, "conc")
+		return err == nil && qi.Waiting == 0
 	})
 }
 

@@ -50,7 +50,7 @@ func TestRemoteStageCancelledDeepEndsAsStage(t *testing.T) {
 	if len(ks) != 0 {
 		t.Fatalf("took %+v: the cancelled run was handed to run", ks)
 	}
-	info, err := b.client.Run(ctx, cf, runID)
+	info, err := b.insp.Run(ctx, cf.Name, runID)
 	if err != nil {
 		t.Fatalf("run after the remote's take: %v; want it kept, cancelled", err)
 	}

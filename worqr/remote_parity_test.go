@@ -44,7 +44,7 @@ func TestRemoteTakingsOfTwoQueuesAreKeptApart(t *testing.T) {
 		t.Fatalf("finish of pb's taking = %q, %v", out, err)
 	}
 	for _, c := range []struct{ queue, id, result string }{{"pa", idA, "ra"}, {"pb", idB, "rb"}} {
-		info, err := b.client.Task(ctx, c.queue, c.id)
+		info, err := b.insp.Task(ctx, c.queue, c.id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,7 +91,7 @@ func TestRemoteCloseRequeuesWhenItsCallerIsGone(t *testing.T) {
 	gone, cancel := context.WithCancel(ctx)
 	cancel() // the remote hung up
 	_ = s.Close(gone)
-	info, err := b.client.Task(ctx, "cq", id)
+	info, err := b.insp.Task(ctx, "cq", id)
 	if err != nil {
 		t.Fatal(err)
 	}

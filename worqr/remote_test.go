@@ -103,7 +103,7 @@ func TestRemoteFinishIsIdempotentByPID(t *testing.T) {
 	if _, err := s.GiveBack(ctx, "nosuchpid"); !errors.Is(err, worqr.ErrNotOwner) {
 		t.Errorf("give back of an unknown pid = %v, want ErrNotOwner", err)
 	}
-	info, err := b.client.Task(ctx, "q", id)
+	info, err := b.insp.Task(ctx, "q", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestRemoteZombieEndIsRefused(t *testing.T) {
 	if out, err := live.Finish(ctx, ks[0].PID, []byte("live")); err != nil || out != worqr.EventDone {
 		t.Fatalf("live finish = %q, %v", out, err)
 	}
-	info, err := b.client.Task(ctx, "q", id)
+	info, err := b.insp.Task(ctx, "q", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func TestRemoteBeatReportsCancelsAndOrphans(t *testing.T) {
 	if len(rep.Lost) != 1 || rep.Lost[0] != ks[1].PID {
 		t.Fatalf("beat lost %v, want [%s]", rep.Lost, ks[1].PID)
 	}
-	info, err := b.client.Task(ctx, "q", ids[1])
+	info, err := b.insp.Task(ctx, "q", ids[1])
 	if err != nil || info.State != worqr.StateQueued {
 		t.Fatalf("orphan task = %+v, %v; want queued again", info, err)
 	}
@@ -298,7 +298,7 @@ func TestRemoteCloseRequeues(t *testing.T) {
 	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrNotOwner) {
 		t.Errorf("finish after close = %v, want ErrNotOwner", err)
 	}
-	info, err := b.client.Task(ctx, "q", id)
+	info, err := b.insp.Task(ctx, "q", id)
 	if err != nil || info.State != worqr.StateQueued || info.Crashes != 0 {
 		t.Fatalf("task after close = %+v, %v; want queued, no crash", info, err)
 	}
@@ -369,7 +369,7 @@ func TestRemoteFlowForwardAndFanOut(t *testing.T) {
 	if _, err := s.Finish(ctx, j.PID, nil); err != nil {
 		t.Fatal(err)
 	}
-	info, err := client.Run(ctx, cf, run2)
+	info, err := b.insp.Run(ctx, cf.Name, run2)
 	if err != nil || info.Status != worqr.RunDone {
 		t.Fatalf("run = %+v, %v; want done", info, err)
 	}
@@ -445,6 +445,7 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 		_ = r.Stop(sctx)
 	}()
 	c, _ := worqr.NewClient(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -480,7 +481,7 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 	if armed.Load() >= 0 {
 		t.Fatal("no reply was lost: the test did not test anything")
 	}
-	info, err := c.Task(ctx, "q", id)
+	info, err := in.Task(ctx, "q", id)
 	if err != nil || info.State != worqr.StateDone || string(info.Result) != "r" {
 		t.Fatalf("task = %+v, %v; want done with result r", info, err)
 	}
@@ -504,7 +505,7 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 	if armed.Load() >= 0 {
 		t.Fatal("no reply was lost")
 	}
-	if info, err := c.Task(ctx, "q", id2); err != nil || info.State != worqr.StateCancelled {
+	if info, err := in.Task(ctx, "q", id2); err != nil || info.State != worqr.StateCancelled {
 		t.Fatalf("task = %+v, %v; want cancelled", info, err)
 	}
 }
@@ -582,6 +583,7 @@ func TestWorkerLostEndReplyOfACancelledTask(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -601,7 +603,7 @@ func TestWorkerLostEndReplyOfACancelledTask(t *testing.T) {
 	if armed.Load() >= 0 {
 		t.Fatal("no reply was lost: the test did not test anything")
 	}
-	if info, err := c.Task(ctx, "q", id); err != nil || info.State != worqr.StateCancelled {
+	if info, err := in.Task(ctx, "q", id); err != nil || info.State != worqr.StateCancelled {
 		t.Fatalf("task = %+v, %v; want cancelled", info, err)
 	}
 }

@@ -47,8 +47,9 @@ func newReplyLossPool(url string) *replyLossPool {
 }
 
 // replyLossClient returns a replyLossPool on the test server (closed with
-// the test), the configuration of a new namespace, and a client of it.
-func replyLossClient(t *testing.T) (*replyLossPool, worqr.Config, *worqr.Client) {
+// the test), the configuration of a new namespace, and a client and an
+// inspector of it.
+func replyLossClient(t *testing.T) (*replyLossPool, worqr.Config, *worqr.Client, *worqr.Inspector) {
 	t.Helper()
 	pool := newReplyLossPool(srv.URL)
 	t.Cleanup(func() { pool.Close() })
@@ -57,7 +58,7 @@ func replyLossClient(t *testing.T) (*replyLossPool, worqr.Config, *worqr.Client)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pool, cfg, c
+	return pool, cfg, c, newInspector(t, pool, &cfg)
 }
 
 // setLose sets the predicate (nil: lose nothing).

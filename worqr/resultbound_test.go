@@ -20,10 +20,12 @@ func TestResultOverMaxPayloadBytesIsRefused(t *testing.T) {
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	const limit = 1024
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true, MaxPayloadBytes: limit})
+	ccfg := worqr.Config{Namespace: ns, DisableEvents: true, MaxPayloadBytes: limit}
+	c, err := worqr.NewClient(pool, &ccfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &ccfg)
 	big, err := c.Enqueue(ctx, "res", []byte("big"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +49,8 @@ func TestResultOverMaxPayloadBytesIsRefused(t *testing.T) {
 	startWorker(t, ctx, pool, &cfg)
 	var info *worqr.TaskInfo
 	wait(t, 10*time.Second, "both tasks ended", func() bool {
-		a, err1 := c.Task(ctx, "res", big)
-		b, err2 := c.Task(ctx, "res", fits)
+		a, err1 := in.Task(ctx, "res", big)
+		b, err2 := in.Task(ctx, "res", fits)
 		info = a
 		return err1 == nil && err2 == nil && b.State == worqr.StateDone && a.State != worqr.StateQueued && a.State != worqr.StateActive
 	})
@@ -56,7 +58,7 @@ func TestResultOverMaxPayloadBytesIsRefused(t *testing.T) {
 		t.Fatalf("task with a result of %d bytes: state %s, result %d bytes, last error %q; want dead, no result, the error naming Task.SetResult",
 			limit+1, info.State, len(info.Result), info.LastError)
 	}
-	if got, _ := c.Task(ctx, "res", fits); len(got.Result) != limit {
+	if got, _ := in.Task(ctx, "res", fits); len(got.Result) != limit {
 		t.Fatalf("task with a result of %d bytes recorded %d", limit, len(got.Result))
 	}
 }

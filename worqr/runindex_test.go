@@ -27,6 +27,7 @@ func TestRunIndexFollowsTheRunNotTheDeploy(t *testing.T) {
 	old := &worqr.Flow{Name: "ixf", Retention: time.Second, IndexBy: []string{"user"}, Stages: stages}
 	now := &worqr.Flow{Name: "ixf", Retention: time.Second, Stages: stages}
 	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	id, err := c.StartRun(ctx, old, map[string]string{"user": "42"})
 	if err != nil {
 		t.Fatal(err)
@@ -50,7 +51,7 @@ func TestRunIndexFollowsTheRunNotTheDeploy(t *testing.T) {
 	if ex == 0 && score == "inf" && ttl == -1 {
 		t.Errorf("the run ended and expired, its index entry stays +inf with no expiry")
 	}
-	if runs, err := c.FindRuns(ctx, old, "user", "42"); err == nil {
+	if runs, err := in.FindRuns(ctx, old, "user", "42"); err == nil {
 		t.Logf("FindRuns under the old definition: %d runs", len(runs))
 	}
 }
@@ -77,6 +78,7 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 				return nil, nil
 			})}}}
 	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	cfg := fastTimings(ns)
 	cfg.Flows = []*worqr.Flow{f}
 	startWorker(t, ctx, pool, &cfg)
@@ -109,7 +111,7 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	ttl, _ := redis.Int(conn.Do("PTTL", ix))
-	found, err := c.FindRuns(ctx, f, "user", "42")
+	found, err := in.FindRuns(ctx, f, "user", "42")
 	t.Logf("index: %d entries, PTTL %d; FindRuns: %d runs", n, ttl, len(found))
 	if err != nil || len(found) != 1 {
 		t.Fatalf("FindRuns: %d runs (%v), want the one running", len(found), err)

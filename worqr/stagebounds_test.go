@@ -42,17 +42,19 @@ func TestStartRunStateIsBounded(t *testing.T) {
 	ns := redistest.Namespace()
 	flow := &worqr.Flow{Name: "sb", Stages: []worqr.Stage{{Name: "s1", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &cfg)
 	if _, err := c.StartRun(ctx, flow, manyFields(worqr.MaxStateFields+1, 1)); invalidField(t, "StartRun of MaxStateFields+1 fields", err) != "state" {
 		t.Fatalf("StartRun of too many fields: %v, want the field named state", err)
 	}
 	if _, err := c.StartRun(ctx, flow, manyFields(5, 1<<20)); invalidField(t, "StartRun of 5 MiB of state", err) != "state" {
 		t.Fatalf("StartRun of 5 MiB: %v, want the field named state", err)
 	}
-	if n, _ := c.Len(ctx, "sb/s1"); n != 0 {
+	if n := queueLen(t, in, "sb/s1"); n != 0 {
 		t.Fatalf("%d runs waiting after refused starts, want none", n)
 	}
 	// At the bounds: accepted.

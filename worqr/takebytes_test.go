@@ -15,13 +15,14 @@ import (
 
 // bigTasks enqueues n tasks of 600 KiB on queue "big" of a new namespace
 // (a take hands out one of them: a second would pass 1 MiB) and returns
-// the pool, the namespace, a client of it and the tasks' ids.
-func bigTasks(t *testing.T, n int) (*redis.Pool, string, *worqr.Client, []string) {
+// the pool, the namespace, an inspector of it and the tasks' ids.
+func bigTasks(t *testing.T, n int) (*redis.Pool, string, *worqr.Inspector, []string) {
 	t.Helper()
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func bigTasks(t *testing.T, n int) (*redis.Pool, string, *worqr.Client, []string
 	if err != nil {
 		t.Fatal(err)
 	}
-	return pool, ns, c, ids
+	return pool, ns, newInspector(t, pool, &cfg), ids
 }
 
 // gatedStarts is a handler that counts the tasks it starts and holds each
@@ -75,7 +76,7 @@ func (g *gatedStarts) distinct() (int, bool) {
 func TestBigTasksAreTakenInSteps(t *testing.T) {
 	ctx := context.Background()
 	const n = 12
-	pool, ns, c, ids := bigTasks(t, n)
+	pool, ns, in, ids := bigTasks(t, n)
 	g := newGatedStarts()
 	cfg := fastTimings(ns)
 	cfg.PollInterval = time.Hour
@@ -89,7 +90,7 @@ func TestBigTasksAreTakenInSteps(t *testing.T) {
 	close(g.gate)
 	wait(t, 10*time.Second, "every task done", func() bool {
 		for _, id := range ids {
-			if info, err := c.Task(ctx, "big", id); err != nil || info.State != worqr.StateDone {
+			if info, err := in.Task(ctx, "big", id); err != nil || info.State != worqr.StateDone {
 				return false
 			}
 		}

@@ -43,7 +43,7 @@ type Task struct {
 const MaxProgressLen = 1024
 
 // Progress records text (say "40%" or "page 3 of 7") as the task's progress,
-// readable with Client.Task (TaskInfo.Progress) and the Inspector while the
+// readable with Inspector.Task (TaskInfo.Progress) and Inspector.Tasks while the
 // task runs and, with Retention, after. It is one round trip; the report is
 // refused with ErrTaskLost, changing nothing, once this run no longer owns
 // the task (its worker's keepalive was lost and another run may have it).
@@ -59,7 +59,7 @@ func (t *Task) Progress(ctx context.Context, text string) error {
 }
 
 // SetResult sets the bytes recorded as the task's result when the handler
-// returns nil. They are readable with Client.Task while the queue's
+// returns nil. They are readable with Inspector.Task while the queue's
 // Retention keeps the task. At most Config.MaxPayloadBytes (the results of
 // a batch's tasks together at most 4 MiB, or MaxPayloadBytes when larger):
 // a larger result is not written, and the task goes to the dead set with
@@ -97,7 +97,7 @@ func (f HandlerFunc) HandleTask(ctx context.Context, t *Task) error { return f(c
 // TaskState is where a task stands.
 type TaskState string
 
-// The states Client.Task reports.
+// The states Inspector.Task reports.
 const (
 	StateQueued    TaskState = "queued"    // waiting in the queue
 	StateActive    TaskState = "active"    // taken by a worker

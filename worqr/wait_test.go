@@ -90,8 +90,9 @@ func TestWaitRereadsWithoutEvents(t *testing.T) {
 }
 
 // waitRunEnv is a two-stage flow whose first stage waits for release (or
-// for its context's end), served by a worker publishing events often.
-func waitRunEnv(t *testing.T) (context.Context, *cmdPool, *worqr.Client, *worqr.Flow, func()) {
+// for its context's end), served by a worker publishing events often, and
+// a Client and an Inspector of its namespace.
+func waitRunEnv(t *testing.T) (context.Context, *cmdPool, *worqr.Client, *worqr.Inspector, *worqr.Flow, func()) {
 	ctx := context.Background()
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
@@ -121,7 +122,7 @@ func waitRunEnv(t *testing.T) (context.Context, *cmdPool, *worqr.Client, *worqr.
 	var once sync.Once
 	free := func() { once.Do(func() { close(release) }) }
 	t.Cleanup(free) // before the worker's Stop, which would wait for the handler
-	return ctx, counted, c, flow, free
+	return ctx, counted, c, newInspector(t, counted, &cfg), flow, free
 }
 
 // waitRun runs WaitRun in the background and returns once it read the run
@@ -142,7 +143,7 @@ func waitRun(ctx context.Context, t *testing.T, pool *cmdPool, c *worqr.Client, 
 }
 
 func TestWaitRunReturnsTheEndedRun(t *testing.T) {
-	ctx, pool, c, flow, release := waitRunEnv(t)
+	ctx, pool, c, _, flow, release := waitRunEnv(t)
 	id, err := c.StartRun(ctx, flow, map[string]string{"in": "x"})
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +165,7 @@ func TestWaitRunReturnsTheEndedRun(t *testing.T) {
 // A run cancelled while its stage waits (its one handler is busy with
 // another run): no taking ends, so the cancel's own event wakes WaitRun.
 func TestWaitRunReturnsTheCancelledRun(t *testing.T) {
-	ctx, pool, c, flow, _ := waitRunEnv(t)
+	ctx, pool, c, _, flow, _ := waitRunEnv(t)
 	if _, err := c.StartRun(ctx, flow, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -311,11 +312,12 @@ func TestWaitForATaskWithoutRetention(t *testing.T) {
 	}
 }
 
-// CancelRunByName cancels a run knowing only its flow's name: a running
-// one (its stage told to stop) and a waiting one, each kept for the
-// retention it was started with; a second cancel says it was not running.
-func TestCancelRunByName(t *testing.T) {
-	ctx, pool, c, flow, _ := waitRunEnv(t)
+// Inspector.CancelRun cancels a run knowing only its flow's name: a
+// running one (its stage told to stop) and a waiting one, each kept for
+// the retention it was started with; a second cancel says it was not
+// running.
+func TestInspectorCancelRun(t *testing.T) {
+	ctx, pool, c, in, flow, _ := waitRunEnv(t)
 	running, err := c.StartRun(ctx, flow, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -325,15 +327,15 @@ func TestCancelRunByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{running, waiting} {
-		if ok, err := c.CancelRunByName(ctx, flow.Name, id); err != nil || !ok {
-			t.Fatalf("CancelRunByName(%s) = %v, %v", id, ok, err)
+		if ok, err := in.CancelRun(ctx, flow.Name, id); err != nil || !ok {
+			t.Fatalf("CancelRun(%s) = %v, %v", id, ok, err)
 		}
-		info, err := c.Run(ctx, flow, id)
+		info, err := in.Run(ctx, flow.Name, id)
 		if err != nil || info.Status != worqr.RunCancelled {
 			t.Fatalf("run %s after the cancel: %+v, %v", id, info, err)
 		}
-		if ok, err := c.CancelRunByName(ctx, flow.Name, id); err != nil || ok {
-			t.Fatalf("second CancelRunByName(%s) = %v, %v; want false", id, ok, err)
+		if ok, err := in.CancelRun(ctx, flow.Name, id); err != nil || ok {
+			t.Fatalf("second CancelRun(%s) = %v, %v; want false", id, ok, err)
 		}
 	}
 	// Kept for the flow's retention: readable now, and with an expiry.
@@ -345,7 +347,7 @@ func TestCancelRunByName(t *testing.T) {
 	if n, err := redis.Int(conn.Do("EVAL", "local n = 0 for _, k in ipairs(redis.call('KEYS', ARGV[1])) do if redis.call('PTTL', k) > 0 then n = n + 1 end end return n", 0, "*:t:"+running)); err != nil || n != 1 {
 		t.Fatalf("the cancelled run's hash with an expiry: %d (%v), want 1", n, err)
 	}
-	if _, err := c.CancelRunByName(ctx, "no/such", running); !errors.Is(err, worqr.ErrInvalid) {
+	if _, err := in.CancelRun(ctx, "no/such", running); !errors.Is(err, worqr.ErrInvalid) {
 		t.Fatalf("a bad flow name: %v, want ErrInvalid", err)
 	}
 }

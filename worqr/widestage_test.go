@@ -40,6 +40,7 @@ func TestStageWithManyFields(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	id, err := c.StartRun(ctx, flow, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -51,7 +52,7 @@ func TestStageWithManyFields(t *testing.T) {
 		t.Logf("run ended: %s %s", info.Status, info.LastError)
 		return
 	}
-	r, _ := c.Run(ctx, flow, id)
+	r, _ := in.Run(ctx, flow.Name, id)
 	conn := pool.Get()
 	defer conn.Close()
 	keys, _ := redis.Strings(conn.Do("KEYS", ns+":{wide}:wq:*"))
@@ -93,6 +94,7 @@ func TestWideStageDoesNotStrandItsNeighbours(t *testing.T) {
 	cfg.Flows = []*worqr.Flow{flow}
 	startWorker(t, ctx, pool, &cfg)
 	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	var ids []string
 	for i := 0; i < n; i++ {
 		st := map[string]string{}
@@ -112,7 +114,7 @@ func TestWideStageDoesNotStrandItsNeighbours(t *testing.T) {
 	time.Sleep(5 * time.Second)
 	stuck := 0
 	for i, id := range ids {
-		r, _ := c.Run(ctx, flow, id)
+		r, _ := in.Run(ctx, flow.Name, id)
 		if r.Status == worqr.RunRunning && i%8 != 0 {
 			stuck++
 			t.Logf("run %d (%s): status %s, task %s", i, id, r.Status, r.TaskState)

@@ -101,6 +101,10 @@ func (b *bench) measureBulk(ctx context.Context, profile bool, run bulkRun) erro
 	if err != nil {
 		return err
 	}
+	in, err := worqr.NewInspector(b.pool, &worqr.Config{Namespace: ns, Logger: b.log})
+	if err != nil {
+		return err
+	}
 
 	// The live worker: idle on another queue, keepalive TTL 300 ms renewed
 	// every 100 ms. It must not lose it while the batch runs.
@@ -203,10 +207,11 @@ func (b *bench) measureBulk(ctx context.Context, profile bool, run bulkRun) erro
 			entries = append(entries, e)
 		}
 	}
-	waiting, err := client.Len(ctx, bulkQueue)
+	qi, err := in.Queue(ctx, bulkQueue)
 	if err != nil {
 		return err
 	}
+	waiting := int(qi.Waiting)
 
 	var calls, others []time.Duration
 	var slowest slowEntry

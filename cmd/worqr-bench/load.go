@@ -58,6 +58,10 @@ func (b *bench) load(ctx context.Context) error {
 				return err
 			}
 			defer stopWorker(w)
+			in, err := worqr.NewInspector(b.pool, &worqr.Config{Namespace: ns, Logger: b.log})
+			if err != nil {
+				return err
+			}
 			p, err := client.Load(ctx, bulkQueue, newLines(o.loadDrainN, o.payload),
 				&worqr.LoadOptions{Name: "bench-held", MaxWaiting: o.loadMaxWait})
 			if err != nil {
@@ -67,8 +71,8 @@ func (b *bench) load(ctx context.Context) error {
 				return fmt.Errorf("%d tasks enqueued from %d lines", p.Enqueued, o.loadDrainN)
 			}
 			for {
-				n, err := client.Len(ctx, bulkQueue)
-				if err != nil || n == 0 {
+				qi, err := in.Queue(ctx, bulkQueue)
+				if err != nil || qi.Waiting == 0 {
 					return err
 				}
 				if !sleepCtx(ctx, 20*time.Millisecond) {

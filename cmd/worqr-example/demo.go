@@ -236,6 +236,10 @@ func (d *demo) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	in, err := worqr.NewInspector(d.pool, &ccfg)
+	if err != nil {
+		return err
+	}
 
 	// 1. A batch, and one task cancelled while it waits.
 	payloads := make([][]byte, demoTasks)
@@ -258,7 +262,7 @@ func (d *demo) run(ctx context.Context) error {
 	if st != worqr.CancelRemoved {
 		return fmt.Errorf("cancel of waiting task %s: got %s, want %s", extra, st, worqr.CancelRemoved)
 	}
-	if _, err := client.Task(ctx, demoQueue, extra); !errors.Is(err, worqr.ErrTaskNotFound) {
+	if _, err := in.Task(ctx, demoQueue, extra); !errors.Is(err, worqr.ErrTaskNotFound) {
 		return fmt.Errorf("cancelled task %s: Task() = %v, want ErrTaskNotFound", extra, err)
 	}
 	d.say("enqueued task %s and cancelled it while it waited: %s, no worker will ever get it", extra, st)
@@ -342,24 +346,22 @@ func (d *demo) run(ctx context.Context) error {
 	}
 
 	// 5. A few runs of the built-in flow, with a fan-out.
-	if err := d.runFlows(ctx, client); err != nil {
+	if err := d.runFlows(ctx, client, in); err != nil {
 		return err
 	}
 
 	// 6. Stop, check, sum up.
 	d.stopWorkers(workers)
 	workers = nil
-	waiting, err := client.Len(ctx, demoQueue)
+	q, err := in.Queue(ctx, demoQueue)
 	if err != nil {
 		return err
 	}
-	if err := d.check(ids, held, extra, childID, waiting); err != nil {
+	if err := d.check(ids, held, extra, childID, int(q.Waiting)); err != nil {
 		return err
 	}
-	if in, err := worqr.NewInspector(d.pool, &worqr.Config{Namespace: d.ns}); err == nil {
-		if left, err := in.Workers(ctx); err == nil {
-			d.say("workers still registered after stop: %d", len(left))
-		}
+	if left, err := in.Workers(ctx); err == nil {
+		d.say("workers still registered after stop: %d", len(left))
 	}
 	d.report(held)
 	return nil

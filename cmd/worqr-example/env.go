@@ -406,16 +406,17 @@ func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 }
 
 // conn is what the client subcommands share: the logger, a pool that
-// answered a PING, and a client on it.
+// answered a PING, and a client and an inspector on it.
 type conn struct {
 	log    *slog.Logger
 	pool   worqr.ConnGetter
 	client *worqr.Client
+	in     *worqr.Inspector
 	close  func()
 }
 
-// connect builds the logger, the pool and the client, and checks that Redis
-// answers. The caller runs close when done.
+// connect builds the logger, the pool, the client and the inspector, and
+// checks that Redis answers. The caller runs close when done.
 func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 	zl, log, err := newLogger(io.err, io.getenv)
 	if err != nil {
@@ -444,7 +445,12 @@ func (c *common) connect(ctx context.Context, io stdio) (*conn, error) {
 		done()
 		return nil, workerConfigError(err)
 	}
-	return &conn{log: log, pool: pool, client: client, close: func() {
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		done()
+		return nil, workerConfigError(err)
+	}
+	return &conn{log: log, pool: pool, client: client, in: in, close: func() {
 		client.Flush() // what this process did reaches the events and the history before it exits
 		done()
 	}}, nil

@@ -268,7 +268,7 @@ func (d *demo) flowEvent(e worqr.Event) {
 
 // runFlows starts a few runs of the built-in flow, waits until they end,
 // prints each run's state and checks it.
-func (d *demo) runFlows(ctx context.Context, client *worqr.Client) error {
+func (d *demo) runFlows(ctx context.Context, client *worqr.Client, in *worqr.Inspector) error {
 	flow := newAccessFlow(demoFlowOpts())
 	d.say("flow %s: %s -> %s -> %s (fans out to %s) -> %s, indexed by %s",
 		flow.Name, stageAccessCheck, stageUpdateMembership, stageManageReward,
@@ -290,7 +290,7 @@ func (d *demo) runFlows(ctx context.Context, client *worqr.Client) error {
 	defer tick.Stop()
 	for i, id := range ids {
 		for {
-			info, err := client.Run(ctx, flow, id)
+			info, err := in.Run(ctx, flow.Name, id)
 			if err != nil {
 				return fmt.Errorf("run %s: %w", id, err)
 			}
@@ -361,7 +361,7 @@ func (d *demo) runFlows(ctx context.Context, client *worqr.Client) error {
 				bad("run %s: child %s on %s: %s %q, want done %q", info.ID, c.ID, c.Queue, c.Status, c.Result, wantRes)
 			}
 		}
-		found, err := client.FindRuns(ctx, flow, accessIndexBy, users[i])
+		found, err := in.FindRuns(ctx, flow, accessIndexBy, users[i])
 		if err != nil {
 			return err
 		}

@@ -149,14 +149,14 @@ func TestWorkerFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	flow := newAccessFlow(accessFlowOpts{concurrency: 1})
 	var info *worqr.RunInfo
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		info, err = c.Run(context.Background(), flow, id)
+		info, err = in.Run(context.Background(), flow.Name, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,7 +176,7 @@ func TestWorkerFlow(t *testing.T) {
 			t.Errorf("child %+v", k)
 		}
 	}
-	runs, err := c.FindRuns(context.Background(), flow, "userId", "u7")
+	runs, err := in.FindRuns(context.Background(), flow, "userId", "u7")
 	if err != nil || len(runs) != 1 || runs[0].ID != id {
 		t.Errorf("FindRuns: %v, %v", runs, err)
 	}

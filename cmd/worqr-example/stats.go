@@ -44,10 +44,7 @@ func runStats(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer cn.close()
-	in, err := worqr.NewInspector(cn.pool, &worqr.Config{Namespace: c.namespace, Logger: cn.log})
-	if err != nil {
-		return err
-	}
+	in := cn.in
 	var infos []worqr.QueueInfo
 	if queues == nil {
 		if infos, err = in.Queues(ctx); err != nil {

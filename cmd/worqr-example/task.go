@@ -76,7 +76,7 @@ func runTask(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	defer cn.close()
-	info, err := cn.client.Task(ctx, queue, id)
+	info, err := cn.in.Task(ctx, queue, id)
 	if errors.Is(err, worqr.ErrTaskNotFound) {
 		return fmt.Errorf("task %s not found in queue %q: it never existed, or it ended and its record is gone", id, queue)
 	}

@@ -338,7 +338,7 @@ func TestDeadErrorsGroupsNormalisedErrors(t *testing.T) {
 func TestEnqueueFromStdinArgumentAndFile(t *testing.T) {
 	b := setup(t)
 	id := strings.TrimSpace(b.ok(`{"to":"ada"}`, "enqueue", "emails", "-"))
-	ti, err := b.client.Task(context.Background(), "emails", id)
+	ti, err := b.in.Task(context.Background(), "emails", id)
 	if err != nil {
 		t.Fatalf("the printed id %q is not a task: %v", id, err)
 	}
@@ -352,7 +352,7 @@ func TestEnqueueFromStdinArgumentAndFile(t *testing.T) {
 	}
 	id3 := strings.TrimSpace(b.ok("", "enqueue", "emails", "@"+file))
 	for id, want := range map[string]string{id2: "literal", id3: "\x00\x01\x02"} {
-		ti, err := b.client.Task(context.Background(), "emails", id)
+		ti, err := b.in.Task(context.Background(), "emails", id)
 		if err != nil || string(ti.Payload) != want {
 			t.Errorf("task %s: %v, payload %q, want %q", id, err, ti.Payload, want)
 		}
@@ -536,7 +536,7 @@ func TestFlowRunsGetAndTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	b.eventually("the run to end", func() bool {
-		r, err := b.client.Run(context.Background(), flow, id)
+		r, err := b.in.Run(context.Background(), flow.Name, id)
 		return err == nil && r.Status == worqr.RunDone
 	})
 	var runs []runJSON
@@ -796,7 +796,7 @@ func TestTaskLsExpired(t *testing.T) {
 	}
 	defer w.Stop(ctx)
 	b.eventually("the task expired", func() bool {
-		info, err := b.client.Task(ctx, "reports", id)
+		info, err := b.in.Task(ctx, "reports", id)
 		return err == nil && info.State == worqr.StateExpired
 	})
 	out := b.ok("", "task", "ls", "reports", "--state", "expired")
@@ -1060,7 +1060,7 @@ func TestFlowCancel(t *testing.T) {
 	if out := b.ok("", "flow", "cancel", "signup", id); strings.TrimSpace(out) != "cancelled "+id {
 		t.Errorf("flow cancel: %q", out)
 	}
-	if r, err := b.client.Run(context.Background(), flow, id); err != nil || r.Status != worqr.RunCancelled {
+	if r, err := b.in.Run(context.Background(), flow.Name, id); err != nil || r.Status != worqr.RunCancelled {
 		t.Fatalf("run after flow cancel: %+v, %v", r, err)
 	}
 	for run, want := range map[string]string{id: "is not running: it is cancelled", "nosuchrun": "is not running (it ended and expired, or never existed)"} {
@@ -1098,7 +1098,7 @@ func TestFlowRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	status := func() worqr.RunStatus {
-		r, err := b.client.Run(context.Background(), flow, id)
+		r, err := b.in.Run(context.Background(), flow.Name, id)
 		if err != nil {
 			return ""
 		}

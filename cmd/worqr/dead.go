@@ -50,7 +50,7 @@ func (a *app) deadLsCmd() *cobra.Command {
 		if offset < 0 {
 			return usagef("--offset %d: must not be negative", offset)
 		}
-		ts, total, err := a.client.Dead(ctx, q, offset, limit)
+		ts, total, err := a.in.Tasks(ctx, q, worqr.StateDead, offset, limit)
 		if err != nil {
 			return err
 		}
@@ -214,7 +214,7 @@ func (a *app) groupDead(ctx context.Context, q string, scan int) ([]*errorGroup,
 	scanned, total := 0, 0
 	for scanned < scan {
 		page := min(1000, scan-scanned)
-		ts, n, err := a.client.Dead(ctx, q, scanned, page)
+		ts, n, err := a.in.Tasks(ctx, q, worqr.StateDead, scanned, page)
 		if err != nil {
 			return nil, 0, 0, err
 		}

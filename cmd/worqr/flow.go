@@ -145,13 +145,13 @@ func childSummary(cs []worqr.ChildResult) string {
 	return strings.Join(parts, ",")
 }
 
-// getRun reads one run through Client.Run; the flow's definition is not
-// needed for that, only its name.
+// getRun reads one run through Inspector.Run; the flow's definition is
+// not needed for that, only its name.
 func (a *app) getRun(ctx context.Context, flow, id string) (*worqr.RunInfo, error) {
 	if err := worqr.CheckQueueName(flow); err != nil {
 		return nil, usagef("<flow> %q: %s", flow, ruleOf(err))
 	}
-	r, err := a.client.Run(ctx, &worqr.Flow{Name: flow}, id)
+	r, err := a.in.Run(ctx, flow, id)
 	if errors.Is(err, worqr.ErrTaskNotFound) {
 		return nil, fmt.Errorf("run %s of flow %s not found (never existed, or it ended longer ago than the flow's retention)", id, flow)
 	}
@@ -175,7 +175,7 @@ error (exit 1).`,
 		if err := worqr.CheckQueueName(flow); err != nil {
 			return usagef("<flow> %q: %s", flow, ruleOf(err))
 		}
-		ok, err := a.client.CancelRunByName(ctx, flow, id)
+		ok, err := a.in.CancelRun(ctx, flow, id)
 		if err != nil {
 			return err
 		}

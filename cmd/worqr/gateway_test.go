@@ -56,8 +56,8 @@ func TestGatewayServesWithTokenAndStopsOnSIGTERM(t *testing.T) {
 	if code := post("Bearer tok"); code != 200 {
 		t.Fatalf("with the token: %d, want 200", code)
 	}
-	if n, err := b.client.Len(context.Background(), "mail"); err != nil || n != 1 {
-		t.Fatalf("mail holds %d (%v), want the enqueued task", n, err)
+	if qi, err := b.in.Queue(context.Background(), "mail"); err != nil || qi.Waiting != 1 {
+		t.Fatalf("mail holds %+v (%v), want the enqueued task waiting", qi, err)
 	}
 	// A remote worker runs it; --retention keeps its result readable.
 	call := func(method, body string) map[string]any {

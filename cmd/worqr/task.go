@@ -110,18 +110,14 @@ error: nothing on stdout, exit 1.`,
 		if err := o.check(); err != nil {
 			return err
 		}
-		var (
-			t   *worqr.TaskInfo
-			err error
-		)
-		if len(args) == 1 {
-			t, err = a.in.Task(ctx, "", args[0])
-		} else {
+		q, id := "", args[0] // no queue: every known queue is searched
+		if len(args) == 2 {
 			if err := checkQueue("<queue>", args[0]); err != nil {
 				return err
 			}
-			t, err = a.client.Task(ctx, args[0], args[1])
+			q, id = args[0], args[1]
 		}
+		t, err := a.in.Task(ctx, q, id)
 		if errors.Is(err, worqr.ErrTaskNotFound) {
 			where := "any known queue"
 			if len(args) == 2 {
@@ -333,9 +329,9 @@ func (a *app) taskDeadCmd(requeue bool) *cobra.Command {
 			err error
 		)
 		if requeue {
-			n, err = a.client.RequeueDead(ctx, q, id)
+			n, err = a.in.RequeueDead(ctx, q, id)
 		} else {
-			n, err = a.client.DeleteDead(ctx, q, id)
+			n, err = a.in.DeleteDead(ctx, q, id)
 		}
 		if err != nil {
 			return err
@@ -364,7 +360,7 @@ func (a *app) stateNow(ctx context.Context, q, id string) string {
 // whereNow is stateNow's words without the parentheses ("" when the task
 // cannot be read).
 func (a *app) whereNow(ctx context.Context, q, id string) string {
-	t, err := a.client.Task(ctx, q, id)
+	t, err := a.in.Task(ctx, q, id)
 	switch {
 	case errors.Is(err, worqr.ErrTaskNotFound):
 		return "it is unknown: ended and not kept, or never was"

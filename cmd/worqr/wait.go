@@ -61,7 +61,7 @@ retention keeps it (give the queue a Retention, or the task one).`,
 			return fmt.Errorf("task %s not found in queue %s (never existed, or it ended and its record is gone: it is kept only for its retention)", id, q)
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			state := "unknown"
-			if t, err := a.client.Task(ctx, q, id); err == nil {
+			if t, err := a.in.Task(ctx, q, id); err == nil {
 				state = string(t.State)
 			}
 			return fmt.Errorf("timed out after %s: task %s is %s", timeout, id, state)

@@ -53,7 +53,7 @@ func ExampleStageMiddleware() {
 		return
 	}
 	for i := 0; i < 500; i++ { // wait for the run to end
-		if r, _ := client.Run(ctx, flow, id); r != nil && r.Status == worqr.RunDone && len(sr.Ended()) == 6 {
+		if r, _ := in.Run(ctx, flow.Name, id); r != nil && r.Status == worqr.RunDone && len(sr.Ended()) == 6 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)

@@ -46,7 +46,7 @@ func ExampleMiddleware() {
 		panic(err)
 	}
 
-	id, err := otelworqr.Enqueue(ctx, client, "emails", []byte("welcome"), nil, tp)
+	id, err := otelworqr.Enqueue(ctx, client, nil, "emails", []byte("welcome"), nil, tp) // nil: no EnqueueOpts.ID to check
 	if err != nil {
 		panic(err)
 	}

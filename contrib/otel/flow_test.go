@@ -75,7 +75,7 @@ func (e *env) runDone(flow *worqr.Flow, id string) *worqr.RunInfo {
 	var info *worqr.RunInfo
 	eventually(e.t, 10*time.Second, func() string {
 		var err error
-		if info, err = e.client.Run(context.Background(), flow, id); err != nil {
+		if info, err = e.in.Run(context.Background(), flow.Name, id); err != nil {
 			return err.Error()
 		}
 		if info.Status != worqr.RunDone {

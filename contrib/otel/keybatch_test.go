@@ -95,7 +95,7 @@ func TestKeyBatchTypedRuns(t *testing.T) {
 func enqueueABC(ctx context.Context, t *testing.T, e *env) {
 	t.Helper()
 	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
-		if _, err := otelworqr.Enqueue(ctx, e.client, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+		if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
 			t.Fatal(err)
 		}
 	}

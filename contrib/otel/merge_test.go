@@ -31,7 +31,7 @@ func TestMergedPayloadsUnwrapped(t *testing.T) {
 		if _, err := e.client.Enqueue(ctx, "plain", []byte(p), &worqr.EnqueueOpts{Key: "k"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := otelworqr.Enqueue(ctx, e.client, "mq", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+		if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "mq", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
 			t.Fatal(err)
 		}
 		sends := e.spans("mq send", len(producers)+1)

@@ -24,7 +24,7 @@
 // hand) gets a root consumer span.
 //
 // The envelope adds about 60 bytes (more with a tracestate) to the payload,
-// counted against Config.MaxPayloadBytes, and it is what Client.Task and the
+// counted against Config.MaxPayloadBytes, and it is what Inspector.Task and the
 // operator tools show as the payload; Unwrap removes it.
 //
 // Flow runs are traced as one trace. StartRun starts a "<flow> send" span
@@ -151,17 +151,19 @@ func Unwrap(p []byte) []byte {
 //
 // With EnqueueOpts.ID, an enqueue repeated after its reply was lost carries
 // another span context, hence another payload, which Client.Enqueue refuses
-// with ErrDuplicate; Enqueue then reads the task and, when it holds the same
-// payload (envelope aside), returns its id without an error, as
-// Client.Enqueue would have. Once the task is no longer readable (after its
-// Retention), the ErrDuplicate stands.
-func Enqueue(ctx context.Context, client *worqr.Client, queue string, payload []byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) (string, error) {
+// with ErrDuplicate; Enqueue then reads the task with in (an Inspector of
+// the client's namespace) and, when it holds the same payload (envelope
+// aside), returns its id without an error, as Client.Enqueue would have.
+// Once the task is no longer readable (after its Retention), or with a nil
+// in, the ErrDuplicate stands. in is read only then: nil is fine without
+// EnqueueOpts.ID.
+func Enqueue(ctx context.Context, client *worqr.Client, in *worqr.Inspector, queue string, payload []byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) (string, error) {
 	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(sendAttrs(queue)...))
 	defer span.End()
 	id, err := client.Enqueue(ctx, queue, wrap(ctx, payload), opts)
-	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" {
-		if info, ierr := client.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), payload) {
+	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" && in != nil {
+		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), payload) {
 			id, err = opts.ID, nil
 		}
 	}

@@ -28,6 +28,7 @@ type env struct {
 	pool   *redis.Pool
 	cfg    worqr.Config
 	client *worqr.Client
+	in     *worqr.Inspector
 	sr     *tracetest.SpanRecorder
 	tp     *sdktrace.TracerProvider
 }
@@ -53,7 +54,7 @@ func setup(t *testing.T) *env {
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return &env{t: t, pool: pool, cfg: cfg, client: client, sr: sr, tp: tp}
+	return &env{t: t, pool: pool, cfg: cfg, client: client, in: in, sr: sr, tp: tp}
 }
 
 // worker starts a worker serving queue with h, wrapped in the tracing
@@ -150,13 +151,13 @@ func attrs(t *testing.T, s sdktrace.ReadOnlySpan, want ...attribute.KeyValue) {
 func TestEnqueueThenProcess(t *testing.T) {
 	e := setup(t)
 	ctx, parent := e.tp.Tracer("test").Start(context.Background(), "request")
-	id, err := otelworqr.Enqueue(ctx, e.client, "q", []byte("hello"), nil, e.tp)
+	id, err := otelworqr.Enqueue(ctx, e.client, e.in, "q", []byte("hello"), nil, e.tp)
 	parent.End()
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The stored payload carries the envelope; Unwrap removes it.
-	info, err := e.client.Task(context.Background(), "q", id)
+	info, err := e.in.Task(context.Background(), "q", id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +213,7 @@ func TestEnqueueThenProcess(t *testing.T) {
 
 func TestFailingHandlerMarksSpanError(t *testing.T) {
 	e := setup(t)
-	id, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("x"), nil, e.tp)
+	id, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("x"), nil, e.tp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +268,7 @@ func TestMuxInsideRoutesTypedPayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := otelworqr.Enqueue(context.Background(), e.client, "q", p, nil, e.tp)
+	id, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", p, nil, e.tp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -306,7 +307,7 @@ func TestNoEnvelopeGivesRootSpan(t *testing.T) {
 
 func TestResultAndGiveBackThroughTheEnvelope(t *testing.T) {
 	e := setup(t)
-	id, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("x"), nil, e.tp)
+	id, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("x"), nil, e.tp)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +321,7 @@ func TestResultAndGiveBackThroughTheEnvelope(t *testing.T) {
 		return nil
 	})})
 	eventually(t, 10*time.Second, func() string {
-		info, err := e.client.Task(context.Background(), "q", id)
+		info, err := e.in.Task(context.Background(), "q", id)
 		if err != nil {
 			return err.Error()
 		}
@@ -349,15 +350,15 @@ func TestResultAndGiveBackThroughTheEnvelope(t *testing.T) {
 func TestRepeatedIDIsIdempotent(t *testing.T) {
 	e := setup(t)
 	opts := &worqr.EnqueueOpts{ID: "order-7"}
-	id1, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("x"), opts, e.tp)
+	id1, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("x"), opts, e.tp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id2, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("x"), opts, e.tp)
+	id2, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("x"), opts, e.tp)
 	if err != nil || id1 != "order-7" || id2 != id1 {
 		t.Fatalf("repeated enqueue: %q, %q, %v; want order-7 twice, no error", id1, id2, err)
 	}
-	if _, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("other"), opts, e.tp); !errors.Is(err, worqr.ErrDuplicate) {
+	if _, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("other"), opts, e.tp); !errors.Is(err, worqr.ErrDuplicate) {
 		t.Fatalf("same ID, other payload: %v, want ErrDuplicate", err)
 	}
 	sends := e.spans("q send", 3)
@@ -389,11 +390,11 @@ func TestEnqueueBatch(t *testing.T) {
 
 func TestNoSpanContextNoEnvelope(t *testing.T) {
 	e := setup(t)
-	id, err := otelworqr.Enqueue(context.Background(), e.client, "q", []byte("x"), nil, noop.NewTracerProvider())
+	id, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("x"), nil, noop.NewTracerProvider())
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, err := e.client.Task(context.Background(), "q", id)
+	info, err := e.in.Task(context.Background(), "q", id)
 	if err != nil {
 		t.Fatal(err)
 	}

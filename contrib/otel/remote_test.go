@@ -18,7 +18,7 @@ import (
 func TestRemoteGetsThePayloadAndTheTraceContext(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
-	if _, err := otelworqr.Enqueue(ctx, e.client, "pdf", []byte("report.md"), nil, e.tp); err != nil {
+	if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "pdf", []byte("report.md"), nil, e.tp); err != nil {
 		t.Fatal(err)
 	}
 	ended := e.sr.Ended()

@@ -113,6 +113,10 @@ func TestClusterChaos(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(cp, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	led := &chaosLedger{tasks: map[string]*chaosTask{}, procs: map[int]*workerProc{}}
 	seeds := strings.Join(rc.Addrs(), ",")
@@ -227,7 +231,7 @@ func TestClusterChaos(t *testing.T) {
 		for readCtx.Err() == nil {
 			for _, id := range led.recent(moveQ, 20) {
 				rctx, c := context.WithTimeout(readCtx, 3*time.Second)
-				_, _ = client.Task(rctx, moveQ, id)
+				_, _ = in.Task(rctx, moveQ, id)
 				c()
 			}
 			sleepFor(readCtx, 5*time.Millisecond)
@@ -272,7 +276,7 @@ func TestClusterChaos(t *testing.T) {
 		for _, id := range open {
 			q := led.queueOf(id)
 			rctx, c := context.WithTimeout(ctx, 3*time.Second)
-			rec, err := client.Task(rctx, q, id)
+			rec, err := in.Task(rctx, q, id)
 			c()
 			switch {
 			case errors.Is(err, worqr.ErrTaskNotFound) && q == killQ && led.ackedBefore(id, promotedAt) && !led.everTaken(id):
@@ -292,7 +296,7 @@ func TestClusterChaos(t *testing.T) {
 		var lines []string
 		for _, id := range open[:min(10, len(open))] {
 			q := led.queueOf(id)
-			rec, err := client.Task(ctx, q, id)
+			rec, err := in.Task(ctx, q, id)
 			state := "gone"
 			if rec != nil {
 				state = fmt.Sprintf("%s worker=%s pid=%s crashes=%d", rec.State, rec.WorkerID, rec.PID, rec.Crashes)

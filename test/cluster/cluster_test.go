@@ -184,6 +184,10 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	st := rdb.NewStore(pool, ns)
 
 	// A hand-driven worker (short TTL) takes tasks of "held" and dies
@@ -316,9 +320,9 @@ func TestEveryScriptOnCluster(t *testing.T) {
 				}
 			}
 			ta.mu.Unlock()
-			qi, err := client.Len(ctx, q)
+			qi, err := in.Queue(ctx, q)
 			d, n := ta.count(q + "/")
-			t.Fatalf("queue %s not drained: %d distinct ran (%d runs), want 43; missing %v; waiting %d (%v)", q, d, n, missing, qi, err)
+			t.Fatalf("queue %s not drained: %d distinct ran (%d runs), want 43; missing %v; counts %+v (%v)", q, d, n, missing, qi, err)
 		}
 	}
 	for _, q := range queues {
@@ -328,11 +332,11 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}
 	// The dead task: requeued from the dead set, it runs.
 	waitFor(t, 10*time.Second, "the doomed task dead", func() bool {
-		info, err := client.Task(ctx, queues[0], doomed)
+		info, err := in.Task(ctx, queues[0], doomed)
 		return err == nil && info.State == worqr.StateDead
 	})
 	ta.passDoomed()
-	if n, err := client.RequeueDead(ctx, queues[0], doomed); err != nil || n != 1 {
+	if n, err := in.RequeueDead(ctx, queues[0], doomed); err != nil || n != 1 {
 		t.Fatalf("requeue dead: %d, %v", n, err)
 	}
 	waitFor(t, 10*time.Second, "the requeued dead task ran", func() bool {
@@ -342,10 +346,10 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	// The flow: every run fanned out 3 children and joined.
 	for _, id := range runs {
 		waitFor(t, 20*time.Second, "run "+id+" done", func() bool {
-			ri, err := client.Run(ctx, flow, id)
+			ri, err := in.Run(ctx, flow.Name, id)
 			return err == nil && ri.Status == worqr.RunDone
 		})
-		ri, _ := client.Run(ctx, flow, id)
+		ri, _ := in.Run(ctx, flow.Name, id)
 		if ri.State["kids"] != "3" || ri.State["split"] != "yes" {
 			t.Errorf("run %s state %v", id, ri.State)
 		}
@@ -362,16 +366,12 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	if d, n := ta.count(held + "/"); d != 5 || n != 5 {
 		t.Errorf("held: %d distinct, %d runs", d, n)
 	}
-	info, err := client.Task(ctx, held, got[0].ID)
+	info, err := in.Task(ctx, held, got[0].ID)
 	if err == nil && info.Crashes != 1 {
 		t.Errorf("a recovered task counts %d crashes, want 1", info.Crashes)
 	}
 
 	// Cancel, bulk delete and a run's cancel on queues nobody serves.
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
 	c1, err := client.Enqueue(ctx, idle[1], []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)

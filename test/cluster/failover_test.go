@@ -73,6 +73,10 @@ func TestFailoverLostEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	id, err := client.Enqueue(ctx, q, []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +110,7 @@ func TestFailoverLostEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	freshClient, err := worqr.NewClient(fresh, &worqr.Config{Namespace: ns, DisableEvents: true})
+	freshIn, err := worqr.NewInspector(fresh, &worqr.Config{Namespace: ns, DisableEvents: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +123,7 @@ func TestFailoverLostEnd(t *testing.T) {
 		go func() {
 			lctx, c := context.WithTimeout(ctx, 15*time.Second)
 			defer c()
-			_, err := freshClient.Len(lctx, q)
+			_, err := freshIn.Queue(lctx, q)
 			lenDone <- err
 		}()
 	})
@@ -136,7 +140,7 @@ func TestFailoverLostEnd(t *testing.T) {
 	select {
 	case <-started:
 	case <-time.After(15 * time.Second):
-		info, err := client.Task(ctx, q, id)
+		info, err := in.Task(ctx, q, id)
 		if errors.Is(err, worqr.ErrTaskNotFound) {
 			t.Fatal("the end reached the replica after all (the task is done and gone): nothing was lost")
 		}
@@ -151,7 +155,7 @@ func TestFailoverLostEnd(t *testing.T) {
 		t.Fatal("the second run never ended")
 	}
 	// Done, and not kept (the queue has no retention): gone.
-	if info, err := client.Task(ctx, q, id); !errors.Is(err, worqr.ErrTaskNotFound) {
+	if info, err := in.Task(ctx, q, id); !errors.Is(err, worqr.ErrTaskNotFound) {
 		t.Errorf("after the second run: %+v, %v; want the task gone", info, err)
 	}
 	if pool.Switches() == switchesBefore {

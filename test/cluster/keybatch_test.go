@@ -290,8 +290,8 @@ func TestKeyBatchOnCluster(t *testing.T) {
 		t.Error("no batch of the moved queue ended while its slot moved")
 	}
 	for _, q := range queues {
-		if n, err := client.Len(ctx, q); err != nil || n != 0 {
-			t.Errorf("%s: %d waiting, %v", q, n, err)
+		if qi, err := in.Queue(ctx, q); err != nil || qi.Waiting != 0 {
+			t.Errorf("%s: %+v, %v; want none waiting", q, qi, err)
 		}
 	}
 }

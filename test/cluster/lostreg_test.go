@@ -89,7 +89,7 @@ func TestRegistryFailoverLosesRegistration(t *testing.T) {
 	for _, x := range ws {
 		ids = append(ids, x.ID)
 	}
-	info, err := client.Task(ctx, q, id)
+	info, err := in.Task(ctx, q, id)
 	if err != nil {
 		t.Fatal(err)
 	}

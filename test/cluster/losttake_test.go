@@ -69,6 +69,10 @@ func TestFailoverLostTake(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true, Replicas: 1, ReplicaTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
 	id, err := client.Enqueue(ctx, q, []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -147,7 +151,7 @@ func TestFailoverLostTake(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			info, err := client.Task(ctx, q, id)
+			info, err := in.Task(ctx, q, id)
 			held, herr := redis.StringMap(promoted.Pool().Get().Do("HGETALL", rdb.NewKeys(ns).Queue(rdb.Standalone(q)).WorkerQueue(w.ID())))
 			t.Fatalf("the first run (its take lost with the master) still runs 15 s after the switch; task %+v (%v); the new master holds %v (%v)",
 				info, err, held, herr)
@@ -160,7 +164,7 @@ func TestFailoverLostTake(t *testing.T) {
 	select {
 	case <-started:
 	case <-time.After(15 * time.Second):
-		info, err := client.Task(ctx, q, id)
+		info, err := in.Task(ctx, q, id)
 		t.Fatalf("the task never ran again: %+v, %v", info, err)
 	}
 	mu.Lock()

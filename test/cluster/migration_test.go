@@ -288,6 +288,10 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(cp, &worqr.Config{Namespace: ns, DisableEvents: true})
+	if err != nil {
+		t.Fatal(err)
+	}
 	flow := &worqr.Flow{Name: flowName, Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
 	// Keys of the slot on the owner before the move.
@@ -347,8 +351,8 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 	if cpt, err := st.LoadState(ctx, qk, "l"); err != nil || cpt == nil || cpt.Next != 3 || cpt.Tasks != 2 {
 		t.Errorf("load checkpoint: %+v, %v", cpt, err)
 	}
-	if n, err := client.Len(ctx, q); err != nil || n != 2 {
-		t.Errorf("loaded queue: %d waiting, %v", n, err)
+	if qi, err := in.Queue(ctx, q); err != nil || qi.Waiting != 2 {
+		t.Errorf("loaded queue: %+v, %v; want 2 waiting", qi, err)
 	}
 	// The loaded tasks waited packed; their hash moved with the slot, and a
 	// take on the new owner (a cluster take reads before it writes) makes
@@ -357,11 +361,11 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 		string(got[0].Payload) != "1" || string(got[1].Payload) != "2" || got[0].PID == "" || got[1].PID == "" {
 		t.Errorf("take of the loaded tasks: %+v, %v", got, err)
 	}
-	if ri, err := client.Run(ctx, flow, runID); err != nil || ri.State["a"] != "b" {
+	if ri, err := in.Run(ctx, flow.Name, runID); err != nil || ri.State["a"] != "b" {
 		t.Errorf("run %s: %+v, %v", runID, ri, err)
 	}
-	if n, err := client.Len(ctx, ord); err != nil || n != 1 {
-		t.Errorf("ordered queue: %d waiting, %v", n, err)
+	if qi, err := in.Queue(ctx, ord); err != nil || qi.Waiting != 1 {
+		t.Errorf("ordered queue: %+v, %v; want 1 waiting", qi, err)
 	}
 	if p, err := st.ReadProgress(ctx, ck, 0); err != nil || p.Next != 3 {
 		t.Errorf("consumer progress: %+v, %v", p, err)

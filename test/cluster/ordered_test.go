@@ -99,7 +99,7 @@ func TestOrderedOnCluster(t *testing.T) {
 		if err != nil || len(blocked) != 1 || blocked[0].Key != "k0" || blocked[0].Behind != 3 {
 			t.Fatalf("%s: blocked keys %+v, %v", q, blocked, err)
 		}
-		if n, err := client.RequeueDead(ctx, q, blocked[0].Head.ID); err != nil || n != 1 {
+		if n, err := in.RequeueDead(ctx, q, blocked[0].Head.ID); err != nil || n != 1 {
 			t.Fatalf("%s: requeue dead: %d %v", q, n, err)
 		}
 	}
@@ -142,7 +142,7 @@ func TestOrderedOnCluster(t *testing.T) {
 	if err != nil || b != a {
 		t.Fatalf("merge: %s into %s, %v", b, a, err)
 	}
-	info, err := client.Task(ctx, q, a)
+	info, err := in.Task(ctx, q, a)
 	if err != nil || len(info.Payloads) != 2 {
 		t.Fatalf("merged task: %+v %v", info, err)
 	}

@@ -51,6 +51,10 @@ func TestReplicasOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	queues := spread(t, "rw")
 	// enqueue enqueues to q and checks that master want ran one WAIT and
 	// no other master one, but stale (the master a stale map names, whose
@@ -96,8 +100,8 @@ func TestReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	enqueue(queues[0], to.Addr, from)
-	if n, err := client.Len(ctx, queues[0]); err != nil || n != 3 {
-		t.Fatalf("%s holds %d tasks (%v), want 3: each enqueue ran once", queues[0], n, err)
+	if qi, err := in.Queue(ctx, queues[0]); err != nil || qi.Waiting != 3 {
+		t.Fatalf("%s holds %+v (%v), want 3 waiting: each enqueue ran once", queues[0], qi, err)
 	}
 
 	noop := worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })

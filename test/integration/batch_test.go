@@ -66,7 +66,7 @@ var _ = Describe("Large batches", func() {
 		Expect(rec.count(worqr.EventRegistered)).To(Equal(1), "it never registered again")
 		Expect(w.ID()).To(Equal(worker))
 
-		info, err := e.client.Task(ctx, "long", id)
+		info, err := e.in.Task(ctx, "long", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateDone))
 		Expect(info.Crashes).To(BeZero())
@@ -75,7 +75,7 @@ var _ = Describe("Large batches", func() {
 		waiting := e.waiting("bulk")
 		Expect(len(waiting)).To(Equal(n))
 		Expect(waiting).To(Equal(ids), "every id, once, in the batch's order")
-		peek, err := e.client.Peek(ctx, "bulk", 3)
+		peek, _, err := e.in.Tasks(ctx, "bulk", worqr.StateQueued, 0, 3)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(peek).To(HaveLen(3))
 		for i, p := range peek {

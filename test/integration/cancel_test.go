@@ -22,7 +22,7 @@ var _ = Describe("Cancel", func() {
 		st, err := e.client.Cancel(ctx, "cq", victim)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(st).To(Equal(worqr.CancelRemoved))
-		_, err = e.client.Task(ctx, "cq", victim)
+		_, err = e.in.Task(ctx, "cq", victim)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound))
 		Expect(e.waiting("cq")).To(Equal([]string{next}))
 
@@ -81,16 +81,16 @@ var _ = Describe("Cancel", func() {
 		w2 := e.start(newPool(), e.workerConfig(map[string]worqr.QueueConfig{"cr": one(handler, 1)}, &rec2))
 		t2 := e.enqueue("cr", "two")
 		Eventually(ctx, started).WithTimeout(3 * time.Second).Should(Receive(Equal(t2)))
-		info, err := e.client.Task(ctx, "cr", t1)
+		info, err := e.in.Task(ctx, "cr", t1)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.WorkerID).To(Equal(w1.ID()))
-		info, err = e.client.Task(ctx, "cr", t2)
+		info, err = e.in.Task(ctx, "cr", t2)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.WorkerID).To(Equal(w2.ID()))
 
 		subCtx, stopSub := context.WithCancel(ctx)
 		defer stopSub()
-		cancels, err := e.client.SubscribeCancels(subCtx, "cr")
+		cancels, err := e.in.SubscribeCancels(subCtx, "cr")
 		Expect(err).NotTo(HaveOccurred())
 
 		st, err := e.client.Cancel(ctx, "cr", t1)
@@ -108,7 +108,7 @@ var _ = Describe("Cancel", func() {
 		Expect(runs[t2][0].ctx.Err()).NotTo(HaveOccurred())
 		mu.Unlock()
 
-		_, err = e.client.Task(ctx, "cr", t1)
+		_, err = e.in.Task(ctx, "cr", t1)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound), "the cancelled task's hash is gone")
 		Expect(e.waiting("cr")).To(BeEmpty(), "a cancelled task is not requeued")
 
@@ -141,13 +141,13 @@ var _ = Describe("Cancel", func() {
 		st, err := e.client.Cancel(ctx, "cm", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(st).To(Equal(worqr.CancelRequested))
-		info, err := e.client.Task(ctx, "cm", id)
+		info, err := e.in.Task(ctx, "cm", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.CancelRequested).To(BeTrue())
 		release.open()
 		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(3 * time.Second).
 			Should(Equal([]worqr.EventKind{worqr.EventCancelled}))
-		_, err = e.client.Task(ctx, "cm", id)
+		_, err = e.in.Task(ctx, "cm", id)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound))
 		Expect(e.waiting("cm")).To(BeEmpty())
 		Consistently(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(500 * time.Millisecond).

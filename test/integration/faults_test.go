@@ -226,7 +226,7 @@ var _ = Describe("Connection faults", func() {
 		Consistently(ctx, ends).WithTimeout(300 * time.Millisecond).Should(Equal([]worqr.EventKind{worqr.EventDone}))
 		Expect(ran.get()).To(Equal([]string{id}), "the handler ran once")
 
-		_, err := e.client.Task(ctx, "lostend", id)
+		_, err := e.in.Task(ctx, "lostend", id)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound), "the task ended (no retention)")
 		Expect(e.waiting("lostend")).To(BeEmpty())
 		n, err := redis.Int(e.do("ZCARD", e.qk("lostend").Dead))

@@ -93,7 +93,7 @@ func (e *env) flRun(f *worqr.Flow, id string) *worqr.RunInfo {
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	info, err := e.client.Run(ctx, f, id)
+	info, err := e.in.Run(ctx, f.Name, id)
 	Expect(err).NotTo(HaveOccurred())
 	return info
 }

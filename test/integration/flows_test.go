@@ -1020,7 +1020,7 @@ var _ = Describe("Flows: finding runs", func() {
 		r3 := e.flStart(f, map[string]string{"userId": "8"})
 		find := func(user string) []string {
 			GinkgoHelper()
-			runs, err := e.client.FindRuns(ctx, f, "userId", user)
+			runs, err := e.in.FindRuns(ctx, f, "userId", user)
 			Expect(err).NotTo(HaveOccurred())
 			var ids []string
 			for _, r := range runs {
@@ -1031,7 +1031,7 @@ var _ = Describe("Flows: finding runs", func() {
 		Expect(find("7")).To(ConsistOf(r1, r2))
 		Expect(find("8")).To(ConsistOf(r3))
 		Expect(find("9")).To(BeEmpty())
-		_, err := e.client.FindRuns(ctx, f, "n", "1")
+		_, err := e.in.FindRuns(ctx, f, "n", "1")
 		expectInvalid(err, "prop", `"n" is not in Flow.IndexBy`)
 		ix := e.flQK(f.Name, f.Name).IndexKey("userId", "7")
 		Expect(redis.Int64(e.do("PTTL", ix))).To(Equal(int64(-1)), "kept while its runs run")
@@ -1042,7 +1042,7 @@ var _ = Describe("Flows: finding runs", func() {
 		for _, id := range []string{r1, r2, r3} {
 			Eventually(ctx, e.flStatus(f, id)).WithTimeout(3 * time.Second).Should(Equal(worqr.RunDone))
 		}
-		runs, err := e.client.FindRuns(ctx, f, "userId", "7")
+		runs, err := e.in.FindRuns(ctx, f, "userId", "7")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(runs).To(HaveLen(2), "ended runs are found within the retention")
 		for _, r := range runs {
@@ -1055,7 +1055,7 @@ var _ = Describe("Flows: finding runs", func() {
 		Eventually(ctx, func() bool { return e.exists(ix) }).WithTimeout(3 * time.Second).Should(BeFalse())
 		for _, id := range []string{r1, r2, r3} {
 			// (r3 ended last: it expires last.)
-			Eventually(ctx, func() error { _, err := e.client.Run(ctx, f, id); return err }).
+			Eventually(ctx, func() error { _, err := e.in.Run(ctx, f.Name, id); return err }).
 				WithTimeout(3 * time.Second).Should(MatchError(worqr.ErrTaskNotFound))
 		}
 		Eventually(ctx, func() []string { return find("8") }).WithTimeout(3 * time.Second).Should(BeEmpty())

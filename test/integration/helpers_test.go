@@ -47,6 +47,7 @@ type env struct {
 	keys   rdb.Keys
 	st     *rdb.Store
 	client *worqr.Client
+	in     *worqr.Inspector
 	logger *slog.Logger
 	reg    *registry.Registry
 }
@@ -62,6 +63,8 @@ func newEnv() *env {
 	e.reg, err = registry.New(e.pool, e.ns)
 	Expect(err).NotTo(HaveOccurred())
 	e.client, err = worqr.NewClient(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+	Expect(err).NotTo(HaveOccurred())
+	e.in, err = worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 	Expect(err).NotTo(HaveOccurred())
 	return e
 }

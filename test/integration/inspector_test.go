@@ -16,14 +16,6 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// inspector returns an Inspector of the spec's namespace.
-func (e *env) inspector() *worqr.Inspector {
-	GinkgoHelper()
-	in, err := worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
-	Expect(err).NotTo(HaveOccurred())
-	return in
-}
-
 // queueInfo returns the counts of one queue as the Inspector reports them.
 func queueInfo(in *worqr.Inspector, queue string) func() worqr.QueueInfo {
 	return func() worqr.QueueInfo {
@@ -61,7 +53,7 @@ var _ = Describe("Inspector", func() {
 	// queues, with their counts.
 	It("lists a queue only enqueued to, and a flow's stage queues with the runs waiting and active in them", func(ctx SpecContext) {
 		e := newEnv()
-		in := e.inspector()
+		in := e.in
 		solo := e.enqueueN("solo", 2) // no worker ever serves it
 
 		started := make(chan string, 4)
@@ -99,7 +91,7 @@ var _ = Describe("Inspector", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(total).To(Equal(1))
 		Expect(active[0].ID).To(Equal(runs[0]))
-		peek, err := e.client.Peek(ctx, "solo", 5)
+		peek, _, err := in.Tasks(ctx, "solo", worqr.StateQueued, 0, 5)
 		Expect(err).NotTo(HaveOccurred())
 		Expect([]string{peek[0].ID, peek[1].ID}).To(Equal(solo))
 
@@ -116,14 +108,14 @@ var _ = Describe("Inspector", func() {
 		}))
 	}, SpecTimeout(20*time.Second))
 
-	// Regression (issue 10): before, Client.Dead and Client.RequeueDead took
-	// stand-alone queue names only ("<flow>/<stage>" was refused for its
+	// Regression (issue 10): before, Client.Dead and Client.RequeueDead (now
+	// Inspector.Tasks and Inspector.RequeueDead) took stand-alone queue names only ("<flow>/<stage>" was refused for its
 	// '/'), so a flow run that failed in a stage could be neither listed
 	// nor requeued. Now both take "<flow>/<stage>", and a requeued run
 	// resumes in that stage.
 	It("lists a failed flow run in its stage's dead set and requeues it by \"<flow>/<stage>\"; the run then completes", func(ctx SpecContext) {
 		e := newEnv()
-		in := e.inspector()
+		in := e.in
 		var failing atomic.Bool
 		failing.Store(true)
 		var log flLog
@@ -141,7 +133,7 @@ var _ = Describe("Inspector", func() {
 		id := e.flStart(f, nil)
 		Eventually(ctx, e.flStatus(f, id)).WithTimeout(5 * time.Second).Should(Equal(worqr.RunFailed))
 
-		dead, total, err := e.client.Dead(ctx, "deadflow/b", 0, 10)
+		dead, total, err := in.Tasks(ctx, "deadflow/b", worqr.StateDead, 0, 10)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(total).To(Equal(1))
 		Expect(dead).To(HaveLen(1))
@@ -149,21 +141,17 @@ var _ = Describe("Inspector", func() {
 		Expect(dead[0].Queue).To(Equal("deadflow/b"))
 		Expect(dead[0].State).To(Equal(worqr.StateDead))
 		Expect(dead[0].LastError).To(ContainSubstring("b is broken"))
-		listed, _, err := in.Tasks(ctx, "deadflow/b", worqr.StateDead, 0, 10)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(listed).To(HaveLen(1))
-		Expect(listed[0].ID).To(Equal(id))
 		Expect(queueInfo(in, "deadflow/b")().Dead).To(Equal(int64(1)))
 
 		failing.Store(false)
-		n, err := e.client.RequeueDead(ctx, "deadflow/b", id)
+		n, err := in.RequeueDead(ctx, "deadflow/b", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(1))
 		Eventually(ctx, e.flStatus(f, id)).WithTimeout(5 * time.Second).Should(Equal(worqr.RunDone))
 		Expect(e.flRun(f, id).State).To(Equal(map[string]string{"a": "1", "b": "1"}))
 		Expect(log.of("a")).To(Equal([]string{id}), "stage a ran once")
 		Expect(log.of("b")).To(Equal([]string{id, id}), "stage b failed, then ran again after the requeue")
-		_, total, err = e.client.Dead(ctx, "deadflow/b", 0, 10)
+		_, total, err = in.Tasks(ctx, "deadflow/b", worqr.StateDead, 0, 10)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(total).To(BeZero())
 	}, SpecTimeout(20*time.Second))
@@ -174,7 +162,7 @@ var _ = Describe("Inspector", func() {
 	// wake channel and re-read every PollInterval.
 	It("pauses a queue: a running worker stops taking within one PollInterval, a restarted one honours the flag, Resume drains", func(ctx SpecContext) {
 		e := newEnv()
-		in := e.inspector()
+		in := e.in
 		var rec recorder
 		started := make(chan string, 16)
 		release := newGate()
@@ -241,7 +229,7 @@ var _ = Describe("Inspector", func() {
 	It("requeues 2,500 dead tasks with progress, deletes every waiting task, and cancels all, running tasks included", func(ctx SpecContext) {
 		const n = 2500
 		e := newEnv()
-		in := e.inspector()
+		in := e.in
 		payloads := make([][]byte, n)
 		for i := range payloads {
 			payloads[i] = []byte(fmt.Sprint(i))
@@ -312,7 +300,7 @@ var _ = Describe("Inspector", func() {
 		Consistently(ctx, started).WithTimeout(3*cfg.PollInterval).ShouldNot(Receive(), "no cancelled task runs")
 		Expect(e.waiting("bulkq")).To(BeEmpty())
 		for _, id := range waiting {
-			_, err := e.client.Task(ctx, "bulkq", id)
+			_, err := e.in.Task(ctx, "bulkq", id)
 			Expect(err).To(MatchError(worqr.ErrTaskNotFound), "ended as cancelled (no retention)")
 		}
 		Expect(countsOf([]worqr.QueueInfo{queueInfo(in, "bulkq")()})).To(Equal([]counts{{Name: "bulkq"}}))
@@ -325,7 +313,7 @@ var _ = Describe("Inspector", func() {
 	// and the takings it holds per queue.
 	It("describes each worker: host, process id, queues, keepalive age and the takings it holds", func(ctx SpecContext) {
 		e := newEnv()
-		in := e.inspector()
+		in := e.in
 		started := make(chan string, 4)
 		release := newGate()
 		blocked := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {

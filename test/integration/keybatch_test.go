@@ -197,7 +197,7 @@ var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
 		}
 		Expect(retried.Load()).To(BeNumerically(">", 0), "failed batches ran again")
 		Eventually(ctx, func() int {
-			_, _, total, err := inspector(e).Keys(ctx, "kb", 0, 100)
+			_, _, total, err := e.in.Keys(ctx, "kb", 0, 100)
 			Expect(err).NotTo(HaveOccurred())
 			return total
 		}).Should(BeZero(), "every key is forgotten once its tasks ended")
@@ -263,7 +263,7 @@ var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
 			WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
 		Expect(e.pass()).To(Equal(2), "the batch's two takings")
 		Expect(e.waiting("zb")).To(Equal(ids[:1]), "the head goes back to the front")
-		behind, err := inspector(e).TasksBehind(ctx, "zb", "K", 0, 10)
+		behind, err := e.in.TasksBehind(ctx, "zb", "K", 0, 10)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(behind).To(Equal(ids[1:]), "the rest of the batch goes back to the front of the key, in order")
 
@@ -340,11 +340,7 @@ var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
 		// The head's retry comes back with the merged task behind it.
 		Eventually(ctx, got).WithTimeout(3 * time.Second).Should(Receive(&ps))
 		Expect(ps).To(Equal([][]string{{"a", "b"}, {"c", "d"}}))
-		Eventually(ctx, func() int {
-			n, err := e.client.Len(ctx, "km")
-			Expect(err).NotTo(HaveOccurred())
-			return n
-		}).Should(BeZero())
+		Eventually(ctx, func() int64 { return queueInfo(e.in, "km")().Waiting }).Should(BeZero())
 	}, SpecTimeout(20*time.Second))
 
 	It("stops a batch when a cancel is asked for one of its tasks: that one ends cancelled, the others run again, nothing counted", func(ctx SpecContext) {
@@ -375,13 +371,9 @@ var _ = Describe("Ordered queues: batches per key (KeyBatch)", func() {
 		Expect(ps).To(Equal([]string{"K/0", "K/2"}), "the batch runs again without the cancelled task")
 		Expect(<-attempts).To(Equal(1))
 		Expect(<-attempts).To(Equal(1), "nothing counted")
-		info, err := e.client.Task(ctx, "kc", ids[1])
+		info, err := e.in.Task(ctx, "kc", ids[1])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateCancelled))
-		Eventually(ctx, func() int {
-			n, err := e.client.Len(ctx, "kc")
-			Expect(err).NotTo(HaveOccurred())
-			return n
-		}).Should(BeZero())
+		Eventually(ctx, func() int64 { return queueInfo(e.in, "kc")().Waiting }).Should(BeZero())
 	}, SpecTimeout(20*time.Second))
 })

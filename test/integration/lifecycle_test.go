@@ -53,7 +53,7 @@ var _ = Describe("Worker lifecycle", func() {
 		Expect(e.smembers(e.keys.Workers())).NotTo(ContainElement(id))
 		Expect(e.keysWith(id)).To(BeEmpty(), "no key names the stopped worker")
 		Expect(e.keysWith(":wq:")).To(BeEmpty())
-		info, err := e.client.Task(ctx, "life", ids[0])
+		info, err := e.in.Task(ctx, "life", ids[0])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateQueued))
 		Expect(info.Crashes).To(BeZero(), "a stop is not a crash")

@@ -77,7 +77,7 @@ var _ = Describe("Queue order", func() {
 		Expect(e.pass()).To(Equal(3))
 		want := append(append([]string{}, ids...), later...)
 		Expect(e.waiting("rc")).To(Equal(want), "T1-T3 at the front in their order, then T4, T5")
-		info, err := e.client.Task(ctx, "rc", ids[0])
+		info, err := e.in.Task(ctx, "rc", ids[0])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateQueued))
 		Expect(info.Crashes).To(Equal(1))

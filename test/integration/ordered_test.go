@@ -127,7 +127,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 			e.enqueueKeyed("ord", fmt.Sprintf("k%d", k), ps...)
 		}
 		Expect(e.waiting("ord")).To(HaveLen(keys), "only each key's head waits in the queue")
-		qi, err := inspector(e).Queue(ctx, "ord")
+		qi, err := e.in.Queue(ctx, "ord")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(qi.Keys).To(BeEquivalentTo(keys))
 		Expect(qi.Waiting).To(BeEquivalentTo(keys))
@@ -175,12 +175,8 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 			Expect(kt.done[fmt.Sprintf("k%d", k)]).To(Equal(want))
 		}
 		Expect(fails.Load()).To(BeNumerically(">=", keys*per/3))
-		Eventually(ctx, func() int {
-			n, err := e.client.Len(ctx, "ord")
-			Expect(err).NotTo(HaveOccurred())
-			return n
-		}).Should(BeZero())
-		ki, _, total, err := inspector(e).Keys(ctx, "ord", 0, 100)
+		Eventually(ctx, func() int64 { return queueInfo(e.in, "ord")().Waiting }).Should(BeZero())
+		ki, _, total, err := e.in.Keys(ctx, "ord", 0, 100)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ki).To(BeEmpty())
 		Expect(total).To(BeZero(), "every key is forgotten once its tasks ended")
@@ -291,7 +287,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 		Eventually(ctx, ran.get).WithTimeout(5 * time.Second).Should(ContainElements("B/0", "M/0", "M/1"))
 		Consistently(ctx, ran.get).WithTimeout(400 * time.Millisecond).ShouldNot(ContainElement("B/1"))
 
-		in := inspector(e)
+		in := e.in
 		ki, err := in.Key(ctx, "blk", "B")
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ki.Blocked).To(BeTrue())
@@ -311,7 +307,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 
 		// Requeued, the dead head runs first (and now succeeds), then B/1.
 		failing.Delete("B/0")
-		n, err := e.client.RequeueDead(ctx, "blk", dead[0])
+		n, err := e.in.RequeueDead(ctx, "blk", dead[0])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(1))
 		Eventually(ctx, ran.get).WithTimeout(5 * time.Second).Should(ContainElement("B/1"))
@@ -343,7 +339,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 		e.enqueueKeyed("pq", "D", "D/0", "D/1", "D/2", "D/3")
 		e.enqueueKeyed("pq", "R", "R/0", "R/1", "R/2")
 		Eventually(ctx, ran.get).WithTimeout(5 * time.Second).Should(ContainElements("D/0", "R/0"))
-		in := inspector(e)
+		in := e.in
 		Eventually(ctx, func() bool {
 			ki, err := in.Key(ctx, "pq", "D")
 			return err == nil && ki != nil && ki.Blocked
@@ -356,9 +352,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 		deleted, err := in.DeleteAllWaiting(ctx, "pq", nil)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(deleted).To(Equal(5+2+3+2), "every waiting task, those behind a key's head included")
-		n, err := e.client.Len(ctx, "pq")
-		Expect(err).NotTo(HaveOccurred())
-		Expect(n).To(BeZero())
+		Expect(queueInfo(in, "pq")().Waiting).To(BeZero())
 		for _, k := range []string{"A", "B"} {
 			ki, err := in.Key(ctx, "pq", k)
 			Expect(err).NotTo(HaveOccurred())
@@ -401,7 +395,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 			ids = append(ids, id)
 		}
 		Expect(ids).To(HaveEach(ids[0]), "one waiting task holds them all")
-		info, err := e.client.Task(ctx, "mrg", ids[0])
+		info, err := e.in.Task(ctx, "mrg", ids[0])
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.Key).To(Equal("order-1"))
 		Expect(info.Payloads).To(Equal([]worqr.Payload{{Data: []byte("v1"), Score: 10}, {Data: []byte("v2"), Score: 11}, {Data: []byte("v3"), Score: 13}}))
@@ -436,7 +430,7 @@ var _ = Describe("Ordered queues (tasks with a key)", func() {
 			}()
 		}
 		wg.Wait()
-		info, err = e.client.Task(ctx, "cnt", id1)
+		info, err = e.in.Task(ctx, "cnt", id1)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(info.Payload)).To(Equal("21"), "every concurrent merge counted once")
 	}, SpecTimeout(20*time.Second))
@@ -462,9 +456,9 @@ var _ = Describe("Ordered queues: bad input", func() {
 		expectInvalid(err, "merge", "nil")
 		_, _, err = c.EnqueueMerge(ctx, "q", "", []byte("x"), func(a, b []byte) ([]byte, error) { return b, nil }, nil)
 		expectInvalid(err, "key", "empty")
-		_, _, _, err = inspector(e).Keys(ctx, "q", 0, 0)
+		_, _, _, err = e.in.Keys(ctx, "q", 0, 0)
 		expectInvalid(err, "count", "at least 1")
-		_, err = inspector(e).Key(ctx, "flow/stage", "k")
+		_, err = e.in.Key(ctx, "flow/stage", "k")
 		expectInvalid(err, "queue", "flow's queue")
 		Expect(e.allKeys()).To(BeEmpty())
 	}, SpecTimeout(10*time.Second))
@@ -479,7 +473,7 @@ var _ = Describe("Ordered queues: bad input", func() {
 		_, _, err = e.client.EnqueueMerge(ctx, "q", "k", []byte("2"), func(a, b []byte) ([]byte, error) { return nil, boom }, nil)
 		Expect(err).To(MatchError(boom))
 		Expect(e.snapshot()).To(Equal(before))
-		info, err := e.client.Task(ctx, "q", id)
+		info, err := e.in.Task(ctx, "q", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(info.Payload)).To(Equal("1"))
 	}, SpecTimeout(10*time.Second))
@@ -491,11 +485,4 @@ func parseKeyedEnvelope(b []byte) (string, int) {
 	_, es, ok := rdb.DecodeEnvelope(b)
 	Expect(ok).To(BeTrue())
 	return parseKeyed(es[len(es)-1].Payload)
-}
-
-func inspector(e *env) *worqr.Inspector {
-	GinkgoHelper()
-	in, err := worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
-	Expect(err).NotTo(HaveOccurred())
-	return in
 }

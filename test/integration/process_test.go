@@ -286,7 +286,7 @@ var _ = Describe("Worker processes", func() {
 		Expect(workers).To(ContainElement(peer.ID()))
 		Expect(e.exists(e.keys.Keepalive(fresh))).To(BeTrue())
 		Expect(e.exists(e.keys.Keepalive(zombie))).To(BeFalse())
-		_, err = e.client.Task(ctx, "zq", id)
+		_, err = e.in.Task(ctx, "zq", id)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound), "the peer's finish stands")
 	}, SpecTimeout(60*time.Second))
 

@@ -13,7 +13,7 @@ import (
 )
 
 var _ = Describe("Progress of a running task (issue 16)", func() {
-	It("shows a handler's reports through Client.Task while it runs and after, and refuses a zombie's", func(ctx SpecContext) {
+	It("shows a handler's reports through Inspector.Task while it runs and after, and refuses a zombie's", func(ctx SpecContext) {
 		e := newEnv()
 		gate := newGate()
 		reported := make(chan error, 2)
@@ -28,7 +28,7 @@ var _ = Describe("Progress of a running task (issue 16)", func() {
 		e.start(nil, cfg)
 		id := e.enqueue("prog", "doc")
 		Eventually(ctx, reported).WithTimeout(3 * time.Second).Should(Receive(BeNil()))
-		info, err := e.client.Task(ctx, "prog", id)
+		info, err := e.in.Task(ctx, "prog", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateActive))
 		Expect(info.Progress).To(Equal("page 3 of 7"))
@@ -57,7 +57,7 @@ var _ = Describe("Progress of a running task (issue 16)", func() {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(ok).To(BeFalse(), "requeued: the zombie no longer owns it")
 		Expect(rdb.FieldProgress).To(Equal("pg"))
-		info, err = e.client.Task(ctx, "prog2", taken[0].ID)
+		info, err = e.in.Task(ctx, "prog2", taken[0].ID)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.Progress).To(Equal("50%"))
 	}, SpecTimeout(15*time.Second))

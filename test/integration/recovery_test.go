@@ -199,7 +199,7 @@ var _ = Describe("Recovery", func() {
 			WithTimeout(3 * time.Second).WithPolling(20 * time.Millisecond).Should(BeFalse())
 		Expect(e.pass()).To(Equal(1))
 		Expect(e.waiting("frz")).To(Equal([]string{id}))
-		info, err := e.client.Task(ctx, "frz", id)
+		info, err := e.in.Task(ctx, "frz", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.Crashes).To(Equal(1))
 
@@ -223,7 +223,7 @@ var _ = Describe("Recovery", func() {
 			HaveField("Kind", worqr.EventDone), HaveField("TaskID", id), HaveField("WorkerID", second.worker))))
 		Consistently(ctx, runs).WithTimeout(300*time.Millisecond).ShouldNot(Receive(), "the task ran twice in all")
 
-		info, err = e.client.Task(ctx, "frz", id)
+		info, err = e.in.Task(ctx, "frz", id)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.State).To(Equal(worqr.StateDone))
 		Expect(info.Crashes).To(Equal(1), "one keepalive loss, one crash")

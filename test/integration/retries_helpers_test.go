@@ -118,7 +118,7 @@ func (e *env) rtDead(queue string) ([]*worqr.TaskInfo, int) {
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	infos, total, err := e.client.Dead(ctx, queue, 0, 10000)
+	infos, total, err := e.in.Tasks(ctx, queue, worqr.StateDead, 0, 10000)
 	Expect(err).NotTo(HaveOccurred())
 	return infos, total
 }
@@ -135,7 +135,7 @@ func (e *env) rtDeadIDs(queue string) func() []string {
 	}
 }
 
-// rtDeadTask returns what Client.Dead says of task id of queue, or nil when
+// rtDeadTask returns what Inspector.Tasks says of dead task id of queue, or nil when
 // it is not in the dead set.
 func (e *env) rtDeadTask(queue, id string) *worqr.TaskInfo {
 	GinkgoHelper()
@@ -148,11 +148,11 @@ func (e *env) rtDeadTask(queue, id string) *worqr.TaskInfo {
 	return nil
 }
 
-// rtTask returns Client.Task of id (nil and the error when it fails).
+// rtTask returns Inspector.Task of id (nil and the error when it fails).
 func (e *env) rtTask(queue, id string) (*worqr.TaskInfo, error) {
 	ctx, cancel := bg()
 	defer cancel()
-	return e.client.Task(ctx, queue, id)
+	return e.in.Task(ctx, queue, id)
 }
 
 // rtEnqueue enqueues one task with opts.

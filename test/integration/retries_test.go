@@ -432,7 +432,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Eventually(ctx, e.rtDeadIDs("dq")).WithTimeout(5 * time.Second).Should(ConsistOf(a, b, c))
 		Expect(w1.Stop(ctx)).To(Succeed())
 
-		n, err := e.client.RequeueDead(ctx, "dq", a, xid.New().String())
+		n, err := e.in.RequeueDead(ctx, "dq", a, xid.New().String())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(1), "only a was dead")
 		Expect(e.waiting("dq")).To(Equal([]string{a}))
@@ -456,7 +456,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Consistently(ctx, runs.ids).WithTimeout(300 * time.Millisecond).Should(Equal([]string{a}))
 		Expect(e.rtDeadIDs("dq")()).To(ConsistOf(b, c))
 
-		n, err = e.client.RequeueAllDead(ctx, "dq")
+		n, err = e.in.RequeueAllDead(ctx, "dq", nil)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(2))
 		Eventually(ctx, runs.ids).WithTimeout(5 * time.Second).Should(ConsistOf(a, b, c))
@@ -482,7 +482,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 			Expect(e.keysWith(id)).NotTo(BeEmpty(), "a dead task keeps its hash")
 		}
 
-		n, err := e.client.DeleteDead(ctx, "dd", ids[0], xid.New().String())
+		n, err := e.in.DeleteDead(ctx, "dd", ids[0], xid.New().String())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(1))
 		Expect(e.keysWith(ids[0])).To(BeEmpty())
@@ -490,7 +490,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound))
 		Expect(e.rtDeadIDs("dd")()).To(ConsistOf(ids[1:]))
 
-		n, err = e.client.PurgeDead(ctx, "dd")
+		n, err = e.in.DeleteAllDead(ctx, "dd", nil)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(n).To(Equal(3))
 		for _, id := range ids {
@@ -584,7 +584,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 					if string(t.Payload) == "explode" && t.Attempt == 1 {
 						rtExplode(t.ID)
 					}
-					info, err := e.client.Task(ctx, "panics", t.ID)
+					info, err := e.in.Task(ctx, "panics", t.ID)
 					if err != nil {
 						return err
 					}

@@ -62,10 +62,10 @@ var _ = Describe("Typed handlers, a Mux and middleware (issue 16)", func() {
 		// Bad input is buried after one run, with the reason, not retried.
 		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(bad) }).WithTimeout(5 * time.Second).Should(Equal([]worqr.EventKind{worqr.EventDead}))
 		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(unknown) }).WithTimeout(5 * time.Second).Should(Equal([]worqr.EventKind{worqr.EventDead}))
-		info, err := e.client.Task(ctx, "typed", unknown)
+		info, err := e.in.Task(ctx, "typed", unknown)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.LastError).To(ContainSubstring(`no handler for task type "refund"`))
-		info, err = e.client.Task(ctx, "typed", bad)
+		info, err = e.in.Task(ctx, "typed", bad)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(info.LastError).To(ContainSubstring("does not decode into integration_test.signup"))
 

@@ -114,14 +114,20 @@ var _ = Describe("Bad input", func() {
 
 	// Regression (issue 10): before, Client.Run read flow.Name before
 	// checking the flow, so a nil flow panicked. Now it is an input error.
-	It("rejects Client.Run with a nil flow with an InvalidError, without panicking", func(ctx SpecContext) {
+	// (Client.Run is gone, Inspector.Run takes the flow's name: the calls
+	// that still take a *Flow to read runs are checked.)
+	It("rejects Client.WaitRun and Inspector.FindRuns with a nil flow with an InvalidError, without panicking", func(ctx SpecContext) {
 		e := newEnv()
 		var (
 			info *worqr.RunInfo
+			runs []*worqr.RunInfo
 			err  error
 		)
-		Expect(func() { info, err = e.client.Run(ctx, nil, "some-run") }).NotTo(Panic())
+		Expect(func() { info, err = e.client.WaitRun(ctx, nil, "some-run") }).NotTo(Panic())
 		expectInvalid(err, "Flow", "is nil")
 		Expect(info).To(BeNil())
+		Expect(func() { runs, err = e.in.FindRuns(ctx, nil, "p", "v") }).NotTo(Panic())
+		expectInvalid(err, "Flow", "is nil")
+		Expect(runs).To(BeNil())
 	}, SpecTimeout(10*time.Second))
 })

@@ -144,7 +144,7 @@ var _ = Describe("Wake-ups", func() {
 		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(good) }).
 			WithTimeout(time.Second).Should(Equal([]worqr.EventKind{worqr.EventDone}))
 
-		dead, total, err := e.client.Dead(ctx, "bury", 0, 10)
+		dead, total, err := e.in.Tasks(ctx, "bury", worqr.StateDead, 0, 10)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(total).To(Equal(5), "every bad id was buried")
 		Expect(dead).To(HaveLen(5))

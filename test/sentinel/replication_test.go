@@ -236,7 +236,7 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 		// Not expected (the assertion fails after): say where each is, for
 		// whoever looks into it (seen once, 2026-11-25, not reproduced).
 		for _, id := range l.lostIDs() {
-			info, err := client.Task(ctx, "l", id)
+			info, err := in.Task(ctx, "l", id)
 			t.Logf("acknowledged and never run: %s: %+v %v", id, info, err)
 		}
 	}
