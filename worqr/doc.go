@@ -6,8 +6,9 @@
 // A Client enqueues tasks (an opaque payload; worqr adds no envelope), one at
 // a time or in batches (up to 1,000 tasks and 4 MiB in one atomic step, a
 // larger batch in ordered steps), immediately or after a delay, optionally
-// unique; it cancels them, looks them up by id, and lists,
-// requeues and purges the dead set.
+// unique; it cancels them, waits for their end and starts flow runs. An
+// Inspector reads and steers what is stored: tasks, queues, workers, runs,
+// the dead set, pauses and limits.
 //
 // # Running workers
 //
