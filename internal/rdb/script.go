@@ -53,7 +53,10 @@ func sharded(code string) string {
 }
 
 // includePrefix starts a line naming a file of lua/include/ that a script (or
-// another include) needs, BullMQ style: `--- @include "name"`.
+// another include) needs, BullMQ style: `--- @include "name"`. The
+// layouts a file names (LAYOUT.<NAME>) are a generated include: their Lua
+// tables, built from their Go declarations (see layout), emitted after the
+// file's includes, once per script.
 const includePrefix = "--- @include "
 
 // load builds a script from lua/<name>.lua with the includes it names
@@ -90,8 +93,13 @@ func assembleParts(file string, seen map[string]bool) (string, string, error) {
 	if err != nil {
 		return "", "", fmt.Errorf("missing embedded script %s", file)
 	}
+	return assembleText(file, string(b), seen)
+}
+
+// assembleText is assembleParts of file's text.
+func assembleText(file, text string, seen map[string]bool) (string, string, error) {
 	var head, body strings.Builder
-	for _, line := range strings.SplitAfter(string(b), "\n") {
+	for _, line := range strings.SplitAfter(text, "\n") {
 		rest, ok := strings.CutPrefix(line, includePrefix)
 		if !ok {
 			body.WriteString(line)
@@ -107,6 +115,23 @@ func assembleParts(file string, seen map[string]bool) (string, string, error) {
 			return "", "", fmt.Errorf("%s: %w", file, err)
 		}
 		head.WriteString(part)
+	}
+	// A generated include: the layouts the file's code (comments aside)
+	// names as LAYOUT.<NAME>, after its includes, each once.
+	for _, name := range layoutsNamed(text) {
+		l, ok := layouts[name]
+		if !ok {
+			return "", "", fmt.Errorf("%s: no layout %s is declared", file, name)
+		}
+		if seen["LAYOUT."+name] {
+			continue
+		}
+		if !seen["LAYOUT"] {
+			seen["LAYOUT"] = true
+			head.WriteString(layoutTable)
+		}
+		seen["LAYOUT."+name] = true
+		head.WriteString(l.lua())
 	}
 	return head.String(), body.String(), nil
 }
