@@ -159,11 +159,74 @@ type Ended struct {
 	Stopped []QueuedTask
 }
 
+// endArgv is the end script's fixed ARGV; the endings' records follow it.
+//
+//	task_prefix   the task key prefix
+//	wake_channel  the queue's wake channel
+//	queue_prefix .. index_prefix  the tag's prefixes (prefixFields)
+//	retention     how long the queue keeps ended tasks, ms (0: deleted at once)
+//
+// then a take's fields (takeFields), for the take the end runs after the
+// ends (max 0: none).
+var endArgv = declare("END", fieldsOf([]string{"task_prefix", "wake_channel"}, prefixFields,
+	[]string{"retention"}, takeFields)...)
+
 func appendList(args []any, vals []string) []any {
 	args = append(args, len(vals))
 	for _, v := range vals {
 		args = append(args, v)
 	}
+	return args
+}
+
+// endCall appends the end script's fixed ARGV (END) to args: t is the take
+// to run after the ends.
+func endCall(args []any, q QueueKeys, retentionMs int64, t TakeArgs, safe bool) []any {
+	v := endArgv.put(args)
+	v.set("task_prefix", q.TaskPrefix)
+	v.set("wake_channel", q.WakeChannel)
+	q.putPrefixes(v)
+	v.set("retention", retentionMs)
+	t.put(v, safe)
+	return v.done()
+}
+
+// appendRecord appends e's record to the end script's ARGV: its size, then
+// its values (see end.lua).
+func appendRecord(args []any, e Ending) []any {
+	kind := string(e.Kind)
+	if len(e.Batch) > 0 && e.Kind == KindTask {
+		kind = "batch"
+	}
+	mark := len(args)
+	args = append(args, 0, kind, e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
+	if kind == "batch" {
+		args = append(args, len(e.Batch))
+		for _, m := range e.Batch {
+			args = append(args, m.PID, m.ID, m.Result)
+		}
+	}
+	switch e.Kind {
+	case KindChild:
+		args = append(args, e.Run)
+	case KindStage:
+		st := e.Stage
+		if st == nil {
+			st = &StageEnd{}
+		}
+		policy := "continue"
+		if st.FailFast {
+			policy = "failfast"
+		}
+		args = append(args, st.Next, policy, st.RunRetentionMs)
+		args = appendList(args, st.IndexBy)
+		args = appendList(args, st.Fields)
+		args = append(args, 4*len(st.Children))
+		for _, ch := range st.Children {
+			args = append(args, ch.ID, ch.Queue, ch.Payload, ch.Meta)
+		}
+	}
+	args[mark] = len(args) - mark - 1
 	return args
 }
 
@@ -194,53 +257,22 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if take != nil {
 		t = *take
 	}
+	t.Max = max(t.Max, 0)
 	keys := make([]any, 0, 8+3*len(es))
 	keys = append(keys, q.Scheduled, q.Dead, q.Config, q.Waiting, q.Retained, q.Holders, q.Seq, q.WorkerQueue(t.Worker))
-	args := make([]any, 0, 14+10*len(es))
-	args = append(args, q.TaskPrefix, q.WakeChannel)
-	args = append(args, q.prefixes()...)
-	args = append(args, retentionMs, min(max(t.Max, 0), MaxTake), t.Worker, t.Until, t.MaxCrashes, t.mode(s.tagged))
+	args := make([]any, 0, endArgv.width()+10*len(es))
+	args = endCall(args, q, retentionMs, t, s.tagged)
 	for _, e := range es {
 		keys = append(keys, q.WorkerQueue(e.Worker), q.Task(e.ID))
 		if e.Kind == KindChild {
 			keys = append(keys, q.Task(e.Run))
 		}
-		kind := string(e.Kind)
 		if len(e.Batch) > 0 && e.Kind == KindTask {
-			kind = "batch"
 			for _, m := range e.Batch {
 				keys = append(keys, q.Task(m.ID))
 			}
 		}
-		mark := len(args)
-		args = append(args, 0, kind, e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
-		if kind == "batch" {
-			args = append(args, len(e.Batch))
-			for _, m := range e.Batch {
-				args = append(args, m.PID, m.ID, m.Result)
-			}
-		}
-		switch e.Kind {
-		case KindChild:
-			args = append(args, e.Run)
-		case KindStage:
-			st := e.Stage
-			if st == nil {
-				st = &StageEnd{}
-			}
-			policy := "continue"
-			if st.FailFast {
-				policy = "failfast"
-			}
-			args = append(args, st.Next, policy, st.RunRetentionMs)
-			args = appendList(args, st.IndexBy)
-			args = appendList(args, st.Fields)
-			args = append(args, 4*len(st.Children))
-			for _, ch := range st.Children {
-				args = append(args, ch.ID, ch.Queue, ch.Payload, ch.Meta)
-			}
-		}
-		args[mark] = len(args) - mark - 1
+		args = appendRecord(args, e)
 	}
 	// The keys a stage's end writes by name (the next stage's queue, each
 	// child's hash and queue) are declared after every taking's keys, so

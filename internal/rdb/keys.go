@@ -243,6 +243,21 @@ func (q QueueKeys) prefixes() []any {
 	return []any{q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix}
 }
 
+// prefixFields are the tag's prefixes in a layout (put by putPrefixes,
+// read by prefixes_of in lua/include/flow.lua): the scripts build from
+// them the keys they cannot declare (a sibling queue, its wake-up and
+// cancel channels, its scheduled set, a run's index keys).
+var prefixFields = []string{"queue_prefix", "wake_prefix", "sched_prefix", "cancel_prefix", "index_prefix"}
+
+// putPrefixes sets prefixFields in v.
+func (q QueueKeys) putPrefixes(v values) {
+	v.set("queue_prefix", q.QueuePrefix)
+	v.set("wake_prefix", q.WakePrefix)
+	v.set("sched_prefix", q.ScheduledPrefix)
+	v.set("cancel_prefix", q.CancelPrefix)
+	v.set("index_prefix", q.IndexPrefix)
+}
+
 // ConsumerKeys are the keys of one indexed consumer: its queue (one task per
 // index in flight, id and payload the index in decimal) and its progress,
 // all under the queue's tag.

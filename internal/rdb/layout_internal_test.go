@@ -32,6 +32,19 @@ func AssembleLua(body string) (string, error) {
 	return head + rest, err
 }
 
+// TakeArgv returns the take script's ARGV for a, as TakeWait sends it.
+func TakeArgv(q QueueKeys, a TakeArgs, safe bool) []any { return takeCall(nil, q, a, safe) }
+
+// EndArgv returns the end script's ARGV for es and the take t, as
+// EndTakeWait sends it.
+func EndArgv(q QueueKeys, retentionMs int64, t TakeArgs, safe bool, es []Ending) []any {
+	args := endCall(nil, q, retentionMs, t, safe)
+	for _, e := range es {
+		args = appendRecord(args, e)
+	}
+	return args
+}
+
 // panics returns what f panicked with ("" when it did not).
 func panics(f func()) (msg string) {
 	defer func() {
@@ -140,6 +153,9 @@ var (
 	// fieldRead is NAME.field, LAYOUT.NAME.field, or LAYOUT.NAME (then
 	// the match is LAYOUT and NAME).
 	fieldRead = regexp.MustCompile(`\b(?:LAYOUT\.)?([A-Z][A-Z0-9_]*)\.([A-Za-z_][A-Za-z0-9_]*)`)
+	// takeArgsRead is L.field: take_tasks reads a take's fields from
+	// LAYOUT.TAKE or LAYOUT.END, passed as L.
+	takeArgsRead = regexp.MustCompile(`\bL\.([A-Za-z_][A-Za-z0-9_]*)`)
 )
 
 // Lua reads a layout's fields by the names Go declares: a name Go does not
@@ -174,6 +190,13 @@ func TestLayoutNamesInLua(t *testing.T) {
 			used[m[1]] = true
 			if _, ok := l.pos[m[2]]; !ok && m[2] != "N" {
 				t.Errorf("%s: %s.%s: %s declares %v", file, m[1], m[2], l.name, l.fields)
+			}
+		}
+		for _, m := range takeArgsRead.FindAllStringSubmatch(code, -1) {
+			for _, l := range []*layout{takeArgv, endArgv} {
+				if _, ok := l.pos[m[1]]; !ok {
+					t.Errorf("%s: L.%s: read from %s, which declares %v", file, m[1], l.name, l.fields)
+				}
 			}
 		}
 	}

@@ -122,34 +122,63 @@ func (a TakeArgs) parks() bool {
 	return a.Park > 0 && a.Levels == 0 && !a.Limited && a.Batch <= 1 && !a.Stage && !a.Child
 }
 
-// mode is how the take scripts are told the kind of queue; safe (a store
-// that routes by tag, so maybe a Redis Cluster) adds "m": the take reads
-// every task hash before it writes anything, so that a slot migration
-// caught half way changes nothing (the script answers TRYAGAIN).
-func (a TakeArgs) mode(safe bool) string {
-	m := "0"
+// takeFields are a take's own arguments: in the take script's ARGV
+// (TAKE) and in the end script's, for the take it runs after the ends
+// (END). take_tasks (lua/include/take.lua) reads them by name from either.
+//
+//	worker       the taking worker's id (TakeArgs.Worker)
+//	max          most tasks to take, at most MaxTake (an end's: 0 takes nothing)
+//	deadline     the worker's deadline, unix ms (TakeArgs.Until): nothing
+//	             is taken at or after it (Redis time)
+//	max_crashes  a task that crashed this many workers is buried; 0: no limit
+//	kind         the queue's Kind: task, stage or child
+//	safe         1: the store routes by tag (maybe a Redis Cluster): the take
+//	             reads every task hash before it writes anything, so that a
+//	             slot migration caught half way changes nothing (TRYAGAIN)
+//	levels       the queue's priority levels 1..levels (at most MaxLevel); 0: none
+//	limited      1: the queue may have global limits (see limit_allowance)
+//	batch        above 1 (a task queue; at most MaxKeyBatch): each key's
+//	             head comes with up to batch-1 tasks of its key; else 0
+//	park         above 0 (a take that may park, see parks): a take that
+//	             finds fewer tasks than it asked for parks the worker,
+//	             which runs park takings of the queue at once; else 0
+//	park_ms      how long the park entry is valid (0: until deadline)
+var takeFields = []string{"worker", "max", "deadline", "max_crashes", "kind", "safe", "levels", "limited",
+	"batch", "park", "park_ms"}
+
+// takeArgv is the take script's ARGV: the take's fields, the task key
+// prefix and the tag's prefixes.
+var takeArgv = declare("TAKE", fieldsOf(takeFields, []string{"task_prefix"}, prefixFields)...)
+
+// put sets the take's fields (takeFields) in v, max among them; safe: the
+// store routes by tag.
+func (a TakeArgs) put(v values, safe bool) {
+	kind := KindTask
 	switch {
 	case a.Stage:
-		m = "1"
+		kind = KindStage
 	case a.Child:
-		m = "2"
+		kind = KindChild
 	}
-	if safe {
-		m += "m"
+	batch := 0
+	if a.Batch > 1 && kind == KindTask {
+		batch = min(a.Batch, MaxKeyBatch)
 	}
-	if a.Levels > 0 {
-		m += "p" + strconv.Itoa(min(a.Levels, MaxLevel))
-	}
-	if a.Limited {
-		m += "l"
-	}
-	if a.Batch > 1 && !a.Stage && !a.Child {
-		m += "k" + strconv.Itoa(min(a.Batch, MaxKeyBatch))
-	}
+	park, parkMs := 0, int64(0)
 	if a.parks() {
-		m += "h" + strconv.Itoa(a.Park) + ":" + strconv.FormatInt(max(a.ParkMs, 0), 10)
+		park, parkMs = a.Park, max(a.ParkMs, 0)
 	}
-	return m
+	v.set("worker", a.Worker)
+	v.set("max", min(a.Max, MaxTake))
+	v.set("deadline", a.Until)
+	v.set("max_crashes", a.MaxCrashes)
+	v.set("kind", string(kind))
+	v.set("safe", flag(safe))
+	v.set("levels", max(min(a.Levels, MaxLevel), 0))
+	v.set("limited", flag(a.Limited))
+	v.set("batch", batch)
+	v.set("park", park)
+	v.set("park_ms", parkMs)
 }
 
 // Take pops up to a.Max (at most MaxTake) ids from the front of the queue
@@ -174,11 +203,10 @@ const WaitWake LimitWait = -1
 // the takings: they are taken (on the primary).
 func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken, LimitWait, error) {
 	extra := a.keys(q)
-	args := make([]any, 0, 24)
+	args := make([]any, 0, 7+len(extra)+takeArgv.width())
 	args = append(args, 6+len(extra), q.Waiting, q.WorkerQueue(a.Worker), q.Holders, q.Seq, q.Dead, q.Config)
 	args = append(args, extra...)
-	args = append(args, a.Worker, min(a.Max, MaxTake), q.TaskPrefix, a.MaxCrashes, a.mode(s.tagged),
-		q.QueuePrefix, q.WakePrefix, q.ScheduledPrefix, q.CancelPrefix, q.IndexPrefix, a.Until)
+	args = takeCall(args, q, a, s.tagged)
 	var r any
 	var err error
 	if a.Ack {
@@ -199,6 +227,15 @@ func (s *Store) TakeWait(ctx context.Context, q QueueKeys, a TakeArgs) ([]Taken,
 		err = replica
 	}
 	return taken, wait, err
+}
+
+// takeCall appends the take script's ARGV (TAKE) to args.
+func takeCall(args []any, q QueueKeys, a TakeArgs, safe bool) []any {
+	v := takeArgv.put(args)
+	a.put(v, safe)
+	v.set("task_prefix", q.TaskPrefix)
+	q.putPrefixes(v)
+	return v.done()
 }
 
 // decodeTaken decodes the flat reply of a take (8 values per id, then the

@@ -27,18 +27,18 @@
 -- prefixes in ARGV): per stage taking, its next stage's queue
 -- <ns>:{T}:q:<next> when it fans out nothing, else each child's hash
 -- <ns>:{T}:t:<child> and each child queue <ns>:{T}:q:<child queue>
--- then, when the take's mode has 'h<n>' (it may park the worker), the park
+-- then, when the take parks (END.park > 0: it may park the worker), the park
 -- hash <ns>:{T}:park:<queue>, last
--- ARGV[1] task key prefix   ARGV[2] wake channel of the queue
--- ARGV[3..7] queue, wake, scheduled, cancel, index prefixes of the tag
--- ARGV[8] retention ms of ended tasks (0 = delete at once)
--- ARGV[9..13] take again, after the ends, as the take script would: most
---   tasks (0 = take nothing), worker id (KEYS[8]'s), its deadline (unix ms,
---   Redis time; nothing is taken at or past it), max crashes, mode ('0'
---   task, '1' stage, '2' child queue, then the flags of take's mode: see
---   take_tasks). With flag 'l' (the queue may have global limits), ends
---   that free slots not taken again are announced on the wake channel.
--- ARGV[14..] per taking: a count n, then n values:
+-- ARGV: the layout LAYOUT.END (endArgv in end.go): task_prefix, wake_channel (the
+--   queue's), the tag's queue .. index prefixes, retention (ms of ended
+--   tasks, 0 = delete at once), then a take's fields (takeFields in
+--   take.go) to take again, after the ends, as the take script would:
+--   max (0 = take nothing), worker (KEYS[8]'s), deadline (nothing is taken
+--   at or past it), max_crashes, kind, safe, levels, limited, batch, park,
+--   park_ms (see take_tasks). With limited (the queue may have global
+--   limits), ends that free slots not taken again are announced on the
+--   wake channel.
+-- ARGV[END.N + 1 ..] per taking: a count n, then n values:
 --   kind (task | stage | child | batch), worker id, pid, task id,
 --   ask (done | retry | dead | back | expire | cancel), retry delay ms, error text,
 --   result;
@@ -58,10 +58,14 @@
 -- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
 -- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
 -- nothing was asked or the deadline had passed).
-local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[1]}
+-- (Each layout is bound where it is read: run by EVAL, this script's main
+-- function is near Lua's limit of 200 locals.)
+local END = LAYOUT.END
+local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[END.task_prefix]}
 local waiting, retained = KEYS[4], KEYS[5]
-local pfx = prefixes(ARGV, 3)
-local retention = tonumber(ARGV[8])
+local pfx = {queue = ARGV[END.queue_prefix], wake = ARGV[END.wake_prefix], sched = ARGV[END.sched_prefix],
+  cancel = ARGV[END.cancel_prefix], index = ARGV[END.index_prefix]}
+local retention = tonumber(ARGV[END.retention])
 local woken = {}
 key_wakes = woken -- the keys' next tasks are published with the rest, once
 
@@ -76,7 +80,7 @@ local function give_back(tkey, id)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', waiting, id)
-    wake(ARGV[2], 1)
+    wake(ARGV[END.wake_channel], 1)
     return OUT_REQUEUED
   end
   if t[3] and t[3] ~= R_RUNNING then
@@ -91,7 +95,7 @@ local function give_back(tkey, id)
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
   redis.call('HDEL', tkey, F_WORKER, F_PID)
   redis.call('LPUSH', level_list(waiting, t[5]), id)
-  wake(ARGV[2], 1)
+  wake(ARGV[END.wake_channel], 1)
   return OUT_REQUEUED
 end
 
@@ -305,7 +309,7 @@ end
 -- a first pass over the takings reads their worker-queue hash, pid and id.
 local singles = {}
 do
-  local k, i = 9, 14
+  local k, i = 9, END.N + 1
   while i <= #ARGV do
     local kind = ARGV[i + 1]
     if kind == 'batch' then
@@ -321,7 +325,7 @@ local owned = own_all(singles)
 
 local out, members, stopped = {}, {}, {}
 local freed_more = 0 -- takings a batch freed beyond one
-local k, i, s = 9, 14, 0
+local k, i, s = 9, END.N + 1, 0
 while i <= #ARGV do
   local n = tonumber(ARGV[i])
   local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
@@ -388,14 +392,13 @@ for channel, n in pairs(woken) do
   redis.call('PUBLISH', channel, n)
 end
 local taken = {}
-if tonumber(ARGV[9]) > 0 and now_ms() < tonumber(ARGV[11]) then
+if tonumber(ARGV[END.max]) > 0 and now_ms() < tonumber(ARGV[END.deadline]) then
   -- During a slot migration the take may find a task hash moved: then it
   -- takes nothing (the ends above stay applied).
   taken = take_tasks({waiting = waiting, wq = KEYS[8], holders = KEYS[6], seq = KEYS[7], dead = KEYS[2],
-    cfg = KEYS[3], tprefix = ARGV[1], park = KEYS[#KEYS], deadline = ARGV[11]},
-    ARGV[10], ARGV[9], tonumber(ARGV[12]), ARGV[13], pfx) or {}
+    cfg = KEYS[3], tprefix = q.tprefix, park = KEYS[#KEYS]}, ARGV, END) or {}
 end
-if string.find(ARGV[13], 'l', 2, true) then
+if ARGV[END.limited] == '1' then
   -- A queue with global limits: slots freed here and not taken again may
   -- let another worker start a task (concurrency limit): tell them.
   local freed = 0
@@ -404,7 +407,7 @@ if string.find(ARGV[13], 'l', 2, true) then
   end
   freed = freed + freed_more - math.floor(#taken / 8)
   if freed > 0 then
-    redis.call('PUBLISH', ARGV[2], freed)
+    redis.call('PUBLISH', ARGV[END.wake_channel], freed)
   end
 end
 if #stopped > 0 then

@@ -115,48 +115,52 @@ local function take_refusal(tkey, t, maxc, ci)
   return nil
 end
 
--- take_tasks pops up to max ids from the front of queue k.waiting for worker
--- w and records that w owns each taking (the body of the take script, also
--- run by end to take again in the same call). Bad task data never reaches a
--- worker and never loops: such a task goes to the dead set with the reason.
--- k: waiting, wq, holders, seq, dead, cfg (keys), tprefix.
--- mode: '0' a task queue, '1' a stage queue (the payload slot holds the run's
--- whole hash, or its number of fields past RUN_INLINE), '2' a child queue (a
--- child with metadata has {payload, metadata} in the payload slot). maxc:
--- crash limit (0 = none). A task of a task queue whose deadline (F_DEADLINE)
--- has passed is handed out with attempt 0: its worker ends it as expired
--- without running it. pfx: the tag's prefixes (see prefixes). mode may go on
--- with 'm' (below), 'p<n>' (the queue has priority levels 1..n: the lists
+-- take_tasks pops up to max ids from the front of queue k.waiting for
+-- worker w and records that w owns each taking (the body of the take
+-- script, also run by end to take again in the same call). Bad task data
+-- never reaches a worker and never loops: such a task goes to the dead set
+-- with the reason. k: waiting, wq, holders, seq, dead, cfg (keys), tprefix,
+-- and park (the park hash, when parks > 0). The take's arguments are read
+-- from argv by layout L, LAYOUT.TAKE (the take script's) or LAYOUT.END (an
+-- end's take): the take's own fields (takeFields in take.go) and the tag's
+-- prefixes pfx (prefixFields in keys.go). kind: 'task', 'stage' (the
+-- payload slot holds the run's whole hash, or its number of fields past
+-- RUN_INLINE) or 'child' (a child with metadata has {payload, metadata} in
+-- the payload slot). maxc (max_crashes): crash limit (0 = none). A task of
+-- a task queue whose deadline (F_DEADLINE) has passed is handed out with
+-- attempt 0: its worker ends it as expired without running it. safe: see
+-- below. levels > 0: the queue has priority levels 1..levels, the lists
 -- <waiting>:<level> are taken from first, highest level first, then the
--- waiting list itself, level 0) and 'l' (the queue may have global limits:
--- see limit_allowance) and 'k<n>' (batches per key: each key's head comes
--- with up to n-1 tasks of its key, see key_batch_read in key.lua, right after
--- it in the reply, the head's id in their eighth value) and 'h<n>:<ms>' (the
--- worker runs n takings of the queue at once: a take that finds fewer tasks
--- than it asked for parks it for ms, see park.lua; k.park and k.deadline are
--- then set). A plain queue's mode is one digit (and 'm'): its take runs no
--- command for levels, limits, batches or parking. Returns the flat reply of
--- take, or nil, 'moved' when, with 'm', a task hash is on another cluster
--- node (a slot migration): then nothing changed. When a limit cut the take,
--- the reply ends with one more value, the wait (see limit_allowance).
-local function take_tasks(k, w, max, maxc, mode, pfx)
-  -- mode may end with 'm' (the store runs on a Redis Cluster): then every
-  -- task hash is read before anything is written, ids included. During a
-  -- slot migration a hash already moved to the importing node cannot be
-  -- reached from here (the ids are read here, so they could not be
-  -- declared) and Redis does not undo a script's writes: the take then
-  -- reports it (nil, 'moved') having changed nothing.
-  local safe = string.find(mode, 'm', 2, true) ~= nil
-  local levels = tonumber(string.match(mode, 'p(%d+)') or '0')
-  local limited = string.find(mode, 'l', 2, true) ~= nil
-  local batch = tonumber(string.match(mode, 'k(%d+)') or '0')
-  local parks, park_ms = string.match(mode, 'h(%d+):(%d+)')
-  parks, park_ms = tonumber(parks or '0'), tonumber(park_ms or '0')
-  mode = string.sub(mode, 1, 1)
-  if mode ~= '0' then
+-- waiting list itself, level 0. limited: the queue may have global limits
+-- (see limit_allowance). batch > 1 (batches per key): each key's head comes
+-- with up to batch-1 tasks of its key, see key_batch_read in key.lua, right
+-- after it in the reply, the head's id in their eighth value. parks (park)
+-- > 0: the worker runs that many takings of the queue at once: a take that
+-- finds fewer tasks than it asked for parks it for park_ms, see park.lua
+-- (never past the worker's deadline). A plain queue's take (no levels,
+-- limits, batches or parking) runs no command for them. Returns the flat
+-- reply of take, or nil, 'moved' when, with safe, a
+-- task hash is on another cluster node (a slot migration): then nothing
+-- changed. When a limit cut the take, the reply ends with one more value,
+-- the wait (see limit_allowance).
+local function take_tasks(k, argv, L)
+  -- safe (the store may run on a Redis Cluster): every task hash is read
+  -- before anything is written, ids included. During a slot migration a
+  -- hash already moved to the importing node cannot be reached from here
+  -- (the ids are read here, so they could not be declared) and Redis does
+  -- not undo a script's writes: the take then reports it (nil, 'moved')
+  -- having changed nothing.
+  local w, max, maxc, kind = argv[L.worker], tonumber(argv[L.max]), tonumber(argv[L.max_crashes]), argv[L.kind]
+  local safe, levels, limited = argv[L.safe] == '1', tonumber(argv[L.levels]), argv[L.limited] == '1'
+  local batch, parks, park_ms = tonumber(argv[L.batch]), tonumber(argv[L.park]), tonumber(argv[L.park_ms])
+  -- (The worker's deadline stays the string it came as: the park hash
+  -- keeps it.)
+  local worker_deadline = argv[L.deadline]
+  local pfx = {queue = argv[L.queue_prefix], wake = argv[L.wake_prefix], sched = argv[L.sched_prefix],
+    cancel = argv[L.cancel_prefix], index = argv[L.index_prefix]}
+  if kind ~= 'task' then
     batch = 0
   end
-  max = tonumber(max)
   -- The index in a task's HMGET of F_CANCEL (read in the same command): a
   -- task cancelled while it waited deep in a long list and left there (see
   -- cancel.lua), or a run or a child whose run was cancelled or failed
@@ -165,7 +169,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   -- mark (or its run ended) and ends it as cancelled. A run's stands for
   -- its status (see below).
   local ci = 8
-  if mode == '2' then
+  if kind == 'child' then
     ci = 9
   elseif batch > 0 then
     ci = 9
@@ -210,7 +214,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   local parking = parks > 0 and need > 0
   if #ids == 0 then
     if parking then
-      park(k, w, k.deadline, parks, park_ms)
+      park(k, w, worker_deadline, parks, park_ms)
     end
     if wait and k.rate_left and k.rate_left > 0 then
       -- The rate's wait counted on starts this take did not make.
@@ -253,10 +257,10 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       past = i
       break
     end
-    if mode == '2' then
+    if kind == 'child' then
       -- A child also hands out its metadata (F_META, set at its fan-out).
       t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_META, F_CANCEL)
-    elseif mode == '1' then
+    elseif kind == 'stage' then
       -- A run: its status stands for the mark (end_run drops F_CANCEL): a
       -- run no longer running waits in its stage's list only when it was
       -- cancelled there, too deep to be taken out (stop_task in flow.lua).
@@ -293,7 +297,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     data[i] = t
     if type(t) == 'table' and not t.err then
       bytes = bytes + #(t[1] or '')
-      if mode == '2' then
+      if kind == 'child' then
         bytes = bytes + #(t[8] or '')
       end
     end
@@ -306,8 +310,8 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     give_back(past)
     parking = false -- tasks wait: the wake-up is for this worker too
   end
-  -- Batches ('k<n>', a queue whose worker asks for them): each key's head
-  -- comes with up to n-1 tasks of its key waiting behind it (read here,
+  -- Batches (batch > 1, a queue whose worker asks for them): each key's head
+  -- comes with up to batch-1 tasks of its key waiting behind it (read here,
   -- taken below), at most 1,000 takings in all. With global limits each
   -- counts as a start: the batches are cut to what the limits allowed.
   local fol, nfol = {}, 0
@@ -339,7 +343,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
   for i, id in ipairs(ids) do
     reasons[i] = take_refusal(k.tprefix .. id, data[i], maxc, ci)
   end
-  if mode == '2' then
+  if kind == 'child' then
     -- A child buried here counts as failed in its run, and a fail-fast
     -- run then stops its other children (up to STOP_SCAN list entries:
     -- about 5 ms). One take buries at most one child, its last, so that
@@ -365,12 +369,12 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     end
   end
   if parking then
-    park(k, w, k.deadline, parks, park_ms)
+    park(k, w, worker_deadline, parks, park_ms)
   end
   local last = redis.call('INCRBY', k.seq, #ids + nfol)
   local pid = last - #ids - nfol
   local out = {}
-  local inline = RUN_INLINE -- fields of runs left to hand out (mode '1')
+  local inline = RUN_INLINE -- fields of runs left to hand out (a stage queue)
   local inline_bytes = RUN_INLINE_BYTES -- and their memory
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
   local starts = {} -- the pids of the takings handed out to run (the rate log's)
@@ -381,7 +385,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
     local reason = reasons[i]
     if reason then
       bury(k.dead, k.cfg, k.tprefix, id, reason, '', w)
-      local stopped = buried_in_flow(tkey, id, reason, pfx, k.tprefix, mode == '2')
+      local stopped = buried_in_flow(tkey, id, reason, pfx, k.tprefix, kind == 'child')
       out[#out + 1] = id
       out[#out + 1] = ''
       out[#out + 1] = reason
@@ -394,7 +398,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       if packed[i] then
         redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
         redis.call('HDEL', packed[i][1], packed[i][2])
-      elseif mode == '1' and t[ci] then
+      elseif kind == 'stage' and t[ci] then
         -- A run that ended (cancelled) where it waited: its state stays
         -- its status (end_run's), which no end of this taking rewrites.
         redis.call('HSET', tkey, F_WORKER, w, F_PID, spid)
@@ -405,7 +409,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       held[#held + 1] = id
       out[#out + 1] = id
       out[#out + 1] = spid
-      if mode == '1' then
+      if kind == 'stage' then
         local n = redis.call('HLEN', tkey)
         -- (MEMORY USAGE walks the hash: not once nothing is left.)
         local size = n <= inline and inline_bytes > 0 and redis.pcall('MEMORY', 'USAGE', tkey, 'SAMPLES', '0')
@@ -420,7 +424,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
         else
           out[#out + 1] = n -- too big to hand out here: read by the worker
         end
-      elseif mode == '2' and t[8] then
+      elseif kind == 'child' and t[8] then
         out[#out + 1] = {t[1], t[8]} -- a child with metadata: {payload, metadata}
       else
         out[#out + 1] = t[1]
@@ -429,7 +433,7 @@ local function take_tasks(k, w, max, maxc, mode, pfx)
       -- its deadline has passed (Redis time). The worker does not run it:
       -- it ends the taking as cancelled (end, ask cancel) or expired (ask
       -- expire).
-      local deadline = mode == '0' and tonumber(t[7])
+      local deadline = kind == 'task' and tonumber(t[7])
       if ci and t[ci] then
         out[#out + 1] = -1
       elseif deadline and now_ms() >= deadline then
