@@ -187,7 +187,7 @@ func flag(b bool) int {
 
 // layouts are the declared layouts, by name: those a Lua file may name
 // as LAYOUT.<NAME>.
-var layouts = layoutsByName(takeArgv, endArgv)
+var layouts = layoutsByName(takeArgv, takenRow, endArgv)
 
 func layoutsByName(ls ...*layout) map[string]*layout {
 	out := make(map[string]*layout, len(ls))

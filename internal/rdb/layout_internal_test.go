@@ -45,6 +45,9 @@ func EndArgv(q QueueKeys, retentionMs int64, t TakeArgs, safe bool, es []Ending)
 	return args
 }
 
+// DecodeTaken is decodeTaken: the take's reply read as Take reads it.
+func DecodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) { return decodeTaken(vals, a) }
+
 // panics returns what f panicked with ("" when it did not).
 func panics(f func()) (msg string) {
 	defer func() {

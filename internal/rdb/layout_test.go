@@ -1,7 +1,9 @@
 package rdb_test
 
 import (
+	"encoding/json"
 	"fmt"
+	"reflect"
 	"sort"
 	"testing"
 
@@ -12,7 +14,7 @@ import (
 
 // The per-call layouts of the take and end scripts (internal/rdb/layout.go)
 // round-trip: what Go encodes through a declaration, Lua reads back by the
-// same names on a real Redis.
+// same names on a real Redis, and what Lua lays out by name, Go decodes.
 
 // evalLua runs body on the package's Redis as load would build it (its
 // includes and the layouts it reads first), with args as ARGV.
@@ -206,4 +208,111 @@ out[#out + 1] = tostring(#ARGV - END.N)
 return out
 `, rdb.EndArgv(q, 60000, take, true, nil)...)
 	diffMaps(t, "END", pairsMap(t, r), want)
+}
+
+// rowsLua lays out rows given by name (a JSON document in ARGV[1]) by the
+// layouts, as the scripts build their replies.
+const rowsLua = `
+local doc = cjson.decode(ARGV[1])
+local function rows(L, list)
+  local out = {}
+  for _, row in ipairs(list) do
+    local r = #out
+    for f, v in pairs(row) do
+      if not L[f] then
+        error('no field ' .. f)
+      end
+      out[r + L[f]] = v
+    end
+  end
+  return out
+end
+`
+
+func jsonArg(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+type row map[string]any
+
+// takenRow is a full TAKEN row (every field: a missing one would cut the
+// reply short).
+func takenRow(id, pid string, payload, attempt any, crashes int, maxAttempts, timeout, parent string) row {
+	return row{"id": id, "pid": pid, "payload": payload, "attempt": attempt, "crashes": crashes,
+		"max_attempts": maxAttempts, "timeout": timeout, "parent": parent}
+}
+
+// A take's reply (TAKEN rows, then the limit's wait), laid out by name in
+// Lua, as Take decodes it.
+func TestLayoutRoundTripTaken(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name     string
+		a        rdb.TakeArgs
+		rows     []row
+		wait     any
+		want     []rdb.Taken
+		wantWait rdb.LimitWait
+	}{
+		{"task queue: handed out, past its deadline, cancelled, buried", rdb.TakeArgs{}, []row{
+			takenRow("t1", "5", "p1", 2, 1, "7", "3000", ""),
+			takenRow("t2", "6", "p2", 0, 0, "", "", ""),
+			takenRow("t3", "7", "p3", -1, 0, "", "", ""),
+			takenRow("t4", "", "corrupt: no payload", "", 0, "", "", ""),
+		}, nil, []rdb.Taken{
+			{ID: "t1", PID: "5", Payload: []byte("p1"), Attempt: 2, Crashes: 1, MaxAttempts: 7, TimeoutMs: 3000},
+			{ID: "t2", PID: "6", Payload: []byte("p2"), Attempt: 0, Expired: true},
+			{ID: "t3", PID: "7", Payload: []byte("p3"), Attempt: -1, Expired: true, Cancelled: true},
+			{ID: "t4", Reason: "corrupt: no payload"},
+		}, 0},
+		{"batch: the member's parent field is its head", rdb.TakeArgs{Batch: 3}, []row{
+			takenRow("h1", "8", "ph", 1, 0, "", "", ""),
+			takenRow("m1", "9", "pm", 1, 0, "", "", "h1"),
+		}, -1, []rdb.Taken{
+			{ID: "h1", PID: "8", Payload: []byte("ph"), Attempt: 1},
+			{ID: "m1", PID: "9", Payload: []byte("pm"), Attempt: 1, Head: "h1"},
+		}, rdb.WaitWake},
+		{"stage: the run's hash, or its size", rdb.TakeArgs{Stage: true}, []row{
+			takenRow("r1", "10", []string{"f:a", "1"}, 1, 0, "", "", ""),
+			takenRow("r2", "11", 4321, 1, 0, "", "", ""),
+		}, 250, []rdb.Taken{
+			{ID: "r1", PID: "10", Run: map[string]string{"f:a": "1"}, Attempt: 1},
+			{ID: "r2", PID: "11", Run: map[string]string{}, RunUnread: 4321, Attempt: 1},
+		}, 250},
+		{"child: metadata, and a buried child's stopped siblings", rdb.TakeArgs{Child: true}, []row{
+			takenRow("run.c1", "12", []string{"pc", "meta"}, 1, 0, "", "", "run"),
+			takenRow("run.c2", "", "crashed", []string{"cq", "run.c3"}, 0, "", "", ""),
+		}, nil, []rdb.Taken{
+			{ID: "run.c1", PID: "12", Payload: []byte("pc"), Meta: "meta", Attempt: 1, Parent: "run"},
+			{ID: "run.c2", Reason: "crashed", Stopped: []rdb.QueuedTask{{Queue: "cq", ID: "run.c3"}}},
+		}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			doc := map[string]any{"rows": c.rows}
+			if c.wait != nil {
+				doc["wait"] = c.wait
+			}
+			r := evalLua(t, rowsLua+`
+local out = rows(LAYOUT.TAKEN, doc.rows)
+if doc.wait then
+  out[#out + 1] = doc.wait
+end
+return out
+`, jsonArg(t, doc))
+			vals, err := redis.Values(r, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, wait, err := rdb.DecodeTaken(vals, c.a)
+			if err != nil || !reflect.DeepEqual(got, c.want) || wait != c.wantWait {
+				t.Errorf("decoded %+v, wait %d, %v\nwant %+v, wait %d", got, wait, err, c.want, c.wantWait)
+			}
+		})
+	}
 }

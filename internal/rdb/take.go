@@ -181,6 +181,25 @@ func (a TakeArgs) put(v values, safe bool) {
 	v.set("park_ms", parkMs)
 }
 
+// takenRow is one row of a take's reply, per id handed out (or buried):
+//
+//	id            the task's id
+//	pid           the taking's pid; "" when the task was buried instead
+//	payload       its payload; a stage's: the run's whole hash (field/value
+//	              array), or its number of fields when too big to hand out;
+//	              a child's with metadata: {payload, metadata}. Buried: the
+//	              reason
+//	attempt       failed attempts + 1; 0: past its deadline, -1: cancelled
+//	              where it waited (neither is run). Buried: the queue, id
+//	              pairs of the siblings a failed run's stop took out of
+//	              where they waited, or ""
+//	crashes       workers it crashed
+//	max_attempts  its own max attempts ("": the queue's)
+//	timeout       its own timeout in ms ("": the queue's)
+//	parent        a flow child's run id; with batch, for a task taken behind
+//	              its key's head, the head's id; else ""
+var takenRow = declare("TAKEN", "id", "pid", "payload", "attempt", "crashes", "max_attempts", "timeout", "parent")
+
 // Take pops up to a.Max (at most MaxTake) ids from the front of the queue
 // for worker a.Worker. Tasks that crashed a.MaxCrashes workers or whose data
 // is bad are buried.
@@ -238,11 +257,14 @@ func takeCall(args []any, q QueueKeys, a TakeArgs, safe bool) []any {
 	return v.done()
 }
 
-// decodeTaken decodes the flat reply of a take (8 values per id, then the
-// limit's wait when a limit cut the take).
+// decodeTaken decodes the flat reply of a take (a takenRow per id, then
+// the limit's wait when a limit cut the take).
 func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 	stage, batch := a.Stage, a.Batch > 1 && !a.Stage && !a.Child
-	const width = 8
+	width := takenRow.width()
+	at := takenRow.index
+	id, pid, payload, attempt := at("id"), at("pid"), at("payload"), at("attempt")
+	crashes, maxAttempts, timeout, parent := at("crashes"), at("max_attempts"), at("timeout"), at("parent")
 	var wait LimitWait
 	if len(vals)%width == 1 {
 		w, err := redis.Int64(vals[len(vals)-1], nil)
@@ -257,45 +279,46 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 	}
 	out := make([]Taken, 0, len(vals)/width)
 	for i := 0; i < len(vals); i += width {
+		row := vals[i : i+width]
 		var t Taken
-		t.ID, _ = redis.String(vals[i], nil)
-		t.PID, _ = redis.String(vals[i+1], nil)
+		t.ID, _ = redis.String(row[id], nil)
+		t.PID, _ = redis.String(row[pid], nil)
 		if t.PID == "" {
-			t.Reason, _ = redis.String(vals[i+2], nil)
-			if ks, ok := vals[i+3].([]any); ok {
+			t.Reason, _ = redis.String(row[payload], nil)
+			if ks, ok := row[attempt].([]any); ok {
 				var err error
 				if t.Stopped, err = queuedTasks(ks); err != nil {
 					return nil, 0, fmt.Errorf("rdb: take: stopped children of %s: %w", t.ID, err)
 				}
 			}
 		} else {
-			switch pm, pair := vals[i+2].([]any); {
+			switch pm, pair := row[payload].([]any); {
 			case stage:
-				if n, ok := vals[i+2].(int64); ok {
+				if n, ok := row[payload].(int64); ok {
 					t.Run, t.RunUnread = map[string]string{}, int(n)
 				} else {
-					t.Run, _ = redis.StringMap(vals[i+2], nil)
+					t.Run, _ = redis.StringMap(row[payload], nil)
 				}
 			case pair && len(pm) == 2:
 				// A flow child with metadata: {payload, metadata}.
 				t.Payload, _ = redis.Bytes(pm[0], nil)
 				t.Meta, _ = redis.String(pm[1], nil)
 			default:
-				t.Payload, _ = redis.Bytes(vals[i+2], nil)
+				t.Payload, _ = redis.Bytes(row[payload], nil)
 			}
-			t.Attempt, _ = redis.Int(vals[i+3], nil)
+			t.Attempt, _ = redis.Int(row[attempt], nil)
 			// The take's marks: -1 cancelled where it waited, 0 past its
 			// deadline.
 			t.Cancelled = t.Attempt == -1
 			t.Expired = t.Attempt <= 0
-			t.Crashes, _ = redis.Int(vals[i+4], nil)
-			if s, _ := redis.String(vals[i+5], nil); s != "" {
+			t.Crashes, _ = redis.Int(row[crashes], nil)
+			if s, _ := redis.String(row[maxAttempts], nil); s != "" {
 				t.MaxAttempts, _ = strconv.Atoi(s)
 			}
-			if s, _ := redis.String(vals[i+6], nil); s != "" {
+			if s, _ := redis.String(row[timeout], nil); s != "" {
 				t.TimeoutMs, _ = strconv.ParseInt(s, 10, 64)
 			}
-			t.Parent, _ = redis.String(vals[i+7], nil)
+			t.Parent, _ = redis.String(row[parent], nil)
 			if batch {
 				t.Head, t.Parent = t.Parent, ""
 			}

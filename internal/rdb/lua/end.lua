@@ -405,7 +405,7 @@ if ARGV[END.limited] == '1' then
   for j = 1, #out, 2 do
     if out[j] ~= OUT_LOST then freed = freed + 1 end
   end
-  freed = freed + freed_more - math.floor(#taken / 8)
+  freed = freed + freed_more - math.floor(#taken / LAYOUT.TAKEN.N)
   if freed > 0 then
     redis.call('PUBLISH', ARGV[END.wake_channel], freed)
   end

@@ -28,10 +28,13 @@
 -- The task hashes a take touches cannot be declared in
 -- KEYS (the ids are popped here); they are built from prefixes of KEYS[1]'s
 -- hash tag, so they live in its slot.
--- Returns: flat array of 8 values per id:
---   {id, pid, payload, attempt, crashes, max attempts ("" = default),
---    timeout ms (""), parent run id ("" unless a flow child; with batch,
---    for a task taken in a batch behind its key's head, the head's id)}
+-- Returns: flat array of one row per id, the layout LAYOUT.TAKEN (takenRow in
+-- take.go): id, pid, payload (for a stage queue the run's whole hash as a
+-- flat field/value array or, past RUN_INLINE fields for the take, its
+-- number of fields: the worker reads it; for a child created with metadata
+-- {payload, metadata}), attempt, crashes, max attempts ("" = default),
+-- timeout ms (""), parent run id ("" unless a flow child; with batch, for
+-- a task taken behind its key's head, the head's id).
 -- For an id buried instead of handed out, pid is "" and payload is the reason;
 -- for a flow child that so failed its run (fail-fast), attempt is then the
 -- array of its siblings the run's stop took out of where they waited, as

@@ -134,12 +134,12 @@ end
 -- waiting list itself, level 0. limited: the queue may have global limits
 -- (see limit_allowance). batch > 1 (batches per key): each key's head comes
 -- with up to batch-1 tasks of its key, see key_batch_read in key.lua, right
--- after it in the reply, the head's id in their eighth value. parks (park)
+-- after it in the reply, the head's id in their parent field. parks (park)
 -- > 0: the worker runs that many takings of the queue at once: a take that
 -- finds fewer tasks than it asked for parks it for park_ms, see park.lua
 -- (never past the worker's deadline). A plain queue's take (no levels,
 -- limits, batches or parking) runs no command for them. Returns the flat
--- reply of take, or nil, 'moved' when, with safe, a
+-- reply of take (LAYOUT.TAKEN rows), or nil, 'moved' when, with safe, a
 -- task hash is on another cluster node (a slot migration): then nothing
 -- changed. When a limit cut the take, the reply ends with one more value,
 -- the wait (see limit_allowance).
@@ -374,6 +374,14 @@ local function take_tasks(k, argv, L)
   local last = redis.call('INCRBY', k.seq, #ids + nfol)
   local pid = last - #ids - nfol
   local out = {}
+  local TAKEN = LAYOUT.TAKEN
+  -- taken_row appends one row of the reply (TAKEN) to out.
+  local function taken_row(tid, tpid, payload, attempt, crashes, max_attempts, timeout, parent)
+    local r = #out
+    out[r + TAKEN.id], out[r + TAKEN.pid], out[r + TAKEN.payload], out[r + TAKEN.attempt] = tid, tpid, payload, attempt
+    out[r + TAKEN.crashes], out[r + TAKEN.max_attempts] = crashes, max_attempts
+    out[r + TAKEN.timeout], out[r + TAKEN.parent] = timeout, parent
+  end
   local inline = RUN_INLINE -- fields of runs left to hand out (a stage queue)
   local inline_bytes = RUN_INLINE_BYTES -- and their memory
   local held = {} -- pid, id, pid, id ... for the worker-queue hash
@@ -386,13 +394,10 @@ local function take_tasks(k, argv, L)
     if reason then
       bury(k.dead, k.cfg, k.tprefix, id, reason, '', w)
       local stopped = buried_in_flow(tkey, id, reason, pfx, k.tprefix, kind == 'child')
-      out[#out + 1] = id
-      out[#out + 1] = ''
-      out[#out + 1] = reason
-      -- (A child that failed its run: the siblings its run's stop took out
-      -- of where they waited, queue, id pairs, for the caller to report.)
-      out[#out + 1] = stopped and #stopped > 0 and stopped or ''
-      for _ = 1, 4 do out[#out + 1] = '' end
+      -- (A child that failed its run: in its attempt field the siblings
+      -- its run's stop took out of where they waited, queue, id pairs, for
+      -- the caller to report.)
+      taken_row(id, '', reason, stopped and #stopped > 0 and stopped or '', '', '', '', '')
     else
       local spid = string.format('%d', pid)
       if packed[i] then
@@ -407,8 +412,7 @@ local function take_tasks(k, argv, L)
       end
       held[#held + 1] = spid
       held[#held + 1] = id
-      out[#out + 1] = id
-      out[#out + 1] = spid
+      local payload
       if kind == 'stage' then
         local n = redis.call('HLEN', tkey)
         -- (MEMORY USAGE walks the hash: not once nothing is left.)
@@ -420,32 +424,30 @@ local function take_tasks(k, argv, L)
         end
         if size and size <= inline_bytes then
           inline, inline_bytes = inline - n, inline_bytes - size
-          out[#out + 1] = redis.call('HGETALL', tkey)
+          payload = redis.call('HGETALL', tkey)
         else
-          out[#out + 1] = n -- too big to hand out here: read by the worker
+          payload = n -- too big to hand out here: read by the worker
         end
       elseif kind == 'child' and t[8] then
-        out[#out + 1] = {t[1], t[8]} -- a child with metadata: {payload, metadata}
+        payload = {t[1], t[8]} -- a child with metadata: {payload, metadata}
       else
-        out[#out + 1] = t[1]
+        payload = t[1]
       end
       -- Attempt -1: it was cancelled while it waited (the mark wins); 0:
       -- its deadline has passed (Redis time). The worker does not run it:
       -- it ends the taking as cancelled (end, ask cancel) or expired (ask
       -- expire).
       local deadline = kind == 'task' and tonumber(t[7])
+      local attempt
       if ci and t[ci] then
-        out[#out + 1] = -1
+        attempt = -1
       elseif deadline and now_ms() >= deadline then
-        out[#out + 1] = 0
+        attempt = 0
       else
-        out[#out + 1] = (tonumber(t[2]) or 0) + 1
+        attempt = (tonumber(t[2]) or 0) + 1
         if limited then starts[#starts + 1] = spid end
       end
-      out[#out + 1] = tonumber(t[3]) or 0
-      out[#out + 1] = t[4] or ''
-      out[#out + 1] = t[5] or ''
-      out[#out + 1] = t[6] or ''
+      taken_row(id, spid, payload, attempt, tonumber(t[3]) or 0, t[4] or '', t[5] or '', t[6] or '')
     end
     local f = fol[i]
     if f and #f > 0 then
@@ -467,14 +469,9 @@ local function take_tasks(k, argv, L)
           held[#held + 1] = m.id
           if limited then starts[#starts + 1] = spid end
           fids[#fids + 1] = m.id
-          out[#out + 1] = m.id
-          out[#out + 1] = spid
-          out[#out + 1] = m.t[1]
-          out[#out + 1] = (tonumber(m.t[2]) or 0) + 1
-          out[#out + 1] = tonumber(m.t[3]) or 0
-          out[#out + 1] = m.t[4] or ''
-          out[#out + 1] = m.t[5] or ''
-          out[#out + 1] = id -- the batch's head
+          -- (Its parent field: the batch's head.)
+          taken_row(m.id, spid, m.t[1], (tonumber(m.t[2]) or 0) + 1, tonumber(m.t[3]) or 0, m.t[4] or '',
+            m.t[5] or '', id)
         end
         redis.call('HSET', tkey, F_BATCH, table.concat(fids, ' '))
       end
