@@ -171,6 +171,49 @@ type Ended struct {
 var endArgv = declare("END", fieldsOf([]string{"task_prefix", "wake_channel"}, prefixFields,
 	[]string{"retention"}, takeFields)...)
 
+// endRecord is the fixed part of one ending's record in the end script's
+// ARGV. A record is its size (how many values follow in it), then these
+// fields (an Ending's), then its kind's tail: recChild, recStage, or
+// recBatch and its members.
+var endRecord = declare("REC", "kind", "worker", "pid", "id", "ask", "delay", "err", "result")
+
+// recChild is the tail of a child's record: its run's id.
+var recChild = declare("REC_CHILD", "run")
+
+// recStage is the tail of a stage's record: StageEnd's next stage ("" after
+// the last), its fan-out policy (failfast | continue) and the run's
+// retention ms; then three counted lists (a count, then the values):
+// indexed properties, state field/value pairs ("f:" names) and the
+// children fanned out (fanOutChild values each).
+var recStage = declare("REC_STAGE", "next_stage", "policy", "run_retention")
+
+// recBatch is the tail of a batch's record (a key's head and the tasks
+// taken behind it): how many members follow, batchMember values each.
+var recBatch = declare("REC_BATCH", "members")
+
+// batchMember is one task of a batch behind its head (a Member).
+var batchMember = declare("MEMBER", "pid", "id", "result")
+
+// fanOutChild is one child a stage fans out (a Child; meta "" for none).
+var fanOutChild = declare("FANOUT", "id", "queue", "payload", "meta")
+
+// endReply is the end script's reply: each taking's endedRow (ends), the
+// take's takenRows (taken), and, only when there are any, the members'
+// outcomes (members) and the children a child's end took out of their
+// queues (stopped rows). The fields that may be missing come last, in
+// the order they drop.
+var endReply = declare("END_REPLY", "ends", "taken", "members", "stopped")
+
+// endedRow is what the end script answers per taking: its outcome
+// (OutcomeLost: not the owner, nothing changed) and, for a child, its
+// run's (OutcomeLost when the run did not change).
+var endedRow = declare("ENDED", "outcome", "run")
+
+// stoppedRow is one child a child's end took out of where it waited when
+// it failed its run: the 1-based position of that ending, the child's
+// queue and id.
+var stoppedRow = declare("STOPPED", "at", "queue", "id")
+
 func appendList(args []any, vals []string) []any {
 	args = append(args, len(vals))
 	for _, v := range vals {
@@ -191,25 +234,42 @@ func endCall(args []any, q QueueKeys, retentionMs int64, t TakeArgs, safe bool) 
 	return v.done()
 }
 
-// appendRecord appends e's record to the end script's ARGV: its size, then
-// its values (see end.lua).
+// appendRecord appends e's record to the end script's ARGV: its size, its
+// endRecord, its kind's tail.
 func appendRecord(args []any, e Ending) []any {
 	kind := string(e.Kind)
 	if len(e.Batch) > 0 && e.Kind == KindTask {
 		kind = "batch"
 	}
 	mark := len(args)
-	args = append(args, 0, kind, e.Worker, e.PID, e.ID, string(e.Ask), e.RetryDelayMs, e.Err, e.Result)
-	if kind == "batch" {
-		args = append(args, len(e.Batch))
+	args = append(args, 0) // the size, below
+	v := endRecord.put(args)
+	v.set("kind", kind)
+	v.set("worker", e.Worker)
+	v.set("pid", e.PID)
+	v.set("id", e.ID)
+	v.set("ask", string(e.Ask))
+	v.set("delay", e.RetryDelayMs)
+	v.set("err", e.Err)
+	v.set("result", e.Result)
+	args = v.done()
+	switch {
+	case kind == "batch":
+		v = recBatch.put(args)
+		v.set("members", len(e.Batch))
+		args = v.done()
 		for _, m := range e.Batch {
-			args = append(args, m.PID, m.ID, m.Result)
+			v = batchMember.put(args)
+			v.set("pid", m.PID)
+			v.set("id", m.ID)
+			v.set("result", m.Result)
+			args = v.done()
 		}
-	}
-	switch e.Kind {
-	case KindChild:
-		args = append(args, e.Run)
-	case KindStage:
+	case e.Kind == KindChild:
+		v = recChild.put(args)
+		v.set("run", e.Run)
+		args = v.done()
+	case e.Kind == KindStage:
 		st := e.Stage
 		if st == nil {
 			st = &StageEnd{}
@@ -218,12 +278,21 @@ func appendRecord(args []any, e Ending) []any {
 		if st.FailFast {
 			policy = "failfast"
 		}
-		args = append(args, st.Next, policy, st.RunRetentionMs)
+		v = recStage.put(args)
+		v.set("next_stage", st.Next)
+		v.set("policy", policy)
+		v.set("run_retention", st.RunRetentionMs)
+		args = v.done()
 		args = appendList(args, st.IndexBy)
 		args = appendList(args, st.Fields)
-		args = append(args, 4*len(st.Children))
+		args = append(args, fanOutChild.width()*len(st.Children))
 		for _, ch := range st.Children {
-			args = append(args, ch.ID, ch.Queue, ch.Payload, ch.Meta)
+			v = fanOutChild.put(args)
+			v.set("id", ch.ID)
+			v.set("queue", ch.Queue)
+			v.set("payload", ch.Payload)
+			v.set("meta", ch.Meta)
+			args = v.done()
 		}
 	}
 	args[mark] = len(args) - mark - 1
@@ -307,55 +376,67 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	if len(reply) < 2 || len(reply) > 4 {
-		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want 2 to 4", len(reply))
+	out, taken, wait, err := decodeEnded(reply, es, t)
+	if err != nil {
+		return out, nil, 0, err
 	}
-	codes, err := redis.Ints(reply[0], nil)
+	return out, taken, wait, replica
+}
+
+// decodeEnded decodes the end script's reply (endReply) to endings es and
+// the take t it ran after them.
+func decodeEnded(reply []any, es []Ending, t TakeArgs) ([]Ended, []Taken, LimitWait, error) {
+	if len(reply) != endReply.width() {
+		return nil, nil, 0, fmt.Errorf("rdb: end: reply of %d values, want %d", len(reply), endReply.width())
+	}
+	at := endReply.index
+	codes, err := redis.Ints(reply[at("ends")], nil)
 	if err != nil {
 		return nil, nil, 0, fmt.Errorf("rdb: end: %w", err)
 	}
-	if len(codes) != 2*len(es) {
+	w, outcome, run := endedRow.width(), endedRow.index("outcome"), endedRow.index("run")
+	if len(codes) != w*len(es) {
 		return nil, nil, 0, fmt.Errorf("rdb: end: %d codes for %d takings", len(codes), len(es))
 	}
 	out := make([]Ended, len(es))
 	for i := range out {
-		out[i] = Ended{Outcome: Outcome(codes[2*i]), Run: Outcome(codes[2*i+1])}
+		row := codes[w*i : w*i+w]
+		out[i] = Ended{Outcome: Outcome(row[outcome]), Run: Outcome(row[run])}
 	}
-	if len(reply) == 4 {
-		// The children ends took out of their queues: position, queue, id.
-		vs, err := redis.Strings(reply[3], nil)
-		if err != nil || len(vs)%3 != 0 {
-			return nil, nil, 0, fmt.Errorf("rdb: end: stopped children: %v %v", reply[3], err)
-		}
-		for j := 0; j < len(vs); j += 3 {
-			at, err := strconv.Atoi(vs[j])
-			if err != nil || at < 1 || at > len(out) {
-				return nil, nil, 0, fmt.Errorf("rdb: end: stopped child of taking %q", vs[j])
-			}
-			out[at-1].Stopped = append(out[at-1].Stopped, QueuedTask{Queue: vs[j+1], ID: vs[j+2]})
-		}
+	// The children ends took out of their queues.
+	vs, err := redis.Strings(reply[at("stopped")], nil)
+	w = stoppedRow.width()
+	if err != nil || len(vs)%w != 0 {
+		return nil, nil, 0, fmt.Errorf("rdb: end: stopped children: %v %v", reply[at("stopped")], err)
 	}
-	if len(reply) >= 3 {
-		// The outcomes of the batches' members, in order.
-		ms, err := redis.Ints(reply[2], nil)
-		if err != nil {
-			return nil, nil, 0, fmt.Errorf("rdb: end: members: %w", err)
+	pos, queue, id := stoppedRow.index("at"), stoppedRow.index("queue"), stoppedRow.index("id")
+	for j := 0; j < len(vs); j += w {
+		row := vs[j : j+w]
+		n, err := strconv.Atoi(row[pos])
+		if err != nil || n < 1 || n > len(out) {
+			return nil, nil, 0, fmt.Errorf("rdb: end: stopped child of taking %q", row[pos])
 		}
-		for i, e := range es {
-			if e.Kind != KindTask || len(e.Batch) == 0 {
-				continue
-			}
-			if len(ms) < len(e.Batch) {
-				return nil, nil, 0, fmt.Errorf("rdb: end: %d member outcomes left for a batch of %d", len(ms), len(e.Batch))
-			}
-			out[i].Members = make([]Outcome, len(e.Batch))
-			for j := range e.Batch {
-				out[i].Members[j] = Outcome(ms[j])
-			}
-			ms = ms[len(e.Batch):]
-		}
+		out[n-1].Stopped = append(out[n-1].Stopped, QueuedTask{Queue: row[queue], ID: row[id]})
 	}
-	vals, err := redis.Values(reply[1], nil)
+	// The outcomes of the batches' members, in order.
+	ms, err := redis.Ints(reply[at("members")], nil)
+	if err != nil {
+		return nil, nil, 0, fmt.Errorf("rdb: end: members: %w", err)
+	}
+	for i, e := range es {
+		if e.Kind != KindTask || len(e.Batch) == 0 {
+			continue
+		}
+		if len(ms) < len(e.Batch) {
+			return nil, nil, 0, fmt.Errorf("rdb: end: %d member outcomes left for a batch of %d", len(ms), len(e.Batch))
+		}
+		out[i].Members = make([]Outcome, len(e.Batch))
+		for j := range e.Batch {
+			out[i].Members[j] = Outcome(ms[j])
+		}
+		ms = ms[len(e.Batch):]
+	}
+	vals, err := redis.Values(reply[at("taken")], nil)
 	if err != nil {
 		return out, nil, 0, fmt.Errorf("rdb: end: take: %w", err)
 	}
@@ -363,5 +444,5 @@ func (s *Store) EndTakeWait(ctx context.Context, q QueueKeys, retentionMs int64,
 	if err != nil {
 		return out, nil, 0, err
 	}
-	return out, taken, wait, replica
+	return out, taken, wait, nil
 }

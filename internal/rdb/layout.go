@@ -187,7 +187,8 @@ func flag(b bool) int {
 
 // layouts are the declared layouts, by name: those a Lua file may name
 // as LAYOUT.<NAME>.
-var layouts = layoutsByName(takeArgv, takenRow, endArgv)
+var layouts = layoutsByName(takeArgv, takenRow, endArgv, endRecord, recChild, recStage, recBatch,
+	batchMember, fanOutChild, endedRow, stoppedRow, endReply)
 
 func layoutsByName(ls ...*layout) map[string]*layout {
 	out := make(map[string]*layout, len(ls))

@@ -48,6 +48,11 @@ func EndArgv(q QueueKeys, retentionMs int64, t TakeArgs, safe bool, es []Ending)
 // DecodeTaken is decodeTaken: the take's reply read as Take reads it.
 func DecodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) { return decodeTaken(vals, a) }
 
+// DecodeEnded is decodeEnded: the end's reply read as End reads it.
+func DecodeEnded(reply []any, es []Ending, t TakeArgs) ([]Ended, []Taken, LimitWait, error) {
+	return decodeEnded(reply, es, t)
+}
+
 // panics returns what f panicked with ("" when it did not).
 func panics(f func()) (msg string) {
 	defer func() {
@@ -206,6 +211,35 @@ func TestLayoutNamesInLua(t *testing.T) {
 	for name := range layouts {
 		if !used[name] {
 			t.Errorf("layout %s is declared but no script reads it", name)
+		}
+	}
+}
+
+// argvRead is a subscript of ARGV (or argv, as take_tasks gets it).
+var argvRead = regexp.MustCompile(`\b(?:ARGV|argv)\[([^\]]*)\]`)
+
+// The take and end scripts, and the take they share, read no argument by
+// bare position: each subscript of ARGV names a layout's field (or N, a
+// width), or is a record's start (its size), or a size read before.
+func TestTakeAndEndReadArgvByName(t *testing.T) {
+	t.Parallel()
+	src := luaSources(t)
+	byName := regexp.MustCompile(`\b[A-Z][A-Z0-9_]*\.[a-zA-Z_]+\b|\bL\.[a-z_]+\b`)
+	for _, f := range []string{"lua/take.lua", "lua/end.lua", "lua/include/take.lua"} {
+		code, ok := src[f]
+		if !ok {
+			t.Fatalf("%s is not embedded", f)
+		}
+		n := 0
+		for _, m := range argvRead.FindAllStringSubmatch(code, -1) {
+			n++
+			if strings.TrimSpace(m[1]) == "i" || byName.MatchString(m[1]) {
+				continue
+			}
+			t.Errorf("%s: ARGV[%s] reads by position", f, m[1])
+		}
+		if n == 0 {
+			t.Errorf("%s reads no ARGV: the test reads the wrong file", f)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"sort"
+	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -189,24 +190,102 @@ return out
 	}
 }
 
-// The end's fixed arguments (END, a take's fields among them), as
-// EndTakeWait sends them before the endings' records.
+// endWalkLua reads the end script's ARGV as end.lua does: END, then each
+// record (its size, REC, its kind's tail: REC_CHILD; REC_STAGE and its
+// three counted lists, children as FANOUT; REC_BATCH and its MEMBERs),
+// and says how many values of each record it did not account for.
+const endWalkLua = namedLua + `
+local END, REC = LAYOUT.END, LAYOUT.REC
+named('', END, 0)
+local i, n = END.N + 1, 0
+while i <= #ARGV do
+  n = n + 1
+  local p, size, tail = 'rec' .. n .. '.', tonumber(ARGV[i]), i + REC.N
+  named(p, REC, i)
+  local kind, after = ARGV[i + REC.kind], tail
+  if kind == 'child' then
+    named(p, LAYOUT.REC_CHILD, tail)
+    after = tail + LAYOUT.REC_CHILD.N
+  elseif kind == 'batch' then
+    local REC_BATCH, MEMBER = LAYOUT.REC_BATCH, LAYOUT.MEMBER
+    named(p, REC_BATCH, tail)
+    after = tail + REC_BATCH.N
+    for j = 1, tonumber(ARGV[tail + REC_BATCH.members]) do
+      named(p .. 'member' .. j .. '.', MEMBER, after)
+      after = after + MEMBER.N
+    end
+  elseif kind == 'stage' then
+    local REC_STAGE, FANOUT = LAYOUT.REC_STAGE, LAYOUT.FANOUT
+    named(p, REC_STAGE, tail)
+    after = tail + REC_STAGE.N
+    for _, list in ipairs({'index_by', 'fields'}) do
+      local m = tonumber(ARGV[after + 1])
+      for j = 1, m do
+        out[#out + 1] = p .. list .. j
+        out[#out + 1] = ARGV[after + 1 + j]
+      end
+      after = after + 1 + m
+    end
+    local m = tonumber(ARGV[after + 1])
+    for c = 1, m / FANOUT.N do
+      named(p .. 'child' .. c .. '.', FANOUT, after + 1 + FANOUT.N * (c - 1))
+    end
+    after = after + 1 + m
+  end
+  out[#out + 1] = p .. 'values past its layout'
+  out[#out + 1] = tostring(i + size - after)
+  i = i + size + 1
+end
+return out
+`
+
+// The end's fixed arguments (END, a take's fields among them) and each
+// ending's record, as EndTakeWait sends them.
 func TestLayoutRoundTripEnd(t *testing.T) {
 	t.Parallel()
 	q := rdb.NewKeys("lt").Queue(rdb.Standalone("q"))
 	take := rdb.TakeArgs{Worker: "w9", Until: 42, Max: 3, MaxCrashes: 2, Limited: true, Levels: 1}
+	es := []rdb.Ending{
+		rdb.Done(rdb.KindTask, "w1", "11", "t1", []byte("r1")),
+		rdb.Retry(rdb.KindTask, "w2", "12", "t2", 5000, "boom"),
+		{Kind: rdb.KindChild, Worker: "w3", PID: "13", ID: "run1.c1", Ask: rdb.AskDead, Err: "bad", Run: "run1"},
+		{Kind: rdb.KindStage, Worker: "w4", PID: "14", ID: "run2", Ask: rdb.AskDone, Stage: &rdb.StageEnd{
+			Next: "s2", FailFast: true, RunRetentionMs: 7000, IndexBy: []string{"user"},
+			Fields:   []string{"f:a", "1", "f:b", "2"},
+			Children: []rdb.Child{{ID: "run2.k1", Queue: "cq", Payload: []byte("p1"), Meta: "m1"}, {ID: "run2.k2", Queue: "cq", Payload: []byte("p2")}},
+		}},
+		rdb.Done(rdb.KindTask, "w5", "15", "h1", []byte("rh")).WithBatch([]rdb.Member{
+			{PID: "16", ID: "m1", Result: []byte("x1")}, {PID: "17", ID: "m2", Result: []byte("x2")}}),
+		rdb.GiveBack(rdb.KindStage, "w6", "18", "run3"), // a stage with no StageEnd
+	}
+	rec := func(n int, kind, worker, pid, id, ask, delay, err, result string, more ...string) map[string]string {
+		p := fmt.Sprintf("rec%d.", n)
+		m := map[string]string{p + "kind": kind, p + "worker": worker, p + "pid": pid, p + "id": id,
+			p + "ask": ask, p + "delay": delay, p + "err": err, p + "result": result, p + "values past its layout": "0"}
+		for i := 0; i < len(more); i += 2 {
+			m[p+more[i]] = more[i+1]
+		}
+		return m
+	}
 	want := merged(
 		prefixFields(q, ""),
-		map[string]string{"wake_channel": q.WakeChannel, "retention": "60000", "values past the layout": "0"},
+		map[string]string{"wake_channel": q.WakeChannel, "retention": "60000"},
 		takeFields("w9", "3", "42", "2", "task", "1", "1", "1", "0", "0", "0"),
+		rec(1, "task", "w1", "11", "t1", "done", "0", "", "r1"),
+		rec(2, "task", "w2", "12", "t2", "retry", "5000", "boom", ""),
+		rec(3, "child", "w3", "13", "run1.c1", "dead", "0", "bad", "", "run", "run1"),
+		rec(4, "stage", "w4", "14", "run2", "done", "0", "", "",
+			"next_stage", "s2", "policy", "failfast", "run_retention", "7000", "index_by1", "user",
+			"fields1", "f:a", "fields2", "1", "fields3", "f:b", "fields4", "2",
+			"child1.id", "run2.k1", "child1.queue", "cq", "child1.payload", "p1", "child1.meta", "m1",
+			"child2.id", "run2.k2", "child2.queue", "cq", "child2.payload", "p2", "child2.meta", ""),
+		rec(5, "batch", "w5", "15", "h1", "done", "0", "", "rh", "members", "2",
+			"member1.pid", "16", "member1.id", "m1", "member1.result", "x1",
+			"member2.pid", "17", "member2.id", "m2", "member2.result", "x2"),
+		rec(6, "stage", "w6", "18", "run3", "back", "0", "", "",
+			"next_stage", "", "policy", "continue", "run_retention", "0"),
 	)
-	r := evalLua(t, namedLua+`
-local END = LAYOUT.END
-named('', END, 0)
-out[#out + 1] = 'values past the layout'
-out[#out + 1] = tostring(#ARGV - END.N)
-return out
-`, rdb.EndArgv(q, 60000, take, true, nil)...)
+	r := evalLua(t, endWalkLua, rdb.EndArgv(q, 60000, take, true, es)...)
 	diffMaps(t, "END", pairsMap(t, r), want)
 }
 
@@ -314,5 +393,55 @@ return out
 				t.Errorf("decoded %+v, wait %d, %v\nwant %+v, wait %d", got, wait, err, c.want, c.wantWait)
 			}
 		})
+	}
+}
+
+// The end's reply (END_REPLY: ENDED rows, the take's TAKEN rows, the
+// members' outcomes, STOPPED rows), laid out by name in Lua, as End
+// decodes it.
+func TestLayoutRoundTripEndReply(t *testing.T) {
+	t.Parallel()
+	es := []rdb.Ending{
+		rdb.Done(rdb.KindTask, "w", "1", "t1", nil),
+		{Kind: rdb.KindChild, Worker: "w", PID: "2", ID: "run.c1", Ask: rdb.AskDead, Run: "run"},
+		rdb.Done(rdb.KindTask, "w", "3", "h1", nil).WithBatch([]rdb.Member{{PID: "4", ID: "m1"}, {PID: "5", ID: "m2"}}),
+	}
+	doc := map[string]any{
+		"ends": []row{
+			{"outcome": int(rdb.OutcomeDone), "run": int(rdb.OutcomeLost)},
+			{"outcome": int(rdb.OutcomeDead), "run": int(rdb.OutcomeDead)},
+			{"outcome": int(rdb.OutcomeDone), "run": int(rdb.OutcomeLost)},
+		},
+		"taken":   []row{takenRow("t9", "6", "p9", 1, 0, "", "", "")},
+		"members": []int{int(rdb.OutcomeDone), int(rdb.OutcomeCancelled)},
+		"stopped": []row{{"at": "2", "queue": "cq", "id": "run.c2"}, {"at": "2", "queue": "cq", "id": "run.c3"}},
+	}
+	r := evalLua(t, rowsLua+`
+local R, reply = LAYOUT.END_REPLY, {}
+reply[R.ends] = rows(LAYOUT.ENDED, doc.ends)
+reply[R.taken] = rows(LAYOUT.TAKEN, doc.taken)
+reply[R.members] = doc.members
+reply[R.stopped] = rows(LAYOUT.STOPPED, doc.stopped)
+return reply
+`, jsonArg(t, doc))
+	vals, err := redis.Values(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ended, taken, wait, err := rdb.DecodeEnded(vals, es, rdb.TakeArgs{Max: 1})
+	wantEnded := []rdb.Ended{
+		{Outcome: rdb.OutcomeDone},
+		{Outcome: rdb.OutcomeDead, Run: rdb.OutcomeDead,
+			Stopped: []rdb.QueuedTask{{Queue: "cq", ID: "run.c2"}, {Queue: "cq", ID: "run.c3"}}},
+		{Outcome: rdb.OutcomeDone, Members: []rdb.Outcome{rdb.OutcomeDone, rdb.OutcomeCancelled}},
+	}
+	wantTaken := []rdb.Taken{{ID: "t9", PID: "6", Payload: []byte("p9"), Attempt: 1}}
+	if err != nil || !reflect.DeepEqual(ended, wantEnded) || !reflect.DeepEqual(taken, wantTaken) || wait != 0 {
+		t.Errorf("decoded %+v, %+v, wait %d, %v\nwant %+v, %+v", ended, taken, wait, err, wantEnded, wantTaken)
+	}
+	// A reply that is not the layout's width is refused, not misread.
+	if _, _, _, err := rdb.DecodeEnded(vals[:len(vals)-1], es, rdb.TakeArgs{}); err == nil ||
+		!strings.Contains(err.Error(), "reply of") {
+		t.Errorf("a reply one value short: err = %v, want one naming its size", err)
 	}
 }

@@ -38,29 +38,29 @@
 --   park_ms (see take_tasks). With limited (the queue may have global
 --   limits), ends that free slots not taken again are announced on the
 --   wake channel.
--- ARGV[END.N + 1 ..] per taking: a count n, then n values:
---   kind (task | stage | child | batch), worker id, pid, task id,
---   ask (done | retry | dead | back | expire | cancel), retry delay ms, error text,
---   result;
---   a child adds its run id; a stage adds its next stage ("" after the
---   last), its fan-out policy (failfast | continue), the run retention ms,
---   then three counted lists: indexed properties, state field/value pairs
---   ("f:" names), child values (4 per child: id, queue, payload and
---   metadata, "" for none); a batch (a key's head and the tasks taken
---   behind it, ended together) adds a count m and m triples (pid, id,
---   result), and declares its members' hashes <ns>:{T}:t:<id> after the
---   head's.
--- Returns: {ends, taken} (and, when batches were ended, a third array:
--- their members' outcomes, in order; and, when a child's end failed its
--- run and that took waiting children out of their queues, a fourth: per
--- such child, the 1-based position of the taking that ended, its queue and
--- its id): ends holds 2 values per taking: its outcome
--- (OUT_*; OUT_LOST: not the owner, nothing changed) and, for a child, its
--- run's (OUT_LOST when unchanged); taken is the take's reply (empty when
--- nothing was asked or the deadline had passed).
+-- ARGV[END.N + 1 ..] per taking, a record: a size n, then n values: the
+--   layout REC (endRecord in end.go): kind (task | stage | child | batch),
+--   worker id, pid, task id, ask (done | retry | dead | back | expire |
+--   cancel), retry delay ms, error text, result; then the kind's tail:
+--   a child's REC_CHILD (its run id); a stage's REC_STAGE (its next stage,
+--   "" after the last, its fan-out policy, failfast | continue, the run
+--   retention ms), then three counted lists: indexed properties, state
+--   field/value pairs ("f:" names), the children fanned out (FANOUT values
+--   each: id, queue, payload and metadata, "" for none); a batch's (a key's
+--   head and the tasks taken behind it, ended together) REC_BATCH (a count
+--   m), then m MEMBER values (pid, id, result); it declares its members'
+--   hashes <ns>:{T}:t:<id> after the head's.
+-- Returns: the layout END_REPLY (endReply in end.go): ends (per taking, an
+-- ENDED row: its outcome, OUT_*, OUT_LOST when not the owner: nothing
+-- changed; and, for a child, its run's, OUT_LOST when unchanged); taken
+-- (the take's reply, TAKEN rows; empty when nothing was asked or the
+-- deadline had passed); members (the outcomes of the batches' members, in
+-- order); stopped (when a child's end failed its run and that took waiting
+-- children out of their queues, per such child a STOPPED row: the 1-based
+-- position of the taking that ended, its queue and its id).
 -- (Each layout is bound where it is read: run by EVAL, this script's main
 -- function is near Lua's limit of 200 locals.)
-local END = LAYOUT.END
+local END, REC = LAYOUT.END, LAYOUT.REC
 local q = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[END.task_prefix]}
 local waiting, retained = KEYS[4], KEYS[5]
 local pfx = {queue = ARGV[END.queue_prefix], wake = ARGV[END.wake_prefix], sched = ARGV[END.sched_prefix],
@@ -133,10 +133,13 @@ local function end_task(tkey, id, ask, delay, err, result, worker)
 end
 
 -- end_stage ends a stage taking of flow run id: a done stage merges its
--- fields into the run, then fans out children or forwards the run.
-local function end_stage(tkey, id, ask, delay, err, worker, a)
-  local nexts, policy, runret = ARGV[a], ARGV[a + 1], tonumber(ARGV[a + 2])
-  local props, b = list_from(ARGV, a + 3)
+-- fields into the run, then fans out children or forwards the run. The
+-- record's tail (REC_STAGE, then its lists) follows ARGV[tail].
+local function end_stage(tkey, id, ask, delay, err, worker, tail)
+  local REC_STAGE, FANOUT = LAYOUT.REC_STAGE, LAYOUT.FANOUT
+  local nexts, policy = ARGV[tail + REC_STAGE.next_stage], ARGV[tail + REC_STAGE.policy]
+  local runret = tonumber(ARGV[tail + REC_STAGE.run_retention])
+  local props, b = list_from(ARGV, tail + REC_STAGE.N + 1)
   local fields, c = list_from(ARGV, b)
   local children = list_from(ARGV, c)
   local t = redis.pcall('HMGET', tkey, F_CANCEL, F_RUN_STATUS)
@@ -181,8 +184,9 @@ local function end_stage(tkey, id, ask, delay, err, worker, a)
   -- fan-out (dead.lua).
   local gen = redis.call('HINCRBY', tkey, 'kg', 1)
   local cids = {} -- 'kl': this fan-out's children, for a stop (flow.lua)
-  for k = 1, #children, 4 do
-    local cid, cq, payload, meta = children[k], children[k + 1], children[k + 2], children[k + 3]
+  for k = 0, #children - 1, FANOUT.N do
+    local cid, cq = children[k + FANOUT.id], children[k + FANOUT.queue]
+    local payload, meta = children[k + FANOUT.payload], children[k + FANOUT.meta]
     local ckey = q.tprefix .. cid
     redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy, 'pe', gen)
     if meta ~= '' then
@@ -309,13 +313,14 @@ end
 -- a first pass over the takings reads their worker-queue hash, pid and id.
 local singles = {}
 do
+  local REC_BATCH = LAYOUT.REC_BATCH
   local k, i = 9, END.N + 1
   while i <= #ARGV do
-    local kind = ARGV[i + 1]
+    local kind = ARGV[i + REC.kind]
     if kind == 'batch' then
-      k = k + 2 + tonumber(ARGV[i + 9])
+      k = k + 2 + tonumber(ARGV[i + REC.N + REC_BATCH.members])
     else
-      singles[#singles + 1] = {KEYS[k], ARGV[i + 3], ARGV[i + 4]}
+      singles[#singles + 1] = {KEYS[k], ARGV[i + REC.pid], ARGV[i + REC.id]}
       k = k + (kind == 'child' and 3 or 2)
     end
     i = i + tonumber(ARGV[i]) + 1
@@ -327,9 +332,10 @@ local out, members, stopped = {}, {}, {}
 local freed_more = 0 -- takings a batch freed beyond one
 local k, i, s = 9, END.N + 1, 0
 while i <= #ARGV do
-  local n = tonumber(ARGV[i])
-  local kind, worker, pid, id = ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local ask, delay, err, result = ARGV[i + 5], ARGV[i + 6], ARGV[i + 7], ARGV[i + 8]
+  -- A record at i: its size, its REC, then its kind's tail after ARGV[tail].
+  local n, tail = tonumber(ARGV[i]), i + REC.N
+  local kind, worker, pid, id = ARGV[i + REC.kind], ARGV[i + REC.worker], ARGV[i + REC.pid], ARGV[i + REC.id]
+  local ask, delay, err, result = ARGV[i + REC.ask], ARGV[i + REC.delay], ARGV[i + REC.err], ARGV[i + REC.result]
   local wq, tkey = KEYS[k], KEYS[k + 1]
   k = k + 2
   local runkey
@@ -339,15 +345,16 @@ while i <= #ARGV do
   end
   local code, run = OUT_LOST, OUT_LOST
   if kind == 'batch' then
-    -- A batch: ARGV m, then per member behind the head its pid, id and
-    -- result; KEYS its hashes. Owned only if every member is (else, lost,
-    -- nothing changed: a zombie's batch).
-    local m = tonumber(ARGV[i + 9])
+    -- A batch: REC_BATCH (m), then per member behind the head a MEMBER
+    -- (its pid, id and result); KEYS its hashes. Owned only if every
+    -- member is (else, lost, nothing changed: a zombie's batch).
+    local MEMBER = LAYOUT.MEMBER
+    local m = tonumber(ARGV[tail + LAYOUT.REC_BATCH.members])
     local pids, fkeys, fids, fres = {pid}, {}, {}, {}
     for j = 1, m do
-      local a = i + 9 + 3 * (j - 1)
-      pids[#pids + 1] = ARGV[a + 1]
-      fids[j], fres[j] = ARGV[a + 2], ARGV[a + 3]
+      local a = tail + LAYOUT.REC_BATCH.N + MEMBER.N * (j - 1)
+      pids[#pids + 1] = ARGV[a + MEMBER.pid]
+      fids[j], fres[j] = ARGV[a + MEMBER.id], ARGV[a + MEMBER.result]
       fkeys[j] = KEYS[k + j - 1]
     end
     k = k + m
@@ -370,21 +377,23 @@ while i <= #ARGV do
     elseif ask == 'back' then
       code = give_back(tkey, id)
     elseif kind == 'stage' then
-      code = end_stage(tkey, id, ask, delay, err, worker, i + 9)
+      code = end_stage(tkey, id, ask, delay, err, worker, tail)
     elseif kind == 'child' then
       local removed
-      code, run, removed = end_child(tkey, id, ask, delay, err, result, worker, runkey, ARGV[i + 9])
+      code, run, removed = end_child(tkey, id, ask, delay, err, result, worker, runkey,
+        ARGV[tail + LAYOUT.REC_CHILD.run])
+      local STOPPED = LAYOUT.STOPPED
       for j = 1, #(removed or {}), 2 do
-        stopped[#stopped + 1] = string.format('%d', #out / 2 + 1)
-        stopped[#stopped + 1] = removed[j]
-        stopped[#stopped + 1] = removed[j + 1]
+        local r = #stopped
+        stopped[r + STOPPED.at] = string.format('%d', #out / LAYOUT.ENDED.N + 1)
+        stopped[r + STOPPED.queue], stopped[r + STOPPED.id] = removed[j], removed[j + 1]
       end
     else
       code = end_task(tkey, id, ask, delay, err, result, worker)
     end
   end
-  out[#out + 1] = code
-  out[#out + 1] = run
+  local ENDED, o = LAYOUT.ENDED, #out
+  out[o + ENDED.outcome], out[o + ENDED.run] = code, run
   i = i + n + 1
 end
 key_wakes = nil
@@ -401,18 +410,16 @@ end
 if ARGV[END.limited] == '1' then
   -- A queue with global limits: slots freed here and not taken again may
   -- let another worker start a task (concurrency limit): tell them.
-  local freed = 0
-  for j = 1, #out, 2 do
-    if out[j] ~= OUT_LOST then freed = freed + 1 end
+  local ENDED, freed = LAYOUT.ENDED, 0
+  for j = 1, #out, ENDED.N do
+    if out[j - 1 + ENDED.outcome] ~= OUT_LOST then freed = freed + 1 end
   end
   freed = freed + freed_more - math.floor(#taken / LAYOUT.TAKEN.N)
   if freed > 0 then
     redis.call('PUBLISH', ARGV[END.wake_channel], freed)
   end
 end
-if #stopped > 0 then
-  return {out, taken, members, stopped}
-elseif #members > 0 then
-  return {out, taken, members}
-end
-return {out, taken}
+local END_REPLY, reply = LAYOUT.END_REPLY, {}
+reply[END_REPLY.ends], reply[END_REPLY.taken] = out, taken
+reply[END_REPLY.members], reply[END_REPLY.stopped] = members, stopped
+return reply
