@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/consumer"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -32,7 +33,7 @@ func (l *entryLog) AtIndex(_ context.Context, i uint64) (string, error) {
 // a restart resumes from it.
 func ExampleNew() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/consumer"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -65,7 +66,7 @@ func (s *chunks) AtIndex(_ context.Context, i uint64) (string, error) {
 // chunk. Each consumer keeps its own processed index in Redis.
 func Example_pipeline() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil)
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil)
 	if err != nil {
 		panic(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -298,7 +299,7 @@ func TestPrefixLinks(t *testing.T) {
 }
 
 func TestRedisErrorsDoNotLeakTheURL(t *testing.T) {
-	pool, err := worqr.NewPool("redis://admin:hunter2secret@127.0.0.1:1/0", nil)
+	pool, err := redisconn.NewPool("redis://admin:hunter2secret@127.0.0.1:1/0", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

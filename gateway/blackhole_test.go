@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -18,7 +19,7 @@ import (
 // its text (found by an audit).
 func TestBlackholedRedisIsNotNamed(t *testing.T) {
 	addr := blackhole(t)
-	pool, err := worqr.NewPool("redis://"+addr+"/0", &worqr.PoolOptions{ConnectTimeout: 300 * time.Millisecond})
+	pool, err := redisconn.NewPool("redis://"+addr+"/0", &redisconn.Options{ConnectTimeout: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/gateway"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -20,7 +21,7 @@ import (
 // its pid, the fencing token.
 func ExampleNewServer() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

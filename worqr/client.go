@@ -6,12 +6,14 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/group"
@@ -811,4 +813,14 @@ func msTime(ms int64) time.Time {
 		return time.Time{}
 	}
 	return time.UnixMilli(ms)
+}
+
+// warnPool warns when pool is a *redis.Pool that keeps no idle connection:
+// every call would then dial a new TCP connection, several times slower
+// than reusing one.
+func warnPool(pool ConnGetter, log *slog.Logger) {
+	if p, ok := pool.(*redis.Pool); ok && p.MaxIdle == 0 {
+		log.Warn("worqr: the redis.Pool has MaxIdle 0, so nearly every call dials a new connection; " +
+			"set MaxIdle to at least the total concurrency, or build the pool with redisconn.NewPool")
+	}
 }

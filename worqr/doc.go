@@ -43,7 +43,7 @@
 // Each taking of a task has exactly one owner; finishing checks ownership in
 // the same script that records the outcome, so a worker that lost its
 // keepalive cannot record anything (ErrTaskLost). After a failover (a
-// SentinelPool or ClusterPool switching servers) a worker cancels the
+// redisconn.Sentinel or redisconn.Cluster switching servers) a worker cancels the
 // handlers of takings the new primary does not hold (ErrLostInFailover):
 // their take was acknowledged by the old primary and never replicated.
 // Execution is at-least-once:

@@ -396,7 +396,7 @@ const WaitRecheck = 5 * time.Second
 // connection of the pool (on a Redis Cluster, of the node that serves the
 // registry's slot) from the first Wait on, and gives it back once the last
 // one has returned. Their reads take a connection each, a few at a time (at
-// most 8; with PoolOptions.MaxActive set, at most half of the other
+// most 8; with redisconn.Options.MaxActive set, at most half of the other
 // connections, and at least 1): the Waits never take more than that and
 // the subscription's, and any number of them run on a pool that allows 2
 // connections or more. Wait reads the task once the subscription

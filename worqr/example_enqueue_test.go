@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -17,7 +18,7 @@ import (
 // The Inspector reads the task and the queue back.
 func ExampleClient_Enqueue() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +68,7 @@ func ExampleClient_Enqueue() {
 // clock); Inspector.RunNow moves it to the back of its queue at once.
 func ExampleEnqueueOpts_delay() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -119,7 +120,7 @@ func ExampleEnqueueOpts_delay() {
 // enqueueing a line twice.
 func ExampleClient_Load() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

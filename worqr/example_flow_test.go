@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -13,7 +14,7 @@ import (
 // last one sees how the children ended.
 func ExampleFlow() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

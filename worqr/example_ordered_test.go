@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -15,7 +16,7 @@ import (
 // any number of workers; tasks of different keys run side by side.
 func ExampleEnqueueOpts_key() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -70,7 +71,7 @@ func ExampleEnqueueOpts_key() {
 // them all at once (Task.Payloads), each distinct payload once.
 func ExampleKeyPolicy() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -124,7 +125,7 @@ func ExampleKeyPolicy() {
 // of the caller's: here counts add up, so the handler writes one total.
 func ExampleClient_EnqueueMerge() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -13,7 +14,7 @@ import (
 // is taken first, in enqueue order within a level.
 func ExampleEnqueueOpts_priority() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -62,7 +63,7 @@ func ExampleEnqueueOpts_priority() {
 // every queue of higher weight is empty).
 func ExampleWorkerConfig_priority() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -114,7 +115,7 @@ func ExampleWorkerConfig_priority() {
 // though the worker has eight slots.
 func ExampleLimits() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

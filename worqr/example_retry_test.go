@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -15,7 +16,7 @@ import (
 // its id, and Task.Attempt counts up.
 func ExampleRetryAfter() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -67,7 +68,7 @@ func ExampleRetryAfter() {
 // (Inspector.RequeueDead, once the cause is fixed) or deleted.
 func ExampleSkipRetry() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -136,7 +137,7 @@ func ExampleSkipRetry() {
 // wait.
 func ExampleRateLimited() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -14,7 +15,7 @@ import (
 // (worqr.Log), metrics (worqr.Observe), tracing.
 func ExampleWorker() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}
@@ -68,7 +69,7 @@ func ExampleWorker() {
 // tasks back at the front of their queues, for another worker to run.
 func ExampleWorker_Stop() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		panic(err)
 	}

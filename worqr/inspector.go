@@ -699,7 +699,7 @@ func (in *Inspector) Ping(ctx context.Context) error {
 // ClusterMode reports whether the server the Inspector's pool reaches runs
 // in cluster mode: a plain pool (NewPool) on one node of a Redis Cluster
 // reaches only that node's slots (the others answer MOVED), where a
-// ClusterPool follows the whole cluster.
+// redisconn.Cluster follows the whole cluster.
 func (in *Inspector) ClusterMode(ctx context.Context) (bool, error) {
 	return in.st.ClusterMode(ctx, rdb.RegistryTag)
 }

@@ -2,11 +2,7 @@ package worqr_test
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"os"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -22,53 +18,12 @@ func TestMain(m *testing.M) {
 		srv = redistest.MustStart()
 		os.Exit(runChild(role))
 	}
-	flag.Parse()
 	srv = redistest.MustStart()
 	// The examples read the servers' addresses as a program would.
 	os.Setenv("WORQR_REDIS_URL", srv.URL)
-	var stops []func()
-	// A cluster takes about 2 s to form: it is started only when its
-	// example is to run.
-	if selected("ExampleNewClusterPool") {
-		cl, err := redistest.StartCluster(3)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting the Redis Cluster of ExampleNewClusterPool:", err)
-			os.Exit(1)
-		}
-		stops = append(stops, cl.Stop)
-		os.Setenv("WORQR_REDIS_CLUSTER", strings.Join(cl.Addrs(), ","))
-	}
-	if selected("ExampleNewSentinelPool") {
-		st, err := redistest.StartSentinel(context.Background(), 0, 1)
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "starting the Sentinel of ExampleNewSentinelPool:", err)
-			os.Exit(1)
-		}
-		stops = append(stops, st.Stop)
-		os.Setenv("WORQR_REDIS_SENTINEL", redistest.SentinelMaster+"@"+strings.Join(st.Addrs(), ","))
-	}
 	code := m.Run()
-	for _, stop := range stops {
-		stop()
-	}
 	srv.Stop()
 	os.Exit(code)
-}
-
-// selected reports whether the -test.run and -test.skip flags let the
-// top-level test or example name run.
-func selected(name string) bool {
-	match := func(flagName string, empty bool) bool {
-		f := flag.Lookup(flagName)
-		if f == nil || f.Value.String() == "" {
-			return empty
-		}
-		// A pattern's first '/'-separated element matches top-level names.
-		first := strings.Split(f.Value.String(), "/")[0]
-		re, err := regexp.Compile(first)
-		return err != nil || re.MatchString(name)
-	}
-	return match("test.run", true) && !match("test.skip", false)
 }
 
 // newInspector returns an Inspector on pool with cfg (in most tests, the

@@ -14,6 +14,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -145,7 +146,7 @@ func TestManyWaitsOnASmallPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(own.Stop) // after the worker's Stop (cleanups run last first)
-	small, err := worqr.NewPool(own.URL, &worqr.PoolOptions{MaxActive: 4})
+	small, err := redisconn.NewPool(own.URL, &redisconn.Options{MaxActive: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

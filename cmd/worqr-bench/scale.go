@@ -22,6 +22,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -122,7 +123,7 @@ func scale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	defer cl.Stop()
-	cp, err := worqr.NewClusterPool(cl.Addrs(), &worqr.PoolOptions{MaxIdle: 64})
+	cp, err := redisconn.NewCluster(cl.Addrs(), &redisconn.Options{MaxIdle: 64})
 	if err != nil {
 		return err
 	}
@@ -148,7 +149,7 @@ func scale(ctx context.Context, o scaleOptions) error {
 		return err
 	}
 	defer one.Stop()
-	pool, err := worqr.NewPool(one.URL, &worqr.PoolOptions{MaxIdle: 64})
+	pool, err := redisconn.NewPool(one.URL, &redisconn.Options{MaxIdle: 64})
 	if err != nil {
 		return err
 	}
@@ -168,7 +169,7 @@ func scale(ctx context.Context, o scaleOptions) error {
 			return err
 		}
 		defer solo.Stop()
-		sp, err := worqr.NewClusterPool([]string{solo.Addr}, &worqr.PoolOptions{MaxIdle: 64})
+		sp, err := redisconn.NewCluster([]string{solo.Addr}, &redisconn.Options{MaxIdle: 64})
 		if err != nil {
 			return err
 		}
@@ -183,7 +184,7 @@ func scale(ctx context.Context, o scaleOptions) error {
 			// The node serves every slot, so a pool that does not route
 			// works: Redis runs in cluster mode, worqr as on one Redis (no
 			// guard key, LPOP takes, plain pub/sub).
-			pp, err := worqr.NewPool(solo.URL, &worqr.PoolOptions{MaxIdle: 64})
+			pp, err := redisconn.NewPool(solo.URL, &redisconn.Options{MaxIdle: 64})
 			if err != nil {
 				return err
 			}
@@ -528,7 +529,7 @@ func joinf(xs []float64, f string) string {
 // plainPubSub hides a ClusterPool's sharded pub/sub: a store on it routes
 // each call by tag but publishes with PUBLISH, which a cluster broadcasts
 // to every node, and listens with SUBSCRIBE: what sharded pub/sub saves.
-type plainPubSub struct{ cp *worqr.ClusterPool }
+type plainPubSub struct{ cp *redisconn.Cluster }
 
 func (p plainPubSub) GetContext(ctx context.Context) (redis.Conn, error) { return p.cp.GetContext(ctx) }
 
@@ -550,10 +551,10 @@ func runScaleChild(args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	names := strings.Split(*queues, ",")
-	po := &worqr.PoolOptions{MaxIdle: 2 * *concurrency * len(names)}
+	po := &redisconn.Options{MaxIdle: 2 * *concurrency * len(names)}
 	var pool worqr.ConnGetter
 	if *seeds != "" {
-		cp, err := worqr.NewClusterPool(strings.Split(*seeds, ","), po)
+		cp, err := redisconn.NewCluster(strings.Split(*seeds, ","), po)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
 			return 1
@@ -564,7 +565,7 @@ func runScaleChild(args []string) int {
 			pool = plainPubSub{cp}
 		}
 	} else {
-		p, err := worqr.NewPool(*url, po)
+		p, err := redisconn.NewPool(*url, po)
 		if err != nil {
 			fmt.Fprintln(os.Stderr, scaleChildMode+":", err)
 			return 1

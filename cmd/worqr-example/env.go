@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap/exp/zapslog"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -211,7 +212,7 @@ func (c *common) check(redisRequired bool) error {
 				return usagef("set %s or %s, not both", u, se)
 			}
 		}
-		if _, _, err := worqr.ParseSentinel(c.sentinel); err != nil {
+		if _, _, err := redisconn.ParseSentinel(c.sentinel); err != nil {
 			return usagef("%s: %s", c.source("redis-sentinel", envRedisSentinel), ruleOf(err))
 		}
 		return c.checkNamespace()
@@ -251,7 +252,7 @@ func (c *common) check(redisRequired bool) error {
 		}
 	} else if err := checkRedisURL(c.redisURL); err != nil {
 		return usagef("%s: %v", c.source("redis-url", envRedisURL), err)
-	} else if p, err := worqr.NewPool(c.redisURL, c.poolOptions()); err != nil {
+	} else if p, err := redisconn.NewPool(c.redisURL, c.poolOptions()); err != nil {
 		return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
 	} else {
 		p.Close() // it dialed nothing: the check is of the settings only
@@ -314,15 +315,15 @@ func redactedList(s string) string {
 // poolOptions says how to reach Redis: TLS files come from
 // WORQR_TLS_CA_FILE, WORQR_TLS_CERT_FILE and WORQR_TLS_KEY_FILE (refused with
 // a redis:// URL: TLS files without TLS are a mistake worth naming).
-func (c *common) poolOptions() *worqr.PoolOptions {
-	return &worqr.PoolOptions{CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey),
+func (c *common) poolOptions() *redisconn.Options {
+	return &redisconn.Options{CAFile: c.getenv(envTLSCA), CertFile: c.getenv(envTLSCert), KeyFile: c.getenv(envTLSKey),
 		SentinelUser: c.getenv(envSentinelUser), SentinelPassword: c.getenv(envSentinelPassword)}
 }
 
 // newPool returns a redigo pool for rawURL (it dials nothing yet). The caller
 // closes it. Its errors never show the password.
-func newPool(rawURL string, o *worqr.PoolOptions) (*redis.Pool, error) {
-	p, err := worqr.NewPool(rawURL, o)
+func newPool(rawURL string, o *redisconn.Options) (*redis.Pool, error) {
+	p, err := redisconn.NewPool(rawURL, o)
 	if err != nil {
 		var ie *worqr.InvalidError
 		if errors.As(err, &ie) {
@@ -347,7 +348,7 @@ func (c *common) seeds() []string {
 // where names the Redis the command uses, without its password.
 func (c *common) where() string {
 	if c.sentinel != "" {
-		master, sentinels, _ := worqr.ParseSentinel(c.sentinel)
+		master, sentinels, _ := redisconn.ParseSentinel(c.sentinel)
 		for i, s := range sentinels {
 			if strings.Contains(s, "://") {
 				sentinels[i] = redacted(s)
@@ -373,11 +374,11 @@ func (c *common) where() string {
 // a pool for --redis-url (which dials nothing yet). The caller closes it.
 func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 	if c.sentinel != "" {
-		master, sentinels, err := worqr.ParseSentinel(c.sentinel)
+		master, sentinels, err := redisconn.ParseSentinel(c.sentinel)
 		if err != nil {
 			return nil, nil, usagef("%s: %s", c.source("redis-sentinel", envRedisSentinel), ruleOf(err))
 		}
-		p, err := worqr.NewSentinelPool(master, sentinels, c.poolOptions())
+		p, err := redisconn.NewSentinel(master, sentinels, c.poolOptions())
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
@@ -388,7 +389,7 @@ func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 		return p, func() { p.Close() }, nil
 	}
 	if c.cluster != "" {
-		p, err := worqr.NewClusterPool(c.seeds(), c.poolOptions())
+		p, err := redisconn.NewCluster(c.seeds(), c.poolOptions())
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {

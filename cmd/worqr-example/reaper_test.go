@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -47,7 +48,7 @@ func TestReaperEndsACancelledTaking(t *testing.T) {
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	pool, err := worqr.NewPool(url, nil)
+	pool, err := redisconn.NewPool(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +78,7 @@ func TestReaperEndsACancelledTaking(t *testing.T) {
 // the reaper publishes its passes at its next event interval.
 func historyOf(t *testing.T, url, ns, queue string) worqr.Throughput {
 	t.Helper()
-	pool, err := worqr.NewPool(url, nil)
+	pool, err := redisconn.NewPool(url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

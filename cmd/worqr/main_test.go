@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
@@ -67,7 +68,7 @@ type bundle struct {
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	t.Parallel()
-	pool, err := worqr.NewPool(redisURL, nil)
+	pool, err := redisconn.NewPool(redisURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -231,7 +232,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
-	opts := &worqr.PoolOptions{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: max(a.maxIdle, 4)}
+	opts := &redisconn.Options{CAFile: getenv(envTLSCA), CertFile: getenv(envTLSCert), KeyFile: getenv(envTLSKey), MaxIdle: max(a.maxIdle, 4)}
 	var pool interface {
 		worqr.ConnGetter
 		Close() error
@@ -239,7 +240,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 	where := redacted(a.redisURL)
 	switch {
 	case sentinel != "":
-		master, sentinels, err := worqr.ParseSentinel(sentinel)
+		master, sentinels, err := redisconn.ParseSentinel(sentinel)
 		if err != nil {
 			return usagef("%s: %s", envSentinel, ruleOf(err))
 		}
@@ -253,7 +254,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		where = fmt.Sprintf("the primary %s of the sentinels at %s", master, strings.Join(shown, ","))
 		opts.Logger = logger
 		opts.SentinelUser, opts.SentinelPassword = getenv(envSentUser), getenv(envSentPass)
-		sp, err := worqr.NewSentinelPool(master, sentinels, opts)
+		sp, err := redisconn.NewSentinel(master, sentinels, opts)
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
@@ -275,7 +276,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			}
 		}
 		where = "the Redis Cluster at " + strings.Join(shown, ",")
-		cp, err := worqr.NewClusterPool(seeds, opts)
+		cp, err := redisconn.NewCluster(seeds, opts)
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
@@ -285,7 +286,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 		}
 		pool = cp
 	default:
-		p, err := worqr.NewPool(a.redisURL, opts)
+		p, err := redisconn.NewPool(a.redisURL, opts)
 		if err != nil {
 			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
 		}
@@ -296,7 +297,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			// other masters would answer MOVED).
 			p.Close()
 			where = "the Redis Cluster of " + where
-			cp, err := worqr.NewClusterPool([]string{a.redisURL}, opts)
+			cp, err := redisconn.NewCluster([]string{a.redisURL}, opts)
 			if err != nil {
 				var ie *worqr.InvalidError
 				if errors.As(err, &ie) {

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	otelworqr "github.com/worqr/worqr-go/contrib/otel"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -20,7 +21,7 @@ import (
 // the children of a fan-out under their stage.
 func ExampleStageMiddleware() {
 	ctx := context.Background()
-	pool, _ := worqr.NewPool(redisURL, nil) // your *redis.Pool
+	pool, _ := redisconn.NewPool(redisURL, nil) // your *redis.Pool
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: "example-" + xid.New().String()}
 	sr := tracetest.NewSpanRecorder()

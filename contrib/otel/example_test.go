@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	otelworqr "github.com/worqr/worqr-go/contrib/otel"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -19,7 +20,7 @@ import (
 // consumer span under it, handing the handler the payload as it was given.
 func ExampleMiddleware() {
 	ctx := context.Background()
-	pool, _ := worqr.NewPool(redisURL, nil) // your *redis.Pool
+	pool, _ := redisconn.NewPool(redisURL, nil) // your *redis.Pool
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: "example-" + xid.New().String()}
 	sr := tracetest.NewSpanRecorder()

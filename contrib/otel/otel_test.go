@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	otelworqr "github.com/worqr/worqr-go/contrib/otel"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -36,7 +37,7 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	pool, err := worqr.NewPool(redisURL, nil)
+	pool, err := redisconn.NewPool(redisURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

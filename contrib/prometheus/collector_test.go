@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	worqrprom "github.com/worqr/worqr-go/contrib/prometheus"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -174,7 +175,7 @@ func TestScrapeErrorWhenRedisIsDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool, err := worqr.NewPool(fmt.Sprintf("redis://127.0.0.1:%d", port), &worqr.PoolOptions{ConnectTimeout: time.Second})
+	pool, err := redisconn.NewPool(fmt.Sprintf("redis://127.0.0.1:%d", port), &redisconn.Options{ConnectTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +231,7 @@ func TestScrapeTimeout(t *testing.T) {
 		}
 		mu.Unlock()
 	})
-	pool, err := worqr.NewPool("redis://"+l.Addr().String(), nil)
+	pool, err := redisconn.NewPool("redis://"+l.Addr().String(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

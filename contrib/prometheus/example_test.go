@@ -9,13 +9,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	worqrprom "github.com/worqr/worqr-go/contrib/prometheus"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
 // Serve the metrics of the namespace "example" at /metrics.
 func Example() {
 	ctx := context.Background()
-	pool, err := worqr.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,7 +56,7 @@ func child(spec string) int {
 		fmt.Fprintln(os.Stderr, "bad", childEnv, spec)
 		return 2
 	}
-	pool, err := worqr.NewPool(f[0], nil)
+	pool, err := redisconn.NewPool(f[0], nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -90,7 +91,7 @@ type env struct {
 func setup(t *testing.T) *env {
 	t.Helper()
 	t.Parallel()
-	pool, err := worqr.NewPool(redisURL, nil)
+	pool, err := redisconn.NewPool(redisURL, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

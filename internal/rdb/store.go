@@ -35,7 +35,7 @@ type TagConnGetter interface {
 // cancels go through sharded pub/sub: the scripts publish with SPUBLISH (to
 // the shard of the channel's slot only, not to every node) and Listen
 // subscribes with SSUBSCRIBE on a connection to each master that serves a
-// listened channel's slot. worqr.ClusterPool implements it.
+// listened channel's slot. redisconn.Cluster implements it.
 type ShardedPubSub interface {
 	TagConnGetter
 	// MasterOf returns the address of the master that serves tag's slot,

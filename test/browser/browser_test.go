@@ -18,6 +18,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/dash"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -55,7 +56,7 @@ func newSite(t *testing.T, opts *dash.Options) *site {
 
 func (s *site) newPool() *redis.Pool {
 	s.t.Helper()
-	p, err := worqr.NewPool(redisURL, nil)
+	p, err := redisconn.NewPool(redisURL, nil)
 	if err != nil {
 		s.t.Fatal(err)
 	}

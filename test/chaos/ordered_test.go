@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -357,7 +358,7 @@ func orderedChild() int {
 		d, _ := time.ParseDuration(os.Getenv(name))
 		return d
 	}
-	pool, err := worqr.NewPool(os.Getenv("WORQR_CHAOS_ORDERED_REDIS"), nil)
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_CHAOS_ORDERED_REDIS"), nil)
 	if err != nil {
 		return fail(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -36,7 +37,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needCluster(t *testing.T) *worqr.ClusterPool {
+func needCluster(t *testing.T) *redisconn.Cluster {
 	t.Helper()
 	if errors.Is(clErr, redistest.ErrNoRedisCLI) {
 		t.Skip(redistest.ClusterHint)
@@ -44,7 +45,7 @@ func needCluster(t *testing.T) *worqr.ClusterPool {
 	if clErr != nil {
 		t.Fatalf("starting the cluster: %v", clErr)
 	}
-	p, err := worqr.NewClusterPool(cl.Addrs()[:1], nil)
+	p, err := redisconn.NewCluster(cl.Addrs()[:1], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -105,7 +106,7 @@ func TestFailoverLostEnd(t *testing.T) {
 			others = append(others, a)
 		}
 	}
-	fresh, err := worqr.NewClusterPool(others, nil)
+	fresh, err := redisconn.NewCluster(others, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func replicaCaughtUp(ctx context.Context, mc redis.Conn, addr string) error {
 // a live master when the queue's master is killed), with that master and its
 // replica. ctx ends after timeout.
 func failoverSetup(t *testing.T, timeout time.Duration, prefix string) (rc *redistest.ReplicaCluster, ctx context.Context,
-	pool *worqr.ClusterPool, ns, q string, master, replica *redistest.Server) {
+	pool *redisconn.Cluster, ns, q string, master, replica *redistest.Server) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("short mode")
@@ -257,7 +258,7 @@ func failoverSetup(t *testing.T, timeout time.Duration, prefix string) (rc *redi
 	t.Cleanup(rc.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	pool, err = worqr.NewClusterPool(rc.Addrs(), nil)
+	pool, err = redisconn.NewCluster(rc.Addrs(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -121,7 +122,7 @@ func TestOneMasterDownFlagsOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	own, dead, qDead, qLive := masterDown(t, ctx, "down-")
-	pool, err := worqr.NewClusterPool(own.Addrs(), nil)
+	pool, err := redisconn.NewCluster(own.Addrs(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +190,7 @@ func TestOneMasterDownWakeUpsOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	own, dead, qDead, qLive := masterDown(t, ctx, "downw-")
-	pool, err := worqr.NewClusterPool(own.Addrs(), nil)
+	pool, err := redisconn.NewCluster(own.Addrs(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

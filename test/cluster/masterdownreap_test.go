@@ -13,6 +13,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -37,7 +38,7 @@ func TestOneMasterDownRecoveryOfTheOthers(t *testing.T) {
 			deadQueues = append(deadQueues, rdb.Standalone(name))
 		}
 	}
-	pool, err := worqr.NewClusterPool(own.Addrs(), nil)
+	pool, err := redisconn.NewCluster(own.Addrs(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -63,7 +64,7 @@ func TestShardedWakeUpAfterFailover(t *testing.T) {
 	}
 	defer replica.Stop()
 
-	pool, err := worqr.NewClusterPool(own.Addrs()[1:2], nil)
+	pool, err := redisconn.NewCluster(own.Addrs()[1:2], nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -32,7 +33,7 @@ func eventSubscribers(t *testing.T, ns string) int {
 // (their clocks never move), and leave no subscriber behind.
 func TestWaitOnCluster(t *testing.T) {
 	workerPool := needCluster(t)
-	small, err := worqr.NewClusterPool(cl.Addrs()[:1], &worqr.PoolOptions{MaxActive: 4})
+	small, err := redisconn.NewCluster(cl.Addrs()[:1], &redisconn.Options{MaxActive: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

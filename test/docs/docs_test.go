@@ -70,6 +70,7 @@ var imports = []struct{ name, path, dir string }{
 	{"redis", "github.com/gomodule/redigo/redis", ""},
 	{"miniredis", "github.com/alicebob/miniredis/v2", ""},
 	{"worqr", module + "/worqr", ""},
+	{"redisconn", module + "/redisconn", ""},
 	{"consumer", module + "/consumer", ""},
 	{"dash", module + "/dash", ""},
 	{"recovery", module + "/recovery", ""},

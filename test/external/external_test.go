@@ -45,7 +45,7 @@ func (t ticker) Stop()               { t.t.Stop() }
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	pool, err := worqr.NewPool(os.Getenv("REDIS_URL"), nil)
+	pool, err := redisconn.NewPool(os.Getenv("REDIS_URL"), nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

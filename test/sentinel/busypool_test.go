@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/worqr"
+	"github.com/worqr/worqr-go/redisconn"
 )
 
 type lockedBuf struct {
@@ -35,7 +35,7 @@ func TestBusyPoolDoesNotFailTheSentinelCheck(t *testing.T) {
 	defer cancel()
 	st := sentinelGroup(ctx, t)
 	logs := &lockedBuf{}
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, st.Addrs(), &redisconn.Options{
 		SentinelCheck: time.Second, MaxActive: 2, Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)

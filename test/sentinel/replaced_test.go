@@ -12,7 +12,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/worqr"
+	"github.com/worqr/worqr-go/redisconn"
 )
 
 // The sentinels the pool was given are replaced one by one (new ones join,
@@ -27,7 +27,7 @@ func TestReplacedSentinelsAreLearned(t *testing.T) {
 	st, _ := startSentinel(ctx, t)
 	// A pool of its own, whose log says what it learned.
 	learned := make(chan string, 16)
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second,
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, st.Addrs(), &redisconn.Options{SentinelCheck: time.Second,
 		Logger: slog.New(logHook(func(r slog.Record) {
 			if r.Message == "sentinel: learned a sentinel" {
 				learned <- r.Message

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -189,10 +190,10 @@ func sentinelGroup(ctx context.Context, t *testing.T) *redistest.Sentinel {
 
 // startSentinel is sentinelGroup and a SentinelPool on it checking every
 // second, closed when the test ends.
-func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *worqr.SentinelPool) {
+func startSentinel(ctx context.Context, t *testing.T) (*redistest.Sentinel, *redisconn.Sentinel) {
 	t.Helper()
 	st := sentinelGroup(ctx, t)
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: time.Second})
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, st.Addrs(), &redisconn.Options{SentinelCheck: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

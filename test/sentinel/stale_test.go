@@ -16,6 +16,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -155,8 +156,8 @@ func TestStaleSentinelDoesNotPullThePoolBackInASplitBrain(t *testing.T) {
 	refused := make(chan struct{}, 16)
 	log := slog.New(&matchHandler{match: "names an older primary", seen: refused})
 	// The stale sentinel is asked first at every check.
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
-		&worqr.PoolOptions{SentinelCheck: time.Second, Logger: log})
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
+		&redisconn.Options{SentinelCheck: time.Second, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,8 +231,8 @@ func TestStaleFirstSentinelDoesNotKeepTheDemotedPrimary(t *testing.T) {
 	old := st.Nodes[0].Addr
 	stale := staleSentinel(t, st, old)
 
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
-		&worqr.PoolOptions{SentinelCheck: time.Second})
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, append([]string{stale}, st.Addrs()...),
+		&redisconn.Options{SentinelCheck: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,7 +300,7 @@ func TestHungFirstSentinelAtStart(t *testing.T) {
 	}
 	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
 	start := time.Now()
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), nil)
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, st.Addrs(), nil)
 	t.Logf("NewSentinelPool took %s", time.Since(start))
 	if err != nil {
 		t.Fatalf("NewSentinelPool with 2 of 3 sentinels answering: %v", err)
@@ -336,7 +337,7 @@ func TestHungWatchedSentinelIsLeft(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	st := sentinelGroup(ctx, t)
-	pool, err := worqr.NewSentinelPool(redistest.SentinelMaster, st.Addrs(), &worqr.PoolOptions{SentinelCheck: 300 * time.Millisecond})
+	pool, err := redisconn.NewSentinel(redistest.SentinelMaster, st.Addrs(), &redisconn.Options{SentinelCheck: 300 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package worqr
+package redisconn
 
 import (
 	"context"
@@ -14,9 +14,10 @@ import (
 	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// ClusterPool is a connection source for Redis Cluster (Redis 7 or later):
+// Cluster is a connection source for Redis Cluster (Redis 7 or later):
 // give it to NewClient, NewWorker, NewInspector, registry.New or
 // recovery.New as you would a *redis.Pool. Every worqr call touches the
 // keys of one hash tag (a stand-alone queue's name, a flow's name, or
@@ -26,12 +27,12 @@ import (
 // 30 seconds, answers ASK with ASKING on the node named, and retries
 // TRYAGAIN and CLUSTERDOWN with backoff within the call's deadline. See
 // docs/guide/cluster.md. Close it when you are done.
-type ClusterPool struct {
+type Cluster struct {
 	p         *cluster.Pool
-	maxActive int // PoolOptions.MaxActive (per node)
+	maxActive int // Options.MaxActive (per node)
 }
 
-// NewClusterPool reads the topology of the cluster from the first seed that
+// NewCluster reads the topology of the cluster from the first seed that
 // answers and returns its pool. A seed is host:port, or a redis:// or
 // rediss:// URL (redis://[user:password@]host:port): the scheme (TLS) and
 // the user and password of the first URL seed apply to every node, and
@@ -39,21 +40,21 @@ type ClusterPool struct {
 // NewPool. A cluster has one database: a URL naming another is refused.
 // The nodes are reached at the addresses the cluster announces (CLUSTER
 // SHARDS endpoint, or ip; tls-port with TLS).
-func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
-	var o PoolOptions
+func NewCluster(seeds []string, opts *Options) (*Cluster, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	if err := checkPoolOptions(&o); err != nil {
+	if err := checkOptions(&o); err != nil {
 		return nil, err
 	}
 	base, addrs, err := parseSeeds(seeds, false)
 	if err != nil {
-		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
+		return nil, &worqr.InvalidError{Field: "seeds", Rule: err.Error()}
 	}
 	nodes := nodePools{base: base, o: &o}
 	if err := nodes.options(addrs[0]).Check(); err != nil {
-		return nil, &InvalidError{Field: "seeds", Rule: err.Error()}
+		return nil, &worqr.InvalidError{Field: "seeds", Rule: err.Error()}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*nodes.timeout())
 	defer cancel()
@@ -65,14 +66,14 @@ func NewClusterPool(seeds []string, opts *PoolOptions) (*ClusterPool, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &ClusterPool{p: p, maxActive: o.MaxActive}, nil
+	return &Cluster{p: p, maxActive: o.MaxActive}, nil
 }
 
 // nodePools makes the pools of the nodes of a cluster or of the primaries a
 // sentinel names: base with the node's address, and o's TLS and sizes.
 type nodePools struct {
 	base *url.URL
-	o    *PoolOptions
+	o    *Options
 }
 
 func (n nodePools) options(addr string) dial.Options {
@@ -146,55 +147,59 @@ func parseSeeds(seeds []string, withDB bool) (*url.URL, []string, error) {
 
 // GetContext returns a connection to any master (for calls that touch no
 // key; a MOVED reply is followed).
-func (c *ClusterPool) GetContext(ctx context.Context) (redis.Conn, error) {
+func (c *Cluster) GetContext(ctx context.Context) (redis.Conn, error) {
 	return c.p.GetContext(ctx)
 }
 
 // GetContextForTag returns a connection to the master that serves hash tag
 // tag's slot; it follows MOVED and ASK replies.
-func (c *ClusterPool) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+func (c *Cluster) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
 	return c.p.GetContextForTag(ctx, tag)
 }
 
 // EachMaster calls f with a connection to each master in turn (used for
 // calls that concern every key of a namespace, such as
 // Inspector.DeleteNamespace).
-func (c *ClusterPool) EachMaster(ctx context.Context, f func(conn redis.Conn) error) error {
+func (c *Cluster) EachMaster(ctx context.Context, f func(conn redis.Conn) error) error {
 	return c.p.EachMaster(ctx, f)
 }
 
 // MasterOf returns the address of the master that serves hash tag tag's
 // slot, as last read ("" when unknown). With DialMaster and Refresh it is
 // how worqr's workers listen to sharded pub/sub (see docs/guide/cluster.md).
-func (c *ClusterPool) MasterOf(tag string) string { return c.p.Addr(cluster.TagSlot(tag)) }
+func (c *Cluster) MasterOf(tag string) string { return c.p.Addr(cluster.TagSlot(tag)) }
 
 // DialMaster opens a new connection to the node at addr (host:port, as
 // MasterOf or Masters return it), outside the pool, with the pool's
 // options (TLS, user, password); the caller closes it.
-func (c *ClusterPool) DialMaster(ctx context.Context, addr string) (redis.Conn, error) {
+func (c *Cluster) DialMaster(ctx context.Context, addr string) (redis.Conn, error) {
 	return c.p.DialNode(ctx, addr)
 }
 
 // Refresh reads the slot map again (CLUSTER SHARDS of a known master or a
 // seed). The pool does so on its own on a MOVED reply and every 30 s.
-func (c *ClusterPool) Refresh(ctx context.Context) error { return c.p.Refresh(ctx) }
+func (c *Cluster) Refresh(ctx context.Context) error { return c.p.Refresh(ctx) }
 
 // Masters returns the addresses of the masters that serve slots, as last
 // read.
-func (c *ClusterPool) Masters() []string { return c.p.Masters() }
+func (c *Cluster) Masters() []string { return c.p.Masters() }
 
 // Switches returns how many times a master left the cluster's slot map (a
 // failover, or its last slot moved away). A worker on the pool that sees
 // it change puts back the takings it holds and does not run: an end the
 // dead master acknowledged may never have reached its replica.
-func (c *ClusterPool) Switches() uint64 { return c.p.Switches() }
+func (c *Cluster) Switches() uint64 { return c.p.Switches() }
 
 // Switched returns a channel closed at the next switch: a worker on the
 // pool looks at its takings as soon as a failover is seen.
-func (c *ClusterPool) Switched() <-chan struct{} { return c.p.Switched() }
+func (c *Cluster) Switched() <-chan struct{} { return c.p.Switched() }
 
 // Close closes the connections to every node.
-func (c *ClusterPool) Close() error { return c.p.Close() }
+func (c *Cluster) Close() error { return c.p.Close() }
 
-// A ClusterPool makes a Store publish and listen with sharded pub/sub.
-var _ rdb.ShardedPubSub = (*ClusterPool)(nil)
+// A Cluster makes a Store publish and listen with sharded pub/sub.
+var _ rdb.ShardedPubSub = (*Cluster)(nil)
+
+// MaxActive is Options.MaxActive: the most connections the pool opens to
+// one server (0: no cap).
+func (c *Cluster) MaxActive() int { return c.maxActive }

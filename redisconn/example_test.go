@@ -1,4 +1,4 @@
-package worqr_test
+package redisconn_test
 
 import (
 	"context"
@@ -7,16 +7,17 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// A ClusterPool follows a Redis Cluster: every worqr call touches the keys
+// A redisconn.Cluster follows a Redis Cluster: every worqr call touches the keys
 // of one hash tag (a queue's name), and goes to the master that serves it.
 // Give it to NewClient, NewWorker and NewInspector as a *redis.Pool.
-func ExampleNewClusterPool() {
+func ExampleNewCluster() {
 	ctx := context.Background()
 	seeds := strings.Split(os.Getenv("WORQR_REDIS_CLUSTER"), ",") // 10.0.0.1:7000,10.0.0.2:7000
-	pool, err := worqr.NewClusterPool(seeds, nil)
+	pool, err := redisconn.NewCluster(seeds, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -61,16 +62,16 @@ func ExampleNewClusterPool() {
 	// 3 masters
 }
 
-// A SentinelPool asks Redis Sentinel for the primary, and follows it to
+// A redisconn.Sentinel asks Redis Sentinel for the primary, and follows it to
 // the new one on a failover. Workers keep running through it.
-func ExampleNewSentinelPool() {
+func ExampleNewSentinel() {
 	ctx := context.Background()
 	// "mymaster@10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379"
-	master, sentinels, err := worqr.ParseSentinel(os.Getenv("WORQR_REDIS_SENTINEL"))
+	master, sentinels, err := redisconn.ParseSentinel(os.Getenv("WORQR_REDIS_SENTINEL"))
 	if err != nil {
 		panic(err)
 	}
-	pool, err := worqr.NewSentinelPool(master, sentinels, nil)
+	pool, err := redisconn.NewSentinel(master, sentinels, nil)
 	if err != nil {
 		panic(err)
 	}
@@ -103,4 +104,32 @@ func ExampleNewSentinelPool() {
 	// Output:
 	// welcome
 	// 0 failovers
+}
+
+// NewPool is a redigo pool for one Redis server, from a redis:// or
+// rediss:// URL (user, password and database in it; TLS files in Options).
+func ExampleNewPool() {
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), &redisconn.Options{MaxIdle: 16})
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: "example-pool"}
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	if _, err := client.Enqueue(context.Background(), "emails", []byte("hi"), nil); err != nil {
+		panic(err)
+	}
+	in, err := worqr.NewInspector(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	q, err := in.Queue(context.Background(), "emails")
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(q.Waiting, "waiting")
+	// Output: 1 waiting
 }

@@ -1,17 +1,19 @@
-package worqr
+package redisconn
 
 import (
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/dial"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// PoolOptions say how NewPool reaches Redis. The zero value is right for
+// Options say how NewPool reaches Redis. The zero value is right for
 // most uses.
-type PoolOptions struct {
+type Options struct {
 	// CAFile is a PEM file of CAs to verify the server with (rediss://);
 	// empty means the system's.
 	CAFile string
@@ -26,36 +28,36 @@ type PoolOptions struct {
 	// MaxActive caps the open connections. Default 0: no cap.
 	MaxActive int
 	// ConnectTimeout bounds a dial. Default 5s. Set, it also bounds (twice
-	// over) each sentinel's answer to a SentinelPool (default 1s).
+	// over) each sentinel's answer to a Sentinel (default 1s).
 	ConnectTimeout time.Duration
 
 	// SentinelUser and SentinelPassword authenticate to the sentinels of a
-	// NewSentinelPool (the primary's own come from its URL).
+	// NewSentinel (the primary's own come from its URL).
 	SentinelUser, SentinelPassword string
-	// SentinelCheck is how often a SentinelPool asks the sentinels for the
+	// SentinelCheck is how often a Sentinel asks the sentinels for the
 	// primary even without news. Default 5s.
 	SentinelCheck time.Duration
-	// Logger gets a SentinelPool's switches of primary and its failures to
+	// Logger gets a Sentinel's switches of primary and its failures to
 	// reach the sentinels. Default: none.
 	Logger *slog.Logger
 }
 
 // checkPoolOptions fills in the defaults and checks the rest.
-func checkPoolOptions(o *PoolOptions) error {
+func checkOptions(o *Options) error {
 	switch {
 	case o.MaxIdle == 0:
 		o.MaxIdle = 64
 	case o.MaxIdle < 0:
-		return invalid("PoolOptions.MaxIdle", "(%d) must not be negative", o.MaxIdle)
+		return invalidf("Options.MaxIdle", "(%d) must not be negative", o.MaxIdle)
 	}
 	if o.MaxActive < 0 {
-		return invalid("PoolOptions.MaxActive", "(%d) must not be negative", o.MaxActive)
+		return invalidf("Options.MaxActive", "(%d) must not be negative", o.MaxActive)
 	}
 	if o.ConnectTimeout < 0 {
-		return invalid("PoolOptions.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
+		return invalidf("Options.ConnectTimeout", "(%s) must not be negative", o.ConnectTimeout)
 	}
 	if o.SentinelCheck < 0 {
-		return invalid("PoolOptions.SentinelCheck", "(%s) must not be negative", o.SentinelCheck)
+		return invalidf("Options.SentinelCheck", "(%s) must not be negative", o.SentinelCheck)
 	}
 	return nil
 }
@@ -63,28 +65,23 @@ func checkPoolOptions(o *PoolOptions) error {
 // NewPool returns a redigo pool for url: redis://[user:password@]host:port/db
 // (Redis 6 ACL users included) or rediss:// for TLS. Errors never show the
 // password. worqr never closes the pool: close it when you are done.
-func NewPool(url string, opts *PoolOptions) (*redis.Pool, error) {
-	var o PoolOptions
+func NewPool(url string, opts *Options) (*redis.Pool, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	if err := checkPoolOptions(&o); err != nil {
+	if err := checkOptions(&o); err != nil {
 		return nil, err
 	}
 	p, err := dial.Pool(dial.Options{URL: url, CAFile: o.CAFile, CertFile: o.CertFile, KeyFile: o.KeyFile,
 		MaxIdle: o.MaxIdle, MaxActive: o.MaxActive, ConnectTimeout: o.ConnectTimeout})
 	if err != nil {
-		return nil, &InvalidError{Field: "url", Rule: err.Error()}
+		return nil, &worqr.InvalidError{Field: "url", Rule: err.Error()}
 	}
 	return p, nil
 }
 
-// warnPool warns when pool is a *redis.Pool that keeps no idle connection:
-// every call would then dial a new TCP connection, several times slower
-// than reusing one.
-func warnPool(pool ConnGetter, log *slog.Logger) {
-	if p, ok := pool.(*redis.Pool); ok && p.MaxIdle == 0 {
-		log.Warn("worqr: the redis.Pool has MaxIdle 0, so nearly every call dials a new connection; " +
-			"set MaxIdle to at least the total concurrency, or build the pool with worqr.NewPool")
-	}
+// invalidf is a *worqr.InvalidError: field breaks the rule.
+func invalidf(field, format string, args ...any) error {
+	return &worqr.InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
 }

@@ -1,4 +1,4 @@
-package worqr
+package redisconn
 
 import (
 	"context"
@@ -11,9 +11,10 @@ import (
 
 	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/internal/rdb/sentinel"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// SentinelPool is a connection source for a Redis primary managed by Redis
+// Sentinel is a connection source for a Redis primary managed by Redis
 // Sentinel: give it to NewClient, NewWorker, NewInspector, registry.New or
 // recovery.New as you would a *redis.Pool. It asks the sentinels for the
 // primary (SENTINEL MASTER), checks with ROLE that the node is one (and
@@ -24,35 +25,35 @@ import (
 // running through a failover: calls that fail meanwhile are retried as after
 // any connection error. What a failover can lose is what Redis replication
 // loses (docs/guide/sentinel.md). Close it when you are done.
-type SentinelPool struct {
+type Sentinel struct {
 	p         *sentinel.Pool
-	maxActive int // PoolOptions.MaxActive
+	maxActive int // Options.MaxActive
 }
 
-// NewSentinelPool finds the primary that the sentinels monitor under master
+// NewSentinel finds the primary that the sentinels monitor under master
 // and returns its pool. A sentinel is host:port, or a redis:// or rediss://
 // URL whose scheme (TLS), user, password and database (/db) apply to the
 // primary, as a WORQR_REDIS_URL would (the first URL's); the sentinels are
-// dialed with the same TLS and, when set, PoolOptions.SentinelUser and
+// dialed with the same TLS and, when set, Options.SentinelUser and
 // SentinelPassword. opts are as for NewPool.
-func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*SentinelPool, error) {
-	var o PoolOptions
+func NewSentinel(master string, sentinels []string, opts *Options) (*Sentinel, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
-	if err := checkPoolOptions(&o); err != nil {
+	if err := checkOptions(&o); err != nil {
 		return nil, err
 	}
 	if strings.TrimSpace(master) == "" {
-		return nil, invalid("master", "is empty (the name the sentinels monitor the primary under)")
+		return nil, invalidf("master", "is empty (the name the sentinels monitor the primary under)")
 	}
 	base, addrs, err := parseSeeds(sentinels, true)
 	if err != nil {
-		return nil, &InvalidError{Field: "sentinels", Rule: strings.ReplaceAll(err.Error(), "seed", "sentinel")}
+		return nil, &worqr.InvalidError{Field: "sentinels", Rule: strings.ReplaceAll(err.Error(), "seed", "sentinel")}
 	}
 	nodes := nodePools{base: base, o: &o}
 	if err := nodes.options(addrs[0]).Check(); err != nil {
-		return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+		return nil, &worqr.InvalidError{Field: "sentinels", Rule: err.Error()}
 	}
 	// One dialer per sentinel, made on first use: the pool also asks the
 	// sentinels that those given name as their peers.
@@ -81,7 +82,7 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 	}
 	for _, a := range addrs {
 		if _, err := sentinelPool(a); err != nil {
-			return nil, &InvalidError{Field: "sentinels", Rule: err.Error()}
+			return nil, &worqr.InvalidError{Field: "sentinels", Rule: err.Error()}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*nodes.timeout())
@@ -106,7 +107,7 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 	if err != nil {
 		return nil, fmt.Errorf("worqr: %w", err)
 	}
-	return &SentinelPool{p: p, maxActive: o.MaxActive}, nil
+	return &Sentinel{p: p, maxActive: o.MaxActive}, nil
 }
 
 // ParseSentinel splits the WORQR_REDIS_SENTINEL form
@@ -115,7 +116,7 @@ func NewSentinelPool(master string, sentinels []string, opts *PoolOptions) (*Sen
 func ParseSentinel(s string) (master string, sentinels []string, err error) {
 	name, list, ok := strings.Cut(s, "@")
 	if !ok || strings.TrimSpace(name) == "" || strings.Contains(name, "/") {
-		return "", nil, invalid("sentinel", "%q: want master-name@host:port,host:port", dial.Redact(s))
+		return "", nil, invalidf("sentinel", "%q: want master-name@host:port,host:port", dial.Redact(s))
 	}
 	for _, part := range strings.Split(list, ",") {
 		if part = strings.TrimSpace(part); part != "" {
@@ -123,28 +124,32 @@ func ParseSentinel(s string) (master string, sentinels []string, err error) {
 		}
 	}
 	if len(sentinels) == 0 {
-		return "", nil, invalid("sentinel", "%q names no sentinel (want master-name@host:port,host:port)", dial.Redact(s))
+		return "", nil, invalidf("sentinel", "%q names no sentinel (want master-name@host:port,host:port)", dial.Redact(s))
 	}
 	return strings.TrimSpace(name), sentinels, nil
 }
 
 // GetContext returns a connection to the current primary.
-func (s *SentinelPool) GetContext(ctx context.Context) (redis.Conn, error) {
+func (s *Sentinel) GetContext(ctx context.Context) (redis.Conn, error) {
 	return s.p.GetContext(ctx)
 }
 
 // Primary returns the address of the primary in use.
-func (s *SentinelPool) Primary() string { return s.p.Primary() }
+func (s *Sentinel) Primary() string { return s.p.Primary() }
 
 // Switches returns how many times the pool moved to another primary. A
 // worker on the pool watches it: after a switch it puts back any taking it
 // holds in Redis but does not run (an end that the old primary acknowledged
 // and never passed on to the replica left it there).
-func (s *SentinelPool) Switches() uint64 { return s.p.Switches() }
+func (s *Sentinel) Switches() uint64 { return s.p.Switches() }
 
 // Switched returns a channel closed at the next switch: a worker on the
 // pool looks at its takings as soon as a failover is seen.
-func (s *SentinelPool) Switched() <-chan struct{} { return s.p.Switched() }
+func (s *Sentinel) Switched() <-chan struct{} { return s.p.Switched() }
 
 // Close stops following the sentinels and closes the connections.
-func (s *SentinelPool) Close() error { return s.p.Close() }
+func (s *Sentinel) Close() error { return s.p.Close() }
+
+// MaxActive is Options.MaxActive: the most connections the pool opens to
+// one server (0: no cap).
+func (s *Sentinel) MaxActive() int { return s.maxActive }
