@@ -22,6 +22,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -74,13 +75,49 @@ func run(ctx context.Context, args []string, e *env) int {
 	if cmd != nil {
 		path = cmd.CommandPath()
 	}
-	fmt.Fprintf(e.err, "%s: %v\n", path, err)
+	name := prog
+	if cmd != nil {
+		name = cmd.Name()
+	}
+	fmt.Fprintf(e.err, "%s: %s\n", path, message(err, name))
 	if code := exitCode(err); code != exitUsage {
 		return code
 	}
 	fmt.Fprintf(e.err, "run '%s --help' for usage\n", path)
 	return exitUsage
 }
+
+// message is err's text as the CLI prints it after "worqr <command>: ": one
+// prefix per error. Wherever one error wraps another, the library's
+// "worqr: " at the start of either is dropped, and so is a leading
+// "<command>: " that repeats the command's name ("worqr load: line 2:
+// ...", not "worqr load: worqr: load: line 2: worqr: ..."). Text inside a
+// message, such as a task's last error, is left as it is.
+func message(err error, command string) string {
+	s := unprefixed(err)
+	if command != prog {
+		s = strings.TrimPrefix(s, command+": ")
+	}
+	return s
+}
+
+// unprefixed is err's text without the library's prefix at the start of
+// err's own part and of each error it wraps (found by its text inside
+// err's).
+func unprefixed(err error) string {
+	s := err.Error()
+	if inner := errors.Unwrap(err); inner != nil {
+		if in := inner.Error(); in != "" {
+			if i := strings.LastIndex(s, in); i >= 0 {
+				return strings.TrimPrefix(s[:i], libPrefix) + unprefixed(inner) + s[i+len(in):]
+			}
+		}
+	}
+	return strings.TrimPrefix(s, libPrefix)
+}
+
+// libPrefix starts the library's errors.
+const libPrefix = "worqr: "
 
 // exitCode classifies err: usage errors, the library's invalid-input errors
 // and errors cobra raised while parsing are 2; the rest are 1.
