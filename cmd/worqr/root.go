@@ -133,22 +133,29 @@ library's public Inspector and Client.
 		a.gatewayCmd(),
 		a.versionCmd(),
 	)
-	// Every command's help ends with the environment.
+	// The environment is described once, in worqr --help; every command
+	// that reads it points there.
 	for _, c := range root.Commands() {
-		addEnvHelp(c)
+		addEnvPointer(c)
 	}
 	return root
 }
 
-func addEnvHelp(c *cobra.Command) {
+// envPointer ends the help of every command that reads the environment.
+const envPointer = `Redis and the namespace come from the flags or from the WORQR_* environment
+variables: 'worqr --help' lists them.`
+
+func addEnvPointer(c *cobra.Command) {
+	switch c.Name() {
+	case "version", "completion":
+		return
+	}
 	if c.Long == "" {
 		c.Long = c.Short
 	}
-	if !strings.Contains(c.Long, "Environment") && c.Name() != "version" {
-		c.Long += "\n\n" + envHelp
-	}
+	c.Long += "\n\n" + envPointer
 	for _, sub := range c.Commands() {
-		addEnvHelp(sub)
+		addEnvPointer(sub)
 	}
 }
 
