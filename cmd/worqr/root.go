@@ -132,6 +132,7 @@ library's public Inspector and Client.
 		a.dashCmd(),
 		a.gatewayCmd(),
 		a.versionCmd(),
+		a.completionCmd(),
 	)
 	// The environment is described once, in worqr --help; every command
 	// that reads it points there.
