@@ -920,15 +920,15 @@ func TestTaskAndFlowWait(t *testing.T) {
 	defer close(release)
 	good := b.enqueue("jobs", "good")[0]
 	bad := b.enqueue("jobs", "bad")[0]
-	if r := b.run("", "task", "wait", "jobs", good, "--timeout", "100ms"); r.code != 1 || !strings.Contains(r.err, "timed out after 100ms: task "+good+" is active") {
-		t.Errorf("wait with a timeout: exit %d, stderr %q; want 1 and the task's state", r.code, r.err)
+	if r := b.run("", "task", "wait", "jobs", good, "--timeout", "100ms"); r.code != exitTimedOut || !strings.Contains(r.err, "timed out after 100ms: task "+good+" is active") {
+		t.Errorf("wait with a timeout: exit %d, stderr %q; want %d and the task's state", r.code, r.err, exitTimedOut)
 	}
 	go func() { release <- struct{}{}; release <- struct{}{} }()
 	if out := b.ok("", "task", "wait", "jobs", good); out != "done "+good+"\n" {
 		t.Errorf("wait for a done task printed %q", out)
 	}
-	if r := b.run("", "task", "wait", "jobs", bad); r.code != 1 || r.out != "dead "+bad+"\n" || !strings.Contains(r.err, "ended dead: bad payload") {
-		t.Errorf("wait for a dead task: exit %d, stdout %q, stderr %q; want 1, its state and its error", r.code, r.out, r.err)
+	if r := b.run("", "task", "wait", "jobs", bad); r.code != exitDead || r.out != "dead "+bad+"\n" || !strings.Contains(r.err, "ended dead: bad payload") {
+		t.Errorf("wait for a dead task: exit %d, stdout %q, stderr %q; want %d, its state and its error", r.code, r.out, r.err, exitDead)
 	}
 	if r := b.run("", "task", "wait", "jobs", "nosuchtask"); r.code != 1 || !strings.Contains(r.err, "not found") {
 		t.Errorf("wait for an unknown task: exit %d, stderr %q", r.code, r.err)
@@ -944,8 +944,8 @@ func TestTaskAndFlowWait(t *testing.T) {
 	if out := b.ok("", "flow", "wait", "f", ok); out != "done "+ok+"\n" {
 		t.Errorf("flow wait for a done run printed %q", out)
 	}
-	if r := b.run("", "flow", "wait", "f", failed); r.code != 1 || r.out != "failed "+failed+"\n" || !strings.Contains(r.err, "no such user") {
-		t.Errorf("flow wait for a failed run: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
+	if r := b.run("", "flow", "wait", "f", failed); r.code != exitDead || r.out != "failed "+failed+"\n" || !strings.Contains(r.err, "no such user") {
+		t.Errorf("flow wait for a failed run: exit %d, stdout %q, stderr %q; want %d", r.code, r.out, r.err, exitDead)
 	}
 }
 

@@ -12,7 +12,10 @@
 //
 // Exit codes: 0 success, 1 failure (Redis unreachable, task not found, an
 // operation refused or aborted), 2 bad input (unknown command, bad flag or
-// argument, a bulk action without --yes when stdin is not a terminal).
+// argument, a bulk action without --yes when stdin is not a terminal);
+// task wait and flow wait also exit 3 (dead, or the run failed), 4
+// (cancelled), 5 (expired: its deadline passed before it started) and 6
+// (timed out: --timeout passed first).
 package main
 
 import (
@@ -35,6 +38,11 @@ const (
 	exitOK    = 0
 	exitFail  = 1
 	exitUsage = 2
+	// How what task wait and flow wait waited for ended, when not done.
+	exitDead      = 3 // a dead task, a failed run
+	exitCancelled = 4
+	exitExpired   = 5 // a task whose deadline passed before it started
+	exitTimedOut  = 6 // --timeout passed first
 )
 
 func main() {
@@ -59,6 +67,15 @@ type runError struct{ err error }
 
 func (e *runError) Error() string { return e.err.Error() }
 func (e *runError) Unwrap() error { return e.err }
+
+// exitError is an error with an exit code of its own.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
 
 // run executes args and returns the exit code.
 func run(ctx context.Context, args []string, e *env) int {
@@ -119,9 +136,14 @@ func unprefixed(err error) string {
 // libPrefix starts the library's errors.
 const libPrefix = "worqr: "
 
-// exitCode classifies err: usage errors, the library's invalid-input errors
-// and errors cobra raised while parsing are 2; the rest are 1.
+// exitCode classifies err: an *exitError has its own code; usage errors,
+// the library's invalid-input errors and errors cobra raised while parsing
+// are 2; the rest are 1.
 func exitCode(err error) int {
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
 	var ue *usageError
 	if errors.As(err, &ue) || errors.Is(err, worqr.ErrInvalid) {
 		return exitUsage

@@ -58,7 +58,9 @@ const envHelp = `Environment (flags win; an empty value means unset):
                        WORQR_REPLICAS)
 
 Exit codes: 0 success, 1 failure, 2 bad input (flag, argument, or a bulk
-action without --yes when stdin is not a terminal).
+action without --yes when stdin is not a terminal); task wait and flow wait
+say how what they waited for ended: 3 dead or failed, 4 cancelled, 5
+expired, 6 timed out.
 `
 
 // app holds the global flags and, once connected, the pool and the API.

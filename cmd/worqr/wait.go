@@ -39,15 +39,22 @@ func (a *app) waitCmd(cmd *cobra.Command, wait func(ctx, wctx context.Context, o
 func (a *app) taskWaitCmd() *cobra.Command {
 	return a.waitCmd(&cobra.Command{
 		Use:   "wait <queue> <id> [--timeout D]",
-		Short: "wait until a task has ended; exit 0 only when it is done",
+		Short: "wait until a task has ended; the exit code says how it ended",
 		Long: `Waits until one task has ended (done, dead, cancelled or expired), woken by
 the workers' events (and reading the task every 5 s in case one was lost),
 then prints its state and id ("done cv3k1s1hhc2s73b0o3ng"), or the task as
-'task get -o json' prints it. Exit 0 when it is done; 1 when it ended
-otherwise (its last error on stderr), when --timeout passed first, or when
-it is not found. A task that ends while it waits is seen by its end's
-event, retention or not; one that ended before is found only while its
-retention keeps it (give the queue a Retention, or the task one).`,
+'task get -o json' prints it. A task that ends while it waits is seen by
+its end's event, retention or not; one that ended before is found only
+while its retention keeps it (give the queue a Retention, or the task one).
+
+Exit codes:
+  0  done
+  1  not found, or Redis failed
+  2  bad input
+  3  dead (its last error on stderr)
+  4  cancelled
+  5  expired: its deadline passed before it started
+  6  timed out: --timeout passed first (its state on stderr)`,
 		Example: "  id=$(worqr enqueue reports '{\"month\":\"2026-10\"}')\n  worqr task wait reports $id --timeout 10m && echo ready",
 		Args:    args("queue", "id"),
 	}, func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error {
@@ -64,7 +71,7 @@ retention keeps it (give the queue a Retention, or the task one).`,
 			if t, err := a.in.Task(ctx, q, id); err == nil {
 				state = string(t.State)
 			}
-			return fmt.Errorf("timed out after %s: task %s is %s", timeout, id, state)
+			return &exitError{exitTimedOut, fmt.Errorf("timed out after %s: task %s is %s", timeout, id, state)}
 		case err != nil:
 			return err
 		}
@@ -76,20 +83,33 @@ retention keeps it (give the queue a Retention, or the task one).`,
 		if err != nil || t.State == worqr.StateDone {
 			return err
 		}
-		return fmt.Errorf("task %s ended %s%s", id, t.State, lastError(t.LastError))
+		code := exitDead
+		switch t.State {
+		case worqr.StateCancelled:
+			code = exitCancelled
+		case worqr.StateExpired:
+			code = exitExpired
+		}
+		return &exitError{code, fmt.Errorf("task %s ended %s%s", id, t.State, lastError(t.LastError))}
 	})
 }
 
 func (a *app) flowWaitCmd() *cobra.Command {
 	return a.waitCmd(&cobra.Command{
 		Use:   "wait <flow> <run_id> [--timeout D]",
-		Short: "wait until a run has ended; exit 0 only when it is done",
+		Short: "wait until a run has ended; the exit code says how it ended",
 		Long: `Waits until one run of a flow has ended (done, failed or cancelled), woken
 by the events of the flow's queues (and reading the run every 5 s in case
 one was lost), then prints its status and id, or the run as 'flow get -o
-json' prints it. Exit 0 when it is done; 1 when it failed or was cancelled
-(its last error on stderr), when --timeout passed first, or when it is not
-found (an ended run is kept for its flow's Retention).`,
+json' prints it. An ended run is kept for its flow's Retention.
+
+Exit codes (as task wait's):
+  0  done
+  1  not found, or Redis failed
+  2  bad input
+  3  failed (its last error on stderr)
+  4  cancelled
+  6  timed out: --timeout passed first`,
 		Example: "  worqr flow wait membership cv3k1s1hhc2s73b0o3ng --timeout 5m",
 		Args:    args("flow", "run_id"),
 	}, func(ctx, wctx context.Context, o *output, timeout time.Duration, args []string) error {
@@ -102,7 +122,7 @@ found (an ended run is kept for its flow's Retention).`,
 		case errors.Is(err, worqr.ErrTaskNotFound):
 			return fmt.Errorf("run %s of flow %s not found (never existed, or it ended longer ago than the flow's retention)", id, flow)
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			return fmt.Errorf("timed out after %s: run %s is still running", timeout, id)
+			return &exitError{exitTimedOut, fmt.Errorf("timed out after %s: run %s is still running", timeout, id)}
 		case err != nil:
 			return err
 		}
@@ -114,7 +134,11 @@ found (an ended run is kept for its flow's Retention).`,
 		if err != nil || r.Status == worqr.RunDone {
 			return err
 		}
-		return fmt.Errorf("run %s of flow %s ended %s%s", id, flow, r.Status, lastError(r.LastError))
+		code := exitDead
+		if r.Status == worqr.RunCancelled {
+			code = exitCancelled
+		}
+		return &exitError{code, fmt.Errorf("run %s of flow %s ended %s%s", id, flow, r.Status, lastError(r.LastError))}
 	})
 }
 

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// task wait's exit code tells a cancelled task (4) and an expired one (5)
+// from a dead one (3) and a wait that timed out (6; TestTaskAndFlowWait
+// has those), and from a failure to find it (1).
+func TestTaskWaitExitsByHowTheTaskEnded(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	cancelled, err := b.client.Enqueue(ctx, "jobs", []byte("c"), &worqr.EnqueueOpts{Delay: time.Hour, Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.ok("", "task", "cancel", "jobs", cancelled)
+	if r := b.run("", "task", "wait", "jobs", cancelled); r.code != exitCancelled || r.out != "cancelled "+cancelled+"\n" {
+		t.Errorf("wait for a cancelled task: exit %d, stdout %q, stderr %q; want %d", r.code, r.out, r.err, exitCancelled)
+	}
+
+	expired, err := b.client.Enqueue(ctx, "late", []byte("e"), &worqr.EnqueueOpts{Deadline: time.Now().Add(300 * time.Millisecond), Retention: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(400 * time.Millisecond) // past its deadline before any worker takes it
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"late": {Concurrency: 1, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { return nil })}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx) //nolint:errcheck
+	if r := b.run("", "task", "wait", "late", expired, "--timeout", "20s"); r.code != exitExpired || r.out != "expired "+expired+"\n" {
+		t.Errorf("wait for an expired task: exit %d, stdout %q, stderr %q; want %d", r.code, r.out, r.err, exitExpired)
+	}
+
+	if r := b.run("", "task", "wait", "jobs", "nosuchtask"); r.code != exitFail || !strings.Contains(r.err, "not found") {
+		t.Errorf("wait for an unknown task: exit %d, stderr %q; want %d", r.code, r.err, exitFail)
+	}
+	help := b.ok("", "task", "wait", "--help")
+	for _, line := range []string{"0  done", "3  dead", "4  cancelled", "5  expired", "6  timed out"} {
+		if !strings.Contains(help, line) {
+			t.Errorf("task wait --help does not document %q:\n%s", line, help)
+		}
+	}
+}
