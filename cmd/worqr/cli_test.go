@@ -271,7 +271,7 @@ func TestDeadRetryNeedsAll(t *testing.T) {
 	b := setup(t)
 	b.bury("emails", "e1")
 	r := b.run("", "dead", "retry", "emails", "--yes")
-	if r.code != 2 || !strings.Contains(r.err, "--all is required") {
+	if r.code != 2 || !strings.Contains(r.err, "--all or --error is required") {
 		t.Errorf("exit %d, stderr %q", r.code, r.err)
 	}
 	if b.queue("emails").Dead != 1 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,6 +19,7 @@ func (a *app) deadCmd() *cobra.Command {
 		Example: `  worqr dead ls emails
   worqr dead errors emails
   worqr dead retry emails --all
+  worqr dead retry emails --error 'timeout after <n>s'
   worqr dead delete emails --all --yes`,
 	})
 	cmd.AddCommand(a.deadLsCmd(), a.deadAllCmd(true), a.deadAllCmd(false), a.deadErrorsCmd())
@@ -75,39 +77,63 @@ func (a *app) deadLsCmd() *cobra.Command {
 }
 
 // deadAllCmd is `dead retry` (requeue) or `dead delete`, over the whole dead
-// set of a queue.
+// set of a queue (--all) or over one error group of it (--error).
 func (a *app) deadAllCmd(requeue bool) *cobra.Command {
-	var all, yes bool
+	var (
+		all, yes bool
+		group    string
+		scan     int
+	)
 	name, verb, question := "delete", "deleted", "delete all %d dead tasks of queue %s"
-	short := "delete every dead task of a queue (asks first)"
+	short := "delete every dead task of a queue, or those of one error group (asks first)"
 	if requeue {
 		name, verb, question = "retry", "requeued", "requeue all %d dead tasks of queue %s"
-		short = "requeue every dead task of a queue at its back, oldest first (asks first)"
+		short = "requeue every dead task of a queue, or those of one error group, at its back (asks first)"
 	}
 	cmd := &cobra.Command{
-		Use:   name + " <queue> --all",
+		Use:   name + " <queue> --all | --error GROUP",
 		Short: short,
 		Long: short + `.
 
-It works through the whole dead set in atomic chunks of at most 250, so an
-interruption (Ctrl-C) leaves every task either done or untouched: run it again
-to finish. --all is required, so that a whole dead set is never acted on by
+With --all it works through the whole dead set, oldest first, in atomic
+chunks of at most 250, so an interruption (Ctrl-C) leaves every task either
+done or untouched: run it again to finish. With --error it acts on the dead
+tasks of one error group, as 'worqr dead errors' prints it ("timeout after
+<n>s"; a group clipped with … matches the groups it starts; a raw error
+text matches its group): it reads the newest --scan dead tasks (10,000 by
+default) to find them, says so when the dead set holds more, and acts on
+them in chunks of 250.
+
+--all or --error is required, so that a whole dead set is never acted on by
 accident ('worqr task ` + name + ` <queue> <id>' acts on one task). It asks for
 confirmation on a terminal; --yes skips the question, and is required when
 stdin is not a terminal. A progress bar is drawn when stderr is a terminal,
 plain progress lines are printed otherwise.`,
-		Example: "  worqr dead " + name + " emails --all\n  worqr dead " + name + " emails --all --yes",
-		Args:    args("queue"),
+		Example: "  worqr dead " + name + " emails --all\n  worqr dead " + name + " emails --all --yes\n" +
+			"  worqr dead errors emails\n  worqr dead " + name + " emails --error 'timeout after <n>s' --yes",
+		Args: args("queue"),
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "act on every dead task of the queue (required)")
+	cmd.Flags().BoolVar(&all, "all", false, "act on every dead task of the queue")
+	cmd.Flags().StringVar(&group, "error", "", "act on the dead tasks of this error group (as 'worqr dead errors' prints it)")
+	cmd.Flags().IntVar(&scan, "scan", 10000, "with --error: how many of the newest dead tasks to read (at least 1)")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		q := args[0]
 		if err := checkQueue("<queue>", q); err != nil {
 			return err
 		}
-		if !all {
-			return usagef("--all is required: 'worqr dead %s %s --all' acts on the whole dead set ('worqr task %s %s <id>' on one task)", name, q, name, q)
+		byError := cmd.Flags().Changed("error")
+		switch {
+		case all && byError:
+			return usagef("--all and --error: give one of them")
+		case !all && !byError:
+			return usagef("--all or --error is required: 'worqr dead %s %s --all' acts on the whole dead set, --error GROUP on one error group ('worqr task %s %s <id>' on one task)", name, q, name, q)
+		case byError && strings.TrimSpace(group) == "":
+			return usagef("--error: must not be empty ('worqr dead errors %s' lists the groups)", q)
+		case cmd.Flags().Changed("scan") && !byError:
+			return usagef("--scan: only with --error")
+		case scan < 1:
+			return usagef("--scan %d: must be at least 1", scan)
 		}
 		qi, err := a.knownQueue(ctx, q)
 		if err != nil {
@@ -116,6 +142,9 @@ plain progress lines are printed otherwise.`,
 		if qi.Dead == 0 {
 			_, err := fmt.Fprintf(a.env.out, "%s 0 dead tasks of %s (the dead set is empty)\n", verb, q)
 			return err
+		}
+		if byError {
+			return a.deadGroup(ctx, cmd, requeue, q, group, scan, yes)
 		}
 		if err := a.confirm(cmd, yes, fmt.Sprintf(question, qi.Dead, q)); err != nil {
 			return err
@@ -128,6 +157,95 @@ plain progress lines are printed otherwise.`,
 		})
 	})
 	return cmd
+}
+
+// deadGroup requeues (or deletes) the dead tasks of q in error group group
+// among the newest scan.
+func (a *app) deadGroup(ctx context.Context, cmd *cobra.Command, requeue bool, q, group string, scan int, yes bool) error {
+	ids, scanned, total, err := a.deadInGroup(ctx, q, group, scan)
+	if err != nil {
+		return err
+	}
+	newest := ""
+	if scanned < total {
+		newest = fmt.Sprintf(" among the newest %d of %d (raise --scan to read more)", scanned, total)
+	}
+	if len(ids) == 0 {
+		return fmt.Errorf("no dead task of %s is in error group %q%s ('worqr dead errors %s' lists the groups)", q, group, newest, q)
+	}
+	verb, op := "deleted", "delete"
+	act := a.in.DeleteDead
+	if requeue {
+		verb, op, act = "requeued", "requeue", a.in.RequeueDead
+	}
+	if err := a.confirm(cmd, yes, fmt.Sprintf("%s the %d dead tasks of queue %s in error group %q%s", op, len(ids), q, group, newest)); err != nil {
+		return err
+	}
+	if newest != "" {
+		fmt.Fprintf(a.env.err, "read the newest %d of %d dead tasks: run it again for the older ones\n", scanned, total)
+	}
+	return a.bulk(ctx, verb, fmt.Sprintf("dead tasks of %s in error group %q", q, group), int64(len(ids)),
+		func(ctx context.Context, p worqr.Progress) (int, error) {
+			done := 0
+			for len(ids) > 0 {
+				n := min(len(ids), deadChunk)
+				k, err := act(ctx, q, ids[:n]...)
+				done += k
+				if err != nil {
+					return done, err
+				}
+				ids = ids[n:]
+				p(done)
+			}
+			return done, nil
+		})
+}
+
+// deadChunk is how many dead tasks one call of deadGroup moves: a chunk is
+// atomic, so an interruption leaves each task done or untouched.
+const deadChunk = 250
+
+// deadInGroup returns the ids of the dead tasks of q in error group group
+// among the newest scan, how many it read and the dead set's size. group
+// is a group as groupDead makes it ("timeout after <n>s"), a raw error
+// text (it matches its group), or a group clipped by a table ("timeout
+// aft…": it matches the groups it starts).
+func (a *app) deadInGroup(ctx context.Context, q, group string, scan int) ([]string, int, int, error) {
+	match := func(shape string) bool { return shape == worqr.ErrorShape(group) }
+	if prefix, clipped := strings.CutSuffix(group, "…"); clipped {
+		match = func(shape string) bool { return strings.HasPrefix(shape, prefix) }
+	}
+	var ids []string
+	seen := map[string]bool{}
+	scanned, total := 0, 0
+	for scanned < scan {
+		page := min(1000, scan-scanned)
+		ts, n, err := a.in.Tasks(ctx, q, worqr.StateDead, scanned, page)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		total = n
+		for _, t := range ts {
+			if !seen[t.ID] && match(worqr.ErrorShape(deadText(t))) {
+				ids = append(ids, t.ID)
+			}
+			seen[t.ID] = true
+		}
+		scanned += len(ts)
+		if len(ts) < page {
+			break
+		}
+	}
+	return ids, scanned, total, nil
+}
+
+// deadText is what a dead task is grouped by: its last error or, when it
+// has none, the reason it died.
+func deadText(t *worqr.TaskInfo) string {
+	if t.LastError != "" {
+		return t.LastError
+	}
+	return t.DeadReason
 }
 
 // errorGroup is one line of `dead errors`.
@@ -220,10 +338,7 @@ func (a *app) groupDead(ctx context.Context, q string, scan int) ([]*errorGroup,
 		}
 		total = n
 		for _, t := range ts {
-			text := t.LastError
-			if text == "" {
-				text = t.DeadReason
-			}
+			text := deadText(t)
 			norm := worqr.ErrorShape(text)
 			g := byText[norm]
 			if g == nil {
