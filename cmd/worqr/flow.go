@@ -56,14 +56,100 @@ var runStatuses = []string{"running", "done", "failed", "cancelled"}
 func (a *app) flowCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "flow",
-		Short: "list a flow's runs, show one run, draw it as a tree, wait for, cancel or retry one",
-		Example: `  worqr flow runs membership --status failed
+		Short: "list the flows and a flow's runs, show one run, draw it as a tree, wait for, cancel or retry one",
+		Example: `  worqr flow ls
+  worqr flow runs membership --status failed
   worqr flow get membership cv3k1s1hhc2s73b0o3ng
   worqr flow tree membership cv3k1s1hhc2s73b0o3ng
   worqr flow cancel membership cv3k1s1hhc2s73b0o3ng
   worqr flow retry membership cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd(), a.flowRetryCmd())
+	cmd.AddCommand(a.flowLsCmd(), a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd(), a.flowRetryCmd())
+	return cmd
+}
+
+// flowJSON is one flow in `flow ls -o json`.
+type flowJSON struct {
+	Flow      string       `json:"flow"`
+	Queues    []queueStats `json:"queues"`
+	Waiting   int64        `json:"waiting"`
+	Scheduled int64        `json:"scheduled"`
+	Active    int64        `json:"active"`
+	Dead      int64        `json:"dead"`
+	NewestRun *runJSON     `json:"newest_run"`
+}
+
+func (a *app) flowLsCmd() *cobra.Command {
+	var o output
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "list the known flows with their queues, counts and newest run",
+		Long: `Lists every flow the namespace knows (one whose stage or child queues a worker
+served or a run was started on), with its queues (<flow>/<queue>: the stages
+and the child queues; Redis keeps no flow definition, so not which is which
+nor the stages' order), the sums of their waiting, scheduled, active and dead
+tasks, and its newest run still kept (its start, stage and status).`,
+		Example: "  worqr flow ls\n  worqr flow ls -o json | jq '.[] | select(.dead > 0) | .flow'",
+		Args:    args(),
+	}
+	o.register(cmd)
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
+		if err := o.check(); err != nil {
+			return err
+		}
+		qs, err := a.in.Queues(ctx) // sorted by name: a flow's queues together
+		if err != nil {
+			return err
+		}
+		var flows []*flowJSON
+		for _, q := range qs {
+			if q.Flow == "" {
+				continue
+			}
+			if len(flows) == 0 || flows[len(flows)-1].Flow != q.Flow {
+				flows = append(flows, &flowJSON{Flow: q.Flow, Queues: []queueStats{}})
+			}
+			f := flows[len(flows)-1]
+			f.Queues = append(f.Queues, statsOf(q))
+			f.Waiting += q.Waiting
+			f.Scheduled += q.Scheduled
+			f.Active += q.Active
+			f.Dead += q.Dead
+		}
+		for _, f := range flows {
+			runs, err := a.in.Runs(ctx, f.Flow, "", 0, 1)
+			if err != nil {
+				return err
+			}
+			if len(runs) > 0 {
+				r := runOf(runs[0])
+				f.NewestRun = &r
+			}
+		}
+		if o.json() {
+			if flows == nil {
+				flows = []*flowJSON{}
+			}
+			return writeJSON(a.env.out, flows)
+		}
+		if len(flows) == 0 {
+			_, err := fmt.Fprintf(a.env.out, "no flows in namespace %q\n", a.namespace)
+			return err
+		}
+		t := newTable(a.env.out, "FLOW", "QUEUES", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "NEWEST_RUN")
+		for _, f := range flows {
+			names := make([]string, len(f.Queues))
+			for i, q := range f.Queues {
+				names[i] = strings.TrimPrefix(q.Name, f.Flow+"/")
+			}
+			newest := "-"
+			if r := f.NewestRun; r != nil {
+				newest = fmt.Sprintf("%s %s at %s", deref(r.StartedAt), r.Status, r.Stage)
+			}
+			t.row(f.Flow, strings.Join(names, ","), itoa(f.Waiting), itoa(f.Scheduled), itoa(f.Active), itoa(f.Dead), newest)
+		}
+		return t.flush()
+	})
 	return cmd
 }
 
