@@ -42,6 +42,8 @@ With -o json it prints a list of {name, waiting, scheduled, active, dead,
 paused, latency_ms}. With --watch it prints again every --interval until
 interrupted (Ctrl-C): on a terminal it redraws the screen; otherwise, and with
 -o json, it prints one snapshot after the other (JSON: one list per line).
+When Redis cannot be reached it says so and tries again every --interval,
+and goes on once Redis answers again.
 
 With --history it prints instead every queue's throughput per minute over the
 last hour (or --minutes); -o json adds each queue's share of every minute.
@@ -78,25 +80,9 @@ last hour (or --minutes); -o json adds each queue's share of every minute.
 			return a.printStats(ctx, a.env.out, o, false)
 		}
 		redraw := a.env.stdoutTTY && !o.json()
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			if redraw {
-				fmt.Fprint(a.env.out, "\033[H\033[2J")
-				fmt.Fprintf(a.env.out, "worqr stats, every %s (Ctrl-C to stop)   %s\n\n", interval, time.Now().Format(time.TimeOnly))
-			}
-			if err := a.printStats(ctx, a.env.out, o, true); err != nil {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return err
-			}
-			select {
-			case <-ctx.Done():
-				return nil // interrupted: a normal end of --watch
-			case <-t.C:
-			}
-		}
+		return a.watch(ctx, cmd, interval, redraw, "worqr stats", func(ctx context.Context) error {
+			return a.printStats(ctx, a.env.out, o, true)
+		})
 	})
 	return cmd
 }
