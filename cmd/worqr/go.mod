@@ -11,6 +11,7 @@ require (
 	github.com/worqr/worqr-go v0.1.0
 	github.com/worqr/worqr-go/contrib/prometheus v0.1.0
 	github.com/worqr/worqr-go/gateway v0.1.0
+	golang.org/x/sys v0.35.0
 	golang.org/x/term v0.28.0
 )
 
@@ -28,6 +29,5 @@ require (
 	github.com/robfig/cron/v3 v3.0.1 // indirect
 	github.com/spf13/pflag v1.0.9 // indirect
 	go.yaml.in/yaml/v2 v2.4.2 // indirect
-	golang.org/x/sys v0.35.0 // indirect
 	google.golang.org/protobuf v1.36.10 // indirect
 )

@@ -132,7 +132,7 @@ progress line is printed every --every.`,
 			Name: name, Format: worqr.LoadFormat(format), Resume: resume, MaxWaiting: maxWaiting,
 			Chunk: chunk, Window: window, Progress: show,
 		})
-		end()
+		end(err == nil, p)
 		if err != nil {
 			var le *worqr.LoadError
 			switch {
@@ -238,8 +238,10 @@ func fileLoadName(f *os.File, base string) (string, error) {
 
 // loadProgress shows a load's progress: a bar over the input's bytes on a
 // terminal (or a spinner when the size is unknown), otherwise a line every
-// every.
-func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProgress), func()) {
+// every. end(done, p) ends it: a load done fills the bar; one that stopped
+// (interrupted, refused) leaves instead a line that says where, never a
+// full bar.
+func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProgress), func(bool, worqr.LoadProgress)) {
 	if a.env.stderrTTY {
 		bar := progressbar.NewOptions64(size,
 			progressbar.OptionSetWriter(a.env.err),
@@ -256,9 +258,15 @@ func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProg
 				}
 				bar.Describe(fmt.Sprintf("%d enqueued of %d read%s", p.Enqueued, p.Lines, state))
 				_ = bar.Set64(p.Bytes)
-			}, func() {
-				_ = bar.Finish()
-				fmt.Fprintln(a.env.err)
+			}, func(done bool, p worqr.LoadProgress) {
+				if done {
+					_ = bar.Finish()
+					fmt.Fprintln(a.env.err)
+					return
+				}
+				_ = bar.Exit()
+				_ = bar.Clear()
+				fmt.Fprintf(a.env.err, "stopped at %s: %d enqueued of %d lines read\n", inputShare(p.Bytes, size), p.Enqueued, p.Lines)
 			}
 	}
 	start := time.Now()
@@ -270,11 +278,35 @@ func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProg
 				last = now
 				a.loadLine(p, now.Sub(start), size)
 			}
-		}, func() {
+		}, func(bool, worqr.LoadProgress) {
 			if lastP.Lines > 0 && time.Since(start) >= every {
 				a.loadLine(lastP, time.Since(start), size)
 			}
 		}
+}
+
+// inputShare says how much of an input of size bytes (-1: unknown) n is:
+// "12.5% of the input (1.2 MB of 9.8 MB)", or "1.2 MB of the input".
+func inputShare(n, size int64) string {
+	if size <= 0 {
+		return byteSize(n) + " of the input"
+	}
+	return fmt.Sprintf("%.1f%% of the input (%s of %s)", 100*float64(n)/float64(size), byteSize(n), byteSize(size))
+}
+
+// byteSize prints n bytes for people: 512 B, 1.2 kB, 3.4 MB, 5.6 GB.
+func byteSize(n int64) string {
+	const unit = 1000
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	v, prefix := float64(n)/unit, "kMGTPE"
+	i := 0
+	for v >= unit && i < len(prefix)-1 {
+		v /= unit
+		i++
+	}
+	return fmt.Sprintf("%.1f %cB", v, prefix[i])
 }
 
 func (a *app) loadLine(p worqr.LoadProgress, took time.Duration, size int64) {
