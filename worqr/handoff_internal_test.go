@@ -4,12 +4,11 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
-	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -87,70 +86,6 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	mu.Unlock()
 }
 
-// waitIdle waits until q's fetch loop has made the release a subscription
-// asks for at start, and has none due.
-func waitIdle(t *testing.T, q *queueRunner) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		q.launchMu.Lock()
-		u := q.unsure
-		q.launchMu.Unlock()
-		q.hand.mu.Lock()
-		done := q.hand.relFor != "" && q.hand.releasing == ""
-		q.hand.mu.Unlock()
-		if u == "" && done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fetch loop never released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// strandTaking records a taking of task id for worker w in q as
-// enqueue_hand does, without its message (as when pub/sub lost it), and
-// returns its pid.
-func strandTaking(t *testing.T, c redis.Conn, q rdb.QueueKeys, w, id string) string {
-	t.Helper()
-	pid, err := redis.Int64(c.Do("INCR", q.Seq))
-	if err != nil {
-		t.Fatal(err)
-	}
-	spid := strconv.FormatInt(pid, 10)
-	if _, err := c.Do("HSET", q.Task(id), "d", "p", "s", "active", "w", w, "p", spid); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Do("HSET", q.WorkerQueue(w), spid, id); err != nil {
-		t.Fatal(err)
-	}
-	return spid
-}
-
-// heldFor is strandTaking for session s, with the hand-off message
-// enqueue_hand would publish, and the pid as a number.
-func heldFor(t *testing.T, c redis.Conn, q *queueRunner, s *heartbeat.Session, id string) ([]byte, int64) {
-	t.Helper()
-	spid := strandTaking(t, c, q.qk, s.ID(), id)
-	pid, _ := strconv.ParseInt(spid, 10, 64)
-	return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
-}
-
-// waitRan waits for a handler to report task id on ran; why says what a
-// timeout means.
-func waitRan(t *testing.T, ran <-chan string, id, why string) {
-	t.Helper()
-	select {
-	case got := <-ran:
-		if got != id {
-			t.Fatalf("ran %s, want %s", got, id)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal(why)
-	}
-}
-
 // A cancel that comes before the handler of a taking starts (launched
 // behind a busy handler, or a hand-off waiting for a release to end)
 // makes that handler start cancelled.
@@ -222,4 +157,133 @@ func TestCancelBeforeTheHandlerStarts(t *testing.T) {
 	w.cancelAsked(q, "third")
 	w.releaseEnd(s, q, q.heldPIDs(), rdb.Released{Seq: pid - 1}, nil)
 	want("third")
+}
+
+// TestTakePastAHandoffPutsBack with the two replies the other way round:
+// the hand-off is recorded in Redis before the fetch loop's take runs
+// (so the take gets a task past the worker's concurrency), but its message
+// comes after the take's reply, which launched the task it got in the
+// slot the hand-off had taken in Redis. The late hand-off is then past the
+// concurrency: it must be put back (released) at once, not wait, held by
+// the worker and out of every other worker's reach, for the taken task's
+// handler to finish (here: until the test ends).
+func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
+	ctx := context.Background()
+	p := startParked(t)
+	w, q, s, c, client, started := p.w, p.q, p.s, p.c, p.client, p.started
+	var armed atomic.Bool
+	armed.Store(true)
+	var msg atomic.Value // []byte: the hand-off's message, held back
+	testHookBeforeTake = func(hq *queueRunner) {
+		if hq != q || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// The take is about to ask for the one free slot: a hand-off is
+		// recorded first (its message on its way), then a task waits in
+		// the list (the worker, at its concurrency in Redis, is unparked).
+		m, _ := heldFor(t, c, q, s, "handed")
+		msg.Store(m)
+		if _, err := client.Enqueue(ctx, "q", []byte("taken"), nil); err != nil {
+			t.Error(err)
+		}
+	}
+	defer func() { testHookBeforeTake = nil }()
+	q.hint()
+	select {
+	case got := <-started:
+		if got != "taken" {
+			t.Fatalf("started %q, want the task taken", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the take's task never started")
+	}
+	// The hand-off's message comes now, after the take's reply.
+	w.handed(q, msg.Load().([]byte))
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		held, _ := redis.StringMap(c.Do("HGETALL", q.qk.WorkerQueue(s.ID())))
+		waiting, _ := redis.Strings(c.Do("LRANGE", q.qk.Waiting, 0, -1))
+		heldHanded := false
+		for _, id := range held {
+			heldHanded = heldHanded || id == "handed"
+		}
+		if !heldHanded && len(waiting) == 1 && waiting[0] == "handed" && len(held) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the hand-off past the concurrency is held (%v), not waiting (%v), while the other task runs", held, waiting)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case got := <-started:
+		t.Fatalf("%q started while the taken task's handler runs (concurrency 1)", got)
+	default:
+	}
+}
+
+// The fetch loop reads its free slots again after a release: a hand-off
+// that waited for the release is launched at its end and takes a slot, and
+// a take for the slots free before it would take a task past the
+// concurrency (put back by launch, at the cost of a take and a release).
+func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
+	ctx := context.Background()
+	p := startParked(t)
+	q, client, started := p.q, p.client, p.started
+	s := p.s
+	var armed atomic.Bool
+	armed.Store(true)
+	testHookReleased = func(hq *queueRunner) {
+		if hq != q || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// The release ran in Redis; a hand-off comes before its reply is
+		// handled, and waits for it.
+		if _, err := client.Enqueue(ctx, "q", []byte("handed"), nil); err != nil {
+			t.Error(err)
+			return
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+			q.hand.mu.Lock()
+			n := len(q.hand.pending)
+			q.hand.mu.Unlock()
+			if n > 0 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error("the hand-off never waited for the release")
+				return
+			}
+		}
+	}
+	var takes atomic.Int32
+	testHookBeforeTake = func(hq *queueRunner) {
+		if hq == q {
+			takes.Add(1)
+		}
+	}
+	defer func() { testHookReleased, testHookBeforeTake = nil, nil }()
+	q.setUnsure(s.ID()) // as after a take whose reply was lost
+	q.hint()
+	select {
+	case got := <-started:
+		if got != "handed" {
+			t.Fatalf("started %q, want the hand-off", got)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the hand-off never started")
+	}
+	// The loop goes on: it takes (the slot it read before the release), or
+	// it finds no slot free and waits for one.
+	for deadline := time.Now().Add(10 * time.Second); !q.waitsSlot.Load(); time.Sleep(time.Millisecond) {
+		if takes.Load() > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch loop neither took nor waited for a slot")
+		}
+	}
+	if n := takes.Load(); n > 0 {
+		t.Errorf("%d take(s) sent while the hand-off launched at the release's end held the only slot", n)
+	}
 }

@@ -7,29 +7,6 @@ import (
 	"time"
 )
 
-// FuzzCheckQueueName: a name is accepted exactly when it is 1 to MaxNameLen
-// bytes of the allowed characters, and every rejection is an *InvalidError
-// naming the field.
-func FuzzCheckQueueName(f *testing.F) {
-	for _, s := range []string{"", "emails", "a b", "a{b}", "a:b", "a/b", "é", strings.Repeat("x", 101), "ok.name-1_2"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, name string) {
-		err := CheckQueueName(name)
-		valid := len(name) >= 1 && len(name) <= MaxNameLen && strings.Trim(name,
-			"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == ""
-		if valid != (err == nil) {
-			t.Fatalf("CheckQueueName(%q) = %v, want valid=%v", name, err, valid)
-		}
-		if err != nil {
-			var ie *InvalidError
-			if !errors.As(err, &ie) || !errors.Is(err, ErrInvalid) || ie.Field != "queue name" {
-				t.Fatalf("CheckQueueName(%q): error %v is not an InvalidError on the queue name", name, err)
-			}
-		}
-	})
-}
-
 // FuzzEnqueueOpts: validation never panics, and what it accepts is coherent.
 func FuzzEnqueueOpts(f *testing.F) {
 	f.Add(int64(0), int64(0), 0, int64(0), "", int64(0), 1)

@@ -11,10 +11,6 @@ import (
 	"time"
 )
 
-var noop = HandlerFunc(func(context.Context, *Task) error { return nil })
-
-var noBatch = BatchHandlerFunc(func(context.Context, *Batch) error { return nil })
-
 const allowed = " (allowed: A-Z a-z 0-9 _ - .)"
 
 // checkInvalid asserts that err is an *InvalidError matching ErrInvalid
@@ -151,15 +147,6 @@ func TestConfigWithDefaults(t *testing.T) {
 			}
 		})
 	}
-}
-
-// worker returns a valid WorkerConfig for queue "q", changed by edit.
-func worker(edit func(c *WorkerConfig)) *WorkerConfig {
-	c := &WorkerConfig{Queues: map[string]QueueConfig{"q": {Handler: noop, Concurrency: 2}}}
-	if edit != nil {
-		edit(c)
-	}
-	return c
 }
 
 func TestWorkerConfigWithDefaults(t *testing.T) {
@@ -567,4 +554,27 @@ func TestHugeConcurrencyIsRefused(t *testing.T) {
 	if _, err := worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: 10_000} }).withDefaults(); err != nil {
 		t.Errorf("Concurrency 10,000: %v, want it accepted", err)
 	}
+}
+
+// FuzzCheckQueueName: a name is accepted exactly when it is 1 to MaxNameLen
+// bytes of the allowed characters, and every rejection is an *InvalidError
+// naming the field.
+func FuzzCheckQueueName(f *testing.F) {
+	for _, s := range []string{"", "emails", "a b", "a{b}", "a:b", "a/b", "é", strings.Repeat("x", 101), "ok.name-1_2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		err := CheckQueueName(name)
+		valid := len(name) >= 1 && len(name) <= MaxNameLen && strings.Trim(name,
+			"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == ""
+		if valid != (err == nil) {
+			t.Fatalf("CheckQueueName(%q) = %v, want valid=%v", name, err, valid)
+		}
+		if err != nil {
+			var ie *InvalidError
+			if !errors.As(err, &ie) || !errors.Is(err, ErrInvalid) || ie.Field != "queue name" {
+				t.Fatalf("CheckQueueName(%q): error %v is not an InvalidError on the queue name", name, err)
+			}
+		}
+	})
 }

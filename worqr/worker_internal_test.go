@@ -48,3 +48,21 @@ func TestStopWithNoGraceCountsNothing(t *testing.T) {
 			ended.Load(), requeued.Load(), n)
 	}
 }
+
+// A caller holding a session that is no longer current (a group round, an
+// end that waited for its lock) never makes the queue forget that the
+// current session must release.
+func TestUnsureForAStaleSessionKeepsTheCurrentOnes(t *testing.T) {
+	q := &queueRunner{currentID: func() string { return "B" }}
+	q.setUnsure("B")
+	if got := q.unsureFor("A"); got != "" {
+		t.Fatalf("unsureFor(stale A) = %q, want \"\"", got)
+	}
+	if got := q.unsureFor("B"); got != "B" {
+		t.Fatalf("unsureFor(B) = %q after a stale caller, want B", got)
+	}
+	q.setUnsure("A") // a session that died: forgotten
+	if got := q.unsureFor("B"); got != "" {
+		t.Fatalf("unsureFor(B) = %q with a dead session's mark, want \"\"", got)
+	}
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -160,5 +159,111 @@ func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
 	}
 	if pool.armed.Load() {
 		t.Fatal("the hook never ran")
+	}
+}
+
+// A take of the fetch loop asks for the slots free when it is sent; a
+// hand-off recorded in Redis before the take runs (the worker was parked)
+// takes one of them, and the take, which did not count it, gets a task
+// past the worker's concurrency. That task is put back (a release) at
+// once, not held until a handler is free: here the queue runs one task at
+// a time and the hand-off's handler runs until the test ends, so the task
+// the take got waited, held by the worker, out of every other worker's
+// reach, for all that time.
+func TestTakePastAHandoffPutsBack(t *testing.T) {
+	ctx := context.Background()
+	p := startParked(t)
+	q, c, client, started := p.q, p.c, p.client, p.started
+	s := p.s
+	var armed atomic.Bool
+	armed.Store(true)
+	var secondID atomic.Value // string
+	testHookBeforeTake = func(hq *queueRunner) {
+		if hq != q || !armed.CompareAndSwap(true, false) {
+			return
+		}
+		// The take is about to ask for the one free slot: a hand-off
+		// comes first, and its handler starts; then a task waits in the
+		// list (the worker, at its concurrency in Redis, is handed none).
+		if _, err := client.Enqueue(ctx, "q", []byte("handed"), nil); err != nil {
+			t.Error(err)
+		}
+		if got := <-started; got != "handed" {
+			t.Errorf("started %q, want the hand-off", got)
+		}
+		id, err := client.Enqueue(ctx, "q", []byte("taken"), nil)
+		if err != nil {
+			t.Error(err)
+		}
+		secondID.Store(id)
+	}
+	defer func() { testHookBeforeTake = nil }()
+	q.hint()
+	// The take got "taken" past the free slots: it goes back to the list.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		second, _ := secondID.Load().(string)
+		if second != "" {
+			held, _ := redis.StringMap(c.Do("HGETALL", q.qk.WorkerQueue(s.ID())))
+			waiting, _ := redis.Strings(c.Do("LRANGE", q.qk.Waiting, 0, -1))
+			heldSecond := false
+			for _, id := range held {
+				heldSecond = heldSecond || id == second
+			}
+			if !heldSecond && len(waiting) == 1 && waiting[0] == second && len(held) == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the task taken past the free slot is held (%v), not waiting (%v)", held, waiting)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatal("the fetch loop never took")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	select {
+	case got := <-started:
+		t.Fatalf("%q started while the hand-off's handler runs (concurrency 1)", got)
+	default:
+	}
+}
+
+// A second server switch seen while the beat that confirms the first is on
+// its way (an end that takes again sees it) gets a beat of its own: the
+// queue is not cleared of its need for one by the first beat.
+func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
+	ctx := context.Background()
+	w := startInternal(t, internalPool(t), &WorkerConfig{Config: Config{Namespace: redistest.Namespace()},
+		PollInterval: time.Hour,
+		Queues:       map[string]QueueConfig{"q": {Concurrency: 1, Handler: HandlerFunc(func(context.Context, *Task) error { return nil })}}})
+	defer w.Stop(ctx)
+	// A queue of its own, which no fetch loop of the worker serves: only
+	// this test's calls look at it.
+	var switches atomic.Uint64
+	q := &queueRunner{name: "x", switchesOf: switches.Load, currentID: w.ID}
+	s, _ := w.keeper.Current()
+	switches.Store(1)
+	q.unsureFor(s.ID()) // sees the first switch
+	var beats atomic.Int32
+	testHookConfirmed = func(hq *queueRunner) {
+		if hq != q {
+			return
+		}
+		if beats.Add(1) == 1 {
+			switches.Store(2)
+			q.unsureFor(s.ID()) // the second, seen while the first beat was on its way
+		}
+	}
+	defer func() { testHookConfirmed = nil }()
+	if err := w.confirmSwitch(s, q); err != nil {
+		t.Fatal(err)
+	}
+	if n := beats.Load(); n != 2 {
+		t.Fatalf("%d confirmed beats, want 2 (one per switch)", n)
+	}
+	q.launchMu.Lock()
+	defer q.launchMu.Unlock()
+	if q.confirm {
+		t.Fatal("still waiting for a beat after confirming both switches")
 	}
 }
