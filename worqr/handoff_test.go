@@ -95,17 +95,6 @@ func (h *handoffs) count(w string) int {
 	return h.by[w]
 }
 
-// handEnv is a pool on the test server, a connection, a config of a new
-// namespace and the keys of its queue "q" (all closed after the test).
-func handEnv(t *testing.T) (*redis.Pool, redis.Conn, worqr.Config, rdb.QueueKeys) {
-	t.Helper()
-	pool := srv.Pool()
-	c := pool.Get()
-	t.Cleanup(func() { c.Close(); pool.Close() })
-	cfg := worqr.Config{Namespace: redistest.Namespace()}
-	return pool, c, cfg, rdb.NewKeys(cfg.Namespace).Queue(rdb.Standalone("q"))
-}
-
 // waitParked waits until worker id is parked on q.
 func waitParked(t *testing.T, c redis.Conn, q rdb.QueueKeys, id string) {
 	t.Helper()

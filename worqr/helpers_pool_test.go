@@ -1,0 +1,578 @@
+package worqr_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// Connection pools that see or break what goes to Redis, for the tests of
+// lost replies, refused calls and bounded calls: cmdPool counts commands,
+// hookPool runs hooks on them, faultPool cuts or holds them, replyLossPool
+// and lossyConn lose replies after Redis applied the call, takeCounter
+// counts takes.
+
+// cmdPool is a pool that counts the commands sent through it by name and
+// can be broken: while broken it hands out no connection (nothing is sent).
+type cmdPool struct {
+	pool   *redis.Pool
+	broken atomic.Bool
+	refuse atomic.Int64 // GetContext calls refused while broken
+	mu     sync.Mutex
+	n      map[string]int
+	// onSend, when set (before the pool is used), runs before every
+	// command sent with Send, and may hold it.
+	onSend func(cmd string)
+}
+
+func newCmdPool() *cmdPool { return &cmdPool{pool: srv.Pool(), n: map[string]int{}} }
+
+func (p *cmdPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	if p.broken.Load() {
+		p.refuse.Add(1)
+		return nil, errors.New("test: connection refused")
+	}
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &cmdConn{Conn: c, p: p}, nil
+}
+
+func (p *cmdPool) count(name string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.n[name]
+}
+
+type cmdConn struct {
+	redis.Conn
+	p *cmdPool
+}
+
+func (c *cmdConn) add(cmd string) {
+	c.p.mu.Lock()
+	c.p.n[strings.ToUpper(cmd)]++
+	c.p.mu.Unlock()
+}
+
+func (c *cmdConn) Do(cmd string, args ...any) (any, error) {
+	if cmd != "" {
+		c.add(cmd)
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *cmdConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if cmd != "" {
+		c.add(cmd)
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *cmdConn) Send(cmd string, args ...any) error {
+	if c.p.onSend != nil {
+		c.p.onSend(cmd)
+	}
+	c.add(cmd)
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *cmdConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *cmdConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *cmdConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	c.add(cmd)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// hookPool hands out the connections of pool with hooks a test sets to see
+// or change what goes through them (each may be nil):
+//   - sent runs on each command sent in a pipeline (Send); the func it
+//     returns, if any, runs after the next Flush;
+//   - done runs after each command of a Do, with its reply, and returns the
+//     reply the caller gets (and may close the connection first, to lose
+//     it);
+//   - refuse runs before each command of a Do: when it returns an error,
+//     the command is not sent and the caller gets that error (as when the
+//     connection broke before the call went out).
+type hookPool struct {
+	pool   *redis.Pool
+	sent   func(cmd string, args []any) (afterFlush func())
+	done   func(c redis.Conn, cmd string, args []any, r any, err error) (any, error)
+	refuse func(cmd string, args []any) error
+}
+
+func (p *hookPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &hookConn{Conn: c, p: p}, nil
+}
+
+type hookConn struct {
+	redis.Conn
+	p     *hookPool
+	after func()
+}
+
+func (c *hookConn) Send(cmd string, args ...any) error {
+	if c.p.sent != nil {
+		if f := c.p.sent(cmd, args); f != nil {
+			c.after = f
+		}
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *hookConn) Flush() error {
+	err := c.Conn.Flush()
+	if f := c.after; f != nil {
+		c.after = nil
+		f()
+	}
+	return err
+}
+
+func (c *hookConn) hook(cmd string, args []any, r any, err error) (any, error) {
+	if c.p.done == nil || cmd == "" {
+		return r, err
+	}
+	return c.p.done(c.Conn, cmd, args, r, err)
+}
+
+func (c *hookConn) refused(cmd string, args []any) error {
+	if c.p.refuse == nil || cmd == "" {
+		return nil
+	}
+	return c.p.refuse(cmd, args)
+}
+
+func (c *hookConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := c.Conn.Do(cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := redis.DoWithTimeout(c.Conn, d, cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *hookConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// faultPool is a pool whose connections can hold back the function calls
+// whose name ends with a suffix (a call slow on its way, its arguments
+// built), and can cut the worker off from Redis right after Redis applied
+// an end whose reply is then lost. Cut off, every command fails but PING
+// and the pub/sub ones: the worker still hears its messages.
+type faultPool struct {
+	*redis.Pool
+	suffix atomic.Value // string: hold the calls of functions ending so
+	delay  atomic.Int64 // ns: for this long
+	// holding receives the function's name when a held call begins, and
+	// held when it has returned (see newFaultPool).
+	holding, held chan string
+	// loseEnd: the next end is applied, its reply lost, and the pool
+	// is cut (cut set) until the test clears cut.
+	loseEnd atomic.Bool
+	cut     atomic.Bool
+	// refuse: a command (say "HSCAN") every connection refuses while set.
+	refuse atomic.Value // string
+}
+
+var errFaultCut = errors.New("test: cut off from Redis")
+
+func newFaultPool(p *redis.Pool) *faultPool {
+	return &faultPool{Pool: p, holding: make(chan string, 100), held: make(chan string, 100)}
+}
+
+func (p *faultPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &faultConn{Conn: c, p: p}, nil
+}
+
+// hold delays the calls of functions ending with suffix by d (0: none).
+func (p *faultPool) hold(suffix string, d time.Duration) {
+	p.suffix.Store(suffix)
+	p.delay.Store(int64(d))
+}
+
+type faultConn struct {
+	redis.Conn
+	p *faultPool
+}
+
+// do sends cmd through f unless the pool is cut, after holding it back
+// if asked.
+func (c *faultConn) do(cmd string, args []any, f func() (any, error)) (any, error) {
+	switch cmd {
+	case "", "PING", "SUBSCRIBE", "UNSUBSCRIBE", "PSUBSCRIBE", "PUNSUBSCRIBE":
+		return f()
+	}
+	if c.p.cut.Load() {
+		return nil, errFaultCut
+	}
+	if r, _ := c.p.refuse.Load().(string); r != "" && cmd == r {
+		return nil, errors.New("test: " + cmd + " refused")
+	}
+	name := ""
+	if cmd == "FCALL" && len(args) > 0 {
+		name, _ = args[0].(string)
+	}
+	if suf, _ := c.p.suffix.Load().(string); suf != "" && name != "" && strings.HasSuffix(name, suf) {
+		if d := time.Duration(c.p.delay.Load()); d > 0 {
+			c.p.holding <- name
+			time.Sleep(d)
+			defer func() { c.p.held <- name }()
+		}
+	}
+	if strings.HasSuffix(name, "_end") && c.p.loseEnd.CompareAndSwap(true, false) {
+		_, _ = f()
+		c.p.cut.Store(true)
+		return nil, errFaultCut
+	}
+	return f()
+}
+
+func (c *faultConn) Do(cmd string, args ...any) (any, error) {
+	return c.do(cmd, args, func() (any, error) { return c.Conn.Do(cmd, args...) })
+}
+
+func (c *faultConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.do(cmd, args, func() (any, error) { return redis.DoWithTimeout(c.Conn, d, cmd, args...) })
+}
+
+func (c *faultConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	return c.do(cmd, args, func() (any, error) { return redis.DoContext(c.Conn, ctx, cmd, args...) })
+}
+
+func (c *faultConn) Send(cmd string, args ...any) error {
+	_, err := c.do(cmd, args, func() (any, error) { return nil, c.Conn.Send(cmd, args...) })
+	return err
+}
+
+func (c *faultConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *faultConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+// replyLossPool is a pool on url whose connections lose the replies of the
+// commands lose picks: Redis receives and applies such a command (and
+// every command flushed with it), answers, and the connection breaks
+// before the answers reach the caller (io.ErrUnexpectedEOF), as when a
+// connection is reset after a request was forwarded. A broken connection
+// is dropped by the pool, so the caller's next call dials a new one.
+type replyLossPool struct {
+	*redis.Pool
+	mu   sync.Mutex
+	lose func(cmd string, args []any) bool
+	// sendOnly: lose only commands sent in a pipeline (Send), not those
+	// of a Do.
+	sendOnly bool
+}
+
+func newReplyLossPool(url string) *replyLossPool {
+	p := &replyLossPool{}
+	p.Pool = &redis.Pool{
+		MaxIdle:     8,
+		IdleTimeout: time.Minute,
+		DialContext: func(ctx context.Context) (redis.Conn, error) {
+			c, err := redis.DialURLContext(ctx, url)
+			if err != nil {
+				return nil, err
+			}
+			return &replyLossConn{c: c, p: p}, nil
+		},
+	}
+	return p
+}
+
+// replyLossClient returns a replyLossPool on the test server (closed with
+// the test), the configuration of a new namespace, and a client and an
+// inspector of it.
+func replyLossClient(t *testing.T) (*replyLossPool, worqr.Config, *worqr.Client, *worqr.Inspector) {
+	t.Helper()
+	pool := newReplyLossPool(srv.URL)
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, cfg, c, newInspector(t, pool, &cfg)
+}
+
+// setLose sets the predicate (nil: lose nothing).
+func (p *replyLossPool) setLose(f func(cmd string, args []any) bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose = f
+}
+
+func (p *replyLossPool) picks(cmd string, args []any, send bool) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.lose != nil && (send || !p.sendOnly) && p.lose(cmd, args)
+}
+
+// calls returns a predicate true for the nth call (1-based) of a script
+// whose function or script name contains name (FCALL worqr_<lib>_<name>),
+// and for none after it.
+func nthCall(name string, nth int) func(cmd string, args []any) bool {
+	seen := 0
+	return func(cmd string, args []any) bool {
+		if cmd != "FCALL" || len(args) == 0 {
+			return false
+		}
+		fn, _ := args[0].(string)
+		if !strings.HasSuffix(fn, "_"+name) {
+			return false
+		}
+		seen++
+		return seen == nth
+	}
+}
+
+var errLostReply = io.ErrUnexpectedEOF
+
+type replyLossConn struct {
+	c       redis.Conn
+	p       *replyLossPool
+	pending int  // commands sent and not flushed or received
+	drop    bool // a command sent since the last flush loses its reply
+	broken  bool
+}
+
+func (c *replyLossConn) Close() error { return c.c.Close() }
+
+func (c *replyLossConn) Err() error {
+	if c.broken {
+		return errLostReply
+	}
+	return c.c.Err()
+}
+
+func (c *replyLossConn) Do(cmd string, args ...any) (any, error) {
+	return c.DoWithTimeout(0, cmd, args...)
+}
+
+func (c *replyLossConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if c.broken {
+		return nil, errLostReply
+	}
+	if cmd == "" {
+		return c.c.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
+	}
+	if c.p.picks(cmd, args, false) {
+		return c.loseDo(cmd, args)
+	}
+	return c.c.(redis.ConnWithContext).DoContext(ctx, cmd, args...)
+}
+
+func (c *replyLossConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if c.broken {
+		return nil, errLostReply
+	}
+	if cmd != "" && c.p.picks(cmd, args, false) {
+		return c.loseDo(cmd, args)
+	}
+	return c.c.(redis.ConnWithTimeout).DoWithTimeout(d, cmd, args...)
+}
+
+// loseDo sends cmd after whatever was sent before it, reads every answer,
+// and breaks the connection.
+func (c *replyLossConn) loseDo(cmd string, args []any) (any, error) {
+	if err := c.c.Send(cmd, args...); err != nil {
+		return nil, err
+	}
+	c.pending++
+	c.drop = true
+	return nil, c.Flush()
+}
+
+func (c *replyLossConn) Send(cmd string, args ...any) error {
+	if c.broken {
+		return errLostReply
+	}
+	if c.p.picks(cmd, args, true) {
+		c.drop = true
+	}
+	c.pending++
+	return c.c.Send(cmd, args...)
+}
+
+func (c *replyLossConn) Flush() error {
+	if c.broken {
+		return errLostReply
+	}
+	if err := c.c.Flush(); err != nil {
+		return err
+	}
+	if !c.drop {
+		return nil
+	}
+	// Redis applies and answers everything flushed; the answers are lost.
+	for ; c.pending > 0; c.pending-- {
+		if _, err := c.c.Receive(); err != nil {
+			var re redis.Error
+			if !errors.As(err, &re) {
+				break
+			}
+		}
+	}
+	c.broken = true
+	_ = c.c.Close()
+	return errLostReply
+}
+
+func (c *replyLossConn) Receive() (any, error) { return c.ReceiveWithTimeout(0) }
+
+func (c *replyLossConn) ReceiveContext(ctx context.Context) (any, error) {
+	if c.broken {
+		return nil, errLostReply
+	}
+	r, err := c.c.(redis.ConnWithContext).ReceiveContext(ctx)
+	c.pending--
+	return r, err
+}
+
+func (c *replyLossConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	if c.broken {
+		return nil, errLostReply
+	}
+	r, err := c.c.(redis.ConnWithTimeout).ReceiveWithTimeout(d)
+	c.pending--
+	return r, err
+}
+
+// lossyConn loses the reply of the next armed script calls that match:
+// Redis applied them, the caller gets an error (a connection that died
+// while the reply was on its way).
+type lossyConn struct {
+	redis.Conn
+	armed *atomic.Int32
+	match func(args []any) bool
+}
+
+func (c *lossyConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	if err == nil && (cmd == "EVALSHA" || cmd == "EVAL" || cmd == "FCALL") && c.match(args) && c.armed.Add(-1) >= 0 {
+		return nil, errors.New("injected: the reply was lost")
+	}
+	return r, err
+}
+
+func (c *lossyConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+func (c *lossyConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *lossyConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// hasArg matches a script call with argument v.
+func hasArg(v string) func(args []any) bool {
+	return func(args []any) bool {
+		for _, a := range args {
+			if s, ok := a.(string); ok && s == v {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// takeCounter is a pool that counts the take script calls sent through it.
+type takeCounter struct {
+	pool  *redis.Pool
+	takes atomic.Int64
+}
+
+func (p *takeCounter) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, p: p}, nil
+}
+
+type countingConn struct {
+	redis.Conn
+	p *takeCounter
+}
+
+func (c *countingConn) count(cmd string, args []any) {
+	if cmd == "FCALL" && len(args) > 0 {
+		if s, ok := args[0].(string); ok && len(s) > 5 && s[len(s)-5:] == "_take" {
+			c.p.takes.Add(1)
+		}
+	}
+}
+
+func (c *countingConn) Do(cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *countingConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *countingConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *countingConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+func (c *countingConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	c.count(cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
