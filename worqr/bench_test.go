@@ -72,7 +72,7 @@ func BenchmarkEnqueueParallel10(b *testing.B) {
 	pool := srv.Pool()
 	defer pool.Close()
 	pool.MaxIdle = 32
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	c := newClient(b, pool, &worqr.Config{Namespace: redistest.Namespace()})
 	ctx := context.Background()
 	before := commands(b, pool)
 	cpu := redisCPU(b, pool)
@@ -104,7 +104,7 @@ func BenchmarkDrain50(b *testing.B) {
 	defer pool.Close()
 	pool.MaxIdle = 64
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(b, pool, &worqr.Config{Namespace: ns})
 	ctx := context.Background()
 	for left := b.N; left > 0; left -= 1000 {
 		batch := make([][]byte, min(left, 1000))
@@ -172,7 +172,7 @@ func keyedDrain(b *testing.B, keys, batch int) {
 	defer pool.Close()
 	pool.MaxIdle = 64
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(b, pool, &worqr.Config{Namespace: ns})
 	ctx := context.Background()
 	per := make([][][]byte, keys)
 	for i := 0; i < b.N; i++ {
@@ -198,7 +198,7 @@ func keyedDrain(b *testing.B, keys, batch int) {
 func BenchmarkMemoryPerWaitingTask(b *testing.B) {
 	pool := srv.Pool()
 	defer pool.Close()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	c := newClient(b, pool, &worqr.Config{Namespace: redistest.Namespace()})
 	ctx := context.Background()
 	used := func() float64 {
 		conn := pool.Get()
@@ -233,7 +233,7 @@ func BenchmarkMemoryPerWaitingTask(b *testing.B) {
 func BenchmarkEnqueueBatch(b *testing.B) {
 	pool := srv.Pool()
 	defer pool.Close()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
+	c := newClient(b, pool, &worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true})
 	ps := make([][]byte, b.N)
 	for i := range ps {
 		ps[i] = []byte(strconv.Itoa(i) + strings.Repeat("p", 100))[:100]

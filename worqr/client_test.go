@@ -159,7 +159,8 @@ func TestBatchOfOneCallWithItsReplyLostSaysWhatIsIn(t *testing.T) {
 // neither) although the task exists.
 func TestBatchOfOneWithIDRepeated(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	opts := &worqr.EnqueueOpts{ID: "order-1", UniqueKeys: []string{"k"}, UniqueTTL: time.Hour}
 	ids, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("p")}, opts)
 	if err != nil || len(ids) != 1 || ids[0] != "order-1" {
@@ -184,7 +185,8 @@ func TestBatchOfOneWithIDRepeated(t *testing.T) {
 // above: returns the id, nil) and no task of that id exists: lost.
 func TestBatchOfOneWithIDLeftOutIsNotRemembered(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	holder, err := c.Enqueue(ctx, "q", []byte("h"), &worqr.EnqueueOpts{UniqueKey: "k", UniqueTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -291,7 +293,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 func TestCancelDeepInALongQueueIsNeverRun(t *testing.T) {
 	ctx := context.Background()
 	pool, _, cfg, _ := handEnv(t)
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	const n = 25_000
 	payloads := make([][]byte, n)
 	for i := range payloads {
@@ -328,7 +330,7 @@ func TestCancelDeepInALongQueueIsNeverRun(t *testing.T) {
 	if ranDeep.Load() {
 		t.Fatal("the cancelled task ran")
 	}
-	in, _ := worqr.NewInspector(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		info, err := in.Task(ctx, "", deep)
 		if err == nil && info.State == worqr.StateCancelled && !info.FinishedAt.IsZero() {
@@ -562,7 +564,7 @@ func TestEnqueueBatchUniqueKeysReportsEachDuplicate(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	c, _ := worqr.NewClient(pool, &cfg)
+	c := newClient(t, pool, &cfg)
 	in := newInspector(t, pool, &cfg)
 	first, err := c.Enqueue(ctx, "q", []byte("a"), &worqr.EnqueueOpts{UniqueKey: "user-1", UniqueTTL: time.Hour})
 	if err != nil {
@@ -603,7 +605,7 @@ func TestEnqueueOptsBadDeadlineRetentionUniqueKeys(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	c, _ := worqr.NewClient(pool, &cfg)
+	c := newClient(t, pool, &cfg)
 	in := newInspector(t, pool, &cfg)
 	two := [][]byte{[]byte("a"), []byte("b")}
 	at := time.Now().Add(time.Hour)

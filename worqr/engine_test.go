@@ -56,7 +56,8 @@ func TestBackoffThatPanicsIsNoCrash(t *testing.T) {
 // an hour by default). It waited it out (found by an audit).
 func TestRetryPastDeadlineIsDueAtIt(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, c, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c := bundle.pool, bundle.ns, bundle.client
 	wc := fastTimings(ns)
 	wc.Queues = map[string]worqr.QueueConfig{"q": {Concurrency: 1, Retention: time.Minute,
 		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
@@ -95,7 +96,7 @@ func TestRateLimitedKeepsAttempt(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	var calls atomic.Int32
 	var attempts sync.Map

@@ -126,7 +126,7 @@ func TestHandoffRunsTasksOfAnIdleWorker(t *testing.T) {
 					return nil
 				})}}})
 			defer w.Stop(ctx)
-			client, _ := worqr.NewClient(pool, &cfg)
+			client := newClient(t, pool, &cfg)
 			if !disable {
 				waitParked(t, c, q, w.ID())
 			} else {
@@ -187,7 +187,7 @@ func TestEnqueueBatchIsHandedToAnIdleWorker(t *testing.T) {
 	defer w.Stop(ctx)
 	open := sync.OnceFunc(func() { close(release) })
 	defer open() // before Stop, also when the test fails
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	waitParked(t, c, q, w.ID())
 	payloads := make([][]byte, n+1)
 	for i := range payloads {
@@ -277,7 +277,7 @@ func TestHandoffsAndTakesRunEachTaskOnce(t *testing.T) {
 		})}}})
 	defer w.Stop(ctx)
 	waitParked(t, c, q, w.ID())
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	// The first alone, to an idle worker: handed, whatever the timing of
 	// the rest on a loaded machine.
 	if _, err := client.Enqueue(ctx, "q", []byte("0"), nil); err != nil {
@@ -341,7 +341,7 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	if got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "dead", Until: at + 250, Max: 1, Park: 1}); err != nil || len(got) != 0 {
 		t.Fatal(got, err)
 	}
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -399,7 +399,7 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 			return ctx.Err()
 		})}}})
 	defer w.Stop(ctx)
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	in := newInspector(t, pool, &cfg)
 	const n = 10
 	for i := 0; i < n; i++ {
@@ -471,7 +471,7 @@ func TestHandoffReceivedWhileFrozenIsNotRun(t *testing.T) {
 	h := watchHandoffs(t, q)
 	waitParked(t, c, q, w.ID())
 	clock.Advance(700 * time.Millisecond) // no beat for 700 ms: not fresh
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	if _, err := client.Enqueue(context.Background(), "q", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -568,7 +568,7 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 	ran := make(chan string, 4)
 	// Paused before the worker starts: it reads the flag before its first
 	// take, so nothing it puts back is taken before the resume.
-	in, _ := worqr.NewInspector(pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	if err := in.Pause(ctx, "q"); err != nil {
 		t.Fatal(err)
 	}
@@ -616,7 +616,7 @@ func TestStopUnparksBeforeItsGracePeriod(t *testing.T) {
 			return nil
 		})}}})
 	waitParked(t, c, q, w.ID())
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	if _, err := client.Enqueue(ctx, "q", []byte("long"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -664,7 +664,7 @@ func TestCancelledTakingOfADeadWorkerIsReported(t *testing.T) {
 	cfg := worqr.Config{Namespace: redistest.Namespace()}
 	st := rdb.NewStore(pool, cfg.Namespace)
 	q := st.Queue(rdb.Standalone("q"))
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -733,7 +733,7 @@ func TestStopReportsACancelledTaking(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	client, _ := worqr.NewClient(pool, &cfg)
+	client := newClient(t, pool, &cfg)
 	id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -114,22 +115,103 @@ func waitHistory(t *testing.T, in *worqr.Inspector, queue string, ok func(worqr.
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
-// freshNamespace returns a pool (closed when the test ends), a fresh
-// namespace, and a Client and an Inspector of it.
-func freshNamespace(t *testing.T) (*redis.Pool, string, *worqr.Client, *worqr.Inspector) {
+// bundle is what a test of this package starts from (see setup): each
+// test states only what differs.
+type bundle struct {
+	t      *testing.T
+	pool   *redis.Pool
+	ns     string       // a namespace of the test's own
+	cfg    worqr.Config // Namespace: ns; the config of client and in
+	client *worqr.Client
+	in     *worqr.Inspector
+	events *eventRecorder // what workers started by startWorker emit
+}
+
+// setup gives t a pool on the test server, a fresh namespace, a client and
+// an inspector on it and an event recorder; it fails t if one cannot be
+// made, and closes the pool at the end of t.
+func setup(t *testing.T) *bundle {
 	t.Helper()
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
-	ns := redistest.Namespace()
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	b := &bundle{t: t, pool: pool, ns: redistest.Namespace(), events: newEventRecorder()}
+	b.cfg = worqr.Config{Namespace: b.ns}
+	b.client = newClient(t, pool, &b.cfg)
+	b.in = newInspector(t, pool, &b.cfg)
+	return b
+}
+
+// startWorker starts a worker with cfg on the bundle's pool (in its
+// namespace when cfg names none; its events recorded in b.events when cfg
+// has no OnEvent), fails the test if it cannot, and stops it at the end of
+// the test.
+func (b *bundle) startWorker(cfg worqr.WorkerConfig) *worqr.Worker {
+	b.t.Helper()
+	if cfg.Namespace == "" {
+		cfg.Namespace = b.ns
+	}
+	if cfg.OnEvent == nil {
+		cfg.OnEvent = b.events.record
+	}
+	return startWorker(b.t, context.Background(), b.pool, &cfg)
+}
+
+// eventRecorder keeps the events given to record (a worker's OnEvent), in
+// order, and wakes who waits for one.
+type eventRecorder struct {
+	mu   sync.Mutex
+	evs  []worqr.Event
+	more chan struct{} // closed, and replaced, at each event
+}
+
+func newEventRecorder() *eventRecorder { return &eventRecorder{more: make(chan struct{})} }
+
+func (r *eventRecorder) record(e worqr.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.evs = append(r.evs, e)
+	close(r.more)
+	r.more = make(chan struct{})
+}
+
+// all returns the events recorded so far.
+func (r *eventRecorder) all() []worqr.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]worqr.Event(nil), r.evs...)
+}
+
+// waitFor returns the first event recorded for which match holds, waiting
+// up to d for it, and fails t if none comes.
+func (r *eventRecorder) waitFor(t testing.TB, d time.Duration, what string, match func(worqr.Event) bool) worqr.Event {
+	t.Helper()
+	timeout := time.After(d)
+	for seen := 0; ; {
+		r.mu.Lock()
+		evs, more := r.evs[seen:], r.more
+		r.mu.Unlock()
+		for _, e := range evs {
+			if match(e) {
+				return e
+			}
+		}
+		seen += len(evs)
+		select {
+		case <-more:
+		case <-timeout:
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+	}
+}
+
+// newClient returns a Client on pool with cfg, and fails t if it cannot.
+func newClient(t testing.TB, pool worqr.ConnGetter, cfg *worqr.Config) *worqr.Client {
+	t.Helper()
+	c, err := worqr.NewClient(pool, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pool, ns, c, in
+	return c
 }
 
 // remoteBundle is a started Remote, a Client and an Inspector on one fresh

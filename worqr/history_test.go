@@ -24,8 +24,8 @@ func TestHistoryAddsUpAcrossProcesses(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	cfg := worqr.Config{Namespace: ns, EventInterval: 20 * time.Millisecond}
-	c1, _ := worqr.NewClient(pool, &cfg)
-	c2, _ := worqr.NewClient(pool, &cfg)
+	c1 := newClient(t, pool, &cfg)
+	c2 := newClient(t, pool, &cfg)
 	for i := 0; i < 5; i++ {
 		if _, err := c1.Enqueue(ctx, "hq", []byte("ok"), nil); err != nil {
 			t.Fatal(err)
@@ -64,7 +64,7 @@ func TestHistoryAddsUpAcrossProcesses(t *testing.T) {
 			_ = w.Stop(ctx)
 		}
 	})
-	in, _ := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns, DisableEvents: true})
 	waitHistory(t, in, "hq", func(s worqr.Throughput) bool { return s.Done >= 7 && s.Dead >= 1 })
 	// Let any late publication land, then read again: nothing doubles.
 	for _, w := range ws {
@@ -106,7 +106,7 @@ func TestHistoryKeptWhenNothingWasSent(t *testing.T) {
 	ns := redistest.Namespace()
 	p := newCmdPool()
 	t.Cleanup(func() { p.pool.Close() })
-	c, _ := worqr.NewClient(p, &worqr.Config{Namespace: ns, EventInterval: 50 * time.Millisecond,
+	c := newClient(t, p, &worqr.Config{Namespace: ns, EventInterval: 50 * time.Millisecond,
 		Logger: quietLogger()})
 	if _, err := c.EnqueueBatch(ctx, "kq", [][]byte{[]byte("a"), []byte("b"), []byte("c")}, nil); err != nil {
 		t.Fatal(err)
@@ -120,7 +120,7 @@ func TestHistoryKeptWhenNothingWasSent(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	p.broken.Store(false)
-	in, _ := worqr.NewInspector(srv.Pool(), &worqr.Config{Namespace: ns, DisableEvents: true})
+	in := newInspector(t, srv.Pool(), &worqr.Config{Namespace: ns, DisableEvents: true})
 	waitHistory(t, in, "kq", func(s worqr.Throughput) bool { return s.Enqueued > 0 })
 	time.Sleep(200 * time.Millisecond) // a few more intervals: nothing more is sent
 	if got := waitHistory(t, in, "kq", func(worqr.Throughput) bool { return true }); got.Enqueued != 3 {
@@ -155,7 +155,7 @@ func TestHistoryCostIsPerPublication(t *testing.T) {
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := worqr.NewClient(p, &worqr.Config{Namespace: ns})
+	c := newClient(t, p, &worqr.Config{Namespace: ns})
 	if _, err := c.EnqueueBatch(ctx, "cq", ps, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -165,7 +165,7 @@ func TestHistoryCostIsPerPublication(t *testing.T) {
 	if err := w.Stop(ctx); err != nil {
 		t.Fatal(err)
 	}
-	in, _ := worqr.NewInspector(p, &worqr.Config{Namespace: ns, DisableEvents: true})
+	in := newInspector(t, p, &worqr.Config{Namespace: ns, DisableEvents: true})
 	got := waitHistory(t, in, "cq", func(s worqr.Throughput) bool { return s.Done == n && s.Enqueued == n })
 	pub, incr, exp := p.count("PUBLISH"), p.count("HINCRBY"), p.count("EXPIRE")
 	t.Logf("%d tasks: %d event publications, %d HINCRBY, %d EXPIRE (history %+v)", n, pub, incr, exp, got)
@@ -246,7 +246,8 @@ func TestHistoryNamesAFlowQueueWithItsFlow(t *testing.T) {
 // choosing carries none (zero, not a made-up time).
 func TestLatencyOfATickAndOfACallersID(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	tick := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
 	tid, err := c.Enqueue(ctx, "ticks", []byte("x"), &worqr.EnqueueOpts{ID: worqr.TickTaskID("every-minute", tick)})
 	if err != nil {
@@ -543,7 +544,8 @@ func flowWorker(t *testing.T, ctx context.Context, pool *redis.Pool, ns string, 
 // (found by an audit).
 func TestCancelAllCountedInHistory(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	var ids []string
 	for i := 0; i < 4; i++ {
 		id, err := c.Enqueue(ctx, "hc", []byte("x"), nil)

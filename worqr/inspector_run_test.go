@@ -566,7 +566,7 @@ func TestRunIndexFollowsTheRunNotTheDeploy(t *testing.T) {
 		func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}
 	old := &worqr.Flow{Name: "ixf", Retention: time.Second, IndexBy: []string{"user"}, Stages: stages}
 	now := &worqr.Flow{Name: "ixf", Retention: time.Second, Stages: stages}
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	id, err := c.StartRun(ctx, old, map[string]string{"user": "42"})
 	if err != nil {
@@ -617,7 +617,7 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 				}
 				return nil, nil
 			})}}}
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	cfg := fastTimings(ns)
 	cfg.Flows = []*worqr.Flow{f}

@@ -19,7 +19,8 @@ import (
 
 func TestInspectorTask(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	if _, err := c.Enqueue(ctx, "ta", []byte("a"), &worqr.EnqueueOpts{ID: "one"}); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,8 @@ func TestInspectorTask(t *testing.T) {
 // (found by the audit of retries, delays and the dead set).
 func TestActiveTasksAreListedInTakeOrder(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, c, in := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c, in := bundle.pool, bundle.ns, bundle.client, bundle.in
 	first, err := c.Enqueue(ctx, "q", []byte("1"), nil)
 	if err != nil {
 		t.Fatal(err)

@@ -169,7 +169,8 @@ func (g *gated) Read(p []byte) (int, error) {
 // said twice as many tasks as the queue held (found by an audit).
 func TestTwoLoadersOfOneName(t *testing.T) {
 	ctx := context.Background()
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	var buf bytes.Buffer
 	const n = 3000
 	for i := 1; i <= n; i++ {
@@ -210,7 +211,8 @@ func TestTwoLoadersOfOneName(t *testing.T) {
 // audit).
 func TestLoadLineOverMaxPayloadBytes(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, _, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns := bundle.pool, bundle.ns
 	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, MaxPayloadBytes: 100})
 	if err != nil {
 		t.Fatal(err)

@@ -29,7 +29,7 @@ func TestKeyedDeadlineAndRetention(t *testing.T) {
 			pool := srv.Pool()
 			defer pool.Close()
 			cfg := worqr.Config{Namespace: redistest.Namespace()}
-			c, _ := worqr.NewClient(pool, &cfg)
+			c := newClient(t, pool, &cfg)
 			in := newInspector(t, pool, &cfg)
 			enq := func(p string, o *worqr.EnqueueOpts) string {
 				t.Helper()
@@ -459,7 +459,8 @@ func TestMergedPayloadsAreBoundedByBytes(t *testing.T) {
 // others: it kept only what MergeFunc returned, and the earlier payloads
 // were lost (found by an audit).
 func TestEnqueueMergeKeepsEarlierPayloads(t *testing.T) {
-	_, _, c, in := freshNamespace(t)
+	bundle := setup(t)
+	c, in := bundle.client, bundle.in
 	ctx := context.Background()
 	if err := c.SetKeyPolicy(ctx, "am", worqr.KeyPolicy{Merge: true}); err != nil {
 		t.Fatal(err)
@@ -502,7 +503,8 @@ func TestEnqueueMergeKeepsEarlierPayloads(t *testing.T) {
 // A payload's Score must be a finite number: NaN sorted anywhere, and +Inf
 // made that payload Task.Payload for good.
 func TestKeyedScoreMustBeFinite(t *testing.T) {
-	_, _, c, _ := freshNamespace(t)
+	bundle := setup(t)
+	c := bundle.client
 	ctx := context.Background()
 	for _, score := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
 		_, err := c.Enqueue(ctx, "am", []byte("a"), &worqr.EnqueueOpts{Key: "k", Score: score})

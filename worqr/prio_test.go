@@ -119,7 +119,7 @@ func TestWeightedShares(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	weights := map[string]int{"w6": 6, "w3": 3, "w1": 1}
 	const each, sample = 4000, 4000
 	for q := range weights {
@@ -175,7 +175,7 @@ func TestStrictPriority(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	weights := map[string]int{"hi": 3, "mid": 2, "lo": 1}
 	for q := range weights {
 		ps := make([][]byte, 300)
@@ -220,7 +220,7 @@ func TestStrictPriority(t *testing.T) {
 func TestPriorityOutOfRange(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: redistest.Namespace()})
+	c := newClient(t, pool, &worqr.Config{Namespace: redistest.Namespace()})
 	for _, p := range []int{-1, worqr.MaxPriority + 1} {
 		_, err := c.Enqueue(context.Background(), "q", []byte("x"), &worqr.EnqueueOpts{Priority: p})
 		want := fmt.Sprintf("worqr: EnqueueOpts.Priority (%d) must be between 0 and 9", p)
@@ -238,7 +238,8 @@ func TestPriorityOutOfRange(t *testing.T) {
 // is put back. Every task runs.
 func TestPriorityGroupCapNeverDeadlocks(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, c, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c := bundle.pool, bundle.ns, bundle.client
 	const n = 3000
 	for _, q := range []string{"high", "low"} {
 		ps := make([][]byte, n)

@@ -334,7 +334,7 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 		defer cancel()
 		_ = r.Stop(sctx)
 	}()
-	c, _ := worqr.NewClient(pool, &cfg)
+	c := newClient(t, pool, &cfg)
 	in := newInspector(t, pool, &cfg)
 	id, err := c.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
@@ -813,8 +813,8 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 		defer cancel()
 		_ = r.Stop(sctx)
 	}()
-	c, _ := worqr.NewClient(pool, &cfg)
-	insp, _ := worqr.NewInspector(pool, &cfg)
+	c := newClient(t, pool, &cfg)
+	insp := newInspector(t, pool, &cfg)
 	late, err := c.Enqueue(ctx, "q", []byte("late"), &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute)})
 	if err != nil {
 		t.Fatal(err)

@@ -205,7 +205,7 @@ func TestWideStageDoesNotStrandItsNeighbours(t *testing.T) {
 	}}
 	cfg.Flows = []*worqr.Flow{flow}
 	startWorker(t, ctx, pool, &cfg)
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	var ids []string
 	for i := 0; i < n; i++ {

@@ -23,8 +23,8 @@ func TestDeadlinePassedTaskEndsExpiredWithoutRunning(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: redistest.Namespace(), EventInterval: 20 * time.Millisecond}
-	c, _ := worqr.NewClient(pool, &cfg)
-	in, _ := worqr.NewInspector(pool, &cfg)
+	c := newClient(t, pool, &cfg)
+	in := newInspector(t, pool, &cfg)
 	late, err := c.Enqueue(ctx, "q", []byte("late"), &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute), Retention: time.Minute})
 	if err != nil {
 		t.Fatal(err)
@@ -236,7 +236,8 @@ func TestBigTasksInAPriorityGroupAreTakenInSteps(t *testing.T) {
 // start in the window. It starts at once now.
 func TestIdleRateLimitedQueueStartsAtOnce(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, c, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c := bundle.pool, bundle.ns, bundle.client
 	counter := &takeCounter{pool: pool}
 	ran := make(chan struct{}, 1)
 	cfg := fastTimings(ns)
@@ -266,7 +267,7 @@ func TestGlobalConcurrencyAcrossProcesses(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	ps := make([][]byte, 400)
 	for i := range ps {
 		ps[i] = []byte("x")
@@ -310,7 +311,7 @@ func TestGlobalConcurrencyZombie(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	ps := make([][]byte, 100)
 	for i := range ps {
 		ps[i] = []byte("x")
@@ -358,8 +359,8 @@ func TestRateLimitAcrossWorkers(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
-	in, _ := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	if err := in.SetLimits(ctx, "rate", worqr.Limits{Rate: 20, Period: time.Second}); err != nil {
 		t.Fatal(err)
 	}
@@ -421,8 +422,8 @@ func TestLimitedWorkerDoesNotSpin(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
-	c, _ := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
-	in, _ := worqr.NewInspector(pool, &worqr.Config{Namespace: ns})
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	for q, l := range map[string]worqr.Limits{"conc": {Concurrency: 1}, "rate": {Rate: 1, Period: time.Minute}} {
 		if err := in.SetLimits(ctx, q, l); err != nil {
 			t.Fatal(err)
@@ -476,7 +477,8 @@ func TestLimitedWorkerDoesNotSpin(t *testing.T) {
 // a helper's audit).
 func TestRaisedRateLimitTakesEffect(t *testing.T) {
 	ctx := context.Background()
-	pool, ns, c, in := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c, in := bundle.pool, bundle.ns, bundle.client, bundle.in
 	var ran atomic.Int32
 	cfg := fastTimings(ns)
 	cfg.Queues = map[string]worqr.QueueConfig{"r": {Concurrency: 4, Limits: &worqr.Limits{Rate: 1, Period: time.Minute},

@@ -17,7 +17,8 @@ import (
 // by the handler of the last one's type, which was given the others'
 // payloads: it goes to the dead set, naming the types, its payloads kept.
 func TestMuxUnwrapsMergedPayloads(t *testing.T) {
-	pool, ns, c, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns, c := bundle.pool, bundle.ns, bundle.client
 	ctx := context.Background()
 	if err := c.SetKeyPolicy(ctx, "mm", worqr.KeyPolicy{Merge: true}); err != nil {
 		t.Fatal(err)

@@ -152,7 +152,8 @@ func TestNoEndUnderALostKeepalive(t *testing.T) {
 // open forever and the late Start ran a worker whose Stop had already
 // returned, with nobody left to stop it.
 func TestStopBeforeStartIsFinal(t *testing.T) {
-	pool, ns, _, _ := freshNamespace(t)
+	bundle := setup(t)
+	pool, ns := bundle.pool, bundle.ns
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: worqr.Config{Namespace: ns},
 		Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1,
 			Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })}}})
