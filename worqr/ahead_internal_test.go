@@ -453,11 +453,7 @@ func TestTakingThatWaitedAcrossAFreezeIsNotRunWithAFreeSlot(t *testing.T) {
 	// The worker's clock runs again: a beat, then (at the next wake-up or
 	// poll) the release puts e back and a take runs it, once.
 	defer clock.Run(time.Second, 300*time.Millisecond)()
-	for deadline := time.Now().Add(5 * time.Second); !w.keeper.Fresh(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("no beat")
-		}
-	}
+	waitFor(t, func() (bool, string) { return w.keeper.Fresh(), "no beat" })
 	q.hint()
 	wantRan("e")
 	select {

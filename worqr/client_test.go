@@ -331,15 +331,10 @@ func TestCancelDeepInALongQueueIsNeverRun(t *testing.T) {
 		t.Fatal("the cancelled task ran")
 	}
 	in := newInspector(t, pool, &cfg)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+	wait(t, 10*time.Second, "the cancelled task to be cancelled and finished", func() bool {
 		info, err := in.Task(ctx, "", deep)
-		if err == nil && info.State == worqr.StateCancelled && !info.FinishedAt.IsZero() {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the cancelled task: %+v %v, want cancelled and finished", info, err)
-		}
-	}
+		return err == nil && info.State == worqr.StateCancelled && !info.FinishedAt.IsZero()
+	})
 }
 
 // Plain Enqueue calls made at once share one script call (group commit):

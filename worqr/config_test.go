@@ -100,19 +100,11 @@ func TestReplicas(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = w.Stop(context.Background()) }()
-			deadline := time.Now().Add(20 * time.Second)
-			for {
+			wait(t, 20*time.Second, "every task to run and be done", func() bool {
 				mu.Lock()
-				n, d := len(ran), done
-				mu.Unlock()
-				if n == len(ids) && d == len(ids) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("%d of %d tasks ran, %d done", n, len(ids), d)
-				}
-				time.Sleep(20 * time.Millisecond)
-			}
+				defer mu.Unlock()
+				return len(ran) == len(ids) && done == len(ids)
+			})
 			mu.Lock()
 			defer mu.Unlock()
 			for _, id := range ids {

@@ -275,14 +275,9 @@ func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 	}
 	// The loop goes on: it takes (the slot it read before the release), or
 	// it finds no slot free and waits for one.
-	for deadline := time.Now().Add(10 * time.Second); !q.waitsSlot.Load(); time.Sleep(time.Millisecond) {
-		if takes.Load() > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fetch loop neither took nor waited for a slot")
-		}
-	}
+	waitFor(t, func() (bool, string) {
+		return q.waitsSlot.Load() || takes.Load() > 0, "the fetch loop neither took nor waited for a slot"
+	})
 	if n := takes.Load(); n > 0 {
 		t.Errorf("%d take(s) sent while the hand-off launched at the release's end held the only slot", n)
 	}

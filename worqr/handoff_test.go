@@ -98,16 +98,10 @@ func (h *handoffs) count(w string) int {
 // waitParked waits until worker id is parked on q.
 func waitParked(t *testing.T, c redis.Conn, q rdb.QueueKeys, id string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if n, _ := redis.Int(c.Do("HEXISTS", q.Park, id)); n == 1 {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("worker %s never parked on %s", id, q.Ref.Name)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	wait(t, 10*time.Second, "worker "+id+" to park on "+q.Ref.Name, func() bool {
+		n, _ := redis.Int(c.Do("HEXISTS", q.Park, id))
+		return n == 1
+	})
 }
 
 // An idle worker parks; each task enqueued then reaches it in the
@@ -283,11 +277,8 @@ func TestHandoffsAndTakesRunEachTaskOnce(t *testing.T) {
 	if _, err := client.Enqueue(ctx, "q", []byte("0"), nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); h.count(w.ID()) == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a task enqueued to an idle parked worker was not handed")
-		}
-	}
+	wait(t, 10*time.Second, "a task enqueued to an idle parked worker to be handed",
+		func() bool { return h.count(w.ID()) > 0 })
 	var wg sync.WaitGroup
 	for p := 0; p < 4; p++ {
 		wg.Add(1)
@@ -405,14 +396,10 @@ func TestCancelRightAfterAHandoff(t *testing.T) {
 	for i := 0; i < n; i++ {
 		// The last round's taking ended (else the worker is full: the task
 		// waits in the queue, and the cancel removes it from there).
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-			if n, _ := redis.Int(c.Do("HLEN", q.WorkerQueue(w.ID()))); n == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the worker still holds the last round's task")
-			}
-		}
+		wait(t, 10*time.Second, "the worker to let go of the last round's task", func() bool {
+			n, _ := redis.Int(c.Do("HLEN", q.WorkerQueue(w.ID())))
+			return n == 0
+		})
 		waitParked(t, c, q, w.ID())
 		id, err := client.Enqueue(ctx, "q", []byte("x"), nil)
 		if err != nil {
@@ -803,11 +790,7 @@ func TestHandoffNotRunAfterSessionLost(t *testing.T) {
 		})}}})
 	pool.loseEnd.Store(true)
 	close(finishA)
-	for deadline := time.Now().Add(5 * time.Second); !pool.cut.Load(); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("a's end was never sent")
-		}
-	}
+	wait(t, 5*time.Second, "a's end to be sent", pool.cut.Load)
 	// a's end applied: w1 holds nothing and is parked, so b is handed to it.
 	if _, err := client.Enqueue(ctx, "q", []byte("b"), nil); err != nil {
 		t.Fatal(err)
@@ -875,18 +858,13 @@ func TestStopWaitsForAnEndThatTakesAgain(t *testing.T) {
 			}()
 			<-pool.held // it landed
 			pool.hold("", 0)
-			for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			wait(t, 5*time.Second, "the stopping worker to unpark (else it is handed tasks it will not run) after its end landed", func() bool {
 				n, err := redis.Int(c.Do("HEXISTS", q.Park, id1))
 				if err != nil {
 					t.Fatal(err)
 				}
-				if n == 0 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the stopping worker is parked (to be handed tasks it will not run) 5 s after its end landed")
-				}
-			}
+				return n == 0
+			})
 			ran := make(chan string, 10)
 			startWorker(t, ctx, base, &worqr.WorkerConfig{Config: cfg, PollInterval: 100 * time.Millisecond, DisableHandoff: true,
 				Queues: map[string]worqr.QueueConfig{"q": {Concurrency: 1, Handler: worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {

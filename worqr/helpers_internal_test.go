@@ -89,22 +89,15 @@ func worker(edit func(c *WorkerConfig)) *WorkerConfig {
 // asks for at start, and has none due.
 func waitIdle(t *testing.T, q *queueRunner) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	waitFor(t, func() (bool, string) {
 		q.launchMu.Lock()
 		u := q.unsure
 		q.launchMu.Unlock()
 		q.hand.mu.Lock()
 		done := q.hand.relFor != "" && q.hand.releasing == ""
 		q.hand.mu.Unlock()
-		if u == "" && done {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the fetch loop never released")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		return u == "" && done, "the fetch loop never released"
+	})
 }
 
 // strandTaking records a taking of task id for worker w in q as
@@ -184,16 +177,13 @@ func startParked(t *testing.T) *parkedOne {
 	q := w.queues[0]
 	s, _ := w.keeper.Current()
 	waitIdle(t, q)
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		if ok, err := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID())); err != nil {
+	waitFor(t, func() (bool, string) {
+		ok, err := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID()))
+		if err != nil {
 			t.Fatal(err)
-		} else if ok {
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker never parked")
-		}
-	}
+		return ok, "the worker never parked"
+	})
 	client, err := NewClient(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)

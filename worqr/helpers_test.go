@@ -86,9 +86,8 @@ func fastTimings(ns string) worqr.WorkerConfig {
 // ok accepts it, or fails the test after 20 s.
 func waitHistory(t *testing.T, in *worqr.Inspector, queue string, ok func(worqr.Throughput) bool) worqr.Throughput {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
 	var sum worqr.Throughput
-	for {
+	wait(t, 20*time.Second, "the history of "+queue+" to match", func() bool {
 		h, err := in.History(context.Background(), queue, 3)
 		if err != nil {
 			t.Fatal(err)
@@ -103,14 +102,9 @@ func waitHistory(t *testing.T, in *worqr.Inspector, queue string, ok func(worqr.
 			sum.Expired += m.Expired
 			sum.Recovered += m.Recovered
 		}
-		if ok(sum) {
-			return sum
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("history of %q never matched: %+v", queue, sum)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return ok(sum)
+	})
+	return sum
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
@@ -308,19 +302,6 @@ func waiting[T any](ctx context.Context, t *testing.T, pool *cmdPool, wait func(
 		}
 	}
 	return clock, out
-}
-
-// until polls cond every few milliseconds until it holds, or fails the
-// test when ctx ends first (a safety net, not a measure).
-func until(ctx context.Context, t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("never: %s", what)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
 }
 
 // batchPayloads returns n small payloads: an EnqueueBatch of them is split

@@ -112,13 +112,8 @@ func TestHistoryKeptWhenNothingWasSent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.broken.Store(true)
-	deadline := time.Now().Add(10 * time.Second)
-	for p.refuse.Load() < 1 { // a publication was tried and failed
-		if time.Now().After(deadline) {
-			t.Fatal("no publication was tried")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	// A publication was tried and failed.
+	wait(t, 10*time.Second, "a publication to be tried", func() bool { return p.refuse.Load() >= 1 })
 	p.broken.Store(false)
 	in := newInspector(t, srv.Pool(), &worqr.Config{Namespace: ns, DisableEvents: true})
 	waitHistory(t, in, "kq", func(s worqr.Throughput) bool { return s.Enqueued > 0 })
@@ -337,10 +332,7 @@ func TestHistoryCountsWhatARunCancelTookOut(t *testing.T) {
 		t.Fatalf("CancelRun: %v %v", ok, err)
 	}
 	c.Flush()
-	end := time.Now().Add(10 * time.Second)
-	for cancelled("served/kids") < 3 && time.Now().Before(end) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	wait(t, 10*time.Second, "3 cancels of served/kids in its history", func() bool { return cancelled("served/kids") >= 3 })
 	if n := cancelled("served/kids"); n != 3 {
 		t.Errorf("history of served/kids: %d cancelled, want 3 (one running, told; two waiting, taken out)", n)
 	}

@@ -88,18 +88,13 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	var info *worqr.RunInfo
-	for {
-		info, err = in.Run(ctx, flow.Name, id)
-		if err != nil {
+	wait(t, 10*time.Second, "the run to end", func() bool {
+		if info, err = in.Run(ctx, flow.Name, id); err != nil {
 			t.Fatal(err)
 		}
-		if info.Status != worqr.RunRunning || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return info.Status != worqr.RunRunning
+	})
 	if info.Status != worqr.RunDone || info.Meta["k"] != "v" {
 		t.Fatalf("run: status %s meta %v, want done with meta k=v", info.Status, info.Meta)
 	}
@@ -163,21 +158,14 @@ func TestChildMetaChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := in.Run(ctx, flow.Name, id)
-		if err != nil {
+	var info *worqr.RunInfo
+	wait(t, 10*time.Second, "run "+id+" to fail", func() bool {
+		if info, err = in.Run(ctx, flow.Name, id); err != nil {
 			t.Fatal(err)
 		}
-		if info.Status == worqr.RunFailed {
-			if !strings.Contains(info.LastError, "StageResult.Children[0].Meta") || len(info.Children) != 0 {
-				t.Errorf("failed run: error %q, children %v", info.LastError, info.Children)
-			}
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("run %s: %s, want failed", id, info.Status)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return info.Status == worqr.RunFailed
+	})
+	if !strings.Contains(info.LastError, "StageResult.Children[0].Meta") || len(info.Children) != 0 {
+		t.Errorf("failed run: error %q, children %v", info.LastError, info.Children)
 	}
 }

@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"strings"
@@ -75,18 +76,13 @@ func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 		}
 	}
 	// The first rounds find every queue empty.
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	waitFor(t, func() (bool, string) {
 		idle := true
 		for _, q := range g.queues {
 			idle = idle && !q.more.Load()
 		}
-		if idle {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the group never went idle")
-		}
-	}
+		return idle, "the group never went idle"
+	})
 	// An end of another queue gave low 5 slots (its whole cap) to take at
 	// the next round.
 	g.mu.Lock()
@@ -107,17 +103,12 @@ func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 	if _, err := client.EnqueueBatch(ctx, "low", ps, nil); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+	waitFor(t, func() (bool, string) {
 		mu.Lock()
 		r := running
 		mu.Unlock()
-		if r == 5 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d handlers of low running, want 5", r)
-		}
-	}
+		return r == 5, fmt.Sprintf("%d handlers of low running, want 5", r)
+	})
 	time.Sleep(100 * time.Millisecond) // let a round past the cap show itself
 	if qi, err := in.Queue(ctx, "low"); err != nil {
 		t.Error(err)

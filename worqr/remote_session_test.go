@@ -457,9 +457,7 @@ func TestRemoteDrainingTakeWaits(t *testing.T) {
 		defer cancel()
 		stopped <- b.remote.Stop(sctx)
 	}()
-	for !b.remote.Draining() {
-		time.Sleep(time.Millisecond)
-	}
+	wait(t, 10*time.Second, "the Remote to drain", b.remote.Draining)
 	if _, err := b.client.Enqueue(ctx, "q", []byte("y"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -1065,14 +1063,13 @@ func TestRemoteBeatReportsACancelledRun(t *testing.T) {
 	if ok, err := b.client.CancelRun(ctx, cf, runID); err != nil || !ok {
 		t.Fatalf("cancel = %v, %v", ok, err)
 	}
-	deadline := time.Now().Add(2 * time.Second)
 	var rep worqr.BeatReply
-	for len(rep.Cancel) == 0 && time.Now().Before(deadline) {
+	wait(t, 2*time.Second, "a beat to carry the run's cancel", func() bool {
 		if rep, err = s.Beat(ctx, []string{k.PID}); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(rep.Cancel) > 0
+	})
 	if len(rep.Cancel) != 1 || rep.Cancel[0] != k.PID {
 		t.Fatalf("beat cancels %v, want [%s]: the run's cancel never reached the remote", rep.Cancel, k.PID)
 	}

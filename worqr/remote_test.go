@@ -186,12 +186,11 @@ func TestRemoteForgetsQueuesNoSessionNames(t *testing.T) {
 		}
 		return n
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	n := subscribed()
-	for n > 0 && time.Now().Before(deadline) {
-		time.Sleep(50 * time.Millisecond)
+	var n int
+	wait(t, 3*time.Second, "the queues of closed sessions to be unsubscribed", func() bool {
 		n = subscribed()
-	}
+		return n == 0
+	})
 	if n > 0 {
 		t.Errorf("%d of the %d queues of closed sessions are still subscribed (and polled) 3 s after the last one closed", n, len(channels))
 	}

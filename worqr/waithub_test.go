@@ -194,7 +194,7 @@ func TestManyWaitsOnASmallPool(t *testing.T) {
 			out <- waitResult{id, info, err}
 		}()
 	}
-	until(waitCtx, t, "every Wait reads its task", func() bool { return taskReads(t, big) >= reads+n })
+	wait(t, 60*time.Second, "every Wait reads its task", func() bool { return taskReads(t, big) >= reads+n })
 	select {
 	case r := <-out:
 		t.Fatalf("Wait(%s) returned (%+v, %v) before its task ended", r.id, r.info, r.err)
@@ -277,7 +277,7 @@ func TestWaitAcrossADroppedSubscription(t *testing.T) {
 	}
 	// The gap is open once the Client tried to subscribe again and was
 	// refused.
-	until(waitCtx, t, "the Client tries to subscribe again", func() bool { return counted.refuse.Load() > 0 })
+	wait(t, 60*time.Second, "the Client tries to subscribe again", func() bool { return counted.refuse.Load() > 0 })
 	for _, id := range ids[:3] {
 		if st, err := other.Cancel(ctx, "idle", id); err != nil || st != worqr.CancelRemoved {
 			t.Fatalf("Cancel(%s) = %v, %v", id, st, err)
@@ -368,7 +368,7 @@ func TestWaitSubscriptionLeavesWithTheLastWaiter(t *testing.T) {
 	}
 	cancelAll(ids[9:])
 	collect(waitCtx, t, out, 1)
-	until(waitCtx, t, "the subscription is released after the last Wait", func() bool {
+	wait(t, 60*time.Second, "the subscription is released after the last Wait", func() bool {
 		return numSub(t, direct, ns) == 0 && len(pubsubClients(t, direct)) == 0
 	})
 
@@ -382,7 +382,7 @@ func TestWaitSubscriptionLeavesWithTheLastWaiter(t *testing.T) {
 	if r := collect(waitCtx, t, out, 1)[ids[0]]; r.err != nil || r.info.State != worqr.StateCancelled {
 		t.Fatalf("Wait = %+v, %v", r.info, r.err)
 	}
-	until(waitCtx, t, "the subscription is released again", func() bool { return numSub(t, direct, ns) == 0 })
+	wait(t, 60*time.Second, "the subscription is released again", func() bool { return numSub(t, direct, ns) == 0 })
 }
 
 // A Wait reads its task only once the shared subscription is confirmed, so
@@ -481,7 +481,7 @@ func TestWaitAcrossARestart(t *testing.T) {
 	if err := own.Restart(); err != nil {
 		t.Fatal(err)
 	}
-	until(waitCtx, t, "the Client tries to subscribe again", func() bool { return counted.refuse.Load() > 0 })
+	wait(t, 60*time.Second, "the Client tries to subscribe again", func() bool { return counted.refuse.Load() > 0 })
 	fresh := own.Pool()
 	defer fresh.Close()
 	other, err := worqr.NewClient(fresh, &cfg)
