@@ -63,7 +63,7 @@ func TestRetryPastDeadlineIsDueAtIt(t *testing.T) {
 		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
 			return worqr.RetryAfter(3*time.Second, errors.New("again"))
 		})}}
-	startWorker(t, ctx, pool, &wc)
+	bundle.startWorker(wc)
 	deadline := time.Now().Add(time.Second)
 	id, err := c.Enqueue(ctx, "q", []byte("p"), &worqr.EnqueueOpts{Deadline: deadline})
 	if err != nil {
@@ -86,6 +86,9 @@ func TestRetryPastDeadlineIsDueAtIt(t *testing.T) {
 	if err != nil || info.State != worqr.StateExpired || !strings.Contains(info.LastError, "again") {
 		t.Fatalf("Wait = %+v, %v; want expired, with the last error kept", info, err)
 	}
+	bundle.events.waitFor(t, 10*time.Second, "the worker's expired event", func(e worqr.Event) bool {
+		return e.TaskID == id && e.Kind == worqr.EventExpired
+	})
 }
 
 // TestRateLimitedKeepsAttempt: a handler that says "rate limited" runs

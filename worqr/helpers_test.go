@@ -168,13 +168,6 @@ func (r *eventRecorder) record(e worqr.Event) {
 	r.more = make(chan struct{})
 }
 
-// all returns the events recorded so far.
-func (r *eventRecorder) all() []worqr.Event {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]worqr.Event(nil), r.evs...)
-}
-
 // waitFor returns the first event recorded for which match holds, waiting
 // up to d for it, and fails t if none comes.
 func (r *eventRecorder) waitFor(t testing.TB, d time.Duration, what string, match func(worqr.Event) bool) worqr.Event {
