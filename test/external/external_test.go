@@ -26,6 +26,7 @@ import (
 
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/registry"
 	"github.com/worqr/worqr-go/worqr"
 )
