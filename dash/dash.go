@@ -16,8 +16,11 @@
 // per Dashboard: it polls Inspector.Queues and the last two minutes of
 // Inspector.History at most once per second, only while a browser is
 // connected, and relays one Inspector.Follow, so the
-// dashboard's Redis cost does not grow with the number of open tabs. It
-// uses only the standard library and worqr's public API.
+// dashboard's Redis cost does not grow with the number of open tabs. Each
+// poll also tells the browsers whether Redis answered: the page's live
+// indicator is green while it does, red ("Redis down") while it does not,
+// and grey while the stream itself is down or silent. It uses only the
+// standard library and worqr's public API.
 package dash
 
 import (

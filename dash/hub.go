@@ -46,6 +46,8 @@ type hub struct {
 	subs    map[chan message]struct{}
 	stop    chan struct{} // closes the running poll loop; nil when none runs
 	last    *message      // latest queues snapshot, for new subscribers
+	status  *message      // latest Redis status, for new subscribers
+	down    time.Time     // when the polls began to fail; zero while Redis answers
 	pending []eventJSON   // events since the last broadcast
 	skipped int           // events beyond maxRelayed since the last broadcast
 	closed  bool
@@ -59,6 +61,18 @@ type bucket struct {
 	Done     int64 `json:"done"`
 	Failed   int64 `json:"failed"` // retries and deaths
 }
+
+// statusJSON tells the browser whether the last poll reached Redis: its
+// live indicator turns red while it does not (the counts on the page are
+// then as of Since).
+type statusJSON struct {
+	Redis bool  `json:"redis"`
+	Since int64 `json:"since,omitempty"` // unix ms of the first failed poll
+}
+
+// pollTimeout bounds one poll, so that a Redis that hangs (rather than
+// refuses) is reported down within a few seconds too.
+const pollTimeout = 3 * time.Second
 
 type eventJSON struct {
 	Kind   string `json:"kind"`
@@ -126,6 +140,9 @@ func (h *hub) subscribe() (chan message, bool) {
 	if h.last != nil {
 		ch <- *h.last
 	}
+	if h.status != nil {
+		ch <- *h.status
+	}
 	if h.stop == nil {
 		h.stop = make(chan struct{})
 		go h.loop(h.stop)
@@ -144,7 +161,7 @@ func (h *hub) unsubscribe(ch chan message) {
 	close(ch)
 	if len(h.subs) == 0 && h.stop != nil {
 		close(h.stop)
-		h.stop, h.last, h.pending, h.skipped = nil, nil, nil, 0
+		h.stop, h.last, h.status, h.pending, h.skipped = nil, nil, nil, nil, 0
 	}
 }
 
@@ -193,26 +210,30 @@ func (h *hub) loop(stop chan struct{}) {
 }
 
 // poll reads the counts and the last two minutes of history once and
-// broadcasts them with the pending events.
+// broadcasts them with the pending events, then Redis's status: whether
+// the counts could be read.
 func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 	h.mu.Lock()
 	h.polled = time.Now()
 	h.mu.Unlock()
-	qs, err := h.queues(ctx)
+	pctx, cancel := context.WithTimeout(ctx, pollTimeout)
+	defer cancel()
+	qs, err := h.queues(pctx)
 	if ctx.Err() != nil {
 		return
 	}
-	hs, herr := h.history(ctx, "", 2)
+	var hs []worqr.HistoryMinute
+	if err == nil { // Redis answered: the history is worth asking
+		var herr error
+		if hs, herr = h.history(pctx, "", 2); herr != nil && ctx.Err() == nil {
+			h.log.Warn("dash: reading the history failed", "err", herr)
+		}
+	}
 	if ctx.Err() != nil {
 		return
-	}
-	if herr != nil {
-		h.log.Warn("dash: reading the history failed", "err", herr)
 	}
 	var snap *message
-	if err != nil {
-		h.log.Warn("dash: reading queues failed", "err", err)
-	} else {
+	if err == nil {
 		data, _ := json.Marshal(queuesJSON(qs))
 		snap = &message{event: "queues", data: data}
 	}
@@ -221,6 +242,20 @@ func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 	if h.stop != stop {
 		return
 	}
+	st := statusJSON{Redis: err == nil}
+	switch {
+	case err != nil && h.down.IsZero():
+		h.down = h.polled
+		h.log.Warn("dash: reading queues failed: the browsers are told Redis is down", "err", err)
+	case err == nil && !h.down.IsZero():
+		h.log.Info("dash: Redis answers again", "down_for", time.Since(h.down).Round(time.Millisecond).String())
+		h.down = time.Time{}
+	}
+	if !h.down.IsZero() {
+		st.Since = h.down.UnixMilli()
+	}
+	data, _ := json.Marshal(st)
+	h.status = &message{event: "status", data: data}
 	var msgs []message
 	if snap != nil {
 		h.last = snap
@@ -238,6 +273,7 @@ func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 		data, _ := json.Marshal(b)
 		msgs = append(msgs, message{event: "minute", data: data})
 	}
+	msgs = append(msgs, *h.status)
 	for ch := range h.subs {
 		for _, m := range msgs {
 			select {

@@ -134,13 +134,51 @@
     });
   }
 
-  if (window.EventSource) {
-    var live = document.getElementById("live");
-    var es = new EventSource(base + "/events");
-    es.onopen = function () { live && live.classList.add("on"); };
-    es.onerror = function () { live && live.classList.remove("on"); };
-    es.addEventListener("queues", function (e) { queues(JSON.parse(e.data)); });
+  // The live indicator: green while the stream delivers and the server
+  // reads Redis, red while Redis does not answer (the counts shown are as
+  // of then), grey while the stream is down or silent (the server sends
+  // Redis's status every second).
+  var live = document.getElementById("live");
+  var liveText = live && live.querySelector("span");
+  var heard = 0, liveState = "";
+  function setLive(state, text, title) {
+    if (!live) return;
+    liveState = state;
+    live.className = "live " + state;
+    live.dataset.state = state;
+    live.title = title;
+    if (liveText) liveText.textContent = " " + text;
+  }
+  function clock(ms) { return new Date(ms).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit", second: "2-digit" }); }
+
+  var es = null;
+  function connect() {
+    es = new EventSource(base + "/events");
+    es.onopen = function () { heard = Date.now(); };
+    es.onerror = function () {
+      setLive("off", "offline", "the live stream from the dashboard is down: reconnecting");
+      if (es.readyState === 2) { // CLOSED: the browser gave up (a non-200 answer): try again
+        es.close();
+        setTimeout(connect, 3000);
+      }
+    };
+    es.addEventListener("status", function (e) {
+      heard = Date.now();
+      var s = JSON.parse(e.data);
+      if (s.redis) setLive("on", "live", "live updates");
+      else setLive("down", "Redis down", "the dashboard cannot reach Redis" + (s.since ? " since " + clock(s.since) : "") + ": the counts shown are from before");
+    });
+    es.addEventListener("queues", function (e) { heard = Date.now(); queues(JSON.parse(e.data)); });
     es.addEventListener("minute", function (e) { minute(JSON.parse(e.data)); });
-    window.addEventListener("pagehide", function () { es.close(); });
+  }
+  if (window.EventSource && live) {
+    setLive("off", "connecting", "connecting to the live stream");
+    connect();
+    setInterval(function () {
+      if ((liveState === "on" || liveState === "down") && Date.now() - heard > 5000) {
+        setLive("off", "stalled", "no word from the dashboard for " + Math.round((Date.now() - heard) / 1000) + "s");
+      }
+    }, 1000);
+    window.addEventListener("pagehide", function () { if (es) es.close(); });
   }
 })();

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +20,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/dash"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -31,15 +34,23 @@ type site struct {
 	client *worqr.Client
 	in     *worqr.Inspector
 	url    string
+	ts     *httptest.Server
 }
 
 func newSite(t *testing.T, opts *dash.Options) *site {
+	t.Helper()
+	return newSiteOn(t, redisURL, opts, nil)
+}
+
+// newSiteOn is newSite on the Redis server at url, its dashboard wrapped in
+// wrap when not nil.
+func newSiteOn(t *testing.T, url string, opts *dash.Options, wrap func(http.Handler) http.Handler) *site {
 	t.Helper()
 	if browserPath == "" {
 		t.Skip("no chromium or google-chrome binary on the PATH (Debian: apt-get install -y chromium)")
 	}
 	s := &site{t: t, cfg: worqr.Config{Namespace: "browser-" + xid.New().String(), EventInterval: 50 * time.Millisecond}}
-	s.pool = s.newPool()
+	s.pool = s.newPoolOn(url)
 	var err error
 	if s.client, err = worqr.NewClient(s.pool, &s.cfg); err != nil {
 		t.Fatal(err)
@@ -48,15 +59,24 @@ func newSite(t *testing.T, opts *dash.Options) *site {
 		t.Fatal(err)
 	}
 	d := dash.New(s.in, opts)
-	ts := httptest.NewServer(d)
-	t.Cleanup(func() { d.Close(); ts.Close() })
-	s.url = ts.URL
+	var h http.Handler = d
+	if wrap != nil {
+		h = wrap(d)
+	}
+	s.ts = httptest.NewServer(h)
+	t.Cleanup(func() { d.Close(); s.ts.Close() })
+	s.url = s.ts.URL
 	return s
 }
 
 func (s *site) newPool() *redis.Pool {
 	s.t.Helper()
-	p, err := redisconn.NewPool(redisURL, nil)
+	return s.newPoolOn(redisURL)
+}
+
+func (s *site) newPoolOn(url string) *redis.Pool {
+	s.t.Helper()
+	p, err := redisconn.NewPool(url, &redisconn.Options{ConnectTimeout: time.Second})
 	if err != nil {
 		s.t.Fatal(err)
 	}
@@ -326,5 +346,90 @@ func TestChartShowsHistoryAfterRestart(t *testing.T) {
 			t.Fatalf("the chart shows %d failed (%v) 5 s after 2 more deaths, want 5", n, err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// liveState waits up to d for the live indicator to be in state (on,
+// down or off) and returns its text.
+func liveState(ctx context.Context, state string, d time.Duration) (string, error) {
+	end := time.Now().Add(d)
+	var got, text string
+	for {
+		err := chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("live").dataset.state || ""`, &got),
+			chromedp.Text(`#live`, &text, chromedp.ByQuery))
+		if err == nil && got == state {
+			return strings.TrimSpace(text), nil
+		}
+		if time.Now().After(end) {
+			return "", fmt.Errorf("live indicator %q (%q), want %q within %s (%v)", got, text, state, d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestLiveIndicatorFollowsRedis: on a dashboard whose Redis is killed the
+// live indicator turns red ("Redis down") within a few seconds, without a
+// reload, and green again once Redis is back.
+func TestLiveIndicatorFollowsRedis(t *testing.T) {
+	if browserPath == "" {
+		t.Skip("no chromium or google-chrome binary on the PATH (Debian: apt-get install -y chromium)")
+	}
+	own, err := redistest.Start("--databases", "16") // a server of its own, to kill
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer own.Stop()
+	s := newSiteOn(t, own.URL, nil, nil)
+	if _, err := s.client.Enqueue(context.Background(), "emails", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	b := browser(t)
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(`#live.on`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	own.Kill()
+	text, err := liveState(b, "down", 6*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(text, "Redis down") {
+		t.Fatalf("live indicator says %q while Redis is down", text)
+	}
+	if err := own.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := liveState(b, "on", 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLiveIndicatorFollowsTheStream: when the dashboard's event stream
+// breaks (its connections dropped, a proxy answering 502 meanwhile) the
+// indicator leaves green, and it comes back by itself once the stream
+// answers again (a browser gives up an EventSource after a non-200 answer).
+func TestLiveIndicatorFollowsTheStream(t *testing.T) {
+	var broken atomic.Bool
+	s := newSiteOn(t, redisURL, nil, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if broken.Load() && strings.HasSuffix(r.URL.Path, "/events") {
+				http.Error(w, "bad gateway", http.StatusBadGateway)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	b := browser(t)
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(`#live.on`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	broken.Store(true)
+	s.ts.CloseClientConnections()
+	if _, err := liveState(b, "off", 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second) // the browser's own retry meets the 502 and gives up
+	broken.Store(false)
+	if _, err := liveState(b, "on", 10*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
