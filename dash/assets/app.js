@@ -20,27 +20,57 @@
     return n;
   }
 
+  // compact writes an axis value short: 950, 1.2k, 34k, 3.4M, 1.2G.
+  function compact(n) {
+    var units = [[1e9, "G"], [1e6, "M"], [1e3, "k"]];
+    for (var i = 0; i < units.length; i++) {
+      if (Math.abs(n) >= units[i][0]) {
+        var v = n / units[i][0];
+        return (v >= 100 || v % 1 === 0 ? String(Math.round(v)) : v.toFixed(1).replace(/\.0$/, "")) + units[i][1];
+      }
+    }
+    return String(Math.round(n));
+  }
+
+  // niceStep is a round step (1, 2 or 5 times a power of ten, at least 1:
+  // the counts are whole) that splits max into about n intervals.
+  function niceStep(max, n) {
+    var raw = max / n, p = Math.pow(10, Math.floor(Math.log10(raw))), f = raw / p;
+    return Math.max(1, (f <= 1 ? 1 : f <= 2 ? 2 : f <= 5 ? 5 : 10) * p);
+  }
+
+  // draw draws the chart at the element's own pixel width (the text is not
+  // stretched), with room on the left for the longest y-axis label.
   function draw() {
     if (!chartEl) return;
     while (chartEl.firstChild) chartEl.removeChild(chartEl.firstChild);
-    var W = 900, H = 180, L = 36, B = 18, T = 8, n = chart.length || 60;
-    var top = 1;
-    chart.forEach(function (b) { top = Math.max(top, b.done + b.failed, b.enqueued); });
-    var step = Math.pow(10, Math.floor(Math.log10(top)));
-    top = Math.ceil(top / step) * step;
+    var W = Math.round(chartEl.getBoundingClientRect().width) || 900, H = 180, B = 18, T = 10, n = chart.length || 60;
+    chartEl.setAttribute("viewBox", "0 0 " + W + " " + H);
+    var max = 1;
+    chart.forEach(function (b) { max = Math.max(max, b.done + b.failed, b.enqueued); });
+    var step = niceStep(max, 4), top = Math.ceil(max / step) * step;
     var y = function (v) { return T + (H - T - B) * (1 - v / top); };
-    var bw = (W - L) / n;
-    [0, 0.5, 1].forEach(function (f) {
-      chartEl.appendChild(el("line", { x1: L, x2: W, y1: y(top * f), y2: y(top * f), "class": "gl" }));
-      chartEl.appendChild(el("text", { x: L - 6, y: y(top * f) + 3, "text-anchor": "end", "class": "ax" }, String(Math.round(top * f))));
+    var labels = [];
+    for (var v = 0; v <= top; v += step) {
+      var t = el("text", { y: y(v) + 3, "text-anchor": "end", "class": "ax", "data-axis": "y" }, compact(v));
+      chartEl.appendChild(t);
+      labels.push(t);
+    }
+    var lw = 0;
+    labels.forEach(function (t) { lw = Math.max(lw, t.getComputedTextLength ? t.getComputedTextLength() : t.textContent.length * 7); });
+    var L = Math.ceil(lw) + 12;
+    labels.forEach(function (t) {
+      t.setAttribute("x", L - 6);
+      chartEl.insertBefore(el("line", { x1: L, x2: W, y1: t.getAttribute("y") - 3, y2: t.getAttribute("y") - 3, "class": "gl" }), chartEl.firstChild);
     });
+    var bw = (W - L) / n;
     chart.forEach(function (b, i) {
       var x = L + i * bw + 1, w = Math.max(bw - 2, 1);
-      if (b.done) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done), height: y(0) - y(b.done), fill: "#10b981", rx: 1 }));
-      if (b.failed) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done + b.failed), height: y(b.done) - y(b.done + b.failed), fill: "#ef4444", rx: 1 }));
+      if (b.done) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done), height: y(0) - y(b.done), "class": "b-done", rx: 1 }));
+      if (b.failed) chartEl.appendChild(el("rect", { x: x, width: w, y: y(b.done + b.failed), height: y(b.done) - y(b.done + b.failed), "class": "b-failed", rx: 1 }));
     });
     var pts = chart.map(function (b, i) { return (L + i * bw + bw / 2).toFixed(1) + "," + y(b.enqueued).toFixed(1); });
-    chartEl.appendChild(el("polyline", { points: pts.join(" "), fill: "none", stroke: "#818cf8", "stroke-width": 1.5 }));
+    chartEl.appendChild(el("polyline", { points: pts.join(" "), "class": "b-enq" }));
     [0, 15, 30, 45, 59].forEach(function (i) {
       chartEl.appendChild(el("text", { x: i === 59 ? W : L + i * bw + bw / 2, y: H - 4, "text-anchor": i === 59 ? "end" : "middle", "class": "ax" }, i === 59 ? "now" : "-" + (59 - i) + "m"));
     });
@@ -51,6 +81,8 @@
       chartEl.appendChild(r);
     });
   }
+  var resized = 0;
+  window.addEventListener("resize", function () { clearTimeout(resized); resized = setTimeout(draw, 100); });
   draw();
 
   // minute merges one minute of history from the server: it replaces the

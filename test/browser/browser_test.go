@@ -20,6 +20,7 @@ import (
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/dash"
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
@@ -431,5 +432,101 @@ func TestLiveIndicatorFollowsTheStream(t *testing.T) {
 	broken.Store(false)
 	if _, err := liveState(b, "on", 10*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// seedHistory adds n of outcome to queue's history counters of the minute
+// ago minutes back, as the processes' publications do.
+func (s *site) seedHistory(queue, outcome string, ago int, n int64) {
+	s.t.Helper()
+	c := s.pool.Get()
+	defer c.Close()
+	m := time.Now().Unix()/60 - int64(ago)
+	if _, err := c.Do("HINCRBY", rdb.NewKeys(s.cfg.Namespace).History(m), queue+"|"+outcome, n); err != nil {
+		s.t.Fatal(err)
+	}
+}
+
+var reCompact = regexp.MustCompile(`^\d+(\.\d)?[kMG]?$`)
+
+// yAxis returns the chart's y-axis labels, bottom up, and whether every
+// one lies whole inside the chart.
+func yAxis(ctx context.Context) (labels []string, inside bool, err error) {
+	var r struct {
+		Labels []string
+		Inside bool
+	}
+	err = chromedp.Run(ctx, chromedp.Evaluate(`(function () {
+		var svg = document.getElementById("chart").getBoundingClientRect();
+		var ts = Array.from(document.querySelectorAll('#chart text[text-anchor="end"]')).filter(t => t.textContent !== "now");
+		ts.sort((a, b) => b.getBoundingClientRect().top - a.getBoundingClientRect().top);
+		return {Labels: ts.map(t => t.textContent), Inside: ts.length > 0 && ts.every(function (t) {
+			var b = t.getBoundingClientRect();
+			return b.left >= svg.left && b.right <= svg.right && b.width > 0;
+		})};
+	})()`, &r))
+	return r.Labels, r.Inside, err
+}
+
+// TestChartAxisReadableAtScale: with millions of tasks a minute the
+// chart's y-axis says 1M, 2M... whole inside the chart (its labels were
+// clipped to "00000"), and with a handful it counts in whole numbers.
+func TestChartAxisReadableAtScale(t *testing.T) {
+	s := newSite(t, nil)
+	if _, err := s.client.Enqueue(context.Background(), "thumbs", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	s.seedHistory("thumbs", "done", 3, 2_345_678)
+	s.seedHistory("thumbs", "retried", 3, 12_000)
+	s.seedHistory("thumbs", "enqueued", 2, 2_400_000)
+	b := browser(t)
+	for _, path := range []string{"/", "/queue?name=thumbs"} {
+		if err := chromedp.Run(b, chromedp.Navigate(s.url+path), chromedp.WaitVisible(`#chart text`, chromedp.ByQuery)); err != nil {
+			t.Fatal(err)
+		}
+		labels, inside, err := yAxis(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !inside {
+			t.Errorf("%s: y-axis labels %q do not all lie inside the chart", path, labels)
+		}
+		if len(labels) < 3 || labels[0] != "0" || !strings.HasSuffix(labels[len(labels)-1], "M") {
+			t.Errorf("%s: y-axis labels %q, want 0 up to some M", path, labels)
+		}
+		for _, l := range labels {
+			if !reCompact.MatchString(l) {
+				t.Errorf("%s: y-axis label %q is not compact (950, 1.2k, 3.4M)", path, l)
+			}
+		}
+	}
+	// A narrow window keeps them inside too.
+	if err := chromedp.Run(b, chromedp.EmulateViewport(700, 900), chromedp.Navigate(s.url+"/"),
+		chromedp.WaitVisible(`#chart text`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if labels, inside, err := yAxis(b); err != nil || !inside {
+		t.Errorf("at 700 px: y-axis labels %q inside %v (%v)", labels, inside, err)
+	}
+	// A handful of tasks: whole numbers, no repeated label.
+	s2 := newSite(t, nil)
+	if _, err := s2.client.Enqueue(context.Background(), "few", []byte("x"), nil); err != nil {
+		t.Fatal(err)
+	}
+	s2.seedHistory("few", "done", 1, 7)
+	if err := chromedp.Run(b, chromedp.Navigate(s2.url+"/"), chromedp.WaitVisible(`#chart text`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	labels, _, err := yAxis(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, l := range labels {
+		if _, err := strconv.Atoi(l); err != nil || seen[l] {
+			t.Errorf("with 7 tasks a minute: y-axis labels %q, want distinct whole numbers", labels)
+			break
+		}
+		seen[l] = true
 	}
 }
