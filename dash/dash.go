@@ -3,12 +3,13 @@
 // one task, dead tasks grouped by error, workers and flow runs, and runs the
 // operator's actions (retry or delete all dead, delete all waiting and
 // scheduled, pause, resume; requeue or delete one dead task, run a scheduled
-// task now, cancel or retry a flow run) as POSTs protected against
+// task now, cancel a waiting, scheduled or running task with
+// Options.Client, cancel or retry a flow run) as POSTs protected against
 // cross-site request forgery.
 //
 // Mount it under a prefix in your own server:
 //
-//	d := dash.New(inspector, &dash.Options{Prefix: "/worqr"})
+//	d := dash.New(inspector, &dash.Options{Prefix: "/worqr", Client: client})
 //	defer d.Close()
 //	mux.Handle("/worqr/", dash.BasicAuth("ops", secret, d))
 //
@@ -54,6 +55,11 @@ type Options struct {
 	Prefix string
 	// Title is shown in the header and the page titles. Default "worqr".
 	Title string
+	// Client, when set, runs the actions that are a producer's: cancelling
+	// a task (Client.Cancel) from its page or a selection. Without it the
+	// dashboard offers no per-task cancel (the Inspector's bulk actions
+	// still work). The dashboard does not close it.
+	Client *worqr.Client
 	// Logger receives the dashboard's errors (Redis failures are logged
 	// here and shown to the browser only as a generic message). A nil
 	// logger means warn and above on stderr.

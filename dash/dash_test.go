@@ -59,7 +59,14 @@ func newEnv(t *testing.T, opts *Options) *env {
 	if e.in, err = worqr.NewInspector(pool, &e.cfg); err != nil {
 		t.Fatal(err)
 	}
-	e.d = New(e.in, opts)
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Client == nil {
+		o.Client = e.client
+	}
+	e.d = New(e.in, &o)
 	e.start()
 	return e
 }
@@ -191,15 +198,24 @@ func TestPayloadAndErrorAreEscaped(t *testing.T) {
 func TestActionsNeedCSRFToken(t *testing.T) {
 	e := newEnv(t, nil)
 	e.kill("jobs", 3, "boom")
+	waiting, err := e.client.Enqueue(context.Background(), "jobs", []byte("w"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, form := range map[string]url.Values{
-		"no token":    {"op": {"retry_dead"}, "queue": {"jobs"}},
-		"wrong token": {"op": {"retry_dead"}, "queue": {"jobs"}, "csrf": {"AAAA"}},
+		"no token":          {"op": {"retry_dead"}, "queue": {"jobs"}},
+		"wrong token":       {"op": {"retry_dead"}, "queue": {"jobs"}, "csrf": {"AAAA"}},
+		"cancel, no token":  {"op": {"cancel_task"}, "queue": {"jobs"}, "id": {waiting}},
+		"cancel, bad token": {"op": {"cancel_task"}, "queue": {"jobs"}, "id": {waiting}, "csrf": {"AAAA"}},
 	} {
 		e.get("/") // the cookie alone is not enough
 		resp, _ := e.post("/action", form)
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("%s: status %d, want 403", name, resp.StatusCode)
 		}
+	}
+	if ti, err := e.in.Task(context.Background(), "jobs", waiting); err != nil || ti.State != worqr.StateQueued {
+		t.Fatalf("a refused cancel changed the task: %+v %v", ti, err)
 	}
 	// A token without its cookie (another browser's) is refused too.
 	tok := e.token("/queue?name=jobs")
@@ -260,14 +276,21 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 	}
 	// Even with a valid token (from a read-write dashboard with the same secret).
 	e.http.Jar.SetCookies(mustURL(e.ts.URL), []*http.Cookie{{Name: csrfCookie, Value: strings.Repeat("a", 43)}})
-	for _, op := range []string{"retry_dead", "delete_dead", "delete_waiting", "pause"} {
-		resp, _ := e.post("/action", url.Values{"op": {op}, "queue": {"jobs"}, "csrf": {e.d.sign(strings.Repeat("a", 43))}})
+	waiting, err := e.client.Enqueue(context.Background(), "jobs", []byte("w"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body := e.get("/task?id=" + waiting); strings.Contains(body, `data-op="cancel_task"`) {
+		t.Fatal("read-only task page shows Cancel")
+	}
+	for _, op := range []string{"retry_dead", "delete_dead", "delete_waiting", "pause", "cancel_task"} {
+		resp, _ := e.post("/action", url.Values{"op": {op}, "queue": {"jobs"}, "id": {waiting}, "csrf": {e.d.sign(strings.Repeat("a", 43))}})
 		if resp.StatusCode != http.StatusForbidden {
 			t.Fatalf("%s: status %d, want 403", op, resp.StatusCode)
 		}
 	}
 	q, _ := e.in.Queue(context.Background(), "jobs")
-	if q.Dead != 2 || q.Paused {
+	if q.Dead != 2 || q.Paused || q.Waiting != 1 {
 		t.Fatalf("read-only dashboard changed the queue: %+v", q)
 	}
 }
@@ -816,5 +839,56 @@ func TestJSONPayloadShownAsItIs(t *testing.T) {
 	want := "{\n  \"z\": 9007199254740993,\n  \"a\": \"<b>&\"\n}"
 	if got != want {
 		t.Fatalf("payload shown as\n%s\nwant\n%s", got, want)
+	}
+}
+
+// A task page shows a Last error box only for a task with an error, and
+// a Cancel action only for a task that waits, is scheduled or runs, on a
+// dashboard given a Client; without one, a cancel is refused.
+func TestTaskPageErrorBoxAndCancel(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	waiting, err := e.client.Enqueue(ctx, "jobs", []byte("w"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get("/task?id=" + waiting)
+	if strings.Contains(body, "last-error") || strings.Contains(body, "Last error") {
+		t.Fatal("the page of a task without an error shows a Last error box")
+	}
+	if !strings.Contains(body, `data-op="cancel_task"`) {
+		t.Fatal("the page of a waiting task has no Cancel")
+	}
+	e.kill("dead", 1, "boom <b>")
+	_, body = e.get("/task?id=" + e.deadID("dead"))
+	if !strings.Contains(body, `id="last-error">boom &lt;b&gt;`) {
+		t.Fatalf("the page of a dead task does not show its error:\n%s", body)
+	}
+	if strings.Contains(body, `data-op="cancel_task"`) {
+		t.Fatal("the page of a dead task offers Cancel")
+	}
+
+	plain := New(e.in, nil) // no Client
+	defer plain.Close()
+	ts := httptest.NewServer(plain)
+	defer ts.Close()
+	e2 := &env{t: t, cfg: e.cfg, client: e.client, in: e.in, d: plain, ts: ts, http: e.http}
+	if _, body := e2.get("/task?id=" + waiting); strings.Contains(body, `data-op="cancel_task"`) {
+		t.Fatal("a dashboard without a Client offers Cancel")
+	}
+	tok := e2.token("/queue?name=jobs")
+	if resp, _ := e2.post("/action", url.Values{"op": {"cancel_task"}, "queue": {"jobs"}, "id": {waiting}, "csrf": {tok}}); resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("cancel without a Client: status %d, want 400", resp.StatusCode)
+	}
+	tok = e.token("/task?id=" + waiting)
+	resp, _ := e.post("/action", url.Values{"op": {"cancel_task"}, "queue": {"jobs"}, "id": {waiting}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("cancel: status %d, want 303", resp.StatusCode)
+	}
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "Cancelled "+waiting) {
+		t.Fatal("no confirmation of the cancel")
+	}
+	if q, _ := e.in.Queue(ctx, "jobs"); q.Waiting != 0 {
+		t.Fatalf("after cancel: %d waiting, want 0", q.Waiting)
 	}
 }

@@ -27,15 +27,16 @@ const pageSize = 50
 
 // page is what every template gets.
 type page struct {
-	App      string
-	Title    string
-	Nav      string
-	Base     string
-	CSRF     string
-	ReadOnly bool
-	Flash    string
-	Error    string
-	Data     any
+	App       string
+	Title     string
+	Nav       string
+	Base      string
+	CSRF      string
+	ReadOnly  bool
+	CanCancel bool // an Options.Client cancels tasks
+	Flash     string
+	Error     string
+	Data      any
 }
 
 var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "error"}
@@ -51,6 +52,13 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"commas":  commas,
 		"json":    func(v any) (string, error) { b, err := json.Marshal(v); return string(b), err },
 		"sortedq": sortedHeld,
+		"flowq":   func(q string) bool { return strings.Contains(q, "/") },
+		"cancelNote": func(st worqr.TaskState) string {
+			if st == worqr.StateActive {
+				return "Its worker is told to stop it; it ends as cancelled."
+			}
+			return "It is removed and will not run."
+		},
 		"dict": func(p *page, op, queue, id, label, class, confirm string) map[string]string {
 			return map[string]string{"Base": p.Base, "CSRF": p.CSRF, "Op": op, "Queue": queue, "ID": id,
 				"Label": label, "Class": class, "Confirm": confirm}
@@ -71,6 +79,7 @@ func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, status int, n
 	p.App = d.opts.Title
 	p.Base = d.opts.Prefix
 	p.ReadOnly = d.opts.ReadOnly
+	p.CanCancel = d.opts.Client != nil && !d.opts.ReadOnly
 	p.CSRF = d.csrfToken(w, r)
 	if p.Flash == "" {
 		// Only a message this server signed after an action is shown: a
@@ -491,6 +500,23 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 	case "delete_task":
 		n, err = d.in.DeleteDead(ctx, queue, id)
 		msg = fmt.Sprintf("Deleted %d dead task", n)
+	case "cancel_task":
+		if d.opts.Client == nil {
+			http.Error(w, "this dashboard cannot cancel tasks (no Options.Client)", http.StatusBadRequest)
+			return
+		}
+		var st worqr.CancelStatus
+		st, err = d.opts.Client.Cancel(ctx, queue, id)
+		switch st {
+		case worqr.CancelRemoved:
+			msg = "Cancelled " + id + ": it will not run"
+		case worqr.CancelRequested:
+			msg = "Asked the worker running " + id + " to stop it: it ends as cancelled"
+			back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
+		default:
+			msg = "Task " + id + " was not waiting or running: nothing cancelled"
+			back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
+		}
 	case "cancel_run", "retry_run":
 		// queue is the run's stage queue, "<flow>/<stage>".
 		flow, _, _ := strings.Cut(queue, "/")

@@ -34,7 +34,7 @@ func (a *app) dashCmd() *cobra.Command {
 (SIGINT or SIGTERM: open connections get 5 s to finish). The browser gets
 counts pushed over server-sent events; one poll per second reads Redis
 however many tabs are open. Actions (retry or delete all dead, delete all
-waiting, pause, resume) are POSTs with a CSRF token; --read-only hides and
+waiting, pause, resume, cancel a task) are POSTs with a CSRF token; --read-only hides and
 refuses them. With --user and --password (or ` + envDashUser + ` and
 ` + envDashPassword + `) every request needs HTTP basic authentication;
 without them, keep --addr on a loopback address or behind your own proxy.`,
@@ -72,7 +72,7 @@ without them, keep --addr on a loopback address or behind your own proxy.`,
 		if err != nil {
 			return usagef("--addr %s: %v", addr, err)
 		}
-		d := dash.New(a.in, &dash.Options{ReadOnly: readOnly, Prefix: prefix})
+		d := dash.New(a.in, &dash.Options{ReadOnly: readOnly, Prefix: prefix, Client: a.client})
 		defer d.Close()
 		var h http.Handler = d
 		if user != "" {

@@ -59,7 +59,14 @@ func newSiteOn(t *testing.T, url string, opts *dash.Options, wrap func(http.Hand
 	if s.in, err = worqr.NewInspector(s.pool, &s.cfg); err != nil {
 		t.Fatal(err)
 	}
-	d := dash.New(s.in, opts)
+	var o dash.Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.Client == nil {
+		o.Client = s.client
+	}
+	d := dash.New(s.in, &o)
 	var h http.Handler = d
 	if wrap != nil {
 		h = wrap(d)
