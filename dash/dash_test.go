@@ -892,3 +892,67 @@ func TestTaskPageErrorBoxAndCancel(t *testing.T) {
 		t.Fatalf("after cancel: %d waiting, want 0", q.Waiting)
 	}
 }
+
+// registerSchedule registers an Every schedule named name in e's namespace
+// (without firing it).
+func (e *env) registerSchedule(name string) {
+	e.t.Helper()
+	sc, err := worqr.NewScheduler(srv.Pool(), &worqr.SchedulerConfig{Config: e.cfg})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if err := sc.Register(context.Background(), worqr.Schedule{Name: name, Queue: "pings", Every: time.Hour}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// The schedules' pause and resume need the CSRF token and are refused by a
+// read-only dashboard; an unknown schedule is said so.
+func TestScheduleActions(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.registerSchedule("hourly")
+	if code, body := e.get("/schedules"); code != 200 || !strings.Contains(body, "every 1h0m0s") || !strings.Contains(body, `data-op="pause_schedule"`) {
+		t.Fatalf("schedules page: %d\n%s", code, body)
+	}
+	e.get("/")
+	for _, form := range []url.Values{
+		{"op": {"pause_schedule"}, "id": {"hourly"}},
+		{"op": {"pause_schedule"}, "id": {"hourly"}, "csrf": {"AAAA"}},
+	} {
+		if resp, _ := e.post("/action", form); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("pause without a valid token: status %d, want 403", resp.StatusCode)
+		}
+	}
+	if sc, _ := e.in.Schedule(ctx, "hourly"); sc.Paused {
+		t.Fatal("a refused pause paused the schedule")
+	}
+	tok := e.token("/schedules")
+	resp, _ := e.post("/action", url.Values{"op": {"pause_schedule"}, "id": {"hourly"}, "csrf": {tok}})
+	if resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("pause: status %d", resp.StatusCode)
+	}
+	if sc, _ := e.in.Schedule(ctx, "hourly"); !sc.Paused {
+		t.Fatal("pause did not pause")
+	}
+	resp, _ = e.post("/action", url.Values{"op": {"resume_schedule"}, "id": {"nosuch"}, "csrf": {tok}})
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "No schedule named nosuch") {
+		t.Fatal("resuming an unknown schedule does not say so")
+	}
+
+	ro := newEnv(t, &Options{ReadOnly: true})
+	ro.registerSchedule("daily")
+	if _, body := ro.get("/schedules"); strings.Contains(body, `data-op=`) {
+		t.Fatal("a read-only schedules page shows actions")
+	}
+	ro.http.Jar.SetCookies(mustURL(ro.ts.URL), []*http.Cookie{{Name: csrfCookie, Value: strings.Repeat("a", 43)}})
+	for _, op := range []string{"pause_schedule", "resume_schedule"} {
+		resp, _ := ro.post("/action", url.Values{"op": {op}, "id": {"daily"}, "csrf": {ro.d.sign(strings.Repeat("a", 43))}})
+		if resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("read-only %s: status %d, want 403", op, resp.StatusCode)
+		}
+	}
+	if sc, _ := ro.in.Schedule(ctx, "daily"); sc.Paused {
+		t.Fatal("a read-only dashboard paused a schedule")
+	}
+}

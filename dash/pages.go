@@ -39,7 +39,7 @@ type page struct {
 	Data      any
 }
 
-var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "error"}
+var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "schedules", "error"}
 
 func parseTemplates(o Options) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -52,6 +52,9 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"commas":  commas,
 		"json":    func(v any) (string, error) { b, err := json.Marshal(v); return string(b), err },
 		"sortedq": sortedHeld,
+		"until":   until,
+		"spec":    spec,
+		"tickID":  func(name string, t time.Time) string { return worqr.TickTaskID(name, t) },
 		"flowq":   func(q string) bool { return strings.Contains(q, "/") },
 		"cancelNote": func(st worqr.TaskState) string {
 			if st == worqr.StateActive {
@@ -444,6 +447,15 @@ func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "run", &page{Title: "Run " + run.ID, Nav: "flows", Data: rd})
 }
 
+func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
+	list, err := d.in.Schedules(r.Context())
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "schedules", &page{Title: "Schedules", Data: list})
+}
+
 // --- actions
 
 // action runs one POSTed operation and redirects back (303) with a message.
@@ -465,6 +477,11 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		msg string
 	)
 	back := d.opts.Prefix + "/queue?name=" + url.QueryEscape(queue)
+	if op == "pause_schedule" || op == "resume_schedule" {
+		// A schedule is named by id; it has no queue page of its own.
+		d.scheduleAction(w, r, op, id)
+		return
+	}
 	if ok, err := d.known(ctx, queue); err != nil || !ok {
 		// A typo (or a forged form) would act on nothing, or create the
 		// queue's settings (a pause).
@@ -544,11 +561,39 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 			msg = "Failed: Redis error (see the server log)"
 		}
 	}
+	d.redirect(w, r, back, msg)
+}
+
+// redirect goes back to back (303) with msg, signed, for its banner.
+func (d *Dashboard) redirect(w http.ResponseWriter, r *http.Request, back, msg string) {
 	sep := "?"
 	if strings.Contains(back, "?") {
 		sep = "&"
 	}
 	http.Redirect(w, r, back+sep+"msg="+url.QueryEscape(msg)+"&sig="+d.sign("flash:"+msg), http.StatusSeeOther)
+}
+
+// scheduleAction pauses or resumes schedule name.
+func (d *Dashboard) scheduleAction(w http.ResponseWriter, r *http.Request, op, name string) {
+	ctx := r.Context()
+	var err error
+	msg := "Paused schedule " + name
+	if op == "pause_schedule" {
+		err = d.in.PauseSchedule(ctx, name)
+	} else {
+		err, msg = d.in.ResumeSchedule(ctx, name), "Resumed schedule "+name+": it fires from its next tick"
+	}
+	var inv *worqr.InvalidError
+	switch {
+	case errors.Is(err, worqr.ErrScheduleNotFound):
+		msg = "No schedule named " + name
+	case errors.As(err, &inv):
+		msg = "Failed: " + inv.Error()
+	case err != nil:
+		d.log.Error("dash: action failed", "op", op, "schedule", name, "err", err)
+		msg = "Failed: Redis error (see the server log)"
+	}
+	d.redirect(w, r, d.opts.Prefix+"/schedules", msg)
 }
 
 // --- live stream
@@ -617,6 +662,29 @@ func ago(t time.Time) string {
 		return "–"
 	}
 	return dur(time.Since(t)) + " ago"
+}
+
+// until says how long until t ("in 4m10s"), or how long ago it was.
+func until(t time.Time) string {
+	if t.IsZero() {
+		return "–"
+	}
+	if d := time.Until(t); d > 0 {
+		return "in " + dur(d)
+	}
+	return ago(t)
+}
+
+// spec is a schedule's timing as written: its cron expression (and zone)
+// or its interval.
+func spec(s worqr.ScheduleInfo) string {
+	if s.Cron == "" {
+		return "every " + s.Every.String()
+	}
+	if s.TimeZone != "" {
+		return s.Cron + " (" + s.TimeZone + ")"
+	}
+	return s.Cron
 }
 
 func when(t time.Time) string {
