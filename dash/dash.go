@@ -150,6 +150,7 @@ func (d *Dashboard) routes() {
 	m.HandleFunc("GET /flows", d.flows)
 	m.HandleFunc("GET /run", d.run)
 	m.HandleFunc("GET /schedules", d.schedules)
+	m.HandleFunc("GET /keys", d.keys)
 	m.HandleFunc("GET /events", d.events)
 	m.HandleFunc("POST /action", d.action)
 	static := http.FileServerFS(assets)

@@ -956,3 +956,41 @@ func TestScheduleActions(t *testing.T) {
 		t.Fatal("a read-only dashboard paused a schedule")
 	}
 }
+
+// The keys page escapes key names, shows no action when read-only, and an
+// action's return page is one of the dashboard's own, never another site.
+func TestKeysPageEscapesAndReturns(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	if _, err := e.client.EnqueueBatch(ctx, "orders", [][]byte{[]byte("a"), []byte("b")}, &worqr.EnqueueOpts{Key: `<b>k</b>`}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/keys", "/keys?queue=orders", "/keys?queue=orders&key=" + url.QueryEscape(`<b>k</b>`)} {
+		code, body := e.get(path)
+		if code != 200 || strings.Contains(body, "<b>k") || !strings.Contains(body, "&lt;b&gt;k") {
+			t.Fatalf("%s: %d, key unescaped or missing:\n%s", path, code, body)
+		}
+	}
+	if code, _ := e.get("/keys?queue=nosuch"); code != http.StatusNotFound {
+		t.Fatalf("keys of an unknown queue: %d, want 404", code)
+	}
+	tok := e.token("/queue?name=orders")
+	for back, want := range map[string]string{
+		"/keys?queue=orders":     "/keys?queue=orders",
+		"//evil.example/x":       "/queue?name=orders",
+		"/\\evil.example":        "/queue?name=orders",
+		"https://evil.example/x": "/queue?name=orders",
+	} {
+		resp, _ := e.post("/action", url.Values{"op": {"pause"}, "queue": {"orders"}, "csrf": {tok}, "back": {back}})
+		if loc := resp.Header.Get("Location"); !strings.HasPrefix(loc, want) {
+			t.Errorf("back %q: redirected to %q, want %s", back, loc, want)
+		}
+	}
+	ro := newEnv(t, &Options{ReadOnly: true})
+	if _, err := ro.client.EnqueueBatch(ctx, "orders", [][]byte{[]byte("a")}, &worqr.EnqueueOpts{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, body := ro.get("/keys?queue=orders"); strings.Contains(body, "data-op=") {
+		t.Fatal("a read-only keys page shows actions")
+	}
+}

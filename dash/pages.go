@@ -39,7 +39,7 @@ type page struct {
 	Data      any
 }
 
-var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "schedules", "error"}
+var pageNames = []string{"overview", "queue", "task", "dead", "workers", "flows", "run", "schedules", "keys", "error"}
 
 func parseTemplates(o Options) map[string]*template.Template {
 	funcs := template.FuncMap{
@@ -49,6 +49,8 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"text":    func(b []byte) string { return printable(b) },
 		"clip":    clip,
 		"add":     func(a, b int) int { return a + b },
+		"neg":     func(a int) int { return -a },
+		"qesc":    url.QueryEscape,
 		"commas":  commas,
 		"json":    func(v any) (string, error) { b, err := json.Marshal(v); return string(b), err },
 		"sortedq": sortedHeld,
@@ -62,6 +64,9 @@ func parseTemplates(o Options) map[string]*template.Template {
 			}
 			return "It is removed and will not run."
 		},
+		// back names the page (a path of this dashboard, without the
+		// prefix) an action returns to, when not its default one.
+		"back": func(m map[string]string, path string) map[string]string { m["Back"] = path; return m },
 		"dict": func(p *page, op, queue, id, label, class, confirm string) map[string]string {
 			return map[string]string{"Base": p.Base, "CSRF": p.CSRF, "Op": op, "Queue": queue, "ID": id,
 				"Label": label, "Class": class, "Confirm": confirm}
@@ -456,6 +461,90 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, http.StatusOK, "schedules", &page{Title: "Schedules", Data: list})
 }
 
+type keysData struct {
+	Queues  []string // the ordered queues (those with keys that have tasks)
+	Queue   string
+	Total   int // keys with tasks
+	Keys    []worqr.KeyInfo
+	Cursor  uint64 // this page's
+	Next    uint64 // the next page's; 0 after the last
+	Blocked []worqr.KeyInfo
+	// Key is the key looked up (Find), with the first tasks behind its
+	// head; Missing when it has no task.
+	Key     *worqr.KeyInfo
+	Find    string
+	Missing bool
+	Behind  []string
+}
+
+// keysPage is how many keys one page of the keys page reads (one HSCAN).
+const keysPage = 100
+
+// blockedScan is how many blocked keys the keys page lists.
+const blockedScan = 50
+
+func (d *Dashboard) keys(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	qv := r.URL.Query()
+	qs, err := d.in.Queues(ctx)
+	if err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	var kd keysData
+	for _, q := range qs {
+		if q.Keys > 0 && q.Flow == "" {
+			kd.Queues = append(kd.Queues, q.Name)
+		}
+	}
+	kd.Queue = qv.Get("queue")
+	if kd.Queue == "" && len(kd.Queues) > 0 {
+		kd.Queue = kd.Queues[0]
+	}
+	if kd.Queue == "" {
+		d.render(w, r, http.StatusOK, "keys", &page{Title: "Keys", Data: kd})
+		return
+	}
+	if ok, err := d.known(ctx, kd.Queue); err != nil || !ok {
+		d.unknownQueue(w, r, kd.Queue, err)
+		return
+	}
+	if kd.Find = strings.TrimSpace(qv.Get("key")); kd.Find != "" {
+		if kd.Key, err = d.in.Key(ctx, kd.Queue, kd.Find); err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		kd.Missing = kd.Key == nil
+		if kd.Key != nil && kd.Key.Behind > 0 {
+			if kd.Behind, err = d.in.TasksBehind(ctx, kd.Queue, kd.Find, 0, pageSize); err != nil {
+				d.fail(w, r, err)
+				return
+			}
+		}
+	}
+	kd.Cursor, _ = strconv.ParseUint(qv.Get("cursor"), 10, 64)
+	if kd.Keys, kd.Next, kd.Total, err = d.in.Keys(ctx, kd.Queue, kd.Cursor, keysPage); err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	// One HSCAN page may list a key twice.
+	seen := map[string]bool{}
+	uniq := kd.Keys[:0]
+	for _, k := range kd.Keys {
+		if !seen[k.Key] {
+			seen[k.Key] = true
+			uniq = append(uniq, k)
+		}
+	}
+	kd.Keys = uniq
+	sort.Slice(kd.Keys, func(i, j int) bool { return kd.Keys[i].Key < kd.Keys[j].Key })
+	if kd.Blocked, err = d.in.BlockedKeys(ctx, kd.Queue, blockedScan); err != nil {
+		d.fail(w, r, err)
+		return
+	}
+	d.render(w, r, http.StatusOK, "keys", &page{Title: "Keys of " + kd.Queue, Nav: "keys", Data: kd})
+}
+
 // --- actions
 
 // action runs one POSTed operation and redirects back (303) with a message.
@@ -552,6 +641,9 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "unknown action", http.StatusBadRequest)
 		return
 	}
+	if b := r.PostFormValue("back"); localPath(b) {
+		back = d.opts.Prefix + b
+	}
 	if err != nil {
 		var inv *worqr.InvalidError
 		if errors.As(err, &inv) {
@@ -562,6 +654,16 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.redirect(w, r, back, msg)
+}
+
+// localPath reports whether p is a path of this dashboard ("/keys?..."),
+// not a link elsewhere ("//host", "/\\host", "https:...").
+func localPath(p string) bool {
+	if !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.ContainsAny(p, "\\\r\n") {
+		return false
+	}
+	u, err := url.Parse(p)
+	return err == nil && u.Scheme == "" && u.Host == ""
 }
 
 // redirect goes back to back (303) with msg, signed, for its banner.
