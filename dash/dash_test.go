@@ -994,3 +994,117 @@ func TestKeysPageEscapesAndReturns(t *testing.T) {
 		t.Fatal("a read-only keys page shows actions")
 	}
 }
+
+// The bulk actions (on a selection, on a filter's matches, cancel all)
+// need the CSRF token, are refused read-only, check the state they act on,
+// and the filter's values are escaped where the page shows them.
+func TestBulkActionsGuarded(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	e.kill("jobs", 3, "boom 1")
+	dead := e.deadID("jobs")
+	bulk := []url.Values{
+		{"op": {"retry_selected"}, "queue": {"jobs"}, "state": {"dead"}, "ids": {dead}},
+		{"op": {"delete_selected"}, "queue": {"jobs"}, "state": {"dead"}, "ids": {dead}},
+		{"op": {"retry_matching"}, "queue": {"jobs"}, "state": {"dead"}, "group": {"boom <n>"}},
+		{"op": {"delete_matching"}, "queue": {"jobs"}, "state": {"dead"}},
+		{"op": {"cancel_selected"}, "queue": {"jobs"}, "state": {"queued"}, "ids": {dead}},
+		{"op": {"run_now_selected"}, "queue": {"jobs"}, "state": {"scheduled"}, "ids": {dead}},
+		{"op": {"cancel_matching"}, "queue": {"jobs"}, "state": {"queued"}},
+		{"op": {"cancel_all"}, "queue": {"jobs"}},
+	}
+	e.get("/")
+	for _, form := range bulk {
+		for _, tok := range []string{"", "AAAA"} {
+			f := url.Values{}
+			for k, v := range form {
+				f[k] = v
+			}
+			if tok != "" {
+				f.Set("csrf", tok)
+			}
+			if resp, _ := e.post("/action", f); resp.StatusCode != http.StatusForbidden {
+				t.Fatalf("%s with token %q: status %d, want 403", form.Get("op"), tok, resp.StatusCode)
+			}
+		}
+	}
+	if q, _ := e.in.Queue(ctx, "jobs"); q.Dead != 3 {
+		t.Fatalf("refused bulk actions changed the queue: %+v", q)
+	}
+	tok := e.token("/queue?name=jobs&state=dead")
+	for op, state := range map[string]string{"retry_matching": "queued", "delete_matching": "active", "cancel_matching": "dead"} {
+		resp, _ := e.post("/action", url.Values{"op": {op}, "queue": {"jobs"}, "state": {state}, "csrf": {tok}})
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s of %s tasks: status %d, want 400", op, state, resp.StatusCode)
+		}
+	}
+	resp, _ := e.post("/action", url.Values{"op": {"retry_selected"}, "queue": {"jobs"}, "state": {"dead"}, "csrf": {tok}})
+	if _, body := e.get(resp.Header.Get("Location")); !strings.Contains(body, "No task selected") {
+		t.Error("an empty selection is not said so")
+	}
+	// A filter's words come back in the form and the links, escaped.
+	const evil = `"><script>alert(1)</script>`
+	_, body := e.get("/queue?name=jobs&state=dead&q=" + url.QueryEscape(evil) + "&group=" + url.QueryEscape(evil))
+	if strings.Contains(body, "<script>alert(1)") {
+		t.Fatal("a filter value is rendered unescaped")
+	}
+	if !strings.Contains(body, "No dead task matches") {
+		t.Fatal("a filter that matches nothing does not say so")
+	}
+
+	ro := newEnv(t, &Options{ReadOnly: true})
+	ro.kill("jobs", 2, "boom")
+	if _, body := ro.get("/queue?name=jobs&state=dead"); strings.Contains(body, `id="bulk"`) || strings.Contains(body, `class="pick"`) {
+		t.Fatal("a read-only queue page offers a selection")
+	}
+	if _, body := ro.get("/dead"); strings.Contains(body, "data-op=") {
+		t.Fatal("a read-only dead page offers group actions")
+	}
+	ro.http.Jar.SetCookies(mustURL(ro.ts.URL), []*http.Cookie{{Name: csrfCookie, Value: strings.Repeat("a", 43)}})
+	for _, form := range bulk {
+		form.Set("csrf", ro.d.sign(strings.Repeat("a", 43)))
+		form.Set("ids", ro.deadID("jobs"))
+		if resp, _ := ro.post("/action", form); resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("read-only %s: status %d, want 403", form.Get("op"), resp.StatusCode)
+		}
+	}
+	if q, _ := ro.in.Queue(ctx, "jobs"); q.Dead != 2 {
+		t.Fatalf("a read-only dashboard changed the queue: %+v", q)
+	}
+}
+
+func TestFilterMatch(t *testing.T) {
+	typed, err := worqr.TypedPayload("welcome", []byte(`{"to":"ada@example.com"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := &worqr.TaskInfo{Payload: typed, Key: "k1", LastError: "timeout after 30s"}
+	for _, c := range []struct {
+		f    filter
+		want bool
+	}{
+		{filter{}, true},
+		{filter{Type: "welcome"}, true},
+		{filter{Type: "digest"}, false},
+		{filter{Key: "k1"}, true},
+		{filter{Key: "k2"}, false},
+		{filter{Group: "timeout after <n>s"}, true},
+		{filter{Group: "timeout"}, false},
+		{filter{Error: "TIMEOUT"}, true},
+		{filter{Error: "refused"}, false},
+		{filter{Text: `"to":"ada@`}, true},  // the payload's own text
+		{filter{Text: `"to": "ada@`}, true}, // as the page shows it
+		{filter{Text: "wqt"}, false},        // not the type's wrapping
+		{filter{Type: "welcome", Text: "grace"}, false},
+	} {
+		if got := c.f.match(task); got != c.want {
+			t.Errorf("%+v matches: %v, want %v", c.f, got, c.want)
+		}
+	}
+	if typ, p := splitType(typed); typ != "welcome" || string(p) != `{"to":"ada@example.com"}` {
+		t.Errorf("splitType: %q %q", typ, p)
+	}
+	if typ, p := splitType([]byte("plain")); typ != "" || string(p) != "plain" {
+		t.Errorf("splitType of an untyped payload: %q %q", typ, p)
+	}
+}

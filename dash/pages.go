@@ -47,6 +47,8 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"dur":     dur,
 		"when":    when,
 		"text":    func(b []byte) string { return printable(b) },
+		"ttype":   func(b []byte) string { t, _ := splitType(b); return t },
+		"inner":   func(b []byte) []byte { _, p := splitType(b); return p },
 		"clip":    clip,
 		"add":     func(a, b int) int { return a + b },
 		"neg":     func(a int) int { return -a },
@@ -230,6 +232,11 @@ type queueData struct {
 	Pages  int
 	Flow   bool
 	Chart  []bucket // the queue's last hour
+	// Filter narrows the list; Scan says how far it read.
+	Filter filter
+	Scan   *scan
+	// CanCancel: this dashboard cancels tasks, and this list's can be.
+	CanCancel bool
 }
 
 func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
@@ -255,13 +262,24 @@ func (d *Dashboard) queue(w http.ResponseWriter, r *http.Request) {
 	}
 	pg, _ := strconv.Atoi(qv.Get("page"))
 	pg = max(pg, 1)
-	tasks, total, err := d.in.Tasks(ctx, name, state, (pg-1)*pageSize, pageSize)
-	if err != nil {
-		d.fail(w, r, err)
-		return
+	qd := queueData{Q: q, State: state, States: states, Page: pg, Flow: q.Flow != "", Filter: filterOf(qv)}
+	qd.CanCancel = d.opts.Client != nil && !d.opts.ReadOnly && !qd.Flow &&
+		(state == worqr.StateQueued || state == worqr.StateScheduled || state == worqr.StateActive)
+	if qd.Filter.On() {
+		sc, err := d.scanTasks(ctx, name, state, qd.Filter, (pg-1)*pageSize, pageSize)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
+		qd.Scan, qd.Tasks, qd.Total = sc, sc.Page, sc.Matches
+	} else {
+		qd.Tasks, qd.Total, err = d.in.Tasks(ctx, name, state, (pg-1)*pageSize, pageSize)
+		if err != nil {
+			d.fail(w, r, err)
+			return
+		}
 	}
-	qd := queueData{Q: q, State: state, States: states, Tasks: tasks, Total: total, Page: pg,
-		Pages: max(1, (total+pageSize-1)/pageSize), Flow: q.Flow != ""}
+	qd.Pages = max(1, (qd.Total+pageSize-1)/pageSize)
 	qd.Chart = emptyChart(time.Now())
 	if hs, err := d.in.History(ctx, name, chartMinutes); err != nil {
 		d.log.Warn("dash: reading the history failed", "queue", name, "err", err)
@@ -623,6 +641,53 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 			msg = "Task " + id + " was not waiting or running: nothing cancelled"
 			back = d.opts.Prefix + "/task?id=" + url.QueryEscape(id)
 		}
+	case "cancel_all":
+		n, err = d.in.CancelAll(ctx, queue, nil)
+		msg = fmt.Sprintf("Cancelled %d tasks of %s (waiting, scheduled and running)", n, queue)
+	case "retry_selected", "delete_selected", "cancel_selected", "run_now_selected":
+		state := worqr.TaskState(r.PostFormValue("state"))
+		back += "&state=" + url.QueryEscape(string(state)) + filterOf(r.PostForm).Query()
+		ids := selected(r)
+		if len(ids) == 0 {
+			msg = "No task selected: tick the tasks to act on"
+			break
+		}
+		if op == "cancel_selected" && d.opts.Client == nil {
+			http.Error(w, "this dashboard cannot cancel tasks (no Options.Client)", http.StatusBadRequest)
+			return
+		}
+		n, err = d.onIDs(ctx, op, queue, ids)
+		msg = fmt.Sprintf("%s %d of %d selected tasks", bulkVerb[op], n, len(ids))
+	case "retry_matching", "delete_matching", "cancel_matching":
+		state, f := worqr.TaskState(r.PostFormValue("state")), filterOf(r.PostForm)
+		back += "&state=" + url.QueryEscape(string(state)) + f.Query()
+		if want := matchingState(op, state); want != "" {
+			http.Error(w, op+" acts on "+want+" tasks, not "+string(state), http.StatusBadRequest)
+			return
+		}
+		if op == "cancel_matching" && d.opts.Client == nil {
+			http.Error(w, "this dashboard cannot cancel tasks (no Options.Client)", http.StatusBadRequest)
+			return
+		}
+		var sc *scan
+		if sc, err = d.scanTasks(ctx, queue, state, f, 0, -1); err != nil {
+			break
+		}
+		ids := make([]string, len(sc.Page))
+		for i, t := range sc.Page {
+			ids[i] = t.ID
+		}
+		if len(ids) > 0 {
+			n, err = d.onIDs(ctx, strings.Replace(op, "_matching", "_selected", 1), queue, ids)
+		}
+		msg = fmt.Sprintf("%s %d of %d matching %s tasks of %s", bulkVerb[op], n, len(ids), state, queue)
+		if sc.Capped {
+			msg += fmt.Sprintf(" (the first %d read of %d: do it again for the rest)", sc.Scanned, sc.Total)
+		}
+		if f.Group != "" && state == worqr.StateDead {
+			// The group is gone from the dead tab: go back to the groups.
+			back = d.opts.Prefix + "/dead?queue=" + url.QueryEscape(queue)
+		}
 	case "cancel_run", "retry_run":
 		// queue is the run's stage queue, "<flow>/<stage>".
 		flow, _, _ := strings.Cut(queue, "/")
@@ -654,6 +719,83 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.redirect(w, r, back, msg)
+}
+
+// bulkVerb says what an action on several tasks did.
+var bulkVerb = map[string]string{
+	"retry_selected": "Requeued", "delete_selected": "Deleted", "cancel_selected": "Cancelled", "run_now_selected": "Moved to their queue",
+	"retry_matching": "Requeued", "delete_matching": "Deleted", "cancel_matching": "Cancelled",
+}
+
+// matchingState returns "" when op may act on the tasks of state, else
+// the states it acts on.
+func matchingState(op string, state worqr.TaskState) string {
+	switch op {
+	case "retry_matching", "delete_matching":
+		if state != worqr.StateDead {
+			return "dead"
+		}
+	case "cancel_matching":
+		if state != worqr.StateQueued && state != worqr.StateScheduled && state != worqr.StateActive {
+			return "queued, scheduled or active"
+		}
+	}
+	return ""
+}
+
+// selected returns the task ids of an action's selection (the ids fields),
+// each once, at most maxSelected.
+func selected(r *http.Request) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, id := range r.PostForm["ids"] {
+		id = strings.TrimSpace(id)
+		if id == "" || seen[id] {
+			continue
+		}
+		seen[id] = true
+		out = append(out, id)
+		if len(out) == maxSelected {
+			break
+		}
+	}
+	return out
+}
+
+// onIDs runs a selection's op on tasks ids of queue and returns how many
+// it acted on: requeue or delete dead ones (Inspector.RequeueDead,
+// DeleteDead: ids that are not dead are left), cancel waiting, scheduled
+// or running ones (Client.Cancel, one call each), or move scheduled ones
+// to their queue now (Inspector.RunNow, one call each).
+func (d *Dashboard) onIDs(ctx context.Context, op, queue string, ids []string) (int, error) {
+	switch op {
+	case "retry_selected":
+		return d.in.RequeueDead(ctx, queue, ids...)
+	case "delete_selected":
+		return d.in.DeleteDead(ctx, queue, ids...)
+	}
+	n := 0
+	for _, id := range ids {
+		switch op {
+		case "cancel_selected":
+			st, err := d.opts.Client.Cancel(ctx, queue, id)
+			if err != nil {
+				return n, err
+			}
+			if st != worqr.CancelNotFound {
+				n++
+			}
+		case "run_now_selected":
+			ok, err := d.in.RunNow(ctx, queue, id)
+			if err != nil {
+				return n, err
+			}
+			if ok {
+				n++
+			}
+		}
+	}
+	return n, nil
 }
 
 // localPath reports whether p is a path of this dashboard ("/keys?..."),

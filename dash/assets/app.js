@@ -9,6 +9,32 @@
     });
   });
 
+  document.querySelectorAll("button[data-confirm]").forEach(function (b) {
+    b.addEventListener("click", function (e) {
+      if (!window.confirm(b.dataset.confirm)) e.preventDefault();
+    });
+  });
+
+  // Row selection: a checkbox per task, one for the page; the buttons
+  // that act on a selection wait for one.
+  var picks = document.querySelectorAll("input.pick");
+  var all = document.getElementById("select-all");
+  function selection() {
+    var n = 0;
+    picks.forEach(function (c) {
+      if (c.checked) n++;
+      var row = c.closest("tr");
+      if (row) row.classList.toggle("sel", c.checked);
+    });
+    var ns = document.getElementById("nsel");
+    if (ns) ns.textContent = String(n);
+    document.querySelectorAll("button[data-needs-selection]").forEach(function (b) { b.disabled = n === 0; });
+    if (all) { all.checked = n > 0 && n === picks.length; all.indeterminate = n > 0 && n < picks.length; }
+  }
+  picks.forEach(function (c) { c.addEventListener("change", selection); });
+  if (all) all.addEventListener("change", function () { picks.forEach(function (c) { c.checked = all.checked; }); selection(); });
+  selection();
+
   var NS = "http://www.w3.org/2000/svg";
   var chartEl = document.getElementById("chart");
   var chart = chartEl ? JSON.parse(chartEl.dataset.chart || "[]") : [];
