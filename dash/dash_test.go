@@ -1108,3 +1108,22 @@ func TestFilterMatch(t *testing.T) {
 		t.Errorf("splitType of an untyped payload: %q %q", typ, p)
 	}
 }
+
+// A typed task's page shows its type apart and the payload its handler
+// sees, not the type's wrapping.
+func TestTaskPageShowsTheType(t *testing.T) {
+	e := newEnv(t, nil)
+	id, err := worqr.EnqueueTyped(context.Background(), e.client, "mail", "welcome", []byte(`{"to":"ada"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get("/task?id=" + id)
+	if !strings.Contains(body, `id="task-type"><span class="badge">welcome</span>`) {
+		t.Fatal("the task page does not show the type")
+	}
+	if !strings.Contains(body, `id="payload">{
+  &#34;to&#34;: &#34;ada&#34;
+}</pre>`) || strings.Contains(body, "wqt") {
+		t.Fatalf("the payload is not shown as its handler sees it:\n%s", body)
+	}
+}
