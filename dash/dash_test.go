@@ -1127,3 +1127,20 @@ func TestTaskPageShowsTheType(t *testing.T) {
 		t.Fatalf("the payload is not shown as its handler sees it:\n%s", body)
 	}
 }
+
+func TestUntil(t *testing.T) {
+	now := time.Now()
+	for _, c := range []struct {
+		t    time.Time
+		want string
+	}{
+		{time.Time{}, "–"},
+		{now.Add(90*time.Second + 500*time.Millisecond), "in 1m30s"},
+		{now.Add(-2 * time.Second), "due now"},
+		{now.Add(-3*time.Hour - time.Second), "overdue by 3h00m"},
+	} {
+		if got := until(c.t); got != c.want {
+			t.Errorf("until(now%+v) = %q, want %q", c.t.Sub(now).Round(time.Second), got, c.want)
+		}
+	}
+}

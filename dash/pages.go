@@ -908,16 +908,25 @@ func ago(t time.Time) string {
 	return dur(time.Since(t)) + " ago"
 }
 
-// until says how long until t ("in 4m10s"), or how long ago it was.
+// until says how long until t ("in 4m10s"); a time just past is "due
+// now" (a Scheduler fires it on its next pass), one long past is overdue
+// (no Scheduler runs, or none reaches Redis).
 func until(t time.Time) string {
 	if t.IsZero() {
 		return "–"
 	}
-	if d := time.Until(t); d > 0 {
+	d := time.Until(t)
+	switch {
+	case d > 0:
 		return "in " + dur(d)
+	case d > -dueGrace:
+		return "due now"
 	}
-	return ago(t)
+	return "overdue by " + dur(-d)
 }
+
+// dueGrace is how long past its time a next run reads "due now".
+const dueGrace = 10 * time.Second
 
 // spec is a schedule's timing as written: its cron expression (and zone)
 // or its interval.
