@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	"github.com/worqr/worqr-go/dash"
@@ -19,8 +21,9 @@ import (
 
 // TestScreenshots seeds a namespace with realistic data (queues waiting,
 // scheduled, running, paused and dead with several errors; two workers; a
-// flow with runs fanned out to children) and writes one PNG per dashboard
-// page into -screenshots DIR. Without the flag it skips.
+// flow with runs fanned out to children; an ordered queue with a blocked
+// key; periodic schedules) and writes one PNG per dashboard page into
+// -screenshots DIR, and two in dark mode. Without the flag it skips.
 //
 //	go test ./test/browser -run Screenshots -screenshots=../../docs/img
 func TestScreenshots(t *testing.T) {
@@ -36,6 +39,17 @@ func TestScreenshots(t *testing.T) {
 		"render invoice 102: template \"footer\" missing",
 		"db: deadlock detected (pid 5521)")
 	s.kill("webhooks", 6, "POST https://hooks.example.com/v1/orders: 502 Bad Gateway")
+	// An ordered queue with a blocked key, and periodic schedules.
+	s.seedKeys()
+	s.startScheduler(
+		worqr.Schedule{Name: "heartbeat", Queue: "pings", Every: 5 * time.Second},
+		worqr.Schedule{Name: "nightly-report", Queue: "reports", Cron: "0 30 2 * * *", TimeZone: "Europe/Paris", Missed: worqr.MissedRunOnce},
+		worqr.Schedule{Name: "weekly-digest", Queue: "emails", Cron: "0 0 8 * * MON"},
+		worqr.Schedule{Name: "cleanup", Queue: "maintenance", Every: 15 * time.Minute},
+	)
+	if err := s.in.PauseSchedule(ctx, "weekly-digest"); err != nil {
+		t.Fatal(err)
+	}
 
 	// A flow whose stage fans out to two child queues.
 	send := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
@@ -152,22 +166,41 @@ func TestScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := browser(t)
-	pages := []struct{ name, path, wait string }{
-		{"overview", "/", `#live.on`},
-		{"queue", "/queue?name=emails", `#tasks`},
-		{"queue-dead", "/queue?name=reports&state=dead", `#tasks`},
-		{"task", "/task?id=" + deadTasks[0].ID, `#payload`},
-		{"dead", "/dead", `#groups`},
-		{"workers", "/workers", `#workers`},
-		{"flows", "/flows?flow=onboarding", `#runs`},
-		{"run", "/run?flow=onboarding&id=" + runID, `#tree`},
+	// The queue page's selection: a few dead tasks ticked.
+	pick := `document.querySelectorAll("input.pick").forEach((c, i) => { if (i % 3 === 1) c.click(); })`
+	pages := []struct{ name, path, wait, js string }{
+		{"overview", "/", `#live.on`, ""},
+		{"queue", "/queue?name=emails", `#tasks`, ""},
+		{"queue-dead", "/queue?name=reports&state=dead", `#tasks`, pick},
+		{"queue-filter", "/queue?name=reports&state=dead&group=" + url.QueryEscape(worqr.ErrorShape("render invoice 1: template \"footer\" missing")), `#tasks`, ""},
+		{"task", "/task?id=" + deadTasks[0].ID, `#payload`, ""},
+		{"dead", "/dead", `#groups`, ""},
+		{"workers", "/workers", `#workers`, ""},
+		{"flows", "/flows?flow=onboarding", `#runs`, ""},
+		{"run", "/run?flow=onboarding&id=" + runID, `#tree`, ""},
+		{"keys", "/keys?queue=orders&key=order-1", `#keys`, ""},
+		{"schedules", "/schedules", `#schedules`, ""},
+		{"overview-dark", "/", `#live.on`, ""},
+		{"queue-dead-dark", "/queue?name=reports&state=dead", `#tasks`, pick},
 	}
 	for _, p := range pages {
+		scheme := "light"
+		if strings.HasSuffix(p.name, "-dark") {
+			scheme = "dark"
+		}
 		var png []byte
 		err := chromedp.Run(b,
+			emulation.SetEmulatedMedia().WithFeatures([]*emulation.MediaFeature{{Name: "prefers-color-scheme", Value: scheme}}),
 			chromedp.Navigate(s.url+p.path),
 			chromedp.WaitVisible(p.wait, chromedp.ByQuery),
-			chromedp.Sleep(300*time.Millisecond), // let the live counts settle
+			chromedp.WaitVisible(`#live.on`, chromedp.ByQuery), // not "connecting"
+			chromedp.ActionFunc(func(ctx context.Context) error {
+				if p.js == "" {
+					return nil
+				}
+				return chromedp.Evaluate(p.js, nil).Do(ctx)
+			}),
+			chromedp.Sleep(1200*time.Millisecond), // let the live counts settle (their highlight fades in 1 s)
 			chromedp.FullScreenshot(&png, 100),   // 100: PNG (less is JPEG)
 		)
 		if err != nil {
