@@ -68,8 +68,9 @@ type contrast struct {
 }
 
 // themePages seeds a namespace with something on every kind of page (dead
-// tasks with errors, a scheduled and a waiting task, a paused queue) and
-// returns the pages to look at.
+// tasks with errors, a scheduled and a waiting task, a paused queue, an
+// ordered queue with a blocked key, schedules, one paused) and returns
+// the pages to look at.
 func themePages(t *testing.T, s *site) []string {
 	ctx := context.Background()
 	s.kill("reports", 3, "render: template \"footer\" missing")
@@ -87,8 +88,15 @@ func themePages(t *testing.T, s *site) []string {
 	if err != nil || len(dead) == 0 {
 		t.Fatalf("no dead task: %v", err)
 	}
+	s.seedKeys()
+	s.startScheduler(worqr.Schedule{Name: "hourly", Queue: "pings", Every: time.Hour},
+		worqr.Schedule{Name: "nightly", Queue: "reports", Cron: "0 30 2 * * *"})
+	if err := s.in.PauseSchedule(ctx, "nightly"); err != nil {
+		t.Fatal(err)
+	}
 	return []string{"/", "/queue?name=emails", "/queue?name=emails&state=scheduled", "/queue?name=reports&state=dead",
-		"/task?id=" + dead[0].ID, "/task?id=" + sid, "/dead", "/workers", "/flows", "/nope"}
+		"/queue?name=reports&state=dead&error=footer", "/task?id=" + dead[0].ID, "/task?id=" + sid, "/dead", "/workers",
+		"/flows", "/keys?queue=orders&key=order-1", "/schedules", "/nope"}
 }
 
 // checkContrast opens every page in b and fails on text that is hard to
