@@ -65,6 +65,10 @@ type Reaper struct {
 	// callTimeout bounds each call of Run's lease, of a pass and of the
 	// mover (see CallTimeout); tests shorten it.
 	callTimeout time.Duration
+	// ticked, when set (by tests only), is called once Run has handled a
+	// tick: after the lease attempt, and after the pass when it held the
+	// lease (leased).
+	ticked func(leased bool)
 }
 
 // CallTimeout bounds each call to Redis of Run's lease, of a pass (each
@@ -159,14 +163,17 @@ func (r *Reaper) Run(ctx context.Context) {
 			if ctx.Err() == nil {
 				r.fail("lease", err)
 			}
+			r.tick(false)
 			continue
 		}
 		if !ok {
+			r.tick(false)
 			continue
 		}
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.fail("pass", err)
 		}
+		r.tick(true)
 		// A sweep that failed is tried again at the next interval.
 		if at := sweptAt.Load(); at == nil || time.Since(*at) >= SweepInterval {
 			beside(&sweeping, func() {
@@ -193,6 +200,12 @@ func (r *Reaper) Run(ctx context.Context) {
 				r.fail("move", err)
 			}
 		})
+	}
+}
+
+func (r *Reaper) tick(leased bool) {
+	if r.ticked != nil {
+		r.ticked(leased)
 	}
 }
 

@@ -548,6 +548,37 @@ func runReapers(t *testing.T, rs ...*recovery.Reaper) (stop func()) {
 	return stop
 }
 
+// tickCounter counts the ticks a reaper's Run handled (its OnTick test
+// signal).
+type tickCounter struct {
+	ch chan bool
+}
+
+// countTicks sets r's OnTick; set it before r runs.
+func countTicks(r *recovery.Reaper) *tickCounter {
+	c := &tickCounter{ch: make(chan bool, 1000)}
+	r.OnTick(func(leased bool) { c.ch <- leased })
+	return c
+}
+
+// wait waits until the reaper handled n more ticks, and returns on how
+// many of them it held the lease.
+func (c *tickCounter) wait(t *testing.T, n int) (leased int) {
+	t.Helper()
+	timeout := time.After(10 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case l := <-c.ch:
+			if l {
+				leased++
+			}
+		case <-timeout:
+			t.Fatalf("the reaper handled %d of %d ticks in 10s", i, n)
+		}
+	}
+	return leased
+}
+
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
@@ -582,12 +613,14 @@ func TestRunTwoReapersRequeueEachTaskOnce(t *testing.T) {
 		}
 	}
 	r1, r2 := e.reaper(t, "r1", record), e.reaper(t, "r2", record)
+	t1, t2 := countTicks(r1), countTicks(r2)
 	stop := runReapers(t, r1, r2)
 	eventually(t, "the dead worker's tasks are requeued", func() bool {
 		return len(e.waiting(t, e.q)) >= len(tasks)
 	})
-	// Let both reapers run several more intervals: nothing may be added.
-	time.Sleep(10 * interval)
+	// Let both reapers handle several more ticks: nothing may be added.
+	t1.wait(t, 5)
+	t2.wait(t, 5)
 	stop()
 
 	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, tasks) {
@@ -618,8 +651,11 @@ func TestRunPassesOnlyWithTheLease(t *testing.T) {
 
 	const interval = 30 * time.Millisecond
 	r := e.reaper(t, "r1", func(c *recovery.Config) { c.Interval = interval })
+	ticks := countTicks(r)
 	runReapers(t, r)
-	time.Sleep(10 * interval)
+	if leased := ticks.wait(t, 10); leased != 0 {
+		t.Fatalf("a reaper held a lease another process holds on %d of 10 ticks", leased)
+	}
 	if w := e.waiting(t, e.q); len(w) != 0 {
 		t.Fatalf("a reaper without the lease requeued %v", w)
 	}
@@ -679,17 +715,18 @@ func TestRunLoneReaperPassesEveryInterval(t *testing.T) {
 		}
 	})
 	const ticks = 20
+	tc := countTicks(r)
 	stop := runReapers(t, r)
-	time.Sleep(ticks*interval + interval/2)
+	leased := tc.wait(t, ticks)
 	stop()
 
 	mu.Lock()
 	defer mu.Unlock()
 	// Allow for a few late ticks; a reaper that passes every other
 	// interval gets about half.
-	if passes < ticks*3/4 {
-		t.Errorf("a lone reaper made %d passes in %d intervals of %v, want about %d (one per interval)",
-			passes, ticks, interval, ticks)
+	if passes < ticks*3/4 || leased < ticks*3/4 {
+		t.Errorf("a lone reaper held the lease on %d of %d ticks of %v and made %d passes, want about %d (one per interval)",
+			leased, ticks, interval, passes, ticks)
 	}
 }
 
