@@ -580,9 +580,13 @@ func TestRunIndexFollowsTheRunNotTheDeploy(t *testing.T) {
 	if info, err := c.WaitRun(wctx, now, id); err != nil || info.Status != worqr.RunDone {
 		t.Fatal(info, err)
 	}
-	time.Sleep(1300 * time.Millisecond)
 	conn := pool.Get()
 	defer conn.Close()
+	// Past the run's retention (1 s): its hash is gone.
+	wait(t, 10*time.Second, "the run's hash to expire", func() bool {
+		ex, _ := redis.Int(conn.Do("EXISTS", ns+":{ixf}:t:"+id))
+		return ex == 0
+	})
 	ix := ns + ":{ixf}:ix:user:42"
 	score, _ := redis.String(conn.Do("ZSCORE", ix, id))
 	ttl, _ := redis.Int(conn.Do("PTTL", ix))
@@ -642,7 +646,15 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 			score, err := redis.Float64(conn.Do("ZSCORE", ix, ids[n-1]))
 			return err == nil && !math.IsInf(score, 1)
 		})
-		time.Sleep(400 * time.Millisecond) // past the retention of every run ended
+		// Past the retention of every run ended: their hashes are gone.
+		wait(t, 10*time.Second, "the ended runs to expire", func() bool {
+			for _, id := range ids {
+				if ex, _ := redis.Int(conn.Do("EXISTS", ns+":{ixg}:t:"+id)); ex != 0 {
+					return false
+				}
+			}
+			return true
+		})
 	}
 	runs(50)
 	runs(1) // a start and an end after the others expired
