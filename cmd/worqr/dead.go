@@ -217,26 +217,37 @@ func (a *app) deadInGroup(ctx context.Context, q, group string, scan int) ([]str
 	}
 	var ids []string
 	seen := map[string]bool{}
-	scanned, total := 0, 0
+	scanned, total, err := a.scanDead(ctx, q, scan, func(t *worqr.TaskInfo) {
+		if !seen[t.ID] && match(worqr.ErrorShape(deadText(t))) {
+			ids = append(ids, t.ID)
+		}
+		seen[t.ID] = true
+	})
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	return ids, scanned, total, nil
+}
+
+// scanDead calls f with up to scan dead tasks of q, newest first, read in
+// pages of 1,000, and returns how many it read and how many q holds.
+func (a *app) scanDead(ctx context.Context, q string, scan int, f func(*worqr.TaskInfo)) (scanned, total int, err error) {
 	for scanned < scan {
 		page := min(1000, scan-scanned)
 		ts, n, err := a.in.Tasks(ctx, q, worqr.StateDead, scanned, page)
 		if err != nil {
-			return nil, 0, 0, err
+			return scanned, total, err
 		}
 		total = n
 		for _, t := range ts {
-			if !seen[t.ID] && match(worqr.ErrorShape(deadText(t))) {
-				ids = append(ids, t.ID)
-			}
-			seen[t.ID] = true
+			f(t)
 		}
 		scanned += len(ts)
 		if len(ts) < page {
 			break
 		}
 	}
-	return ids, scanned, total, nil
+	return scanned, total, nil
 }
 
 // deadText is what a dead task is grouped by: its last error or, when it
@@ -329,29 +340,19 @@ dead set holds more.`,
 func (a *app) groupDead(ctx context.Context, q string, scan int) ([]*errorGroup, int, int, error) {
 	byText := map[string]*errorGroup{}
 	var groups []*errorGroup
-	scanned, total := 0, 0
-	for scanned < scan {
-		page := min(1000, scan-scanned)
-		ts, n, err := a.in.Tasks(ctx, q, worqr.StateDead, scanned, page)
-		if err != nil {
-			return nil, 0, 0, err
+	scanned, total, err := a.scanDead(ctx, q, scan, func(t *worqr.TaskInfo) {
+		text := deadText(t)
+		norm := worqr.ErrorShape(text)
+		g := byText[norm]
+		if g == nil {
+			g = &errorGroup{Error: norm, Example: text, ExampleID: t.ID, newest: t.DiedAt, Newest: jsonTime(t.DiedAt)}
+			byText[norm] = g
+			groups = append(groups, g)
 		}
-		total = n
-		for _, t := range ts {
-			text := deadText(t)
-			norm := worqr.ErrorShape(text)
-			g := byText[norm]
-			if g == nil {
-				g = &errorGroup{Error: norm, Example: text, ExampleID: t.ID, newest: t.DiedAt, Newest: jsonTime(t.DiedAt)}
-				byText[norm] = g
-				groups = append(groups, g)
-			}
-			g.Count++
-		}
-		scanned += len(ts)
-		if len(ts) < page {
-			break
-		}
+		g.Count++
+	})
+	if err != nil {
+		return nil, 0, 0, err
 	}
 	sort.SliceStable(groups, func(i, j int) bool {
 		if groups[i].Count != groups[j].Count {
