@@ -45,7 +45,9 @@ type Client struct {
 type clientQueue struct {
 	qk      rdb.QueueKeys
 	enqueue *group.Group[[]byte, plainEnqueued]
-	known   atomic.Bool
+	// knownAt is when (unix ns) this client last recorded the queue among
+	// the known queues (0: never); it records it again after knownTTL.
+	knownAt atomic.Int64
 	// levels is the highest priority level this client saw recorded in the
 	// queue's config, at levelsAt (unix ns): an enqueue at a higher level,
 	// or after levelsTTL, records its level first (see markLevel).
@@ -403,16 +405,23 @@ func (c *Client) clientQueue(name string) (*clientQueue, error) {
 	return actual.(*clientQueue), nil
 }
 
-// markKnown records q among the known queues once per client, so that the
-// Inspector and the mover see a queue that was only enqueued to.
+// knownTTL is how often a client records again a queue it enqueues to
+// among the known queues: a queue removed (Inspector.RemoveQueue) while a
+// producer still enqueues to it is listed again within it.
+const knownTTL = time.Minute
+
+// markKnown records q among the known queues on a client's first enqueue
+// to it, and again on its first enqueue after each knownTTL, so that the
+// Inspector and the mover see a queue that was only enqueued to. One SADD
+// per queue per minute: no enqueue pays for it more.
 func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
-	if q.known.Load() {
+	if at := q.knownAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < knownTTL {
 		return nil
 	}
 	if err := c.st.AddKnownQueues(ctx, []rdb.QueueRef{q.qk.Ref}); err != nil {
 		return err
 	}
-	q.known.Store(true)
+	q.knownAt.Store(time.Now().UnixNano())
 	return nil
 }
 

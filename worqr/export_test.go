@@ -94,3 +94,10 @@ func (w *Worker) EndsWaiting(queue string) int {
 	}
 	return 0
 }
+
+// OnRemoveForgotten makes Inspector.RemoveQueue call f just after it
+// forgot the queue, before it checks it again; undo removes it.
+func OnRemoveForgotten(f func()) (undo func()) {
+	testHookRemoveForgotten = f
+	return func() { testHookRemoveForgotten = nil }
+}

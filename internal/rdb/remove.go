@@ -66,10 +66,10 @@ func (s *Store) DropQueue(ctx context.Context, q QueueKeys, forced bool) (delete
 
 // ForgetQueue removes q from the known queues and deletes its counters
 // from the minutes of history from firstMinute to lastMinute (unix
-// minutes, at most HistoryMaxMinutes+10 of them), one transaction of the
+// minutes, at most HistoryMaxMinutes+20 of them), one transaction of the
 // registry's tag. Idempotent.
 func (s *Store) ForgetQueue(ctx context.Context, q QueueRef, firstMinute, lastMinute int64, outcomes []string) error {
-	if n := lastMinute - firstMinute + 1; n < 1 || n > HistoryMaxMinutes+10 {
+	if n := lastMinute - firstMinute + 1; n < 1 || n > HistoryMaxMinutes+20 {
 		return fmt.Errorf("rdb: forget queue: %d minutes of history", n)
 	}
 	cmds := make([]command, 0, lastMinute-firstMinute+2)
