@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -38,15 +39,16 @@ type queueJSON struct {
 func (a *app) queueCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "queue",
-		Short: "list, inspect, pause, resume, limit, purge queues and show their history",
+		Short: "list, inspect, pause, resume, limit, purge, remove queues and show their history",
 		Example: `  worqr queue ls
   worqr queue inspect emails
   worqr queue pause emails
   worqr queue limits emails --rate 100 --period 1s --concurrency 10
   worqr queue purge emails --yes
+  worqr queue rm emials
   worqr queue history emails`,
 	})
-	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queueHistoryCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd(), a.queueKeysCmd())
+	cmd.AddCommand(a.queueLsCmd(), a.queueInspectCmd(), a.queueHistoryCmd(), a.queuePauseCmd(true), a.queuePauseCmd(false), a.queueLimitsCmd(), a.queuePurgeCmd(), a.queueRmCmd(), a.queueKeysCmd())
 	return cmd
 }
 
@@ -354,6 +356,93 @@ required when stdin is not a terminal.`,
 		return a.bulk(ctx, "deleted", "waiting and scheduled tasks of "+q, total, func(ctx context.Context, p worqr.Progress) (int, error) {
 			return a.in.DeleteAllWaiting(ctx, q, p)
 		})
+	})
+	return cmd
+}
+
+func (a *app) queueRmCmd() *cobra.Command {
+	var yes, force bool
+	cmd := &cobra.Command{
+		Use:   "rm <queue>",
+		Short: "remove a queue: forget it and delete its keys (asks first)",
+		Long: `Removes a stand-alone queue (a typo, a test, a queue no longer used): deletes
+its keys (config and limits, pause, key heads, parked workers) and its
+throughput history, and forgets it, so that 'queue ls', 'stats', the
+dashboard and the metrics no longer list it.
+
+It is refused while the queue holds tasks (waiting, scheduled, running,
+dead or retained), unless --force: then they are deleted first, in atomic
+chunks of at most 250 (the takings of dead workers are requeued first, as
+the reaper would), with a progress report. It is refused, forced or not,
+while a live worker or gateway session serves the queue: stop them first.
+A flow's queues cannot be removed one by one.
+
+Each step can be repeated: an interrupted removal leaves the queue listed,
+and the same command finishes it. A producer still enqueueing to the queue
+lists it again (within a minute), with its tasks.
+
+It asks for confirmation on a terminal; --yes skips the question, and is
+required when stdin is not a terminal.`,
+		Example: "  worqr queue rm emials\n  worqr queue rm load-test --force --yes",
+		Args:    args("queue"),
+	}
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&force, "force", false, "delete the queue's tasks too")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		q := args[0]
+		if err := checkQueue("<queue>", q); err != nil {
+			return err
+		}
+		if strings.Contains(q, "/") {
+			return usagef("<queue> %q is a flow's queue: a flow's queues cannot be removed one by one", q)
+		}
+		qi, err := a.in.Queue(ctx, q)
+		if err != nil {
+			return err
+		}
+		tasks := qi.Waiting + qi.Scheduled + qi.Active + qi.Dead + qi.Retained
+		if tasks == 0 && qi.Keys == 0 {
+			// Nothing to ask about for a name never used (a queue not
+			// known but holding tasks, a producer's, can be removed).
+			if err := a.mustKnow(ctx, q); err != nil {
+				return err
+			}
+		}
+		if !force && (tasks > 0 || qi.Keys > 0) {
+			// Refused before asking: the library would refuse it too.
+			return &worqr.QueueNotEmptyError{Queue: q, Waiting: qi.Waiting, Scheduled: qi.Scheduled,
+				Active: qi.Active, Dead: qi.Dead, Retained: qi.Retained, Keys: qi.Keys}
+		}
+		what := "remove queue " + q
+		if force && tasks > 0 {
+			what += fmt.Sprintf(" and delete its %d waiting, %d scheduled, %d running, %d dead and %d retained tasks",
+				qi.Waiting, qi.Scheduled, qi.Active, qi.Dead, qi.Retained)
+		}
+		if err := a.confirm(cmd, yes, what); err != nil {
+			return err
+		}
+		var p worqr.Progress
+		end := func() {}
+		if force {
+			p, end = a.progress("deleted", tasks)
+		}
+		n, err := a.in.RemoveQueue(ctx, q, &worqr.RemoveQueueOpts{Force: force, Progress: p})
+		end()
+		if errors.Is(err, worqr.ErrQueueNotFound) {
+			return &unknownQueueError{q: q, ns: a.namespace}
+		}
+		if err != nil {
+			if n > 0 {
+				return fmt.Errorf("deleted %d tasks of %s, then: %w", n, q, err)
+			}
+			return err
+		}
+		if force {
+			_, err = fmt.Fprintf(a.env.out, "removed queue %s (deleted %d tasks)\n", q, n)
+		} else {
+			_, err = fmt.Fprintf(a.env.out, "removed queue %s\n", q)
+		}
+		return err
 	})
 	return cmd
 }
