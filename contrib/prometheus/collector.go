@@ -137,6 +137,9 @@ type Collector struct {
 
 	failMu  sync.Mutex
 	failing bool // the last scrape failed (logged once per outage)
+
+	listedMu sync.Mutex
+	listed   map[string]bool // the queues the last scrape that read them listed
 }
 
 // NewCollector returns a collector reading through in. It reads nothing
@@ -269,6 +272,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
 	}
 	if qerr == nil {
+		c.forgetRemoved(queues)
 		for _, q := range queues {
 			gauge(c.waiting, float64(q.Waiting), q.Name)
 			gauge(c.scheduled, float64(q.Scheduled), q.Name)
@@ -306,6 +310,32 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, v := range c.vecs() {
 		v.Collect(ch)
+	}
+}
+
+// forgetRemoved deletes the series of the event-driven metrics of every
+// queue the last scrape listed and queues does not (removed with
+// Inspector.RemoveQueue), so that a removed queue's label values stop
+// being exported. Only a queue seen listed before is forgotten: one whose
+// first events arrive as a scrape reads the queues keeps them.
+func (c *Collector) forgetRemoved(queues []worqr.QueueInfo) {
+	now := make(map[string]bool, len(queues))
+	for _, q := range queues {
+		now[q.Name] = true
+	}
+	c.listedMu.Lock()
+	prev := c.listed
+	c.listed = now
+	c.listedMu.Unlock()
+	for name := range prev {
+		if now[name] {
+			continue
+		}
+		l := prometheus.Labels{"queue": name}
+		for _, v := range []interface{ DeletePartialMatch(prometheus.Labels) int }{
+			c.sent, c.consumed, c.process, c.wait, c.recoveredT, c.recoveries} {
+			v.DeletePartialMatch(l)
+		}
 	}
 }
 
