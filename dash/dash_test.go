@@ -1144,3 +1144,33 @@ func TestUntil(t *testing.T) {
 		}
 	}
 }
+
+// A queue removed with Inspector.RemoveQueue leaves the overview and the
+// pages that list queues, and its own page is not found.
+func TestRemovedQueueLeavesTheLists(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	for _, q := range []string{"typo", "jobs"} {
+		if _, err := e.client.Enqueue(ctx, q, []byte("x"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, body := e.get("/"); !strings.Contains(body, "name=typo") {
+		t.Fatalf("the overview does not list typo before its removal:\n%s", body)
+	}
+	if _, err := e.in.RemoveQueue(ctx, "typo", &worqr.RemoveQueueOpts{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{"/", "/dead", "/keys"} {
+		code, body := e.get(path)
+		if code != 200 || strings.Contains(body, "name=typo") {
+			t.Errorf("%s after the removal: status %d, lists typo: %v", path, code, strings.Contains(body, "name=typo"))
+		}
+	}
+	if _, body := e.get("/"); !strings.Contains(body, "name=jobs") {
+		t.Error("the overview lost the other queue")
+	}
+	if code, _ := e.get("/queue?name=typo"); code != http.StatusNotFound {
+		t.Errorf("the removed queue's page: status %d, want 404", code)
+	}
+}
