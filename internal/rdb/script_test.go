@@ -425,4 +425,23 @@ func TestScriptKeysDeclared(t *testing.T) {
 		t.Fatalf("promote of a scheduled task: %v, %v", ok, err)
 	}
 	check("promote")
+
+	// A queue removed: its retained tasks, then its keys.
+	rq := k.Queue(rdb.Standalone("rq"))
+	must(st.WriteSettings(ctx, rq, rdb.QueueSettings{RetentionMs: 60_000}))
+	_, err = st.Enqueue(ctx, rq, []string{"r1"}, [][]byte{[]byte("r")}, nil)
+	must(err)
+	rt, err := st.Take(ctx, rq, rdb.TakeArgs{Worker: w, Until: until, Max: 1})
+	must(err)
+	_, err = st.End(ctx, rq, 60_000, []rdb.Ending{rdb.Done(rdb.KindTask, w, rt[0].PID, rt[0].ID, nil)})
+	must(err)
+	a.calls()
+	if n, err := st.DeleteRetained(ctx, rq); err != nil || n != 1 {
+		t.Fatalf("DeleteRetained = %d, %v; want 1", n, err)
+	}
+	check("delete retained", "remove_queue:t") // the ids are read from the retained set
+	if _, ok, _, err := st.DropQueue(ctx, rq, false); err != nil || !ok {
+		t.Fatalf("DropQueue = %v, %v", ok, err)
+	}
+	check("drop a queue", "remove_queue:wq") // the holders are read from the holder index
 }
