@@ -14,10 +14,5 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}
-	srv = redistest.MustStart()
-	// The examples read the server's address as a program would.
-	os.Setenv("WORQR_REDIS_URL", srv.URL)
-	code := m.Run()
-	srv.Stop()
-	os.Exit(code)
+	redistest.Main(m, &srv)
 }

@@ -13,7 +13,6 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
-	"os"
 	"regexp"
 	"strings"
 	"sync"
@@ -30,10 +29,7 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
-	srv = redistest.MustStart()
-	code := m.Run()
-	srv.Stop()
-	os.Exit(code)
+	redistest.Main(m, &srv)
 }
 
 // env is one namespace with a client, an inspector and a dashboard server.

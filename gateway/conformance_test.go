@@ -26,12 +26,7 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
-	srv = redistest.MustStart()
-	// The examples read the server's address as a program would.
-	os.Setenv("WORQR_REDIS_URL", srv.URL)
-	code := m.Run()
-	srv.Stop()
-	os.Exit(code)
+	redistest.Main(m, &srv)
 }
 
 const token = "s3cret"

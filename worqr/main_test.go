@@ -16,10 +16,5 @@ func TestMain(m *testing.M) {
 		srv = redistest.MustStart()
 		os.Exit(runChild(role))
 	}
-	srv = redistest.MustStart()
-	// The examples read the servers' addresses as a program would.
-	os.Setenv("WORQR_REDIS_URL", srv.URL)
-	code := m.Run()
-	srv.Stop()
-	os.Exit(code)
+	redistest.Main(m, &srv)
 }

@@ -1,7 +1,6 @@
 package rdb_test
 
 import (
-	"os"
 	"testing"
 
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -10,8 +9,5 @@ import (
 var srv *redistest.Server
 
 func TestMain(m *testing.M) {
-	srv = redistest.MustStart()
-	code := m.Run()
-	srv.Stop()
-	os.Exit(code)
+	redistest.Main(m, &srv)
 }

@@ -146,6 +146,19 @@ func (s *Server) launch() error {
 	return nil
 }
 
+// Main runs a package's tests against a private redis-server: it starts
+// one (exiting the process when it cannot), stores it in *srv, sets
+// WORQR_REDIS_URL to its URL (the examples read it as a program would),
+// runs m (a *testing.M), stops the server and exits with m's code. Call
+// it from TestMain.
+func Main(m interface{ Run() int }, srv **Server) {
+	*srv = MustStart()
+	os.Setenv("WORQR_REDIS_URL", (*srv).URL)
+	code := m.Run()
+	(*srv).Stop()
+	os.Exit(code)
+}
+
 // Stop stops a server this package started and removes its data.
 func (s *Server) Stop() {
 	s.Kill()
