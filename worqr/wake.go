@@ -14,7 +14,6 @@ import (
 // queue, since messages sent while it was away are gone. A wake-up carrying
 // 0 announces a pause or resume.
 func (w *Worker) subscribeLoop() {
-	defer w.bg.Done()
 	channels := make([]string, 0, 2*len(w.queues))
 	route := map[string]func(data []byte){}
 	for _, q := range w.queues {
@@ -98,7 +97,6 @@ func (w *Worker) cancelRunning(id string) {
 // a pause, a limit or a level stored in Redis is honoured within one poll
 // interval even if its announcement was lost.
 func (w *Worker) pauseLoop() {
-	defer w.bg.Done()
 	t := time.NewTicker(w.cfg.PollInterval) // Start read the flags once already
 	defer t.Stop()
 	for {

@@ -471,34 +471,26 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
 
-	w.bg.Add(4)
-	go func() {
-		defer w.bg.Done()
-		w.keeper.Run(w.runCtx)
-	}()
-	go w.switchLoop()
-	go w.subscribeLoop()
-	go w.pauseLoop()
-	w.refreshFlags()
-	if !w.cfg.DisableReaper {
-		reaper, err := recovery.New(w.pool, &recovery.Config{
-			Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
-			OnRecovered: func(r recovery.Recovered) {
-				w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
-				emitCancelled(w.emit, r.Queue.Member(), recoveredCancels(r))
-			},
-			OnError: func(err error) { w.emit(Event{Kind: EventError, WorkerID: w.ID(), Err: err}) },
-		})
-		if err != nil { // validated by withDefaults; a defect if reached
-			w.cfg.Logger.Error("worker: reaper not started", "err", err)
-		} else {
-			w.bg.Add(1)
-			go func() {
-				defer w.bg.Done()
-				reaper.Run(w.runCtx)
-			}()
-		}
+	// The worker's components, started together; each runs until runCtx
+	// ends, and Stop waits for them (bg) after it has put back what the
+	// worker holds.
+	components := []func(){
+		func() { w.keeper.Run(w.runCtx) },
+		w.switchLoop,    // pokes every queue on a server switch
+		w.subscribeLoop, // wake-ups, cancels and hand-offs
+		w.pauseLoop,     // queue flags every PollInterval
 	}
+	if reaper := w.newReaper(); reaper != nil {
+		components = append(components, func() { reaper.Run(w.runCtx) })
+	}
+	for _, run := range components {
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			run()
+		}()
+	}
+	w.refreshFlags()
 	for _, q := range w.queues {
 		for i := 0; i < q.concurrency+q.aheadMax; i++ {
 			go w.serve(q)
@@ -525,12 +517,33 @@ func (w *Worker) start(ctx context.Context) error {
 	return nil
 }
 
+// newReaper is the worker's reaper and mover (nil with DisableReaper):
+// any peer may requeue the tasks of dead workers and move due tasks, one
+// per interval under a lease.
+func (w *Worker) newReaper() *recovery.Reaper {
+	if w.cfg.DisableReaper {
+		return nil
+	}
+	reaper, err := recovery.New(w.pool, &recovery.Config{
+		Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
+		OnRecovered: func(r recovery.Recovered) {
+			w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
+			emitCancelled(w.emit, r.Queue.Member(), recoveredCancels(r))
+		},
+		OnError: func(err error) { w.emit(Event{Kind: EventError, WorkerID: w.ID(), Err: err}) },
+	})
+	if err != nil { // validated by withDefaults; a defect if reached
+		w.cfg.Logger.Error("worker: reaper not started", "err", err)
+		return nil
+	}
+	return reaper
+}
+
 // switchLoop pokes every queue when the pool says its server changed (a
 // failover; rdb.Store.Switched): each fetch loop then sees the switch at
 // once and checks what its session holds on the new server (release),
 // rather than at its next poll.
 func (w *Worker) switchLoop() {
-	defer w.bg.Done()
 	for {
 		ch := w.st.Switched()
 		if ch == nil {
