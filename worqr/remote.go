@@ -422,14 +422,7 @@ func (r *Remote) start(ctx context.Context) error {
 	var reaper *recovery.Reaper
 	if !r.cfg.DisableReaper {
 		var err error
-		reaper, err = recovery.New(r.pool, &recovery.Config{
-			Namespace: r.cfg.Namespace, Interval: r.cfg.ReaperInterval, Logger: r.cfg.Logger,
-			OnRecovered: func(rc recovery.Recovered) {
-				r.emit(Event{Kind: EventRecovered, Queue: rc.Queue.Member(), Count: rc.Requeued, DeadWorkers: rc.Workers})
-				emitCancelled(r.emit, rc.Queue.Member(), recoveredCancels(rc))
-			},
-			OnError: func(err error) { r.emit(Event{Kind: EventError, Err: err}) },
-		})
+		reaper, err = newReaper(r.pool, r.cfg.Config, r.cfg.ReaperInterval, r.emit, func() string { return "" })
 		if err != nil {
 			return err // before any loop starts: nothing to undo
 		}

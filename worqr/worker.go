@@ -517,26 +517,32 @@ func (w *Worker) start(ctx context.Context) error {
 	return nil
 }
 
-// newReaper is the worker's reaper and mover (nil with DisableReaper):
-// any peer may requeue the tasks of dead workers and move due tasks, one
-// per interval under a lease.
+// newReaper is the worker's reaper and mover (nil with DisableReaper).
 func (w *Worker) newReaper() *recovery.Reaper {
 	if w.cfg.DisableReaper {
 		return nil
 	}
-	reaper, err := recovery.New(w.pool, &recovery.Config{
-		Namespace: w.cfg.Namespace, Interval: w.cfg.ReaperInterval, Logger: w.cfg.Logger,
-		OnRecovered: func(r recovery.Recovered) {
-			w.emit(Event{Kind: EventRecovered, WorkerID: w.ID(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
-			emitCancelled(w.emit, r.Queue.Member(), recoveredCancels(r))
-		},
-		OnError: func(err error) { w.emit(Event{Kind: EventError, WorkerID: w.ID(), Err: err}) },
-	})
+	reaper, err := newReaper(w.pool, w.cfg.Config, w.cfg.ReaperInterval, w.emit, w.ID)
 	if err != nil { // validated by withDefaults; a defect if reached
 		w.cfg.Logger.Error("worker: reaper not started", "err", err)
 		return nil
 	}
 	return reaper
+}
+
+// newReaper is the reaper and mover a Worker or a Remote runs: any peer
+// may requeue the tasks of dead workers and move due tasks, one per
+// interval (every) under a lease. What it recovers is reported through emit, as
+// the peer whose id who returns ("" for a Remote).
+func newReaper(pool ConnGetter, cfg Config, every time.Duration, emit func(Event), who func() string) (*recovery.Reaper, error) {
+	return recovery.New(pool, &recovery.Config{
+		Namespace: cfg.Namespace, Interval: every, Logger: cfg.Logger,
+		OnRecovered: func(r recovery.Recovered) {
+			emit(Event{Kind: EventRecovered, WorkerID: who(), Queue: r.Queue.Member(), Count: r.Requeued, DeadWorkers: r.Workers})
+			emitCancelled(emit, r.Queue.Member(), recoveredCancels(r))
+		},
+		OnError: func(err error) { emit(Event{Kind: EventError, WorkerID: who(), Err: err}) },
+	})
 }
 
 // switchLoop pokes every queue when the pool says its server changed (a
