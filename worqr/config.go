@@ -312,20 +312,9 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 	if len(out.Queues) == 0 && len(out.Flows) == 0 {
 		return out, invalid("Queues", "is empty and there are no Flows: a worker needs at least one queue")
 	}
-	flows := make([]*Flow, len(out.Flows))
-	names := map[string]bool{}
-	for i, f := range out.Flows {
-		v, err := f.validate()
-		if err != nil {
-			return out, err
-		}
-		if names[v.Name] {
-			return out, invalid(fmt.Sprintf("Flows[%d]", i), "%q is served twice", v.Name)
-		}
-		names[v.Name] = true
-		flows[i] = v
+	if out.Flows, err = validateFlows(out.Flows, nil); err != nil {
+		return out, err
 	}
-	out.Flows = flows
 	switch out.Priority {
 	case PriorityNone:
 		if out.Concurrency != 0 {
@@ -589,4 +578,31 @@ func checkName(field, name string) error {
 		return invalid(field, "%q has forbidden character %q at byte %d (allowed: A-Z a-z 0-9 _ - .)", name, r, i)
 	}
 	return nil
+}
+
+// validateFlows validates each flow a Worker or a Remote serves, after
+// prepare (when set) adjusted a copy of it, and refuses a flow served
+// twice. It returns the flows with their defaults filled in.
+func validateFlows(flows []*Flow, prepare func(Flow) Flow) ([]*Flow, error) {
+	out := make([]*Flow, len(flows))
+	names := map[string]bool{}
+	for i, f := range flows {
+		if f == nil {
+			return nil, invalid(fmt.Sprintf("Flows[%d]", i), "is nil")
+		}
+		g := *f
+		if prepare != nil {
+			g = prepare(g)
+		}
+		v, err := g.validate()
+		if err != nil {
+			return nil, err
+		}
+		if names[v.Name] {
+			return nil, invalid(fmt.Sprintf("Flows[%d]", i), "%q is served twice", v.Name)
+		}
+		names[v.Name] = true
+		out[i] = v
+	}
+	return out, nil
 }

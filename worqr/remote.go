@@ -168,14 +168,9 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 	if out.DefaultQueue, err = fill("DefaultQueue", out.DefaultQueue); err != nil {
 		return out, err
 	}
-	flows := make([]*Flow, len(out.Flows))
-	names := map[string]bool{}
-	for i, f := range out.Flows {
-		if f == nil {
-			return out, invalid(fmt.Sprintf("Flows[%d]", i), "is nil")
-		}
-		g := *f // stage handlers run remotely: placeholders pass validation
-		g.Stages = append([]Stage(nil), f.Stages...)
+	// Stage handlers run remotely: placeholders pass validation.
+	out.Flows, err = validateFlows(out.Flows, func(g Flow) Flow {
+		g.Stages = append([]Stage(nil), g.Stages...)
 		for j := range g.Stages {
 			if g.Stages[j].Handler == nil {
 				g.Stages[j].Handler = StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil })
@@ -195,17 +190,11 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 			}
 			g.Stages[j].Children = ch
 		}
-		v, err := g.validate()
-		if err != nil {
-			return out, err
-		}
-		if names[v.Name] {
-			return out, invalid(fmt.Sprintf("Flows[%d]", i), "%q is served twice", v.Name)
-		}
-		names[v.Name] = true
-		flows[i] = v
+		return g
+	})
+	if err != nil {
+		return out, err
 	}
-	out.Flows = flows
 	if len(out.Queues) == 0 && len(out.Flows) == 0 && !out.AnyQueue {
 		return out, invalid("Queues", "is empty, there are no Flows and AnyQueue is false: a remote needs at least one queue")
 	}
