@@ -123,7 +123,9 @@ const removeRounds = 3
 // (*QueueServedError, *QueueNotEmptyError with Arrived). A Client that
 // keeps enqueueing to a removed queue records it known again within a
 // minute; a worker that serves it records it when it registers. The
-// tag's taking counter stays (pids are never reused); unique-key, id,
+// tag's taking counter stays (pids are never reused), and so does the
+// highest priority level the queue's config recorded (never lowered: a
+// Client enqueues at a level it saw recorded); unique-key, id,
 // batch and bulk-load locks expire on their own. A queue unknown with nothing in
 // Redis is ErrQueueNotFound.
 func (in *Inspector) RemoveQueue(ctx context.Context, queue string, opts *RemoveQueueOpts) (int, error) {

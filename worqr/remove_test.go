@@ -164,7 +164,15 @@ func TestRemoveQueueHoldingTasks(t *testing.T) {
 		t.Error("Queues lists full after its forced removal")
 	}
 	for _, k := range keysOf(t, b.pool, b.ns, "full") {
-		// The tag's counters stay; a lock (a batch's guard) expires.
+		// The tag's counters stay, and so does the highest priority level
+		// the config recorded (never lowered); a lock (a batch's guard)
+		// expires.
+		if k == qk.Config {
+			if fs, _ := redis.Strings(conn.Do("HKEYS", k)); len(fs) != 1 || fs[0] != "prio" {
+				t.Errorf("config left after the forced removal with fields %v; want only prio", fs)
+			}
+			continue
+		}
 		if pttl, _ := redis.Int64(conn.Do("PTTL", k)); pttl < 0 && !strings.HasSuffix(k, ":seq") && !strings.HasSuffix(k, ":lruns") {
 			t.Errorf("key left for ever after the forced removal: %s", k)
 		}
@@ -248,5 +256,46 @@ func TestRemoveQueueRepeatsAfterACrash(t *testing.T) {
 	}
 	if listed(t, b.in, "cut") {
 		t.Error("Queues lists cut after its removal was finished")
+	}
+}
+
+// A producer that keeps enqueueing at a priority level to a queue that was
+// removed (its config, which records the levels in use, deleted with it)
+// still has its tasks run: a worker that serves the queue afterwards takes
+// them, and the Inspector counts them.
+func TestRemoveQueueThenEnqueueAtLevelIsTaken(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	opts := &worqr.EnqueueOpts{Priority: 2}
+	if _, err := b.client.Enqueue(ctx, "prio", []byte("before"), opts); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.in.RemoveQueue(ctx, "prio", &worqr.RemoveQueueOpts{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := b.client.Enqueue(ctx, "prio", []byte("after"), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := queueLen(t, b.in, "prio"); n != 1 {
+		t.Errorf("queue length after the removal and one enqueue = %d; want 1", n)
+	}
+	ran := make(chan string, 1)
+	cfg := fastTimings(b.ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"prio": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, tk *worqr.Task) error {
+		select {
+		case ran <- tk.ID:
+		default:
+		}
+		return nil
+	})}}
+	b.startWorker(cfg)
+	select {
+	case got := <-ran:
+		if got != id {
+			t.Fatalf("ran %s; want %s", got, id)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the task enqueued at level 2 after the removal was not run within 5 s")
 	}
 }

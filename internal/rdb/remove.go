@@ -42,7 +42,8 @@ type QueueLeft struct {
 // it changes nothing and returns ok false with what is left. forced: an
 // indexed consumer's progress is deleted too, rather than keeping the
 // queue. The tag's counters (seq, lruns) stay, so that pids and load ids
-// are never reused; the locks of unique keys, of caller-chosen ids and of
+// are never reused, and so does the config's highest priority level
+// (prio, never lowered: not counted in deleted); the locks of unique keys, of caller-chosen ids and of
 // bulk-load checkpoints expire on their own. Idempotent.
 func (s *Store) DropQueue(ctx context.Context, q QueueKeys, forced bool) (deleted int, ok bool, left QueueLeft, err error) {
 	force := "0"

@@ -27,7 +27,9 @@
 -- no consumer progress), UNLINK every key above and each holder's
 -- worker-queue hash (all empty but the config, the rate log, the park hash,
 -- the consumer's progress and the retained set's expired entries, whose
--- hashes expired with them). Returns {1, keys deleted}; otherwise nothing
+-- hashes expired with them), but for the config's priority level 'prio',
+-- kept (never lowered: see below). Returns {1, keys deleted, not counting
+-- a config kept for its 'prio'}; otherwise nothing
 -- changes and it returns {0, waiting, scheduled, held, dead, retained,
 -- keys, consumer progress (0/1)}. Idempotent: a repeat deletes nothing and
 -- returns {1, 0}.
@@ -77,4 +79,14 @@ end
 for _, w in ipairs(holders) do
   del[#del + 1] = ARGV[3] .. w
 end
-return {1, redis.call('UNLINK', unpack(del))}
+-- The config's highest priority level in use ('prio', see levels.lua) is
+-- never lowered: a client trusts the level it saw recorded for a while
+-- and enqueues at it without recording it again, and a task in a level
+-- list the config does not name is never taken. It stays, alone.
+local prio = redis.call('HGET', KEYS[15], 'prio')
+local n = redis.call('UNLINK', unpack(del))
+if prio then
+  redis.call('HSET', KEYS[15], 'prio', prio)
+  n = n - 1
+end
+return {1, n}
