@@ -37,6 +37,9 @@ type Client struct {
 
 	queues sync.Map // queue name -> *clientQueue
 	flows  sync.Map // flow name -> true once its queues are recorded as known
+	// knownEvery is how often a queue is recorded again among the known
+	// queues (knownTTL; tests shorten it).
+	knownEvery time.Duration
 }
 
 // clientQueue is what a Client keeps per queue it used: the key names, built
@@ -86,7 +89,7 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	warnPool(pool, c.Logger)
 	st := rdb.NewStore(pool, c.Namespace)
 	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
-	cl := &Client{st: st, cfg: c, bus: newEventBus(st, c)}
+	cl := &Client{st: st, cfg: c, bus: newEventBus(st, c), knownEvery: knownTTL}
 	cl.waits = newWaitHub(cl, pool)
 	return cl, nil
 }
@@ -414,12 +417,22 @@ const knownTTL = time.Minute
 // to it, and again on its first enqueue after each knownTTL, so that the
 // Inspector and the mover see a queue that was only enqueued to. One SADD
 // per queue per minute: no enqueue pays for it more.
+//
+// Only the first record is needed for the enqueue: a later one that fails
+// (the registry's node out of reach, on a Redis Cluster) is logged and
+// tried again after knownEvery, and the enqueue goes on, so that a queue's
+// enqueues never depend on another node once it is known.
 func (c *Client) markKnown(ctx context.Context, q *clientQueue) error {
-	if at := q.knownAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < knownTTL {
+	at := q.knownAt.Load()
+	if at != 0 && time.Since(time.Unix(0, at)) < c.knownEvery {
 		return nil
 	}
 	if err := c.st.AddKnownQueues(ctx, []rdb.QueueRef{q.qk.Ref}); err != nil {
-		return err
+		if at == 0 {
+			return err
+		}
+		c.cfg.Logger.Warn("client: recording a queue among the known queues again failed; tried again later",
+			"queue", q.qk.Ref.Member(), "err", err)
 	}
 	q.knownAt.Store(time.Now().UnixNano())
 	return nil

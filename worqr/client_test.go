@@ -665,3 +665,42 @@ func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
 		}
 	}
 }
+
+// A Client records each queue it enqueues to among the known queues on its
+// first enqueue, and again every minute. Only the first record is needed:
+// a later one that fails (the registry's node out of reach on a cluster)
+// must not fail the enqueue.
+func TestClientRecordsItsQueuesAgain(t *testing.T) {
+	ctx := context.Background()
+	base := srv.Pool()
+	defer base.Close()
+	var refusing atomic.Bool
+	pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
+		if refusing.Load() && cmd == "SADD" && len(args) > 0 && strings.HasSuffix(fmt.Sprint(args[0]), ":{reg}:queues") {
+			return errors.New("the registry's node is out of reach")
+		}
+		return nil
+	}}
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	client := newClient(t, pool, &cfg)
+	client.SetKnownEvery(0) // every enqueue records its queue again
+
+	refusing.Store(true)
+	if _, err := client.Enqueue(ctx, "known", []byte("1"), nil); err == nil {
+		t.Fatal("the first enqueue succeeded with its queue not recorded as known")
+	}
+	refusing.Store(false)
+	if _, err := client.Enqueue(ctx, "known", []byte("2"), nil); err != nil {
+		t.Fatal(err)
+	}
+	refusing.Store(true)
+	for _, p := range []string{"3", "4"} {
+		if _, err := client.Enqueue(ctx, "known", []byte(p), nil); err != nil {
+			t.Fatalf("an enqueue whose record again failed: %v", err)
+		}
+	}
+	refusing.Store(false)
+	if n := queueLen(t, newInspector(t, base, &cfg), "known"); n != 3 {
+		t.Fatalf("%d waiting, want 3", n)
+	}
+}

@@ -101,3 +101,7 @@ func OnRemoveForgotten(f func()) (undo func()) {
 	testHookRemoveForgotten = f
 	return func() { testHookRemoveForgotten = nil }
 }
+
+// SetKnownEvery sets how often c records a queue again among the known
+// queues (knownTTL by default).
+func (c *Client) SetKnownEvery(d time.Duration) { c.knownEvery = d }
