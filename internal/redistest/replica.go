@@ -180,3 +180,27 @@ func (s *Server) Signal(sig os.Signal) error {
 	}
 	return s.cmd.Process.Signal(sig)
 }
+
+// RestartReplicaOf kills the server (if it runs) and starts it again on
+// the same port and data directory as a replica of the node at primary
+// (host:port).
+func (s *Server) RestartReplicaOf(primary string) error {
+	if s.Dir == "" {
+		return errors.New("redistest: cannot restart an external server")
+	}
+	host, port, err := net.SplitHostPort(primary)
+	if err != nil {
+		return err
+	}
+	s.Kill()
+	var args []string
+	for i := 0; i < len(s.args); i++ {
+		if s.args[i] == "--replicaof" && i+2 < len(s.args) {
+			i += 2
+			continue
+		}
+		args = append(args, s.args[i])
+	}
+	s.args = append(args, "--replicaof", host, port)
+	return s.launch()
+}
