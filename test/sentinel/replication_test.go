@@ -227,11 +227,15 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the queue to drain", 60*time.Second, func() bool {
-		q, err := in.Queue(ctx, "l")
-		return err == nil && q.Waiting == 0 && q.Active == 0 && q.Scheduled == 0
-	})
+	// One look at the queue is not enough: it may look drained while a
+	// task is given back, and run after (see drain).
+	eventually(t, "the queue to look drained", 60*time.Second, func() bool { return looksDrained(ctx, in) })
+	first := l.counts()
+	drain(ctx, t, in, l)
 	c := l.counts()
+	if first.enqueuesLost > c.enqueuesLost {
+		t.Logf("the queue looked drained while %d acknowledged tasks were still to run: they ran after", first.enqueuesLost-c.enqueuesLost)
+	}
 	if replicas > 0 && c.enqueuesLost > 0 {
 		// Not expected (the assertion fails after): say where each is, for
 		// whoever looks into it (seen once, 2026-11-25, not reproduced).
@@ -274,4 +278,44 @@ func cutReplicas(ctx context.Context, addr string) error {
 		return errors.New("the replica is still linked after CLIENT KILL TYPE replica")
 	}
 	return nil
+}
+
+// looksDrained reports whether queue "l" has nothing waiting, scheduled or
+// taken, in one look.
+func looksDrained(ctx context.Context, in *worqr.Inspector) bool {
+	q, err := in.Queue(ctx, "l")
+	return err == nil && q.Waiting == 0 && q.Active == 0 && q.Scheduled == 0
+}
+
+// drain waits until every acknowledged enqueue of l ran, or until queue
+// "l" looked drained in every look for 3 s (a minute at most): what is
+// left then never ran. A single look can be wrong: Inspector.Queue reads
+// the waiting list and the holders in one round trip and their takings
+// in a second, so a task given back to the front between the two (by a
+// worker whose keepalive expired in the failover, by the release of a
+// taking its worker does not run, by the reaper) is counted nowhere. The
+// likeliest reading of the one run that counted 2 acknowledged enqueues
+// of 397 as never run (issue 36): they ran after it looked.
+func drain(ctx context.Context, t *testing.T, in *worqr.Inspector, l *lossLedger) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	var since time.Time
+	for {
+		if len(l.lostIDs()) == 0 {
+			return
+		}
+		switch {
+		case !looksDrained(ctx, in):
+			since = time.Time{}
+		case since.IsZero():
+			since = time.Now()
+		case time.Since(since) > 3*time.Second:
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("queue l did not stay drained within a minute")
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
