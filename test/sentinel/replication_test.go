@@ -28,11 +28,13 @@ type lossLedger struct {
 	doneAcked    map[string]int64   // seq of the first acknowledged done
 	unreplicated map[string]bool    // pids whose end was not replicated
 	endsTold     int
+	at           map[string]string   // where each enqueue was answered
+	seen         map[string][]string // the events of each task other than its run's done
 }
 
 func newLossLedger() *lossLedger {
 	return &lossLedger{acked: map[string]bool{}, told: map[string]bool{}, runs: map[string][]int64{},
-		doneAcked: map[string]int64{}, unreplicated: map[string]bool{}}
+		doneAcked: map[string]int64{}, unreplicated: map[string]bool{}, at: map[string]string{}, seen: map[string][]string{}}
 }
 
 func (l *lossLedger) run(id string) {
@@ -45,6 +47,9 @@ func (l *lossLedger) run(id string) {
 func (l *lossLedger) event(e worqr.Event) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if e.TaskID != "" && e.Kind != worqr.EventDone {
+		l.seen[e.TaskID] = append(l.seen[e.TaskID], fmt.Sprintf("%s %s pid %s: %v", time.Now().Format("15:04:05.000"), e.Kind, e.PID, e.Err))
+	}
 	switch {
 	case e.Kind == worqr.EventError && errors.Is(e.Err, worqr.ErrNotReplicated):
 		l.unreplicated[e.PID] = true
