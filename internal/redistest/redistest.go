@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 
 	"strconv"
 	"strings"
@@ -123,7 +124,19 @@ func (s *Server) launch() error {
 			log = append(log, line)
 			if strings.Contains(line, readyLine) {
 				ready <- nil
+				// The rest of the log goes to Dir/out.log (OutLog),
+				// for a test that wants to say what a server did.
+				var f *os.File
+				if s.Dir != "" {
+					f, _ = os.OpenFile(filepath.Join(s.Dir, "out.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+				}
 				for sc.Scan() {
+					if f != nil {
+						fmt.Fprintln(f, sc.Text())
+					}
+				}
+				if f != nil {
+					f.Close()
 				}
 				return
 			}
@@ -307,4 +320,21 @@ func (c *tagConn) ReceiveContext(ctx context.Context) (any, error) {
 
 func (c *tagConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// OutLog returns the last n lines the server logged after it was ready
+// (kept in Dir/out.log across restarts), or "" when there are none.
+func (s *Server) OutLog(n int) string {
+	if s.Dir == "" {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(s.Dir, "out.log"))
+	if err != nil {
+		return ""
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
 }

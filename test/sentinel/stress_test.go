@@ -203,6 +203,9 @@ func stressRun(t *testing.T, mode string, failovers, replicas int) stressResult 
 				// zeros): whatever that one held and it did not is
 				// gone. docs/RELIABILITY.md: not a window of WAIT's.
 				res.restartedPrimary++
+				for _, x := range append(append([]*redistest.Server(nil), st.Sentinels...), st.Nodes...) {
+					t.Logf("%s %d: the log of %s:\n%s", mode, res.tried, x.Addr, x.OutLog(80))
+				}
 			}
 			t.Logf("%s %d: %v", mode, res.tried, err)
 			if ctx.Err() != nil {
