@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -183,8 +184,9 @@ func (s *Server) Signal(sig os.Signal) error {
 
 // RestartReplicaOf kills the server (if it runs) and starts it again on
 // the same port and data directory as a replica of the node at primary
-// (host:port).
-func (s *Server) RestartReplicaOf(primary string) error {
+// (host:port), with extra as more flag-and-value pairs (each replacing
+// the same flag of an earlier restart).
+func (s *Server) RestartReplicaOf(primary string, extra ...string) error {
 	if s.Dir == "" {
 		return errors.New("redistest: cannot restart an external server")
 	}
@@ -199,8 +201,12 @@ func (s *Server) RestartReplicaOf(primary string) error {
 			i += 2
 			continue
 		}
+		if slices.Contains(extra, s.args[i]) && i+1 < len(s.args) {
+			i++
+			continue
+		}
 		args = append(args, s.args[i])
 	}
-	s.args = append(args, "--replicaof", host, port)
+	s.args = append(append(args, "--replicaof", host, port), extra...)
 	return s.launch()
 }
