@@ -627,6 +627,40 @@ func TestChildMetaCommands(t *testing.T) {
 	}
 }
 
+// Metadata costs no command on a plain queue either: a take of a task
+// enqueued with metadata runs as many commands as one of a task without
+// (the field rides in the HMGET that reads the payload). Not parallel:
+// the counts are the server's.
+func TestTaskMetaCommands(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	defer pool.Close()
+	c := pool.Get()
+	defer c.Close()
+	st := rdb.NewStore(pool, redistest.Namespace())
+	q := st.Queue(rdb.Standalone("q"))
+	const meta = `{"traceparent":"00-x"}`
+	if _, err := st.Enqueue(ctx, q, []string{"t1"}, [][]byte{[]byte("p")}, &rdb.EnqueueArgs{Meta: meta}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Enqueue(ctx, q, []string{"t2"}, [][]byte{[]byte("p")}, nil); err != nil {
+		t.Fatal(err)
+	}
+	var counts []int64
+	for _, want := range []string{meta, ""} {
+		before := commandCount(t, c)
+		got, err := st.Take(ctx, q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: 1})
+		if err != nil || len(got) != 1 || got[0].Meta != want || string(got[0].Payload) != "p" {
+			t.Fatalf("take: %+v, %v; want meta %q", got, err, want)
+		}
+		counts = append(counts, commandCount(t, c)-before)
+	}
+	t.Logf("take: %d commands with metadata, %d without", counts[0], counts[1])
+	if counts[0] != counts[1] {
+		t.Errorf("take: %d commands with metadata, %d without; want the same", counts[0], counts[1])
+	}
+}
+
 // scriptCommands counts, through MONITOR, the commands each script call of
 // the namespace ran inside Redis (the call itself not included).
 func scriptCommands(t *testing.T, a *keyAuditor, f func()) map[string]int {

@@ -39,13 +39,18 @@ type EnqueueArgs struct {
 	// Priority > 0 (at most MaxLevel): the tasks go to that level's list
 	// (call MarkLevel first, so that workers look there).
 	Priority int
+	// Meta, when not "", is stored with every task of the call
+	// (FieldMeta), beside its payload, and handed out by its takes
+	// (Taken.Meta). Opaque to the scripts; the caller bounds it.
+	Meta string
 }
 
 // plain reports whether tasks enqueued with a are due now, at the back of
-// level 0, with no unique key, no id of the caller's and no deadline.
+// level 0, with no unique key, no id of the caller's, no deadline and no
+// metadata (a hand-off or a packed task carries a payload alone).
 func (a *EnqueueArgs) plain() bool {
 	return a.DelayMillis <= 0 && a.DueMillis <= 0 && a.UniqueKey == "" && a.UniqueKeys == nil &&
-		a.DeadlineMs <= 0 && a.IDLockTTL <= 0 && a.Priority <= 0
+		a.DeadlineMs <= 0 && a.IDLockTTL <= 0 && a.Priority <= 0 && a.Meta == ""
 }
 
 // packable reports whether tasks enqueued with a may be written packed in
@@ -144,7 +149,7 @@ func optInt(v int64) string {
 // in steps (nil: a batch of one call).
 func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *EnqueueArgs, g *StepGuard) []any {
 	n := hi - lo
-	args := make([]any, 0, 18+4*n)
+	args := make([]any, 0, 19+4*n)
 	idem := a.IDLockTTL > 0 && n == 1
 	args = append(args, 0, q.Level(a.Priority), q.Scheduled) // the key count is set below
 	for _, id := range ids[lo:hi] {
@@ -183,7 +188,7 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	step, last := g.guardArgs()
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
 		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
-		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, g.ttl())
+		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, g.ttl(), a.Meta)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}

@@ -100,6 +100,32 @@ func TestEnqueue(t *testing.T) {
 			pubs: []msg{{"wake", "1"}},
 		},
 		{
+			name:     "metadata: stored beside each payload, the same for every task of the call",
+			ids:      []string{"t1", "t2"},
+			payloads: []string{"pt1", "pt2"},
+			args:     func(*env) *rdb.EnqueueArgs { return &rdb.EnqueueArgs{Meta: `{"traceparent":"00-x"}`} },
+			state: func(e *env) state {
+				return state{
+					e.q.Waiting:    list{"t1", "t2"},
+					e.q.Task("t1"): fresh("t1").with("mt", `{"traceparent":"00-x"}`),
+					e.q.Task("t2"): fresh("t2").with("mt", `{"traceparent":"00-x"}`),
+				}
+			},
+			pubs: []msg{{"wake", "2"}},
+		},
+		{
+			name:     "metadata of a delayed task: stored with it in the scheduled set",
+			ids:      []string{"t1"},
+			payloads: []string{"pt1"},
+			args:     func(*env) *rdb.EnqueueArgs { return &rdb.EnqueueArgs{Meta: "m", DueMillis: 4102444800000} },
+			state: func(e *env) state {
+				return state{
+					e.q.Scheduled:  zset{{"t1", "4102444800000"}},
+					e.q.Task("t1"): fresh("t1").with("mt", "m", "s", "scheduled"),
+				}
+			},
+		},
+		{
 			name:     "unique key free: locked for its TTL, holding the id, named on the hash",
 			ids:      []string{"t1"},
 			payloads: []string{"pt1"},

@@ -734,6 +734,7 @@ type taken struct {
 	TimeoutMs                     int64
 	Parent                        string
 	Run                           hash
+	Meta                          string
 }
 
 // takenOf converts Take's result for comparison.
@@ -741,7 +742,7 @@ func takenOf(res []rdb.Taken) []taken {
 	got := make([]taken, len(res))
 	for i, r := range res {
 		got[i] = taken{r.ID, r.PID, r.Reason, string(r.Payload), r.Attempt, r.Crashes,
-			r.MaxAttempts, r.TimeoutMs, r.Parent, nil}
+			r.MaxAttempts, r.TimeoutMs, r.Parent, nil, r.Meta}
 		if r.Run != nil {
 			got[i].Run = hash(r.Run)
 		}

@@ -65,7 +65,7 @@ const (
 	FieldProgress     = "pg"
 	FieldDeadline     = "dl"
 	FieldRetention    = "rt"
-	FieldMeta         = "mt" // metadata of a flow run or child (trace context...), opaque to the scripts
+	FieldMeta         = "mt" // metadata of a flow run, child or task (trace context...), opaque to the scripts
 	FieldPriority     = "pri"
 	FieldKey          = "ok" // the key of a task of an ordered queue
 	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head

@@ -164,7 +164,7 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		args = append(args, sc)
 	}
 	step, last := g.guardArgs()
-	args = append(args, step, g.ttl(), last)
+	args = append(args, step, g.ttl(), last, a.Meta)
 	if mode == "read" {
 		return s.eval(ctx, q.Ref.Tag, enqueueKeyScript, args...)
 	}
@@ -174,7 +174,8 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 // EnqueueKey enqueues tasks with key on queue q, in order, in one script
 // call (at most MaxEnqueueChunk). scores[i] is the score of payloads[i] ("",
 // or a nil scores: Redis time in ms). Only a's delay, due time, max
-// attempts, timeout, retention and deadline apply.
+// attempts, timeout, retention, deadline and metadata apply (a task merged
+// into a waiting one keeps that one's metadata).
 func (s *Store) EnqueueKey(ctx context.Context, q QueueKeys, key string, ids []string, payloads [][]byte,
 	scores []string, a *EnqueueArgs) ([]KeyEnqueued, error) {
 	return s.EnqueueKeyStep(ctx, q, key, ids, payloads, scores, a, nil)

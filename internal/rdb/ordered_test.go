@@ -1123,3 +1123,57 @@ func (e *env) keyInvariants(t *testing.T, where string) {
 		}
 	}
 }
+
+// Metadata given with a keyed enqueue is stored beside each new task's
+// payload and handed out with it, by a take of the key's head and with a
+// batch's tasks behind it; a merge keeps the waiting task's own.
+func TestKeyedMeta(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	enq := func(key, id, meta string) rdb.KeyEnqueued {
+		t.Helper()
+		out, err := e.st.EnqueueKey(e.ctx, e.q, key, []string{id}, [][]byte{[]byte(id)}, nil, &rdb.EnqueueArgs{Meta: meta})
+		if err != nil || len(out) != 1 {
+			t.Fatalf("EnqueueKey %s %s: %v %v", key, id, out, err)
+		}
+		return out[0]
+	}
+	enq("A", "a1", "m1")
+	enq("A", "a2", "m2")
+	enq("A", "a3", "")
+	for id, want := range map[string]string{"a1": "m1", "a2": "m2", "a3": ""} {
+		if got := e.field(t, id, rdb.FieldMeta); got != want {
+			t.Errorf("%s: metadata %q, want %q", id, got, want)
+		}
+	}
+	got := e.takeBatch(t, "W", 10, 3)
+	if len(got) != 3 {
+		t.Fatalf("took %v, want a1 with a2 and a3 behind it", takenIDs(got))
+	}
+	for i, want := range []string{"m1", "m2", ""} {
+		if got[i].Meta != want {
+			t.Errorf("taken %s: meta %q, want %q", got[i].ID, got[i].Meta, want)
+		}
+		if _, es, ok := rdb.DecodeEnvelope(got[i].Payload); !ok || len(es) != 1 || string(es[0].Payload) != got[i].ID {
+			t.Errorf("taken %s: payload %q", got[i].ID, got[i].Payload)
+		}
+	}
+
+	// A merge into a waiting task keeps that task's metadata.
+	m := newEnv(t)
+	m.setCfg(t, m.q, "merge", "1")
+	for _, x := range [][2]string{{"b1", "mb1"}, {"b2", "mb2"}} {
+		if _, err := m.st.EnqueueKey(m.ctx, m.q, "B", []string{x[0]}, [][]byte{[]byte(x[0])}, nil, &rdb.EnqueueArgs{Meta: x[1]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.field(t, "b1", rdb.FieldMeta); got != "mb1" {
+		t.Errorf("merged into b1: its metadata %q, want mb1 (its own)", got)
+	}
+	if n, _ := redis.Int(m.c.Do("EXISTS", m.q.Task("b2"))); n != 0 {
+		t.Errorf("b2 has a hash: it was to merge into b1")
+	}
+	if got := m.takeFrom(t, m.q, "W", 1, false); len(got) != 1 || got[0].Meta != "mb1" {
+		t.Errorf("take of the merged task: %+v, want meta mb1", got)
+	}
+}

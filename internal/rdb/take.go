@@ -41,7 +41,8 @@ type Taken struct {
 	RunUnread int
 	// Parent is the run id of a flow child.
 	Parent string
-	// Meta is a flow child's metadata (Child.Meta; "" when none).
+	// Meta is the task's metadata: a flow child's (Child.Meta), a task's
+	// (EnqueueArgs.Meta); "" when none.
 	Meta string
 	// Head is, for a task taken in a batch behind its key's head
 	// (TakeArgs.Batch), the head's id; "" otherwise. A batch's tasks come
@@ -187,8 +188,9 @@ func (a TakeArgs) put(v values, safe bool) {
 //	pid           the taking's pid; "" when the task was buried instead
 //	payload       its payload; a stage's: the run's whole hash (field/value
 //	              array), or its number of fields when too big to hand out;
-//	              a child's with metadata: {payload, metadata}. Buried: the
-//	              reason
+//	              a task's or child's with metadata (FieldMeta):
+//	              {payload, metadata}, read by the HMGET that reads the
+//	              payload. Buried: the reason
 //	attempt       failed attempts + 1; 0: past its deadline, -1: cancelled
 //	              where it waited (neither is run). Buried: the queue, id
 //	              pairs of the siblings a failed run's stop took out of
@@ -300,7 +302,7 @@ func decodeTaken(vals []any, a TakeArgs) ([]Taken, LimitWait, error) {
 					t.Run, _ = redis.StringMap(row[payload], nil)
 				}
 			case pair && len(pm) == 2:
-				// A flow child with metadata: {payload, metadata}.
+				// A task or flow child with metadata: {payload, metadata}.
 				t.Payload, _ = redis.Bytes(pm[0], nil)
 				t.Meta, _ = redis.String(pm[1], nil)
 			default:

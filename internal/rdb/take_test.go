@@ -95,6 +95,24 @@ func TestTake(t *testing.T) {
 			},
 		},
 		{
+			name: "a task with metadata: handed out with its payload, the hash unchanged but for the taking",
+			seed: func(t *testing.T, e *env) {
+				e.enqueueTo(t, e.q, &rdb.EnqueueArgs{Meta: `{"traceparent":"00-x"}`}, "t1")
+				e.enqueue(t, "t2")
+			},
+			w: "A", max: 2,
+			want: []taken{{ID: "t1", PID: "1", Payload: "pt1", Attempt: 1, Meta: `{"traceparent":"00-x"}`}, tk("t2", "2")},
+			state: func(e *env) state {
+				return state{
+					e.q.Task("t1"):       active("t1", "A", "1").with("mt", `{"traceparent":"00-x"}`),
+					e.q.Task("t2"):       active("t2", "A", "2"),
+					e.q.WorkerQueue("A"): hash{"1": "t1", "2": "t2"},
+					e.q.Holders:          set{"A"},
+					e.q.Seq:              str("2"),
+				}
+			},
+		},
+		{
 			name: "failed attempts so far: attempt = n + 1, n itself unchanged",
 			seed: func(t *testing.T, e *env) {
 				e.enqueue(t, "t1")

@@ -42,8 +42,11 @@
 --         client closed it: its reply was taken for lost)
 -- ARGV[16] "1": the batch's last step (it deletes the guard)
 -- ARGV[17] the guard's TTL ms
--- ARGV[18..n+17] task ids, in KEYS order;  ARGV[n+18..2n+17] payloads;
--- with "b": ARGV[2n+18..3n+17] per task, the position of its unique lock
+-- ARGV[18] the tasks' metadata ("" = none; opaque, at most MaxMetaBytes
+--         as the client checks), stored beside each payload (F_META) and
+--         handed out with it by the take
+-- ARGV[19..n+18] task ids, in KEYS order;  ARGV[n+19..2n+18] payloads;
+-- with "b": ARGV[2n+19..3n+18] per task, the position of its unique lock
 --         among the declared locks (1-based; 0 = none)
 -- Returns: {n} on success; {-1, holder id} when the one unique key is held;
 -- {-2} when this id was enqueued before with the same payload digest (an
@@ -55,7 +58,7 @@
 -- (1-based) and the id holding its lock (a task earlier in the same call,
 -- maybe).
 local n = tonumber(ARGV[13])
-local first = 18
+local first = 19
 local step = ARGV[15] ~= '' and tonumber(ARGV[15])
 if step and (step > 0 and redis.call('GET', KEYS[#KEYS]) ~= tostring(step - 1) or
     step == 0 and redis.call('EXISTS', KEYS[#KEYS]) == 1) then
@@ -130,6 +133,7 @@ if ARGV[7] ~= '' then extra[#extra + 1] = F_TIMEOUT; extra[#extra + 1] = ARGV[7]
 if ARGV[11] ~= '' then extra[#extra + 1] = F_DEADLINE; extra[#extra + 1] = ARGV[11] end
 if ARGV[12] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[12] end
 if ARGV[14] ~= '' then extra[#extra + 1] = F_PRIORITY; extra[#extra + 1] = ARGV[14] end
+if ARGV[18] ~= '' then extra[#extra + 1] = F_META; extra[#extra + 1] = ARGV[18] end
 if due then extra[#extra + 1] = F_STATE; extra[#extra + 1] = S_SCHEDULED end
 local ids = {}
 for _, i in ipairs(keep) do

@@ -37,6 +37,9 @@
 --         nothing written); each step applied writes its number there, the
 --         batch's last deletes it (mode "add" only). So a client whose reply
 --         was lost closes the guard and reads how far the batch got.
+-- then one more: the new tasks' metadata ("" = none; opaque), stored
+--         beside each one's payload (F_META) and handed out with it by the
+--         take. A merge keeps the waiting task's metadata.
 -- A merge keeps the waiting task's own retention and deadline.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
@@ -89,6 +92,7 @@ if mode == 'into' then
     return {tail, 1}
   end
 end
+local meta = ARGV[16 + 3 * n] or ''
 local merging = mode == 'add' and redis.call('HGET', KEYS[5], 'merge') == '1'
 local entries = {}
 for i = 1, n do
@@ -121,6 +125,7 @@ while i <= n do
     if ARGV[6] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[6]) end
     if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
     if ARGV[11] ~= '' then redis.call('HSET', tkey, F_DEADLINE, ARGV[11]) end
+    if meta ~= '' then redis.call('HSET', tkey, F_META, meta) end
     key_add(tprefix, base, qname, heads, list, okey, id, due)
     out[#out + 1] = id
     out[#out + 1] = 0

@@ -31,8 +31,8 @@
 -- Returns: flat array of one row per id, the layout LAYOUT.TAKEN (takenRow in
 -- take.go): id, pid, payload (for a stage queue the run's whole hash as a
 -- flat field/value array or, past RUN_INLINE fields for the take, its
--- number of fields: the worker reads it; for a child created with metadata
--- {payload, metadata}), attempt, crashes, max attempts ("" = default),
+-- number of fields: the worker reads it; for a task or child created with
+-- metadata {payload, metadata}), attempt, crashes, max attempts ("" = default),
 -- timeout ms (""), parent run id ("" unless a flow child; with batch, for
 -- a task taken behind its key's head, the head's id).
 -- For an id buried instead of handed out, pid is "" and payload is the reason;

@@ -411,7 +411,7 @@ end
 -- later than now, whose data is bad or that has a deadline (it stays for
 -- when it is the head).
 -- Each is {id = id, t = {payload, failures, crashes, max attempts,
--- timeout}}. Reads only. nil when, with safe (a Redis Cluster), a task's
+-- timeout, cancel, deadline, metadata}}. Reads only. nil when, with safe (a Redis Cluster), a task's
 -- hash is on another node (a slot migration). With limit, the batch also
 -- stops before the task whose payload would take used (the bytes the take
 -- holds already) past limit (see payload_past).
@@ -446,7 +446,7 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe, used, limit)
     if limit and payload_past(tprefix, fid, bytes, limit) then
       break
     end
-    local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE)
+    local t = redis.pcall('HMGET', tprefix .. fid, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_CANCEL, F_DEADLINE, F_META)
     if type(t) == 'table' and t.err then
       if safe and string.find(t.err, 'non local key', 1, true) then
         return nil
@@ -458,10 +458,11 @@ local function key_batch_read(tprefix, qname, id, okey, n, safe, used, limit)
       -- head, which ends it as expired if it has passed).
       break
     end
-    if limit and bytes + #t[1] > limit then
+    local size = #t[1] + #(t[8] or '')
+    if limit and bytes + size > limit then
       break
     end
-    bytes = bytes + #t[1]
+    bytes = bytes + size
     out[#out + 1] = {id = fid, t = t}
   end
   return out

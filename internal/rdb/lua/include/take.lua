@@ -125,8 +125,8 @@ end
 -- end's take): the take's own fields (takeFields in take.go) and the tag's
 -- prefixes pfx (prefixFields in keys.go). kind: 'task', 'stage' (the
 -- payload slot holds the run's whole hash, or its number of fields past
--- RUN_INLINE) or 'child' (a child with metadata has {payload, metadata} in
--- the payload slot). maxc (max_crashes): crash limit (0 = none). A task of
+-- RUN_INLINE) or 'child'; a task or child with metadata (F_META) has
+-- {payload, metadata} in the payload slot. maxc (max_crashes): crash limit (0 = none). A task of
 -- a task queue whose deadline (F_DEADLINE) has passed is handed out with
 -- attempt 0: its worker ends it as expired without running it. safe: see
 -- below. levels > 0: the queue has priority levels 1..levels, the lists
@@ -168,11 +168,17 @@ local function take_tasks(k, argv, L)
   -- out with attempt -1: its worker does not run it, and its end finds the
   -- mark (or its run ended) and ends it as cancelled. A run's stands for
   -- its status (see below).
-  local ci = 8
+  -- mi: the index of F_META, the task's metadata (a flow child's, from
+  -- its fan-out; a task's, from its enqueue), read by the same HMGET: a
+  -- task with metadata has {payload, metadata} in its payload slot. A run
+  -- (a stage's take) hands out its whole hash instead.
+  local ci, mi = 8, 9
   if kind == 'child' then
-    ci = 9
+    ci, mi = 9, 8
+  elseif kind == 'stage' then
+    mi = nil
   elseif batch > 0 then
-    ci = 9
+    ci, mi = 9, 10
   end
   local wait
   if limited then
@@ -247,9 +253,9 @@ local function take_tasks(k, argv, L)
     end
     redis.call('PUBLISH', pfx.wake .. string.sub(k.waiting, #pfx.queue + 1), nback)
   end
-  -- The tasks' data, at most TAKE_BYTES of payloads (and children's
-  -- metadata): from the first task past it on, the tasks go back (not
-  -- read when payload_past tells beforehand).
+  -- The tasks' data, at most TAKE_BYTES of payloads (and metadata): from
+  -- the first task past it on, the tasks go back (not read when
+  -- payload_past tells beforehand).
   local bytes, past = 0, nil
   for i, id in ipairs(ids) do
     local t
@@ -270,9 +276,9 @@ local function take_tasks(k, argv, L)
       end
     elseif batch > 0 then
       -- A batch head's key (F_KEY) finds the tasks behind it.
-      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY, F_CANCEL)
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_KEY, F_CANCEL, F_META)
     else
-      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_CANCEL)
+      t = redis.pcall('HMGET', k.tprefix .. id, F_PAYLOAD, F_FAILURES, F_CRASHES, F_MAX_ATTEMPTS, F_TIMEOUT, F_PARENT, F_DEADLINE, F_CANCEL, F_META)
     end
     if safe and type(t) == 'table' and t.err and string.find(t.err, 'non local key', 1, true) then
       return nil, 'moved'
@@ -297,8 +303,8 @@ local function take_tasks(k, argv, L)
     data[i] = t
     if type(t) == 'table' and not t.err then
       bytes = bytes + #(t[1] or '')
-      if kind == 'child' then
-        bytes = bytes + #(t[8] or '')
+      if mi then
+        bytes = bytes + #(t[mi] or '')
       end
     end
     if i > 1 and bytes > TAKE_BYTES then
@@ -331,7 +337,7 @@ local function take_tasks(k, argv, L)
           return nil, 'moved'
         end
         for _, m in ipairs(f) do
-          bytes = bytes + #m.t[1]
+          bytes = bytes + #m.t[1] + #(m.t[8] or '')
         end
         fol[i] = f
         nfol = nfol + #f
@@ -428,8 +434,8 @@ local function take_tasks(k, argv, L)
         else
           payload = n -- too big to hand out here: read by the worker
         end
-      elseif kind == 'child' and t[8] then
-        payload = {t[1], t[8]} -- a child with metadata: {payload, metadata}
+      elseif mi and t[mi] then
+        payload = {t[1], t[mi]} -- a task with metadata: {payload, metadata}
       else
         payload = t[1]
       end
@@ -470,7 +476,11 @@ local function take_tasks(k, argv, L)
           if limited then starts[#starts + 1] = spid end
           fids[#fids + 1] = m.id
           -- (Its parent field: the batch's head.)
-          taken_row(m.id, spid, m.t[1], (tonumber(m.t[2]) or 0) + 1, tonumber(m.t[3]) or 0, m.t[4] or '',
+          local fp = m.t[1]
+          if m.t[8] then
+            fp = {m.t[1], m.t[8]} -- with its metadata, as a head's
+          end
+          taken_row(m.id, spid, fp, (tonumber(m.t[2]) or 0) + 1, tonumber(m.t[3]) or 0, m.t[4] or '',
             m.t[5] or '', id)
         end
         redis.call('HSET', tkey, F_BATCH, table.concat(fids, ' '))
