@@ -212,6 +212,14 @@ type EnqueueOpts struct {
 	// first. Default: the enqueue time in unix milliseconds (Redis time).
 	// Only with Key.
 	Score float64
+	// Meta is stored with the task, beside its payload, and handed to its
+	// handler as Task.Meta (and to a remote worker as Taking.Meta):
+	// propagation headers such as a trace context (contrib/otel sets it),
+	// kept out of the payload, which is stored and shown as given. Every
+	// task of an EnqueueBatch gets the same. With Key, a task merged into
+	// a waiting one (KeyPolicy.Merge) keeps that task's. At most
+	// MaxMetaBytes once encoded; no empty name.
+	Meta map[string]string
 }
 
 // zero reports whether o asks for nothing (nil, or every field unset): such
@@ -223,7 +231,7 @@ func (o *EnqueueOpts) zero() bool {
 	}
 	return o.Delay == 0 && o.At.IsZero() && o.MaxAttempts == 0 && o.Timeout == 0 && o.UniqueKey == "" &&
 		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0 && o.Priority == 0 &&
-		o.Key == "" && o.Score == 0
+		o.Key == "" && o.Score == 0 && len(o.Meta) == 0
 }
 
 // MaxPriority is the highest EnqueueOpts.Priority.
@@ -260,6 +268,11 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		return nil, invalid("EnqueueOpts.Priority", "(%d) must be between 0 and %d", o.Priority, MaxPriority)
 	}
 	a.Priority = o.Priority
+	meta, err := encodeMeta("EnqueueOpts.Meta", o.Meta)
+	if err != nil {
+		return nil, err
+	}
+	a.Meta = meta
 	if o.Delay > 0 {
 		a.DelayMillis = max(o.Delay.Milliseconds(), 1)
 	}

@@ -655,6 +655,8 @@ func TestEnqueueOptsEveryFieldCounts(t *testing.T) {
 			f.SetFloat(1)
 		case reflect.Slice:
 			f.Set(reflect.MakeSlice(f.Type(), 0, 0))
+		case reflect.Map: // Meta
+			f.Set(reflect.ValueOf(map[string]string{"k": "v"}))
 		case reflect.Struct: // time.Time
 			f.Set(reflect.ValueOf(time.Unix(1, 0)))
 		default:

@@ -4,8 +4,9 @@ import (
 	"encoding/json"
 )
 
-// MaxMetaBytes is the most metadata (RunOpts.Meta, ChildSpec.Meta) one run
-// or child may carry, in bytes once encoded (as a JSON object).
+// MaxMetaBytes is the most metadata (RunOpts.Meta, ChildSpec.Meta,
+// EnqueueOpts.Meta) one run, child or task may carry, in bytes once encoded
+// (as a JSON object).
 const MaxMetaBytes = 4096
 
 // encodeMeta checks metadata given in field and encodes it as it is stored
@@ -30,8 +31,8 @@ func encodeMeta(field string, m map[string]string) (string, error) {
 }
 
 // decodeMeta decodes stored metadata; nil when there is none, or when it
-// cannot be read (metadata is advisory: a run or child whose metadata is
-// damaged still runs, without it).
+// cannot be read (metadata is advisory: a run, child or task whose
+// metadata is damaged still runs, without it).
 func decodeMeta(s string) map[string]string {
 	if s == "" {
 		return nil

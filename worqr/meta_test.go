@@ -169,3 +169,108 @@ func TestChildMetaChecked(t *testing.T) {
 		t.Errorf("failed run: error %q, children %v", info.LastError, info.Children)
 	}
 }
+
+// A plain task's metadata (EnqueueOpts.Meta) is stored beside its payload
+// and reaches its handler as Task.Meta, the payload as given: through
+// Enqueue, EnqueueBatch (every task), a keyed enqueue (every task of a
+// KeyBatch too) and a delayed one. A task without
+// has none. Bad metadata is refused with the field named.
+func TestEnqueueMetaReachesHandler(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, bad := range []map[string]string{{"": "x"}, {"k": strings.Repeat("x", worqr.MaxMetaBytes)}} {
+		if _, err := c.Enqueue(ctx, "mq", []byte("p"), &worqr.EnqueueOpts{Meta: bad}); err == nil || !strings.Contains(err.Error(), "EnqueueOpts.Meta") {
+			t.Errorf("Enqueue with bad meta: %v, want an error naming EnqueueOpts.Meta", err)
+		}
+		if _, err := c.EnqueueBatch(ctx, "mq", [][]byte{[]byte("p")}, &worqr.EnqueueOpts{Meta: bad}); err == nil || !strings.Contains(err.Error(), "EnqueueOpts.Meta") {
+			t.Errorf("EnqueueBatch with bad meta: %v, want an error naming EnqueueOpts.Meta", err)
+		}
+	}
+
+	type seen struct {
+		payload string
+		meta    map[string]string
+	}
+	var (
+		mu  sync.Mutex
+		got = map[string]seen{}
+	)
+	handle := func(_ context.Context, t *worqr.Task) error {
+		mu.Lock()
+		defer mu.Unlock()
+		got[string(t.Payload)] = seen{string(t.Payload), t.Meta}
+		return nil
+	}
+	batch := func(_ context.Context, b *worqr.Batch) error {
+		for _, t := range b.Tasks {
+			_ = handle(nil, t)
+		}
+		return nil
+	}
+	cfg := fastTimings(ns)
+	cfg.Queues = map[string]worqr.QueueConfig{
+		"mq": {Concurrency: 4, Retention: time.Minute, Handler: worqr.HandlerFunc(handle)},
+		"mk": {Concurrency: 1, KeyBatch: 3, BatchHandler: worqr.BatchHandlerFunc(batch)},
+	}
+
+	m1 := map[string]string{"traceparent": "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "tenant": "t1"}
+	m2 := map[string]string{"b": "2"}
+	id, err := c.Enqueue(ctx, "mq", []byte("one"), &worqr.EnqueueOpts{Meta: m1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = id
+	if _, err := c.EnqueueBatch(ctx, "mq", [][]byte{[]byte("b1"), []byte("b2")}, &worqr.EnqueueOpts{Meta: m2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "mq", []byte("late"), &worqr.EnqueueOpts{Meta: m2, Delay: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Enqueue(ctx, "mq", []byte("plain"), nil); err != nil {
+		t.Fatal(err)
+	}
+	// Keyed, enqueued before the worker starts: k1 heads a batch of three.
+	for i, p := range []string{"k1", "k2", "k3"} {
+		o := &worqr.EnqueueOpts{Key: "K", Meta: map[string]string{"k": p}}
+		if i == 2 {
+			o.Meta = nil
+		}
+		if _, err := c.Enqueue(ctx, "mk", []byte(p), o); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w, err := worqr.NewWorker(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	})
+	want := map[string]seen{
+		"one": {"one", m1}, "b1": {"b1", m2}, "b2": {"b2", m2}, "late": {"late", m2}, "plain": {"plain", nil},
+		"k1": {"k1", map[string]string{"k": "k1"}}, "k2": {"k2", map[string]string{"k": "k2"}}, "k3": {"k3", nil},
+	}
+	wait(t, 10*time.Second, "every task to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == len(want)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("handlers saw\n %v\nwant\n %v", got, want)
+	}
+}

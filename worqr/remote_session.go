@@ -136,9 +136,14 @@ type Taking struct {
 	// merged into the same task, is left as it was stored).
 	Type string
 	// TraceParent and TraceState are the W3C trace context of a task
-	// enqueued with tracing on (contrib/otel's Enqueue): Payload is then
-	// the payload as it was given.
+	// enqueued with tracing on (contrib/otel's Enqueue): from its Meta
+	// (keys traceparent and tracestate), or from the envelope an earlier
+	// version put around the payload (Payload is then the payload as it
+	// was given).
 	TraceParent, TraceState string
+	// Meta is the task's metadata (EnqueueOpts.Meta, or a flow child's
+	// ChildSpec.Meta), as Task.Meta; nil when none.
+	Meta map[string]string
 	// Attempt is 1 on the first run, plus the failed attempts before.
 	Attempt     int
 	MaxAttempts int
@@ -188,6 +193,9 @@ func (k *Taking) size() int {
 		len(k.Type) + len(k.TraceParent) + len(k.TraceState)
 	for _, p := range k.Payloads {
 		n += 16 + len(p.Data)
+	}
+	for f, v := range k.Meta {
+		n += 8 + len(f) + len(v)
 	}
 	for f, v := range k.State {
 		n += 8 + len(f) + len(v)
@@ -555,6 +563,12 @@ func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
 		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
 	}
 	remotePayload(&k)
+	if t.Meta != "" {
+		k.Meta = decodeMeta(t.Meta)
+		if k.TraceParent == "" && k.Meta["traceparent"] != "" {
+			k.TraceParent, k.TraceState = k.Meta["traceparent"], k.Meta["tracestate"]
+		}
+	}
 	if t.MaxAttempts > 0 {
 		k.MaxAttempts = t.MaxAttempts
 	}

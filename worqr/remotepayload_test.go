@@ -31,3 +31,25 @@ func TestRemoteMergedTypedPayloadsAreUnwrapped(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A remote (gateway) worker gets a task's metadata (EnqueueOpts.Meta) as
+// Taking.Meta, and the trace context in it as TraceParent and TraceState,
+// the payload as given.
+func TestRemoteTakingCarriesMeta(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"rmeta": {}}})
+	s := open(t, b, "rmeta")
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	meta := map[string]string{"traceparent": tp, "tracestate": "a=1", "tenant": "t1"}
+	if _, err := b.client.Enqueue(ctx, "rmeta", []byte("p"), &worqr.EnqueueOpts{Meta: meta}); err != nil {
+		t.Fatal(err)
+	}
+	k := takeOne(t, s, "rmeta", 0)
+	if string(k.Payload) != "p" || k.Meta["tenant"] != "t1" || k.TraceParent != tp || k.TraceState != "a=1" {
+		t.Errorf("taking: payload %q meta %v traceparent %q tracestate %q; want p, the meta, its trace context",
+			k.Payload, k.Meta, k.TraceParent, k.TraceState)
+	}
+	if _, err := s.Finish(ctx, k.PID, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -28,9 +28,9 @@ type Task struct {
 	Crashes int
 	// Type is the task's type when a Mux routed it ("" otherwise).
 	Type string
-	// Meta is the metadata the task was created with: for a flow child,
-	// its ChildSpec.Meta (nil when none). Tasks of stand-alone queues have
-	// none. A handler may read it; changes are not stored.
+	// Meta is the metadata the task was created with: its
+	// EnqueueOpts.Meta, or for a flow child its ChildSpec.Meta (nil when
+	// none). A handler may read it; changes are not stored.
 	Meta map[string]string
 
 	pid    string
