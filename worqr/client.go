@@ -804,6 +804,7 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		Payload:         payload,
 		Key:             key,
 		Payloads:        payloads,
+		Meta:            decodeMeta(r.Meta),
 		State:           TaskState(r.State),
 		Failures:        r.Failures,
 		Crashes:         r.Crashes,

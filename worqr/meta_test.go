@@ -173,7 +173,7 @@ func TestChildMetaChecked(t *testing.T) {
 // A plain task's metadata (EnqueueOpts.Meta) is stored beside its payload
 // and reaches its handler as Task.Meta, the payload as given: through
 // Enqueue, EnqueueBatch (every task), a keyed enqueue (every task of a
-// KeyBatch too) and a delayed one. A task without
+// KeyBatch too) and a delayed one; Inspector.Task shows it. A task without
 // has none. Bad metadata is refused with the field named.
 func TestEnqueueMetaReachesHandler(t *testing.T) {
 	t.Parallel()
@@ -185,6 +185,7 @@ func TestEnqueueMetaReachesHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
 	for _, bad := range []map[string]string{{"": "x"}, {"k": strings.Repeat("x", worqr.MaxMetaBytes)}} {
 		if _, err := c.Enqueue(ctx, "mq", []byte("p"), &worqr.EnqueueOpts{Meta: bad}); err == nil || !strings.Contains(err.Error(), "EnqueueOpts.Meta") {
 			t.Errorf("Enqueue with bad meta: %v, want an error naming EnqueueOpts.Meta", err)
@@ -226,7 +227,10 @@ func TestEnqueueMetaReachesHandler(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = id
+	info, err := in.Task(ctx, "mq", id)
+	if err != nil || string(info.Payload) != "one" || !reflect.DeepEqual(info.Meta, m1) {
+		t.Fatalf("Inspector.Task: %+v, %v; want payload one and meta %v", info, err, m1)
+	}
 	if _, err := c.EnqueueBatch(ctx, "mq", [][]byte{[]byte("b1"), []byte("b2")}, &worqr.EnqueueOpts{Meta: m2}); err != nil {
 		t.Fatal(err)
 	}

@@ -119,7 +119,10 @@ type TaskInfo struct {
 	// Key and Payloads are as in Task (tasks enqueued with a Key).
 	Key      string
 	Payloads []Payload
-	State    TaskState
+	// Meta is the task's metadata (EnqueueOpts.Meta, or a flow child's
+	// ChildSpec.Meta), as its handler gets it in Task.Meta; nil when none.
+	Meta  map[string]string
+	State TaskState
 	// Failures counts failed attempts so far.
 	Failures int
 	// Crashes counts runs lost to a dead worker.

@@ -34,6 +34,7 @@ type TaskRecord struct {
 	RetentionMs     int64  // the task's own retention, 0 = the queue's
 	Parent          string // a flow child's run
 	RunStatus       string // a flow run's status
+	Meta            string // the task's (or child's, or run's) metadata, "" when none
 }
 
 func atoi64(s string) int64 {
@@ -47,7 +48,7 @@ func atoi64(s string) int64 {
 // recordFields are the fields of a task hash DecodeTask reads.
 var recordFields = []any{FieldPayload, FieldState, FieldFailures, FieldCrashes, FieldCancel, FieldWorker, FieldPID,
 	FieldError, FieldDeadReason, FieldDeadAt, FieldDeadWorker, FieldResult, FieldProgress, FieldFinishedAt,
-	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus}
+	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus, FieldMeta}
 
 // DecodeTask reads a task hash (the fields of recordFields); nil when m is
 // empty (no such task).
@@ -73,6 +74,7 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		Parent:          m[FieldParent],
 		RunStatus:       m[FieldRunStatus],
 		Progress:        m[FieldProgress],
+		Meta:            m[FieldMeta],
 	}
 	if s := m[FieldState]; s != "" {
 		r.State = s
