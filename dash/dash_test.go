@@ -1124,6 +1124,32 @@ func TestTaskPageShowsTheType(t *testing.T) {
 	}
 }
 
+// The task page shows a task's metadata (EnqueueOpts.Meta) apart from its
+// payload, which it shows as enqueued; escaped.
+func TestTaskPageShowsTheMeta(t *testing.T) {
+	e := newEnv(t, nil)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	id, err := e.client.Enqueue(context.Background(), "mail", []byte("hi"),
+		&worqr.EnqueueOpts{Meta: map[string]string{"traceparent": tp, "x": "<b>"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get("/task?id=" + id)
+	if !strings.Contains(body, `id="task-meta"><div>traceparent: `+tp+`</div><div>x: &lt;b&gt;</div></dd>`) {
+		t.Fatalf("the task page does not show the metadata:\n%s", body)
+	}
+	if !strings.Contains(body, `id="payload">hi</pre>`) {
+		t.Fatalf("the payload is not shown as enqueued:\n%s", body)
+	}
+	plain, err := e.client.Enqueue(context.Background(), "mail", []byte("hi"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, body := e.get("/task?id=" + plain); strings.Contains(body, "task-meta") {
+		t.Fatal("a task without metadata shows a Metadata row")
+	}
+}
+
 func TestUntil(t *testing.T) {
 	now := time.Now()
 	for _, c := range []struct {

@@ -385,6 +385,21 @@ func TestTaskGet(t *testing.T) {
 	if r.code != 1 || r.out != "" || !strings.Contains(r.err, "not found") {
 		t.Errorf("unknown task: exit %d, stdout %q, stderr %q", r.code, r.out, r.err)
 	}
+	// Metadata is shown apart from the payload, which is as enqueued.
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	mid, err := b.client.Enqueue(context.Background(), "emails", []byte("hi"), &worqr.EnqueueOpts{Meta: map[string]string{"traceparent": tp}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = taskJSON{}
+	if out := b.ok("", "task", "get", "emails", mid, "-o", "json"); json.Unmarshal([]byte(out), &got) != nil ||
+		deref(got.Payload) != "hi" || got.Meta["traceparent"] != tp {
+		t.Errorf("task with metadata: %s", out)
+	}
+	table = b.ok("", "task", "get", mid)
+	if !strings.Contains(table, `traceparent="`+tp+`"`) || !regexp.MustCompile(`(?m)^payload +hi$`).MatchString(table) {
+		t.Errorf("task with metadata, table:\n%s", table)
+	}
 }
 
 func TestTaskRetryDeleteAndCancel(t *testing.T) {

@@ -5,6 +5,8 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -32,10 +34,13 @@ type taskJSON struct {
 	DueAt           *string `json:"due_at"`
 	FinishedAt      *string `json:"finished_at"`
 	Deadline        *string `json:"deadline"`
-	Payload         *string `json:"payload,omitempty"`
-	PayloadBase64   *string `json:"payload_base64,omitempty"`
-	Result          *string `json:"result,omitempty"`
-	ResultBase64    *string `json:"result_base64,omitempty"`
+	// Meta is the task's metadata (EnqueueOpts.Meta: a trace context...),
+	// apart from its payload; absent when none.
+	Meta          map[string]string `json:"meta,omitempty"`
+	Payload       *string           `json:"payload,omitempty"`
+	PayloadBase64 *string           `json:"payload_base64,omitempty"`
+	Result        *string           `json:"result,omitempty"`
+	ResultBase64  *string           `json:"result_base64,omitempty"`
 
 	raw []byte
 }
@@ -56,13 +61,32 @@ func taskOf(t *worqr.TaskInfo) taskJSON {
 	j := taskJSON{ID: t.ID, Queue: t.Queue, State: string(t.State), Failures: t.Failures, Crashes: t.Crashes,
 		LastError: t.LastError, DeadReason: t.DeadReason, DiedAt: jsonTime(t.DiedAt), DiedOn: t.DiedOn,
 		Worker: t.WorkerID, PID: t.PID, CancelRequested: t.CancelRequested, EnqueuedAt: jsonTime(t.EnqueuedAt),
-		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), Deadline: jsonTime(t.Deadline), raw: t.Payload}
+		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), Deadline: jsonTime(t.Deadline), Meta: t.Meta,
+		raw: t.Payload}
 	j.Payload, j.PayloadBase64 = bytesJSON(t.Payload)
 	j.Result, j.ResultBase64 = bytesJSON(t.Result)
 	return j
 }
 
 func (t taskJSON) preview() string { return preview(t.raw, 60) }
+
+// metaText shows metadata on one line, name=value pairs by name ("-" for
+// none).
+func metaText(m map[string]string) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	parts := make([]string, len(names))
+	for i, k := range names {
+		parts[i] = k + "=" + strconv.Quote(m[k])
+	}
+	return strings.Join(parts, " ")
+}
 
 func deref(s *string) string {
 	if s == nil {
@@ -91,7 +115,8 @@ func (a *app) taskGetCmd() *cobra.Command {
 		Use:   "get <queue> <id> | get <id>",
 		Short: "what Redis holds about one task",
 		Long: `Prints what Redis holds about one task: state, failures, crashes, last error,
-why and when it died, its worker while it runs, times, payload and result.
+why and when it died, its worker while it runs, times, metadata (a trace
+context...), payload and result.
 With only an id it looks in every known queue.
 
 A task that is not found (it never existed, or it ended and its record is
@@ -148,7 +173,8 @@ error: nothing on stdout, exit 1.`,
 			"crashes", itoa(j.Crashes), "last_error", orDash(j.LastError), "dead_reason", orDash(j.DeadReason),
 			"died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn), "worker", orDash(j.Worker), "pid", orDash(j.PID),
 			"cancel_requested", yesNo(j.CancelRequested), "enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt),
-			"finished_at", when(t.FinishedAt), "deadline", when(t.Deadline), "payload", payload, "result", result)
+			"finished_at", when(t.FinishedAt), "deadline", when(t.Deadline), "meta", metaText(j.Meta),
+			"payload", payload, "result", result)
 	})
 	return cmd
 }
