@@ -4,28 +4,40 @@
 // it (each stage, each fan-out child).
 //
 // Enqueue (and EnqueueBatch) start a "<queue> send" span (kind Producer)
-// and store its context with the task by wrapping the payload in a small
-// envelope:
+// and store its context with the task in the task's metadata
+// (worqr.EnqueueOpts.Meta: keys traceparent and tracestate, W3C Trace
+// Context written by propagation.TraceContext, beside any metadata of the
+// caller's), not in its payload: the payload is stored, handed to the
+// handler and shown by Inspector.Task and the operator tools as it was
+// given. Middleware, given to WorkerConfig.Middleware, reads it from
+// Task.Meta and runs the handler in a "<queue> process" span (kind
+// Consumer).
+//
+// A task of an ordered queue (EnqueueOpts.Key) is the exception: a task
+// may merge the payloads of several enqueues (KeyPolicy.Merge), each with
+// its own span context, and holds one metadata, so the context of a keyed
+// enqueue still travels in a small envelope around the payload:
 //
 //	"\x00wqh:" + traceparent [+ "\n" + tracestate] + "\x00" + payload
 //
-// (W3C Trace Context, written by propagation.TraceContext). Middleware,
-// given to WorkerConfig.Middleware, removes the envelope before the
-// handler runs, so the handler (a worqr.Mux included: a typed payload sits
-// inside the envelope) sees the payload as it was given, and runs it in a
-// "<queue> process" span (kind Consumer).
+// which Middleware removes before the handler runs (a worqr.Mux included:
+// a typed payload sits inside the envelope). Tasks enqueued with an
+// envelope by an earlier version of this package are read the same way,
+// so a rolling upgrade keeps their traces.
 //
 // The consumer span is a child of the producer span and also links to it.
 // The OpenTelemetry messaging conventions ask for the link; a worqr task is
 // processed on its own (not in a batch), so making it the child as well
 // puts enqueue and every run of the task (retries included) in one trace,
 // which is what one wants to see when following a task. A task enqueued
-// without an envelope (by Client.Enqueue, or while no span context was at
-// hand) gets a root consumer span.
+// without a span context (by Client.Enqueue, or while none was at hand)
+// gets a root consumer span.
 //
-// The envelope adds about 60 bytes (more with a tracestate) to the payload,
-// counted against Config.MaxPayloadBytes, and it is what Inspector.Task and the
-// operator tools show as the payload; Unwrap removes it.
+// The trace context adds about 60 bytes (more with a tracestate) to the
+// task's metadata, counted against worqr.MaxMetaBytes with the caller's
+// own. The envelope of a keyed task adds as much to its payload, counted
+// against Config.MaxPayloadBytes, and is what Inspector.Task and the
+// operator tools show as its payload; Unwrap removes it.
 //
 // Flow runs are traced as one trace. StartRun starts a "<flow> send" span
 // (kind Producer) and stores its context with the run, in the run's
@@ -40,10 +52,11 @@
 // the stages are its children and the fan-out children are their
 // stage's children. Metadata costs no payload bytes and nothing on a
 // plain queue's take. A run started by Client.StartRun gets a root span
-// per stage; its children are still under their stage's span. Stages and
-// children served by remote workers (the gateway) are not traced; a task
-// of Enqueue served by a remote worker reaches it as its payload, with the
-// producer span's context as the taking's TraceParent.
+// per stage; its children are still under their stage's span. Stages
+// served by remote workers (the gateway) are not traced; a task of
+// Enqueue (or a child) served by a remote worker reaches it with the
+// context of the producer span (or of its stage's) as the taking's
+// TraceParent and TraceState.
 package otelworqr
 
 import (
@@ -118,6 +131,37 @@ func wrap(ctx context.Context, payload []byte) []byte {
 	return append(out, payload...)
 }
 
+// carry stores the span context of ctx with an enqueue: in a copy of opts
+// whose Meta holds it beside the caller's own (traceparent, tracestate),
+// or, for a task of an ordered queue (opts.Key: merged tasks hold one
+// metadata for several enqueues), in an envelope around payload. Without a
+// valid span context in ctx, payload and opts are returned as they are.
+func carry(ctx context.Context, payload []byte, opts *worqr.EnqueueOpts) ([]byte, *worqr.EnqueueOpts) {
+	if opts != nil && opts.Key != "" {
+		return wrap(ctx, payload), opts
+	}
+	c := propagation.MapCarrier{}
+	prop.Inject(ctx, c)
+	if c.Get("traceparent") == "" {
+		return payload, opts
+	}
+	var o worqr.EnqueueOpts
+	if opts != nil {
+		o = *opts
+	}
+	meta := make(map[string]string, len(o.Meta)+len(c))
+	for k, v := range o.Meta {
+		if k != "traceparent" && k != "tracestate" {
+			meta[k] = v
+		}
+	}
+	for k, v := range c {
+		meta[k] = v
+	}
+	o.Meta = meta
+	return payload, &o
+}
+
 // split returns the carrier and the inner payload of an enveloped payload.
 func split(p []byte) (carrier propagation.MapCarrier, payload []byte, ok bool) {
 	rest, found := bytes.CutPrefix(p, []byte(mark))
@@ -147,23 +191,26 @@ func Unwrap(p []byte) []byte {
 
 // Enqueue enqueues payload on queue as client.Enqueue does, in a producer
 // span ("<queue> send") of tp (the global TracerProvider when nil) whose
-// context is stored with the task (see the package documentation).
+// context is stored with the task, in its metadata (see the package
+// documentation). opts is not changed: its Meta, if any, is copied with
+// the context added (a traceparent or tracestate in it is replaced).
 //
-// With EnqueueOpts.ID, an enqueue repeated after its reply was lost carries
-// another span context, hence another payload, which Client.Enqueue refuses
-// with ErrDuplicate; Enqueue then reads the task with in (an Inspector of
-// the client's namespace) and, when it holds the same payload (envelope
-// aside), returns its id without an error, as Client.Enqueue would have.
-// Once the task is no longer readable (after its Retention), or with a nil
-// in, the ErrDuplicate stands. in is read only then: nil is fine without
-// EnqueueOpts.ID.
+// With EnqueueOpts.ID, an enqueue repeated after its reply was lost holds
+// the same payload, and Client.Enqueue answers it with the same id (the
+// metadata, another span context, is not compared). in (an Inspector of
+// the client's namespace) serves a task enqueued by an earlier version of
+// this package, whose span context was in its payload: a repeat then
+// carried another payload, refused with ErrDuplicate; Enqueue reads the
+// task and, when it holds the same payload (envelope aside), returns its
+// id without an error. in is read only then: nil is fine.
 func Enqueue(ctx context.Context, client *worqr.Client, in *worqr.Inspector, queue string, payload []byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) (string, error) {
 	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(sendAttrs(queue)...))
 	defer span.End()
-	id, err := client.Enqueue(ctx, queue, wrap(ctx, payload), opts)
+	payload, opts = carry(ctx, payload, opts)
+	id, err := client.Enqueue(ctx, queue, payload, opts)
 	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" && in != nil {
-		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), payload) {
+		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), Unwrap(payload)) {
 			id, err = opts.ID, nil
 		}
 	}
@@ -177,16 +224,21 @@ func Enqueue(ctx context.Context, client *worqr.Client, in *worqr.Inspector, que
 
 // EnqueueBatch enqueues payloads on queue as client.EnqueueBatch does, in
 // one producer span ("<queue> send", with messaging.batch.message_count)
-// whose context is stored with every task.
+// whose context is stored with every task, in its metadata (as Enqueue).
 func EnqueueBatch(ctx context.Context, client *worqr.Client, queue string, payloads [][]byte, opts *worqr.EnqueueOpts, tp trace.TracerProvider) ([]string, error) {
 	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(append(sendAttrs(queue), semconv.MessagingBatchMessageCount(len(payloads)))...))
 	defer span.End()
-	wrapped := make([][]byte, len(payloads))
-	for i, p := range payloads {
-		wrapped[i] = wrap(ctx, p)
+	if opts != nil && opts.Key != "" {
+		wrapped := make([][]byte, len(payloads))
+		for i, p := range payloads {
+			wrapped[i] = wrap(ctx, p)
+		}
+		payloads = wrapped
+	} else {
+		_, opts = carry(ctx, nil, opts)
 	}
-	ids, err := client.EnqueueBatch(ctx, queue, wrapped, opts)
+	ids, err := client.EnqueueBatch(ctx, queue, payloads, opts)
 	if err != nil {
 		fail(span, err)
 		return nil, err
@@ -210,10 +262,11 @@ func fail(span trace.Span, err error) {
 
 // Middleware returns a worqr.Middleware that runs each task in a consumer
 // span ("<queue> process") of tp (the global TracerProvider when nil),
-// child of and linked to the producer span stored by Enqueue (for a flow
-// child: the span of the stage that fanned it out, from the child's
-// metadata; see StageMiddleware), and hands the handler the payload
-// without the envelope. A handler's error is recorded
+// child of and linked to the producer span stored by Enqueue, read from
+// the task's metadata (Task.Meta; for a flow child: the span of the stage
+// that fanned it out, see StageMiddleware) or from the envelope around
+// the payload (a keyed task, or one enqueued by an earlier version), and
+// hands the handler the payload without the envelope. A handler's error is recorded
 // on the span and sets its status to Error; worqr.ErrGiveBack does not (the
 // span gets worqr.gave_back=true instead). A panic is recorded too, and
 // goes on up to the worker; a handler that ends its goroutine with
@@ -253,8 +306,9 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 				meta = carrier
 			}
 			if t.Meta["traceparent"] != "" {
-				// A flow child: the context of the stage that fanned it out,
-				// in the child's metadata (see StageMiddleware).
+				// A task of Enqueue: the producer span's context; a flow
+				// child: the context of the stage that fanned it out (see
+				// StageMiddleware). In the task's metadata.
 				meta = t.Meta
 			}
 			var links []trace.SpanStartOption
@@ -274,10 +328,17 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 					if bt == t {
 						continue
 					}
-					if carrier, inner, ok := split(bt.Payload); ok {
+					var carrier propagation.MapCarrier
+					if c, inner, ok := split(bt.Payload); ok {
 						orig, bt := bt.Payload, bt
 						bt.Payload = inner
 						defer func() { bt.Payload = orig }()
+						carrier = c
+					}
+					if bt.Meta["traceparent"] != "" {
+						carrier = bt.Meta
+					}
+					if carrier != nil {
 						if sc := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); sc.IsValid() && !linked[sc.SpanID()] {
 							linked[sc.SpanID()] = true
 							opts = append(opts, trace.WithLinks(trace.Link{SpanContext: sc}))

@@ -1,7 +1,6 @@
 package otelworqr_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"strings"
@@ -157,13 +156,14 @@ func TestEnqueueThenProcess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The stored payload carries the envelope; Unwrap removes it.
+	// The payload is stored as given; the span context is in the task's
+	// metadata.
 	info, err := e.in.Task(context.Background(), "q", id)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.HasPrefix(info.Payload, []byte("\x00wqh:00-")) || string(otelworqr.Unwrap(info.Payload)) != "hello" {
-		t.Errorf("stored payload %q: want the envelope around %q", info.Payload, "hello")
+	if string(info.Payload) != "hello" || !strings.HasPrefix(info.Meta["traceparent"], "00-") {
+		t.Errorf("stored payload %q, meta %v: want %q as given and a traceparent in the metadata", info.Payload, info.Meta, "hello")
 	}
 
 	ch := make(chan seen, 1)
@@ -386,6 +386,49 @@ func TestEnqueueBatch(t *testing.T) {
 		if len(s.Links()) != 1 || s.Links()[0].SpanContext.SpanID() != prod.SpanContext().SpanID() {
 			t.Errorf("consumer links %v, want the batch's send span", s.Links())
 		}
+	}
+}
+
+// A task enqueued by an earlier version carries its span context in an
+// envelope around its payload: its trace goes on across a rolling upgrade,
+// and the handler sees the payload without it.
+func TestEnvelopeOfAnEarlierVersionStillTraced(t *testing.T) {
+	e := setup(t)
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	id, err := e.client.Enqueue(context.Background(), "q", []byte("\x00wqh:"+tp+"\x00old"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan seen, 1)
+	e.worker("q", worqr.QueueConfig{Handler: recorder(ch, nil)})
+	if got := receive(t, ch); string(got.payload) != "old" {
+		t.Errorf("handler saw %q, want the payload out of its envelope", got.payload)
+	}
+	cons := e.spans("q process", 1)[0]
+	if cons.Parent().SpanID().String() != "00f067aa0ba902b7" || cons.SpanContext().TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" {
+		t.Errorf("consumer span: trace %v parent %v; want the envelope's", cons.SpanContext().TraceID(), cons.Parent().SpanID())
+	}
+	attrs(t, cons, attribute.String("messaging.message.id", id))
+}
+
+// The caller's own metadata goes with the span context; the payload and
+// the caller's options are left as given.
+func TestEnqueueKeepsTheCallersMeta(t *testing.T) {
+	e := setup(t)
+	opts := &worqr.EnqueueOpts{Meta: map[string]string{"tenant": "t1"}}
+	ids, err := otelworqr.EnqueueBatch(context.Background(), e.client, "q", [][]byte{[]byte("a")}, opts, e.tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(opts.Meta) != 1 {
+		t.Errorf("the caller's EnqueueOpts.Meta was changed: %v", opts.Meta)
+	}
+	info, err := e.in.Task(context.Background(), "q", ids[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(info.Payload) != "a" || info.Meta["tenant"] != "t1" || info.Meta["traceparent"] == "" {
+		t.Errorf("stored payload %q meta %v; want a, the caller's tenant and a traceparent", info.Payload, info.Meta)
 	}
 }
 
