@@ -7,8 +7,10 @@ import (
 
 // traceMark starts a payload that carries a trace context: contrib/otel's
 // Enqueue writes "\x00wqh:" + traceparent [+ "\n" + tracestate] + "\x00" +
-// payload. A Worker leaves it to the otel middleware; a remote (gateway)
-// worker has none, so its session takes it off (see remotePayload).
+// payload for a keyed task (others carry it in their metadata), and did
+// for every task before EnqueueOpts.Meta. A Worker leaves it to the otel
+// middleware; a remote (gateway) worker has none, so its session takes it
+// off (see remotePayload).
 const traceMark = "\x00wqh:"
 
 // splitTrace returns the trace context and the inner payload of a payload
