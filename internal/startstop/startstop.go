@@ -23,8 +23,10 @@ type Machine struct {
 	state   state
 	stopErr error // the stop function's result, set before done is closed
 
-	once sync.Once
-	done chan struct{} // closed once stopped (see Stopped)
+	// doneMu guards done, made on first use; not mu, which a Start holds
+	// while its start function runs (Stopped does not wait for it).
+	doneMu sync.Mutex
+	done   chan struct{} // closed once stopped (see Stopped)
 }
 
 // Start runs start unless the machine was started or stopped before, and
@@ -129,6 +131,10 @@ func (m *Machine) Started() bool {
 }
 
 func (m *Machine) stoppedCh() chan struct{} {
-	m.once.Do(func() { m.done = make(chan struct{}) })
+	m.doneMu.Lock()
+	defer m.doneMu.Unlock()
+	if m.done == nil {
+		m.done = make(chan struct{})
+	}
 	return m.done
 }

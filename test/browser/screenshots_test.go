@@ -201,7 +201,7 @@ func TestScreenshots(t *testing.T) {
 				return chromedp.Evaluate(p.js, nil).Do(ctx)
 			}),
 			chromedp.Sleep(1200*time.Millisecond), // let the live counts settle (their highlight fades in 1 s)
-			chromedp.FullScreenshot(&png, 100),   // 100: PNG (less is JPEG)
+			chromedp.FullScreenshot(&png, 100),    // 100: PNG (less is JPEG)
 		)
 		if err != nil {
 			t.Fatalf("%s: %v", p.name, err)
