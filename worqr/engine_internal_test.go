@@ -178,6 +178,12 @@ func TestEndGroupBoundsEachCall(t *testing.T) {
 	if g.MaxBatch != 64 || g.MaxWeight != rdb.MaxTake || g.MaxInFlight != 2 {
 		t.Fatalf("group bounds %d %d %d", g.MaxBatch, g.MaxWeight, g.MaxInFlight)
 	}
+	// A fan-out weighs its children, so that a call of several stays
+	// within MaxTake of weight.
+	fan := rdb.Ending{Kind: rdb.KindStage, Stage: &rdb.StageEnd{Children: make([]rdb.Child, 100)}}
+	if g.Weight == nil || g.Weight(fan) != endWeight(fan) || endWeight(fan) < 101 {
+		t.Fatalf("a fan-out of 100 children weighs %d in the group", endWeight(fan))
+	}
 	if _, err := g.Call(context.Background(), rdb.Ending{}); err != nil {
 		t.Fatal(err)
 	}
