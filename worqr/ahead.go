@@ -39,7 +39,7 @@ var testHookSlotWait func(id string)
 // it takes them, a task given back next: with tasks taken ahead, two takes
 // could be on their way at once and their replies cross.
 func aheadMax(q *queueRunner) int {
-	if q.kind != rdb.KindTask || q.weight > 0 || q.cfg.BatchHandler != nil || q.cfg.ReadAhead < 0 || q.concurrency < 2 {
+	if q.Kind != rdb.KindTask || q.weight > 0 || q.cfg.BatchHandler != nil || q.cfg.ReadAhead < 0 || q.concurrency < 2 {
 		return 0
 	}
 	if q.cfg.ReadAhead > 0 {
@@ -54,7 +54,7 @@ func aheadMax(q *queueRunner) int {
 // several priority levels (one taken ahead would run before a more urgent
 // one enqueued meanwhile, or given back).
 func (q *queueRunner) ahead() int {
-	if q.aheadMax == 0 || q.limited.Load() || q.levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
+	if q.aheadMax == 0 || q.Limited.Load() || q.Levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
 		return 0
 	}
 	return q.aheadMax
@@ -184,7 +184,7 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 	}
 	if err := w.release(s, q); err != nil {
 		w.cfg.Logger.Warn("worker: stopping: could not put back a task taken ahead (Stop's requeue will)",
-			"queue", q.member, "err", err)
+			"queue", q.Member, "err", err)
 	}
 }
 

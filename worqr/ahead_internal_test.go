@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -26,23 +27,23 @@ func TestReadAheadRule(t *testing.T) {
 		q    *queueRunner
 		want int
 	}{
-		{"default: Concurrency", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4}, 4},
-		{"ReadAhead set", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: 7}}, concurrency: 4}, 7},
-		{"ReadAhead negative", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: -1}}, concurrency: 4}, 0},
-		{"a flow stage", &queueRunner{queueEngine: queueEngine{kind: rdb.KindStage}, concurrency: 4}, 0},
-		{"a flow's child queue", &queueRunner{queueEngine: queueEngine{kind: rdb.KindChild}, concurrency: 4}, 0},
-		{"served by priority", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4, weight: 1}, 0},
-		{"concurrency 1", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 1}, 0},
-		{"concurrency 1, ReadAhead set", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: QueueConfig{ReadAhead: 3}}, concurrency: 1}, 0},
-		{"a BatchHandler", &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask,
-			cfg: QueueConfig{BatchHandler: BatchHandlerFunc(func(context.Context, *Batch) error { return nil })}}, concurrency: 4}, 0},
+		{"default: Concurrency", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, concurrency: 4}, 4},
+		{"ReadAhead set", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, cfg: QueueConfig{ReadAhead: 7}, concurrency: 4}, 7},
+		{"ReadAhead negative", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, cfg: QueueConfig{ReadAhead: -1}, concurrency: 4}, 0},
+		{"a flow stage", &queueRunner{Queue: engine.Queue{Kind: rdb.KindStage}, concurrency: 4}, 0},
+		{"a flow's child queue", &queueRunner{Queue: engine.Queue{Kind: rdb.KindChild}, concurrency: 4}, 0},
+		{"served by priority", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, concurrency: 4, weight: 1}, 0},
+		{"concurrency 1", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, concurrency: 1}, 0},
+		{"concurrency 1, ReadAhead set", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, cfg: QueueConfig{ReadAhead: 3}, concurrency: 1}, 0},
+		{"a BatchHandler", &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask},
+			cfg: QueueConfig{BatchHandler: BatchHandlerFunc(func(context.Context, *Batch) error { return nil })}, concurrency: 4}, 0},
 	} {
 		if got := aheadMax(c.q); got != c.want {
 			t.Errorf("%s: aheadMax %d, want %d", c.name, got, c.want)
 		}
 	}
 
-	q := &queueRunner{queueEngine: queueEngine{kind: rdb.KindTask}, concurrency: 4, wake: make(chan struct{}, 1)}
+	q := &queueRunner{Queue: engine.Queue{Kind: rdb.KindTask}, concurrency: 4, wake: make(chan struct{}, 1)}
 	q.aheadMax = aheadMax(q)
 	q.runAvg.Store(int64(readAheadFast)) // as NewWorker starts it
 	if got := q.ahead(); got != 0 {
@@ -57,16 +58,16 @@ func TestReadAheadRule(t *testing.T) {
 	default:
 		t.Fatal("turning fast did not wake the fetch loop (its next take fills the room ahead)")
 	}
-	q.limited.Store(true)
+	q.Limited.Store(true)
 	if got := q.ahead(); got != 0 {
 		t.Errorf("with global limits: ahead %d, want 0", got)
 	}
-	q.limited.Store(false)
-	q.levels.Store(3)
+	q.Limited.Store(false)
+	q.Levels.Store(3)
 	if got := q.ahead(); got != 0 {
 		t.Errorf("with priority levels: ahead %d, want 0", got)
 	}
-	q.levels.Store(0)
+	q.Levels.Store(0)
 	q.ran(20 * time.Millisecond)
 	if got := q.ahead(); got != 0 {
 		t.Errorf("after a 20 ms run: ahead %d, want 0", got)
@@ -122,7 +123,7 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 				return nil
 			})}}})
 	defer w.Stop(ctx)
-	key := w.queues[0].qk.WorkerQueue(w.ID())
+	key := w.queues[0].QK.WorkerQueue(w.ID())
 	conn := pool.Get()
 	defer conn.Close()
 	for {
@@ -208,7 +209,7 @@ func waitPutBack(t *testing.T, w *Worker, id string) {
 	c := internalPool(t).Get()
 	defer c.Close()
 	waitFor(t, func() (bool, string) {
-		head, err := redis.Strings(c.Do("LRANGE", w.queues[0].qk.Waiting, 0, 0))
+		head, err := redis.Strings(c.Do("LRANGE", w.queues[0].QK.Waiting, 0, 0))
 		return err == nil && len(head) == 1 && head[0] == id, fmt.Sprintf("front of the queue %v (%v), want %s put back", head, err, id)
 	})
 }
@@ -242,7 +243,7 @@ func waitHeldAhead(t *testing.T, w *Worker) {
 	t.Helper()
 	c := internalPool(t).Get()
 	defer c.Close()
-	key := w.queues[0].qk.WorkerQueue(w.ID())
+	key := w.queues[0].QK.WorkerQueue(w.ID())
 	waitFor(t, func() (bool, string) {
 		n, err := redis.Int(c.Do("HLEN", key))
 		return err == nil && n == 3, fmt.Sprintf("the worker holds %d takings (%v), never took next ahead", n, err)

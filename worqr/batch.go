@@ -121,7 +121,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	head, headTaken := b.tasks[0], b.taken[0]
 	if headTaken.Expired && len(b.tasks) == 1 {
 		if !q.returned(b.held) {
-			w.complete(s, q, b.tasks, q.notRun(head.worker, headTaken), nil)
+			w.complete(s, q, b.tasks, q.NotRun(head.worker, headTaken), nil)
 		}
 		return
 	}
@@ -162,7 +162,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 	}
 	w.runMu.Unlock()
 	for _, t := range b.tasks {
-		w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
+		w.emit(Event{Kind: EventStarted, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 	}
 	// finish ends the batch as the handler said, once it has run.
 	finish := func(err error) {
@@ -199,7 +199,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 			// counted (they did not fail).
 			asked = fmt.Errorf("%w: %w", ErrGiveBack, err)
 		}
-		e := q.decide(head.worker, at, asked, head.result, w.cfg.Logger)
+		e := q.Decide(head.worker, at, outcomeOf(asked, head.result), w.cfg.Logger)
 		if len(b.tasks) > 1 {
 			ms := make([]rdb.Member, len(b.tasks)-1)
 			for i, t := range b.tasks[1:] {

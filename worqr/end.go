@@ -7,46 +7,10 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// endWeight weighs an ending in its group's end call, which holds at most
-// rdb.MaxTake of weight (and always its first ending), so that no end call
-// holds Redis for more than a few milliseconds. It weighs one per taking
-// it ends (a batch per key ends all its takings), plus the children a
-// stage's fan-out creates and the fields it writes, plus, for a child's
-// ending that may fail its run (dead, or cancel), the children that
-// failing stops: the ending does not know its run's fan-out, so it weighs
-// the most a fan-out has (MaxChildren) and gets a call of its own.
-//
-// The bytes an ending writes weigh one per endByteUnit, so that one call
-// carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue call
-// does.
-func endWeight(e rdb.Ending) int {
-	n := 1 + len(e.Batch)
-	size := len(e.Result) + len(e.Err)
-	for _, m := range e.Batch {
-		size += len(m.Result)
-	}
-	if e.Stage != nil {
-		n += len(e.Stage.Children) + len(e.Stage.Fields)/2
-		for _, f := range e.Stage.Fields {
-			size += len(f)
-		}
-		for _, c := range e.Stage.Children {
-			size += len(c.Payload) + len(c.Meta)
-		}
-	}
-	if e.Kind == rdb.KindChild && (e.Ask == rdb.AskDead || e.Ask == rdb.AskCancel) {
-		n += MaxChildren
-	}
-	return n + size/endByteUnit
-}
-
-// endByteUnit is how many bytes of an ending weigh as much as one taking:
-// rdb.MaxTake of them make rdb.MaxEnqueueChunkBytes.
-const endByteUnit = rdb.MaxEnqueueChunkBytes / rdb.MaxTake
 
 // endGroup is a queue's one way to end takings: ends that arrive together
 // share one script call (group commit), whatever their kind (done, retry,
@@ -56,7 +20,7 @@ const endByteUnit = rdb.MaxEnqueueChunkBytes / rdb.MaxTake
 // batch of tasks, not two.
 func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 	retention := q.cfg.Retention.Milliseconds()
-	return newEndGroup(func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
+	return engine.NewEndGroup(func(ctx context.Context, es []rdb.Ending) ([]endDone, error) {
 		s, take := w.refill(q, es)
 		if take != nil {
 			// Until its takings are launched (see takeMu).
@@ -72,13 +36,13 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 			}
 		}
 		call := take
-		if call == nil && q.limited.Load() {
+		if call == nil && q.Limited.Load() {
 			// Takes nothing; tells the script that the queue may have
 			// limits, so that the slots freed are announced.
 			call = &rdb.TakeArgs{Limited: true}
 		}
 		hints := q.hints.Load()
-		ended, taken, wait, err := w.st.EndTakeWait(ctx, q.qk, retention, es, call)
+		ended, taken, wait, err := w.st.EndTakeWait(ctx, q.QK, retention, es, call)
 		var replica error
 		if errors.Is(err, ErrNotReplicated) {
 			// Recorded on the primary: the takings are ended (an end
@@ -102,7 +66,7 @@ func (w *Worker) endGroup(q *queueRunner) *group.Group[rdb.Ending, endDone] {
 				q.hint() // slots left by buried ids, or more may wait
 			}
 		}
-		emitStopped(w.emit, q.qk.Ref.Tag, ended)
+		emitStopped(w.emit, q.QK.Ref.Tag, ended)
 		out := make([]endDone, len(ended))
 		for i, e := range ended {
 			out[i] = endDone{Ended: e, replica: replica}
@@ -152,7 +116,7 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 		}
 	}
 	s, _ := w.keeper.Current()
-	if n == 0 || !q.more.Load() || s.Lost() || q.paused.Load() || !w.keeper.Fresh() {
+	if n == 0 || !q.more.Load() || s.Lost() || q.Paused.Load() || !w.keeper.Fresh() {
 		return s, nil
 	}
 	if limited, _ := q.limitedNow(); limited {
@@ -167,9 +131,6 @@ func (w *Worker) refill(q *queueRunner, es []rdb.Ending) (*heartbeat.Session, *r
 	a := w.takeArgs(s, q, n)
 	return s, &a
 }
-
-// maxErrorLen caps the error text stored with a task.
-const maxErrorLen = 8 << 10
 
 // complete records the end of a taking, retrying on connection errors for as
 // long as the session lives: a taking left in Redis by a live worker would
@@ -191,7 +152,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 	for {
 		if s.Lost() {
 			for _, t := range ts {
-				w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
+				w.emit(Event{Kind: EventLost, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: s.Cause()})
 			}
 			return
 		}
@@ -200,36 +161,36 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 		if err == nil && out == rdb.OutcomeLost && unsure {
 			var applied bool
 			var was rdb.Outcome
-			if applied, was, err = q.appliedEarlier(w.runCtx, w.st, w.reg, s.ID(), s.Lost, e); err == nil {
+			if applied, was, err = q.AppliedEarlier(w.runCtx, w.st, w.reg, s.ID(), s.Lost, e); err == nil {
 				if !applied {
 					unsure = false
 				} else {
 					out, members = was, nil
-					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.member, "task_id", t.ID, "pid", t.pid)
+					w.cfg.Logger.Info("worker: end applied earlier, its reply was lost", "queue", q.Member, "task_id", t.ID, "pid", t.pid)
 				}
 			}
 		}
 		if err == nil && res.replica != nil {
 			w.unreplicated.Add(1)
-			w.cfg.Logger.Warn("worker: end not acknowledged by enough replicas", "queue", q.member, "task_id", t.ID, "pid", t.pid, "err", res.replica)
-			w.emit(Event{Kind: EventError, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(),
+			w.cfg.Logger.Warn("worker: end not acknowledged by enough replicas", "queue", q.Member, "task_id", t.ID, "pid", t.pid, "err", res.replica)
+			w.emit(Event{Kind: EventError, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(),
 				Err: fmt.Errorf("worqr: end of %s: %w", t.ID, res.replica)})
 		}
 		if err == nil {
 			if out == rdb.OutcomeLost {
 				for _, t := range ts {
-					w.cfg.Logger.Warn("worker: taking lost", "queue", q.member, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
-					w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
+					w.cfg.Logger.Warn("worker: taking lost", "queue", q.Member, "task_id", t.ID, "pid", t.pid, "worker_id", s.ID())
+					w.emit(Event{Kind: EventLost, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: ErrTaskLost})
 				}
 				return
 			}
-			w.emit(Event{Kind: eventOf[out], Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
+			w.emit(Event{Kind: eventOf[out], Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: herr})
 			for i, m := range ts[1:] {
-				mo := memberAsked(e)
+				mo := engine.MemberAsked(e)
 				if i < len(members) {
 					mo = members[i]
 				}
-				w.emit(Event{Kind: eventOf[mo], Queue: q.member, TaskID: m.ID, PID: m.pid, WorkerID: s.ID(), Err: herr})
+				w.emit(Event{Kind: eventOf[mo], Queue: q.Member, TaskID: m.ID, PID: m.pid, WorkerID: s.ID(), Err: herr})
 			}
 			return
 		}
@@ -237,8 +198,8 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 			return // hard stop: the keepalive expires and a peer requeues
 		}
 		unsure = unsure || !rdb.IsReplyError(err)
-		w.emit(Event{Kind: EventError, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
-		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.member, "task_id", t.ID, "err", err)
+		w.emit(Event{Kind: EventError, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
+		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.Member, "task_id", t.ID, "err", err)
 		if !sleepCtx(w.runCtx, delay) {
 			return
 		}

@@ -1,7 +1,6 @@
 package worqr
 
 import (
-	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -9,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 func TestDecide(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	backoff := func(attempt int, _ error) time.Duration { return time.Duration(attempt) * time.Second }
-	plain := &queueEngine{kind: rdb.KindTask, cfg: QueueConfig{MaxAttempts: 3, Backoff: backoff}}
+	plain := testEngine(rdb.KindTask, QueueConfig{MaxAttempts: 3, Backoff: backoff}, nil, 0)
 	taken := rdb.Taken{PID: "p1", ID: "t1", Attempt: 1}
 
 	for _, c := range []struct {
@@ -38,9 +38,6 @@ func TestDecide(t *testing.T) {
 		{name: "RetryAfter on the last attempt is dead", err: RetryAfter(time.Second, nil), attempt: 3, ask: rdb.AskDead, text: "worqr: retry after 1s"},
 		{name: "RateLimited counts no attempt, even the last", err: RateLimited(0, nil), attempt: 3, ask: rdb.AskLater, delayMs: 1, text: "worqr: rate limited, retry in 0s"},
 		{name: "RateLimited with SkipRetry is dead", err: SkipRetry(RateLimited(time.Second, nil)), ask: rdb.AskDead, text: "worqr: rate limited, retry in 1s"},
-		{name: "a remote's failure with a retry-in", err: &remoteFailure{reason: "r", retryIn: 3 * time.Second}, ask: rdb.AskRetry, delayMs: 3000, text: "r"},
-		{name: "a remote's failure without one takes the backoff", err: &remoteFailure{reason: "r"}, attempt: 2, ask: rdb.AskRetry, delayMs: 2000, text: "r"},
-		{name: "a remote's bury", err: SkipRetry(&remoteFailure{reason: "gone"}), ask: rdb.AskDead, text: "gone"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			tk := taken
@@ -48,7 +45,7 @@ func TestDecide(t *testing.T) {
 				tk.Attempt = c.attempt
 			}
 			tk.MaxAttempts = c.maxAtt
-			e := plain.decide("w1", tk, c.err, []byte("res"), log)
+			e := plain.Decide("w1", tk, outcomeOf(c.err, []byte("res")), log)
 			if e.Ask != c.ask || e.RetryDelayMs != c.delayMs || e.Err != c.text {
 				t.Fatalf("ending %q delay %d err %q, want %q delay %d err %q", e.Ask, e.RetryDelayMs, e.Err, c.ask, c.delayMs, c.text)
 			}
@@ -62,18 +59,18 @@ func TestDecide(t *testing.T) {
 	}
 
 	t.Run("a Backoff that panics takes the default backoff", func(t *testing.T) {
-		q := &queueEngine{kind: rdb.KindTask, cfg: QueueConfig{MaxAttempts: 3,
-			Backoff: func(int, error) time.Duration { panic("no") }}}
-		e := q.decide("w1", taken, errors.New("boom"), nil, log)
+		q := testEngine(rdb.KindTask, QueueConfig{MaxAttempts: 3,
+			Backoff: func(int, error) time.Duration { panic("no") }}, nil, 0)
+		e := q.Decide("w1", taken, outcomeOf(errors.New("boom"), nil), log)
 		if e.Ask != rdb.AskRetry || e.RetryDelayMs <= 0 {
 			t.Fatalf("ending %q delay %d, want a retry after the default backoff", e.Ask, e.RetryDelayMs)
 		}
 	})
 
 	t.Run("an error's text is cut at 8 KiB", func(t *testing.T) {
-		e := plain.decide("w1", taken, errors.New(strings.Repeat("é", maxErrorLen)), nil, log)
-		if len(e.Err) > maxErrorLen || !strings.HasPrefix(strings.Repeat("é", maxErrorLen), e.Err) {
-			t.Fatalf("stored %d bytes, want at most %d, cut at a character", len(e.Err), maxErrorLen)
+		e := plain.Decide("w1", taken, outcomeOf(errors.New(strings.Repeat("é", engine.MaxErrorLen)), nil), log)
+		if len(e.Err) > engine.MaxErrorLen || !strings.HasPrefix(strings.Repeat("é", engine.MaxErrorLen), e.Err) {
+			t.Fatalf("stored %d bytes, want at most %d, cut at a character", len(e.Err), engine.MaxErrorLen)
 		}
 	})
 
@@ -82,36 +79,36 @@ func TestDecide(t *testing.T) {
 		{Name: "b"},
 	}}
 	t.Run("a stage's ending says where the run goes", func(t *testing.T) {
-		q := &queueEngine{kind: rdb.KindStage, flow: flow, stage: 0, cfg: QueueConfig{MaxAttempts: 1}}
+		q := testEngine(rdb.KindStage, QueueConfig{MaxAttempts: 1}, flow, 0)
 		for _, err := range []error{nil, errors.New("boom"), ErrGiveBack} {
-			e := q.decide("w1", taken, err, nil, log)
+			e := q.Decide("w1", taken, outcomeOf(err, nil), log)
 			if e.Kind != rdb.KindStage || e.Stage == nil || e.Stage.Next != "b" || e.Stage.FailFast ||
 				e.Stage.RunRetentionMs != time.Hour.Milliseconds() || len(e.Stage.IndexBy) != 1 {
 				t.Fatalf("ending of %v: %+v %+v", err, e, e.Stage)
 			}
 		}
-		last := &queueEngine{kind: rdb.KindStage, flow: flow, stage: 1}
-		if e := last.decide("w1", taken, nil, nil, log); e.Stage.Next != "" || !e.Stage.FailFast {
+		last := testEngine(rdb.KindStage, QueueConfig{}, flow, 1)
+		if e := last.Decide("w1", taken, outcomeOf(nil, nil), log); e.Stage.Next != "" || !e.Stage.FailFast {
 			t.Fatalf("the last stage's ending: %+v", e.Stage)
 		}
 	})
 	t.Run("a child's ending names its run", func(t *testing.T) {
-		q := &queueEngine{kind: rdb.KindChild, flow: flow, stage: 0, cfg: QueueConfig{MaxAttempts: 1}}
+		q := testEngine(rdb.KindChild, QueueConfig{MaxAttempts: 1}, flow, 0)
 		tk := taken
 		tk.Parent = "run1"
-		if e := q.decide("w1", tk, errors.New("x"), nil, log); e.Kind != rdb.KindChild || e.Run != "run1" || e.Ask != rdb.AskDead {
+		if e := q.Decide("w1", tk, outcomeOf(errors.New("x"), nil), log); e.Kind != rdb.KindChild || e.Run != "run1" || e.Ask != rdb.AskDead {
 			t.Fatalf("ending %+v", e)
 		}
 	})
 	t.Run("a taking not to run ends as its queue's kind", func(t *testing.T) {
-		q := &queueEngine{kind: rdb.KindStage, flow: flow, stage: 0}
+		q := testEngine(rdb.KindStage, QueueConfig{}, flow, 0)
 		// Cancelled where it waited, with no run state kept (a remote
 		// session drops it): still a stage's end, with the run's retention.
-		e := q.notRun("w1", rdb.Taken{PID: "p1", ID: "t1", Cancelled: true})
+		e := q.NotRun("w1", rdb.Taken{PID: "p1", ID: "t1", Cancelled: true})
 		if e.Kind != rdb.KindStage || e.Ask != rdb.AskCancel || e.Stage == nil || e.Stage.RunRetentionMs != time.Hour.Milliseconds() {
 			t.Fatalf("ending %+v %+v", e, e.Stage)
 		}
-		if e := q.notRun("w1", rdb.Taken{PID: "p1", ID: "t1", Expired: true}); e.Ask != rdb.AskExpire {
+		if e := q.NotRun("w1", rdb.Taken{PID: "p1", ID: "t1", Expired: true}); e.Ask != rdb.AskExpire {
 			t.Fatalf("expired: ending %+v", e)
 		}
 	})
@@ -119,13 +116,15 @@ func TestDecide(t *testing.T) {
 
 func TestFanOut(t *testing.T) {
 	flow := &Flow{Name: "f", Stages: []Stage{{Name: "a", Children: map[string]QueueConfig{"c": {}}}}}
-	q := &queueEngine{kind: rdb.KindStage, flow: flow}
-	names := fanOutNames{fields: "fields", children: "children", lower: true}
-	done := func() rdb.Ending { return q.decide("w1", rdb.Taken{PID: "p", ID: "run"}, nil, nil, slog.Default()) }
+	q := testEngine(rdb.KindStage, QueueConfig{}, flow, 0)
+	names := engine.FanOutNames{Fields: "fields", Children: "children", Lower: true}
+	done := func() rdb.Ending {
+		return q.Decide("w1", rdb.Taken{PID: "p", ID: "run"}, outcomeOf(nil, nil), slog.Default())
+	}
 
 	t.Run("fields and children are recorded", func(t *testing.T) {
 		e := done()
-		err := q.fanOut(&e, map[string]string{"k": "v"}, []ChildSpec{{Queue: "c", Payload: []byte("x")}}, 1<<20, names)
+		err := asInvalid(q.FanOut(&e, map[string]string{"k": "v"}, engineChildren([]ChildSpec{{Queue: "c", Payload: []byte("x")}}), 1<<20, names))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -146,7 +145,7 @@ func TestFanOut(t *testing.T) {
 	} {
 		t.Run("refuses "+c.name, func(t *testing.T) {
 			e := done()
-			err := q.fanOut(&e, c.fields, c.children, 10, names)
+			err := asInvalid(q.FanOut(&e, c.fields, engineChildren(c.children), 10, names))
 			var ie *InvalidError
 			if !errors.As(err, &ie) || ie.Field != c.field {
 				t.Fatalf("err %v, want an InvalidError of %s", err, c.field)
@@ -158,7 +157,7 @@ func TestFanOut(t *testing.T) {
 	}
 	t.Run("a handler's names are its StageResult's", func(t *testing.T) {
 		e := done()
-		err := q.fanOut(&e, nil, []ChildSpec{{Queue: "nope"}}, 10, fanOutNames{fields: "StageResult.Fields", children: "StageResult.Children"})
+		err := asInvalid(q.FanOut(&e, nil, engineChildren([]ChildSpec{{Queue: "nope"}}), 10, engine.FanOutNames{Fields: "StageResult.Fields", Children: "StageResult.Children"}))
 		var ie *InvalidError
 		if !errors.As(err, &ie) || ie.Field != "StageResult.Children[0].Queue" {
 			t.Fatalf("err %v", err)
@@ -166,28 +165,10 @@ func TestFanOut(t *testing.T) {
 	})
 }
 
-func TestEndGroupBoundsEachCall(t *testing.T) {
-	var sizes []int
-	g := newEndGroup(func(ctx context.Context, es []rdb.Ending) ([]int, error) {
-		if _, ok := ctx.Deadline(); !ok {
-			t.Error("an end call has no deadline")
-		}
-		sizes = append(sizes, len(es))
-		return make([]int, len(es)), nil
-	})
-	if g.MaxBatch != 64 || g.MaxWeight != rdb.MaxTake || g.MaxInFlight != 2 {
-		t.Fatalf("group bounds %d %d %d", g.MaxBatch, g.MaxWeight, g.MaxInFlight)
-	}
-	// A fan-out weighs its children, so that a call of several stays
-	// within MaxTake of weight.
-	fan := rdb.Ending{Kind: rdb.KindStage, Stage: &rdb.StageEnd{Children: make([]rdb.Child, 100)}}
-	if g.Weight == nil || g.Weight(fan) != endWeight(fan) || endWeight(fan) < 101 {
-		t.Fatalf("a fan-out of 100 children weighs %d in the group", endWeight(fan))
-	}
-	if _, err := g.Call(context.Background(), rdb.Ending{}); err != nil {
-		t.Fatal(err)
-	}
-	if len(sizes) != 1 {
-		t.Fatalf("calls %v", sizes)
-	}
+// testEngine is the engine initEngine makes of a queue of kind with cfg
+// (filled as a Worker fills it) in flow's stage.
+func testEngine(kind rdb.Kind, cfg QueueConfig, flow *Flow, stage int) *engine.Queue {
+	q := &engine.Queue{}
+	initEngine(q, kind, "q", rdb.QueueKeys{}, &cfg, flow, stage)
+	return q
 }

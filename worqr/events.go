@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
 )
@@ -26,7 +27,7 @@ const maxKeptEventBytes = 4 << 20
 
 // maxEventBatchBytes bounds the events of one publication, about their
 // JSON's size (wireSize): more are counted in one EventDropped event, as
-// past maxBufferedEvents. Events carry their error (up to maxErrorLen
+// past maxBufferedEvents. Events carry their error (up to engine.MaxErrorLen
 // bytes each): without this bound one PUBLISH could hold Redis for long
 // and pass the 32 MiB a subscriber may fall behind by default, which
 // disconnects every follower.
@@ -45,13 +46,13 @@ type wireEvent struct {
 	DeadWorkers []string  `json:"dead_workers,omitempty"`
 }
 
-// toWire is e as published: its error cut to maxErrorLen bytes, as the
+// toWire is e as published: its error cut to engine.MaxErrorLen bytes, as the
 // task's stored error is (OnEvent gets it whole).
 func toWire(e Event) wireEvent {
 	w := wireEvent{Kind: e.Kind, At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
 		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers}
 	if e.Err != nil {
-		w.Err = clip(e.Err.Error())
+		w.Err = engine.Clip(e.Err.Error())
 	}
 	return w
 }

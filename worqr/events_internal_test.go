@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -31,7 +32,7 @@ func TestEventBatchIsBoundedInBytes(t *testing.T) {
 		{"utf-8", "\u00e9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			testEventBatchIsBoundedInBytes(t, strings.Repeat(tc.unit, maxErrorLen/len(tc.unit)))
+			testEventBatchIsBoundedInBytes(t, strings.Repeat(tc.unit, engine.MaxErrorLen/len(tc.unit)))
 		})
 	}
 }

@@ -88,7 +88,7 @@ func (c *Client) EnqueuesWaiting(queue string) int {
 // commit call (see Worker.endGroup).
 func (w *Worker) EndsWaiting(queue string) int {
 	for _, q := range w.queues {
-		if q.member == queue {
+		if q.Member == queue {
 			return q.ends.Waiting()
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -15,13 +16,13 @@ import (
 const DefaultRunRetention = 24 * time.Hour
 
 // MaxFieldNameLen is the longest state field name, in bytes.
-const MaxFieldNameLen = 200
+const MaxFieldNameLen = engine.MaxFieldNameLen
 
 // MaxStateFields is the most state fields one call writes: StartRun's
 // initial state, a stage's StageResult.Fields, a remote's Forward or
 // FanOut. They are written in the same atomic step as the start or the
 // stage's end, which must stay short: Redis time grows with the fields.
-const MaxStateFields = 1000
+const MaxStateFields = engine.MaxStateFields
 
 // MaxStageBytes bounds what one StartRun or one stage's end writes: the
 // state fields' names and values, and the fanned-out children's payloads
@@ -29,10 +30,10 @@ const MaxStateFields = 1000
 // Config.MaxPayloadBytes (so that a single payload the configuration
 // allows still fits). It is an enqueue call's byte bound, so that a start or
 // a fan-out holds Redis no longer than one enqueue call does.
-const MaxStageBytes = 4 << 20
+const MaxStageBytes = engine.MaxStageBytes
 
 // stageBudget is the most bytes one start or stage end writes.
-func stageBudget(maxPayload int) int { return max(MaxStageBytes, maxPayload) }
+func stageBudget(maxPayload int) int { return engine.StageBudget(maxPayload) }
 
 // Flow is a pipeline of stages (queues) that share one state per run. A
 // finished stage forwards the run to the next stage's queue in the same
@@ -255,30 +256,11 @@ func (f *Flow) ref() rdb.FlowRef {
 	return rdb.FlowRef{RetentionMillis: f.Retention.Milliseconds(), IndexBy: f.IndexBy}
 }
 
-// checkStateFields checks state fields: at most MaxStateFields, names
-// non-empty and at most MaxFieldNameLen bytes, values at most maxValue
-// bytes, names and values together at most budget bytes. It returns their
-// size.
+// checkStateFields checks state fields given in field (see
+// engine.CheckStateFields) and returns their size.
 func checkStateFields(field string, m map[string]string, maxValue, budget int) (int, error) {
-	if len(m) > MaxStateFields {
-		return 0, invalid(field, "has %d fields (at most MaxStateFields, %d, per call)", len(m), MaxStateFields)
-	}
-	size := 0
-	for k, v := range m {
-		switch {
-		case k == "":
-			return 0, invalid(field, "has an empty field name")
-		case len(k) > MaxFieldNameLen:
-			return 0, invalid(fmt.Sprintf("%s[%.20q...]", field, k), "name is %d bytes long (at most %d)", len(k), MaxFieldNameLen)
-		case len(v) > maxValue:
-			return 0, invalid(fmt.Sprintf("%s[%q]", field, k), "is %d bytes, over MaxPayloadBytes (%d)", len(v), maxValue)
-		}
-		size += len(k) + len(v)
-	}
-	if size > budget {
-		return 0, invalid(field, "holds %d bytes of names and values (at most %d per call: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
-	}
-	return size, nil
+	n, err := engine.CheckStateFields(field, m, maxValue, budget)
+	return n, asInvalid(err)
 }
 
 func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {

@@ -57,7 +57,7 @@ func (w *Worker) handed(q *queueRunner, data []byte) {
 	}
 	h, ok := rdb.ParseHandoff(data)
 	if !ok {
-		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.member)
+		w.cfg.Logger.Warn("worker: malformed hand-off message ignored", "queue", q.Member)
 		return
 	}
 	q.hand.mu.Lock()
@@ -74,7 +74,7 @@ func (w *Worker) handed(q *queueRunner, data []byte) {
 func (w *Worker) deliver(s *heartbeat.Session, q *queueRunner, h rdb.Handoff, cancelled bool) {
 	st := &q.hand
 	if st.relFor == h.Worker && h.Seq <= st.relSeq && !st.relKnown[h.Taken.PID] {
-		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.member,
+		w.cfg.Logger.Debug("worker: hand-off put back by a release before its message came", "queue", q.Member,
 			"task_id", h.Taken.ID, "pid", h.Taken.PID)
 		return
 	}
@@ -140,7 +140,7 @@ func (w *Worker) releaseEnd(s *heartbeat.Session, q *queueRunner, known []string
 func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
-	held, err := w.st.Holdings(ctx, q.qk, s.ID())
+	held, err := w.st.Holdings(ctx, q.QK, s.ID())
 	if err != nil {
 		return // the next check
 	}
@@ -171,7 +171,7 @@ func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 	st.mu.Unlock()
 	if lost != "" {
 		w.cfg.Logger.Warn("worker: holding a taking it does not run (a lost hand-off or take reply): releasing",
-			"queue", q.member, "pid", lost, "worker_id", s.ID())
+			"queue", q.Member, "pid", lost, "worker_id", s.ID())
 		q.setUnsure(s.ID())
 		poke(q.wake)
 	}
@@ -202,8 +202,8 @@ func (w *Worker) unparkAll(ctx context.Context, s *heartbeat.Session) {
 		if !q.parks {
 			continue
 		}
-		if err := w.st.Unpark(ctx, q.qk, s.ID()); err != nil {
-			w.cfg.Logger.Debug("worker: unpark failed", "queue", q.member, "err", err)
+		if err := w.st.Unpark(ctx, q.QK, s.ID()); err != nil {
+			w.cfg.Logger.Debug("worker: unpark failed", "queue", q.Member, "err", err)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	// fetch loop is held off meanwhile: release runs on it, never beside
 	// its take.
 	waitIdle(t, q)
-	q.paused.Store(true)
+	q.Paused.Store(true)
 	late, latePID := held("late")
 	if err := w.release(s, q); err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	if pids := q.heldPIDs(); len(pids) != 0 {
 		t.Fatalf("a hand-off put back by a release was launched (pids %v held)", pids)
 	}
-	q.paused.Store(false)
+	q.Paused.Store(false)
 	q.hint()
 	wait("late")
 	time.Sleep(50 * time.Millisecond)
@@ -66,7 +66,7 @@ func TestHandoffAfterReleaseIsDropped(t *testing.T) {
 	mu.Unlock()
 
 	// Made after the release began: it waits, then runs under its pid.
-	q.paused.Store(true)
+	q.Paused.Store(true)
 	waitIdle(t, q)
 	q.releaseBegin(s.ID())
 	next, nextPID := held("next")
@@ -201,8 +201,8 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 	w.handed(q, msg.Load().([]byte))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		held, _ := redis.StringMap(c.Do("HGETALL", q.qk.WorkerQueue(s.ID())))
-		waiting, _ := redis.Strings(c.Do("LRANGE", q.qk.Waiting, 0, -1))
+		held, _ := redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
+		waiting, _ := redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
 		heldHanded := false
 		for _, id := range held {
 			heldHanded = heldHanded || id == "handed"

@@ -123,7 +123,7 @@ func strandTaking(t *testing.T, c redis.Conn, q rdb.QueueKeys, w, id string) str
 // enqueue_hand would publish, and the pid as a number.
 func heldFor(t *testing.T, c redis.Conn, q *queueRunner, s *heartbeat.Session, id string) ([]byte, int64) {
 	t.Helper()
-	spid := strandTaking(t, c, q.qk, s.ID(), id)
+	spid := strandTaking(t, c, q.QK, s.ID(), id)
 	pid, _ := strconv.ParseInt(spid, 10, 64)
 	return []byte("h\n" + s.ID() + "\n" + spid + "\n" + id + "\n\n\np"), pid
 }
@@ -178,7 +178,7 @@ func startParked(t *testing.T) *parkedOne {
 	s, _ := w.keeper.Current()
 	waitIdle(t, q)
 	waitFor(t, func() (bool, string) {
-		ok, err := redis.Bool(c.Do("HEXISTS", q.qk.Park, s.ID()))
+		ok, err := redis.Bool(c.Do("HEXISTS", q.QK.Park, s.ID()))
 		if err != nil {
 			t.Fatal(err)
 		}

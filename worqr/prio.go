@@ -49,7 +49,7 @@ func (g *prioGroup) sortQueues() {
 func (g *prioGroup) candidates(extra int) []*queueRunner {
 	var out []*queueRunner
 	for _, q := range g.queues {
-		if q.paused.Load() || !q.more.Load() || q.free()+extra == 0 {
+		if q.Paused.Load() || !q.more.Load() || q.free()+extra == 0 {
 			continue
 		}
 		if limited, _ := q.limitedNow(); limited {
@@ -198,7 +198,7 @@ func (w *Worker) groupLoop(g *prioGroup) {
 		case <-poll.C:
 			for _, q := range g.queues {
 				q.more.Store(true)
-				q.concWait.Store(false)
+				q.ConcWait.Store(false)
 			}
 		case <-lift.C:
 		case <-changed:

@@ -71,7 +71,7 @@ func TestWeightedRoundKeepsAQueueWithinItsCap(t *testing.T) {
 	g := w.group
 	var low *queueRunner
 	for _, q := range g.queues {
-		if q.member == "low" {
+		if q.Member == "low" {
 			low = q
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -238,11 +239,12 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 // group its ends share (every session's ends of the queue, one script call
 // per batch).
 type remoteQueue struct {
-	// queueEngine: the queue's keys, config, place in a flow and flags
-	// (read when a session first asks for it and by pauseLoop), shared
-	// with a Worker's runners. Its member is "<queue>" or
+	// Queue: the queue's keys, retry policy, place in a flow and flags
+	// (read when a session first asks for it and by pauseLoop), decided
+	// as a Worker's runners are. Its Member is "<queue>" or
 	// "<flow>/<queue>".
-	queueEngine
+	engine.Queue
+	cfg  QueueConfig
 	ends *group.Group[rdb.Ending, rdb.Ended]
 
 	settings  atomic.Bool // written to Redis
@@ -310,7 +312,8 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	q := &remoteQueue{queueEngine: queueEngine{member: name}, wakeCh: make(chan struct{})}
+	q := &remoteQueue{wakeCh: make(chan struct{})}
+	kind, flow, stage := rdb.KindTask, (*Flow)(nil), 0
 	if !ref.Flow() {
 		cfg, ok := r.cfg.Queues[name]
 		if !ok {
@@ -319,20 +322,20 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 			}
 			cfg = r.cfg.DefaultQueue
 		}
-		q.kind, q.cfg = rdb.KindTask, cfg
-	} else if !r.flowQueue(q, ref) {
+		q.cfg = cfg
+	} else if kind, flow, stage = r.flowQueue(q, ref); flow == nil {
 		return nil, invalid("queue", "%q is not a stage or child queue of a flow served by this remote", name)
 	}
-	q.qk = r.st.Queue(ref)
+	initEngine(&q.Queue, kind, name, r.st.Queue(ref), &q.cfg, flow, stage)
 	retention := q.cfg.Retention.Milliseconds()
-	q.ends = newEndGroup(func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
+	q.ends = engine.NewEndGroup(func(ctx context.Context, es []rdb.Ending) ([]rdb.Ended, error) {
 		var call *rdb.TakeArgs
-		if q.limited.Load() {
+		if q.Limited.Load() {
 			// Takes nothing; tells the script that the queue may have
 			// limits, so that the slots freed are announced.
 			call = &rdb.TakeArgs{Limited: true}
 		}
-		ended, _, _, err := r.st.EndTakeWait(ctx, q.qk, retention, es, call)
+		ended, _, _, err := r.st.EndTakeWait(ctx, q.QK, retention, es, call)
 		if errors.Is(err, ErrNotReplicated) {
 			// Recorded on the primary: the takings are ended.
 			r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
@@ -340,7 +343,7 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 			err = nil
 		}
 		if err == nil {
-			emitStopped(r.emit, q.qk.Ref.Tag, ended)
+			emitStopped(r.emit, q.QK.Ref.Tag, ended)
 		}
 		return ended, err
 	})
@@ -378,23 +381,26 @@ func (r *Remote) forgetIdleQueues() {
 	}
 }
 
-func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) bool {
+// flowQueue finds ref among the queues of the Remote's flows: its kind,
+// flow and (declaring) stage, with its config in q; a nil flow when none
+// has it.
+func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) (rdb.Kind, *Flow, int) {
 	for _, f := range r.cfg.Flows {
 		if f.Name != ref.Tag {
 			continue
 		}
 		for i, st := range f.Stages {
 			if st.Name == ref.Name {
-				q.kind, q.flow, q.stage, q.cfg = rdb.KindStage, f, i, st.Queue
-				return true
+				q.cfg = st.Queue
+				return rdb.KindStage, f, i
 			}
 			if cq, ok := st.Children[ref.Name]; ok {
-				q.kind, q.flow, q.stage, q.cfg = rdb.KindChild, f, i, cq
-				return true
+				q.cfg = cq
+				return rdb.KindChild, f, i
 			}
 		}
 	}
-	return false
+	return rdb.KindTask, nil, 0
 }
 
 // Start starts the Remote's background loops: the subscriber that wakes
@@ -568,17 +574,17 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 		}
 		if qs[name] == nil {
 			qs[name] = q
-			refs = append(refs, q.qk.Ref)
+			refs = append(refs, q.QK.Ref)
 		}
 		if !q.settings.Load() {
-			if err := r.st.WriteSettings(ctx, q.qk, rdb.QueueSettings{
+			if err := r.st.WriteSettings(ctx, q.QK, rdb.QueueSettings{
 				RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
 				DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
 			}); err != nil {
 				return nil, fmt.Errorf("worqr: write settings of %s: %w", name, err)
 			}
 			if l := q.cfg.Limits; l != nil {
-				if err := r.st.SetLimits(ctx, q.qk, l.rdb()); err != nil {
+				if err := r.st.SetLimits(ctx, q.QK, l.rdb()); err != nil {
 					return nil, fmt.Errorf("worqr: write limits of %s: %w", name, err)
 				}
 			}
@@ -623,7 +629,7 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	}
 	tags := map[string]bool{}
 	for _, q := range qs {
-		tags[q.qk.Ref.Tag] = true
+		tags[q.QK.Ref.Tag] = true
 	}
 	s := &RemoteSession{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
 		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches, refd: resolved}
@@ -741,11 +747,11 @@ func (r *Remote) refreshFlags() {
 // readFlags reads the flags of qs and wakes the takes waiting on those
 // resumed or whose limits may have changed.
 func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
-	es := make([]*queueEngine, len(qs))
+	es := make([]*engine.Queue, len(qs))
 	for i, q := range qs {
-		es[i] = &q.queueEngine
+		es[i] = &q.Queue
 	}
-	errs := readFlags(ctx, r.st, es, func(i int, _, _ bool) { qs[i].wake() })
+	errs := engine.ReadFlags(ctx, r.st, es, func(i int, _, _ bool) { qs[i].wake() })
 	var err error
 	for i, q := range qs {
 		if errs[i] != nil {
@@ -775,13 +781,13 @@ func (r *Remote) listenLoop() {
 				continue
 			}
 		}
-		sort.Slice(qs, func(i, j int) bool { return qs[i].member < qs[j].member })
+		sort.Slice(qs, func(i, j int) bool { return qs[i].Member < qs[j].Member })
 		route := map[string]func([]byte){}
 		channels := make([]string, 0, len(qs))
 		for _, q := range qs {
 			q := q
-			channels = append(channels, q.qk.WakeChannel)
-			route[q.qk.WakeChannel] = func(data []byte) {
+			channels = append(channels, q.QK.WakeChannel)
+			route[q.QK.WakeChannel] = func(data []byte) {
 				if rdb.IsHandoff(data) {
 					return // a task handed to a worker of this process's peers: nothing waits
 				}

@@ -8,9 +8,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -258,7 +258,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		woken := q.woken()
-		if held, _ := q.rate.held(); !held && !q.paused.Load() {
+		if held, _ := q.Rate.Held(); !held && !q.Paused.Load() {
 			out, skipped, err := s.takeOnce(ctx, q, req)
 			if err != nil || len(out) > 0 {
 				return out, err
@@ -272,7 +272,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 			return nil, nil
 		}
 		wait := min(left, s.r.cfg.PollInterval)
-		if held, until := q.rate.held(); held {
+		if held, until := q.Rate.Held(); held {
 			wait = min(wait, time.Until(until))
 		}
 		t := time.NewTimer(wait)
@@ -297,8 +297,8 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 	s.mu.Lock()
 	s.unsure[q] = true
 	s.mu.Unlock()
-	r, err := s.r.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
-	emitCancelled(s.r.emit, q.member, r.Cancelled)
+	r, err := s.r.st.ReleaseCheck(ctx, q.QK, s.ID(), known)
+	emitCancelled(s.r.emit, q.Member, r.Cancelled)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 		if t := s.takings[s.token(q, pid)]; t != nil && t.q == q && !t.isEnded() {
 			t.missing.Store(true)
 			s.r.cfg.Logger.Warn("remote: taking lost in a failover (the new primary does not hold it): reported as cancelled",
-				"queue", q.member, "task_id", t.taken.ID, "pid", pid, "worker_id", s.ID())
+				"queue", q.Member, "task_id", t.taken.ID, "pid", pid, "worker_id", s.ID())
 		}
 	}
 	s.mu.Unlock()
@@ -360,7 +360,7 @@ func (s *RemoteSession) checkHoldings(ctx context.Context, sw uint64) error {
 		err := s.releaseUnknown(cctx, q, pids)
 		cancel()
 		if err != nil {
-			return fmt.Errorf("release of %s: %w", q.member, err)
+			return fmt.Errorf("release of %s: %w", q.Member, err)
 		}
 	}
 	return nil
@@ -412,14 +412,14 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		// A take whose reply was lost may have left takings under this id
 		// that the remote never saw: put them back first.
 		if err := s.releaseUnknown(cctx, q, known); err != nil {
-			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.member, err)
+			return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.Member, err)
 		}
 	}
-	taken, wait, err := s.r.st.TakeWait(cctx, q.qk, q.takeArgs(s.ID(), s.lease.Until(), free))
+	taken, wait, err := s.r.st.TakeWait(cctx, q.QK, q.TakeArgs(s.ID(), s.lease.Until(), free))
 	if wait > 0 {
 		// The rate limit allows the next start in wait ms: until then,
 		// the session's takes wait rather than ask.
-		q.rate.hold(wait)
+		q.Rate.Hold(wait)
 	}
 	if errors.Is(err, rdb.ErrExpired) {
 		return nil, 0, nil
@@ -430,7 +430,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			s.unsure[q] = true
 			s.mu.Unlock()
 		}
-		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.member, err)
+		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.Member, err)
 	}
 	for i, t := range taken {
 		if t.RunUnread > 0 && !t.Expired {
@@ -439,7 +439,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 			// (many wide runs read in the take's time could miss it on
 			// every try).
 			rctx, rcancel := context.WithTimeout(ctx, callTimeout)
-			taken[i].Run, err = s.r.st.ReadRun(rctx, q.qk, t.ID)
+			taken[i].Run, err = s.r.st.ReadRun(rctx, q.QK, t.ID)
 			rcancel()
 			if err != nil {
 				// Not handed out: put back at once (the remote may never
@@ -447,7 +447,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 				gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 				_ = s.releaseUnknown(gctx, q, known)
 				gcancel()
-				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.member, t.ID, err)
+				return nil, 0, fmt.Errorf("worqr: take from %s: reading run %s: %w", q.Member, t.ID, err)
 			}
 		}
 	}
@@ -457,8 +457,8 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for _, t := range taken {
 		if t.PID == "" {
 			skipped++
-			s.r.emit(Event{Kind: EventDead, Queue: q.member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
-			emitTakenOut(s.r.emit, q.qk.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
+			s.r.emit(Event{Kind: EventDead, Queue: q.Member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			emitTakenOut(s.r.emit, q.QK.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
 		kept := t
@@ -493,7 +493,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 	}
 	for _, k := range out {
-		s.r.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
+		s.r.emit(Event{Kind: EventStarted, Queue: q.Member, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
 	}
 	if len(over) > 0 {
 		// Everything the session holds in q but these is kept.
@@ -513,7 +513,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		// beat or take puts them back (the session no longer knows them).
 		gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 		if err := s.releaseUnknown(gctx, q, known); err != nil {
-			s.r.cfg.Logger.Warn("remote: takings past the take's MaxBytes not put back yet", "queue", q.member, "count", len(over), "err", err)
+			s.r.cfg.Logger.Warn("remote: takings past the take's MaxBytes not put back yet", "queue", q.Member, "count", len(over), "err", err)
 		}
 		gcancel()
 	}
@@ -540,7 +540,7 @@ func (s *RemoteSession) endNotRun(ctx context.Context) {
 	s.mu.Unlock()
 	for _, pid := range pids {
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
-			return t.q.notRun(s.ID(), t.taken), nil
+			return t.q.NotRun(s.ID(), t.taken), nil
 		})
 		if err != nil && !errors.Is(err, ErrNotOwner) {
 			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet (tried again at the next beat or take)", "pid", pid, "err", err)
@@ -551,13 +551,13 @@ func (s *RemoteSession) endNotRun(ctx context.Context) {
 // token is the name the remote knows taking pid of q by.
 func (s *RemoteSession) token(q *remoteQueue, pid string) string {
 	if s.qualify {
-		return pid + "@" + q.qk.Ref.Tag
+		return pid + "@" + q.QK.Ref.Tag
 	}
 	return pid
 }
 
 func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
-	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.member, Payload: t.Payload, Attempt: t.Attempt,
+	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.Member, Payload: t.Payload, Attempt: t.Attempt,
 		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
 	if rdb.IsEnvelope(t.Payload) {
 		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
@@ -575,7 +575,7 @@ func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
 	if t.TimeoutMs > 0 {
 		k.Timeout = time.Duration(t.TimeoutMs) * time.Millisecond
 	}
-	if q.kind == rdb.KindStage {
+	if q.Kind == rdb.KindStage {
 		k.State = map[string]string{}
 		if run := rdb.DecodeRun(t.ID, t.Run); run != nil {
 			k.State = run.State
@@ -682,7 +682,7 @@ func (s *RemoteSession) cancelsAsked(ctx context.Context) ([]string, error) {
 		for i, t := range ts {
 			ids[i] = t.taken.ID
 		}
-		asked, err := s.r.st.CancelAsked(ctx, q.qk, ids)
+		asked, err := s.r.st.CancelAsked(ctx, q.QK, ids)
 		if err != nil {
 			return nil, err
 		}
@@ -724,7 +724,7 @@ func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (
 		if len(result) > s.r.cfg.MaxPayloadBytes {
 			return rdb.Ending{}, invalid("result", "is %d bytes, over MaxPayloadBytes (%d)", len(result), s.r.cfg.MaxPayloadBytes)
 		}
-		return s.decide(t, nil, result), nil
+		return s.decide(t, engine.Outcome{Verdict: engine.Done, Result: result}), nil
 	})
 }
 
@@ -736,14 +736,18 @@ func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn ti
 		if retryIn < 0 {
 			return rdb.Ending{}, invalid("retry_in", "(%s) must not be negative", retryIn)
 		}
-		return s.decide(t, &remoteFailure{reason: reason, retryIn: retryIn}, nil), nil
+		o := engine.Outcome{Verdict: engine.Fail, Err: errors.New(reason)}
+		if retryIn > 0 {
+			o.Verdict, o.Delay = engine.Retry, retryIn
+		}
+		return s.decide(t, o), nil
 	})
 }
 
 // Bury sends the taking's task to the dead set at once, with reason.
 func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind, error) {
 	return s.end(ctx, pid, "bury", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.decide(t, SkipRetry(&remoteFailure{reason: reason}), nil), nil
+		return s.decide(t, engine.Outcome{Verdict: engine.Bury, Err: errors.New(reason)}), nil
 	})
 }
 
@@ -751,7 +755,7 @@ func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind
 // no attempt. It returns EventGivenBack (or EventCancelled).
 func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, error) {
 	return s.end(ctx, pid, "give_back", func(t *remoteTaking) (rdb.Ending, error) {
-		return s.decide(t, ErrGiveBack, nil), nil
+		return s.decide(t, engine.Outcome{Verdict: engine.GiveBack}), nil
 	})
 }
 
@@ -771,34 +775,22 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 		how = "fan_out"
 	}
 	return s.end(ctx, pid, how, func(t *remoteTaking) (rdb.Ending, error) {
-		if t.q.kind != rdb.KindStage {
-			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, t.q.member)
+		if t.q.Kind != rdb.KindStage {
+			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, t.q.Member)
 		}
-		e := s.decide(t, nil, nil)
-		if err := t.q.fanOut(&e, fields, children, s.r.cfg.MaxPayloadBytes, fanOutNames{fields: "fields", children: "children", lower: true}); err != nil {
-			return rdb.Ending{}, err
+		e := s.decide(t, engine.Outcome{Verdict: engine.Done})
+		if err := t.q.FanOut(&e, fields, engineChildren(children), s.r.cfg.MaxPayloadBytes,
+			engine.FanOutNames{Fields: "fields", Children: "children", Lower: true}); err != nil {
+			return rdb.Ending{}, asInvalid(err)
 		}
 		return e, nil
 	})
 }
 
-// decide is the queue's outcome policy for taking t of the session: err
-// is what the remote reported (nil: done).
-func (s *RemoteSession) decide(t *remoteTaking, err error, result []byte) rdb.Ending {
-	return t.q.decide(s.ID(), t.taken, err, result, s.r.cfg.Logger)
-}
-
-// clip cuts an error's text to maxErrorLen bytes, as it is stored and
-// published, at a character's start.
-func clip(msg string) string {
-	if len(msg) <= maxErrorLen {
-		return msg
-	}
-	n := maxErrorLen
-	for n > 0 && !utf8.RuneStart(msg[n]) {
-		n-- // not inside a character: the cut text stays valid UTF-8
-	}
-	return msg[:n]
+// decide is the queue's outcome policy for taking t of the session: o is
+// what the remote reported.
+func (s *RemoteSession) decide(t *remoteTaking, o engine.Outcome) rdb.Ending {
+	return t.q.Decide(s.ID(), t.taken, o, s.r.cfg.Logger)
 }
 
 // end is every end of a taking: the pid's answer if it ended already (the
@@ -837,9 +829,9 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
-		s.r.emit(Event{Kind: EventLost, Queue: t.q.member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
+		s.r.emit(Event{Kind: EventLost, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
 	} else {
-		ev := Event{Kind: out, Queue: t.q.member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
+		ev := Event{Kind: out, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
 		if e.Err != "" {
 			ev.Err = errors.New(e.Err) // the reason of a Fail or a Bury, as a Worker's handler error
 		}
@@ -865,7 +857,7 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 		if err == nil && out == rdb.OutcomeLost && t.unsure {
 			var applied bool
 			var was rdb.Outcome
-			applied, was, err = t.q.appliedEarlier(context.WithoutCancel(ctx), s.r.st, s.r.reg, s.ID(), s.lease.Lost, t.triedEnd)
+			applied, was, err = t.q.AppliedEarlier(context.WithoutCancel(ctx), s.r.st, s.r.reg, s.ID(), s.lease.Lost, t.triedEnd)
 			if err == nil && applied {
 				cancel()
 				if t.tried != how { // the earlier call was applied, not this one
@@ -911,14 +903,14 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
 	defer cancel()
 	for _, q := range s.queues {
-		n, cancelled, err := s.r.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(s.r.emit, q.member, cancelled)
+		n, cancelled, err := s.r.st.Requeue(ctx, q.QK, []string{s.ID()}, false)
+		emitCancelled(s.r.emit, q.Member, cancelled)
 		if err != nil {
 			// Stay registered: the reaper requeues once the keepalive expires.
-			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.member, err)
+			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.Member, err)
 		}
 		if n > 0 {
-			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.member, WorkerID: s.ID(), Count: n})
+			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.Member, WorkerID: s.ID(), Count: n})
 		}
 	}
 	if err := s.r.reg.Deregister(ctx, s.ID()); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -51,7 +52,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		// queue's one end path.
 		q.skipSlot(j.ticket)
 		if !q.returned(hs) {
-			w.complete(s, q, []*Task{t}, q.notRun(t.worker, taken), nil)
+			w.complete(s, q, []*Task{t}, q.NotRun(t.worker, taken), nil)
 		}
 		return
 	}
@@ -80,7 +81,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 	w.runMu.Lock()
 	w.running[t.ID] = me
 	w.runMu.Unlock()
-	w.emit(Event{Kind: EventStarted, Queue: q.member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
+	w.emit(Event{Kind: EventStarted, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 
 	// finish ends the taking as the handler said, once it has run.
 	finish := func(err error, res *StageResult) {
@@ -111,13 +112,13 @@ func (w *Worker) run(q *queueRunner, j job) {
 				err = SkipRetry(rerr)
 			}
 		}
-		e := q.decide(t.worker, taken, err, t.result, w.cfg.Logger)
-		if q.kind == rdb.KindStage && e.Ask == rdb.AskDone {
+		e := q.Decide(t.worker, taken, outcomeOf(err, t.result), w.cfg.Logger)
+		if q.Kind == rdb.KindStage && e.Ask == rdb.AskDone {
 			if perr := w.planStage(q, res, &e); perr != nil {
 				// A result the flow cannot record: nothing is written; the
 				// stage goes to the dead set with the reason.
 				err = SkipRetry(perr)
-				e = q.decide(t.worker, taken, err, t.result, w.cfg.Logger)
+				e = q.Decide(t.worker, taken, outcomeOf(err, t.result), w.cfg.Logger)
 			}
 		}
 		w.complete(s, q, []*Task{t}, e, err)
@@ -137,13 +138,13 @@ func (w *Worker) run(q *queueRunner, j job) {
 		err error
 		res *StageResult
 	)
-	if q.kind == rdb.KindStage {
+	if q.Kind == rdb.KindStage {
 		if taken.RunUnread > 0 {
 			// The run was too big to come with the take (it keeps every
 			// child it fanned out): read in steps. Failing that, the
 			// taking goes back to the front of the queue, no attempt
 			// counted.
-			if taken.Run, err = w.st.ReadRun(hctx, q.qk, t.ID); err != nil {
+			if taken.Run, err = w.st.ReadRun(hctx, q.QK, t.ID); err != nil {
 				err = fmt.Errorf("%w: reading run %s: %w", ErrGiveBack, t.ID, err)
 			}
 		}
@@ -179,17 +180,17 @@ func callStage(ctx context.Context, h StageHandler, r *Run) (res *StageResult, e
 
 // MaxChildren is the most children one stage may fan out: they are created
 // in the same atomic step as the stage's end, which must stay short.
-const MaxChildren = 1000
+const MaxChildren = engine.MaxChildren
 
 // planStage checks a stage's result and adds what the stage's end records.
 func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) error {
 	if res == nil {
 		res = &StageResult{}
 	}
-	return q.fanOut(e, res.Fields, res.Children, w.cfg.MaxPayloadBytes, fanOutNames{
-		fields:   fmt.Sprintf("StageResult.Fields of stage %s", q.flow.Stages[q.stage].Name),
-		children: "StageResult.Children",
-	})
+	return asInvalid(q.FanOut(e, res.Fields, engineChildren(res.Children), w.cfg.MaxPayloadBytes, engine.FanOutNames{
+		Fields:   fmt.Sprintf("StageResult.Fields of stage %s", q.flow.Stages[q.stage].Name),
+		Children: "StageResult.Children",
+	}))
 }
 
 // checkResults checks the results ts recorded (Task.SetResult): each at

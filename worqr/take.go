@@ -35,7 +35,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 		// A release takes nothing: it runs while the queue is paused or
 		// limited too, so that nothing stays held with no handler.
 		alive := !s.Lost() && w.keeper.Fresh()
-		ready := alive && !q.paused.Load()
+		ready := alive && !q.Paused.Load()
 		if limited, until := q.limitedNow(); limited {
 			ready = false
 			if !until.IsZero() {
@@ -82,8 +82,8 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				if w.runCtx.Err() != nil {
 					return
 				}
-				w.emit(Event{Kind: EventError, Queue: q.member, WorkerID: s.ID(), Err: err})
-				w.cfg.Logger.Warn("worker: take failed", "queue", q.member, "err", err)
+				w.emit(Event{Kind: EventError, Queue: q.Member, WorkerID: s.ID(), Err: err})
+				w.cfg.Logger.Warn("worker: take failed", "queue", q.Member, "err", err)
 				if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
 					return
 				}
@@ -128,7 +128,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			hint = true
 		case <-q.freed:
 		case <-poll.C:
-			q.concWait.Store(false) // a lost wake-up must not stall a limited queue
+			q.ConcWait.Store(false) // a lost wake-up must not stall a limited queue
 			hint = true
 		case <-lift.C:
 			hint = true
@@ -154,14 +154,14 @@ func stopping(c <-chan struct{}) bool {
 func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, rdb.LimitWait, error) {
 	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
-	return w.st.TakeWait(ctx, q.qk, w.takeArgs(s, q, n))
+	return w.st.TakeWait(ctx, q.QK, w.takeArgs(s, q, n))
 }
 
 // takeArgs are the arguments of a take of up to n tasks of q under s:
 // the engine's, with the Worker's key batches, replica acks and hand-off
 // parks.
 func (w *Worker) takeArgs(s *heartbeat.Session, q *queueRunner, n int) rdb.TakeArgs {
-	a := q.takeArgs(s.ID(), s.Until(), n)
+	a := q.TakeArgs(s.ID(), s.Until(), n)
 	a.Batch, a.Ack = q.keyBatch(), w.cfg.Replicas > 0
 	a.Park, a.ParkMs = w.parkArgs(q)
 	return a
@@ -176,8 +176,8 @@ func (w *Worker) takeReplicated(s *heartbeat.Session, q *queueRunner, err error)
 	if !errors.Is(err, ErrNotReplicated) {
 		return err
 	}
-	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.member, "err", err)
-	w.emit(Event{Kind: EventError, Queue: q.member, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.member, err)})
+	w.cfg.Logger.Warn("worker: take not acknowledged by enough replicas", "queue", q.Member, "err", err)
+	w.emit(Event{Kind: EventError, Queue: q.Member, WorkerID: s.ID(), Err: fmt.Errorf("worqr: take from %s: %w", q.Member, err)})
 	return nil
 }
 
@@ -225,24 +225,24 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	// the pids it is told of are read after they began to wait.
 	q.releaseBegin(s.ID())
 	known := q.heldPIDs()
-	r, err := w.st.ReleaseCheck(ctx, q.qk, s.ID(), known)
+	r, err := w.st.ReleaseCheck(ctx, q.QK, s.ID(), known)
 	if testHookReleased != nil {
 		testHookReleased(q)
 	}
 	w.releaseEnd(s, q, known, r, err)
-	emitCancelled(w.emit, q.member, r.Cancelled)
+	emitCancelled(w.emit, q.Member, r.Cancelled)
 	if err != nil {
 		q.setUnsure(s.ID())
 		return err
 	}
 	if r.Requeued > 0 {
 		w.cfg.Logger.Warn("worker: put back takings it held and did not run (taken ahead of handlers that slowed down, or a lost take reply or hand-off)",
-			"queue", q.member, "count", r.Requeued)
+			"queue", q.Member, "count", r.Requeued)
 	}
 	for pid, id := range q.markLost(r.Missing) {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (the new primary does not hold it): handler cancelled",
-			"queue", q.member, "task_id", id, "pid", pid, "worker_id", s.ID())
-		w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
+			"queue", q.Member, "task_id", id, "pid", pid, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.Member, TaskID: id, PID: pid, WorkerID: s.ID(), Err: ErrLostInFailover})
 	}
 	return nil
 }
@@ -307,7 +307,7 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 		if s.Lost() {
 			return ErrTaskLost
 		}
-		ok, err := w.st.Progress(ctx, q.qk, s.ID(), pid, id, text)
+		ok, err := w.st.Progress(ctx, q.QK, s.ID(), pid, id, text)
 		if err != nil {
 			return fmt.Errorf("worqr: progress of %s: %w", id, err)
 		}
@@ -384,9 +384,9 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 		}
 		if t.PID == "" {
 			buried++
-			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.member, "task_id", t.ID, "reason", t.Reason)
-			w.emit(Event{Kind: EventDead, Queue: q.member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
-			emitTakenOut(w.emit, q.qk.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
+			w.cfg.Logger.Warn("worker: task buried by take", "queue", q.Member, "task_id", t.ID, "reason", t.Reason)
+			w.emit(Event{Kind: EventDead, Queue: q.Member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			emitTakenOut(w.emit, q.QK.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
 		if s.Lost() {
@@ -394,7 +394,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 			// put back the rest of what that id held (requeueLost; this
 			// take was on its way then). A reaper would find the id only
 			// while the registry holds it.
-			w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
+			w.emit(Event{Kind: EventLost, Queue: q.Member, TaskID: t.ID, PID: t.PID, WorkerID: s.ID(), Err: ErrKeepaliveLost})
 			lost = true
 			continue
 		}
@@ -403,7 +403,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 		}
 		if f := q.free(); bound != launchAny && f <= 0 && (bound == launchFree || f+q.ending() <= 0) {
 			w.cfg.Logger.Debug("worker: taking past the free slots (a hand-off and a take crossed): put back by a release",
-				"queue", q.member, "task_id", t.ID, "pid", t.PID)
+				"queue", q.Member, "task_id", t.ID, "pid", t.PID)
 			unsure = true
 			continue
 		}
@@ -414,7 +414,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 		// handlers would wait for this launch, the group loop for launchMu).
 		if !fresh || len(q.work) == cap(q.work) {
 			w.cfg.Logger.Warn("worker: taking not run (received while frozen, or no room): put back by a release",
-				"queue", q.member, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
+				"queue", q.Member, "task_id", t.ID, "pid", t.PID, "fresh", fresh)
 			unsure = true
 			continue
 		}
@@ -449,8 +449,8 @@ func (w *Worker) hold(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *holdin
 	h, displaced := q.hold(t.PID, t.ID)
 	if displaced != "" {
 		w.cfg.Logger.Warn("worker: taking lost in a failover (its pid was handed out again): handler cancelled",
-			"queue", q.member, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
-		w.emit(Event{Kind: EventLost, Queue: q.member, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
+			"queue", q.Member, "task_id", displaced, "pid", t.PID, "worker_id", s.ID())
+		w.emit(Event{Kind: EventLost, Queue: q.Member, TaskID: displaced, PID: t.PID, WorkerID: s.ID(), Err: ErrLostInFailover})
 	}
 	return h
 }

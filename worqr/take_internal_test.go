@@ -204,8 +204,8 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 	for {
 		second, _ := secondID.Load().(string)
 		if second != "" {
-			held, _ := redis.StringMap(c.Do("HGETALL", q.qk.WorkerQueue(s.ID())))
-			waiting, _ := redis.Strings(c.Do("LRANGE", q.qk.Waiting, 0, -1))
+			held, _ := redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
+			waiting, _ := redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
 			heldSecond := false
 			for _, id := range held {
 				heldSecond = heldSecond || id == second

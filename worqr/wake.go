@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -18,8 +19,8 @@ func (w *Worker) subscribeLoop() {
 	route := map[string]func(data []byte){}
 	for _, q := range w.queues {
 		q := q
-		channels = append(channels, q.qk.WakeChannel, q.qk.CancelChannel)
-		route[q.qk.WakeChannel] = func(data []byte) {
+		channels = append(channels, q.QK.WakeChannel, q.QK.CancelChannel)
+		route[q.QK.WakeChannel] = func(data []byte) {
 			if rdb.IsHandoff(data) {
 				if q.parks {
 					w.handed(q, data)
@@ -31,7 +32,7 @@ func (w *Worker) subscribeLoop() {
 			}
 			q.hint()
 		}
-		route[q.qk.CancelChannel] = func(id []byte) { w.cancelAsked(q, string(id)) }
+		route[q.QK.CancelChannel] = func(id []byte) { w.cancelAsked(q, string(id)) }
 	}
 	delay := 50 * time.Millisecond
 	for w.runCtx.Err() == nil {
@@ -119,18 +120,18 @@ func (w *Worker) pauseLoop() {
 func (w *Worker) refreshFlags() {
 	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
-	qs := make([]*queueEngine, len(w.queues))
+	qs := make([]*engine.Queue, len(w.queues))
 	for i, q := range w.queues {
-		qs[i] = &q.queueEngine
+		qs[i] = &q.Queue
 	}
-	errs := readFlags(ctx, w.st, qs, func(i int, resumed, _ bool) {
+	errs := engine.ReadFlags(ctx, w.st, qs, func(i int, resumed, _ bool) {
 		if resumed {
 			w.queues[i].hint()
 		}
 	})
 	for i, err := range errs {
 		if err != nil && w.runCtx.Err() == nil {
-			w.cfg.Logger.Warn("worker: reading queue flags failed", "queue", w.queues[i].member, "err", err)
+			w.cfg.Logger.Warn("worker: reading queue flags failed", "queue", w.queues[i].Member, "err", err)
 		}
 	}
 }

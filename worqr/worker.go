@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -63,11 +64,14 @@ type inflight struct {
 }
 
 type queueRunner struct {
-	// queueEngine: the queue's keys, config, place in a flow and flags
-	// (read by refreshFlags), shared with the Remote's sessions. Its
-	// member is the queue's name in events, the history and the
+	// Queue: the queue's keys, retry policy, place in a flow and flags
+	// (read by refreshFlags), decided as a remote session's are. Its
+	// Member is the queue's name in events, the history and the
 	// Inspector: "<flow>/<queue>" for a flow's.
-	queueEngine
+	engine.Queue
+	cfg          QueueConfig
+	flow         *Flow  // stage and child queues
+	stage        int    // the stage (declaring the child queue)
 	name         string // the queue's name within its tag (a flow's stage or child queue: without the flow)
 	handler      Handler
 	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
@@ -342,18 +346,18 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	if c.Priority != PriorityNone {
 		w.group = newPrioGroup(c.Priority, c.Concurrency)
 	}
-	add := func(r *queueRunner, ref rdb.QueueRef) {
-		r.qk = w.st.Queue(ref)
-		r.name, r.member = ref.Name, ref.Member()
+	add := func(r *queueRunner, kind rdb.Kind, ref rdb.QueueRef) {
+		initEngine(&r.Queue, kind, ref.Member(), w.st.Queue(ref), &r.cfg, r.flow, r.stage)
+		r.name = ref.Name
 		r.concurrency = r.cfg.Concurrency
 		r.handler = r.cfg.Handler
 		if r.handler != nil {
 			r.handler = Chain(r.handler, c.Middleware...)
 		}
-		if r.kind == rdb.KindStage {
+		if r.Kind == rdb.KindStage {
 			r.stageHandler = ChainStage(r.flow.Stages[r.stage].Handler, c.StageMiddleware...)
 		}
-		if g := w.group; g != nil && r.kind == rdb.KindTask {
+		if g := w.group; g != nil && r.Kind == rdb.KindTask {
 			// Served by priority: the group's slots and signals.
 			r.slots, r.wake, r.freed = g.slots, g.wake, g.freed
 			r.weight = max(r.cfg.Weight, 1)
@@ -366,7 +370,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 			r.wake = make(chan struct{}, 1)
 			r.freed = make(chan struct{}, 1)
 		}
-		r.parks = !c.DisableHandoff && c.Replicas == 0 && r.kind == rdb.KindTask && r.weight == 0 &&
+		r.parks = !c.DisableHandoff && c.Replicas == 0 && r.Kind == rdb.KindTask && r.weight == 0 &&
 			r.cfg.BatchHandler == nil
 		// A hand-off is bounded by what Redis sees held: one may come while
 		// the end that freed its slot is still on its way back, so the
@@ -394,18 +398,16 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 	}
 	sort.Strings(names) // a stable order: strict priority breaks ties by name
 	for _, name := range names {
-		add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindTask, cfg: c.Queues[name]}}, rdb.Standalone(name))
+		add(&queueRunner{cfg: c.Queues[name]}, rdb.KindTask, rdb.Standalone(name))
 	}
 	if w.group != nil {
 		w.group.sortQueues()
 	}
 	for _, f := range c.Flows {
 		for i, st := range f.Stages {
-			add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindStage, flow: f, stage: i, cfg: st.Queue}},
-				rdb.QueueRef{Tag: f.Name, Name: st.Name})
+			add(&queueRunner{flow: f, stage: i, cfg: st.Queue}, rdb.KindStage, rdb.QueueRef{Tag: f.Name, Name: st.Name})
 			for name, cq := range st.Children {
-				add(&queueRunner{queueEngine: queueEngine{kind: rdb.KindChild, flow: f, stage: i, cfg: cq}},
-					rdb.QueueRef{Tag: f.Name, Name: name})
+				add(&queueRunner{flow: f, stage: i, cfg: cq}, rdb.KindChild, rdb.QueueRef{Tag: f.Name, Name: name})
 			}
 		}
 	}
@@ -458,7 +460,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	refs := make([]registry.Queue, len(w.queues))
 	for i, q := range w.queues {
-		refs[i] = q.qk.Ref
+		refs[i] = q.QK.Ref
 	}
 	w.keeper = &heartbeat.Keeper{
 		Registry: w.reg, Queues: refs, Interval: w.cfg.HeartbeatInterval, TTL: w.cfg.HeartbeatTTL,
@@ -597,15 +599,15 @@ func (w *Worker) requeueLost(id string) {
 func (w *Worker) requeueLostIn(id string, q *queueRunner) {
 	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
 	defer cancel()
-	n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{id}, false)
-	emitCancelled(w.emit, q.member, cancelled)
+	n, cancelled, err := w.st.Requeue(ctx, q.QK, []string{id}, false)
+	emitCancelled(w.emit, q.Member, cancelled)
 	if err != nil {
 		w.cfg.Logger.Warn("worker: could not requeue the takings of a lost keepalive (the reaper will)",
-			"queue", q.member, "worker_id", id, "err", err)
+			"queue", q.Member, "worker_id", id, "err", err)
 		return
 	}
 	if n > 0 {
-		w.emit(Event{Kind: EventRecovered, WorkerID: id, Queue: q.member, Count: n, DeadWorkers: []string{id}})
+		w.emit(Event{Kind: EventRecovered, WorkerID: id, Queue: q.Member, Count: n, DeadWorkers: []string{id}})
 	}
 }
 
@@ -613,15 +615,15 @@ func (w *Worker) requeueLostIn(id string, q *queueRunner) {
 // passed on every call): retention of ended tasks and the dead set's caps.
 func (w *Worker) writeSettings(ctx context.Context) error {
 	for _, q := range w.queues {
-		if err := w.st.WriteSettings(ctx, q.qk, rdb.QueueSettings{
+		if err := w.st.WriteSettings(ctx, q.QK, rdb.QueueSettings{
 			RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
 			DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
 		}); err != nil {
-			return fmt.Errorf("worqr: write settings of %s: %w", q.member, err)
+			return fmt.Errorf("worqr: write settings of %s: %w", q.Member, err)
 		}
 		if l := q.cfg.Limits; l != nil {
-			if err := w.st.SetLimits(ctx, q.qk, l.rdb()); err != nil {
-				return fmt.Errorf("worqr: write limits of %s: %w", q.member, err)
+			if err := w.st.SetLimits(ctx, q.QK, l.rdb()); err != nil {
+				return fmt.Errorf("worqr: write limits of %s: %w", q.Member, err)
 			}
 		}
 	}
@@ -669,7 +671,7 @@ func (w *Worker) pokeAll() {
 func (q *queueRunner) hint() {
 	q.hints.Add(1)
 	q.more.Store(true)
-	q.concWait.Store(false)
+	q.ConcWait.Store(false)
 	poke(q.wake)
 }
 
@@ -713,13 +715,13 @@ func (q *queueRunner) free() int {
 func (q *queueRunner) limitWait(wait rdb.LimitWait, hints uint64) {
 	switch {
 	case wait > 0:
-		q.rate.hold(wait)
+		q.Rate.Hold(wait)
 	case wait == rdb.WaitWake:
-		q.concWait.Store(true)
+		q.ConcWait.Store(true)
 		if q.hints.Load() != hints {
 			// (hint counts before it clears: either this sees its
 			// count, or its clear comes after the store above.)
-			q.concWait.Store(false)
+			q.ConcWait.Store(false)
 		}
 	}
 }
@@ -727,63 +729,11 @@ func (q *queueRunner) limitWait(wait rdb.LimitWait, hints uint64) {
 // limitedNow reports whether q's global limits forbid a take now, and
 // when the rate limit lifts (zero when a wake-up lifts it, or none holds).
 func (q *queueRunner) limitedNow() (bool, time.Time) {
-	if held, until := q.rate.held(); held {
+	if held, until := q.Rate.Held(); held {
 		return true, until
 	}
-	return q.concWait.Load(), time.Time{}
+	return q.ConcWait.Load(), time.Time{}
 }
-
-// queueFlags are a queue's flags as a Worker or a Remote last read them
-// from its config hash (rdb.Store.Flags), and the wait its rate limit
-// imposes. A take passes levels and limited on (0 and false: the plain
-// take).
-type queueFlags struct {
-	paused  atomic.Bool  // a paused queue gives nothing
-	levels  atomic.Int32 // the highest priority level in use
-	limited atomic.Bool  // it may have global limits
-	rate    rateGate     // the rate limit allows no start before its time
-	// concWait: the concurrency limit was reached, until a wake-up, a
-	// poll, or flags that say the queue has no limits (a Worker's only).
-	concWait atomic.Bool
-}
-
-// apply stores flags f: the limits may have changed (a rate raised or
-// removed), so the next take works out the wait again from what is stored
-// now rather than wait out the one the old limits said. It reports
-// whether the queue was resumed and whether a rate wait was dropped.
-func (q *queueFlags) apply(f rdb.QueueFlags) (resumed, unheld bool) {
-	q.levels.Store(int32(f.Levels))
-	unheld = q.rate.clear()
-	q.limited.Store(f.Limited)
-	if !f.Limited {
-		q.concWait.Store(false)
-	}
-	was := q.paused.Swap(f.Paused)
-	return was && !f.Paused, unheld
-}
-
-// rateGate is when a queue's rate limit allows the next start, as the
-// last take said (unix ns; 0: no wait known).
-type rateGate struct{ until atomic.Int64 }
-
-// hold records that no start is allowed for wait ms.
-func (g *rateGate) hold(wait rdb.LimitWait) {
-	g.until.Store(time.Now().Add(time.Duration(wait) * time.Millisecond).UnixNano())
-}
-
-// held reports whether no start is allowed now, and until when.
-func (g *rateGate) held() (bool, time.Time) {
-	if u := g.until.Load(); u > 0 {
-		if t := time.Unix(0, u); time.Now().Before(t) {
-			return true, t
-		}
-	}
-	return false, time.Time{}
-}
-
-// clear forgets the wait (the limits may have changed) and reports
-// whether one was recorded.
-func (g *rateGate) clear() bool { return g.until.Swap(0) > 0 }
 
 // slotFreed tells q's fetch loop that a handler freed a slot, when the
 // loop waits for one: at a low rate it waits for work instead, and a
@@ -855,7 +805,7 @@ func (w *Worker) stop(ctx context.Context) error {
 		select {
 		case <-over:
 		case <-t.C:
-			w.cfg.Logger.Warn("worker: stopping: an end that takes again is still on its way; going on", "queue", q.member)
+			w.cfg.Logger.Warn("worker: stopping: an end that takes again is still on its way; going on", "queue", q.Member)
 		}
 		t.Stop()
 	}
@@ -930,16 +880,16 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	s.Retire(ErrWorkerStopped)
 	ok := true
 	for _, q := range w.queues {
-		n, cancelled, err := w.st.Requeue(ctx, q.qk, []string{s.ID()}, false)
-		emitCancelled(w.emit, q.member, cancelled)
+		n, cancelled, err := w.st.Requeue(ctx, q.QK, []string{s.ID()}, false)
+		emitCancelled(w.emit, q.Member, cancelled)
 		if err != nil {
 			ok = false
 			w.cfg.Logger.Warn("worker: stop could not requeue (the reaper will once the keepalive expires)",
-				"queue", q.member, "worker_id", s.ID(), "err", err)
+				"queue", q.Member, "worker_id", s.ID(), "err", err)
 			continue
 		}
 		if n > 0 {
-			w.emit(Event{Kind: EventStopRequeued, Queue: q.member, WorkerID: s.ID(), Count: n})
+			w.emit(Event{Kind: EventStopRequeued, Queue: q.Member, WorkerID: s.ID(), Count: n})
 		}
 	}
 	return ok

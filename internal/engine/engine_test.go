@@ -1,0 +1,83 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// The outcomes a remote session reports, as it builds them from its calls
+// (worqr's tests cover a handler's errors through worqr's outcomeOf).
+func TestDecide(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	q := &Queue{Kind: rdb.KindTask, Policy: Policy{MaxAttempts: 3,
+		Backoff: func(attempt int, _ error) time.Duration { return time.Duration(attempt) * time.Second }}}
+	taken := rdb.Taken{PID: "p1", ID: "t1", Attempt: 2}
+	for _, c := range []struct {
+		name    string
+		o       Outcome
+		attempt int
+		ask     rdb.Ask
+		delayMs int64
+	}{
+		{name: "a failure with a retry-in waits it", o: Outcome{Verdict: Retry, Delay: 3 * time.Second, Err: errors.New("r")}, ask: rdb.AskRetry, delayMs: 3000},
+		{name: "a failure without one takes the backoff", o: Outcome{Verdict: Fail, Err: errors.New("r")}, ask: rdb.AskRetry, delayMs: 2000},
+		{name: "a failure of the last attempt is dead", o: Outcome{Verdict: Retry, Delay: time.Second, Err: errors.New("r")}, attempt: 3, ask: rdb.AskDead},
+		{name: "a bury is dead at once", o: Outcome{Verdict: Bury, Err: errors.New("r")}, ask: rdb.AskDead},
+		{name: "later counts no attempt, even the last", o: Outcome{Verdict: Later, Err: errors.New("r")}, attempt: 3, ask: rdb.AskLater, delayMs: 1},
+		{name: "a give-back goes back", o: Outcome{Verdict: GiveBack}, ask: rdb.AskBack},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tk := taken
+			if c.attempt > 0 {
+				tk.Attempt = c.attempt
+			}
+			e := q.Decide("w1", tk, c.o, log)
+			if e.Ask != c.ask || e.RetryDelayMs != c.delayMs {
+				t.Fatalf("ending %q delay %d, want %q delay %d", e.Ask, e.RetryDelayMs, c.ask, c.delayMs)
+			}
+			if c.o.Err != nil && e.Err != c.o.Err.Error() {
+				t.Fatalf("stored error %q, want %q", e.Err, c.o.Err)
+			}
+		})
+	}
+}
+
+func TestNewEndGroup(t *testing.T) {
+	t.Run("bounds each call", func(t *testing.T) {
+		var sizes []int
+		g := NewEndGroup(func(ctx context.Context, es []rdb.Ending) ([]int, error) {
+			if _, ok := ctx.Deadline(); !ok {
+				t.Error("an end call has no deadline")
+			}
+			sizes = append(sizes, len(es))
+			return make([]int, len(es)), nil
+		})
+		if g.MaxBatch != 64 || g.MaxWeight != rdb.MaxTake || g.MaxInFlight != 2 {
+			t.Fatalf("group bounds %d %d %d", g.MaxBatch, g.MaxWeight, g.MaxInFlight)
+		}
+		if _, err := g.Call(context.Background(), rdb.Ending{}); err != nil {
+			t.Fatal(err)
+		}
+		if len(sizes) != 1 {
+			t.Fatalf("calls %v", sizes)
+		}
+	})
+	t.Run("weighs a fan-out by its children", func(t *testing.T) {
+		g := NewEndGroup(func(context.Context, []rdb.Ending) ([]int, error) { return nil, nil })
+		fan := rdb.Ending{Kind: rdb.KindStage, Stage: &rdb.StageEnd{Children: make([]rdb.Child, 100)}}
+		if g.Weight == nil || g.Weight(fan) != EndWeight(fan) || EndWeight(fan) < 101 {
+			t.Fatalf("a fan-out of 100 children weighs %d in the group", EndWeight(fan))
+		}
+	})
+	t.Run("weighs a child's dead end as a whole fan-out", func(t *testing.T) {
+		if w := EndWeight(rdb.Ending{Kind: rdb.KindChild, Ask: rdb.AskDead}); w <= MaxChildren {
+			t.Fatalf("a child's dead end weighs %d, want more than %d", w, MaxChildren)
+		}
+	})
+}
