@@ -20,6 +20,7 @@ import (
 
 	"github.com/worqr/worqr-go/gateway"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -49,7 +50,7 @@ func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
 	pool := s.Pool()
 	t.Cleanup(func() { pool.Close() })
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	return serveGateway(t, pool, worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+	return serveGateway(t, pool, remote.Config{Config: cfg, AnyQueue: true,
 		DefaultQueue: worqr.QueueConfig{Retention: time.Hour}, SessionTTL: ttl,
 		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
 }
@@ -57,14 +58,14 @@ func startGatewayOn(t *testing.T, s *redistest.Server, ttl time.Duration) *gw {
 // serveGateway starts the Remote of rc on pool, with a Client and an
 // Inspector of rc's Config, and a gateway on them on a free loopback port
 // (its Config changed by each of tune); all stop when the test ends.
-func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig, tune ...func(*gateway.Config)) *gw {
+func serveGateway(t *testing.T, pool worqr.ConnGetter, rc remote.Config, tune ...func(*gateway.Config)) *gw {
 	t.Helper()
 	cfg := rc.Config
-	remote, err := worqr.NewRemote(pool, &rc)
+	rs, err := remote.NewServer(pool, &rc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Start(context.Background()); err != nil {
+	if err := rs.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	client, err := worqr.NewClient(pool, &cfg)
@@ -75,7 +76,7 @@ func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig, tu
 	if err != nil {
 		t.Fatal(err)
 	}
-	gc := gateway.Config{Remote: remote, Client: client, Inspector: insp, Token: token}
+	gc := gateway.Config{Remote: rs, Client: client, Inspector: insp, Token: token}
 	for _, f := range tune {
 		f(&gc)
 	}
@@ -91,7 +92,7 @@ func serveGateway(t *testing.T, pool worqr.ConnGetter, rc worqr.RemoteConfig, tu
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		_ = remote.Stop(ctx)
+		_ = rs.Stop(ctx)
 		_ = hs.Close()
 	})
 	return &gw{url: "http://" + l.Addr().String(), client: client, in: insp}

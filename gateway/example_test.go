@@ -12,6 +12,7 @@ import (
 
 	"github.com/worqr/worqr-go/gateway"
 	"github.com/worqr/worqr-go/redisconn"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -27,15 +28,15 @@ func ExampleNewServer() {
 	}
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: "example-gateway"}
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+	rs, err := remote.NewServer(pool, &remote.Config{Config: cfg, AnyQueue: true,
 		DefaultQueue: worqr.QueueConfig{Retention: time.Hour}})
 	if err != nil {
 		panic(err)
 	}
-	if err := remote.Start(ctx); err != nil {
+	if err := rs.Start(ctx); err != nil {
 		panic(err)
 	}
-	defer remote.Stop(ctx)
+	defer rs.Stop(ctx)
 	client, err := worqr.NewClient(pool, &cfg)
 	if err != nil {
 		panic(err)
@@ -44,7 +45,7 @@ func ExampleNewServer() {
 	if err != nil {
 		panic(err)
 	}
-	server, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: in, Token: "s3cret"})
+	server, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: rs, Client: client, Inspector: in, Token: "s3cret"})
 	if err != nil {
 		panic(err)
 	}

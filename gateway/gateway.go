@@ -1,6 +1,6 @@
 // Package gateway serves worqr to programs in any language: one API over
 // gRPC, gRPC-Web and JSON over HTTP (the Connect protocol) on one port. It is
-// a thin layer over worqr.Remote (workers), worqr.Client (producers) and
+// a thin layer over remote.Server (workers), worqr.Client (producers) and
 // worqr.Inspector (queue stats, task reads): every guarantee is theirs. A remote worker
 // opens a session (a worqr worker id), beats it, takes tasks and ends each
 // taking by its pid, the fencing token; an end about a taking the session no
@@ -34,13 +34,14 @@ import (
 
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
 // Config is what a gateway serves. Remote, Client and Inspector are
 // required; the gateway never starts or stops them.
 type Config struct {
-	Remote    *worqr.Remote
+	Remote    *remote.Server
 	Client    *worqr.Client
 	Inspector *worqr.Inspector
 	// Token, when set, is the bearer token every call must carry
@@ -239,9 +240,9 @@ func (s *server) toConnect(err error) error {
 			e.AddDetail(d)
 		}
 		return e
-	case errors.Is(err, worqr.ErrNotOwner):
+	case errors.Is(err, remote.ErrNotOwner):
 		return connect.NewError(connect.CodeFailedPrecondition, err)
-	case errors.Is(err, worqr.ErrTooManySessions), errors.Is(err, worqr.ErrTooManyHeld):
+	case errors.Is(err, remote.ErrTooManySessions), errors.Is(err, remote.ErrTooManyHeld):
 		return connect.NewError(connect.CodeResourceExhausted, err)
 	case errors.Is(err, worqr.ErrTaskNotFound):
 		return connect.NewError(connect.CodeNotFound, err)
@@ -252,7 +253,7 @@ func (s *server) toConnect(err error) error {
 	case errors.Is(err, context.DeadlineExceeded):
 		return connect.NewError(connect.CodeDeadlineExceeded, errors.New("worqr gateway: the call's deadline passed"))
 	}
-	if errors.Is(err, worqr.ErrDraining) {
+	if errors.Is(err, remote.ErrDraining) {
 		return connect.NewError(connect.CodeUnavailable, err)
 	}
 	// Anything else failed on the way to Redis or in it: a dial error, a
@@ -427,7 +428,7 @@ func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1
 	if name == "" {
 		name = req.Peer().Addr
 	}
-	sess, err := s.cfg.Remote.Open(ctx, worqr.OpenOpts{Name: name, Queues: req.Msg.Queues})
+	sess, err := s.cfg.Remote.Open(ctx, remote.OpenOpts{Name: name, Queues: req.Msg.Queues})
 	if err != nil {
 		return nil, s.toConnect(err)
 	}
@@ -437,13 +438,13 @@ func (s *server) OpenSession(ctx context.Context, req *connect.Request[gatewayv1
 }
 
 // session finds the session a call names.
-func (s *server) session(id string) (*worqr.RemoteSession, error) {
+func (s *server) session(id string) (*remote.Session, error) {
 	if id == "" {
 		return nil, s.bad("session_id", "is empty")
 	}
 	worker := s.workerOf(id)
 	if worker == "" {
-		return nil, s.toConnect(fmt.Errorf("%w: %s", worqr.ErrSessionLost, id))
+		return nil, s.toConnect(fmt.Errorf("%w: %s", remote.ErrSessionLost, id))
 	}
 	sess, err := s.cfg.Remote.Session(worker)
 	if err != nil {
@@ -484,7 +485,7 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 		// {"takings":[]}
 		size, envelope = jsonSize, len(orNil(jsonOut.Marshal(&gatewayv1.TakeResponse{})))
 	}
-	ks, err := sess.Take(ctx, worqr.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId,
+	ks, err := sess.Take(ctx, remote.TakeRequest{Queue: req.Msg.Queue, Max: n, Wait: ms(req.Msg.WaitMs), RequestID: req.Msg.RequestId,
 		MaxBytes: max(s.cfg.MaxMessageBytes-envelope, 1), Size: size})
 	if err != nil {
 		return nil, s.toConnect(err)
@@ -498,7 +499,7 @@ func (s *server) Take(ctx context.Context, req *connect.Request[gatewayv1.TakeRe
 
 // taking is k as a reply carries it; without its bytes fields (payloads,
 // children's results) unless withBytes.
-func taking(k *worqr.Taking, withBytes bool) *gatewayv1.Taking {
+func taking(k *remote.Taking, withBytes bool) *gatewayv1.Taking {
 	bytes := func(b []byte) []byte {
 		if withBytes {
 			return b
@@ -520,7 +521,7 @@ func taking(k *worqr.Taking, withBytes bool) *gatewayv1.Taking {
 
 // protoSize is how many bytes k adds to a TakeResponse in protobuf: its
 // message, and the tag and length that frame it in the repeated field.
-func protoSize(k *worqr.Taking) int {
+func protoSize(k *remote.Taking) int {
 	n := proto.Size(taking(k, true))
 	return protowire.SizeTag(1) + protowire.SizeVarint(uint64(n)) + n
 }
@@ -530,7 +531,7 @@ func protoSize(k *worqr.Taking) int {
 // those bytes (protojson writes them in standard base64, which needs no
 // escaping), plus the ", " that parts it from the one before. The bytes
 // are not encoded twice.
-func jsonSize(k *worqr.Taking) int {
+func jsonSize(k *remote.Taking) int {
 	b64 := base64.StdEncoding.EncodedLen
 	n := len(orNil(jsonOut.Marshal(taking(k, false)))) + 2 + b64(len(k.Payload))
 	for _, p := range k.Payloads {
@@ -553,7 +554,7 @@ func orNil(b []byte, err error) []byte {
 }
 
 // end runs one end of a taking named by session and pid.
-func (s *server) end(sessionID, pid string, f func(*worqr.RemoteSession) (worqr.EventKind, error)) (*connect.Response[gatewayv1.EndResponse], error) {
+func (s *server) end(sessionID, pid string, f func(*remote.Session) (worqr.EventKind, error)) (*connect.Response[gatewayv1.EndResponse], error) {
 	if pid == "" {
 		return nil, s.bad("pid", "is empty")
 	}
@@ -570,35 +571,35 @@ func (s *server) end(sessionID, pid string, f func(*worqr.RemoteSession) (worqr.
 
 func (s *server) Finish(ctx context.Context, req *connect.Request[gatewayv1.FinishRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.Finish(ctx, m.Pid, m.Result)
 	})
 }
 
 func (s *server) Fail(ctx context.Context, req *connect.Request[gatewayv1.FailRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.Fail(ctx, m.Pid, m.Error, ms(m.RetryInMs))
 	})
 }
 
 func (s *server) GiveBack(ctx context.Context, req *connect.Request[gatewayv1.GiveBackRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.GiveBack(ctx, m.Pid)
 	})
 }
 
 func (s *server) Bury(ctx context.Context, req *connect.Request[gatewayv1.BuryRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.Bury(ctx, m.Pid, m.Reason)
 	})
 }
 
 func (s *server) Forward(ctx context.Context, req *connect.Request[gatewayv1.ForwardRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.Forward(ctx, m.Pid, m.Fields)
 	})
 }
@@ -612,7 +613,7 @@ func (s *server) FanOut(ctx context.Context, req *connect.Request[gatewayv1.FanO
 		}
 		children[i] = worqr.ChildSpec{Queue: c.Queue, Payload: c.Payload}
 	}
-	return s.end(m.SessionId, m.Pid, func(sess *worqr.RemoteSession) (worqr.EventKind, error) {
+	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
 		return sess.FanOut(ctx, m.Pid, m.Fields, children)
 	})
 }

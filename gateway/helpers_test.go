@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -41,6 +42,6 @@ func blackhole(t *testing.T) string {
 // have Config cfg, on pool.
 func startGatewayWith(t *testing.T, pool worqr.ConnGetter, cfg worqr.Config) *gw {
 	t.Helper()
-	return serveGateway(t, pool, worqr.RemoteConfig{Config: cfg, AnyQueue: true,
+	return serveGateway(t, pool, remote.Config{Config: cfg, AnyQueue: true,
 		SessionTTL: 2 * time.Second, ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
 }

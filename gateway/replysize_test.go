@@ -16,6 +16,7 @@ import (
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -86,7 +87,7 @@ func TestTakeReplyCapCountsTheBytesSent(t *testing.T) {
 	pool := srv.Pool()
 	t.Cleanup(func() { pool.Close() })
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	g := serveGateway(t, pool, worqr.RemoteConfig{Config: cfg, AnyQueue: true, SessionTTL: 10 * time.Second,
+	g := serveGateway(t, pool, remote.Config{Config: cfg, AnyQueue: true, SessionTTL: 10 * time.Second,
 		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond},
 		func(c *gateway.Config) { c.MaxMessageBytes = limit })
 	ctx := context.Background()

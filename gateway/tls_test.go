@@ -23,6 +23,7 @@ import (
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -65,21 +66,21 @@ func TestGRPCOverTLS(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true})
+	rs, err := remote.NewServer(pool, &remote.Config{Config: cfg, AnyQueue: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := remote.Start(context.Background()); err != nil {
+	if err := rs.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_ = remote.Stop(ctx)
+		_ = rs.Stop(ctx)
 	}()
 	client, _ := worqr.NewClient(pool, &cfg)
 	insp, _ := worqr.NewInspector(pool, &cfg)
-	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: remote, Client: client, Inspector: insp})
+	hs, err := gateway.NewServer("127.0.0.1:0", gateway.Config{Remote: rs, Client: client, Inspector: insp})
 	if err != nil {
 		t.Fatal(err)
 	}

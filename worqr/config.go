@@ -68,7 +68,7 @@ type Config struct {
 	EventLogLength int
 	// Replicas, when > 0, makes every enqueue of a Client (Enqueue,
 	// EnqueueBatch, EnqueueMerge, StartRun; not Load), every take and every
-	// end of a taking by a Worker or Remote wait until that many replicas of the
+	// end of a taking by a Worker or a remote session wait until that many replicas of the
 	// primary have the write (Redis WAIT, sent on the connection that made
 	// the write, in the same round trip), or ReplicaTimeout passes, before
 	// it is acknowledged. Redis replication is asynchronous: without it, a
@@ -580,7 +580,7 @@ func checkName(field, name string) error {
 	return nil
 }
 
-// validateFlows validates each flow a Worker or a Remote serves, after
+// validateFlows validates each flow a Worker or a remote.Server serves, after
 // prepare (when set) adjusted a copy of it, and refuses a flow served
 // twice. It returns the flows with their defaults filled in.
 func validateFlows(flows []*Flow, prepare func(Flow) Flow) ([]*Flow, error) {

@@ -150,7 +150,6 @@ func TestServedFlowsAreValidatedOnce(t *testing.T) {
 	f := &worqr.Flow{Name: "twice", Stages: []worqr.Stage{{Name: "a",
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil }),
 		Queue:   worqr.QueueConfig{Concurrency: 1}}}}
-	remoteFlow := &worqr.Flow{Name: "twice", Stages: []worqr.Stage{{Name: "a"}}}
 	for _, c := range []struct {
 		name  string
 		err   error
@@ -164,14 +163,6 @@ func TestServedFlowsAreValidatedOnce(t *testing.T) {
 			_, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Flows: []*worqr.Flow{f, f}})
 			return err
 		}(), "Flows[1]"},
-		{"a Remote refuses a nil flow", func() error {
-			_, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Flows: []*worqr.Flow{nil}})
-			return err
-		}(), "Flows[0]"},
-		{"a Remote refuses a flow served twice", func() error {
-			_, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Flows: []*worqr.Flow{remoteFlow, remoteFlow}})
-			return err
-		}(), "Flows[1]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var ie *worqr.InvalidError
@@ -180,9 +171,4 @@ func TestServedFlowsAreValidatedOnce(t *testing.T) {
 			}
 		})
 	}
-	t.Run("a Remote's flow needs no handlers", func(t *testing.T) {
-		if _, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Flows: []*worqr.Flow{remoteFlow}}); err != nil {
-			t.Fatal(err)
-		}
-	})
 }

@@ -63,11 +63,9 @@
 //
 // # Remote workers
 //
-// Remote serves queues to workers in other processes or languages (the
-// gateway module puts it on gRPC and JSON): each RemoteSession is a worker id
-// kept alive by its remote's Beat calls, takes as a Worker does, and ends
-// each taking by its pid, the fencing token; a call about a taking the
-// session no longer owns fails with ErrNotOwner and changes nothing.
+// Package remote serves queues to workers in other processes or languages
+// (the gateway module puts it on gRPC and JSON), with the same outcome
+// policy and take path as a Worker.
 //
 // docs/PROTOCOL.md in the repository describes every key and script.
 package worqr

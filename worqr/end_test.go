@@ -237,7 +237,7 @@ func TestChildFailuresOfManyRunsAreSplit(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &lossyConn{Conn: c, armed: &never, match: record}, nil
+		return &redistest.LossyConn{Conn: c, Armed: &never, Match: record}, nil
 	}}
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
@@ -328,7 +328,7 @@ func TestGroupedFanOutsAreSplit(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &lossyConn{Conn: c, armed: &never, match: record}, nil
+		return &redistest.LossyConn{Conn: c, Armed: &never, Match: record}, nil
 	}}
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
@@ -391,7 +391,7 @@ func TestWorkerLostEndReplyOfACancelledTask(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &lossyConn{Conn: c, armed: &armed, match: hasArg("done")}, nil
+		return &redistest.LossyConn{Conn: c, Armed: &armed, Match: redistest.HasArg("done")}, nil
 	}}
 	defer pool.Close()
 	events := make(chan worqr.Event, 100)

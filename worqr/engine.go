@@ -9,7 +9,7 @@ import (
 
 // initEngine makes q the engine of a queue of kind: its member name, its
 // keys, its config and, for a flow's stage or child queue, the flow and
-// the (declaring) stage. The Worker's runners and the Remote's queues are
+// the (declaring) stage. The Worker's runners and a remote.Server's queues are
 // made by it alike.
 func initEngine(q *engine.Queue, kind rdb.Kind, member string, qk rdb.QueueKeys, cfg *QueueConfig, flow *Flow, stage int) {
 	q.Kind, q.Member, q.QK = kind, member, qk

@@ -659,8 +659,8 @@ func TestStopReportsACancelledTaking(t *testing.T) {
 func TestHandoffNotRunAfterSessionLost(t *testing.T) {
 	ctx := context.Background()
 	base, c, cfg, q := handEnv(t)
-	pool := newFaultPool(base)
-	t.Cleanup(func() { pool.cut.Store(false) })
+	pool := redistest.NewFaultPool(base)
+	t.Cleanup(func() { pool.Cut.Store(false) })
 	type start struct{ worker, payload string }
 	starts := make(chan start, 20)
 	finishA := make(chan struct{})
@@ -689,9 +689,9 @@ func TestHandoffNotRunAfterSessionLost(t *testing.T) {
 			starts <- start{"w2", string(tk.Payload)}
 			return nil
 		})}}})
-	pool.loseEnd.Store(true)
+	pool.LoseEnd.Store(true)
 	close(finishA)
-	wait(t, 5*time.Second, "a's end to be sent", pool.cut.Load)
+	wait(t, 5*time.Second, "a's end to be sent", pool.Cut.Load)
 	// a's end applied: w1 holds nothing and is parked, so b is handed to it.
 	if _, err := client.Enqueue(ctx, "q", []byte("b"), nil); err != nil {
 		t.Fatal(err)
@@ -724,7 +724,7 @@ func TestStopWaitsForAnEndThatTakesAgain(t *testing.T) {
 		t.Run("grace="+grace.String(), func(t *testing.T) {
 			ctx := context.Background()
 			base, c, cfg, q := handEnv(t)
-			pool := newFaultPool(base)
+			pool := redistest.NewFaultPool(base)
 			client, err := worqr.NewClient(base, &cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -747,9 +747,9 @@ func TestStopWaitsForAnEndThatTakesAgain(t *testing.T) {
 			id1 := w1.ID()
 			<-started
 			<-started
-			pool.hold("_end", 300*time.Millisecond)
+			pool.Hold("_end", 300*time.Millisecond)
 			close(finish["short"])
-			<-pool.holding // short's end, taking again (q is empty: parking), is on its way
+			<-pool.Holding // short's end, taking again (q is empty: parking), is on its way
 			stopped := make(chan struct{})
 			go func() {
 				defer close(stopped)
@@ -757,8 +757,8 @@ func TestStopWaitsForAnEndThatTakesAgain(t *testing.T) {
 				defer cancel()
 				_ = w1.Stop(sctx)
 			}()
-			<-pool.held // it landed
-			pool.hold("", 0)
+			<-pool.Held // it landed
+			pool.Hold("", 0)
 			wait(t, 5*time.Second, "the stopping worker to unpark (else it is handed tasks it will not run) after its end landed", func() bool {
 				n, err := redis.Int(c.Do("HEXISTS", q.Park, id1))
 				if err != nil {

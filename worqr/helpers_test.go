@@ -66,12 +66,8 @@ func startWorker(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg *
 // wait polls cond every 10ms until it holds or d passes.
 func wait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if !redistest.Eventually(d, cond) {
+		t.Fatalf("timed out after %s waiting for %s", d, what)
 	}
 }
 
@@ -199,70 +195,6 @@ func newClient(t testing.TB, pool worqr.ConnGetter, cfg *worqr.Config) *worqr.Cl
 		t.Fatal(err)
 	}
 	return c
-}
-
-// remoteBundle is a started Remote, a Client and an Inspector on one fresh
-// namespace.
-type remoteBundle struct {
-	remote *worqr.Remote
-	client *worqr.Client
-	insp   *worqr.Inspector
-	ns     string
-}
-
-func setupRemote(t *testing.T, ctx context.Context, cfg worqr.RemoteConfig) *remoteBundle {
-	t.Helper()
-	cfg.DisableEvents = true
-	return setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
-}
-
-// setupRemoteOn is setupRemote on pool, its events as cfg says.
-func setupRemoteOn(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg worqr.RemoteConfig) *remoteBundle {
-	t.Helper()
-	ns := redistest.Namespace()
-	cfg.Namespace = ns
-	r, err := worqr.NewRemote(pool, &cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		sctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		defer cancel()
-		_ = r.Stop(sctx)
-	})
-	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &remoteBundle{remote: r, client: c, insp: in, ns: ns}
-}
-
-func open(t *testing.T, b *remoteBundle, queues ...string) *worqr.RemoteSession {
-	t.Helper()
-	s, err := b.remote.Open(context.Background(), worqr.OpenOpts{Name: t.Name(), Queues: queues})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func takeOne(t *testing.T, s *worqr.RemoteSession, queue string, wait time.Duration) worqr.Taking {
-	t.Helper()
-	ks, err := s.Take(context.Background(), worqr.TakeRequest{Queue: queue, Max: 1, Wait: wait})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ks) != 1 {
-		t.Fatalf("took %d tasks, want 1", len(ks))
-	}
-	return ks[0]
 }
 
 // waited is what a wait started by waiting returned.

@@ -421,63 +421,6 @@ func TestHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 	}
 }
 
-// The same through a remote session, whose child fails its run in either
-// way: its take of the child queue buries the poison child, or its end
-// buries the child it ran (Bury: dead). The session reports the cancels
-// of the siblings the run's stop took out.
-func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
-	for _, byEnd := range []bool{false, true} {
-		name := map[bool]string{false: "by its take", true: "by its end"}[byEnd]
-		t.Run(name, func(t *testing.T) {
-			ctx := context.Background()
-			fl := map[bool]string{false: "rpc", true: "rpe"}[byEnd]
-			flow := &worqr.Flow{Name: fl, Stages: []worqr.Stage{
-				{Name: "split", Children: map[string]worqr.QueueConfig{"part": {MaxCrashes: 2}}},
-			}}
-			cfg := worqr.RemoteConfig{Flows: []*worqr.Flow{flow}}
-			cfg.EventInterval = 20 * time.Millisecond
-			b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
-			cf := &worqr.Flow{Name: fl, Stages: []worqr.Stage{
-				{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
-					Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
-			}}
-			if _, err := b.client.StartRun(ctx, cf, nil); err != nil {
-				t.Fatal(err)
-			}
-			s := open(t, b, fl+"/split", fl+"/part")
-			k := takeOne(t, s, fl+"/split", 0)
-			parts := []worqr.ChildSpec{{Queue: "part"}, {Queue: "part"}, {Queue: "part"}}
-			if out, err := s.FanOut(ctx, k.PID, nil, parts); err != nil || out != worqr.EventFannedOut {
-				t.Fatalf("fan-out = %q, %v", out, err)
-			}
-			if byEnd {
-				c := takeOne(t, s, fl+"/part", 0)
-				if out, err := s.Bury(ctx, c.PID, "no"); err != nil || out != worqr.EventDead {
-					t.Fatalf("bury = %q, %v", out, err)
-				}
-			} else {
-				pool := srv.Pool()
-				t.Cleanup(func() { pool.Close() })
-				conn := pool.Get()
-				defer conn.Close()
-				kids, err := redis.Strings(conn.Do("LRANGE", b.ns+":{"+fl+"}:q:part", 0, -1))
-				if err != nil || len(kids) != 3 {
-					t.Fatalf("children waiting: %v %v", kids, err)
-				}
-				if _, err := conn.Do("HSET", b.ns+":{"+fl+"}:t:"+kids[0], "c", 2); err != nil {
-					t.Fatal(err)
-				}
-				if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: fl + "/part", Max: 3}); err != nil || len(ks) != 0 {
-					t.Fatalf("take: %+v %v; want the poison child buried, its siblings stopped", ks, err)
-				}
-			}
-			if d, k := deadAndCancelled(t, ctx, b.insp, fl+"/part"); d != 1 || k != 2 {
-				t.Errorf("history of %s/part: %d dead, %d cancelled; want 1 dead (the buried child), 2 cancelled (its waiting siblings)", fl, d, k)
-			}
-		})
-	}
-}
-
 // fanOfThree is a flow of one stage that fans out three children to its
 // child queue "kids", served as kids.
 func fanOfThree(name string, kids worqr.QueueConfig) *worqr.Flow {

@@ -194,7 +194,7 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 }
 
 // checkResults checks the results ts recorded (Task.SetResult): each at
-// most MaxPayloadBytes, as a Remote's Finish checks, and together (a
+// most MaxPayloadBytes, as a remote session's Finish checks, and together (a
 // batch's, ended in one atomic step) at most MaxEnqueueChunkBytes (4 MiB)
 // or, when larger, MaxPayloadBytes.
 func (w *Worker) checkResults(ts []*Task) error {

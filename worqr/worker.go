@@ -532,10 +532,10 @@ func (w *Worker) newReaper() *recovery.Reaper {
 	return reaper
 }
 
-// newReaper is the reaper and mover a Worker or a Remote runs: any peer
+// newReaper is the reaper and mover a Worker or a remote.Server runs: any peer
 // may requeue the tasks of dead workers and move due tasks, one per
 // interval (every) under a lease. What it recovers is reported through emit, as
-// the peer whose id who returns ("" for a Remote).
+// the peer whose id who returns ("" for a remote.Server).
 func newReaper(pool ConnGetter, cfg Config, every time.Duration, emit func(Event), who func() string) (*recovery.Reaper, error) {
 	return recovery.New(pool, &recovery.Config{
 		Namespace: cfg.Namespace, Interval: every, Logger: cfg.Logger,
@@ -611,20 +611,31 @@ func (w *Worker) requeueLostIn(id string, q *queueRunner) {
 	}
 }
 
-// writeSettings stores the settings the scripts read from Redis (those not
-// passed on every call): retention of ended tasks and the dead set's caps.
+// writeSettings stores the settings of the worker's queues (see
+// writeQueueSettings).
 func (w *Worker) writeSettings(ctx context.Context) error {
 	for _, q := range w.queues {
-		if err := w.st.WriteSettings(ctx, q.QK, rdb.QueueSettings{
-			RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
-			DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
-		}); err != nil {
-			return fmt.Errorf("worqr: write settings of %s: %w", q.Member, err)
+		if err := writeQueueSettings(ctx, w.st, q.QK, &q.cfg); err != nil {
+			return fmt.Errorf("worqr: %s: %w", q.Member, err)
 		}
-		if l := q.cfg.Limits; l != nil {
-			if err := w.st.SetLimits(ctx, q.QK, l.rdb()); err != nil {
-				return fmt.Errorf("worqr: write limits of %s: %w", q.Member, err)
-			}
+	}
+	return nil
+}
+
+// writeQueueSettings stores the settings of queue qk that the scripts
+// read from Redis (those not passed on every call): retention of ended
+// tasks, the dead set's caps, the key policy, and the global limits when
+// cfg sets them.
+func writeQueueSettings(ctx context.Context, st *rdb.Store, qk rdb.QueueKeys, cfg *QueueConfig) error {
+	if err := st.WriteSettings(ctx, qk, rdb.QueueSettings{
+		RetentionMs: cfg.Retention.Milliseconds(), DeadMaxCount: cfg.DeadMaxCount,
+		DeadMaxAgeMs: cfg.DeadMaxAge.Milliseconds(), Keys: cfg.Keys.stored(),
+	}); err != nil {
+		return fmt.Errorf("write settings: %w", err)
+	}
+	if l := cfg.Limits; l != nil {
+		if err := st.SetLimits(ctx, qk, l.rdb()); err != nil {
+			return fmt.Errorf("write limits: %w", err)
 		}
 	}
 	return nil
@@ -747,12 +758,7 @@ func (q *queueRunner) slotFreed() {
 	}
 }
 
-func poke(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
+func poke(c chan struct{}) { engine.Poke(c) }
 
 // Stopped is closed once the worker has stopped: Stop returned, or the
 // context given to Start ended and the stop it began is over.
@@ -895,16 +901,7 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 	return ok
 }
 
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}
+func sleepCtx(ctx context.Context, d time.Duration) bool { return engine.Sleep(ctx, d) }
 
 func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
 	t := time.NewTimer(d)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/gateway"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -45,7 +46,7 @@ exponential backoff); --queue limits the queues sessions may take from.
 A task a session ends is deleted at once unless --retention keeps it
 readable (GetTask: its state, and a finished task's result) that long.
 Flows are served by embedding the gateway package in a Go program that
-declares them (worqr.RemoteConfig.Flows).
+declares them (remote.Config.Flows).
 
 With --token (or ` + envGatewayToken + `) every call needs
 "Authorization: Bearer <token>"; without it keep --addr on a loopback
@@ -66,10 +67,10 @@ to --grace; what still runs is then put back at the front of its queue.`,
 	f.StringVar(&token, "token", "", "bearer token every call must carry (env "+envGatewayToken+")")
 	f.StringVar(&certFile, "tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)")
 	f.StringVar(&keyFile, "tls-key", "", "PEM key of --tls-cert")
-	f.DurationVar(&ttl, "session-ttl", worqr.DefaultSessionTTL, "a session silent this long is lost (remotes beat every third of it)")
+	f.DurationVar(&ttl, "session-ttl", remote.DefaultSessionTTL, "a session silent this long is lost (remotes beat every third of it)")
 	f.DurationVar(&reaper, "reaper-interval", worqr.DefaultReaperInterval, "how often this process looks for dead workers")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long sessions may finish what they run")
-	f.IntVar(&maxSessions, "max-sessions", worqr.DefaultMaxSessions, "sessions open at once")
+	f.IntVar(&maxSessions, "max-sessions", remote.DefaultMaxSessions, "sessions open at once")
 	f.IntVar(&maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "largest request message")
 	f.StringArrayVar(&queues, "queue", nil, "a queue sessions may take from (repeat; default: any)")
 	f.DurationVar(&retention, "retention", 0, "how long a task a session ended stays readable (GetTask, its result); 0: deleted at once")
@@ -86,7 +87,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 		if retention < 0 {
 			return usagef("--retention %s: must not be negative", retention)
 		}
-		cfg := worqr.RemoteConfig{Config: worqr.Config{Namespace: a.namespace, Logger: a.logger,
+		cfg := remote.Config{Config: worqr.Config{Namespace: a.namespace, Logger: a.logger,
 			Replicas: a.replicas, ReplicaTimeout: a.replicaTimeout},
 			SessionTTL: ttl, ReaperInterval: reaper, MaxSessions: maxSessions, AnyQueue: len(queues) == 0,
 			DefaultQueue: worqr.QueueConfig{Retention: retention}}
@@ -99,7 +100,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 				cfg.Queues[q] = worqr.QueueConfig{Retention: retention}
 			}
 		}
-		remote, err := worqr.NewRemote(a.pool, &cfg)
+		rs, err := remote.NewServer(a.pool, &cfg)
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
@@ -107,7 +108,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 			}
 			return err
 		}
-		srv, err := gateway.NewServer(addr, gateway.Config{Remote: remote, Client: a.client, Inspector: a.in, Logger: a.logger,
+		srv, err := gateway.NewServer(addr, gateway.Config{Remote: rs, Client: a.client, Inspector: a.in, Logger: a.logger,
 			Token: token, MaxMessageBytes: maxMessage})
 		if err != nil {
 			return err
@@ -116,7 +117,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 		if err != nil {
 			return usagef("--addr %s: %v", addr, err)
 		}
-		if err := remote.Start(ctx); err != nil {
+		if err := rs.Start(ctx); err != nil {
 			ln.Close()
 			return err
 		}
@@ -141,14 +142,14 @@ to --grace; what still runs is then put back at the front of its queue.`,
 		case err := <-served:
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
-			_ = remote.Stop(sctx)
+			_ = rs.Stop(sctx)
 			return err
 		case <-ctx.Done():
 		}
 		fmt.Fprintf(a.env.err, "worqr gateway: draining (up to %s)\n", grace)
 		gctx, cancel := context.WithTimeout(context.Background(), grace)
 		defer cancel()
-		stopErr := remote.Stop(gctx) // sessions see drain on their beats; takes return nothing
+		stopErr := rs.Stop(gctx) // sessions see drain on their beats; takes return nothing
 		sctx, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel2()
 		if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, http.ErrServerClosed) {

@@ -7,11 +7,11 @@ import (
 	"time"
 
 	otelworqr "github.com/worqr/worqr-go/contrib/otel"
-	"github.com/worqr/worqr-go/worqr"
+	"github.com/worqr/worqr-go/remote"
 )
 
 // A task enqueued by Enqueue and served by a remote worker (a session of
-// worqr.Remote, what the gateway serves) reached the remote in its trace
+// remote.Server, what the gateway serves) reached the remote in its trace
 // envelope, bytes it could not read (found by an audit). The session takes
 // the envelope off: the remote gets the payload as given and the producer
 // span's context as TraceParent, to link its own span to it.
@@ -27,7 +27,7 @@ func TestRemoteGetsThePayloadAndTheTraceContext(t *testing.T) {
 	}
 	sc := ended[0].SpanContext()
 	want := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
-	r, err := worqr.NewRemote(e.pool, &worqr.RemoteConfig{Config: e.cfg, AnyQueue: true})
+	r, err := remote.NewServer(e.pool, &remote.Config{Config: e.cfg, AnyQueue: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,11 +39,11 @@ func TestRemoteGetsThePayloadAndTheTraceContext(t *testing.T) {
 		defer cancel()
 		_ = r.Stop(sctx)
 	})
-	s, err := r.Open(ctx, worqr.OpenOpts{Name: "remote", Queues: []string{"pdf"}})
+	s, err := r.Open(ctx, remote.OpenOpts{Name: "remote", Queues: []string{"pdf"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ts, err := s.Take(ctx, worqr.TakeRequest{Queue: "pdf", Max: 1, Wait: 5 * time.Second})
+	ts, err := s.Take(ctx, remote.TakeRequest{Queue: "pdf", Max: 1, Wait: 5 * time.Second})
 	if err != nil || len(ts) != 1 {
 		t.Fatalf("take: %d takings, %v", len(ts), err)
 	}

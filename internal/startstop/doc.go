@@ -1,5 +1,5 @@
 // Package startstop is the start/stop lifecycle shared by worqr's
-// long-running types (Worker, Scheduler, Remote, consumer.Consumer), so
+// long-running types (Worker, Scheduler, remote.Server, consumer.Consumer), so
 // that each of them follows the same rules without writing them again.
 // River's startstop package gave the idea.
 //

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -19,7 +20,7 @@ import (
 // (found by an audit).
 func TestRemoteFailoverLostEnd(t *testing.T) {
 	rc, ctx, pool, ns, q, master, replica := failoverSetup(t, 90*time.Second, "remote-lost-end-")
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns},
+	r, err := remote.NewServer(pool, &remote.Config{Config: worqr.Config{Namespace: ns},
 		Queues: map[string]worqr.QueueConfig{q: {}}, SessionTTL: 20 * time.Second,
 		ReaperInterval: 200 * time.Millisecond, PollInterval: 200 * time.Millisecond})
 	if err != nil {
@@ -33,7 +34,7 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 		defer c()
 		_ = r.Stop(sctx)
 	}()
-	s, err := r.Open(ctx, worqr.OpenOpts{Name: "remote", Queues: []string{q}})
+	s, err := r.Open(ctx, remote.OpenOpts{Name: "remote", Queues: []string{q}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	runMu.Lock() // (no beat between the take and its listing)
-	tk, err := s.Take(ctx, worqr.TakeRequest{Queue: q, Max: 1, Wait: 5 * time.Second})
+	tk, err := s.Take(ctx, remote.TakeRequest{Queue: q, Max: 1, Wait: 5 * time.Second})
 	if err != nil || len(tk) != 1 {
 		runMu.Unlock()
 		t.Fatalf("take: %v, %v", tk, err)
@@ -91,7 +92,7 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		tctx, c := context.WithTimeout(ctx, 3*time.Second)
-		again, err := s.Take(tctx, worqr.TakeRequest{Queue: q, Max: 1, Wait: time.Second})
+		again, err := s.Take(tctx, remote.TakeRequest{Queue: q, Max: 1, Wait: time.Second})
 		c()
 		if err == nil && len(again) == 1 {
 			t.Logf("the task came back after the failover (pid %s): fine", again[0].PID)

@@ -71,6 +71,7 @@ var imports = []struct{ name, path, dir string }{
 	{"miniredis", "github.com/alicebob/miniredis/v2", ""},
 	{"worqr", module + "/worqr", ""},
 	{"redisconn", module + "/redisconn", ""},
+	{"remote", module + "/remote", ""},
 	{"consumer", module + "/consumer", ""},
 	{"dash", module + "/dash", ""},
 	{"recovery", module + "/recovery", ""},

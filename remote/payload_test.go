@@ -1,10 +1,11 @@
-package worqr_test
+package remote_test
 
 import (
 	"context"
 	"strings"
 	"testing"
 
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -12,7 +13,7 @@ import (
 // of their tags, as Payload is: they came still tagged.
 func TestRemoteMergedTypedPayloadsAreUnwrapped(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"rm": {Keys: worqr.KeyPolicy{Merge: true}}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"rm": {Keys: worqr.KeyPolicy{Merge: true}}}})
 	s := open(t, b, "rm")
 	for _, p := range []string{"1", "2"} {
 		if _, err := worqr.EnqueueTyped(ctx, b.client, "rm", "a", []byte(p), &worqr.EnqueueOpts{Key: "x"}); err != nil {
@@ -37,7 +38,7 @@ func TestRemoteMergedTypedPayloadsAreUnwrapped(t *testing.T) {
 // the payload as given.
 func TestRemoteTakingCarriesMeta(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"rmeta": {}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"rmeta": {}}})
 	s := open(t, b, "rmeta")
 	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	meta := map[string]string{"traceparent": tp, "tracestate": "a=1", "tenant": "t1"}

@@ -1,4 +1,4 @@
-package worqr
+package remote
 
 import (
 	"context"
@@ -17,10 +17,11 @@ import (
 	"github.com/worqr/worqr-go/internal/startstop"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// Remote serves worqr queues to workers in other processes or languages (the
-// gateway is a thin layer over it). Each RemoteSession is a worqr worker: it
+// Server serves worqr queues to workers in other processes or languages (the
+// gateway is a thin layer over it). Each Session is a worqr worker: it
 // registers a worker id with a keepalive that its remote renews by calling
 // Beat, it takes with the same script and deadline fence as a Worker, and
 // every taking it ends goes through the same batched end call, whose
@@ -32,20 +33,23 @@ import (
 // sticky routing by session). When the process or the remote goes away,
 // the session's keepalive expires and the ordinary recovery requeues its
 // takings, within SessionTTL + ReaperInterval, as for a Worker.
-type Remote struct {
-	pool ConnGetter
+type Server struct {
+	pool worqr.ConnGetter
 	st   *rdb.Store
 	reg  *registry.Registry
-	cfg  RemoteConfig
-	bus  *eventBus
+	cfg  Config
+	// deliver and flush deliver events (Config.OnEvent, the event
+	// stream); emit stamps them first.
+	deliver func(worqr.Event)
+	flush   func()
 
 	mu       sync.Mutex
 	queues   map[string]*remoteQueue
-	sessions map[string]*RemoteSession
+	sessions map[string]*Session
 	opening  int // Opens under way (counted against MaxSessions)
 	// retired sessions are kept for memory(), so that an end repeated
 	// after its reply was lost still gets its recorded answer.
-	retired map[string]*RemoteSession
+	retired map[string]*Session
 	subGrew chan struct{} // cap 1: the set of queues to listen to grew
 
 	life startstop.Machine // Start, Stop, Stopped
@@ -56,25 +60,25 @@ type Remote struct {
 	bg        sync.WaitGroup
 }
 
-// RemoteConfig is what a Remote needs. Every field has a default, given in
+// Config is what a Server needs. Every field has a default, given in
 // its comment.
-type RemoteConfig struct {
-	Config
+type Config struct {
+	worqr.Config
 	// Queues are the stand-alone queues sessions may take from, with their
 	// retry, timeout and dead-set settings, their key policy (Keys) and
 	// their global Limits (stored when a session first asks for the queue,
 	// as a Worker's are at its start: keep them the same as the Workers'). Handler, Concurrency and Weight are not used and must be
 	// left zero. Sessions apply the limits stored in Redis, whoever set
 	// them, and take higher priority levels first.
-	Queues map[string]QueueConfig
+	Queues map[string]worqr.QueueConfig
 	// AnyQueue lets sessions take from any stand-alone queue, those not in
 	// Queues with the settings of DefaultQueue.
 	AnyQueue bool
 	// DefaultQueue holds the settings of the queues AnyQueue admits.
-	DefaultQueue QueueConfig
+	DefaultQueue worqr.QueueConfig
 	// Flows are served whole: a session may take from a stage or child
-	// queue, named "<flow>/<queue>". Stage handlers may be nil.
-	Flows []*Flow
+	// queue, named "<flow>/<queue>". worqr.Stage handlers may be nil.
+	Flows []*worqr.Flow
 	// SessionTTL is a session's keepalive lifetime: a session whose remote
 	// has not beaten for this long is lost, and its takings are requeued by
 	// the recovery within one ReaperInterval. Remotes should beat every
@@ -97,7 +101,7 @@ type RemoteConfig struct {
 	MaxWait time.Duration
 }
 
-// Defaults of RemoteConfig.
+// Defaults of Config.
 const (
 	DefaultSessionTTL  = 10 * time.Second
 	DefaultMaxSessions = 1000
@@ -105,14 +109,14 @@ const (
 	DefaultMaxWait     = 30 * time.Second
 )
 
-// ErrSessionLost is returned by every RemoteSession call (and Remote.Session)
+// ErrSessionLost is returned by every Session call (and Server.Session)
 // once the session is gone: its remote stopped beating for SessionTTL, it was
 // closed, or this process never opened it (for example it restarted). Its
 // takings are requeued by the recovery; the remote must drop them and open
 // a new session. errors.Is(err, ErrNotOwner) is true for it as well.
 var ErrSessionLost = &remoteError{"worqr: session lost"}
 
-// ErrNotOwner is returned by a RemoteSession's Finish, Fail, GiveBack, Bury,
+// ErrNotOwner is returned by a Session's Finish, Fail, GiveBack, Bury,
 // Forward and FanOut when the session does not own the taking (any more):
 // its keepalive was lost and the task requeued, the taking was already ended
 // another way, or the pid is not one of its takings. Nothing was changed.
@@ -125,7 +129,7 @@ var ErrTooManySessions = errors.New("worqr: too many sessions")
 // takings already: end some first.
 var ErrTooManyHeld = errors.New("worqr: the session holds as many takings as it may")
 
-// ErrDraining is returned by Open while the Remote stops.
+// ErrDraining is returned by Open while the Server stops.
 var ErrDraining = errors.New("worqr: remote is stopping")
 
 type remoteError struct{ msg string }
@@ -134,28 +138,24 @@ func (e *remoteError) Error() string { return e.msg }
 
 func (e *remoteError) Is(target error) bool { return target == ErrNotOwner }
 
-func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
-	var out RemoteConfig
+func (c *Config) withDefaults() (Config, error) {
+	var out Config
 	if c != nil {
 		out = *c
 	}
-	base, err := out.Config.withDefaults()
+	base, err := configDefaults(out.Config)
 	if err != nil {
 		return out, err
 	}
 	out.Config = base
-	placeholder := HandlerFunc(func(context.Context, *Task) error { return nil })
-	fill := func(field string, q QueueConfig) (QueueConfig, error) {
+	placeholder := worqr.HandlerFunc(func(context.Context, *worqr.Task) error { return nil })
+	fill := func(field string, q worqr.QueueConfig) (worqr.QueueConfig, error) {
 		if q.Handler != nil || q.Concurrency != 0 {
 			return q, invalid(field, "sets Handler or Concurrency, which a remote queue does not use")
 		}
-		if err := q.noBatch(field); err != nil {
-			return q, err // remote workers take one task at a time
-		}
-		err := q.fill(field)
-		return q, err
+		return fillQueue(field, q)
 	}
-	queues := make(map[string]QueueConfig, len(out.Queues))
+	queues := make(map[string]worqr.QueueConfig, len(out.Queues))
 	for name, q := range out.Queues {
 		field := fmt.Sprintf("Queues[%q]", name)
 		if err := checkName(field, name); err != nil {
@@ -170,16 +170,16 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 		return out, err
 	}
 	// Stage handlers run remotely: placeholders pass validation.
-	out.Flows, err = validateFlows(out.Flows, func(g Flow) Flow {
-		g.Stages = append([]Stage(nil), g.Stages...)
+	out.Flows, err = validateFlows(out.Flows, func(g worqr.Flow) worqr.Flow {
+		g.Stages = append([]worqr.Stage(nil), g.Stages...)
 		for j := range g.Stages {
 			if g.Stages[j].Handler == nil {
-				g.Stages[j].Handler = StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil })
+				g.Stages[j].Handler = worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })
 			}
 			if g.Stages[j].Queue.Concurrency == 0 {
 				g.Stages[j].Queue.Concurrency = 1
 			}
-			ch := make(map[string]QueueConfig, len(g.Stages[j].Children))
+			ch := make(map[string]worqr.QueueConfig, len(g.Stages[j].Children))
 			for name, cq := range g.Stages[j].Children {
 				if cq.Handler == nil {
 					cq.Handler = placeholder
@@ -205,9 +205,9 @@ func (c *RemoteConfig) withDefaults() (RemoteConfig, error) {
 		min  time.Duration
 		name string
 	}{
-		{&out.SessionTTL, DefaultSessionTTL, 3 * MinInterval, "SessionTTL"},
-		{&out.ReaperInterval, DefaultReaperInterval, MinInterval, "ReaperInterval"},
-		{&out.PollInterval, DefaultPollInterval, MinInterval, "PollInterval"},
+		{&out.SessionTTL, DefaultSessionTTL, 3 * worqr.MinInterval, "SessionTTL"},
+		{&out.ReaperInterval, worqr.DefaultReaperInterval, worqr.MinInterval, "ReaperInterval"},
+		{&out.PollInterval, worqr.DefaultPollInterval, worqr.MinInterval, "PollInterval"},
 		{&out.MaxWait, DefaultMaxWait, 0, "MaxWait"},
 	} {
 		if *d.v == 0 {
@@ -244,7 +244,7 @@ type remoteQueue struct {
 	// as a Worker's runners are. Its Member is "<queue>" or
 	// "<flow>/<queue>".
 	engine.Queue
-	cfg  QueueConfig
+	cfg  worqr.QueueConfig
 	ends *group.Group[rdb.Ending, rdb.Ended]
 
 	settings  atomic.Bool // written to Redis
@@ -255,7 +255,7 @@ type remoteQueue struct {
 
 	// refs counts the open sessions naming the queue and the Opens under
 	// way that resolved it; idleSince is when it last fell to 0. Both
-	// guarded by Remote.mu. A queue idle for a SessionTTL is let go
+	// guarded by Server.mu. A queue idle for a SessionTTL is let go
 	// (sweepLoop): names come from remotes, and each queue kept is
 	// subscribed to and read every PollInterval.
 	refs      int
@@ -275,9 +275,9 @@ func (q *remoteQueue) wake() {
 	q.wakeMu.Unlock()
 }
 
-// NewRemote validates cfg and returns a Remote; Start it before opening
+// NewServer validates cfg and returns a Server; Start it before opening
 // sessions.
-func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
+func NewServer(pool worqr.ConnGetter, cfg *Config) (*Server, error) {
 	if pool == nil {
 		return nil, invalid("pool", "is nil")
 	}
@@ -292,16 +292,18 @@ func NewRemote(pool ConnGetter, cfg *RemoteConfig) (*Remote, error) {
 	}
 	st := rdb.NewStore(pool, c.Namespace)
 	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
-	return &Remote{
-		pool: pool, st: st, reg: reg, cfg: c, bus: newEventBus(st, c.Config),
-		queues: map[string]*remoteQueue{}, sessions: map[string]*RemoteSession{}, retired: map[string]*RemoteSession{},
+	deliver, flush := newEvents(st, c.Config)
+	return &Server{
+		pool: pool, st: st, reg: reg, cfg: c, deliver: deliver, flush: flush,
+
+		queues: map[string]*remoteQueue{}, sessions: map[string]*Session{}, retired: map[string]*Session{},
 		subGrew: make(chan struct{}, 1),
 	}, nil
 }
 
 // queue resolves a queue name a session asks for, made on first use, and
 // counts a reference to it (see unref).
-func (r *Remote) queue(name string) (*remoteQueue, error) {
+func (r *Server) queue(name string) (*remoteQueue, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if q := r.queues[name]; q != nil {
@@ -313,7 +315,7 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 		return nil, err
 	}
 	q := &remoteQueue{wakeCh: make(chan struct{})}
-	kind, flow, stage := rdb.KindTask, (*Flow)(nil), 0
+	kind, flow, stage := rdb.KindTask, (*worqr.Flow)(nil), 0
 	if !ref.Flow() {
 		cfg, ok := r.cfg.Queues[name]
 		if !ok {
@@ -336,25 +338,27 @@ func (r *Remote) queue(name string) (*remoteQueue, error) {
 			call = &rdb.TakeArgs{Limited: true}
 		}
 		ended, _, _, err := r.st.EndTakeWait(ctx, q.QK, retention, es, call)
-		if errors.Is(err, ErrNotReplicated) {
+		if errors.Is(err, worqr.ErrNotReplicated) {
 			// Recorded on the primary: the takings are ended.
 			r.cfg.Logger.Warn("remote: end not acknowledged by enough replicas", "queue", name, "count", len(es), "err", err)
-			r.emit(Event{Kind: EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
+			r.emit(worqr.Event{Kind: worqr.EventError, Queue: name, Count: len(es), Err: fmt.Errorf("worqr: end of %d takings: %w", len(es), err)})
 			err = nil
 		}
 		if err == nil {
-			emitStopped(r.emit, q.QK.Ref.Tag, ended)
+			for _, e := range ended {
+				emitTakenOut(r.emit, q.QK.Ref.Tag, e.Stopped)
+			}
 		}
 		return ended, err
 	})
 	r.queues[name] = q
 	q.refs++
-	poke(r.subGrew)
+	engine.Poke(r.subGrew)
 	return q, nil
 }
 
 // unref drops the references queue counted for qs. Called with r.mu held.
-func (r *Remote) unref(qs []*remoteQueue) {
+func (r *Server) unref(qs []*remoteQueue) {
 	now := time.Now()
 	for _, q := range qs {
 		if q.refs--; q.refs == 0 {
@@ -366,7 +370,7 @@ func (r *Remote) unref(qs []*remoteQueue) {
 // forgetIdleQueues lets go of the queues no open session has named for a
 // SessionTTL: the listener resubscribes without them, and they are no
 // longer read. A session naming one again makes it anew.
-func (r *Remote) forgetIdleQueues() {
+func (r *Server) forgetIdleQueues() {
 	r.mu.Lock()
 	forgot := false
 	for name, q := range r.queues {
@@ -377,14 +381,14 @@ func (r *Remote) forgetIdleQueues() {
 	}
 	r.mu.Unlock()
 	if forgot {
-		poke(r.subGrew)
+		engine.Poke(r.subGrew)
 	}
 }
 
-// flowQueue finds ref among the queues of the Remote's flows: its kind,
+// flowQueue finds ref among the queues of the Server's flows: its kind,
 // flow and (declaring) stage, with its config in q; a nil flow when none
 // has it.
-func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) (rdb.Kind, *Flow, int) {
+func (r *Server) flowQueue(q *remoteQueue, ref rdb.QueueRef) (rdb.Kind, *worqr.Flow, int) {
 	for _, f := range r.cfg.Flows {
 		if f.Name != ref.Tag {
 			continue
@@ -403,17 +407,17 @@ func (r *Remote) flowQueue(q *remoteQueue, ref rdb.QueueRef) (rdb.Kind, *Flow, i
 	return rdb.KindTask, nil, 0
 }
 
-// Start starts the Remote's background loops: the subscriber that wakes
+// Start starts the Server's background loops: the subscriber that wakes
 // waiting takes and routes cancels, the sweeper of expired sessions, and
 // (unless disabled) a reaper. It returns at once; ctx's values reach the
 // loops, not its cancellation. Calling it twice, or after Stop (even a
 // Stop before any Start), is an error; a Start that failed leaves the
-// Remote startable.
-func (r *Remote) Start(ctx context.Context) error {
+// Server startable.
+func (r *Server) Start(ctx context.Context) error {
 	return r.life.Start("remote", func() error { return r.start(ctx) })
 }
 
-func (r *Remote) start(ctx context.Context) error {
+func (r *Server) start(ctx context.Context) error {
 	var reaper *recovery.Reaper
 	if !r.cfg.DisableReaper {
 		var err error
@@ -439,7 +443,7 @@ func (r *Remote) start(ctx context.Context) error {
 
 // Draining reports whether Stop has begun: sessions should finish what they
 // run and take no more.
-func (r *Remote) Draining() bool { return r.draining.Load() }
+func (r *Server) Draining() bool { return r.draining.Load() }
 
 // Stop drains: Take returns nothing and Beat tells every session to drain,
 // until no session holds a taking or ctx ends. Then every session is closed
@@ -447,17 +451,17 @@ func (r *Remote) Draining() bool { return r.draining.Load() }
 // stop. It returns ctx.Err() if the grace period ran out. More calls wait
 // for the first and return its result. A Stop before any Start returns
 // nil and is final: Stopped is closed and a later Start is refused.
-func (r *Remote) Stop(ctx context.Context) error {
+func (r *Server) Stop(ctx context.Context) error {
 	return r.life.Stop(func() error { return r.stop(ctx) })
 }
 
-// Stopped is closed once the Remote has stopped: the first Stop after
+// Stopped is closed once the Server has stopped: the first Stop after
 // Start has closed the sessions and ended the loops, or a Stop came
 // before any Start.
-func (r *Remote) Stopped() <-chan struct{} { return r.life.Stopped() }
+func (r *Server) Stopped() <-chan struct{} { return r.life.Stopped() }
 
 // stop is Stop after a Start, run once.
-func (r *Remote) stop(ctx context.Context) error {
+func (r *Server) stop(ctx context.Context) error {
 	r.draining.Store(true)
 	for _, q := range r.allQueues() {
 		q.wake() // waiting takes return
@@ -481,11 +485,11 @@ func (r *Remote) stop(ctx context.Context) error {
 	}
 	r.runCancel()
 	r.bg.Wait()
-	r.bus.flush()
+	r.flush()
 	return err
 }
 
-func (r *Remote) allQueues() []*remoteQueue {
+func (r *Server) allQueues() []*remoteQueue {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]*remoteQueue, 0, len(r.queues))
@@ -495,17 +499,17 @@ func (r *Remote) allQueues() []*remoteQueue {
 	return out
 }
 
-func (r *Remote) allSessions() []*RemoteSession {
+func (r *Server) allSessions() []*Session {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	out := make([]*RemoteSession, 0, len(r.sessions))
+	out := make([]*Session, 0, len(r.sessions))
 	for _, s := range r.sessions {
 		out = append(out, s)
 	}
 	return out
 }
 
-func (r *Remote) held() int {
+func (r *Server) held() int {
 	n := 0
 	for _, s := range r.allSessions() {
 		if s.lease.Fresh() {
@@ -515,11 +519,11 @@ func (r *Remote) held() int {
 	return n
 }
 
-func (r *Remote) emit(e Event) {
+func (r *Server) emit(e worqr.Event) {
 	if e.At.IsZero() {
 		e.At = time.Now()
 	}
-	r.bus.add(e)
+	r.deliver(e)
 }
 
 // OpenOpts describe a new session.
@@ -533,7 +537,7 @@ type OpenOpts struct {
 }
 
 // Open registers a new session (a new worker id, alive for SessionTTL).
-func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error) {
+func (r *Server) Open(ctx context.Context, opts OpenOpts) (*Session, error) {
 	if !r.life.Started() {
 		return nil, errors.New("worqr: remote not started")
 	}
@@ -566,7 +570,7 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 			resolved = append(resolved, q)
 		}
 		if err != nil {
-			var ie *InvalidError
+			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
 				return nil, invalid(fmt.Sprintf("queues[%d]", i), "%s", ie.Rule)
 			}
@@ -577,16 +581,8 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 			refs = append(refs, q.QK.Ref)
 		}
 		if !q.settings.Load() {
-			if err := r.st.WriteSettings(ctx, q.QK, rdb.QueueSettings{
-				RetentionMs: q.cfg.Retention.Milliseconds(), DeadMaxCount: q.cfg.DeadMaxCount,
-				DeadMaxAgeMs: q.cfg.DeadMaxAge.Milliseconds(), Keys: q.cfg.Keys.stored(),
-			}); err != nil {
-				return nil, fmt.Errorf("worqr: write settings of %s: %w", name, err)
-			}
-			if l := q.cfg.Limits; l != nil {
-				if err := r.st.SetLimits(ctx, q.QK, l.rdb()); err != nil {
-					return nil, fmt.Errorf("worqr: write limits of %s: %w", name, err)
-				}
+			if err := writeSettings(ctx, r.st, q.QK, &q.cfg); err != nil {
+				return nil, fmt.Errorf("worqr: %s: %w", name, err)
 			}
 			q.settings.Store(true)
 		}
@@ -631,13 +627,13 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 	for _, q := range qs {
 		tags[q.QK.Ref.Tag] = true
 	}
-	s := &RemoteSession{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
+	s := &Session{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
 		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches, refd: resolved}
 	r.mu.Lock()
 	r.sessions[s.ID()] = s
 	opened = true
 	r.mu.Unlock()
-	r.emit(Event{Kind: EventRegistered, WorkerID: s.ID()})
+	r.emit(worqr.Event{Kind: worqr.EventRegistered, WorkerID: s.ID()})
 	return s, nil
 }
 
@@ -645,7 +641,7 @@ func (r *Remote) Open(ctx context.Context, opts OpenOpts) (*RemoteSession, error
 // know it (never opened here, or retired long ago). A session that is lost
 // but still remembered is returned: its calls answer ErrSessionLost, except
 // an end repeated after its reply was lost, which gets its recorded answer.
-func (r *Remote) Session(id string) (*RemoteSession, error) {
+func (r *Server) Session(id string) (*Session, error) {
 	r.mu.Lock()
 	s := r.sessions[id]
 	if s == nil {
@@ -659,7 +655,7 @@ func (r *Remote) Session(id string) (*RemoteSession, error) {
 }
 
 // Sessions returns how many sessions are open.
-func (r *Remote) Sessions() int {
+func (r *Server) Sessions() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.sessions)
@@ -667,7 +663,7 @@ func (r *Remote) Sessions() int {
 
 // retire forgets session s (its lease is retired: nothing more is done
 // under its id here).
-func (r *Remote) retire(s *RemoteSession) {
+func (r *Server) retire(s *Session) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.sessions[s.ID()] == s {
@@ -681,9 +677,9 @@ func (r *Remote) retire(s *RemoteSession) {
 // sweepLoop retires sessions whose remote stopped beating (the reaper
 // requeues their takings once their keepalive expires) and forgets old
 // ended takings.
-func (r *Remote) sweepLoop() {
+func (r *Server) sweepLoop() {
 	defer r.bg.Done()
-	t := time.NewTicker(max(r.cfg.SessionTTL/10, MinInterval))
+	t := time.NewTicker(max(r.cfg.SessionTTL/10, worqr.MinInterval))
 	defer t.Stop()
 	for {
 		select {
@@ -694,7 +690,7 @@ func (r *Remote) sweepLoop() {
 		for _, s := range r.allSessions() {
 			if !s.lease.Fresh() {
 				r.retire(s)
-				r.emit(Event{Kind: EventKeepaliveLost, WorkerID: s.ID(), Err: ErrSessionLost})
+				r.emit(worqr.Event{Kind: worqr.EventKeepaliveLost, WorkerID: s.ID(), Err: ErrSessionLost})
 				r.cfg.Logger.Info("remote: session lost (no beat)", "worker_id", s.ID())
 				continue
 			}
@@ -712,13 +708,13 @@ func (r *Remote) sweepLoop() {
 }
 
 // memory is how long an ended taking's answer is kept for a repeated call.
-func (r *Remote) memory() time.Duration { return max(time.Minute, 3*r.cfg.SessionTTL) }
+func (r *Server) memory() time.Duration { return max(time.Minute, 3*r.cfg.SessionTTL) }
 
 // pauseLoop reads the flags of the queues sessions take from (paused,
 // priority levels in use, global limits) once per PollInterval (one round
 // trip per tag), as a Worker does: a pause, a level or a limit stored in
 // Redis is honoured within one interval even if its announcement was lost.
-func (r *Remote) pauseLoop() {
+func (r *Server) pauseLoop() {
 	defer r.bg.Done()
 	t := time.NewTicker(r.cfg.PollInterval)
 	defer t.Stop()
@@ -732,7 +728,7 @@ func (r *Remote) pauseLoop() {
 	}
 }
 
-func (r *Remote) refreshFlags() {
+func (r *Server) refreshFlags() {
 	qs := r.allQueues()
 	if len(qs) == 0 {
 		return
@@ -746,7 +742,7 @@ func (r *Remote) refreshFlags() {
 
 // readFlags reads the flags of qs and wakes the takes waiting on those
 // resumed or whose limits may have changed.
-func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
+func (r *Server) readFlags(ctx context.Context, qs []*remoteQueue) error {
 	es := make([]*engine.Queue, len(qs))
 	for i, q := range qs {
 		es[i] = &q.Queue
@@ -763,12 +759,12 @@ func (r *Remote) readFlags(ctx context.Context, qs []*remoteQueue) error {
 	return err
 }
 
-// listenLoop holds the Remote's pub/sub connection: the wake-up channel of
+// listenLoop holds the Server's pub/sub connection: the wake-up channel of
 // every queue a session asked for (cancels are read by each beat instead:
 // the remote hears of them only then, and a read cannot be lost). It resubscribes when that set
 // grows, and wakes every waiting take after each subscribe (messages sent
 // meanwhile are gone).
-func (r *Remote) listenLoop() {
+func (r *Server) listenLoop() {
 	defer r.bg.Done()
 	delay := 50 * time.Millisecond
 	for r.runCtx.Err() == nil {
@@ -832,7 +828,7 @@ func (r *Remote) listenLoop() {
 			delay = 50 * time.Millisecond
 		}
 		r.cfg.Logger.Warn("remote: subscription lost, reconnecting", "err", err, "in", delay)
-		if !sleepCtx(r.runCtx, delay) {
+		if !engine.Sleep(r.runCtx, delay) {
 			return
 		}
 		delay = min(delay*2, 5*time.Second)

@@ -1,4 +1,4 @@
-package worqr_test
+package remote_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -23,7 +24,7 @@ func TestRemoteStageResultIsBounded(t *testing.T) {
 	flow := &worqr.Flow{Name: "rb", Stages: []worqr.Stage{
 		{Name: "split", Children: map[string]worqr.QueueConfig{"part": {}}},
 	}}
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Flows: []*worqr.Flow{flow}})
+	b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{flow}})
 	cf := &worqr.Flow{Name: "rb", Stages: []worqr.Stage{
 		{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
 			Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
@@ -54,7 +55,7 @@ func TestRemoteStageResultIsBounded(t *testing.T) {
 
 func TestRemoteFinishIsIdempotentByPID(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
 	id, err := b.client.Enqueue(ctx, "q", []byte("hello"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -70,10 +71,10 @@ func TestRemoteFinishIsIdempotentByPID(t *testing.T) {
 			t.Fatalf("finish #%d = %q, %v; want done", i+1, out, err)
 		}
 	}
-	if _, err := s.Fail(ctx, k.PID, "late", 0); !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := s.Fail(ctx, k.PID, "late", 0); !errors.Is(err, remote.ErrNotOwner) {
 		t.Errorf("fail after finish = %v, want ErrNotOwner", err)
 	}
-	if _, err := s.GiveBack(ctx, "nosuchpid"); !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := s.GiveBack(ctx, "nosuchpid"); !errors.Is(err, remote.ErrNotOwner) {
 		t.Errorf("give back of an unknown pid = %v, want ErrNotOwner", err)
 	}
 	info, err := b.insp.Task(ctx, "q", id)
@@ -87,12 +88,12 @@ func TestRemoteFinishIsIdempotentByPID(t *testing.T) {
 
 func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true})
 	if _, err := b.client.EnqueueBatch(ctx, "q", [][]byte{[]byte("a"), []byte("b")}, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, b, "q", "q2")
-	req := worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "r1"}
+	req := remote.TakeRequest{Queue: "q", Max: 1, RequestID: "r1"}
 	first, err := s.Take(ctx, req)
 	if err != nil || len(first) != 1 {
 		t.Fatalf("take = %v, %v", first, err)
@@ -102,16 +103,16 @@ func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 		t.Fatalf("repeated take = %v, %v; want the same taking %s", again, err, first[0].PID)
 	}
 	for _, c := range []struct {
-		req   worqr.TakeRequest
+		req   remote.TakeRequest
 		field string
 	}{
-		{worqr.TakeRequest{Queue: "other", Max: 1}, "queue"},
-		{worqr.TakeRequest{Queue: "q", Max: 0}, "max"},
-		{worqr.TakeRequest{Queue: "q", Max: 1, Wait: time.Hour}, "wait"},
-		{worqr.TakeRequest{Queue: "q", Max: 1, RequestID: "a b"}, "request_id"},
+		{remote.TakeRequest{Queue: "other", Max: 1}, "queue"},
+		{remote.TakeRequest{Queue: "q", Max: 0}, "max"},
+		{remote.TakeRequest{Queue: "q", Max: 1, Wait: time.Hour}, "wait"},
+		{remote.TakeRequest{Queue: "q", Max: 1, RequestID: "a b"}, "request_id"},
 		// The id of a take of q, for another queue: it answered q's
 		// takings as q2's.
-		{worqr.TakeRequest{Queue: "q2", Max: 1, RequestID: "r1"}, "request_id"},
+		{remote.TakeRequest{Queue: "q2", Max: 1, RequestID: "r1"}, "request_id"},
 	} {
 		_, err := s.Take(ctx, c.req)
 		var ie *worqr.InvalidError
@@ -119,7 +120,7 @@ func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 			t.Errorf("take %+v = %v, want an InvalidError on %s", c.req, err, c.field)
 		}
 	}
-	if _, err := b.remote.Open(ctx, worqr.OpenOpts{Queues: []string{"bad name"}}); err == nil || !strings.Contains(err.Error(), "queues[0]") {
+	if _, err := b.remote.Open(ctx, remote.OpenOpts{Queues: []string{"bad name"}}); err == nil || !strings.Contains(err.Error(), "queues[0]") {
 		t.Errorf("open with a bad queue = %v, want an error naming queues[0]", err)
 	}
 }
@@ -131,7 +132,7 @@ func TestRemoteTakeRequestIDAndValidation(t *testing.T) {
 func TestRemoteZombieEndIsRefused(t *testing.T) {
 	clock := seam.NewManualClock(time.Now())
 	ctx := seam.WithHeartbeatClock(context.Background(), clock)
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute},
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute},
 		SessionTTL: 300 * time.Millisecond, ReaperInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	id, err := b.client.Enqueue(ctx, "q", []byte("x"), nil)
 	if err != nil {
@@ -149,14 +150,14 @@ func TestRemoteZombieEndIsRefused(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}()
-	ks, err := live.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: 10 * time.Second})
+	ks, err := live.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1, Wait: 10 * time.Second})
 	if err != nil || len(ks) != 1 {
 		t.Fatalf("the live session took %v, %v; want the recovered task", ks, err)
 	}
 	if ks[0].TaskID != id || ks[0].PID == old.PID || ks[0].Crashes != 1 {
 		t.Fatalf("retaken %+v, want task %s under a new pid with one crash", ks[0], id)
 	}
-	if _, err := zombie.Finish(ctx, old.PID, []byte("zombie")); !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := zombie.Finish(ctx, old.PID, []byte("zombie")); !errors.Is(err, remote.ErrNotOwner) {
 		t.Fatalf("zombie finish = %v, want ErrNotOwner", err)
 	}
 	if out, err := live.Finish(ctx, ks[0].PID, []byte("live")); err != nil || out != worqr.EventDone {
@@ -173,13 +174,13 @@ func TestRemoteZombieEndIsRefused(t *testing.T) {
 
 func TestRemoteBeatReportsCancelsAndOrphans(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
 	ids, err := b.client.EnqueueBatch(ctx, "q", [][]byte{[]byte("a"), []byte("b")}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, b, "q")
-	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 2})
+	ks, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 2})
 	if err != nil || len(ks) != 2 {
 		t.Fatalf("take = %v, %v", ks, err)
 	}
@@ -187,7 +188,7 @@ func TestRemoteBeatReportsCancelsAndOrphans(t *testing.T) {
 		t.Fatalf("cancel = %v, %v", st, err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	var rep worqr.BeatReply
+	var rep remote.BeatReply
 	for len(rep.Cancel) == 0 && time.Now().Before(deadline) {
 		if rep, err = s.Beat(ctx, []string{ks[0].PID, ks[1].PID}); err != nil {
 			t.Fatal(err)
@@ -216,7 +217,7 @@ func TestRemoteBeatReportsCancelsAndOrphans(t *testing.T) {
 
 func TestRemoteCloseRequeues(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true})
 	id, err := b.client.Enqueue(ctx, "q", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -226,7 +227,7 @@ func TestRemoteCloseRequeues(t *testing.T) {
 	if err := s.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, remote.ErrNotOwner) {
 		t.Errorf("finish after close = %v, want ErrNotOwner", err)
 	}
 	info, err := b.insp.Task(ctx, "q", id)
@@ -245,7 +246,7 @@ func TestRemoteFlowForwardAndFanOut(t *testing.T) {
 		{Name: "split", Children: map[string]worqr.QueueConfig{"part": {}}},
 		{Name: "join"},
 	}}
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Flows: []*worqr.Flow{flow}})
+	b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{flow}})
 	client := b.client
 	// The Client needs a complete flow (with handlers) to start runs.
 	cf := &worqr.Flow{Name: "rf", Stages: []worqr.Stage{
@@ -317,12 +318,12 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &lossyConn{Conn: c, armed: &armed, match: func(args []any) bool { return (*match.Load())(args) }}, nil
+		return &redistest.LossyConn{Conn: c, Armed: &armed, Match: func(args []any) bool { return (*match.Load())(args) }}, nil
 	}}
 	defer pool.Close()
 	ns := redistest.Namespace()
 	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	r, err := remote.NewServer(pool, &remote.Config{Config: cfg, AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -340,17 +341,17 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Open(ctx, worqr.OpenOpts{Queues: []string{"q"}})
+	s, err := r.Open(ctx, remote.OpenOpts{Queues: []string{"q"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	// A take whose reply is lost: its taking is released before the next
 	// take, which gets the task again under a new pid.
-	takeMatch := hasArg(s.ID())
+	takeMatch := redistest.HasArg(s.ID())
 	match.Store(&takeMatch)
 	armed.Store(1)
-	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); err == nil {
+	if ks, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1}); err == nil {
 		t.Fatalf("take with its reply lost = %v, want an error", ks)
 	}
 	k := takeOne(t, s, "q", 0)
@@ -360,7 +361,7 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 
 	// An end whose reply is lost after Redis applied it answers done,
 	// and so does its repeat.
-	endMatch := hasArg("done")
+	endMatch := redistest.HasArg("done")
 	match.Store(&endMatch)
 	armed.Store(1)
 	for i := 0; i < 2; i++ {
@@ -404,9 +405,9 @@ func TestRemoteLostRepliesAreAnsweredRight(t *testing.T) {
 // with the field named, rather than ignored.
 func TestRemoteRefusesKeyBatch(t *testing.T) {
 	pool := srv.TagCheckedPool(t)
-	_, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {KeyBatch: 4}}})
+	_, err := remote.NewServer(pool, &remote.Config{Queues: map[string]worqr.QueueConfig{"q": {KeyBatch: 4}}})
 	if !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), `Queues["q"].KeyBatch`) {
-		t.Fatalf("NewRemote with KeyBatch = %v; want ErrInvalid naming Queues[\"q\"].KeyBatch", err)
+		t.Fatalf("NewServer with KeyBatch = %v; want ErrInvalid naming Queues[\"q\"].KeyBatch", err)
 	}
 }
 
@@ -414,7 +415,7 @@ func TestRemoteRefusesKeyBatch(t *testing.T) {
 // ends it as expired, as a Worker does, and the take goes on to the next.
 func TestRemoteExpiredIsNotHanded(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
 	// A deadline already past (Redis time is the clock that counts: a
 	// minute leaves room for any skew with this process).
 	late, err := b.client.Enqueue(ctx, "q", []byte("late"), &worqr.EnqueueOpts{Deadline: time.Now().Add(-time.Minute)})
@@ -440,12 +441,12 @@ func TestRemoteExpiredIsNotHanded(t *testing.T) {
 	}
 }
 
-// While the Remote drains, a take hands out nothing and waits out its wait
+// While the Server drains, a take hands out nothing and waits out its wait
 // (a remote that takes again at once would spin through the grace period),
-// and returns when the Remote has stopped.
+// and returns when the Server has stopped.
 func TestRemoteDrainingTakeWaits(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"q": {}}})
 	if _, err := b.client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
 		t.Fatal(err)
 	}
@@ -457,24 +458,24 @@ func TestRemoteDrainingTakeWaits(t *testing.T) {
 		defer cancel()
 		stopped <- b.remote.Stop(sctx)
 	}()
-	wait(t, 10*time.Second, "the Remote to drain", b.remote.Draining)
+	wait(t, 10*time.Second, "the Server to drain", b.remote.Draining)
 	if _, err := b.client.Enqueue(ctx, "q", []byte("y"), nil); err != nil {
 		t.Fatal(err)
 	}
 	const wait = 300 * time.Millisecond
 	start := time.Now()
-	ks, err := idle.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: wait})
+	ks, err := idle.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1, Wait: wait})
 	if err != nil || len(ks) != 0 {
 		t.Fatalf("take while draining = %v, %v; want nothing", ks, err)
 	}
 	if d := time.Since(start); d < wait {
 		t.Fatalf("take while draining returned after %s, before its %s wait", d, wait)
 	}
-	// A longer wait ends when the Remote has stopped (the holder finishes).
+	// A longer wait ends when the Server has stopped (the holder finishes).
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_, _ = idle.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1, Wait: 20 * time.Second})
+		_, _ = idle.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1, Wait: 20 * time.Second})
 	}()
 	if _, err := holder.Finish(ctx, k.PID, nil); err != nil {
 		t.Fatal(err)
@@ -485,7 +486,7 @@ func TestRemoteDrainingTakeWaits(t *testing.T) {
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):
-		t.Fatal("a take waiting while the Remote drained did not return once it stopped")
+		t.Fatal("a take waiting while the Server drained did not return once it stopped")
 	}
 }
 
@@ -493,7 +494,7 @@ func TestRemoteDrainingTakeWaits(t *testing.T) {
 // the gateway answers resource_exhausted), not that its request was bad.
 func TestRemoteTakeBeyondMaxHeld(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{MaxHeld: 1, Queues: map[string]worqr.QueueConfig{"q": {}}})
+	b := setupRemote(t, ctx, remote.Config{MaxHeld: 1, Queues: map[string]worqr.QueueConfig{"q": {}}})
 	for i := 0; i < 2; i++ {
 		if _, err := b.client.Enqueue(ctx, "q", []byte("x"), nil); err != nil {
 			t.Fatal(err)
@@ -501,7 +502,7 @@ func TestRemoteTakeBeyondMaxHeld(t *testing.T) {
 	}
 	s := open(t, b, "q")
 	takeOne(t, s, "q", 0)
-	if _, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, worqr.ErrTooManyHeld) || errors.Is(err, worqr.ErrInvalid) {
+	if _, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, remote.ErrTooManyHeld) || errors.Is(err, worqr.ErrInvalid) {
 		t.Fatalf("take beyond MaxHeld = %v, want ErrTooManyHeld", err)
 	}
 }
@@ -514,10 +515,10 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	ctx := context.Background()
 	base := srv.Pool()
 	t.Cleanup(func() { base.Close() })
-	pool := newFaultPool(base)
+	pool := redistest.NewFaultPool(base)
 	ns := redistest.Namespace()
 	flow := &worqr.Flow{Name: "wide", Retention: time.Minute, Stages: []worqr.Stage{{Name: "s1"}}}
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true},
+	r, err := remote.NewServer(pool, &remote.Config{Config: worqr.Config{Namespace: ns, DisableEvents: true},
 		Flows: []*worqr.Flow{flow}})
 	if err != nil {
 		t.Fatal(err)
@@ -553,12 +554,12 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	if _, err := conn.Do("HSET", args...); err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Open(ctx, worqr.OpenOpts{Name: "wide", Queues: []string{"wide/s1"}})
+	s, err := r.Open(ctx, remote.OpenOpts{Name: "wide", Queues: []string{"wide/s1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool.refuse.Store("HSCAN") // the run's read in steps fails
-	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1}); err == nil {
+	pool.Refuse.Store("HSCAN") // the run's read in steps fails
+	if ks, err := s.Take(ctx, remote.TakeRequest{Queue: "wide/s1", Max: 1}); err == nil {
 		t.Fatalf("take with the run's read failing = %+v, nil; want an error", ks)
 	}
 	held, err := redis.Int(conn.Do("HLEN", ns+":{wide}:wq:s1:"+s.ID()))
@@ -568,21 +569,21 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	if n := queueLen(t, in, "wide/s1"); n != 1 {
 		t.Fatalf("the stage's queue holds %d, want the run back", n)
 	}
-	pool.refuse.Store("")
-	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "wide/s1", Max: 1})
+	pool.Refuse.Store("")
+	ks, err := s.Take(ctx, remote.TakeRequest{Queue: "wide/s1", Max: 1})
 	if err != nil || len(ks) != 1 || ks[0].TaskID != id || len(ks[0].Children) != 3000 {
 		t.Fatalf("take after reads work again = %d takings, %v; want the run with its 3,000 children", len(ks), err)
 	}
 }
 
 // Remote sessions apply a queue's global limits, as Go workers do: the
-// limits of the RemoteConfig are stored, a take starts no more than they
+// limits of the Config are stored, a take starts no more than they
 // allow, and an end that frees a slot wakes a take waiting for one.
 func TestRemoteAppliesGlobalLimits(t *testing.T) {
 	ctx := context.Background()
 	// A poll interval longer than the takes' waits: a take held by a limit
 	// asks again only when woken.
-	b := setupRemote(t, ctx, worqr.RemoteConfig{PollInterval: time.Minute, Queues: map[string]worqr.QueueConfig{
+	b := setupRemote(t, ctx, remote.Config{PollInterval: time.Minute, Queues: map[string]worqr.QueueConfig{
 		"conc": {Limits: &worqr.Limits{Concurrency: 2}},
 		"rate": {},
 	}})
@@ -598,12 +599,12 @@ func TestRemoteAppliesGlobalLimits(t *testing.T) {
 	}
 	s := open(t, b, "conc", "rate")
 	if l, err := b.insp.Limits(ctx, "conc"); err != nil || l.Concurrency != 2 {
-		t.Fatalf("limits of conc = %+v, %v; want the RemoteConfig's Concurrency 2 stored", l, err)
+		t.Fatalf("limits of conc = %+v, %v; want the Config's Concurrency 2 stored", l, err)
 	}
 
-	take := func(q string, wait time.Duration) []worqr.Taking {
+	take := func(q string, wait time.Duration) []remote.Taking {
 		t.Helper()
-		ks, err := s.Take(ctx, worqr.TakeRequest{Queue: q, Max: 4, Wait: wait})
+		ks, err := s.Take(ctx, remote.TakeRequest{Queue: q, Max: 4, Wait: wait})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -659,7 +660,7 @@ func TestRemoteAppliesGlobalLimits(t *testing.T) {
 // workers do; before, a task enqueued with a priority never reached them.
 func TestRemoteTakesByPriority(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"q": {}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"q": {}}})
 	var want []string
 	for _, p := range []int{0, 0, 5, 2} {
 		id, err := b.client.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{Priority: p})
@@ -677,13 +678,13 @@ func TestRemoteTakesByPriority(t *testing.T) {
 	}
 }
 
-// A RemoteConfig queue's key policy is stored when a session first asks
+// A Config queue's key policy is stored when a session first asks
 // for the queue, as a Worker's is at its start: the remote wrote the zero
 // policy over it (merging off), whatever its QueueConfig.Keys said (found
 // by an audit).
 func TestRemoteStoresItsKeyPolicy(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"k": {Keys: worqr.KeyPolicy{Merge: true}}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"k": {Keys: worqr.KeyPolicy{Merge: true}}}})
 	open(t, b, "k")
 	first, err := b.client.Enqueue(ctx, "k", []byte("a"), &worqr.EnqueueOpts{Key: "x"})
 	if err != nil {
@@ -705,7 +706,7 @@ func TestRemoteStoresItsKeyPolicy(t *testing.T) {
 func TestRemoteStageCancelledDeepEndsAsStage(t *testing.T) {
 	ctx := context.Background()
 	flow := &worqr.Flow{Name: "rdeep", Stages: []worqr.Stage{{Name: "only"}}}
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Flows: []*worqr.Flow{flow}})
+	b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{flow}})
 	cf := &worqr.Flow{Name: "rdeep", Stages: []worqr.Stage{
 		{Name: "only", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
 	}}
@@ -730,7 +731,7 @@ func TestRemoteStageCancelledDeepEndsAsStage(t *testing.T) {
 		t.Fatalf("cancel = %v, %v", ok, err)
 	}
 	s := open(t, b, "rdeep/only")
-	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "rdeep/only", Max: 1})
+	ks, err := s.Take(ctx, remote.TakeRequest{Queue: "rdeep/only", Max: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -794,12 +795,12 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		return &refusingConn{Conn: c, armed: &armed, match: hasArg("expire")}, nil
+		return &refusingConn{Conn: c, armed: &armed, match: redistest.HasArg("expire")}, nil
 	}}
 	defer pool.Close()
 	ns := redistest.Namespace()
 	cfg := worqr.Config{Namespace: ns, DisableEvents: true}
-	r, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
+	r, err := remote.NewServer(pool, &remote.Config{Config: cfg, Queues: map[string]worqr.QueueConfig{"q": {Retention: time.Minute}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -817,12 +818,12 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := r.Open(ctx, worqr.OpenOpts{Queues: []string{"q"}})
+	s, err := r.Open(ctx, remote.OpenOpts{Queues: []string{"q"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	armed.Store(1)
-	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); err != nil || len(ks) != 0 {
+	if ks, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1}); err != nil || len(ks) != 0 {
 		t.Fatalf("take = %v, %v; want nothing (the only task is past its deadline)", ks, err)
 	}
 	if armed.Load() > 0 {
@@ -832,7 +833,7 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 	if _, err := s.Beat(ctx, nil); err != nil {
 		t.Fatal(err)
 	}
-	if ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); err != nil || len(ks) != 0 {
+	if ks, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1}); err != nil || len(ks) != 0 {
 		t.Fatalf("second take = %v, %v; want nothing", ks, err)
 	}
 	if _, err := s.Beat(ctx, nil); err != nil {
@@ -856,7 +857,7 @@ func TestRemoteNotRunEndThatFailedIsRetried(t *testing.T) {
 // session ended. A Worker keeps each queue's takings apart.
 func TestRemoteTakingsOfTwoQueuesAreKeptApart(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, DefaultQueue: worqr.QueueConfig{Retention: time.Minute}})
 	idA, err := b.client.Enqueue(ctx, "pa", []byte("a"), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -894,7 +895,7 @@ func TestRemoteTakingsOfTwoQueuesAreKeptApart(t *testing.T) {
 // ("\xffwqk\x01..."), which no remote can read.
 func TestRemoteKeyedTaskPayloadIsUnwrapped(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Queues: map[string]worqr.QueueConfig{"keyed": {}}})
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"keyed": {}}})
 	s := open(t, b, "keyed")
 	if _, err := b.client.Enqueue(ctx, "keyed", []byte("hello"), &worqr.EnqueueOpts{Key: "k1"}); err != nil {
 		t.Fatal(err)
@@ -915,7 +916,7 @@ func TestRemoteKeyedTaskPayloadIsUnwrapped(t *testing.T) {
 // keepalive expired. A Worker's Stop requeues detached from its context.
 func TestRemoteCloseRequeuesWhenItsCallerIsGone(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, SessionTTL: time.Minute})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, SessionTTL: time.Minute})
 	id, err := b.client.Enqueue(ctx, "cq", nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -953,7 +954,7 @@ func (p *switchPool) Switches() uint64 { return p.n.Load() }
 func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 	ctx := context.Background()
 	pool := &switchPool{Pool: srv.TagCheckedPool(t)}
-	b := setupRemoteOn(t, ctx, pool, worqr.RemoteConfig{Config: worqr.Config{DisableEvents: true}, AnyQueue: true})
+	b := setupRemoteOn(t, ctx, pool, remote.Config{Config: worqr.Config{DisableEvents: true}, AnyQueue: true})
 	ns := b.ns
 	if _, err := b.client.Enqueue(ctx, "fq", []byte("x"), nil); err != nil {
 		t.Fatal(err)
@@ -971,7 +972,7 @@ func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	pool.n.Add(1)
-	var rep worqr.BeatReply
+	var rep remote.BeatReply
 	for i := 0; i < 3 && len(rep.Cancel) == 0; i++ {
 		var err error
 		if rep, err = s.Beat(ctx, []string{k.PID}); err != nil {
@@ -981,7 +982,7 @@ func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 	if len(rep.Cancel) != 1 || rep.Cancel[0] != k.PID {
 		t.Fatalf("beats after the switch cancel %v, want [%s]: the remote runs a taking the new primary does not hold", rep.Cancel, k.PID)
 	}
-	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, remote.ErrNotOwner) {
 		t.Errorf("finish of the lost taking = %v, want ErrNotOwner", err)
 	}
 }
@@ -993,7 +994,7 @@ func TestRemoteBeatReportsATakingLostInAFailover(t *testing.T) {
 // reason.
 func TestRemoteFailEventsCarryTheReason(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), worqr.RemoteConfig{Config: worqr.Config{EventLogLength: 100},
+	b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), remote.Config{Config: worqr.Config{EventLogLength: 100},
 		Queues: map[string]worqr.QueueConfig{"eq": {MaxAttempts: 2}}})
 	r, in := b.remote, b.insp
 	ids, err := b.client.EnqueueBatch(ctx, "eq", [][]byte{[]byte("a"), []byte("b")}, nil)
@@ -1001,7 +1002,7 @@ func TestRemoteFailEventsCarryTheReason(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := open(t, b, "eq")
-	ks, err := s.Take(ctx, worqr.TakeRequest{Queue: "eq", Max: 2})
+	ks, err := s.Take(ctx, remote.TakeRequest{Queue: "eq", Max: 2})
 	if err != nil || len(ks) != 2 {
 		t.Fatalf("take = %v, %v", ks, err)
 	}
@@ -1047,7 +1048,7 @@ func TestRemoteFailEventsCarryTheReason(t *testing.T) {
 func TestRemoteBeatReportsACancelledRun(t *testing.T) {
 	ctx := context.Background()
 	flow := &worqr.Flow{Name: "rcan", Stages: []worqr.Stage{{Name: "only"}}}
-	b := setupRemote(t, ctx, worqr.RemoteConfig{Flows: []*worqr.Flow{flow}})
+	b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{flow}})
 	cf := &worqr.Flow{Name: "rcan", Stages: []worqr.Stage{
 		{Name: "only", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
 	}}
@@ -1063,7 +1064,7 @@ func TestRemoteBeatReportsACancelledRun(t *testing.T) {
 	if ok, err := b.client.CancelRun(ctx, cf, runID); err != nil || !ok {
 		t.Fatalf("cancel = %v, %v", ok, err)
 	}
-	var rep worqr.BeatReply
+	var rep remote.BeatReply
 	wait(t, 2*time.Second, "a beat to carry the run's cancel", func() bool {
 		if rep, err = s.Beat(ctx, []string{k.PID}); err != nil {
 			t.Fatal(err)
@@ -1075,5 +1076,62 @@ func TestRemoteBeatReportsACancelledRun(t *testing.T) {
 	}
 	if out, err := s.Finish(ctx, k.PID, nil); err != nil || out != worqr.EventCancelled {
 		t.Errorf("finish of the cancelled run's stage = %q, %v; want cancelled", out, err)
+	}
+}
+
+// The same through a remote session, whose child fails its run in either
+// way: its take of the child queue buries the poison child, or its end
+// buries the child it ran (Bury: dead). The session reports the cancels
+// of the siblings the run's stop took out.
+func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
+	for _, byEnd := range []bool{false, true} {
+		name := map[bool]string{false: "by its take", true: "by its end"}[byEnd]
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			fl := map[bool]string{false: "rpc", true: "rpe"}[byEnd]
+			flow := &worqr.Flow{Name: fl, Stages: []worqr.Stage{
+				{Name: "split", Children: map[string]worqr.QueueConfig{"part": {MaxCrashes: 2}}},
+			}}
+			cfg := remote.Config{Flows: []*worqr.Flow{flow}}
+			cfg.EventInterval = 20 * time.Millisecond
+			b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
+			cf := &worqr.Flow{Name: fl, Stages: []worqr.Stage{
+				{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
+					Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
+			}}
+			if _, err := b.client.StartRun(ctx, cf, nil); err != nil {
+				t.Fatal(err)
+			}
+			s := open(t, b, fl+"/split", fl+"/part")
+			k := takeOne(t, s, fl+"/split", 0)
+			parts := []worqr.ChildSpec{{Queue: "part"}, {Queue: "part"}, {Queue: "part"}}
+			if out, err := s.FanOut(ctx, k.PID, nil, parts); err != nil || out != worqr.EventFannedOut {
+				t.Fatalf("fan-out = %q, %v", out, err)
+			}
+			if byEnd {
+				c := takeOne(t, s, fl+"/part", 0)
+				if out, err := s.Bury(ctx, c.PID, "no"); err != nil || out != worqr.EventDead {
+					t.Fatalf("bury = %q, %v", out, err)
+				}
+			} else {
+				pool := srv.Pool()
+				t.Cleanup(func() { pool.Close() })
+				conn := pool.Get()
+				defer conn.Close()
+				kids, err := redis.Strings(conn.Do("LRANGE", b.ns+":{"+fl+"}:q:part", 0, -1))
+				if err != nil || len(kids) != 3 {
+					t.Fatalf("children waiting: %v %v", kids, err)
+				}
+				if _, err := conn.Do("HSET", b.ns+":{"+fl+"}:t:"+kids[0], "c", 2); err != nil {
+					t.Fatal(err)
+				}
+				if ks, err := s.Take(ctx, remote.TakeRequest{Queue: fl + "/part", Max: 3}); err != nil || len(ks) != 0 {
+					t.Fatalf("take: %+v %v; want the poison child buried, its siblings stopped", ks, err)
+				}
+			}
+			if d, k := deadAndCancelled(t, ctx, b.insp, fl+"/part"); d != 1 || k != 2 {
+				t.Errorf("history of %s/part: %d dead, %d cancelled; want 1 dead (the buried child), 2 cancelled (its waiting siblings)", fl, d, k)
+			}
+		})
 	}
 }

@@ -1,8 +1,10 @@
-package worqr
+package remote
 
 import (
 	"bytes"
 	"strings"
+
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // traceMark starts a payload that carries a trace context: contrib/otel's
@@ -36,10 +38,10 @@ func splitTrace(p []byte) (traceparent, tracestate string, payload []byte, ok bo
 // task of an ordered queue are taken out of their trace envelopes too; as
 // each carried a context of its own, equal ones were kept apart by the
 // merge, and the first of each is kept, as the merge keeps it without
-// tracing (Payload is then the last one left).
+// tracing (worqr.Payload is then the last one left).
 func remotePayload(k *Taking) {
 	if len(k.Payloads) > 0 {
-		out := make([]Payload, 0, len(k.Payloads))
+		out := make([]worqr.Payload, 0, len(k.Payloads))
 		seen := map[string]bool{}
 		traced := false
 		for _, p := range k.Payloads {

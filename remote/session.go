@@ -1,4 +1,4 @@
-package worqr
+package remote
 
 import (
 	"context"
@@ -12,14 +12,15 @@ import (
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// RemoteSession is one remote worker: a registered worker id whose
+// Session is one remote worker: a registered worker id whose
 // keepalive its remote renews with Beat. Every call is safe for concurrent
 // use. Calls about a taking are idempotent by pid: a call repeated after its
 // reply was lost answers as the first did.
-type RemoteSession struct {
-	r     *Remote
+type Session struct {
+	r     *Server
 	lease *heartbeat.Lease
 
 	queues map[string]*remoteQueue // by name, fixed at Open
@@ -48,8 +49,8 @@ type RemoteSession struct {
 	// released before its next take, as after a lost take reply.
 	switches uint64
 
-	retiredAt time.Time      // guarded by Remote.mu
-	refd      []*remoteQueue // the queue references it holds while open (Remote.queue)
+	retiredAt time.Time      // guarded by Server.mu
+	refd      []*remoteQueue // the queue references it holds while open (Server.queue)
 }
 
 type remoteTaking struct {
@@ -74,7 +75,7 @@ type remoteTaking struct {
 	unsure   bool
 	tried    string     // the call of that attempt
 	triedEnd rdb.Ending // and the end it sent
-	outcome  EventKind
+	outcome  worqr.EventKind
 	err      error
 }
 
@@ -85,12 +86,12 @@ type takeReply struct {
 }
 
 // ID is the session's worker id.
-func (s *RemoteSession) ID() string { return s.lease.ID() }
+func (s *Session) ID() string { return s.lease.ID() }
 
 // TTL is the session's keepalive lifetime; beat every TTL/3.
-func (s *RemoteSession) TTL() time.Duration { return s.lease.TTL() }
+func (s *Session) TTL() time.Duration { return s.lease.TTL() }
 
-func (s *RemoteSession) heldCount() int {
+func (s *Session) heldCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
@@ -105,7 +106,7 @@ func (s *RemoteSession) heldCount() int {
 func (t *remoteTaking) isEnded() bool { return t.done.Load() }
 
 // live returns ErrSessionLost when the session may no longer act.
-func (s *RemoteSession) live() error {
+func (s *Session) live() error {
 	if !s.lease.Fresh() {
 		s.r.retire(s)
 		return fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
@@ -124,25 +125,25 @@ type Taking struct {
 	TaskID string
 	Queue  string
 	// Payload is the task's payload (stand-alone and child queues); for a
-	// task of an ordered queue, the last of its Payloads (as Task.Payload).
+	// task of an ordered queue, the last of its Payloads (as worqr.Task.Payload).
 	Payload []byte
 	// Key and Payloads: a task of an ordered queue (EnqueueOpts.Key), as
-	// Task.Key and Task.Payloads.
+	// worqr.Task.Key and worqr.Task.Payloads.
 	Key      string
-	Payloads []Payload
+	Payloads []worqr.Payload
 	// Type is the task's type, for a payload enqueued with EnqueueTyped
-	// (or TypedPayload): Payload is then the payload as it was given, as
+	// (or TypedPayload): worqr.Payload is then the payload as it was given, as
 	// is each of Payloads of that type (one of another type, or of none,
 	// merged into the same task, is left as it was stored).
 	Type string
 	// TraceParent and TraceState are the W3C trace context of a task
 	// enqueued with tracing on (contrib/otel's Enqueue): from its Meta
 	// (keys traceparent and tracestate), or from the envelope an earlier
-	// version put around the payload (Payload is then the payload as it
+	// version put around the payload (worqr.Payload is then the payload as it
 	// was given).
 	TraceParent, TraceState string
 	// Meta is the task's metadata (EnqueueOpts.Meta, or a flow child's
-	// ChildSpec.Meta), as Task.Meta; nil when none.
+	// worqr.ChildSpec.Meta), as worqr.Task.Meta; nil when none.
 	Meta map[string]string
 	// Attempt is 1 on the first run, plus the failed attempts before.
 	Attempt     int
@@ -154,7 +155,7 @@ type Taking struct {
 	// State and Children are a stage taking's run: its fields, and the
 	// children of earlier fan-outs with their outcomes.
 	State    map[string]string
-	Children []ChildResult
+	Children []worqr.ChildResult
 	// Parent is a child taking's run id.
 	Parent string
 }
@@ -211,9 +212,9 @@ const MaxTake = rdb.MaxTake
 
 // Take takes up to req.Max tasks of req.Queue, waiting up to req.Wait for
 // work when none waits. It returns no takings (and no error) when the wait
-// ran out (while the Remote drains, it waits it out: nothing more comes), or when the session's deadline
+// ran out (while the Server drains, it waits it out: nothing more comes), or when the session's deadline
 // passed on Redis's clock before a beat moved it on (beat, then take).
-func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, error) {
+func (s *Session) Take(ctx context.Context, req TakeRequest) ([]Taking, error) {
 	q := s.queues[req.Queue]
 	switch {
 	case q == nil:
@@ -246,7 +247,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 		}
 		if s.r.draining.Load() {
 			// Nothing more is handed out: the take waits out its wait
-			// (or the session's end, when the Remote has stopped), so that
+			// (or the session's end, when the Server has stopped), so that
 			// a remote that takes again at once does not spin.
 			t := time.NewTimer(time.Until(deadline))
 			select {
@@ -293,7 +294,7 @@ func (s *RemoteSession) Take(ctx context.Context, req TakeRequest) ([]Taking, er
 // whose takings could not be handed out. q stays unsure until it succeeds,
 // so that the next take tries again. The caller holds takeMu: no other
 // take's takings are in flight.
-func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, known []string) error {
+func (s *Session) releaseUnknown(ctx context.Context, q *remoteQueue, known []string) error {
 	s.mu.Lock()
 	s.unsure[q] = true
 	s.mu.Unlock()
@@ -325,7 +326,7 @@ func (s *RemoteSession) releaseUnknown(ctx context.Context, q *remoteQueue, know
 // handlers; a remote that takes only when its work is done would
 // otherwise run such a taking to its end while the new primary hands its
 // task to another worker. A take under way does them itself.
-func (s *RemoteSession) checkHoldings(ctx context.Context, sw uint64) error {
+func (s *Session) checkHoldings(ctx context.Context, sw uint64) error {
 	if !s.takeMu.TryLock() {
 		return nil
 	}
@@ -369,7 +370,7 @@ func (s *RemoteSession) checkHoldings(ctx context.Context, sw uint64) error {
 // takeOnce takes once from q for req. skipped counts the tasks taken and
 // not handed to the remote (buried by the take, or past their deadline and
 // ended as expired): the queue may hold more.
-func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) (out []Taking, skipped int, err error) {
+func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest) (out []Taking, skipped int, err error) {
 	s.takeMu.Lock()
 	defer s.takeMu.Unlock()
 	s.mu.Lock()
@@ -457,7 +458,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 	for _, t := range taken {
 		if t.PID == "" {
 			skipped++
-			s.r.emit(Event{Kind: EventDead, Queue: q.Member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
+			s.r.emit(worqr.Event{Kind: worqr.EventDead, Queue: q.Member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
 			emitTakenOut(s.r.emit, q.QK.Ref.Tag, t.Stopped) // a child that failed its run: its waiting siblings
 			continue
 		}
@@ -493,7 +494,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 		}
 	}
 	for _, k := range out {
-		s.r.emit(Event{Kind: EventStarted, Queue: q.Member, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
+		s.r.emit(worqr.Event{Kind: worqr.EventStarted, Queue: q.Member, TaskID: k.TaskID, PID: s.takings[k.PID].taken.PID, WorkerID: s.ID()})
 	}
 	if len(over) > 0 {
 		// Everything the session holds in q but these is kept.
@@ -529,7 +530,7 @@ func (s *RemoteSession) takeOnce(ctx context.Context, q *remoteQueue, req TakeRe
 // error reply, a caller that hung up while it was retried). The remote
 // never saw them, so no call of its ends them, and every release counts
 // them as known: without this they stayed held for the session's life.
-func (s *RemoteSession) endNotRun(ctx context.Context) {
+func (s *Session) endNotRun(ctx context.Context) {
 	var pids []string
 	s.mu.Lock()
 	for pid, t := range s.takings {
@@ -549,14 +550,14 @@ func (s *RemoteSession) endNotRun(ctx context.Context) {
 }
 
 // token is the name the remote knows taking pid of q by.
-func (s *RemoteSession) token(q *remoteQueue, pid string) string {
+func (s *Session) token(q *remoteQueue, pid string) string {
 	if s.qualify {
 		return pid + "@" + q.QK.Ref.Tag
 	}
 	return pid
 }
 
-func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
+func (s *Session) taking(q *remoteQueue, t rdb.Taken) Taking {
 	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.Member, Payload: t.Payload, Attempt: t.Attempt,
 		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
 	if rdb.IsEnvelope(t.Payload) {
@@ -564,7 +565,7 @@ func (s *RemoteSession) taking(q *remoteQueue, t rdb.Taken) Taking {
 	}
 	remotePayload(&k)
 	if t.Meta != "" {
-		k.Meta = decodeMeta(t.Meta)
+		k.Meta = engine.DecodeMeta(t.Meta)
 		if k.TraceParent == "" && k.Meta["traceparent"] != "" {
 			k.TraceParent, k.TraceState = k.Meta["traceparent"], k.Meta["tracestate"]
 		}
@@ -595,7 +596,7 @@ type BeatReply struct {
 	// and end them; the end records the task as cancelled, whichever end
 	// is called.
 	Cancel []string
-	// Drain: the Remote is stopping; finish what runs and take no more.
+	// Drain: the Server is stopping; finish what runs and take no more.
 	Drain bool
 }
 
@@ -604,7 +605,7 @@ type BeatReply struct {
 // beat and not listed is given back (the remote never got it, say a take
 // whose reply was lost) and reported in Lost. A lost session answers
 // ErrSessionLost.
-func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, error) {
+func (s *Session) Beat(ctx context.Context, running []string) (BeatReply, error) {
 	sw := s.r.st.Switches() // read before the beat: a switch before it is confirmed by it
 	if err := s.lease.Beat(ctx); err != nil {
 		if errors.Is(err, heartbeat.ErrLost) || s.lease.Lost() {
@@ -653,7 +654,7 @@ func (s *RemoteSession) Beat(ctx context.Context, running []string) (BeatReply, 
 
 // cancelsAsked returns the pids of running takings whose cancel was asked
 // (one pipelined read per queue holding takings).
-func (s *RemoteSession) cancelsAsked(ctx context.Context) ([]string, error) {
+func (s *Session) cancelsAsked(ctx context.Context) ([]string, error) {
 	byQueue := map[*remoteQueue][]*remoteTaking{}
 	pids := map[*remoteTaking]string{}
 	s.mu.Lock()
@@ -697,7 +698,7 @@ func (s *RemoteSession) cancelsAsked(ctx context.Context) ([]string, error) {
 }
 
 // forgetEnded forgets takings ended before cutoff, and old take replies.
-func (s *RemoteSession) forgetEnded(cutoff time.Time) {
+func (s *Session) forgetEnded(cutoff time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for pid, t := range s.takings {
@@ -717,9 +718,9 @@ func (s *RemoteSession) forgetEnded(cutoff time.Time) {
 
 // Finish ends a taking whose work is done, recording result (a stage's
 // Finish forwards its run with no new fields). It returns the outcome:
-// EventDone (EventForwarded for a stage), or EventCancelled when a cancel
+// worqr.EventDone (EventForwarded for a stage), or worqr.EventCancelled when a cancel
 // was asked meanwhile.
-func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (EventKind, error) {
+func (s *Session) Finish(ctx context.Context, pid string, result []byte) (worqr.EventKind, error) {
 	return s.end(ctx, pid, "finish", func(t *remoteTaking) (rdb.Ending, error) {
 		if len(result) > s.r.cfg.MaxPayloadBytes {
 			return rdb.Ending{}, invalid("result", "is %d bytes, over MaxPayloadBytes (%d)", len(result), s.r.cfg.MaxPayloadBytes)
@@ -730,8 +731,8 @@ func (s *RemoteSession) Finish(ctx context.Context, pid string, result []byte) (
 
 // Fail ends a failed attempt: it runs again after retryIn (0: the queue's
 // backoff), or goes to the dead set when its attempts are used up. It
-// returns EventRetry or EventDead (or EventCancelled).
-func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn time.Duration) (EventKind, error) {
+// returns EventRetry or worqr.EventDead (or worqr.EventCancelled).
+func (s *Session) Fail(ctx context.Context, pid, reason string, retryIn time.Duration) (worqr.EventKind, error) {
 	return s.end(ctx, pid, "fail", func(t *remoteTaking) (rdb.Ending, error) {
 		if retryIn < 0 {
 			return rdb.Ending{}, invalid("retry_in", "(%s) must not be negative", retryIn)
@@ -745,15 +746,15 @@ func (s *RemoteSession) Fail(ctx context.Context, pid, reason string, retryIn ti
 }
 
 // Bury sends the taking's task to the dead set at once, with reason.
-func (s *RemoteSession) Bury(ctx context.Context, pid, reason string) (EventKind, error) {
+func (s *Session) Bury(ctx context.Context, pid, reason string) (worqr.EventKind, error) {
 	return s.end(ctx, pid, "bury", func(t *remoteTaking) (rdb.Ending, error) {
 		return s.decide(t, engine.Outcome{Verdict: engine.Bury, Err: errors.New(reason)}), nil
 	})
 }
 
 // GiveBack puts the taking's task back at the front of its queue, counting
-// no attempt. It returns EventGivenBack (or EventCancelled).
-func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, error) {
+// no attempt. It returns EventGivenBack (or worqr.EventCancelled).
+func (s *Session) GiveBack(ctx context.Context, pid string) (worqr.EventKind, error) {
 	return s.end(ctx, pid, "give_back", func(t *remoteTaking) (rdb.Ending, error) {
 		return s.decide(t, engine.Outcome{Verdict: engine.GiveBack}), nil
 	})
@@ -761,7 +762,7 @@ func (s *RemoteSession) GiveBack(ctx context.Context, pid string) (EventKind, er
 
 // Forward ends a stage taking: fields are merged into the run's state and
 // the run moves to the next stage (or ends, after the last).
-func (s *RemoteSession) Forward(ctx context.Context, pid string, fields map[string]string) (EventKind, error) {
+func (s *Session) Forward(ctx context.Context, pid string, fields map[string]string) (worqr.EventKind, error) {
 	return s.FanOut(ctx, pid, fields, nil)
 }
 
@@ -769,7 +770,7 @@ func (s *RemoteSession) Forward(ctx context.Context, pid string, fields map[stri
 // fanning out children into the stage's declared child queues (named
 // without the flow); the run moves on when the last child ends. With no
 // children it is Forward.
-func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[string]string, children []ChildSpec) (EventKind, error) {
+func (s *Session) FanOut(ctx context.Context, pid string, fields map[string]string, children []worqr.ChildSpec) (worqr.EventKind, error) {
 	how := "forward"
 	if len(children) > 0 {
 		how = "fan_out"
@@ -779,7 +780,11 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, t.q.Member)
 		}
 		e := s.decide(t, engine.Outcome{Verdict: engine.Done})
-		if err := t.q.FanOut(&e, fields, engineChildren(children), s.r.cfg.MaxPayloadBytes,
+		cs := make([]engine.Child, len(children))
+		for i, c := range children {
+			cs[i] = engine.Child{Queue: c.Queue, Payload: c.Payload, Meta: c.Meta}
+		}
+		if err := t.q.FanOut(&e, fields, cs, s.r.cfg.MaxPayloadBytes,
 			engine.FanOutNames{Fields: "fields", Children: "children", Lower: true}); err != nil {
 			return rdb.Ending{}, asInvalid(err)
 		}
@@ -789,7 +794,7 @@ func (s *RemoteSession) FanOut(ctx context.Context, pid string, fields map[strin
 
 // decide is the queue's outcome policy for taking t of the session: o is
 // what the remote reported.
-func (s *RemoteSession) decide(t *remoteTaking, o engine.Outcome) rdb.Ending {
+func (s *Session) decide(t *remoteTaking, o engine.Outcome) rdb.Ending {
 	return t.q.Decide(s.ID(), t.taken, o, s.r.cfg.Logger)
 }
 
@@ -797,7 +802,7 @@ func (s *RemoteSession) decide(t *remoteTaking, o engine.Outcome) rdb.Ending {
 // same call answers the same; another call is refused), else the session's
 // liveness, then the queue's one batched end, retried on connection errors
 // while the session lives (as Worker.complete does).
-func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*remoteTaking) (rdb.Ending, error)) (EventKind, error) {
+func (s *Session) end(ctx context.Context, pid, how string, build func(*remoteTaking) (rdb.Ending, error)) (worqr.EventKind, error) {
 	s.mu.Lock()
 	t := s.takings[pid]
 	s.mu.Unlock()
@@ -829,9 +834,9 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 	t.ended, t.endedAt, t.how, t.outcome, t.err = true, time.Now(), how, out, err
 	t.done.Store(true)
 	if errors.Is(err, ErrNotOwner) {
-		s.r.emit(Event{Kind: EventLost, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: ErrTaskLost})
+		s.r.emit(worqr.Event{Kind: worqr.EventLost, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID(), Err: worqr.ErrTaskLost})
 	} else {
-		ev := Event{Kind: out, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
+		ev := worqr.Event{Kind: out, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID, WorkerID: s.ID()}
 		if e.Err != "" {
 			ev.Err = errors.New(e.Err) // the reason of a Fail or a Bury, as a Worker's handler error
 		}
@@ -848,7 +853,7 @@ func (s *RemoteSession) end(ctx context.Context, pid, how string, build func(*re
 // attempt was applied, and the outcome asked for is the answer. Each
 // attempt runs detached from the caller (at most 5 s), so a remote that
 // hangs up does not leave an end half known. Called with t.mu held.
-func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how string, e rdb.Ending) (EventKind, error) {
+func (s *Session) complete(ctx context.Context, t *remoteTaking, how string, e rdb.Ending) (worqr.EventKind, error) {
 	delay := 20 * time.Millisecond
 	for {
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
@@ -863,7 +868,7 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 				if t.tried != how { // the earlier call was applied, not this one
 					return "", fmt.Errorf("%w: %s already ended by %s", ErrNotOwner, e.PID, t.tried)
 				}
-				return eventOf[was], nil
+				return eventOf(was), nil
 			}
 		}
 		cancel()
@@ -871,13 +876,13 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 			if out == rdb.OutcomeLost {
 				return "", fmt.Errorf("%w: %s (the session's keepalive was lost and the task requeued)", ErrNotOwner, e.PID)
 			}
-			return eventOf[out], nil
+			return eventOf(out), nil
 		}
 		if rdb.IsReplyError(err) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}
 		t.unsure, t.tried, t.triedEnd = true, how, e
-		if s.lease.Lost() || !sleepCtx(ctx, delay) {
+		if s.lease.Lost() || !engine.Sleep(ctx, delay) {
 			return "", fmt.Errorf("worqr: end %s: %w", e.PID, err)
 		}
 		delay = min(delay*2, time.Second)
@@ -887,7 +892,7 @@ func (s *RemoteSession) complete(ctx context.Context, t *remoteTaking, how strin
 // Close ends the session: every taking it holds goes back to the front of
 // its queue (no attempt counted) and the worker id is deregistered. The
 // remote must not act on its takings after.
-func (s *RemoteSession) Close(ctx context.Context) error {
+func (s *Session) Close(ctx context.Context) error {
 	if s.lease.Lost() {
 		s.r.retire(s)
 		return fmt.Errorf("%w: %s", ErrSessionLost, s.ID())
@@ -910,7 +915,7 @@ func (s *RemoteSession) Close(ctx context.Context) error {
 			return fmt.Errorf("worqr: close session %s: requeue %s: %w", s.ID(), q.Member, err)
 		}
 		if n > 0 {
-			s.r.emit(Event{Kind: EventStopRequeued, Queue: q.Member, WorkerID: s.ID(), Count: n})
+			s.r.emit(worqr.Event{Kind: worqr.EventStopRequeued, Queue: q.Member, WorkerID: s.ID(), Count: n})
 		}
 	}
 	if err := s.r.reg.Deregister(ctx, s.ID()); err != nil {

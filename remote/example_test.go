@@ -1,4 +1,4 @@
-package worqr_test
+package remote_test
 
 import (
 	"context"
@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/redisconn"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
 // A remote worker (what the gateway serves over the network): open a
 // session, take, and end the taking by its pid. The remote must call Beat
 // at least every SessionTTL/3 while it works.
-func ExampleRemote() {
+func ExampleServer() {
 	ctx := context.Background()
 	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
 	if err != nil {
@@ -22,27 +23,27 @@ func ExampleRemote() {
 	defer pool.Close()
 	cfg := worqr.Config{Namespace: "example-remote"}
 	client, _ := worqr.NewClient(pool, &cfg)
-	remote, err := worqr.NewRemote(pool, &worqr.RemoteConfig{Config: cfg, AnyQueue: true})
+	server, err := remote.NewServer(pool, &remote.Config{Config: cfg, AnyQueue: true})
 	if err != nil {
 		panic(err)
 	}
-	if err := remote.Start(ctx); err != nil {
+	if err := server.Start(ctx); err != nil {
 		panic(err)
 	}
 	defer func() {
 		stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		_ = remote.Stop(stopCtx)
+		_ = server.Stop(stopCtx)
 	}()
 	if _, err := client.Enqueue(ctx, "pdf", []byte("report.md"), nil); err != nil {
 		panic(err)
 	}
 
-	s, err := remote.Open(ctx, worqr.OpenOpts{Name: "converter-1", Queues: []string{"pdf"}})
+	s, err := server.Open(ctx, remote.OpenOpts{Name: "converter-1", Queues: []string{"pdf"}})
 	if err != nil {
 		panic(err)
 	}
-	takings, err := s.Take(ctx, worqr.TakeRequest{Queue: "pdf", Max: 10, Wait: 5 * time.Second})
+	takings, err := s.Take(ctx, remote.TakeRequest{Queue: "pdf", Max: 10, Wait: 5 * time.Second})
 	if err != nil {
 		panic(err)
 	}

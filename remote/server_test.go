@@ -1,4 +1,4 @@
-package worqr_test
+package remote_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -20,7 +21,7 @@ import (
 func TestRemoteStaleSessionIsLost(t *testing.T) {
 	clock := seam.NewManualClock(time.Now())
 	ctx := seam.WithHeartbeatClock(context.Background(), clock)
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, SessionTTL: time.Second})
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, SessionTTL: time.Second})
 	if _, err := b.client.Enqueue(ctx, "q", nil, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -43,16 +44,16 @@ func TestRemoteStaleSessionIsLost(t *testing.T) {
 	if out, err := again.Finish(ctx, k2.PID, nil); err != nil || out != worqr.EventDone {
 		t.Errorf("repeated finish after the loss = %q, %v; want done as recorded", out, err)
 	}
-	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, worqr.ErrSessionLost) || !errors.Is(err, worqr.ErrNotOwner) {
+	if _, err := s.Finish(ctx, k.PID, nil); !errors.Is(err, remote.ErrSessionLost) || !errors.Is(err, remote.ErrNotOwner) {
 		t.Errorf("finish on a stale session = %v, want ErrSessionLost (an ErrNotOwner)", err)
 	}
-	if _, err := s.Beat(ctx, nil); !errors.Is(err, worqr.ErrSessionLost) {
+	if _, err := s.Beat(ctx, nil); !errors.Is(err, remote.ErrSessionLost) {
 		t.Errorf("beat on a stale session = %v, want ErrSessionLost", err)
 	}
-	if _, err := s.Take(ctx, worqr.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, worqr.ErrSessionLost) {
+	if _, err := s.Take(ctx, remote.TakeRequest{Queue: "q", Max: 1}); !errors.Is(err, remote.ErrSessionLost) {
 		t.Errorf("take on a lost session = %v, want ErrSessionLost", err)
 	}
-	if _, err := b.remote.Session("nosuchsession"); !errors.Is(err, worqr.ErrSessionLost) {
+	if _, err := b.remote.Session("nosuchsession"); !errors.Is(err, remote.ErrSessionLost) {
 		t.Errorf("Session(unknown id) = %v, want ErrSessionLost", err)
 	}
 }
@@ -62,12 +63,12 @@ func TestRemoteStaleSessionIsLost(t *testing.T) {
 // Worker's are.
 func TestQueueSettingsThatWouldBeIgnored(t *testing.T) {
 	pool := srv.TagCheckedPool(t)
-	for field, cfg := range map[string]worqr.RemoteConfig{
+	for field, cfg := range map[string]remote.Config{
 		`Queues["q"].Weight`: {Queues: map[string]worqr.QueueConfig{"q": {Weight: 2}}},
 		`Queues["q"].Limits`: {Queues: map[string]worqr.QueueConfig{"q": {Limits: &worqr.Limits{Rate: 1}}}},
 	} {
-		if _, err := worqr.NewRemote(pool, &cfg); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), field) {
-			t.Errorf("NewRemote with %s: %v, want ErrInvalid naming it", field, err)
+		if _, err := remote.NewServer(pool, &cfg); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), field) {
+			t.Errorf("NewServer with %s: %v, want ErrInvalid naming it", field, err)
 		}
 	}
 	flow := &worqr.Flow{Name: "f", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1, Weight: 2},
@@ -77,20 +78,20 @@ func TestQueueSettingsThatWouldBeIgnored(t *testing.T) {
 	}
 }
 
-// The Remote follows the lifecycle every long-running type shares
+// The Server follows the lifecycle every long-running type shares
 // (internal/startstop), and has Stopped as they do.
 func TestRemoteLifecycle(t *testing.T) {
 	ctx := context.Background()
-	newRemote := func(t *testing.T) *worqr.Remote {
+	newRemote := func(t *testing.T) *remote.Server {
 		t.Helper()
-		r, err := worqr.NewRemote(srv.TagCheckedPool(t), &worqr.RemoteConfig{
+		r, err := remote.NewServer(srv.TagCheckedPool(t), &remote.Config{
 			Config: worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}, AnyQueue: true})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return r
 	}
-	stoppedWithin := func(t *testing.T, r *worqr.Remote) {
+	stoppedWithin := func(t *testing.T, r *remote.Server) {
 		t.Helper()
 		select {
 		case <-r.Stopped():
@@ -100,7 +101,7 @@ func TestRemoteLifecycle(t *testing.T) {
 	}
 
 	t.Run("StartTwiceIsAnError", func(t *testing.T) {
-		b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true})
+		b := setupRemote(t, ctx, remote.Config{AnyQueue: true})
 		if err := b.remote.Start(ctx); err == nil || err.Error() != "worqr: remote already started" {
 			t.Fatalf("second Start = %v, want worqr: remote already started", err)
 		}
@@ -108,7 +109,7 @@ func TestRemoteLifecycle(t *testing.T) {
 
 	// A Stop before Start (a signal during the gateway's setup) is final,
 	// as a Worker's is: before, it was forgotten and a later Start ran a
-	// Remote whose Stop had returned, with nobody left to stop it.
+	// Server whose Stop had returned, with nobody left to stop it.
 	t.Run("StopBeforeStartIsFinal", func(t *testing.T) {
 		r := newRemote(t)
 		if err := r.Stop(ctx); err != nil {
@@ -122,8 +123,8 @@ func TestRemoteLifecycle(t *testing.T) {
 		if err == nil || err.Error() != "worqr: remote stopped before it was started" {
 			t.Fatalf("Start after Stop = %v, want worqr: remote stopped before it was started", err)
 		}
-		if _, err := r.Open(ctx, worqr.OpenOpts{Name: "late", Queues: []string{"q"}}); err == nil {
-			t.Error("Open on a Remote stopped before Start = nil")
+		if _, err := r.Open(ctx, remote.OpenOpts{Name: "late", Queues: []string{"q"}}); err == nil {
+			t.Error("Open on a Server stopped before Start = nil")
 		}
 	})
 
@@ -148,15 +149,15 @@ func TestRemoteLifecycle(t *testing.T) {
 }
 
 // With AnyQueue (the CLI gateway's default), every queue name a session
-// ever named stayed in the Remote for the life of the process: subscribed
+// ever named stayed in the Server for the life of the process: subscribed
 // to, and read once per PollInterval (one round trip per stand-alone
 // queue, in series, under one 5 s bound for them all). Names come from
 // remotes: one caller opening sessions over fresh names (100 a call, even
 // when MaxSessions refuses the open) grows the set without bound. Once no
-// open session names a queue, the Remote lets it go.
+// open session names a queue, the Server lets it go.
 func TestRemoteForgetsQueuesNoSessionNames(t *testing.T) {
 	ctx := context.Background()
-	b := setupRemote(t, ctx, worqr.RemoteConfig{AnyQueue: true, SessionTTL: 300 * time.Millisecond,
+	b := setupRemote(t, ctx, remote.Config{AnyQueue: true, SessionTTL: 300 * time.Millisecond,
 		ReaperInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond})
 	keys := rdb.NewKeys(b.ns)
 	var channels []any
@@ -194,4 +195,30 @@ func TestRemoteForgetsQueuesNoSessionNames(t *testing.T) {
 	if n > 0 {
 		t.Errorf("%d of the %d queues of closed sessions are still subscribed (and polled) 3 s after the last one closed", n, len(channels))
 	}
+}
+
+func TestNewServerValidatesFlows(t *testing.T) {
+	pool := srv.Pool()
+	defer pool.Close()
+	remoteFlow := &worqr.Flow{Name: "twice", Stages: []worqr.Stage{{Name: "a"}}}
+	for _, c := range []struct {
+		name  string
+		flows []*worqr.Flow
+		field string
+	}{
+		{"refuses a nil flow", []*worqr.Flow{nil}, "Flows[0]"},
+		{"refuses a flow served twice", []*worqr.Flow{remoteFlow, remoteFlow}, "Flows[1]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := remote.NewServer(pool, &remote.Config{Flows: c.flows})
+			if f := invalidField(t, "NewServer", err); f != c.field {
+				t.Fatalf("err %v, want an InvalidError of %s", err, c.field)
+			}
+		})
+	}
+	t.Run("a flow needs no handlers", func(t *testing.T) {
+		if _, err := remote.NewServer(pool, &remote.Config{Flows: []*worqr.Flow{remoteFlow}}); err != nil {
+			t.Fatal(err)
+		}
+	})
 }
