@@ -22,6 +22,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/load"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -566,7 +567,7 @@ func TestChartReadsHistory(t *testing.T) {
 		}
 	}
 	// A queue known (an empty load names it) with no work.
-	if _, err := e.client.Load(context.Background(), "other", strings.NewReader(""), &worqr.LoadOptions{Name: "none"}); err != nil {
+	if _, err := load.Run(context.Background(), e.client, "other", strings.NewReader(""), &load.Options{Name: "none"}); err != nil {
 		t.Fatal(err)
 	}
 	if enq, _, failed, _ := e.chartSums(ts2, "/queue?name=other"); enq != 0 || failed != 0 {

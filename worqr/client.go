@@ -25,8 +25,8 @@ import (
 type ConnGetter = rdb.ConnGetter
 
 // Client is the producer's side: it enqueues tasks (Enqueue, EnqueueBatch,
-// EnqueueMerge, Load), starts flow runs, cancels them and waits for their
-// ends. What reads or steers what Redis holds (lengths, tasks, the dead
+// EnqueueMerge; package load for bulk loads), starts flow runs, cancels
+// them and waits for their ends. What reads or steers what Redis holds (lengths, tasks, the dead
 // set, runs, pauses) is the Inspector's. It is safe for concurrent use.
 type Client struct {
 	st  *rdb.Store

@@ -67,7 +67,7 @@ func TestBatchStepRefusedAppliesNoneAfterIt(t *testing.T) {
 	sends := 0
 	base := s.Pool()
 	defer base.Close()
-	pool := &hookPool{pool: base, sent: func(cmd string, args []any) func() {
+	pool := &redistest.HookPool{Pool: base, Sent: func(cmd string, args []any) func() {
 		if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_enqueue_packed") {
 			return nil
 		}
@@ -246,7 +246,7 @@ func TestBatchFirstStepArrivingAfterTheCloseIsRefused(t *testing.T) {
 				pick func(cmd string, args []any) bool
 				held []any // the command held: its name, then its arguments
 			)
-			pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
+			pool := &redistest.HookPool{Pool: base, Refuse: func(cmd string, args []any) error {
 				mu.Lock()
 				defer mu.Unlock()
 				if pick == nil || held != nil || !pick(cmd, args) {
@@ -677,7 +677,7 @@ func TestClientRecordsItsQueuesAgain(t *testing.T) {
 	base := srv.Pool()
 	defer base.Close()
 	var refusing atomic.Bool
-	pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
+	pool := &redistest.HookPool{Pool: base, Refuse: func(cmd string, args []any) error {
 		if refusing.Load() && cmd == "SADD" && len(args) > 0 && strings.HasSuffix(fmt.Sprint(args[0]), ":{reg}:queues") {
 			return errors.New("the registry's node is out of reach")
 		}

@@ -67,7 +67,7 @@ type Config struct {
 	// Inspector.RecentEvents. Default 0: live events only.
 	EventLogLength int
 	// Replicas, when > 0, makes every enqueue of a Client (Enqueue,
-	// EnqueueBatch, EnqueueMerge, StartRun; not Load), every take and every
+	// EnqueueBatch, EnqueueMerge, StartRun; not a bulk load), every take and every
 	// end of a taking by a Worker or a remote session wait until that many replicas of the
 	// primary have the write (Redis WAIT, sent on the connection that made
 	// the write, in the same round trip), or ReplicaTimeout passes, before

@@ -39,7 +39,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 	var worker atomic.Value // the worker's id
 	var refused atomic.Bool
 	var hookErr error
-	pool := &hookPool{pool: base, refuse: func(cmd string, args []any) error {
+	pool := &redistest.HookPool{Pool: base, Refuse: func(cmd string, args []any) error {
 		if (cmd != "EVALSHA" && cmd != "FCALL") || len(args) < 3 || !strings.HasSuffix(fmt.Sprint(args[2]), ":s:q") {
 			return nil
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strings"
 	"time"
 
 	"github.com/worqr/worqr-go/redisconn"
@@ -113,43 +112,4 @@ func ExampleEnqueueOpts_delay() {
 	// scheduled true
 	// true <nil>
 	// call back
-}
-
-// Load enqueues one task per line of a reader, in atomic chunks with a
-// checkpoint in Redis: a load that stopped half way resumes (Resume) without
-// enqueueing a line twice.
-func ExampleClient_Load() {
-	ctx := context.Background()
-	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
-	if err != nil {
-		panic(err)
-	}
-	defer pool.Close()
-	cfg := worqr.Config{Namespace: "example-load"}
-	client, err := worqr.NewClient(pool, &cfg)
-	if err != nil {
-		panic(err)
-	}
-	in, err := worqr.NewInspector(pool, &cfg)
-	if err != nil {
-		panic(err)
-	}
-	input := strings.NewReader(`{"user":1}
-{"user":2}
-
-{"user":3}
-`)
-	p, err := client.Load(ctx, "imports", input, &worqr.LoadOptions{Name: "users-2024", Format: worqr.LoadJSONLines})
-	if err != nil {
-		panic(err)
-	}
-	fmt.Printf("lines=%d enqueued=%d blank=%d\n", p.Lines, p.Enqueued, p.Empty)
-	q, err := in.Queue(ctx, "imports")
-	if err != nil {
-		panic(err)
-	}
-	fmt.Println(q.Waiting, "waiting")
-	// Output:
-	// lines=4 enqueued=3 blank=1
-	// 3 waiting
 }

@@ -291,7 +291,7 @@ func oneCallBatches() []oneCallBatch {
 // arguments of size bytes or more of the commands it holds (the items of
 // the held group calls).
 type bigCalls struct {
-	*hookPool
+	*redistest.HookPool
 	calls, biggest atomic.Int64
 	held           atomic.Int64
 	hold           chan struct{}
@@ -299,7 +299,7 @@ type bigCalls struct {
 
 func newBigCalls(base *redis.Pool, size int) *bigCalls {
 	p := &bigCalls{hold: make(chan struct{})}
-	p.hookPool = &hookPool{pool: base, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+	p.HookPool = &redistest.HookPool{Pool: base, Done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
 		b, big := 0, 0
 		for _, a := range args {
 			n := 0

@@ -54,7 +54,7 @@ func historyOutcome(k EventKind) string {
 // queue) during one minute.
 type Throughput struct {
 	// Enqueued counts tasks a Client enqueued (Enqueue, EnqueueBatch,
-	// ordered enqueues and Load; not retries, requeues or children).
+	// ordered enqueues and bulk loads; not retries, requeues or children).
 	Enqueued int64 `json:"enqueued"`
 	// Done counts takings whose handler succeeded: done, and for a flow
 	// stage forwarded to the next stage or fanned out.

@@ -166,9 +166,9 @@ func TestListingPagesAreBounded(t *testing.T) {
 			mu.Unlock()
 		}
 	}
-	pool := &hookPool{pool: base,
-		sent: func(cmd string, args []any) func() { note(cmd, args); return nil },
-		done: func(_ redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+	pool := &redistest.HookPool{Pool: base,
+		Sent: func(cmd string, args []any) func() { note(cmd, args); return nil },
+		Done: func(_ redis.Conn, cmd string, args []any, r any, err error) (any, error) {
 			note(cmd, args)
 			return r, err
 		}}

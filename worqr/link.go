@@ -10,8 +10,9 @@ import (
 	"github.com/worqr/worqr-go/recovery"
 )
 
-// init hands package remote the rules it shares with the Worker (see
-// internal/link): the same defaults, checks, events and engine.
+// init hands packages remote and load the rules they share with the
+// Worker and the Client (see internal/link): the same defaults, checks,
+// events and engine.
 func init() {
 	link.ConfigDefaults = func(c Config) (Config, error) { return c.withDefaults() }
 	link.FillQueue = func(field string, q QueueConfig) (QueueConfig, error) {
@@ -40,4 +41,16 @@ func init() {
 	link.SplitTyped = splitTyped
 	link.ChildResults = childResults
 	link.EventOf = func(o rdb.Outcome) EventKind { return eventOf[o] }
+	link.LoadTarget = func(c *Client, queue string) (link.Target, error) {
+		q, err := c.clientQueue(queue)
+		if err != nil {
+			return link.Target{}, err
+		}
+		return link.Target{Store: c.st, QK: q.qk, MaxPayload: c.cfg.MaxPayloadBytes,
+			MarkKnown: func(ctx context.Context) error { return c.markKnown(ctx, q) },
+			Enqueued: func(n int) {
+				c.bus.add(Event{Kind: EventEnqueued, At: time.Now(), Queue: queue, Count: n})
+			}}, nil
+	}
+	link.CheckPayloadPrefix = checkPayloadPrefix
 }

@@ -142,7 +142,7 @@ func TestBlockedKeysListsAKeyOnceWhenATaskDiesBetweenPages(t *testing.T) {
 	side := base.Get()
 	defer side.Close()
 	var deadKey string
-	pool := &hookPool{pool: base, sent: func(cmd string, args []any) func() {
+	pool := &redistest.HookPool{Pool: base, Sent: func(cmd string, args []any) func() {
 		if cmd != "ZREVRANGE" || len(args) < 2 || fmt.Sprint(args[1]) != "1000" {
 			return nil
 		}

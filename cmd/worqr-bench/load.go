@@ -7,21 +7,22 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/worqr/worqr-go/load"
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// Workload l (load): Client.Load of -load-n generated lines of -payload
+// Workload l (load): load.Run of -load-n generated lines of -payload
 // bytes into a fresh queue with no worker (the rate, and Redis's memory
 // holding them all), then of -load-drain-n lines with MaxWaiting
 // -load-max-waiting while a worker drains the queue (memory stays bounded;
 // the rate is then the drain's). The harness is workload h's.
 
 func loadNote(o *options) string {
-	return fmt.Sprintf("l. load: Client.Load of %d lines of %d B generated in memory (no disk), chunks of %d, %d on the wire; "+
+	return fmt.Sprintf("l. load: load.Run of %d lines of %d B generated in memory (no disk), chunks of %d, %d on the wire; "+
 		"then %d lines with MaxWaiting %d while a worker (concurrency 50, no-op handler) drains the queue; "+
 		"same live worker and prober as h; Redis time per call from the last %d commands in SLOWLOG, the longest command of all from the latency monitor (1 ms resolution); "+
 		"Redis memory: the peak used_memory (sampled every %s) over the first sample",
-		o.loadN, o.payload, worqr.DefaultLoadChunk, worqr.DefaultLoadWindow, o.loadDrainN, o.loadMaxWait, loadSlowlog, memoryEvery)
+		o.loadN, o.payload, load.DefaultChunk, load.DefaultWindow, o.loadDrainN, o.loadMaxWait, loadSlowlog, memoryEvery)
 }
 
 // loadSlowlog is how many commands SLOWLOG keeps during a load: few, so
@@ -34,7 +35,7 @@ func (b *bench) load(ctx context.Context) error {
 	err := b.measureBulk(ctx, false, bulkRun{
 		key: "load", script: "load", n: o.loadN, what: "l. load, no worker", waiting: o.loadN, slowlog: loadSlowlog,
 		op: func(ctx context.Context, client *worqr.Client, _ string) error {
-			p, err := client.Load(ctx, bulkQueue, newLines(o.loadN, o.payload), &worqr.LoadOptions{Name: "bench"})
+			p, err := load.Run(ctx, client, bulkQueue, newLines(o.loadN, o.payload), &load.Options{Name: "bench"})
 			if err == nil && p.Enqueued != int64(o.loadN) {
 				err = fmt.Errorf("%d tasks enqueued from %d lines", p.Enqueued, o.loadN)
 			}
@@ -62,8 +63,8 @@ func (b *bench) load(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			p, err := client.Load(ctx, bulkQueue, newLines(o.loadDrainN, o.payload),
-				&worqr.LoadOptions{Name: "bench-held", MaxWaiting: o.loadMaxWait})
+			p, err := load.Run(ctx, client, bulkQueue, newLines(o.loadDrainN, o.payload),
+				&load.Options{Name: "bench-held", MaxWaiting: o.loadMaxWait})
 			if err != nil {
 				return err
 			}

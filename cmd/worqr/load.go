@@ -16,6 +16,7 @@ import (
 	"github.com/schollz/progressbar/v3"
 	"github.com/spf13/cobra"
 
+	"github.com/worqr/worqr-go/load"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -61,8 +62,8 @@ progress line is printed every --every.`,
 	f.StringVar(&name, "name", "", "the load's name, which keys its checkpoint (default for a file: from its name and first line)")
 	f.BoolVar(&resume, "resume", false, "continue the load from its checkpoint (skips the lines already enqueued)")
 	f.IntVar(&maxWaiting, "max-waiting", 0, "pause while the queue holds this many waiting tasks (0: no limit)")
-	f.IntVar(&chunk, "chunk", worqr.DefaultLoadChunk, "tasks per atomic step (1..2000)")
-	f.IntVar(&window, "window", worqr.DefaultLoadWindow, "steps on the wire at once (1..64)")
+	f.IntVar(&chunk, "chunk", load.DefaultChunk, "tasks per atomic step (1..2000)")
+	f.IntVar(&window, "window", load.DefaultWindow, "steps on the wire at once (1..64)")
 	f.DurationVar(&every, "every", 5*time.Second, "how often a progress line is printed when stderr is not a terminal")
 	out.register(cmd)
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
@@ -75,7 +76,7 @@ progress line is printed every --every.`,
 		if err := checkQueue("--queue", queue); err != nil {
 			return err
 		}
-		if format != string(worqr.LoadRaw) && format != string(worqr.LoadJSONLines) {
+		if format != string(load.Raw) && format != string(load.JSONLines) {
 			return usagef("--format %q: want raw or jsonl", format)
 		}
 		if maxWaiting < 0 {
@@ -128,17 +129,17 @@ progress line is printed every --every.`,
 		fmt.Fprintf(a.env.err, "loading %s into %s as load %s\n", displaySource(src), queue, name)
 		show, end := a.loadProgress(size, every)
 		started := time.Now()
-		p, err := a.client.Load(ctx, queue, in, &worqr.LoadOptions{
-			Name: name, Format: worqr.LoadFormat(format), Resume: resume, MaxWaiting: maxWaiting,
+		p, err := load.Run(ctx, a.client, queue, in, &load.Options{
+			Name: name, Format: load.Format(format), Resume: resume, MaxWaiting: maxWaiting,
 			Chunk: chunk, Window: window, Progress: show,
 		})
 		end(err == nil, p)
 		if err != nil {
-			var le *worqr.LoadError
+			var le *load.Error
 			switch {
-			case errors.Is(err, worqr.ErrLoadExists):
+			case errors.Is(err, load.ErrExists):
 				return usagef("%v (--resume continues it, --name starts another)", err)
-			case errors.Is(err, worqr.ErrLoadNotFound):
+			case errors.Is(err, load.ErrNotFound):
 				return usagef("%v (a load is resumed under the name it started with: see the \"as load\" line it printed)", err)
 			case ctx.Err() != nil:
 				return fmt.Errorf("interrupted after %d of %d lines read (%d tasks enqueued now): every chunk is atomic; to finish, %s", enqueuedLines(p), p.Lines, p.Enqueued, again(src, queue, name, format, p, resume))
@@ -166,7 +167,7 @@ progress line is printed every --every.`,
 // again says how to go on with a load that stopped after p: resume it when
 // it has a checkpoint (a chunk was applied, now or before, if only of blank
 // lines), else start it again (a --resume would find nothing to resume).
-func again(src, queue, name, format string, p worqr.LoadProgress, resumed bool) string {
+func again(src, queue, name, format string, p load.Progress, resumed bool) string {
 	if p.Checkpointed || resumed {
 		return "run: " + resumeCommand(src, queue, name, format)
 	}
@@ -186,7 +187,7 @@ func resumeCommand(src, queue, name, format string) string {
 }
 
 // enqueuedLines is how many lines are done: loaded now, before, or blank.
-func enqueuedLines(p worqr.LoadProgress) int64 { return p.Enqueued + p.Resumed + p.Empty }
+func enqueuedLines(p load.Progress) int64 { return p.Enqueued + p.Resumed + p.Empty }
 
 func rate(n int64, d time.Duration) string {
 	if d <= 0 {
@@ -241,7 +242,7 @@ func fileLoadName(f *os.File, base string) (string, error) {
 // every. end(done, p) ends it: a load done fills the bar; one that stopped
 // (interrupted, refused) leaves instead a line that says where, never a
 // full bar.
-func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProgress), func(bool, worqr.LoadProgress)) {
+func (a *app) loadProgress(size int64, every time.Duration) (func(load.Progress), func(bool, load.Progress)) {
 	if a.env.stderrTTY {
 		bar := progressbar.NewOptions64(size,
 			progressbar.OptionSetWriter(a.env.err),
@@ -251,14 +252,14 @@ func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProg
 			progressbar.OptionShowElapsedTimeOnFinish(),
 			progressbar.OptionSetPredictTime(size > 0),
 		)
-		return func(p worqr.LoadProgress) {
+		return func(p load.Progress) {
 				state := ""
 				if p.Waiting {
 					state = ", waiting for workers"
 				}
 				bar.Describe(fmt.Sprintf("%d enqueued of %d read%s", p.Enqueued, p.Lines, state))
 				_ = bar.Set64(p.Bytes)
-			}, func(done bool, p worqr.LoadProgress) {
+			}, func(done bool, p load.Progress) {
 				if done {
 					_ = bar.Finish()
 					fmt.Fprintln(a.env.err)
@@ -271,14 +272,14 @@ func (a *app) loadProgress(size int64, every time.Duration) (func(worqr.LoadProg
 	}
 	start := time.Now()
 	last := start
-	var lastP worqr.LoadProgress
-	return func(p worqr.LoadProgress) {
+	var lastP load.Progress
+	return func(p load.Progress) {
 			lastP = p
 			if now := time.Now(); now.Sub(last) >= every {
 				last = now
 				a.loadLine(p, now.Sub(start), size)
 			}
-		}, func(bool, worqr.LoadProgress) {
+		}, func(bool, load.Progress) {
 			if lastP.Lines > 0 && time.Since(start) >= every {
 				a.loadLine(lastP, time.Since(start), size)
 			}
@@ -309,7 +310,7 @@ func byteSize(n int64) string {
 	return fmt.Sprintf("%.1f %cB", v, prefix[i])
 }
 
-func (a *app) loadLine(p worqr.LoadProgress, took time.Duration, size int64) {
+func (a *app) loadLine(p load.Progress, took time.Duration, size int64) {
 	of := ""
 	if size > 0 {
 		of = fmt.Sprintf(" (%.1f%% of the input)", 100*float64(p.Bytes)/float64(size))

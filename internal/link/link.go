@@ -1,14 +1,32 @@
-// Package link hands package remote what package worqr keeps unexported:
+// Package link hands packages remote and load what package worqr keeps
+// unexported:
 // the defaults and checks of its configuration, its event delivery, its
 // recovery set-up and the readers of what it stores. remote serves worqr's
 // queues as a Worker does, so it must apply the same rules; they are not
 // worqr's public API.
 //
-// Each value is set by worqr when it is initialised (remote imports worqr,
-// so before remote runs) and holds a func of the type its comment gives;
-// remote asserts each once, when it is initialised. The values are typed
+// Each value is set by worqr when it is initialised (remote and load import
+// worqr, so before they run) and holds a func of the type its comment
+// gives; they assert each once, when they are initialised. The values are typed
 // any because their types name worqr's, which this package cannot import.
 package link
+
+import (
+	"context"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// Target is a queue a bulk load writes to, as a worqr.Client resolves it.
+type Target struct {
+	Store      *rdb.Store
+	QK         rdb.QueueKeys
+	MaxPayload int
+	// MarkKnown records the queue among the known queues.
+	MarkKnown func(context.Context) error
+	// Enqueued reports n tasks enqueued (an EventEnqueued).
+	Enqueued func(n int)
+}
 
 var (
 	// ConfigDefaults: func(worqr.Config) (worqr.Config, error).
@@ -40,4 +58,9 @@ var (
 	ChildResults any
 	// EventOf: func(rdb.Outcome) worqr.EventKind.
 	EventOf any
+	// LoadTarget: func(*worqr.Client, string) (link.Target, error).
+	LoadTarget any
+	// CheckPayloadPrefix: func(field string, p []byte) error, refusing a
+	// payload that starts as an ordered queue's envelope.
+	CheckPayloadPrefix any
 )

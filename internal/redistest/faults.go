@@ -10,9 +10,10 @@ import (
 	"github.com/gomodule/redigo/redis"
 )
 
-// Connections that break what goes to Redis, for the tests of lost
-// replies and held calls: FaultPool cuts or holds calls, LossyConn loses
-// the replies of script calls Redis applied.
+// Connections that see or break what goes to Redis, for the tests of
+// lost replies and held calls: HookPool runs a test's hooks on each
+// command, FaultPool cuts or holds calls, LossyConn loses the replies of
+// script calls Redis applied.
 
 // FaultPool is a pool whose connections can hold back the function calls
 // whose name ends with a suffix (a call slow on its way, its arguments
@@ -156,4 +157,100 @@ func HasArg(v string) func(args []any) bool {
 		}
 		return false
 	}
+}
+
+// HookPool hands out the connections of Pool with hooks a test sets to see
+// or change what goes through them (each may be nil):
+//   - Sent runs on each command sent in a pipeline (Send); the func it
+//     returns, if any, runs after the next Flush;
+//   - Done runs after each command of a Do, with its reply, and returns the
+//     reply the caller gets (and may close the connection first, to lose
+//     it);
+//   - Refuse runs before each command of a Do: when it returns an error,
+//     the command is not sent and the caller gets that error (as when the
+//     connection broke before the call went out).
+type HookPool struct {
+	Pool   *redis.Pool
+	Sent   func(cmd string, args []any) (afterFlush func())
+	Done   func(c redis.Conn, cmd string, args []any, r any, err error) (any, error)
+	Refuse func(cmd string, args []any) error
+}
+
+// GetContext hands out a connection of Pool with the hooks.
+func (p *HookPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.Pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &hookConn{Conn: c, p: p}, nil
+}
+
+type hookConn struct {
+	redis.Conn
+	p     *HookPool
+	after func()
+}
+
+func (c *hookConn) Send(cmd string, args ...any) error {
+	if c.p.Sent != nil {
+		if f := c.p.Sent(cmd, args); f != nil {
+			c.after = f
+		}
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *hookConn) Flush() error {
+	err := c.Conn.Flush()
+	if f := c.after; f != nil {
+		c.after = nil
+		f()
+	}
+	return err
+}
+
+func (c *hookConn) hook(cmd string, args []any, r any, err error) (any, error) {
+	if c.p.Done == nil || cmd == "" {
+		return r, err
+	}
+	return c.p.Done(c.Conn, cmd, args, r, err)
+}
+
+func (c *hookConn) refused(cmd string, args []any) error {
+	if c.p.Refuse == nil || cmd == "" {
+		return nil
+	}
+	return c.p.Refuse(cmd, args)
+}
+
+func (c *hookConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := c.Conn.Do(cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := redis.DoContext(c.Conn, ctx, cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	if err := c.refused(cmd, args); err != nil {
+		return nil, err
+	}
+	r, err := redis.DoWithTimeout(c.Conn, d, cmd, args...)
+	return c.hook(cmd, args, r, err)
+}
+
+func (c *hookConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *hookConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
 }

@@ -72,6 +72,7 @@ var imports = []struct{ name, path, dir string }{
 	{"worqr", module + "/worqr", ""},
 	{"redisconn", module + "/redisconn", ""},
 	{"remote", module + "/remote", ""},
+	{"load", module + "/load", ""},
 	{"consumer", module + "/consumer", ""},
 	{"dash", module + "/dash", ""},
 	{"recovery", module + "/recovery", ""},

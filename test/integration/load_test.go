@@ -16,6 +16,7 @@ import (
 	. "github.com/onsi/gomega"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/load"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -122,33 +123,33 @@ var _ = Describe("Bulk load (issue 15)", func() {
 	It("enqueues every line exactly once across an interruption, a resume and a lost connection", func(ctx SpecContext) {
 		e := newEnv()
 		input, want := loadInput(25_000)
-		opts := &worqr.LoadOptions{Name: "big", Chunk: 500, Window: 8}
+		opts := &load.Options{Name: "big", Chunk: 500, Window: 8}
 
 		// A first run stops after a few chunks (Ctrl-C).
 		stopCtx, stop := context.WithCancel(ctx)
 		chunks := 0
 		first := *opts
-		first.Progress = func(p worqr.LoadProgress) {
+		first.Progress = func(p load.Progress) {
 			if chunks++; chunks == 5 {
 				stop()
 			}
 		}
-		p, err := e.client.Load(stopCtx, "load", bytes.NewReader(input), &first)
+		p, err := load.Run(stopCtx, e.client, "load", bytes.NewReader(input), &first)
 		stop()
 		Expect(err).To(MatchError(context.Canceled))
-		var le *worqr.LoadError
+		var le *load.Error
 		Expect(errors.As(err, &le)).To(BeTrue())
 		Expect(p.Enqueued).To(BeNumerically(">=", 5*500))
 		Expect(p.Enqueued).To(BeNumerically("<", 25_000))
 		Expect(e.payloads("load")).To(HaveLen(int(p.Enqueued)), "what the first run says it enqueued is there")
 
 		// Started again without --resume: refused, nothing changes.
-		_, err = e.client.Load(ctx, "load", bytes.NewReader(input), opts)
-		Expect(err).To(MatchError(worqr.ErrLoadExists))
+		_, err = load.Run(ctx, e.client, "load", bytes.NewReader(input), opts)
+		Expect(err).To(MatchError(load.ErrExists))
 		Expect(err.Error()).To(ContainSubstring(`"big" is at line`))
 		// Resumed with another input: refused.
 		other, _ := loadInput(100)
-		_, err = e.client.Load(ctx, "load", bytes.NewReader(other), &worqr.LoadOptions{Name: "big", Resume: true})
+		_, err = load.Run(ctx, e.client, "load", bytes.NewReader(other), &load.Options{Name: "big", Resume: true})
 		Expect(err).To(MatchError(ContainSubstring("made from another input")))
 
 		// Resumed on a connection that breaks after Redis applied the third
@@ -160,7 +161,7 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		Expect(err).NotTo(HaveOccurred())
 		resume := *opts
 		resume.Resume = true
-		p2, err := lossy.Load(ctx, "load", bytes.NewReader(input), &resume)
+		p2, err := load.Run(ctx, lossy, "load", bytes.NewReader(input), &resume)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(armed.Load()).To(BeNumerically("<", 0), "the connection was cut")
 		Expect(p2.Resumed).To(BeNumerically(">=", p.Enqueued), "the first run's lines are skipped")
@@ -171,7 +172,7 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		Expect(e.payloads("load")).To(Equal(want), "every line once")
 
 		// Resumed once more: nothing to do.
-		p3, err := e.client.Load(ctx, "load", bytes.NewReader(input), &resume)
+		p3, err := load.Run(ctx, e.client, "load", bytes.NewReader(input), &resume)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(p3.Enqueued).To(BeZero())
 		Expect(e.waiting("load")).To(HaveLen(25_000))
@@ -204,9 +205,9 @@ var _ = Describe("Bulk load (issue 15)", func() {
 	It("makes ids of its own for each run: the same input loaded again under the same name after its checkpoint was deleted", func(ctx SpecContext) {
 		e := newEnv()
 		input, want := loadInput(3_000)
-		opts := &worqr.LoadOptions{Name: "again"}
+		opts := &load.Options{Name: "again"}
 		for range 2 {
-			p, err := e.client.Load(ctx, "twice", bytes.NewReader(input), opts)
+			p, err := load.Run(ctx, e.client, "twice", bytes.NewReader(input), opts)
 			Expect(err).NotTo(HaveOccurred(), "a second run in the same second makes other ids: none of them waits already")
 			Expect(p.Enqueued).To(BeEquivalentTo(len(want)))
 			Expect(e.st.DeleteLoadState(ctx, e.qk("twice"), "again")).To(Succeed())
@@ -234,9 +235,9 @@ var _ = Describe("Bulk load (issue 15)", func() {
 		)
 		done := make(chan error, 1)
 		go func() {
-			_, err := e.client.Load(ctx, "held", bytes.NewReader(input), &worqr.LoadOptions{
+			_, err := load.Run(ctx, e.client, "held", bytes.NewReader(input), &load.Options{
 				Name: "held", Chunk: chunk, MaxWaiting: limit,
-				Progress: func(p worqr.LoadProgress) {
+				Progress: func(p load.Progress) {
 					n, _ := redis.Int(e.do("LLEN", e.qk("held").Waiting))
 					mu.Lock()
 					defer mu.Unlock()
@@ -261,9 +262,9 @@ var _ = Describe("Bulk load (issue 15)", func() {
 	It("refuses a line that is not JSON with --format jsonl, keeps the lines before it, and resumes after a fix", func(ctx SpecContext) {
 		e := newEnv()
 		bad := []byte("{\"a\":1}\n[2]\n\n\"three\"\n{oops\n{\"b\":5}\n")
-		opts := &worqr.LoadOptions{Name: "j", Format: worqr.LoadJSONLines, Chunk: 2}
-		_, err := e.client.Load(ctx, "json", bytes.NewReader(bad), opts)
-		var le *worqr.LoadError
+		opts := &load.Options{Name: "j", Format: load.JSONLines, Chunk: 2}
+		_, err := load.Run(ctx, e.client, "json", bytes.NewReader(bad), opts)
+		var le *load.Error
 		Expect(errors.As(err, &le)).To(BeTrue())
 		Expect(le.Line).To(BeEquivalentTo(5))
 		Expect(err).To(MatchError(worqr.ErrInvalid))
@@ -272,25 +273,25 @@ var _ = Describe("Bulk load (issue 15)", func() {
 
 		// Fixed, the same input goes on from line 5.
 		fixed := bytes.Replace(bad, []byte("{oops"), []byte(`{"c":4}`), 1)
-		p, err := e.client.Load(ctx, "json", bytes.NewReader(fixed), &worqr.LoadOptions{Name: "j", Format: worqr.LoadJSONLines, Resume: true})
+		p, err := load.Run(ctx, e.client, "json", bytes.NewReader(fixed), &load.Options{Name: "j", Format: load.JSONLines, Resume: true})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(p.Enqueued).To(BeEquivalentTo(2))
 		Expect(e.payloads("json")).To(ConsistOf(`"three"`, `[2]`, `{"a":1}`, `{"c":4}`, `{"b":5}`))
 		// Another input under the same name is refused: another first line,
 		// or the same first line but another last loaded line.
-		_, err = e.client.Load(ctx, "json", strings.NewReader("{\"z\":0}\n"), &worqr.LoadOptions{Name: "j", Resume: true})
+		_, err = load.Run(ctx, e.client, "json", strings.NewReader("{\"z\":0}\n"), &load.Options{Name: "j", Resume: true})
 		Expect(err).To(MatchError(ContainSubstring("its first line differs")))
-		_, err = e.client.Load(ctx, "json", strings.NewReader("{\"a\":1}\n[2]\n\n\"three\"\n{\"c\":4}\n{\"b\":6}\n7\n"), &worqr.LoadOptions{Name: "j", Resume: true})
+		_, err = load.Run(ctx, e.client, "json", strings.NewReader("{\"a\":1}\n[2]\n\n\"three\"\n{\"c\":4}\n{\"b\":6}\n7\n"), &load.Options{Name: "j", Resume: true})
 		Expect(err).To(MatchError(ContainSubstring("line 6, the last it loaded, differs")))
 		// A resume under a name with no checkpoint starts nothing over.
-		_, err = e.client.Load(ctx, "json", bytes.NewReader(fixed), &worqr.LoadOptions{Name: "k", Format: worqr.LoadJSONLines, Resume: true})
-		Expect(err).To(MatchError(worqr.ErrLoadNotFound))
+		_, err = load.Run(ctx, e.client, "json", bytes.NewReader(fixed), &load.Options{Name: "k", Format: load.JSONLines, Resume: true})
+		Expect(err).To(MatchError(load.ErrNotFound))
 		Expect(e.payloads("json")).To(HaveLen(5), "nothing enqueued by a resume of nothing")
 
-		_, err = e.client.Load(ctx, "json", bytes.NewReader(bad), &worqr.LoadOptions{Name: "bad name"})
+		_, err = load.Run(ctx, e.client, "json", bytes.NewReader(bad), &load.Options{Name: "bad name"})
 		Expect(err).To(MatchError(worqr.ErrInvalid))
 		Expect(err.Error()).To(ContainSubstring("Name"))
-		_, err = e.client.Load(ctx, "json", bytes.NewReader(bad), &worqr.LoadOptions{Name: "x", Chunk: 5000})
+		_, err = load.Run(ctx, e.client, "json", bytes.NewReader(bad), &load.Options{Name: "x", Chunk: 5000})
 		Expect(err).To(MatchError(ContainSubstring("Chunk")))
 	}, SpecTimeout(20*time.Second))
 

@@ -1,4 +1,4 @@
-package worqr_test
+package load_test
 
 import (
 	"bytes"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/load"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -42,7 +43,7 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	defer c0.Close()
 	ns := redistest.Namespace()
 	var sent atomic.Int64 // the load chunks sent (pipelined)
-	counted := &hookPool{pool: pool, sent: func(cmd string, args []any) func() {
+	counted := &redistest.HookPool{Pool: pool, Sent: func(cmd string, args []any) func() {
 		if isLoadChunk(cmd, args) {
 			sent.Add(1)
 		}
@@ -77,7 +78,7 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	// (The deadline only ends the spin of the code before the fix.)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	p, err := c.Load(ctx, "oom", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Chunk: 100, Window: 4})
+	p, err := load.Run(ctx, c, "oom", bytes.NewReader(in.Bytes()), &load.Options{Name: "l", Chunk: 100, Window: 4})
 	chunks := sent.Load()
 	if err == nil {
 		t.Fatalf("Load = %+v, nil: every line was loaded under maxmemory", p)
@@ -93,7 +94,7 @@ func TestLoadStopsOnARedisErrorReply(t *testing.T) {
 	if _, err := c0.Do("CONFIG", "SET", "maxmemory", 0); err != nil {
 		t.Fatal(err)
 	}
-	p2, err2 := c.Load(context.Background(), "oom", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Resume: true, Chunk: 100, Window: 4})
+	p2, err2 := load.Run(context.Background(), c, "oom", bytes.NewReader(in.Bytes()), &load.Options{Name: "l", Resume: true, Chunk: 100, Window: 4})
 	if err2 != nil {
 		t.Fatal(err2)
 	}
@@ -118,7 +119,7 @@ func TestLoadFirstChunkReplyLost(t *testing.T) {
 	// breaks.
 	var left atomic.Int32
 	left.Store(1)
-	lossy := &hookPool{pool: pool, done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
+	lossy := &redistest.HookPool{Pool: pool, Done: func(c redis.Conn, cmd string, args []any, r any, err error) (any, error) {
 		if err == nil && isLoadChunk(cmd, args) && left.Add(-1) == 0 {
 			c.Close()
 			return nil, errors.New("injected: connection lost after the first chunk was applied")
@@ -136,7 +137,7 @@ func TestLoadFirstChunkReplyLost(t *testing.T) {
 	for i := 1; i <= n; i++ {
 		fmt.Fprintf(&in, "line-%d\n", i)
 	}
-	p, err := c.Load(ctx, "lost1", bytes.NewReader(in.Bytes()), &worqr.LoadOptions{Name: "l", Chunk: 100, Window: 4})
+	p, err := load.Run(ctx, c, "lost1", bytes.NewReader(in.Bytes()), &load.Options{Name: "l", Chunk: 100, Window: 4})
 	if left.Load() > 0 {
 		t.Fatal("no reply was lost")
 	}
@@ -169,8 +170,14 @@ func (g *gated) Read(p []byte) (int, error) {
 // said twice as many tasks as the queue held (found by an audit).
 func TestTwoLoadersOfOneName(t *testing.T) {
 	ctx := context.Background()
-	bundle := setup(t)
-	c, in := bundle.client, bundle.in
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := newInspector(t, pool, &cfg)
 	var buf bytes.Buffer
 	const n = 3000
 	for i := 1; i <= n; i++ {
@@ -178,29 +185,42 @@ func TestTwoLoadersOfOneName(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	wg.Add(2)
-	var res [2]worqr.LoadProgress
+	var res [2]load.Progress
 	var errs [2]error
 	var done sync.WaitGroup
 	for k := 0; k < 2; k++ {
 		done.Add(1)
 		go func(k int) {
 			defer done.Done()
-			res[k], errs[k] = c.Load(ctx, "ld2", &gated{r: bytes.NewReader(buf.Bytes()), wg: &wg},
-				&worqr.LoadOptions{Name: "same", Chunk: 10, Window: 2})
+			res[k], errs[k] = load.Run(ctx, c, "ld2", &gated{r: bytes.NewReader(buf.Bytes()), wg: &wg},
+				&load.Options{Name: "same", Chunk: 10, Window: 2})
 		}(k)
 	}
 	done.Wait()
 	l := queueLen(t, in, "ld2")
 	c.Flush() // waits for the publication
-	h := waitHistory(t, in, "ld2", func(h worqr.Throughput) bool { return h.Enqueued >= int64(l) })
+	var enqueued int64
+	if !redistest.Eventually(20*time.Second, func() bool {
+		h, err := in.History(ctx, "ld2", 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		enqueued = 0
+		for _, m := range h {
+			enqueued += m.Enqueued
+		}
+		return enqueued >= int64(l)
+	}) {
+		t.Fatalf("the history of ld2 counts %d enqueued, want %d", enqueued, l)
+	}
 	if errs[0] == nil && errs[1] == nil {
 		t.Errorf("two loads of one name ran at once and neither was refused")
 	}
 	if got := res[0].Enqueued + res[1].Enqueued; got != int64(l) {
 		t.Errorf("the loads report %d + %d = %d tasks enqueued (errors %v, %v); the queue holds %d", res[0].Enqueued, res[1].Enqueued, got, errs[0], errs[1], l)
 	}
-	if h.Enqueued != int64(l) {
-		t.Errorf("history: %d enqueued, the queue holds %d", h.Enqueued, l)
+	if enqueued != int64(l) {
+		t.Errorf("history: %d enqueued, the queue holds %d", enqueued, l)
 	}
 	t.Logf("queue %d of %d lines; errors: %v / %v", l, n, errs[0], errs[1])
 }
@@ -211,8 +231,9 @@ func TestTwoLoadersOfOneName(t *testing.T) {
 // audit).
 func TestLoadLineOverMaxPayloadBytes(t *testing.T) {
 	ctx := context.Background()
-	bundle := setup(t)
-	pool, ns := bundle.pool, bundle.ns
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
 	c, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, MaxPayloadBytes: 100})
 	if err != nil {
 		t.Fatal(err)
@@ -222,7 +243,7 @@ func TestLoadLineOverMaxPayloadBytes(t *testing.T) {
 	}
 	for _, size := range []int{101, 1000} {
 		in := "ok\n" + string(bytes.Repeat([]byte("x"), size)) + "\n"
-		p, err := c.Load(ctx, "big", bytes.NewReader([]byte(in)), &worqr.LoadOptions{Name: fmt.Sprintf("l%d", size)})
+		p, err := load.Run(ctx, c, "big", bytes.NewReader([]byte(in)), &load.Options{Name: fmt.Sprintf("l%d", size)})
 		if err == nil {
 			t.Errorf("Load accepted a line of %d bytes with MaxPayloadBytes 100 (%d enqueued)", size, p.Enqueued)
 		}

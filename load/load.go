@@ -1,4 +1,4 @@
-package worqr
+package load
 
 import (
 	"bufio"
@@ -16,48 +16,50 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/link"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/worqr"
 )
 
-// LoadFormat says how Load reads its input's lines.
-type LoadFormat string
+// Format says how Run reads its input's lines.
+type Format string
 
-// The input formats of Load.
+// The input formats of Run.
 const (
-	// LoadRaw makes each line a task's payload as it is.
-	LoadRaw LoadFormat = "raw"
-	// LoadJSONLines makes each line a task's payload and refuses a line that
+	// Raw makes each line a task's payload as it is.
+	Raw Format = "raw"
+	// JSONLines makes each line a task's payload and refuses a line that
 	// is not one JSON value.
-	LoadJSONLines LoadFormat = "jsonl"
+	JSONLines Format = "jsonl"
 )
 
-// Limits and defaults of Load.
+// Limits and defaults of Run.
 const (
-	// DefaultLoadChunk is how many tasks one chunk of a load writes: about
+	// DefaultChunk is how many tasks one chunk of a load writes: about
 	// 1 ms of Redis time for 100-byte payloads.
-	DefaultLoadChunk = 250
-	// DefaultLoadWindow is how many chunks travel at once.
-	DefaultLoadWindow = 16
-	// DefaultLoadCheckpointTTL is how long a load's checkpoint outlives its
+	DefaultChunk = 250
+	// DefaultWindow is how many chunks travel at once.
+	DefaultWindow = 16
+	// DefaultCheckpointTTL is how long a load's checkpoint outlives its
 	// last chunk.
-	DefaultLoadCheckpointTTL = 7 * 24 * time.Hour
+	DefaultCheckpointTTL = 7 * 24 * time.Hour
 	// loadMaxLines bounds the lines of one chunk (blank lines make none of
 	// its tasks), so that progress is saved often.
 	loadMaxLines = 100_000
 )
 
-// LoadOptions are the settings of Client.Load.
-type LoadOptions struct {
+// Options are the settings of Run.
+type Options struct {
 	// Name identifies the load (same rules as queue names): its checkpoint
 	// in Redis is kept under the queue and this name. Required.
 	Name string
-	// Format is LoadRaw (default) or LoadJSONLines.
-	Format LoadFormat
+	// Format is Raw (default) or JSONLines.
+	Format Format
 	// Resume continues the load Name from its checkpoint: the lines it
 	// already enqueued are read and skipped. Without Resume, a load whose
-	// checkpoint exists is refused (ErrLoadExists), so that a load is never
+	// checkpoint exists is refused (ErrExists), so that a load is never
 	// started twice by mistake; with Resume, a load with no checkpoint is
-	// refused (ErrLoadNotFound), so that a resume under another name (a
+	// refused (ErrNotFound), so that a resume under another name (a
 	// typo, a name made from an input changed since) does not start the
 	// input over.
 	Resume bool
@@ -66,22 +68,22 @@ type LoadOptions struct {
 	// most about MaxWaiting + Chunk*Window tasks of this queue.
 	MaxWaiting int
 	// Chunk is how many tasks one atomic step writes (default
-	// DefaultLoadChunk, at most 2,000).
+	// DefaultChunk, at most 2,000).
 	Chunk int
 	// Window is how many chunks are on the wire at once, 1 to 64 (default
-	// DefaultLoadWindow).
+	// DefaultWindow).
 	Window int
 	// CheckpointTTL is how long the checkpoint outlives the last chunk
-	// (default DefaultLoadCheckpointTTL): within it, Resume finds it.
+	// (default DefaultCheckpointTTL): within it, Resume finds it.
 	CheckpointTTL time.Duration
 	// Progress, when set, is called after each chunk is applied and while
 	// the load waits for the queue to drain. It runs on the loading
 	// goroutine: keep it quick.
-	Progress func(LoadProgress)
+	Progress func(Progress)
 }
 
-// LoadProgress is how far a load went.
-type LoadProgress struct {
+// Progress is how far a load went.
+type Progress struct {
 	// Lines is the number of input lines read (with those skipped).
 	Lines int64
 	// Bytes is the number of input bytes read.
@@ -95,7 +97,7 @@ type LoadProgress struct {
 	Empty int64
 	// Checkpointed is true once the load has a checkpoint in Redis: a
 	// chunk was applied, by this call or by one before it (a chunk of
-	// blank lines too). Then Load continues only with Resume; before, only
+	// blank lines too). Then Run continues only with Resume; before, only
 	// without it.
 	Checkpointed bool
 	// Waiting is true while the load waits for the queue to drain
@@ -103,148 +105,150 @@ type LoadProgress struct {
 	Waiting bool
 }
 
-// ErrLoadExists is returned by Load without Resume when the load's
+// ErrExists is returned by Run without Resume when the load's
 // checkpoint exists.
-var ErrLoadExists = errors.New("worqr: load already started")
+var ErrExists = errors.New("worqr: load already started")
 
-// ErrLoadNotFound is returned by Load with Resume when the load has no
+// ErrNotFound is returned by Run with Resume when the load has no
 // checkpoint: it never started, or its checkpoint expired
-// (LoadOptions.CheckpointTTL after its last chunk).
-var ErrLoadNotFound = errors.New("worqr: no load to resume")
+// (Options.CheckpointTTL after its last chunk).
+var ErrNotFound = errors.New("worqr: no load to resume")
 
-// LoadError is returned by Load when it stops: Progress says how far it
+// Error is returned by Run when it stops: Progress says how far it
 // went; every line before Progress.Lines-(unsent lines) is enqueued exactly
-// once, and Load with Resume continues from the checkpoint.
-type LoadError struct {
-	Progress LoadProgress
+// once, and Run with Resume continues from the checkpoint.
+type Error struct {
+	Progress Progress
 	// Line is the input line at fault, 0 when the error is not about a line.
 	Line int64
 	Err  error
 }
 
-func (e *LoadError) Error() string {
+func (e *Error) Error() string {
 	if e.Line > 0 {
 		return fmt.Sprintf("worqr: load: line %d: %v", e.Line, e.Err)
 	}
 	return fmt.Sprintf("worqr: load: %v", e.Err)
 }
 
-func (e *LoadError) Unwrap() error { return e.Err }
+func (e *Error) Unwrap() error { return e.Err }
 
-// Load enqueues one task per non-blank line of r at the back of queue, in
+// Run enqueues one task per non-blank line of r at the back of queue, in
 // chunks of atomic steps, each applied together with a checkpoint in Redis:
 // however often a chunk is sent (a lost reply) and however a load ends (an
-// error, a kill), Load with Resume and the same input enqueues each line
+// error, a kill), Run with Resume and the same input enqueues each line
 // exactly once. Task ids are made of the chunk's time, a number drawn for
 // the run and the line number. The tasks wait packed, many to a Redis hash,
 // until they are taken (see docs/PROTOCOL.md, "Bulk loads"). A load does
 // not publish per-task events.
 //
-// When ctx ends, Load sends no more chunks but still reads the answers about
+// When ctx ends, Run sends no more chunks but still reads the answers about
 // those on the wire (for up to 5 s), so that the progress it returns with
 // ctx's error counts every task enqueued.
 //
-// It returns the progress made; on failure ErrLoadExists (wrapped, with
-// where the load stands), ErrLoadNotFound (wrapped) or a *LoadError
+// It returns the progress made; on failure ErrExists (wrapped, with
+// where the load stands), ErrNotFound (wrapped) or a *Error
 // (wrapping an *InvalidError for a bad line, or the Redis error).
-func (c *Client) Load(ctx context.Context, queue string, r io.Reader, opts *LoadOptions) (LoadProgress, error) {
-	var o LoadOptions
+func Run(ctx context.Context, c *worqr.Client, queue string, r io.Reader, opts *Options) (Progress, error) {
+	var o Options
 	if opts != nil {
 		o = *opts
 	}
 	if err := checkName("Name", o.Name); err != nil {
-		return LoadProgress{}, err
+		return Progress{}, err
 	}
 	switch o.Format {
 	case "":
-		o.Format = LoadRaw
-	case LoadRaw, LoadJSONLines:
+		o.Format = Raw
+	case Raw, JSONLines:
 	default:
-		return LoadProgress{}, invalid("Format", "%q is not %q or %q", o.Format, LoadRaw, LoadJSONLines)
+		return Progress{}, invalid("Format", "%q is not %q or %q", o.Format, Raw, JSONLines)
 	}
 	switch {
 	case o.Chunk == 0:
-		o.Chunk = DefaultLoadChunk
+		o.Chunk = DefaultChunk
 	case o.Chunk < 0 || o.Chunk > rdb.MaxLoadChunk:
-		return LoadProgress{}, invalid("Chunk", "%d is not within 1..%d", o.Chunk, rdb.MaxLoadChunk)
+		return Progress{}, invalid("Chunk", "%d is not within 1..%d", o.Chunk, rdb.MaxLoadChunk)
 	}
 	switch {
 	case o.Window == 0:
-		o.Window = DefaultLoadWindow
+		o.Window = DefaultWindow
 	case o.Window < 0 || o.Window > 64:
-		return LoadProgress{}, invalid("Window", "%d is not within 1..64", o.Window)
+		return Progress{}, invalid("Window", "%d is not within 1..64", o.Window)
 	}
 	if o.MaxWaiting < 0 {
-		return LoadProgress{}, invalid("MaxWaiting", "%d is negative", o.MaxWaiting)
+		return Progress{}, invalid("MaxWaiting", "%d is negative", o.MaxWaiting)
 	}
 	switch {
 	case o.CheckpointTTL == 0:
-		o.CheckpointTTL = DefaultLoadCheckpointTTL
+		o.CheckpointTTL = DefaultCheckpointTTL
 	case o.CheckpointTTL < time.Second:
-		return LoadProgress{}, invalid("CheckpointTTL", "%s is under 1s", o.CheckpointTTL)
+		return Progress{}, invalid("CheckpointTTL", "%s is under 1s", o.CheckpointTTL)
 	}
-	q, err := c.clientQueue(queue)
+	t, err := target(c, queue)
 	if err != nil {
-		return LoadProgress{}, err
+		return Progress{}, err
 	}
-	l := &loader{c: c, q: q.qk, queue: queue, o: o, ctx: ctx}
+	l := &loader{st: t.Store, q: t.QK, maxPayload: t.MaxPayload, enqueued: t.Enqueued, queue: queue, o: o, ctx: ctx}
 	l.args = rdb.LoadArgs{Name: o.Name, MaxWaiting: o.MaxWaiting, TTLMillis: o.CheckpointTTL.Milliseconds()}
-	cp, err := c.st.LoadState(ctx, q.qk, o.Name)
+	cp, err := l.st.LoadState(ctx, l.q, o.Name)
 	if err != nil {
-		return LoadProgress{}, &LoadError{Err: err}
+		return Progress{}, &Error{Err: err}
 	}
 	l.next = 1
 	if cp != nil {
 		if !o.Resume {
-			return LoadProgress{}, fmt.Errorf("%w: %q is at line %d with %d tasks enqueued: resume it or choose another name",
-				ErrLoadExists, o.Name, cp.Next, cp.Tasks)
+			return Progress{}, fmt.Errorf("%w: %q is at line %d with %d tasks enqueued: resume it or choose another name",
+				ErrExists, o.Name, cp.Next, cp.Tasks)
 		}
 		l.cp, l.next = cp, cp.Next
 		l.p.Checkpointed = true
 	} else if o.Resume {
-		return LoadProgress{}, fmt.Errorf("%w: %q has no checkpoint in %s (it never started, or its checkpoint expired): nothing was enqueued",
-			ErrLoadNotFound, o.Name, queue)
+		return Progress{}, fmt.Errorf("%w: %q has no checkpoint in %s (it never started, or its checkpoint expired): nothing was enqueued",
+			ErrNotFound, o.Name, queue)
 	}
 	l.start = l.next
-	run, err := c.st.LoadRun(ctx, q.qk)
+	run, err := l.st.LoadRun(ctx, l.q)
 	if err != nil {
-		return LoadProgress{}, &LoadError{Err: err}
+		return Progress{}, &Error{Err: err}
 	}
 	l.run3 = [3]byte{byte(run >> 16), byte(run >> 8), byte(run)}
-	if err := c.markKnown(ctx, q); err != nil {
-		return LoadProgress{}, &LoadError{Err: err}
+	if err := t.MarkKnown(ctx); err != nil {
+		return Progress{}, &Error{Err: err}
 	}
 	l.scan = bufio.NewScanner(r)
-	l.scan.Buffer(make([]byte, 0, 64<<10), c.cfg.MaxPayloadBytes+2)
+	l.scan.Buffer(make([]byte, 0, 64<<10), l.maxPayload+2)
 	err = l.run()
 	if err != nil {
-		var le *LoadError
+		var le *Error
 		if errors.As(err, &le) {
 			le.Progress = l.p
 			return l.p, le
 		}
-		return l.p, &LoadError{Progress: l.p, Err: err}
+		return l.p, &Error{Progress: l.p, Err: err}
 	}
 	return l.p, nil
 }
 
-// loader is one run of Client.Load.
+// loader is one Run.
 type loader struct {
-	c     *Client
-	q     rdb.QueueKeys
-	queue string
-	o     LoadOptions
-	ctx   context.Context
-	args  rdb.LoadArgs
-	run3  [3]byte // the run's number (rdb.Store.LoadRun), its low 3 bytes
-	scan  *bufio.Scanner
-	line  int64 // lines read
-	next  int64 // the checkpoint's next line, as last known
-	start int64 // the checkpoint's next line when this run began
-	eof   bool
-	stop  error               // what ended the input early (a bad line), once its lines before are loaded
-	cp    *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
-	p     LoadProgress
+	st         *rdb.Store
+	q          rdb.QueueKeys
+	maxPayload int
+	enqueued   func(n int) // reports an EventEnqueued
+	queue      string
+	o          Options
+	ctx        context.Context
+	args       rdb.LoadArgs
+	run3       [3]byte // the run's number (rdb.Store.LoadRun), its low 3 bytes
+	scan       *bufio.Scanner
+	line       int64 // lines read
+	next       int64 // the checkpoint's next line, as last known
+	start      int64 // the checkpoint's next line when this run began
+	eof        bool
+	stop       error               // what ended the input early (a bad line), once its lines before are loaded
+	cp         *rdb.LoadCheckpoint // what an earlier run loaded, nil for a new load
+	p          Progress
 	// pending are the chunks sent (or to send again), oldest first.
 	pending []*rdb.LoadChunk
 	// unsure are the chunks sent on a connection that broke before their
@@ -289,7 +293,7 @@ func (l *loader) read() (*rdb.LoadChunk, error) {
 			l.eof = true
 			if err := l.scan.Err(); err != nil {
 				if errors.Is(err, bufio.ErrTooLong) {
-					l.stop = &LoadError{Line: l.line + 1, Err: invalid("payload", "is over MaxPayloadBytes (%d)", l.c.cfg.MaxPayloadBytes)}
+					l.stop = &Error{Line: l.line + 1, Err: invalid("payload", "is over MaxPayloadBytes (%d)", l.maxPayload)}
 				} else {
 					l.stop = fmt.Errorf("read input: %w", err)
 				}
@@ -325,17 +329,17 @@ func (l *loader) read() (*rdb.LoadChunk, error) {
 			continue
 		}
 		var bad error
-		if len(b) > l.c.cfg.MaxPayloadBytes {
+		if len(b) > l.maxPayload {
 			// The scanner's buffer is at least 64 KiB: it refuses only
 			// lines longer than that and MaxPayloadBytes+2.
-			bad = invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(b), l.c.cfg.MaxPayloadBytes)
-		} else if l.o.Format == LoadJSONLines && !json.Valid(b) {
+			bad = invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(b), l.maxPayload)
+		} else if l.o.Format == JSONLines && !json.Valid(b) {
 			bad = invalid("line", "is not one JSON value (format %s)", l.o.Format)
 		} else if err := checkPayloadPrefix("line", b); err != nil {
 			bad = err // a worker would read it as a task of an ordered queue
 		}
 		if bad != nil {
-			l.stop = &LoadError{Line: l.line, Err: bad}
+			l.stop = &Error{Line: l.line, Err: bad}
 			l.eof = true
 			l.line-- // not loaded: the chunk ends before it
 			l.p.Lines--
@@ -395,7 +399,7 @@ func (l *loader) run() error {
 	}
 	for tries := 1; ; tries++ {
 		cctx, cancel := l.callCtx()
-		rep, err := l.c.st.LoadChunk(cctx, l.q, &l.args, first)
+		rep, err := l.st.LoadChunk(cctx, l.q, &l.args, first)
 		cancel()
 		l.pending = []*rdb.LoadChunk{first}
 		var refused redis.Error
@@ -480,7 +484,7 @@ func (l *loader) callCtx() (context.Context, context.CancelFunc) {
 func (l *loader) stream() (bool, error) {
 	pctx, pcancel := l.callCtx()
 	defer pcancel()
-	pipe, err := l.c.st.OpenLoadPipe(pctx, l.q, &l.args)
+	pipe, err := l.st.OpenLoadPipe(pctx, l.q, &l.args)
 	if err != nil {
 		return false, err
 	}
@@ -553,7 +557,7 @@ func (l *loader) applied(ch *rdb.LoadChunk) {
 	l.p.Checkpointed = true
 	l.p.Enqueued += int64(len(ch.IDs))
 	if len(ch.IDs) > 0 {
-		l.c.bus.add(Event{Kind: EventEnqueued, At: time.Now(), Queue: l.queue, Count: len(ch.IDs)})
+		l.enqueued(len(ch.IDs))
 	}
 }
 
@@ -582,7 +586,7 @@ func (l *loader) settle(rep rdb.LoadReply) (bool, error) {
 	case rdb.LoadOtherInput:
 		return false, fmt.Errorf("load %q was made from another input (its first line differs)", l.o.Name)
 	case rdb.LoadIDExists:
-		return false, &LoadError{Line: ch.First, Err: fmt.Errorf("task id %s of this load is waiting already in queue %s (a chunk sent by another client with the same ids?)", rep.ID, l.q.Ref.Member())}
+		return false, &Error{Line: ch.First, Err: fmt.Errorf("task id %s of this load is waiting already in queue %s (a chunk sent by another client with the same ids?)", rep.ID, l.q.Ref.Member())}
 	default:
 		return false, fmt.Errorf("unknown answer %d about lines %d to %d", rep.Status, ch.First, ch.After-1)
 	}
@@ -605,12 +609,12 @@ func (l *loader) broken(err error) (bool, error) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		defer cancel()
-		if cp, cerr := l.c.st.LoadState(ctx, l.q, l.o.Name); cerr == nil && cp != nil {
+		if cp, cerr := l.st.LoadState(ctx, l.q, l.o.Name); cerr == nil && cp != nil {
 			_ = l.resync(rdb.LoadReply{Status: rdb.LoadGap, Value: cp.Next})
 		}
 		return false, l.ctx.Err()
 	}
-	cp, cerr := l.c.st.LoadState(ctx, l.q, l.o.Name)
+	cp, cerr := l.st.LoadState(ctx, l.q, l.o.Name)
 	if cerr != nil {
 		// Redis is unreachable: stop here; Resume continues.
 		return false, err
@@ -674,4 +678,16 @@ func (b *backoff) wait(ctx context.Context) error {
 	case <-t.C:
 		return nil
 	}
+}
+
+// What Run shares with a worqr.Client (see internal/link).
+var (
+	target             = link.LoadTarget.(func(*worqr.Client, string) (link.Target, error))
+	checkName          = link.CheckName.(func(string, string) error)
+	checkPayloadPrefix = link.CheckPayloadPrefix.(func(string, []byte) error)
+)
+
+// invalid is bad input, as worqr reports it.
+func invalid(field, format string, args ...any) error {
+	return &worqr.InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
 }
