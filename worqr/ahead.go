@@ -14,8 +14,8 @@ import (
 // at once instead of after its end's round trip, and each end carries more
 // takings back. At most Concurrency handlers run at once either way.
 const (
-	// MaxReadAhead caps QueueConfig.ReadAhead.
-	MaxReadAhead = 1024
+	// maxReadAhead caps QueueConfig.ReadAhead.
+	maxReadAhead = 1024
 	// readAheadFast: a queue reads ahead while its handlers' recent average
 	// run time is under this.
 	readAheadFast = time.Millisecond

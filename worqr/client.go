@@ -151,10 +151,10 @@ type EnqueueOpts struct {
 	// UniqueKey makes the enqueue fail with ErrDuplicate while another task
 	// of the queue holds the same key: until that task ends (done, dead or
 	// cancelled) or UniqueTTL passes, whichever comes first. Single Enqueue
-	// only, at most MaxUniqueKeyLen bytes.
+	// only, at most 512 bytes.
 	UniqueKey string
 	// UniqueKeys gives EnqueueBatch one unique key per payload, in the same
-	// order ("" = none for that payload; at most MaxUniqueKeyLen bytes
+	// order ("" = none for that payload; at most 512 bytes
 	// each). A payload whose key is held (by a task of the queue that has
 	// not ended, or by an earlier payload of the same batch) is left out
 	// and the others are enqueued, in the same atomic step: the error is
@@ -237,11 +237,11 @@ func (o *EnqueueOpts) zero() bool {
 // MaxPriority is the highest EnqueueOpts.Priority.
 const MaxPriority = rdb.MaxLevel
 
-// DefaultIDTTL is EnqueueOpts.IDTTL's default.
-const DefaultIDTTL = 24 * time.Hour
+// defaultIDTTL is EnqueueOpts.IDTTL's default.
+const defaultIDTTL = 24 * time.Hour
 
-// MaxUniqueKeyLen is the longest EnqueueOpts.UniqueKey, in bytes.
-const MaxUniqueKeyLen = 512
+// maxUniqueKeyLen is the longest EnqueueOpts.UniqueKey, in bytes.
+const maxUniqueKeyLen = 512
 
 func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 	a := &rdb.EnqueueArgs{}
@@ -309,8 +309,8 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 			return nil, invalid("EnqueueOpts.UniqueTTL", "(%s) must be at least 1ms when UniqueKeys is set", o.UniqueTTL)
 		}
 		for i, k := range o.UniqueKeys {
-			if len(k) > MaxUniqueKeyLen {
-				return nil, invalid(fmt.Sprintf("EnqueueOpts.UniqueKeys[%d]", i), "is %d bytes long (at most %d)", len(k), MaxUniqueKeyLen)
+			if len(k) > maxUniqueKeyLen {
+				return nil, invalid(fmt.Sprintf("EnqueueOpts.UniqueKeys[%d]", i), "is %d bytes long (at most %d)", len(k), maxUniqueKeyLen)
 			}
 		}
 		a.UniqueKeys = o.UniqueKeys
@@ -320,8 +320,8 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		switch {
 		case o.UniqueKey == "":
 			return nil, invalid("EnqueueOpts.UniqueKey", "is empty but UniqueTTL is set")
-		case len(o.UniqueKey) > MaxUniqueKeyLen:
-			return nil, invalid("EnqueueOpts.UniqueKey", "is %d bytes long (at most %d)", len(o.UniqueKey), MaxUniqueKeyLen)
+		case len(o.UniqueKey) > maxUniqueKeyLen:
+			return nil, invalid("EnqueueOpts.UniqueKey", "is %d bytes long (at most %d)", len(o.UniqueKey), maxUniqueKeyLen)
 		case o.UniqueTTL < time.Millisecond:
 			return nil, invalid("EnqueueOpts.UniqueTTL", "(%s) must be at least 1ms when UniqueKey is set", o.UniqueTTL)
 		case n != 1:
@@ -336,11 +336,11 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		}
 		switch {
 		case o.IDTTL < 0 || (o.IDTTL > 0 && o.IDTTL < time.Millisecond):
-			return nil, invalid("EnqueueOpts.IDTTL", "(%s) must be at least 1ms (0: %s)", o.IDTTL, DefaultIDTTL)
+			return nil, invalid("EnqueueOpts.IDTTL", "(%s) must be at least 1ms (0: %s)", o.IDTTL, defaultIDTTL)
 		case n != 1:
 			return nil, invalid("EnqueueOpts.ID", "applies to a single Enqueue, not a batch of %d", n)
 		}
-		a.IDLockTTL = DefaultIDTTL.Milliseconds()
+		a.IDLockTTL = defaultIDTTL.Milliseconds()
 		if o.IDTTL > 0 {
 			a.IDLockTTL = o.IDTTL.Milliseconds()
 		}

@@ -15,15 +15,15 @@ import (
 // Limits and defaults.
 const (
 	DefaultNamespace         = "worqr"
-	DefaultMaxPayloadBytes   = 1 << 20 // 1 MiB
+	defaultMaxPayloadBytes   = 1 << 20 // 1 MiB
 	DefaultHeartbeatInterval = time.Second
 	DefaultHeartbeatTTL      = 3 * time.Second
 	DefaultReaperInterval    = time.Second
 	DefaultPollInterval      = time.Second
-	DefaultMaxAttempts       = 25
-	DefaultMaxCrashes        = 5
-	DefaultDeadMaxCount      = 10000
-	DefaultDeadMaxAge        = 90 * 24 * time.Hour
+	defaultMaxAttempts       = 25
+	defaultMaxCrashes        = 5
+	defaultDeadMaxCount      = 10000
+	defaultDeadMaxAge        = 90 * 24 * time.Hour
 
 	// MinInterval is the shortest HeartbeatInterval, ReaperInterval and
 	// PollInterval: leases and keepalives are set in whole milliseconds.
@@ -31,14 +31,14 @@ const (
 
 	// MaxNameLen is the longest queue name or namespace, in bytes.
 	MaxNameLen = 100
-	// MaxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
+	// maxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
 	// proto-max-bulk-len is 512 MiB).
-	MaxPayloadLimit = 256 << 20
+	maxPayloadLimit = 256 << 20
 
-	// MaxConcurrency is the largest QueueConfig.Concurrency and
+	// maxConcurrency is the largest QueueConfig.Concurrency and
 	// WorkerConfig.Concurrency: each slot is a handler goroutine and room
 	// in the queue's channel, made when the worker is made.
-	MaxConcurrency = 100_000
+	maxConcurrency = 100_000
 )
 
 // Config is what a Client needs. The zero value works: every field has a
@@ -111,9 +111,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case out.MaxPayloadBytes == 0:
-		out.MaxPayloadBytes = DefaultMaxPayloadBytes
-	case out.MaxPayloadBytes < 0 || out.MaxPayloadBytes > MaxPayloadLimit:
-		return out, invalid("MaxPayloadBytes", "(%d) must be between 1 and %d", out.MaxPayloadBytes, MaxPayloadLimit)
+		out.MaxPayloadBytes = defaultMaxPayloadBytes
+	case out.MaxPayloadBytes < 0 || out.MaxPayloadBytes > maxPayloadLimit:
+		return out, invalid("MaxPayloadBytes", "(%d) must be between 1 and %d", out.MaxPayloadBytes, maxPayloadLimit)
 	}
 	if out.Logger == nil {
 		out.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
@@ -161,7 +161,7 @@ type QueueConfig struct {
 	// Stand-alone queues only.
 	KeyBatch int
 	// Concurrency is how many tasks of this queue run at once in this
-	// worker. Required, 1 to MaxConcurrency, unless the worker serves its
+	// worker. Required, 1 to 100,000, unless the worker serves its
 	// queues by priority (WorkerConfig.Priority): then the queues share
 	// WorkerConfig.Concurrency, and this, when > 0, caps this queue's
 	// share. Each slot is a handler goroutine, started with the worker.
@@ -179,7 +179,7 @@ type QueueConfig struct {
 	// While taken ahead, a task counts as active (Inspector) and, like any
 	// task a worker holds, is run elsewhere if the worker dies (a crash
 	// counted: MaxCrashes).
-	// 0: Concurrency; negative: never; at most MaxReadAhead. Stand-alone
+	// 0: Concurrency; negative: never; at most 1,024. Stand-alone
 	// queues with a Handler and a Concurrency of 2 or more (at 1, tasks run
 	// one at a time in the order they are taken), not served by priority
 	// (WorkerConfig.Priority), and not while the queue has global limits
@@ -281,7 +281,7 @@ type WorkerConfig struct {
 	// while every higher one is empty, paused or held by its limits).
 	Priority PriorityMode
 	// Concurrency is how many tasks of Queues run at once in all when
-	// Priority is set (required then, 1 to MaxConcurrency). Must be 0
+	// Priority is set (required then, 1 to 100,000). Must be 0
 	// otherwise.
 	Concurrency int
 	// Middleware wraps every task handler of the worker (stand-alone queues
@@ -324,8 +324,8 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		if out.Concurrency < 1 {
 			return out, invalid("Concurrency", "(%d) must be at least 1 with Priority %s", out.Concurrency, out.Priority)
 		}
-		if out.Concurrency > MaxConcurrency {
-			return out, invalid("Concurrency", "(%d) must be at most %d", out.Concurrency, MaxConcurrency)
+		if out.Concurrency > maxConcurrency {
+			return out, invalid("Concurrency", "(%d) must be at most %d", out.Concurrency, maxConcurrency)
 		}
 	default:
 		return out, invalid("Priority", "(%d) must be PriorityNone, PriorityWeighted or PriorityStrict", int(out.Priority))
@@ -351,8 +351,8 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 			return out, invalid(field+".Weight", "(%d) applies only with WorkerConfig.Priority", q.Weight)
 		case q.Weight < 0:
 			return out, invalid(field+".Weight", "(%d) must not be negative", q.Weight)
-		case q.ReadAhead > MaxReadAhead:
-			return out, invalid(field+".ReadAhead", "(%d) must be at most %d", q.ReadAhead, MaxReadAhead)
+		case q.ReadAhead > maxReadAhead:
+			return out, invalid(field+".ReadAhead", "(%d) must be at most %d", q.ReadAhead, maxReadAhead)
 		case q.ReadAhead > 0 && out.Priority != PriorityNone:
 			return out, invalid(field+".ReadAhead", "(%d) does not apply with WorkerConfig.Priority (queues that share slots)", q.ReadAhead)
 		case q.ReadAhead > 0 && q.BatchHandler != nil:
@@ -510,8 +510,8 @@ func (q *QueueConfig) noBatch(field string) error {
 }
 
 func (q *QueueConfig) fill(field string) error {
-	if q.Concurrency > MaxConcurrency {
-		return invalid(field+".Concurrency", "(%d) must be at most %d", q.Concurrency, MaxConcurrency)
+	if q.Concurrency > maxConcurrency {
+		return invalid(field+".Concurrency", "(%d) must be at most %d", q.Concurrency, maxConcurrency)
 	}
 	if q.Limits != nil {
 		if err := q.Limits.check(field + ".Limits"); err != nil {
@@ -520,7 +520,7 @@ func (q *QueueConfig) fill(field string) error {
 	}
 	switch {
 	case q.MaxAttempts == 0:
-		q.MaxAttempts = DefaultMaxAttempts
+		q.MaxAttempts = defaultMaxAttempts
 	case q.MaxAttempts < 0:
 		return invalid(field+".MaxAttempts", "(%d) must not be negative", q.MaxAttempts)
 	}
@@ -532,7 +532,7 @@ func (q *QueueConfig) fill(field string) error {
 	}
 	switch {
 	case q.MaxCrashes == 0:
-		q.MaxCrashes = DefaultMaxCrashes
+		q.MaxCrashes = defaultMaxCrashes
 	case q.MaxCrashes < 0:
 		q.MaxCrashes = 0 // no limit, as the take script reads it
 	}
@@ -544,13 +544,13 @@ func (q *QueueConfig) fill(field string) error {
 	}
 	switch {
 	case q.DeadMaxCount == 0:
-		q.DeadMaxCount = DefaultDeadMaxCount
+		q.DeadMaxCount = defaultDeadMaxCount
 	case q.DeadMaxCount < 0:
 		return invalid(field+".DeadMaxCount", "(%d) must not be negative", q.DeadMaxCount)
 	}
 	switch {
 	case q.DeadMaxAge == 0:
-		q.DeadMaxAge = DefaultDeadMaxAge
+		q.DeadMaxAge = defaultDeadMaxAge
 	case q.DeadMaxAge < time.Millisecond:
 		return invalid(field+".DeadMaxAge", "(%s) must be at least 1ms", q.DeadMaxAge)
 	}

@@ -52,13 +52,13 @@ func TestConfigWithDefaults(t *testing.T) {
 		{
 			name: "zero value: every default",
 			cfg:  &Config{},
-			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes, EventInterval: DefaultEventInterval},
+			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: DefaultEventInterval},
 		},
 		{
 			name: "values given are kept",
-			cfg: &Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit, Logger: logger,
+			cfg: &Config{Namespace: "app-1.x_Y", MaxPayloadBytes: maxPayloadLimit, Logger: logger,
 				EventInterval: time.Second, DisableEvents: true, EventLogLength: 500},
-			want: Config{Namespace: "app-1.x_Y", MaxPayloadBytes: MaxPayloadLimit,
+			want: Config{Namespace: "app-1.x_Y", MaxPayloadBytes: maxPayloadLimit,
 				EventInterval: time.Second, DisableEvents: true, EventLogLength: 500},
 			logger: logger,
 		},
@@ -69,7 +69,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		},
 		{
 			name:    "MaxPayloadBytes above the limit",
-			cfg:     &Config{MaxPayloadBytes: MaxPayloadLimit + 1},
+			cfg:     &Config{MaxPayloadBytes: maxPayloadLimit + 1},
 			wantErr: "worqr: MaxPayloadBytes (268435457) must be between 1 and 268435456",
 		},
 		{
@@ -95,7 +95,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		{
 			name: "Replicas: ReplicaTimeout defaults to 1s",
 			cfg:  &Config{Replicas: 1},
-			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: DefaultMaxPayloadBytes, EventInterval: DefaultEventInterval,
+			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: DefaultEventInterval,
 				Replicas: 1, ReplicaTimeout: DefaultReplicaTimeout},
 		},
 		{
@@ -436,7 +436,7 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			if d != tc.want {
 				t.Errorf("durations = %+v, want %+v", d, tc.want)
 			}
-			if got.Namespace != DefaultNamespace || got.MaxPayloadBytes != DefaultMaxPayloadBytes || got.Logger == nil {
+			if got.Namespace != DefaultNamespace || got.MaxPayloadBytes != defaultMaxPayloadBytes || got.Logger == nil {
 				t.Errorf("embedded Config defaults not filled: %+v", got.Config)
 			}
 			if q := got.Queues["q"]; len(got.Queues) != 1 || q.Concurrency != 2 || q.Handler == nil {

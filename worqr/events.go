@@ -385,9 +385,9 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady, on
 	}
 }
 
-// WaitRecheck is how often Client.Wait and Client.WaitRun read what they
+// waitRecheck is how often Client.Wait and Client.WaitRun read what they
 // wait for again when no event woke them.
-const WaitRecheck = 5 * time.Second
+const waitRecheck = 5 * time.Second
 
 // Wait blocks until task id of queue has ended (done, cancelled, expired
 // or dead) and returns what Task reads then: its state, and for a done task
@@ -405,9 +405,9 @@ const WaitRecheck = 5 * time.Second
 // subscription is made again and every Wait reads its task again, since
 // the events published meanwhile are lost. Events are best effort (the
 // process that ended the task may be killed before it publishes), so Wait
-// also reads the task again every WaitRecheck: a lost event delays it,
+// also reads the task again every 5 s: a lost event delays it,
 // never hangs it. A read that fails is tried again after a short backoff
-// (logged; 50 ms doubling to WaitRecheck). A done, cancelled or expired
+// (logged; 50 ms doubling to 5 s). A done, cancelled or expired
 // task is readable only while its retention (its EnqueueOpts.Retention, or
 // its queue's Retention) keeps it: for one that ended without retention,
 // Wait returns what the event of its end said (its State, no result) when
@@ -488,7 +488,7 @@ var endState = map[EventKind]TaskState{EventDone: StateDone, EventCancelled: Sta
 // cancelled) and returns what Inspector.Run reads then: its status, its
 // state and its children's results. It is woken as Wait is, through the
 // same shared subscription: by the events of the run's stage and
-// children, and by a read every WaitRecheck. A run is readable only
+// children, and by a read every 5 s. A run is readable only
 // while the flow's Retention keeps it once ended, so WaitRun returns
 // ErrTaskNotFound for a run that ended longer ago (or never existed). It
 // returns ctx's error when ctx ends first.
@@ -524,13 +524,13 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 // subscription (waitHub) and calls ended once the subscription is active
 // (what ended before is in Redis by then), after each event about id that
 // wake accepts, after each resubscribe (what ended while the subscription
-// was down was not heard), and every WaitRecheck (an event may be lost),
+// was down was not heard), and every waitRecheck (an event may be lost),
 // until ended reports true, or fails with ErrTaskNotFound or ErrInvalid, or
-// ctx ends. Each read is bounded by WaitRecheck (it holds a token of the
+// ctx ends. Each read is bounded by waitRecheck (it holds a token of the
 // Client's read gate, which the other waits need too). Any other failure
 // (Redis unreachable for a while, a failover, a pool with no connection
 // left) is logged and the wait goes on: ended runs again after a short
-// backoff (50 ms doubling to WaitRecheck), or at the next wake-up or
+// backoff (50 ms doubling to waitRecheck), or at the next wake-up or
 // recheck if sooner.
 func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool, ended func(context.Context) (bool, error)) error {
 	w := &waiter{id: id, wake: wake, woken: make(chan struct{}, 1)}
@@ -538,11 +538,11 @@ func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool
 	defer c.waits.remove(w)
 	var recheck <-chan time.Time
 	if clk := seam.HeartbeatClock(ctx); clk != nil {
-		t := clk.NewTicker(WaitRecheck)
+		t := clk.NewTicker(waitRecheck)
 		defer t.Stop()
 		recheck = t.C()
 	} else {
-		t := time.NewTicker(WaitRecheck)
+		t := time.NewTicker(waitRecheck)
 		defer t.Stop()
 		recheck = t.C
 	}
@@ -560,7 +560,7 @@ func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool
 		if !c.waits.acquire(ctx) {
 			return ctx.Err()
 		}
-		rctx, cancel := context.WithTimeout(ctx, WaitRecheck)
+		rctx, cancel := context.WithTimeout(ctx, waitRecheck)
 		ok, err := ended(rctx)
 		cancel()
 		c.waits.release()
@@ -583,7 +583,7 @@ func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool
 				c.cfg.Logger.Warn("worqr: wait: reading failed; reading again shortly, or at the next event", "err", err)
 				backoff = 50 * time.Millisecond
 			} else {
-				backoff = min(2*backoff, WaitRecheck)
+				backoff = min(2*backoff, waitRecheck)
 			}
 			retry = time.After(backoff)
 		}

@@ -37,7 +37,7 @@ func cancelUnseen(ctx, waitCtx context.Context, t *testing.T, c *worqr.Client, i
 // Events are best effort: a task that ends with no event published (here
 // its cancel comes from a client that publishes none; in production, the
 // process that ended it was killed first) is still seen by Wait, which
-// reads the task again every WaitRecheck.
+// reads the task again every waitRecheck.
 func TestWaitRereadsWithoutEvents(t *testing.T) {
 	ctx := context.Background()
 	pool := newCmdPool()

@@ -105,3 +105,10 @@ func OnRemoveForgotten(f func()) (undo func()) {
 // SetKnownEvery sets how often c records a queue again among the known
 // queues (knownTTL by default).
 func (c *Client) SetKnownEvery(d time.Duration) { c.knownEvery = d }
+
+// Bounds and periods the tests reach past.
+const (
+	WaitRecheck            = waitRecheck
+	DefaultMaxPayloadBytes = defaultMaxPayloadBytes
+	MaxUniqueKeyLen        = maxUniqueKeyLen
+)

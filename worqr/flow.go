@@ -15,8 +15,8 @@ import (
 // DefaultRunRetention is how long an ended flow run is kept by default.
 const DefaultRunRetention = 24 * time.Hour
 
-// MaxFieldNameLen is the longest state field name, in bytes.
-const MaxFieldNameLen = engine.MaxFieldNameLen
+// maxFieldNameLen is the longest state field name, in bytes.
+const maxFieldNameLen = engine.MaxFieldNameLen
 
 // MaxStateFields is the most state fields one call writes: StartRun's
 // initial state, a stage's StageResult.Fields, a remote's Forward or

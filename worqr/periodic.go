@@ -69,8 +69,8 @@ type Schedule struct {
 const (
 	// MaxScheduleNameLen is the longest Schedule.Name, in bytes.
 	MaxScheduleNameLen = 80
-	// DefaultScheduleGrace is Schedule.Grace's default.
-	DefaultScheduleGrace = 10 * time.Second
+	// defaultScheduleGrace is Schedule.Grace's default.
+	defaultScheduleGrace = 10 * time.Second
 	// scheduleIDTTL is how long the id of a tick's task is remembered: a
 	// peer that fires a tick again within it (a lost reply, a race, a peer
 	// killed between the enqueue and the advance) creates nothing new.
@@ -305,7 +305,7 @@ func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
 	}
 	switch {
 	case sc.Grace == 0:
-		d.GraceMs = DefaultScheduleGrace.Milliseconds()
+		d.GraceMs = defaultScheduleGrace.Milliseconds()
 	case sc.Grace < time.Second:
 		return nil, nil, invalid("Schedule.Grace", "(%s) must be at least 1s", sc.Grace)
 	default:
@@ -335,7 +335,7 @@ func decodeDef(b []byte) (*scheduleDef, ticker, error) {
 		return nil, nil, err
 	}
 	if d.GraceMs <= 0 {
-		d.GraceMs = DefaultScheduleGrace.Milliseconds()
+		d.GraceMs = defaultScheduleGrace.Milliseconds()
 	}
 	return &d, tk, nil
 }
