@@ -1,7 +1,6 @@
 package worqr
 
 import (
-	"sync"
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
@@ -119,7 +118,7 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 		// session's loss: the reaper may have given it to another worker.
 		return w.usable(j.s)
 	}
-	granted := q.turn.wait(j.ticket)
+	granted := q.turn.Wait(j.ticket)
 	if granted == nil {
 		// A slot at once; j may still have waited for a handler
 		// goroutine (as above) past a freeze or its session's loss.
@@ -138,7 +137,7 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 	case <-j.s.Context().Done():
 	case <-w.takeStop:
 	}
-	if !q.turn.leave(j.ticket) {
+	if !q.turn.Leave(j.ticket) {
 		// Served meanwhile: it holds a slot, and runs unless that came
 		// too late.
 		return w.slotUsable(q, j)
@@ -153,7 +152,7 @@ func (w *Worker) slotUsable(q *queueRunner, j job) bool {
 	if w.usable(j.s) {
 		return true
 	}
-	q.turn.done()
+	q.turn.Done()
 	return false
 }
 
@@ -192,96 +191,13 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 // them out.
 func (q *queueRunner) unslot() {
 	if q.turn != nil {
-		q.turn.done()
+		q.turn.Done()
 	}
 }
 
 // skipSlot says that the taking of ticket k will never ask for a slot.
 func (q *queueRunner) skipSlot(k uint64) {
 	if q.turn != nil {
-		q.turn.skip(k)
-	}
-}
-
-// turnstile hands out a queue's handler slots to its takings in launch
-// order: each taking has a ticket (numbered from 1 as launched), and a
-// slot goes to the lowest ticket that still waits for one.
-type turnstile struct {
-	mu      sync.Mutex
-	free    int                      // slots not held
-	next    uint64                   // the ticket served next
-	waiting map[uint64]chan struct{} // tickets waiting, closed when served
-	gone    map[uint64]bool          // tickets past next that will never wait
-}
-
-func newTurnstile(slots int) *turnstile {
-	return &turnstile{free: slots, next: 1, waiting: map[uint64]chan struct{}{}, gone: map[uint64]bool{}}
-}
-
-// wait returns nil when ticket k holds a slot at once, or a channel closed
-// when it gets one.
-func (t *turnstile) wait(k uint64) chan struct{} {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if k == t.next && t.free > 0 {
-		t.free--
-		t.next++
-		t.serve()
-		return nil
-	}
-	c := make(chan struct{})
-	t.waiting[k] = c
-	return c
-}
-
-// leave gives up ticket k's wait and reports true, or false when k was
-// served meanwhile (it holds a slot).
-func (t *turnstile) leave(k uint64) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if _, ok := t.waiting[k]; !ok {
-		return false
-	}
-	delete(t.waiting, k)
-	t.gone[k] = true
-	t.serve()
-	return true
-}
-
-// skip says that ticket k will never wait (its taking is not run).
-func (t *turnstile) skip(k uint64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if k >= t.next {
-		t.gone[k] = true
-		t.serve()
-	}
-}
-
-// done frees a slot.
-func (t *turnstile) done() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.free++
-	t.serve()
-}
-
-// serve hands free slots to the waiting tickets in order, passing over
-// those gone; it stops at a ticket that has not come to wait yet.
-func (t *turnstile) serve() {
-	for {
-		if t.gone[t.next] {
-			delete(t.gone, t.next)
-			t.next++
-			continue
-		}
-		c, ok := t.waiting[t.next]
-		if !ok || t.free == 0 {
-			return
-		}
-		delete(t.waiting, t.next)
-		close(c)
-		t.free--
-		t.next++
+		q.turn.Skip(k)
 	}
 }

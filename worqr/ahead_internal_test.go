@@ -315,49 +315,6 @@ func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
 	waitRan(t, ran, "next 1 0", "next never ran after the freeze (or ran with a crash counted: the reaper's, not the release's)")
 }
 
-// The turnstile serves tickets in order, whatever order they come to wait
-// in, and passes over the ones that left or will never wait.
-func TestTurnstileServesInLaunchOrder(t *testing.T) {
-	served := func(c chan struct{}) bool {
-		select {
-		case <-c:
-			return true
-		default:
-			return false
-		}
-	}
-	ts := newTurnstile(1)
-	if ts.wait(1) != nil {
-		t.Fatal("ticket 1 waits with a slot free")
-	}
-	c3 := ts.wait(3) // came before ticket 2
-	c2 := ts.wait(2)
-	ts.done() // 1 ends
-	if !served(c2) || served(c3) {
-		t.Fatalf("after 1: 2 served %v, 3 served %v; want 2 only", served(c2), served(c3))
-	}
-	c4 := ts.wait(4)
-	if !ts.leave(3) {
-		t.Fatal("3 left while waiting, reported served")
-	}
-	ts.skip(5) // never waits (expired when taken)
-	ts.done()  // 2 ends: 3 left, so 4
-	if !served(c4) {
-		t.Fatal("4 not served after 2 ended and 3 left")
-	}
-	if ts.leave(4) {
-		t.Fatal("4 was served, reported left")
-	}
-	c6 := ts.wait(6)
-	ts.done() // 4 ends: 5 never waits, so 6
-	if !served(c6) {
-		t.Fatal("6 not served past 5, which never waits")
-	}
-	if ts.wait(7) == nil {
-		t.Fatal("7 served while 6 holds the only slot")
-	}
-}
-
 // A queue that may read ahead (Concurrency 2 or more: its takings go
 // through the turnstile) must not start a taking that waited for a
 // handler goroutine across a freeze of most of a TTL, even when a slot is

@@ -2,54 +2,22 @@ package worqr
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
-	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/worqr/worqr-go/internal/engine"
+	"github.com/worqr/worqr-go/internal/eventbus"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
 )
 
-// maxBufferedEvents caps the events a process keeps between two
-// publications; more are counted in one EventDropped event.
-const maxBufferedEvents = 10000
-
-// maxKeptEventBytes bounds the JSON buffer the bus keeps between two
-// publications: 10,000 ordinary events take about 1.3 MB.
-const maxKeptEventBytes = 4 << 20
-
-// maxEventBatchBytes bounds the events of one publication, about their
-// JSON's size (wireSize): more are counted in one EventDropped event, as
-// past maxBufferedEvents. Events carry their error (up to engine.MaxErrorLen
-// bytes each): without this bound one PUBLISH could hold Redis for long
-// and pass the 32 MiB a subscriber may fall behind by default, which
-// disconnects every follower.
-const maxEventBatchBytes = 4 << 20
-
-// wireEvent is an Event as it travels between processes (JSON).
-type wireEvent struct {
-	Kind        EventKind `json:"kind"`
-	At          int64     `json:"at"` // unix ms, the observing process's clock
-	WorkerID    string    `json:"worker,omitempty"`
-	Queue       string    `json:"queue,omitempty"`
-	TaskID      string    `json:"task,omitempty"`
-	PID         string    `json:"pid,omitempty"`
-	Err         string    `json:"err,omitempty"`
-	Count       int       `json:"count,omitempty"`
-	DeadWorkers []string  `json:"dead_workers,omitempty"`
-}
-
-// toWire is e as published: its error cut to engine.MaxErrorLen bytes, as the
-// task's stored error is (OnEvent gets it whole).
-func toWire(e Event) wireEvent {
-	w := wireEvent{Kind: e.Kind, At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
+// toWire is e as published: its error cut to engine.MaxErrorLen bytes, as
+// the task's stored error is (OnEvent gets it whole).
+func toWire(e Event) eventbus.Wire {
+	w := eventbus.Wire{Kind: string(e.Kind), At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
 		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers}
 	if e.Err != nil {
 		w.Err = engine.Clip(e.Err.Error())
@@ -57,55 +25,9 @@ func toWire(e Event) wireEvent {
 	return w
 }
 
-// wireOf is e as published, and about the size of its JSON (wireSize).
-func wireOf(e Event) (wireEvent, int) {
-	w := toWire(e)
-	return w, w.wireSize()
-}
-
-// wireSize is about the size of w's JSON: its strings as escaped
-// (jsonLen), the rest estimated.
-func (w wireEvent) wireSize() int {
-	n := 96 + len(w.Kind) + jsonLen(w.WorkerID) + jsonLen(w.Queue) + jsonLen(w.TaskID) + jsonLen(w.PID) + jsonLen(w.Err)
-	for _, d := range w.DeadWorkers {
-		n += jsonLen(d) + 3
-	}
-	return n
-}
-
-// jsonLen is the length of s in JSON, quotes left out, as
-// appendJSONString (encoding/json) escapes it: an error's '<', '>', '&',
-// control bytes and bytes that are not UTF-8 take 6 bytes each (\u003c,
-// \ufffd), and an error of 8 KiB of them 48 KiB.
-func jsonLen(s string) int {
-	n := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c < utf8.RuneSelf {
-			switch {
-			case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t' || c == '\b' || c == '\f':
-				n += 2
-			case c < 0x20 || c == '<' || c == '>' || c == '&':
-				n += 6
-			default:
-				n++
-			}
-			i++
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		if (r == utf8.RuneError && size == 1) || r == '\u2028' || r == '\u2029' {
-			n += 6
-		} else {
-			n += size
-		}
-		i += size
-	}
-	return n
-}
-
-func (w wireEvent) event() Event {
-	e := Event{Kind: w.Kind, At: time.UnixMilli(w.At), WorkerID: w.WorkerID, Queue: w.Queue, TaskID: w.TaskID,
+// fromWire is the Event w carries.
+func fromWire(w eventbus.Wire) Event {
+	e := Event{Kind: EventKind(w.Kind), At: time.UnixMilli(w.At), WorkerID: w.WorkerID, Queue: w.Queue, TaskID: w.TaskID,
 		PID: w.PID, Count: w.Count, DeadWorkers: w.DeadWorkers}
 	if w.Err != "" {
 		e.Err = errors.New(w.Err)
@@ -113,224 +35,47 @@ func (w wireEvent) event() Event {
 	return e
 }
 
-// eventBus collects the events a process observes and publishes them in
-// batches: at most one message per interval, sent by a timer armed by the
-// first event after a publication, so an idle process sends nothing and
-// needs no goroutine of its own. Publication is best effort: a batch that
-// fails to publish is dropped (and logged). The same publication adds the
-// per-minute history counters gathered since the last one (history.go);
-// they are kept for the next one only when nothing reached Redis.
-type eventBus struct {
-	st       *rdb.Store
-	interval time.Duration
-	logLen   int
-	logger   *slog.Logger
-
-	mu      sync.Mutex
-	buf     []wireEvent
-	size    int         // about the bytes of buf's JSON (wireSize)
-	spare   []wireEvent // the array of the last publication's batch, for the next one
-	dropped int
-	counts  map[histKey]int64 // history counters since the last publication
-	armed   bool
-	sendMu  sync.Mutex // one publication at a time, in order
-	failed  bool       // the last publication failed (logged once per outage)
-	wbuf    []byte     // the last publication's JSON, reused (sendMu held)
-}
-
-// appendWireEvents appends batch as a JSON array to dst: the bytes
-// json.Marshal makes of it, without its reflection, and into a buffer the
-// bus keeps from one publication to the next, so that a busy worker
-// (thousands of events four times a second) does not grow and clear a
-// fresh megabyte buffer each time. A string that needs escaping goes
-// through json.Marshal.
-func appendWireEvents(dst []byte, batch []wireEvent) ([]byte, error) {
-	dst = append(dst, '[')
-	var err error
-	for i, w := range batch {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
-		dst = append(dst, `{"kind":`...)
-		if dst, err = appendJSONString(dst, string(w.Kind)); err != nil {
-			return dst, err
-		}
-		dst = append(dst, `,"at":`...)
-		dst = strconv.AppendInt(dst, w.At, 10)
-		for _, f := range [...]struct{ name, v string }{
-			{`,"worker":`, w.WorkerID}, {`,"queue":`, w.Queue}, {`,"task":`, w.TaskID}, {`,"pid":`, w.PID}, {`,"err":`, w.Err},
-		} {
-			if f.v == "" {
-				continue
-			}
-			dst = append(dst, f.name...)
-			if dst, err = appendJSONString(dst, f.v); err != nil {
-				return dst, err
-			}
-		}
-		if w.Count != 0 {
-			dst = append(dst, `,"count":`...)
-			dst = strconv.AppendInt(dst, int64(w.Count), 10)
-		}
-		if len(w.DeadWorkers) > 0 {
-			dst = append(dst, `,"dead_workers":[`...)
-			for j, d := range w.DeadWorkers {
-				if j > 0 {
-					dst = append(dst, ',')
-				}
-				if dst, err = appendJSONString(dst, d); err != nil {
-					return dst, err
-				}
-			}
-			dst = append(dst, ']')
-		}
-		dst = append(dst, '}')
-	}
-	return append(dst, ']'), nil
-}
-
-// appendJSONString appends s as a JSON string, as json.Marshal writes it.
-func appendJSONString(dst []byte, s string) ([]byte, error) {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
-			q, err := json.Marshal(s)
-			return append(dst, q...), err
-		}
-	}
-	dst = append(dst, '"')
-	dst = append(dst, s...)
-	return append(dst, '"'), nil
-}
+// eventBus publishes the events of a process (internal/eventbus) and
+// adds up the history counters they count in; nil when events are off.
+type eventBus struct{ b *eventbus.Bus }
 
 // newEventBus returns the bus of a process, or nil when cfg disables events.
 func newEventBus(st *rdb.Store, cfg Config) *eventBus {
 	if cfg.DisableEvents {
 		return nil
 	}
-	return &eventBus{st: st, interval: cfg.EventInterval, logLen: cfg.EventLogLength, logger: cfg.Logger}
+	return &eventBus{eventbus.New(st, cfg.EventInterval, cfg.EventLogLength, cfg.Logger, string(EventDropped))}
 }
 
-// add queues e for the next publication.
+// add queues e for the next publication. A recovery that requeued nothing
+// (its takings were all cancelled) counts nothing in the history.
 func (b *eventBus) add(e Event) {
 	if b == nil {
 		return
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if len(b.buf) >= maxBufferedEvents {
-		b.dropped++
-	} else if w, n := wireOf(e); b.size+n > maxEventBatchBytes {
-		b.dropped++
-	} else {
-		b.buf = append(b.buf, w)
-		b.size += n
+	outcome := historyOutcome(e.Kind)
+	if e.Kind == EventRecovered && e.Count == 0 {
+		outcome = ""
 	}
-	// A recovery that requeued nothing (its takings were all cancelled)
-	// counts nothing.
-	if o := historyOutcome(e.Kind); o != "" && e.Queue != "" && (e.Kind != EventRecovered || e.Count > 0) {
-		if b.counts == nil {
-			b.counts = map[histKey]int64{}
-		}
-		b.counts[histKey{minute: e.At.Unix() / 60, queue: e.Queue, outcome: o}] += int64(max(e.Count, 1))
-	}
-	b.arm()
-}
-
-// arm schedules the next publication, unless one is scheduled. b.mu held.
-func (b *eventBus) arm() {
-	if !b.armed {
-		b.armed = true
-		time.AfterFunc(b.interval, b.flush)
-	}
+	b.b.Add(toWire(e), outcome)
 }
 
 // flush publishes what is buffered.
 func (b *eventBus) flush() {
-	if b == nil {
-		return
-	}
-	b.sendMu.Lock()
-	defer b.sendMu.Unlock()
-	b.mu.Lock()
-	batch, dropped, counts := b.buf, b.dropped, b.counts
-	b.buf, b.size, b.dropped, b.counts, b.armed = b.spare, 0, 0, nil, false
-	b.spare = nil
-	b.mu.Unlock()
-	defer func() {
-		// The batch's array serves again (a busy process would grow a new
-		// one of thousands of events four times a second).
-		clear(batch)
-		b.mu.Lock()
-		b.spare = batch[:0]
-		b.mu.Unlock()
-		if cap(b.wbuf) > maxKeptEventBytes {
-			b.wbuf = nil // a burst of long errors (stack traces) is not kept for good
-		}
-	}()
-	if dropped > 0 {
-		batch = append(batch, wireEvent{Kind: EventDropped, At: time.Now().UnixMilli(), Count: dropped})
-	}
-	if len(batch) == 0 && len(counts) == 0 {
-		return
-	}
-	var data []byte
-	var err error
-	if len(batch) > 0 {
-		b.wbuf, err = appendWireEvents(b.wbuf[:0], batch)
-		data = b.wbuf
-	}
-	if err == nil {
-		hist := make([]rdb.HistCount, 0, len(counts))
-		for k, n := range counts {
-			hist = append(hist, rdb.HistCount{Minute: k.minute, Queue: k.queue, Outcome: k.outcome, N: n})
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err = b.st.PublishEvents(ctx, data, b.logLen, hist...)
-		cancel()
-		if errors.Is(err, rdb.ErrNotSent) {
-			b.keep(counts) // nothing reached Redis: count them next time
-		}
-	}
-	switch {
-	case err != nil && !b.failed:
-		b.failed = true
-		b.logger.Warn("worqr: publishing events failed (they are dropped until it works again)", "events", len(batch), "err", err)
-	case err == nil:
-		b.failed = false
-	}
-}
-
-// keep puts counts that were not sent back for the next publication (the
-// events themselves are dropped), and arms it: a process that observes
-// nothing more still sends them once Redis answers again. Minutes older
-// than the history keeps are dropped.
-func (b *eventBus) keep(counts map[histKey]int64) {
-	oldest := time.Now().Unix()/60 - rdb.HistoryMaxMinutes
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	for k, n := range counts {
-		if k.minute <= oldest {
-			continue
-		}
-		if b.counts == nil {
-			b.counts = map[histKey]int64{}
-		}
-		b.counts[k] += n
-	}
-	if len(b.counts) > 0 {
-		b.arm()
+	if b != nil {
+		b.b.Flush()
 	}
 }
 
 // decodeBatch decodes one published batch.
 func decodeBatch(data []byte) ([]Event, error) {
-	var ws []wireEvent
-	if err := json.Unmarshal(data, &ws); err != nil {
+	ws, err := eventbus.Decode(data)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]Event, len(ws))
 	for i, w := range ws {
-		out[i] = w.event()
+		out[i] = fromWire(w)
 	}
 	return out, nil
 }

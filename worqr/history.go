@@ -8,14 +8,6 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
-// histKey is one per-minute counter a process adds up between two
-// publications of its events.
-type histKey struct {
-	minute  int64 // unix minute, on the observing process's clock
-	queue   string
-	outcome string
-}
-
 // The outcomes the history counts (the fields of Throughput).
 const (
 	histEnqueued  = "enqueued"

@@ -14,6 +14,7 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/seam"
 	"github.com/worqr/worqr-go/internal/startstop"
+	"github.com/worqr/worqr-go/internal/turnstile"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -82,7 +83,7 @@ type queueRunner struct {
 	// the last one issued, guarded by launchMu); runAvg: its handlers'
 	// recent average run time (ns).
 	aheadMax int
-	turn     *turnstile
+	turn     *turnstile.Turnstile
 	tickets  uint64
 	runAvg   atomic.Int64
 	busy     atomic.Int32 // takings of this queue being run
@@ -376,7 +377,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		// the end that freed its slot is still on its way back, so the
 		// channel has room for a second round of takings.
 		if r.aheadMax = aheadMax(r); r.aheadMax > 0 {
-			r.turn = newTurnstile(r.concurrency)
+			r.turn = turnstile.New(r.concurrency)
 			r.runAvg.Store(int64(readAheadFast)) // until handlers are seen fast
 		}
 		room := r.concurrency + r.aheadMax

@@ -1,8 +1,7 @@
-package worqr
+package eventbus
 
 import (
 	"encoding/json"
-	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -10,13 +9,16 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 )
 
-// One publication carries about maxEventBatchBytes of events at most; the
-// rest are counted in its EventDropped, so that events + dropped is what
+var srv *redistest.Server
+
+func TestMain(m *testing.M) { redistest.Main(m, &srv) }
+
+// One publication carries about maxBatchBytes of events at most; the
+// rest are counted in its "dropped", so that events + dropped is what
 // was observed. 2,000 events with errors of 8 KiB (stack traces of
 // panicking handlers come close) were one PUBLISH of 16 MiB. The bound is
 // on the JSON published: an error's bytes that JSON escapes (an HTML
@@ -32,13 +34,14 @@ func TestEventBatchIsBoundedInBytes(t *testing.T) {
 		{"utf-8", "\u00e9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			testEventBatchIsBoundedInBytes(t, strings.Repeat(tc.unit, engine.MaxErrorLen/len(tc.unit)))
+			testEventBatchIsBoundedInBytes(t, strings.Repeat(tc.unit, 8<<10/len(tc.unit)))
 		})
 	}
 }
 
 func testEventBatchIsBoundedInBytes(t *testing.T, text string) {
-	pool := internalPool(t)
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	st := rdb.NewStore(pool, ns)
 	c := pool.Get()
@@ -50,27 +53,27 @@ func testEventBatchIsBoundedInBytes(t *testing.T, text string) {
 	if _, ok := psc.Receive().(redis.Subscription); !ok {
 		t.Fatal("not subscribed")
 	}
-	b := &eventBus{st: st, interval: time.Hour, logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	b := New(st, time.Hour, 0, slog.New(slog.NewTextHandler(io.Discard, nil)), "dropped")
 	const n = 2000
-	errText := errors.New(text)
+	errText := text
 	for range n {
-		b.add(Event{Kind: EventRetry, At: time.Now(), Queue: "q", TaskID: "t", PID: "1", WorkerID: "w", Err: errText})
+		b.Add(Wire{Kind: "retry", At: time.Now().UnixMilli(), Queue: "q", TaskID: "t", PID: "1", WorkerID: "w", Err: errText}, "retried")
 	}
-	b.flush()
+	b.Flush()
 	m, ok := psc.ReceiveWithTimeout(5 * time.Second).(redis.Message)
 	if !ok {
 		t.Fatal("no publication")
 	}
-	if len(m.Data) > maxEventBatchBytes+maxEventBatchBytes/10 {
-		t.Fatalf("one publication of %d bytes, want about %d at most", len(m.Data), maxEventBatchBytes)
+	if len(m.Data) > maxBatchBytes+maxBatchBytes/10 {
+		t.Fatalf("one publication of %d bytes, want about %d at most", len(m.Data), maxBatchBytes)
 	}
-	events, err := decodeBatch(m.Data)
+	events, err := Decode(m.Data)
 	if err != nil {
 		t.Fatal(err)
 	}
 	got, dropped := 0, 0
 	for _, e := range events {
-		if e.Kind == EventDropped {
+		if e.Kind == "dropped" {
 			dropped += e.Count
 		} else {
 			got++
@@ -95,15 +98,15 @@ func TestJSONLenIsTheEscapedLength(t *testing.T) {
 	}
 }
 
-// appendWireEvents writes what json.Marshal writes, for every field set or
+// appendWires writes what json.Marshal writes, for every field set or
 // not, and for strings that need escaping.
 func TestAppendWireEventsIsJSONMarshal(t *testing.T) {
-	batches := [][]wireEvent{
-		{{Kind: EventDone, At: 1795483316996, WorkerID: "w1", Queue: "emails", TaskID: "d4ng2v8s0000000000g0", PID: "42"}},
-		{{Kind: EventStarted, At: 0}, {Kind: EventRetry, At: -5, Err: `boom: "quoted" \ back <html> & 
+	batches := [][]Wire{
+		{{Kind: "done", At: 1795483316996, WorkerID: "w1", Queue: "emails", TaskID: "d4ng2v8s0000000000g0", PID: "42"}},
+		{{Kind: "started", At: 0}, {Kind: "retry", At: -5, Err: `boom: "quoted" \ back <html> & 
 	tab`, Count: 3}},
-		{{Kind: EventRecovered, At: 7, DeadWorkers: []string{"a", "b\u2028c", "\xff"}, Queue: "é"}},
-		{{Kind: EventDropped, Count: 10001}, {Kind: EventKind("x\x7f")}},
+		{{Kind: "recovered", At: 7, DeadWorkers: []string{"a", "b\u2028c", "\xff"}, Queue: "é"}},
+		{{Kind: "dropped", Count: 10001}, {Kind: "x\x7f"}},
 	}
 	var buf []byte
 	for _, b := range batches {
@@ -111,25 +114,25 @@ func TestAppendWireEventsIsJSONMarshal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		buf, err = appendWireEvents(buf[:0], b)
+		buf, err = appendWires(buf[:0], b)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(buf) != string(want) {
-			t.Errorf("appendWireEvents =\n%s\nwant (json.Marshal)\n%s", buf, want)
+			t.Errorf("appendWires =\n%s\nwant (json.Marshal)\n%s", buf, want)
 		}
 	}
 }
 
 func BenchmarkAppendWireEvents(b *testing.B) {
-	batch := make([]wireEvent, 10000)
+	batch := make([]Wire, 10000)
 	for i := range batch {
-		batch[i] = wireEvent{Kind: EventDone, At: 1795483316996, WorkerID: "d4ng2v8s0000000000g0", Queue: "bench", TaskID: "d4ng2v8s0000000001g0", PID: "123456"}
+		batch[i] = Wire{Kind: "done", At: 1795483316996, WorkerID: "d4ng2v8s0000000000g0", Queue: "bench", TaskID: "d4ng2v8s0000000001g0", PID: "123456"}
 	}
-	b.Run("appendWireEvents", func(b *testing.B) {
+	b.Run("appendWires", func(b *testing.B) {
 		var buf []byte
 		for range b.N {
-			buf, _ = appendWireEvents(buf[:0], batch)
+			buf, _ = appendWires(buf[:0], batch)
 		}
 	})
 	b.Run("json.Marshal", func(b *testing.B) {
