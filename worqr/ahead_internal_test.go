@@ -365,11 +365,9 @@ func TestTakingThatWaitedAcrossAFreezeIsNotRunWithAFreeSlot(t *testing.T) {
 	}
 	endings := func(n int) {
 		t.Helper()
-		for deadline := time.Now().Add(5 * time.Second); handlersEnding(q) < n; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				c.Do("CLIENT", "UNPAUSE")
-				t.Fatalf("%d handlers ending, want %d", handlersEnding(q), n)
-			}
+		if !redistest.Eventually(5*time.Second, func() bool { return handlersEnding(q) >= n }) {
+			c.Do("CLIENT", "UNPAUSE")
+			t.Fatalf("%d handlers ending, want %d", handlersEnding(q), n)
 		}
 	}
 	w.handed(q, msgs["a"])

@@ -109,28 +109,23 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the task never ran")
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	var got *worqr.Event
+	if !redistest.Eventually(5*time.Second, func() bool {
 		mu.Lock()
-		var got *worqr.Event
+		defer mu.Unlock()
 		for i := range outcomes {
 			if outcomes[i].TaskID == id && outcomes[i].PID == first {
 				got = &outcomes[i]
 			}
 		}
-		mu.Unlock()
-		if got != nil {
-			if got.Kind != worqr.EventLost {
-				info, _ := in.Task(context.Background(), "q", id)
-				t.Fatalf("the end of pid %s, retried after a reaper requeued the taking, reported %s (task now %+v); want lost",
-					first, got.Kind, info)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no outcome for the first taking (pid %s); events %+v", first, outcomes)
-		}
-		time.Sleep(10 * time.Millisecond)
+		return got != nil
+	}) {
+		t.Fatalf("no outcome for the first taking (pid %s); events %+v", first, outcomes)
+	}
+	if got.Kind != worqr.EventLost {
+		info, _ := in.Task(context.Background(), "q", id)
+		t.Fatalf("the end of pid %s, retried after a reaper requeued the taking, reported %s (task now %+v); want lost",
+			first, got.Kind, info)
 	}
 	if hookErr != nil {
 		t.Fatal(hookErr)

@@ -137,11 +137,9 @@ func TestCancelBeforeTheHandlerStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	for deadline := time.Now().Add(2 * time.Second); q.ending() == 0; time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			c.Do("CLIENT", "UNPAUSE")
-			t.Fatal("the first handler never returned")
-		}
+	if !redistest.Eventually(2*time.Second, func() bool { return q.ending() > 0 }) {
+		c.Do("CLIENT", "UNPAUSE")
+		t.Fatal("the first handler never returned")
 	}
 	w.handed(q, second)
 	w.cancelAsked(q, "second")
@@ -199,21 +197,18 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 	}
 	// The hand-off's message comes now, after the take's reply.
 	w.handed(q, msg.Load().([]byte))
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		held, _ := redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
-		waiting, _ := redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
+	var held map[string]string
+	var waiting []string
+	if !redistest.Eventually(5*time.Second, func() bool {
+		held, _ = redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
+		waiting, _ = redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
 		heldHanded := false
 		for _, id := range held {
 			heldHanded = heldHanded || id == "handed"
 		}
-		if !heldHanded && len(waiting) == 1 && waiting[0] == "handed" && len(held) == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the hand-off past the concurrency is held (%v), not waiting (%v), while the other task runs", held, waiting)
-		}
-		time.Sleep(5 * time.Millisecond)
+		return !heldHanded && len(waiting) == 1 && waiting[0] == "handed" && len(held) == 1
+	}) {
+		t.Fatalf("the hand-off past the concurrency is held (%v), not waiting (%v), while the other task runs", held, waiting)
 	}
 	select {
 	case got := <-started:
@@ -243,17 +238,12 @@ func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if !redistest.Eventually(10*time.Second, func() bool {
 			q.hand.mu.Lock()
-			n := len(q.hand.pending)
-			q.hand.mu.Unlock()
-			if n > 0 {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Error("the hand-off never waited for the release")
-				return
-			}
+			defer q.hand.mu.Unlock()
+			return len(q.hand.pending) > 0
+		}) {
+			t.Error("the hand-off never waited for the release")
 		}
 	}
 	var takes atomic.Int32

@@ -64,29 +64,24 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 // lastPID waits up to d for a hand-off to w and returns the pid of the
 // last one ("" if none came).
 func (h *handoffs) lastPID(w string, d time.Duration) string {
-	deadline := time.Now().Add(d)
-	for {
+	var pid string
+	redistest.Eventually(d, func() bool {
 		h.mu.Lock()
-		pid := h.last[w]
-		h.mu.Unlock()
-		if pid != "" || time.Now().After(deadline) {
-			return pid
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+		defer h.mu.Unlock()
+		pid = h.last[w]
+		return pid != ""
+	})
+	return pid
 }
 
 // handed reports whether a hand-off carried pid, waiting up to a second
 // for the watcher to read it (the worker may read it first).
 func (h *handoffs) handed(pid string) bool {
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(time.Millisecond) {
+	return redistest.Eventually(time.Second, func() bool {
 		h.mu.Lock()
-		ok := h.pids[pid]
-		h.mu.Unlock()
-		if ok || time.Now().After(deadline) {
-			return ok
-		}
-	}
+		defer h.mu.Unlock()
+		return h.pids[pid]
+	})
 }
 
 func (h *handoffs) count(w string) int {
@@ -363,9 +358,7 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	}
 	// The reaper reports after its requeue, which the worker may beat to
 	// the task.
-	for deadline := time.Now().Add(5 * time.Second); recovered.Load() == 0 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
+	redistest.Eventually(5*time.Second, func() bool { return recovered.Load() > 0 })
 	if recovered.Load() != 1 {
 		t.Fatalf("recovered %d tasks, want 1", recovered.Load())
 	}
@@ -520,14 +513,12 @@ func TestStopUnparksBeforeItsGracePeriod(t *testing.T) {
 		stopped <- w.Stop(sctx)
 	}()
 	// Its entry would be valid until its keepalive's deadline (3 s).
-	for deadline := time.Now().Add(time.Second); ; time.Sleep(2 * time.Millisecond) {
-		if n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID())); n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			close(gate)
-			t.Fatal("a stopping worker is still parked while its handler runs")
-		}
+	if !redistest.Eventually(time.Second, func() bool {
+		n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID()))
+		return n == 0
+	}) {
+		close(gate)
+		t.Fatal("a stopping worker is still parked while its handler runs")
 	}
 	if _, err := client.Enqueue(ctx, "q", []byte("next"), nil); err != nil {
 		t.Fatal(err)

@@ -56,19 +56,13 @@ func internalClient(t *testing.T) (*redis.Pool, string, *Client) {
 	return pool, ns, c
 }
 
-// waitFor polls cond every millisecond until it holds; after 10 s it
-// fails the test with what cond last said.
+// waitFor waits until cond holds; after 10 s it fails the test with what
+// cond last said.
 func waitFor(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		ok, why := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal(why)
-		}
-		time.Sleep(time.Millisecond)
+	var why string
+	if !redistest.Eventually(10*time.Second, func() (ok bool) { ok, why = cond(); return ok }) {
+		t.Fatal(why)
 	}
 }
 

@@ -428,16 +428,9 @@ func TestSchedulerPeersKilled(t *testing.T) {
 	b.in = newInspector(t, pool, &worqr.Config{Namespace: ns, DisableEvents: true})
 	waitTicks := func(n int) {
 		t.Helper()
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			l := queueLen(t, b.in, "ticks")
-			if l >= n {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%d ticks after 30s, want %d", l, n)
-			}
-			time.Sleep(50 * time.Millisecond)
+		l := 0
+		if !redistest.Eventually(30*time.Second, func() bool { l = queueLen(t, b.in, "ticks"); return l >= n }) {
+			t.Fatalf("%d ticks after 30s, want %d", l, n)
 		}
 	}
 	peers := []*exec.Cmd{start(), start(), start()}

@@ -113,11 +113,9 @@ func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
 		// the other worker ends its taking, and the end's wake-up reaches
 		// this worker (its subscriber pokes the queue).
 		q := w.queues[0]
-		for deadline := time.Now().Add(10 * time.Second); !w.listening.Load(); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Error("the worker never subscribed")
-				return
-			}
+		if !redistest.Eventually(10*time.Second, w.listening.Load) {
+			t.Error("the worker never subscribed")
+			return
 		}
 		select {
 		case <-q.wake: // (what came before the end)
@@ -129,11 +127,8 @@ func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		for deadline := time.Now().Add(10 * time.Second); len(q.wake) == 0; time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Error("the end's wake-up never reached the worker")
-				return
-			}
+		if !redistest.Eventually(10*time.Second, func() bool { return len(q.wake) > 0 }) {
+			t.Error("the end's wake-up never reached the worker")
 		}
 	}
 	pool.armed.Store(true)
@@ -200,26 +195,25 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 	defer func() { testHookBeforeTake = nil }()
 	q.hint()
 	// The take got "taken" past the free slots: it goes back to the list.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		second, _ := secondID.Load().(string)
-		if second != "" {
-			held, _ := redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
-			waiting, _ := redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
-			heldSecond := false
-			for _, id := range held {
-				heldSecond = heldSecond || id == second
-			}
-			if !heldSecond && len(waiting) == 1 && waiting[0] == second && len(held) == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the task taken past the free slot is held (%v), not waiting (%v)", held, waiting)
-			}
-		} else if time.Now().After(deadline) {
+	var held map[string]string
+	var waiting []string
+	var second string
+	if !redistest.Eventually(10*time.Second, func() bool {
+		if second, _ = secondID.Load().(string); second == "" {
+			return false
+		}
+		held, _ = redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
+		waiting, _ = redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
+		heldSecond := false
+		for _, id := range held {
+			heldSecond = heldSecond || id == second
+		}
+		return !heldSecond && len(waiting) == 1 && waiting[0] == second && len(held) == 1
+	}) {
+		if second == "" {
 			t.Fatal("the fetch loop never took")
 		}
-		time.Sleep(5 * time.Millisecond)
+		t.Fatalf("the task taken past the free slot is held (%v), not waiting (%v)", held, waiting)
 	}
 	select {
 	case got := <-started:

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -56,16 +57,10 @@ func TestSubscriptionDropUnparks(t *testing.T) {
 	}
 	// The worker waits at least 50 ms before it subscribes again, and
 	// parks only after that: the entry is gone meanwhile.
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		if n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID())); n == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the worker stayed parked after its subscription dropped")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	wait(t, 10*time.Second, "the worker's park entry to go with its subscription", func() bool {
+		n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID()))
+		return n == 0
+	})
 	waitParked(t, c, q, w.ID())
 }
 
@@ -89,16 +84,12 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 		})}}})
 	defer w.Stop(ctx)
 	worqr.StrandTaking(t, c, q, w.ID(), "lost")
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		ids, _ := redis.Strings(c.Do("LRANGE", q.Waiting, 0, -1))
-		if len(ids) == 1 && ids[0] == "lost" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the stranded taking was not put back while the queue is paused (waiting %v)", ids)
-		}
-		time.Sleep(5 * time.Millisecond)
+	var ids []string
+	if !redistest.Eventually(10*time.Second, func() bool {
+		ids, _ = redis.Strings(c.Do("LRANGE", q.Waiting, 0, -1))
+		return len(ids) == 1 && ids[0] == "lost"
+	}) {
+		t.Fatalf("the stranded taking was not put back while the queue is paused (waiting %v)", ids)
 	}
 	select {
 	case id := <-ran:

@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // Stop with no grace period puts back every running taking with nothing
@@ -34,11 +36,8 @@ func TestStopWithNoGraceCountsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); running.Load() < n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d running", running.Load(), n)
-		}
-		time.Sleep(time.Millisecond)
+	if !redistest.Eventually(10*time.Second, func() bool { return running.Load() >= n }) {
+		t.Fatalf("%d of %d running", running.Load(), n)
 	}
 	now, cancel := context.WithCancel(ctx)
 	cancel()
