@@ -559,7 +559,7 @@ func (s *Session) token(q *remoteQueue, pid string) string {
 
 func (s *Session) taking(q *remoteQueue, t rdb.Taken) Taking {
 	k := Taking{PID: s.token(q, t.PID), TaskID: t.ID, Queue: q.Member, Payload: t.Payload, Attempt: t.Attempt,
-		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.cfg.Timeout, Parent: t.Parent}
+		MaxAttempts: q.cfg.MaxAttempts, Crashes: t.Crashes, Timeout: q.Timeout(t), Parent: t.Parent}
 	if rdb.IsEnvelope(t.Payload) {
 		k.Payload, k.Key, k.Payloads = unwrap(t.Payload)
 	}
@@ -572,9 +572,6 @@ func (s *Session) taking(q *remoteQueue, t rdb.Taken) Taking {
 	}
 	if t.MaxAttempts > 0 {
 		k.MaxAttempts = t.MaxAttempts
-	}
-	if t.TimeoutMs > 0 {
-		k.Timeout = time.Duration(t.TimeoutMs) * time.Millisecond
 	}
 	if q.Kind == rdb.KindStage {
 		k.State = map[string]string{}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -138,11 +137,7 @@ func (w *Worker) runBatch(s *heartbeat.Session, q *queueRunner, b *batchJob) {
 		batch.Attempt = max(batch.Attempt, t.Attempt)
 	}
 	hctx, cancel := context.WithCancelCause(s.Context())
-	timeout := q.cfg.Timeout
-	if headTaken.TimeoutMs > 0 {
-		timeout = time.Duration(headTaken.TimeoutMs) * time.Millisecond
-	}
-	if timeout > 0 {
+	if timeout := q.Timeout(headTaken); timeout > 0 {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()

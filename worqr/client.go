@@ -146,7 +146,8 @@ type EnqueueOpts struct {
 	At time.Time
 	// MaxAttempts overrides the queue's QueueConfig.MaxAttempts.
 	MaxAttempts int
-	// Timeout overrides the queue's QueueConfig.Timeout.
+	// Timeout overrides the queue's QueueConfig.Timeout: positive, the
+	// task's own limit; negative, no limit for this task.
 	Timeout time.Duration
 	// UniqueKey makes the enqueue fail with ErrDuplicate while another task
 	// of the queue holds the same key: until that task ends (done, dead or
@@ -262,8 +263,6 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		return nil, invalid("EnqueueOpts.At", "cannot be set together with Delay")
 	case o.MaxAttempts < 0:
 		return nil, invalid("EnqueueOpts.MaxAttempts", "(%d) must not be negative", o.MaxAttempts)
-	case o.Timeout < 0:
-		return nil, invalid("EnqueueOpts.Timeout", "(%s) must not be negative", o.Timeout)
 	case o.Priority < 0 || o.Priority > MaxPriority:
 		return nil, invalid("EnqueueOpts.Priority", "(%d) must be between 0 and %d", o.Priority, MaxPriority)
 	}
@@ -280,8 +279,11 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		a.DueMillis = max(o.At.UnixMilli(), 1)
 	}
 	a.MaxAttempts = o.MaxAttempts
-	if o.Timeout > 0 {
+	switch {
+	case o.Timeout > 0:
 		a.TimeoutMs = max(o.Timeout.Milliseconds(), 1)
+	case o.Timeout < 0:
+		a.TimeoutMs = -1 // no limit, whatever the queue's
 	}
 	switch {
 	case o.Retention < 0:

@@ -24,6 +24,7 @@ const (
 	defaultMaxCrashes        = 5
 	defaultDeadMaxCount      = 10000
 	defaultDeadMaxAge        = 90 * 24 * time.Hour
+	defaultTimeout           = 30 * time.Minute
 
 	// MinInterval is the shortest HeartbeatInterval, ReaperInterval and
 	// PollInterval: leases and keepalives are set in whole milliseconds.
@@ -204,7 +205,9 @@ type QueueConfig struct {
 	// that panics is logged, and DefaultBackoff's wait applies.
 	Backoff func(attempt int, err error) time.Duration
 	// Timeout is the deadline of each run's context; the run then counts as a
-	// failed attempt. A task's EnqueueOpts overrides it. Default 0: none.
+	// failed attempt (a *TimeoutError), so that a handler that never
+	// returns frees its slot and its task. A task's EnqueueOpts.Timeout
+	// overrides it. Default 30 minutes; negative: no limit.
 	Timeout time.Duration
 	// MaxCrashes is how many workers may die while running one task before
 	// the task goes to the dead set with reason "crashed", so that a task
@@ -527,8 +530,8 @@ func (q *QueueConfig) fill(field string) error {
 	if q.Backoff == nil {
 		q.Backoff = DefaultBackoff
 	}
-	if q.Timeout < 0 {
-		return invalid(field+".Timeout", "(%s) must not be negative", q.Timeout)
+	if q.Timeout == 0 {
+		q.Timeout = defaultTimeout
 	}
 	switch {
 	case q.MaxCrashes == 0:

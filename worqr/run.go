@@ -61,11 +61,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		return
 	}
 	hctx, cancel := context.WithCancelCause(s.Context())
-	timeout := q.cfg.Timeout
-	if taken.TimeoutMs > 0 {
-		timeout = time.Duration(taken.TimeoutMs) * time.Millisecond
-	}
-	if timeout > 0 {
+	if timeout := q.Timeout(taken); timeout > 0 {
 		var stop context.CancelFunc
 		hctx, stop = context.WithTimeoutCause(hctx, timeout, &TimeoutError{Timeout: timeout})
 		defer stop()

@@ -260,3 +260,54 @@ func TestStageResultIsBounded(t *testing.T) {
 		}
 	}
 }
+
+// A handler's context carries the task's time limit: the queue's (30
+// minutes unless set), the task's own, or none when either asks for none.
+func TestHandlerDeadline(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	type seen struct {
+		has  bool
+		left time.Duration
+	}
+	got := make(chan seen, 1)
+	record := worqr.HandlerFunc(func(ctx context.Context, _ *worqr.Task) error {
+		d, ok := ctx.Deadline()
+		got <- seen{ok, time.Until(d)}
+		return nil
+	})
+	b.startWorker(worqr.WorkerConfig{Queues: map[string]worqr.QueueConfig{
+		"default": {Concurrency: 1, Handler: record},
+		"limited": {Concurrency: 1, Handler: record, Timeout: time.Hour},
+		"none":    {Concurrency: 1, Handler: record, Timeout: -1},
+	}})
+	for _, c := range []struct {
+		name, queue string
+		opts        *worqr.EnqueueOpts
+		want        time.Duration // 0: no deadline
+	}{
+		{"the queue's default is 30 minutes", "default", nil, 30 * time.Minute},
+		{"the queue's own", "limited", nil, time.Hour},
+		{"a negative queue Timeout sets none", "none", nil, 0},
+		{"the task's own wins over the queue's", "limited", &worqr.EnqueueOpts{Timeout: 5 * time.Minute}, 5 * time.Minute},
+		{"a negative task Timeout sets none, whatever the queue's", "limited", &worqr.EnqueueOpts{Timeout: -1}, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := b.client.Enqueue(ctx, c.queue, []byte("x"), c.opts); err != nil {
+				t.Fatal(err)
+			}
+			var s seen
+			select {
+			case s = <-got:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the task never ran")
+			}
+			switch {
+			case c.want == 0 && s.has:
+				t.Fatalf("the handler's context has a deadline in %s, want none", s.left)
+			case c.want > 0 && (!s.has || s.left > c.want || s.left < c.want-time.Minute):
+				t.Fatalf("the handler's context has a deadline %v in %s, want in about %s", s.has, s.left, c.want)
+			}
+		})
+	}
+}

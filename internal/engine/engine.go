@@ -56,6 +56,22 @@ type Policy struct {
 	// Backoff is the wait before the attempt after failed attempt number
 	// attempt. Fallback is used when it panics.
 	Backoff, Fallback func(attempt int, err error) time.Duration
+	// Timeout is how long an attempt may run (0: no limit), unless the
+	// task has its own.
+	Timeout time.Duration
+}
+
+// Timeout is how long an attempt of taken may run, 0 for no limit: the
+// task's own timeout (rdb.Taken.TimeoutMs: positive, or negative for
+// none), else the queue's.
+func (q *Queue) Timeout(taken rdb.Taken) time.Duration {
+	switch {
+	case taken.TimeoutMs > 0:
+		return time.Duration(taken.TimeoutMs) * time.Millisecond
+	case taken.TimeoutMs < 0:
+		return 0
+	}
+	return q.Policy.Timeout
 }
 
 // Stage is what an ending of a flow's stage or child taking records.

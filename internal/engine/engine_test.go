@@ -81,3 +81,27 @@ func TestNewEndGroup(t *testing.T) {
 		}
 	})
 }
+
+func TestTimeout(t *testing.T) {
+	q := &Queue{Policy: Policy{Timeout: time.Minute}}
+	for _, c := range []struct {
+		name string
+		ms   int64
+		want time.Duration
+	}{
+		{"the queue's when the task has none", 0, time.Minute},
+		{"the task's own", 5000, 5 * time.Second},
+		{"none when the task asks for none", -1, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := q.Timeout(rdb.Taken{TimeoutMs: c.ms}); got != c.want {
+				t.Fatalf("Timeout = %s, want %s", got, c.want)
+			}
+		})
+	}
+	t.Run("none when neither has one", func(t *testing.T) {
+		if got := (&Queue{}).Timeout(rdb.Taken{}); got != 0 {
+			t.Fatalf("Timeout = %s, want 0", got)
+		}
+	})
+}

@@ -25,7 +25,7 @@ type EnqueueArgs struct {
 	UniqueKeys  []string
 	UniqueTTL   int64 // ms
 	MaxAttempts int   // > 0: per-task override
-	TimeoutMs   int64 // > 0: per-task override
+	TimeoutMs   int64 // per-task override: > 0 its limit, < 0 none, 0 the queue's
 	// DeadlineMs > 0: unix ms (Redis time) after which a task is not run;
 	// taken later, it ends as expired.
 	DeadlineMs int64
@@ -56,7 +56,7 @@ func (a *EnqueueArgs) plain() bool {
 // packable reports whether tasks enqueued with a may be written packed in
 // a large batch: plain, and nothing but a payload per task.
 func (a *EnqueueArgs) packable() bool {
-	return a.plain() && a.MaxAttempts <= 0 && a.TimeoutMs <= 0 && a.RetentionMs <= 0
+	return a.plain() && a.MaxAttempts <= 0 && a.TimeoutMs == 0 && a.RetentionMs <= 0
 }
 
 // MaxHandoffPayload is the largest payload an enqueue hands straight to a
@@ -97,7 +97,7 @@ func enqueueHandArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a
 		ttl = strconv.FormatInt(g.ttl(), 10)
 	}
 	args = append(args, q.WakeChannel, q.WorkerQueuePrefix,
-		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), optInt(a.RetentionMs), ttl)
+		optInt(int64(a.MaxAttempts)), optTimeout(a.TimeoutMs), optInt(a.RetentionMs), ttl)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)
 	}
@@ -144,6 +144,15 @@ func optInt(v int64) string {
 	return strconv.FormatInt(v, 10)
 }
 
+// optTimeout is a task's timeout override as stored: "" for the queue's,
+// "-1" for none, else its milliseconds.
+func optTimeout(ms int64) string {
+	if ms < 0 {
+		return "-1"
+	}
+	return optInt(ms)
+}
+
 // enqueueArgs are the script arguments of enqueuing tasks [lo, hi) of ids
 // and payloads (a.UniqueKeys is indexed like them), step g of a batch sent
 // in steps (nil: a batch of one call).
@@ -187,7 +196,7 @@ func enqueueArgs(q QueueKeys, ids []string, payloads [][]byte, lo, hi int, a *En
 	args[0] = len(args) - 1
 	step, last := g.guardArgs()
 	args = append(args, q.WakeChannel, optInt(a.DelayMillis), optInt(a.DueMillis),
-		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
+		unique, a.UniqueTTL, optInt(int64(a.MaxAttempts)), optTimeout(a.TimeoutMs), flag, a.IDLockTTL, a.Digest,
 		optInt(a.DeadlineMs), optInt(a.RetentionMs), n, optInt(int64(a.Priority)), step, last, g.ttl(), a.Meta)
 	for _, id := range ids[lo:hi] {
 		args = append(args, id)

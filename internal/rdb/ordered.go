@@ -152,7 +152,7 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		args = append(args, g.Key)
 	}
 	args = append(args, q.TaskPrefix, key, optInt(a.DelayMillis), optInt(a.DueMillis),
-		optInt(int64(a.MaxAttempts)), optInt(a.TimeoutMs), mode, tail, version,
+		optInt(int64(a.MaxAttempts)), optTimeout(a.TimeoutMs), mode, tail, version,
 		optInt(a.RetentionMs), optInt(a.DeadlineMs), len(ids))
 	for _, id := range ids {
 		args = append(args, id)

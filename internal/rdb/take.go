@@ -25,7 +25,7 @@ type Taken struct {
 	Attempt     int // failed attempts so far + 1
 	Crashes     int
 	MaxAttempts int   // per-task override, 0 = queue default
-	TimeoutMs   int64 // per-task override, 0 = queue default
+	TimeoutMs   int64 // per-task override: > 0 its limit, < 0 none, 0 the queue's
 	// Expired: the task is not to be run: its deadline had passed when it
 	// was taken (Redis time), or (Cancelled) its cancel marked it where it
 	// waited. The worker ends the taking with NotRun.
