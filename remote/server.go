@@ -695,6 +695,11 @@ func (r *Server) sweepLoop() {
 				continue
 			}
 			s.forgetEnded(time.Now().Add(-r.memory()))
+			for _, e := range s.newlyStuck(time.Now()) {
+				r.cfg.Logger.Warn("remote: a taking has run past its queue's StuckAfter and is still held",
+					"queue", e.Queue, "task_id", e.TaskID, "pid", e.PID, "worker_id", e.WorkerID, "running", e.Running)
+				r.emit(e)
+			}
 		}
 		r.mu.Lock()
 		for id, s := range r.retired {

@@ -60,6 +60,8 @@ type remoteTaking struct {
 	// notRun: never handed to the remote (past its deadline, or cancelled
 	// where it waited): the session itself ends it (see endNotRun).
 	notRun bool
+	// stuck: reported stuck (see newlyStuck). Guarded by Session.mu.
+	stuck bool
 
 	mu   sync.Mutex  // one end at a time
 	done atomic.Bool // ended is set (read without mu)
@@ -692,6 +694,24 @@ func (s *Session) cancelsAsked(ctx context.Context) ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// newlyStuck marks the takings the remote has run for their queue's
+// StuckAfter at now (from when they were taken) and were not reported
+// yet, and returns their EventStuck.
+func (s *Session) newlyStuck(now time.Time) []worqr.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []worqr.Event
+	for _, t := range s.takings {
+		if t.notRun || t.stuck || t.isEnded() || !t.q.Stuck(t.at, now) {
+			continue
+		}
+		t.stuck = true
+		out = append(out, worqr.Event{Kind: worqr.EventStuck, Queue: t.q.Member, TaskID: t.taken.ID, PID: t.taken.PID,
+			WorkerID: s.ID(), Running: now.Sub(t.at)})
+	}
+	return out
 }
 
 // forgetEnded forgets takings ended before cutoff, and old take replies.

@@ -1135,3 +1135,42 @@ func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 		})
 	}
 }
+
+// A taking a remote holds past its queue's StuckAfter is reported once,
+// by the serving process, as a Worker reports its handlers.
+func TestStuckTakingsOfASession(t *testing.T) {
+	ctx := context.Background()
+	cfg := remote.Config{Queues: map[string]worqr.QueueConfig{"q": {StuckAfter: 50 * time.Millisecond}}, SessionTTL: time.Second}
+	cfg.EventInterval, cfg.EventLogLength = 20*time.Millisecond, 100
+	b := setupRemoteOn(t, ctx, srv.TagCheckedPool(t), cfg)
+	id, err := b.client.Enqueue(ctx, "q", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "q")
+	k := takeOne(t, s, "q", time.Second)
+	t.Run("reported with its task, pid, session and how long it was held", func(t *testing.T) {
+		var e *worqr.Event
+		wait(t, 10*time.Second, "an EventStuck in the event log", func() bool {
+			if _, err := s.Beat(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			evs, err := b.insp.RecentEvents(ctx, 100)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range evs {
+				if evs[i].Kind == worqr.EventStuck {
+					e = &evs[i]
+				}
+			}
+			return e != nil
+		})
+		if e.TaskID != id || e.PID != k.PID || e.WorkerID != s.ID() || e.Queue != "q" || e.Running < 50*time.Millisecond {
+			t.Fatalf("EventStuck %+v, want task %s pid %s of session %s, held 50ms or more", e, id, k.PID, s.ID())
+		}
+	})
+	if _, err := s.Finish(ctx, k.PID, nil); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -25,6 +25,7 @@ const (
 	defaultDeadMaxCount      = 10000
 	defaultDeadMaxAge        = 90 * 24 * time.Hour
 	defaultTimeout           = 30 * time.Minute
+	defaultStuckAfter        = 10 * time.Minute
 
 	// MinInterval is the shortest HeartbeatInterval, ReaperInterval and
 	// PollInterval: leases and keepalives are set in whole milliseconds.
@@ -209,6 +210,12 @@ type QueueConfig struct {
 	// returns frees its slot and its task. A task's EnqueueOpts.Timeout
 	// overrides it. Default 30 minutes; negative: no limit.
 	Timeout time.Duration
+	// StuckAfter: a taking that has run this long and still runs is
+	// reported once as stuck, by an EventStuck and a warning in the log of
+	// the process that runs it (a remote worker's: of the process that
+	// serves its session), whatever its Timeout. Default 10 minutes;
+	// negative: never.
+	StuckAfter time.Duration
 	// MaxCrashes is how many workers may die while running one task before
 	// the task goes to the dead set with reason "crashed", so that a task
 	// that kills its worker cannot starve the queue. Negative: no limit.
@@ -532,6 +539,9 @@ func (q *QueueConfig) fill(field string) error {
 	}
 	if q.Timeout == 0 {
 		q.Timeout = defaultTimeout
+	}
+	if q.StuckAfter == 0 {
+		q.StuckAfter = defaultStuckAfter
 	}
 	switch {
 	case q.MaxCrashes == 0:

@@ -14,7 +14,7 @@ import (
 func initEngine(q *engine.Queue, kind rdb.Kind, member string, qk rdb.QueueKeys, cfg *QueueConfig, flow *Flow, stage int) {
 	q.Kind, q.Member, q.QK = kind, member, qk
 	q.Policy = engine.Policy{MaxAttempts: cfg.MaxAttempts, MaxCrashes: cfg.MaxCrashes, Backoff: cfg.Backoff, Fallback: DefaultBackoff,
-		Timeout: max(cfg.Timeout, 0)}
+		Timeout: max(cfg.Timeout, 0), StuckAfter: max(cfg.StuckAfter, 0)}
 	if kind == rdb.KindStage || kind == rdb.KindChild {
 		st := flow.Stages[stage]
 		q.Stage = &engine.Stage{

@@ -18,7 +18,7 @@ import (
 // the task's stored error is (OnEvent gets it whole).
 func toWire(e Event) eventbus.Wire {
 	w := eventbus.Wire{Kind: string(e.Kind), At: e.At.UnixMilli(), WorkerID: e.WorkerID, Queue: e.Queue, TaskID: e.TaskID,
-		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers}
+		PID: e.PID, Count: e.Count, DeadWorkers: e.DeadWorkers, RunningMs: e.Running.Milliseconds()}
 	if e.Err != nil {
 		w.Err = engine.Clip(e.Err.Error())
 	}
@@ -28,7 +28,7 @@ func toWire(e Event) eventbus.Wire {
 // fromWire is the Event w carries.
 func fromWire(w eventbus.Wire) Event {
 	e := Event{Kind: EventKind(w.Kind), At: time.UnixMilli(w.At), WorkerID: w.WorkerID, Queue: w.Queue, TaskID: w.TaskID,
-		PID: w.PID, Count: w.Count, DeadWorkers: w.DeadWorkers}
+		PID: w.PID, Count: w.Count, DeadWorkers: w.DeadWorkers, Running: time.Duration(w.RunningMs) * time.Millisecond}
 	if w.Err != "" {
 		e.Err = errors.New(w.Err)
 	}

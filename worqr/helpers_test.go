@@ -166,6 +166,13 @@ func (r *eventRecorder) record(e worqr.Event) {
 
 // waitFor returns the first event recorded for which match holds, waiting
 // up to d for it, and fails t if none comes.
+// all returns the events recorded so far.
+func (r *eventRecorder) all() []worqr.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]worqr.Event(nil), r.evs...)
+}
+
 func (r *eventRecorder) waitFor(t testing.TB, d time.Duration, what string, match func(worqr.Event) bool) worqr.Event {
 	t.Helper()
 	timeout := time.After(d)

@@ -204,6 +204,11 @@ const (
 	EventError EventKind = "error"
 	// EventStarted: a handler started running a taking.
 	EventStarted EventKind = "started"
+	// EventStuck: a taking has run for its queue's StuckAfter (Running
+	// says how long) and still runs; reported once per taking, by the
+	// worker that runs it (for a remote worker, the process that serves
+	// its session).
+	EventStuck EventKind = "stuck"
 	// EventEnqueued (a Client): tasks were enqueued (Count of them; TaskID
 	// is set for a single one).
 	EventEnqueued EventKind = "enqueued"
@@ -223,7 +228,7 @@ const (
 func EventKinds() []EventKind {
 	return []EventKind{EventDone, EventCancelled, EventGivenBack, EventLost, EventRetry, EventDead,
 		EventExpired, EventForwarded, EventFannedOut, EventKeepaliveLost, EventRegistered, EventRecovered,
-		EventStopRequeued, EventError, EventStarted, EventEnqueued, EventPaused, EventResumed, EventDropped}
+		EventStopRequeued, EventError, EventStarted, EventStuck, EventEnqueued, EventPaused, EventResumed, EventDropped}
 }
 
 // Event is one thing that happened in a Worker (or, followed through
@@ -247,4 +252,6 @@ type Event struct {
 	// concerned; DeadWorkers names the workers recovered.
 	Count       int
 	DeadWorkers []string
+	// Running is how long the taking had run (EventStuck).
+	Running time.Duration
 }

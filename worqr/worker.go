@@ -185,6 +185,10 @@ type holding struct {
 	// (a task handed to the worker is running for Redis from its enqueue
 	// on); the handler starts cancelled.
 	cancelled bool
+	// started is when its handler started (zero before); stuck: it was
+	// reported stuck (see stuckLoop).
+	started time.Time
+	stuck   bool
 }
 
 // hold records taking pid (of task id) as being run and returns its
@@ -254,8 +258,9 @@ func (q *queueRunner) started(hs []*holding, cancel context.CancelCauseFunc) boo
 	q.heldMu.Lock()
 	defer q.heldMu.Unlock()
 	ok := true
+	now := time.Now()
 	for _, h := range hs {
-		h.cancel = cancel
+		h.cancel, h.started = cancel, now
 		ok = ok && !h.lost
 		if h.cancelled {
 			cancel(ErrTaskCancelled)
@@ -482,6 +487,7 @@ func (w *Worker) start(ctx context.Context) error {
 		w.switchLoop,    // pokes every queue on a server switch
 		w.subscribeLoop, // wake-ups, cancels and hand-offs
 		w.pauseLoop,     // queue flags every PollInterval
+		w.stuckLoop,     // reports takings past their queue's StuckAfter
 	}
 	if reaper := w.newReaper(); reaper != nil {
 		components = append(components, func() { reaper.Run(w.runCtx) })
@@ -915,4 +921,54 @@ func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool
 	case <-t.C:
 		return true
 	}
+}
+
+// stuckLoop reports, once each, the takings whose handler has run for
+// their queue's StuckAfter and still runs: an EventStuck and a warning.
+// It looks a tenth of the shortest StuckAfter apart (engine.StuckEvery).
+func (w *Worker) stuckLoop() {
+	qs := make([]*engine.Queue, len(w.queues))
+	for i, q := range w.queues {
+		qs[i] = &q.Queue
+	}
+	every := engine.StuckEvery(qs)
+	if every == 0 {
+		return
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.runCtx.Done():
+			return
+		case <-t.C:
+		}
+		for _, q := range w.queues {
+			for _, e := range q.newlyStuck(time.Now()) {
+				w.cfg.Logger.Warn("worker: a task has run past its queue's StuckAfter and still runs",
+					"queue", q.Member, "task_id", e.TaskID, "pid", e.PID, "running", e.Running)
+				e.WorkerID = w.ID()
+				w.emit(e)
+			}
+		}
+	}
+}
+
+// newlyStuck marks the takings of q whose handler has run StuckAfter at now
+// and were not reported yet, and returns their EventStuck.
+func (q *queueRunner) newlyStuck(now time.Time) []Event {
+	if q.Policy.StuckAfter <= 0 {
+		return nil
+	}
+	q.heldMu.Lock()
+	defer q.heldMu.Unlock()
+	var out []Event
+	for pid, h := range q.held {
+		if h.started.IsZero() || h.ending || h.lost || h.stuck || !q.Stuck(h.started, now) {
+			continue
+		}
+		h.stuck = true
+		out = append(out, Event{Kind: EventStuck, Queue: q.Member, TaskID: h.id, PID: pid, Running: now.Sub(h.started)})
+	}
+	return out
 }

@@ -65,3 +65,35 @@ func TestUnsureForAStaleSessionKeepsTheCurrentOnes(t *testing.T) {
 		t.Fatalf("unsureFor(B) = %q with a dead session's mark, want \"\"", got)
 	}
 }
+
+func TestNewlyStuck(t *testing.T) {
+	start := time.Now()
+	q := &queueRunner{held: map[string]*holding{
+		"1": {id: "a", started: start},
+		"2": {id: "b"}, // its handler has not started
+		"3": {id: "c", started: start, ending: true},
+	}}
+	q.Member, q.Policy.StuckAfter = "q", time.Minute
+	t.Run("nothing before StuckAfter", func(t *testing.T) {
+		if got := q.newlyStuck(start.Add(59 * time.Second)); len(got) != 0 {
+			t.Fatalf("stuck %+v", got)
+		}
+	})
+	t.Run("a running handler past StuckAfter, not one that returned or has not started", func(t *testing.T) {
+		got := q.newlyStuck(start.Add(time.Minute))
+		if len(got) != 1 || got[0].TaskID != "a" || got[0].PID != "1" || got[0].Kind != EventStuck || got[0].Running != time.Minute {
+			t.Fatalf("stuck %+v, want task a (pid 1) running 1m", got)
+		}
+	})
+	t.Run("once per taking", func(t *testing.T) {
+		if got := q.newlyStuck(start.Add(time.Hour)); len(got) != 0 {
+			t.Fatalf("reported again: %+v", got)
+		}
+	})
+	t.Run("never when StuckAfter is off", func(t *testing.T) {
+		off := &queueRunner{held: map[string]*holding{"1": {id: "a", started: start}}}
+		if got := off.newlyStuck(start.Add(24 * time.Hour)); len(got) != 0 {
+			t.Fatalf("stuck %+v", got)
+		}
+	})
+}

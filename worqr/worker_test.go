@@ -181,3 +181,44 @@ func TestStopBeforeStartIsFinal(t *testing.T) {
 		t.Errorf("ID after a refused Start = %q, want \"\" (never registered)", id)
 	}
 }
+
+// A handler that runs past its queue's StuckAfter is reported by an
+// EventStuck naming its taking and how long it had run; one that returns
+// before is not (once per taking: TestNewlyStuck).
+func TestStuckTakingsAreReported(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	b.startWorker(worqr.WorkerConfig{Queues: map[string]worqr.QueueConfig{
+		"slow": {Concurrency: 1, StuckAfter: 100 * time.Millisecond, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			<-release
+			return nil
+		})},
+		"fast": {Concurrency: 1, StuckAfter: 100 * time.Millisecond, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			return nil
+		})},
+	}})
+	fast, err := b.client.Enqueue(ctx, "fast", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slow, err := b.client.Enqueue(ctx, "slow", []byte("x"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Run("a handler past StuckAfter is reported with how long it ran", func(t *testing.T) {
+		e := b.events.waitFor(t, 10*time.Second, "the slow task reported stuck", func(e worqr.Event) bool { return e.Kind == worqr.EventStuck })
+		if e.TaskID != slow || e.Queue != "slow" || e.PID == "" || e.WorkerID == "" || e.Running < 100*time.Millisecond {
+			t.Fatalf("EventStuck %+v, want task %s of slow, its pid and worker, running at least 100ms", e, slow)
+		}
+	})
+	close(release)
+	b.events.waitFor(t, 10*time.Second, "the slow task's end", func(e worqr.Event) bool { return e.Kind == worqr.EventDone && e.TaskID == slow })
+	t.Run("not a handler that returned in time", func(t *testing.T) {
+		for _, e := range b.events.all() {
+			if e.Kind == worqr.EventStuck && e.TaskID == fast {
+				t.Errorf("the fast task was reported stuck: %+v", e)
+			}
+		}
+	})
+}

@@ -59,6 +59,31 @@ type Policy struct {
 	// Timeout is how long an attempt may run (0: no limit), unless the
 	// task has its own.
 	Timeout time.Duration
+	// StuckAfter: a taking that has run this long is reported once as
+	// stuck (0: never).
+	StuckAfter time.Duration
+}
+
+// Stuck reports whether a taking that started at started is stuck at now:
+// it has run its queue's StuckAfter.
+func (q *Queue) Stuck(started, now time.Time) bool {
+	return q.Policy.StuckAfter > 0 && now.Sub(started) >= q.Policy.StuckAfter
+}
+
+// StuckEvery is how often a driver looks for stuck takings among qs: a
+// tenth of the shortest StuckAfter, between 10 ms and 1 s; 0 when no
+// queue reports stuck takings.
+func StuckEvery(qs []*Queue) time.Duration {
+	every := time.Duration(0)
+	for _, q := range qs {
+		if d := q.Policy.StuckAfter / 10; q.Policy.StuckAfter > 0 && (every == 0 || d < every) {
+			every = d
+		}
+	}
+	if every == 0 {
+		return 0
+	}
+	return min(max(every, 10*time.Millisecond), time.Second)
 }
 
 // Timeout is how long an attempt of taken may run, 0 for no limit: the

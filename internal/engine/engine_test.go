@@ -105,3 +105,23 @@ func TestTimeout(t *testing.T) {
 		}
 	})
 }
+
+func TestStuckEvery(t *testing.T) {
+	q := func(d time.Duration) *Queue { return &Queue{Policy: Policy{StuckAfter: d}} }
+	for _, c := range []struct {
+		name string
+		qs   []*Queue
+		want time.Duration
+	}{
+		{"none when no queue reports", []*Queue{q(0)}, 0},
+		{"a tenth of the shortest", []*Queue{q(5 * time.Second), q(2 * time.Second), q(0)}, 200 * time.Millisecond},
+		{"at most a second", []*Queue{q(time.Hour)}, time.Second},
+		{"at least 10ms", []*Queue{q(time.Millisecond)}, 10 * time.Millisecond},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := StuckEvery(c.qs); got != c.want {
+				t.Fatalf("StuckEvery = %s, want %s", got, c.want)
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ type Wire struct {
 	Err         string   `json:"err,omitempty"`
 	Count       int      `json:"count,omitempty"`
 	DeadWorkers []string `json:"dead_workers,omitempty"`
+	RunningMs   int64    `json:"running_ms,omitempty"`
 }
 
 // Size is about the size of w's JSON: its strings as escaped
@@ -132,6 +133,10 @@ func appendWires(dst []byte, batch []Wire) ([]byte, error) {
 				}
 			}
 			dst = append(dst, ']')
+		}
+		if w.RunningMs != 0 {
+			dst = append(dst, `,"running_ms":`...)
+			dst = strconv.AppendInt(dst, w.RunningMs, 10)
 		}
 		dst = append(dst, '}')
 	}

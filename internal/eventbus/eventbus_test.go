@@ -106,6 +106,7 @@ func TestAppendWireEventsIsJSONMarshal(t *testing.T) {
 		{{Kind: "started", At: 0}, {Kind: "retry", At: -5, Err: `boom: "quoted" \ back <html> & 
 	tab`, Count: 3}},
 		{{Kind: "recovered", At: 7, DeadWorkers: []string{"a", "b\u2028c", "\xff"}, Queue: "é"}},
+		{{Kind: "stuck", At: 8, Queue: "q", TaskID: "t", RunningMs: 600000}},
 		{{Kind: "dropped", Count: 10001}, {Kind: "x\x7f"}},
 	}
 	var buf []byte
