@@ -27,10 +27,6 @@ const (
 // A variable for tests.
 var readAheadWait = 10 * time.Millisecond
 
-// testHookSlotWait, when set, is called when the taking of task id starts
-// to wait for a slot.
-var testHookSlotWait func(id string)
-
 // aheadMax is how many tasks q may take ahead at most (0: it never reads
 // ahead): ReadAhead, or Concurrency when ReadAhead is 0, for stand-alone
 // queues with a Handler served without priority, at a concurrency of 2 or
@@ -124,8 +120,8 @@ func (w *Worker) slot(q *queueRunner, j job) bool {
 		// goroutine (as above) past a freeze or its session's loss.
 		return w.slotUsable(q, j)
 	}
-	if testHookSlotWait != nil {
-		testHookSlotWait(j.taken.ID)
+	if f, ok := w.hooks.slotWait.get(); ok {
+		f(j.taken.ID)
 	}
 	timer := time.NewTimer(readAheadWait * time.Duration((q.aheadMax+q.concurrency-1)/q.concurrency))
 	defer timer.Stop()

@@ -163,7 +163,7 @@ func TestReadAheadHoldsMoreRunsNoMore(t *testing.T) {
 // "next", which the worker takes ahead. ctx (what Start gets) and cfg
 // (durations) are the test's. It returns the worker (stopped at cleanup), a channel of what ran
 // (id, attempt and crashes), and what opens the gate.
-func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (*Worker, chan string, func()) {
+func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig, hooks ...func(*Worker)) (*Worker, chan string, func()) {
 	t.Helper()
 	gate := make(chan struct{})
 	var once sync.Once
@@ -181,6 +181,9 @@ func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig) (*Worker, 
 	w, err := NewWorker(pool, &cfg)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, h := range hooks {
+		h(w)
 	}
 	if err := w.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -281,13 +284,12 @@ func TestReadAheadFrozenWhileWaitingIsNotRun(t *testing.T) {
 	readAheadWait = time.Hour
 	defer func() { readAheadWait = old }()
 	waiting := make(chan string, 4)
-	testHookSlotWait = func(id string) { waiting <- id }
-	defer func() { testHookSlotWait = nil }()
 	clock := seam.NewManualClock(time.Now())
 	ctx := seam.WithHeartbeatClock(context.Background(), clock)
 	// Fresh for TTL - Interval = 500 ms of its clock after a beat.
 	w, ran, open := slowAndNext(t, ctx, WorkerConfig{HeartbeatInterval: time.Second,
-		HeartbeatTTL: 1500 * time.Millisecond, PollInterval: 200 * time.Millisecond})
+		HeartbeatTTL: 1500 * time.Millisecond, PollInterval: 200 * time.Millisecond},
+		func(w *Worker) { w.hooks.slotWait.set(func(id string) { waiting <- id }) })
 	select {
 	case id := <-waiting:
 		if id != "next" {

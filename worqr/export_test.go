@@ -55,24 +55,19 @@ func (s *Scheduler) PassSplitAt(ctx context.Context, now time.Time, between func
 
 // OnResumeRead makes a resume call f once it has read the schedule and
 // worked out its next tick, before it writes; undo removes it.
-func OnResumeRead(f func(name string)) (undo func()) {
-	testHookResumeRead = f
-	return func() { testHookResumeRead = nil }
+func (in *Inspector) OnResumeRead(f func(name string)) (undo func()) {
+	return in.hooks.resumeRead.set(f)
 }
 
 // OnRunsForget makes Inspector.Runs call f with the ids it found gone,
 // before it drops them from the flow's list; undo removes it.
-func OnRunsForget(f func(gone []string)) (undo func()) {
-	testHookRunsForget = f
-	return func() { testHookRunsForget = nil }
+func (in *Inspector) OnRunsForget(f func(gone []string)) (undo func()) {
+	return in.hooks.runsForget.set(f)
 }
 
 // OnRunsPage makes Inspector.Runs call f before each page of the run list
 // after the first.
-func OnRunsPage(f func()) (undo func()) {
-	testHookRunsPage = f
-	return func() { testHookRunsPage = nil }
-}
+func (in *Inspector) OnRunsPage(f func()) (undo func()) { return in.hooks.runsPage.set(f) }
 
 // EnqueuesWaiting returns how many plain Enqueue calls of c to queue wait
 // for a group commit call (see Client.clientQueue).
@@ -97,9 +92,8 @@ func (w *Worker) EndsWaiting(queue string) int {
 
 // OnRemoveForgotten makes Inspector.RemoveQueue call f just after it
 // forgot the queue, before it checks it again; undo removes it.
-func OnRemoveForgotten(f func()) (undo func()) {
-	testHookRemoveForgotten = f
-	return func() { testHookRemoveForgotten = nil }
+func (in *Inspector) OnRemoveForgotten(f func()) (undo func()) {
+	return in.hooks.removeForgotten.set(f)
 }
 
 // SetKnownEvery sets how often c records a queue again among the known

@@ -172,7 +172,7 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	var msg atomic.Value // []byte: the hand-off's message, held back
-	testHookBeforeTake = func(hq *queueRunner) {
+	defer w.hooks.beforeTake.set(func(hq *queueRunner) {
 		if hq != q || !armed.CompareAndSwap(true, false) {
 			return
 		}
@@ -184,8 +184,7 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 		if _, err := client.Enqueue(ctx, "q", []byte("taken"), nil); err != nil {
 			t.Error(err)
 		}
-	}
-	defer func() { testHookBeforeTake = nil }()
+	})()
 	q.hint()
 	select {
 	case got := <-started:
@@ -228,7 +227,7 @@ func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 	s := p.s
 	var armed atomic.Bool
 	armed.Store(true)
-	testHookReleased = func(hq *queueRunner) {
+	defer p.w.hooks.released.set(func(hq *queueRunner) {
 		if hq != q || !armed.CompareAndSwap(true, false) {
 			return
 		}
@@ -245,14 +244,13 @@ func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 		}) {
 			t.Error("the hand-off never waited for the release")
 		}
-	}
+	})()
 	var takes atomic.Int32
-	testHookBeforeTake = func(hq *queueRunner) {
+	defer p.w.hooks.beforeTake.set(func(hq *queueRunner) {
 		if hq == q {
 			takes.Add(1)
 		}
-	}
-	defer func() { testHookReleased, testHookBeforeTake = nil, nil }()
+	})()
 	q.setUnsure(s.ID()) // as after a take whose reply was lost
 	q.hint()
 	select {

@@ -16,10 +16,11 @@ import (
 // enqueues, cancels and waits) as for binaries and dashboards, which use
 // it rather than reading keys. It is safe for concurrent use.
 type Inspector struct {
-	st  *rdb.Store
-	reg *registry.Registry
-	cfg Config
-	bus *eventBus
+	st    *rdb.Store
+	reg   *registry.Registry
+	cfg   Config
+	bus   *eventBus
+	hooks inspectorHooks
 }
 
 // NewInspector returns an inspector on pool. A nil cfg means all defaults
@@ -359,8 +360,8 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 	// last of a page comes again first in the next.
 	seen := map[string]bool{}
 	for pos := 0; pos < scanMax; pos += page {
-		if pos > 0 && testHookRunsPage != nil {
-			testHookRunsPage()
+		if f, ok := in.hooks.runsPage.get(); ok && pos > 0 {
+			f()
 		}
 		ids, total, err := in.st.RunIDs(ctx, qk, pos, page)
 		if err != nil {
@@ -381,8 +382,8 @@ func (in *Inspector) Runs(ctx context.Context, flow string, status RunStatus, of
 					gone = append(gone, id)
 				}
 			}
-			if testHookRunsForget != nil {
-				testHookRunsForget(gone)
+			if f, ok := in.hooks.runsForget.get(); ok {
+				f(gone)
 			}
 			if err := in.st.ForgetRuns(ctx, qk, gone); err != nil {
 				return nil, err
@@ -552,8 +553,8 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 	}
 	ref, _ := parseQueue(queue)
 	qk := in.st.Queue(ref)
-	if testHookCancelAllActive != nil {
-		testHookCancelAllActive()
+	if f, ok := in.hooks.cancelAllActive.get(); ok {
+		f()
 	}
 	hs, err := in.st.Active(ctx, qk)
 	if err != nil {
@@ -586,18 +587,6 @@ func (in *Inspector) CancelAll(ctx context.Context, queue string, progress Progr
 	}
 	return n, nil
 }
-
-// testHookRunsPage, when set by a test, runs in Runs before each page
-// after the first.
-var testHookRunsPage func()
-
-// testHookRunsForget, when set by a test, runs in Runs between its read of
-// a page of runs and its drop of the ids it found gone from the list.
-var testHookRunsForget func(gone []string)
-
-// testHookCancelAllActive, when set by a test, runs in CancelAll between
-// its first pass over the waiting tasks and its read of the running ones.
-var testHookCancelAllActive func()
 
 // cancelWaiting is CancelAll's pass over the waiting and scheduled tasks of
 // queue, after before were cancelled or asked: it returns the new total,

@@ -34,12 +34,11 @@ func TestCancelAllCancelsATaskGivenBackMeanwhile(t *testing.T) {
 	if _, err := conn.Do("SADD", qk.Holders, "ghost"); err != nil {
 		t.Fatal(err)
 	}
-	testHookCancelAllActive = func() {
+	defer in.hooks.cancelAllActive.set(func() {
 		if n, _, err := in.st.Requeue(ctx, qk, []string{"ghost"}, true); err != nil || n != 1 {
 			t.Errorf("requeue of ghost = %d, %v", n, err)
 		}
-	}
-	defer func() { testHookCancelAllActive = nil }()
+	})()
 	n, err := in.CancelAll(ctx, "ca", nil)
 	if err != nil || n != 1 {
 		t.Errorf("CancelAll = %d, %v; want 1", n, err)

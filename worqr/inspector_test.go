@@ -452,7 +452,7 @@ func TestRunStartedAgainUnderItsIDStaysListed(t *testing.T) {
 		return err == nil && k == 0
 	})
 	restarted := false
-	undo := worqr.OnRunsForget(func(gone []string) {
+	undo := in.OnRunsForget(func(gone []string) {
 		if restarted {
 			return
 		}
@@ -504,7 +504,7 @@ func TestRunsListsARunOnceWhenOneStartsBetweenPages(t *testing.T) {
 		}
 	}
 	started := false
-	undo := worqr.OnRunsPage(func() {
+	undo := in.OnRunsPage(func() {
 		if !started {
 			started = true
 			if _, err := c.StartRun(ctx, flow, nil); err != nil {

@@ -788,8 +788,8 @@ func (in *Inspector) resumeSchedule(ctx context.Context, name string, at int64) 
 		if next == 0 {
 			next = maxTick
 		}
-		if testHookResumeRead != nil {
-			testHookResumeRead(name)
+		if f, ok := in.hooks.resumeRead.get(); ok {
+			f(name)
 		}
 		ok, err := in.st.ResumeSchedule(ctx, name, def.timing(), next)
 		if errors.Is(err, rdb.ErrTimingChanged) && try < 3 {
@@ -804,10 +804,6 @@ func (in *Inspector) resumeSchedule(ctx context.Context, name string, at int64) 
 		return nil
 	}
 }
-
-// testHookResumeRead, when set by a test, runs when a resume has read the
-// schedule and worked out its next tick, before it writes.
-var testHookResumeRead func(name string)
 
 // RemoveSchedule deletes schedule name: no Scheduler fires it again (a pass
 // already under way may still enqueue its current tick).

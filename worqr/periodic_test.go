@@ -635,7 +635,7 @@ func TestResumeAcrossAReRegistration(t *testing.T) {
 	at := base.Add(30 * time.Second)
 	var newNext time.Time
 	once := false
-	undo := worqr.OnResumeRead(func(string) {
+	undo := b.in.OnResumeRead(func(string) {
 		if once {
 			return
 		}

@@ -188,8 +188,8 @@ func (in *Inspector) RemoveQueue(ctx context.Context, queue string, opts *Remove
 
 // recheck fails when queue, just forgotten, is served or holds tasks.
 func (in *Inspector) recheck(ctx context.Context, queue string, qk rdb.QueueKeys) error {
-	if testHookRemoveForgotten != nil {
-		testHookRemoveForgotten()
+	if f, ok := in.hooks.removeForgotten.get(); ok {
+		f()
 	}
 	st, err := in.st.Stats(ctx, []rdb.QueueKeys{qk})
 	if err != nil {
@@ -202,10 +202,6 @@ func (in *Inspector) recheck(ctx context.Context, queue string, qk rdb.QueueKeys
 	}
 	return in.checkServed(ctx, queue, qk, nil)
 }
-
-// testHookRemoveForgotten, when set by a test, runs in RemoveQueue just
-// after the queue was forgotten, before it is checked again.
-var testHookRemoveForgotten func()
 
 // checkServed fails with a *QueueServedError when a live worker
 // registered queue or holds takings of it; it returns the dead workers

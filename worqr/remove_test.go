@@ -218,7 +218,7 @@ func TestRemoveQueueTaskArrives(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := newClient(t, b.pool, &b.cfg)
-	defer worqr.OnRemoveForgotten(func() {
+	defer b.in.OnRemoveForgotten(func() {
 		if _, err := other.Enqueue(ctx, "late", []byte("x"), nil); err != nil {
 			t.Error(err)
 		}

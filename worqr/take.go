@@ -55,8 +55,8 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				free = q.free()
 			}
 			if err == nil && ready && hint && free > 0 {
-				if testHookBeforeTake != nil {
-					testHookBeforeTake(q)
+				if f, ok := w.hooks.beforeTake.get(); ok {
+					f(q)
 				}
 				var wait rdb.LimitWait
 				hints = q.hints.Load()
@@ -226,8 +226,8 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	q.releaseBegin(s.ID())
 	known := q.heldPIDs()
 	r, err := w.st.ReleaseCheck(ctx, q.QK, s.ID(), known)
-	if testHookReleased != nil {
-		testHookReleased(q)
+	if f, ok := w.hooks.released.get(); ok {
+		f(q)
 	}
 	w.releaseEnd(s, q, known, r, err)
 	emitCancelled(w.emit, q.Member, r.Cancelled)
@@ -272,8 +272,8 @@ func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
 			}
 			w.confirmed.Store(&confirmMark{s: s, switches: now})
 		}
-		if testHookConfirmed != nil {
-			testHookConfirmed(q)
+		if f, ok := w.hooks.confirmed.get(); ok {
+			f(q)
 		}
 		q.launchMu.Lock()
 		// A switch seen meanwhile (by an end that takes again) needs a
@@ -288,10 +288,6 @@ func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
 		}
 	}
 }
-
-// testHookConfirmed, when set by a test, runs after confirmSwitch has a
-// confirmed beat and before it clears the queue's need for one.
-var testHookConfirmed func(q *queueRunner)
 
 // confirmMark says that a beat of session s begun when the pool had
 // switched servers switches times was acknowledged (confirmSwitch).
@@ -317,14 +313,6 @@ func (w *Worker) reporter(s *heartbeat.Session, q *queueRunner, pid, id string) 
 		return nil
 	}
 }
-
-// testHookReleased, when set by a test, runs in q's release once Redis
-// answered, before the hand-offs that waited for it are launched.
-var testHookReleased func(q *queueRunner)
-
-// testHookBeforeTake, when set by a test, runs in q's fetch loop before
-// each take (its number of free slots already read).
-var testHookBeforeTake func(q *queueRunner)
 
 // How launch bounds the takings it launches.
 const (

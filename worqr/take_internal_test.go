@@ -173,7 +173,7 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 	var armed atomic.Bool
 	armed.Store(true)
 	var secondID atomic.Value // string
-	testHookBeforeTake = func(hq *queueRunner) {
+	defer p.w.hooks.beforeTake.set(func(hq *queueRunner) {
 		if hq != q || !armed.CompareAndSwap(true, false) {
 			return
 		}
@@ -191,8 +191,7 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 			t.Error(err)
 		}
 		secondID.Store(id)
-	}
-	defer func() { testHookBeforeTake = nil }()
+	})()
 	q.hint()
 	// The take got "taken" past the free slots: it goes back to the list.
 	var held map[string]string
@@ -239,7 +238,7 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 	switches.Store(1)
 	q.unsureFor(s.ID()) // sees the first switch
 	var beats atomic.Int32
-	testHookConfirmed = func(hq *queueRunner) {
+	defer w.hooks.confirmed.set(func(hq *queueRunner) {
 		if hq != q {
 			return
 		}
@@ -247,8 +246,7 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 			switches.Store(2)
 			q.unsureFor(s.ID()) // the second, seen while the first beat was on its way
 		}
-	}
-	defer func() { testHookConfirmed = nil }()
+	})()
 	if err := w.confirmSwitch(s, q); err != nil {
 		t.Fatal(err)
 	}

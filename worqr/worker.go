@@ -29,6 +29,7 @@ import (
 // wake.go holds the pub/sub connection and the pause flags; the keepalive's
 // state machine is heartbeat.Keeper, recovery is recovery.Reaper.
 type Worker struct {
+	hooks  workerHooks
 	pool   ConnGetter
 	st     *rdb.Store
 	reg    *registry.Registry
