@@ -200,7 +200,7 @@ func TestTwoLoadersOfOneName(t *testing.T) {
 	l := queueLen(t, in, "ld2")
 	c.Flush() // waits for the publication
 	var enqueued int64
-	if !redistest.Eventually(20*time.Second, func() bool {
+	if !redistest.Within(20*time.Second, func() bool {
 		h, err := in.History(ctx, "ld2", 3)
 		if err != nil {
 			t.Fatal(err)

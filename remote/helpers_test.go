@@ -112,7 +112,7 @@ func queueLen(t testing.TB, in *worqr.Inspector, queue string) int {
 // wait fails t unless cond holds within d.
 func wait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !redistest.Eventually(d, cond) {
+	if !redistest.Within(d, cond) {
 		t.Fatalf("timed out after %s waiting for %s", d, what)
 	}
 }

@@ -367,7 +367,7 @@ func TestTakingThatWaitedAcrossAFreezeIsNotRunWithAFreeSlot(t *testing.T) {
 	}
 	endings := func(n int) {
 		t.Helper()
-		if !redistest.Eventually(5*time.Second, func() bool { return handlersEnding(q) >= n }) {
+		if !redistest.Within(5*time.Second, func() bool { return handlersEnding(q) >= n }) {
 			c.Do("CLIENT", "UNPAUSE")
 			t.Fatalf("%d handlers ending, want %d", handlersEnding(q), n)
 		}

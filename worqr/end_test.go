@@ -110,7 +110,7 @@ func TestEndRetriedAfterAReaperRequeuedIsLost(t *testing.T) {
 		t.Fatal("the task never ran")
 	}
 	var got *worqr.Event
-	if !redistest.Eventually(5*time.Second, func() bool {
+	if !redistest.Within(5*time.Second, func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		for i := range outcomes {

@@ -137,7 +137,7 @@ func TestCancelBeforeTheHandlerStarts(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	if !redistest.Eventually(2*time.Second, func() bool { return q.ending() > 0 }) {
+	if !redistest.Within(2*time.Second, func() bool { return q.ending() > 0 }) {
 		c.Do("CLIENT", "UNPAUSE")
 		t.Fatal("the first handler never returned")
 	}
@@ -198,7 +198,7 @@ func TestLateHandoffPastATakeIsPutBack(t *testing.T) {
 	w.handed(q, msg.Load().([]byte))
 	var held map[string]string
 	var waiting []string
-	if !redistest.Eventually(5*time.Second, func() bool {
+	if !redistest.Within(5*time.Second, func() bool {
 		held, _ = redis.StringMap(c.Do("HGETALL", q.QK.WorkerQueue(s.ID())))
 		waiting, _ = redis.Strings(c.Do("LRANGE", q.QK.Waiting, 0, -1))
 		heldHanded := false
@@ -237,7 +237,7 @@ func TestNoTakeForASlotAHandoffTookDuringARelease(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		if !redistest.Eventually(10*time.Second, func() bool {
+		if !redistest.Within(10*time.Second, func() bool {
 			q.hand.mu.Lock()
 			defer q.hand.mu.Unlock()
 			return len(q.hand.pending) > 0

@@ -65,7 +65,7 @@ func watchHandoffs(t *testing.T, q rdb.QueueKeys) *handoffs {
 // last one ("" if none came).
 func (h *handoffs) lastPID(w string, d time.Duration) string {
 	var pid string
-	redistest.Eventually(d, func() bool {
+	redistest.Within(d, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		pid = h.last[w]
@@ -77,7 +77,7 @@ func (h *handoffs) lastPID(w string, d time.Duration) string {
 // handed reports whether a hand-off carried pid, waiting up to a second
 // for the watcher to read it (the worker may read it first).
 func (h *handoffs) handed(pid string) bool {
-	return redistest.Eventually(time.Second, func() bool {
+	return redistest.Within(time.Second, func() bool {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		return h.pids[pid]
@@ -358,7 +358,7 @@ func TestHandoffToADeadWorkerIsRecovered(t *testing.T) {
 	}
 	// The reaper reports after its requeue, which the worker may beat to
 	// the task.
-	redistest.Eventually(5*time.Second, func() bool { return recovered.Load() > 0 })
+	redistest.Within(5*time.Second, func() bool { return recovered.Load() > 0 })
 	if recovered.Load() != 1 {
 		t.Fatalf("recovered %d tasks, want 1", recovered.Load())
 	}
@@ -513,7 +513,7 @@ func TestStopUnparksBeforeItsGracePeriod(t *testing.T) {
 		stopped <- w.Stop(sctx)
 	}()
 	// Its entry would be valid until its keepalive's deadline (3 s).
-	if !redistest.Eventually(time.Second, func() bool {
+	if !redistest.Within(time.Second, func() bool {
 		n, _ := redis.Int(c.Do("HEXISTS", q.Park, w.ID()))
 		return n == 0
 	}) {

@@ -61,7 +61,7 @@ func internalClient(t *testing.T) (*redis.Pool, string, *Client) {
 func waitFor(t *testing.T, cond func() (bool, string)) {
 	t.Helper()
 	var why string
-	if !redistest.Eventually(10*time.Second, func() (ok bool) { ok, why = cond(); return ok }) {
+	if !redistest.Within(10*time.Second, func() (ok bool) { ok, why = cond(); return ok }) {
 		t.Fatal(why)
 	}
 }

@@ -66,7 +66,7 @@ func startWorker(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg *
 // wait polls cond every 10ms until it holds or d passes.
 func wait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	t.Helper()
-	if !redistest.Eventually(d, cond) {
+	if !redistest.Within(d, cond) {
 		t.Fatalf("timed out after %s waiting for %s", d, what)
 	}
 }

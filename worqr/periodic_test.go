@@ -429,7 +429,7 @@ func TestSchedulerPeersKilled(t *testing.T) {
 	waitTicks := func(n int) {
 		t.Helper()
 		l := 0
-		if !redistest.Eventually(30*time.Second, func() bool { l = queueLen(t, b.in, "ticks"); return l >= n }) {
+		if !redistest.Within(30*time.Second, func() bool { l = queueLen(t, b.in, "ticks"); return l >= n }) {
 			t.Fatalf("%d ticks after 30s, want %d", l, n)
 		}
 	}

@@ -113,7 +113,7 @@ func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
 		// the other worker ends its taking, and the end's wake-up reaches
 		// this worker (its subscriber pokes the queue).
 		q := w.queues[0]
-		if !redistest.Eventually(10*time.Second, w.listening.Load) {
+		if !redistest.Within(10*time.Second, w.listening.Load) {
 			t.Error("the worker never subscribed")
 			return
 		}
@@ -127,7 +127,7 @@ func TestConcurrencyWaitSeesAWakeUpDuringItsTake(t *testing.T) {
 			t.Error(err)
 			return
 		}
-		if !redistest.Eventually(10*time.Second, func() bool { return len(q.wake) > 0 }) {
+		if !redistest.Within(10*time.Second, func() bool { return len(q.wake) > 0 }) {
 			t.Error("the end's wake-up never reached the worker")
 		}
 	}
@@ -197,7 +197,7 @@ func TestTakePastAHandoffPutsBack(t *testing.T) {
 	var held map[string]string
 	var waiting []string
 	var second string
-	if !redistest.Eventually(10*time.Second, func() bool {
+	if !redistest.Within(10*time.Second, func() bool {
 		if second, _ = secondID.Load().(string); second == "" {
 			return false
 		}

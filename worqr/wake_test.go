@@ -85,7 +85,7 @@ func TestPausedQueueReleasesStrandedTakings(t *testing.T) {
 	defer w.Stop(ctx)
 	worqr.StrandTaking(t, c, q, w.ID(), "lost")
 	var ids []string
-	if !redistest.Eventually(10*time.Second, func() bool {
+	if !redistest.Within(10*time.Second, func() bool {
 		ids, _ = redis.Strings(c.Do("LRANGE", q.Waiting, 0, -1))
 		return len(ids) == 1 && ids[0] == "lost"
 	}) {

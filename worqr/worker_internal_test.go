@@ -36,7 +36,7 @@ func TestStopWithNoGraceCountsNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !redistest.Eventually(10*time.Second, func() bool { return running.Load() >= n }) {
+	if !redistest.Within(10*time.Second, func() bool { return running.Load() >= n }) {
 		t.Fatalf("%d of %d running", running.Load(), n)
 	}
 	now, cancel := context.WithCancel(ctx)
