@@ -312,7 +312,10 @@ func (k *Keeper) beatLoop(ctx context.Context, s *Session) error {
 		k.mu.Unlock()
 		alive, at, err := k.beat(ctx, id)
 		if err == nil && alive {
+			// Until and Fresh both move on before beaten is closed: a
+			// caller woken by it (Confirm) sees the whole good beat.
 			s.extend(at, k.TTL)
+			k.lastOK.Store(int64(sent.Sub(k.epoch)))
 		}
 		k.mu.Lock()
 		if err == nil && alive && k.cur == s {
@@ -323,7 +326,6 @@ func (k *Keeper) beatLoop(ctx context.Context, s *Session) error {
 		k.mu.Unlock()
 		switch {
 		case err == nil && alive:
-			k.lastOK.Store(int64(sent.Sub(k.epoch)))
 		case err == nil:
 			k.log().Warn("heartbeat: keepalive lost", "worker_id", id)
 			return ErrLost

@@ -246,25 +246,33 @@ func (b *bundle) beatOnce(t *testing.T, id string, d time.Duration) {
 		t.Fatalf("keepalive of %s missing before the beat", id)
 	}
 	b.clock.Advance(d)
-	deadline := time.Now().Add(patience)
-	for b.do(t, "PTTL", b.k.Keepalive(id)).(int64) > ttl.Milliseconds() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no beat renewed the keepalive of %s after the clock advanced %v", id, d)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	b.afterBeats(t, "no beat renewed the keepalive of "+id+" after the clock advanced "+d.String(), func() bool {
+		return b.do(t, "PTTL", b.k.Keepalive(id)).(int64) <= ttl.Milliseconds()
+	})
 }
 
 // waitFresh waits until the Keeper is fresh: beatOnce returns once Redis
-// applied the renewal, a moment before the Keeper has read the reply.
+// applied the renewal, a moment before the beat is over.
 func (b *bundle) waitFresh(t *testing.T, when string) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !b.keeper.Fresh() {
-		if time.Now().After(deadline) {
-			t.Fatalf("Fresh() = false %s", when)
+	b.afterBeats(t, "Fresh() = false "+when, b.keeper.Fresh)
+}
+
+// afterBeats checks cond now and after each beat that ends, and fails the
+// test with what when no beat made it hold within patience.
+func (b *bundle) afterBeats(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.After(patience)
+	for {
+		beaten := b.keeper.Beaten() // before cond: a beat ending in between closes it
+		if cond() {
+			return
 		}
-		time.Sleep(time.Millisecond)
+		select {
+		case <-beaten:
+		case <-deadline:
+			t.Fatal(what)
+		}
 	}
 }
 
@@ -462,13 +470,7 @@ func TestKeeperLostAfterFreeze(t *testing.T) {
 
 	// Frozen: the TTL passes in Redis, not on the Keeper's clock.
 	b.do(t, "PEXPIRE", b.k.Keepalive(s1.ID()), 1)
-	deadline := time.Now().Add(patience)
-	for b.keyExists(t, s1.ID()) {
-		if time.Now().After(deadline) {
-			t.Fatal("the keepalive did not expire")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	redistest.WaitFor(t, patience, "the keepalive to expire", func() bool { return !b.keyExists(t, s1.ID()) })
 	// It has noticed nothing yet.
 	b.noEvents(t)
 	checkLive(t, s1)
@@ -720,17 +722,21 @@ func TestSessionUntilFollowsRedisClock(t *testing.T) {
 	b.run(t, b.ctx)
 	b.waitTicker(t)
 	first := s.Until()
-	time.Sleep(5 * time.Millisecond) // let Redis's clock move on (it cannot be injected)
+	// Redis's clock cannot be injected: wait until it has moved on from
+	// the registration, so that a beat moves Until on.
+	registered := b.redisNow(t)
+	redistest.WaitFor(t, patience, "Redis's clock to move on", func() bool {
+		return b.redisNow(t).Sub(registered) >= 5*time.Millisecond
+	})
 	before = b.redisNow(t)
 	b.beatOnce(t, s.ID(), interval)
-	deadline := time.Now().Add(patience)
-	for s.Until().Before(before.Add(margin).Truncate(time.Millisecond)) {
-		if time.Now().After(deadline) {
-			t.Fatalf("a good beat did not move Until on: still %v (was %v at Start)", s.Until(), first)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	b.afterBeats(t, "a good beat to move Until on", func() bool {
+		return !s.Until().Before(before.Add(margin).Truncate(time.Millisecond))
+	})
 	within("after a beat", s.Until(), before, b.redisNow(t))
+	if !s.Until().After(first) {
+		t.Errorf("Until = %v after a beat, want later than %v (at Start)", s.Until(), first)
+	}
 }
 
 // Confirm beats at once (the clock does not move) and returns once a beat
