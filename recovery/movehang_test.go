@@ -13,6 +13,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -130,13 +131,13 @@ func runHung(t *testing.T, e *env, script string) {
 // waitWaiting waits up to 5 s until id alone waits in e's queue.
 func waitWaiting(t *testing.T, e *env, id, what string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !reflect.DeepEqual(e.waiting(t, e.q), []string{id}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s, %s: waiting = %v, scheduled = %v", id, what, e.waiting(t, e.q), e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
+	// The move runs beside the passes and reports only its failures.
+	redistest.Eventually(t, 5*time.Second, func() string {
+		if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{id}) {
+			return fmt.Sprintf("%s, %s: waiting = %v, scheduled = %v", id, what, w, e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
 		}
-		time.Sleep(hungInterval)
-	}
+		return ""
+	})
 }
 
 // One call of a recovery pass that never gets its reply stopped every

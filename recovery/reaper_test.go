@@ -373,13 +373,9 @@ func TestZombieTakeAfterPassIsRefused(t *testing.T) {
 		t.Fatalf("take before the deadline = %+v, %v; want t1", got, err)
 	}
 	// The keepalive expires on Redis's clock (it cannot be injected).
-	deadline := time.Now().Add(5 * time.Second)
-	for e.do(t, "EXISTS", e.k.Keepalive("A")).(int64) == 1 {
-		if time.Now().After(deadline) {
-			t.Fatal("A's keepalive still exists after 5s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	redistest.WaitFor(t, 5*time.Second, "A's keepalive to expire", func() bool {
+		return e.do(t, "EXISTS", e.k.Keepalive("A")).(int64) == 0
+	})
 	r := e.reaper(t, "r1")
 	res, err := r.Pass(e.ctx)
 	if err != nil {
@@ -579,17 +575,6 @@ func (c *tickCounter) wait(t *testing.T, n int) (leased int) {
 	return leased
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 5s: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestRunTwoReapersRequeueEachTaskOnce(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
@@ -603,6 +588,7 @@ func TestRunTwoReapersRequeueEachTaskOnce(t *testing.T) {
 
 	var mu sync.Mutex
 	var recs []recovery.Recovered
+	recovered := make(chan struct{}, 100)
 	const interval = 30 * time.Millisecond
 	record := func(c *recovery.Config) {
 		c.Interval = interval
@@ -610,14 +596,17 @@ func TestRunTwoReapersRequeueEachTaskOnce(t *testing.T) {
 			mu.Lock()
 			recs = append(recs, rec)
 			mu.Unlock()
+			recovered <- struct{}{}
 		}
 	}
 	r1, r2 := e.reaper(t, "r1", record), e.reaper(t, "r2", record)
 	t1, t2 := countTicks(r1), countTicks(r2)
 	stop := runReapers(t, r1, r2)
-	eventually(t, "the dead worker's tasks are requeued", func() bool {
-		return len(e.waiting(t, e.q)) >= len(tasks)
-	})
+	select {
+	case <-recovered:
+	case <-time.After(5 * time.Second):
+		t.Fatal("neither reaper requeued the dead worker's tasks within 5s")
+	}
 	// Let both reapers handle several more ticks: nothing may be added.
 	t1.wait(t, 5)
 	t2.wait(t, 5)
@@ -664,9 +653,16 @@ func TestRunPassesOnlyWithTheLease(t *testing.T) {
 	}
 
 	e.do(t, "DEL", e.k.ReaperLease())
-	eventually(t, "the reaper takes the free lease and requeues", func() bool {
-		return reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"})
-	})
+	// A tick reports the lease after its pass: the first leased one has
+	// requeued.
+	for i := 0; ticks.wait(t, 1) == 0; i++ {
+		if i == 100 {
+			t.Fatal("the reaper did not take the free lease within 100 ticks")
+		}
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"t1"}) {
+		t.Fatalf("waiting after the first pass with the lease = %v, want [t1]", w)
+	}
 }
 
 // The documented bound "kill -9 to requeue <= TTL + reaper interval" needs a
@@ -817,7 +813,8 @@ func TestRunMovesDelayedTasks(t *testing.T) {
 		t.Fatal(err)
 	}
 	runReapers(t, e.reaper(t, "r1"))
-	eventually(t, "the delayed task is moved to its queue", func() bool {
+	// The move runs beside the passes and reports only its failures.
+	redistest.WaitFor(t, 5*time.Second, "the delayed task to be moved to its queue", func() bool {
 		return reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"})
 	})
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,6 +23,8 @@ type stallPool struct {
 	pool    *redis.Pool
 	moving  chan struct{} // gets a value when a move call starts waiting
 	release chan struct{}
+	ended   chan struct{} // closed when the first move call stops waiting
+	once    sync.Once
 }
 
 func (p *stallPool) GetContext(ctx context.Context) (redis.Conn, error) {
@@ -48,6 +52,7 @@ func (c *stallConn) stall(ctx context.Context, cmd string, args []any) {
 	case <-c.p.release:
 	case <-ctx.Done():
 	}
+	c.p.once.Do(func() { close(c.p.ended) })
 }
 
 func (c *stallConn) Do(cmd string, args ...any) (any, error) {
@@ -89,13 +94,14 @@ func TestRunPassesWhileAMoveIsSlow(t *testing.T) {
 	e.take(t, e.q, "A", 1)
 	e.enqueueDue(t, e.q, 1000, "d1") // something for the mover to do
 
-	sp := &stallPool{pool: e.pool, moving: make(chan struct{}, 1), release: make(chan struct{})}
+	sp := &stallPool{pool: e.pool, moving: make(chan struct{}, 1), release: make(chan struct{}), ended: make(chan struct{})}
 	defer close(sp.release)
 	const interval = 30 * time.Millisecond
 	r, err := recovery.New(sp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
+	ticks := countTicks(r)
 	runReapers(t, r)
 	select {
 	case <-sp.moving:
@@ -104,12 +110,25 @@ func TestRunPassesWhileAMoveIsSlow(t *testing.T) {
 	}
 
 	e.kill(t, "A")
-	deadline := time.Now().Add(20 * interval)
-	for !reflect.DeepEqual(e.waiting(t, e.q), []string{"t1"}) {
-		if time.Now().After(deadline) {
-			t.Fatalf("t1 of dead worker A not requeued within %d intervals while a move ran: waiting = %v",
+	for len(ticks.ch) > 0 { // ticks handled before the kill
+		<-ticks.ch
+	}
+	// A tick is reported after its pass. A Run that waits for the stalled
+	// move handles its next tick only once the move call gave up (after
+	// CallTimeout, 5 s).
+	for i := 0; !slices.Contains(e.waiting(t, e.q), "t1"); i++ {
+		if i == 20 {
+			t.Fatalf("t1 of dead worker A not requeued within %d ticks while a move ran: waiting = %v",
 				20, e.waiting(t, e.q))
 		}
-		time.Sleep(interval / 3)
+		ticks.wait(t, 1)
+	}
+	select {
+	case <-sp.ended:
+		t.Fatal("t1 of dead worker A was requeued only after the stalled move call ended")
+	default:
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"t1"}) {
+		t.Fatalf("waiting = %v while a move ran, want [t1]", w)
 	}
 }
