@@ -174,13 +174,27 @@ func otherThan(addr string) *redistest.Server {
 	return nil
 }
 
+// follows counts the redirections the Conns act on (testHookFollow) and
+// returns a function that reads the counts by kind.
 func follows(t *testing.T) func() map[redirectKind]int {
+	seen, _ := followsNotify(t)
+	return seen
+}
+
+// followsNotify is follows, and a channel that holds a value after each
+// redirection followed since the last receive.
+func followsNotify(t *testing.T) (func() map[redirectKind]int, <-chan struct{}) {
 	var mu sync.Mutex
 	seen := map[redirectKind]int{}
+	followed := make(chan struct{}, 1)
 	testHookFollow = func(rd redirect) {
 		mu.Lock()
 		seen[rd.kind]++
 		mu.Unlock()
+		select {
+		case followed <- struct{}{}:
+		default:
+		}
 	}
 	t.Cleanup(func() { testHookFollow = nil })
 	return func() map[redirectKind]int {
@@ -191,7 +205,7 @@ func follows(t *testing.T) func() map[redirectKind]int {
 			out[k] = v
 		}
 		return out
-	}
+	}, followed
 }
 
 func TestMovedIsFollowed(t *testing.T) {
@@ -298,7 +312,7 @@ func TestAskIsFollowed(t *testing.T) {
 
 func TestTryAgainIsRetried(t *testing.T) {
 	p := newPool(t, -1)
-	seen := follows(t)
+	seen, followed := followsNotify(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tag, slot, from := tagOn(t, redistest.Namespace()+"-try-", func(string) bool { return true })
@@ -321,12 +335,13 @@ func TestTryAgainIsRetried(t *testing.T) {
 			}
 			done <- err
 		}()
-		for seen()[tryAgain] == 0 { // polled until the deadline of ctx
-			if ctx.Err() != nil {
+		for seen()[tryAgain] == 0 { // checked after each redirection, until the deadline of ctx
+			select {
+			case <-followed:
+			case <-ctx.Done():
 				t.Error("MGET never met TRYAGAIN")
 				return
 			}
-			time.Sleep(5 * time.Millisecond)
 		}
 	})
 	if err != nil {
