@@ -3,11 +3,14 @@ package group
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // Every caller gets its own result, batches form under concurrency, and at
@@ -116,18 +119,16 @@ func TestGroupAbandonedCallerIsNotRunAndLeadIsPassedOn(t *testing.T) {
 	}
 }
 
-// waitPending waits until n callers of g wait for a batch.
+// waitPending waits until n callers of g wait for a batch (a caller's
+// arrival is a state of g, not an event it reports).
 func waitPending[T, R any](t *testing.T, g *Group[T, R], n int) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		k := g.Waiting()
-		if k == n {
-			return
+	redistest.Eventually(t, 10*time.Second, func() string {
+		if k := g.Waiting(); k != n {
+			return fmt.Sprintf("%d callers waiting, want %d", k, n)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d callers waiting, want %d", k, n)
-		}
-	}
+		return ""
+	})
 }
 
 func TestGroupWeightCapsABatch(t *testing.T) {
