@@ -46,9 +46,15 @@ func BenchmarkDrain(b *testing.B) {
 	pool := s.Pool()
 	defer pool.Close()
 	ns := redistest.Namespace()
+	drained := make(chan struct{})
 	cfg := consumer.Config[uint64]{Name: "bench", Source: newSource(int64(b.N - 1)), MaxProcessing: 64,
 		Process: func(context.Context, uint64, uint64) error { return nil },
-		Worker:  worqr.WorkerConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true}}}
+		OnProcessed: func(p uint64) {
+			if p == uint64(b.N) {
+				close(drained)
+			}
+		},
+		Worker: worqr.WorkerConfig{Config: worqr.Config{Namespace: ns, DisableEvents: true}}}
 	c, err := consumer.New(pool, &cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -60,16 +66,7 @@ func BenchmarkDrain(b *testing.B) {
 	if err := c.Start(ctx); err != nil {
 		b.Fatal(err)
 	}
-	for {
-		p, err := c.ProcessedIndex(ctx)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if p == uint64(b.N) {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	<-drained // told once: the calls of one process go up
 	elapsed := time.Since(start)
 	b.StopTimer()
 	after := commandsProcessed(b, pool)

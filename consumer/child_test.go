@@ -21,6 +21,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/consumer"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -290,12 +291,9 @@ func TestKill9(t *testing.T) {
 	kills := 0
 	cutAt := map[uint64]int{} // index -> kills aimed at its runs
 	next := time.Now().Add(300 * time.Millisecond)
-	deadline := time.Now().Add(90 * time.Second)
+	within, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
 	for watch() < killJobs {
-		if time.Now().After(deadline) {
-			dumpKeys(t, b.pool, b.ns)
-			t.Fatalf("timed out at processed index %d", last)
-		}
 		if kills < 6 && time.Now().After(next) && last > 0 {
 			// Kill a process that is inside a job: wait until one is. Not
 			// one whose job was cut twice already: a job that kills
@@ -320,7 +318,12 @@ func TestKill9(t *testing.T) {
 				next = time.Now().Add(time.Duration(250+rand.IntN(250)) * time.Millisecond)
 			}
 		}
-		time.Sleep(20 * time.Millisecond)
+		// The logs and the index are sampled, and the kills paced, on
+		// wall time: the children run on their own.
+		if redistest.Pause(within, 20*time.Millisecond) != nil {
+			dumpKeys(t, b.pool, b.ns)
+			t.Fatalf("timed out at processed index %d", last)
+		}
 	}
 	if kills < 3 {
 		t.Errorf("only %d kills before the end: the test did not test much", kills)

@@ -48,17 +48,67 @@ func (s *source) AtIndex(_ context.Context, i uint64) (uint64, error) {
 	return i * 10, nil
 }
 
-// bundle is one test's world: a pool and a namespace of its own.
+// bundle is one test's world: a pool and a namespace of its own, and what
+// its consumers told through OnProcessed.
 type bundle struct {
 	pool *redis.Pool
 	ns   string
+	told *reports
 }
 
 func setup(t *testing.T) *bundle {
 	t.Helper()
-	b := &bundle{pool: srv.Pool(), ns: redistest.Namespace()}
+	b := &bundle{pool: srv.Pool(), ns: redistest.Namespace(), told: &reports{changed: make(chan struct{})}}
 	t.Cleanup(func() { b.pool.Close() })
 	return b
+}
+
+// reports records the processed indexes consumers tell through
+// OnProcessed, the signal a consumer sends once a record moved its
+// processed index on.
+type reports struct {
+	mu      sync.Mutex
+	told    []uint64
+	changed chan struct{} // closed and replaced at each call
+}
+
+// OnProcessed is a Config.OnProcessed.
+func (r *reports) OnProcessed(p uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.told = append(r.told, p)
+	close(r.changed)
+	r.changed = make(chan struct{})
+}
+
+// all returns what was told, in order.
+func (r *reports) all() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]uint64(nil), r.told...)
+}
+
+// wait waits until a consumer told processed index p or more, failing the
+// test after 30 s, and returns the highest index told.
+func (r *reports) wait(t *testing.T, p uint64) uint64 {
+	t.Helper()
+	timeout := time.After(30 * time.Second)
+	for {
+		r.mu.Lock()
+		top, changed := uint64(0), r.changed
+		for _, q := range r.told {
+			top = max(top, q)
+		}
+		r.mu.Unlock()
+		if top >= p {
+			return top
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("OnProcessed told %d at most in 30s, want %d", top, p)
+		}
+	}
 }
 
 // fast are worker timings that notice deaths and due retries quickly.
@@ -72,11 +122,15 @@ func (b *bundle) fast() worqr.WorkerConfig {
 	}
 }
 
-// start fills in the worker settings and a quick backoff, starts the
-// consumer and stops it at the end of the test.
+// start fills in the worker settings, a quick backoff and b.told as
+// OnProcessed (unless set), starts the consumer and stops it at the end of
+// the test.
 func (b *bundle) start(t *testing.T, cfg consumer.Config[uint64]) *consumer.Consumer[uint64] {
 	t.Helper()
 	cfg.Worker = b.fast()
+	if cfg.OnProcessed == nil {
+		cfg.OnProcessed = b.told.OnProcessed
+	}
 	if cfg.Backoff == nil {
 		cfg.Backoff = func(int, error) time.Duration { return 10 * time.Millisecond }
 	}
@@ -97,17 +151,9 @@ func (b *bundle) start(t *testing.T, cfg consumer.Config[uint64]) *consumer.Cons
 	return c
 }
 
-// waitFor polls cond until it holds, failing the test after 30s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
+// patience bounds a wait for a state no consumer reports (a job finished
+// above the processed index, a limit reached).
+const patience = 30 * time.Second
 
 func progress(t *testing.T, c *consumer.Consumer[uint64]) consumer.Progress {
 	t.Helper()
@@ -210,9 +256,11 @@ func TestSharedConsumerWorksEveryIndex(t *testing.T) {
 	cfg := consumer.Config[uint64]{Name: "shared", Source: src, Process: process,
 		MaxProcessing: maxProc, MaxSearchAhead: ahead, Concurrency: 4}
 	c1 = b.start(t, cfg)
-	c2 := b.start(t, cfg)
+	b.start(t, cfg) // a second process of the consumer
 	close(ready)
-	waitFor(t, "every index done", func() bool { return progress(t, c2).Processed == n })
+	if top := b.told.wait(t, n); top != n {
+		t.Errorf("OnProcessed told %d, want %d", top, n)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	for _, p := range problems {
@@ -254,7 +302,7 @@ func TestFailedJobHoldsProgress(t *testing.T) {
 			}
 			return nil
 		}})
-	waitFor(t, "the jobs after 2 within reach", func() bool {
+	redistest.WaitFor(t, patience, "the jobs after 2 within reach", func() bool {
 		p := progress(t, c)
 		return p.Next == 7 && p.Finished == 4 && tries.Load() >= 3
 	})
@@ -262,7 +310,10 @@ func TestFailedJobHoldsProgress(t *testing.T) {
 		t.Fatalf("processed index %d while job 2 fails, want 2", p.Processed)
 	}
 	fails.Store(0)
-	waitFor(t, "every index done", func() bool { return progress(t, c).Processed == 10 })
+	b.told.wait(t, 10)
+	if p := progress(t, c); p.Processed != 10 {
+		t.Errorf("processed index %d, want 10", p.Processed)
+	}
 }
 
 // MaxSearchAhead: with job 0 held, nothing at or past 0 + MaxSearchAhead is
@@ -299,7 +350,7 @@ func TestLimits(t *testing.T) {
 					done.Add(1)
 					return nil
 				}})
-			waitFor(t, "the limit reached", func() bool {
+			redistest.WaitFor(t, patience, "the limit reached", func() bool {
 				p := progress(t, c)
 				return p.Next == uint64(tc.wantNext) && p.Finished == tc.wantOK && int(done.Load()) == tc.wantOK
 			})
@@ -315,7 +366,10 @@ func TestLimits(t *testing.T) {
 				t.Errorf("progress %+v (in flight %d)", p, p.InFlight())
 			}
 			close(release)
-			waitFor(t, "every index done", func() bool { return progress(t, c).Processed == 51 })
+			b.told.wait(t, 51)
+			if p := progress(t, c); p.Processed != 51 {
+				t.Errorf("processed index %d, want 51", p.Processed)
+			}
 		})
 	}
 }
@@ -374,7 +428,6 @@ func TestRestartResumes(t *testing.T) {
 	src := newSource(49)
 	var mu sync.Mutex
 	runs := map[uint64]int{}
-	var told []uint64
 	cfg := consumer.Config[uint64]{Name: "re", Source: src, First: 0,
 		Process: func(_ context.Context, i uint64, _ uint64) error {
 			mu.Lock()
@@ -382,11 +435,7 @@ func TestRestartResumes(t *testing.T) {
 			mu.Unlock()
 			return nil
 		},
-		OnProcessed: func(p uint64) {
-			mu.Lock()
-			told = append(told, p)
-			mu.Unlock()
-		}}
+		OnProcessed: b.told.OnProcessed}
 	cfg.Worker = b.fast()
 	c, err := consumer.New(b.pool, &cfg)
 	if err != nil {
@@ -395,17 +444,18 @@ func TestRestartResumes(t *testing.T) {
 	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the first 50", func() bool { return progress(t, c).Processed == 50 })
-	// OnProcessed runs after the progress is in Redis: it may come a moment
-	// after a read of the progress saw it.
-	toldEnd := func(p uint64) func() bool {
-		return func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return len(told) > 0 && told[len(told)-1] == p
+	// OnProcessed runs after the progress is in Redis.
+	toldEnd := func(c *consumer.Consumer[uint64], p uint64) {
+		t.Helper()
+		b.told.wait(t, p)
+		if told := b.told.all(); told[len(told)-1] != p {
+			t.Errorf("OnProcessed told %v, want it to end at %d", told, p)
+		}
+		if got := progress(t, c).Processed; got != p {
+			t.Errorf("processed index %d, want %d", got, p)
 		}
 	}
-	waitFor(t, "the first run's OnProcessed to tell 50", toldEnd(50))
+	toldEnd(c, 50)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := c.Stop(ctx); err != nil {
@@ -413,8 +463,7 @@ func TestRestartResumes(t *testing.T) {
 	}
 	src.head.Store(99)
 	c2 := b.start(t, cfg)
-	waitFor(t, "the next 50", func() bool { return progress(t, c2).Processed == 100 })
-	waitFor(t, "the second run's OnProcessed to tell 100", toldEnd(100))
+	toldEnd(c2, 100)
 	mu.Lock()
 	defer mu.Unlock()
 	for i := uint64(0); i < 100; i++ {
@@ -423,6 +472,7 @@ func TestRestartResumes(t *testing.T) {
 		}
 	}
 	// OnProcessed: increasing, ending at each run's processed index.
+	told := b.told.all()
 	for k := 1; k < len(told); k++ {
 		if told[k] <= told[k-1] {
 			t.Errorf("OnProcessed told %d after %d", told[k], told[k-1])

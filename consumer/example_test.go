@@ -76,6 +76,9 @@ func Example_pipeline() {
 	store := &chunks{seen: map[string]bool{}}
 	var mu sync.Mutex
 	verified := 0
+	// OnProcessed tells each consumer's processed index as it moves on:
+	// the example ends once both are through.
+	blocksDone, chunksDone := make(chan struct{}), make(chan struct{})
 	second, err := consumer.New(pool, &consumer.Config[string]{
 		Name: "chunks", Source: store, MaxProcessing: 8, Worker: settings,
 		Process: func(ctx context.Context, i uint64, chunk string) error {
@@ -83,6 +86,11 @@ func Example_pipeline() {
 			verified++
 			mu.Unlock()
 			return nil
+		},
+		OnProcessed: func(processed uint64) {
+			if processed == 9 { // blocks 0 to 9 have 9 chunks
+				close(chunksDone)
+			}
 		},
 	})
 	if err != nil {
@@ -95,6 +103,11 @@ func Example_pipeline() {
 			second.Check()             // new jobs for the second consumer
 			return nil
 		},
+		OnProcessed: func(processed uint64) {
+			if processed == 10 {
+				close(blocksDone)
+			}
+		},
 	})
 	if err != nil {
 		panic(err)
@@ -104,14 +117,8 @@ func Example_pipeline() {
 			panic(err)
 		}
 	}
-	for {
-		b, _ := first.ProcessedIndex(ctx)
-		k, _ := second.ProcessedIndex(ctx)
-		if b == 10 && k == 9 {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	<-blocksDone
+	<-chunksDone
 	stopCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	fmt.Println(first.Stop(stopCtx), second.Stop(stopCtx))

@@ -79,7 +79,9 @@ func TestOnProcessedWaitsForReplicas(t *testing.T) {
 	pc := redis.NewConn(mustDial(t, primary.Addr), 5*time.Second, 5*time.Second)
 	defer pc.Close()
 	state, task := ns+":{consumer.durable}:cs:consumer.durable", ns+":{consumer.durable}:t:0"
-	waitFor(t, "job 0 recorded and its taking ended", func() bool {
+	// Not told through OnProcessed (the replica did not acknowledge) and
+	// events are off: the state is read on the primary.
+	redistest.WaitFor(t, patience, "job 0 recorded and its taking ended", func() bool {
 		p, _ := redis.String(pc.Do("HGET", state, "processed"))
 		n, _ := redis.Int(pc.Do("EXISTS", task))
 		return p == "1" && n == 0
