@@ -91,11 +91,11 @@ type Dashboard struct {
 // it. The throughput chart is read from Inspector.History: the page loads
 // the last hour, the broadcaster refreshes the last two minutes.
 func New(in *worqr.Inspector, opts *Options) *Dashboard {
-	return newDashboard(in, opts, in.Queues, time.NewTicker)
+	return newDashboard(in, opts, in.Queues, systemTicker)
 }
 
 // newDashboard lets tests count and pace the broadcaster's polls.
-func newDashboard(in *worqr.Inspector, opts *Options, queues queuesFunc, ticker func(time.Duration) *time.Ticker) *Dashboard {
+func newDashboard(in *worqr.Inspector, opts *Options, queues queuesFunc, ticker tickerFunc) *Dashboard {
 	var o Options
 	if opts != nil {
 		o = *opts

@@ -121,10 +121,15 @@ func (e *env) kill(queue string, n int, msg string) {
 	if _, err := e.client.EnqueueBatch(ctx, queue, payloads, nil); err != nil {
 		e.t.Fatal(err)
 	}
+	died := make(chan struct{}, n)
 	w, err := worqr.NewWorker(srv.Pool(), &worqr.WorkerConfig{Config: e.cfg, Queues: map[string]worqr.QueueConfig{
 		queue: {Concurrency: 4, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 			return worqr.SkipRetry(errors.New(msg))
 		})},
+	}, OnEvent: func(ev worqr.Event) {
+		if ev.Kind == worqr.EventDead {
+			died <- struct{}{}
+		}
 	}})
 	if err != nil {
 		e.t.Fatal(err)
@@ -132,10 +137,17 @@ func (e *env) kill(queue string, n int, msg string) {
 	if err := w.Start(ctx); err != nil {
 		e.t.Fatal(err)
 	}
-	e.eventually(5*time.Second, func() bool {
-		q, err := e.in.Queue(ctx, queue)
-		return err == nil && q.Dead == int64(n)
-	}, "tasks to die")
+	timeout := time.After(5 * time.Second)
+	for i := 0; i < n; i++ {
+		select {
+		case <-died:
+		case <-timeout:
+			e.t.Fatalf("%d of %d tasks died within 5s", i, n)
+		}
+	}
+	if q, err := e.in.Queue(ctx, queue); err != nil || q.Dead != int64(n) {
+		e.t.Fatalf("after %d dead events: %s has %d dead, %v; want %d", n, queue, q.Dead, err, n)
+	}
 	if err := w.Stop(ctx); err != nil {
 		e.t.Fatal(err)
 	}
@@ -148,17 +160,6 @@ func (e *env) deadID(queue string) string {
 		e.t.Fatalf("no dead task in %s: %v", queue, err)
 	}
 	return ts[0].ID
-}
-
-func (e *env) eventually(d time.Duration, ok func() bool, what string) {
-	e.t.Helper()
-	end := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(end) {
-			e.t.Fatalf("no %s within %s", what, d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }
 
 func TestPayloadAndErrorAreEscaped(t *testing.T) {
@@ -453,13 +454,12 @@ func TestBroadcasterPollsOncePerTick(t *testing.T) {
 	tick := make(chan time.Time)
 	var mu sync.Mutex
 	tickers := 0
-	manual := func(time.Duration) *time.Ticker {
+	stopped := make(chan struct{}) // closed when the loop stops its ticker
+	manual := func(time.Duration) (<-chan time.Time, func()) {
 		mu.Lock()
 		tickers++
 		mu.Unlock()
-		tk := time.NewTicker(time.Hour)
-		tk.C = tick
-		return tk
+		return tick, func() { close(stopped) }
 	}
 	d := newDashboard(in, nil, counted, manual)
 	defer d.Close()
@@ -494,19 +494,17 @@ func TestBroadcasterPollsOncePerTick(t *testing.T) {
 	for _, s := range streams {
 		s.resp.Body.Close()
 	}
-	// Once nobody listens the loop stops: a tick is no longer received.
-	deadline := time.After(2 * time.Second)
-	for {
-		select {
-		case tick <- time.Now():
-			<-polled
-			time.Sleep(10 * time.Millisecond)
-			continue
-		case <-time.After(200 * time.Millisecond):
-		case <-deadline:
-			t.Fatal("the poll loop still runs with no client connected")
-		}
-		break
+	// Once nobody listens the loop stops (its last act stops the ticker):
+	// a tick is no longer received.
+	select {
+	case <-stopped:
+	case <-time.After(2 * time.Second):
+		t.Fatal("the poll loop still runs with no client connected")
+	}
+	select {
+	case tick <- time.Now():
+		t.Fatal("a tick was received after the poll loop stopped its ticker")
+	default:
 	}
 }
 
@@ -544,11 +542,12 @@ func TestChartReadsHistory(t *testing.T) {
 	e := newEnv(t, nil)
 	began := time.Now().Unix() / 60
 	e.kill("jobs", 3, "boom")
-	// Wait for the workers' and the client's publications to land.
-	e.eventually(5*time.Second, func() bool {
+	// Wait for the workers' and the client's publications to land (they
+	// are written to the history in the background).
+	redistest.WaitFor(t, 5*time.Second, "history on the first dashboard", func() bool {
 		enq, _, failed, _ := e.chartSums(e.ts, "/")
 		return enq == 3 && failed == 3
-	}, "history on the first dashboard")
+	})
 	e.d.Close()
 
 	in, err := worqr.NewInspector(srv.Pool(), &worqr.Config{Namespace: e.cfg.Namespace, DisableEvents: true})

@@ -16,6 +16,16 @@ type queuesFunc func(ctx context.Context) ([]worqr.QueueInfo, error)
 // historyFunc is Inspector.History.
 type historyFunc func(ctx context.Context, queue string, minutes int) ([]worqr.HistoryMinute, error)
 
+// tickerFunc starts the poll loop's ticker: its channel and its Stop (tests
+// drive the ticks and see the loop stop).
+type tickerFunc func(d time.Duration) (c <-chan time.Time, stop func())
+
+// systemTicker is a time.Ticker.
+func systemTicker(d time.Duration) (<-chan time.Time, func()) {
+	t := time.NewTicker(d)
+	return t.C, t.Stop
+}
+
 // chartMinutes is how many per-minute buckets the throughput chart keeps.
 const chartMinutes = 60
 
@@ -38,7 +48,7 @@ type message struct {
 type hub struct {
 	queues   queuesFunc
 	history  historyFunc
-	ticker   func(time.Duration) *time.Ticker
+	ticker   tickerFunc
 	interval time.Duration
 	log      *slog.Logger
 
@@ -84,7 +94,7 @@ type eventJSON struct {
 	Count  int    `json:"count,omitempty"`
 }
 
-func newHub(queues queuesFunc, history historyFunc, ticker func(time.Duration) *time.Ticker, interval time.Duration, log *slog.Logger) *hub {
+func newHub(queues queuesFunc, history historyFunc, ticker tickerFunc, interval time.Duration, log *slog.Logger) *hub {
 	return &hub{queues: queues, history: history, ticker: ticker, interval: interval, log: log, subs: map[chan message]struct{}{}}
 }
 
@@ -197,14 +207,14 @@ func (h *hub) loop(stop chan struct{}) {
 		case <-time.After(wait):
 		}
 	}
-	t := h.ticker(h.interval)
-	defer t.Stop()
+	tick, stopTicker := h.ticker(h.interval)
+	defer stopTicker()
 	for {
 		h.poll(ctx, stop)
 		select {
 		case <-stop:
 			return
-		case <-t.C:
+		case <-tick:
 		}
 	}
 }
