@@ -107,7 +107,7 @@ func TestHistoryReadsWhatOtherProcessesCounted(t *testing.T) {
 	b.enqueue("sms", "x")
 	b.bury("emails", "boom", "bang")
 	var hs []historyJSON
-	b.eventually("the history of emails", func() bool {
+	redistest.WaitFor(b.t, patience, "the history of emails", func() bool {
 		out := b.ok("", "queue", "history", "emails", "--minutes", "3", "-o", "json")
 		hs = nil
 		if err := json.Unmarshal([]byte(out), &hs); err != nil {
@@ -550,7 +550,7 @@ func TestFlowRunsGetAndTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b.eventually("the run to end", func() bool {
+	redistest.WaitFor(b.t, patience, "the run to end", func() bool {
 		r, err := b.in.Run(context.Background(), flow.Name, id)
 		return err == nil && r.Status == worqr.RunDone
 	})
@@ -810,7 +810,7 @@ func TestTaskLsExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(ctx)
-	b.eventually("the task expired", func() bool {
+	redistest.WaitFor(b.t, patience, "the task expired", func() bool {
 		info, err := b.in.Task(ctx, "reports", id)
 		return err == nil && info.State == worqr.StateExpired
 	})
@@ -1119,7 +1119,7 @@ func TestFlowRetry(t *testing.T) {
 		}
 		return r.Status
 	}
-	b.eventually("the run to fail", func() bool { return status() == worqr.RunFailed })
+	redistest.WaitFor(b.t, patience, "the run to fail", func() bool { return status() == worqr.RunFailed })
 	if r := b.run("", "flow", "retry", "signup", "nosuchrun"); r.code != 1 || !strings.Contains(r.err, "is not failed (it ended and expired, or never existed)") {
 		t.Errorf("flow retry of an unknown run: exit %d, stderr %q", r.code, r.err)
 	}
@@ -1127,7 +1127,7 @@ func TestFlowRetry(t *testing.T) {
 	if out := b.ok("", "flow", "retry", "signup", id); strings.TrimSpace(out) != "retried "+id {
 		t.Errorf("flow retry: %q", out)
 	}
-	b.eventually("the retried run to end done", func() bool { return status() == worqr.RunDone })
+	redistest.WaitFor(b.t, patience, "the retried run to end done", func() bool { return status() == worqr.RunDone })
 	if r := b.run("", "flow", "retry", "signup", id); r.code != 1 || !strings.Contains(r.err, "is not failed: it is done") {
 		t.Errorf("flow retry of a done run: exit %d, stderr %q", r.code, r.err)
 	}

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // openPTY returns the two ends of a new pseudo-terminal: what the child
@@ -87,7 +89,7 @@ func TestLoadBarIsHonestWhenInterrupted(t *testing.T) {
 			}
 		}
 	}()
-	b.eventually("the load to stall, waiting for workers", func() bool {
+	redistest.WaitFor(b.t, patience, "the load to stall, waiting for workers", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return strings.Contains(screen.String(), "waiting for workers")

@@ -151,17 +151,9 @@ func cleanEnv() []string {
 	return env
 }
 
-// eventually polls cond until it holds or 10 s pass.
-func (b *bundle) eventually(what string, cond func() bool) {
-	b.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// patience bounds a wait for a state the binary reports only when asked
+// (a run's status, a queue's counts).
+const patience = 10 * time.Second
 
 func (b *bundle) queue(q string) worqr.QueueInfo {
 	b.t.Helper()
@@ -193,10 +185,16 @@ func (b *bundle) bury(q string, errs ...string) []string {
 	b.t.Helper()
 	before := b.queue(q).Dead
 	ids := b.enqueue(q, errs...)
+	died := make(chan struct{}, len(errs))
 	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
 		Config: worqr.Config{Namespace: b.ns},
 		Queues: map[string]worqr.QueueConfig{q: {Concurrency: 4, MaxAttempts: 1, Handler: worqr.HandlerFunc(
 			func(_ context.Context, t *worqr.Task) error { return errors.New(string(t.Payload)) })}},
+		OnEvent: func(e worqr.Event) {
+			if e.Kind == worqr.EventDead {
+				died <- struct{}{}
+			}
+		},
 	})
 	if err != nil {
 		b.t.Fatal(err)
@@ -204,9 +202,17 @@ func (b *bundle) bury(q string, errs ...string) []string {
 	if err := w.Start(context.Background()); err != nil {
 		b.t.Fatal(err)
 	}
-	b.eventually(fmt.Sprintf("%d dead tasks in %s", len(errs), q), func() bool {
-		return b.queue(q).Dead == before+int64(len(errs))
-	})
+	timeout := time.After(patience)
+	for i := range errs {
+		select {
+		case <-died:
+		case <-timeout:
+			b.t.Fatalf("%d of %d tasks of %s died within %s", i, len(errs), q, patience)
+		}
+	}
+	if got := b.queue(q).Dead; got != before+int64(len(errs)) {
+		b.t.Fatalf("%s has %d dead tasks after %d dead events, want %d", q, got, len(errs), before+int64(len(errs)))
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := w.Stop(ctx); err != nil {

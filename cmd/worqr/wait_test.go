@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -24,11 +27,19 @@ func TestTaskWaitExitsByHowTheTaskEnded(t *testing.T) {
 		t.Errorf("wait for a cancelled task: exit %d, stdout %q, stderr %q; want %d", r.code, r.out, r.err, exitCancelled)
 	}
 
-	expired, err := b.client.Enqueue(ctx, "late", []byte("e"), &worqr.EnqueueOpts{Deadline: time.Now().Add(300 * time.Millisecond), Retention: time.Minute})
+	deadline := time.Now().Add(300 * time.Millisecond)
+	expired, err := b.client.Enqueue(ctx, "late", []byte("e"), &worqr.EnqueueOpts{Deadline: deadline, Retention: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(400 * time.Millisecond) // past its deadline before any worker takes it
+	// Past its deadline before any worker takes it: a take compares the
+	// deadline with Redis's clock.
+	redistest.WaitFor(t, patience, "Redis's clock past the deadline", func() bool {
+		c := b.pool.Get()
+		defer c.Close()
+		now, err := redis.Int64s(c.Do("TIME"))
+		return err == nil && len(now) == 2 && time.Unix(now[0], now[1]*1000).After(deadline)
+	})
 	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
 		Config: worqr.Config{Namespace: b.ns},
 		Queues: map[string]worqr.QueueConfig{"late": {Concurrency: 1, Handler: worqr.HandlerFunc(
