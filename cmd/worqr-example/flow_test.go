@@ -153,17 +153,16 @@ func TestWorkerFlow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns})
+	if err != nil {
+		t.Fatal(err)
+	}
 	flow := newAccessFlow(accessFlowOpts{concurrency: 1})
-	var info *worqr.RunInfo
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		info, err = in.Run(context.Background(), flow.Name, id)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if info.Status != worqr.RunRunning || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	info, err := client.WaitRun(wctx, flow, id) // woken by the run's events
+	if err != nil {
+		t.Fatalf("WaitRun %s: %v", id, err)
 	}
 	if info.Status != worqr.RunDone {
 		t.Fatalf("run %s: %+v, want done", id, info)
