@@ -53,11 +53,11 @@ func ExampleStageMiddleware() {
 		fmt.Println(err)
 		return
 	}
-	for i := 0; i < 500; i++ { // wait for the run to end
-		if r, _ := in.Run(ctx, flow.Name, id); r != nil && r.Status == worqr.RunDone && len(sr.Ended()) == 6 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := client.WaitRun(wctx, flow, id); err != nil { // every span has ended by then
+		fmt.Println(err)
+		return
 	}
 	printTree(sr.Ended())
 	// Output:

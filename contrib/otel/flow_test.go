@@ -69,20 +69,19 @@ func (e *env) flowWorker(flow *worqr.Flow) {
 	})
 }
 
-// runDone waits until run id of flow is done and returns it.
+// runDone waits until run id of flow has ended, checks that it is done
+// and returns it.
 func (e *env) runDone(flow *worqr.Flow, id string) *worqr.RunInfo {
 	e.t.Helper()
-	var info *worqr.RunInfo
-	eventually(e.t, 10*time.Second, func() string {
-		var err error
-		if info, err = e.in.Run(context.Background(), flow.Name, id); err != nil {
-			return err.Error()
-		}
-		if info.Status != worqr.RunDone {
-			return fmt.Sprintf("run %s: %s at %s (%s)", id, info.Status, info.Stage, info.LastError)
-		}
-		return ""
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := e.client.WaitRun(ctx, flow, id) // woken by the run's events
+	if err != nil {
+		e.t.Fatalf("WaitRun %s: %v", id, err)
+	}
+	if info.Status != worqr.RunDone {
+		e.t.Fatalf("run %s: %s at %s (%s), want done", id, info.Status, info.Stage, info.LastError)
+	}
 	return info
 }
 

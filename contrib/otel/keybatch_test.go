@@ -19,6 +19,7 @@ func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
 	enqueueABC(ctx, t, e)
 	var mu sync.Mutex
 	var got [][]string
+	handled := make(chan int, 10) // the size of each batch handled
 	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, BatchHandler: worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
 		var ps []string
 		for _, tk := range b.Tasks {
@@ -27,20 +28,17 @@ func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
 		mu.Lock()
 		got = append(got, ps)
 		mu.Unlock()
+		handled <- len(ps)
 		return nil
 	})})
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		mu.Lock()
-		n := 0
-		for _, g := range got {
-			n += len(g)
+	timeout := time.After(5 * time.Second)
+	for n := 0; n < 3; {
+		select {
+		case k := <-handled:
+			n += k
+		case <-timeout:
+			t.Fatalf("%d of 3 tasks reached the batch handler within 5s", n)
 		}
-		mu.Unlock()
-		if n >= 3 {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
 	mu.Lock()
 	defer mu.Unlock()
@@ -61,28 +59,44 @@ func TestKeyBatchTypedRuns(t *testing.T) {
 	enqueueABC(ctx, t, e)
 	var mu sync.Mutex
 	var done []string
+	// Each batch attempt, decoded or not, says how it ended (one attempt:
+	// an error sends the batch's head to the dead set).
+	attempts := make(chan error, 10)
+	signal := func(next worqr.Handler) worqr.Handler {
+		return worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			err := next.HandleTask(ctx, t)
+			attempts <- err
+			return err
+		})
+	}
 	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, MaxAttempts: 1, BatchHandler: worqr.HandleBatchOf(func(ctx context.Context, b *worqr.Batch, vs []string) error {
 		mu.Lock()
 		done = append(done, vs...)
 		mu.Unlock()
 		return nil
-	}, nil)})
+	}, nil)}, signal)
+	timeout := time.After(10 * time.Second)
+wait: // until the 3 are done, an attempt failed, or 10 s passed: checked below
+	for {
+		select {
+		case err := <-attempts:
+			mu.Lock()
+			n := len(done)
+			mu.Unlock()
+			if err != nil || n == 3 {
+				break wait
+			}
+		case <-timeout:
+			break wait
+		}
+	}
 	in, err := worqr.NewInspector(e.pool, &e.cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var qi *worqr.QueueInfo
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		if qi, err = in.Queue(ctx, "kb"); err != nil {
-			t.Fatal(err)
-		}
-		mu.Lock()
-		n := len(done)
-		mu.Unlock()
-		if n == 3 || qi.Dead > 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
+	qi, err := in.Queue(ctx, "kb")
+	if err != nil {
+		t.Fatal(err)
 	}
 	mu.Lock()
 	defer mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
 )
@@ -26,21 +25,4 @@ func testMain(m *testing.M) int {
 	defer srv.Stop()
 	redisURL = srv.URL
 	return m.Run()
-}
-
-// eventually polls cond every 20ms until it returns "" or the deadline
-// passes, then fails with its last message.
-func eventually(t *testing.T, d time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

@@ -30,8 +30,23 @@ type env struct {
 	client *worqr.Client
 	in     *worqr.Inspector
 	sr     *tracetest.SpanRecorder
+	ended  *endSignal
 	tp     *sdktrace.TracerProvider
 }
+
+// endSignal is a span processor that says when a span ended (after the
+// recorder registered before it kept it).
+type endSignal struct{ c chan struct{} }
+
+func (s *endSignal) OnStart(context.Context, sdktrace.ReadWriteSpan) {}
+func (s *endSignal) OnEnd(sdktrace.ReadOnlySpan) {
+	select {
+	case s.c <- struct{}{}:
+	default:
+	}
+}
+func (s *endSignal) Shutdown(context.Context) error   { return nil }
+func (s *endSignal) ForceFlush(context.Context) error { return nil }
 
 func setup(t *testing.T) *env {
 	t.Helper()
@@ -52,9 +67,10 @@ func setup(t *testing.T) *env {
 	}
 	t.Cleanup(func() { _, _ = in.DeleteNamespace(context.Background()) })
 	sr := tracetest.NewSpanRecorder()
-	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	ended := &endSignal{c: make(chan struct{}, 1)}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr), sdktrace.WithSpanProcessor(ended))
 	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
-	return &env{t: t, pool: pool, cfg: cfg, client: client, in: in, sr: sr, tp: tp}
+	return &env{t: t, pool: pool, cfg: cfg, client: client, in: in, sr: sr, ended: ended, tp: tp}
 }
 
 // worker starts a worker serving queue with h, wrapped in the tracing
@@ -83,20 +99,23 @@ func (e *env) worker(queue string, qc worqr.QueueConfig, mws ...worqr.Middleware
 // spans waits until n ended spans named name are recorded and returns them.
 func (e *env) spans(name string, n int) []sdktrace.ReadOnlySpan {
 	e.t.Helper()
-	var got []sdktrace.ReadOnlySpan
-	eventually(e.t, 10*time.Second, func() string {
-		got = got[:0]
+	timeout := time.After(10 * time.Second)
+	for {
+		var got []sdktrace.ReadOnlySpan
 		for _, s := range e.sr.Ended() {
 			if s.Name() == name {
 				got = append(got, s)
 			}
 		}
-		if len(got) < n {
-			return "ended spans named " + name + ": " + strings.Join(names(e.sr.Ended()), ", ")
+		if len(got) >= n {
+			return got
 		}
-		return ""
-	})
-	return got
+		select {
+		case <-e.ended.c: // a span ended since the last check
+		case <-timeout:
+			e.t.Fatalf("after 10s: ended spans named %s: %s", name, strings.Join(names(e.sr.Ended()), ", "))
+		}
+	}
 }
 
 func names(spans []sdktrace.ReadOnlySpan) []string {
@@ -321,16 +340,15 @@ func TestResultAndGiveBackThroughTheEnvelope(t *testing.T) {
 		t.SetResult([]byte("res:" + string(t.Payload)))
 		return nil
 	})})
-	eventually(t, 10*time.Second, func() string {
-		info, err := e.in.Task(context.Background(), "q", id)
-		if err != nil {
-			return err.Error()
-		}
-		if info.State != worqr.StateDone || string(info.Result) != "res:x" {
-			return "task " + string(info.State) + " result " + string(info.Result)
-		}
-		return ""
-	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	info, err := e.client.Wait(ctx, "q", id) // woken by the task's end event
+	if err != nil {
+		t.Fatalf("Wait: %v", err)
+	}
+	if info.State != worqr.StateDone || string(info.Result) != "res:x" {
+		t.Fatalf("task %s result %s, want done with res:x", info.State, info.Result)
+	}
 	cons := e.spans("q process", 2)
 	given := 0
 	for _, s := range cons {
