@@ -19,6 +19,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	worqrprom "github.com/worqr/worqr-go/contrib/prometheus"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -54,7 +55,7 @@ func (e *env) run(c *worqrprom.Collector, reg prometheus.Gatherer) {
 			e.t.Error("Run did not return within 5s of its context's end")
 		}
 	})
-	eventually(e.t, 10*time.Second, func() string {
+	redistest.Eventually(e.t, 10*time.Second, func() string {
 		if err := e.in.Resume(context.Background(), "probe"); err != nil {
 			return err.Error()
 		}
@@ -139,7 +140,7 @@ func TestQueueGauges(t *testing.T) {
 		{"worqr_workers_alive", nil, 1},
 		{"worqr_up", nil, 1},
 	}
-	eventually(t, 10*time.Second, func() string {
+	redistest.Eventually(t, 10*time.Second, func() string {
 		if m := mismatch(t, reg, ws); m != "" {
 			return m
 		}
@@ -312,7 +313,7 @@ func TestEventMetrics(t *testing.T) {
 		// the batch's starts: a batch's enqueue event carries no task ids
 		{"worqr_collector_tracked", []string{"map", "early_start"}, 4},
 	}
-	eventually(t, 15*time.Second, func() string { return mismatch(t, reg, ws) })
+	redistest.Eventually(t, 15*time.Second, func() string { return mismatch(t, reg, ws) })
 
 	if s, _ := find(t, reg, "messaging_process_duration_seconds", proc("ok", "done")...); s.sum < 7*0.025 {
 		t.Errorf("handler durations of ok sum to %.3fs, want at least 7 x 30ms", s.sum)
@@ -347,7 +348,7 @@ func TestRecoveryMetrics(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	e.enqueue("crash", nil)
-	eventually(t, 10*time.Second, func() string {
+	redistest.Eventually(t, 10*time.Second, func() string {
 		return mismatch(t, reg, []want{{"worqr_collector_tracked", []string{"map", "started"}, 1}})
 	})
 	if err := cmd.Process.Kill(); err != nil {
@@ -358,7 +359,7 @@ func TestRecoveryMetrics(t *testing.T) {
 	// A peer's reaper requeues it; the peer then runs it.
 	e.worker(map[string]worqr.QueueConfig{"crash": {Concurrency: 1, Handler: worqr.HandlerFunc(
 		func(context.Context, *worqr.Task) error { return nil })}})
-	eventually(t, 15*time.Second, func() string {
+	redistest.Eventually(t, 15*time.Second, func() string {
 		return mismatch(t, reg, []want{
 			{"worqr_recovered_tasks_total", []string{"queue", "crash"}, 1},
 			{"worqr_recoveries_total", []string{"queue", "crash"}, 1},

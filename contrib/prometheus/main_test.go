@@ -200,20 +200,3 @@ func hasLabels(m *dto.Metric, kv []string) bool {
 	}
 	return true
 }
-
-// eventually polls cond every 20ms until it returns "" or the deadline
-// passes, then fails with its last message.
-func eventually(t *testing.T, d time.Duration, cond func() string) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		msg := cond()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("after %s: %s", d, msg)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -24,7 +25,7 @@ func TestOneLabelNamesTheQueue(t *testing.T) {
 	e.enqueue("labelled", nil)
 	families := []string{"worqr_queue_waiting", "worqr_task_wait_seconds", "messaging_client_sent_messages_total",
 		"messaging_client_consumed_messages_total", "messaging_process_duration_seconds"}
-	eventually(t, 15*time.Second, func() string {
+	redistest.Eventually(t, 15*time.Second, func() string {
 		mfs := gather(t, reg)
 		for _, name := range families {
 			found := false

@@ -8,6 +8,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -40,7 +41,7 @@ func TestRemovedQueueIsNotExported(t *testing.T) {
 	e.enqueue("kept", nil)
 	families := []string{"worqr_queue_waiting", "worqr_task_wait_seconds", "messaging_client_sent_messages_total",
 		"messaging_client_consumed_messages_total", "messaging_process_duration_seconds"}
-	eventually(t, 15*time.Second, func() string {
+	redistest.Eventually(t, 15*time.Second, func() string {
 		for _, q := range []string{"gone", "kept"} {
 			if got := strings.Join(seriesOf(t, reg, q), " "); len(seriesOf(t, reg, q)) < len(families) {
 				return q + " has only the series " + got
