@@ -12,6 +12,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -73,7 +74,7 @@ const orphanFor = 1200 * time.Millisecond
 // harness's client and records the result in the ledger.
 func (c *cluster) canceller(lo, hi time.Duration) func(context.Context) {
 	return func(ctx context.Context) {
-		for sleepCtx(ctx, between(lo, hi)) {
+		for redistest.Pause(ctx, between(lo, hi)) == nil {
 			id, ok := c.cancelTarget()
 			if !ok {
 				continue

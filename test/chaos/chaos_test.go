@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // aofAlways makes every acknowledged write durable before the reply.
@@ -86,7 +88,7 @@ func TestChaosRedisRestart(t *testing.T) {
 	c.startRuns(ctx, 3)
 	var f faults
 	f.run(ctx, func(ctx context.Context) {
-		for sleepCtx(ctx, between(2500*time.Millisecond, 4*time.Second)) {
+		for redistest.Pause(ctx, between(2500*time.Millisecond, 4*time.Second)) == nil {
 			if err := c.restartRedis(); err != nil {
 				t.Errorf("restarting redis-server: %v", err)
 				return
@@ -202,16 +204,15 @@ func (c *cluster) outage(kind string, length time.Duration, apply func()) outage
 		}
 		o.maxCPU = max(o.maxCPU, float64(after-before[p.n])/clockTicks/secs)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		if at, ok := c.led.firstTookAfter(end); ok {
-			o.resume, o.resumed = at.Sub(end), true
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	rctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+	c.led.await(rctx, func() bool {
+		at, ok := c.led.firstTookAfter(end)
+		o.resume, o.resumed = at.Sub(end), ok
+		return ok
+	})
+	cancel()
 	// Backoffs are capped at 5 s: by then every worker is back.
-	time.Sleep(time.Until(end.Add(7 * time.Second)))
+	_ = redistest.Pause(c.ctx, time.Until(end.Add(7*time.Second)))
 	c.enqPaused.Store(true)
 	defer c.enqPaused.Store(false)
 	c.waitIdle(20 * time.Second)
@@ -221,7 +222,7 @@ func (c *cluster) outage(kind string, length time.Duration, apply func()) outage
 		} else {
 			o.probeFails++
 		}
-		time.Sleep(300 * time.Millisecond)
+		_ = redistest.Pause(c.ctx, 300*time.Millisecond)
 	}
 	// One more cut, of the pub/sub connections only (so that no keepalive
 	// is lost and no re-registration pokes the fetch loops): the
@@ -229,7 +230,7 @@ func (c *cluster) outage(kind string, length time.Duration, apply func()) outage
 	if c.proxy != nil {
 		c.proxy.CutSubscribers()
 		c.fault("cut_subscribers")
-		time.Sleep(300 * time.Millisecond)
+		_ = redistest.Pause(c.ctx, 300*time.Millisecond)
 		o.cutProbe, o.cutProbeOK = c.probe(10 * time.Second)
 	}
 	return o
@@ -245,34 +246,36 @@ func (c *cluster) probe(d time.Duration) (time.Duration, bool) {
 		return 0, false
 	}
 	sent := time.Now()
-	for time.Since(sent) < d {
-		if at, ok := c.led.tookAt(id); ok {
-			return at.Sub(sent), true
-		}
-		time.Sleep(10 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(c.ctx, d)
+	defer cancel()
+	var at time.Time
+	if c.led.await(wctx, func() bool { var ok bool; at, ok = c.led.tookAt(id); return ok }) {
+		return at.Sub(sent), true
 	}
 	return d, false
 }
 
-// waitIdle waits until the queue has nothing waiting or scheduled.
+// waitIdle waits, for up to d, until the queue has nothing waiting or
+// scheduled (Redis's lists: no worker line says so), then half a second
+// more for the tasks just taken.
 func (c *cluster) waitIdle(d time.Duration) {
-	deadline := time.Now().Add(d)
+	wctx, cancel := context.WithTimeout(c.ctx, d)
+	defer cancel()
 	base := c.ns + ":{" + c.opts.queue + "}:"
-	for time.Now().Before(deadline) {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	idle := func() bool {
+		ctx, cancel := context.WithTimeout(wctx, 2*time.Second)
+		defer cancel()
 		conn, err := c.pool.GetContext(ctx)
-		if err == nil {
-			n, err1 := redis.Int(redis.DoContext(conn, ctx, "LLEN", base+"q:"+c.opts.queue))
-			m, err2 := redis.Int(redis.DoContext(conn, ctx, "ZCARD", base+"s:"+c.opts.queue))
-			conn.Close()
-			if err1 == nil && err2 == nil && n == 0 && m == 0 {
-				cancel()
-				time.Sleep(500 * time.Millisecond)
-				return
-			}
+		if err != nil {
+			return false
 		}
-		cancel()
-		time.Sleep(100 * time.Millisecond)
+		defer conn.Close()
+		n, err1 := redis.Int(redis.DoContext(conn, ctx, "LLEN", base+"q:"+c.opts.queue))
+		m, err2 := redis.Int(redis.DoContext(conn, ctx, "ZCARD", base+"s:"+c.opts.queue))
+		return err1 == nil && err2 == nil && n == 0 && m == 0
+	}
+	if redistest.Poll(wctx, idle) == nil {
+		_ = redistest.Pause(c.ctx, 500*time.Millisecond)
 	}
 }
 
@@ -308,9 +311,9 @@ func testOutage(t *testing.T, name, kind string, apply func(c *cluster)) {
 	started := time.Now()
 	c.enqueue(ctx, c.opts.queue, 1<<30, 40)
 	c.startRuns(ctx, 2)
-	time.Sleep(2 * time.Second)
+	_ = redistest.Pause(c.ctx, 2*time.Second) // work under way when the outage begins
 	o := c.outage(kind, 10*time.Second, func() { apply(c) })
-	time.Sleep(time.Second)
+	_ = redistest.Pause(c.ctx, time.Second)
 	cancel()
 	r := c.finish(started, time.Minute)
 	r.extra = append(r.extra, o.String())
@@ -376,7 +379,7 @@ func TestChaosMixed(t *testing.T) {
 	f.run(ctx, c.redisFaults(redisEvery[0], redisEvery[1], outage))
 	if long {
 		f.run(ctx, func(ctx context.Context) {
-			for sleepCtx(ctx, 30*time.Second) {
+			for redistest.Pause(ctx, 30*time.Second) == nil {
 				acked, ended := c.led.counts()
 				t.Logf("mixed: %s: %d enqueued, %d ended, %d workers live, faults %v",
 					time.Since(started).Round(time.Second), acked, ended, len(c.live(true)), c.faultCounts())
@@ -422,11 +425,17 @@ func TestChaosBlip(t *testing.T) {
 				t.Fatalf("starting flow runs: %v", err)
 			}
 		}
-		time.Sleep(3 * time.Second) // done; the pools hold idle connections
+		// The burst done (every task and run has its end line), the pools
+		// hold idle connections.
+		bctx, cancel := context.WithTimeout(c.ctx, 30*time.Second)
+		c.led.await(bctx, func() bool { return len(c.led.unended()) == 0 })
+		cancel()
 		c.proxy.Cut()
 		c.fault("cut_all")
 		cuts++
-		time.Sleep(4 * time.Second) // longer than the TTL: a loss would show
+		// The next round after more than the TTL: a loss of this cut's
+		// shows in its own round (finish waits the TTL out after the last).
+		_ = redistest.Pause(c.ctx, 4*time.Second)
 	}
 	r := c.finish(started, 30*time.Second)
 	lostIDs := c.led.kindCount("keepalive_lost")

@@ -122,7 +122,11 @@ func (c *cluster) waitDrained(d, stall time.Duration) map[string]string {
 		if len(open) == 0 || time.Now().After(deadline) || time.Since(since) > stall {
 			return open
 		}
-		time.Sleep(500 * time.Millisecond)
+		// Look again in half a second: Redis is asked each time (an end
+		// with no line is in Redis only), so not at every line.
+		if redistest.Pause(c.ctx, 500*time.Millisecond) != nil {
+			return open
+		}
 	}
 }
 

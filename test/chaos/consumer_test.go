@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/consumer"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -30,7 +31,7 @@ func TestChaosConsumer(t *testing.T) {
 	chunks := uint64(6*(blocks/4) + [4]int{0, 0, 1, 3}[blocks%4]) // block i has i%4 chunks
 	c := newCluster(t, "consumer", clusterOpts{redisArgs: aofAlways, timings: shortTimings})
 	chainStart := time.Now() // one chain for every process
-	cl := &consumerLines{done: map[string]map[uint64]bool{"block": {}, "chunk": {}}}
+	cl := &consumerLines{done: map[string]map[uint64]bool{"block": {}, "chunk": {}}, changed: make(chan struct{})}
 	start := func() {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -39,10 +40,9 @@ func TestChaosConsumer(t *testing.T) {
 			if err == nil {
 				return
 			}
-			if time.Now().After(deadline) {
+			if time.Now().After(deadline) || redistest.Pause(c.ctx, 300*time.Millisecond) != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
 		}
 	}
 	for i := 0; i < 3; i++ {
@@ -86,7 +86,7 @@ func TestChaosConsumer(t *testing.T) {
 	defer cancel()
 	var f faults
 	f.run(ctx, func(ctx context.Context) {
-		for sleepCtx(ctx, between(time.Second, 2500*time.Millisecond)) {
+		for redistest.Pause(ctx, between(time.Second, 2500*time.Millisecond)) == nil {
 			if l := c.live(false); len(l) > 0 {
 				c.kill(l[rand.IntN(len(l))])
 			}
@@ -94,35 +94,31 @@ func TestChaosConsumer(t *testing.T) {
 		}
 	})
 	f.run(ctx, func(ctx context.Context) {
-		for sleepCtx(ctx, between(2*time.Second, 4*time.Second)) {
+		for redistest.Pause(ctx, between(2*time.Second, 4*time.Second)) == nil {
 			if l := c.live(false); len(l) > 1 {
 				c.freeze(l[rand.IntN(len(l))], 1500*time.Millisecond)
 			}
 		}
 	})
 	f.run(ctx, func(ctx context.Context) {
-		if sleepCtx(ctx, 5*time.Second) {
+		if redistest.Pause(ctx, 5*time.Second) == nil {
 			if err := c.restartRedis(); err != nil {
 				t.Errorf("restarting redis-server: %v", err)
 			}
 		}
 	})
-	for ctx.Err() == nil {
+	// The progress is sampled on wall time while the faults run: the
+	// processes report it in Redis only.
+	for redistest.Pause(ctx, 50*time.Millisecond) == nil {
 		_, _ = checkProgress()
-		time.Sleep(50 * time.Millisecond)
 	}
 	f.wait()
 	endAfterFaults := last["chunk"] < chunks
-	deadline := time.Now().Add(time.Minute)
-	for {
-		end, err := checkProgress()
-		if end {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the consumers did not finish: processed %v, want block %d chunk %d (last error %v)", last, blocks, chunks, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	ectx, ecancel := context.WithTimeout(c.ctx, time.Minute)
+	defer ecancel()
+	var err error
+	if redistest.Poll(ectx, func() bool { var end bool; end, err = checkProgress(); return end }) != nil {
+		t.Fatalf("the consumers did not finish: processed %v, want block %d chunk %d (last error %v)", last, blocks, chunks, err)
 	}
 	// Takings of processes killed after their job's record and before its
 	// end are requeued by a live process's reaper, and end at once.
@@ -130,18 +126,16 @@ func TestChaosConsumer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	sctx, scancel := context.WithTimeout(c.ctx, 30*time.Second)
 	defer scancel()
 	for _, name := range []string{"chaos.blocks", "chaos.chunks"} {
-		for {
-			st, err := in.Queue(sctx, consumer.QueueName(name))
-			if err == nil && st.Waiting+st.Scheduled+st.Active+st.Dead == 0 {
-				break
-			}
-			if sctx.Err() != nil {
-				t.Fatalf("%s: left in its queue: %+v (%v)", name, st, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+		var st *worqr.QueueInfo
+		var err error
+		if redistest.Poll(sctx, func() bool {
+			st, err = in.Queue(sctx, consumer.QueueName(name))
+			return err == nil && st.Waiting+st.Scheduled+st.Active+st.Dead == 0
+		}) != nil {
+			t.Fatalf("%s: left in its queue: %+v (%v)", name, st, err)
 		}
 	}
 	for _, p := range c.stopAll(15 * time.Second) {
@@ -177,9 +171,10 @@ func (noSource) AtIndex(context.Context, uint64) (uint64, error) { return 0, con
 
 // consumerLines collects the done lines of every consumer process.
 type consumerLines struct {
-	mu    sync.Mutex
-	done  map[string]map[uint64]bool // "block"/"chunk" -> indexes reported done
-	lines map[string]int
+	mu      sync.Mutex
+	done    map[string]map[uint64]bool // "block"/"chunk" -> indexes reported done
+	lines   map[string]int
+	changed chan struct{} // closed (and replaced) at each done line
 }
 
 func (cl *consumerLines) add(line string) {
@@ -198,6 +193,8 @@ func (cl *consumerLines) add(line string) {
 	}
 	cl.done[f[0]][i] = true
 	cl.lines[f[0]]++
+	close(cl.changed)
+	cl.changed = make(chan struct{})
 }
 
 // waitDone reports whether every index below p has a done line. A process
@@ -205,21 +202,23 @@ func (cl *consumerLines) add(line string) {
 // is in a pipe by the time the index is read; the readers may not have
 // parsed it yet: it gets 3s to arrive. It returns the first missing index.
 func (cl *consumerLines) waitDone(kind string, p uint64) (uint64, bool) {
-	deadline := time.Now().Add(3 * time.Second)
+	deadline := time.After(3 * time.Second)
 	for {
 		cl.mu.Lock()
 		i := uint64(0)
 		for i < p && cl.done[kind][i] {
 			i++
 		}
+		changed := cl.changed
 		cl.mu.Unlock()
 		if i == p {
 			return 0, true
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-changed: // a done line came: look again
+		case <-deadline:
 			return i, false
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
 }
 

@@ -46,6 +46,8 @@ func (s processServer) stop()          { s.Stop() }
 func measureLoss(t *testing.T, srv lossServer, rounds, writers int, pace time.Duration) []lossRound {
 	t.Helper()
 	defer srv.stop()
+	ctx, cancel := context.WithCancel(context.Background()) // the pauses end with the test
+	defer cancel()
 	pool := &redis.Pool{
 		MaxIdle: writers,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
@@ -69,21 +71,16 @@ func measureLoss(t *testing.T, srv lossServer, rounds, writers int, pace time.Du
 		var (
 			mu    sync.Mutex
 			acks  []ack
-			stop  = make(chan struct{})
 			wg    sync.WaitGroup
 			ready = make(chan struct{}, writers)
 		)
+		wctx, stop := context.WithCancel(ctx)
 		for w := 0; w < writers; w++ {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				first := true
-				for {
-					select {
-					case <-stop:
-						return
-					default:
-					}
+				for wctx.Err() == nil {
 					ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 					id, err := client.Enqueue(ctx, queue, []byte("x"), nil)
 					cancel()
@@ -99,7 +96,7 @@ func measureLoss(t *testing.T, srv lossServer, rounds, writers int, pace time.Du
 						ready <- struct{}{}
 					}
 					if pace > 0 {
-						time.Sleep(pace)
+						_ = redistest.Pause(wctx, pace)
 					}
 				}
 			}()
@@ -107,10 +104,10 @@ func measureLoss(t *testing.T, srv lossServer, rounds, writers int, pace time.Du
 		for w := 0; w < writers; w++ {
 			<-ready
 		}
-		time.Sleep(between(1500*time.Millisecond, 2500*time.Millisecond))
+		_ = redistest.Pause(ctx, between(1500*time.Millisecond, 2500*time.Millisecond)) // enqueueing when the crash comes
 		killAt := time.Now()
 		srv.crash()
-		close(stop)
+		stop()
 		wg.Wait()
 		if err := srv.restart(); err != nil {
 			t.Fatalf("restarting redis-server from its AOF: %v", err)
@@ -145,7 +142,7 @@ func measureLoss(t *testing.T, srv lossServer, rounds, writers int, pace time.Du
 		}
 		r.lastAck = killAt.Sub(last)
 		out = append(out, r)
-		time.Sleep(time.Duration(rand.IntN(200)) * time.Millisecond)
+		_ = redistest.Pause(ctx, time.Duration(rand.IntN(200))*time.Millisecond)
 	}
 	return out
 }

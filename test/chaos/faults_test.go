@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // faults runs fault loops until ctx ends; wait waits for them.
@@ -32,7 +34,7 @@ func (f *faults) wait() { f.wg.Wait() }
 // killer SIGKILLs a random worker every lo..hi (run a keeper with it).
 func (c *cluster) killer(lo, hi time.Duration) func(context.Context) {
 	return func(ctx context.Context) {
-		for sleepCtx(ctx, between(lo, hi)) {
+		for redistest.Pause(ctx, between(lo, hi)) == nil {
 			live := c.live(false)
 			if len(live) == 0 {
 				continue
@@ -47,7 +49,7 @@ func (c *cluster) killer(lo, hi time.Duration) func(context.Context) {
 func (c *cluster) freezer(lo, hi time.Duration) func(context.Context) {
 	ttl := c.opts.timings.ttl
 	return func(ctx context.Context) {
-		for sleepCtx(ctx, between(lo, hi)) {
+		for redistest.Pause(ctx, between(lo, hi)) == nil {
 			live := c.live(false)
 			if len(live) < 2 {
 				continue // keep one worker thawed
@@ -66,7 +68,7 @@ func (c *cluster) keeper(n int) func(context.Context) {
 // and then refuses connections for a moment.
 func (c *cluster) network(lo, hi, maxLatency, refuse time.Duration) func(context.Context) {
 	return func(ctx context.Context) {
-		for sleepCtx(ctx, between(lo, hi)) {
+		for redistest.Pause(ctx, between(lo, hi)) == nil {
 			switch rand.IntN(4) {
 			case 0:
 				c.proxy.SetLatency(0, 0)
@@ -82,7 +84,7 @@ func (c *cluster) network(lo, hi, maxLatency, refuse time.Duration) func(context
 				from := time.Now()
 				c.proxy.Refuse(true)
 				c.proxy.Cut()
-				sleepCtx(ctx, between(refuse/2, refuse))
+				_ = redistest.Pause(ctx, between(refuse/2, refuse))
 				c.proxy.Refuse(false)
 				c.down(from)
 				c.redisMu.Unlock()
@@ -100,7 +102,7 @@ func (c *cluster) network(lo, hi, maxLatency, refuse time.Duration) func(context
 // outage, redis-server SIGSTOPped for outage.
 func (c *cluster) redisFaults(lo, hi, outage time.Duration) func(context.Context) {
 	return func(ctx context.Context) {
-		for i := 0; sleepCtx(ctx, between(lo, hi)); i++ {
+		for i := 0; redistest.Pause(ctx, between(lo, hi)) == nil; i++ {
 			switch i % 3 {
 			case 0:
 				if err := c.restartRedis(); err != nil {
@@ -161,7 +163,9 @@ func (c *cluster) restartRedis() error {
 	err := c.srv.Restart()
 	for i := 0; err != nil && strings.Contains(err.Error(), "Address already in use") && i < 50; i++ {
 		c.fault("redis_restart_port_busy")
-		time.Sleep(200 * time.Millisecond)
+		if redistest.Pause(c.ctx, 200*time.Millisecond) != nil {
+			break
+		}
 		err = c.srv.Restart()
 	}
 	return err
@@ -180,7 +184,7 @@ func (c *cluster) freezeRedis(d time.Duration) error {
 	}
 	c.fault("redis_frozen")
 	defer c.down(time.Now())
-	time.Sleep(d)
+	_ = redistest.Pause(c.ctx, d) // held for d, or until the test ends
 	return syscall.Kill(pid, syscall.SIGCONT)
 }
 
@@ -192,7 +196,7 @@ func (c *cluster) refuseRedis(d time.Duration) {
 	defer c.down(time.Now())
 	c.proxy.Refuse(true)
 	c.proxy.Cut()
-	time.Sleep(d)
+	_ = redistest.Pause(c.ctx, d) // held for d, or until the test ends
 	c.proxy.Refuse(false)
 }
 

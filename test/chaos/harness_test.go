@@ -55,7 +55,10 @@ type clusterOpts struct {
 // proxy in front of it, worker processes, the harness's own client (direct
 // to Redis) and the ledger.
 type cluster struct {
-	t      *testing.T
+	t *testing.T
+	// ctx ends when the test does: the faults' holds (a freeze, an outage)
+	// and the harness's pauses end with it.
+	ctx    context.Context
 	name   string
 	opts   clusterOpts
 	srv    *redistest.Server
@@ -132,8 +135,9 @@ func newCluster(t *testing.T, name string, o clusterOpts) *cluster {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithCancel(context.Background())
 	c := &cluster{
-		t: t, name: name, opts: o, srv: srv, ns: "chaos",
+		t: t, ctx: ctx, name: name, opts: o, srv: srv, ns: "chaos",
 		led: newLedger(), logDir: logDir,
 		procs: map[int]*proc{}, faults: map[string]int{},
 	}
@@ -173,6 +177,7 @@ func newCluster(t *testing.T, name string, o clusterOpts) *cluster {
 			os.RemoveAll(logDir)
 		}
 	})
+	t.Cleanup(cancel) // first: what still pauses or holds a fault stops at once
 	return c
 }
 
@@ -334,7 +339,7 @@ func (c *cluster) startWorkers(n int) {
 	}
 }
 
-// ensureWorker starts a worker, retrying for up to d.
+// ensureWorker starts a worker, retrying every 500 ms for up to d.
 func (c *cluster) ensureWorker(d time.Duration) error {
 	deadline := time.Now().Add(d)
 	for {
@@ -342,10 +347,9 @@ func (c *cluster) ensureWorker(d time.Duration) error {
 		if err == nil {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || redistest.Pause(c.ctx, 500*time.Millisecond) != nil {
 			return err
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
 }
 
@@ -389,9 +393,9 @@ func (c *cluster) freeze(p *proc, d time.Duration) {
 	}
 	c.fault("freeze")
 	// Lines written before the stop may still be in the pipe.
-	time.Sleep(100 * time.Millisecond)
+	_ = redistest.Pause(c.ctx, 100*time.Millisecond)
 	c.led.watchHeld(p.n, "freeze", at)
-	time.Sleep(d - 100*time.Millisecond)
+	_ = redistest.Pause(c.ctx, d-100*time.Millisecond)
 	_ = syscall.Kill(p.pid, syscall.SIGCONT)
 	p.frozen.Store(false)
 }
@@ -475,11 +479,11 @@ func (c *cluster) keepWorkers(ctx context.Context, n int) {
 	for ctx.Err() == nil {
 		if len(c.live(true)) < n {
 			if _, err := c.startWorker(); err != nil {
-				sleepCtx(ctx, 500*time.Millisecond) // Redis is away: a new worker exits at once
+				_ = redistest.Pause(ctx, 500*time.Millisecond) // Redis is away: a new worker exits at once
 			}
 			continue
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		_ = redistest.Pause(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -490,17 +494,6 @@ func over(ctx context.Context) bool {
 		return true
 	}
 	return ctx.Err() != nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 func between(lo, hi time.Duration) time.Duration {
@@ -549,7 +542,7 @@ func (c *cluster) enqueue(ctx context.Context, queue string, total int, rate flo
 					if !over(ctx) {
 						c.enqError(err)
 					}
-					sleepCtx(ctx, 100*time.Millisecond)
+					_ = redistest.Pause(ctx, 100*time.Millisecond)
 					break
 				}
 				c.led.acked(queue, ids, time.Now())
@@ -629,7 +622,7 @@ func (c *cluster) startRuns(ctx context.Context, rate float64) {
 		defer c.enqWG.Done()
 		start := time.Now()
 		done := 0
-		for sleepCtx(ctx, 500*time.Millisecond) {
+		for redistest.Pause(ctx, 500*time.Millisecond) == nil {
 			if c.enqPaused.Load() {
 				start = start.Add(500 * time.Millisecond)
 				continue
@@ -672,7 +665,7 @@ func (c *cluster) enqueueOne(ctx context.Context, queue string) (string, error) 
 			return id, nil
 		}
 		c.enqError(err)
-		if !sleepCtx(ctx, 100*time.Millisecond) {
+		if redistest.Pause(ctx, 100*time.Millisecond) != nil {
 			return "", err
 		}
 	}

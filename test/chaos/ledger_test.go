@@ -1,6 +1,7 @@
 package chaos_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -34,6 +35,10 @@ type ledger struct {
 
 	// killedAt is when the harness SIGKILLed each worker process it killed.
 	killedAt map[int]time.Time
+
+	// changed is closed (and replaced) at each line and acknowledgement
+	// recorded: what await waits on.
+	changed chan struct{}
 }
 
 type taskRec struct {
@@ -107,6 +112,32 @@ func newLedger() *ledger {
 		kinds:        map[string]int{},
 		stageAccepts: map[string][]endRec{},
 		killedAt:     map[int]time.Time{},
+		changed:      make(chan struct{}),
+	}
+}
+
+// notify wakes the awaits. Called with l.mu held.
+func (l *ledger) notify() {
+	close(l.changed)
+	l.changed = make(chan struct{})
+}
+
+// await checks cond at once and after each line or acknowledgement the
+// ledger records, until cond holds (true) or ctx ends (false). cond may
+// call the ledger's methods.
+func (l *ledger) await(ctx context.Context, cond func() bool) bool {
+	for {
+		l.mu.Lock()
+		changed := l.changed // before cond: a record in between closes it
+		l.mu.Unlock()
+		if cond() {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-changed:
+		}
 	}
 }
 
@@ -132,6 +163,7 @@ func (l *ledger) proc(n int) *procRec {
 func (l *ledger) acked(queue string, ids []string, at time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer l.notify()
 	for _, id := range ids {
 		t := l.task(id)
 		t.queue, t.acked, t.ackAt = queue, true, at
@@ -184,6 +216,7 @@ func (l *ledger) line(n int, text string, at time.Time) {
 	f := strings.Fields(text)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	defer l.notify()
 	l.lines++
 	bad := func() {
 		if len(l.badLines) < 20 {

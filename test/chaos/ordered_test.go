@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -77,10 +78,9 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 			if err == nil {
 				return
 			}
-			if time.Now().After(deadline) {
+			if time.Now().After(deadline) || redistest.Pause(c.ctx, 300*time.Millisecond) != nil {
 				t.Fatal(err)
 			}
-			time.Sleep(300 * time.Millisecond)
 		}
 	}
 	for i := 0; i < procs; i++ {
@@ -100,7 +100,7 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 	defer cancel()
 	var f faults
 	f.run(fctx, func(ctx context.Context) {
-		for sleepCtx(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) {
+		for redistest.Pause(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) == nil {
 			if l := c.live(false); len(l) > 0 {
 				p := l[rand.IntN(len(l))]
 				c.kill(p) // returns once p is gone: a run cut by it ends before now
@@ -112,18 +112,16 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 		}
 	})
 	f.run(fctx, func(ctx context.Context) {
-		for sleepCtx(ctx, between(time.Second, 2500*time.Millisecond)) {
+		for redistest.Pause(ctx, between(time.Second, 2500*time.Millisecond)) == nil {
 			if l := c.live(false); len(l) > 1 {
 				c.freeze(l[rand.IntN(len(l))], 1500*time.Millisecond)
 			}
 		}
 	})
-	deadline := time.Now().Add(40 * time.Second)
-	for !drained() {
-		if time.Now().After(deadline) {
-			t.Fatalf("the ordered queue did not drain within 40s")
-		}
-		time.Sleep(100 * time.Millisecond)
+	dctx, dcancel := context.WithTimeout(c.ctx, 40*time.Second)
+	defer dcancel()
+	if redistest.Poll(dctx, drained) != nil { // the children log to files: Redis says when it is over
+		t.Fatalf("the ordered queue did not drain within 40s")
 	}
 	cancel()
 	faultsBeforeDrain := c.faultCounts()

@@ -2,6 +2,7 @@ package chaos_test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
@@ -10,6 +11,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // proxy is a small toxiproxy-style TCP proxy in front of Redis. Every client
@@ -21,6 +24,8 @@ import (
 type proxy struct {
 	target string
 	ln     net.Listener
+	ctx    context.Context // ends at Close: a link's delays end with it
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	links  map[*link]struct{}
@@ -41,6 +46,8 @@ type proxy struct {
 
 type link struct {
 	client, server net.Conn
+	ctx            context.Context // ends when the link is closed
+	cancel         context.CancelFunc
 	once           sync.Once
 	subscriber     atomic.Bool // the client sent SUBSCRIBE: a pub/sub connection
 	dropNext       atomic.Bool // drop the server's next chunk and reset the link
@@ -50,6 +57,7 @@ type link struct {
 // failure.
 func (l *link) close() {
 	l.once.Do(func() {
+		l.cancel()
 		for _, c := range []net.Conn{l.client, l.server} {
 			if tc, ok := c.(*net.TCPConn); ok {
 				_ = tc.SetLinger(0)
@@ -65,7 +73,8 @@ func startProxy(target string) (*proxy, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{target: target, ln: ln, links: map[*link]struct{}{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &proxy{target: target, ln: ln, ctx: ctx, cancel: cancel, links: map[*link]struct{}{}}
 	p.wg.Add(1)
 	go p.accept()
 	return p, nil
@@ -139,6 +148,7 @@ func (p *proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	p.mu.Unlock()
+	p.cancel()
 	_ = p.ln.Close()
 	p.Cut()
 	p.wg.Wait()
@@ -149,10 +159,9 @@ func (p *proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
-			if errors.Is(err, net.ErrClosed) {
+			if errors.Is(err, net.ErrClosed) || redistest.Pause(p.ctx, 10*time.Millisecond) != nil {
 				return
 			}
-			time.Sleep(10 * time.Millisecond)
 			continue
 		}
 		if p.refusing.Load() {
@@ -179,7 +188,8 @@ func (p *proxy) serve(c net.Conn) {
 		_ = c.Close()
 		return
 	}
-	l := &link{client: c, server: s}
+	lctx, cancel := context.WithCancel(p.ctx)
+	l := &link{client: c, server: s, ctx: lctx, cancel: cancel}
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
@@ -213,8 +223,8 @@ func (p *proxy) pipe(l *link, dst, src net.Conn, fromClient bool) {
 				p.dropped.Add(1)
 				return // the deferred close resets both ends: the reply is gone
 			}
-			if d := p.delay(); d > 0 {
-				time.Sleep(d)
+			if d := p.delay(); d > 0 && redistest.Pause(l.ctx, d) != nil {
+				return // cut while the chunk was delayed: it is gone, as on a failed network
 			}
 			// Decide before forwarding: once the request is written, its
 			// reply may come back before a later decision is seen.

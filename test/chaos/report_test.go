@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // result is what one scenario measured.
@@ -66,9 +68,10 @@ func (c *cluster) finish(started time.Time, drain time.Duration) *result {
 	// Stuck tasks stay stuck: stop waiting once nothing ended for a while
 	// (longer than any recovery: TTL + reaper interval + the 5s backoff cap).
 	open := c.waitDrained(drain, 2*(c.opts.timings.ttl+c.opts.timings.reaper)+10*time.Second)
-	// Let the reapers forget the killed workers (holder indexes, registry).
+	// Let the reapers forget the killed workers (holder indexes, registry):
+	// a dead worker is forgotten within TTL + one reaper interval.
 	tm := c.opts.timings
-	time.Sleep(tm.ttl + 2*tm.reaper + 500*time.Millisecond)
+	_ = redistest.Pause(c.ctx, tm.ttl+2*tm.reaper+500*time.Millisecond)
 
 	r := &result{
 		name: c.name, ran: ran, timings: tm,
