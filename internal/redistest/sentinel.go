@@ -338,6 +338,38 @@ func StartAuthSentinel(primary *Server, password string) (*Server, error) {
 	return s, nil
 }
 
+// StartSentinelConf starts one redis-sentinel whose configuration is lines,
+// after its port, bind and dir lines; lines must hold a "sentinel monitor"
+// line: it returns once the sentinel logged that it monitors its master.
+// It is stopped with Stop.
+func StartSentinelConf(lines ...string) (*Server, error) {
+	if _, err := exec.LookPath("redis-sentinel"); err != nil {
+		return nil, errors.New("redis-sentinel not found: install it (Debian/Ubuntu: sudo apt-get install -y redis-sentinel)")
+	}
+	dir, err := os.MkdirTemp("", "worqr-sentinel-")
+	if err != nil {
+		return nil, err
+	}
+	sp, err := freePort()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	conf := filepath.Join(dir, "sentinel.conf")
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nprotected-mode no\n%s\n", sp, dir, strings.Join(lines, "\n"))
+	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	s := &Server{Dir: dir, Addr: "127.0.0.1:" + strconv.Itoa(sp), bin: "redis-sentinel", args: []string{conf}, ready: "+monitor master"}
+	s.URL = "redis://" + s.Addr
+	if err := s.launch(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("redis-sentinel: %w", err)
+	}
+	return s, nil
+}
+
 // WaitReplica waits until node n is a replica of the primary known as
 // primary, in sync with it (master_link_status:up), and every sentinel
 // names primary and lists n as its replica with no s_down or disconnected
