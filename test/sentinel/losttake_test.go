@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -20,9 +22,18 @@ type aRun struct {
 
 // runLog records the runs of the task.
 type runLog struct {
-	mu   sync.Mutex
-	runs []*aRun
-	lost []worqr.Event // EventLost of the task
+	mu      sync.Mutex
+	runs    []*aRun
+	lost    []worqr.Event // EventLost of the task
+	changed chan struct{} // closed (and replaced) when a run starts or ends
+}
+
+func newRunLog() *runLog { return &runLog{changed: make(chan struct{})} }
+
+// changedLocked wakes the waits. Called with l.mu held.
+func (l *runLog) changedLocked() {
+	close(l.changed)
+	l.changed = make(chan struct{})
 }
 
 func (l *runLog) handler(worker string) worqr.Handler {
@@ -30,6 +41,7 @@ func (l *runLog) handler(worker string) worqr.Handler {
 		r := &aRun{worker: worker, start: time.Now()}
 		l.mu.Lock()
 		l.runs = append(l.runs, r)
+		l.changedLocked()
 		l.mu.Unlock()
 		select {
 		case <-ctx.Done():
@@ -37,9 +49,49 @@ func (l *runLog) handler(worker string) worqr.Handler {
 		}
 		l.mu.Lock()
 		r.end, r.cause = time.Now(), context.Cause(ctx)
+		l.changedLocked()
 		l.mu.Unlock()
 		return ctx.Err()
 	})
+}
+
+// wait waits until cond holds for the runs, looking again when a run
+// starts or ends, and fails the test after d.
+func (l *runLog) wait(t *testing.T, what string, d time.Duration, cond func(runs []aRun) bool) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		l.mu.Lock()
+		changed := l.changed
+		l.mu.Unlock()
+		if cond(l.snapshot()) {
+			return
+		}
+		select {
+		case <-changed:
+		case <-timeout:
+			t.Fatalf("timed out after %s waiting for %s", d, what)
+		}
+	}
+}
+
+// replicated returns once every write the primary at addr applied so far
+// is on a replica: WAIT, on a connection of its own, for a write made
+// after them (the replication stream keeps their order).
+func replicated(ctx context.Context, addr string) error {
+	c, err := redis.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if _, err := redis.DoContext(c, ctx, "SET", "sentinel-test:replicated", "1"); err != nil {
+		return err
+	}
+	n, err := redis.Int(redis.DoContext(c, ctx, "WAIT", 1, 10000))
+	if err == nil && n < 1 {
+		err = errors.New("no replica acknowledged the writes within 10 s")
+	}
+	return err
 }
 
 func (l *runLog) snapshot() []aRun {
@@ -68,7 +120,7 @@ func TestLostTakeCancelledAfterFailover(t *testing.T) {
 	// A keepalive that outlives the failover on the replica: the loss of
 	// the keepalive (which cancels every handler) is not what is tested.
 	cfg := worqr.Config{Namespace: "lostake"}
-	l := &runLog{}
+	l := newRunLog()
 	for _, name := range []string{"A", "B"} {
 		w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
 			HeartbeatTTL: 20 * time.Second, HeartbeatInterval: time.Second,
@@ -104,16 +156,20 @@ func TestLostTakeCancelledAfterFailover(t *testing.T) {
 	if _, err := client.Enqueue(ctx, "x", []byte("x"), &worqr.EnqueueOpts{ID: "x1", Delay: 2 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	// Let a beat of each worker reach the replica, then cut it off.
-	time.Sleep(1200 * time.Millisecond)
+	// Let the workers' registrations (their keepalives) reach the
+	// replica, then cut it off: WAIT on a write after them returns once
+	// the replica acknowledged the stream up to it.
 	old, replica := st.Nodes[0], st.Nodes[1]
+	if err := replicated(ctx, old.Addr); err != nil {
+		t.Fatal(err)
+	}
 	if err := replica.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	if err := cutReplicas(ctx, old.Addr); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the task to be taken on the cut-off primary", 10*time.Second, func() bool { return len(l.snapshot()) == 1 })
+	l.wait(t, "the task to be taken on the cut-off primary", 10*time.Second, func(runs []aRun) bool { return len(runs) == 1 })
 	first := l.snapshot()[0]
 	old.Kill()
 	if err := replica.Signal(syscall.SIGCONT); err != nil {
@@ -125,15 +181,15 @@ func TestLostTakeCancelledAfterFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	eventually(t, "the pool to follow the failover to "+next, 20*time.Second, func() bool { return pool.Primary() == next })
+	waitPrimary(t, pool, next, 20*time.Second)
 	switched := time.Now()
 
-	eventually(t, "the first run to end", 15*time.Second, func() bool { return !l.snapshot()[0].end.IsZero() })
+	l.wait(t, "the first run to end", 15*time.Second, func(runs []aRun) bool { return !runs[0].end.IsZero() })
 	first = l.snapshot()[0]
 	if !errors.Is(first.cause, worqr.ErrLostInFailover) || !errors.Is(first.cause, worqr.ErrTaskLost) {
 		t.Fatalf("first run (worker %s) ended with cause %v, want ErrLostInFailover", first.worker, first.cause)
 	}
-	eventually(t, "the task to run again from the new primary", 15*time.Second, func() bool { return len(l.snapshot()) >= 2 })
+	l.wait(t, "the task to run again from the new primary", 15*time.Second, func(runs []aRun) bool { return len(runs) >= 2 })
 	runs := l.snapshot()
 	second := runs[1]
 	if len(runs) > 2 {

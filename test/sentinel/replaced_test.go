@@ -41,7 +41,7 @@ func TestReplacedSentinelsAreLearned(t *testing.T) {
 	host, port, _ := net.SplitHostPort(old)
 	var fresh []string
 	for i := 0; i < 3; i++ {
-		a, _ := startExtraSentinel(t,
+		a := startExtraSentinel(t,
 			fmt.Sprintf("sentinel monitor %s %s %s 2", redistest.SentinelMaster, host, port),
 			fmt.Sprintf("sentinel down-after-milliseconds %s 1000", redistest.SentinelMaster),
 			fmt.Sprintf("sentinel failover-timeout %s 5000", redistest.SentinelMaster))
@@ -49,25 +49,25 @@ func TestReplacedSentinelsAreLearned(t *testing.T) {
 	}
 	// The new sentinels meet the old ones, then the old ones go and the new
 	// ones forget them.
+	// What a sentinel knows, it says when asked.
 	waitOthers := func(want int) {
-		deadline := time.Now().Add(30 * time.Second)
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
 		for _, a := range fresh {
-			for {
+			n := -1
+			if redistest.Poll(wctx, func() bool {
 				c, err := redis.Dial("tcp", a)
-				n, r := -1, 0
+				r := 0
+				n = -1
 				if err == nil {
 					m, _ := redis.StringMap(c.Do("SENTINEL", "MASTER", redistest.SentinelMaster))
 					c.Close()
 					n, _ = strconv.Atoi(m["num-other-sentinels"])
 					r, _ = strconv.Atoi(m["num-slaves"])
 				}
-				if n == want && r >= 1 {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatalf("sentinel %s knows %d other sentinels, want %d", a, n, want)
-				}
-				time.Sleep(100 * time.Millisecond)
+				return n == want && r >= 1
+			}) != nil {
+				t.Fatalf("sentinel %s knows %d other sentinels, want %d", a, n, want)
 			}
 		}
 	}
@@ -94,13 +94,7 @@ func TestReplacedSentinelsAreLearned(t *testing.T) {
 	}
 	waitOthers(2)
 	second := failoverVia(ctx, t, fresh[0], old)
-	deadline := time.Now().Add(20 * time.Second)
-	for pool.Primary() != second {
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after the failover to %s the pool still uses %s: it asks only the sentinels it was given, all gone", second, pool.Primary())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitPrimary(t, pool, second, 20*time.Second) // it fails when the pool asks only the sentinels it was given, all gone
 }
 
 // logHook is a slog.Handler that hands each record to f.

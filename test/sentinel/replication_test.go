@@ -13,6 +13,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -191,13 +192,13 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 						l.mu.Unlock()
 						break
 					}
-					time.Sleep(20 * time.Millisecond)
+					_ = redistest.Pause(ctx, 20*time.Millisecond) // then again
 				}
-				time.Sleep(3 * time.Millisecond)
+				_ = redistest.Pause(ctx, 3*time.Millisecond) // the producers' pace
 			}
 		}()
 	}
-	time.Sleep(time.Second)
+	_ = redistest.Pause(ctx, time.Second) // a backlog builds before the fault
 	old := st.Nodes[0]
 	if cut {
 		// The replica freezes and its link drops: the writes the
@@ -209,7 +210,7 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 			t.Fatal(err)
 		}
 		a0 := l.counts()
-		time.Sleep(300 * time.Millisecond)
+		_ = redistest.Pause(ctx, 300*time.Millisecond) // the cut lasts
 		a1 := l.counts()
 		t.Logf("during the cut: %d enqueues and %d finishes acknowledged", a1.enqueued-a0.enqueued, a1.finished-a0.finished)
 	}
@@ -223,8 +224,8 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pool to follow the failover to "+next, 20*time.Second, func() bool { return pool.Primary() == next })
-	time.Sleep(300 * time.Millisecond)
+	waitPrimary(t, pool, next, 20*time.Second)
+	_ = redistest.Pause(ctx, 300*time.Millisecond) // enqueues on the new primary too
 	stop.Store(true)
 	wg.Wait()
 
@@ -234,7 +235,7 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 	}
 	// One look at the queue is not enough: it may look drained while a
 	// task is given back, and run after (see drain).
-	eventually(t, "the queue to look drained", 60*time.Second, func() bool { return looksDrained(ctx, in) })
+	redistest.WaitFor(t, 60*time.Second, "the queue to look drained", func() bool { return looksDrained(ctx, in) })
 	first := l.counts()
 	drain(ctx, t, in, l)
 	c := l.counts()
@@ -303,24 +304,23 @@ func looksDrained(ctx context.Context, in *worqr.Inspector) bool {
 // of 397 as never run (issue 36): they ran after it looked.
 func drain(ctx context.Context, t *testing.T, in *worqr.Inspector, l *lossLedger) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	dctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
 	var since time.Time
-	for {
+	if redistest.Poll(dctx, func() bool {
 		if len(l.lostIDs()) == 0 {
-			return
+			return true
 		}
 		switch {
-		case !looksDrained(ctx, in):
+		case !looksDrained(dctx, in):
 			since = time.Time{}
 		case since.IsZero():
 			since = time.Now()
 		case time.Since(since) > 3*time.Second:
-			return
+			return true
 		}
-		if time.Now().After(deadline) {
-			t.Errorf("queue l did not stay drained within a minute")
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+		return false
+	}) != nil {
+		t.Errorf("queue l did not stay drained within a minute")
 	}
 }

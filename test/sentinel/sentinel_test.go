@@ -21,13 +21,39 @@ import (
 type recorder struct {
 	mu   sync.Mutex
 	runs map[string]int
+	ran  chan struct{} // closed (and replaced) at each run
 }
+
+func newRecorder() *recorder { return &recorder{runs: map[string]int{}, ran: make(chan struct{})} }
 
 func (r *recorder) handle(_ context.Context, t *worqr.Task) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.runs[t.ID]++
+	close(r.ran)
+	r.ran = make(chan struct{})
 	return nil
+}
+
+// waitRun waits until every task of ids ran, looking again after each
+// run, and fails the test after d.
+func (r *recorder) waitRun(t *testing.T, what string, ids []string, d time.Duration) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		r.mu.Lock()
+		ran := r.ran // before missing: a run in between closes it
+		r.mu.Unlock()
+		missing := r.missing(ids)
+		if len(missing) == 0 {
+			return
+		}
+		select {
+		case <-ran:
+		case <-timeout:
+			t.Fatalf("timed out after %s waiting for %s to run: %d never ran (%v)", d, what, len(missing), missing[:min(len(missing), 5)])
+		}
+	}
 }
 
 func (r *recorder) missing(ids []string) []string {
@@ -42,14 +68,21 @@ func (r *recorder) missing(ids []string) []string {
 	return out
 }
 
-func eventually(t *testing.T, what string, d time.Duration, cond func() bool) {
+// waitPrimary waits until pool uses addr, looking again at each of its
+// switches, and fails the test after d.
+func waitPrimary(t *testing.T, pool *redisconn.Sentinel, addr string, d time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
+	timeout := time.After(d)
+	for {
+		switched := pool.Switched() // before Primary: a switch in between closes it
+		if pool.Primary() == addr {
+			return
 		}
-		time.Sleep(20 * time.Millisecond)
+		select {
+		case <-switched:
+		case <-timeout:
+			t.Fatalf("%s after the failover to %s the pool still uses %s", d, addr, pool.Primary())
+		}
 	}
 }
 
@@ -65,7 +98,7 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rec := &recorder{runs: map[string]int{}}
+	rec := newRecorder()
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
 		Queues: map[string]worqr.QueueConfig{"s": {Concurrency: 4, Handler: worqr.HandlerFunc(rec.handle)}}})
 	if err != nil {
@@ -93,20 +126,19 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 				if err == nil {
 					break
 				}
-				if time.Now().After(deadline) {
+				if time.Now().After(deadline) || redistest.Pause(ctx, 50*time.Millisecond) != nil {
 					t.Errorf("enqueue %s: still failing after 30 s: %v", id, err)
 					return ids
 				}
-				time.Sleep(50 * time.Millisecond)
 			}
 			ids = append(ids, id)
-			time.Sleep(pause)
+			_ = redistest.Pause(ctx, pause) // the stream's pace
 		}
 		return ids
 	}
 	allRun := func(what string, ids []string) {
 		t.Helper()
-		eventually(t, what+" to run", 30*time.Second, func() bool { return len(rec.missing(ids)) == 0 })
+		rec.waitRun(t, what, ids, 30*time.Second)
 	}
 
 	allRun("the tasks enqueued before any failover", enqueue("a", 50, 0))
@@ -118,17 +150,18 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 		defer close(done)
 		during = enqueue("b", 200, 5*time.Millisecond)
 	}()
-	time.Sleep(200 * time.Millisecond)
+	_ = redistest.Pause(ctx, 200*time.Millisecond) // the enqueues under way
 	second, err := st.Failover(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pool to follow the failover to "+second, 15*time.Second, func() bool { return pool.Primary() == second })
+	waitPrimary(t, pool, second, 15*time.Second)
 	<-done
 	allRun("the tasks enqueued after the failover", enqueue("c", 50, 0))
 	// A write that the old primary acknowledged but had not yet sent to the
 	// replica is lost by Redis replication (asynchronous): count it.
-	eventually(t, "every task enqueued during the failover to run or be lost", 30*time.Second, func() bool {
+	// The queue's state is in Redis only.
+	redistest.WaitFor(t, 30*time.Second, "every task enqueued during the failover to run or be lost", func() bool {
 		qi, err := worqr.NewInspector(pool, &cfg)
 		if err != nil {
 			return false
@@ -149,7 +182,7 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pool to follow the failover to "+third, 20*time.Second, func() bool { return pool.Primary() == third })
+	waitPrimary(t, pool, third, 20*time.Second)
 	allRun("the tasks enqueued after the primary was killed", enqueue("d", 50, 0))
 }
 
@@ -160,17 +193,17 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 // test runs, load average 20).
 func waitLinked(ctx context.Context, node *redistest.Server) error {
 	const wait = 60 * time.Second
-	deadline := time.Now().Add(wait)
-	for {
-		info, err := redistest.Info(ctx, node.Addr, "replication")
-		if err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s is not a linked replica after %s: %v\n%s", node.Addr, wait, err, info)
-		}
-		time.Sleep(50 * time.Millisecond)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var info string
+	var err error
+	if redistest.Poll(wctx, func() bool {
+		info, err = redistest.Info(wctx, node.Addr, "replication")
+		return err == nil && strings.Contains(info, "role:slave") && strings.Contains(info, "master_link_status:up")
+	}) != nil {
+		return fmt.Errorf("%s is not a linked replica after %s: %v\n%s", node.Addr, wait, err, info)
 	}
+	return nil
 }
 
 // sentinelGroup starts a primary, one replica and three sentinels, stopped

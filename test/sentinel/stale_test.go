@@ -5,9 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -20,49 +17,17 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-func freeAddr(t *testing.T) string {
+// startExtraSentinel runs one more redis-sentinel with conf lines (a
+// "sentinel monitor" line among them) and returns its address once it
+// monitors its master; it is stopped when the test ends.
+func startExtraSentinel(t *testing.T, lines ...string) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	s, err := redistest.StartSentinelConf(lines...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
-// startExtraSentinel runs one more redis-sentinel with conf lines after
-// its port/dir lines; it is killed when the test ends.
-func startExtraSentinel(t *testing.T, lines ...string) (addr string, proc *os.Process) {
-	t.Helper()
-	dir := t.TempDir()
-	addr = freeAddr(t)
-	_, port, _ := net.SplitHostPort(addr)
-	body := fmt.Sprintf("port %s\nbind 127.0.0.1\ndir %s\nprotected-mode no\n%s\n", port, dir, strings.Join(lines, "\n"))
-	conf := filepath.Join(dir, "sentinel.conf")
-	if err := os.WriteFile(conf, []byte(body), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("redis-sentinel", conf)
-	cmd.Stdout, cmd.Stderr = nil, nil
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		c, err := redis.Dial("tcp", addr)
-		if err == nil {
-			_, err = c.Do("PING")
-			c.Close()
-			if err == nil {
-				return addr, cmd.Process
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sentinel %s does not answer: %v", addr, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	t.Cleanup(s.Stop)
+	return s.Addr
 }
 
 func askSentinel(ctx context.Context, addr string) (string, error) {
@@ -86,31 +51,33 @@ func failoverVia(ctx context.Context, t *testing.T, s, old string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
+	wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
 	for {
 		_, err := c.Do("SENTINEL", "FAILOVER", redistest.SentinelMaster)
 		if err == nil {
 			break
 		}
-		// Sentinels that were just reset need a fresh INFO of the replica.
-		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") || time.Now().After(deadline) {
+		// Sentinels that were just reset need a fresh INFO of the replica
+		// (every 10 s, or at once in a failover): ask again shortly.
+		if !strings.HasPrefix(err.Error(), "NOGOODSLAVE") || redistest.Pause(wctx, 500*time.Millisecond) != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(500 * time.Millisecond)
 	}
 	c.Close()
-	for {
-		now, err := askSentinel(ctx, s)
-		if err == nil && now != old {
-			if info, err := redistest.Info(ctx, now, "replication"); err == nil && strings.Contains(info, "role:master") {
-				return now
-			}
+	var now string
+	if redistest.Poll(wctx, func() bool {
+		var err error
+		now, err = askSentinel(wctx, s)
+		if err != nil || now == old {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no new primary after 30 s")
-		}
-		time.Sleep(50 * time.Millisecond)
+		info, err := redistest.Info(wctx, now, "replication")
+		return err == nil && strings.Contains(info, "role:master")
+	}) != nil {
+		t.Fatalf("no new primary after 30 s")
 	}
+	return now
 }
 
 // staleSentinel starts a sentinel that monitors primary and cannot see
@@ -131,7 +98,7 @@ func staleSentinel(t *testing.T, st *redistest.Sentinel, primary string) string 
 		c.Close()
 	}
 	host, port, _ := net.SplitHostPort(primary)
-	stale, _ := startExtraSentinel(t,
+	stale := startExtraSentinel(t,
 		fmt.Sprintf("sentinel monitor %s %s %s 2", redistest.SentinelMaster, host, port),
 		fmt.Sprintf("sentinel auth-user %s stale", redistest.SentinelMaster),
 		fmt.Sprintf("sentinel auth-pass %s stalepw", redistest.SentinelMaster),
@@ -163,11 +130,7 @@ func TestStaleSentinelDoesNotPullThePoolBackInASplitBrain(t *testing.T) {
 	}
 	defer pool.Close()
 	second := failoverVia(ctx, t, st.Sentinels[0].Addr, old)
-	for deadline := time.Now().Add(15 * time.Second); pool.Primary() != second; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the pool never moved to the new primary %s (uses %s)", second, pool.Primary())
-		}
-	}
+	waitPrimary(t, pool, second, 15*time.Second)
 	c, err := redis.Dial("tcp", old)
 	if err != nil {
 		t.Fatal(err)
@@ -252,14 +215,24 @@ func TestStaleFirstSentinelDoesNotKeepTheDemotedPrimary(t *testing.T) {
 	if s, _ := askSentinel(ctx, stale); s != old {
 		t.Fatalf("the stale sentinel names %s, not the old primary %s: the setup is wrong", s, old)
 	}
+	// Each enqueue meets READONLY while the pool uses the replica: one
+	// every 200 ms until the pool switches.
 	var lastErr error
-	deadline := time.Now().Add(15 * time.Second)
-	for pool.Primary() != second {
+	deadline := time.After(15 * time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		switched := pool.Switched()
+		if pool.Primary() == second {
+			return
+		}
 		_, lastErr = client.Enqueue(ctx, "q", []byte("x"), nil)
-		if time.Now().After(deadline) {
+		select {
+		case <-switched:
+		case <-tick.C:
+		case <-deadline:
 			t.Fatalf("15 s after the failover to %s the pool still uses %s, now a replica (last enqueue: %v)", second, pool.Primary(), lastErr)
 		}
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -279,13 +252,7 @@ func TestHungFirstSentinelDoesNotBlockFailover(t *testing.T) {
 	}
 	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
 	second := failoverVia(ctx, t, st.Sentinels[1].Addr, old)
-	deadline := time.Now().Add(20 * time.Second)
-	for pool.Primary() != second {
-		if time.Now().After(deadline) {
-			t.Fatalf("20 s after the failover to %s (named by 2 of 3 sentinels) the pool still uses %s", second, pool.Primary())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitPrimary(t, pool, second, 20*time.Second) // named by 2 of 3 sentinels
 }
 
 // The same hung sentinel first in the list at start: the constructor asks
@@ -342,27 +309,30 @@ func TestHungWatchedSentinelIsLeft(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
+	// The sentinels' client lists say where the subscription is.
 	watched := -1
-	deadline := time.Now().Add(10 * time.Second)
-	for watched < 0 {
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if redistest.Poll(wctx, func() bool {
 		for i, s := range st.Sentinels {
 			if n, err := subscribers(ctx, s.Addr); err == nil && n == 1 {
 				watched = i
 			}
 		}
-		if time.Now().After(deadline) {
-			t.Fatal("no sentinel has the pool's subscription")
-		}
-		time.Sleep(50 * time.Millisecond)
+		return watched >= 0
+	}) != nil {
+		t.Fatal("no sentinel has the pool's subscription")
 	}
 	hung := st.Sentinels[watched]
 	if err := hung.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { hung.Signal(syscall.SIGCONT) })
-	deadline = time.Now().Add(15 * time.Second)
-	for {
-		moved := 0
+	mctx, mcancel := context.WithTimeout(ctx, 15*time.Second)
+	defer mcancel()
+	moved := 0
+	if redistest.Poll(mctx, func() bool {
+		moved = 0
 		for i, s := range st.Sentinels {
 			if i == watched {
 				continue
@@ -371,12 +341,8 @@ func TestHungWatchedSentinelIsLeft(t *testing.T) {
 				moved += n
 			}
 		}
-		if moved == 1 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("15 s after sentinel %s hung, the watch has not moved to another (%d subscribed elsewhere)", hung.Addr, moved)
-		}
-		time.Sleep(100 * time.Millisecond)
+		return moved == 1
+	}) != nil {
+		t.Fatalf("15 s after sentinel %s hung, the watch has not moved to another (%d subscribed elsewhere)", hung.Addr, moved)
 	}
 }

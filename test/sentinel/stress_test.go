@@ -180,9 +180,9 @@ func stressRun(t *testing.T, mode string, failovers, replicas int) stressResult 
 						l.ack(id, err, fmt.Sprintf("failover %d, pool on %s, %s", iter.Load(), pool.Primary(), time.Now().Format("15:04:05.000")))
 						break
 					}
-					time.Sleep(20 * time.Millisecond)
+					_ = redistest.Pause(ctx, 20*time.Millisecond) // then again
 				}
-				time.Sleep(5 * time.Millisecond)
+				_ = redistest.Pause(ctx, 5*time.Millisecond) // the producers' pace
 			}
 		}()
 	}
@@ -191,7 +191,9 @@ func stressRun(t *testing.T, mode string, failovers, replicas int) stressResult 
 	begin := time.Now()
 	var proms []time.Duration
 	for res.failovers < failovers && res.tried < 2*failovers {
-		time.Sleep(300*time.Millisecond + rand.N(700*time.Millisecond))
+		if redistest.Pause(ctx, 300*time.Millisecond+rand.N(700*time.Millisecond)) != nil {
+			break
+		}
 		iter.Add(1)
 		res.tried++
 		f, err := failOnce(ctx, st, mode)
@@ -220,7 +222,7 @@ func stressRun(t *testing.T, mode string, failovers, replicas int) stressResult 
 				f.promoted.Round(time.Millisecond), f.back.Round(time.Millisecond))
 		}
 	}
-	time.Sleep(300 * time.Millisecond)
+	_ = redistest.Pause(ctx, 300*time.Millisecond) // enqueues after the last failover too
 	stop.Store(true)
 	wg.Wait()
 	res.took = time.Since(begin)
@@ -319,7 +321,7 @@ func failOnce(ctx context.Context, st *redistest.Sentinel, mode string) (aFailov
 			_ = rep.Signal(syscall.SIGCONT)
 			return f, err
 		}
-		time.Sleep(300 * time.Millisecond)
+		_ = redistest.Pause(ctx, 300*time.Millisecond) // acknowledged writes reach no replica
 		at = time.Now()
 		n.Kill()
 		if err := rep.Signal(syscall.SIGCONT); err != nil {
@@ -336,7 +338,7 @@ func failOnce(ctx context.Context, st *redistest.Sentinel, mode string) (aFailov
 		}
 		f.next, err = st.WaitNewPrimary(wctx, old)
 		f.promoted = time.Since(at)
-		time.Sleep(rand.N(500 * time.Millisecond)) // comes back before or after the clients moved
+		_ = redistest.Pause(ctx, rand.N(500*time.Millisecond)) // comes back before or after the clients moved
 		err = errors.Join(err, n.Signal(syscall.SIGCONT))
 	case "sleep":
 		c, derr := redis.DialContext(ctx, "tcp", n.Addr)
@@ -357,7 +359,7 @@ func failOnce(ctx context.Context, st *redistest.Sentinel, mode string) (aFailov
 		px.Hold()
 		f.next, err = st.WaitNewPrimary(wctx, old)
 		f.promoted = time.Since(at)
-		time.Sleep(rand.N(500 * time.Millisecond))
+		_ = redistest.Pause(ctx, rand.N(500*time.Millisecond))
 		px.Release()
 	default:
 		return f, fmt.Errorf("unknown mode %q (want one of %v)", mode, stressModes)
@@ -370,7 +372,7 @@ func failOnce(ctx context.Context, st *redistest.Sentinel, mode string) (aFailov
 		// replicas) until the sentinels demote it, 8 to 18 s later
 		// (they wait 8 s, and read a replica's INFO every 10 s): after
 		// a while of that, the test demotes it itself, as they would.
-		time.Sleep(time.Second + rand.N(2*time.Second))
+		_ = redistest.Pause(ctx, time.Second+rand.N(2*time.Second))
 		if err := replicaOf(ctx, n.Addr, f.next); err != nil {
 			return f, fmt.Errorf("demote %s: %w", old, err)
 		}
