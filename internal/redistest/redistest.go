@@ -1,5 +1,9 @@
 // Package redistest starts a real redis-server for a test binary and hands out
 // isolated namespaces, so tests run in parallel on one server without FLUSHDB.
+//
+// It also holds the tests' one polling loop (Poll, WaitFor, Eventually: for
+// a state no code signals) and their one pause (Pause: wall time that is the
+// point, as between two faults, cut short when the test's context ends).
 package redistest
 
 import (
