@@ -156,13 +156,13 @@ func TestClusterChaos(t *testing.T) {
 	}
 	waitAcked := func(n int) {
 		t.Helper()
-		waitFor(t, 20*time.Second, fmt.Sprintf("%d tasks acknowledged", n), func() bool { return led.ackCount() >= n })
+		redistest.WaitFor(t, 20*time.Second, fmt.Sprintf("%d tasks acknowledged", n), func() bool { return led.ackCount() >= n })
 	}
 
 	// (a) A worker process killed while it holds takings.
 	waitAcked(150)
 	var victim *workerProc
-	waitFor(t, 10*time.Second, "a worker holding takings", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "a worker holding takings", func() bool {
 		victim = led.busiest()
 		return victim != nil && led.heldBy(victim) > 0
 	})
@@ -205,7 +205,7 @@ func TestClusterChaos(t *testing.T) {
 	promotedAt := killAt.Add(took)
 	t.Logf("(b) master %s of %s SIGKILLed; replica %s promoted after %v", doomed.Addr, killQ, promoted.Addr, took.Round(time.Millisecond))
 	afterFailover := led.ackCount()
-	waitFor(t, 15*time.Second, "tasks of "+killQ+" done after the failover", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "tasks of "+killQ+" done after the failover", func() bool {
 		return led.doneSince(killQ, time.Now().Add(-time.Second)) > 0 && led.ackCount() > afterFailover+50
 	})
 

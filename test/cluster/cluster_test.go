@@ -136,28 +136,12 @@ func (ta *tally) count(prefix string) (distinct, runs int) {
 	return distinct, runs
 }
 
-// poll polls cond until it holds or d passes, and reports whether it held.
+// poll polls cond (redistest.Poll) until it holds or d passes, and
+// reports whether it held.
 func poll(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
-}
-
-// waitFor polls cond until it holds or d passes.
-func waitFor(t *testing.T, d time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	return redistest.Poll(ctx, cond) == nil
 }
 
 func fastWorker(ns string, queues map[string]worqr.QueueConfig, flows ...*worqr.Flow) *worqr.WorkerConfig {
@@ -332,7 +316,7 @@ func TestEveryScriptOnCluster(t *testing.T) {
 		}
 	}
 	// The dead task: requeued from the dead set, it runs.
-	waitFor(t, 10*time.Second, "the doomed task dead", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the doomed task dead", func() bool {
 		info, err := in.Task(ctx, queues[0], doomed)
 		return err == nil && info.State == worqr.StateDead
 	})
@@ -340,13 +324,13 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	if n, err := in.RequeueDead(ctx, queues[0], doomed); err != nil || n != 1 {
 		t.Fatalf("requeue dead: %d, %v", n, err)
 	}
-	waitFor(t, 10*time.Second, "the requeued dead task ran", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the requeued dead task ran", func() bool {
 		_, n := ta.count(queues[0] + "/doomed")
 		return n == 1
 	})
 	// The flow: every run fanned out 3 children and joined.
 	for _, id := range runs {
-		waitFor(t, 20*time.Second, "run "+id+" done", func() bool {
+		redistest.WaitFor(t, 20*time.Second, "run "+id+" done", func() bool {
 			ri, err := in.Run(ctx, flow.Name, id)
 			return err == nil && ri.Status == worqr.RunDone
 		})
@@ -360,7 +344,7 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}
 	// The dead hand-driven worker's 3 takings, recovered by the worker's
 	// reaper, and the released one: all 5 of "held" ran once.
-	waitFor(t, 20*time.Second, "the dead worker's takings recovered", func() bool {
+	redistest.WaitFor(t, 20*time.Second, "the dead worker's takings recovered", func() bool {
 		d, _ := ta.count(held + "/")
 		return d == 5
 	})
@@ -475,7 +459,7 @@ func TestSlotMovesWhileWorking(t *testing.T) {
 			}
 			progress <- i
 			if i%50 == 0 {
-				time.Sleep(20 * time.Millisecond) // spread the enqueues over the moves
+				_ = redistest.Pause(ctx, 20*time.Millisecond) // spread the enqueues over the moves
 			}
 		}
 		enqDone <- nil
@@ -499,7 +483,7 @@ func TestSlotMovesWhileWorking(t *testing.T) {
 	if err := <-enqDone; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 20*time.Second, "every task ran", func() bool {
+	redistest.WaitFor(t, 20*time.Second, "every task ran", func() bool {
 		d, _ := ta.count(q + "/")
 		return d == total
 	})

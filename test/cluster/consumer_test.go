@@ -63,7 +63,7 @@ func TestConsumersOnCluster(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, 30*time.Second, "every consumer done", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "every consumer done", func() bool {
 		for _, c := range readers {
 			if p, err := c.ProcessedIndex(ctx); err != nil || p != n {
 				return false

@@ -228,7 +228,7 @@ func TestKeyBatchOnCluster(t *testing.T) {
 	l.mu.Lock()
 	l.moving = false
 	l.mu.Unlock()
-	time.Sleep(100 * time.Millisecond) // a few enqueues after the move too
+	_ = redistest.Pause(ctx, 100*time.Millisecond) // a few enqueues after the move too
 	close(stopEnq)
 	if err := <-enqDone; err != nil {
 		t.Fatal(err)
@@ -242,13 +242,13 @@ func TestKeyBatchOnCluster(t *testing.T) {
 	}
 	t.Logf("slot of %s moved %s -> %s: %d keys in %d batches, %v; %d tasks enqueued in all",
 		moveQ, from, to.Addr, stats.Keys, stats.Batches, stats.Duration.Round(time.Millisecond), total)
-	waitFor(t, 30*time.Second, "every task done", func() bool { return l.doneCount() == total })
+	redistest.WaitFor(t, 30*time.Second, "every task done", func() bool { return l.doneCount() == total })
 
 	in, err := worqr.NewInspector(pool, &worqr.Config{Namespace: ns, DisableEvents: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "every key forgotten", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "every key forgotten", func() bool {
 		for _, q := range queues {
 			_, _, n, err := in.Keys(ctx, q, 0, 100)
 			if err != nil || n != 0 {

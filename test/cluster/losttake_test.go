@@ -35,6 +35,7 @@ func TestFailoverLostTake(t *testing.T) {
 	var mu sync.Mutex
 	var runs []*run
 	started := make(chan struct{}, 4)
+	ended := make(chan struct{}, 1) // holds a value after a run ended
 	cfg := fastWorker(ns, map[string]worqr.QueueConfig{q: {Concurrency: 2,
 		Handler: worqr.HandlerFunc(func(ctx context.Context, _ *worqr.Task) error {
 			r := &run{start: time.Now()}
@@ -52,6 +53,10 @@ func TestFailoverLostTake(t *testing.T) {
 			mu.Lock()
 			r.end, r.cause = time.Now(), context.Cause(ctx)
 			mu.Unlock()
+			select {
+			case ended <- struct{}{}:
+			default:
+			}
 			return nil
 		})}})
 	// The session outlives the failover (while a master is down the whole
@@ -141,7 +146,7 @@ func TestFailoverLostTake(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the pool saw no switch")
 	}
-	deadline := time.Now().Add(15 * time.Second)
+	timeout := time.After(15 * time.Second)
 	var first run
 	for {
 		mu.Lock()
@@ -150,13 +155,14 @@ func TestFailoverLostTake(t *testing.T) {
 		if !first.end.IsZero() {
 			break
 		}
-		if time.Now().After(deadline) {
+		select {
+		case <-ended:
+		case <-timeout:
 			info, err := in.Task(ctx, q, id)
 			held, herr := redis.StringMap(promoted.Pool().Get().Do("HGETALL", rdb.NewKeys(ns).Queue(rdb.Standalone(q)).WorkerQueue(w.ID())))
 			t.Fatalf("the first run (its take lost with the master) still runs 15 s after the switch; task %+v (%v); the new master holds %v (%v)",
 				info, err, held, herr)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
 	if !errors.Is(first.cause, worqr.ErrLostInFailover) {
 		t.Fatalf("the first run ended with cause %v, want ErrLostInFailover", first.cause)

@@ -81,7 +81,7 @@ func killForGood(t *testing.T, own *redistest.Cluster, dead *redistest.Server) {
 			break
 		}
 	}
-	waitFor(t, 30*time.Second, "the killed master marked failed", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "the killed master marked failed", func() bool {
 		c, err := redis.Dial("tcp", other.Addr)
 		if err != nil {
 			return false
@@ -240,7 +240,7 @@ func TestOneMasterDownWakeUpsOfTheOthers(t *testing.T) {
 	wake := rdb.NewStore(pool, ns).Queue(rdb.Standalone(qLive)).WakeChannel
 	subscribed := func() {
 		t.Helper()
-		waitFor(t, 20*time.Second, "the worker's sharded subscription on the live master", func() bool {
+		redistest.WaitFor(t, 20*time.Second, "the worker's sharded subscription on the live master", func() bool {
 			return numsub(t, liveNode.Addr, wake, true) == 1
 		})
 	}

@@ -84,7 +84,7 @@ func TestOneMasterDownRecoveryOfTheOthers(t *testing.T) {
 		<-done
 	}()
 	expired := time.Now().Add(time.Second)
-	waitFor(t, 30*time.Second, "the dead worker's taking requeued", func() bool {
+	redistest.WaitFor(t, 30*time.Second, "the dead worker's taking requeued", func() bool {
 		c, err := pool.GetContextForTag(ctx, lk.Ref.Tag)
 		if err != nil {
 			return false

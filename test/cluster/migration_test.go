@@ -210,18 +210,14 @@ func callWhileSplit(ctx context.Context, t *testing.T, cp *cluster.Pool, slot in
 			done[i] = make(chan error, 1)
 			go func() { done[i] <- c.run(ctx) }()
 		}
-		// Every call meets the split slot and waits.
-		deadline := time.Now().Add(10 * time.Second)
-		for {
+		// Every call meets the split slot and waits (the pool counts the
+		// replies it met).
+		if !poll(10*time.Second, func() bool {
 			_, _, n, _ := cp.Redirections()
-			if n-tryBefore >= int64(3*len(calls)) {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
+			return n-tryBefore >= int64(3*len(calls))
+		}) {
+			_, _, n, _ := cp.Redirections()
+			t.Errorf("only %d TRYAGAIN replies met", n-tryBefore)
 		}
 		for i, c := range calls {
 			select {

@@ -85,7 +85,7 @@ func TestOrderedOnCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "every key but the blocked ones to finish", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "every key but the blocked ones to finish", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0
@@ -103,7 +103,7 @@ func TestOrderedOnCluster(t *testing.T) {
 			t.Fatalf("%s: requeue dead: %d %v", q, n, err)
 		}
 	}
-	waitFor(t, 15*time.Second, "the unblocked keys to finish", func() bool {
+	redistest.WaitFor(t, 15*time.Second, "the unblocked keys to finish", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		n := 0

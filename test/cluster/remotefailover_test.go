@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -53,7 +54,7 @@ func TestRemoteFailoverLostEnd(t *testing.T) {
 			now := append([]string{}, running...)
 			runMu.Unlock()
 			_, _ = s.Beat(beatCtx, now)
-			time.Sleep(time.Second)
+			_ = redistest.Pause(beatCtx, time.Second)
 		}
 	}()
 	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: ns, DisableEvents: true})

@@ -117,5 +117,5 @@ func TestReplicasOnCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = w.Stop(context.Background()) }()
-	waitFor(t, 20*time.Second, "7 ends reported as not replicated", func() bool { return w.Unreplicated() == 7 })
+	redistest.WaitFor(t, 20*time.Second, "7 ends reported as not replicated", func() bool { return w.Unreplicated() == 7 })
 }

@@ -86,7 +86,7 @@ func TestShardedWakeUpAfterFailover(t *testing.T) {
 	// subscribedOn waits until addr has the worker's sharded subscriptions.
 	subscribedOn := func(addr string) {
 		t.Helper()
-		waitFor(t, 30*time.Second, "the worker's sharded subscription on "+addr, func() bool {
+		redistest.WaitFor(t, 30*time.Second, "the worker's sharded subscription on "+addr, func() bool {
 			return role(addr) == "master" && numsub(t, addr, qk.WakeChannel, true) == 1 &&
 				numsub(t, addr, qk.CancelChannel, true) == 1
 		})
@@ -97,7 +97,7 @@ func TestShardedWakeUpAfterFailover(t *testing.T) {
 	wakes := func(payload string) {
 		t.Helper()
 		seen[payload] = true
-		waitFor(t, 30*time.Second, "an enqueue of "+payload, func() bool {
+		redistest.WaitFor(t, 30*time.Second, "an enqueue of "+payload, func() bool {
 			_, err := client.Enqueue(ctx, q, []byte(payload), nil)
 			return err == nil
 		})

@@ -53,7 +53,7 @@ func waitSharded(t *testing.T, channels ...string) {
 	t.Helper()
 	for _, ch := range channels {
 		owner := ownerOf(t, rdb.HashTag(ch))
-		waitFor(t, 15*time.Second, "one sharded subscriber of "+ch+" on "+owner, func() bool {
+		redistest.WaitFor(t, 15*time.Second, "one sharded subscriber of "+ch+" on "+owner, func() bool {
 			for _, n := range cl.Nodes {
 				want := 0
 				if n.Addr == owner {
@@ -191,7 +191,7 @@ func TestShardedWakeUp(t *testing.T) {
 		}
 		wake := st.Queue(rdb.Standalone(q)).WakeChannel
 		owner := ownerOf(t, q)
-		waitFor(t, 10*time.Second, "SPUBLISH of "+wake+" in "+owner+"'s MONITOR", func() bool {
+		redistest.WaitFor(t, 10*time.Second, "SPUBLISH of "+wake+" in "+owner+"'s MONITOR", func() bool {
 			return len(monitors[owner].seen(`"SPUBLISH"`, wake)) > 0
 		})
 	}
@@ -223,7 +223,7 @@ func TestShardedWakeUp(t *testing.T) {
 	}
 	owner := ownerOf(t, queues[0])
 	wake := st.Queue(rdb.Standalone(queues[0])).WakeChannel
-	waitFor(t, 10*time.Second, "the resume's SPUBLISH in "+owner+"'s MONITOR", func() bool {
+	redistest.WaitFor(t, 10*time.Second, "the resume's SPUBLISH in "+owner+"'s MONITOR", func() bool {
 		return len(monitors[owner].seen(`"SPUBLISH"`, wake, `"0"`)) >= 2
 	})
 	for addr, m := range monitors {

@@ -95,7 +95,7 @@ func TestWaitOnCluster(t *testing.T) {
 			}()
 		}
 	}
-	waitFor(t, 15*time.Second, "the Waits' subscription", func() bool { return eventSubscribers(t, ns) > 0 })
+	redistest.WaitFor(t, 15*time.Second, "the Waits' subscription", func() bool { return eventSubscribers(t, ns) > 0 })
 	if got := eventSubscribers(t, ns); got != 1 {
 		t.Fatalf("%d Waits subscribe %d times to the events channel, want once", n, got)
 	}
@@ -116,7 +116,7 @@ func TestWaitOnCluster(t *testing.T) {
 	if killed == 0 {
 		t.Fatal("no pub/sub connection killed")
 	}
-	waitFor(t, 15*time.Second, "the Waits' subscription again", func() bool { return eventSubscribers(t, ns) > 0 })
+	redistest.WaitFor(t, 15*time.Second, "the Waits' subscription again", func() bool { return eventSubscribers(t, ns) > 0 })
 	if got := eventSubscribers(t, ns); got != 1 {
 		t.Fatalf("%d Waits subscribe again %d times to the events channel, want once", n, got)
 	}
@@ -131,5 +131,5 @@ func TestWaitOnCluster(t *testing.T) {
 			t.Fatalf("%d of %d Waits returned", i, n)
 		}
 	}
-	waitFor(t, 15*time.Second, "no subscriber of the events channel left", func() bool { return eventSubscribers(t, ns) == 0 })
+	redistest.WaitFor(t, 15*time.Second, "no subscriber of the events channel left", func() bool { return eventSubscribers(t, ns) == 0 })
 }
