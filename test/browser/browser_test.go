@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -120,22 +121,32 @@ func browser(t *testing.T) context.Context {
 	return ctx
 }
 
-// textWithin waits up to d for the text of sel to equal want.
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
+}
+
+// until waits up to d for the JavaScript expression js to be true in the
+// page, evaluated by the browser at each frame it renders (chromedp.Poll).
+func until(ctx context.Context, js string, d time.Duration) error {
+	var ok bool
+	return chromedp.Run(ctx, chromedp.Poll(js, &ok, chromedp.WithPollingTimeout(d)))
+}
+
+// textWithin waits up to d for the text of sel, visible, to equal want.
 func textWithin(ctx context.Context, sel, want string, d time.Duration) error {
-	end := time.Now().Add(d)
-	var got string
-	for {
+	js := fmt.Sprintf(`(() => { const e = document.querySelector(%s); return !!e && e.getClientRects().length > 0 && e.innerText.trim() === %s })()`,
+		jsString(sel), jsString(want))
+	err := until(ctx, js, d)
+	if err != nil {
+		var got string
 		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		err := chromedp.Run(sctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
-		cancel()
-		if err == nil && strings.TrimSpace(got) == want {
-			return nil
-		}
-		if time.Now().After(end) {
-			return fmt.Errorf("%s: text %q, want %q within %s (%v)", sel, got, want, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+		defer cancel()
+		_ = chromedp.Run(sctx, chromedp.Text(sel, &got, chromedp.ByQuery, chromedp.NodeVisible))
+		return fmt.Errorf("%s: text %q, want %q within %s (%v)", sel, got, want, d, err)
 	}
+	return nil
 }
 
 // kill makes n dead tasks of queue: a worker refuses them with errs in turn.
@@ -154,11 +165,16 @@ func (s *site) kill(queue string, n int, errs ...string) {
 		errs = []string{"boom"}
 	}
 	var i int
+	died := make(chan struct{}, n)
 	w, err := worqr.NewWorker(s.pool, &worqr.WorkerConfig{Config: s.cfg, Queues: map[string]worqr.QueueConfig{
 		queue: {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 			i++
 			return worqr.SkipRetry(errors.New(errs[i%len(errs)]))
 		})},
+	}, OnEvent: func(e worqr.Event) {
+		if e.Kind == worqr.EventDead {
+			died <- struct{}{}
+		}
 	}})
 	if err != nil {
 		s.t.Fatal(err)
@@ -166,7 +182,17 @@ func (s *site) kill(queue string, n int, errs ...string) {
 	if err := w.Start(ctx); err != nil {
 		s.t.Fatal(err)
 	}
-	s.waitFor("tasks to die", func() bool { return s.queue(queue).Dead == before+int64(n) })
+	timeout := time.After(10 * time.Second)
+	for k := 0; k < n; k++ {
+		select {
+		case <-died:
+		case <-timeout:
+			s.t.Fatalf("%d of %d tasks of %s died within 10s", k, n, queue)
+		}
+	}
+	if got := s.queue(queue).Dead; got != before+int64(n) {
+		s.t.Fatalf("%s has %d dead tasks after %d dead events, want %d", queue, got, n, before+int64(n))
+	}
 	if err := w.Stop(ctx); err != nil {
 		s.t.Fatal(err)
 	}
@@ -181,15 +207,11 @@ func (s *site) queue(q string) worqr.QueueInfo {
 	return *qi
 }
 
+// waitFor waits up to 10 s for a state of Redis nothing signals (a
+// queue's history, a schedule's last fire).
 func (s *site) waitFor(what string, ok func() bool) {
 	s.t.Helper()
-	end := time.Now().Add(10 * time.Second)
-	for !ok() {
-		if time.Now().After(end) {
-			s.t.Fatalf("no %s within 10s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	redistest.WaitFor(s.t, 10*time.Second, what, ok)
 }
 
 // TestOverviewUpdatesLive: the overview lists a queue, and its waiting
@@ -294,24 +316,17 @@ func TestReadOnlyRefusesActions(t *testing.T) {
 	}
 }
 
-var reFailed = regexp.MustCompile(`(\d+) failed`)
-
 // chartFailed sums the failed counts the chart's minutes show (their
 // tooltips), as drawn in the page.
 func chartFailed(ctx context.Context) (int, error) {
-	var titles []string
-	if err := chromedp.Run(ctx, chromedp.Evaluate(`Array.from(document.querySelectorAll("#chart title")).map(t => t.textContent)`, &titles)); err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, t := range titles {
-		if m := reFailed.FindStringSubmatch(t); m != nil {
-			k, _ := strconv.Atoi(m[1])
-			n += k
-		}
-	}
-	return n, nil
+	var n int
+	err := chromedp.Run(ctx, chromedp.Evaluate(chartFailedJS, &n))
+	return n, err
 }
+
+// chartFailedJS sums the "<n> failed" of the chart's bar titles.
+const chartFailedJS = `Array.from(document.querySelectorAll("#chart title")).` +
+	`map(t => /(\d+) failed/.exec(t.textContent)).reduce((n, m) => n + (m ? Number(m[1]) : 0), 0)`
 
 // TestChartShowsHistoryAfterRestart: work done before a dashboard starts
 // (on an inspector that publishes nothing, as after `worqr dash` restarts)
@@ -344,35 +359,23 @@ func TestChartShowsHistoryAfterRestart(t *testing.T) {
 		t.Fatalf("the chart of a new dashboard shows %d failed (%v), want 3", n, err)
 	}
 	s.kill("reports", 2)
-	end := time.Now().Add(5 * time.Second)
-	for {
-		n, err := chartFailed(b)
-		if err == nil && n == 5 {
-			break
-		}
-		if time.Now().After(end) {
-			t.Fatalf("the chart shows %d failed (%v) 5 s after 2 more deaths, want 5", n, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	if err := until(b, chartFailedJS+" === 5", 5*time.Second); err != nil {
+		n, cerr := chartFailed(b)
+		t.Fatalf("the chart shows %d failed (%v) 5 s after 2 more deaths, want 5 (%v)", n, cerr, err)
 	}
 }
 
 // liveState waits up to d for the live indicator to be in state (on,
 // down or off) and returns its text.
 func liveState(ctx context.Context, state string, d time.Duration) (string, error) {
-	end := time.Now().Add(d)
+	werr := until(ctx, `(document.getElementById("live").dataset.state || "") === `+jsString(state), d)
 	var got, text string
-	for {
-		err := chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("live").dataset.state || ""`, &got),
-			chromedp.Text(`#live`, &text, chromedp.ByQuery))
-		if err == nil && got == state {
-			return strings.TrimSpace(text), nil
-		}
-		if time.Now().After(end) {
-			return "", fmt.Errorf("live indicator %q (%q), want %q within %s (%v)", got, text, state, d, err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := chromedp.Run(ctx, chromedp.Evaluate(`document.getElementById("live").dataset.state || ""`, &got),
+		chromedp.Text(`#live`, &text, chromedp.ByQuery))
+	if werr != nil || err != nil || got != state {
+		return "", fmt.Errorf("live indicator %q (%q), want %q within %s (%v, %v)", got, text, state, d, werr, err)
 	}
+	return strings.TrimSpace(text), nil
 }
 
 // TestLiveIndicatorFollowsRedis: on a dashboard whose Redis is killed the
@@ -417,10 +420,15 @@ func TestLiveIndicatorFollowsRedis(t *testing.T) {
 // answers again (a browser gives up an EventSource after a non-200 answer).
 func TestLiveIndicatorFollowsTheStream(t *testing.T) {
 	var broken atomic.Bool
+	refused := make(chan struct{}, 1) // a value once a stream was answered 502
 	s := newSiteOn(t, redisURL, nil, func(h http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if broken.Load() && strings.HasSuffix(r.URL.Path, "/events") {
 				http.Error(w, "bad gateway", http.StatusBadGateway)
+				select {
+				case refused <- struct{}{}:
+				default:
+				}
 				return
 			}
 			h.ServeHTTP(w, r)
@@ -435,7 +443,13 @@ func TestLiveIndicatorFollowsTheStream(t *testing.T) {
 	if _, err := liveState(b, "off", 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(3 * time.Second) // the browser's own retry meets the 502 and gives up
+	// The browser's own retry of the stream meets the 502, and it gives
+	// the stream up.
+	select {
+	case <-refused:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the browser did not try the stream again within 10 s")
+	}
 	broken.Store(false)
 	if _, err := liveState(b, "on", 10*time.Second); err != nil {
 		t.Fatal(err)

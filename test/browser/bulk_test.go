@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -34,22 +36,33 @@ func filterBy(ctx context.Context, field, value string) error {
 // submitAndWait runs js, which leaves the page, and waits for the next
 // page to load.
 func submitAndWait(ctx context.Context, js string) error {
+	// The new page says it is there: its load event.
+	loaded := make(chan struct{}, 1)
+	lctx, stop := context.WithCancel(ctx)
+	defer stop()
+	chromedp.ListenTarget(lctx, func(ev any) {
+		if _, ok := ev.(*page.EventLoadEventFired); ok {
+			select {
+			case loaded <- struct{}{}:
+			default:
+			}
+		}
+	})
 	if err := chromedp.Run(ctx, chromedp.Evaluate(`window.__old = true`, nil), chromedp.Evaluate(js, nil)); err != nil {
 		return err
 	}
-	end := time.Now().Add(10 * time.Second)
-	for {
-		var old, ready bool
-		err := chromedp.Run(ctx, chromedp.Evaluate(`window.__old === true`, &old),
-			chromedp.Evaluate(`document.readyState === "complete"`, &ready))
-		if err == nil && !old && ready {
-			return nil
-		}
-		if time.Now().After(end) {
-			return fmt.Errorf("no new page within 10s (%v)", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	select {
+	case <-loaded:
+	case <-time.After(10 * time.Second):
+		return errors.New("no new page within 10s")
 	}
+	var old, ready bool
+	err := chromedp.Run(ctx, chromedp.Evaluate(`window.__old === true`, &old),
+		chromedp.Evaluate(`document.readyState === "complete"`, &ready))
+	if err != nil || old || !ready {
+		return fmt.Errorf("after the load event: the old page %v, ready %v (%v)", old, ready, err)
+	}
+	return nil
 }
 
 // TestFiltersAndBulkActions: the queue page filters a state's tasks by

@@ -16,6 +16,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/worqr/worqr-go/dash"
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -151,7 +152,7 @@ func TestScreenshots(t *testing.T) {
 		if _, err := s.client.EnqueueBatch(ctx, "thumbnails", batch, nil); err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(300 * time.Millisecond)
+		_ = redistest.Pause(ctx, 300*time.Millisecond) // spread over the chart's seconds
 	}
 	s.waitFor("the flow runs to end", func() bool {
 		runs, err := s.in.Runs(ctx, "onboarding", worqr.RunRunning, 0, 10)
