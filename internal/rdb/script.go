@@ -155,26 +155,42 @@ func lib(shard bool) *library {
 	return l[0]
 }
 
-var libs = sync.OnceValue(func() [2]*library {
+// libraryTable starts the library's functions: they are fields of one
+// table, not locals of their own, so that the library chunk, which holds
+// every include's names too, stays well under Lua's limit of 200 locals.
+const libraryTable = "local wq = {} -- the scripts, by name\n"
+
+// libraryParts returns the library's code in two parts: heads, every
+// include of every script once, then libraryTable, and fns, each script as
+// a function of (KEYS, ARGV) stored in it, in the order of scripts.
+func libraryParts() (heads string, fns []string) {
 	seen := map[string]bool{}
-	var heads, fns strings.Builder
+	var hb strings.Builder
 	for _, sc := range scripts {
 		head, body, err := assembleParts("lua/"+sc.name+".lua", seen)
 		if err != nil {
 			panic("rdb: " + err.Error())
 		}
-		heads.WriteString(head)
-		fmt.Fprintf(&fns, "local function wq_%s(KEYS, ARGV)\n", sc.name)
-		fns.WriteString(unguardLua)
+		hb.WriteString(head)
+		var fn strings.Builder
+		fmt.Fprintf(&fn, "wq['%s'] = function(KEYS, ARGV)\n", sc.name)
+		fn.WriteString(unguardLua)
 		if seen["time"] {
-			fns.WriteString("_call = nil\n") // Redis time is read once per call, and per-call bounds start afresh
+			fn.WriteString("_call = nil\n") // Redis time is read once per call, and per-call bounds start afresh
 		}
 		if seen["key"] {
-			fns.WriteString("key_wakes = nil\n") // no call inherits another's (one that failed half way)
+			fn.WriteString("key_wakes = nil\n") // no call inherits another's (one that failed half way)
 		}
-		fmt.Fprintf(&fns, "%s\nend\n", body)
+		fmt.Fprintf(&fn, "%s\nend\n", body)
+		fns = append(fns, fn.String())
 	}
-	code := heads.String() + fns.String()
+	hb.WriteString(libraryTable)
+	return hb.String(), fns
+}
+
+var libs = sync.OnceValue(func() [2]*library {
+	heads, fns := libraryParts()
+	code := heads + strings.Join(fns, "")
 	var out [2]*library
 	for v, code := range []string{code, sharded(code)} {
 		sum := sha1.Sum([]byte(code))
@@ -187,7 +203,7 @@ var libs = sync.OnceValue(func() [2]*library {
 			} else {
 				sc.shardFn = fn
 			}
-			fmt.Fprintf(&reg, "redis.register_function('%s', wq_%s)\n", fn, sc.name)
+			fmt.Fprintf(&reg, "redis.register_function('%s', wq['%s'])\n", fn, sc.name)
 		}
 		out[v] = &library{name: "worqr_" + id, src: "#!lua name=worqr_" + id + "\n" + code + reg.String()}
 	}
