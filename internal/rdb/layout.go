@@ -32,12 +32,11 @@ import (
 // every NAME.field the Lua files read against the declarations.
 //
 // All layouts hang off the one table LAYOUT, and each file binds the ones
-// it reads where it reads them, because of two limits of Lua 5.1 that the
-// end script meets: a function reads at most 60 names of the functions
-// around it (upvalues), and the end script as a function of the library
-// reads 59 besides LAYOUT; a function has at most 200 locals, and the end
-// script run by EVAL (every include's names are its locals) is within 8
-// of it.
+// it reads where it reads them, because of two limits of Lua 5.1: a
+// function reads at most 60 names of the functions around it (upvalues),
+// and has at most 200 locals (a script run by EVAL has every include's
+// names among its locals). TestScriptsStayWithinLuaLimits measures every
+// script against both.
 type layout struct {
 	name   string         // its name in LAYOUT
 	fields []string       // in order: field i is at Lua offset i+1

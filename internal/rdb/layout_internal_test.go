@@ -225,7 +225,7 @@ func TestTakeAndEndReadArgvByName(t *testing.T) {
 	t.Parallel()
 	src := luaSources(t)
 	byName := regexp.MustCompile(`\b[A-Z][A-Z0-9_]*\.[a-zA-Z_]+\b|\bL\.[a-z_]+\b`)
-	for _, f := range []string{"lua/take.lua", "lua/end.lua", "lua/include/take.lua"} {
+	for _, f := range []string{"lua/take.lua", "lua/end.lua", "lua/include/take.lua", "lua/include/ending.lua"} {
 		code, ok := src[f]
 		if !ok {
 			t.Fatalf("%s is not embedded", f)
