@@ -98,8 +98,8 @@ func TestCancel(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Config: hash{"retention": "60000"},
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "ft", "@now", "n", "1", "e", "boom",
-						"u", uniqueKey(e.q, "k")), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "cancelled", "ft", "@now", "n", "1", "e", "boom",
+						"u", uniqueKey(e.q, "k")).tried(1, "retry", "A", "boom"), 60000),
 					e.q.Retained: ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:  set{"A"},
 					e.q.Seq:      str("1"),

@@ -137,7 +137,7 @@ func TestConsumerMarkDone(t *testing.T) {
 			c.Queue.Seq:              str("4"),
 		}
 		for _, id := range []string{"0", "1", "2", "3"} {
-			s[c.Queue.Task(id)] = consumerTask(id).with("s", "active", "w", "A", "p", pid[id])
+			s[c.Queue.Task(id)] = consumerTask(id).started().with("s", "active", "w", "A", "p", pid[id])
 		}
 		return s
 	})

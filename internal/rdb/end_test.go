@@ -83,7 +83,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now", "r", "out\x00"), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "done", "ft", "@now", "r", "out\x00"), 60000),
 					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -98,7 +98,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeDone,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "done", "ft", "@now"), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "done", "ft", "@now"), 60000),
 					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -158,7 +158,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeCancelled,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
 					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -199,7 +199,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeRetry,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"):      fresh("t1").with("u", uniqueKey(e.q, "k"), "s", "scheduled", "n", "1", "e", "boom"),
+					e.q.Task("t1"):      ran("t1").with("u", uniqueKey(e.q, "k"), "s", "scheduled", "n", "1", "e", "boom").tried(1, "retry", "A", "boom"),
 					e.q.Scheduled:       zset{{"t1", "@now+5000"}},
 					uniqueKey(e.q, "k"): ttl(str("t1"), 60000),
 					e.q.Holders:         set{"A"},
@@ -219,7 +219,7 @@ func TestEndTask(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("t0"): fresh("t0").with("s", "scheduled"),
-					e.q.Task("t1"): fresh("t1").with("s", "scheduled", "n", "3", "e", "boom"),
+					e.q.Task("t1"): ran("t1").with("s", "scheduled", "n", "3", "e", "boom").tried(3, "retry", "A", "boom"),
 					e.q.Scheduled:  zset{{"t1", "@now+5000"}, {"t0", fmt.Sprint(far)}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -236,8 +236,8 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): fresh("t1").with("u", uniqueKey(e.q, "k"), "n", "1", "e", "bad").
-						buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("u", uniqueKey(e.q, "k"), "n", "1", "e", "bad").
+						buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:    zset{{"t1", "@now"}},
 					e.q.Holders: set{"A"},
 					e.q.Seq:     str("1"),
@@ -252,7 +252,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:       zset{{"t1", "@now"}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -269,7 +269,7 @@ func TestEndTask(t *testing.T) {
 			want: rdb.OutcomeDead,
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:       zset{{"t1", "@now"}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -291,7 +291,7 @@ func TestEndTask(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"dead_max": "2"},
 					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
-					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:       zset{{"d2", "@seed-1000"}, {"t1", "@now"}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -313,7 +313,7 @@ func TestEndTask(t *testing.T) {
 				return state{
 					e.q.Config:     hash{"dead_age": "60000"},
 					e.q.Task("d2"): deadSeed("d2", "@seed-1000"),
-					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:       zset{{"d2", "@seed-1000"}, {"t1", "@now"}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -333,7 +333,7 @@ func TestEndTask(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("d2"): deadSeed("d2", "@seed-7689600000"),
-					e.q.Task("t1"): fresh("t1").with("n", "1", "e", "bad").buried("failed", "A"),
+					e.q.Task("t1"): ran("t1").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					e.q.Dead:       zset{{"d2", "@seed-7689600000"}, {"t1", "@now"}},
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -469,7 +469,7 @@ func TestEndGiveBack(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3"},
-					e.q.Task("t1"): queued("t1"),
+					e.q.Task("t1"): queued("t1").started(),
 					e.q.Task("t2"): fresh("t2"),
 					e.q.Task("t3"): fresh("t3"),
 					e.q.Holders:    set{"A"},
@@ -492,7 +492,7 @@ func TestEndGiveBack(t *testing.T) {
 				return state{
 					e.q.Waiting:          list{"t2"},
 					e.q.Task("t1"):       active("t1", "A", "1"),
-					e.q.Task("t2"):       queued("t2").with("n", "1", "c", "2", "u", uniqueKey(e.q, "k")),
+					e.q.Task("t2"):       queued("t2").started().with("n", "1", "c", "2", "u", uniqueKey(e.q, "k")),
 					uniqueKey(e.q, "k"):  ttl(str("t2"), 60000),
 					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
@@ -533,7 +533,7 @@ func TestEndGiveBack(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
 					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
@@ -557,7 +557,7 @@ func TestEndGiveBack(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
-						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}.started(), 60000),
 					e.q.Holders: set{"A"},
 					e.q.Runs:    runs("r1"),
 					e.q.Seq:     str("1"),
@@ -680,16 +680,16 @@ func TestEndBatchOfTasks(t *testing.T) {
 	}
 	e.checkState(t, nil, func(e *env) state {
 		return state{
-			e.q.Task("t1"):       ttl(fresh("t1").with("s", "done", "ft", "@now", "r", "r1"), 60000),
-			e.q.Task("t2"):       fresh("t2").with("s", "scheduled", "n", "1", "e", "boom"),
+			e.q.Task("t1"):       ttl(ran("t1").with("s", "done", "ft", "@now", "r", "r1"), 60000),
+			e.q.Task("t2"):       ran("t2").with("s", "scheduled", "n", "1", "e", "boom").tried(1, "retry", "A", "boom"),
 			e.q.Scheduled:        zset{{"t2", "@now+5000"}},
-			e.q.Task("t3"):       fresh("t3").with("n", "1", "e", "bad").buried("failed", "A"),
+			e.q.Task("t3"):       ran("t3").with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 			e.q.Dead:             zset{{"t3", "@now"}},
-			e.q.Task("t4"):       queued("t4"),
+			e.q.Task("t4"):       queued("t4").started(),
 			e.q.Waiting:          list{"t4"},
 			e.q.Task("t5"):       active("t5", "A", "5"), // the lost item: untouched
 			e.q.WorkerQueue("A"): hash{"5": "t5"},
-			e.q.Task("t6"):       ttl(fresh("t6").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+			e.q.Task("t6"):       ttl(ran("t6").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
 			e.q.Retained:         ttl(zset{{"t1", "@now+60000"}, {"t6", "@now+60000"}}, 60000),
 			e.q.Holders:          set{"A"},
 			e.q.Seq:              str("6"),
@@ -730,7 +730,7 @@ func TestEndBatchOfStages(t *testing.T) {
 	}
 	f.checkState(t, nil, func(*env) state {
 		return state{
-			f.s1.Task("r1"): runQueued("s2").with("f:out", "v1"),
+			f.s1.Task("r1"): runQueued("s2").started().with("f:out", "v1"),
 			f.s2.Waiting:    list{"r1"},
 			f.s1.Task("r2"): runFanned(),
 			f.c1.Task("k1"): kid("k1"),
@@ -786,7 +786,7 @@ func TestEndBatchOfChildren(t *testing.T) {
 			},
 			state: func(f *flowEnv) state {
 				return state{
-					f.s1.Task("r1"): base.without("kp").with("st", "s2", "s", "queued",
+					f.s1.Task("r1"): base.without("kp").started().with("st", "s2", "s", "queued",
 						"k:k1", "done", "kr:k1", "rk1", "k:k2", "done", "kr:k2", "rk2"),
 					f.s2.Waiting: list{"r1"},
 					f.ix:         zset{{"r1", "inf"}},
@@ -811,15 +811,16 @@ func TestEndBatchOfChildren(t *testing.T) {
 			},
 			state: func(f *flowEnv) state {
 				return state{
-					f.s1.Task("r1"): ttl(runEnded(base.with("k:k1", "failed", "ke:k1", "bad", "k:k2", "cancelled",
+					f.s1.Task("r1"): ttl(runEnded(base.started().with("k:k1", "failed", "ke:k1", "bad", "k:k2", "cancelled",
 						"kl", "g1 k1 k2"), "failed"), 60000), // (kl kept for RetryRun)
-					f.c1.Task("k1"): childOf("k1", "s2", true).with("n", "1", "e", "bad").buried("failed", "A"),
-					f.c1.Dead:       zset{{"k1", "@now"}},
-					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.s1.Runs:       runs("r1"),
-					f.s1.Holders:    set{"A"},
-					f.c1.Holders:    set{"A"},
-					f.s1.Seq:        str("3"),
+					f.c1.Task("k1"): childOf("k1", "s2", true).started().with("n", "1", "e", "bad").buried("failed", "A").
+						tried(1, "dead", "A", "bad"),
+					f.c1.Dead:    zset{{"k1", "@now"}},
+					f.ix:         ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.s1.Runs:    runs("r1"),
+					f.s1.Holders: set{"A"},
+					f.c1.Holders: set{"A"},
+					f.s1.Seq:     str("3"),
 				}
 			},
 			// k2 still ran when k1 failed the run: its worker is told.
@@ -872,7 +873,7 @@ func TestEndBatchWithCorruptData(t *testing.T) {
 		return state{
 			f.s1.Task("r1"): hash{"raw": "garbage"}.buried("corrupt: task data is a string, not a hash", "A"),
 			f.s1.Dead:       zset{{"r1", "@now"}},
-			f.s1.Task("r2"): runQueued("s2"),
+			f.s1.Task("r2"): runQueued("s2").started(),
 			f.s2.Waiting:    list{"r2"},
 			f.ix:            zset{{"r1", "inf"}, {"r2", "inf"}},
 			f.s1.Runs:       runs("r1", "r2"),
@@ -1074,7 +1075,7 @@ func TestEndLater(t *testing.T) {
 	e.call(t, func() { e.endTask(t, 0, rdb.Later(rdb.KindTask, "A", "1", "t1", 2000, "quota")) })
 	e.checkState(t, nil, func(e *env) state {
 		return state{
-			e.q.Task("t1"): fresh("t1").with("s", "scheduled", "e", "quota"),
+			e.q.Task("t1"): ran("t1").with("s", "scheduled", "e", "quota"),
 			e.q.Scheduled:  zset{{"t1", "@now+2000"}},
 			e.q.Holders:    set{"A"},
 			e.q.Seq:        str("1"),
@@ -1100,9 +1101,9 @@ func TestTaskRetentionOverridesTheQueues(t *testing.T) {
 	})
 	e.checkState(t, before, func(e *env) state {
 		return state{
-			e.q.Task("long"):  ttl(hash{"d": "plong", "rt": "120000", "s": "done", "ft": "@now"}, 120000),
-			e.q.Task("short"): ttl(hash{"d": "pshort", "rt": "5000", "s": "done", "ft": "@now"}, 5000),
-			e.q.Task("plain"): ttl(hash{"d": "pplain", "s": "done", "ft": "@now"}, 60000),
+			e.q.Task("long"):  ttl(hash{"d": "plong", "rt": "120000", "s": "done", "ft": "@now"}.started(), 120000),
+			e.q.Task("short"): ttl(hash{"d": "pshort", "rt": "5000", "s": "done", "ft": "@now"}.started(), 5000),
+			e.q.Task("plain"): ttl(hash{"d": "pplain", "s": "done", "ft": "@now"}.started(), 60000),
 			// Scored by expiry; the set's TTL is that of its queue-retention
 			// entry, the last added (see finalize).
 			e.q.Retained: ttl(zset{{"short", "@now+5000"}, {"plain", "@now+60000"}, {"long", "@now+120000"}}, 60000),

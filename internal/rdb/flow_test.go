@@ -123,7 +123,7 @@ func TestFlowStart(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Runs:       unordered{{"r0", "@seed"}, {"r1", "@now"}},
-					f.s1.Task("r0"): ttl(runEnded(runQueued("s1"), "done").with("ft", "@seed"), 60000),
+					f.s1.Task("r0"): ttl(runEnded(runQueued("s1").started(), "done").with("ft", "@seed"), 60000),
 					f.s1.Task("r1"): runQueued("s1"),
 					f.ix:            zset{{"r0", "@seed+60000"}, {"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
@@ -212,7 +212,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "s2", fields: map[string]string{"out": "v1", "user": "u1"},
 			want: rdb.OutcomeForwarded,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s2").with("f:out", "v1"),
+				return after(f, runQueued("s2").started().with("f:out", "v1"),
 					f.s2.Task("r0"), runQueued("s2"),
 					f.s1.Runs, runs("r0", "r1"),
 					f.s2.Waiting, list{"r0", "r1"},
@@ -229,7 +229,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "s2",
 			want: rdb.OutcomeForwarded,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s2"), f.s2.Waiting, list{"r1"})
+				return after(f, runQueued("s2").started(), f.s2.Waiting, list{"r1"})
 			},
 			pubs: []msg{{"{F}:wake:s2", "1"}},
 		},
@@ -303,7 +303,7 @@ func TestEndStage(t *testing.T) {
 			w: "A", pid: "1", end: done, next: "", children: children[2:],
 			want: rdb.OutcomeFannedOut,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s1").with("s", "children", "kp", "1", "kg", "1", "kl", "g1 k3", "k:k3", "pending", "kq:k3", "c2"),
+				return after(f, runQueued("s1").started().with("s", "children", "kp", "1", "kg", "1", "kl", "g1 k3", "k:k3", "pending", "kq:k3", "c2"),
 					f.c1.Task("k3"), childOf("k3", "", false),
 					f.c2.Waiting, list{"k0", "k3"})
 			},
@@ -316,7 +316,7 @@ func TestEndStage(t *testing.T) {
 			next: "s2", fields: map[string]string{"out": "ignored"}, children: children,
 			want: rdb.OutcomeRetry,
 			state: func(f *flowEnv) state {
-				return after(f, runQueued("s1").with("s", "scheduled", "n", "1", "e", "boom"),
+				return after(f, runQueued("s1").started().with("s", "scheduled", "n", "1", "e", "boom").tried(1, "retry", "A", "boom"),
 					f.s1.Scheduled, zset{{"r1", "@now+5000"}})
 			},
 		},
@@ -327,7 +327,8 @@ func TestEndStage(t *testing.T) {
 			next: "s2", fields: map[string]string{"out": "ignored"}, children: children,
 			want: rdb.OutcomeDead,
 			state: func(f *flowEnv) state {
-				return after(f, runActive().with("fs", "failed", "ft", "@now", "n", "1", "e", "bad").buried("failed", "A"),
+				return after(f, runActive().with("fs", "failed", "ft", "@now", "n", "1", "e", "bad").buried("failed", "A").
+					tried(1, "dead", "A", "bad"),
 					f.s1.Dead, zset{{"r1", "@now"}},
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000))
 			},
@@ -567,7 +568,7 @@ func TestEndChild(t *testing.T) {
 			want: [2]rdb.Outcome{rdb.OutcomeRetry, 0},
 			state: func(f *flowEnv) state {
 				return k1Released(f,
-					f.c1.Task("k1"), f.child("k1").with("s", "scheduled", "n", "1", "e", "boom"),
+					f.c1.Task("k1"), f.child("k1").started().with("s", "scheduled", "n", "1", "e", "boom").tried(1, "retry", "A", "boom"),
 					f.c1.Scheduled, zset{{"k1", "@now+5000"}})
 			},
 		},
@@ -585,10 +586,10 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "cancelled", "k:k3", "cancelled"), 60000),
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").started().with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					f.c1.Dead, zset{{"k1", "@now"}},
 					f.c1.Task("k2"), nil, f.c1.Waiting, nil,
-					f.c2.Task("k3"), f.child("k3").with("s", "active", "w", "B", "p", "3", "x", "1"),
+					f.c2.Task("k3"), f.child("k3").started().with("s", "active", "w", "B", "p", "3", "x", "1"),
 					f.c2.Waiting, nil,
 					f.c2.WorkerQueue("B"), hash{"3": "k3"},
 					f.c2.Holders, set{"B"},
@@ -614,7 +615,7 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
 					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"): f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"): f.child("k1").started().with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					f.c1.Dead:       zset{{"k1", "@now"}},
 					f.s1.Holders:    set{"A"},
 					f.c1.Holders:    set{"A"},
@@ -631,7 +632,7 @@ func TestEndChild(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), runFanned().with("k:k1", "failed", "ke:k1", "bad", "kp", "2"),
-					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").started().with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 		},
@@ -645,7 +646,7 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"), runFanned().without("kp", "kl").with("st", "s2", "s", "queued",
 						"k:k1", "failed", "ke:k1", "bad", "k:k2", "done", "kr:k2", "rk2", "k:k3", "done"),
 					f.s2.Waiting, list{"r1"},
-					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").started().with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 			pubs: []msg{{"{F}:wake:s2", "1"}},
@@ -660,7 +661,7 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "done").with("k:k1", "failed", "ke:k1", "bad",
 						"k:k2", "done", "kr:k2", "rk2", "k:k3", "done", "kp", "0"), 60000),
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"), f.child("k1").with("n", "1", "e", "bad").buried("failed", "A"),
+					f.c1.Task("k1"), f.child("k1").started().with("n", "1", "e", "bad").buried("failed", "A").tried(1, "dead", "A", "bad"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 		},
@@ -692,7 +693,7 @@ func TestEndChild(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), runFanned().with("k:k1", "done", "kp", "2"),
-					f.c1.Task("k2"), f.child("k2").with("s", "active", "w", "B", "p", "3"),
+					f.c1.Task("k2"), f.child("k2").started().with("s", "active", "w", "B", "p", "3"),
 					f.c1.Waiting, nil,
 					f.c1.WorkerQueue("B"), hash{"3": "k2"},
 					f.c1.Holders, set{"A", "B"},
@@ -734,8 +735,8 @@ func TestEndChild(t *testing.T) {
 					f.s1.Task("r1"): ttl(runEnded(runFanned(), "failed").with("ft", "@seed",
 						"k:k1", "cancelled", "k:k2", "failed", "ke:k2", "bad", "k:k3", "cancelled"), 60000),
 					f.ix: ttl(zset{{"r1", "@seed+60000"}}, 60000),
-					f.c1.Task("k2"): f.child("k2").with("n", "1", "e", "bad",
-						"s", "dead", "dr", "failed", "dt", "@seed", "dw", "B"),
+					f.c1.Task("k2"): f.child("k2").started().with("n", "1", "e", "bad",
+						"s", "dead", "dr", "failed", "dt", "@seed", "dw", "B").tried(1, "dead", "B", "bad"),
 					f.c1.Dead:    zset{{"k2", "@seed"}},
 					f.s1.Holders: set{"A"},
 					f.c1.Holders: set{"A", "B"},
@@ -770,7 +771,7 @@ func TestEndChild(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return k1Released(f,
 					f.s1.Task("r1"), str("garbage"),
-					f.c1.Task("k1"), f.child("k1").buried("corrupt: the data of its run r1 is not a hash", "A"),
+					f.c1.Task("k1"), f.child("k1").started().buried("corrupt: the data of its run r1 is not a hash", "A"),
 					f.c1.Dead, zset{{"k1", "@now"}})
 			},
 		},
@@ -860,11 +861,12 @@ func TestRunCancel(t *testing.T) {
 			id: "r1", want: true,
 			state: func(f *flowEnv) state {
 				return state{
-					f.s1.Runs:       runs("r1"),
-					f.s1.Task("r1"): ttl(runEnded(runQueued("s1"), "cancelled").with("n", "1", "e", "boom"), 60000),
-					f.ix:            ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.s1.Holders:    set{"A"},
-					f.s1.Seq:        str("1"),
+					f.s1.Runs: runs("r1"),
+					f.s1.Task("r1"): ttl(runEnded(runQueued("s1").started(), "cancelled").with("n", "1", "e", "boom").
+						tried(1, "retry", "A", "boom"), 60000),
+					f.ix:         ttl(zset{{"r1", "@now+60000"}}, 60000),
+					f.s1.Holders: set{"A"},
+					f.s1.Seq:     str("1"),
 				}
 			},
 		},
@@ -900,7 +902,7 @@ func TestRunCancel(t *testing.T) {
 					f.s1.Task("r1"), ttl(runEnded(runFanned(), "cancelled").with(
 						"k:k1", "cancelled", "k:k2", "done", "k:k3", "cancelled", "kp", "2"), 60000),
 					f.ix, ttl(zset{{"r1", "@now+60000"}}, 60000),
-					f.c1.Task("k1"), f.child("k1").with("s", "active", "w", "A", "p", "2", "x", "1"),
+					f.c1.Task("k1"), f.child("k1").started().with("s", "active", "w", "A", "p", "2", "x", "1"),
 					f.c1.Task("k2"), nil, f.c1.Task("k3"), nil,
 					f.c1.Waiting, nil, f.c2.Waiting, nil,
 					f.s1.Seq, str("3"))
@@ -1072,7 +1074,7 @@ func TestTakeBuryingAFlowChildCountsItInItsRun(t *testing.T) {
 	// keys.
 	k1Buried := func(f *flowEnv, seq string, kv ...any) state {
 		return f.fannedOut().with(
-			f.c1.Task("k1"), f.child("k1").with("c", "1", "cw", "A").buried(crashed, "B"),
+			f.c1.Task("k1"), f.child("k1").started().with("c", "1", "cw", "A").buried(crashed, "B"),
 			f.c1.Dead, zset{{"k1", "@now"}},
 			f.c1.WorkerQueue("A"), nil, f.c1.Holders, nil,
 			f.s1.Seq, str(seq)).with(kv...)
@@ -1176,7 +1178,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Runs:       runs("r1"),
-					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
+					f.s1.Task("r1"): runQueued("s1").started().with("e", "bad").tried(1, "dead", "A", "bad"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
 					f.s1.Holders:    set{"A"},
@@ -1190,7 +1192,7 @@ func TestDeadRequeueOfAFailedRunIndexesItAsRunning(t *testing.T) {
 			state: func(f *flowEnv) state {
 				return state{
 					f.s1.Runs:       runs("r1"),
-					f.s1.Task("r1"): runQueued("s1").with("e", "bad"),
+					f.s1.Task("r1"): runQueued("s1").started().with("e", "bad").tried(1, "dead", "A", "bad"),
 					f.ix:            zset{{"r1", "inf"}},
 					f.s1.Waiting:    list{"r1"},
 					f.s1.Holders:    set{"A"},
@@ -1338,7 +1340,12 @@ func TestFlowMeta(t *testing.T) {
 		childOf("k2", "s2", true).with("s", "active", "w", "A", "p", kids[1].PID),
 	} {
 		key := f.c1.Task(kids[i].ID)
-		if h, _ := redis.StringMap(f.do(t, "HGETALL", key), nil); !reflect.DeepEqual(hash(h), want) {
+		h, _ := redis.StringMap(f.do(t, "HGETALL", key), nil)
+		if _, err := strconv.ParseInt(h["sa"], 10, 64); err != nil {
+			t.Errorf("%s: start time %q, want one", key, h["sa"])
+		}
+		delete(h, "sa")
+		if !reflect.DeepEqual(hash(h), want) {
 			t.Errorf("%s: %v, want %v", key, h, want)
 		}
 	}

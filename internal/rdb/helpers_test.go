@@ -2,6 +2,7 @@ package rdb_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math"
 	"reflect"
@@ -73,7 +74,9 @@ const ttlSlack = 5000
 // Time placeholders. Where a script writes Redis time, an expected hash
 // value or zset score can be "@now" (the Redis time of the call under test,
 // between the TIME read just before it and the one just after) or "@seed"
-// (between the test's start and the call: set while seeding), each with an
+// (between the test's start and the call: set while seeding) or "@ran"
+// (from the test's start to when the state was read, for a time the test
+// is not about, such as when a taking started), each with an
 // optional offset in ms: "@now+5000", "@seed-120000".
 
 type state map[string]any
@@ -381,11 +384,46 @@ func (e *env) timeOK(got, want string) bool {
 		lo, hi = e.t0, e.t1
 	case "seed":
 		lo, hi = e.start, e.t0
+	case "ran":
+		lo, hi = e.start, e.start+e.ran
 	default:
 		return false
 	}
 	g, err := strconv.ParseInt(got, 10, 64)
 	return err == nil && lo > 0 && g >= lo+off && g <= hi+off
+}
+
+// attemptMark starts the placeholder of an attempt history entry (see
+// attempt).
+const attemptMark = "@attempt"
+
+// attempt is the expected value of an attempt history field (h0..h9, see
+// history.lua): attempt n, ended with outcome by worker w with error err,
+// started and ended during the test, by the time its state is read (a
+// start of 0, unknown, is allowed: a hash seeded without one).
+func attempt(n int, outcome, w, err string) string {
+	b, _ := json.Marshal(rdb.Attempt{Number: n, Outcome: outcome, Worker: w, Error: err})
+	return attemptMark + string(b)
+}
+
+// attemptOK reports whether got is the history entry the placeholder want
+// (see attempt) allows.
+func (e *env) attemptOK(got, want string) bool {
+	spec, ok := strings.CutPrefix(want, attemptMark)
+	if !ok {
+		return false
+	}
+	var w rdb.Attempt
+	if err := json.Unmarshal([]byte(spec), &w); err != nil {
+		return false
+	}
+	g, err := rdb.DecodeAttempt(got)
+	if err != nil {
+		return false
+	}
+	in := func(ms int64) bool { return ms >= e.start && ms <= e.start+e.ran }
+	return g.Number == w.Number && g.Outcome == w.Outcome && g.Worker == w.Worker && g.Error == w.Error &&
+		in(g.EndedAt) && (g.StartedAt == 0 || in(g.StartedAt) && g.StartedAt <= g.EndedAt)
 }
 
 // settle returns got with every value that satisfies a placeholder or a
@@ -410,7 +448,7 @@ func (e *env) settle(got, want any) any {
 		}
 		out := hash{}
 		for f, v := range g {
-			if wv, ok := w[f]; ok && e.timeOK(v, wv) {
+			if wv, ok := w[f]; ok && (e.timeOK(v, wv) || e.attemptOK(v, wv)) {
 				v = wv
 			}
 			out[f] = v
@@ -593,9 +631,25 @@ func (e *env) seedDead(t *testing.T, q rdb.QueueKeys, id string, at int64) {
 // fresh is the hash of a task that was enqueued and never taken.
 func fresh(id string) hash { return hash{"d": payload(id)} }
 
-// active is the hash of a task worker w holds as taking pid.
+// active is the hash of a task worker w holds as taking pid, taken
+// during the test.
 func active(id, w, pid string) hash {
-	return hash{"d": payload(id), "s": "active", "w": w, "p": pid}
+	return hash{"d": payload(id), "s": "active", "w": w, "p": pid}.started()
+}
+
+// ran is the hash of a task that was enqueued, then taken during the
+// test (its start time kept) and is no longer held.
+func ran(id string) hash { return fresh(id).started() }
+
+// started returns h with the start time of a taking handed out during
+// the test.
+func (h hash) started() hash { return h.with("sa", "@ran") }
+
+// tried returns h with one more failed attempt in its history: attempt n,
+// ended with outcome by worker w with error err (see attempt).
+func (h hash) tried(n int, outcome, w, err string) hash {
+	seq, _ := strconv.Atoi(h["hn"])
+	return h.with("hn", strconv.Itoa(seq+1), "h"+strconv.Itoa(seq%rdb.HistoryMax), attempt(n, outcome, w, err))
 }
 
 // queued is the hash of a task that was taken and put back.
@@ -849,7 +903,7 @@ func runQueued(st string) hash {
 		"i:user": "u1"}
 }
 
-func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1") }
+func runActive() hash { return runQueued("s1").with("s", "active", "w", "A", "p", "1").started() }
 
 // runEnded is a run that ended with status at the call's time.
 // (A failed run keeps its latest fan-out's list, 'kl', for RetryRun.)
@@ -861,7 +915,7 @@ func runEnded(h hash, status string) hash {
 }
 
 func runFanned() hash {
-	return runQueued("s1").with("s", "children", "kp", "3", "kg", "1", "kl", "g1 k1 k2 k3",
+	return runQueued("s1").started().with("s", "children", "kp", "3", "kg", "1", "kl", "g1 k1 k2 k3",
 		"k:k1", "pending", "kq:k1", "c1", "k:k2", "pending", "kq:k2", "c1", "k:k3", "pending", "kq:k3", "c2")
 }
 

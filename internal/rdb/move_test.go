@@ -75,7 +75,7 @@ func TestMove(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1"},
-					e.q.Task("t1"): queued("t1").with("n", "1", "e", "boom"),
+					e.q.Task("t1"): queued("t1").started().with("n", "1", "e", "boom").tried(1, "retry", "A", "boom"),
 					e.q.Holders:    set{"A"},
 					e.q.Seq:        str("1"),
 				}

@@ -67,6 +67,10 @@ const (
 	FieldRetention    = "rt"
 	FieldMeta         = "mt" // metadata of a flow run, child or task (trace context...), opaque to the scripts
 	FieldPriority     = "pri"
+	FieldStarted      = "sa" // when the latest taking was handed out (unix ms, Redis time)
+	FieldHistorySeq   = "hn" // failed attempts recorded in the history so far
+	FieldHistory      = "h"  // prefix of the history's fields: h0 .. h<HistoryMax-1>
+	FieldEnqueuedAt   = "ea" // when a task whose id the caller chose was enqueued (unix ms, Redis time)
 	FieldKey          = "ok" // the key of a task of an ordered queue
 	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head
 	FieldMergeVersion = "mv" // merges into a keyed task so far

@@ -35,6 +35,12 @@ type TaskRecord struct {
 	Parent          string // a flow child's run
 	RunStatus       string // a flow run's status
 	Meta            string // the task's (or child's, or run's) metadata, "" when none
+	Priority        int    // its priority level, 0 when none
+	StartedAt       int64  // unix ms (Redis time) its latest taking was handed out, 0 = never
+	EnqueuedAt      int64  // unix ms (Redis time) a task of an id of the caller's was enqueued, 0 = not kept
+	// Attempts is its history of failed attempts, oldest first, at most
+	// HistoryMax (read by Task, not by Tasks).
+	Attempts []Attempt
 }
 
 func atoi64(s string) int64 {
@@ -48,10 +54,14 @@ func atoi64(s string) int64 {
 // recordFields are the fields of a task hash DecodeTask reads.
 var recordFields = []any{FieldPayload, FieldState, FieldFailures, FieldCrashes, FieldCancel, FieldWorker, FieldPID,
 	FieldError, FieldDeadReason, FieldDeadAt, FieldDeadWorker, FieldResult, FieldProgress, FieldFinishedAt,
-	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus, FieldMeta}
+	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus, FieldMeta,
+	FieldPriority, FieldStarted, FieldEnqueuedAt}
 
-// DecodeTask reads a task hash (the fields of recordFields); nil when m is
-// empty (no such task).
+// taskFields are the fields Task reads: a record's and its history's.
+var taskFields = append(append([]any(nil), recordFields...), historyFields...)
+
+// DecodeTask reads a task hash (the fields of recordFields, and of
+// historyFields when present); nil when m is empty (no such task).
 func DecodeTask(id string, m map[string]string) *TaskRecord {
 	if len(m) == 0 {
 		return nil
@@ -75,6 +85,9 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		RunStatus:       m[FieldRunStatus],
 		Progress:        m[FieldProgress],
 		Meta:            m[FieldMeta],
+		StartedAt:       atoi64(m[FieldStarted]),
+		EnqueuedAt:      atoi64(m[FieldEnqueuedAt]),
+		Attempts:        decodeHistory(m),
 	}
 	if s := m[FieldState]; s != "" {
 		r.State = s
@@ -85,12 +98,19 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 	r.Failures, _ = strconv.Atoi(m[FieldFailures])
 	r.Crashes, _ = strconv.Atoi(m[FieldCrashes])
 	r.MaxAttempts, _ = strconv.Atoi(m[FieldMaxAttempts])
+	r.Priority, _ = strconv.Atoi(m[FieldPriority])
 	return r
 }
 
 // Tasks returns the tasks of queue q with the given ids, in order, skipping
-// those gone; a scheduled task carries its due time.
+// those gone; a scheduled task carries its due time. Their histories are
+// not read (see Task).
 func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRecord, error) {
+	return s.tasks(ctx, q, ids, recordFields)
+}
+
+// tasks is Tasks, reading fields of each task hash.
+func (s *Store) tasks(ctx context.Context, q QueueKeys, ids []string, fields []any) ([]*TaskRecord, error) {
 	if len(ids) == 0 {
 		return nil, nil
 	}
@@ -104,7 +124,7 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	cmds := make([]command, 0, per*len(ids))
 	for _, id := range ids {
 		pkey, pfield := q.Packed(id)
-		cmds = append(cmds, cmdOf("HGET", pkey, pfield), command{"HMGET", append([]any{q.Task(id)}, recordFields...)},
+		cmds = append(cmds, cmdOf("HGET", pkey, pfield), command{"HMGET", append([]any{q.Task(id)}, fields...)},
 			cmdOf("HLEN", q.Task(id)), cmdOf("ZSCORE", q.Scheduled, id))
 	}
 	rs, err := s.pipeline(ctx, q.Ref.Tag, cmds)
@@ -117,10 +137,10 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 		if err != nil {
 			return nil, err
 		}
-		m := make(map[string]string, len(recordFields))
+		m := make(map[string]string, len(fields))
 		for j, v := range vs {
 			if b, ok := v.([]byte); ok {
-				m[recordFields[j].(string)] = string(b)
+				m[fields[j].(string)] = string(b)
 			}
 		}
 		if n, _ := redis.Int(rs[per*i+2], nil); n == 0 {
@@ -143,9 +163,10 @@ func (s *Store) Tasks(ctx context.Context, q QueueKeys, ids []string) ([]*TaskRe
 	return out, nil
 }
 
-// Task returns task id of queue q, or nil when there is none.
+// Task returns task id of queue q, its history of failed attempts
+// included, or nil when there is none. One round trip.
 func (s *Store) Task(ctx context.Context, q QueueKeys, id string) (*TaskRecord, error) {
-	ts, err := s.Tasks(ctx, q, []string{id})
+	ts, err := s.tasks(ctx, q, []string{id}, taskFields)
 	if err != nil || len(ts) == 0 {
 		return nil, err
 	}

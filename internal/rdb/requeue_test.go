@@ -40,9 +40,9 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3", "t4", "t5"},
-					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
-					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
-					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
+					e.q.Task("t1"): queued("t1").started().with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").started().with("c", "1", "cw", "A"),
+					e.q.Task("t3"): queued("t3").started().with("c", "1", "cw", "A"),
 					e.q.Task("t4"): fresh("t4"),
 					e.q.Task("t5"): fresh("t5"),
 					e.q.Seq:        str("3"),
@@ -62,9 +62,9 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3"},
-					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
-					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
-					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
+					e.q.Task("t1"): queued("t1").started().with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").started().with("c", "1", "cw", "A"),
+					e.q.Task("t3"): queued("t3").started().with("c", "1", "cw", "A"),
 					e.q.Seq:        str("11"),
 				}
 			},
@@ -84,10 +84,10 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3", "t4", "t5"},
-					e.q.Task("t1"): queued("t1").with("c", "1", "cw", "A"),
-					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "B"),
-					e.q.Task("t3"): queued("t3").with("c", "1", "cw", "A"),
-					e.q.Task("t4"): queued("t4").with("c", "1", "cw", "B"),
+					e.q.Task("t1"): queued("t1").started().with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").started().with("c", "1", "cw", "B"),
+					e.q.Task("t3"): queued("t3").started().with("c", "1", "cw", "A"),
+					e.q.Task("t4"): queued("t4").started().with("c", "1", "cw", "B"),
 					e.q.Task("t5"): fresh("t5"),
 					e.q.Seq:        str("4"),
 				}
@@ -106,7 +106,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:          list{"t1", "t3"},
-					e.q.Task("t1"):       queued("t1").with("c", "1", "cw", "A"),
+					e.q.Task("t1"):       queued("t1").started().with("c", "1", "cw", "A"),
 					e.q.Task("t2"):       active("t2", "C", "2"),
 					e.q.Task("t3"):       fresh("t3"),
 					e.q.WorkerQueue("C"): hash{"2": "t2"},
@@ -127,7 +127,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1"},
-					e.q.Task("t1"): queued("t1"),
+					e.q.Task("t1"): queued("t1").started(),
 					e.q.Seq:        str("1"),
 				}
 			},
@@ -147,7 +147,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t1"},
-					e.q.Task("t1"): queued("t1").with("c", "2", "cw", "B", "n", "1"),
+					e.q.Task("t1"): queued("t1").started().with("c", "2", "cw", "B", "n", "1"),
 					e.q.Seq:        str("2"),
 				}
 			},
@@ -166,7 +166,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Waiting:    list{"t2", "t3"},
-					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").started().with("c", "1", "cw", "A"),
 					e.q.Task("t3"): fresh("t3"),
 					e.q.Seq:        str("2"),
 				}
@@ -186,7 +186,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Config:     hash{"retention": "60000"},
-					e.q.Task("t1"): ttl(fresh("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
+					e.q.Task("t1"): ttl(ran("t1").with("s", "cancelled", "x", "1", "ft", "@now"), 60000),
 					e.q.Retained:   ttl(zset{{"t1", "@now+60000"}}, 60000),
 					e.q.Seq:        str("1"),
 				}
@@ -205,7 +205,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "cancelled",
-						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}.started(), 60000),
 					e.q.Runs: runs("r1"),
 					e.q.Seq:  str("1"),
 				}
@@ -227,7 +227,7 @@ func TestRequeue(t *testing.T) {
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): ttl(hash{"d": "", "st": "q", "fs": "cancelled", "s": "active",
-						"ft": "@seed", "fr": "60000", "fi": ""}, 60000),
+						"ft": "@seed", "fr": "60000", "fi": ""}.started(), 60000),
 					e.q.Runs: runs("r1"),
 					e.q.Seq:  str("1"),
 				}
@@ -246,7 +246,7 @@ func TestRequeue(t *testing.T) {
 				return state{
 					e.q.Waiting:    list{"t1", "t2", "t3"},
 					e.q.Task("t1"): str("garbage"),
-					e.q.Task("t2"): queued("t2").with("c", "1", "cw", "A"),
+					e.q.Task("t2"): queued("t2").started().with("c", "1", "cw", "A"),
 					e.q.Task("t3"): fresh("t3"),
 					e.q.Seq:        str("2"),
 				}

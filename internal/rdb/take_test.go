@@ -87,7 +87,7 @@ func TestTake(t *testing.T) {
 			want: []taken{{ID: "t1", PID: "1", Attempt: 1}},
 			state: func(e *env) state {
 				return state{
-					e.q.Task("t1"):       hash{"d": "", "s": "active", "w": "A", "p": "1"},
+					e.q.Task("t1"):       hash{"d": "", "s": "active", "w": "A", "p": "1", "sa": "@now"},
 					e.q.WorkerQueue("A"): hash{"1": "t1"},
 					e.q.Holders:          set{"A"},
 					e.q.Seq:              str("1"),
@@ -229,11 +229,11 @@ func TestTake(t *testing.T) {
 			},
 			w: "A", max: 1, stage: true,
 			want: []taken{{ID: "r1", PID: "1", Attempt: 1, Run: hash{"d": "", "st": "q", "fs": "running",
-				"s": "active", "w": "A", "p": "1", "f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"}}},
+				"s": "active", "w": "A", "p": "1", "f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1", "sa": "@now"}}},
 			state: func(e *env) state {
 				return state{
 					e.q.Task("r1"): hash{"d": "", "st": "q", "fs": "running", "s": "active", "w": "A", "p": "1",
-						"f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1"},
+						"f:user": "u1", "fr": "60000", "fi": "user", "i:user": "u1", "sa": "@now"},
 					e.q.IndexKey("user", "u1"): zset{{"r1", "inf"}},
 					e.q.Runs:                   runs("r1"),
 					e.q.WorkerQueue("A"):       hash{"1": "r1"},
@@ -456,6 +456,11 @@ func TestTake(t *testing.T) {
 				t.Fatalf("Take: %v", err)
 			}
 			got := takenOf(res)
+			for i := range got {
+				if got[i].Run != nil && i < len(tc.want) {
+					got[i].Run = e.settle(got[i].Run, tc.want[i].Run).(hash) // the start time: "@now"
+				}
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("Take = %+v, want %+v", got, tc.want)
 			}
@@ -517,9 +522,9 @@ func TestDeadlineExpiresAtTake(t *testing.T) {
 	}
 	e.checkState(t, before, func(e *env) state {
 		return state{
-			e.q.Task("late"): ttl(hash{"d": "plate", "dl": "1", "rt": "30000", "s": "expired", "ft": "@now"}, 30000),
+			e.q.Task("late"): ttl(hash{"d": "plate", "dl": "1", "rt": "30000", "s": "expired", "ft": "@now"}.started(), 30000),
 			e.q.Retained:     ttl(zset{{"late", "@now+30000"}}, 30000),
-			e.q.Task("ok"):   hash{"d": "pok", "dl": fmt.Sprint(far), "s": "queued"},
+			e.q.Task("ok"):   hash{"d": "pok", "dl": fmt.Sprint(far), "s": "queued"}.started(),
 			e.q.Waiting:      list{"ok"},
 			e.q.Holders:      set{"A"},
 			e.q.Seq:          str("2"),

@@ -134,6 +134,9 @@ if ARGV[11] ~= '' then extra[#extra + 1] = F_DEADLINE; extra[#extra + 1] = ARGV[
 if ARGV[12] ~= '' then extra[#extra + 1] = F_RETENTION; extra[#extra + 1] = ARGV[12] end
 if ARGV[14] ~= '' then extra[#extra + 1] = F_PRIORITY; extra[#extra + 1] = ARGV[14] end
 if ARGV[18] ~= '' then extra[#extra + 1] = F_META; extra[#extra + 1] = ARGV[18] end
+-- An id of the caller's says nothing of when it was enqueued (worqr's ids
+-- carry it): its task keeps the time.
+if idlock then extra[#extra + 1] = F_ENQUEUED_AT; extra[#extra + 1] = now_ms() end
 if due then extra[#extra + 1] = F_STATE; extra[#extra + 1] = S_SCHEDULED end
 local ids = {}
 for _, i in ipairs(keep) do

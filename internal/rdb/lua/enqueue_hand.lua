@@ -91,7 +91,7 @@ for j = 1, #e, 2 do
     for m = 0, k - 1 do
       local id, payload, pid = ARGV[A + i + m], ARGV[A + n + i + m], string.format('%d', first + m + 1)
       redis.call('HSET', KEYS[3 + i + m], F_PAYLOAD, payload, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, pid,
-        unpack(extra))
+        F_STARTED, now_ms(), unpack(extra))
       holdings[#holdings + 1] = pid
       holdings[#holdings + 1] = id
     end

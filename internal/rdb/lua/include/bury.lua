@@ -2,6 +2,7 @@
 --- @include "time"
 --- @include "cfg"
 --- @include "finalize"
+--- @include "history"
 -- bury_forget deletes dead task id; the head of a key (blocked) lets the
 -- key's next task move up. UNLINK, not DEL: a dead flow run keeps the
 -- records of every child it fanned out (tens of thousands of fields), and
@@ -52,15 +53,22 @@ end
 -- expiry, no taking fields), releases its unique key and trims the set.
 -- The head of a key stays its head (the key is blocked until the task is
 -- requeued or deleted) unless the queue's config says its keys move on
--- (ondead = next).
-local function bury(deadkey, cfgkey, tprefix, id, reason, err, worker)
+-- (ondead = next). attempt, when given, is the failure count of the failed
+-- attempt that buries it: the attempt goes into its history (see
+-- history.lua), as dead, in the same HSET.
+local function bury(deadkey, cfgkey, tprefix, id, reason, err, worker, attempt)
   local tkey = tprefix .. id
-  local t = redis.call('HMGET', tkey, F_UNIQUE, F_KEY)
+  local t = redis.call('HMGET', tkey, F_UNIQUE, F_KEY, F_STARTED, F_HISTORY_SEQ)
   release_unique(t[1], id)
   if t[2] and redis.call('HGET', cfgkey, 'ondead') == 'next' then
     key_ended(tkey, id, t[2], deadkey, 'dead:')
   end
-  redis.call('HSET', tkey, F_STATE, S_DEAD, F_DEAD_REASON, reason, F_DEAD_AT, now_ms())
+  if attempt then
+    redis.call('HSET', tkey, F_STATE, S_DEAD, F_DEAD_REASON, reason, F_DEAD_AT, now_ms(),
+      history_pairs(t[4], attempt, t[3], 'dead', worker, err))
+  else
+    redis.call('HSET', tkey, F_STATE, S_DEAD, F_DEAD_REASON, reason, F_DEAD_AT, now_ms())
+  end
   if err and err ~= '' then
     redis.call('HSET', tkey, F_ERROR, err)
   end

@@ -10,6 +10,10 @@ local F_MAX_ATTEMPTS, F_TIMEOUT, F_UNIQUE, F_RESULT = 'ma', 'to', 'u', 'r'
 local F_DEAD_REASON, F_DEAD_AT, F_DEAD_WORKER, F_FINISHED_AT = 'dr', 'dt', 'dw', 'ft'
 local F_CRASHED_ON, F_RAW, F_PROGRESS, F_PRIORITY = 'cw', 'raw', 'pg', 'pri'
 local F_DEADLINE, F_RETENTION, F_META = 'dl', 'rt', 'mt'
+-- when the latest taking was handed out (Redis ms); the attempt history's
+-- count and its fields' prefix (see history.lua); when a task whose id the
+-- caller chose was enqueued (Redis ms)
+local F_STARTED, F_HISTORY_SEQ, F_HISTORY, F_ENQUEUED_AT = 'sa', 'hn', 'h', 'ea'
 -- fields of a task of an ordered queue (a task enqueued with a key)
 local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
 -- a batch of one key (QueueConfig.KeyBatch): on its head the ids of the

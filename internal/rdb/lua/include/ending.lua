@@ -8,6 +8,7 @@
 --- @include "finalize"
 --- @include "bury"
 --- @include "fail"
+--- @include "history"
 --- @include "flow"
 -- ending: the end script's work (see end.lua), one function per kind of
 -- taking, each taking what it reads as arguments. They live here, at the
@@ -218,7 +219,7 @@ local function end_batch(e, tkey, id, ask, delay, err, result, worker, fkeys, fi
   local okey = (not h.err) and h[4] or nil
   local codes, back = {}, {}
   for j, fkey in ipairs(fkeys) do
-    local f = redis.pcall('HMGET', fkey, F_CANCEL, F_RETENTION, F_KEY)
+    local f = redis.pcall('HMGET', fkey, F_CANCEL, F_RETENTION, F_KEY, F_STARTED, F_HISTORY_SEQ)
     okey = okey or ((not f.err) and f[3]) or nil
     if f.err then
       bury(e.dead_key, e.cfg_key, e.tprefix, fids[j], fix_type(fkey), '', worker)
@@ -231,8 +232,9 @@ local function end_batch(e, tkey, id, ask, delay, err, result, worker, fkeys, fi
       codes[j] = OUT_DONE
     else
       if ask == 'retry' then
-        redis.call('HINCRBY', fkey, F_FAILURES, 1)
-        redis.call('HSET', fkey, F_ERROR, err)
+        -- (A failed attempt of each member: in its history too.)
+        local failures = redis.call('HINCRBY', fkey, F_FAILURES, 1)
+        redis.call('HSET', fkey, F_ERROR, err, history_pairs(f[5], failures, f[4], 'retry', worker, err))
         codes[j] = OUT_RETRY
       elseif ask == 'later' then
         codes[j] = OUT_RETRY

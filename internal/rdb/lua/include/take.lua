@@ -406,15 +406,17 @@ local function take_tasks(k, argv, L)
       taken_row(id, '', reason, stopped and #stopped > 0 and stopped or '', '', '', '', '')
     else
       local spid = string.format('%d', pid)
+      -- (F_STARTED: when the taking was handed out, for its attempt's
+      -- history and the Inspector; the take reads Redis time anyway.)
       if packed[i] then
-        redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+        redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_STARTED, now_ms())
         redis.call('HDEL', packed[i][1], packed[i][2])
       elseif kind == 'stage' and t[ci] then
         -- A run that ended (cancelled) where it waited: its state stays
         -- its status (end_run's), which no end of this taking rewrites.
         redis.call('HSET', tkey, F_WORKER, w, F_PID, spid)
       else
-        redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid)
+        redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_STARTED, now_ms())
       end
       held[#held + 1] = spid
       held[#held + 1] = id
@@ -469,7 +471,7 @@ local function take_tasks(k, argv, L)
           pid = pid + 1
           local spid = string.format('%d', pid)
           local fkey = k.tprefix .. m.id
-          redis.call('HSET', fkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_BATCH_OF, id)
+          redis.call('HSET', fkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_BATCH_OF, id, F_STARTED, now_ms())
           redis.call('HDEL', fkey, F_KEY_DUE)
           held[#held + 1] = spid
           held[#held + 1] = m.id
