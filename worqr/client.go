@@ -825,6 +825,7 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		CancelRequested: r.CancelRequested,
 	}
 	info.EnqueuedAt, _ = enqueuedAt(r.ID)
+	info.fillRecord(r, time.Now())
 	return info
 }
 

@@ -3,6 +3,8 @@ package worqr
 import (
 	"context"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // Task is one taking of a task, as a handler sees it.
@@ -113,9 +115,14 @@ const (
 
 // TaskInfo is what Redis holds about a task.
 type TaskInfo struct {
-	ID      string
-	Queue   string
+	ID    string
+	Queue string
+	// Payload is the payload as stored: a typed task's (Type) starts with
+	// its type's envelope; HandlerPayload is without it.
 	Payload []byte
+	// Type is the task's type when it was enqueued typed (EnqueueTyped,
+	// TypedPayload); "" otherwise.
+	Type string
 	// Key and Payloads are as in Task (tasks enqueued with a Key).
 	Key      string
 	Payloads []Payload
@@ -152,12 +159,108 @@ type TaskInfo struct {
 	PID      string
 	// CancelRequested is true when Cancel was called while it ran.
 	CancelRequested bool
-	// EnqueuedAt is read from the task id (second precision; a periodic
-	// tick's id, "<schedule>.<tick unix ms>", carries its tick's time):
-	// zero for an id of the caller's choosing (EnqueueOpts.ID), unless it
-	// has a tick's shape (a last '.' followed by a unix ms time since 2000):
-	// then that time.
+	// EnqueuedAt is when it was enqueued: for an id of the caller's
+	// choosing (EnqueueOpts.ID), Redis's time of the enqueue (a task
+	// enqueued by a version before it was kept: zero, unless the id has a
+	// periodic tick's shape, "<schedule>.<tick unix ms>": then that time);
+	// otherwise read from the id (second precision).
 	EnqueuedAt time.Time
+	// Priority is its EnqueueOpts.Priority (0: none).
+	Priority int
+	// MaxAttempts and Timeout are its own EnqueueOpts.MaxAttempts and
+	// Timeout (0: the queue's).
+	MaxAttempts int
+	Timeout     time.Duration
+	// StartedAt is when its latest attempt started (Redis time; zero when
+	// it never ran). RanFor is how long that attempt ran: until it ended
+	// (it failed, or the task is done, cancelled, expired or dead), or,
+	// while the task is active, until this read, by this process's clock;
+	// zero when unknown (a run lost to a crash or given back).
+	StartedAt time.Time
+	RanFor    time.Duration
+	// Attempts are its last failed attempts, oldest first: at most
+	// MaxAttemptHistory, kept with the task (its retention or deletion
+	// removes them). Inspector.Task reads them; listings leave them nil.
+	Attempts []AttemptInfo
+}
+
+// MaxAttemptHistory is how many failed attempts a task keeps
+// (TaskInfo.Attempts): the last ones.
+const MaxAttemptHistory = rdb.HistoryMax
+
+// AttemptInfo is one failed attempt of a task.
+type AttemptInfo struct {
+	// Number is its attempt number (Task.Attempt). A task requeued from
+	// the dead set counts again from 1.
+	Number int
+	// StartedAt is when it started (zero when unknown), EndedAt when it
+	// ended (Redis time).
+	StartedAt, EndedAt time.Time
+	// Outcome is what its failure led to: "retry" (the task ran again
+	// later) or "dead".
+	Outcome string
+	// WorkerID is the worker that ran it (for a remote worker, its
+	// gateway session's).
+	WorkerID string
+	// Error is its error, cut as LastError is.
+	Error string
+}
+
+// HandlerPayload returns the payload as a Mux hands it to its handler:
+// Payload without a typed task's envelope (Payload itself for a task with
+// no Type).
+func (t *TaskInfo) HandlerPayload() []byte {
+	if _, p, ok := splitTyped(t.Payload); ok {
+		return p
+	}
+	return t.Payload
+}
+
+// fillRecord sets what t reads from r beyond the basics: its type, its own
+// options, its timing and its history.
+func (t *TaskInfo) fillRecord(r *rdb.TaskRecord, now time.Time) {
+	if typ, _, ok := splitTyped(t.Payload); ok {
+		t.Type = typ
+	}
+	t.Priority, t.MaxAttempts = r.Priority, r.MaxAttempts
+	t.Timeout = time.Duration(r.TimeoutMs) * time.Millisecond
+	if r.EnqueuedAt > 0 {
+		t.EnqueuedAt = time.UnixMilli(r.EnqueuedAt)
+	}
+	t.StartedAt = msTime(r.StartedAt)
+	for _, a := range r.Attempts {
+		t.Attempts = append(t.Attempts, AttemptInfo{Number: a.Number, StartedAt: msTime(a.StartedAt),
+			EndedAt: msTime(a.EndedAt), Outcome: a.Outcome, WorkerID: a.Worker, Error: a.Error})
+	}
+	t.RanFor = t.ranFor(now)
+}
+
+// ranFor is how long the task's latest attempt ran (see RanFor).
+func (t *TaskInfo) ranFor(now time.Time) time.Duration {
+	start := t.StartedAt
+	since := func(end time.Time) time.Duration {
+		if end.IsZero() || end.Before(start) {
+			return 0
+		}
+		return end.Sub(start)
+	}
+	switch n := len(t.Attempts); {
+	case start.IsZero():
+		return 0
+	case t.State == StateActive:
+		return since(now)
+	case n > 0 && t.Attempts[n-1].StartedAt.Equal(start):
+		return since(t.Attempts[n-1].EndedAt) // the latest attempt failed
+	}
+	switch t.State {
+	case StateDone, StateCancelled, StateExpired:
+		return since(t.FinishedAt)
+	case StateDead:
+		if t.DeadReason == "failed" {
+			return since(t.DiedAt)
+		}
+	}
+	return 0
 }
 
 // EventKind names what happened.
