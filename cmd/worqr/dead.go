@@ -62,7 +62,7 @@ func (a *app) deadLsCmd() *cobra.Command {
 		if len(ts) > 0 {
 			t := newTable(a.env.out, "ID", "DIED", "REASON", "FAILURES", "LAST_ERROR", "PAYLOAD")
 			for _, tk := range ts {
-				t.row(tk.ID, when(tk.DiedAt), orDash(clip(tk.DeadReason, 30)), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), preview(tk.Payload, 40))
+				t.row(tk.ID, when(tk.DiedAt), orDash(clip(tk.DeadReason, 30)), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), typedPreview(tk.Type, tk.HandlerPayload(), 40))
 			}
 			if err := t.flush(); err != nil {
 				return err

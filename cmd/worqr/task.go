@@ -5,9 +5,11 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -16,10 +18,13 @@ import (
 )
 
 // taskJSON is a task in JSON output. Payload and result are text when they
-// are valid UTF-8, else base64 in payload_base64 / result_base64.
+// are valid UTF-8, else base64 in payload_base64 / result_base64. A typed
+// task's payload is the one its handler sees, its type apart.
 type taskJSON struct {
 	ID              string  `json:"id"`
 	Queue           string  `json:"queue"`
+	Type            string  `json:"type"`
+	Key             string  `json:"key"`
 	State           string  `json:"state"`
 	Failures        int     `json:"failures"`
 	Crashes         int     `json:"crashes"`
@@ -34,6 +39,18 @@ type taskJSON struct {
 	DueAt           *string `json:"due_at"`
 	FinishedAt      *string `json:"finished_at"`
 	Deadline        *string `json:"deadline"`
+	// Priority, MaxAttempts and TimeoutMS are the task's own options (0:
+	// none, the queue's).
+	Priority    int   `json:"priority"`
+	MaxAttempts int   `json:"max_attempts"`
+	TimeoutMS   int64 `json:"timeout_ms"`
+	// StartedAt and RanForMS are its latest attempt's start and run (see
+	// worqr.TaskInfo.RanFor).
+	StartedAt *string `json:"started_at"`
+	RanForMS  int64   `json:"ran_for_ms"`
+	// Attempts are its last failed attempts, oldest first (at most
+	// worqr.MaxAttemptHistory).
+	Attempts []attemptJSON `json:"attempts"`
 	// Meta is the task's metadata (EnqueueOpts.Meta: a trace context...),
 	// apart from its payload; absent when none.
 	Meta          map[string]string `json:"meta,omitempty"`
@@ -57,18 +74,77 @@ func bytesJSON(b []byte) (text, b64 *string) {
 	return nil, &s
 }
 
+// attemptJSON is one failed attempt of a task in JSON output.
+type attemptJSON struct {
+	Number    int     `json:"number"`
+	Outcome   string  `json:"outcome"`
+	Worker    string  `json:"worker"`
+	StartedAt *string `json:"started_at"`
+	EndedAt   *string `json:"ended_at"`
+	RanForMS  int64   `json:"ran_for_ms"`
+	Error     string  `json:"error"`
+}
+
 func taskOf(t *worqr.TaskInfo) taskJSON {
-	j := taskJSON{ID: t.ID, Queue: t.Queue, State: string(t.State), Failures: t.Failures, Crashes: t.Crashes,
-		LastError: t.LastError, DeadReason: t.DeadReason, DiedAt: jsonTime(t.DiedAt), DiedOn: t.DiedOn,
-		Worker: t.WorkerID, PID: t.PID, CancelRequested: t.CancelRequested, EnqueuedAt: jsonTime(t.EnqueuedAt),
-		DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt), Deadline: jsonTime(t.Deadline), Meta: t.Meta,
-		raw: t.Payload}
-	j.Payload, j.PayloadBase64 = bytesJSON(t.Payload)
+	j := taskJSON{ID: t.ID, Queue: t.Queue, Type: t.Type, Key: t.Key, State: string(t.State), Failures: t.Failures,
+		Crashes: t.Crashes, LastError: t.LastError, DeadReason: t.DeadReason, DiedAt: jsonTime(t.DiedAt),
+		DiedOn: t.DiedOn, Worker: t.WorkerID, PID: t.PID, CancelRequested: t.CancelRequested,
+		EnqueuedAt: jsonTime(t.EnqueuedAt), DueAt: jsonTime(t.DueAt), FinishedAt: jsonTime(t.FinishedAt),
+		Deadline: jsonTime(t.Deadline), Priority: t.Priority, MaxAttempts: t.MaxAttempts,
+		TimeoutMS: t.Timeout.Milliseconds(), StartedAt: jsonTime(t.StartedAt), RanForMS: t.RanFor.Milliseconds(),
+		Attempts: []attemptJSON{}, Meta: t.Meta, raw: t.HandlerPayload()}
+	for _, a := range t.Attempts {
+		j.Attempts = append(j.Attempts, attemptJSON{Number: a.Number, Outcome: a.Outcome, Worker: a.WorkerID,
+			StartedAt: jsonTime(a.StartedAt), EndedAt: jsonTime(a.EndedAt), RanForMS: attemptRan(a).Milliseconds(),
+			Error: a.Error})
+	}
+	j.Payload, j.PayloadBase64 = bytesJSON(t.HandlerPayload())
 	j.Result, j.ResultBase64 = bytesJSON(t.Result)
 	return j
 }
 
-func (t taskJSON) preview() string { return preview(t.raw, 60) }
+// attemptRan is how long attempt a ran (0 when its start is unknown).
+func attemptRan(a worqr.AttemptInfo) time.Duration {
+	if a.StartedAt.IsZero() || a.EndedAt.Before(a.StartedAt) {
+		return 0
+	}
+	return a.EndedAt.Sub(a.StartedAt)
+}
+
+func (t taskJSON) preview() string { return typedPreview(t.Type, t.raw, 60) }
+
+// typedPreview shows a payload in a table cell, a typed task's type first.
+func typedPreview(typ string, payload []byte, n int) string {
+	if typ == "" {
+		return preview(payload, n)
+	}
+	return typ + " " + preview(payload, max(n-len(typ)-1, 10))
+}
+
+// ownOption shows a task's own option, or that the queue's applies.
+func ownOption(set bool, v string) string {
+	if !set {
+		return "(the queue's)"
+	}
+	return v
+}
+
+// printAttempts prints a task's failed attempts as a table, oldest first.
+func printAttempts(w io.Writer, t *worqr.TaskInfo) error {
+	if len(t.Attempts) == 0 {
+		return nil
+	}
+	fmt.Fprintf(w, "\nfailed attempts (the last %d kept)\n", worqr.MaxAttemptHistory)
+	tb := newTable(w, "ATTEMPT", "OUTCOME", "WORKER", "STARTED", "RAN", "ERROR")
+	for _, a := range t.Attempts {
+		ran := "-"
+		if !a.StartedAt.IsZero() {
+			ran = ago(attemptRan(a))
+		}
+		tb.row(itoa(a.Number), a.Outcome, orDash(a.WorkerID), when(a.StartedAt), ran, orDash(clip(a.Error, 80)))
+	}
+	return tb.flush()
+}
 
 // metaText shows metadata on one line, name=value pairs by name ("-" for
 // none).
@@ -114,9 +190,15 @@ func (a *app) taskGetCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "get <queue> <id> | get <id>",
 		Short: "what Redis holds about one task",
-		Long: `Prints what Redis holds about one task: state, failures, crashes, last error,
-why and when it died, its worker while it runs, times, metadata (a trace
-context...), payload and result.
+		Long: `Prints what Redis holds about one task: its type (a typed task's payload is
+shown without its type's envelope), key and state; failures, crashes, last
+error, why and when it died, its worker while it runs; the options it was
+enqueued with (priority, max attempts, timeout, deadline: "(the queue's)"
+when it has none of its own); its times (enqueued, due, started, how long
+its latest attempt ran, finished); metadata (a trace context...), payload
+and result; then its last 10 failed attempts, oldest first (number,
+outcome, worker, start, run time, error). -o json has them all, the
+attempts' errors whole.
 With only an id it looks in every known queue.
 
 A task that is not found (it never existed, or it ended and its record is
@@ -169,12 +251,26 @@ error: nothing on stdout, exit 1.`,
 		} else if j.ResultBase64 != nil {
 			result = "base64:" + *j.ResultBase64
 		}
-		return kv(a.env.out, "id", j.ID, "queue", j.Queue, "state", j.State, "failures", itoa(j.Failures),
-			"crashes", itoa(j.Crashes), "last_error", orDash(j.LastError), "dead_reason", orDash(j.DeadReason),
-			"died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn), "worker", orDash(j.Worker), "pid", orDash(j.PID),
-			"cancel_requested", yesNo(j.CancelRequested), "enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt),
-			"finished_at", when(t.FinishedAt), "deadline", when(t.Deadline), "meta", metaText(j.Meta),
+		ranFor := "-"
+		if !t.StartedAt.IsZero() && (t.RanFor > 0 || t.State == worqr.StateActive) {
+			ranFor = ago(t.RanFor)
+			if t.State == worqr.StateActive {
+				ranFor += " so far"
+			}
+		}
+		err = kv(a.env.out, "id", j.ID, "queue", j.Queue, "type", orDash(j.Type), "key", orDash(j.Key),
+			"state", j.State, "failures", itoa(j.Failures), "crashes", itoa(j.Crashes), "last_error", orDash(j.LastError),
+			"dead_reason", orDash(j.DeadReason), "died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn),
+			"worker", orDash(j.Worker), "pid", orDash(j.PID), "cancel_requested", yesNo(j.CancelRequested),
+			"priority", itoa(j.Priority), "max_attempts", ownOption(t.MaxAttempts > 0, itoa(t.MaxAttempts)),
+			"timeout", ownOption(t.Timeout > 0, t.Timeout.String()), "deadline", when(t.Deadline),
+			"enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt), "started_at", when(t.StartedAt),
+			"ran_for", ranFor, "finished_at", when(t.FinishedAt), "meta", metaText(j.Meta),
 			"payload", payload, "result", result)
+		if err != nil {
+			return err
+		}
+		return printAttempts(a.env.out, t)
 	})
 	return cmd
 }
@@ -240,7 +336,7 @@ func (a *app) printTasks(o output, ts []*worqr.TaskInfo, total, offset int, stat
 	if len(ts) > 0 {
 		t := newTable(a.env.out, "ID", "STATE", "ENQUEUED", "FAILURES", "LAST_ERROR", "PAYLOAD")
 		for _, tk := range ts {
-			t.row(tk.ID, string(tk.State), when(tk.EnqueuedAt), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), preview(tk.Payload, 40))
+			t.row(tk.ID, string(tk.State), when(tk.EnqueuedAt), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), typedPreview(tk.Type, tk.HandlerPayload(), 40))
 		}
 		if err := t.flush(); err != nil {
 			return err
