@@ -1,7 +1,6 @@
 package dash
 
 import (
-	"bytes"
 	"context"
 	"net/url"
 	"strings"
@@ -56,8 +55,8 @@ func (f filter) Query() string {
 
 // match reports whether t passes the filter.
 func (f filter) match(t *worqr.TaskInfo) bool {
-	typ, inner := splitType(t.Payload)
-	if f.Type != "" && typ != f.Type {
+	inner := t.HandlerPayload()
+	if f.Type != "" && t.Type != f.Type {
 		return false
 	}
 	if f.Key != "" && t.Key != f.Key {
@@ -88,33 +87,6 @@ func errorText(t *worqr.TaskInfo) string {
 
 func containsFold(s, sub string) bool {
 	return strings.Contains(strings.ToLower(s), strings.ToLower(sub))
-}
-
-// typeMark is how a typed payload starts (worqr.TypedPayload's format:
-// the mark, the type, a zero byte, the payload), learnt from the library.
-var typeMark = func() []byte {
-	p, err := worqr.TypedPayload("t", nil)
-	if err != nil || len(p) < 2 {
-		return nil
-	}
-	return p[:len(p)-2]
-}()
-
-// splitType returns a payload's task type ("" for an untyped one) and the
-// payload its handler sees.
-func splitType(p []byte) (string, []byte) {
-	if len(typeMark) == 0 {
-		return "", p
-	}
-	rest, ok := bytes.CutPrefix(p, typeMark)
-	if !ok {
-		return "", p
-	}
-	i := bytes.IndexByte(rest, 0)
-	if i <= 0 {
-		return "", p
-	}
-	return string(rest[:i]), rest[i+1:]
 }
 
 // scan is the outcome of a filter over one state of a queue.

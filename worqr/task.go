@@ -206,6 +206,14 @@ type AttemptInfo struct {
 	Error string
 }
 
+// RanFor is how long the attempt ran (0 when its start is unknown).
+func (a AttemptInfo) RanFor() time.Duration {
+	if a.StartedAt.IsZero() || a.EndedAt.Before(a.StartedAt) {
+		return 0
+	}
+	return a.EndedAt.Sub(a.StartedAt)
+}
+
 // HandlerPayload returns the payload as a Mux hands it to its handler:
 // Payload without a typed task's envelope (Payload itself for a task with
 // no Type).

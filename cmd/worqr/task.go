@@ -9,7 +9,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -95,20 +94,12 @@ func taskOf(t *worqr.TaskInfo) taskJSON {
 		Attempts: []attemptJSON{}, Meta: t.Meta, raw: t.HandlerPayload()}
 	for _, a := range t.Attempts {
 		j.Attempts = append(j.Attempts, attemptJSON{Number: a.Number, Outcome: a.Outcome, Worker: a.WorkerID,
-			StartedAt: jsonTime(a.StartedAt), EndedAt: jsonTime(a.EndedAt), RanForMS: attemptRan(a).Milliseconds(),
+			StartedAt: jsonTime(a.StartedAt), EndedAt: jsonTime(a.EndedAt), RanForMS: a.RanFor().Milliseconds(),
 			Error: a.Error})
 	}
 	j.Payload, j.PayloadBase64 = bytesJSON(t.HandlerPayload())
 	j.Result, j.ResultBase64 = bytesJSON(t.Result)
 	return j
-}
-
-// attemptRan is how long attempt a ran (0 when its start is unknown).
-func attemptRan(a worqr.AttemptInfo) time.Duration {
-	if a.StartedAt.IsZero() || a.EndedAt.Before(a.StartedAt) {
-		return 0
-	}
-	return a.EndedAt.Sub(a.StartedAt)
 }
 
 func (t taskJSON) preview() string { return typedPreview(t.Type, t.raw, 60) }
@@ -139,7 +130,7 @@ func printAttempts(w io.Writer, t *worqr.TaskInfo) error {
 	for _, a := range t.Attempts {
 		ran := "-"
 		if !a.StartedAt.IsZero() {
-			ran = ago(attemptRan(a))
+			ran = ago(a.RanFor())
 		}
 		tb.row(itoa(a.Number), a.Outcome, orDash(a.WorkerID), when(a.StartedAt), ran, orDash(clip(a.Error, 80)))
 	}

@@ -109,3 +109,69 @@ func TestCancelFromTheTaskPage(t *testing.T) {
 		t.Fatal("the running task was not stopped within 10 s of Cancel")
 	}
 }
+
+// TestTaskPageShowsAttempts: the page of a typed task done after two
+// failed attempts shows its type, its attempts in a table (each one's
+// error, escaped) and how long its last run took, and no Last error box.
+func TestTaskPageShowsAttempts(t *testing.T) {
+	s := newSite(t, nil)
+	ctx := context.Background()
+	w, err := worqr.NewWorker(s.pool, &worqr.WorkerConfig{Config: s.cfg, Queues: map[string]worqr.QueueConfig{
+		"emails": {Concurrency: 1, Retention: time.Minute, Backoff: func(int, error) time.Duration { return time.Millisecond },
+			Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+				if t.Attempt < 3 {
+					return errors.New("smtp <421> try again")
+				}
+				return nil
+			})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		_ = w.Stop(sctx)
+	}()
+	id, err := worqr.EnqueueTyped(ctx, s.client, "emails", "welcome", []byte(`{"to":"ada@example.com"}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := s.in.Task(ctx, "emails", id)
+		if err == nil && info.State == worqr.StateDone {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task is not done within 10 s: %+v, %v", info, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	b := browser(t)
+	var rows int
+	var errs []string
+	var typ, ran string
+	if err := chromedp.Run(b,
+		chromedp.Navigate(s.url+"/task?id="+id),
+		chromedp.WaitVisible(`#attempts`, chromedp.ByQuery),
+		chromedp.Evaluate(`document.querySelectorAll("#attempts tbody tr").length`, &rows),
+		chromedp.Evaluate(`Array.from(document.querySelectorAll("#attempts .attempt-error")).map(e => e.textContent)`, &errs),
+		chromedp.Text(`#task-type`, &typ, chromedp.ByQuery),
+		chromedp.Text(`#task-ran-for`, &ran, chromedp.ByQuery),
+	); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 2 || len(errs) != 2 || errs[0] != "smtp <421> try again" || errs[1] != errs[0] {
+		t.Errorf("attempts table: %d rows, errors %q; want 2 with the handler's error", rows, errs)
+	}
+	if typ != "welcome" || ran == "" || ran == "–" {
+		t.Errorf("type %q, ran for %q; want welcome and a duration", typ, ran)
+	}
+	if box, err := exists(b, "#last-error"); err != nil || box {
+		t.Errorf("a done task's page shows a Last error box (%v)", err)
+	}
+}
