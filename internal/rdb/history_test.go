@@ -250,6 +250,17 @@ func TestTaskRecordTimes(t *testing.T) {
 			t.Errorf("Task(%s) = %+v, want started at its take's time in [%d, %d]", id, r, before, after)
 		}
 	}
+	// Handed to a parked worker by the enqueue: taken, with its start.
+	until := e.now(t) + 60_000
+	if got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "P", Until: until, Max: 1, Park: 1}); err != nil || len(got) != 0 {
+		t.Fatal(got, err)
+	}
+	before = e.now(t)
+	e.enqueue(t, "handed")
+	after = e.now(t)
+	if r, _ := e.st.Task(e.ctx, e.q, "handed"); r == nil || r.WorkerID != "P" || r.StartedAt < before || r.StartedAt > after {
+		t.Errorf("Task(handed) = %+v, want held by P, started at its hand-off in [%d, %d]", r, before, after)
+	}
 	// A listing (Tasks) reads no history.
 	e.endTask(t, 0, rdb.Retry(rdb.KindTask, "A", got[0].PID, got[0].ID, 60000, "boom"))
 	rs, err := e.st.Tasks(e.ctx, e.q, []string{got[0].ID})
