@@ -159,11 +159,12 @@ type TaskInfo struct {
 	PID      string
 	// CancelRequested is true when Cancel was called while it ran.
 	CancelRequested bool
-	// EnqueuedAt is when it was enqueued: for an id of the caller's
-	// choosing (EnqueueOpts.ID), Redis's time of the enqueue (a task
-	// enqueued by a version before it was kept: zero, unless the id has a
-	// periodic tick's shape, "<schedule>.<tick unix ms>": then that time);
-	// otherwise read from the id (second precision).
+	// EnqueuedAt is when it was enqueued, read from the task id (second
+	// precision; a periodic tick's id, "<schedule>.<tick unix ms>",
+	// carries its tick's time); for an id of the caller's choosing
+	// (EnqueueOpts.ID) that has no tick's shape, Redis's time of the
+	// enqueue (zero for a task enqueued by a version that did not keep
+	// it).
 	EnqueuedAt time.Time
 	// Priority is its EnqueueOpts.Priority (0: none).
 	Priority int
@@ -232,8 +233,8 @@ func (t *TaskInfo) fillRecord(r *rdb.TaskRecord, now time.Time) {
 	}
 	t.Priority, t.MaxAttempts = r.Priority, r.MaxAttempts
 	t.Timeout = time.Duration(r.TimeoutMs) * time.Millisecond
-	if r.EnqueuedAt > 0 {
-		t.EnqueuedAt = time.UnixMilli(r.EnqueuedAt)
+	if t.EnqueuedAt.IsZero() && r.EnqueuedAt > 0 {
+		t.EnqueuedAt = time.UnixMilli(r.EnqueuedAt) // the id said nothing
 	}
 	t.StartedAt = msTime(r.StartedAt)
 	for _, a := range r.Attempts {
