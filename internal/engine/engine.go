@@ -407,10 +407,18 @@ func NewEndGroup[R any](run func(ctx context.Context, es []rdb.Ending) ([]R, err
 //
 // The bytes an ending writes weigh one per endByteUnit, so that one call
 // carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue call
-// does.
+// does. A failed attempt's error is written twice (the last error and the
+// attempt history's entry), and a batch's retry writes it so on each task
+// of the batch too.
 func EndWeight(e rdb.Ending) int {
 	n := 1 + len(e.Batch)
 	size := len(e.Result) + len(e.Err)
+	switch e.Ask {
+	case rdb.AskRetry:
+		size += len(e.Err) * (1 + 2*len(e.Batch))
+	case rdb.AskDead:
+		size += len(e.Err)
+	}
 	for _, m := range e.Batch {
 		size += len(m.Result)
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,6 +122,31 @@ func TestStuckEvery(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := StuckEvery(c.qs); got != c.want {
 				t.Fatalf("StuckEvery = %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// An ending weighs the bytes it writes: a failed attempt's error twice
+// (the last error and its attempt history's entry), a batch's retry on
+// every task of the batch; a rate-limited end's (no attempt) once.
+func TestEndWeightCountsTheErrorAsWritten(t *testing.T) {
+	msg := strings.Repeat("e", 10*endByteUnit)
+	batch := []rdb.Member{{PID: "2", ID: "b"}, {PID: "3", ID: "c"}}
+	for _, c := range []struct {
+		name string
+		e    rdb.Ending
+		want int
+	}{
+		{"retry: twice", rdb.Retry(rdb.KindTask, "W", "1", "a", 0, msg), 1 + 20},
+		{"dead: twice", rdb.Dead(rdb.KindTask, "W", "1", "a", msg), 1 + 20},
+		{"later: once", rdb.Later(rdb.KindTask, "W", "1", "a", 0, msg), 1 + 10},
+		{"a batch's retry: twice on each of its 3 tasks", rdb.Retry(rdb.KindTask, "W", "1", "a", 0, msg).WithBatch(batch), 3 + 60},
+		{"a batch's dead head: twice, on the head only", rdb.Dead(rdb.KindTask, "W", "1", "a", msg).WithBatch(batch), 3 + 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := EndWeight(c.e); got != c.want {
+				t.Errorf("EndWeight = %d, want %d", got, c.want)
 			}
 		})
 	}
