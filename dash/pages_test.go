@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -64,10 +65,10 @@ func TestTaskPageShowsATaskWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		e.eventually(10*time.Second, func() bool {
+		redistest.WaitFor(t, 10*time.Second, "the task done", func() bool {
 			info, err := e.in.Task(context.Background(), "jobs", id)
 			return err == nil && info.State == worqr.StateDone
-		}, "the task done")
+		})
 		_, body := e.get("/task?id=" + id)
 		if strings.Contains(body, "last-error") || strings.Contains(body, "Last error") {
 			t.Error("a done task shows a Last error box")

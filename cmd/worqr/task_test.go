@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -69,7 +70,7 @@ func TestTaskGetShowsATaskWhole(t *testing.T) {
 		if err := w.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		b.eventually("the task dead", func() bool { return b.queue("jobs").Dead == 1 })
+		redistest.WaitFor(b.t, patience, "the task dead", func() bool { return b.queue("jobs").Dead == 1 })
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		if err := w.Stop(ctx); err != nil {
