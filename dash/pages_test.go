@@ -36,6 +36,13 @@ func TestTaskPageShowsATaskWhole(t *testing.T) {
 		if strings.Contains(body, `id="task-started"`) || strings.Contains(body, `id="attempts"`) {
 			t.Error("a task that never ran shows a start or attempts")
 		}
+		unlimited, err := e.client.Enqueue(context.Background(), "mail", []byte("hi"), &worqr.EnqueueOpts{Timeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, body := e.get("/task?id=" + unlimited); !strings.Contains(body, `id="task-timeout">none<`) {
+			t.Errorf("a task with no time limit of its own:\n%s", body)
+		}
 		plain, _ := e.client.Enqueue(context.Background(), "mail", []byte("hi"), nil)
 		if _, body := e.get("/task?id=" + plain); !strings.Contains(body, `id="task-max-attempts"><span class="sub">the queue's</span>`) ||
 			strings.Contains(body, "task-priority") {

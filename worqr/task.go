@@ -169,7 +169,7 @@ type TaskInfo struct {
 	// Priority is its EnqueueOpts.Priority (0: none).
 	Priority int
 	// MaxAttempts and Timeout are its own EnqueueOpts.MaxAttempts and
-	// Timeout (0: the queue's).
+	// Timeout (0: the queue's; a negative Timeout: no limit).
 	MaxAttempts int
 	Timeout     time.Duration
 	// StartedAt is when its latest attempt started (Redis time; zero when
@@ -232,7 +232,7 @@ func (t *TaskInfo) fillRecord(r *rdb.TaskRecord, now time.Time) {
 		t.Type = typ
 	}
 	t.Priority, t.MaxAttempts = r.Priority, r.MaxAttempts
-	t.Timeout = time.Duration(r.TimeoutMs) * time.Millisecond
+	t.Timeout = time.Duration(r.TimeoutMs) * time.Millisecond // -1 ms: no limit
 	if t.EnqueuedAt.IsZero() && r.EnqueuedAt > 0 {
 		t.EnqueuedAt = time.UnixMilli(r.EnqueuedAt) // the id said nothing
 	}

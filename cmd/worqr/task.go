@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/spf13/cobra"
@@ -39,7 +40,7 @@ type taskJSON struct {
 	FinishedAt      *string `json:"finished_at"`
 	Deadline        *string `json:"deadline"`
 	// Priority, MaxAttempts and TimeoutMS are the task's own options (0:
-	// none, the queue's).
+	// none, the queue's; a TimeoutMS of -1: no limit).
 	Priority    int   `json:"priority"`
 	MaxAttempts int   `json:"max_attempts"`
 	TimeoutMS   int64 `json:"timeout_ms"`
@@ -113,6 +114,15 @@ func typedPreview(typ string, payload []byte, n int) string {
 }
 
 // ownOption shows a task's own option, or that the queue's applies.
+// taskTimeout is a task's own Timeout as shown: the queue's, none, or its
+// own.
+func taskTimeout(d time.Duration) string {
+	if d < 0 {
+		return "none"
+	}
+	return ownOption(d > 0, d.String())
+}
+
 func ownOption(set bool, v string) string {
 	if !set {
 		return "(the queue's)"
@@ -254,7 +264,7 @@ error: nothing on stdout, exit 1.`,
 			"dead_reason", orDash(j.DeadReason), "died_at", when(t.DiedAt), "died_on", orDash(j.DiedOn),
 			"worker", orDash(j.Worker), "pid", orDash(j.PID), "cancel_requested", yesNo(j.CancelRequested),
 			"priority", itoa(j.Priority), "max_attempts", ownOption(t.MaxAttempts > 0, itoa(t.MaxAttempts)),
-			"timeout", ownOption(t.Timeout > 0, t.Timeout.String()), "deadline", when(t.Deadline),
+			"timeout", taskTimeout(t.Timeout), "deadline", when(t.Deadline),
 			"enqueued_at", when(t.EnqueuedAt), "due_at", when(t.DueAt), "started_at", when(t.StartedAt),
 			"ran_for", ranFor, "finished_at", when(t.FinishedAt), "meta", metaText(j.Meta),
 			"payload", payload, "result", result)

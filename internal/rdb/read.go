@@ -78,7 +78,7 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		DeadAt:          atoi64(m[FieldDeadAt]),
 		DeadWorker:      m[FieldDeadWorker],
 		FinishedAt:      atoi64(m[FieldFinishedAt]),
-		TimeoutMs:       atoi64(m[FieldTimeout]),
+		TimeoutMs:       timeoutMs(m[FieldTimeout]),
 		DeadlineMs:      atoi64(m[FieldDeadline]),
 		RetentionMs:     atoi64(m[FieldRetention]),
 		Parent:          m[FieldParent],
@@ -515,4 +515,13 @@ func (s *Store) CancelAsked(ctx context.Context, q QueueKeys, ids []string) ([]b
 		out[i] = len(v) == 2 && (v[0] != "" || (v[1] != "" && v[1] != RunRunning))
 	}
 	return out, nil
+}
+
+// timeoutMs is a task's own timeout as stored: 0 for none of its own (the
+// queue's), -1 for no limit, else its milliseconds.
+func timeoutMs(s string) int64 {
+	if s == "-1" {
+		return -1
+	}
+	return atoi64(s)
 }
