@@ -1,0 +1,190 @@
+package worqrtest
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/gomodule/redigo/redis"
+	"github.com/rs/xid"
+
+	"github.com/worqr/worqr-go/recovery"
+	"github.com/worqr/worqr-go/redisconn"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// EnvRedisURL is the environment variable that sends every Env not created
+// with Options.RedisURL or Options.InProcess to a real Redis.
+const EnvRedisURL = "WORQR_TEST_REDIS_URL"
+
+// Options are New's options. A nil pointer means the defaults.
+type Options struct {
+	// RedisURL is a real Redis to run on (redis://host:port/db), in a
+	// namespace of the Env's own that its cleanup deletes. Default: the
+	// WORQR_TEST_REDIS_URL environment variable, and when that is empty
+	// too, an in-process Redis (miniredis) of the Env's own.
+	RedisURL string
+	// InProcess runs the Env on an in-process Redis whatever
+	// WORQR_TEST_REDIS_URL says: for tests that move the clock (Advance),
+	// which only the in-process Redis allows.
+	InProcess bool
+}
+
+// Env is one test's worqr: a Redis (in-process by default), a namespace of
+// its own, a Client and an Inspector on it, and, on the in-process Redis,
+// a clock that moves only when the test says so. Create it with New; it is
+// cleaned up when the test ends. It is safe for concurrent use.
+type Env struct {
+	ns        string
+	url       string
+	mr        *miniredis.Miniredis // nil on a real Redis
+	pool      *redis.Pool
+	client    *worqr.Client
+	inspector *worqr.Inspector
+	mover     *recovery.Reaper
+	queues    atomic.Int64 // queues made up by Work
+
+	clockMu sync.Mutex
+	clock   time.Time // the in-process Redis's time (TIME)
+}
+
+// New returns an Env for t. On the in-process Redis its clock starts at the
+// wall clock's time, to the millisecond, and stands still until Advance.
+func New(t testing.TB, opts *Options) *Env {
+	t.Helper()
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	url := o.RedisURL
+	if url == "" && !o.InProcess {
+		url = os.Getenv(EnvRedisURL)
+	}
+	e := &Env{ns: "worqrtest-" + xid.New().String(), url: url}
+	if url == "" {
+		e.mr = miniredis.NewMiniRedis()
+		if err := e.mr.Start(); err != nil {
+			t.Fatalf("worqrtest: starting the in-process Redis: %v", err)
+		}
+		t.Cleanup(e.mr.Close)
+		e.clock = time.Now().Truncate(time.Millisecond)
+		e.mr.SetTime(e.clock)
+		// Keys expire as the clock moves (keepalives, unique keys, ids),
+		// and only then.
+		e.mr.ClockTTL(true)
+		url = "redis://" + e.mr.Addr()
+	}
+	pool, err := redisconn.NewPool(url, nil)
+	if err != nil {
+		t.Fatalf("worqrtest: %v", err)
+	}
+	e.pool = pool
+	t.Cleanup(func() { pool.Close() })
+	cfg := e.Config()
+	if e.client, err = worqr.NewClient(pool, &cfg); err != nil {
+		t.Fatalf("worqrtest: %v", err)
+	}
+	if e.inspector, err = worqr.NewInspector(pool, &cfg); err != nil {
+		t.Fatalf("worqrtest: %v", err)
+	}
+	if e.mover, err = recovery.New(pool, &recovery.Config{Namespace: e.ns, Interval: time.Second}); err != nil {
+		t.Fatalf("worqrtest: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := e.inspector.Ping(ctx); err != nil {
+		t.Fatalf("worqrtest: Redis at %s: %v", e.where(), err)
+	}
+	if e.mr == nil {
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := e.inspector.DeleteNamespace(ctx); err != nil {
+				t.Errorf("worqrtest: deleting namespace %s: %v", e.ns, err)
+			}
+		})
+	}
+	return e
+}
+
+// where names the Redis the Env runs on, for messages.
+func (e *Env) where() string {
+	if e.mr != nil {
+		return "the in-process Redis"
+	}
+	return e.url
+}
+
+// Pool is the Env's connection pool, for the Clients, Workers and
+// Schedulers of the code under test. The Env closes it when the test ends.
+func (e *Env) Pool() *redis.Pool { return e.pool }
+
+// Config is the worqr.Config of the Env: its namespace, and DisableEvents
+// (a Worker's OnEvent still sees its events; set it to false on a copy to
+// test Inspector.Follow). Give it to every Client, Worker, Inspector and
+// Scheduler of the test, so that they share the Env's tasks.
+func (e *Env) Config() worqr.Config {
+	return worqr.Config{Namespace: e.ns, DisableEvents: true}
+}
+
+// Client is a Client on the Env's namespace.
+func (e *Env) Client() *worqr.Client { return e.client }
+
+// Inspector is an Inspector on the Env's namespace.
+func (e *Env) Inspector() *worqr.Inspector { return e.inspector }
+
+// Now is the time on Redis's clock, to the millisecond: the time every
+// due time, deadline, retry and periodic tick is compared with. On the
+// in-process Redis it stands still between calls of Advance; on a real
+// Redis it is read from Redis (the local clock if Redis cannot be read).
+func (e *Env) Now() time.Time {
+	if e.mr != nil {
+		e.clockMu.Lock()
+		defer e.clockMu.Unlock()
+		return e.clock
+	}
+	c := e.pool.Get()
+	defer c.Close()
+	v, err := redis.Int64s(c.Do("TIME"))
+	if err != nil || len(v) != 2 {
+		return time.Now().Truncate(time.Millisecond)
+	}
+	return time.UnixMilli(v[0]*1000 + v[1]/1000)
+}
+
+// Advance moves Redis's clock forward by d, then does what worqr's
+// background loops would have done meanwhile: scheduled tasks (delays,
+// retries) that came due move to their queues. It needs the in-process
+// Redis: on a real one, whose clock nobody moves, it fails the test.
+func (e *Env) Advance(t testing.TB, d time.Duration) {
+	t.Helper()
+	if e.mr == nil {
+		t.Fatalf("worqrtest: Advance needs the in-process Redis, and this Env runs on %s: "+
+			"create it with Options.InProcess for a test that moves the clock", e.where())
+	}
+	if d < 0 {
+		t.Fatalf("worqrtest: Advance(%s): the clock only moves forward", d)
+	}
+	e.clockMu.Lock()
+	defer e.clockMu.Unlock()
+	e.clock = e.clock.Add(d)
+	e.mr.SetTime(e.clock)
+	if err := e.move(); err != nil {
+		t.Fatalf("worqrtest: Advance: %v", err)
+	}
+}
+
+// move moves every due scheduled task to its queue, as a reaper does.
+func (e *Env) move() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := e.mover.Move(ctx); err != nil {
+		return fmt.Errorf("moving due tasks: %w", err)
+	}
+	return nil
+}
