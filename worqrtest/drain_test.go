@@ -55,7 +55,7 @@ func TestDrainRunsWhatHandlersEnqueue(t *testing.T) {
 
 func TestDrainLeavesRetriesToAdvance(t *testing.T) {
 	ctx := context.Background()
-	env := worqrtest.New(t, nil)
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
 	cfg := &worqr.WorkerConfig{Queues: map[string]worqr.QueueConfig{
 		"charges": {Concurrency: 1, Retention: time.Hour, Handler: worqr.HandlerFunc(func(ctx context.Context, task *worqr.Task) error {
 			if task.Attempt < 3 {

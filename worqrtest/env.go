@@ -157,10 +157,16 @@ func (e *Env) Now() time.Time {
 	return time.UnixMilli(v[0]*1000 + v[1]/1000)
 }
 
-// Advance moves Redis's clock forward by d, then does what worqr's
+// Advance moves Redis's clock forward by d, and does what worqr's
 // background loops would have done meanwhile: scheduled tasks (delays,
-// retries) that came due move to their queues. It needs the in-process
-// Redis: on a real one, whose clock nobody moves, it fails the test.
+// retries) that came due move to their queues, as a reaper would have
+// moved them, and each tick of a periodic schedule registered in the
+// namespace (Scheduler.Register, or a Scheduler's Start) is fired at its
+// time, as a running Scheduler would have, at most maxTicks of them (more
+// fail the test: advance in smaller steps).
+//
+// It needs the in-process Redis: on a real one, whose clock nobody moves,
+// it fails the test.
 func (e *Env) Advance(t testing.TB, d time.Duration) {
 	t.Helper()
 	if e.mr == nil {
@@ -170,19 +176,95 @@ func (e *Env) Advance(t testing.TB, d time.Duration) {
 	if d < 0 {
 		t.Fatalf("worqrtest: Advance(%s): the clock only moves forward", d)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	e.clockMu.Lock()
 	defer e.clockMu.Unlock()
-	e.clock = e.clock.Add(d)
-	e.mr.SetTime(e.clock)
-	if err := e.move(); err != nil {
+	target := e.clock.Add(d)
+	for ticks := 0; ; ticks++ {
+		next, err := e.nextTick(ctx, target)
+		if err != nil {
+			t.Fatalf("worqrtest: Advance: %v", err)
+		}
+		if next.IsZero() {
+			break
+		}
+		if ticks == maxTicks {
+			t.Fatalf("worqrtest: Advance(%s) passes more than %d ticks of periodic schedules: advance in smaller steps", d, maxTicks)
+		}
+		if next.After(e.clock) {
+			e.set(next)
+		}
+		if err := e.move(ctx); err != nil {
+			t.Fatalf("worqrtest: Advance: %v", err)
+		}
+		if err := e.fire(ctx); err != nil {
+			t.Fatalf("worqrtest: Advance: firing the ticks due at %s: %v", stamp(e.clock), err)
+		}
+	}
+	e.set(target)
+	if err := e.move(ctx); err != nil {
 		t.Fatalf("worqrtest: Advance: %v", err)
 	}
 }
 
-// move moves every due scheduled task to its queue, as a reaper does.
-func (e *Env) move() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+// maxTicks is the most periodic ticks one Advance fires: each one is a
+// Scheduler's pass, a few milliseconds.
+const maxTicks = 1000
+
+// set sets the in-process Redis's clock.
+func (e *Env) set(now time.Time) {
+	e.clock = now
+	e.mr.SetTime(now)
+}
+
+// nextTick returns the earliest next tick, at or before limit, of the
+// schedules not paused (zero: none).
+func (e *Env) nextTick(ctx context.Context, limit time.Time) (time.Time, error) {
+	scheds, err := e.inspector.Schedules(ctx)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("reading schedules: %w", err)
+	}
+	var next time.Time
+	for _, s := range scheds {
+		if s.Paused || s.Next.IsZero() || s.Next.After(limit) {
+			continue
+		}
+		if next.IsZero() || s.Next.Before(next) {
+			next = s.Next
+		}
+	}
+	return next, nil
+}
+
+// fire runs a Scheduler's pass: it fires the ticks due on the clock.
+func (e *Env) fire(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, defaultBound)
 	defer cancel()
+	cfg := worqr.SchedulerConfig{Config: e.Config(), PollInterval: time.Hour} // one pass, at Start
+	s, err := worqr.NewScheduler(e.pool, &cfg)
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	defer s.Stop(context.WithoutCancel(ctx))
+	for {
+		next, err := e.nextTick(ctx, e.clock)
+		if err != nil || next.IsZero() {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return context.Cause(ctx)
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
+// move moves every due scheduled task to its queue, as a reaper does.
+func (e *Env) move(ctx context.Context) error {
 	if _, err := e.mover.Move(ctx); err != nil {
 		return fmt.Errorf("moving due tasks: %w", err)
 	}

@@ -17,7 +17,7 @@ type welcome struct {
 
 func TestRequireEnqueuedMatchesEachOption(t *testing.T) {
 	ctx := context.Background()
-	env := worqrtest.New(t, nil)
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
 	c := env.Client()
 	at := env.Now().Add(2 * time.Hour)
 	deadline := env.Now().Add(3 * time.Hour)
@@ -103,7 +103,7 @@ func TestRequireEnqueuedMatchesEachOption(t *testing.T) {
 
 func TestRequireEnqueuedListsTasks(t *testing.T) {
 	ctx := context.Background()
-	env := worqrtest.New(t, nil)
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
 	if _, err := worqr.EnqueueTyped(ctx, env.Client(), "emails", "reset", []byte(`{"to":"ann"}`), &worqr.EnqueueOpts{Delay: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestRequireEnqueuedMany(t *testing.T) {
 
 func TestAdvanceMakesDelayedTasksDue(t *testing.T) {
 	ctx := context.Background()
-	env := worqrtest.New(t, nil)
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
 	start := env.Now()
 	if _, err := env.Client().Enqueue(ctx, "emails", []byte("later"), &worqr.EnqueueOpts{Delay: time.Hour}); err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func TestWorkDone(t *testing.T) {
 }
 
 func TestWorkOutcomes(t *testing.T) {
-	env := worqrtest.New(t, nil)
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
 	boom := errors.New("boom")
 	hour := func(int, error) time.Duration { return time.Hour }
 	for _, tc := range []struct {
