@@ -25,15 +25,19 @@
 //     RetryAfter, RateLimited): Advance moves them to their queues, as a
 //     reaper would have;
 //   - deadlines (EnqueueOpts.Deadline): a task taken after it ends expired;
-//   - periodic ticks (Scheduler): a Scheduler's next pass fires them;
+//   - periodic ticks of the schedules registered in the namespace
+//     (Scheduler.Register, or a Scheduler's Start): Advance fires each at
+//     its time, in turn, as a Scheduler running throughout would have;
 //   - key expiries: unique keys (UniqueTTL), idempotent ids (IDTTL),
 //     retention, and keepalives (a Worker running across an Advance longer
 //     than its HeartbeatTTL loses its keepalive, as a process frozen that
 //     long would: Work and Drain run their Workers between Advances).
 //
-// It does not move Go timers: a handler's Timeout (its context's deadline
-// is on the wall clock), a Worker's heartbeat, poll and reaper intervals,
-// and a Scheduler's PollInterval keep wall time. A real Redis keeps its own
-// clock: Advance fails the test there (Options.InProcess keeps a test that
-// moves the clock on the in-process Redis).
+// It does not move Go timers nor the local clock: a handler's Timeout (its
+// context's deadline is on the wall clock), a Worker's heartbeat, poll and
+// reaper intervals, and a Scheduler's PollInterval keep wall time; the
+// Client checks a Deadline against the local clock at enqueue, so after an
+// Advance give deadlines from Env.Now. A real Redis keeps its own clock:
+// Advance fails the test there (Options.InProcess keeps a test that moves
+// the clock on the in-process Redis).
 package worqrtest

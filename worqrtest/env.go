@@ -18,9 +18,9 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// EnvRedisURL is the environment variable that sends every Env not created
-// with Options.RedisURL or Options.InProcess to a real Redis.
-const EnvRedisURL = "WORQR_TEST_REDIS_URL"
+// envRedisURL names the environment variable that sends every Env not
+// created with Options.RedisURL or Options.InProcess to a real Redis.
+const envRedisURL = "WORQR_TEST_REDIS_URL"
 
 // Options are New's options. A nil pointer means the defaults.
 type Options struct {
@@ -63,7 +63,7 @@ func New(t testing.TB, opts *Options) *Env {
 	}
 	url := o.RedisURL
 	if url == "" && !o.InProcess {
-		url = os.Getenv(EnvRedisURL)
+		url = os.Getenv(envRedisURL)
 	}
 	e := &Env{ns: "worqrtest-" + xid.New().String(), url: url}
 	if url == "" {

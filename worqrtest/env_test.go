@@ -124,3 +124,20 @@ func TestRealRedis(t *testing.T) {
 		t.Fatalf("keys of namespace %s left: %v, %v", ns, keys, err)
 	}
 }
+
+func TestAdvanceExpiresUniqueKeys(t *testing.T) {
+	ctx := context.Background()
+	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
+	opts := &worqr.EnqueueOpts{UniqueKey: "ann", UniqueTTL: time.Hour}
+	if _, err := env.Client().Enqueue(ctx, "digests", nil, opts); err != nil {
+		t.Fatal(err)
+	}
+	env.Advance(t, time.Hour-time.Millisecond)
+	if _, err := env.Client().Enqueue(ctx, "digests", nil, opts); !errors.Is(err, worqr.ErrDuplicate) {
+		t.Fatalf("enqueue before UniqueTTL passed: %v, want ErrDuplicate", err)
+	}
+	env.Advance(t, time.Millisecond)
+	if _, err := env.Client().Enqueue(ctx, "digests", nil, opts); err != nil {
+		t.Fatalf("enqueue once UniqueTTL passed: %v", err)
+	}
+}
