@@ -3,6 +3,7 @@ package worqrtest
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -61,12 +62,12 @@ func New(t testing.TB, opts *Options) *Env {
 	if opts != nil {
 		o = *opts
 	}
-	url := o.RedisURL
-	if url == "" && !o.InProcess {
-		url = os.Getenv(envRedisURL)
+	addr := o.RedisURL
+	if addr == "" && !o.InProcess {
+		addr = os.Getenv(envRedisURL)
 	}
-	e := &Env{ns: "worqrtest-" + xid.New().String(), url: url}
-	if url == "" {
+	e := &Env{ns: "worqrtest-" + xid.New().String(), url: addr}
+	if addr == "" {
 		e.mr = miniredis.NewMiniRedis()
 		if err := e.mr.Start(); err != nil {
 			t.Fatalf("worqrtest: starting the in-process Redis: %v", err)
@@ -77,11 +78,11 @@ func New(t testing.TB, opts *Options) *Env {
 		// Keys expire as the clock moves (keepalives, unique keys, ids),
 		// and only then.
 		e.mr.ClockTTL(true)
-		url = "redis://" + e.mr.Addr()
+		addr = "redis://" + e.mr.Addr()
 	}
-	pool, err := redisconn.NewPool(url, nil)
+	pool, err := redisconn.NewPool(addr, nil)
 	if err != nil {
-		t.Fatalf("worqrtest: %v", err)
+		t.Fatalf("worqrtest: %s: %v", e.where(), err)
 	}
 	e.pool = pool
 	t.Cleanup(func() { pool.Close() })
@@ -112,12 +113,16 @@ func New(t testing.TB, opts *Options) *Env {
 	return e
 }
 
-// where names the Redis the Env runs on, for messages.
+// where names the Redis the Env runs on, for messages, without its
+// password.
 func (e *Env) where() string {
 	if e.mr != nil {
 		return "the in-process Redis"
 	}
-	return e.url
+	if u, err := url.Parse(e.url); err == nil {
+		return u.Redacted()
+	}
+	return "the Redis of Options.RedisURL or " + envRedisURL
 }
 
 // Pool is the Env's connection pool, for the Clients, Workers and

@@ -3,6 +3,7 @@ package worqrtest_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -139,5 +140,14 @@ func TestAdvanceExpiresUniqueKeys(t *testing.T) {
 	env.Advance(t, time.Millisecond)
 	if _, err := env.Client().Enqueue(ctx, "digests", nil, opts); err != nil {
 		t.Fatalf("enqueue once UniqueTTL passed: %v", err)
+	}
+}
+
+func TestNewHidesThePassword(t *testing.T) {
+	msg := mustFail(t, func(tb testing.TB) {
+		worqrtest.New(tb, &worqrtest.Options{RedisURL: "redis://ann:secret@127.0.0.1:1/0"})
+	}, "worqrtest: Redis at redis://ann:xxxxx@127.0.0.1:1/0")
+	if strings.Contains(msg, "secret") {
+		t.Fatalf("the failure shows the password: %s", msg)
 	}
 }
