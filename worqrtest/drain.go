@@ -28,6 +28,7 @@ func (e *Env) Drain(ctx context.Context, t testing.TB, cfg *worqr.WorkerConfig) 
 	t.Helper()
 	if cfg == nil {
 		t.Fatalf("worqrtest: Drain: cfg is nil")
+		return nil
 	}
 	ctx, cancel := bound(ctx)
 	defer cancel()
