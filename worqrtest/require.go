@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -208,47 +209,93 @@ type task struct {
 	maxAttempts int
 }
 
-// read returns the tasks queue holds waiting (in queue order, with the
-// tasks waiting behind each key's head after it) and scheduled (by due
-// time), and Redis's time.
+// read returns the tasks queue holds waiting (in queue order, each key's
+// tasks behind its head after it) and scheduled (by due time), and Redis's
+// time.
 func (e *Env) read(t testing.TB, op, queue string) ([]*task, time.Time) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), defaultBound)
 	defer cancel()
 	now := e.Now()
-	var infos []*worqr.TaskInfo
-	for _, st := range []worqr.TaskState{worqr.StateQueued, worqr.StateScheduled} {
+	fail := func(err error) {
+		t.Helper()
+		t.Fatalf("worqrtest: %s: reading queue %q: %v", op, queue, err)
+	}
+	list := func(st worqr.TaskState) []*worqr.TaskInfo {
+		t.Helper()
 		ts, total, err := e.inspector.Tasks(ctx, queue, st, 0, maxRead)
 		if err != nil {
-			t.Fatalf("worqrtest: %s: reading queue %q: %v", op, queue, err)
+			fail(err)
 		}
 		if total > maxRead {
 			t.Fatalf("worqrtest: %s: queue %q holds %d %s tasks, more than the %d the assertions read", op, queue, total, st, maxRead)
 		}
-		for _, ti := range ts {
-			infos = append(infos, ti)
-			if st != worqr.StateQueued || ti.Key == "" {
-				continue
-			}
-			// The tasks of an ordered queue's key wait behind its head.
-			behind, err := e.inspector.TasksBehind(ctx, queue, ti.Key, 0, maxRead)
-			if err != nil {
-				t.Fatalf("worqrtest: %s: reading key %q of queue %q: %v", op, ti.Key, queue, err)
-			}
-			for _, id := range behind {
-				bi, err := e.inspector.Task(ctx, queue, id)
-				if err != nil {
-					t.Fatalf("worqrtest: %s: reading task %s of queue %q: %v", op, id, queue, err)
-				}
-				infos = append(infos, bi)
-			}
+		return ts
+	}
+	behind, err := e.behind(ctx, queue)
+	if err != nil {
+		fail(err)
+	}
+	var infos []*worqr.TaskInfo
+	for _, ti := range list(worqr.StateQueued) {
+		infos = append(infos, ti)
+		if ti.Key != "" {
+			infos = append(infos, behind[ti.Key]...)
+			delete(behind, ti.Key)
 		}
 	}
+	// The keys whose head is not waiting (running, scheduled, dead).
+	keys := make([]string, 0, len(behind))
+	for k := range behind {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		infos = append(infos, behind[k]...)
+	}
+	infos = append(infos, list(worqr.StateScheduled)...)
 	out, err := e.extras(ctx, queue, infos)
 	if err != nil {
-		t.Fatalf("worqrtest: %s: reading queue %q: %v", op, queue, err)
+		fail(err)
 	}
 	return out, now
+}
+
+// behind returns the tasks waiting behind the head of each key of an
+// ordered queue, in the order they will run.
+func (e *Env) behind(ctx context.Context, queue string) (map[string][]*worqr.TaskInfo, error) {
+	out := map[string][]*worqr.TaskInfo{}
+	n := 0
+	for cursor := uint64(0); ; {
+		keys, next, _, err := e.inspector.Keys(ctx, queue, cursor, 1000)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range keys {
+			if _, seen := out[k.Key]; seen || k.Behind == 0 {
+				continue
+			}
+			ids, err := e.inspector.TasksBehind(ctx, queue, k.Key, 0, maxRead)
+			if err != nil {
+				return nil, err
+			}
+			if n += len(ids); n > maxRead {
+				return nil, fmt.Errorf("more than %d tasks wait behind the heads of its keys, more than the assertions read", maxRead)
+			}
+			ts := make([]*worqr.TaskInfo, 0, len(ids))
+			for _, id := range ids {
+				ti, err := e.inspector.Task(ctx, queue, id)
+				if err != nil {
+					return nil, fmt.Errorf("task %s: %w", id, err)
+				}
+				ts = append(ts, ti)
+			}
+			out[k.Key] = ts
+		}
+		if cursor = next; cursor == 0 {
+			return out, nil
+		}
+	}
 }
 
 // extras reads what TaskInfo does not show (priority, unique key, max

@@ -178,3 +178,35 @@ func TestAdvanceMakesDelayedTasksDue(t *testing.T) {
 		t.Fatalf("state %s after the delay, want queued", info.State)
 	}
 }
+
+func TestRequireEnqueuedBehindARunningHead(t *testing.T) {
+	ctx := context.Background()
+	env := worqrtest.New(t, nil)
+	for _, p := range []string{"first", "second"} {
+		if _, err := env.Client().Enqueue(ctx, "orders", []byte(p), &worqr.EnqueueOpts{Key: "ann"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	cfg := env.Config()
+	w, err := worqr.NewWorker(env.Pool(), &worqr.WorkerConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{
+		"orders": {Concurrency: 1, Handler: worqr.HandlerFunc(func(ctx context.Context, task *worqr.Task) error {
+			if string(task.Payload) == "first" {
+				close(started)
+				<-release
+			}
+			return nil
+		})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx)
+	defer close(release)
+	<-started
+	// The head runs: only the task behind it is enqueued.
+	env.RequireEnqueuedMany(t, "orders", worqrtest.Match{Key: "ann", Payload: "second"})
+}
