@@ -167,8 +167,8 @@ func (e *Env) Now() time.Time {
 // retries) that came due move to their queues, as a reaper would have
 // moved them, and each tick of a periodic schedule registered in the
 // namespace (Scheduler.Register, or a Scheduler's Start) is fired at its
-// time, as a running Scheduler would have, at most maxTicks of them (more
-// fail the test: advance in smaller steps).
+// time, as a running Scheduler would have: at most 1,000 ticks (more fail
+// the test: advance in smaller steps).
 //
 // It needs the in-process Redis: on a real one, whose clock nobody moves,
 // it fails the test.

@@ -19,8 +19,7 @@ type WorkOpts struct {
 	// running. Default: a queue of the call's own, "work-<n>".
 	Queue string
 	// Enqueue are the task's own options (MaxAttempts, Timeout, Deadline,
-	// Key, Meta...). Not Delay nor At: Work runs the task now (move the
-	// clock with Advance to make a deadline pass first).
+	// Key, Meta...). Not Delay nor At: Work runs the task now.
 	Enqueue *worqr.EnqueueOpts
 	// QueueConfig is how the queue is served (MaxAttempts, Backoff,
 	// Timeout...), as a Worker's WorkerConfig.Queues says. Its Handler
