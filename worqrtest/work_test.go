@@ -19,8 +19,9 @@ func TestWorkDone(t *testing.T) {
 		return nil
 	})
 	res := env.Work(context.Background(), t, h, []byte("bob"), nil)
-	if res.Kind != worqr.EventDone || res.Err != nil || res.Attempt != 1 || !res.Deadline.IsZero() {
-		t.Fatalf("got %+v, want done on attempt 1 without a deadline", res)
+	if left := time.Until(res.Deadline); res.Kind != worqr.EventDone || res.Err != nil || res.Attempt != 1 ||
+		left > 30*time.Minute || left < 29*time.Minute {
+		t.Fatalf("got %+v, want done on attempt 1 under the queue's 30-minute time limit", res)
 	}
 	if res.Task == nil || res.Task.State != worqr.StateDone || string(res.Task.Result) != "hi bob" {
 		t.Fatalf("task %+v, want done with result %q", res.Task, "hi bob")
