@@ -15,13 +15,11 @@ import (
 // DefaultRunRetention is how long an ended flow run is kept by default.
 const DefaultRunRetention = 24 * time.Hour
 
-// maxFieldNameLen is the longest state field name, in bytes.
-const maxFieldNameLen = engine.MaxFieldNameLen
-
 // MaxStateFields is the most state fields one call writes: StartRun's
 // initial state, a stage's StageResult.Fields, a remote's Forward or
 // FanOut. They are written in the same atomic step as the start or the
 // stage's end, which must stay short: Redis time grows with the fields.
+// A field's name is 1 to 200 bytes.
 const MaxStateFields = engine.MaxStateFields
 
 // MaxStageBytes bounds what one StartRun or one stage's end writes: the
