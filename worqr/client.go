@@ -16,6 +16,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/eventbus"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/recovery"
@@ -26,14 +27,15 @@ type ConnGetter = rdb.ConnGetter
 
 // Client is the producer's side: it enqueues tasks (Enqueue, EnqueueBatch,
 // EnqueueMerge; package load for bulk loads), starts flow runs, cancels
-// them and waits for their ends. What reads or steers what Redis holds (lengths, tasks, the dead
-// set, runs, pauses) is the Inspector's. It is safe for concurrent use.
+// them and waits for their ends. What reads or steers what Redis holds
+// (lengths, tasks, the dead set, runs, pauses) is the Inspector's. It is
+// safe for concurrent use.
 type Client struct {
 	st  *rdb.Store
 	cfg Config
 	bus *eventBus
 	// waits is the one events subscription shared by Wait and WaitRun.
-	waits *waitHub
+	waits *eventbus.Hub[Event]
 
 	queues sync.Map // queue name -> *clientQueue
 	flows  sync.Map // flow name -> true once its queues are recorded as known
@@ -90,7 +92,10 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	st := rdb.NewStore(pool, c.Namespace)
 	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	cl := &Client{st: st, cfg: c, bus: newEventBus(st, c), knownEvery: knownTTL}
-	cl.waits = newWaitHub(cl, pool)
+	cl.waits = eventbus.NewHub(waitReadWidth(pool), func(e Event) string { return e.TaskID },
+		func(ctx context.Context, ready, down func(), fn func(Event)) {
+			follow(ctx, cl.st, cl.cfg.Logger, ready, down, fn)
+		})
 	return cl, nil
 }
 

@@ -278,9 +278,9 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 // backoff (50 ms doubling to waitRecheck), or at the next wake-up or
 // recheck if sooner.
 func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool, ended func(context.Context) (bool, error)) error {
-	w := &waiter{id: id, wake: wake, woken: make(chan struct{}, 1)}
-	c.waits.add(w)
-	defer c.waits.remove(w)
+	w := &eventbus.Waiter[Event]{ID: id, Wake: wake, Woken: make(chan struct{}, 1)}
+	c.waits.Add(w)
+	defer c.waits.Remove(w)
 	var recheck <-chan time.Time
 	if clk := seam.HeartbeatClock(ctx); clk != nil {
 		t := clk.NewTicker(waitRecheck)
@@ -297,18 +297,18 @@ func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-w.woken:
+		case <-w.Woken:
 		case <-recheck:
 		case <-grace:
 		case <-retry:
 		}
-		if !c.waits.acquire(ctx) {
+		if !c.waits.Acquire(ctx) {
 			return ctx.Err()
 		}
 		rctx, cancel := context.WithTimeout(ctx, waitRecheck)
 		ok, err := ended(rctx)
 		cancel()
-		c.waits.release()
+		c.waits.Release()
 		retry = nil
 		var g *waitGraceError
 		switch {
