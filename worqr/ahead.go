@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -170,7 +171,7 @@ func (w *Worker) notRun(s *heartbeat.Session, q *queueRunner, pid string, h *hol
 	q.unhold(pid, h)
 	q.setUnsure(s.ID())
 	if !stopping(w.takeStop) {
-		poke(q.wake)
+		engine.Poke(q.wake)
 		return
 	}
 	w.loops.Wait()

@@ -16,6 +16,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/eventbus"
 	"github.com/worqr/worqr-go/internal/group"
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -811,7 +812,7 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 		Payload:         payload,
 		Key:             key,
 		Payloads:        payloads,
-		Meta:            decodeMeta(r.Meta),
+		Meta:            engine.DecodeMeta(r.Meta),
 		State:           TaskState(r.State),
 		Failures:        r.Failures,
 		Crashes:         r.Crashes,

@@ -200,7 +200,7 @@ func (w *Worker) complete(s *heartbeat.Session, q *queueRunner, ts []*Task, e rd
 		unsure = unsure || !rdb.IsReplyError(err)
 		w.emit(Event{Kind: EventError, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID(), Err: err})
 		w.cfg.Logger.Warn("worker: end failed, retrying", "queue", q.Member, "task_id", t.ID, "err", err)
-		if !sleepCtx(w.runCtx, delay) {
+		if !engine.Sleep(w.runCtx, delay) {
 			return
 		}
 		delay = min(delay*2, time.Second)

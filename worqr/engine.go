@@ -88,6 +88,3 @@ var eventOf = map[rdb.Outcome]EventKind{
 	rdb.OutcomeFannedOut: EventFannedOut,
 	rdb.OutcomeExpired:   EventExpired,
 }
-
-// callTimeout bounds one Redis call the runtime makes on its own behalf.
-const callTimeout = engine.CallTimeout

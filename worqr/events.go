@@ -123,7 +123,7 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady, on
 		if err != nil {
 			logger.Warn("worqr: following events failed, resubscribing", "err", err)
 		}
-		if !sleepCtx(ctx, delay) {
+		if !engine.Sleep(ctx, delay) {
 			return
 		}
 		delay = min(delay*2, 5*time.Second)

@@ -374,7 +374,7 @@ func runInfo(flow string, r *rdb.RunRecord) *RunInfo {
 	return &RunInfo{
 		ID: r.ID, Flow: flow, Stage: r.Stage, Status: RunStatus(r.Status), TaskState: r.TaskState,
 		State: r.State, Children: childResults(r.Children), LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
-		Meta: decodeMeta(r.Meta),
+		Meta: engine.DecodeMeta(r.Meta),
 	}
 }
 

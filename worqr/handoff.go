@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -138,7 +139,7 @@ func (w *Worker) releaseEnd(s *heartbeat.Session, q *queueRunner, known []string
 // hand-off whose message was lost, or a take whose reply was: the queue is
 // made unsure, and its fetch loop releases it.
 func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
+	ctx, cancel := context.WithTimeout(w.runCtx, engine.CallTimeout)
 	defer cancel()
 	held, err := w.st.Holdings(ctx, q.QK, s.ID())
 	if err != nil {
@@ -173,7 +174,7 @@ func (w *Worker) checkHandoffs(s *heartbeat.Session, q *queueRunner) {
 		w.cfg.Logger.Warn("worker: holding a taking it does not run (a lost hand-off or take reply): releasing",
 			"queue", q.Member, "pid", lost, "worker_id", s.ID())
 		q.setUnsure(s.ID())
-		poke(q.wake)
+		engine.Poke(q.wake)
 	}
 }
 

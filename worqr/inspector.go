@@ -6,6 +6,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -740,7 +741,7 @@ func (in *Inspector) SubscribeCancels(ctx context.Context, queue string) (<-chan
 			}
 			if err != nil {
 				in.cfg.Logger.Warn("inspector: cancel subscription lost, reconnecting", "queue", queue, "err", err)
-				if !sleepCtx(ctx, delay) {
+				if !engine.Sleep(ctx, delay) {
 					return
 				}
 				delay = min(delay*2, 5*time.Second)

@@ -13,7 +13,3 @@ func encodeMeta(field string, m map[string]string) (string, error) {
 	s, err := engine.EncodeMeta(field, m)
 	return s, asInvalid(err)
 }
-
-// decodeMeta decodes stored metadata; nil when there is none, or when it
-// cannot be read (metadata is advisory).
-func decodeMeta(s string) map[string]string { return engine.DecodeMeta(s) }

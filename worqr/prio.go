@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -160,7 +161,7 @@ func (w *Worker) groupLoop(g *prioGroup) {
 			again, err = w.groupRound(s, g)
 		}
 		if errors.Is(err, rdb.ErrExpired) {
-			if !sleepCtxOr(w.runCtx, w.takeStop, w.cfg.HeartbeatInterval/4) {
+			if !engine.Sleep(w.takeCtx, w.cfg.HeartbeatInterval/4) {
 				return
 			}
 			continue
@@ -171,7 +172,7 @@ func (w *Worker) groupLoop(g *prioGroup) {
 			}
 			w.emit(Event{Kind: EventError, WorkerID: s.ID(), Err: err})
 			w.cfg.Logger.Warn("worker: take failed", "err", err)
-			if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
+			if !engine.Sleep(w.takeCtx, delay) {
 				return
 			}
 			delay = min(delay*2, 5*time.Second)

@@ -161,7 +161,7 @@ func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
 		r = &rdb.RunRecord{State: map[string]string{}}
 	}
 	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children),
-		Attempt: t.Attempt, Meta: decodeMeta(r.Meta)}
+		Attempt: t.Attempt, Meta: engine.DecodeMeta(r.Meta)}
 }
 
 // callStage runs a stage handler and turns a panic into an error.

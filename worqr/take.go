@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -66,7 +67,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				if errors.Is(err, rdb.ErrExpired) {
 					// Redis refused: the keepalive may be gone (beats
 					// are failing). Nothing was taken; wait for a beat.
-					if !sleepCtxOr(w.runCtx, w.takeStop, w.cfg.HeartbeatInterval/4) {
+					if !engine.Sleep(w.takeCtx, w.cfg.HeartbeatInterval/4) {
 						return
 					}
 					continue
@@ -84,7 +85,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 				}
 				w.emit(Event{Kind: EventError, Queue: q.Member, WorkerID: s.ID(), Err: err})
 				w.cfg.Logger.Warn("worker: take failed", "queue", q.Member, "err", err)
-				if !sleepCtxOr(w.runCtx, w.takeStop, delay) {
+				if !engine.Sleep(w.takeCtx, delay) {
 					return
 				}
 				delay = min(delay*2, 5*time.Second)
@@ -107,7 +108,7 @@ func (w *Worker) fetchLoop(q *queueRunner) {
 			// meanwhile (a hand-off, or one that waited past the freeze)
 			// is held here, out of every other worker's reach, until the
 			// release, which must not wait for a poll or a wake-up.
-			if !sleepCtxOr(w.runCtx, w.takeStop, w.cfg.HeartbeatInterval/4) {
+			if !engine.Sleep(w.takeCtx, w.cfg.HeartbeatInterval/4) {
 				return
 			}
 			continue
@@ -152,7 +153,7 @@ func stopping(c <-chan struct{}) bool {
 // take takes up to n tasks of q under s, and says whether q's global limits
 // cut the take.
 func (w *Worker) take(s *heartbeat.Session, q *queueRunner, n int) ([]rdb.Taken, rdb.LimitWait, error) {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
+	ctx, cancel := context.WithTimeout(w.runCtx, engine.CallTimeout)
 	defer cancel()
 	return w.st.TakeWait(ctx, q.QK, w.takeArgs(s, q, n))
 }
@@ -215,7 +216,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 	}
 	q.takeMu.Lock()
 	defer q.takeMu.Unlock()
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
+	ctx, cancel := context.WithTimeout(w.runCtx, engine.CallTimeout)
 	defer cancel()
 	// The need for a release is met by this one, unless it fails: a
 	// taking left unlaunched from now on (a hand-off delivered at its end,
@@ -352,7 +353,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 		}
 		q.launchMu.Unlock()
 		if unsure {
-			poke(q.wake)
+			engine.Poke(q.wake)
 		}
 		if lost {
 			go w.requeueLostIn(s.ID(), q) // never a Redis call under launchMu
@@ -451,7 +452,7 @@ func (w *Worker) newTask(s *heartbeat.Session, q *queueRunner, t rdb.Taken) *Tas
 		task.Payload, task.Key, task.Payloads = unwrap(t.Payload)
 	}
 	if t.Meta != "" {
-		task.Meta = decodeMeta(t.Meta)
+		task.Meta = engine.DecodeMeta(t.Meta)
 	}
 	return task
 }

@@ -77,7 +77,7 @@ func (w *Worker) subscribeLoop() {
 			w.emit(Event{Kind: EventError, Err: fmt.Errorf("worqr: subscription: %w", err)})
 			w.cfg.Logger.Warn("worker: subscription lost, reconnecting", "err", err, "in", delay)
 		}
-		if !sleepCtx(w.runCtx, delay) {
+		if !engine.Sleep(w.runCtx, delay) {
 			return
 		}
 		delay = min(delay*2, 5*time.Second)
@@ -118,7 +118,7 @@ func (w *Worker) pauseLoop() {
 }
 
 func (w *Worker) refreshFlags() {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
+	ctx, cancel := context.WithTimeout(w.runCtx, engine.CallTimeout)
 	defer cancel()
 	qs := make([]*engine.Queue, len(w.queues))
 	for i, q := range w.queues {

@@ -605,7 +605,7 @@ func (w *Worker) requeueLost(id string) {
 // requeueLostIn is requeueLost for queue q: also run for the takings of a
 // take under id that landed after requeueLost.
 func (w *Worker) requeueLostIn(id string, q *queueRunner) {
-	ctx, cancel := context.WithTimeout(w.runCtx, callTimeout)
+	ctx, cancel := context.WithTimeout(w.runCtx, engine.CallTimeout)
 	defer cancel()
 	n, cancelled, err := w.st.Requeue(ctx, q.QK, []string{id}, false)
 	emitCancelled(w.emit, q.Member, cancelled)
@@ -691,7 +691,7 @@ func (q *queueRunner) hint() {
 	q.hints.Add(1)
 	q.more.Store(true)
 	q.ConcWait.Store(false)
-	poke(q.wake)
+	engine.Poke(q.wake)
 }
 
 // tookShort records what a take said of q's waiting work: full, it filled
@@ -762,11 +762,9 @@ func (q *queueRunner) limitedNow() (bool, time.Time) {
 // of the two sees the other. A priority group's loop is always told.
 func (q *queueRunner) slotFreed() {
 	if q.weight > 0 || q.waitsSlot.Load() {
-		poke(q.freed)
+		engine.Poke(q.freed)
 	}
 }
-
-func poke(c chan struct{}) { engine.Poke(c) }
 
 // Stopped is closed once the worker has stopped: Stop returned, or the
 // context given to Start ended and the stop it began is over.
@@ -854,7 +852,7 @@ func (w *Worker) stop(ctx context.Context) error {
 		err = ctx.Err()
 	}
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), engine.CallTimeout)
 	defer cancel()
 	s, _ := w.keeper.Current()
 	if !s.Lost() {
@@ -907,21 +905,6 @@ func (w *Worker) requeueOwn(ctx context.Context, s *heartbeat.Session) bool {
 		}
 	}
 	return ok
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool { return engine.Sleep(ctx, d) }
-
-func sleepCtxOr(ctx context.Context, stop <-chan struct{}, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-stop:
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // stuckLoop reports, once each, the takings whose handler has run for
