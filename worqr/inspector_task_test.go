@@ -60,6 +60,16 @@ func TestInspectorTaskReadWhole(t *testing.T) {
 		if !info.StartedAt.IsZero() || info.RanFor != 0 || info.Attempts != nil {
 			t.Errorf("never ran: started %s, ran for %s, attempts %+v; want none", info.StartedAt, info.RanFor, info.Attempts)
 		}
+		uid, err := b.client.Enqueue(ctx, "opts", []byte("u"), &worqr.EnqueueOpts{UniqueKey: "order:42", UniqueTTL: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info, err := b.in.Task(ctx, "opts", uid); err != nil || info.UniqueKey != "order:42" {
+			t.Errorf("unique key %q, %v; want order:42", info.UniqueKey, err)
+		}
+		if info, _ := b.in.Task(ctx, "opts", id); info.UniqueKey != "" {
+			t.Errorf("a task with no unique key shows %q", info.UniqueKey)
+		}
 	})
 
 	t.Run("its failed attempts, oldest first; done, it keeps them and shows how long its last run took", func(t *testing.T) {

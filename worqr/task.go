@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -168,6 +169,9 @@ type TaskInfo struct {
 	EnqueuedAt time.Time
 	// Priority is its EnqueueOpts.Priority (0: none).
 	Priority int
+	// UniqueKey is its EnqueueOpts.UniqueKey (or its entry of UniqueKeys)
+	// while its lock holds ("" when none).
+	UniqueKey string
 	// MaxAttempts and Timeout are its own EnqueueOpts.MaxAttempts and
 	// Timeout (0: the queue's; a negative Timeout: no limit).
 	MaxAttempts int
@@ -232,6 +236,13 @@ func (t *TaskInfo) fillRecord(r *rdb.TaskRecord, now time.Time) {
 		t.Type = typ
 	}
 	t.Priority, t.MaxAttempts = r.Priority, r.MaxAttempts
+	// The lock's key is "<ns>:{<tag>}:u:<queue>:<unique key>"; neither a
+	// namespace nor a queue name holds '}' or ':'.
+	if i := strings.Index(r.Unique, "}:u:"); i >= 0 {
+		if _, key, ok := strings.Cut(r.Unique[i+4:], ":"); ok {
+			t.UniqueKey = key
+		}
+	}
 	t.Timeout = time.Duration(r.TimeoutMs) * time.Millisecond // -1 ms: no limit
 	if t.EnqueuedAt.IsZero() && r.EnqueuedAt > 0 {
 		t.EnqueuedAt = time.UnixMilli(r.EnqueuedAt) // the id said nothing

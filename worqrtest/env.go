@@ -14,6 +14,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 	"github.com/rs/xid"
 
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
@@ -153,13 +154,13 @@ func (e *Env) Now() time.Time {
 		defer e.clockMu.Unlock()
 		return e.clock
 	}
-	c := e.pool.Get()
-	defer c.Close()
-	v, err := redis.Int64s(c.Do("TIME"))
-	if err != nil || len(v) != 2 {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ms, err := rdb.NewStore(e.pool, e.ns).Time(ctx, rdb.PeriodicTag)
+	if err != nil {
 		return time.Now().Truncate(time.Millisecond)
 	}
-	return time.UnixMilli(v[0]*1000 + v[1]/1000)
+	return time.UnixMilli(ms)
 }
 
 // Advance moves Redis's clock forward by d, and does what worqr's

@@ -13,9 +13,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/gomodule/redigo/redis"
-
-	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -298,42 +295,16 @@ func (e *Env) behind(ctx context.Context, queue string) (map[string][]*worqr.Tas
 	}
 }
 
-// extras reads what TaskInfo does not show (priority, unique key, max
-// attempts) from the task hashes, in one round trip.
-func (e *Env) extras(ctx context.Context, queue string, infos []*worqr.TaskInfo) ([]*task, error) {
+// extras is what a match compares of each of infos: its payload without
+// a type's envelope and its type, and its own options.
+func (e *Env) extras(_ context.Context, _ string, infos []*worqr.TaskInfo) ([]*task, error) {
 	out := make([]*task, len(infos))
 	for i, ti := range infos {
-		tk := &task{info: ti, payload: ti.Payload}
+		tk := &task{info: ti, payload: ti.Payload, priority: ti.Priority, unique: ti.UniqueKey, maxAttempts: ti.MaxAttempts}
 		if typ, p, ok := splitTyped(ti.Payload); ok {
 			tk.typ, tk.payload = typ, p
 		}
 		out[i] = tk
-	}
-	if len(infos) == 0 {
-		return out, nil
-	}
-	qk := rdb.NewKeys(e.ns).Queue(rdb.ParseMember(queue))
-	c, err := e.pool.GetContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	defer c.Close()
-	for _, ti := range infos {
-		if err := c.Send("HMGET", qk.Task(ti.ID), rdb.FieldPriority, rdb.FieldUnique, rdb.FieldMaxAttempts); err != nil {
-			return nil, err
-		}
-	}
-	if err := c.Flush(); err != nil {
-		return nil, err
-	}
-	for _, tk := range out {
-		v, err := redis.Strings(c.Receive())
-		if err != nil {
-			return nil, err
-		}
-		tk.priority, _ = strconv.Atoi(v[0])
-		tk.unique = strings.TrimPrefix(v[1], qk.UniquePrefix)
-		tk.maxAttempts, _ = strconv.Atoi(v[2])
 	}
 	return out, nil
 }

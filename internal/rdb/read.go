@@ -36,6 +36,7 @@ type TaskRecord struct {
 	RunStatus       string // a flow run's status
 	Meta            string // the task's (or child's, or run's) metadata, "" when none
 	Priority        int    // its priority level, 0 when none
+	Unique          string // the key of its uniqueness lock (QueueKeys.UniquePrefix + its UniqueKey), "" when none
 	StartedAt       int64  // unix ms (Redis time) its latest taking was handed out, 0 = never
 	EnqueuedAt      int64  // unix ms (Redis time) a task of an id of the caller's was enqueued, 0 = not kept
 	// Attempts is its history of failed attempts, oldest first, at most
@@ -55,7 +56,7 @@ func atoi64(s string) int64 {
 var recordFields = []any{FieldPayload, FieldState, FieldFailures, FieldCrashes, FieldCancel, FieldWorker, FieldPID,
 	FieldError, FieldDeadReason, FieldDeadAt, FieldDeadWorker, FieldResult, FieldProgress, FieldFinishedAt,
 	FieldMaxAttempts, FieldTimeout, FieldDeadline, FieldRetention, FieldParent, FieldRunStatus, FieldMeta,
-	FieldPriority, FieldStarted, FieldEnqueuedAt}
+	FieldPriority, FieldStarted, FieldEnqueuedAt, FieldUnique}
 
 // taskFields are the fields Task reads: a record's and its history's.
 var taskFields = append(append([]any(nil), recordFields...), historyFields...)
@@ -87,6 +88,7 @@ func DecodeTask(id string, m map[string]string) *TaskRecord {
 		Meta:            m[FieldMeta],
 		StartedAt:       atoi64(m[FieldStarted]),
 		EnqueuedAt:      atoi64(m[FieldEnqueuedAt]),
+		Unique:          m[FieldUnique],
 		Attempts:        decodeHistory(m),
 	}
 	if s := m[FieldState]; s != "" {
