@@ -30,9 +30,6 @@ const MaxStateFields = engine.MaxStateFields
 // a fan-out holds Redis no longer than one enqueue call does.
 const MaxStageBytes = engine.MaxStageBytes
 
-// stageBudget is the most bytes one start or stage end writes.
-func stageBudget(maxPayload int) int { return engine.StageBudget(maxPayload) }
-
 // Flow is a pipeline of stages (queues) that share one state per run. A
 // finished stage forwards the run to the next stage's queue in the same
 // atomic step that records the finish; a stage may fan out child tasks, and
@@ -254,13 +251,6 @@ func (f *Flow) ref() rdb.FlowRef {
 	return rdb.FlowRef{RetentionMillis: f.Retention.Milliseconds(), IndexBy: f.IndexBy}
 }
 
-// checkStateFields checks state fields given in field (see
-// engine.CheckStateFields) and returns their size.
-func checkStateFields(field string, m map[string]string, maxValue, budget int) (int, error) {
-	n, err := engine.CheckStateFields(field, m, maxValue, budget)
-	return n, asInvalid(err)
-}
-
 func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
 	return c.st.Queue(rdb.QueueRef{Tag: f.Name, Name: queue})
 }
@@ -291,8 +281,8 @@ func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]
 	if err != nil {
 		return "", err
 	}
-	if _, err := checkStateFields("state", state, c.cfg.MaxPayloadBytes, stageBudget(c.cfg.MaxPayloadBytes)); err != nil {
-		return "", err
+	if _, err := engine.CheckStateFields("state", state, c.cfg.MaxPayloadBytes, engine.StageBudget(c.cfg.MaxPayloadBytes)); err != nil {
+		return "", asInvalid(err)
 	}
 	var meta string
 	id := ""
