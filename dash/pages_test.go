@@ -104,3 +104,31 @@ func TestTaskPageShowsATaskWhole(t *testing.T) {
 		}
 	})
 }
+
+// The active list shows how long each task has run beside its worker.
+func TestQueuePageShowsRunningFor(t *testing.T) {
+	e := newEnv(t, nil)
+	started, release := make(chan struct{}), make(chan struct{})
+	w, err := worqr.NewWorker(srv.Pool(), &worqr.WorkerConfig{Config: e.cfg, Queues: map[string]worqr.QueueConfig{
+		"jobs": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			close(started)
+			<-release
+			return nil
+		})}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	defer close(release)
+	if _, err := e.client.Enqueue(context.Background(), "jobs", []byte("p"), nil); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	_, body := e.get("/queue?name=jobs&state=active")
+	if !strings.Contains(body, "running for") || !regexp.MustCompile(`class="running-for">[0-9.]+(ms|s)<`).MatchString(body) {
+		t.Errorf("the active list shows no run time:\n%s", body)
+	}
+}

@@ -288,7 +288,8 @@ func (a *app) taskLsCmd() *cobra.Command {
 		Use:   "ls <queue> [--state S] [--limit N] [--offset N]",
 		Short: "a page of a queue's tasks in one state",
 		Long: `Lists a page of a queue's tasks in one state: queued (front first), scheduled
-(soonest first), active (held by workers), dead (newest first), done,
+(soonest first), active (held by workers: with the worker, the start and
+how long it has run), dead (newest first), done,
 cancelled or expired (retained ended tasks, those kept longest first; all
 three are listed for any of them).
 The table ends with how many the state holds; -o json prints
@@ -334,7 +335,21 @@ func (a *app) printTasks(o output, ts []*worqr.TaskInfo, total, offset int, stat
 		}
 		return writeJSON(a.env.out, out)
 	}
-	if len(ts) > 0 {
+	if len(ts) > 0 && state == string(worqr.StateActive) {
+		// What runs: since when, for how long, and where (a stuck handler
+		// shows here before its timeout ends it).
+		t := newTable(a.env.out, "ID", "WORKER", "STARTED", "RUNNING_FOR", "FAILURES", "PAYLOAD")
+		for _, tk := range ts {
+			running := "-"
+			if !tk.StartedAt.IsZero() {
+				running = ago(tk.RanFor)
+			}
+			t.row(tk.ID, orDash(tk.WorkerID), when(tk.StartedAt), running, itoa(tk.Failures), typedPreview(tk.Type, tk.HandlerPayload(), 40))
+		}
+		if err := t.flush(); err != nil {
+			return err
+		}
+	} else if len(ts) > 0 {
 		t := newTable(a.env.out, "ID", "STATE", "ENQUEUED", "FAILURES", "LAST_ERROR", "PAYLOAD")
 		for _, tk := range ts {
 			t.row(tk.ID, string(tk.State), when(tk.EnqueuedAt), itoa(tk.Failures), orDash(clip(tk.LastError, 50)), typedPreview(tk.Type, tk.HandlerPayload(), 40))

@@ -106,3 +106,36 @@ func TestTaskGetShowsATaskWhole(t *testing.T) {
 		}
 	})
 }
+
+// The active listing shows what runs: its worker, when it started and how
+// long it has run, so a stuck handler shows before its timeout ends it.
+func TestTaskLsActiveShowsRunningFor(t *testing.T) {
+	b := setup(t)
+	id := b.enqueue("jobs", "p")[0]
+	started, release := make(chan struct{}), make(chan struct{})
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"jobs": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			close(started)
+			<-release
+			return nil
+		})}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background())
+	defer close(release)
+	<-started
+	out := b.ok("", "task", "ls", "jobs", "--state", "active")
+	row := regexp.MustCompile(`(?m)^` + id + ` +` + w.ID() + ` +\S+ +(\S+) +0 +p$`).FindStringSubmatch(out)
+	if !strings.Contains(out, "RUNNING_FOR") || row == nil {
+		t.Fatalf("task ls --state active:\n%s", out)
+	}
+	if d, err := time.ParseDuration(row[1]); err != nil || d < 0 || d > time.Minute {
+		t.Errorf("running for %q, want a duration of the run so far", row[1])
+	}
+}
