@@ -79,24 +79,31 @@ func TestReplicationStress(t *testing.T) {
 	defer wg.Wait()
 	for _, mode := range modes {
 		wg.Add(1)
-		go t.Run(mode, func(t *testing.T) {
+		// Done once t.Run has returned, not when the subtest's function
+		// has: t.Run's own bookkeeping must end before this test does.
+		go func() {
 			defer wg.Done()
-			s := stressRun(t, mode, n, replicas)
-			t.Logf("%s, Replicas %d: %d failovers (%d tried, %d ended on the restarted node) in %s, from the fault to the promotion %s; enqueues acknowledged %d, lost %d "+
-				"(not acknowledged: %d, of which never run %d); dones acknowledged %d, lost %d (ends not replicated: %d)",
-				mode, replicas, s.failovers, s.tried, s.restartedPrimary, s.took.Round(time.Second), s.promotion, s.c.enqueued, s.c.enqueuesLost,
-				s.c.enqueuesTold, s.c.toldLost, s.c.finished, s.c.finishesLost, s.c.endsTold)
-			if replicas > 0 && s.restartedPrimary > 0 && (s.c.enqueuesLost > 0 || s.c.finishesLost > 0) {
-				t.Logf("%s, Replicas 1: %d acknowledged enqueues and %d acknowledged dones lost, after %d failovers to a node restarted empty "+
-					"(outside what Replicas promises: docs/RELIABILITY.md)", mode, s.c.enqueuesLost, s.c.finishesLost, s.restartedPrimary)
-			} else if replicas > 0 && (s.c.enqueuesLost > 0 || s.c.finishesLost > 0) {
-				t.Errorf("%s, Replicas 1: %d acknowledged enqueues and %d acknowledged dones lost over %d failovers, want 0",
-					mode, s.c.enqueuesLost, s.c.finishesLost, s.failovers)
-			}
-			if s.c.enqueued == 0 || s.c.finished == 0 {
-				t.Errorf("nothing flowed: %+v", s.c)
-			}
-		})
+			t.Run(mode, func(t *testing.T) { stressMode(t, mode, n, replicas) })
+		}()
+	}
+}
+
+// stressMode runs one mode's failovers and judges what was lost.
+func stressMode(t *testing.T, mode string, n, replicas int) {
+	s := stressRun(t, mode, n, replicas)
+	t.Logf("%s, Replicas %d: %d failovers (%d tried, %d ended on the restarted node) in %s, from the fault to the promotion %s; enqueues acknowledged %d, lost %d "+
+		"(not acknowledged: %d, of which never run %d); dones acknowledged %d, lost %d (ends not replicated: %d)",
+		mode, replicas, s.failovers, s.tried, s.restartedPrimary, s.took.Round(time.Second), s.promotion, s.c.enqueued, s.c.enqueuesLost,
+		s.c.enqueuesTold, s.c.toldLost, s.c.finished, s.c.finishesLost, s.c.endsTold)
+	if replicas > 0 && s.restartedPrimary > 0 && (s.c.enqueuesLost > 0 || s.c.finishesLost > 0) {
+		t.Logf("%s, Replicas 1: %d acknowledged enqueues and %d acknowledged dones lost, after %d failovers to a node restarted empty "+
+			"(outside what Replicas promises: docs/RELIABILITY.md)", mode, s.c.enqueuesLost, s.c.finishesLost, s.restartedPrimary)
+	} else if replicas > 0 && (s.c.enqueuesLost > 0 || s.c.finishesLost > 0) {
+		t.Errorf("%s, Replicas 1: %d acknowledged enqueues and %d acknowledged dones lost over %d failovers, want 0",
+			mode, s.c.enqueuesLost, s.c.finishesLost, s.failovers)
+	}
+	if s.c.enqueued == 0 || s.c.finished == 0 {
+		t.Errorf("nothing flowed: %+v", s.c)
 	}
 }
 
