@@ -3,6 +3,7 @@ package rdb
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -257,11 +258,52 @@ func (r *runScanner) add(kv []string) {
 // so the steps see one state (but for a cancel of the run, which its
 // handler is told of).
 func (s *Store) ReadRun(ctx context.Context, q QueueKeys, id string) (map[string]string, error) {
-	m := map[string]string{}
+	var m map[string]string
+	key := q.Task(id)
 	err := s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
-		return scanRun(ctx, c, q.Task(id), "0", &runScanner{count: 1}, m)
+		// The scan takes several round trips once the hash is no longer
+		// compact (a child's records, an attempt's history entry), and a
+		// script may write the run between two of them: the view is kept
+		// only when the fields every such write changes read the same
+		// before and after it, else it is read again.
+		for try := 0; ; try++ {
+			before, err := redis.Strings(do(ctx, c, "HMGET", runGuard(key)...))
+			if err != nil {
+				return err
+			}
+			m = map[string]string{}
+			if err := scanRun(ctx, c, key, "0", &runScanner{count: 1}, m); err != nil {
+				return err
+			}
+			after, err := redis.Strings(do(ctx, c, "HMGET", runGuard(key)...))
+			if err != nil {
+				return err
+			}
+			if slices.Equal(before, after) || try == runReadTries-1 {
+				return nil
+			}
+		}
 	})
 	return m, err
+}
+
+// runReadTries bounds the reads of a run that a write keeps changing; the
+// last one is kept as it is.
+const runReadTries = 5
+
+// runGuardFields change with every write of a run hash: a take (state,
+// start), an end (state, stage, status, history), a child's end (its
+// pending count), a retry or a cancel (status).
+var runGuardFields = []string{FieldState, FieldStage, FieldRunStatus, FieldPending, FieldStarted, FieldFinishedAt, FieldHistorySeq, FieldFailures}
+
+// runGuard is the HMGET arguments of runGuardFields of key.
+func runGuard(key string) []any {
+	args := make([]any, 0, 1+len(runGuardFields))
+	args = append(args, key)
+	for _, f := range runGuardFields {
+		args = append(args, f)
+	}
+	return args
 }
 
 // scanRun reads hash key into m by HSCAN from cursor on, in the steps sc

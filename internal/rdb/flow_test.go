@@ -10,11 +10,13 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // child is childOf as fanOut fanned out.
@@ -2265,4 +2267,46 @@ func FuzzDecodeRun(f *testing.F) {
 			t.Fatalf("DecodeRun(%v): %d fields, %d children; want %d, %d", m, len(state), len(kids), wantF, wantK)
 		}
 	})
+}
+
+// A run read in steps while a script writes it (its stage ends between two
+// HSCAN steps) is read again: the view never mixes the fields from before
+// the write with the status from after it.
+func TestReadRunIsNotTornByAWrite(t *testing.T) {
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	args := []any{f.s1.Task("r1")}
+	for i := 0; i < 300; i++ { // no longer a compact hash: HSCAN takes steps
+		args = append(args, "f:k"+strconv.Itoa(i), strings.Repeat("v", 100))
+	}
+	f.do(t, "HSET", args...)
+	var once atomic.Bool
+	hooked := &redistest.HookPool{Pool: f.pool, Done: func(_ redis.Conn, cmd string, _ []any, r any, err error) (any, error) {
+		if cmd == "HSCAN" && once.CompareAndSwap(false, true) {
+			// The stage ends now: every field and the run's status change
+			// together; the step just read holds some of them as before.
+			w := []any{f.s1.Task("r1"), rdb.FieldRunStatus, "done", rdb.FieldState, "done"}
+			for i := 0; i < 300; i++ {
+				w = append(w, "f:k"+strconv.Itoa(i), "new")
+			}
+			f.do(t, "HSET", w...)
+		}
+		return r, err
+	}}
+	m, err := rdb.NewStore(hooked, f.ns).ReadRun(f.ctx, f.s1, "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !once.Load() {
+		t.Fatal("no HSCAN step: the test wrote nothing between two")
+	}
+	old := 0
+	for i := 0; i < 300; i++ {
+		if m["f:k"+strconv.Itoa(i)] != "new" {
+			old++
+		}
+	}
+	if m[rdb.FieldRunStatus] != "done" || old > 0 {
+		t.Fatalf("read status %q and %d of 300 fields as before the write; want the run after the write, whole", m[rdb.FieldRunStatus], old)
+	}
 }
