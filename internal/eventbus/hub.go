@@ -3,6 +3,8 @@ package eventbus
 import (
 	"context"
 	"sync"
+
+	"github.com/worqr/worqr-go/internal/engine"
 )
 
 // Hub is a process's one subscription to its namespace's events channel,
@@ -75,7 +77,7 @@ func (h *Hub[E]) Add(w *Waiter[E]) {
 		h.sub = s
 		go h.run(ctx, s)
 	case h.sub.ready:
-		poke(w.Woken)
+		engine.Poke(w.Woken)
 	}
 }
 
@@ -114,7 +116,7 @@ func (h *Hub[E]) ready(s *hubSub) {
 	s.ready = true
 	for _, ws := range h.waiters {
 		for w := range ws {
-			poke(w.Woken)
+			engine.Poke(w.Woken)
 		}
 	}
 }
@@ -152,7 +154,7 @@ func (h *Hub[E]) dispatch(e E) {
 func (h *Hub[E]) offer(id string, e E) {
 	for w := range h.waiters[id] {
 		if w.Wake(e) {
-			poke(w.Woken)
+			engine.Poke(w.Woken)
 		}
 	}
 }
@@ -174,11 +176,3 @@ func (h *Hub[E]) Acquire(ctx context.Context) bool {
 
 // Release gives a token of the read gate back.
 func (h *Hub[E]) Release() { <-h.reads }
-
-// poke signals c (of capacity 1) without blocking.
-func poke(c chan struct{}) {
-	select {
-	case c <- struct{}{}:
-	default:
-	}
-}
