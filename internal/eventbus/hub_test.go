@@ -57,8 +57,10 @@ func TestHub(t *testing.T) {
 	})
 	t.Run("the read gate lets width reads at once", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
-		if !h.Acquire(ctx) || !h.Acquire(ctx) {
-			t.Fatal("the gate refused a read under its width")
+		for i := 0; i < 2; i++ {
+			if !h.Acquire(ctx) {
+				t.Fatalf("the gate refused read %d under its width", i+1)
+			}
 		}
 		cancel()
 		if h.Acquire(ctx) {
