@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -39,7 +41,7 @@ const (
 	// exactly inside Redis scripts up to 2^53).
 	MaxIndex = rdb.MaxConsumerIndex
 	// MaxNameLen is the longest consumer name, in bytes.
-	MaxNameLen = worqr.MaxNameLen - len(queuePrefix)
+	MaxNameLen = defaults.MaxNameLen - len(queuePrefix)
 	// DefaultMaxProcessing is Config.MaxProcessing's default.
 	DefaultMaxProcessing = 10
 	// MaxSearchAheadLimit is the largest MaxSearchAhead: the finished

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/startstop"
 	"github.com/worqr/worqr-go/worqr"
@@ -93,14 +95,14 @@ func New[J any](pool worqr.ConnGetter, cfg *Config[J]) (*Consumer[J], error) {
 	}
 	ns := wc.Namespace
 	if ns == "" {
-		ns = worqr.DefaultNamespace
+		ns = defaults.Namespace
 	}
 	con.st = rdb.NewStore(pool, ns)
 	if wc.Replicas > 0 {
 		// A record waits for the replicas as the worker's ends do.
 		rt := wc.ReplicaTimeout
 		if rt == 0 {
-			rt = worqr.DefaultReplicaTimeout
+			rt = defaults.ReplicaTimeout
 		}
 		con.st.SetReplicas(wc.Replicas, rt)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -47,7 +49,7 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"dur":         dur,
 		"when":        when,
 		"text":        func(b []byte) string { return printable(b) },
-		"maxAttempts": func() int { return worqr.MaxAttemptHistory },
+		"maxAttempts": func() int { return defaults.MaxAttemptHistory },
 		"clip":        clip,
 		"add":         func(a, b int) int { return a + b },
 		"neg":         func(a int) int { return -a },

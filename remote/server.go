@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/group"
@@ -205,9 +207,9 @@ func (c *Config) withDefaults() (Config, error) {
 		min  time.Duration
 		name string
 	}{
-		{&out.SessionTTL, DefaultSessionTTL, 3 * worqr.MinInterval, "SessionTTL"},
-		{&out.ReaperInterval, worqr.DefaultReaperInterval, worqr.MinInterval, "ReaperInterval"},
-		{&out.PollInterval, worqr.DefaultPollInterval, worqr.MinInterval, "PollInterval"},
+		{&out.SessionTTL, DefaultSessionTTL, 3 * defaults.MinInterval, "SessionTTL"},
+		{&out.ReaperInterval, defaults.ReaperInterval, defaults.MinInterval, "ReaperInterval"},
+		{&out.PollInterval, defaults.PollInterval, defaults.MinInterval, "PollInterval"},
 		{&out.MaxWait, DefaultMaxWait, 0, "MaxWait"},
 	} {
 		if *d.v == 0 {
@@ -679,7 +681,7 @@ func (r *Server) retire(s *Session) {
 // ended takings.
 func (r *Server) sweepLoop() {
 	defer r.bg.Done()
-	t := time.NewTicker(max(r.cfg.SessionTTL/10, worqr.MinInterval))
+	t := time.NewTicker(max(r.cfg.SessionTTL/10, defaults.MinInterval))
 	defer t.Stop()
 	for {
 		select {

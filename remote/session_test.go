@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -34,7 +36,7 @@ func TestRemoteStageResultIsBounded(t *testing.T) {
 	}
 	s := open(t, b, "rb/split", "rb/part")
 	k := takeOne(t, s, "rb/split", 0)
-	if _, err := s.Forward(ctx, k.PID, manyFields(worqr.MaxStateFields+1, 1)); invalidField(t, "forward of too many fields", err) != "fields" {
+	if _, err := s.Forward(ctx, k.PID, manyFields(defaults.MaxStateFields+1, 1)); invalidField(t, "forward of too many fields", err) != "fields" {
 		t.Fatalf("forward of too many fields: %v, want the field named fields", err)
 	}
 	if _, err := s.Forward(ctx, k.PID, manyFields(5, 1<<20)); invalidField(t, "forward of 5 MiB", err) != "fields" {

@@ -14,9 +14,6 @@ import (
 // the same key waiting behind it, in enqueue order, taken in one atomic
 // step; they end together, in one atomic step.
 
-// MaxKeyBatch is the largest QueueConfig.KeyBatch.
-const MaxKeyBatch = rdb.MaxKeyBatch
-
 // Batch is what a BatchHandler runs: tasks of one key, in enqueue order.
 // Tasks[0] is the key's head, the oldest; the others were waiting behind
 // it. A task enqueued without a key comes alone, with Key "".

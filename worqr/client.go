@@ -209,7 +209,7 @@ type EnqueueOpts struct {
 	// Key makes the queue ordered for this task (see KeyPolicy): it runs
 	// after every task enqueued earlier with the same Key on this queue has
 	// ended, and never at the same time as one, on any worker. At most
-	// MaxKeyLen bytes. Not with UniqueKey, UniqueKeys, ID or Priority. A
+	// 512 bytes. Not with UniqueKey, UniqueKeys, ID or Priority. A
 	// batch enqueued with a Key runs in batch order. With Deadline, a task
 	// of a key taken past it ends as expired and the key moves on; an
 	// enqueue merged into a waiting task (KeyPolicy.Merge) keeps that
@@ -225,7 +225,7 @@ type EnqueueOpts struct {
 	// kept out of the payload, which is stored and shown as given. Every
 	// task of an EnqueueBatch gets the same. With Key, a task merged into
 	// a waiting one (KeyPolicy.Merge) keeps that task's. At most
-	// MaxMetaBytes once encoded; no empty name.
+	// 4,096 bytes once encoded (as a JSON object); no empty name.
 	Meta map[string]string
 }
 

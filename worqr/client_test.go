@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -774,9 +776,9 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"": "x"}}); err == nil || !strings.Contains(err.Error(), "RunOpts.Meta") {
 		t.Errorf("an empty meta name: %v, want an error naming RunOpts.Meta", err)
 	}
-	big := &worqr.RunOpts{Meta: map[string]string{"k": strings.Repeat("x", worqr.MaxMetaBytes)}}
-	if _, err := c.StartRunWith(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "MaxMetaBytes") {
-		t.Errorf("meta over MaxMetaBytes: %v, want an error", err)
+	big := &worqr.RunOpts{Meta: map[string]string{"k": strings.Repeat("x", defaults.MaxMetaBytes)}}
+	if _, err := c.StartRunWith(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "defaults.MaxMetaBytes") {
+		t.Errorf("meta over defaults.MaxMetaBytes: %v, want an error", err)
 	}
 	id, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"k": "v"}})
 	if err != nil {
@@ -880,7 +882,7 @@ func TestEnqueueMetaReachesHandler(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
-	for _, bad := range []map[string]string{{"": "x"}, {"k": strings.Repeat("x", worqr.MaxMetaBytes)}} {
+	for _, bad := range []map[string]string{{"": "x"}, {"k": strings.Repeat("x", defaults.MaxMetaBytes)}} {
 		if _, err := c.Enqueue(ctx, "mq", []byte("p"), &worqr.EnqueueOpts{Meta: bad}); err == nil || !strings.Contains(err.Error(), "EnqueueOpts.Meta") {
 			t.Errorf("Enqueue with bad meta: %v, want an error naming EnqueueOpts.Meta", err)
 		}

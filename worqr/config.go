@@ -9,30 +9,21 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
 // Limits and defaults.
 const (
-	DefaultNamespace         = "worqr"
-	defaultMaxPayloadBytes   = 1 << 20 // 1 MiB
-	DefaultHeartbeatInterval = time.Second
-	DefaultHeartbeatTTL      = 3 * time.Second
-	DefaultReaperInterval    = time.Second
-	DefaultPollInterval      = time.Second
-	defaultMaxAttempts       = 25
-	defaultMaxCrashes        = 5
-	defaultDeadMaxCount      = 10000
-	defaultDeadMaxAge        = 90 * 24 * time.Hour
-	defaultTimeout           = 30 * time.Minute
-	defaultStuckAfter        = 10 * time.Minute
+	defaultMaxPayloadBytes = 1 << 20 // 1 MiB
+	defaultMaxAttempts     = 25
+	defaultMaxCrashes      = 5
+	defaultDeadMaxCount    = 10000
+	defaultDeadMaxAge      = 90 * 24 * time.Hour
+	defaultTimeout         = 30 * time.Minute
+	defaultStuckAfter      = 10 * time.Minute
 
-	// MinInterval is the shortest HeartbeatInterval, ReaperInterval and
-	// PollInterval: leases and keepalives are set in whole milliseconds.
-	MinInterval = 10 * time.Millisecond
-
-	// MaxNameLen is the longest queue name or namespace, in bytes.
-	MaxNameLen = 100
 	// maxPayloadLimit is the largest MaxPayloadBytes allowed (Redis's default
 	// proto-max-bulk-len is 512 MiB).
 	maxPayloadLimit = 256 << 20
@@ -58,7 +49,7 @@ type Config struct {
 	// EventInterval is how often this process publishes the events it
 	// observed (see Inspector.Follow), and adds them to the throughput
 	// history (see Inspector.History): at most one message per interval,
-	// and none when nothing happened. Default 250ms, at least MinInterval.
+	// and none when nothing happened. Default 250ms, at least 10ms.
 	EventInterval time.Duration
 	// DisableEvents keeps this process's events to itself (OnEvent still
 	// sees a Worker's): it neither publishes them nor counts them in the
@@ -84,20 +75,10 @@ type Config struct {
 	// taking stays ended. On Redis Cluster each master waits for its own
 	// replicas. Default 0: no WAIT is ever sent.
 	Replicas int
-	// ReplicaTimeout bounds the wait for Replicas. Default 1s, at most
-	// MaxReplicaTimeout.
+	// ReplicaTimeout bounds the wait for Replicas. Default 1s, at most 4s
+	// (a worker bounds an end call at 5s).
 	ReplicaTimeout time.Duration
 }
-
-// DefaultReplicaTimeout is Config.ReplicaTimeout's default, and
-// MaxReplicaTimeout its largest value (a worker bounds an end call at 5s).
-const (
-	DefaultReplicaTimeout = time.Second
-	MaxReplicaTimeout     = 4 * time.Second
-)
-
-// DefaultEventInterval is Config.EventInterval's default.
-const DefaultEventInterval = 250 * time.Millisecond
 
 // withDefaults returns a validated copy of c with defaults filled in.
 func (c *Config) withDefaults() (Config, error) {
@@ -106,7 +87,7 @@ func (c *Config) withDefaults() (Config, error) {
 		out = *c
 	}
 	if out.Namespace == "" {
-		out.Namespace = DefaultNamespace
+		out.Namespace = defaults.Namespace
 	}
 	if err := checkName("Namespace", out.Namespace); err != nil {
 		return out, err
@@ -122,9 +103,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case out.EventInterval == 0:
-		out.EventInterval = DefaultEventInterval
-	case out.EventInterval < MinInterval:
-		return out, invalid("EventInterval", "(%s) must be at least %s", out.EventInterval, MinInterval)
+		out.EventInterval = defaults.EventInterval
+	case out.EventInterval < defaults.MinInterval:
+		return out, invalid("EventInterval", "(%s) must be at least %s", out.EventInterval, defaults.MinInterval)
 	}
 	if out.EventLogLength < 0 {
 		return out, invalid("EventLogLength", "(%d) must not be negative", out.EventLogLength)
@@ -133,14 +114,14 @@ func (c *Config) withDefaults() (Config, error) {
 		return out, invalid("Replicas", "(%d) must not be negative", out.Replicas)
 	}
 	switch {
-	case out.ReplicaTimeout < 0 || out.ReplicaTimeout > MaxReplicaTimeout:
-		return out, invalid("ReplicaTimeout", "(%s) must be between 0 and %s", out.ReplicaTimeout, MaxReplicaTimeout)
+	case out.ReplicaTimeout < 0 || out.ReplicaTimeout > defaults.MaxReplicaTimeout:
+		return out, invalid("ReplicaTimeout", "(%s) must be between 0 and %s", out.ReplicaTimeout, defaults.MaxReplicaTimeout)
 	case out.ReplicaTimeout > 0 && out.ReplicaTimeout < time.Millisecond:
 		return out, invalid("ReplicaTimeout", "(%s) must be at least 1ms (WAIT counts whole milliseconds)", out.ReplicaTimeout)
 	case out.ReplicaTimeout > 0 && out.Replicas == 0:
 		return out, invalid("ReplicaTimeout", "(%s) applies only with Replicas", out.ReplicaTimeout)
 	case out.ReplicaTimeout == 0 && out.Replicas > 0:
-		out.ReplicaTimeout = DefaultReplicaTimeout
+		out.ReplicaTimeout = defaults.ReplicaTimeout
 	}
 	return out, nil
 }
@@ -156,7 +137,7 @@ type QueueConfig struct {
 	// KeyBatch is the most tasks of one key BatchHandler gets at once: a
 	// key's head and up to KeyBatch-1 tasks of that key waiting behind it
 	// (enqueued with the same EnqueueOpts.Key), in enqueue order; a task
-	// enqueued for later than now stops a batch. 1 to MaxKeyBatch with
+	// enqueued for later than now stops a batch. 1 to 1,000 with
 	// BatchHandler; 0 without. A batch takes one of Concurrency's slots.
 	// With global limits (Limits), each task of a batch counts as a
 	// running task and a start: batches are cut to what the limits allow.
@@ -400,10 +381,10 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		v    time.Duration
 		name string
 	}{
-		{&out.HeartbeatInterval, DefaultHeartbeatInterval, "HeartbeatInterval"},
-		{&out.HeartbeatTTL, DefaultHeartbeatTTL, "HeartbeatTTL"},
-		{&out.ReaperInterval, DefaultReaperInterval, "ReaperInterval"},
-		{&out.PollInterval, DefaultPollInterval, "PollInterval"},
+		{&out.HeartbeatInterval, defaults.HeartbeatInterval, "HeartbeatInterval"},
+		{&out.HeartbeatTTL, defaults.HeartbeatTTL, "HeartbeatTTL"},
+		{&out.ReaperInterval, defaults.ReaperInterval, "ReaperInterval"},
+		{&out.PollInterval, defaults.PollInterval, "PollInterval"},
 	} {
 		if err := def(f.d, f.v, f.name); err != nil {
 			return out, err
@@ -417,8 +398,8 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		{out.ReaperInterval, "ReaperInterval"},
 		{out.PollInterval, "PollInterval"},
 	} {
-		if f.d < MinInterval {
-			return out, invalid(f.name, "(%s) must be at least %s", f.d, MinInterval)
+		if f.d < defaults.MinInterval {
+			return out, invalid(f.name, "(%s) must be at least %s", f.d, defaults.MinInterval)
 		}
 	}
 	if out.HeartbeatTTL <= out.HeartbeatInterval {
@@ -492,12 +473,12 @@ func (l Limits) rdb() rdb.Limits {
 // checkBatch checks BatchHandler and KeyBatch of a stand-alone queue.
 func (q *QueueConfig) checkBatch(field string) error {
 	switch {
-	case q.KeyBatch < 0 || q.KeyBatch > MaxKeyBatch:
-		return invalid(field+".KeyBatch", "(%d) must be between 1 and %d with BatchHandler, or 0", q.KeyBatch, MaxKeyBatch)
+	case q.KeyBatch < 0 || q.KeyBatch > defaults.MaxKeyBatch:
+		return invalid(field+".KeyBatch", "(%d) must be between 1 and %d with BatchHandler, or 0", q.KeyBatch, defaults.MaxKeyBatch)
 	case q.BatchHandler != nil && q.Handler != nil:
 		return invalid(field+".Handler", "must be nil when BatchHandler is set (it runs every task of the queue)")
 	case q.BatchHandler != nil && q.KeyBatch == 0:
-		return invalid(field+".KeyBatch", "(0) must be between 1 and %d when BatchHandler is set", MaxKeyBatch)
+		return invalid(field+".KeyBatch", "(0) must be between 1 and %d when BatchHandler is set", defaults.MaxKeyBatch)
 	case q.BatchHandler == nil && q.KeyBatch != 0:
 		return invalid(field+".KeyBatch", "(%d) needs a BatchHandler (a Handler runs one task at a time)", q.KeyBatch)
 	}
@@ -577,10 +558,10 @@ func CheckQueueName(name string) error { return checkName("queue name", name) }
 
 func checkName(field, name string) error {
 	if name == "" {
-		return invalid(field, "is empty (want 1 to %d characters of A-Z a-z 0-9 _ - .)", MaxNameLen)
+		return invalid(field, "is empty (want 1 to %d characters of A-Z a-z 0-9 _ - .)", defaults.MaxNameLen)
 	}
-	if len(name) > MaxNameLen {
-		return invalid(field, "is %d bytes long (at most %d)", len(name), MaxNameLen)
+	if len(name) > defaults.MaxNameLen {
+		return invalid(field, "is %d bytes long (at most %d)", len(name), defaults.MaxNameLen)
 	}
 	for i := 0; i < len(name); i++ {
 		b := name[i]

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/worqr/worqr-go/internal/defaults"
 )
 
 const allowed = " (allowed: A-Z a-z 0-9 _ - .)"
@@ -52,7 +54,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		{
 			name: "zero value: every default",
 			cfg:  &Config{},
-			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: DefaultEventInterval},
+			want: Config{Namespace: defaults.Namespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: defaults.EventInterval},
 		},
 		{
 			name: "values given are kept",
@@ -83,7 +85,7 @@ func TestConfigWithDefaults(t *testing.T) {
 			wantErr: `worqr: Namespace "{app}" has forbidden character '{' at byte 0` + allowed,
 		},
 		{
-			name:    "EventInterval under MinInterval",
+			name:    "EventInterval under defaults.MinInterval",
 			cfg:     &Config{EventInterval: time.Millisecond},
 			wantErr: "worqr: EventInterval (1ms) must be at least 10ms",
 		},
@@ -95,8 +97,8 @@ func TestConfigWithDefaults(t *testing.T) {
 		{
 			name: "Replicas: ReplicaTimeout defaults to 1s",
 			cfg:  &Config{Replicas: 1},
-			want: Config{Namespace: DefaultNamespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: DefaultEventInterval,
-				Replicas: 1, ReplicaTimeout: DefaultReplicaTimeout},
+			want: Config{Namespace: defaults.Namespace, MaxPayloadBytes: defaultMaxPayloadBytes, EventInterval: defaults.EventInterval,
+				Replicas: 1, ReplicaTimeout: defaults.ReplicaTimeout},
 		},
 		{
 			name:    "Replicas negative",
@@ -120,7 +122,7 @@ func TestConfigWithDefaults(t *testing.T) {
 		},
 		{
 			name:    "Namespace too long",
-			cfg:     &Config{Namespace: strings.Repeat("n", MaxNameLen+1)},
+			cfg:     &Config{Namespace: strings.Repeat("n", defaults.MaxNameLen+1)},
 			wantErr: "worqr: Namespace is 101 bytes long (at most 100)",
 		},
 	}
@@ -436,7 +438,7 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			if d != tc.want {
 				t.Errorf("durations = %+v, want %+v", d, tc.want)
 			}
-			if got.Namespace != DefaultNamespace || got.MaxPayloadBytes != defaultMaxPayloadBytes || got.Logger == nil {
+			if got.Namespace != defaults.Namespace || got.MaxPayloadBytes != defaultMaxPayloadBytes || got.Logger == nil {
 				t.Errorf("embedded Config defaults not filled: %+v", got.Config)
 			}
 			if q := got.Queues["q"]; len(got.Queues) != 1 || q.Concurrency != 2 || q.Handler == nil {
@@ -556,7 +558,7 @@ func TestHugeConcurrencyIsRefused(t *testing.T) {
 	}
 }
 
-// FuzzCheckQueueName: a name is accepted exactly when it is 1 to MaxNameLen
+// FuzzCheckQueueName: a name is accepted exactly when it is 1 to defaults.MaxNameLen
 // bytes of the allowed characters, and every rejection is an *InvalidError
 // naming the field.
 func FuzzCheckQueueName(f *testing.F) {
@@ -565,7 +567,7 @@ func FuzzCheckQueueName(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, name string) {
 		err := CheckQueueName(name)
-		valid := len(name) >= 1 && len(name) <= MaxNameLen && strings.Trim(name,
+		valid := len(name) >= 1 && len(name) <= defaults.MaxNameLen && strings.Trim(name,
 			"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-.") == ""
 		if valid != (err == nil) {
 			t.Fatalf("CheckQueueName(%q) = %v, want valid=%v", name, err, valid)

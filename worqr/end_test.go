@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -303,14 +305,14 @@ func TestChildFailuresOfManyRunsAreSplit(t *testing.T) {
 // about rdb.MaxTake of weight. 64 fan-outs of 1,000 children in one call
 // held Redis for hundreds of milliseconds (found by an audit). A call that
 // creates children carries about 5 arguments per child: with the weights
-// each fan-out of MaxChildren (which weighs more than rdb.MaxTake) has a
+// each fan-out of defaults.MaxChildren (which weighs more than rdb.MaxTake) has a
 // call of its own.
 func TestGroupedFanOutsAreSplit(t *testing.T) {
 	ctx := context.Background()
 	var mu sync.Mutex
 	var fanOuts []int // arguments of each script call that created children
 	record := func(args []any) bool {
-		if len(args) > 4*worqr.MaxChildren {
+		if len(args) > 4*defaults.MaxChildren {
 			mu.Lock()
 			fanOuts = append(fanOuts, len(args))
 			mu.Unlock()
@@ -337,7 +339,7 @@ func TestGroupedFanOutsAreSplit(t *testing.T) {
 				func(ctx context.Context, t *worqr.Task) error { <-ctx.Done(); return ctx.Err() })}},
 			Handler: worqr.StageHandlerFunc(
 				func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
-					ks := make([]worqr.ChildSpec, worqr.MaxChildren)
+					ks := make([]worqr.ChildSpec, defaults.MaxChildren)
 					for i := range ks {
 						ks[i] = worqr.ChildSpec{Queue: "kids", Payload: []byte("0123456789abcdef")}
 					}
@@ -364,7 +366,7 @@ func TestGroupedFanOutsAreSplit(t *testing.T) {
 	wait(t, 60*time.Second, "every fan-out", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
-		return sum(fanOuts) >= n*5*worqr.MaxChildren
+		return sum(fanOuts) >= n*5*defaults.MaxChildren
 	})
 	mu.Lock()
 	defer mu.Unlock()

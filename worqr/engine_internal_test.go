@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
@@ -140,7 +142,7 @@ func TestFanOut(t *testing.T) {
 	}{
 		{name: "an undeclared child queue", children: []ChildSpec{{Queue: "nope"}}, field: "children[0].queue"},
 		{name: "a child over MaxPayloadBytes", children: []ChildSpec{{Queue: "c", Payload: make([]byte, 11)}}, field: "children[0].payload"},
-		{name: "too many children", children: make([]ChildSpec, MaxChildren+1), field: "children"},
+		{name: "too many children", children: make([]ChildSpec, defaults.MaxChildren+1), field: "children"},
 		{name: "an empty field name", fields: map[string]string{"": "v"}, field: "fields"},
 	} {
 		t.Run("refuses "+c.name, func(t *testing.T) {

@@ -6,29 +6,13 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
-
-// DefaultRunRetention is how long an ended flow run is kept by default.
-const DefaultRunRetention = 24 * time.Hour
-
-// MaxStateFields is the most state fields one call writes: StartRun's
-// initial state, a stage's StageResult.Fields, a remote's Forward or
-// FanOut. They are written in the same atomic step as the start or the
-// stage's end, which must stay short: Redis time grows with the fields.
-// A field's name is 1 to 200 bytes.
-const MaxStateFields = engine.MaxStateFields
-
-// MaxStageBytes bounds what one StartRun or one stage's end writes: the
-// state fields' names and values, and the fanned-out children's payloads
-// and metadata, together at most MaxStageBytes or, when it is larger,
-// Config.MaxPayloadBytes (so that a single payload the configuration
-// allows still fits). It is an enqueue call's byte bound, so that a start or
-// a fan-out holds Redis no longer than one enqueue call does.
-const MaxStageBytes = engine.MaxStageBytes
 
 // Flow is a pipeline of stages (queues) that share one state per run. A
 // finished stage forwards the run to the next stage's queue in the same
@@ -91,6 +75,13 @@ type StageResult struct {
 	Fields map[string]string
 	// Children are fanned out; each must name a queue the stage declared.
 	// The run continues to the next stage when all of them have ended.
+	// At most 1,000 children.
+	//
+	// Fields and Children are written in the same atomic step as the
+	// stage's end, which must stay short: at most 1,000 fields (names of 1
+	// to 200 bytes), and fields, payloads and metadata together at most
+	// 4 MiB or, when it is larger, Config.MaxPayloadBytes (so that a single
+	// payload the configuration allows still fits).
 	Children []ChildSpec
 }
 
@@ -100,7 +91,7 @@ type ChildSpec struct {
 	Payload []byte
 	// Meta is stored with the child, beside its payload, and handed to
 	// its handler as Task.Meta: propagation headers such as a trace
-	// context (contrib/otel sets it). At most MaxMetaBytes once encoded.
+	// context (contrib/otel sets it). At most 4,096 bytes once encoded.
 	Meta map[string]string
 }
 
@@ -173,7 +164,7 @@ func (f *Flow) validate() (*Flow, error) {
 	}
 	switch {
 	case out.Retention == 0:
-		out.Retention = DefaultRunRetention
+		out.Retention = defaults.RunRetention
 	case out.Retention < time.Millisecond:
 		return nil, invalid(field+".Retention", "(%s) must be at least 1ms", out.Retention)
 	}
@@ -256,7 +247,8 @@ func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
 }
 
 // StartRun starts a run of flow with the initial state fields and returns its
-// id. The run is queued at the back of the first stage's queue.
+// id. The run is queued at the back of the first stage's queue. The state
+// is bounded as a stage's StageResult.Fields.
 func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string) (string, error) {
 	return c.StartRunWith(ctx, flow, state, nil)
 }
@@ -265,7 +257,7 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 type RunOpts struct {
 	// Meta is stored with the run, beside its state, and handed to every
 	// stage as Run.Meta: propagation headers such as a trace context
-	// (contrib/otel sets it). At most MaxMetaBytes once encoded.
+	// (contrib/otel sets it). At most 4,096 bytes once encoded.
 	Meta map[string]string
 	// ID, when set, is the run's id instead of a fresh one, so that a
 	// start repeated after its reply was lost starts nothing: while a run

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
@@ -79,7 +81,7 @@ func TestStartRunStateIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInspector(t, pool, &cfg)
-	if _, err := c.StartRun(ctx, flow, manyFields(worqr.MaxStateFields+1, 1)); invalidField(t, "StartRun of MaxStateFields+1 fields", err) != "state" {
+	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields+1, 1)); invalidField(t, "StartRun of defaults.MaxStateFields+1 fields", err) != "state" {
 		t.Fatalf("StartRun of too many fields: %v, want the field named state", err)
 	}
 	if _, err := c.StartRun(ctx, flow, manyFields(5, 1<<20)); invalidField(t, "StartRun of 5 MiB of state", err) != "state" {
@@ -89,8 +91,8 @@ func TestStartRunStateIsBounded(t *testing.T) {
 		t.Fatalf("%d runs waiting after refused starts, want none", n)
 	}
 	// At the bounds: accepted.
-	if _, err := c.StartRun(ctx, flow, manyFields(worqr.MaxStateFields, 1)); err != nil {
-		t.Fatalf("StartRun of MaxStateFields fields: %v", err)
+	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields, 1)); err != nil {
+		t.Fatalf("StartRun of defaults.MaxStateFields fields: %v", err)
 	}
 	if _, err := c.StartRun(ctx, flow, manyFields(3, 1<<20)); err != nil {
 		t.Fatalf("StartRun of 3 MiB: %v", err)

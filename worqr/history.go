@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/defaults"
 )
 
 // The outcomes the history counts (the fields of Throughput).
@@ -95,11 +95,8 @@ type HistoryMinute struct {
 	Queues map[string]Throughput
 }
 
-// HistoryMaxMinutes is the most minutes Inspector.History reads: Redis
-// keeps each minute of history for two hours.
-const HistoryMaxMinutes = rdb.HistoryMaxMinutes
-
-// History returns the last minutes of throughput, oldest first, ending
+// History returns the last minutes (1 to 120: Redis keeps each minute for
+// two hours) of throughput, oldest first, ending
 // with the current minute (which is still counting): one entry per minute,
 // zeros included. queue "" reads every queue; else only that queue (a flow
 // stage as "<flow>/<queue>"). It reads Redis once (one pipelined read of a
@@ -115,8 +112,8 @@ const HistoryMaxMinutes = rdb.HistoryMaxMinutes
 // most one Config.EventInterval; a publication whose reply is lost is not
 // sent again, so a count is never doubled, but may be missing.
 func (in *Inspector) History(ctx context.Context, queue string, minutes int) ([]HistoryMinute, error) {
-	if minutes < 1 || minutes > HistoryMaxMinutes {
-		return nil, invalid("minutes", "(%d) must be between 1 and %d", minutes, HistoryMaxMinutes)
+	if minutes < 1 || minutes > defaults.HistoryMaxMinutes {
+		return nil, invalid("minutes", "(%d) must be between 1 and %d", minutes, defaults.HistoryMaxMinutes)
 	}
 	if queue != "" {
 		if _, err := parseQueue(queue); err != nil {

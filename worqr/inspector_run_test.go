@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -198,7 +200,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 	fail.Store(true)
 	hold := make(chan struct{})
 	t.Cleanup(func() { close(hold) })
-	const early, late = 5, worqr.MaxChildren - 1 // 1,004 dead: more than one chunk
+	const early, late = 5, defaults.MaxChildren - 1 // 1,004 dead: more than one chunk
 	flow := &worqr.Flow{Name: "fl", Retention: time.Minute, Stages: []worqr.Stage{
 		{Name: "fan", Queue: worqr.QueueConfig{Concurrency: 1}, ContinueOnChildFailure: true,
 			Children: map[string]worqr.QueueConfig{"kids": {Concurrency: 20, Handler: worqr.HandlerFunc(

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/rs/xid"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -19,9 +21,6 @@ import (
 // behind it in Redis, and the next one joins the back of the waiting list
 // when the head ends, so that keys take turns (a key with 10,000 tasks
 // waiting gets one turn per round, like a key with one).
-
-// MaxKeyLen is the longest EnqueueOpts.Key, in bytes.
-const MaxKeyLen = 512
 
 // KeyPolicy is how an ordered queue treats its keys. It lives in Redis (the
 // queue's config hash) so that every client and worker agrees: a Worker
@@ -94,8 +93,8 @@ func unwrap(b []byte) (payload []byte, key string, payloads []Payload) {
 // checkKeyed validates the options of a keyed enqueue.
 func checkKeyed(o *EnqueueOpts) error {
 	switch {
-	case len(o.Key) > MaxKeyLen:
-		return invalid("EnqueueOpts.Key", "is %d bytes long (at most %d)", len(o.Key), MaxKeyLen)
+	case len(o.Key) > defaults.MaxKeyLen:
+		return invalid("EnqueueOpts.Key", "is %d bytes long (at most %d)", len(o.Key), defaults.MaxKeyLen)
 	case math.IsNaN(o.Score) || math.IsInf(o.Score, 0):
 		return invalid("EnqueueOpts.Score", "(%v) must be a finite number", o.Score)
 	case o.UniqueKey != "":

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/robfig/cron/v3"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -67,8 +69,6 @@ type Schedule struct {
 
 // Limits and defaults of schedules.
 const (
-	// MaxScheduleNameLen is the longest Schedule.Name, in bytes.
-	MaxScheduleNameLen = 80
 	// defaultScheduleGrace is Schedule.Grace's default.
 	defaultScheduleGrace = 10 * time.Second
 	// scheduleIDTTL is how long the id of a tick's task is remembered: a
@@ -267,8 +267,8 @@ func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
 	switch {
 	case sc.Name == "":
 		return nil, nil, invalid("Schedule.Name", "is empty")
-	case len(sc.Name) > MaxScheduleNameLen:
-		return nil, nil, invalid("Schedule.Name", "is %d bytes long (at most %d)", len(sc.Name), MaxScheduleNameLen)
+	case len(sc.Name) > defaults.MaxScheduleNameLen:
+		return nil, nil, invalid("Schedule.Name", "is %d bytes long (at most %d)", len(sc.Name), defaults.MaxScheduleNameLen)
 	}
 	if err := checkName("Schedule.Name", sc.Name); err != nil {
 		return nil, nil, err
@@ -347,7 +347,7 @@ type SchedulerConfig struct {
 	Schedules []Schedule
 	// PollInterval is how often the scheduler looks for due ticks. A tick
 	// is enqueued within about PollInterval of its time while any
-	// Scheduler of the namespace runs. Default 1s, at least MinInterval.
+	// Scheduler of the namespace runs. Default 1s, at least 10ms.
 	PollInterval time.Duration
 }
 
@@ -395,9 +395,9 @@ func NewScheduler(pool ConnGetter, cfg *SchedulerConfig) (*Scheduler, error) {
 	sc.Config = base
 	switch {
 	case sc.PollInterval == 0:
-		sc.PollInterval = DefaultPollInterval
-	case sc.PollInterval < MinInterval:
-		return nil, invalid("PollInterval", "(%s) must be at least %s", sc.PollInterval, MinInterval)
+		sc.PollInterval = defaults.PollInterval
+	case sc.PollInterval < defaults.MinInterval:
+		return nil, invalid("PollInterval", "(%s) must be at least %s", sc.PollInterval, defaults.MinInterval)
 	}
 	names := map[string]bool{}
 	for i := range sc.Schedules {

@@ -174,10 +174,6 @@ func callStage(ctx context.Context, h StageHandler, r *Run) (res *StageResult, e
 	return h.HandleStage(ctx, r)
 }
 
-// MaxChildren is the most children one stage may fan out: they are created
-// in the same atomic step as the stage's end, which must stay short.
-const MaxChildren = engine.MaxChildren
-
 // planStage checks a stage's result and adds what the stage's end records.
 func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) error {
 	if res == nil {

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
@@ -204,7 +206,7 @@ func TestStageResultIsBounded(t *testing.T) {
 	cfg := fastTimings(ns)
 	cfg.DisableEvents = true
 	results := map[string]*worqr.StageResult{
-		"fields": {Fields: manyFields(worqr.MaxStateFields+1, 1)},
+		"fields": {Fields: manyFields(defaults.MaxStateFields+1, 1)},
 		"bytes":  {Fields: manyFields(5, 1<<20)},
 		"children": {Fields: map[string]string{"a": strings.Repeat("x", 1<<20)}, Children: func() []worqr.ChildSpec {
 			cs := make([]worqr.ChildSpec, 4)
@@ -213,7 +215,7 @@ func TestStageResultIsBounded(t *testing.T) {
 			}
 			return cs
 		}()},
-		"fine": {Fields: manyFields(worqr.MaxStateFields, 1), Children: []worqr.ChildSpec{{Queue: "kid", Payload: make([]byte, 2<<20-100)}}},
+		"fine": {Fields: manyFields(defaults.MaxStateFields, 1), Children: []worqr.ChildSpec{{Queue: "kid", Payload: make([]byte, 2<<20-100)}}},
 	}
 	flow := &worqr.Flow{Name: "sb", Retention: time.Minute, Stages: []worqr.Stage{
 		{Name: "s1", Queue: worqr.QueueConfig{Concurrency: 4, MaxAttempts: 3},

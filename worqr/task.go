@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -42,18 +44,16 @@ type Task struct {
 	report func(ctx context.Context, text string) error
 }
 
-// MaxProgressLen is the longest report Task.Progress takes, in bytes.
-const MaxProgressLen = 1024
-
 // Progress records text (say "40%" or "page 3 of 7") as the task's progress,
 // readable with Inspector.Task (TaskInfo.Progress) and Inspector.Tasks while the
 // task runs and, with Retention, after. It is one round trip; the report is
 // refused with ErrTaskLost, changing nothing, once this run no longer owns
 // the task (its worker's keepalive was lost and another run may have it).
-// A new run does not clear the last run's report.
+// A new run does not clear the last run's report. text is at most 1,024
+// bytes.
 func (t *Task) Progress(ctx context.Context, text string) error {
-	if len(text) > MaxProgressLen {
-		return invalid("text", "is %d bytes long (at most %d)", len(text), MaxProgressLen)
+	if len(text) > defaults.MaxProgressLen {
+		return invalid("text", "is %d bytes long (at most %d)", len(text), defaults.MaxProgressLen)
 	}
 	if t.report == nil {
 		return invalid("Task", "is not a running task (Progress works on the tasks a Worker hands its handlers)")
@@ -184,14 +184,10 @@ type TaskInfo struct {
 	StartedAt time.Time
 	RanFor    time.Duration
 	// Attempts are its last failed attempts, oldest first: at most
-	// MaxAttemptHistory, kept with the task (its retention or deletion
+	// 10, kept with the task (its retention or deletion
 	// removes them). Inspector.Task reads them; listings leave them nil.
 	Attempts []AttemptInfo
 }
-
-// MaxAttemptHistory is how many failed attempts a task keeps
-// (TaskInfo.Attempts): the last ones.
-const MaxAttemptHistory = rdb.HistoryMax
 
 // AttemptInfo is one failed attempt of a task.
 type AttemptInfo struct {

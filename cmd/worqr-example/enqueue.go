@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -38,8 +40,8 @@ func runEnqueue(ctx context.Context, args []string, io stdio) error {
 	if *count < 1 {
 		return usagef("--count (%d) must be at least 1", *count)
 	}
-	if len(*key) > worqr.MaxKeyLen {
-		return usagef("--key is %d bytes long (at most %d)", len(*key), worqr.MaxKeyLen)
+	if len(*key) > defaults.MaxKeyLen {
+		return usagef("--key is %d bytes long (at most %d)", len(*key), defaults.MaxKeyLen)
 	}
 	var opts *worqr.EnqueueOpts
 	if *key != "" {

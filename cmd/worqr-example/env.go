@@ -15,6 +15,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/zap"
 	"go.uber.org/zap/exp/zapslog"
@@ -70,15 +72,15 @@ func envHelp(redisRequired, timings bool) string {
 	if redisRequired {
 		fmt.Fprintf(&b, "  %-25s the ACL user and password to authenticate to the sentinels with\n", envSentinelUser+", "+envSentinelPassword)
 	}
-	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, worqr.DefaultNamespace)
+	fmt.Fprintf(&b, "  %-25s key prefix, so several apps can share one Redis (default %q; the demo uses a fresh one)\n", envNamespace, defaults.Namespace)
 	if timings {
-		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, worqr.DefaultHeartbeatInterval)
-		fmt.Fprintf(&b, "  %-25s keepalive lifetime: a worker silent this long is dead (default %s)\n", envHeartbeatTTL, worqr.DefaultHeartbeatTTL)
-		fmt.Fprintf(&b, "  %-25s how often a worker looks for dead peers (default %s)\n", envReaperInterval, worqr.DefaultReaperInterval)
-		fmt.Fprintf(&b, "  %-25s how often an idle worker polls its queues (default %s)\n", envPollInterval, worqr.DefaultPollInterval)
+		fmt.Fprintf(&b, "  %-25s how often a worker renews its keepalive (default %s)\n", envHeartbeatInterval, defaults.HeartbeatInterval)
+		fmt.Fprintf(&b, "  %-25s keepalive lifetime: a worker silent this long is dead (default %s)\n", envHeartbeatTTL, defaults.HeartbeatTTL)
+		fmt.Fprintf(&b, "  %-25s how often a worker looks for dead peers (default %s)\n", envReaperInterval, defaults.ReaperInterval)
+		fmt.Fprintf(&b, "  %-25s how often an idle worker polls its queues (default %s)\n", envPollInterval, defaults.PollInterval)
 	}
 	fmt.Fprintf(&b, "  %-25s replicas every enqueue and every end of a taking waits for (Redis WAIT); default 0: none\n", envReplicas)
-	fmt.Fprintf(&b, "  %-25s how long that wait may last, 1ms to %s (default %s; only with %s)\n", envReplicaTimeout, worqr.MaxReplicaTimeout, worqr.DefaultReplicaTimeout, envReplicas)
+	fmt.Fprintf(&b, "  %-25s how long that wait may last, 1ms to %s (default %s; only with %s)\n", envReplicaTimeout, defaults.MaxReplicaTimeout, defaults.ReplicaTimeout, envReplicas)
 	fmt.Fprintf(&b, "  %-25s PEM file of the CAs that sign the server's certificate (rediss:// only)\n", envTLSCA)
 	fmt.Fprintf(&b, "  %-25s PEM client certificate, for servers that require one (rediss:// only)\n", envTLSCert)
 	fmt.Fprintf(&b, "  %-25s PEM key of the client certificate\n", envTLSKey)
@@ -172,7 +174,7 @@ func (c *common) register(fs *flag.FlagSet, getenv func(string) string, namespac
 	if namespace {
 		ns := getenv(envNamespace)
 		if ns == "" {
-			ns = worqr.DefaultNamespace
+			ns = defaults.Namespace
 		}
 		fs.StringVar(&c.namespace, "namespace", ns, "key prefix of every Redis key (env "+envNamespace+")")
 	}
@@ -535,10 +537,10 @@ func (t timings) orDefaults() timings {
 		return d
 	}
 	return timings{
-		HeartbeatInterval: def(t.HeartbeatInterval, worqr.DefaultHeartbeatInterval),
-		HeartbeatTTL:      def(t.HeartbeatTTL, worqr.DefaultHeartbeatTTL),
-		ReaperInterval:    def(t.ReaperInterval, worqr.DefaultReaperInterval),
-		PollInterval:      def(t.PollInterval, worqr.DefaultPollInterval),
+		HeartbeatInterval: def(t.HeartbeatInterval, defaults.HeartbeatInterval),
+		HeartbeatTTL:      def(t.HeartbeatTTL, defaults.HeartbeatTTL),
+		ReaperInterval:    def(t.ReaperInterval, defaults.ReaperInterval),
+		PollInterval:      def(t.PollInterval, defaults.PollInterval),
 	}
 }
 
@@ -551,7 +553,7 @@ type replication struct {
 }
 
 // readReplication reads WORQR_REPLICAS (a whole number, 0 or more) and
-// WORQR_REPLICA_TIMEOUT (a Go duration from 1ms to MaxReplicaTimeout, only
+// WORQR_REPLICA_TIMEOUT (a Go duration from 1ms to 4s, only
 // with WORQR_REPLICAS above 0), naming the variable of a bad value.
 func readReplication(getenv func(string) string) (replication, error) {
 	var r replication
@@ -570,8 +572,8 @@ func readReplication(getenv func(string) string) (replication, error) {
 		if err != nil {
 			return r, usagef("%s: %q is not a duration (want for example 500ms or 2s)", envReplicaTimeout, v)
 		}
-		if d < time.Millisecond || d > worqr.MaxReplicaTimeout {
-			return r, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, worqr.MaxReplicaTimeout)
+		if d < time.Millisecond || d > defaults.MaxReplicaTimeout {
+			return r, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, defaults.MaxReplicaTimeout)
 		}
 		if r.Replicas == 0 {
 			return r, usagef("%s: %q applies only with %s above 0 (set it, or unset %s)", envReplicaTimeout, v, envReplicas, envReplicaTimeout)

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/recovery"
-	"github.com/worqr/worqr-go/worqr"
 )
 
 const reaperHead = `Usage: worqr-example reaper [flags]
@@ -47,8 +48,8 @@ func runReaper(ctx context.Context, args []string, io stdio) error {
 		return err
 	}
 	interval := tm.orDefaults().ReaperInterval
-	if interval < worqr.MinInterval {
-		return usagef("%s: %s must be at least %s", envReaperInterval, interval, worqr.MinInterval)
+	if interval < defaults.MinInterval {
+		return usagef("%s: %s must be at least %s", envReaperInterval, interval, defaults.MinInterval)
 	}
 	cn, err := c.connect(ctx, io)
 	if err != nil {

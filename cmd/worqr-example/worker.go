@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -115,8 +117,8 @@ func runWorker(ctx context.Context, args []string, io stdio) error {
 	if *retryDelay < 0 {
 		return usagef("--retry-delay (%s) must not be negative", *retryDelay)
 	}
-	if *keyBatch < 0 || *keyBatch > worqr.MaxKeyBatch {
-		return usagef("--key-batch (%d) must be between 0 and %d", *keyBatch, worqr.MaxKeyBatch)
+	if *keyBatch < 0 || *keyBatch > defaults.MaxKeyBatch {
+		return usagef("--key-batch (%d) must be between 0 and %d", *keyBatch, defaults.MaxKeyBatch)
 	}
 	tm, err := readTimings(io.getenv)
 	if err != nil {

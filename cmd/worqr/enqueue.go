@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -126,8 +128,8 @@ func checkEnqueueFlags(cmd *cobra.Command, opts *worqr.EnqueueOpts, at, typ stri
 		}
 	}
 	if opts.Key != "" {
-		if len(opts.Key) > worqr.MaxKeyLen {
-			return usagef("--key is %d bytes long (at most %d)", len(opts.Key), worqr.MaxKeyLen)
+		if len(opts.Key) > defaults.MaxKeyLen {
+			return usagef("--key is %d bytes long (at most %d)", len(opts.Key), defaults.MaxKeyLen)
 		}
 		if changed("priority") {
 			return usagef("--key: not with --priority (a key's tasks run in enqueue order)")

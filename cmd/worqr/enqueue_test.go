@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -116,7 +118,7 @@ func TestEnqueueRefusesBadFlagValues(t *testing.T) {
 	}{
 		{[]string{"--priority", "-1"}, "--priority -1: must be between 0 and 9"},
 		{[]string{"--priority", "10"}, "--priority 10: must be between 0 and 9"},
-		{[]string{"--key", strings.Repeat("k", worqr.MaxKeyLen+1)}, "--key is 513 bytes long (at most 512)"},
+		{[]string{"--key", strings.Repeat("k", defaults.MaxKeyLen+1)}, "--key is 513 bytes long (at most 512)"},
 		{[]string{"--key", "k", "--priority", "2"}, "--key: not with --priority"},
 		{[]string{"--key", "k", "--id", "x"}, "--key: not with --id"},
 		{[]string{"--key", ""}, "--key: must not be empty"},

@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/gateway"
@@ -68,7 +70,7 @@ to --grace; what still runs is then put back at the front of its queue.`,
 	f.StringVar(&certFile, "tls-cert", "", "PEM certificate: serve HTTPS (with --tls-key)")
 	f.StringVar(&keyFile, "tls-key", "", "PEM key of --tls-cert")
 	f.DurationVar(&ttl, "session-ttl", remote.DefaultSessionTTL, "a session silent this long is lost (remotes beat every third of it)")
-	f.DurationVar(&reaper, "reaper-interval", worqr.DefaultReaperInterval, "how often this process looks for dead workers")
+	f.DurationVar(&reaper, "reaper-interval", defaults.ReaperInterval, "how often this process looks for dead workers")
 	f.DurationVar(&grace, "grace", 30*time.Second, "on SIGINT/SIGTERM, how long sessions may finish what they run")
 	f.IntVar(&maxSessions, "max-sessions", remote.DefaultMaxSessions, "sessions open at once")
 	f.IntVar(&maxMessage, "max-message-bytes", gateway.DefaultMaxMessageBytes, "largest request message")

@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -31,8 +33,8 @@ survives restarts; Redis keeps each minute for two hours. A process killed
 loses at most what it saw since its last publication.`
 
 func (a *app) printHistory(ctx context.Context, w io.Writer, o output, queue string, minutes int) error {
-	if minutes < 1 || minutes > worqr.HistoryMaxMinutes {
-		return usagef("--minutes %d: must be between 1 and %d", minutes, worqr.HistoryMaxMinutes)
+	if minutes < 1 || minutes > defaults.HistoryMaxMinutes {
+		return usagef("--minutes %d: must be between 1 and %d", minutes, defaults.HistoryMaxMinutes)
 	}
 	hs, err := a.in.History(ctx, queue, minutes)
 	if err != nil {
@@ -78,7 +80,7 @@ func (a *app) queueHistoryCmd() *cobra.Command {
 		Args: args("queue"),
 	}
 	o.register(cmd)
-	minutes := cmd.Flags().Int("minutes", 60, fmt.Sprintf("how many minutes, the current one included (1 to %d)", worqr.HistoryMaxMinutes))
+	minutes := cmd.Flags().Int("minutes", 60, fmt.Sprintf("how many minutes, the current one included (1 to %d)", defaults.HistoryMaxMinutes))
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		if err := o.check(); err != nil {
 			return err

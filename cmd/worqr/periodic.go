@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -116,8 +118,8 @@ func (a *app) periodicActCmd(verb string) *cobra.Command {
 	}
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
 		name := args[0]
-		if err := worqr.CheckQueueName(name); err != nil || len(name) > worqr.MaxScheduleNameLen {
-			return usagef("<name> %q: schedule names are 1 to %d characters of A-Z a-z 0-9 _ - .", name, worqr.MaxScheduleNameLen)
+		if err := worqr.CheckQueueName(name); err != nil || len(name) > defaults.MaxScheduleNameLen {
+			return usagef("<name> %q: schedule names are 1 to %d characters of A-Z a-z 0-9 _ - .", name, defaults.MaxScheduleNameLen)
 		}
 		var err error
 		switch verb {

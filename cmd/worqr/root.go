@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
@@ -116,7 +118,7 @@ library's public Inspector and Client.
 		"Redis URL, redis[s]://[user:password@]host[:port][/db] (default: env "+envRedisURL+")")
 	ns := e.getenv(envNamespace)
 	if ns == "" {
-		ns = worqr.DefaultNamespace
+		ns = defaults.Namespace
 	}
 	pf.StringVar(&a.namespace, "namespace", ns, "key prefix of every Redis key (env "+envNamespace+")")
 
@@ -377,8 +379,8 @@ func readReplication(getenv func(string) string) (int, time.Duration, error) {
 		if d, err = time.ParseDuration(v); err != nil {
 			return 0, 0, usagef("%s: %q is not a duration (want for example 500ms or 2s)", envReplicaTimeout, v)
 		}
-		if d < time.Millisecond || d > worqr.MaxReplicaTimeout {
-			return 0, 0, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, worqr.MaxReplicaTimeout)
+		if d < time.Millisecond || d > defaults.MaxReplicaTimeout {
+			return 0, 0, usagef("%s: %q must be between 1ms and %s", envReplicaTimeout, v, defaults.MaxReplicaTimeout)
 		}
 		if n == 0 {
 			return 0, 0, usagef("%s: %q applies only with %s above 0 (set it, or unset %s)", envReplicaTimeout, v, envReplicas, envReplicaTimeout)

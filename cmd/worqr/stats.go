@@ -6,6 +6,8 @@ import (
 	"io"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -59,7 +61,7 @@ last hour (or --minutes); -o json adds each queue's share of every minute.
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "print again every --interval until interrupted")
 	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "how often --watch prints (at least 100ms)")
 	cmd.Flags().BoolVar(&history, "history", false, "print the throughput per minute instead of the counts")
-	cmd.Flags().IntVar(&minutes, "minutes", 60, fmt.Sprintf("with --history: how many minutes, the current one included (1 to %d)", worqr.HistoryMaxMinutes))
+	cmd.Flags().IntVar(&minutes, "minutes", 60, fmt.Sprintf("with --history: how many minutes, the current one included (1 to %d)", defaults.HistoryMaxMinutes))
 	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, _ []string) error {
 		if err := o.check(); err != nil {
 			return err

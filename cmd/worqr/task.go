@@ -12,6 +12,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/spf13/cobra"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -135,7 +137,7 @@ func printAttempts(w io.Writer, t *worqr.TaskInfo) error {
 	if len(t.Attempts) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nfailed attempts (the last %d kept)\n", worqr.MaxAttemptHistory)
+	fmt.Fprintf(w, "\nfailed attempts (the last %d kept)\n", defaults.MaxAttemptHistory)
 	tb := newTable(w, "ATTEMPT", "OUTCOME", "WORKER", "STARTED", "RAN", "ERROR")
 	for _, a := range t.Attempts {
 		ran := "-"

@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -169,7 +171,7 @@ var _ = Describe("Live events across processes (issue 12)", func() {
 		Eventually(ctx, func() int { return f.count(worqr.EventStarted, "many") }).WithTimeout(2 * time.Second).Should(Equal(n))
 		// Two publishing processes (client and worker) plus the probe's
 		// inspector, each at most one message per 250 ms.
-		batches := int(time.Since(began)/worqr.DefaultEventInterval) + 2
+		batches := int(time.Since(began)/defaults.EventInterval) + 2
 		Expect(int(messages.Load())).To(BeNumerically("<=", 3*batches), "%d events came in %d messages", 3*n, messages.Load())
 	}, SpecTimeout(20*time.Second))
 

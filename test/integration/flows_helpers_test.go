@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/gomodule/redigo/redis"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -147,7 +149,7 @@ func (e *env) flTake(w string, f *worqr.Flow, queue string, n int, stage bool) [
 func flRef(f *worqr.Flow) rdb.FlowRef {
 	ret := f.Retention
 	if ret == 0 {
-		ret = worqr.DefaultRunRetention
+		ret = defaults.RunRetention
 	}
 	return rdb.FlowRef{RetentionMillis: ret.Milliseconds(), IndexBy: f.IndexBy}
 }

@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -440,7 +442,7 @@ var _ = Describe("Ordered queues: bad input", func() {
 	It("rejects bad keyed enqueues, naming the field and the rule, and writes nothing", func(ctx SpecContext) {
 		e := newEnv()
 		c := e.client
-		_, err := c.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{Key: strings.Repeat("k", worqr.MaxKeyLen+1)})
+		_, err := c.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{Key: strings.Repeat("k", defaults.MaxKeyLen+1)})
 		expectInvalid(err, "EnqueueOpts.Key", "513 bytes", "at most 512")
 		_, err = c.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{Key: "k", UniqueKey: "u", UniqueTTL: time.Minute})
 		expectInvalid(err, "EnqueueOpts.UniqueKey", "together with Key")

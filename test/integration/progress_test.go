@@ -5,6 +5,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
@@ -21,7 +23,7 @@ var _ = Describe("Progress of a running task (issue 16)", func() {
 			"prog": {Concurrency: 1, Retention: time.Minute, Handler: worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 				reported <- t.Progress(ctx, "page 3 of 7")
 				<-gate.ch
-				reported <- t.Progress(ctx, strings.Repeat("x", worqr.MaxProgressLen+1))
+				reported <- t.Progress(ctx, strings.Repeat("x", defaults.MaxProgressLen+1))
 				return t.Progress(ctx, "done: 7 pages")
 			})},
 		}, nil)
