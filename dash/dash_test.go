@@ -712,7 +712,7 @@ func TestCancelRunFromItsPage(t *testing.T) {
 	ctx := context.Background()
 	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
-	id, err := e.client.StartRun(ctx, flow, nil)
+	id, err := e.client.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -759,7 +759,7 @@ func TestRetryRunFromItsPage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { w.Stop(context.Background()) }) //nolint:errcheck
-	id, err := e.client.StartRun(ctx, flow, nil)
+	id, err := e.client.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

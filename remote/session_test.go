@@ -31,7 +31,7 @@ func TestRemoteStageResultIsBounded(t *testing.T) {
 		{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
 			Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
 	}}
-	if _, err := b.client.StartRun(ctx, cf, nil); err != nil {
+	if _, err := b.client.StartRun(ctx, cf, nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	s := open(t, b, "rb/split", "rb/part")
@@ -256,7 +256,7 @@ func TestRemoteFlowForwardAndFanOut(t *testing.T) {
 			Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
 		{Name: "join", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
 	}}
-	runID, err := client.StartRun(ctx, cf, map[string]string{"n": "2"})
+	runID, err := client.StartRun(ctx, cf, map[string]string{"n": "2"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestRemoteFlowForwardAndFanOut(t *testing.T) {
 		t.Fatalf("forward of the last stage = %q, %v; want done (the run ends)", out, err)
 	}
 
-	run2, err := client.StartRun(ctx, cf, nil)
+	run2, err := client.StartRun(ctx, cf, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -541,7 +541,7 @@ func TestRemoteGivesBackARunItCouldNotRead(t *testing.T) {
 	in := newInspector(t, base, &cfg)
 	cf := &worqr.Flow{Name: "wide", Retention: time.Minute, Stages: []worqr.Stage{
 		{Name: "s1", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}}}}
-	id, err := c.StartRun(ctx, cf, nil)
+	id, err := c.StartRun(ctx, cf, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -712,7 +712,7 @@ func TestRemoteStageCancelledDeepEndsAsStage(t *testing.T) {
 	cf := &worqr.Flow{Name: "rdeep", Stages: []worqr.Stage{
 		{Name: "only", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
 	}}
-	runID, err := b.client.StartRun(ctx, cf, nil)
+	runID, err := b.client.StartRun(ctx, cf, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1054,7 +1054,7 @@ func TestRemoteBeatReportsACancelledRun(t *testing.T) {
 	cf := &worqr.Flow{Name: "rcan", Stages: []worqr.Stage{
 		{Name: "only", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
 	}}
-	runID, err := b.client.StartRun(ctx, cf, nil)
+	runID, err := b.client.StartRun(ctx, cf, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1101,7 +1101,7 @@ func TestRemoteHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 				{Name: "split", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1},
 					Children: map[string]worqr.QueueConfig{"part": {Handler: worqr.HandlerFunc(nil), Concurrency: 1}}},
 			}}
-			if _, err := b.client.StartRun(ctx, cf, nil); err != nil {
+			if _, err := b.client.StartRun(ctx, cf, nil, nil); err != nil {
 				t.Fatal(err)
 			}
 			s := open(t, b, fl+"/split", fl+"/part")

@@ -165,8 +165,8 @@ type EnqueueOpts struct {
 	// each). A payload whose key is held (by a task of the queue that has
 	// not ended, or by an earlier payload of the same batch) is left out
 	// and the others are enqueued, in the same atomic step: the error is
-	// then a *DuplicatesError naming each one left out, and its id in the
-	// returned slice is "". EnqueueBatch only; not with UniqueKey.
+	// then a *BatchError whose Duplicates name each one left out (it
+	// matches ErrDuplicate), and its id in the returned slice is "". EnqueueBatch only; not with UniqueKey.
 	UniqueKeys []string
 	// UniqueTTL bounds how long UniqueKey (or each of UniqueKeys) is held.
 	// Required with them.
@@ -603,14 +603,11 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	case args.IDLockTTL > 0 && err == rdb.ErrIDTaken:
 		return nil, errIDTaken(queue, ids[0])
 	}
-	var derr *DuplicatesError
-	if len(dups) > 0 {
-		derr = &DuplicatesError{Queue: queue}
-		for _, d := range dups {
-			derr.Duplicates = append(derr.Duplicates, &DuplicateError{Queue: queue, Index: d.Index,
-				UniqueKey: args.UniqueKeys[d.Index], HolderID: d.Holder})
-			ids[d.Index] = ""
-		}
+	var left []*DuplicateError
+	for _, d := range dups {
+		left = append(left, &DuplicateError{Queue: queue, Index: d.Index,
+			UniqueKey: args.UniqueKeys[d.Index], HolderID: d.Holder})
+		ids[d.Index] = ""
 	}
 	if n > 0 {
 		var done []string
@@ -626,16 +623,17 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	if errors.Is(err, ErrNotReplicated) && n == len(ids) {
 		// Every task was enqueued on the primary; the error says that
 		// too few replicas acknowledged them.
-		if derr != nil {
-			return ids, fmt.Errorf("worqr: enqueue %s: %w (and %w)", queue, err, derr)
+		if left != nil {
+			return ids, fmt.Errorf("worqr: enqueue %s: %w (and %w)", queue, err,
+				&BatchError{Queue: queue, Enqueued: n, Total: len(ids), Duplicates: left})
 		}
 		return ids, fmt.Errorf("worqr: enqueue %s: %d tasks: %w", queue, n, err)
 	}
 	if err != nil {
-		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err, Duplicates: derr}
+		return ids[:n], &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Err: err, Duplicates: left}
 	}
-	if derr != nil {
-		return ids, derr
+	if left != nil {
+		return ids, &BatchError{Queue: queue, Enqueued: n, Total: len(ids), Duplicates: left}
 	}
 	return ids, nil
 }
@@ -652,8 +650,10 @@ func sameTask(queue, id string, err error) error {
 	return nil
 }
 
-// BatchError is returned by EnqueueBatch when a batch split into several
-// atomic steps failed part way, or a batch of one call failed: the first
+// BatchError is returned by EnqueueBatch when payloads were left out as
+// duplicates (EnqueueOpts.UniqueKeys), or when a batch split into several
+// atomic steps failed part way, or a batch of one call failed (Err says
+// why; nil when the batch was only short of its duplicates): the first
 // Enqueued tasks are in the queue, and none after them. A batch of one
 // call (at most 1,000 tasks and 4 MiB) is all or nothing: when its reply
 // was lost, Redis is asked which (Enqueued is 0 or Total; with
@@ -671,20 +671,39 @@ func sameTask(queue, id string, err error) error {
 // ones, Enqueued or more.
 //
 // With EnqueueOpts.UniqueKeys, Enqueued counts the payloads handled
-// (enqueued or left out as duplicates), and Duplicates (when not nil) names
-// those of them left out.
+// (enqueued or left out as duplicates), and Duplicates names those of them
+// left out, by increasing Index; a BatchError with Duplicates matches
+// ErrDuplicate with errors.Is.
 type BatchError struct {
 	Queue           string
 	Enqueued, Total int
 	Err             error
-	Duplicates      *DuplicatesError
+	Duplicates      []*DuplicateError
 }
 
 func (e *BatchError) Error() string {
-	return fmt.Sprintf("worqr: enqueue %s: %d of %d tasks enqueued: %v", e.Queue, e.Enqueued, e.Total, e.Err)
+	var dups string
+	switch {
+	case len(e.Duplicates) == 1:
+		d := e.Duplicates[0]
+		dups = fmt.Sprintf("payloads[%d] left out: unique key %q is held by task %s", d.Index, d.UniqueKey, d.HolderID)
+	case len(e.Duplicates) > 1:
+		dups = fmt.Sprintf("%d payloads left out: their unique keys are held", len(e.Duplicates))
+	}
+	if e.Err == nil {
+		return fmt.Sprintf("worqr: enqueue %s: %s", e.Queue, dups)
+	}
+	if dups != "" {
+		dups = " (" + dups + ")"
+	}
+	return fmt.Sprintf("worqr: enqueue %s: %d of %d tasks enqueued%s: %v", e.Queue, e.Enqueued, e.Total, dups, e.Err)
 }
 
 func (e *BatchError) Unwrap() error { return e.Err }
+
+// Is makes errors.Is(err, ErrDuplicate) true when payloads were left out
+// as duplicates.
+func (e *BatchError) Is(target error) bool { return target == ErrDuplicate && len(e.Duplicates) > 0 }
 
 // DuplicateError is returned by Enqueue when the unique key is held. It
 // matches ErrDuplicate with errors.Is.
@@ -692,7 +711,7 @@ type DuplicateError struct {
 	Queue     string
 	UniqueKey string
 	HolderID  string // the task holding the key
-	// Index is the payload's index in EnqueueBatch (in a DuplicatesError);
+	// Index is the payload's index in EnqueueBatch (in a BatchError);
 	// 0 for Enqueue.
 	Index int
 }
@@ -703,26 +722,6 @@ func (e *DuplicateError) Error() string {
 
 // Is makes errors.Is(err, ErrDuplicate) true.
 func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
-
-// DuplicatesError is returned by EnqueueBatch with EnqueueOpts.UniqueKeys
-// when some payloads were left out because their unique key was held: the
-// other payloads were enqueued. It matches ErrDuplicate with errors.Is.
-type DuplicatesError struct {
-	Queue string
-	// Duplicates are the payloads left out, by increasing Index.
-	Duplicates []*DuplicateError
-}
-
-func (e *DuplicatesError) Error() string {
-	if len(e.Duplicates) == 1 {
-		d := e.Duplicates[0]
-		return fmt.Sprintf("worqr: enqueue %s: payloads[%d] left out: unique key %q is held by task %s", e.Queue, d.Index, d.UniqueKey, d.HolderID)
-	}
-	return fmt.Sprintf("worqr: enqueue %s: %d payloads left out: their unique keys are held", e.Queue, len(e.Duplicates))
-}
-
-// Is makes errors.Is(err, ErrDuplicate) true.
-func (e *DuplicatesError) Is(target error) bool { return target == ErrDuplicate }
 
 // CancelStatus says what Cancel did.
 type CancelStatus int

@@ -182,7 +182,7 @@ func TestBatchOfOneWithIDRepeated(t *testing.T) {
 }
 
 // A batch of one with an id of the caller's whose unique key is held is
-// left out (DuplicatesError) but its id was remembered all the same: once
+// left out (a BatchError of duplicates) but its id was remembered all the same: once
 // the key is free, the same enqueue says "already enqueued" (with the fix
 // above: returns the id, nil) and no task of that id exists: lost.
 func TestBatchOfOneWithIDLeftOutIsNotRemembered(t *testing.T) {
@@ -569,9 +569,9 @@ func TestEnqueueBatchUniqueKeysReportsEachDuplicate(t *testing.T) {
 	}
 	ids, err := c.EnqueueBatch(ctx, "q", [][]byte{[]byte("b"), []byte("c"), []byte("d"), []byte("e")},
 		&worqr.EnqueueOpts{UniqueKeys: []string{"user-1", "user-2", "user-2", ""}, UniqueTTL: time.Hour})
-	var de *worqr.DuplicatesError
-	if !errors.As(err, &de) || !errors.Is(err, worqr.ErrDuplicate) {
-		t.Fatalf("err = %v, want a *DuplicatesError", err)
+	var de *worqr.BatchError
+	if !errors.As(err, &de) || !errors.Is(err, worqr.ErrDuplicate) || de.Err != nil || de.Enqueued != 4 {
+		t.Fatalf("err = %v (%+v), want a *BatchError of duplicates only", err, de)
 	}
 	if len(ids) != 4 || ids[0] != "" || ids[1] == "" || ids[2] != "" || ids[3] == "" {
 		t.Fatalf("ids %q: want \"\" exactly for the duplicates", ids)
@@ -773,14 +773,14 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 		_ = w.Stop(sctx)
 	})
 
-	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"": "x"}}); err == nil || !strings.Contains(err.Error(), "RunOpts.Meta") {
+	if _, err := c.StartRun(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"": "x"}}); err == nil || !strings.Contains(err.Error(), "RunOpts.Meta") {
 		t.Errorf("an empty meta name: %v, want an error naming RunOpts.Meta", err)
 	}
 	big := &worqr.RunOpts{Meta: map[string]string{"k": strings.Repeat("x", defaults.MaxMetaBytes)}}
-	if _, err := c.StartRunWith(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "defaults.MaxMetaBytes") {
+	if _, err := c.StartRun(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "defaults.MaxMetaBytes") {
 		t.Errorf("meta over defaults.MaxMetaBytes: %v, want an error", err)
 	}
-	id, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"k": "v"}})
+	id, err := c.StartRun(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"k": "v"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -850,7 +850,7 @@ func TestChildMetaChecked(t *testing.T) {
 		defer cancel()
 		_ = w.Stop(sctx)
 	})
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

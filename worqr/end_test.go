@@ -271,7 +271,7 @@ func TestChildFailuresOfManyRunsAreSplit(t *testing.T) {
 	}
 	ids := make([]string, n)
 	for i := range ids {
-		if ids[i], err = c.StartRun(ctx, flow, nil); err != nil {
+		if ids[i], err = c.StartRun(ctx, flow, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -355,7 +355,7 @@ func TestGroupedFanOutsAreSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < n; i++ {
-		if _, err := c.StartRun(ctx, flow, nil); err != nil {
+		if _, err := c.StartRun(ctx, flow, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

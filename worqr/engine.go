@@ -35,15 +35,15 @@ func initEngine(q *engine.Queue, kind rdb.Kind, member string, qk rdb.QueueKeys,
 // engine's outcome policy (engine.Queue.Decide):
 //   - nil: done, recording result.
 //   - ErrGiveBack: back to the front of the queue, no attempt counted.
-//   - a RateLimitedError: run again after its Delay, no attempt counted.
+//   - RateLimited's error: run again after its Delay, no attempt counted.
 //   - ErrSkipRetry: the dead set.
-//   - a RetryAfterError: retried after its Delay.
+//   - RetryAfter's error: retried after its Delay.
 //   - any other failure: retried after the queue's Backoff.
 //
 // A failure of the last attempt goes to the dead set whatever it says.
 func outcomeOf(err error, result []byte) engine.Outcome {
-	var rl *RateLimitedError
-	var ra *RetryAfterError
+	var rl *rateLimitedError
+	var ra *retryAfterError
 	switch {
 	case err == nil:
 		return engine.Outcome{Verdict: engine.Done, Result: result}

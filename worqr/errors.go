@@ -87,48 +87,46 @@ type skipRetryError struct{ err error }
 func (e *skipRetryError) Error() string   { return e.err.Error() }
 func (e *skipRetryError) Unwrap() []error { return []error{ErrSkipRetry, e.err} }
 
-// RetryAfterError, returned by a handler (see RetryAfter), schedules the next
-// attempt after Delay instead of the queue's backoff. The attempt still counts
-// against MaxAttempts.
-type RetryAfterError struct {
+type retryAfterError struct {
 	Delay time.Duration
 	Err   error
 }
 
-func (e *RetryAfterError) Error() string {
+func (e *retryAfterError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("worqr: retry after %s", e.Delay)
 	}
 	return fmt.Sprintf("worqr: retry after %s: %v", e.Delay, e.Err)
 }
 
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func (e *retryAfterError) Unwrap() error { return e.Err }
 
-// RetryAfter returns an error that schedules the next attempt after d.
-func RetryAfter(d time.Duration, err error) error { return &RetryAfterError{Delay: d, Err: err} }
+// RetryAfter returns an error that, returned by a handler, schedules the
+// next attempt after d instead of the queue's backoff. The attempt still
+// counts against MaxAttempts. The error wraps err (nil is allowed).
+func RetryAfter(d time.Duration, err error) error { return &retryAfterError{Delay: d, Err: err} }
 
-// RateLimitedError, returned by a handler (see RateLimited), runs the task
-// again after Delay without counting a failed attempt: the work did not
-// fail, something it depends on (an API's quota, say) asked it to wait.
-// Its Attempt stays the same, so MaxAttempts never sends it to the dead set;
-// its error is recorded as the task's last error.
-type RateLimitedError struct {
+type rateLimitedError struct {
 	Delay time.Duration
 	Err   error
 }
 
-func (e *RateLimitedError) Error() string {
+func (e *rateLimitedError) Error() string {
 	if e.Err == nil {
 		return fmt.Sprintf("worqr: rate limited, retry in %s", e.Delay)
 	}
 	return fmt.Sprintf("worqr: rate limited, retry in %s: %v", e.Delay, e.Err)
 }
 
-func (e *RateLimitedError) Unwrap() error { return e.Err }
+func (e *rateLimitedError) Unwrap() error { return e.Err }
 
-// RateLimited returns an error that runs the task again after d (at least
-// 1ms) without spending an attempt, unlike RetryAfter.
-func RateLimited(d time.Duration, err error) error { return &RateLimitedError{Delay: d, Err: err} }
+// RateLimited returns an error that, returned by a handler, runs the task
+// again after d (at least 1ms) without counting a failed attempt, unlike
+// RetryAfter: the work did not fail, something it depends on (an API's
+// quota, say) asked it to wait. Its Attempt stays the same, so MaxAttempts
+// never sends it to the dead set; err (nil is allowed) is recorded as the
+// task's last error, and the returned error wraps it.
+func RateLimited(d time.Duration, err error) error { return &rateLimitedError{Delay: d, Err: err} }
 
 // ErrInvalid matches every InvalidError with errors.Is.
 var ErrInvalid = errors.New("worqr: invalid input")

@@ -115,7 +115,7 @@ func waitRun(ctx context.Context, t *testing.T, pool *cmdPool, c *worqr.Client, 
 
 func TestWaitRunReturnsTheEndedRun(t *testing.T) {
 	ctx, pool, c, _, flow, release := waitRunEnv(t)
-	id, err := c.StartRun(ctx, flow, map[string]string{"in": "x"})
+	id, err := c.StartRun(ctx, flow, map[string]string{"in": "x"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +137,10 @@ func TestWaitRunReturnsTheEndedRun(t *testing.T) {
 // another run): no taking ends, so the cancel's own event wakes WaitRun.
 func TestWaitRunReturnsTheCancelledRun(t *testing.T) {
 	ctx, pool, c, _, flow, _ := waitRunEnv(t)
-	if _, err := c.StartRun(ctx, flow, nil); err != nil {
+	if _, err := c.StartRun(ctx, flow, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -230,7 +230,7 @@ func TestWaitRunWokenByAChild(t *testing.T) {
 	}
 	startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{flow}})
 	defer close(release)
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

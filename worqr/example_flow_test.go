@@ -62,7 +62,7 @@ func ExampleFlow() {
 	}
 	defer w.Stop(ctx)
 
-	id, err := client.StartRun(ctx, flow, map[string]string{"user": "ada"})
+	id, err := client.StartRun(ctx, flow, map[string]string{"user": "ada"}, nil)
 	if err != nil {
 		panic(err)
 	}

@@ -246,14 +246,7 @@ func (c *Client) flowQueue(f *Flow, queue string) rdb.QueueKeys {
 	return c.st.Queue(rdb.QueueRef{Tag: f.Name, Name: queue})
 }
 
-// StartRun starts a run of flow with the initial state fields and returns its
-// id. The run is queued at the back of the first stage's queue. The state
-// is bounded as a stage's StageResult.Fields.
-func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string) (string, error) {
-	return c.StartRunWith(ctx, flow, state, nil)
-}
-
-// RunOpts are the options of StartRunWith. A nil *RunOpts is the zero one.
+// RunOpts are the options of StartRun. A nil *RunOpts is the zero one.
 type RunOpts struct {
 	// Meta is stored with the run, beside its state, and handed to every
 	// stage as Run.Meta: propagation headers such as a trace context
@@ -262,13 +255,15 @@ type RunOpts struct {
 	// ID, when set, is the run's id instead of a fresh one, so that a
 	// start repeated after its reply was lost starts nothing: while a run
 	// of that id exists (running, or ended and within its retention),
-	// StartRunWith returns the id with ErrDuplicate. Same rules as queue
+	// StartRun returns the id with ErrDuplicate. Same rules as queue
 	// names.
 	ID string
 }
 
-// StartRunWith is StartRun with options.
-func (c *Client) StartRunWith(ctx context.Context, flow *Flow, state map[string]string, opts *RunOpts) (string, error) {
+// StartRun starts a run of flow with the initial state fields and returns its
+// id. The run is queued at the back of the first stage's queue. The state
+// is bounded as a stage's StageResult.Fields. opts may be nil.
+func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string, opts *RunOpts) (string, error) {
 	f, err := flow.validate()
 	if err != nil {
 		return "", err

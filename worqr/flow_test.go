@@ -28,10 +28,10 @@ func TestStartRunWithIDIsIdempotent(t *testing.T) {
 	in := newInspector(t, pool, &cfg)
 	flow := newDeadChildFlow(false).flow
 	opts := &worqr.RunOpts{ID: "order-42"}
-	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "1"}, opts); err != nil || id != "order-42" {
+	if id, err := c.StartRun(ctx, flow, map[string]string{"n": "1"}, opts); err != nil || id != "order-42" {
 		t.Fatalf("first start = %q, %v", id, err)
 	}
-	if id, err := c.StartRunWith(ctx, flow, map[string]string{"n": "2"}, opts); !errors.Is(err, worqr.ErrDuplicate) || id != "order-42" {
+	if id, err := c.StartRun(ctx, flow, map[string]string{"n": "2"}, opts); !errors.Is(err, worqr.ErrDuplicate) || id != "order-42" {
 		t.Fatalf("repeated start = %q, %v; want order-42 and ErrDuplicate", id, err)
 	}
 	if n := queueLen(t, in, "fl/fan"); n != 1 {
@@ -40,7 +40,7 @@ func TestStartRunWithIDIsIdempotent(t *testing.T) {
 	if r, err := in.Run(ctx, flow.Name, "order-42"); err != nil || r.State["n"] != "1" {
 		t.Fatalf("the run: %+v, %v; want the first start's state", r, err)
 	}
-	if _, err := c.StartRunWith(ctx, flow, nil, &worqr.RunOpts{ID: "no spaces"}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "RunOpts.ID") {
+	if _, err := c.StartRun(ctx, flow, nil, &worqr.RunOpts{ID: "no spaces"}); !errors.Is(err, worqr.ErrInvalid) || !strings.Contains(err.Error(), "RunOpts.ID") {
 		t.Errorf("a bad id: %v, want ErrInvalid naming RunOpts.ID", err)
 	}
 }
@@ -81,20 +81,20 @@ func TestStartRunStateIsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInspector(t, pool, &cfg)
-	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields+1, 1)); invalidField(t, "StartRun of defaults.MaxStateFields+1 fields", err) != "state" {
+	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields+1, 1), nil); invalidField(t, "StartRun of defaults.MaxStateFields+1 fields", err) != "state" {
 		t.Fatalf("StartRun of too many fields: %v, want the field named state", err)
 	}
-	if _, err := c.StartRun(ctx, flow, manyFields(5, 1<<20)); invalidField(t, "StartRun of 5 MiB of state", err) != "state" {
+	if _, err := c.StartRun(ctx, flow, manyFields(5, 1<<20), nil); invalidField(t, "StartRun of 5 MiB of state", err) != "state" {
 		t.Fatalf("StartRun of 5 MiB: %v, want the field named state", err)
 	}
 	if n := queueLen(t, in, "sb/s1"); n != 0 {
 		t.Fatalf("%d runs waiting after refused starts, want none", n)
 	}
 	// At the bounds: accepted.
-	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields, 1)); err != nil {
+	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields, 1), nil); err != nil {
 		t.Fatalf("StartRun of defaults.MaxStateFields fields: %v", err)
 	}
-	if _, err := c.StartRun(ctx, flow, manyFields(3, 1<<20)); err != nil {
+	if _, err := c.StartRun(ctx, flow, manyFields(3, 1<<20), nil); err != nil {
 		t.Fatalf("StartRun of 3 MiB: %v", err)
 	}
 	// A larger MaxPayloadBytes allows one such value.
@@ -102,7 +102,7 @@ func TestStartRunStateIsBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := big.StartRun(ctx, flow, manyFields(1, 6<<20)); err != nil {
+	if _, err := big.StartRun(ctx, flow, manyFields(1, 6<<20), nil); err != nil {
 		t.Fatalf("StartRun of one 6 MiB value with MaxPayloadBytes 8 MiB: %v", err)
 	}
 }

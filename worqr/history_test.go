@@ -201,7 +201,7 @@ func TestHistoryNamesAFlowQueueWithItsFlow(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 2; i++ {
-		if _, err := c.StartRun(ctx, flow, nil); err != nil {
+		if _, err := c.StartRun(ctx, flow, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -309,7 +309,7 @@ func TestHistoryCountsWhatARunCancelTookOut(t *testing.T) {
 	}
 
 	// A run no worker serves waits in its first stage.
-	id, err := c.StartRun(ctx, idle, nil)
+	id, err := c.StartRun(ctx, idle, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,7 +323,7 @@ func TestHistoryCountsWhatARunCancelTookOut(t *testing.T) {
 
 	// A run fanned out to three children of concurrency 1: one runs, two
 	// wait.
-	id, err = c.StartRun(ctx, served, nil)
+	id, err = c.StartRun(ctx, served, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestHistoryCountsTheSiblingsAFailedChildTookOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -396,7 +396,7 @@ func TestHistoryCountsTheSiblingsABuriedChildTookOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := flowWorker(t, ctx, pool, ns, flow)
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

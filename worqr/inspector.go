@@ -6,7 +6,6 @@ import (
 	"sort"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/registry"
 )
@@ -703,53 +702,4 @@ func (in *Inspector) DeleteNamespace(ctx context.Context) (int, error) {
 		return n, fmt.Errorf("worqr: delete namespace %s: %w", in.cfg.Namespace, err)
 	}
 	return n, nil
-}
-
-// SubscribeCancels delivers the ids of running tasks of queue whose cancel is
-// asked from now on, until ctx ends (then the channel is closed). It returns
-// once subscribed. Pub/sub is fire-and-forget: ids published while the
-// subscription reconnects after a connection failure are missed (a worker's
-// finish still honours the cancel). It holds one connection of the pool.
-func (in *Inspector) SubscribeCancels(ctx context.Context, queue string) (<-chan string, error) {
-	ref, err := parseQueue(queue)
-	if err != nil {
-		return nil, err
-	}
-	qk := in.st.Queue(ref)
-	out := make(chan string, 64)
-	ready := make(chan error, 1)
-	go func() {
-		defer close(out)
-		first := true
-		delay := 50 * time.Millisecond
-		for ctx.Err() == nil {
-			err := in.st.Listen(ctx, []string{qk.CancelChannel}, func() {
-				delay = 50 * time.Millisecond // a new failure starts a new backoff
-				if first {
-					first = false
-					ready <- nil
-				}
-			}, func(_ string, data []byte) {
-				select {
-				case out <- string(data):
-				case <-ctx.Done():
-				}
-			})
-			if first {
-				ready <- err
-				return
-			}
-			if err != nil {
-				in.cfg.Logger.Warn("inspector: cancel subscription lost, reconnecting", "queue", queue, "err", err)
-				if !engine.Sleep(ctx, delay) {
-					return
-				}
-				delay = min(delay*2, 5*time.Second)
-			}
-		}
-	}()
-	if err := <-ready; err != nil {
-		return nil, fmt.Errorf("worqr: subscribe to cancels of %s: %w", queue, err)
-	}
-	return out, nil
 }

@@ -90,7 +90,7 @@ func (d *deadChildFlow) start(t *testing.T) (*worqr.Client, *worqr.Inspector, st
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.StartRun(ctx, d.flow, nil)
+	id, err := c.StartRun(ctx, d.flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +253,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 	// The first run's children die and the run moves on past them: their
 	// requeue is refused. The second run's die while it still waits for
 	// its held child: they go back into it.
-	first, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(early)})
+	first, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(early)}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -270,7 +270,7 @@ func requeueAllDeadWhileRefusedLeave(t *testing.T, leave int) {
 	for _, ti := range infos {
 		refused = append(refused, ti.ID)
 	}
-	if _, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(late), "hold": "1"}); err != nil {
+	if _, err := c.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(late), "hold": "1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	wait(t, 30*time.Second, "the second run's children to die", func() bool { return dead() == early+late })
@@ -390,7 +390,7 @@ func TestRetryRunFailedInAStage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.StartRun(ctx, flow, map[string]string{"user": "u1"})
+	id, err := c.StartRun(ctx, flow, map[string]string{"user": "u1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,7 +531,7 @@ func TestDeadChildOfAnEarlierFanOutIsRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInspector(t, pool, &ccfg)
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -570,7 +570,7 @@ func TestRunIndexFollowsTheRunNotTheDeploy(t *testing.T) {
 	now := &worqr.Flow{Name: "ixf", Retention: time.Second, Stages: stages}
 	c := newClient(t, pool, &worqr.Config{Namespace: ns})
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
-	id, err := c.StartRun(ctx, old, map[string]string{"user": "42"})
+	id, err := c.StartRun(ctx, old, map[string]string{"user": "42"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -629,7 +629,7 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 	cfg.Flows = []*worqr.Flow{f}
 	startWorker(t, ctx, pool, &cfg)
 	t.Cleanup(func() { close(hold) }) // (before the worker's Stop)
-	if _, err := c.StartRun(ctx, f, map[string]string{"user": "42", "hold": "1"}); err != nil {
+	if _, err := c.StartRun(ctx, f, map[string]string{"user": "42", "hold": "1"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	conn := pool.Get()
@@ -638,7 +638,7 @@ func TestRunIndexForgetsExpiredRuns(t *testing.T) {
 	runs := func(n int) {
 		ids := make([]string, n)
 		for i := range ids {
-			id, err := c.StartRun(ctx, f, map[string]string{"user": "42"})
+			id, err := c.StartRun(ctx, f, map[string]string{"user": "42"}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -765,11 +765,11 @@ func TestRunNow(t *testing.T) {
 // running.
 func TestInspectorCancelRun(t *testing.T) {
 	ctx, pool, c, in, flow, _ := waitRunEnv(t)
-	running, err := c.StartRun(ctx, flow, nil)
+	running, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	waiting, err := c.StartRun(ctx, flow, nil)
+	waiting, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -377,7 +377,7 @@ func TestReaperPrunesExpiredRunsFromTheList(t *testing.T) {
 	const n = 1500 // more than one chunk
 	ended := make([]string, 0, n)
 	for i := 0; i < n; i++ {
-		id, err := c.StartRun(ctx, flow, nil)
+		id, err := c.StartRun(ctx, flow, nil, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -386,7 +386,7 @@ func TestReaperPrunesExpiredRunsFromTheList(t *testing.T) {
 		}
 		ended = append(ended, id)
 	}
-	live, err := c.StartRun(ctx, flow, nil)
+	live, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -438,7 +438,7 @@ func TestRunStartedAgainUnderItsIDStaysListed(t *testing.T) {
 		t.Fatal(err)
 	}
 	opts := &worqr.RunOpts{ID: "order-42"}
-	if _, err := c.StartRunWith(ctx, flow, nil, opts); err != nil {
+	if _, err := c.StartRun(ctx, flow, nil, opts); err != nil {
 		t.Fatal(err)
 	}
 	if ok, err := c.CancelRun(ctx, flow, opts.ID); err != nil || !ok {
@@ -458,7 +458,7 @@ func TestRunStartedAgainUnderItsIDStaysListed(t *testing.T) {
 		}
 		restarted = true
 		// Started again between the read that found it gone and the drop.
-		if _, err := c.StartRunWith(ctx, flow, nil, opts); err != nil {
+		if _, err := c.StartRun(ctx, flow, nil, opts); err != nil {
 			t.Errorf("start again: %v", err)
 		}
 	})
@@ -499,7 +499,7 @@ func TestRunsListsARunOnceWhenOneStartsBetweenPages(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 210; i++ {
-		if _, err := c.StartRun(ctx, flow, nil); err != nil {
+		if _, err := c.StartRun(ctx, flow, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -507,7 +507,7 @@ func TestRunsListsARunOnceWhenOneStartsBetweenPages(t *testing.T) {
 	undo := in.OnRunsPage(func() {
 		if !started {
 			started = true
-			if _, err := c.StartRun(ctx, flow, nil); err != nil {
+			if _, err := c.StartRun(ctx, flow, nil, nil); err != nil {
 				t.Error(err)
 			}
 		}

@@ -671,17 +671,11 @@ func TickTaskID(name string, t time.Time) string {
 // no schedule has that name.
 var ErrScheduleNotFound = errors.New("worqr: schedule not found")
 
-// ScheduleInfo is what Redis holds about a schedule.
+// ScheduleInfo is what Redis holds about a schedule: its definition, as
+// registered, and its state.
 type ScheduleInfo struct {
-	Name     string
-	Queue    string
-	Cron     string        // "" for an Every schedule
-	Every    time.Duration // 0 for a Cron schedule
-	TimeZone string
-	Missed   MissedPolicy
-	Grace    time.Duration
-	Payload  []byte
-	Paused   bool
+	Schedule
+	Paused bool
 	// Next is the next tick not yet fired (while paused: when it was
 	// paused; resuming skips to the first tick after the resume).
 	Next time.Time
@@ -692,7 +686,7 @@ type ScheduleInfo struct {
 }
 
 func scheduleInfo(r *rdb.ScheduleRecord) ScheduleInfo {
-	info := ScheduleInfo{Name: r.Name, Paused: r.Paused, Next: msTime(r.Next), LastFired: msTime(r.Last), Fired: r.Fired}
+	info := ScheduleInfo{Schedule: Schedule{Name: r.Name}, Paused: r.Paused, Next: msTime(r.Next), LastFired: msTime(r.Last), Fired: r.Fired}
 	if r.Next >= maxTick {
 		info.Next = time.Time{}
 	}

@@ -24,10 +24,11 @@ var ErrQueueServed = errors.New("worqr: queue served")
 // QueueNotEmptyError is returned by Inspector.RemoveQueue when the queue
 // holds tasks and the call was not forced (RemoveQueueOpts.Force), or when
 // tasks arrived while it was removed (a producer still enqueues to it):
-// the queue stays, and stays known. The counts are what it held.
+// the queue stays, and stays known.
 type QueueNotEmptyError struct {
-	Queue                                            string
-	Waiting, Scheduled, Active, Dead, Retained, Keys int64
+	// Held counts what the queue held (its Name, Waiting, Scheduled,
+	// Active, Dead, Retained and Keys; the other fields are not read).
+	Held QueueInfo
 	// Progress is true when the queue holds an indexed consumer's progress.
 	Progress bool
 	// Arrived is true when the queue was emptied, or found empty, and
@@ -40,8 +41,8 @@ func (e *QueueNotEmptyError) Error() string {
 	for _, c := range []struct {
 		n    int64
 		what string
-	}{{e.Waiting, "waiting"}, {e.Scheduled, "scheduled"}, {e.Active, "running"}, {e.Dead, "dead"},
-		{e.Retained, "retained"}, {e.Keys, "keys with tasks"}} {
+	}{{e.Held.Waiting, "waiting"}, {e.Held.Scheduled, "scheduled"}, {e.Held.Active, "running"}, {e.Held.Dead, "dead"},
+		{e.Held.Retained, "retained"}, {e.Held.Keys, "keys with tasks"}} {
 		if c.n > 0 {
 			parts = append(parts, fmt.Sprintf("%d %s", c.n, c.what))
 		}
@@ -51,10 +52,10 @@ func (e *QueueNotEmptyError) Error() string {
 	}
 	if e.Arrived {
 		return fmt.Sprintf("worqr: remove queue %s: %s arrived while it was removed (a producer still uses it): it stays",
-			e.Queue, strings.Join(parts, ", "))
+			e.Held.Name, strings.Join(parts, ", "))
 	}
 	return fmt.Sprintf("worqr: remove queue %s: it holds %s: a queue that holds tasks is removed only when forced (RemoveQueueOpts.Force, --force)",
-		e.Queue, strings.Join(parts, ", "))
+		e.Held.Name, strings.Join(parts, ", "))
 }
 
 // Is makes errors.Is(err, ErrQueueNotEmpty) true.
@@ -161,8 +162,8 @@ func (in *Inspector) RemoveQueue(ctx context.Context, queue string, opts *Remove
 			break
 		}
 		if !o.Force || round == removeRounds {
-			return deleted, &QueueNotEmptyError{Queue: queue, Waiting: left.Waiting, Scheduled: left.Scheduled,
-				Active: left.Held, Dead: left.Dead, Retained: left.Retained, Keys: left.Keys, Progress: left.Progress,
+			return deleted, &QueueNotEmptyError{Held: QueueInfo{Name: queue, Waiting: left.Waiting, Scheduled: left.Scheduled,
+				Active: left.Held, Dead: left.Dead, Retained: left.Retained, Keys: left.Keys}, Progress: left.Progress,
 				Arrived: round > 0}
 		}
 		n, err := in.purge(ctx, queue, qk, deleted, o.Progress)
@@ -197,8 +198,8 @@ func (in *Inspector) recheck(ctx context.Context, queue string, qk rdb.QueueKeys
 	}
 	s := st[0]
 	if s.Waiting+s.Scheduled+s.Active+s.Dead+s.Retained+s.Keys > 0 {
-		return &QueueNotEmptyError{Queue: queue, Waiting: s.Waiting, Scheduled: s.Scheduled, Active: s.Active,
-			Dead: s.Dead, Retained: s.Retained, Keys: s.Keys, Arrived: true}
+		return &QueueNotEmptyError{Held: QueueInfo{Name: queue, Waiting: s.Waiting, Scheduled: s.Scheduled, Active: s.Active,
+			Dead: s.Dead, Retained: s.Retained, Keys: s.Keys}, Arrived: true}
 	}
 	return in.checkServed(ctx, queue, qk, nil)
 }

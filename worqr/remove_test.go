@@ -141,8 +141,8 @@ func TestRemoveQueueHoldingTasks(t *testing.T) {
 
 	_, err = b.in.RemoveQueue(ctx, "full", nil)
 	var ne *worqr.QueueNotEmptyError
-	if !errors.As(err, &ne) || !errors.Is(err, worqr.ErrQueueNotEmpty) || ne.Active != 2 || ne.Dead != 1 ||
-		ne.Retained != 1 || ne.Scheduled != 1 || ne.Keys != 1 || ne.Arrived {
+	if !errors.As(err, &ne) || !errors.Is(err, worqr.ErrQueueNotEmpty) || ne.Held.Active != 2 || ne.Held.Dead != 1 ||
+		ne.Held.Retained != 1 || ne.Held.Scheduled != 1 || ne.Held.Keys != 1 || ne.Held.Name != "full" || ne.Arrived {
 		t.Fatalf("RemoveQueue unforced: %v (%+v); want a QueueNotEmptyError counting what it holds", err, ne)
 	}
 	if !strings.Contains(err.Error(), "only when forced") {
@@ -225,7 +225,7 @@ func TestRemoveQueueTaskArrives(t *testing.T) {
 	})()
 	_, err := b.in.RemoveQueue(ctx, "late", nil)
 	var ne *worqr.QueueNotEmptyError
-	if !errors.As(err, &ne) || !ne.Arrived || ne.Waiting != 1 || !strings.Contains(err.Error(), "arrived") {
+	if !errors.As(err, &ne) || !ne.Arrived || ne.Held.Waiting != 1 || !strings.Contains(err.Error(), "arrived") {
 		t.Fatalf("RemoveQueue with an enqueue after the forgetting: %v; want a QueueNotEmptyError, Arrived", err)
 	}
 	if !listed(t, b.in, "late") || queueLen(t, b.in, "late") != 1 {

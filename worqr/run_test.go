@@ -37,7 +37,7 @@ func TestStageSeesABigRunWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := c.StartRun(ctx, flow, map[string]string{"user": "u1"})
+	id, err := c.StartRun(ctx, flow, map[string]string{"user": "u1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestStageWithManyFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := newInspector(t, pool, &worqr.Config{Namespace: ns})
-	id, err := c.StartRun(ctx, flow, nil)
+	id, err := c.StartRun(ctx, flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestWideStageDoesNotStrandItsNeighbours(t *testing.T) {
 		if i%8 == 0 {
 			st["wide"] = "1"
 		}
-		id, err := c.StartRun(ctx, flow, st)
+		id, err := c.StartRun(ctx, flow, st, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,7 +232,7 @@ func TestStageResultIsBounded(t *testing.T) {
 	}
 	ids := map[string]string{}
 	for name := range results {
-		id, err := c.StartRun(ctx, flow, map[string]string{"case": name})
+		id, err := c.StartRun(ctx, flow, map[string]string{"case": name}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -108,7 +108,7 @@ func TestDrainRunsAFlowToItsEnd(t *testing.T) {
 			return &worqr.StageResult{Fields: map[string]string{"children": fmt.Sprint(len(r.Children))}}
 		})},
 	}}
-	id, err := env.Client().StartRun(ctx, flow, map[string]string{"user": "ada"})
+	id, err := env.Client().StartRun(ctx, flow, map[string]string{"user": "ada"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,7 +210,7 @@ func runFlow(ctx context.Context, args []string, io stdio) error {
 		if user == "" {
 			user = "user-" + strconv.Itoa(i)
 		}
-		id, err := client.StartRun(ctx, flow, map[string]string{accessIndexBy: user})
+		id, err := client.StartRun(ctx, flow, map[string]string{accessIndexBy: user}, nil)
 		if id != "" {
 			if err := out.line(lineStarted, id); err != nil {
 				return err
@@ -278,7 +278,7 @@ func (d *demo) runFlows(ctx context.Context, client *worqr.Client, in *worqr.Ins
 	started := time.Now()
 	for i := range ids {
 		users[i] = "user-" + strconv.Itoa(i+1)
-		id, err := client.StartRun(ctx, flow, map[string]string{accessIndexBy: users[i]})
+		id, err := client.StartRun(ctx, flow, map[string]string{accessIndexBy: users[i]}, nil)
 		if err != nil {
 			return err
 		}

@@ -546,7 +546,7 @@ func TestFlowRunsGetAndTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(context.Background()) //nolint:errcheck
-	id, err := b.client.StartRun(context.Background(), flow, map[string]string{"user": "42"})
+	id, err := b.client.StartRun(context.Background(), flow, map[string]string{"user": "42"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -948,11 +948,11 @@ func TestTaskAndFlowWait(t *testing.T) {
 	if r := b.run("", "task", "wait", "jobs", "nosuchtask"); r.code != 1 || !strings.Contains(r.err, "not found") {
 		t.Errorf("wait for an unknown task: exit %d, stderr %q", r.code, r.err)
 	}
-	ok, err := b.client.StartRun(context.Background(), flow, nil)
+	ok, err := b.client.StartRun(context.Background(), flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	failed, err := b.client.StartRun(context.Background(), flow, map[string]string{"fail": "1"})
+	failed, err := b.client.StartRun(context.Background(), flow, map[string]string{"fail": "1"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1068,7 +1068,7 @@ func TestFlowCancel(t *testing.T) {
 	b := setup(t)
 	flow := &worqr.Flow{Name: "signup", Retention: time.Minute, Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })}}}
-	id, err := b.client.StartRun(context.Background(), flow, nil)
+	id, err := b.client.StartRun(context.Background(), flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -1108,7 +1108,7 @@ func TestFlowRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop(context.Background()) //nolint:errcheck
-	id, err := b.client.StartRun(context.Background(), flow, nil)
+	id, err := b.client.StartRun(context.Background(), flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestFlowLs(t *testing.T) {
 			func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return &worqr.StageResult{}, nil })},
 	}}
 	// No worker serves it: the run waits in its first stage.
-	id, err := b.client.StartRun(context.Background(), flow, nil)
+	id, err := b.client.StartRun(context.Background(), flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -410,8 +410,7 @@ required when stdin is not a terminal.`,
 		}
 		if !force && (tasks > 0 || qi.Keys > 0) {
 			// Refused before asking: the library would refuse it too.
-			return &worqr.QueueNotEmptyError{Queue: q, Waiting: qi.Waiting, Scheduled: qi.Scheduled,
-				Active: qi.Active, Dead: qi.Dead, Retained: qi.Retained, Keys: qi.Keys}
+			return &worqr.QueueNotEmptyError{Held: *qi}
 		}
 		what := "remove queue " + q
 		if force && tasks > 0 {

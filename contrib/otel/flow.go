@@ -17,7 +17,7 @@ const (
 	ChildrenKey = attribute.Key("worqr.children") // how many children a stage fanned out
 )
 
-// StartRun starts a run of flow as client.StartRunWith does, in a producer
+// StartRun starts a run of flow as client.StartRun does, in a producer
 // span ("<flow> send") of tp (the global TracerProvider when nil) whose
 // context is stored with the run, in its metadata (worqr.RunOpts.Meta,
 // keys traceparent and tracestate), not in its state. opts.Meta, when
@@ -41,7 +41,7 @@ func StartRun(ctx context.Context, client *worqr.Client, flow *worqr.Flow, state
 		o = *opts
 	}
 	o.Meta = inject(ctx, o.Meta)
-	id, err := client.StartRunWith(ctx, flow, state, &o)
+	id, err := client.StartRun(ctx, flow, state, &o)
 	if err != nil {
 		fail(span, err)
 		return "", err

@@ -179,7 +179,7 @@ func TestFlowRunParents(t *testing.T) {
 		t.Errorf("run span's parent %v, want the caller's span %v", run.Parent().SpanID(), req.SpanContext().SpanID())
 	}
 
-	plain, err := e.client.StartRun(context.Background(), flow, nil)
+	plain, err := e.client.StartRun(context.Background(), flow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

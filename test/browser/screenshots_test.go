@@ -114,7 +114,7 @@ func TestScreenshots(t *testing.T) {
 	}()
 	var runID string
 	for i, user := range []string{"ada", "grace", "bounce-linus", "edsger", "barbara", "bounce-ken"} {
-		id, err := s.client.StartRun(ctx, flow, map[string]string{"user": user})
+		id, err := s.client.StartRun(ctx, flow, map[string]string{"user": user}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

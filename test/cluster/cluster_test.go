@@ -272,7 +272,7 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}
 	var runs []string
 	for i := 0; i < 4; i++ {
-		id, err := client.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(i)})
+		id, err := client.StartRun(ctx, flow, map[string]string{"n": strconv.Itoa(i)}, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -374,7 +374,7 @@ func TestEveryScriptOnCluster(t *testing.T) {
 	}
 	idleFlow := &worqr.Flow{Name: idle[1] + "-flow", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
 		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
-	rid, err := client.StartRun(ctx, idleFlow, nil)
+	rid, err := client.StartRun(ctx, idleFlow, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

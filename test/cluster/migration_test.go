@@ -322,7 +322,7 @@ func TestMoreScriptsDuringMigration(t *testing.T) {
 		}},
 		{"flow start", func(ctx context.Context) error {
 			var err error
-			runID, err = client.StartRun(ctx, flow, map[string]string{"a": "b"})
+			runID, err = client.StartRun(ctx, flow, map[string]string{"a": "b"}, nil)
 			return err
 		}},
 		{"ordered enqueue", func(ctx context.Context) error {

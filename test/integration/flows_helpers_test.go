@@ -77,7 +77,7 @@ func (e *env) flStart(f *worqr.Flow, state map[string]string) string {
 	GinkgoHelper()
 	ctx, cancel := bg()
 	defer cancel()
-	id, err := e.client.StartRun(ctx, f, state)
+	id, err := e.client.StartRun(ctx, f, state, nil)
 	Expect(err).NotTo(HaveOccurred())
 	return id
 }

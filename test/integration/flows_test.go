@@ -922,7 +922,7 @@ var _ = Describe("Flows: bad input", func() {
 			defer cancel()
 			e := newEnv()
 			f := &worqr.Flow{Name: "bad", Stages: stages}
-			_, err := e.client.StartRun(ctx, f, map[string]string{"userId": "1"})
+			_, err := e.client.StartRun(ctx, f, map[string]string{"userId": "1"}, nil)
 			expectInvalid(err, field, rule...)
 			w, err := worqr.NewWorker(e.pool, e.flWorkerConfig(nil, f))
 			expectInvalid(err, field, rule...)
