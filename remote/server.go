@@ -626,11 +626,14 @@ func (r *Server) Open(ctx context.Context, opts OpenOpts) (*Session, error) {
 		return nil, fmt.Errorf("worqr: open session: %w", err)
 	}
 	tags := map[string]bool{}
+	unsure := make(map[*remoteQueue]*engine.Unsure, len(qs))
 	for _, q := range qs {
 		tags[q.QK.Ref.Tag] = true
+		unsure[q] = &engine.Unsure{}
+		unsure[q].Init(switches)
 	}
 	s := &Session{r: r, lease: lease, queues: qs, qualify: len(tags) > 1, takings: map[string]*remoteTaking{},
-		takes: map[string]*takeReply{}, unsure: map[*remoteQueue]bool{}, beatAt: time.Now(), switches: switches, refd: resolved}
+		takes: map[string]*takeReply{}, unsure: unsure, beatAt: time.Now(), refd: resolved}
 	r.mu.Lock()
 	r.sessions[s.ID()] = s
 	opened = true

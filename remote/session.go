@@ -41,13 +41,13 @@ type Session struct {
 	mu      sync.Mutex
 	takings map[string]*remoteTaking // by token (see token), running or recently ended
 	takes   map[string]*takeReply    // by request id
-	unsure  map[*remoteQueue]bool    // a take's reply was lost: release first
 	beatAt  time.Time                // when the previous Beat arrived
-	// switches is the pool's count of server switches last seen: a
-	// switch may have lost ends (the taking still held on the new
-	// server, and nobody runs it) and takes, so every queue is then
-	// released before its next take, as after a lost take reply.
-	switches uint64
+	// unsure says, per queue, whether the session may hold takings the
+	// remote does not know of (a take whose reply was lost, takings not
+	// handed out, a switch of server): they are released before the
+	// queue's next take, or after the next good beat (checkHoldings).
+	// Fixed at Open, one per queue of the session.
+	unsure map[*remoteQueue]*engine.Unsure
 
 	retiredAt time.Time      // guarded by Server.mu
 	refd      []*remoteQueue // the queue references it holds while open (Server.queue)
@@ -297,16 +297,14 @@ func (s *Session) Take(ctx context.Context, req TakeRequest) ([]Taking, error) {
 // so that the next take tries again. The caller holds takeMu: no other
 // take's takings are in flight.
 func (s *Session) releaseUnknown(ctx context.Context, q *remoteQueue, known []string) error {
-	s.mu.Lock()
-	s.unsure[q] = true
-	s.mu.Unlock()
+	s.unsure[q].Mark(s.ID())
 	r, err := s.r.st.ReleaseCheck(ctx, q.QK, s.ID(), known)
 	emitCancelled(s.r.emit, q.Member, r.Cancelled)
 	if err != nil {
 		return err
 	}
+	s.unsure[q].Mark("")
 	s.mu.Lock()
-	delete(s.unsure, q)
 	for _, pid := range r.Missing {
 		// Known and not held: lost in a failover (or ended meanwhile).
 		if t := s.takings[s.token(q, pid)]; t != nil && t.q == q && !t.isEnded() {
@@ -333,17 +331,14 @@ func (s *Session) checkHoldings(ctx context.Context, sw uint64) error {
 		return nil
 	}
 	defer s.takeMu.Unlock()
-	s.mu.Lock()
-	if sw > s.switches {
-		s.switches = sw
-		for _, q := range s.queues {
-			s.unsure[q] = true
+	known := map[*remoteQueue][]string{}
+	for q, u := range s.unsure {
+		u.Switched(sw, s.ID())
+		if u.Owner() != "" {
+			known[q] = []string{}
 		}
 	}
-	known := map[*remoteQueue][]string{}
-	for q := range s.unsure {
-		known[q] = []string{}
-	}
+	s.mu.Lock()
 	for _, t := range s.takings {
 		if _, ok := known[t.q]; ok && !t.isEnded() {
 			known[t.q] = append(known[t.q], t.taken.PID)
@@ -383,11 +378,9 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 		}
 		return prev.takings, 0, nil
 	}
-	if sw := s.r.st.Switches(); sw != s.switches {
-		s.switches = sw
-		for _, sq := range s.queues {
-			s.unsure[sq] = true
-		}
+	sw := s.r.st.Switches()
+	for _, u := range s.unsure {
+		u.Switched(sw, s.ID())
 	}
 	held, known := 0, []string{}
 	for _, t := range s.takings {
@@ -398,8 +391,8 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 			}
 		}
 	}
-	unsure := s.unsure[q]
 	s.mu.Unlock()
+	unsure := s.unsure[q].Owner() != ""
 	free := min(req.Max, s.r.cfg.MaxHeld-held)
 	if free <= 0 {
 		return nil, 0, fmt.Errorf("%w: %d (MaxHeld %d): end some first", ErrTooManyHeld, held, s.r.cfg.MaxHeld)
@@ -429,9 +422,7 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 	}
 	if err != nil {
 		if !rdb.IsReplyError(err) {
-			s.mu.Lock()
-			s.unsure[q] = true
-			s.mu.Unlock()
+			s.unsure[q].Mark(s.ID())
 		}
 		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.Member, err)
 	}

@@ -84,9 +84,7 @@ func worker(edit func(c *WorkerConfig)) *WorkerConfig {
 func waitIdle(t *testing.T, q *queueRunner) {
 	t.Helper()
 	waitFor(t, func() (bool, string) {
-		q.launchMu.Lock()
-		u := q.unsure
-		q.launchMu.Unlock()
+		u := q.unsure.Owner()
 		q.hand.mu.Lock()
 		done := q.hand.relFor != "" && q.hand.releasing == ""
 		q.hand.mu.Unlock()

@@ -256,9 +256,7 @@ func (w *Worker) release(s *heartbeat.Session, q *queueRunner) error {
 // cancels every handler of s.
 func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
 	for {
-		q.launchMu.Lock()
-		need, seen := q.confirm, q.switches
-		q.launchMu.Unlock()
+		need, seen := q.unsure.NeedsConfirm()
 		if !need {
 			return nil
 		}
@@ -276,15 +274,9 @@ func (w *Worker) confirmSwitch(s *heartbeat.Session, q *queueRunner) error {
 		if f, ok := w.hooks.confirmed.get(); ok {
 			f(q)
 		}
-		q.launchMu.Lock()
 		// A switch seen meanwhile (by an end that takes again) needs a
 		// beat of its own, begun after it: go round again.
-		done := q.switches == seen
-		if done {
-			q.confirm = false
-		}
-		q.launchMu.Unlock()
-		if done {
+		if q.unsure.Confirmed(seen) {
 			return nil
 		}
 	}
@@ -349,7 +341,7 @@ func (w *Worker) launch(s *heartbeat.Session, q *queueRunner, tasks []rdb.Taken,
 	unsure, lost := false, false
 	defer func() {
 		if unsure {
-			q.unsure = s.ID()
+			q.unsure.Mark(s.ID())
 		}
 		q.launchMu.Unlock()
 		if unsure {

@@ -253,9 +253,7 @@ func TestConfirmSwitchBeatsAgainAfterALaterSwitch(t *testing.T) {
 	if n := beats.Load(); n != 2 {
 		t.Fatalf("%d confirmed beats, want 2 (one per switch)", n)
 	}
-	q.launchMu.Lock()
-	defer q.launchMu.Unlock()
-	if q.confirm {
+	if need, _ := q.unsure.NeedsConfirm(); need {
 		t.Fatal("still waiting for a beat after confirming both switches")
 	}
 }

@@ -110,23 +110,17 @@ type queueRunner struct {
 	held   map[string]*holding // pids of this queue's takings being run
 
 	// launchMu guards closed (set by Stop before it closes work: nothing
-	// is launched after) and unsure (the session id under which a take's
-	// reply was lost: its takings may be held with no handler, so they are
-	// released before the queue is taken from again).
+	// is launched after).
 	launchMu sync.Mutex
 	closed   bool
-	unsure   string
-	// switches is the pool's count of server changes when last seen
-	// (rdb.Store.Switches): a change makes the session unsure, since a
-	// write the old server acknowledged (an end) may not have reached the
-	// new one, and the taking would stay held with no handler.
-	switches   uint64
-	switchesOf func() uint64
+	// unsure says whether the current session may hold takings of the
+	// queue with no handler (a take whose reply was lost, a taking not
+	// launched, a switch of server): the fetch loop releases them before
+	// it takes again, and after a switch first waits for a beat on the
+	// new server (confirmSwitch).
+	unsure     engine.Unsure
+	switchesOf func() uint64 // the pool's count of server switches (rdb.Store.Switches)
 	currentID  func() string // the worker's current session id (Worker.ID)
-	// confirm: a switch was seen and no beat has confirmed the session
-	// on the new server since; the release waits for one (see
-	// confirmSwitch).
-	confirm bool
 
 	// parks: the queue's takes may park the worker, so that enqueues hand
 	// it tasks (see handoff.go); hand is the state that guards them.
@@ -144,35 +138,20 @@ type queueRunner struct {
 	takesOver bool
 }
 
-func (q *queueRunner) setUnsure(id string) {
-	q.launchMu.Lock()
-	q.unsure = id
-	q.launchMu.Unlock()
-}
+func (q *queueRunner) setUnsure(id string) { q.unsure.Mark(id) }
 
 // unsureFor returns the pending unsure session id when it is the caller's
-// session s. It forgets one that is not the worker's current session
-// (that id is dead: the reaper requeues what it held), never one the
-// caller's stale s would say is another.
+// session s (engine.Unsure.For), after recording a switch of server seen
+// since the last call.
 func (q *queueRunner) unsureFor(s string) string {
-	q.launchMu.Lock()
-	defer q.launchMu.Unlock()
 	current := s
 	if q.currentID != nil {
 		current = q.currentID()
 	}
 	if q.switchesOf != nil {
-		if n := q.switchesOf(); n != q.switches {
-			q.switches, q.unsure, q.confirm = n, current, true
-		}
+		q.unsure.Switched(q.switchesOf(), current)
 	}
-	if q.unsure != current {
-		q.unsure = ""
-	}
-	if q.unsure != s {
-		return ""
-	}
-	return q.unsure
+	return q.unsure.For(s, current)
 }
 
 // holding is the local state of one taking being run: from its launch
@@ -394,7 +373,7 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		r.held = map[string]*holding{}
 		r.switchesOf = w.st.Switches
 		r.currentID = w.ID
-		r.switches = w.st.Switches()
+		r.unsure.Init(w.st.Switches())
 		r.ends = w.endGroup(r)
 		r.more.Store(true)
 		w.queues = append(w.queues, r)
