@@ -174,20 +174,20 @@ func otherThan(addr string) *redistest.Server {
 	return nil
 }
 
-// follows counts the redirections the Conns act on (testHookFollow) and
-// returns a function that reads the counts by kind.
-func follows(t *testing.T) func() map[redirectKind]int {
-	seen, _ := followsNotify(t)
+// follows counts the redirections the Conns of p act on (Pool.onFollow)
+// and returns a function that reads the counts by kind.
+func follows(t *testing.T, p *Pool) func() map[redirectKind]int {
+	seen, _ := followsNotify(t, p)
 	return seen
 }
 
 // followsNotify is follows, and a channel that holds a value after each
 // redirection followed since the last receive.
-func followsNotify(t *testing.T) (func() map[redirectKind]int, <-chan struct{}) {
+func followsNotify(t *testing.T, p *Pool) (func() map[redirectKind]int, <-chan struct{}) {
 	var mu sync.Mutex
 	seen := map[redirectKind]int{}
 	followed := make(chan struct{}, 1)
-	testHookFollow = func(rd redirect) {
+	f := func(rd redirect) {
 		mu.Lock()
 		seen[rd.kind]++
 		mu.Unlock()
@@ -196,7 +196,8 @@ func followsNotify(t *testing.T) (func() map[redirectKind]int, <-chan struct{}) 
 		default:
 		}
 	}
-	t.Cleanup(func() { testHookFollow = nil })
+	p.onFollow.Store(&f)
+	t.Cleanup(func() { p.onFollow.Store(nil) })
 	return func() map[redirectKind]int {
 		mu.Lock()
 		defer mu.Unlock()
@@ -210,7 +211,7 @@ func followsNotify(t *testing.T) (func() map[redirectKind]int, <-chan struct{}) 
 
 func TestMovedIsFollowed(t *testing.T) {
 	p := newPool(t, -1) // no periodic refresh: only MOVED can teach it
-	seen := follows(t)
+	seen := follows(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tag, slot, from := tagOn(t, redistest.Namespace()+"-moved-", func(string) bool { return true })
@@ -267,7 +268,7 @@ func TestMovedIsFollowed(t *testing.T) {
 
 func TestAskIsFollowed(t *testing.T) {
 	p := newPool(t, -1)
-	seen := follows(t)
+	seen := follows(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tag, slot, from := tagOn(t, redistest.Namespace()+"-ask-", func(string) bool { return true })
@@ -312,7 +313,7 @@ func TestAskIsFollowed(t *testing.T) {
 
 func TestTryAgainIsRetried(t *testing.T) {
 	p := newPool(t, -1)
-	seen, followed := followsNotify(t)
+	seen, followed := followsNotify(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	tag, slot, from := tagOn(t, redistest.Namespace()+"-try-", func(string) bool { return true })
@@ -399,7 +400,7 @@ func doTag(ctx context.Context, p *Pool, tag, cmd string, args ...any) (any, err
 // count as redirections: the command succeeds however long the move takes.
 func TestAskThenTryAgain(t *testing.T) {
 	p := newPool(t, -1)
-	seen := follows(t)
+	seen := follows(t, p)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	tag, slot, from := tagOn(t, redistest.Namespace()+"-asktry-", func(string) bool { return true })

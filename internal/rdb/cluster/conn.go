@@ -181,8 +181,8 @@ func (r *retrier) pause() bool {
 // first).
 func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 	c.p.followed[rd.kind].Add(1)
-	if testHookFollow != nil {
-		testHookFollow(rd)
+	if f := c.p.onFollow.Load(); f != nil {
+		(*f)(rd)
 	}
 	switch rd.kind {
 	case movedRedirect, askRedirect:
@@ -231,9 +231,6 @@ func (c *Conn) follow(r *retrier, rd redirect) (again, asking bool, err error) {
 	}
 	return false, false, nil
 }
-
-// testHookFollow, when set by a test, sees every redirection a Conn acts on.
-var testHookFollow func(redirect)
 
 type callFn func(rc redis.Conn, cmd string, args []any) (any, error)
 

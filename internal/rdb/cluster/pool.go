@@ -53,6 +53,9 @@ type Pool struct {
 	refreshes   int64 // completed topology reads (for tests)
 
 	followed [7]atomic.Int64 // redirections acted on, by kind
+	// onFollow, when set (by a test), sees every redirection a Conn of
+	// the pool acts on.
+	onFollow atomic.Pointer[func(redirect)]
 	switches atomic.Uint64   // maps installed without a master of the one before
 	switched chan struct{}   // closed (and replaced) at each switch; guarded by mu
 
