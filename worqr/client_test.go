@@ -777,8 +777,8 @@ func TestFlowMetaAndStageMiddleware(t *testing.T) {
 		t.Errorf("an empty meta name: %v, want an error naming RunOpts.Meta", err)
 	}
 	big := &worqr.RunOpts{Meta: map[string]string{"k": strings.Repeat("x", defaults.MaxMetaBytes)}}
-	if _, err := c.StartRun(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "defaults.MaxMetaBytes") {
-		t.Errorf("meta over defaults.MaxMetaBytes: %v, want an error", err)
+	if _, err := c.StartRun(ctx, flow, nil, big); err == nil || !strings.Contains(err.Error(), "over 4096") {
+		t.Errorf("meta over 4,096 bytes: %v, want an error naming the bound", err)
 	}
 	id, err := c.StartRun(ctx, flow, nil, &worqr.RunOpts{Meta: map[string]string{"k": "v"}})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 const (
 	defaultMaxPayloadBytes = 1 << 20 // 1 MiB
 	defaultMaxAttempts     = 25
+	defaultConcurrency     = 10
 	defaultMaxCrashes      = 5
 	defaultDeadMaxCount    = 10000
 	defaultDeadMaxAge      = 90 * 24 * time.Hour
@@ -144,10 +145,11 @@ type QueueConfig struct {
 	// Stand-alone queues only.
 	KeyBatch int
 	// Concurrency is how many tasks of this queue run at once in this
-	// worker. Required, 1 to 100,000, unless the worker serves its
-	// queues by priority (WorkerConfig.Priority): then the queues share
-	// WorkerConfig.Concurrency, and this, when > 0, caps this queue's
-	// share. Each slot is a handler goroutine, started with the worker.
+	// worker: 1 to 100,000, default 10. When the worker serves its
+	// queues by priority (WorkerConfig.Priority) the queues share
+	// WorkerConfig.Concurrency instead, and this, when > 0, caps this
+	// queue's share (0: no cap). Each slot is a handler goroutine, started
+	// with the worker.
 	Concurrency int
 	// ReadAhead is how many tasks beyond Concurrency the worker may take
 	// ahead of its handlers, while the queue's handlers return in under a
@@ -272,8 +274,7 @@ type WorkerConfig struct {
 	// while every higher one is empty, paused or held by its limits).
 	Priority PriorityMode
 	// Concurrency is how many tasks of Queues run at once in all when
-	// Priority is set (required then, 1 to 100,000). Must be 0
-	// otherwise.
+	// Priority is set (1 to 100,000, default 10). Must be 0 otherwise.
 	Concurrency int
 	// Middleware wraps every task handler of the worker (stand-alone queues
 	// and flow child queues; not stage handlers), the first outermost.
@@ -312,8 +313,11 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 			return out, invalid("Concurrency", "(%d) applies only with Priority: set each QueueConfig.Concurrency", out.Concurrency)
 		}
 	case PriorityWeighted, PriorityStrict:
+		if out.Concurrency == 0 {
+			out.Concurrency = defaultConcurrency
+		}
 		if out.Concurrency < 1 {
-			return out, invalid("Concurrency", "(%d) must be at least 1 with Priority %s", out.Concurrency, out.Priority)
+			return out, invalid("Concurrency", "(%d) must not be negative", out.Concurrency)
 		}
 		if out.Concurrency > maxConcurrency {
 			return out, invalid("Concurrency", "(%d) must be at most %d", out.Concurrency, maxConcurrency)
@@ -333,9 +337,10 @@ func (c *WorkerConfig) withDefaults() (WorkerConfig, error) {
 		if err := q.checkBatch(field); err != nil {
 			return out, err
 		}
+		if out.Priority == PriorityNone && q.Concurrency == 0 {
+			q.Concurrency = defaultConcurrency
+		}
 		switch {
-		case out.Priority == PriorityNone && q.Concurrency < 1:
-			return out, invalid(field+".Concurrency", "(%d) must be at least 1", q.Concurrency)
 		case q.Concurrency < 0:
 			return out, invalid(field+".Concurrency", "(%d) must not be negative", q.Concurrency)
 		case out.Priority == PriorityNone && q.Weight != 0:

@@ -220,14 +220,9 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: `worqr: Queues["q"].Handler is nil (set Handler, or BatchHandler with KeyBatch)`,
 		},
 		{
-			name:    "zero concurrency",
-			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop} }),
-			wantErr: `worqr: Queues["q"].Concurrency (0) must be at least 1`,
-		},
-		{
 			name:    "negative concurrency",
 			cfg:     worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop, Concurrency: -3} }),
-			wantErr: `worqr: Queues["q"].Concurrency (-3) must be at least 1`,
+			wantErr: `worqr: Queues["q"].Concurrency (-3) must not be negative`,
 		},
 		{
 			name: "TTL equal to the interval",
@@ -299,9 +294,9 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			wantErr: `worqr: Concurrency (4) applies only with Priority: set each QueueConfig.Concurrency`,
 		},
 		{
-			name:    "priority without shared concurrency",
-			cfg:     worker(func(c *WorkerConfig) { c.Priority = PriorityWeighted }),
-			wantErr: `worqr: Concurrency (0) must be at least 1 with Priority weighted`,
+			name:    "priority with a negative shared concurrency",
+			cfg:     worker(func(c *WorkerConfig) { c.Priority = PriorityWeighted; c.Concurrency = -1 }),
+			wantErr: `worqr: Concurrency (-1) must not be negative`,
 		},
 		{
 			name:    "unknown priority mode",
@@ -446,6 +441,43 @@ func TestWorkerConfigWithDefaults(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestDefaultConcurrency(t *testing.T) {
+	t.Parallel()
+	noop := HandlerFunc(func(context.Context, *Task) error { return nil })
+	t.Run("a queue without one runs 10 at once", func(t *testing.T) {
+		got, err := worker(func(c *WorkerConfig) { c.Queues["q"] = QueueConfig{Handler: noop} }).withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := got.Queues["q"].Concurrency; n != 10 {
+			t.Fatalf("Concurrency = %d, want 10", n)
+		}
+	})
+	t.Run("queues served by priority share 10 and keep no cap of their own", func(t *testing.T) {
+		got, err := worker(func(c *WorkerConfig) {
+			c.Priority = PriorityStrict
+			c.Queues["q"] = QueueConfig{Handler: noop}
+		}).withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Concurrency != 10 || got.Queues["q"].Concurrency != 0 {
+			t.Fatalf("shared Concurrency = %d, queue's cap %d; want 10 and 0", got.Concurrency, got.Queues["q"].Concurrency)
+		}
+	})
+	t.Run("a flow's stage and child queues without one run 10 at once", func(t *testing.T) {
+		f := &Flow{Name: "f", Stages: []Stage{{Name: "s", Handler: StageHandlerFunc(func(context.Context, *Run) (*StageResult, error) { return nil, nil }),
+			Children: map[string]QueueConfig{"c": {Handler: noop}}}}}
+		got, err := validateFlows([]*Flow{f}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s := got[0].Stages[0]; s.Queue.Concurrency != 10 || s.Children["c"].Concurrency != 10 {
+			t.Fatalf("stage Concurrency %d, child %d; want 10 and 10", s.Queue.Concurrency, s.Children["c"].Concurrency)
+		}
+	})
 }
 
 func TestWorkerConfigWithDefaultsWorksOnACopy(t *testing.T) {

@@ -196,8 +196,11 @@ func (f *Flow) validate() (*Flow, error) {
 		}
 		q := s.Queue
 		q.Handler = HandlerFunc(func(context.Context, *Task) error { return nil }) // placeholder for checks
-		if q.Concurrency < 1 {
-			return nil, invalid(sf+".Queue.Concurrency", "(%d) must be at least 1", q.Concurrency)
+		if q.Concurrency == 0 {
+			q.Concurrency = defaultConcurrency
+		}
+		if q.Concurrency < 0 {
+			return nil, invalid(sf+".Queue.Concurrency", "(%d) must not be negative", q.Concurrency)
 		}
 		if err := q.fill(sf + ".Queue"); err != nil {
 			return nil, err
@@ -219,8 +222,11 @@ func (f *Flow) validate() (*Flow, error) {
 			if c.Handler == nil {
 				return nil, invalid(cf+".Handler", "is nil")
 			}
-			if c.Concurrency < 1 {
-				return nil, invalid(cf+".Concurrency", "(%d) must be at least 1", c.Concurrency)
+			if c.Concurrency == 0 {
+				c.Concurrency = defaultConcurrency
+			}
+			if c.Concurrency < 0 {
+				return nil, invalid(cf+".Concurrency", "(%d) must not be negative", c.Concurrency)
 			}
 			if err := c.fill(cf); err != nil {
 				return nil, err

@@ -92,7 +92,7 @@ func TestStartRunStateIsBounded(t *testing.T) {
 	}
 	// At the bounds: accepted.
 	if _, err := c.StartRun(ctx, flow, manyFields(defaults.MaxStateFields, 1), nil); err != nil {
-		t.Fatalf("StartRun of defaults.MaxStateFields fields: %v", err)
+		t.Fatalf("StartRun of 1,000 fields: %v", err)
 	}
 	if _, err := c.StartRun(ctx, flow, manyFields(3, 1<<20), nil); err != nil {
 		t.Fatalf("StartRun of 3 MiB: %v", err)

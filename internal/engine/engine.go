@@ -283,7 +283,7 @@ func (q *Queue) FanOut(e *rdb.Ending, fields map[string]string, children []Child
 			return err
 		}
 		if size += len(c.Payload) + len(meta); size > budget {
-			return Invalid(n.Children, "carry %d bytes or more with the fields (at most %d per stage end: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
+			return Invalid(n.Children, "carry %d bytes or more with the fields (at most %d per stage end: 4 MiB, or MaxPayloadBytes when larger)", size, budget)
 		}
 		// A child's id starts with its run's: a take that buries a child
 		// whose data is gone still counts it in its run.

@@ -47,7 +47,7 @@ func StageBudget(maxPayload int) int { return max(MaxStageBytes, maxPayload) }
 // bytes. It returns their size.
 func CheckStateFields(field string, m map[string]string, maxValue, budget int) (int, error) {
 	if len(m) > MaxStateFields {
-		return 0, Invalid(field, "has %d fields (at most MaxStateFields, %d, per call)", len(m), MaxStateFields)
+		return 0, Invalid(field, "has %d fields (at most %d per call)", len(m), MaxStateFields)
 	}
 	size := 0
 	for k, v := range m {
@@ -62,7 +62,7 @@ func CheckStateFields(field string, m map[string]string, maxValue, budget int) (
 		size += len(k) + len(v)
 	}
 	if size > budget {
-		return 0, Invalid(field, "holds %d bytes of names and values (at most %d per call: MaxStageBytes, or MaxPayloadBytes when larger)", size, budget)
+		return 0, Invalid(field, "holds %d bytes of names and values (at most %d per call: 4 MiB, or MaxPayloadBytes when larger)", size, budget)
 	}
 	return size, nil
 }
@@ -83,7 +83,7 @@ func EncodeMeta(field string, m map[string]string) (string, error) {
 		return "", Invalid(field, "cannot be encoded: %v", err)
 	}
 	if len(b) > MaxMetaBytes {
-		return "", Invalid(field, "is %d bytes encoded, over MaxMetaBytes (%d)", len(b), MaxMetaBytes)
+		return "", Invalid(field, "is %d bytes encoded, over %d", len(b), MaxMetaBytes)
 	}
 	return string(b), nil
 }

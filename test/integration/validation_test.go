@@ -57,7 +57,7 @@ var _ = Describe("Bad input", func() {
 		Entry("a colon (the key separator)", "a:b", []string{"forbidden character", "':'"}),
 	)
 
-	It("rejects a worker config with a nil handler, zero concurrency or HeartbeatTTL <= HeartbeatInterval, naming the field and the rule", func(ctx SpecContext) {
+	It("rejects a worker config with a nil handler, negative concurrency or HeartbeatTTL <= HeartbeatInterval, naming the field and the rule", func(ctx SpecContext) {
 		e := newEnv()
 		_, err := worqr.NewWorker(e.pool, e.workerConfig(map[string]worqr.QueueConfig{
 			"q": {Handler: nil, Concurrency: 1},
@@ -65,9 +65,9 @@ var _ = Describe("Bad input", func() {
 		expectInvalid(err, `Queues["q"].Handler`, "is nil")
 
 		_, err = worqr.NewWorker(e.pool, e.workerConfig(map[string]worqr.QueueConfig{
-			"q": {Handler: noop, Concurrency: 0},
+			"q": {Handler: noop, Concurrency: -1},
 		}, nil))
-		expectInvalid(err, `Queues["q"].Concurrency`, "(0) must be at least 1")
+		expectInvalid(err, `Queues["q"].Concurrency`, "(-1) must not be negative")
 
 		for _, ttl := range []time.Duration{time.Second, 500 * time.Millisecond} {
 			cfg := e.workerConfig(map[string]worqr.QueueConfig{"q": one(noop, 1)}, nil)
