@@ -205,7 +205,9 @@ type QueueConfig struct {
 	// Default 5.
 	MaxCrashes int
 	// Retention is how long a done, cancelled or expired task (its outcome
-	// and result) stays readable by Inspector.Task. Default 0: deleted at once.
+	// and result) stays readable by Inspector.Task. Default 0: deleted at
+	// once, but for a done task whose handler set a result (Task.SetResult),
+	// kept 24 h.
 	Retention time.Duration
 	// DeadMaxCount caps the dead set; the oldest entries go first.
 	// Default 10,000.

@@ -154,9 +154,9 @@ const waitRecheck = 5 * time.Second
 // never hangs it. A read that fails is tried again after a short backoff
 // (logged; 50 ms doubling to 5 s). A done, cancelled or expired
 // task is readable only while its retention (its EnqueueOpts.Retention, or
-// its queue's Retention) keeps it: for one that ended without retention,
-// Wait returns what the event of its end said (its State, no result) when
-// it saw that event. A task not found is waited for 2 × Config.EventInterval
+// its queue's Retention; 24 h for a done task with a result when neither is
+// set) keeps it: for one that ended without retention, Wait returns what
+// the event of its end said (its State, no result) when it saw that event. A task not found is waited for 2 × Config.EventInterval
 // + 1s more (its end's event may be on its way), then Wait returns
 // ErrTaskNotFound: the task ended before Wait began with no retention, or
 // its event was lost, or it never existed. It returns ctx's error when ctx

@@ -283,6 +283,30 @@ func TestWaitForATaskWithoutRetention(t *testing.T) {
 	}
 }
 
+// A handler's result reaches Wait on a queue without retention: a done task
+// with a result is kept for a day.
+func TestWaitGetsTheResultWithoutRetention(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	b.startWorker(worqr.WorkerConfig{Queues: map[string]worqr.QueueConfig{"q": {Handler: worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
+		t.SetResult([]byte("r:" + string(t.Payload)))
+		return nil
+	})}}})
+	id, err := b.client.Enqueue(ctx, "q", []byte("p"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	info, err := b.client.Wait(waitCtx, "q", id)
+	if err != nil || info.State != worqr.StateDone || string(info.Result) != "r:p" {
+		t.Fatalf("Wait = %+v, %v; want done with result r:p", info, err)
+	}
+	if q, err := b.in.Queue(ctx, "q"); err != nil || q.Retained != 1 {
+		t.Fatalf("Queue = %+v, %v; want the task retained", q, err)
+	}
+}
+
 // Enqueue, then Wait at once, on a queue without retention whose handler is
 // quick: the task ends after Wait was called, and Wait must say done.
 func TestWaitRightAfterEnqueue(t *testing.T) {

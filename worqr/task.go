@@ -62,8 +62,9 @@ func (t *Task) Progress(ctx context.Context, text string) error {
 }
 
 // SetResult sets the bytes recorded as the task's result when the handler
-// returns nil. They are readable with Inspector.Task while the queue's
-// Retention keeps the task. At most Config.MaxPayloadBytes (the results of
+// returns nil. They are readable with Inspector.Task and Client.Wait while
+// the task's retention (EnqueueOpts.Retention, else its queue's Retention)
+// keeps it; with neither, a done task with a result is kept 24 h. At most Config.MaxPayloadBytes (the results of
 // a batch's tasks together at most 4 MiB, or MaxPayloadBytes when larger):
 // a larger result is not written, and the task goes to the dead set with
 // an *InvalidError naming Task.SetResult as its reason.

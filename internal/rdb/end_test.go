@@ -1083,6 +1083,31 @@ func TestEndLater(t *testing.T) {
 	})
 }
 
+// On a queue without retention, a done task that carries a result is kept
+// for a day, so that its result can be read; one without a result, and a
+// cancelled one, are deleted at once.
+func TestResultIsKeptWithoutRetention(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, "with")
+	e.enqueue(t, "without")
+	got := e.takeFrom(t, e.q, "A", 2, false)
+	before := e.dump(t)
+	e.call(t, func() {
+		e.endIn(t, e.q, 0,
+			rdb.Done(rdb.KindTask, "A", got[0].PID, "with", []byte("r")),
+			rdb.Done(rdb.KindTask, "A", got[1].PID, "without", nil))
+	})
+	e.checkState(t, before, func(e *env) state {
+		return state{
+			e.q.Task("with"): ttl(hash{"d": "pwith", "s": "done", "ft": "@now", "r": "r"}.started(), 86400000),
+			e.q.Retained:     ttl(zset{{"with", "@now+86400000"}}, 86400000),
+			e.q.Holders:      set{"A"},
+			e.q.Seq:          str("2"),
+		}
+	})
+}
+
 // A task's own retention wins over the queue's, longer or shorter, and the
 // retained set lives as long as its latest entry.
 func TestTaskRetentionOverridesTheQueues(t *testing.T) {

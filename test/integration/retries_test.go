@@ -871,12 +871,14 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Expect(e.rtDeadTask("bs", wrongType).DeadReason).To(HavePrefix("corrupt:"))
 	}, SpecTimeout(15*time.Second))
 
-	It("keeps a done task and its result readable for QueueConfig.Retention, and nothing without it", func(ctx SpecContext) {
+	It("keeps a done task and its result readable for QueueConfig.Retention; without it, a result for a day and nothing else", func(ctx SpecContext) {
 		e := newEnv()
 		const retention = 2 * time.Second
 		var rec recorder
 		h := worqr.HandlerFunc(func(_ context.Context, t *worqr.Task) error {
-			t.SetResult([]byte("result of " + t.ID))
+			if string(t.Payload) != "no result" {
+				t.SetResult([]byte("result of " + t.ID))
+			}
 			return nil
 		})
 		e.start(nil, e.workerConfig(map[string]worqr.QueueConfig{
@@ -884,8 +886,9 @@ var _ = Describe("Retries, delays and the dead set", func() {
 			"drop": {Concurrency: 1, Handler: h},
 		}, &rec))
 		kept := e.enqueue("keep", "k")
-		dropped := e.enqueue("drop", "d")
-		for _, id := range []string{kept, dropped} {
+		dropped := e.enqueue("drop", "no result")
+		result := e.enqueue("drop", "r")
+		for _, id := range []string{kept, dropped, result} {
 			Eventually(ctx, func() []worqr.EventKind { return rec.kinds(id) }).WithTimeout(5 * time.Second).
 				Should(Equal([]worqr.EventKind{worqr.EventDone}))
 		}
@@ -902,6 +905,13 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		_, err = e.rtTask("drop", dropped)
 		Expect(err).To(MatchError(worqr.ErrTaskNotFound))
 		Expect(e.keysWith(dropped)).To(BeEmpty())
+
+		info, err = e.rtTask("drop", result)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(info.Result)).To(Equal("result of " + result))
+		ttl, err = redis.Int64(e.do("PTTL", e.qk("drop").Task(result)))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(ttl).To(And(BeNumerically(">", retention.Milliseconds()), BeNumerically("<=", (24 * time.Hour).Milliseconds())))
 
 		Eventually(ctx, func() error { _, err := e.rtTask("keep", kept); return err }).
 			WithTimeout(retention+2*time.Second).Should(MatchError(worqr.ErrTaskNotFound), "gone once the retention passed")

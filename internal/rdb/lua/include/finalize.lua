@@ -20,10 +20,18 @@ end
 -- does between any two adds.
 local RETAIN_TRIM = 1000
 
+-- RESULT_RETENTION is how long (ms) a done task that carries a result is
+-- kept when neither the task nor its queue names a retention: 24 h, so
+-- that a Wait or a read of the task finds the result its handler set. The
+-- result is bounded as a payload is (MaxPayloadBytes).
+local RESULT_RETENTION = 86400000
+
 -- finalize ends a task (done, cancelled or expired): its unique key is
 -- released and its hash kept for retention ms, or deleted when retention is
 -- 0. task_ms, when a number, is the task's own retention (F_RETENTION, which
 -- the caller read with the rest of the hash) and wins over the queue's. A
+-- done task with a result and no retention of either is kept for
+-- RESULT_RETENTION. A
 -- kept task is listed in the queue's retained set retkey, scored by the
 -- time it expires (entries past it are trimmed here, at most RETAIN_TRIM
 -- per script call, oldest first). The set lives as long as its latest
@@ -36,6 +44,9 @@ local function finalize(tkey, id, u, state, retention, result, retkey, task_ms, 
   task_ms = tonumber(task_ms)
   if task_ms then
     retention = task_ms
+  end
+  if retention == 0 and state == S_DONE and result and result ~= '' then
+    retention = RESULT_RETENTION
   end
   if retention > 0 then
     local now = now_ms()
