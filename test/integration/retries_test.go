@@ -911,7 +911,7 @@ var _ = Describe("Retries, delays and the dead set", func() {
 		Expect(string(info.Result)).To(Equal("result of " + result))
 		ttl, err = redis.Int64(e.do("PTTL", e.qk("drop").Task(result)))
 		Expect(err).NotTo(HaveOccurred())
-		Expect(ttl).To(And(BeNumerically(">", retention.Milliseconds()), BeNumerically("<=", (24 * time.Hour).Milliseconds())))
+		Expect(ttl).To(And(BeNumerically(">", retention.Milliseconds()), BeNumerically("<=", (24*time.Hour).Milliseconds())))
 
 		Eventually(ctx, func() error { _, err := e.rtTask("keep", kept); return err }).
 			WithTimeout(retention+2*time.Second).Should(MatchError(worqr.ErrTaskNotFound), "gone once the retention passed")

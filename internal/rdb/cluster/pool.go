@@ -56,8 +56,8 @@ type Pool struct {
 	// onFollow, when set (by a test), sees every redirection a Conn of
 	// the pool acts on.
 	onFollow atomic.Pointer[func(redirect)]
-	switches atomic.Uint64   // maps installed without a master of the one before
-	switched chan struct{}   // closed (and replaced) at each switch; guarded by mu
+	switches atomic.Uint64 // maps installed without a master of the one before
+	switched chan struct{} // closed (and replaced) at each switch; guarded by mu
 
 	stop chan struct{}
 	wg   sync.WaitGroup
