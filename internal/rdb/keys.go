@@ -160,6 +160,10 @@ type QueueKeys struct {
 	// (tasks enqueued with a key); KeyListPrefix + key is the list of the
 	// ids waiting behind that key's head.
 	KeyHeads, KeyListPrefix string
+	// KeyBehind counts the entries of all the queue's key lists (string;
+	// absent at 0): every script that pushes to or pops from a key list
+	// adds to it in the same call (key_behind in lua/include/key.lua).
+	KeyBehind string
 	// Park is the hash of the workers parked on the queue: worker id ->
 	// "<until>|<cap>", written by a take that found the queue empty; an
 	// enqueue hands its tasks to them (see enqueue_hand.lua).
@@ -200,6 +204,7 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		IndexPrefix:       base + "ix:",
 		KeyHeads:          base + "kh:" + q.Name,
 		KeyListPrefix:     base + "k:" + q.Name + ":",
+		KeyBehind:         base + "kn:" + q.Name,
 		Park:              base + "park:" + q.Name,
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,

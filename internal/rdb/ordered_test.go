@@ -1039,6 +1039,7 @@ func keyedRandomRun(t *testing.T, seed int64) {
 			logf("release %s known %v", w, known)
 		}
 		e.keyInvariants(t, fmt.Sprintf("step %d", step))
+		e.checkBehind(t, fmt.Sprintf("step %d", step))
 	}
 }
 
@@ -1175,5 +1176,161 @@ func TestKeyedMeta(t *testing.T) {
 	}
 	if got := m.takeFrom(t, m.q, "W", 1, false); len(got) != 1 || got[0].Meta != "mb1" {
 		t.Errorf("take of the merged task: %+v, want meta mb1", got)
+	}
+}
+
+// The count of the tasks behind key heads (QueueKeys.KeyBehind, Stats'
+// Behind) is kept by every script that moves a task into or out of a
+// key's list, in the same call, so that it needs no scan of the keys:
+// after each operation it equals the entries of the queue's key lists,
+// and an operation repeated (a reaper's requeue again, a zombie's end
+// after it) leaves it as it was. Each row starts from key A with a1 at
+// its head and a2..a5 behind it, and key B with b1 alone: 4 behind.
+func TestKeyBehindCount(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		// seed prepares the queue and returns the operation.
+		seed func(t *testing.T, e *env) func()
+		want int64
+	}{
+		{"enqueue: behind a head, and the head of a new key", func(t *testing.T, e *env) func() {
+			return func() { e.keyed(t, "A", "a6", "a6", ""); e.keyed(t, "C", "c1", "c1", "") }
+		}, 5},
+		{"an end moves the key's next task up", func(t *testing.T, e *env) func() {
+			got := e.takeFrom(t, e.q, "W", 1, false)
+			return func() { e.finish(t, "W", got[0].PID, "a1") }
+		}, 3},
+		{"a batch take takes its members from behind the head", func(t *testing.T, e *env) func() {
+			return func() { e.takeBatch(t, "W", 1, 3) }
+		}, 2},
+		{"a batch given back puts its members back behind the head", func(t *testing.T, e *env) func() {
+			got := e.takeBatch(t, "W", 1, 3)
+			return func() { e.endTask(t, 0, batchOf(rdb.GiveBack(rdb.KindTask, "W", got[0].PID, "a1"), got)) }
+		}, 4},
+		{"a batch done moves the key past it", func(t *testing.T, e *env) func() {
+			got := e.takeBatch(t, "W", 1, 3)
+			return func() { e.endTask(t, 0, batchOf(rdb.Done(rdb.KindTask, "W", got[0].PID, "a1", nil), got)) }
+		}, 1},
+		{"a dead worker's batch requeued, twice", func(t *testing.T, e *env) func() {
+			e.takeBatch(t, "W", 1, 3)
+			return func() { e.requeue(t, true, "W"); e.requeue(t, true, "W") }
+		}, 4},
+		{"a requeued batch's late end (a zombie) changes nothing", func(t *testing.T, e *env) func() {
+			got := e.takeBatch(t, "W", 1, 3)
+			e.requeue(t, true, "W")
+			return func() {
+				out, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{batchOf(rdb.Done(rdb.KindTask, "W", got[0].PID, "a1", nil), got)})
+				if err != nil || out[0].Outcome != rdb.OutcomeLost {
+					t.Fatalf("zombie end: %+v %v", out, err)
+				}
+			}
+		}, 4},
+		{"a release puts back a batch its worker does not run", func(t *testing.T, e *env) func() {
+			got := e.takeBatch(t, "W", 1, 3)
+			return func() {
+				if _, _, err := e.st.Release(e.ctx, e.q, "W", []string{got[0].PID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 4},
+		{"a cancel behind a head", func(t *testing.T, e *env) func() {
+			return func() { e.cancel(t, "a3") }
+		}, 3},
+		{"a dead head deleted: the next one moves up", func(t *testing.T, e *env) func() {
+			got := e.takeFrom(t, e.q, "W", 1, false)
+			e.endTask(t, 0, rdb.Dead(rdb.KindTask, "W", got[0].PID, "a1", "bad"))
+			return func() {
+				if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadDelete, []string{"a1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 3},
+		{"a dead task requeued behind its key's new head", func(t *testing.T, e *env) func() {
+			e.setCfg(t, e.q, "ondead", "next")
+			got := e.takeFrom(t, e.q, "W", 1, false)
+			e.endTask(t, 0, rdb.Dead(rdb.KindTask, "W", got[0].PID, "a1", "bad")) // a2 moves up: 3 behind
+			return func() {
+				if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{"a1"}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 4},
+		{"a merge into the key's waiting tail adds none", func(t *testing.T, e *env) func() {
+			e.setCfg(t, e.q, "merge", "1")
+			return func() { e.keyed(t, "A", "a6", "a6", "") }
+		}, 4},
+		{"a head deleted by hand: the next enqueue moves its next task up", func(t *testing.T, e *env) func() {
+			e.do(t, "DEL", e.q.Task("a1"))
+			return func() { e.keyed(t, "A", "a6", "a6", "") }
+		}, 4},
+		{"a bulk delete of the keys' lists", func(t *testing.T, e *env) func() {
+			return func() {
+				if _, err := e.st.BulkKeys(e.ctx, e.q, []string{"A", "B"}, rdb.BulkDelete); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
+		{"a bulk cancel of the waiting heads takes their lists along", func(t *testing.T, e *env) func() {
+			return func() {
+				if _, err := e.st.Bulk(e.ctx, e.q, rdb.PlaceWaiting, rdb.BulkCancel); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e := batchEnv(t, 5)
+			if n := e.keyListEntries(t); n != 4 {
+				t.Fatalf("seeded %d behind, want 4", n)
+			}
+			tc.seed(t, e)()
+			if n := e.keyListEntries(t); n != tc.want {
+				t.Errorf("the key lists hold %d entries, want %d", n, tc.want)
+			}
+			e.checkBehind(t, tc.name)
+		})
+	}
+}
+
+// keyListEntries counts the entries of every key list of e.q.
+func (e *env) keyListEntries(t *testing.T) int64 {
+	t.Helper()
+	var n int64
+	for _, l := range e.strs(t, "KEYS", e.q.KeyListPrefix+"*") {
+		c, err := redis.Int64(e.c.Do("LLEN", l))
+		if err != nil {
+			t.Fatalf("LLEN %s: %v", l, err)
+		}
+		n += c
+	}
+	return n
+}
+
+// checkBehind fails t, naming where, unless e.q's count of tasks behind
+// key heads (its key, and Stats' Behind) is the entries of its key lists,
+// and the key is absent at 0.
+func (e *env) checkBehind(t *testing.T, where string) {
+	t.Helper()
+	want := e.keyListEntries(t)
+	v, err := e.c.Do("GET", e.q.KeyBehind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := redis.Int64(v, nil)
+	switch {
+	case want == 0 && v != nil:
+		t.Errorf("%s: the count of tasks behind key heads is %q with none behind, want no key", where, v)
+	case got != want:
+		t.Errorf("%s: the count of tasks behind key heads is %d, the key lists hold %d", where, got, want)
+	}
+	st, err := e.st.Stats(e.ctx, []rdb.QueueKeys{e.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st[0].Behind != want {
+		t.Errorf("%s: Stats' Behind = %d, the key lists hold %d", where, st[0].Behind, want)
 	}
 }

@@ -343,8 +343,10 @@ type QueueStat struct {
 	// Head is the id at the front of the waiting list of level 0 ("" when
 	// empty); Waiting counts every priority level.
 	Head string
-	// Keys counts the keys of an ordered queue that have tasks.
-	Keys int64
+	// Keys counts the keys of an ordered queue that have tasks; Behind the
+	// tasks waiting behind their heads (in the keys' lists, counted by the
+	// scripts that move them: KeyBehind), which Waiting does not count.
+	Keys, Behind int64
 }
 
 // Stats counts the tasks of each queue, two round trips per tag. Retained
@@ -353,7 +355,7 @@ type QueueStat struct {
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 8 + MaxLevel
+		const per = 9 + MaxLevel
 		cmds := make([]command, 0, per*len(idx)+1)
 		for _, i := range idx {
 			q := qs[i]
@@ -363,6 +365,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			for l := 1; l <= MaxLevel; l++ {
 				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
 			}
+			cmds = append(cmds, cmdOf("GET", q.KeyBehind))
 		}
 		cmds = append(cmds, cmdOf("TIME"))
 		rs, err := s.pipeline(ctx, tag, cmds)
@@ -401,6 +404,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				return err
 			}
 			st.Keys, _ = redis.Int64(r[7], nil)
+			st.Behind, _ = redis.Int64(r[8+MaxLevel], nil)
 			for _, w := range holders {
 				scards = append(scards, cmdOf("HLEN", qs[i].WorkerQueue(w)))
 				owner = append(owner, i)

@@ -286,16 +286,16 @@ func TestScriptKeysDeclared(t *testing.T) {
 	must(st.WriteKeyPolicy(ctx, oq, rdb.KeyPolicy{}))
 	_, err = st.EnqueueKey(ctx, oq, "K", []string{"k3", "k4"}, [][]byte{[]byte("3"), []byte("4")}, nil, nil)
 	must(err)
-	check("keyed enqueue behind a head", "enqueue_key:t") // the head's hash (its state; gone?)
+	check("keyed enqueue behind a head", "enqueue_key:kn", "enqueue_key:t") // the head's hash (its state; gone?)
 	kt, err := st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10})
 	must(err)
 	a.calls()
 	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, kt[0].PID, kt[0].ID, nil)})
 	must(err)
-	check("end of a head", "end:k", "end:kh") // the key named in the task's hash
+	check("end of a head", "end:k", "end:kh", "end:kn") // the key named in the task's hash
 	_, err = st.Cancel(ctx, oq, "k4")
 	must(err)
-	check("cancel behind a head", "cancel:k", "cancel:kh") // the key named in the task's hash
+	check("cancel behind a head", "cancel:k", "cancel:kh", "cancel:kn") // the key named in the task's hash
 	kt, err = st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10})
 	must(err)
 	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, w, kt[0].PID, kt[0].ID, "x")})
@@ -311,17 +311,17 @@ func TestScriptKeysDeclared(t *testing.T) {
 	a.calls()
 	bt, err := st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10, Batch: 3})
 	must(err)
-	check("batch take", "take:kh", "take:k", "take:t") // the key named in the head's hash
+	check("batch take", "take:kh", "take:k", "take:kn", "take:t") // the key named in the head's hash
 	_, err = st.End(ctx, oq, 0, []rdb.Ending{rdb.GiveBack(rdb.KindTask, w, bt[0].PID, bt[0].ID).WithBatch(
 		[]rdb.Member{{PID: bt[1].PID, ID: bt[1].ID}, {PID: bt[2].PID, ID: bt[2].ID}})})
 	must(err)
-	check("batch given back", "end:k") // the key named in the head's hash
+	check("batch given back", "end:k", "end:kn") // the key named in the head's hash
 	_, err = st.Take(ctx, oq, rdb.TakeArgs{Worker: w, Until: until, Max: 10, Batch: 3})
 	must(err)
 	a.calls()
 	_, _, err = st.Requeue(ctx, oq, []string{w}, true)
 	must(err)
-	check("batch requeue", "requeue:k", "requeue:t")
+	check("batch requeue", "requeue:k", "requeue:kn", "requeue:t")
 
 	// A flow: start, a stage that fans out, the children's ends, the
 	// next stage forwarded and ended; a run cancelled while waiting.

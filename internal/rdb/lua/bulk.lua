@@ -32,9 +32,9 @@ local drop
 
 -- drain drops the tasks of a key's list, front first, while the call has
 -- room: they wait behind the key's head, not in the queue's own list.
-local function drain(list)
+local function drain(list, count)
   while handled < n do
-    local e = key_pop(list)
+    local e = key_pop(list, count)
     if not e then break end
     drop((key_entry(e)), true)
     handled = handled + 1
@@ -52,9 +52,9 @@ drop = function(id, follower)
   local u, task_ms, okey = nil, nil, nil
   if type(t) == 'table' and not t.err then u, task_ms, okey = t[1], t[2], t[3] end
   if okey and okey ~= '' and not follower then
-    local heads, list = key_names(ARGV[4], qname, okey)
+    local heads, list, _, count = key_names(ARGV[4], qname, okey)
     if redis.pcall('HGET', heads, okey) == id then
-      drain(list)
+      drain(list, count)
     end
   end
   -- An id with no task data is only dropped: a cancel must not make up a
@@ -77,8 +77,8 @@ if ARGV[1] == 'keys' then
   -- The tasks waiting behind the heads of keys ARGV[5..] (a head running,
   -- or dead and blocking its key): the heads stay.
   for i = 5, #ARGV do
-    local _, list = key_names(ARGV[4], qname, ARGV[i])
-    drain(list)
+    local _, list, _, count = key_names(ARGV[4], qname, ARGV[i])
+    drain(list, count)
   end
   return {handled, 0}
 end

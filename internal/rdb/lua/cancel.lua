@@ -90,8 +90,11 @@ if s ~= S_ACTIVE then
   if removed <= 0 and t[8] then
     -- An ordered task behind its key's head waits in its key's list.
     local deep = removed < 0
-    local list, entry = key_listed(KEYS[2], ARGV[1], t[8], KEYS[1])
+    local list, entry, count = key_listed(KEYS[2], ARGV[1], t[8], KEYS[1])
     removed = list_remove(list, entry)
+    if removed > 0 then
+      key_behind(count, -removed)
+    end
     if removed == 0 and deep then
       removed = -1
     end

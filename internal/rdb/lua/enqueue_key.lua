@@ -103,6 +103,7 @@ for i = 1, n do
   entries[i] = {s = score, p = ARGV[12 + n + i]}
 end
 local out = {}
+local behind = 0 -- the tasks added behind the key's head (key_behind)
 local i = 1
 while i <= n do
   local id = ARGV[12 + i]
@@ -126,12 +127,15 @@ while i <= n do
     if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
     if ARGV[11] ~= '' then redis.call('HSET', tkey, F_DEADLINE, ARGV[11]) end
     if meta ~= '' then redis.call('HSET', tkey, F_META, meta) end
-    key_add(tprefix, base, qname, heads, list, okey, id, due)
+    if not key_add(tprefix, base, qname, heads, list, okey, id, due) then
+      behind = behind + 1
+    end
     out[#out + 1] = id
     out[#out + 1] = 0
     i = i + 1
   end
 end
+key_behind(base .. 'kn:' .. qname, behind)
 if step then
   if ARGV[15 + 3 * n] == '1' then
     redis.call('DEL', KEYS[#KEYS])

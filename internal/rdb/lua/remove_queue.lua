@@ -12,6 +12,7 @@
 -- KEYS[18] <ns>:{Q}:park:<queue>     (hash)  parked workers
 -- KEYS[19] <ns>:{Q}:cs:<queue>       (hash)  an indexed consumer's progress
 -- KEYS[20] <ns>:{Q}:cd:<queue>       (set)   its finished indexes
+-- KEYS[21] <ns>:{Q}:kn:<queue>       (string) the count of tasks behind key heads
 -- ARGV[1] op: 'retained' or 'drop'
 -- ARGV[2] task prefix <ns>:{Q}:t:   ARGV[3] worker-queue prefix <ns>:{Q}:wq:<queue>:
 -- ARGV[4] retained: the most entries to delete (at most 250); drop: '1' when
@@ -73,7 +74,7 @@ if waiting + scheduled + held + dead + retained + keys + progress > 0 then
   return {0, waiting, scheduled, held, dead, retained, keys, progress}
 end
 local del = {}
-for i = 1, 20 do
+for i = 1, 21 do
   del[#del + 1] = KEYS[i]
 end
 for _, w in ipairs(holders) do

@@ -16,10 +16,23 @@
 local KEY_ENV = '\255wqk\1'
 
 -- key_names returns the head hash and the key list of key okey of queue
--- qname, and the tag's prefix '<ns>:{T}:', from the task prefix.
+-- qname, the tag's prefix '<ns>:{T}:', from the task prefix, and the
+-- queue's count of the tasks behind its keys' heads (see key_behind).
 local function key_names(tprefix, qname, okey)
   local base = string.sub(tprefix, 1, #tprefix - 2)
-  return base .. 'kh:' .. qname, base .. 'k:' .. qname .. ':' .. okey, base
+  return base .. 'kh:' .. qname, base .. 'k:' .. qname .. ':' .. okey, base, base .. 'kn:' .. qname
+end
+
+-- key_behind adds n to the count of the tasks behind key heads of a queue,
+-- <ns>:{T}:kn:<queue> (string): how many entries all its key lists hold.
+-- Every push to a key list and every pop from one adds to it in the same
+-- script, so it stays exact without a scan of the keys (Store.Stats reads
+-- it; a queue may have a million keys). At 0 it is deleted: a queue with
+-- none behind has no counter.
+local function key_behind(count, n)
+  if n ~= 0 and redis.call('INCRBY', count, n) <= 0 then
+    redis.call('DEL', count)
+  end
 end
 
 -- key_queue_of returns the queue name in key k = <tag prefix><kind><name>
@@ -78,11 +91,11 @@ local function key_promote(tprefix, base, qname, heads, okey, e)
   return nxt
 end
 
--- key_pop pops the front of a key's list. A list that is not one (corrupt
--- data) is set aside under <list>:bad and read as empty: the end of a task
--- must not fail on it (the task would stay taken, and its worker would try
--- again forever).
-local function key_pop(list)
+-- key_pop pops the front of a key's list, counted off its queue's count
+-- (key_behind). A list that is not one (corrupt data) is set aside under
+-- <list>:bad and read as empty: the end of a task must not fail on it (the
+-- task would stay taken, and its worker would try again forever).
+local function key_pop(list, count)
   local r = redis.pcall('LPOP', list)
   if type(r) == 'table' and r.err then
     if string.find(r.err, 'WRONGTYPE', 1, true) then
@@ -90,6 +103,9 @@ local function key_pop(list)
       return false
     end
     error(r.err)
+  end
+  if r then
+    key_behind(count, -1)
   end
   return r
 end
@@ -99,7 +115,7 @@ end
 -- when it is the key's head, the key's next task becomes the head, or the
 -- key is forgotten when none waits. Anything else changes nothing.
 local function key_next(tprefix, qname, id, okey)
-  local heads, list, base = key_names(tprefix, qname, okey)
+  local heads, list, base, count = key_names(tprefix, qname, okey)
   local head = redis.pcall('HGET', heads, okey)
   if type(head) == 'table' and head.err and not string.find(head.err, 'WRONGTYPE', 1, true) then
     error(head.err)
@@ -107,7 +123,7 @@ local function key_next(tprefix, qname, id, okey)
   if head ~= id then
     return -- not its key's head (or the heads hash is corrupt: nothing to move)
   end
-  local nxt = key_pop(list)
+  local nxt = key_pop(list, count)
   if nxt then
     key_promote(tprefix, base, qname, heads, okey, nxt)
   else
@@ -221,12 +237,14 @@ end
 -- the head when the key has none (then at the back of the waiting list,
 -- or scheduled at due), else at the back of the key's list, its due time
 -- kept for when it becomes the head. A head whose hash is gone (deleted by
--- hand) is replaced. Returns true when it became the head.
+-- hand) is replaced. Returns true when it became the head; when it did
+-- not, the caller counts it behind (key_behind: once for all the tasks of
+-- its call).
 local function key_add(tprefix, base, qname, heads, list, okey, id, due)
   local head = redis.call('HGET', heads, okey)
   if head and redis.call('EXISTS', tprefix .. head) == 0 then
     -- Its head's data is gone (deleted by hand): the next one takes over.
-    head = key_pop(list)
+    head = key_pop(list, base .. 'kn:' .. qname)
     if head then
       head = key_promote(tprefix, base, qname, heads, okey, head)
     end
@@ -256,15 +274,15 @@ end
 
 -- key_listed returns the list of key okey and the entry under which task
 -- id (a task waiting behind its key's head) is in it, given its hash key
--- and the queue's waiting list.
+-- and the queue's waiting list, and the queue's count (key_behind).
 local function key_listed(tkey, id, okey, waiting)
   local tprefix = string.sub(tkey, 1, #tkey - #id)
-  local _, list = key_names(tprefix, key_queue_of(tprefix, waiting, 'q:'), okey)
+  local _, list, _, count = key_names(tprefix, key_queue_of(tprefix, waiting, 'q:'), okey)
   local due = redis.call('HGET', tkey, F_KEY_DUE)
   if due then
-    return list, id .. '@' .. due
+    return list, id .. '@' .. due, count
   end
-  return list, id
+  return list, id, count
 end
 
 -- MERGE_MAX is the most distinct payloads a task gathers by merging: a
@@ -360,13 +378,13 @@ end
 local function key_requeue(tkey, id, okey, waiting, cfgkey)
   local tprefix = string.sub(tkey, 1, #tkey - #id)
   local qname = key_queue_of(tprefix, waiting, 'q:')
-  local heads, list, base = key_names(tprefix, qname, okey)
+  local heads, list, base, count = key_names(tprefix, qname, okey)
   local head = redis.call('HGET', heads, okey)
   if head == id then
     return true
   end
   if head and redis.call('EXISTS', tprefix .. head) == 0 then
-    head = key_pop(list)
+    head = key_pop(list, count)
     if head then
       head = key_promote(tprefix, base, qname, heads, okey, head)
     end
@@ -395,6 +413,7 @@ local function key_requeue(tkey, id, okey, waiting, cfgkey)
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
   redis.call('RPUSH', list, id)
+  key_behind(count, 1)
   return false
 end
 
@@ -483,11 +502,12 @@ end
 -- head, back at the front of key okey's list, in their order: queued again,
 -- no longer taken.
 local function key_batch_return(tprefix, qname, okey, fids)
-  local _, list = key_names(tprefix, qname, okey)
+  local _, list, _, count = key_names(tprefix, qname, okey)
   for j = #fids, 1, -1 do
     local fkey = tprefix .. fids[j]
     redis.call('HSET', fkey, F_STATE, S_QUEUED)
     redis.call('HDEL', fkey, F_WORKER, F_PID, F_BATCH_OF)
     redis.call('LPUSH', list, fids[j])
   end
+  key_behind(count, #fids)
 end

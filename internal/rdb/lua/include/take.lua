@@ -464,8 +464,9 @@ local function take_tasks(k, argv, L)
       if reason then
         pid = pid + #f
       else
-        local _, list = key_names(k.tprefix, key_queue_of(k.tprefix, k.waiting, 'q:'), t[8])
+        local _, list, _, count = key_names(k.tprefix, key_queue_of(k.tprefix, k.waiting, 'q:'), t[8])
         redis.call('LTRIM', list, #f, -1)
+        key_behind(count, -#f)
         local fids = {}
         for _, m in ipairs(f) do
           pid = pid + 1
