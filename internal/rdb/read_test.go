@@ -3,6 +3,7 @@ package rdb_test
 import (
 	"fmt"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -49,6 +50,16 @@ func TestStats(t *testing.T) {
 	got, err := e.st.Stats(e.ctx, qs)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// The takings started while seeding (TestStatsOldestActive checks
+	// their age): at most the Redis time since the test began, 0 for the
+	// queues without one.
+	ran := e.now(t) - e.start
+	for i := range got {
+		if a := got[i].OldestActiveMs; a < 0 || a > ran || (got[i].Active == 0 && a != 0) {
+			t.Errorf("Stats[%d].OldestActiveMs = %d with %d active; want in [0, %d]", i, a, got[i].Active, ran)
+		}
+		got[i].OldestActiveMs = 0
 	}
 	want := []rdb.QueueStat{
 		{Waiting: 1, Active: 1, Head: "r2"},
@@ -158,6 +169,102 @@ func FuzzDecodeTask(f *testing.F) {
 		}
 		if s == "" && info.State != rdb.StateQueued || s != "" && info.State != s {
 			t.Fatalf("state %q read as %q", s, info.State)
+		}
+	})
+}
+
+// Stats finds each queue's oldest taking still held: the lowest pid of all
+// its holders' holdings (pids count takings in take order) whose task
+// still names that pid, and gives how long ago it started (its F_STARTED,
+// Redis time).
+func TestStatsOldestActive(t *testing.T) {
+	t.Parallel()
+	// oldest reads e.q's OldestActiveMs and fails t unless it is the age
+	// of a start at unix ms started, read between before and now.
+	check := func(t *testing.T, e *env, started int64, active int64) {
+		t.Helper()
+		before := e.now(t)
+		st, err := e.st.Stats(e.ctx, []rdb.QueueKeys{e.q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after := e.now(t)
+		got := st[0].OldestActiveMs
+		if started == 0 {
+			if got != 0 {
+				t.Errorf("OldestActiveMs = %d, want 0", got)
+			}
+		} else if got < before-started || got > after-started {
+			t.Errorf("OldestActiveMs = %d, want in [%d, %d]", got, before-started, after-started)
+		}
+		if st[0].Active != active {
+			t.Errorf("Active = %d, want %d", st[0].Active, active)
+		}
+	}
+	t.Run("none held", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.enqueue(t, "t1")
+		check(t, e, 0, 0)
+	})
+	t.Run("the lowest pid of every holder", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.enqueue(t, "t1", "t2", "t3", "t4")
+		e.take(t, "B", 1) // t1, pid 1
+		e.take(t, "A", 2) // t2, t3
+		e.take(t, "B", 1) // t4
+		old := e.now(t) - 60_000
+		e.do(t, "HSET", e.q.Task("t1"), rdb.FieldStarted, old)
+		e.do(t, "HSET", e.q.Task("t2"), rdb.FieldStarted, old+30_000)
+		check(t, e, old, 4)
+		// t1 ends: t2 (A's) is the oldest.
+		e.finish(t, "B", "1", "t1")
+		check(t, e, old+30_000, 3)
+	})
+	t.Run("a taking whose task no longer names it, or has no start, is skipped", func(t *testing.T) {
+		t.Parallel()
+		e := newEnv(t)
+		e.enqueue(t, "t1", "t2", "t3")
+		e.take(t, "A", 3)
+		old := e.now(t) - 60_000
+		// t1 ended and was taken again elsewhere between the reads (its
+		// hash names another pid); t2 was taken by a version that did not
+		// record starts.
+		e.do(t, "HSET", e.q.Task("t1"), rdb.FieldStarted, old-1000, rdb.FieldPID, "99")
+		e.do(t, "HDEL", e.q.Task("t2"), rdb.FieldStarted)
+		e.do(t, "HSET", e.q.Task("t3"), rdb.FieldStarted, old)
+		check(t, e, old, 3)
+	})
+	t.Run("holdings read in several steps", func(t *testing.T) {
+		t.Parallel()
+		// One worker holds 6,000 takings, more than Stats reads whole
+		// (holdReadWhole) and than one HSCAN step reads (about
+		// holdScanCount buckets): the oldest must be found in whichever
+		// step it comes. The takings below pid p are dropped from the
+		// holdings in turn, so that each p is the oldest once, with a start
+		// of its own (10 ms a pid, an hour ago).
+		e := newEnv(t)
+		const n = 6000
+		ids := make([]string, n)
+		ps := make([][]byte, n)
+		for i := range ids {
+			ids[i], ps[i] = fmt.Sprintf("t%04d", i+1), []byte("p")
+		}
+		if _, _, err := e.st.EnqueueBatch(e.ctx, e.q, ids, ps, nil); err != nil {
+			t.Fatal(err)
+		}
+		for range n / 1000 {
+			e.take(t, "A", 1000)
+		}
+		base := e.now(t) - 3_600_000
+		dropped := 0
+		for p := 1; p <= 1001; p += 100 {
+			e.do(t, "HSET", e.q.Task(ids[p-1]), rdb.FieldStarted, base+int64(p)*10)
+			for ; dropped < p-1; dropped++ {
+				e.do(t, "HDEL", e.q.WorkerQueue("A"), strconv.Itoa(dropped+1))
+			}
+			check(t, e, base+int64(p)*10, int64(n-dropped))
 		}
 	})
 }
