@@ -528,3 +528,57 @@ func TestRunsListsARunOnceWhenOneStartsBetweenPages(t *testing.T) {
 		t.Errorf("%d runs listed, want the 210 there were when the call began", len(runs))
 	}
 }
+
+// A handler that hangs on an ordered queue: the queue's figures show the
+// tasks waiting behind its key (Waiting counts only heads that wait, 0
+// here) and the age of the hung taking, which grows from its start.
+func TestQueueFiguresShowStuckWork(t *testing.T) {
+	ctx := context.Background()
+	b := setup(t)
+	c, in := b.client, b.in
+	release := make(chan struct{})
+	defer close(release)
+	started := make(chan string, 10)
+	b.startWorker(worqr.WorkerConfig{Queues: map[string]worqr.QueueConfig{"stuck": {Concurrency: 2,
+		Handler: worqr.HandlerFunc(func(ctx context.Context, task *worqr.Task) error {
+			started <- task.ID
+			<-release
+			return nil
+		})}}})
+	ids, err := c.EnqueueBatch(ctx, "stuck", [][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4")}, &worqr.EnqueueOpts{Key: "K"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if id := <-started; id != ids[0] {
+		t.Fatalf("started %s, want the key's head %s", id, ids[0])
+	}
+	qi, err := in.Queue(ctx, "stuck")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if qi.Waiting != 0 || qi.Behind != 3 || qi.Active != 1 || qi.Keys != 1 {
+		t.Errorf("Queue = waiting %d, behind %d, active %d, keys %d; want 0, 3, 1, 1", qi.Waiting, qi.Behind, qi.Active, qi.Keys)
+	}
+	// The taking started ten minutes ago (as if it had hung since).
+	st := rdb.NewStore(b.pool, b.ns)
+	conn := b.pool.Get()
+	defer conn.Close()
+	now, err := redis.Int64s(conn.Do("TIME"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := now[0]*1000 + now[1]/1000 - 10*60*1000
+	if _, err := conn.Do("HSET", st.Queue(rdb.Standalone("stuck")).Task(ids[0]), rdb.FieldStarted, start); err != nil {
+		t.Fatal(err)
+	}
+	qs, err := in.Queues(ctx)
+	if err != nil || len(qs) != 1 {
+		t.Fatalf("Queues = %+v, %v", qs, err)
+	}
+	if a := qs[0].OldestActive; a < 10*time.Minute || a > 11*time.Minute {
+		t.Errorf("OldestActive = %s, want about 10m", a)
+	}
+	if qs[0].Behind != 3 {
+		t.Errorf("Queues' Behind = %d, want 3", qs[0].Behind)
+	}
+}
