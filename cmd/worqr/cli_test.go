@@ -41,7 +41,7 @@ func TestStatsJSONHasExactlyTheDocumentedFields(t *testing.T) {
 	if len(raw) != 2 {
 		t.Fatalf("want 2 queues, got %d:\n%s", len(raw), out)
 	}
-	want := []string{"active", "dead", "latency_ms", "name", "paused", "scheduled", "waiting"}
+	want := []string{"active", "behind", "dead", "latency_ms", "name", "oldest_active_ms", "paused", "scheduled", "waiting"}
 	for _, q := range raw {
 		var keys []string
 		for k := range q {
@@ -64,6 +64,51 @@ func TestStatsJSONHasExactlyTheDocumentedFields(t *testing.T) {
 	}
 	if qs[0].LatencyMs < 0 {
 		t.Errorf("latency_ms %d is negative", qs[0].LatencyMs)
+	}
+}
+
+// A handler that hangs on the head of a key: stats shows the tasks
+// waiting behind it (WAITING is 0) and how long it has been running.
+func TestStatsShowStuckWork(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns},
+		Queues: map[string]worqr.QueueConfig{"orders": {Concurrency: 1, Handler: worqr.HandlerFunc(
+			func(context.Context, *worqr.Task) error { started <- struct{}{}; <-release; return nil })}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	defer close(release)
+	c, err := worqr.NewClient(b.pool, &worqr.Config{Namespace: b.ns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.EnqueueBatch(context.Background(), "orders", [][]byte{[]byte("1"), []byte("2"), []byte("3")},
+		&worqr.EnqueueOpts{Key: "customer-7"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	var qs []queueStats
+	redistest.WaitFor(t, 10*time.Second, "stats to show the running task's age", func() bool {
+		qs = nil
+		return json.Unmarshal([]byte(b.ok("", "stats", "-o", "json")), &qs) == nil && len(qs) == 1 && qs[0].OldestActiveMs >= 2
+	})
+	if q := qs[0]; q.Waiting != 0 || q.Behind != 2 || q.Active != 1 {
+		t.Errorf("stats -o json: %+v; want waiting 0, behind 2, active 1", q)
+	}
+	lines := strings.Split(strings.TrimRight(b.ok("", "stats"), "\n"), "\n")
+	if len(lines) != 2 || !strings.Contains(lines[0], "BEHIND") || !strings.Contains(lines[0], "OLDEST_ACTIVE") {
+		t.Fatalf("stats table:\n%s", strings.Join(lines, "\n"))
+	}
+	if f := strings.Fields(lines[1]); len(f) != 9 || f[1] != "0" || f[2] != "2" || f[4] != "1" || f[5] == "0s" {
+		t.Errorf("stats row %q; want waiting 0, behind 2, active 1 and a running time", lines[1])
 	}
 }
 

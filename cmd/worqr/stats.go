@@ -15,13 +15,15 @@ import (
 
 // queueStats is one queue in `stats -o json`: exactly these fields.
 type queueStats struct {
-	Name      string `json:"name"`
-	Waiting   int64  `json:"waiting"`
-	Scheduled int64  `json:"scheduled"`
-	Active    int64  `json:"active"`
-	Dead      int64  `json:"dead"`
-	Paused    bool   `json:"paused"`
-	LatencyMs int64  `json:"latency_ms"`
+	Name           string `json:"name"`
+	Waiting        int64  `json:"waiting"`
+	Behind         int64  `json:"behind"`
+	Scheduled      int64  `json:"scheduled"`
+	Active         int64  `json:"active"`
+	OldestActiveMs int64  `json:"oldest_active_ms"`
+	Dead           int64  `json:"dead"`
+	Paused         bool   `json:"paused"`
+	LatencyMs      int64  `json:"latency_ms"`
 }
 
 func (a *app) statsCmd() *cobra.Command {
@@ -36,12 +38,14 @@ func (a *app) statsCmd() *cobra.Command {
 		Use:   "stats",
 		Short: "every queue's waiting, scheduled, active and dead counts, pause and latency",
 		Long: `Prints every known queue (served by a worker or enqueued to, flow stage and
-child queues as <flow>/<queue>) with how many tasks wait, are scheduled, are
-held by workers and are dead, whether it is paused, and its latency: the age of
-the oldest waiting task.
+child queues as <flow>/<queue>) with how many tasks wait, wait behind their
+key's head (BEHIND: an ordered queue's tasks that WAITING does not count), are
+scheduled, are held by workers and are dead, how long the oldest active task
+has been running (OLDEST_ACTIVE: a handler that hangs shows here), whether it
+is paused, and its latency: the age of the oldest waiting task.
 
-With -o json it prints a list of {name, waiting, scheduled, active, dead,
-paused, latency_ms}. With --watch it prints again every --interval until
+With -o json it prints a list of {name, waiting, behind, scheduled, active,
+oldest_active_ms, dead, paused, latency_ms}. With --watch it prints again every --interval until
 interrupted (Ctrl-C): on a terminal it redraws the screen; otherwise, and with
 -o json, it prints one snapshot after the other (JSON: one list per line).
 When Redis cannot be reached it says so and tries again every --interval,
@@ -108,14 +112,15 @@ func (a *app) printStats(ctx context.Context, w io.Writer, o output, compact boo
 		_, err := fmt.Fprintf(w, "no queues in namespace %q\n", a.namespace)
 		return err
 	}
-	t := newTable(w, "QUEUE", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "PAUSED", "LATENCY")
+	t := newTable(w, "QUEUE", "WAITING", "BEHIND", "SCHEDULED", "ACTIVE", "OLDEST_ACTIVE", "DEAD", "PAUSED", "LATENCY")
 	for _, q := range qs {
-		t.row(q.Name, itoa(q.Waiting), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead), yesNo(q.Paused), ago(q.Latency))
+		t.row(q.Name, itoa(q.Waiting), itoa(q.Behind), itoa(q.Scheduled), itoa(q.Active), ago(q.OldestActive),
+			itoa(q.Dead), yesNo(q.Paused), ago(q.Latency))
 	}
 	return t.flush()
 }
 
 func statsOf(q worqr.QueueInfo) queueStats {
-	return queueStats{Name: q.Name, Waiting: q.Waiting, Scheduled: q.Scheduled, Active: q.Active,
-		Dead: q.Dead, Paused: q.Paused, LatencyMs: q.Latency.Milliseconds()}
+	return queueStats{Name: q.Name, Waiting: q.Waiting, Behind: q.Behind, Scheduled: q.Scheduled, Active: q.Active,
+		OldestActiveMs: q.OldestActive.Milliseconds(), Dead: q.Dead, Paused: q.Paused, LatencyMs: q.Latency.Milliseconds()}
 }
