@@ -6,8 +6,9 @@
 // client. A [Collector] does two things:
 //
 //   - at every scrape it reads the current counts through a worqr.Inspector
-//     (tasks waiting, scheduled, active and dead per queue, pauses, the age of
-//     the oldest waiting task, workers registered and alive); when Redis
+//     (tasks waiting, behind their key's head, scheduled, active and dead per
+//     queue, pauses, the age of the oldest waiting task and of the oldest
+//     active one, workers registered and alive); when Redis
 //     cannot be read within Options.ScrapeTimeout it reports worqr_up 0 and
 //     counts the failure instead of failing the scrape;
 //   - [Collector.Run] follows the live events of every process of the
@@ -114,7 +115,8 @@ type Collector struct {
 	opts Options
 
 	// read at scrape time
-	waiting, scheduled, active, dead, retained, paused, latency  *prometheus.Desc
+	waiting, behind, scheduled, active, oldestActive, dead       *prometheus.Desc
+	retained, paused, latency                                    *prometheus.Desc
 	workersRegistered, workersAlive, up, scrapeDuration, tracked *prometheus.Desc
 	scrapeErrors                                                 *prometheus.CounterVec
 
@@ -160,12 +162,16 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 		opts: o,
 		now:  time.Now,
 
-		waiting:   desc("worqr_queue_waiting", "Tasks waiting in the queue, ready to be taken.", q),
+		waiting: desc("worqr_queue_waiting", "Tasks waiting in the queue, ready to be taken.", q),
+		behind: desc("worqr_queue_behind",
+			"Tasks of an ordered queue waiting behind their key's head (worqr_queue_waiting counts only heads).", q),
 		scheduled: desc("worqr_queue_scheduled", "Tasks scheduled for later (delayed, or waiting for a retry).", q),
 		active:    desc("worqr_queue_active", "Tasks held by workers (running).", q),
-		dead:      desc("worqr_queue_dead", "Tasks in the queue's dead set.", q),
-		retained:  desc("worqr_queue_retained", "Ended tasks kept for the queue's Retention.", q),
-		paused:    desc("worqr_queue_paused", "1 when the queue is paused, else 0.", q),
+		oldestActive: desc("worqr_queue_oldest_active_seconds",
+			"How long the oldest active task has been running (0 when none is active): grows while a handler hangs.", q),
+		dead:     desc("worqr_queue_dead", "Tasks in the queue's dead set.", q),
+		retained: desc("worqr_queue_retained", "Ended tasks kept for the queue's Retention.", q),
+		paused:   desc("worqr_queue_paused", "1 when the queue is paused, else 0.", q),
 		latency: desc("worqr_queue_latency_seconds",
 			"Age of the task at the front of the queue (0 when none waits; with priority levels, the front of level 0).", q),
 		workersRegistered: desc("worqr_workers_registered", "Workers in the registry, alive or not yet reaped.", nil),
@@ -226,7 +232,7 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.waiting, c.scheduled, c.active, c.dead, c.retained, c.paused, c.latency,
+	return []*prometheus.Desc{c.waiting, c.behind, c.scheduled, c.active, c.oldestActive, c.dead, c.retained, c.paused, c.latency,
 		c.workersRegistered, c.workersAlive, c.up, c.scrapeDuration, c.tracked}
 }
 
@@ -275,8 +281,10 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		c.forgetRemoved(queues)
 		for _, q := range queues {
 			gauge(c.waiting, float64(q.Waiting), q.Name)
+			gauge(c.behind, float64(q.Behind), q.Name)
 			gauge(c.scheduled, float64(q.Scheduled), q.Name)
 			gauge(c.active, float64(q.Active), q.Name)
+			gauge(c.oldestActive, q.OldestActive.Seconds(), q.Name)
 			gauge(c.dead, float64(q.Dead), q.Name)
 			gauge(c.retained, float64(q.Retained), q.Name)
 			gauge(c.paused, b2f(q.Paused), q.Name)

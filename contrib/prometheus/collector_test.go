@@ -170,6 +170,58 @@ worqr_queue_dead{queue="waiting"} 0
 	}
 }
 
+// A handler that hangs on the head of a key: worqr_queue_behind counts the
+// tasks waiting behind it (worqr_queue_waiting shows 0), and
+// worqr_queue_oldest_active_seconds grows from its start; both are 0 for a
+// queue with nothing behind and nothing running.
+func TestStuckWorkGauges(t *testing.T) {
+	e := setup(t)
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	e.worker(map[string]worqr.QueueConfig{
+		"orders": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			started <- struct{}{}
+			<-release
+			return nil
+		})},
+	})
+	t.Cleanup(func() { close(release) }) // before the worker's Stop
+	for range 3 {
+		e.enqueue("orders", &worqr.EnqueueOpts{Key: "customer-7"})
+	}
+	e.enqueue("idle", nil)
+	<-started
+	_, reg := register(t, e.in, nil)
+	ws := []want{
+		{"worqr_queue_waiting", []string{"queue", "orders"}, 0},
+		{"worqr_queue_behind", []string{"queue", "orders"}, 2},
+		{"worqr_queue_active", []string{"queue", "orders"}, 1},
+		{"worqr_queue_behind", []string{"queue", "idle"}, 0},
+	}
+	var first float64
+	redistest.Eventually(t, 10*time.Second, func() string {
+		if m := mismatch(t, reg, ws); m != "" {
+			return m
+		}
+		s, ok := find(t, reg, "worqr_queue_oldest_active_seconds", "queue", "orders")
+		if !ok || s.value <= 0 {
+			return fmt.Sprintf("oldest active of orders = %v (present %v), want > 0", s.value, ok)
+		}
+		first = s.value
+		return ""
+	})
+	if s, ok := find(t, reg, "worqr_queue_oldest_active_seconds", "queue", "idle"); !ok || s.value != 0 {
+		t.Errorf("oldest active of idle = %v (present %v), want 0", s.value, ok)
+	}
+	// It grows while the handler hangs.
+	redistest.Eventually(t, 10*time.Second, func() string {
+		if s, _ := find(t, reg, "worqr_queue_oldest_active_seconds", "queue", "orders"); s.value <= first {
+			return fmt.Sprintf("oldest active of orders = %v, not past %v", s.value, first)
+		}
+		return ""
+	})
+}
+
 func TestScrapeErrorWhenRedisIsDown(t *testing.T) {
 	t.Parallel()
 	port, err := freePort()
