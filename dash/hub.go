@@ -296,20 +296,22 @@ func (h *hub) poll(ctx context.Context, stop chan struct{}) {
 
 // queueJSON is one queue as the browser gets it.
 type queueJSON struct {
-	Name      string `json:"name"`
-	Waiting   int64  `json:"waiting"`
-	Scheduled int64  `json:"scheduled"`
-	Active    int64  `json:"active"`
-	Dead      int64  `json:"dead"`
-	Paused    bool   `json:"paused"`
-	LatencyMS int64  `json:"latency_ms"`
+	Name           string `json:"name"`
+	Waiting        int64  `json:"waiting"`
+	Behind         int64  `json:"behind"`
+	Scheduled      int64  `json:"scheduled"`
+	Active         int64  `json:"active"`
+	OldestActiveMS int64  `json:"oldest_active_ms"`
+	Dead           int64  `json:"dead"`
+	Paused         bool   `json:"paused"`
+	LatencyMS      int64  `json:"latency_ms"`
 }
 
 func queuesJSON(qs []worqr.QueueInfo) []queueJSON {
 	out := make([]queueJSON, len(qs))
 	for i, q := range qs {
-		out[i] = queueJSON{Name: q.Name, Waiting: q.Waiting, Scheduled: q.Scheduled, Active: q.Active, Dead: q.Dead,
-			Paused: q.Paused, LatencyMS: q.Latency.Milliseconds()}
+		out[i] = queueJSON{Name: q.Name, Waiting: q.Waiting, Behind: q.Behind, Scheduled: q.Scheduled, Active: q.Active,
+			OldestActiveMS: q.OldestActive.Milliseconds(), Dead: q.Dead, Paused: q.Paused, LatencyMS: q.Latency.Milliseconds()}
 	}
 	return out
 }

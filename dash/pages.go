@@ -197,7 +197,7 @@ func (d *Dashboard) csrfOK(r *http.Request) bool {
 type overviewData struct {
 	Queues []worqr.QueueInfo
 	Chart  []bucket
-	Totals struct{ Waiting, Scheduled, Active, Dead int64 }
+	Totals struct{ Waiting, Behind, Scheduled, Active, Dead int64 }
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
@@ -214,6 +214,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	for _, q := range qs {
 		od.Totals.Waiting += q.Waiting
+		od.Totals.Behind += q.Behind
 		od.Totals.Scheduled += q.Scheduled
 		od.Totals.Active += q.Active
 		od.Totals.Dead += q.Dead

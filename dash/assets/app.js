@@ -154,9 +154,9 @@
 
   function queues(list) {
     var tbody = document.querySelector("#queues tbody");
-    var totals = { waiting: 0, scheduled: 0, active: 0, dead: 0 };
+    var totals = { waiting: 0, behind: 0, scheduled: 0, active: 0, dead: 0 };
     list.forEach(function (q) {
-      totals.waiting += q.waiting; totals.scheduled += q.scheduled; totals.active += q.active; totals.dead += q.dead;
+      totals.waiting += q.waiting; totals.behind += q.behind; totals.scheduled += q.scheduled; totals.active += q.active; totals.dead += q.dead;
       if (tbody) {
         var row = null;
         tbody.querySelectorAll("tr[data-queue]").forEach(function (r) { if (r.dataset.queue === q.name) row = r; });
@@ -169,13 +169,14 @@
           a.href = base + "/queue?name=" + encodeURIComponent(q.name);
           a.textContent = q.name;
           var td = document.createElement("td"); td.appendChild(a); row.appendChild(td);
-          ["waiting", "scheduled", "active", "dead", "latency"].forEach(function (k) {
+          ["waiting", "behind", "scheduled", "active", "oldest_active", "dead", "latency"].forEach(function (k) {
             var c = document.createElement("td"); c.className = "n"; c.dataset.k = k; row.appendChild(c);
           });
           var p = document.createElement("td"); p.dataset.k = "paused"; row.appendChild(p);
           tbody.appendChild(row);
         }
-        ["waiting", "scheduled", "active", "dead"].forEach(function (k) { set(row.querySelector('[data-k="' + k + '"]'), String(q[k])); });
+        ["waiting", "behind", "scheduled", "active", "dead"].forEach(function (k) { set(row.querySelector('[data-k="' + k + '"]'), String(q[k])); });
+        set(row.querySelector('[data-k="oldest_active"]'), fmtDur(q.oldest_active_ms));
         set(row.querySelector('[data-k="latency"]'), fmtDur(q.latency_ms));
         var pc = row.querySelector('[data-k="paused"]');
         var want = q.paused ? "paused" : "running";
@@ -186,7 +187,7 @@
         if (c.dataset.q === q.name && map[c.dataset.k] !== undefined) set(c, String(map[c.dataset.k]));
       });
     });
-    ["waiting", "scheduled", "active", "dead"].forEach(function (k) {
+    ["waiting", "behind", "scheduled", "active", "dead"].forEach(function (k) {
       var t = document.getElementById("t-" + k);
       if (t) set(t, totals[k].toLocaleString("en-US"));
     });

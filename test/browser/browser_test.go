@@ -551,3 +551,75 @@ func TestChartAxisReadableAtScale(t *testing.T) {
 		seen[l] = true
 	}
 }
+
+// TestOverviewShowsStuckWork: a handler hangs on the head of a key of an
+// ordered queue. The overview shows the tasks waiting behind it (Waiting
+// counts only heads: 0) in the queue's row and under the waiting total,
+// and how long the hung task has been running, growing without a reload;
+// a keyed task enqueued by another process joins the count live.
+func TestOverviewShowsStuckWork(t *testing.T) {
+	s := newSite(t, nil)
+	ctx := context.Background()
+	release := make(chan struct{})
+	started := make(chan struct{}, 1)
+	w, err := worqr.NewWorker(s.pool, &worqr.WorkerConfig{Config: s.cfg, Queues: map[string]worqr.QueueConfig{
+		"orders": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+			started <- struct{}{}
+			<-release
+			return nil
+		})},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		close(release)
+		_ = w.Stop(context.Background())
+	})
+	if _, err := s.client.EnqueueBatch(ctx, "orders", [][]byte{[]byte("1"), []byte("2"), []byte("3")},
+		&worqr.EnqueueOpts{Key: "customer-7"}); err != nil {
+		t.Fatal(err)
+	}
+	<-started
+	b := browser(t)
+	row := `#queues tr[data-queue="orders"] `
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/"), chromedp.WaitVisible(row+`td[data-k="behind"]`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	for sel, want := range map[string]string{row + `td[data-k="waiting"]`: "0", row + `td[data-k="behind"]`: "2",
+		row + `td[data-k="active"]`: "1", "#t-behind": "2"} {
+		if err := textWithin(b, sel, want, 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The running time: a duration, which changes as the live counts come.
+	cell := row + `td[data-k="oldest_active"]`
+	var first string
+	if err := chromedp.Run(b, chromedp.Text(cell, &first, chromedp.ByQuery, chromedp.NodeVisible)); err != nil {
+		t.Fatal(err)
+	}
+	if !regexp.MustCompile(`^[0-9.]+(ms|s)$`).MatchString(strings.TrimSpace(first)) {
+		t.Fatalf("oldest active %q, want a running time", first)
+	}
+	if err := until(b, fmt.Sprintf(`document.querySelector(%s).innerText.trim() !== %s`, jsString(cell), jsString(first)), 5*time.Second); err != nil {
+		t.Fatalf("oldest active stayed %q: %v", first, err)
+	}
+	if err := chromedp.Run(b, chromedp.WaitVisible(`#live.on`, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	other, err := worqr.NewClient(s.newPool(), &s.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Enqueue(ctx, "orders", []byte("4"), &worqr.EnqueueOpts{Key: "customer-7"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, sel := range []string{row + `td[data-k="behind"]`, "#t-behind"} {
+		if err := textWithin(b, sel, "3", 2*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
