@@ -1065,8 +1065,11 @@ func TestQueueKeysAndPurgeOfAnOrderedQueue(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if out := b.ok("", "queue", "ls"); !regexp.MustCompile(`(?m)^orders\s+-\s+2\s+0\s+0\s+0\s+0\s+2\s`).MatchString(out) {
-		t.Errorf("queue ls: 2 heads waiting and 2 keys wanted:\n%s", out)
+	if out := b.ok("", "queue", "ls"); !regexp.MustCompile(`(?m)^orders\s+-\s+2\s+5\s+0\s+0\s+0\s+0\s+2\s`).MatchString(out) {
+		t.Errorf("queue ls: 2 heads waiting, 5 tasks behind them and 2 keys wanted:\n%s", out)
+	}
+	if out := b.ok("", "queue", "inspect", "orders"); !regexp.MustCompile(`(?m)^behind\s+5$`).MatchString(out) {
+		t.Errorf("queue inspect: 5 tasks behind the heads wanted:\n%s", out)
 	}
 	var keys []struct {
 		Key       string `json:"key"`

@@ -32,7 +32,7 @@ type queueJSON struct {
 	Flow     string `json:"flow"`
 	Retained int64  `json:"retained"`
 	// Keys: an ordered queue's keys that have tasks; waiting counts only
-	// their heads, not the tasks behind them.
+	// their heads, behind the tasks behind them.
 	Keys int64 `json:"keys"`
 }
 
@@ -57,10 +57,11 @@ func (a *app) queueLsCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ls",
 		Short: "list every known queue with its counts",
-		Long: `Lists every known queue with its flow, counts (retained: ended tasks kept for
-the queue's retention; keys: an ordered queue's keys that have tasks, whose
-waiting count is of their heads only: 'worqr queue keys' shows what waits
-behind each), pause and latency.`,
+		Long: `Lists every known queue with its flow, counts (behind: an ordered queue's
+tasks waiting behind their key's head, which waiting does not count; retained:
+ended tasks kept for the queue's retention; keys: an ordered queue's keys that
+have tasks: 'worqr queue keys' shows what waits behind each), pause and
+latency.`,
 		Example: "  worqr queue ls\n  worqr queue ls -o json",
 		Args:    args(),
 	}
@@ -84,9 +85,9 @@ behind each), pause and latency.`,
 			_, err := fmt.Fprintf(a.env.out, "no queues in namespace %q\n", a.namespace)
 			return err
 		}
-		t := newTable(a.env.out, "QUEUE", "FLOW", "WAITING", "SCHEDULED", "ACTIVE", "DEAD", "RETAINED", "KEYS", "PAUSED", "LATENCY")
+		t := newTable(a.env.out, "QUEUE", "FLOW", "WAITING", "BEHIND", "SCHEDULED", "ACTIVE", "DEAD", "RETAINED", "KEYS", "PAUSED", "LATENCY")
 		for _, q := range qs {
-			t.row(q.Name, orDash(q.Flow), itoa(q.Waiting), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead),
+			t.row(q.Name, orDash(q.Flow), itoa(q.Waiting), itoa(q.Behind), itoa(q.Scheduled), itoa(q.Active), itoa(q.Dead),
 				itoa(q.Retained), itoa(q.Keys), yesNo(q.Paused), ago(q.Latency))
 		}
 		return t.flush()
@@ -99,8 +100,10 @@ func (a *app) queueInspectCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect <queue>",
 		Short: "one queue's counts, the workers that serve it and the next tasks",
-		Long: `Prints one queue's counts, pause and latency, the workers that serve it (with
-how many of its tasks each holds) and the first tasks waiting.`,
+		Long: `Prints one queue's counts (behind: an ordered queue's tasks waiting behind
+their key's head; oldest_active: how long its oldest active task has been
+running), pause and latency, the workers that serve it (with how many of its
+tasks each holds) and the first tasks waiting.`,
 		Example: "  worqr queue inspect emails\n  worqr queue inspect membership/notify -o json",
 		Args:    args("queue"),
 	}
@@ -162,8 +165,8 @@ how many of its tasks each holds) and the first tasks waiting.`,
 			}{queueJSON{queueStats: statsOf(*qi), Flow: qi.Flow, Retained: qi.Retained, Keys: qi.Keys}, workers, tasks})
 		}
 		w := a.env.out
-		if err := kv(w, "queue", qi.Name, "flow", orDash(qi.Flow), "waiting", itoa(qi.Waiting),
-			"scheduled", itoa(qi.Scheduled), "active", itoa(qi.Active), "dead", itoa(qi.Dead),
+		if err := kv(w, "queue", qi.Name, "flow", orDash(qi.Flow), "waiting", itoa(qi.Waiting), "behind", itoa(qi.Behind),
+			"scheduled", itoa(qi.Scheduled), "active", itoa(qi.Active), "oldest_active", ago(qi.OldestActive), "dead", itoa(qi.Dead),
 			"retained", itoa(qi.Retained), "keys", itoa(qi.Keys), "paused", yesNo(qi.Paused), "latency", ago(qi.Latency)); err != nil {
 			return err
 		}
