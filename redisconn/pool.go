@@ -1,8 +1,10 @@
 package redisconn
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
@@ -84,4 +86,21 @@ func NewPool(url string, opts *Options) (*redis.Pool, error) {
 // invalidf is a *worqr.InvalidError: field breaks the rule.
 func invalidf(field, format string, args ...any) error {
 	return &worqr.InvalidError{Field: field, Rule: fmt.Sprintf(format, args...)}
+}
+
+// ClusterMode reports whether the server pool reaches runs in cluster
+// mode: a plain pool (NewPool) on one node of a Redis Cluster reaches only
+// that node's slots (the others answer MOVED), where a Cluster follows
+// the whole cluster. One INFO call.
+func ClusterMode(ctx context.Context, pool worqr.ConnGetter) (bool, error) {
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cluster"))
+	if err != nil {
+		return false, fmt.Errorf("redisconn: cluster mode: %w", err)
+	}
+	return strings.Contains(info, "cluster_enabled:1"), nil
 }

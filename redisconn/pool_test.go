@@ -29,6 +29,16 @@ func TestNewPool(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+	t.Run("a server not in cluster mode is not taken for one", func(t *testing.T) {
+		pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		if on, err := redisconn.ClusterMode(context.Background(), pool); err != nil || on {
+			t.Fatalf("ClusterMode = %v, %v; want false", on, err)
+		}
+	})
 	for _, c := range []struct {
 		name  string
 		url   string

@@ -695,14 +695,6 @@ func (in *Inspector) Ping(ctx context.Context) error {
 	return in.st.Ping(ctx, rdb.RegistryTag)
 }
 
-// ClusterMode reports whether the server the Inspector's pool reaches runs
-// in cluster mode: a plain pool (NewPool) on one node of a Redis Cluster
-// reaches only that node's slots (the others answer MOVED), where a
-// redisconn.Cluster follows the whole cluster.
-func (in *Inspector) ClusterMode(ctx context.Context) (bool, error) {
-	return in.st.ClusterMode(ctx, rdb.RegistryTag)
-}
-
 // DeleteNamespace deletes every key of the inspector's namespace (tasks,
 // queues, workers, flow runs: everything), a thousand keys per call, and
 // returns how many it deleted. Stop every worker of the namespace first.

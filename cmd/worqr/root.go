@@ -303,7 +303,7 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 			return usagef("%s (%s, %s, %s)", ruleOf(err), envTLSCA, envTLSCert, envTLSKey)
 		}
 		pool = p
-		if clusterNode(ctx, p, a.namespace) {
+		if clusterNode(ctx, p) {
 			// One node of a Redis Cluster, as other Redis tools are
 			// pointed at one: follow the whole cluster from it (its
 			// other masters would answer MOVED).
@@ -346,14 +346,10 @@ func (a *app) connect(ctx context.Context, cmd *cobra.Command) error {
 
 // clusterNode reports whether the server of p runs in cluster mode. An
 // unreachable server is not: the ping that follows says so.
-func clusterNode(ctx context.Context, p worqr.ConnGetter, namespace string) bool {
+func clusterNode(ctx context.Context, p worqr.ConnGetter) bool {
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	in, err := worqr.NewInspector(p, &worqr.Config{Namespace: namespace, DisableEvents: true})
-	if err != nil {
-		return false
-	}
-	on, err := in.ClusterMode(ctx)
+	on, err := redisconn.ClusterMode(ctx, p)
 	return err == nil && on
 }
 

@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -312,17 +311,6 @@ const IdlePingTimeout = 5 * time.Second
 func (s *Store) Ping(ctx context.Context, tag string) error {
 	_, err := s.cmd(ctx, tag, "PING")
 	return err
-}
-
-// ClusterMode reports whether the server of tag runs in cluster mode
-// (INFO cluster): a plain pool on one node of a Redis Cluster reaches only
-// the keys of that node's slots.
-func (s *Store) ClusterMode(ctx context.Context, tag string) (bool, error) {
-	info, err := redis.String(s.cmd(ctx, tag, "INFO", "cluster"))
-	if err != nil {
-		return false, err
-	}
-	return strings.Contains(info, "cluster_enabled:1"), nil
 }
 
 // eval runs script sc on a connection for tag.
