@@ -164,6 +164,13 @@ type QueueKeys struct {
 	// absent at 0): every script that pushes to or pops from a key list
 	// adds to it in the same call (key_behind in lua/include/key.lua).
 	KeyBehind string
+	// FairRing is the list of a fair queue's keys that may start a task
+	// (each once, served in turn); FairState the hash of each key's state
+	// ("s:<key>": its running count, its turn's credit, where it is) and
+	// policy ("p:<key>", "p:" the queue's default: "<weight> <limit>");
+	// FairListPrefix + key the list of the key's waiting ids (see
+	// lua/include/fair.lua).
+	FairRing, FairState, FairListPrefix string
 	// Park is the hash of the workers parked on the queue: worker id ->
 	// "<until>|<cap>", written by a take that found the queue empty; an
 	// enqueue hands its tasks to them (see enqueue_hand.lua).
@@ -206,6 +213,9 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		KeyListPrefix:     base + "k:" + q.Name + ":",
 		KeyBehind:         base + "kn:" + q.Name,
 		Park:              base + "park:" + q.Name,
+		FairRing:          base + "fr:" + q.Name,
+		FairState:         base + "fs:" + q.Name,
+		FairListPrefix:    base + "fq:" + q.Name + ":",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

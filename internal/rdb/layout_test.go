@@ -126,7 +126,12 @@ return out
 func takeFields(worker, max, deadline, maxCrashes, kind, safe, levels, limited, batch, park, parkMs string) map[string]string {
 	return map[string]string{"worker": worker, "max": max, "deadline": deadline, "max_crashes": maxCrashes,
 		"kind": kind, "safe": safe, "levels": levels, "limited": limited, "batch": batch, "park": park,
-		"park_ms": parkMs}
+		"park_ms": parkMs, "fair": "0"}
+}
+
+// fairTake is takeFields of a fair queue's take.
+func fairTake(m map[string]string) map[string]string {
+	return merged(m, map[string]string{"fair": "1"})
 }
 
 func merged(ms ...map[string]string) map[string]string {
@@ -172,6 +177,10 @@ func TestLayoutRoundTripTake(t *testing.T) {
 		{"child, levels", rdb.TakeArgs{Worker: "w", Until: 1, Max: 2, Child: true, Levels: 2, Limited: true}, false,
 			takeFields("w", "2", "1", "0", "child", "0", "2", "1", "0", "0", "0")},
 		{"stage wins over child", rdb.TakeArgs{Worker: "w", Until: 1, Max: 2, Stage: true, Child: true}, false,
+			takeFields("w", "2", "1", "0", "stage", "0", "0", "0", "0", "0", "0")},
+		{"fair: no parking", rdb.TakeArgs{Worker: "w", Until: 1, Max: 2, Fair: true, Park: 3}, false,
+			fairTake(takeFields("w", "2", "1", "0", "task", "0", "0", "0", "0", "0", "0"))},
+		{"a stage is never fair", rdb.TakeArgs{Worker: "w", Until: 1, Max: 2, Stage: true, Fair: true}, false,
 			takeFields("w", "2", "1", "0", "stage", "0", "0", "0", "0", "0", "0")},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -74,6 +74,8 @@ const (
 	FieldKey          = "ok" // the key of a task of an ordered queue
 	FieldKeyDue       = "od" // due time (unix ms) of a keyed task behind its head
 	FieldMergeVersion = "mv" // merges into a keyed task so far
+	FieldFairKey      = "fk" // the key (group) of a task of a fair queue
+	FieldFairPID      = "fc" // the pid of its taking that counts in its key's running count
 	FieldBatch        = "kb" // on a batch's head: the ids taken with it
 	FieldBatchOf      = "kf" // on a task taken in a batch behind its head: the head's id
 	FieldStage        = "st"

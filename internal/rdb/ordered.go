@@ -25,6 +25,37 @@ type KeyPolicy struct {
 	// run; else the key is blocked until the dead task is requeued or
 	// deleted.
 	MoveOnDead bool
+	// Fair: the queue's keys share it rather than order it (config field
+	// fair; see lua/include/fair.lua). Merge and MoveOnDead do not apply.
+	Fair bool
+	// PerKey is a fair queue's policy for each key without one of its own
+	// (SetKeyLimits).
+	PerKey KeyLimits
+}
+
+// KeyLimits is how a fair queue serves one key: its Weight (tasks per turn,
+// 0: 1) and MaxRunning (its takings at once, across every worker; 0: no
+// limit).
+type KeyLimits struct {
+	Weight     int
+	MaxRunning int
+}
+
+// MaxKeyWeight is the largest KeyLimits.Weight (a key's credit in its turn
+// is kept in 10 bits of its state, see lua/include/fair.lua).
+const MaxKeyWeight = 1000
+
+// stored is the policy as the scripts read it: "<weight> <limit>".
+func (l KeyLimits) stored() string {
+	return strconv.Itoa(min(max(l.Weight, 1), MaxKeyWeight)) + " " + strconv.Itoa(max(l.MaxRunning, 0))
+}
+
+// keyPolicyCmds are the commands that store p (in one MULTI).
+func keyPolicyCmds(q QueueKeys, p KeyPolicy) []command {
+	return []command{
+		cmdOf("HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead(), "fair", flag01(p.Fair)),
+		cmdOf("HSET", q.FairState, "p:", p.PerKey.stored()),
+	}
 }
 
 func flag01(b bool) string {
@@ -41,21 +72,100 @@ func (p KeyPolicy) onDead() string {
 	return "block"
 }
 
-// WriteKeyPolicy stores the key policy of queue q alone.
+// WriteKeyPolicy stores the key policy of queue q alone, and announces it
+// ("0" on the queue's wake channel: workers read its flags again, Fair
+// among them).
 func (s *Store) WriteKeyPolicy(ctx context.Context, q QueueKeys, p KeyPolicy) error {
-	_, err := s.cmd(ctx, q.Ref.Tag, "HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead())
-	return err
+	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
+		if err := multi(ctx, c, keyPolicyCmds(q, p)...); err != nil {
+			return err
+		}
+		_, err := do(ctx, c, s.publish(), q.WakeChannel, "0")
+		return err
+	})
 }
 
 // ReadKeyPolicy reads the key policy of queue q (the defaults when none
 // was written).
 func (s *Store) ReadKeyPolicy(ctx context.Context, q QueueKeys) (KeyPolicy, error) {
-	vals, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "merge", "ondead"))
+	vals, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "merge", "ondead", "fair"))
 	if err != nil {
 		return KeyPolicy{}, err
 	}
-	return KeyPolicy{Merge: vals[0] == "1", MoveOnDead: vals[1] == "next"}, nil
+	p := KeyPolicy{Merge: vals[0] == "1", MoveOnDead: vals[1] == "next", Fair: vals[2] == "1"}
+	pol, err := redis.String(s.cmd(ctx, q.Ref.Tag, "HGET", q.FairState, "p:"))
+	if err != nil && err != redis.ErrNil {
+		return KeyPolicy{}, err
+	}
+	p.PerKey = parseKeyLimits(pol)
+	return p, nil
 }
+
+// parseKeyLimits reads a stored policy ("<weight> <limit>"; "" : none).
+func parseKeyLimits(s string) KeyLimits {
+	w, l, _ := strings.Cut(s, " ")
+	var out KeyLimits
+	out.Weight, _ = strconv.Atoi(w)
+	out.MaxRunning, _ = strconv.Atoi(l)
+	return out
+}
+
+// SetKeyLimits stores the policy of one key of fair queue q (the zero
+// KeyLimits: the queue's PerKey applies again). A take reads it on the
+// key's next turn; a key held by its old limit goes back in turn when one
+// of its takings ends.
+func (s *Store) SetKeyLimits(ctx context.Context, q QueueKeys, key string, l KeyLimits) error {
+	var err error
+	if l == (KeyLimits{}) {
+		_, err = s.cmd(ctx, q.Ref.Tag, "HDEL", q.FairState, "p:"+key)
+	} else {
+		_, err = s.cmd(ctx, q.Ref.Tag, "HSET", q.FairState, "p:"+key, l.stored())
+	}
+	return err
+}
+
+// FairKey is one key of a fair queue as its state says: its takings
+// running (counted by the takes, given back by their ends), whether it is
+// in turn (in the ring) or held by its limit, and its own policy (nil:
+// the queue's).
+type FairKey struct {
+	Running int
+	InTurn  bool
+	Held    bool
+	Waiting int
+	Limits  *KeyLimits
+}
+
+// ReadFairKey reads the state of key on fair queue q, in one round trip.
+func (s *Store) ReadFairKey(ctx context.Context, q QueueKeys, key string) (FairKey, error) {
+	rs, err := s.pipeline(ctx, q.Ref.Tag, []command{
+		cmdOf("HMGET", q.FairState, "s:"+key, "p:"+key),
+		cmdOf("LLEN", q.FairListPrefix+key),
+	})
+	if err != nil {
+		return FairKey{}, err
+	}
+	v, err := redis.Strings(rs[0], nil)
+	if err != nil {
+		return FairKey{}, err
+	}
+	var out FairKey
+	st, _ := strconv.ParseInt(v[0], 10, 64)
+	out.Running = int(st / fairRun)
+	out.InTurn, out.Held = st%fairCredit == fairIn, st%fairCredit == fairBlocked
+	if v[1] != "" {
+		l := parseKeyLimits(v[1])
+		out.Limits = &l
+	}
+	out.Waiting, _ = redis.Int(rs[1], nil)
+	return out, nil
+}
+
+// The encoding of a fair key's state (FAIR_* in lua/include/fair.lua).
+const (
+	fairRun, fairCredit = 4096, 4
+	fairIn, fairBlocked = 1, 2
+)
 
 // envelopeMagic starts the payload field of every keyed task (KEY_ENV in
 // lua/include/key.lua). Package worqr refuses payloads that start with it.
@@ -140,11 +250,12 @@ func (s *Store) enqueueKeyCall(ctx context.Context, q QueueKeys, key string, ids
 		a = &EnqueueArgs{}
 	}
 	args := make([]any, 0, 24+4*len(ids))
-	nkeys := 5 + len(ids)
+	nkeys := 8 + len(ids)
 	if g != nil {
 		nkeys++
 	}
-	args = append(args, nkeys, q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config)
+	args = append(args, nkeys, q.Waiting, q.Scheduled, q.KeyHeads, q.KeyListPrefix+key, q.Config,
+		q.FairListPrefix+key, q.FairRing, q.FairState)
 	for _, id := range ids {
 		args = append(args, q.Task(id))
 	}

@@ -74,6 +74,7 @@ type QueueFlags struct {
 	Paused  bool
 	Levels  int
 	Limited bool
+	Fair    bool // its keys share it (KeyPolicy.Fair)
 }
 
 // Flags reads the flags of each queue, one round trip per tag; it fails
@@ -150,7 +151,7 @@ func (s *Store) FlagsEach(ctx context.Context, qs []QueueKeys) ([]QueueFlags, []
 func (s *Store) flagsOf(ctx context.Context, tag string, qs []QueueKeys, idx []int, out []QueueFlags) error {
 	cmds := make([]command, len(idx))
 	for j, i := range idx {
-		cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc")
+		cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc", "fair")
 	}
 	rs, err := s.pipeline(ctx, tag, cmds)
 	if err != nil {
@@ -165,7 +166,8 @@ func (s *Store) flagsOf(ctx context.Context, tag string, qs []QueueKeys, idx []i
 		levels, _ := strconv.Atoi(v[1])
 		rate, _ := strconv.Atoi(v[2])
 		conc, _ := strconv.Atoi(v[3])
-		read[j] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0}
+		read[j] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0,
+			Fair: v[4] == "1"}
 	}
 	for j, i := range idx {
 		out[i] = read[j]
@@ -183,10 +185,11 @@ type QueueSettings struct {
 
 // WriteSettings stores the settings of queue q.
 func (s *Store) WriteSettings(ctx context.Context, q QueueKeys, v QueueSettings) error {
-	_, err := s.cmd(ctx, q.Ref.Tag, "HSET", q.Config,
-		"retention", v.RetentionMs, "dead_max", v.DeadMaxCount, "dead_age", v.DeadMaxAgeMs,
-		"merge", flag01(v.Keys.Merge), "ondead", v.Keys.onDead())
-	return err
+	return s.withConn(ctx, q.Ref.Tag, func(c redis.Conn) error {
+		return multi(ctx, c, append([]command{cmdOf("HSET", q.Config,
+			"retention", v.RetentionMs, "dead_max", v.DeadMaxCount, "dead_age", v.DeadMaxAgeMs)},
+			keyPolicyCmds(q, v.Keys)...)...)
+	})
 }
 
 // SetPaused pauses (on) or resumes queue q: stored in its config hash, and

@@ -89,6 +89,12 @@ type TakeArgs struct {
 	// Taken.Head), to be ended together (Ending.Batch). With Limited, each
 	// counts as a start. 0 or 1: the plain take.
 	Batch int
+	// Fair: the queue is fair (its config's "fair", see KeyPolicy.Fair):
+	// after its waiting list, the take serves its keys' lists in turn,
+	// each key within its limit of running takings, and counts each taking
+	// in its key's running count. false: the plain take (the keys' tasks
+	// wait).
+	Fair bool
 	// Park > 0: the worker runs that many takings of this plain queue at
 	// once (no levels, no limits, no batches); a take that finds fewer
 	// tasks than it asked for parks it, so that an enqueue hands it tasks
@@ -112,6 +118,9 @@ func (a TakeArgs) keys(q QueueKeys) []any {
 	if a.Limited {
 		out = append(out, q.RateLog())
 	}
+	if a.fair() {
+		out = append(out, q.FairRing, q.FairState)
+	}
 	if a.parks() {
 		out = append(out, q.Park) // last
 	}
@@ -120,8 +129,11 @@ func (a TakeArgs) keys(q QueueKeys) []any {
 
 // parks reports whether the take may park its worker.
 func (a TakeArgs) parks() bool {
-	return a.Park > 0 && a.Levels == 0 && !a.Limited && a.Batch <= 1 && !a.Stage && !a.Child
+	return a.Park > 0 && a.Levels == 0 && !a.Limited && a.Batch <= 1 && !a.Stage && !a.Child && !a.Fair
 }
+
+// fair reports whether the take serves the queue's keys in turn.
+func (a TakeArgs) fair() bool { return a.Fair && !a.Stage && !a.Child }
 
 // takeFields are a take's own arguments: in the take script's ARGV
 // (TAKE) and in the end script's, for the take it runs after the ends
@@ -144,8 +156,10 @@ func (a TakeArgs) parks() bool {
 //	             finds fewer tasks than it asked for parks the worker,
 //	             which runs park takings of the queue at once; else 0
 //	park_ms      how long the park entry is valid (0: until deadline)
+//	fair         1: a fair queue (TakeArgs.Fair): after the waiting list,
+//	             the keys' lists in turn (see lua/include/fair.lua)
 var takeFields = []string{"worker", "max", "deadline", "max_crashes", "kind", "safe", "levels", "limited",
-	"batch", "park", "park_ms"}
+	"batch", "park", "park_ms", "fair"}
 
 // takeArgv is the take script's ARGV: the take's fields, the task key
 // prefix and the tag's prefixes.
@@ -180,6 +194,7 @@ func (a TakeArgs) put(v values, safe bool) {
 	v.set("batch", batch)
 	v.set("park", park)
 	v.set("park_ms", parkMs)
+	v.set("fair", flag(a.fair()))
 }
 
 // takenRow is one row of a take's reply, per id handed out (or buried):

@@ -3,6 +3,7 @@
 --- @include "cfg"
 --- @include "finalize"
 --- @include "packed"
+--- @include "fair"
 -- cancel: end a waiting or scheduled task, or ask the owner of a running one
 -- to stop.
 -- KEYS[1] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -44,7 +45,7 @@ local function list_remove(list, id)
   end
   return -1
 end
-local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY)
+local t = redis.pcall('HMGET', KEYS[2], F_STATE, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_PARENT, F_RETENTION, F_PRIORITY, F_KEY, F_FAIR_KEY)
 if type(t) ~= 'table' or t.err then
   return 0
 end
@@ -84,6 +85,12 @@ if s ~= S_ACTIVE then
   local removed
   if s == S_SCHEDULED then
     removed = redis.call('ZREM', KEYS[3], ARGV[1])
+  elseif t[9] then
+    -- A fair queue's task waits in its key's list (its key keeps its place
+    -- in turn: the take that finds the list empty takes it out).
+    local tprefix = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1])
+    local _, _, listp = FAIR.names(tprefix, FAIR.queue_of(tprefix, KEYS[1]))
+    removed = list_remove(listp .. t[9], ARGV[1])
   else
     removed = list_remove(level_list(KEYS[1], t[7]), ARGV[1])
   end

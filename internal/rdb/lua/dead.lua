@@ -3,6 +3,7 @@
 --- @include "flow"
 --- @include "level"
 --- @include "key"
+--- @include "fair"
 -- dead: requeue or delete tasks of a queue's dead set.
 -- KEYS[1] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[2] <ns>:{T}:q:<queue>          (list) waiting ids
@@ -137,6 +138,7 @@ local function over(tkey, id)
 end
 
 local handled, push, refused = {}, {}, {}
+local fair_back = 0 -- fair queues' tasks put back in their keys' lists
 local read = #ids
 for i, id in ipairs(ids) do
   local tkey = ARGV[2] .. id
@@ -147,9 +149,10 @@ for i, id in ipairs(ids) do
   if ARGV[1] ~= 'delete' and redis.call('ZSCORE', KEYS[1], id) and not back_in_run(tkey, id) then
     table.insert(refused, id)
   elseif redis.call('ZREM', KEYS[1], id) == 1 then
-    local okey = redis.pcall('HGET', tkey, F_KEY)
-    if type(okey) ~= 'string' then
-      okey = nil
+    local keys = redis.pcall('HMGET', tkey, F_KEY, F_FAIR_KEY)
+    local okey, fkey
+    if type(keys) == 'table' and not keys.err then
+      okey, fkey = keys[1], keys[2]
     end
     if ARGV[1] == 'delete' then
       key_ended(tkey, id, okey, KEYS[1], 'dead:')
@@ -168,7 +171,11 @@ for i, id in ipairs(ids) do
           redis.call('PERSIST', ix)
         end
       end
-      if not okey or key_requeue(tkey, id, okey, KEYS[2], KEYS[3]) then
+      if fkey then
+        -- A fair queue's task: at the back of its key's list (fair.lua).
+        FAIR.push(ARGV[2], qname, fkey, id, false)
+        fair_back = fair_back + 1
+      elseif not okey or key_requeue(tkey, id, okey, KEYS[2], KEYS[3]) then
         table.insert(push, id)
       end
     end
@@ -180,7 +187,9 @@ if #push > 0 then
   if #plain > 0 then
     redis.call('RPUSH', KEYS[2], unpack(plain))
   end
-  redis.call('PUBLISH', ARGV[3], #push)
+end
+if #push + fair_back > 0 then
+  redis.call('PUBLISH', ARGV[3], #push + fair_back)
 end
 local last = ''
 if #refused > 0 then

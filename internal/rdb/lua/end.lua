@@ -62,13 +62,19 @@
 local END = LAYOUT.END
 local e = {sched_key = KEYS[1], dead_key = KEYS[2], cfg_key = KEYS[3], tprefix = ARGV[END.task_prefix],
   waiting = KEYS[4], retained = KEYS[5], retention = tonumber(ARGV[END.retention]),
-  wake_channel = ARGV[END.wake_channel], woken = {},
+  wake_channel = ARGV[END.wake_channel], woken = {}, freed = {order = {}, n = {}},
   pfx = {queue = ARGV[END.queue_prefix], wake = ARGV[END.wake_prefix], sched = ARGV[END.sched_prefix],
     cancel = ARGV[END.cancel_prefix], index = ARGV[END.index_prefix]}}
 key_wakes = e.woken -- the keys' next tasks are published with the rest, once
 -- The records start after END; their keys after the first 8.
 local out, members, stopped, freed_more = end_records(e, KEYS, ARGV, 9, END.N + 1)
 key_wakes = nil
+-- A fair queue's keys get their slots back, once per key, before the take
+-- below (which may use them); a key its limit held goes back in turn.
+local woke = FAIR.free(e.tprefix, FAIR.queue_of(e.tprefix, e.waiting), e.freed)
+if woke > 0 then
+  end_wake(e, e.wake_channel, woke)
+end
 for channel, n in pairs(e.woken) do
   redis.call('PUBLISH', channel, n)
 end

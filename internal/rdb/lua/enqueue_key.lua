@@ -1,6 +1,7 @@
 --- @include "codes"
 --- @include "time"
 --- @include "key"
+--- @include "fair"
 -- enqueue_key: enqueue tasks with a key on an ordered queue, in order. A
 -- task becomes its key's head when the key has none (at the back of the
 -- waiting list, or scheduled), else it waits in the key's list. When the
@@ -13,7 +14,10 @@
 -- KEYS[3]      <ns>:{T}:kh:<queue>       (hash) key -> head id
 -- KEYS[4]      <ns>:{T}:k:<queue>:<key>  (list) the key's ids behind its head
 -- KEYS[5]      <ns>:{T}:cfg:<queue>      (hash) queue settings
--- KEYS[6..n+5] <ns>:{T}:t:<id>           (hash) one per new task
+-- KEYS[6]      <ns>:{T}:fq:<queue>:<key> (list) a fair queue's: the key's waiting ids
+-- KEYS[7]      <ns>:{T}:fr:<queue>       (list) a fair queue's keys in turn
+-- KEYS[8]      <ns>:{T}:fs:<queue>       (hash) a fair queue's keys' states
+-- KEYS[9..n+8] <ns>:{T}:t:<id>           (hash) one per new task
 -- The hash of the key's waiting tail (a merge target) cannot be declared
 -- (its id is read here); it is built from ARGV[1], in KEYS[1]'s slot.
 -- ARGV[1] task key prefix   ARGV[2] the key
@@ -41,6 +45,11 @@
 --         beside each one's payload (F_META) and handed out with it by the
 --         take. A merge keeps the waiting task's metadata.
 -- A merge keeps the waiting task's own retention and deadline.
+-- On a fair queue (cfg fair = 1) a key orders nothing and merges nothing:
+-- each task joins the back of its key's list (or, delayed, the scheduled
+-- set, which the mover empties into the key's list), and the key joins the
+-- ring of keys in turn unless it is there or held by its limit (fair.lua).
+-- Its hash carries the key as F_FAIR_KEY (F_KEY is an ordered queue's).
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
 -- "into", {-4} when the tail changed since it was read (nothing written).
@@ -93,7 +102,10 @@ if mode == 'into' then
   end
 end
 local meta = ARGV[16 + 3 * n] or ''
-local merging = mode == 'add' and redis.call('HGET', KEYS[5], 'merge') == '1'
+local c = redis.call('HMGET', KEYS[5], 'merge', 'fair')
+local fair = c[2] == '1'
+local merging = mode == 'add' and c[1] == '1' and not fair
+local fair_ids = {} -- a fair queue's tasks due now, for the key's list
 local entries = {}
 for i = 1, n do
   local score = ARGV[12 + 2 * n + i]
@@ -120,15 +132,23 @@ while i <= n do
     i = i + merged
   else
     local entry = entries[i]
-    local tkey = KEYS[5 + i]
-    redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), F_KEY, okey)
+    local tkey = KEYS[8 + i]
+    redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), fair and F_FAIR_KEY or F_KEY, okey)
     if ARGV[5] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[5]) end
     if ARGV[6] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[6]) end
     if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
     if ARGV[11] ~= '' then redis.call('HSET', tkey, F_DEADLINE, ARGV[11]) end
     if meta ~= '' then redis.call('HSET', tkey, F_META, meta) end
-    if not key_add(tprefix, base, qname, heads, list, okey, id, due) then
-      behind = behind + 1
+    if not fair then
+      if not key_add(tprefix, base, qname, heads, list, okey, id, due) then
+        behind = behind + 1
+      end
+    elseif due then
+      redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
+      redis.call('ZADD', KEYS[2], due, id)
+    else
+      redis.call('HSET', tkey, F_STATE, S_QUEUED)
+      fair_ids[#fair_ids + 1] = id
     end
     out[#out + 1] = id
     out[#out + 1] = 0
@@ -136,6 +156,14 @@ while i <= n do
   end
 end
 key_behind(base .. 'kn:' .. qname, behind)
+if #fair_ids > 0 then
+  -- A key whose list held ids already is in the ring, or held by its
+  -- limit (fair.lua): only a key that had none is looked at.
+  if redis.call('RPUSH', KEYS[6], unpack(fair_ids)) == #fair_ids then
+    FAIR.ensure(KEYS[7], KEYS[8], okey)
+  end
+  redis.call('PUBLISH', base .. 'wake:' .. qname, #fair_ids)
+end
 if step then
   if ARGV[15 + 3 * n] == '1' then
     redis.call('DEL', KEYS[#KEYS])

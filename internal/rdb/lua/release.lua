@@ -32,9 +32,9 @@ for j = 1, #all, 2 do
     held[#held + 1] = {pid = tonumber(all[j]), id = all[j + 1]}
   end
 end
-local requeued, cancelled = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2], false)
-if requeued > 0 then
-  redis.call('PUBLISH', ARGV[1], requeued)
+local requeued, cancelled, woke = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2], false)
+if requeued + woke > 0 then
+  redis.call('PUBLISH', ARGV[1], requeued + woke)
 end
 local out = {requeued, cancelled, tonumber(redis.call('GET', KEYS[5]) or '0')}
 for i = 3, #ARGV do

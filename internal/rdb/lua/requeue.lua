@@ -48,9 +48,9 @@ for i = 5, #KEYS - 1 do
     more = 1
   end
 end
-local requeued, cancelled = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2], ARGV[3] == '1')
-if requeued > 0 then
-  redis.call('PUBLISH', ARGV[1], requeued)
+local requeued, cancelled, woke = requeue_pids(held, KEYS[1], KEYS[3], KEYS[4], ARGV[2], ARGV[3] == '1')
+if requeued + woke > 0 then
+  redis.call('PUBLISH', ARGV[1], requeued + woke)
 end
 local out = {requeued, more}
 for _, v in ipairs(cancelled) do

@@ -10,6 +10,7 @@
 --- @include "fail"
 --- @include "history"
 --- @include "flow"
+--- @include "fair"
 -- ending: the end script's work (see end.lua), one function per kind of
 -- taking, each taking what it reads as arguments. They live here, at the
 -- top of the library, rather than in the script: a Lua function reads at
@@ -23,6 +24,8 @@
 --   wake_channel                   its wake channel
 --   pfx                            the tag's prefixes: queue, wake, sched, cancel, index
 --   woken                          channel -> wake-ups owed, published at the end
+--   freed                          the slots of fair queues' keys freed, given
+--                                  back once per key at the end (fair_note)
 -- (e is the q of fail_attempt: it has the fields it reads.)
 
 -- end_wake owes n wake-ups on channel, published once at the end of the
@@ -32,14 +35,18 @@ local function end_wake(e, channel, n)
 end
 
 -- end_give_back puts the taking back at the front of the queue (of its
--- priority level's list).
-local function end_give_back(e, tkey, id)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION, F_PRIORITY, F_KEY)
+-- priority level's list; a fair queue's task: of its key's list). pid: the
+-- taking's, when the caller has not yet freed its key's slot (fair).
+local function end_give_back(e, tkey, id, pid)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RUN_STATUS, F_RETENTION, F_PRIORITY, F_KEY, F_FAIR_KEY, F_FAIR_PID)
   if t.err then
     -- Corrupt task data: put the id back; the take buries it with the reason.
     redis.call('LPUSH', e.waiting, id)
     end_wake(e, e.wake_channel, 1)
     return OUT_REQUEUED
+  end
+  if pid then
+    FAIR.note(e.freed, FAIR.counted(t[7], t[8], pid))
   end
   if t[3] and t[3] ~= R_RUNNING then
     -- A flow run that ended (cancelled) while this taking ran: keep it as is.
@@ -52,7 +59,11 @@ local function end_give_back(e, tkey, id)
   end
   redis.call('HSET', tkey, F_STATE, S_QUEUED)
   redis.call('HDEL', tkey, F_WORKER, F_PID)
-  redis.call('LPUSH', level_list(e.waiting, t[5]), id)
+  if t[7] then
+    FAIR.push(e.tprefix, FAIR.queue_of(e.tprefix, e.waiting), t[7], id, true)
+  else
+    redis.call('LPUSH', level_list(e.waiting, t[5]), id)
+  end
   end_wake(e, e.wake_channel, 1)
   return OUT_REQUEUED
 end
@@ -61,12 +72,14 @@ end
 -- take found past its deadline (never run), once Redis's clock confirms it;
 -- ask 'cancel' one the take found marked cancelled where it waited (never
 -- run): cancelled.
-local function end_task(e, tkey, id, ask, delay, err, result, worker)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY)
+-- pid: the taking's (a fair queue's key frees its slot).
+local function end_task(e, tkey, id, ask, delay, err, result, worker, pid)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY, F_FAIR_KEY, F_FAIR_PID)
   if t.err then
     bury(e.dead_key, e.cfg_key, e.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
+  FAIR.note(e.freed, FAIR.counted(t[6], t[7], pid))
   if t[1] or ask == 'cancel' then
     -- (Ask cancel: the take found the mark; its state is cancelled and its
     -- unique lock released since the cancel, whatever became of the mark.)
@@ -343,7 +356,7 @@ local function end_records(e, keys, argv, k, i)
       if not owned[s] then
         -- Lost: not the owner; nothing changed.
       elseif ask == 'back' then
-        code = end_give_back(e, tkey, id)
+        code = end_give_back(e, tkey, id, pid)
       elseif kind == 'stage' then
         code = end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
       elseif kind == 'child' then
@@ -357,7 +370,7 @@ local function end_records(e, keys, argv, k, i)
           stopped[r + STOPPED.queue], stopped[r + STOPPED.id] = removed[j], removed[j + 1]
         end
       else
-        code = end_task(e, tkey, id, ask, delay, err, result, worker)
+        code = end_task(e, tkey, id, ask, delay, err, result, worker, pid)
       end
     end
     local ENDED, o = LAYOUT.ENDED, #out

@@ -2,6 +2,7 @@
 --- @include "level"
 --- @include "cfg"
 --- @include "finalize"
+--- @include "fair"
 -- batch_claim reports whether the taking of task fid (a member of the batch
 -- headed by head) is the caller's to put back: it is held in this run
 -- (mine), or it is still taken (state active) in that batch (its F_BATCH_OF
@@ -88,21 +89,28 @@ end
 -- cancelled; a flow run that ended meanwhile is left as it is;
 -- crashed counts a crash on each, once per dead worker: a zombie that took
 -- its own requeued task again before it noticed its death is not counted
--- twice (F_CRASHED_ON remembers the last worker counted). Returns requeued
--- and the takings ended as cancelled: id, pid, worker ('' unknown), flat.
+-- twice (F_CRASHED_ON remembers the last worker counted). A fair queue's
+-- task goes back to the front of its key's list, and its taking's slot in
+-- its key's running count is given back (fair.lua). Returns requeued, the
+-- takings ended as cancelled: id, pid, worker ('' unknown), flat, and how
+-- many of a fair queue's keys went back in turn (a wake-up each).
 local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
   -- pids number takings in the order tasks left the queue: push the newest
   -- first so that the oldest ends up at the very front.
   table.sort(held, function(x, y) return x.pid < y.pid end)
   local requeued, cancelled = 0, {}
   local mine, gone = {}, {} -- batches: members held here; members handled
+  local freed = {order = {}, n = {}} -- fair queues' keys' slots (fair_note)
   for _, h in ipairs(held) do
     mine[h.id] = true
   end
   for i = #held, 1, -1 do
     local id = held[i].id
     local tkey = tprefix .. id
-    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY, F_KEY, F_BATCH, F_BATCH_OF)
+    local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_STATE, F_RUN_STATUS, F_WORKER, F_CRASHED_ON, F_RETENTION, F_PRIORITY, F_KEY, F_BATCH, F_BATCH_OF, F_FAIR_KEY, F_FAIR_PID)
+    if not t.err then
+      FAIR.note(freed, FAIR.counted(t[12], t[13], string.format('%d', held[i].pid)))
+    end
     if not t.err and (t[10] or t[11]) and t[3] == S_ACTIVE and not gone[id] then
       -- A member of a batch (its head, or a task taken with it): the whole
       -- batch goes back now, here, whichever member came first (the one
@@ -143,9 +151,13 @@ local function requeue_pids(held, queue, cfg, retained, tprefix, crashed)
       end
       redis.call('HSET', tkey, F_STATE, S_QUEUED)
       redis.call('HDEL', tkey, F_WORKER, F_PID)
-      redis.call('LPUSH', level_list(queue, t[8]), id)
+      if t[12] then
+        FAIR.push(tprefix, FAIR.queue_of(tprefix, queue), t[12], id, true)
+      else
+        redis.call('LPUSH', level_list(queue, t[8]), id)
+      end
       requeued = requeued + 1
     end
   end
-  return requeued, cancelled
+  return requeued, cancelled, FAIR.free(tprefix, FAIR.queue_of(tprefix, queue), freed)
 end

@@ -6,6 +6,7 @@
 --- @include "packed"
 --- @include "bytes"
 --- @include "park"
+--- @include "fair"
 -- limit_allowance is how many of max tasks the queue's global limits let a
 -- take start now (read from its config hash k.cfg: 'rate' tasks per
 -- 'period' ms, at most 'conc' running), and, when a limit cut the take, how
@@ -161,6 +162,10 @@ local function take_tasks(k, argv, L)
   if kind ~= 'task' then
     batch = 0
   end
+  -- fair: the queue's keys share it (see fair.lua): its waiting list (tasks
+  -- with no key) first, then the keys' lists, in turn.
+  local fair = argv[L.fair] == '1' and kind == 'task'
+  local qname = fair and FAIR.queue_of(k.tprefix, k.waiting)
   -- The index in a task's HMGET of F_CANCEL (read in the same command): a
   -- task cancelled while it waited deep in a long list and left there (see
   -- cancel.lua), or a run or a child whose run was cancelled or failed
@@ -215,10 +220,41 @@ local function take_tasks(k, argv, L)
       break
     end
   end
+  -- The keys' turns (fair): each served key's list is one more of lists,
+  -- and fkey names the key of each id taken from one.
+  local plan, fkey = nil, {}
+  if fair and need > 0 then
+    plan = FAIR.pick(k.tprefix, qname, need, safe)
+    if not plan then
+      return nil, 'moved'
+    end
+    for _, pick in ipairs(plan.picks) do
+      if #pick.ids > 0 then
+        lists[#lists + 1] = pick.list
+        cut[#lists] = #pick.ids
+        for _, id in ipairs(pick.ids) do
+          ids[#ids + 1] = id
+          src[#ids] = #lists
+          fkey[#ids] = pick.key
+        end
+        need = need - #pick.ids
+      end
+    end
+  end
+  -- fair_done records what the take did with the keys' turns: the takings
+  -- counted per key (fcount) and the ids put back (fback); a take left
+  -- short while keys wait wakes the queue's workers.
+  local fcount, fback = {}, {}
+  local function fair_done()
+    if plan and FAIR.commit(plan, fcount, fback) then
+      redis.call('PUBLISH', pfx.wake .. qname, 1)
+    end
+  end
   -- Parked (after every read, so that a take that reports 'moved' has
   -- changed nothing).
   local parking = parks > 0 and need > 0
   if #ids == 0 then
+    fair_done()
     if parking then
       park(k, w, worker_deadline, parks, park_ms)
     end
@@ -245,6 +281,10 @@ local function take_tasks(k, argv, L)
       else
         back[j] = back[j] or {}
         table.insert(back[j], ids[i])
+      end
+      if fkey[i] then
+        fback[fkey[i]] = (fback[fkey[i]] or 0) + 1
+        fkey[i] = nil
       end
       ids[i], data[i], packed[i], reasons[i] = nil, nil, nil, nil
     end
@@ -408,7 +448,17 @@ local function take_tasks(k, argv, L)
       local spid = string.format('%d', pid)
       -- (F_STARTED: when the taking was handed out, for its attempt's
       -- history and the Inspector; the take reads Redis time anyway.)
-      if packed[i] then
+      if fkey[i] then
+        -- A key's task (fair): its taking counts in the key's running
+        -- count, which the taking's end (or requeue) gives back, once:
+        -- F_FAIR_PID says which taking was counted.
+        fcount[fkey[i]] = (fcount[fkey[i]] or 0) + 1
+        redis.call('HSET', tkey, F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_STARTED, now_ms(), F_FAIR_PID, spid)
+        if packed[i] then
+          redis.call('HSET', tkey, F_PAYLOAD, t[1])
+          redis.call('HDEL', packed[i][1], packed[i][2])
+        end
+      elseif packed[i] then
         redis.call('HSET', tkey, F_PAYLOAD, t[1], F_STATE, S_ACTIVE, F_WORKER, w, F_PID, spid, F_STARTED, now_ms())
         redis.call('HDEL', packed[i][1], packed[i][2])
       elseif kind == 'stage' and t[ci] then
@@ -490,6 +540,7 @@ local function take_tasks(k, argv, L)
       end
     end
   end
+  fair_done()
   if #held > 0 then
     redis.call('HSET', k.wq, unpack(held))
     redis.call('SADD', k.holders, w)

@@ -1,0 +1,321 @@
+package rdb_test
+
+import (
+	"math"
+	"reflect"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/gomodule/redigo/redis"
+	"github.com/worqr/worqr-go/internal/rdb"
+)
+
+// Fair queues (KeyPolicy.Fair, lua/include/fair.lua): the keys' lists, the
+// ring of keys in turn and each key's state, as the scripts keep them.
+
+// fairEnv is an env whose queue is fair, each key served by policy per.
+func fairEnv(t *testing.T, per rdb.KeyLimits) *env {
+	t.Helper()
+	e := newEnv(t)
+	if err := e.st.WriteKeyPolicy(e.ctx, e.q, rdb.KeyPolicy{Fair: true, PerKey: per}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// fairEnq enqueues tasks ids of key in one call, each with payload
+// payload(id) and score 1 (so that its envelope is fairPayload's).
+func (e *env) fairEnq(t *testing.T, key string, ids ...string) {
+	t.Helper()
+	ps, sc := make([][]byte, len(ids)), make([]string, len(ids))
+	for i, id := range ids {
+		ps[i], sc[i] = []byte(payload(id)), "1"
+	}
+	if _, err := e.st.EnqueueKey(e.ctx, e.q, key, ids, ps, sc, nil); err != nil {
+		t.Fatalf("EnqueueKey %s %v: %v", key, ids, err)
+	}
+}
+
+// fairPayload is the payload field of task id of key enqueued by fairEnq.
+func fairPayload(key, id string) string {
+	return string(rdb.EncodeEnvelope(key, []rdb.Entry{{Score: 1, Payload: []byte(payload(id))}}))
+}
+
+// fairQueued is the hash of task id of key waiting in its key's list.
+func fairQueued(key, id string) hash {
+	return hash{"d": fairPayload(key, id), rdb.FieldFairKey: key, "s": "queued"}
+}
+
+// fairActive is the hash of task id of key taken by w under pid, counted.
+func fairActive(key, id, w, pid string) hash {
+	return fairQueued(key, id).with("s", "active", "w", w, "p", pid, rdb.FieldFairPID, pid).started()
+}
+
+// fairTake takes up to max tasks of the fair queue for worker w.
+func (e *env) fairTake(t *testing.T, w string, max int) []rdb.Taken {
+	t.Helper()
+	got, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Fair: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// joined is the ids of got, space-separated.
+func joined(got []rdb.Taken) string { return strings.Join(takenIDs(got), " ") }
+
+// fst is a fair key's state as the scripts store it: its running takings,
+// its turn's credit left, where it is (0 out, 1 in turn, 2 held by its
+// limit).
+func fst(running, credit, where int) string {
+	return strconv.Itoa(running*4096 + credit*4 + where)
+}
+
+// The first task of a key puts the key in turn (the ring) and wakes the
+// workers; more tasks of a key in turn join its list and nothing else.
+func TestFairEnqueue(t *testing.T) {
+	t.Parallel()
+	e := fairEnv(t, rdb.KeyLimits{})
+	before := e.dump(t)
+	l := e.listen(t)
+	e.fairEnq(t, "A", "a1", "a2")
+	e.fairEnq(t, "B", "b1")
+	e.fairEnq(t, "A", "a3")
+	e.checkState(t, before, func(e *env) state {
+		return before.with(
+			e.q.Task("a1"), fairQueued("A", "a1"), e.q.Task("a2"), fairQueued("A", "a2"),
+			e.q.Task("a3"), fairQueued("A", "a3"), e.q.Task("b1"), fairQueued("B", "b1"),
+			e.q.FairListPrefix+"A", list{"a1", "a2", "a3"}, e.q.FairListPrefix+"B", list{"b1"},
+			e.q.FairRing, list{"A", "B"},
+			e.q.FairState, hash{"p:": "1 0", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1)})
+	})
+	checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}, {"wake", "1"}, {"wake", "1"}})
+}
+
+// A take serves the keys in turn, after the waiting list (tasks with no
+// key): each key of weight w starts up to w tasks per turn, within its
+// limit; a lone key gets every slot asked for.
+func TestFairTake(t *testing.T) {
+	t.Parallel()
+	t.Run("keys take turns", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		e.fairEnq(t, "A", "a1", "a2", "a3")
+		e.fairEnq(t, "B", "b1")
+		e.fairEnq(t, "C", "c1", "c2")
+		before := e.dump(t)
+		got := e.fairTake(t, "W", 4)
+		if joined(got) != "a1 a2 b1 c1" {
+			t.Fatalf("took %q, want a1 a2 b1 c1 (A twice: the ring went round)", joined(got))
+		}
+		pid := func(i int) string { return got[i].PID }
+		e.checkState(t, before, func(e *env) state {
+			return before.with(
+				e.q.Task("a1"), fairActive("A", "a1", "W", pid(0)), e.q.Task("a2"), fairActive("A", "a2", "W", pid(1)),
+				e.q.Task("b1"), fairActive("B", "b1", "W", pid(2)), e.q.Task("c1"), fairActive("C", "c1", "W", pid(3)),
+				e.q.FairListPrefix+"A", list{"a3"}, e.q.FairListPrefix+"B", nil, e.q.FairListPrefix+"C", list{"c2"},
+				// B's list ran out exactly: it stays in turn until a take finds it empty.
+				e.q.FairRing, list{"B", "C", "A"},
+				e.q.FairState, hash{"p:": "1 0", "s:A": fst(2, 0, 1), "s:B": fst(1, 0, 1), "s:C": fst(1, 0, 1)},
+				e.q.WorkerQueue("W"), hash{pid(0): "a1", pid(1): "a2", pid(2): "b1", pid(3): "c1"},
+				e.q.Holders, set{"W"}, e.q.Seq, str(pid(3)))
+		})
+		if got := e.fairTake(t, "W", 1); joined(got) != "c2" {
+			t.Fatalf("took %q, want c2 (B ran dry, C is next)", joined(got))
+		}
+		if r := e.strs(t, "LRANGE", e.q.FairRing, 0, -1); !reflect.DeepEqual(r, []string{"A", "C"}) {
+			t.Errorf("ring %v, want [A C]: B out (found empty), C's turn over", r)
+		}
+	})
+	t.Run("a lone key gets the whole take", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		e.fairEnq(t, "A", "a1", "a2", "a3")
+		if got := e.fairTake(t, "W", 10); joined(got) != "a1 a2 a3" {
+			t.Fatalf("took %q", joined(got))
+		}
+		if n := e.do(t, "EXISTS", e.q.FairRing); n != int64(0) {
+			t.Errorf("the ring is left with a key whose list ran dry")
+		}
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(3, 0, 0) {
+			t.Errorf("A's state %s, want %s (3 running, out of turn)", s, fst(3, 0, 0))
+		}
+	})
+	t.Run("tasks with no key first", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		e.fairEnq(t, "A", "a1")
+		e.enqueue(t, "p1")
+		if got := e.fairTake(t, "W", 1); joined(got) != "p1" {
+			t.Fatalf("took %q, want p1", joined(got))
+		}
+		if got := e.fairTake(t, "W", 1); joined(got) != "a1" {
+			t.Fatalf("took %q, want a1", joined(got))
+		}
+		if e.field(t, "p1", rdb.FieldFairPID) != "" {
+			t.Errorf("a task with no key was counted")
+		}
+	})
+	t.Run("a key runs at most its limit", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{MaxRunning: 2})
+		e.fairEnq(t, "A", "a1", "a2", "a3", "a4")
+		e.fairEnq(t, "B", "b1")
+		if got := e.fairTake(t, "W", 10); joined(got) != "a1 a2 b1" {
+			t.Fatalf("took %q, want a1 a2 b1", joined(got))
+		}
+		if got := e.fairTake(t, "X", 10); len(got) != 0 {
+			t.Fatalf("another worker took %q past A's limit", joined(got))
+		}
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(2, 0, 2) {
+			t.Errorf("A's state %s, want %s (2 running, held)", s, fst(2, 0, 2))
+		}
+		if r := e.strs(t, "LRANGE", e.q.FairRing, 0, -1); len(r) != 0 {
+			t.Errorf("ring %v, want empty: A held, B empty", r)
+		}
+	})
+	t.Run("a key's weight is its tasks per turn", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{Weight: 3}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "A", "a1", "a2", "a3", "a4", "a5")
+		e.fairEnq(t, "B", "b1", "b2", "b3")
+		var order []string
+		for range 8 {
+			order = append(order, joined(e.fairTake(t, "W", 1)))
+		}
+		if got := strings.Join(order, " "); got != "a1 a2 a3 b1 a4 a5 b2 b3" {
+			t.Errorf("one at a time: %s, want a1 a2 a3 b1 a4 a5 b2 b3", got)
+		}
+	})
+}
+
+// field2 reads field f of hash key.
+func (e *env) field2(t *testing.T, key, f string) string {
+	t.Helper()
+	v, _ := redis.String(e.c.Do("HGET", key, f))
+	return v
+}
+
+// Every way a taking ends gives its key's slot back in the same script,
+// once: a key held by its limit goes back in turn (with a wake-up), and
+// a task given back or requeued goes to the front of its key's list.
+func TestFairEnd(t *testing.T) {
+	t.Parallel()
+	// seed: A's limit is 1, B has none; W runs a1 (A held, a2 waits) and b1
+	// (B's list ran dry: out of turn).
+	seed := func(t *testing.T) (*env, string, string) {
+		e := fairEnv(t, rdb.KeyLimits{})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{MaxRunning: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "A", "a1", "a2")
+		e.fairEnq(t, "B", "b1")
+		got := e.fairTake(t, "W", 10)
+		if joined(got) != "a1 b1" {
+			t.Fatalf("took %q, want a1 b1", joined(got))
+		}
+		return e, got[0].PID, got[1].PID
+	}
+	t.Run("done frees the slot and puts the held key in turn", func(t *testing.T) {
+		t.Parallel()
+		e, pa, pb := seed(t)
+		before := e.dump(t)
+		l := e.listen(t)
+		e.finish(t, "W", pa, "a1")
+		e.checkState(t, before, func(e *env) state {
+			return before.with(e.q.Task("a1"), nil, e.q.WorkerQueue("W"), hash{pb: "b1"},
+				e.q.FairRing, list{"A"},
+				e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0)})
+		})
+		checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+		if got := e.fairTake(t, "X", 10); joined(got) != "a2" {
+			t.Fatalf("took %q, want a2 (B's list is empty)", joined(got))
+		}
+	})
+	t.Run("a key with nothing left is forgotten", func(t *testing.T) {
+		t.Parallel()
+		e, pa, pb := seed(t)
+		e.finish(t, "W", pb, "b1")
+		if n := e.do(t, "HEXISTS", e.q.FairState, "s:B"); n != int64(0) {
+			t.Errorf("B's state is kept with nothing running or waiting")
+		}
+		e.finish(t, "W", pa, "a1")
+	})
+	t.Run("give back: the front of its key's list", func(t *testing.T) {
+		t.Parallel()
+		e, pa, _ := seed(t)
+		before := e.dump(t)
+		l := e.listen(t)
+		e.giveBack(t, "W", pa, "a1")
+		e.checkState(t, before, func(e *env) state {
+			w := before[e.q.WorkerQueue("W")].(hash)
+			return before.with(e.q.Task("a1"), fairQueued("A", "a1").with(rdb.FieldFairPID, pa).started(),
+				e.q.WorkerQueue("W"), w.without(pa), e.q.FairListPrefix+"A", list{"a1", "a2"},
+				e.q.FairRing, list{"A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0)})
+		})
+		checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}})
+	})
+	t.Run("a lost end frees nothing", func(t *testing.T) {
+		t.Parallel()
+		e, pa, _ := seed(t)
+		before := e.dump(t)
+		got, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "Z", pa, "a1", nil)})
+		if err != nil || got[0].Outcome != rdb.OutcomeLost {
+			t.Fatalf("End by a non-owner: %+v, %v; want lost", got, err)
+		}
+		e.checkState(t, before, nil)
+	})
+	t.Run("retry: scheduled, then the back of its key's list", func(t *testing.T) {
+		t.Parallel()
+		e, pa, _ := seed(t)
+		e.fairEnq(t, "A", "a3")
+		e.endTask(t, 0, rdb.Retry(rdb.KindTask, "W", pa, "a1", 0, "boom"))
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(0, 0, 1) {
+			t.Errorf("A's state %s after the retry, want %s", s, fst(0, 0, 1))
+		}
+		if _, err := e.st.Move(e.ctx, e.q, 100); err != nil {
+			t.Fatal(err)
+		}
+		if l := e.strs(t, "LRANGE", e.q.FairListPrefix+"A", 0, -1); !reflect.DeepEqual(l, []string{"a2", "a3", "a1"}) {
+			t.Errorf("A's list %v, want [a2 a3 a1]", l)
+		}
+		if w := e.waitingIDs(t); len(w) != 0 {
+			t.Errorf("waiting list %v: a key's task went to the queue's list", w)
+		}
+	})
+	t.Run("requeue of a dead worker: slots back, tasks to the front", func(t *testing.T) {
+		t.Parallel()
+		e, _, _ := seed(t)
+		before := e.dump(t)
+		l := e.listen(t)
+		e.requeue(t, true, "W")
+		e.checkState(t, before, func(e *env) state {
+			return before.with(
+				e.q.Task("a1"), fairQueued("A", "a1").with(rdb.FieldFairPID, before[e.q.Task("a1")].(hash)["fc"], "c", "1", "cw", "W").started(),
+				e.q.Task("b1"), fairQueued("B", "b1").with(rdb.FieldFairPID, before[e.q.Task("b1")].(hash)["fc"], "c", "1", "cw", "W").started(),
+				e.q.WorkerQueue("W"), nil, e.q.Holders, nil,
+				e.q.FairListPrefix+"A", list{"a1", "a2"}, e.q.FairListPrefix+"B", list{"b1"},
+				e.q.FairRing, list{"B", "A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1)})
+		})
+		checkPubs(t, l.collect(t, e), []msg{{"wake", "3"}})
+		e.requeue(t, true, "W") // again: nothing left, nothing freed twice
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(0, 0, 1) {
+			t.Errorf("A's state %s after a second requeue, want %s", s, fst(0, 0, 1))
+		}
+	})
+	t.Run("cancel of a waiting task: out of its key's list", func(t *testing.T) {
+		t.Parallel()
+		e, _, _ := seed(t)
+		e.cancel(t, "a2")
+		if l := e.strs(t, "LRANGE", e.q.FairListPrefix+"A", 0, -1); len(l) != 0 {
+			t.Errorf("A's list %v after the cancel of a2", l)
+		}
+		if e.field(t, "a2", rdb.FieldState) != "" {
+			t.Errorf("a2 is still there (no retention: deleted)")
+		}
+	})
+}

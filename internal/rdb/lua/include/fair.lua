@@ -1,0 +1,337 @@
+--- @include "codes"
+-- fair: fair queues (KeyPolicy.Fair). A task enqueued with a key (its
+-- group: a tenant, a customer) on a fair queue waits in its key's list
+-- <ns>:{T}:fq:<queue>:<key>, not in the queue's waiting list; the ring
+-- <ns>:{T}:fr:<queue> lists the keys that may start a task now, each once;
+-- the hash <ns>:{T}:fs:<queue> holds, per key, its state ('s:<key>') and its
+-- policy ('p:<key>', and 'p:' the queue's default): '<weight> <limit>'.
+-- A take serves the ring's keys in turn (deficit round robin: a key of
+-- weight w starts up to w tasks per turn), each within its limit of
+-- running takings, and takes from the waiting list (tasks with no key)
+-- first. A key's state is one integer, so that the end frees a slot with
+-- one HINCRBY and learns from its reply what else to do:
+--
+--   running * FAIR.RUN + credit * FAIR.CREDIT + where
+--
+-- running: the takings of the key counted by a take and not yet freed
+-- (every counted taking carries its pid in F_FAIR_PID; whatever ends,
+-- requeues or releases it frees it once, in the script that takes its pid
+-- out of its worker's holdings, so that no count leaks: a crashed
+-- worker's come back with its tasks); credit: what is left of its turn
+-- when a take stopped half way through it (then it is at the ring's
+-- front); where: FAIR.OUT (no task waits, as far as the scripts know),
+-- FAIR.IN (in the ring, once) or FAIR.BLOCKED (tasks wait, but it runs its
+-- limit: the end that frees one of its slots puts it back in the ring).
+-- Invariants: a key is in the ring exactly when its state says FAIR.IN;
+-- a key whose list holds an id is not FAIR.OUT (every push goes through
+-- FAIR.push, or the enqueue's check). A key in the ring may have nothing
+-- to start (its tasks were cancelled, or its limit was lowered): the take
+-- that reaches it takes it out. The scripts reach these keys by name, from
+-- the tag's prefix and the queue's name, so they share the caller's slot.
+--
+-- Everything here is a field of the one table FAIR (a script holds at most
+-- 200 locals, its includes' among them): FAIR.push, FAIR.RUN, ...
+local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2}
+
+-- FAIR.SCAN is how many ring entries past its need a take reads, so that
+-- keys with nothing to start (taken out as it reaches them) do not leave
+-- it short; FAIR.ROUNDS how often it plans again after keys ran dry (each
+-- round pops each planned key's list once). A take left short while the
+-- ring holds more keys publishes a wake-up: the worker takes again.
+FAIR.SCAN, FAIR.ROUNDS = 16, 4
+
+-- FAIR.names returns the ring, the state hash and the key list prefix of
+-- fair queue qname, from the task prefix <ns>:{T}:t:.
+function FAIR.names(tprefix, qname)
+  local base = string.sub(tprefix, 1, #tprefix - 2)
+  return base .. 'fr:' .. qname, base .. 'fs:' .. qname, base .. 'fq:' .. qname .. ':'
+end
+
+-- FAIR.queue_of returns the queue's name from its waiting list's key
+-- <ns>:{T}:q:<queue>, given the task prefix.
+function FAIR.queue_of(tprefix, waiting)
+  return string.sub(waiting, #tprefix - 2 + 3)
+end
+
+-- FAIR.policy reads a policy '<weight> <limit>' (nil: the defaults dw, dl).
+function FAIR.policy(p, dw, dl)
+  if type(p) ~= 'string' then
+    return dw, dl
+  end
+  local w, l = string.match(p, '^(%d+) (%d+)$')
+  return tonumber(w) or dw, tonumber(l) or dl
+end
+
+-- FAIR.ensure puts key okey in the ring unless it is there or blocked by
+-- its limit: called after a task of the key joined its list.
+function FAIR.ensure(ring, state, okey)
+  local f = 's:' .. okey
+  local v = tonumber(redis.call('HGET', state, f)) or 0
+  if v % FAIR.CREDIT == FAIR.OUT then
+    redis.call('HSET', state, f, v - v % FAIR.RUN + FAIR.IN)
+    redis.call('RPUSH', ring, okey)
+  end
+end
+
+-- FAIR.push puts task id of key okey back in its key's list, at the front
+-- (given back, requeued) or at the back (made due again), as the queue's
+-- waiting list would have it, and the key in the ring if it must be.
+function FAIR.push(tprefix, qname, okey, id, front)
+  local ring, state, listp = FAIR.names(tprefix, qname)
+  redis.call(front and 'LPUSH' or 'RPUSH', listp .. okey, id)
+  FAIR.ensure(ring, state, okey)
+end
+
+-- FAIR.counted reports the key whose running count the taking pid of a
+-- task counts in (its F_FAIR_KEY and F_FAIR_PID, read by the caller), or
+-- nil: a task with no key, or a taking no fair take counted (a worker that
+-- had not yet read that the queue is fair, or an older taking's mark).
+function FAIR.counted(fk, fc, pid)
+  if fk and fc and pid and fc == pid then
+    return fk
+  end
+  return nil
+end
+
+-- FAIR.note adds one freed slot of key okey to freed ({order, n}), which
+-- FAIR.free applies once per key at the end of the call.
+function FAIR.note(freed, okey)
+  if not okey then
+    return
+  end
+  if not freed.n[okey] then
+    freed.order[#freed.order + 1] = okey
+    freed.n[okey] = 0
+  end
+  freed.n[okey] = freed.n[okey] + 1
+end
+
+-- FAIR.free gives back the slots noted in freed (one HINCRBY per key): a
+-- key blocked by its limit goes back to the ring (its next take checks the
+-- limit again); a key left with nothing is forgotten. Returns how many
+-- keys went back to the ring, for the caller's wake-up.
+function FAIR.free(tprefix, qname, freed)
+  if #freed.order == 0 then
+    return 0
+  end
+  local ring, state = FAIR.names(tprefix, qname)
+  local woke = 0
+  for _, okey in ipairs(freed.order) do
+    local f = 's:' .. okey
+    local v = redis.call('HINCRBY', state, f, -freed.n[okey] * FAIR.RUN)
+    if v <= 0 then
+      -- (Below 0 only if the state was changed by hand: forgotten.)
+      redis.call('HDEL', state, f)
+    elseif v % FAIR.CREDIT == FAIR.BLOCKED then
+      redis.call('HINCRBY', state, f, FAIR.IN - FAIR.BLOCKED)
+      redis.call('RPUSH', ring, okey)
+      woke = woke + 1
+    end
+  end
+  return woke
+end
+
+-- FAIR.pick reads the ring and plans a take of up to need tasks from the
+-- keys' lists (the queue's waiting list was taken from first): deficit
+-- round robin, each key within its limit. Returns the plan p: p.picks, one
+-- per key served, in order: {key = k, list = its list, ids = the ids read
+-- (popped; with safe, read only: the caller trims the lists)}; the rest is
+-- for FAIR.commit. nil when, with safe, a key's list is on another
+-- cluster node (a slot migration; nothing was written).
+function FAIR.pick(tprefix, qname, need, safe)
+  local ring, state, listp = FAIR.names(tprefix, qname)
+  local p = {ring = ring, state = state, picks = {}, info = {}, q = {}, h = 1, tailq = {}, short = false}
+  local chunk = need + FAIR.SCAN
+  local keys = redis.pcall('LRANGE', ring, 0, chunk - 1)
+  if type(keys) == 'table' and keys.err then
+    if safe and string.find(keys.err, 'non local key', 1, true) then
+      return nil
+    end
+    return p -- a ring that is not a list (changed by hand) serves nobody
+  end
+  p.keys, p.whole = keys, #keys < chunk
+  if #keys == 0 then
+    return p
+  end
+  local fields = {'p:'}
+  for _, key in ipairs(keys) do
+    fields[#fields + 1] = 's:' .. key
+    fields[#fields + 1] = 'p:' .. key
+  end
+  local r = redis.call('HMGET', state, unpack(fields))
+  local dw, dl = FAIR.policy(r[1], 1, 0)
+  local seen = {}
+  for i, key in ipairs(keys) do
+    local v = tonumber(r[2 * i]) or 0
+    local w, lim = FAIR.policy(r[2 * i + 1], dw, dl)
+    local x = {key = key, run = math.floor(v / FAIR.RUN), credit = math.floor((v % FAIR.RUN) / FAIR.CREDIT),
+      w = math.max(w, 1), lim = lim, plan = 0, got = 0}
+    if seen[key] then
+      x.gone = 'dup' -- (twice in the ring: changed by hand) served once
+    end
+    seen[key] = true
+    p.info[i] = x
+    p.q[i] = i
+  end
+  local left = need
+  for _ = 1, FAIR.ROUNDS do
+    -- Plan: the key at the front starts up to its credit (a new turn: its
+    -- weight), within its limit; a key whose turn is over goes to the back
+    -- (within this take too, when the ring was read whole).
+    local q, info = p.q, p.info
+    while left > 0 and p.h <= #q do
+      local x = info[q[p.h]]
+      if x.gone then
+        p.h = p.h + 1
+      else
+        if x.credit <= 0 then
+          x.credit = x.w
+        end
+        local room = x.lim > 0 and (x.lim - x.run - x.plan) or left
+        if room <= 0 then
+          x.gone, x.full = 'full', true
+          p.h = p.h + 1
+        else
+          local n = math.min(x.credit, room, left)
+          x.plan, x.credit, left = x.plan + n, x.credit - n, left - n
+          if x.lim > 0 and x.lim - x.run - x.plan <= 0 then
+            x.gone, x.full, x.credit = 'full', true, 0
+            p.h = p.h + 1
+          elseif x.credit == 0 then
+            p.h = p.h + 1
+            if p.whole then
+              q[#q + 1] = q[p.h - 1]
+            else
+              p.tailq[#p.tailq + 1] = q[p.h - 1]
+            end
+          end
+        end
+      end
+    end
+    -- Read what was planned; a key whose list ran dry is out, and what it
+    -- could not give is planned again among the others.
+    local dry = false
+    for i, x in ipairs(info) do
+      if x.plan > x.got then
+        local got
+        if safe then
+          got = redis.pcall('LRANGE', listp .. x.key, x.got, x.plan - 1)
+        else
+          got = redis.pcall('LPOP', listp .. x.key, x.plan - x.got)
+        end
+        if type(got) == 'table' and got.err then
+          if safe and string.find(got.err, 'non local key', 1, true) then
+            return nil
+          end
+          got = {} -- not a list (changed by hand): read as empty
+        end
+        got = got or {}
+        if not x.pick then
+          x.pick = {key = x.key, list = listp .. x.key, ids = {}}
+          p.picks[#p.picks + 1] = x.pick
+        end
+        for _, id in ipairs(got) do
+          x.pick.ids[#x.pick.ids + 1] = id
+        end
+        local want = x.plan - x.got
+        x.got = x.got + #got
+        if #got < want then
+          left = left + x.plan - x.got
+          x.plan, x.gone, x.dry, dry = x.got, 'dry', true, true
+        end
+      end
+    end
+    if left <= 0 or not dry then
+      break
+    end
+  end
+  -- Left short with keys not looked at (the ring is longer than was read,
+  -- or the rounds ran out): the caller wakes the queue's workers.
+  p.short = left > 0 and (not p.whole or p.h <= #p.q)
+  return p
+end
+
+-- FAIR.commit records what the take did with plan p: taken[key] is how
+-- many takings of the key it counted (ids it buried or put back are not),
+-- back[key] how many it put back (the list holds them again). Writes each
+-- served key's state (one HSET, one HDEL for the keys it forgets) and the
+-- ring (the keys whose turn ended to the back; those now empty or at their
+-- limit out). Returns whether a wake-up is owed (p.short).
+function FAIR.commit(p, taken, back)
+  if not p.keys or #p.keys == 0 then
+    return false
+  end
+  local info, q = p.info, p.q
+  -- Where each key stands now.
+  local keep = {} -- info index -> true: in the ring
+  local sets, dels = {}, {}
+  for i, x in ipairs(info) do
+    local visited = x.plan > 0 or x.gone
+    if visited and x.gone ~= 'dup' then
+      local run = x.run + (taken[x.key] or 0)
+      local work = not x.dry or (back[x.key] or 0) > 0
+      local where = FAIR.IN
+      if not work then
+        where = FAIR.OUT
+      elseif x.lim > 0 and run >= x.lim then
+        where = FAIR.BLOCKED
+      end
+      x.where = where
+      local credit = (where == FAIR.IN and x.credit > 0 and x.credit < x.w) and x.credit or 0
+      local v = run * FAIR.RUN + credit * FAIR.CREDIT + where
+      if v == 0 then
+        dels[#dels + 1] = 's:' .. x.key
+      else
+        sets[#sets + 1] = 's:' .. x.key
+        sets[#sets + 1] = v
+      end
+      if where == FAIR.IN then
+        keep[i] = true
+      end
+    end
+  end
+  if #sets > 0 then
+    redis.call('HSET', p.state, unpack(sets))
+  end
+  if #dels > 0 then
+    redis.call('HDEL', p.state, unpack(dels))
+  end
+  -- The ring: the part read goes, then what stays of it comes back in its
+  -- new order (whole: the take's own rotation; else the keys not reached,
+  -- still at the front, and those whose turn ended, at the back).
+  local front, tail, placed = {}, {}, {}
+  local function place(list, i)
+    local x = info[i]
+    if placed[x.key] then
+      return
+    end
+    if keep[i] or not (x.plan > 0 or x.gone) then
+      placed[x.key] = true
+      list[#list + 1] = x.key
+    end
+  end
+  for j = p.h, #q do
+    place(p.whole and tail or front, q[j])
+  end
+  for _, i in ipairs(p.tailq) do
+    place(tail, i)
+  end
+  for i, x in ipairs(info) do
+    if keep[i] and not placed[x.key] then
+      placed[x.key] = true
+      tail[#tail + 1] = x.key -- given back after it ran dry, or under its limit again
+    end
+  end
+  redis.call('LTRIM', p.ring, #p.keys, -1)
+  if #front > 0 then
+    local rev = {}
+    for j = #front, 1, -1 do
+      rev[#rev + 1] = front[j]
+    end
+    redis.call('LPUSH', p.ring, unpack(rev))
+  end
+  if #tail > 0 then
+    redis.call('RPUSH', p.ring, unpack(tail))
+  end
+  return p.short
+end
