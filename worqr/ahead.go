@@ -46,11 +46,12 @@ func aheadMax(q *queueRunner) int {
 
 // ahead is how many tasks q may hold beyond its slots now: none while its
 // handlers are slow, while its global limits may apply (a task held ahead
-// would count against them while it waits), or while it has tasks of
+// would count against them while it waits; so for a fair queue's keys'
+// limits, and one taken ahead would hold its key's turn), or while it has tasks of
 // several priority levels (one taken ahead would run before a more urgent
 // one enqueued meanwhile, or given back).
 func (q *queueRunner) ahead() int {
-	if q.aheadMax == 0 || q.Limited.Load() || q.Levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
+	if q.aheadMax == 0 || q.Limited.Load() || q.Fair.Load() || q.Levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
 		return 0
 	}
 	return q.aheadMax

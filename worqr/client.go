@@ -213,7 +213,9 @@ type EnqueueOpts struct {
 	// batch enqueued with a Key runs in batch order. With Deadline, a task
 	// of a key taken past it ends as expired and the key moves on; an
 	// enqueue merged into a waiting task (KeyPolicy.Merge) keeps that
-	// task's Deadline and Retention.
+	// task's Deadline and Retention. On a fair queue (KeyPolicy.Fair) Key
+	// orders nothing: it is the task's group, which shares the queue with
+	// the other keys in turn, within its KeyLimits.
 	Key string
 	// Score orders the payloads of a merged task (KeyPolicy.Merge), lowest
 	// first. Default: the enqueue time in unix milliseconds (Redis time).

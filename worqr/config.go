@@ -215,7 +215,8 @@ type QueueConfig struct {
 	// DeadMaxAge caps how long a task stays in the dead set. Default 90 days.
 	DeadMaxAge time.Duration
 	// Keys is how the queue treats tasks enqueued with a key
-	// (EnqueueOpts.Key): merging and what a dead task does to its key.
+	// (EnqueueOpts.Key): ordered (merging, what a dead task does to its
+	// key) or fair (shared between keys, each within its limits).
 	// Stored in Redis when the worker starts, for every process to read.
 	Keys KeyPolicy
 }
@@ -515,6 +516,12 @@ func (q *QueueConfig) fill(field string) error {
 		if err := q.Limits.check(field + ".Limits"); err != nil {
 			return err
 		}
+	}
+	if err := q.Keys.check(field + ".Keys"); err != nil {
+		return err
+	}
+	if q.Keys.Fair && q.KeyBatch != 0 {
+		return invalid(field+".KeyBatch", "(%d) applies to ordered queues, not to a Fair one", q.KeyBatch)
 	}
 	switch {
 	case q.MaxAttempts == 0:

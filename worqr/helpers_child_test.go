@@ -65,6 +65,23 @@ func runChild(role string) int {
 			return 2
 		}
 		select {} // until killed
+	case "fair":
+		// A fair queue whose keys run at most 2 tasks each; its handlers
+		// hold their tasks until the process is killed (see
+		// TestFairKeySlotsComeBackAfterACrash).
+		rc := newRunCounter(pool, ns)
+		cfg := fastTimings(ns)
+		cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 6,
+			Keys:    worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}},
+			Handler: limitHandler(rc, "child", 0, make(chan struct{}), nil)}}
+		w, err := worqr.NewWorker(pool, &cfg)
+		if err != nil {
+			return 2
+		}
+		if err := w.Start(context.Background()); err != nil {
+			return 2
+		}
+		select {} // until killed
 	case "backoffpanic":
 		// A queue whose Backoff panics; its handler fails each task's
 		// first attempt (see TestBackoffThatPanicsIsNoCrash).

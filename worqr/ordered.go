@@ -43,21 +43,90 @@ type KeyPolicy struct {
 	// Inspector.BlockedKeys lists it) until the dead task is requeued (it
 	// then runs first) or deleted (the next task runs).
 	MoveOnDead bool
+	// Fair makes the queue fair instead of ordered: a task's key is its
+	// group (a tenant, a customer), the tasks of one key run side by side,
+	// and the queue's free slots go to the keys with tasks waiting in
+	// turn, KeyLimits.Weight tasks per turn, each key within its
+	// KeyLimits.MaxRunning, across every worker and remote worker. A lone
+	// key gets every slot. Tasks without a key run first. Merge and
+	// MoveOnDead do not apply. Turn it on before enqueueing with keys: a
+	// keyed task enqueued while the queue is not fair waits as an ordered
+	// one, and one enqueued while it is waits for a fair take (see
+	// docs/guide/fair-queues.md).
+	Fair bool
+	// PerKey is how a fair queue serves each key that has no KeyLimits of
+	// its own (Client.SetKeyLimits).
+	PerKey KeyLimits
+}
+
+// KeyLimits is how a fair queue (KeyPolicy.Fair) serves one key.
+type KeyLimits struct {
+	// Weight is how many tasks of the key start per turn: while keys of
+	// weights 3 and 1 both have tasks waiting, the first starts three for
+	// the second's one. 0 means 1; at most 1,000.
+	Weight int
+	// MaxRunning is how many tasks of the key run at once at most, counted
+	// across every worker and remote worker from their takes to their ends;
+	// a dead worker's come back with its tasks (HeartbeatTTL +
+	// ReaperInterval). 0: no limit.
+	MaxRunning int
+}
+
+func (l KeyLimits) check(field string) error {
+	switch {
+	case l.Weight < 0 || l.Weight > rdb.MaxKeyWeight:
+		return invalid(field+".Weight", "(%d) must be between 0 and %d", l.Weight, rdb.MaxKeyWeight)
+	case l.MaxRunning < 0:
+		return invalid(field+".MaxRunning", "(%d) must not be negative", l.MaxRunning)
+	}
+	return nil
+}
+
+func (p KeyPolicy) check(field string) error {
+	if p.Fair && (p.Merge || p.MoveOnDead) {
+		return invalid(field+".Merge", "and MoveOnDead apply to ordered queues, not to a Fair one")
+	}
+	return p.PerKey.check(field + ".PerKey")
 }
 
 func (p KeyPolicy) stored() rdb.KeyPolicy {
-	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead}
+	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead, Fair: p.Fair,
+		PerKey: rdb.KeyLimits{Weight: p.PerKey.Weight, MaxRunning: p.PerKey.MaxRunning}}
 }
 
 // SetKeyPolicy stores the key policy of queue. Workers serving the queue
 // store their QueueConfig.Keys when they start: keep both the same.
 func (c *Client) SetKeyPolicy(ctx context.Context, queue string, p KeyPolicy) error {
+	if err := p.check("KeyPolicy"); err != nil {
+		return err
+	}
 	q, err := c.clientQueue(queue)
 	if err != nil {
 		return err
 	}
 	if err := c.st.WriteKeyPolicy(ctx, q.qk, p.stored()); err != nil {
 		return fmt.Errorf("worqr: set key policy of %s: %w", queue, err)
+	}
+	return nil
+}
+
+// SetKeyLimits stores how fair queue serves key, in place of the queue's
+// KeyPolicy.PerKey; the zero KeyLimits removes it. Every worker applies it
+// from the key's next turn; a key its old MaxRunning held goes back in turn
+// when one of its tasks ends.
+func (c *Client) SetKeyLimits(ctx context.Context, queue, key string, l KeyLimits) error {
+	if err := l.check("KeyLimits"); err != nil {
+		return err
+	}
+	if key == "" || len(key) > MaxKeyLen {
+		return invalid("key", "must be 1 to %d bytes long", MaxKeyLen)
+	}
+	q, err := c.clientQueue(queue)
+	if err != nil {
+		return err
+	}
+	if err := c.st.SetKeyLimits(ctx, q.qk, key, rdb.KeyLimits{Weight: l.Weight, MaxRunning: l.MaxRunning}); err != nil {
+		return fmt.Errorf("worqr: set limits of key %q of %s: %w", key, queue, err)
 	}
 	return nil
 }

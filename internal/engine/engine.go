@@ -225,12 +225,12 @@ func (q *Queue) NotRun(worker string, taken rdb.Taken) rdb.Ending {
 
 // TakeArgs are the arguments every take of up to n tasks of q under
 // worker (whose keepalive holds until until) carries: the queue's kind and
-// flags. A queue with no priority levels and no limits takes the plain
-// way. A driver adds what only it does (key batches, hand-off parks).
+// flags. A queue with no priority levels, no limits and no fair keys
+// takes the plain way. A driver adds what only it does (key batches, hand-off parks).
 func (q *Queue) TakeArgs(worker string, until time.Time, n int) rdb.TakeArgs {
 	return rdb.TakeArgs{Worker: worker, Until: until.UnixMilli(), Max: n,
 		MaxCrashes: q.Policy.MaxCrashes, Stage: q.Kind == rdb.KindStage, Child: q.Kind == rdb.KindChild,
-		Levels: int(q.Levels.Load()), Limited: q.Limited.Load()}
+		Levels: int(q.Levels.Load()), Limited: q.Limited.Load(), Fair: q.Fair.Load()}
 }
 
 // Child is a child task a stage fans out.

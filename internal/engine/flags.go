@@ -13,6 +13,7 @@ type Flags struct {
 	Paused  atomic.Bool  // a paused queue gives nothing
 	Levels  atomic.Int32 // the highest priority level in use
 	Limited atomic.Bool  // it may have global limits
+	Fair    atomic.Bool  // its keys share it (rdb.KeyPolicy.Fair)
 	Rate    RateGate     // the rate limit allows no start before its time
 	// ConcWait: the concurrency limit was reached, until a wake-up, a
 	// poll, or flags that say the queue has no limits (a Worker's only).
@@ -27,6 +28,7 @@ func (q *Flags) Apply(f rdb.QueueFlags) (resumed, unheld bool) {
 	q.Levels.Store(int32(f.Levels))
 	unheld = q.Rate.Clear()
 	q.Limited.Store(f.Limited)
+	q.Fair.Store(f.Fair)
 	if !f.Limited {
 		q.ConcWait.Store(false)
 	}

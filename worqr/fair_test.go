@@ -1,0 +1,195 @@
+package worqr_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/worqr"
+)
+
+// Fair queues (KeyPolicy.Fair): the keys share the queue's slots in turn,
+// each within its limits, across workers.
+
+// enqueueKeyed enqueues n tasks of key on queue in one EnqueueBatch.
+func enqueueKeyed(t *testing.T, c *worqr.Client, queue, key string, n int) {
+	t.Helper()
+	ps := make([][]byte, n)
+	for i := range ps {
+		ps[i] = []byte(fmt.Sprintf("%s-%d", key, i))
+	}
+	if _, err := c.EnqueueBatch(context.Background(), queue, ps, &worqr.EnqueueOpts{Key: key}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// One key's backlog of 10,000 tasks does not keep another key's single task
+// waiting: it starts within a few takes of its enqueue, while the backlog
+// still waits.
+func TestFairBacklogDoesNotDelayAnotherKey(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetKeyPolicy(ctx, "fair", worqr.KeyPolicy{Fair: true}); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, b.client, "fair", "big", 10_000)
+	var mu sync.Mutex
+	var bigStarts int
+	smallAt := -1 // big starts before the small task's
+	small := make(chan struct{})
+	cfg := fastTimings(b.ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 4, Keys: worqr.KeyPolicy{Fair: true},
+		Handler: worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if task.Key == "small" {
+				smallAt = bigStarts
+				close(small)
+			} else {
+				bigStarts++
+			}
+			return nil
+		})}}
+	b.startWorker(cfg)
+	wait(t, 10*time.Second, "the backlog to start", func() bool { mu.Lock(); defer mu.Unlock(); return bigStarts >= 100 })
+	mu.Lock()
+	at := bigStarts
+	mu.Unlock()
+	if _, err := b.client.Enqueue(ctx, "fair", []byte("s"), &worqr.EnqueueOpts{Key: "small"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-small:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the small key's task did not start")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// A take in flight when it came, and the end that takes again, each
+	// hand out at most Concurrency (4) tasks of the big key before its
+	// turn: a few takes, not the backlog.
+	if behind := smallAt - at; behind > 16 {
+		t.Errorf("%d tasks of the big key started between the small key's enqueue and its start, want at most 16", behind)
+	} else {
+		t.Logf("%d tasks of the big key started between the small key's enqueue and its start", behind)
+	}
+	if smallAt >= 10_000-100 {
+		t.Errorf("the small task started after %d of the 10,000: behind the backlog", smallAt)
+	}
+}
+
+// keyCounter counts, per key, the handlers running now across the
+// workers of one process, and the most seen at once.
+type keyCounter struct {
+	mu       sync.Mutex
+	run, max map[string]int
+}
+
+func newKeyCounter() *keyCounter { return &keyCounter{run: map[string]int{}, max: map[string]int{}} }
+
+func (k *keyCounter) handler(hold time.Duration, done *atomic.Int32) worqr.Handler {
+	return worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+		k.mu.Lock()
+		k.run[task.Key]++
+		k.max[task.Key] = max(k.max[task.Key], k.run[task.Key])
+		k.mu.Unlock()
+		time.Sleep(hold)
+		k.mu.Lock()
+		k.run[task.Key]--
+		k.mu.Unlock()
+		done.Add(1)
+		return nil
+	})
+}
+
+func (k *keyCounter) most(key string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.max[key]
+}
+
+// Two workers with room for 10 tasks between them serve a fair queue whose
+// keys run at most 2 tasks each (B: 3, its own limit): counted by the
+// handlers themselves, no key ever runs more, and each reaches its limit.
+func TestFairKeyLimitAcrossWorkers(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}}
+	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.SetKeyLimits(ctx, "fair", "B", worqr.KeyLimits{MaxRunning: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"A", "B", "C"} {
+		enqueueKeyed(t, b.client, "fair", k, 40)
+	}
+	kc := newKeyCounter()
+	var done atomic.Int32
+	for range 2 {
+		cfg := fastTimings(b.ns)
+		cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 5, Keys: pol, Handler: kc.handler(5*time.Millisecond, &done)}}
+		b.startWorker(cfg)
+	}
+	wait(t, 60*time.Second, "the 120 tasks to run", func() bool { return done.Load() == 120 })
+	for k, want := range map[string]int{"A": 2, "B": 3, "C": 2} {
+		if got := kc.most(k); got != want {
+			t.Errorf("key %s ran %d tasks at once at most, want its limit %d", k, got, want)
+		}
+	}
+	// Every slot was given back: no key keeps a count.
+	st := rdb.NewStore(b.pool, b.ns)
+	for _, k := range []string{"A", "B", "C"} {
+		fk, err := st.ReadFairKey(ctx, st.Queue(rdb.Standalone("fair")), k)
+		if err != nil || fk.Running != 0 {
+			t.Errorf("key %s: %+v, %v; want nothing running", k, fk, err)
+		}
+	}
+}
+
+// A worker killed (SIGKILL, another process) while it runs a key's 2
+// tasks, its limit, gives the key's slots back when the reaper requeues
+// its takings: a live worker then runs the key's tasks, never more than 2
+// at once.
+func TestFairKeySlotsComeBackAfterACrash(t *testing.T) {
+	ctx := context.Background()
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	ns := redistest.Namespace()
+	c := newClient(t, pool, &worqr.Config{Namespace: ns})
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}}
+	if err := c.SetKeyPolicy(ctx, "fair", pol); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, c, "fair", "A", 20)
+	rc := newRunCounter(pool, ns)
+	child := startChild(t, "fair", ns)
+	wait(t, 20*time.Second, "the child to run A's 2 tasks", func() bool { return rc.of(t, "child") == 2 })
+	st := rdb.NewStore(pool, ns)
+	qk := st.Queue(rdb.Standalone("fair"))
+	if fk, err := st.ReadFairKey(ctx, qk, "A"); err != nil || fk.Running != 2 || !fk.Held || fk.Waiting != 18 {
+		t.Fatalf("A: %+v, %v; want 2 running, held by its limit, 18 waiting", fk, err)
+	}
+
+	var done atomic.Int32
+	cfg := fastTimings(ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 5, Keys: pol,
+		Handler: limitHandler(rc, "live", 5*time.Millisecond, nil, &done)}}
+	startWorker(t, ctx, pool, &cfg)
+	killed := time.Now()
+	child.kill(t)
+	rc.markGone(t, "child")
+	wait(t, 20*time.Second, "the live worker to run A's tasks", func() bool { return done.Load() == 20 })
+	t.Logf("A's 20 tasks done %s after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+	if m := rc.max(t); m != 2 {
+		t.Errorf("at most %d of A's tasks ran at once on live workers, want its limit 2", m)
+	}
+	if fk, err := st.ReadFairKey(ctx, qk, "A"); err != nil || fk.Running != 0 || fk.Held || fk.Waiting != 0 {
+		t.Errorf("A at the end: %+v, %v; want nothing running, held or waiting", fk, err)
+	}
+}
