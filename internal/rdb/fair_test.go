@@ -175,6 +175,36 @@ func TestFairTake(t *testing.T) {
 			t.Errorf("ring %v, want empty: A held, B empty", r)
 		}
 	})
+	t.Run("a ring longer than a take reads goes round in order", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		var want []string
+		for k := range 40 {
+			key := "k" + strconv.Itoa(k)
+			e.fairEnq(t, key, key+"a", key+"b")
+			want = append(want, key+"a")
+		}
+		for k := range 40 {
+			want = append(want, "k"+strconv.Itoa(k)+"b")
+		}
+		var got []string
+		for range 80 {
+			got = append(got, joined(e.fairTake(t, "W", 1)))
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("one at a time: %v, want %v", got, want)
+		}
+		// Each key stays in turn until a take finds its list empty: a take
+		// that finds nothing takes up to 16 such keys out.
+		for range 3 {
+			if got := e.fairTake(t, "W", 1); len(got) != 0 {
+				t.Errorf("took %q from empty keys", joined(got))
+			}
+		}
+		if n := e.do(t, "LLEN", e.q.FairRing); n != int64(0) {
+			t.Errorf("the ring holds %d keys once every list ran dry", n)
+		}
+	})
 	t.Run("a key's weight is its tasks per turn", func(t *testing.T) {
 		t.Parallel()
 		e := fairEnv(t, rdb.KeyLimits{})
@@ -318,4 +348,81 @@ func TestFairEnd(t *testing.T) {
 			t.Errorf("a2 is still there (no retention: deleted)")
 		}
 	})
+}
+
+// fairCommands runs take (of max) and the end of what it took, done, on
+// e's queue (fair or not), and returns the commands each ran in Redis.
+func fairCommands(t *testing.T, e *env, a *keyAuditor, fair bool, max int) (take, end, n int) {
+	t.Helper()
+	st := rdb.NewStore(e.pool, e.ns) // a plain pool: no cluster-safe reads
+	var got []rdb.Taken
+	c := scriptCommands(t, a, func() {
+		var err error
+		got, err = st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "W", Until: math.MaxInt64, Max: max, Fair: fair})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	take = c["take"]
+	c = scriptCommands(t, a, func() {
+		es := make([]rdb.Ending, len(got))
+		for i, g := range got {
+			es[i] = rdb.Done(rdb.KindTask, "W", g.PID, g.ID, nil)
+		}
+		if _, err := st.End(e.ctx, e.q, 0, es); err != nil {
+			t.Fatal(err)
+		}
+	})
+	return take, c["end"], len(got)
+}
+
+// What a fair queue's take and end cost beside a plain queue's, counted
+// inside Redis (MONITOR), per task: a take of k tasks of k keys (each
+// task's key list popped, the ring and the keys' states read and written
+// once per take) and their ends (one HINCRBY per key). The plain queue's
+// hot path is TestPlainHotPathCommandsByMonitor's.
+func TestFairCommands(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		keys, k   int
+		take, end int // more than the plain queue's, for the k tasks
+	}{
+		// 1 task, 1 key with a backlog: LRANGE of the ring, HMGET of the
+		// states, LPOP of its list, HSET of its state (the ring is left
+		// as it is); HINCRBY at its end.
+		{"one task, one key", 1, 1, 4, 1},
+		// 1 task among 100 keys: the ring moves the key to its back
+		// (LTRIM, RPUSH).
+		{"one task of 100 keys", 100, 1, 6, 1},
+		// 10 tasks of 10 keys, one LPOP each; the ring goes round whole.
+		{"10 tasks of 10 keys", 10, 10, 13, 10},
+		// 10 tasks of one key's backlog: one LPOP.
+		{"10 tasks of one key", 1, 10, 4, 1},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			plain := newEnv(t)
+			pa := newKeyAuditor(t, plain.ns)
+			for i := range c.k + 1 {
+				plain.enqueue(t, "p"+strconv.Itoa(i))
+			}
+			pt, pe, _ := fairCommands(t, plain, pa, false, c.k)
+
+			e := fairEnv(t, rdb.KeyLimits{})
+			a := newKeyAuditor(t, e.ns)
+			for k := range c.keys {
+				key := "k" + strconv.Itoa(k)
+				e.fairEnq(t, key, key+"a", key+"b", key+"c", key+"d", key+"e", key+"f", key+"g", key+"h", key+"i", key+"j", key+"k")
+			}
+			ft, fe, n := fairCommands(t, e, a, true, c.k)
+			if n != c.k {
+				t.Fatalf("took %d, want %d", n, c.k)
+			}
+			t.Logf("take of %d: plain %d, fair %d; end: plain %d, fair %d; %.1f more per task",
+				c.k, pt, ft, pe, fe, float64(ft-pt+fe-pe)/float64(c.k))
+			if ft-pt != c.take || fe-pe != c.end {
+				t.Errorf("fair take %d and end %d commands more than a plain queue's, want %d and %d",
+					ft-pt, fe-pe, c.take, c.end)
+			}
+		})
+	}
 }

@@ -34,11 +34,13 @@
 local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2}
 
 -- FAIR.SCAN is how many ring entries past its need a take reads, so that
--- keys with nothing to start (taken out as it reaches them) do not leave
--- it short; FAIR.ROUNDS how often it plans again after keys ran dry (each
--- round pops each planned key's list once). A take left short while the
--- ring holds more keys publishes a wake-up: the worker takes again.
-FAIR.SCAN, FAIR.ROUNDS = 16, 4
+-- keys with nothing to start (taken out as it reaches them: a key stays in
+-- turn until a take finds its list empty) do not leave it short;
+-- FAIR.ROUNDS how often it plans again after keys ran dry (each round pops
+-- each key it plans for once, and takes at least one key out). A take left
+-- short while the ring holds more keys publishes a wake-up: the worker
+-- takes again.
+FAIR.SCAN, FAIR.ROUNDS = 16, 16
 
 -- FAIR.names returns the ring, the state hash and the key list prefix of
 -- fair queue qname, from the task prefix <ns>:{T}:t:.
@@ -322,8 +324,41 @@ function FAIR.commit(p, taken, back)
       tail[#tail + 1] = x.key -- given back after it ran dry, or under its limit again
     end
   end
-  redis.call('LTRIM', p.ring, #p.keys, -1)
-  if #front > 0 then
+  -- Written as the fewest changes: the entries read that leave the front
+  -- (LTRIM), then those that join the back (RPUSH); a take that changes
+  -- nothing (a lone key, in turn) writes nothing.
+  local keys, cut = p.keys, nil
+  if p.whole then
+    -- The first c entries go; the rest must start tail.
+    for c = 0, #keys do
+      local same = #keys - c <= #tail
+      for j = c + 1, #keys do
+        if not same then
+          break
+        end
+        same = keys[j] == tail[j - c]
+      end
+      if same then
+        cut = c
+        break
+      end
+    end
+    front, tail = {}, {unpack(tail, #keys - cut + 1)}
+  else
+    cut = #keys - #front
+    for j = 1, #front do
+      if cut < 0 or keys[cut + j] ~= front[j] then
+        cut = nil
+        break
+      end
+    end
+  end
+  if cut then
+    if cut > 0 then
+      redis.call('LTRIM', p.ring, cut, -1)
+    end
+  else
+    redis.call('LTRIM', p.ring, #keys, -1)
     local rev = {}
     for j = #front, 1, -1 do
       rev[#rev + 1] = front[j]
