@@ -193,3 +193,39 @@ func TestFairKeySlotsComeBackAfterACrash(t *testing.T) {
 		t.Errorf("A at the end: %+v, %v; want nothing running, held or waiting", fk, err)
 	}
 }
+
+// Bad fair settings are refused with an error naming the field, and
+// nothing is stored.
+func TestFairSettingsAreChecked(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	for _, c := range []struct {
+		name, field string
+		err         error
+	}{
+		{"weight over 1,000", "KeyPolicy.PerKey.Weight",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Weight: 1001}})},
+		{"negative limit", "KeyPolicy.PerKey.MaxRunning",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: -1}})},
+		{"merging on a fair queue", "KeyPolicy.Merge",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, Merge: true})},
+		{"a key's negative weight", "KeyLimits.Weight", b.client.SetKeyLimits(ctx, "f", "k", worqr.KeyLimits{Weight: -1})},
+		{"an empty key", "key", b.client.SetKeyLimits(ctx, "f", "", worqr.KeyLimits{MaxRunning: 1})},
+		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, worqr.MaxKeyLen+1)), worqr.KeyLimits{MaxRunning: 1})},
+	} {
+		if f := invalidField(t, c.name, c.err); f != c.field {
+			t.Errorf("%s: the error names %q, want %q", c.name, f, c.field)
+		}
+	}
+	cfg := fastTimings(b.ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"f": {Concurrency: 1, KeyBatch: 2, Keys: worqr.KeyPolicy{Fair: true},
+		BatchHandler: worqr.BatchHandlerFunc(func(context.Context, *worqr.Batch) error { return nil })}}
+	_, err := worqr.NewWorker(b.pool, &cfg)
+	if f := invalidField(t, "KeyBatch on a fair queue", err); f != `Queues["f"].KeyBatch` {
+		t.Errorf("KeyBatch on a fair queue: the error names %q", f)
+	}
+	st := rdb.NewStore(b.pool, b.ns)
+	if p, err := st.ReadKeyPolicy(ctx, st.Queue(rdb.Standalone("f"))); err != nil || p.Fair {
+		t.Errorf("policy %+v, %v: a refused one was stored", p, err)
+	}
+}
