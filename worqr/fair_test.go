@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/defaults"
+
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
@@ -220,7 +222,7 @@ func TestFairSettingsAreChecked(t *testing.T) {
 			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, Merge: true})},
 		{"a key's negative weight", "KeyLimits.Weight", b.client.SetKeyLimits(ctx, "f", "k", worqr.KeyLimits{Weight: -1})},
 		{"an empty key", "key", b.client.SetKeyLimits(ctx, "f", "", worqr.KeyLimits{MaxRunning: 1})},
-		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, worqr.MaxKeyLen+1)), worqr.KeyLimits{MaxRunning: 1})},
+		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, defaults.MaxKeyLen+1)), worqr.KeyLimits{MaxRunning: 1})},
 	} {
 		if f := invalidField(t, c.name, c.err); f != c.field {
 			t.Errorf("%s: the error names %q, want %q", c.name, f, c.field)

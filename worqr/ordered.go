@@ -118,8 +118,8 @@ func (c *Client) SetKeyLimits(ctx context.Context, queue, key string, l KeyLimit
 	if err := l.check("KeyLimits"); err != nil {
 		return err
 	}
-	if key == "" || len(key) > MaxKeyLen {
-		return invalid("key", "must be 1 to %d bytes long", MaxKeyLen)
+	if key == "" || len(key) > defaults.MaxKeyLen {
+		return invalid("key", "must be 1 to %d bytes long", defaults.MaxKeyLen)
 	}
 	q, err := c.clientQueue(queue)
 	if err != nil {
