@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/worqr/worqr-go/internal/rdb"
+
 	"github.com/worqr/worqr-go/internal/defaults"
 
 	"github.com/worqr/worqr-go/worqr"
@@ -59,7 +61,7 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"sortedq":     sortedHeld,
 		"until":       until,
 		"spec":        spec,
-		"tickID":      func(name string, t time.Time) string { return worqr.TickTaskID(name, t) },
+		"tickID":      func(name string, t time.Time) string { return rdb.TickTaskID(name, t) },
 		"flowq":       func(q string) bool { return strings.Contains(q, "/") },
 		"cancelNote": func(st worqr.TaskState) string {
 			if st == worqr.StateActive {

@@ -838,7 +838,7 @@ func taskInfo(q rdb.QueueRef, r *rdb.TaskRecord) *TaskInfo {
 
 // enqueuedAt reads when task id was first enqueued from the id itself: an
 // id worqr made (an xid, second precision), or a periodic tick's
-// ("<schedule>.<tick unix ms>", see TickTaskID). An id of the caller's
+// ("<schedule>.<tick unix ms>", see Schedule.Name). An id of the caller's
 // choosing (EnqueueOpts.ID) says nothing (false), unless it has a tick's
 // shape.
 func enqueuedAt(id string) (time.Time, bool) {

@@ -131,22 +131,18 @@ const (
 	RunCancelled RunStatus = "cancelled"
 )
 
-// RunInfo is what Redis holds about a flow run.
+// RunInfo is what Redis holds about a flow run: the run as its current
+// stage sees it (Stage is the current stage, or the last one once ended;
+// Attempt counts that stage's runs) and where it stands.
 type RunInfo struct {
-	ID     string
-	Flow   string
-	Stage  string // the current stage, or the last one once ended
+	Run
 	Status RunStatus
 	// TaskState is the state of the run's current stage task (queued,
 	// active, scheduled, dead, or "children" while waiting for children);
 	// once the run ended, its status (done, failed, cancelled).
 	TaskState  string
-	State      map[string]string
-	Children   []ChildResult
 	LastError  string
 	FinishedAt time.Time
-	// Meta is the metadata the run was started with (RunOpts.Meta).
-	Meta map[string]string
 }
 
 // validate checks the flow and fills defaults on a copy.
@@ -355,9 +351,9 @@ func (c *Client) run(ctx context.Context, flow *Flow, id string) (*RunInfo, erro
 
 func runInfo(flow string, r *rdb.RunRecord) *RunInfo {
 	return &RunInfo{
-		ID: r.ID, Flow: flow, Stage: r.Stage, Status: RunStatus(r.Status), TaskState: r.TaskState,
-		State: r.State, Children: childResults(r.Children), LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
-		Meta: engine.DecodeMeta(r.Meta),
+		Run: Run{ID: r.ID, Flow: flow, Stage: r.Stage, State: r.State, Children: childResults(r.Children),
+			Attempt: r.Attempt, Meta: engine.DecodeMeta(r.Meta)},
+		Status: RunStatus(r.Status), TaskState: r.TaskState, LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
 	}
 }
 

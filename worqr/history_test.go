@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/worqr/worqr-go/internal/rdb"
+
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
@@ -244,7 +246,7 @@ func TestLatencyOfATickAndOfACallersID(t *testing.T) {
 	bundle := setup(t)
 	c, in := bundle.client, bundle.in
 	tick := time.Now().Add(-time.Minute).Truncate(time.Millisecond)
-	tid, err := c.Enqueue(ctx, "ticks", []byte("x"), &worqr.EnqueueOpts{ID: worqr.TickTaskID("every-minute", tick)})
+	tid, err := c.Enqueue(ctx, "ticks", []byte("x"), &worqr.EnqueueOpts{ID: rdb.TickTaskID("every-minute", tick)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -627,7 +627,7 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 		if nx := tk.next(tick); nx > tick {
 			idTTL += time.Duration(nx-tick)*time.Millisecond + time.Duration(def.GraceMs)*time.Millisecond
 		}
-		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: idTTL})
+		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: rdb.TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: idTTL})
 		if errors.Is(err, ErrNotReplicated) {
 			// Enqueued (now or by an earlier pass) on the primary: it
 			// fired; the shortfall is reported, and a pass that enqueues
@@ -660,12 +660,6 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 
 // maxTick is where a schedule that never ticks again waits (year 9999).
 const maxTick = 253402300799000
-
-// TickTaskID returns the id of the task schedule name enqueues for its tick
-// at t: "<name>.<t unix ms>". Inspector.Task finds it.
-func TickTaskID(name string, t time.Time) string {
-	return name + "." + strconv.FormatInt(t.UnixMilli(), 10)
-}
 
 // ErrScheduleNotFound is returned by the Inspector's schedule methods when
 // no schedule has that name.

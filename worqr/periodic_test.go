@@ -70,7 +70,7 @@ func (b *periodicBundle) ids(t *testing.T, queue string) []string {
 func tickIDs(name string, ticks ...time.Time) []string {
 	out := make([]string, len(ticks))
 	for i, t := range ticks {
-		out[i] = worqr.TickTaskID(name, t)
+		out[i] = rdb.TickTaskID(name, t)
 	}
 	return out
 }
@@ -198,7 +198,7 @@ func TestSchedulerMissedTicks(t *testing.T) {
 				t.Fatal(err)
 			}
 			got = b.ids(t, "q")
-			if len(got) != len(tc.want)+1 || got[len(got)-1] != worqr.TickTaskID("m", minute(11)) {
+			if len(got) != len(tc.want)+1 || got[len(got)-1] != rdb.TickTaskID("m", minute(11)) {
 				t.Fatalf("after the next tick the queue holds %v", got)
 			}
 		})
@@ -477,7 +477,7 @@ func TestSchedulerPeerDiedBetweenEnqueueAndAdvance(t *testing.T) {
 	}
 	tick := base.Add(time.Second)
 	// What the dead peer did: the tick's enqueue, nothing after.
-	id, err := b.c.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{ID: worqr.TickTaskID("d", tick), IDTTL: time.Hour})
+	id, err := b.c.Enqueue(ctx, "q", []byte("x"), &worqr.EnqueueOpts{ID: rdb.TickTaskID("d", tick), IDTTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

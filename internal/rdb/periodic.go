@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -173,4 +174,10 @@ func decodeSchedule(name string, m map[string]string) *ScheduleRecord {
 // Time returns Redis's time (unix ms) on the server of tag.
 func (s *Store) Time(ctx context.Context, tag string) (int64, error) {
 	return timeMillis(s.cmd(ctx, tag, "TIME"))
+}
+
+// TickTaskID returns the id of the task schedule name enqueues for its tick
+// at t: "<name>.<t unix ms>" (worqr's Schedule.Name documents the form).
+func TickTaskID(name string, t time.Time) string {
+	return name + "." + strconv.FormatInt(t.UnixMilli(), 10)
 }
