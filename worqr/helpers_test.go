@@ -27,7 +27,7 @@ import (
 // config of the Client whose tasks it reads), and fails t if it cannot.
 func newInspector(t testing.TB, pool worqr.ConnGetter, cfg *worqr.Config) *worqr.Inspector {
 	t.Helper()
-	in, err := worqr.NewInspector(pool, cfg)
+	in, err := worqr.NewInspector(redistest.Served(t, pool), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,7 +48,7 @@ func queueLen(t testing.TB, in *worqr.Inspector, queue string) int {
 // startWorker starts a worker for the test and stops it at the end.
 func startWorker(t *testing.T, ctx context.Context, pool worqr.ConnGetter, cfg *worqr.WorkerConfig) *worqr.Worker {
 	t.Helper()
-	w, err := worqr.NewWorker(pool, cfg)
+	w, err := worqr.NewWorker(redistest.Served(t, pool), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +197,7 @@ func (r *eventRecorder) waitFor(t testing.TB, d time.Duration, what string, matc
 // newClient returns a Client on pool with cfg, and fails t if it cannot.
 func newClient(t testing.TB, pool worqr.ConnGetter, cfg *worqr.Config) *worqr.Client {
 	t.Helper()
-	c, err := worqr.NewClient(pool, cfg)
+	c, err := worqr.NewClient(redistest.Served(t, pool), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -208,6 +208,14 @@ func (s *Server) Restart() error {
 
 // Pool returns a new connection pool to the server. The caller closes it.
 func (s *Server) Pool() *redis.Pool {
+	p := s.pool()
+	if Serve.URL != nil {
+		poolURLs.Store(p, s.URL)
+	}
+	return p
+}
+
+func (s *Server) pool() *redis.Pool {
 	return &redis.Pool{
 		MaxIdle:     64,
 		IdleTimeout: time.Minute,
@@ -215,6 +223,43 @@ func (s *Server) Pool() *redis.Pool {
 			return redis.DialURLContext(ctx, s.URL)
 		},
 	}
+}
+
+// Serve, when its fields are set, makes the pools the code under test runs
+// on: a test binary built with another client's overlay sets them in an
+// init function (contrib/goredis: the same tests on a go-redis client; see
+// its README). Unset: the tests run on the redigo pools themselves.
+var Serve struct {
+	// URL: in place of a pool of Server.Pool, one on the server at url
+	// (see Served).
+	URL func(t TB, url string) rdb.ConnGetter
+	// Cluster: in place of a redisconn.Cluster on seeds.
+	Cluster func(t TB, seeds []string) rdb.ConnGetter
+	// Sentinel: in place of a redisconn.Sentinel on the primary the
+	// sentinels name master.
+	Sentinel func(t TB, master string, sentinels []string) rdb.ConnGetter
+}
+
+// poolURLs holds the server URL of each pool Pool made while Serve.URL is set.
+var poolURLs sync.Map // *redis.Pool -> string
+
+// Served returns the pool that the code under test runs on in place of
+// pool: pool itself, unless Serve.URL is set and pool is one that Server.Pool
+// made (a pool wrapped with faults or hooks stays as it is). The tests'
+// own checks of Redis keep using pool.
+func Served(t TB, pool rdb.ConnGetter) rdb.ConnGetter {
+	if Serve.URL == nil {
+		return pool
+	}
+	p, ok := pool.(*redis.Pool)
+	if !ok {
+		return pool
+	}
+	url, ok := poolURLs.Load(p)
+	if !ok {
+		return pool
+	}
+	return Serve.URL(t, url.(string))
 }
 
 // TB is the part of testing.TB the helpers use (Ginkgo's GinkgoT satisfies it).
@@ -228,7 +273,7 @@ type TB interface {
 // TagCheckedPool returns a pool whose connections fail the test when a script
 // call's KEYS do not all share one hash tag. The pool is closed at cleanup.
 func (s *Server) TagCheckedPool(t TB) *redis.Pool {
-	p := s.Pool()
+	p := s.pool()
 	dial := p.DialContext
 	p.DialContext = func(ctx context.Context) (redis.Conn, error) {
 		c, err := dial(ctx)
