@@ -1,9 +1,9 @@
 GO        ?= go
 PKGS      := ./...
-# Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel, the browser test
-# and tools/modproxy (used by release-check). They build against the root module (and each other) as it is
+# Nested modules (their own go.mod): the CLI, the gateway, contrib/prometheus, contrib/otel, contrib/goredis,
+# the browser test and tools/modproxy (used by release-check). They build against the root module (and each other) as it is
 # here through go.work.
-NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel test/browser tools/modproxy
+NESTED    := cmd/worqr gateway contrib/prometheus contrib/otel contrib/goredis test/browser tools/modproxy
 # The root module requires no other module of the repository: it builds and is
 # tested against its own go.mod, as a user of the library gets it, not against
 # the versions the workspace picks for all the modules together.
@@ -23,13 +23,18 @@ build: ## build every package and the binaries into ./bin (bin/worqr: the operat
 run: ## run the demo (embedded Redis unless WORQR_REDIS_URL is set)
 	$(ROOTGO) run ./cmd/worqr-example
 
-test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), contrib/prometheus's, contrib/otel's and the dashboard's browser test too (needs redis-server >= 7.0; chromium, or the browser test skips)
+test: ## unit + integration tests with -race, the CLI's, the gateway's (its conformance test needs node >= 18), the contrib modules', the root's suites again on go-redis (test-goredis) and the dashboard's browser test too (needs redis-server >= 7.0; chromium, or the browser test skips)
 	$(ROOTGO) test -race -count=1 -timeout 10m $(PKGS)
 	cd cmd/worqr && $(GO) test -race -count=1 -timeout 5m ./...
 	cd gateway && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/prometheus && $(GO) test -race -count=1 -timeout 5m ./...
 	cd contrib/otel && $(GO) test -race -count=1 -timeout 5m ./...
+	cd contrib/goredis && $(GO) test -race -count=1 -timeout 5m ./...
+	$(MAKE) test-goredis
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
+
+test-goredis: ## the root's worqr, test/cluster and test/sentinel tests with their pools on go-redis clients (contrib/goredis/suite)
+	bash contrib/goredis/suite -race -count=1 -timeout 15m
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
@@ -43,7 +48,7 @@ screenshots: ## capture docs/img/*.png of every dashboard page with headless Chr
 release-check: ## publish every module at VERSION into a module proxy on disk from a clone of the last commit, then go install the CLI and build a program from it (docs/RELEASING.md)
 	bash .ci/release-check
 
-.PHONY: help build run test lint screenshots release-check
+.PHONY: help build run test test-goredis lint screenshots release-check
 
 # The gateway's generated code is committed: only changing gateway/proto needs protoc.
 PROTOC_GEN_GO_VERSION         ?= v1.36.10

@@ -1,0 +1,400 @@
+package goredis
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"time"
+
+	redigo "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
+)
+
+// conn is a redigo connection over one go-redis connection, taken from the
+// client's pool at its first command and given back by Close: the commands
+// of one worqr call travel on one connection, in order, as on a redigo
+// connection (a pipeline, a MULTI/EXEC, a script and the WAIT after it).
+//
+// The go-redis connection is a *redis.Conn (a "sticky" connection): once it
+// failed (a broken connection, a timeout) every later command fails
+// without being sent. So a command whose reply was lost is never sent
+// again behind worqr's back, as a go-redis client's own retries would
+// (MaxRetries): worqr decides what a lost reply means (a take or an end
+// that may have been applied), as it does with redigo.
+//
+// After a SUBSCRIBE or SSUBSCRIBE the connection is a go-redis PubSub on a
+// connection of its own, and its replies are the arrays redigo's pub/sub
+// reads (message, smessage, subscribe, unsubscribe, pong).
+type conn struct {
+	open  func() *redis.Conn // the node's pool, for the connection
+	again *redis.ClusterClient
+	// subscribe opens the subscription (its first SUBSCRIBE, or
+	// SSUBSCRIBE when sharded, with channels).
+	subscribe func(ctx context.Context, sharded bool, channels []string) (*redis.PubSub, error)
+
+	sc      *redis.Conn
+	pending [][]any  // sent, not flushed
+	replies []result // flushed, not received
+	err     error    // the connection failed: every call returns it
+
+	ps      *redis.PubSub
+	sharded bool
+}
+
+type result struct {
+	v   any
+	err error
+}
+
+var (
+	_ redigo.Conn            = (*conn)(nil)
+	_ redigo.ConnWithContext = (*conn)(nil)
+	_ redigo.ConnWithTimeout = (*conn)(nil)
+)
+
+// errUsedAfterClose is returned by a connection used after Close.
+var errUsedAfterClose = errors.New("goredis: connection used after Close")
+
+// errSubscribed is returned by a command other than a subscription's on a
+// connection that subscribed.
+var errSubscribed = errors.New("goredis: only (S)SUBSCRIBE, (S)UNSUBSCRIBE and PING on a subscribed connection")
+
+func (c *conn) sticky() *redis.Conn {
+	if c.sc == nil {
+		c.sc = c.open()
+	}
+	return c.sc
+}
+
+// Do sends cmd (after the commands sent and not flushed) and returns its
+// reply. With cmd "" it flushes and returns every pending reply.
+func (c *conn) Do(cmd string, args ...any) (any, error) {
+	return c.DoContext(context.Background(), cmd, args...)
+}
+
+// DoWithTimeout is Do bounded by timeout.
+func (c *conn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return c.DoContext(ctx, cmd, args...)
+}
+
+// DoContext is Do bounded by ctx (go-redis applies ctx's deadline to the
+// connection when the client has ContextTimeoutEnabled; else its
+// ReadTimeout and WriteTimeout bound the call).
+func (c *conn) DoContext(ctx context.Context, cmd string, a ...any) (any, error) {
+	if c.ps != nil {
+		if cmd == "" {
+			return nil, nil
+		}
+		if err := c.Send(cmd, a...); err != nil {
+			return nil, err
+		}
+		return c.ReceiveContext(ctx)
+	}
+	if isSubscribe(cmd) {
+		if err := c.Send(cmd, a...); err != nil {
+			return nil, err
+		}
+		return c.ReceiveContext(ctx)
+	}
+	if err := c.flush(ctx); err != nil {
+		return nil, err
+	}
+	if cmd == "" {
+		out := make([]any, len(c.replies))
+		for i, r := range c.replies {
+			if r.err != nil {
+				c.replies = nil
+				return nil, r.err
+			}
+			out[i] = r.v
+		}
+		c.replies = nil
+		return out, nil
+	}
+	// The replies of earlier sends are dropped, as redigo drops them.
+	c.replies = nil
+	rs, err := c.exec(ctx, [][]any{args(cmd, a)})
+	if err != nil {
+		return nil, err
+	}
+	return rs[0].v, rs[0].err
+}
+
+// Send queues cmd for the next Flush.
+func (c *conn) Send(cmd string, a ...any) error {
+	if c.err != nil {
+		return c.err
+	}
+	if c.ps != nil || isSubscribe(cmd) {
+		return c.pubsubSend(cmd, a)
+	}
+	c.pending = append(c.pending, args(cmd, a))
+	return nil
+}
+
+// Flush sends the queued commands, in one round trip, and keeps their
+// replies for Receive.
+func (c *conn) Flush() error {
+	if c.ps != nil {
+		return nil // a subscription's commands are written when sent
+	}
+	return c.flush(context.Background())
+}
+
+func (c *conn) flush(ctx context.Context) error {
+	if c.err != nil {
+		return c.err
+	}
+	if len(c.pending) == 0 {
+		return nil
+	}
+	cmds := c.pending
+	c.pending = nil
+	rs, err := c.exec(ctx, cmds)
+	if err != nil {
+		return err
+	}
+	c.replies = append(c.replies, rs...)
+	return nil
+}
+
+// Receive returns the reply of the oldest command flushed (flushing what
+// was sent first if nothing is).
+func (c *conn) Receive() (any, error) { return c.ReceiveContext(context.Background()) }
+
+// ReceiveWithTimeout is Receive bounded by timeout (on a subscribed
+// connection: the wait for the next message).
+func (c *conn) ReceiveWithTimeout(timeout time.Duration) (any, error) {
+	if c.ps != nil {
+		return c.pubsubReceive(context.Background(), timeout)
+	}
+	ctx := context.Background()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	return c.ReceiveContext(ctx)
+}
+
+// ReceiveContext is Receive bounded by ctx.
+func (c *conn) ReceiveContext(ctx context.Context) (any, error) {
+	if c.ps != nil {
+		return c.pubsubReceive(ctx, 0)
+	}
+	if len(c.replies) == 0 {
+		if err := c.flush(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if len(c.replies) == 0 {
+		if c.err != nil {
+			return nil, c.err
+		}
+		return nil, errors.New("goredis: Receive with no command sent")
+	}
+	r := c.replies[0]
+	c.replies = c.replies[1:]
+	return r.v, r.err
+}
+
+// Err returns the error that broke the connection, if one did.
+func (c *conn) Err() error { return c.err }
+
+// Close gives the connection back to the client's pool (go-redis closes it
+// instead when it failed) and ends a subscription.
+func (c *conn) Close() error {
+	var err error
+	if c.ps != nil {
+		err = c.ps.Close()
+	}
+	if c.sc != nil {
+		if e := c.sc.Close(); err == nil && !errors.Is(e, redis.ErrClosed) {
+			err = e
+		}
+	}
+	if c.err == nil {
+		c.err = errUsedAfterClose
+	}
+	c.sc, c.ps, c.pending, c.replies = nil, nil, nil, nil
+	return err
+}
+
+// Pipeline sends the commands in one round trip and returns their replies
+// in order, an error reply in its slot (worqr's store pipelines through it).
+func (c *conn) Pipeline(ctx context.Context, names []string, as [][]any) ([]any, error) {
+	if c.err != nil {
+		return nil, c.err
+	}
+	if c.ps != nil {
+		return nil, errSubscribed
+	}
+	if err := c.flush(ctx); err != nil {
+		return nil, err
+	}
+	c.replies = nil
+	cmds := make([][]any, len(names))
+	for i := range names {
+		cmds[i] = args(names[i], as[i])
+	}
+	rs, err := c.exec(ctx, cmds)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]any, len(rs))
+	for i, r := range rs {
+		if r.err != nil {
+			out[i] = r.err
+		} else {
+			out[i] = r.v
+		}
+	}
+	return out, nil
+}
+
+// exec runs cmds on the connection, one command alone or all of them as one
+// pipeline, and returns one result per command: a Redis error reply is the
+// result's error; a connection error fails the call and the connection.
+func (c *conn) exec(ctx context.Context, cmds [][]any) ([]result, error) {
+	rs, err := run(ctx, c.sticky(), cmds)
+	if err != nil {
+		c.err = err
+		return nil, err
+	}
+	if c.again != nil && redirected(cmds, rs) {
+		// The node refused the call for a slot it does not serve now, or
+		// one that is moving: nothing ran. The cluster client sends it
+		// again where the slot lives now (it reads the slot map, follows
+		// MOVED and ASK, and waits out TRYAGAIN and CLUSTERDOWN).
+		c.again.ReloadState(ctx)
+		return run(ctx, c.again, cmds)
+	}
+	return rs, nil
+}
+
+// runner is a go-redis client or connection.
+type runner interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+	Pipeline() redis.Pipeliner
+	TxPipeline() redis.Pipeliner
+}
+
+// run runs cmds on r: one command alone, a MULTI ... EXEC block as a
+// go-redis transaction, else as one pipeline.
+func run(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
+	if len(cmds) == 1 {
+		cmd := redis.NewCmd(ctx, cmds[0]...)
+		_ = r.Process(ctx, cmd)
+		v, err := reply(cmd)
+		if err != nil && !isReply(err) {
+			return nil, err
+		}
+		return []result{{v, err}}, nil
+	}
+	if isTx(cmds) {
+		return runTx(ctx, r, cmds)
+	}
+	p := r.Pipeline()
+	cs := make([]*redis.Cmd, len(cmds))
+	for i, a := range cmds {
+		cs[i] = redis.NewCmd(ctx, a...)
+		_ = p.Process(ctx, cs[i])
+	}
+	_, _ = p.Exec(ctx)
+	out := make([]result, len(cs))
+	for i, cmd := range cs {
+		v, err := reply(cmd)
+		if err != nil && !isReply(err) {
+			return nil, err
+		}
+		out[i] = result{v, err}
+	}
+	return out, nil
+}
+
+// isTx reports a pipeline that is one transaction: MULTI, commands, EXEC.
+func isTx(cmds [][]any) bool {
+	return len(cmds) >= 2 && strings.EqualFold(cmds[0][0].(string), "MULTI") &&
+		strings.EqualFold(cmds[len(cmds)-1][0].(string), "EXEC")
+}
+
+// runTx runs a MULTI ... EXEC pipeline as a go-redis transaction (which on
+// a cluster client goes to the slot's node) and returns the replies redigo
+// reads: OK, QUEUED for each command, then EXEC's array of their replies
+// (an error reply of one in its place). A command Redis refused to queue
+// fails the transaction: EXEC's reply is then that error.
+func runTx(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
+	inner := cmds[1 : len(cmds)-1]
+	p := r.TxPipeline()
+	cs := make([]*redis.Cmd, len(inner))
+	for i, a := range inner {
+		cs[i] = redis.NewCmd(ctx, a...)
+		_ = p.Process(ctx, cs[i])
+	}
+	_, err := p.Exec(ctx)
+	out := make([]result, 0, len(cmds))
+	out = append(out, result{v: []byte("OK")})
+	exec := make([]any, len(cs))
+	var execErr error
+	for i, cmd := range cs {
+		v, e := reply(cmd)
+		switch {
+		case e != nil && !isReply(e):
+			return nil, e
+		case e != nil && strings.HasPrefix(e.Error(), "EXECABORT"):
+			execErr = e
+		case e != nil:
+			exec[i] = e
+		default:
+			exec[i] = v
+		}
+		out = append(out, result{v: []byte("QUEUED")})
+	}
+	if execErr == nil && err != nil && isReply(replyErr(err)) && len(cs) == 0 {
+		execErr = replyErr(err)
+	}
+	if execErr != nil {
+		return append(out, result{err: execErr}), nil
+	}
+	return append(out, result{v: exec}), nil
+}
+
+// redirected reports replies that all say the node does not serve the slot
+// now (MOVED, ASK) or cannot yet (TRYAGAIN, CLUSTERDOWN): nothing ran.
+func redirected(cmds [][]any, rs []result) bool {
+	if isTx(cmds) {
+		// A transaction the node refused: EXECABORT after queued MOVEDs.
+		last := rs[len(rs)-1].err
+		return last != nil && strings.HasPrefix(last.Error(), "EXECABORT") && strings.Contains(last.Error(), "MOVED")
+	}
+	for _, r := range rs {
+		if r.err == nil || !isRedirect(r.err.Error()) {
+			return false
+		}
+	}
+	return true
+}
+
+func isRedirect(msg string) bool {
+	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
+		if strings.HasPrefix(msg, p) {
+			return true
+		}
+	}
+	return false
+}
+
+func isReply(err error) bool {
+	var re redigo.Error
+	return errors.As(err, &re)
+}
+
+func isSubscribe(cmd string) bool {
+	return strings.EqualFold(cmd, "SUBSCRIBE") || strings.EqualFold(cmd, "SSUBSCRIBE")
+}

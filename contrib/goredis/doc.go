@@ -1,0 +1,39 @@
+// Package goredis serves worqr from a go-redis client
+// (github.com/redis/go-redis/v9): an application that already has a
+// redis.UniversalClient gives it to worqr, with its TLS, ACL user, Cluster
+// or Sentinel setup, hooks and metrics, instead of opening a redigo pool
+// beside it.
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: "localhost:6379", Protocol: 2})
+//	pool, err := goredis.New(rdb)
+//	...
+//	client, err := worqr.NewClient(pool, &worqr.Config{Namespace: "app"})
+//
+// New takes a *redis.Client (redis.NewClient, or redis.NewFailoverClient for
+// a primary that Sentinel names) or a *redis.ClusterClient. The client must
+// speak RESP2 (Options.Protocol 2).
+//
+// What worqr relies on holds as with redigo:
+//
+//   - One worqr call, one connection: each connection worqr takes is one of
+//     the client's pool (client.Conn), kept for the call: a pipeline, a
+//     MULTI/EXEC and the WAIT after a write go on it in order.
+//   - A command is sent once. go-redis sends a command again after a
+//     connection error (Options.MaxRetries); on a connection worqr holds, a
+//     failed connection stays failed, so a script whose reply was lost is
+//     never run a second time behind worqr's back. worqr decides what a lost
+//     reply means (a take or an end that may have been applied).
+//   - Replies read as redigo reads them: bulk and simple strings as []byte,
+//     integers as int64, arrays as []any, nil, and error replies as
+//     redis.Error (NOSCRIPT, MOVED, ASK, ...).
+//   - Pub/sub: a Worker's subscription is a go-redis PubSub on a connection
+//     of its own; on a Cluster the wake-ups and cancels go through sharded
+//     pub/sub (SSUBSCRIBE to each master).
+//   - Cluster: a call goes to the master that serves its hash tag's slot
+//     (ClusterClient.MasterForKey); a call refused with MOVED, ASK, TRYAGAIN
+//     or CLUSTERDOWN ran nowhere and the ClusterClient sends it again where
+//     the slot is now.
+//
+// worqr never closes the client. This module is the only one of worqr's
+// that requires go-redis: the library itself uses redigo.
+package goredis
