@@ -26,8 +26,8 @@ import (
 // connection of its own, and its replies are the arrays redigo's pub/sub
 // reads (message, smessage, subscribe, unsubscribe, pong).
 type conn struct {
-	open  func() *redis.Conn // the node's pool, for the connection
-	again *redis.ClusterClient
+	open    func() *redis.Conn // the node's pool, for the connection
+	cluster *clusterRunner     // on a cluster: where a refused call goes
 	// subscribe opens the subscription (its first SUBSCRIBE, or
 	// SSUBSCRIBE when sharded, with channels).
 	subscribe func(ctx context.Context, sharded bool, channels []string) (*redis.PubSub, error)
@@ -261,21 +261,75 @@ func (c *conn) Pipeline(ctx context.Context, names []string, as [][]any) ([]any,
 // exec runs cmds on the connection, one command alone or all of them as one
 // pipeline, and returns one result per command: a Redis error reply is the
 // result's error; a connection error fails the call and the connection.
+//
+// On a cluster, a call every command of which the node refused ran
+// nowhere, and is sent again: after MOVED on a connection to the master
+// named, which the connection keeps (what follows, a WAIT after a write,
+// goes there too); after ASK through the ClusterClient, which sends ASKING
+// to the node named; after TRYAGAIN or CLUSTERDOWN (a slot moving, a
+// failover) after a pause (5 ms doubling to 200 ms) while ctx's deadline
+// allows (retryFor without one).
 func (c *conn) exec(ctx context.Context, cmds [][]any) ([]result, error) {
-	rs, err := run(ctx, c.sticky(), cmds)
-	if err != nil {
-		c.err = err
-		return nil, err
+	var until time.Time
+	backoff := 5 * time.Millisecond
+	for moves := 0; ; {
+		rs, err := run(ctx, c.sticky(), cmds)
+		if err != nil {
+			c.err = err
+			return nil, err
+		}
+		if c.cluster == nil {
+			return rs, nil
+		}
+		kind, addr := redirectOf(cmds, rs)
+		switch kind {
+		case "MOVED":
+			c.cluster.ReloadState(ctx)
+			node := c.cluster.master(ctx, addr)
+			if moves++; node == nil || moves > maxMoves {
+				return run(ctx, c.cluster, cmds)
+			}
+			_ = c.sc.Close()
+			c.sc, c.open = nil, node.Conn
+		case "ASK":
+			return run(ctx, c.cluster, cmds)
+		case "TRYAGAIN", "CLUSTERDOWN":
+			if until.IsZero() {
+				until = time.Now().Add(retryFor)
+				if dl, ok := ctx.Deadline(); ok {
+					until = dl
+				}
+			}
+			if !pause(ctx, backoff, until) {
+				return rs, nil
+			}
+			backoff = min(2*backoff, 200*time.Millisecond)
+		default:
+			return rs, nil
+		}
 	}
-	if c.again != nil && redirected(cmds, rs) {
-		// The node refused the call for a slot it does not serve now, or
-		// one that is moving: nothing ran. The cluster client sends it
-		// again where the slot lives now (it reads the slot map, follows
-		// MOVED and ASK, and waits out TRYAGAIN and CLUSTERDOWN).
-		c.again.ReloadState(ctx)
-		return run(ctx, c.again, cmds)
+}
+
+// maxMoves bounds the MOVED replies one call follows on its own.
+const maxMoves = 5
+
+// retryFor bounds the TRYAGAIN and CLUSTERDOWN retries of a call whose
+// context has no deadline.
+const retryFor = 10 * time.Second
+
+// pause waits d; false when that would pass until or ctx ended.
+func pause(ctx context.Context, d time.Duration, until time.Time) bool {
+	if time.Now().Add(d).After(until) {
+		return false
 	}
-	return rs, nil
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
 }
 
 // runner is a go-redis client or connection.
@@ -349,6 +403,9 @@ func runTx(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 			return nil, e
 		case e != nil && strings.HasPrefix(e.Error(), "EXECABORT"):
 			execErr = e
+		case e != nil && execErr == nil && parseRedirectKind(e.Error()) != "":
+			// Refused when queued: EXEC is refused too.
+			execErr = redigo.Error("EXECABORT Transaction discarded because of previous errors: " + e.Error())
 		case e != nil:
 			exec[i] = e
 		default:
@@ -365,29 +422,57 @@ func runTx(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 	return append(out, result{v: exec}), nil
 }
 
-// redirected reports replies that all say the node does not serve the slot
-// now (MOVED, ASK) or cannot yet (TRYAGAIN, CLUSTERDOWN): nothing ran.
-func redirected(cmds [][]any, rs []result) bool {
+// redirectOf returns the redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN)
+// that every reply of rs is, with the address a MOVED or ASK names, or ""
+// when one is not: then something ran, and the replies are the call's. A
+// transaction the node refused is an EXECABORT after them.
+func redirectOf(cmds [][]any, rs []result) (kind, addr string) {
 	if isTx(cmds) {
-		// A transaction the node refused: EXECABORT after queued MOVEDs.
 		last := rs[len(rs)-1].err
-		return last != nil && strings.HasPrefix(last.Error(), "EXECABORT") && strings.Contains(last.Error(), "MOVED")
-	}
-	for _, r := range rs {
-		if r.err == nil || !isRedirect(r.err.Error()) {
-			return false
+		if last == nil || !strings.HasPrefix(last.Error(), "EXECABORT") {
+			return "", ""
 		}
+		msg := last.Error()
+		for _, k := range redirects {
+			if i := strings.Index(msg, k); i >= 0 {
+				return parseRedirect(msg[i:])
+			}
+		}
+		return "", ""
 	}
-	return true
+	for i, r := range rs {
+		if r.err == nil {
+			return "", ""
+		}
+		k, a := parseRedirect(r.err.Error())
+		if k == "" || i > 0 && k != kind {
+			return "", ""
+		}
+		kind, addr = k, a
+	}
+	return kind, addr
 }
 
-func isRedirect(msg string) bool {
-	for _, p := range []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"} {
-		if strings.HasPrefix(msg, p) {
-			return true
+var redirects = []string{"MOVED ", "ASK ", "TRYAGAIN", "CLUSTERDOWN"}
+
+// parseRedirect returns the kind of a redirection reply and the address it
+// names ("MOVED 866 127.0.0.1:7001").
+func parseRedirect(msg string) (kind, addr string) {
+	for _, k := range redirects {
+		if strings.HasPrefix(msg, k) {
+			f := strings.Fields(msg)
+			if len(f) >= 3 && (f[0] == "MOVED" || f[0] == "ASK") {
+				addr = f[2]
+			}
+			return strings.TrimSpace(k), addr
 		}
 	}
-	return false
+	return "", ""
+}
+
+func parseRedirectKind(msg string) string {
+	k, _ := parseRedirect(msg)
+	return k
 }
 
 func isReply(err error) bool {

@@ -176,7 +176,7 @@ func (p *Cluster) GetContextForTag(ctx context.Context, tag string) (redigo.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &conn{open: node.Conn, again: p.c, subscribe: func(ctx context.Context, sharded bool, chs []string) (*redis.PubSub, error) {
+	return &conn{open: node.Conn, cluster: &clusterRunner{p.c, p}, subscribe: func(ctx context.Context, sharded bool, chs []string) (*redis.PubSub, error) {
 		if sharded {
 			return node.SSubscribe(ctx, chs...), nil
 		}
@@ -235,6 +235,27 @@ func (p *Cluster) EachMaster(ctx context.Context, f func(c redigo.Conn) error) e
 		c.Close()
 		if err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// clusterRunner is the ClusterClient a connection sends a refused call
+// again through, and the pool that finds a master's client by address.
+type clusterRunner struct {
+	*redis.ClusterClient
+	p *Cluster
+}
+
+// master returns the client of the master at addr, or nil.
+func (r *clusterRunner) master(ctx context.Context, addr string) *redis.Client {
+	masters, err := r.p.masters(ctx)
+	if err != nil {
+		return nil
+	}
+	for _, m := range masters {
+		if m.Options().Addr == addr {
+			return m
 		}
 	}
 	return nil

@@ -37,13 +37,18 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func needCluster(t *testing.T) *redisconn.Cluster {
+// needCluster returns a pool on the cluster: a redisconn.Cluster, or the
+// one redistest.Serve.Cluster makes (another client under test).
+func needCluster(t *testing.T) worqr.ConnGetter {
 	t.Helper()
 	if errors.Is(clErr, redistest.ErrNoRedisCLI) {
 		t.Skip(redistest.ClusterHint)
 	}
 	if clErr != nil {
 		t.Fatalf("starting the cluster: %v", clErr)
+	}
+	if redistest.Serve.Cluster != nil {
+		return redistest.Serve.Cluster(t, cl.Addrs()[:1])
 	}
 	p, err := redisconn.NewCluster(cl.Addrs()[:1], nil)
 	if err != nil {

@@ -94,12 +94,13 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 		t.Fatalf("primary %s, want %s", pool.Primary(), st.Nodes[0].Addr)
 	}
 	cfg := worqr.Config{Namespace: "sentinel"}
-	client, err := worqr.NewClient(pool, &cfg)
+	wp := served(t, st, pool) // what the workers, client and inspector run on
+	client, err := worqr.NewClient(wp, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+	w, err := worqr.NewWorker(wp, &worqr.WorkerConfig{Config: cfg,
 		Queues: map[string]worqr.QueueConfig{"s": {Concurrency: 4, Handler: worqr.HandlerFunc(rec.handle)}}})
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +163,7 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 	// replica is lost by Redis replication (asynchronous): count it.
 	// The queue's state is in Redis only.
 	redistest.WaitFor(t, 30*time.Second, "every task enqueued during the failover to run or be lost", func() bool {
-		qi, err := worqr.NewInspector(pool, &cfg)
+		qi, err := worqr.NewInspector(wp, &cfg)
 		if err != nil {
 			return false
 		}
@@ -219,6 +220,17 @@ func sentinelGroup(ctx context.Context, t *testing.T) *redistest.Sentinel {
 	}
 	t.Cleanup(st.Stop)
 	return st
+}
+
+// served returns what the code under test runs on in place of pool (on
+// st): pool itself, or the pool redistest.Serve.Sentinel makes (another
+// client under test), which follows the same sentinels.
+func served(t *testing.T, st *redistest.Sentinel, pool *redisconn.Sentinel) worqr.ConnGetter {
+	t.Helper()
+	if redistest.Serve.Sentinel != nil {
+		return redistest.Serve.Sentinel(t, redistest.SentinelMaster, st.Addrs())
+	}
+	return pool
 }
 
 // startSentinel is sentinelGroup and a SentinelPool on it checking every
