@@ -83,6 +83,7 @@ var imports = []struct{ name, path, dir string }{
 	{"prometheus", "github.com/prometheus/client_golang/prometheus", "contrib/prometheus"},
 	{"otelworqr", module + "/contrib/otel", "contrib/otel"},
 	{"sdktrace", "go.opentelemetry.io/otel/sdk/trace", "contrib/otel"},
+	{"goredis", module + "/contrib/goredis", "contrib/goredis"},
 }
 
 // rootOnly are the packages of imports that only the root module requires:
