@@ -33,8 +33,10 @@ test: ## unit + integration tests with -race, the CLI's, the gateway's (its conf
 	$(MAKE) test-goredis
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
-test-goredis: ## the root's worqr, test/cluster and test/sentinel tests with their pools on go-redis clients (contrib/goredis/suite)
-	bash contrib/goredis/suite -race -count=1 -timeout 15m
+test-goredis: ## the root's worqr and test/cluster tests, and test/sentinel's failover tests, with their pools on go-redis clients (contrib/goredis/suite)
+	bash contrib/goredis/suite -race -count=1 -timeout 15m ./worqr ./test/cluster
+	bash contrib/goredis/suite -race -count=1 -timeout 10m \
+		-run 'TestWorkersKeepRunningThroughFailovers|TestLostTakeCancelledAfterFailover|TestReplicationLoss' ./test/sentinel
 
 lint: ## gofmt, go vet, staticcheck
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
