@@ -8,6 +8,7 @@ import (
 
 	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
+	"github.com/worqr/worqr-go/internal/engine"
 )
 
 // conn is a redigo connection over one go-redis connection, taken from the
@@ -322,14 +323,7 @@ func pause(ctx context.Context, d time.Duration, until time.Time) bool {
 	if time.Now().Add(d).After(until) {
 		return false
 	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
+	return engine.Sleep(ctx, d)
 }
 
 // runner is a go-redis client or connection.
