@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/dial"
+	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -93,14 +93,9 @@ func invalidf(field, format string, args ...any) error {
 // that node's slots (the others answer MOVED), where a Cluster follows
 // the whole cluster. One INFO call.
 func ClusterMode(ctx context.Context, pool worqr.ConnGetter) (bool, error) {
-	c, err := pool.GetContext(ctx)
-	if err != nil {
-		return false, err
-	}
-	defer c.Close()
-	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cluster"))
+	on, err := rdb.ClusterMode(ctx, pool)
 	if err != nil {
 		return false, fmt.Errorf("redisconn: cluster mode: %w", err)
 	}
-	return strings.Contains(info, "cluster_enabled:1"), nil
+	return on, nil
 }

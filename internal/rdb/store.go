@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -311,6 +312,22 @@ const IdlePingTimeout = 5 * time.Second
 func (s *Store) Ping(ctx context.Context, tag string) error {
 	_, err := s.cmd(ctx, tag, "PING")
 	return err
+}
+
+// ClusterMode reports whether the server pool reaches runs in cluster
+// mode (INFO cluster), on a connection of its own: asked before a Store
+// is made, to choose between a plain pool and a cluster client.
+func ClusterMode(ctx context.Context, pool ConnGetter) (bool, error) {
+	c, err := pool.GetContext(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer c.Close()
+	info, err := redis.String(redis.DoContext(c, ctx, "INFO", "cluster"))
+	if err != nil {
+		return false, err
+	}
+	return strings.Contains(info, "cluster_enabled:1"), nil
 }
 
 // eval runs script sc on a connection for tag.
