@@ -65,7 +65,11 @@ type QueueInfo struct {
 	// counts only their heads, Behind the tasks waiting behind them, for
 	// their key's head to end (see Inspector.Keys). Behind is kept exact
 	// by the scripts that move those tasks, so reading it costs one
-	// command whatever the number of keys.
+	// command whatever the number of keys. A fair queue's tasks waiting
+	// in its keys' lists count in Waiting, and Keys counts its keys in
+	// turn or held by their limits: those with tasks waiting, and a key
+	// whose last task started until a take finds its list empty. Both are
+	// kept the same way.
 	Keys, Behind int64
 	// OldestActive is the age of the oldest active taking: how long ago
 	// the task that has been running longest started (Redis time; 0 when

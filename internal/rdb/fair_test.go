@@ -1,6 +1,7 @@
 package rdb_test
 
 import (
+	"fmt"
 	"math"
 	"reflect"
 	"strconv"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 // Fair queues (KeyPolicy.Fair, lua/include/fair.lua): the keys' lists, the
@@ -88,7 +90,7 @@ func TestFairEnqueue(t *testing.T) {
 			e.q.Task("a3"), fairQueued("A", "a3"), e.q.Task("b1"), fairQueued("B", "b1"),
 			e.q.FairListPrefix+"A", list{"a1", "a2", "a3"}, e.q.FairListPrefix+"B", list{"b1"},
 			e.q.FairRing, list{"A", "B"},
-			e.q.FairState, hash{"p:": "1 0", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1)})
+			e.q.FairState, hash{"p:": "1 0", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1), "n": "4", "k": "2"})
 	})
 	checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}, {"wake", "1"}, {"wake", "1"}})
 }
@@ -117,7 +119,7 @@ func TestFairTake(t *testing.T) {
 				e.q.FairListPrefix+"A", list{"a3"}, e.q.FairListPrefix+"B", nil, e.q.FairListPrefix+"C", list{"c2"},
 				// B's list ran out exactly: it stays in turn until a take finds it empty.
 				e.q.FairRing, list{"B", "C", "A"},
-				e.q.FairState, hash{"p:": "1 0", "s:A": fst(2, 0, 1), "s:B": fst(1, 0, 1), "s:C": fst(1, 0, 1)},
+				e.q.FairState, hash{"p:": "1 0", "s:A": fst(2, 0, 1), "s:B": fst(1, 0, 1), "s:C": fst(1, 0, 1), "n": "2", "k": "3"},
 				e.q.WorkerQueue("W"), hash{pid(0): "a1", pid(1): "a2", pid(2): "b1", pid(3): "c1"},
 				e.q.Holders, set{"W"}, e.q.Seq, str(pid(3)))
 		})
@@ -259,7 +261,7 @@ func TestFairEnd(t *testing.T) {
 		e.checkState(t, before, func(e *env) state {
 			return before.with(e.q.Task("a1"), nil, e.q.WorkerQueue("W"), hash{pb: "b1"},
 				e.q.FairRing, list{"A"},
-				e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0)})
+				e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0), "n": "1", "k": "1"})
 		})
 		checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
 		if got := e.fairTake(t, "X", 10); joined(got) != "a2" {
@@ -285,7 +287,7 @@ func TestFairEnd(t *testing.T) {
 			w := before[e.q.WorkerQueue("W")].(hash)
 			return before.with(e.q.Task("a1"), fairQueued("A", "a1").with(rdb.FieldFairPID, pa).started(),
 				e.q.WorkerQueue("W"), w.without(pa), e.q.FairListPrefix+"A", list{"a1", "a2"},
-				e.q.FairRing, list{"A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0)})
+				e.q.FairRing, list{"A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(1, 0, 0), "n": "2", "k": "1"})
 		})
 		checkPubs(t, l.collect(t, e), []msg{{"wake", "2"}})
 	})
@@ -329,7 +331,7 @@ func TestFairEnd(t *testing.T) {
 				e.q.Task("b1"), fairQueued("B", "b1").with(rdb.FieldFairPID, before[e.q.Task("b1")].(hash)["fc"], "c", "1", "cw", "W").started(),
 				e.q.WorkerQueue("W"), nil, e.q.Holders, nil,
 				e.q.FairListPrefix+"A", list{"a1", "a2"}, e.q.FairListPrefix+"B", list{"b1"},
-				e.q.FairRing, list{"B", "A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1)})
+				e.q.FairRing, list{"B", "A"}, e.q.FairState, hash{"p:": "1 0", "p:A": "1 1", "s:A": fst(0, 0, 1), "s:B": fst(0, 0, 1), "n": "3", "k": "2"})
 		})
 		checkPubs(t, l.collect(t, e), []msg{{"wake", "3"}})
 		e.requeue(t, true, "W") // again: nothing left, nothing freed twice
@@ -424,5 +426,176 @@ func TestFairCommands(t *testing.T) {
 					ft-pt, fe-pe, c.take, c.end)
 			}
 		})
+	}
+}
+
+// fairTruth counts what the fair state hash's counts stand for, the slow
+// way: the ids in every key's list of e's queue (SCAN) and the keys whose
+// state is not out.
+func (e *env) fairTruth(t *testing.T) (n, k int64) {
+	t.Helper()
+	keys, err := redistest.Keys(e.ctx, e.c, e.ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range keys {
+		if strings.HasPrefix(key, e.q.FairListPrefix) {
+			l, _ := redis.Int64(e.c.Do("LLEN", key))
+			n += l
+		}
+	}
+	st, _ := redis.StringMap(e.c.Do("HGETALL", e.q.FairState))
+	for f, v := range st {
+		if x, _ := strconv.Atoi(v); strings.HasPrefix(f, "s:") && x%4 != 0 {
+			k++
+		}
+	}
+	return n, k
+}
+
+// checkFairCounts checks the fair state hash's counts, and Stats' Waiting
+// and Keys, against fairTruth.
+func (e *env) checkFairCounts(t *testing.T, step string) {
+	t.Helper()
+	n, k := e.fairTruth(t)
+	if got := e.field2(t, e.q.FairState, "n"); got != strconv.FormatInt(n, 10) && !(n == 0 && got == "") {
+		t.Errorf("%s: count n %q, want %d (the ids in the keys' lists)", step, got, n)
+	}
+	if got := e.field2(t, e.q.FairState, "k"); got != strconv.FormatInt(k, 10) && !(k == 0 && got == "") {
+		t.Errorf("%s: count k %q, want %d (the keys not out)", step, got, k)
+	}
+	st, err := e.st.Stats(e.ctx, []rdb.QueueKeys{e.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, _ := redis.Int64(e.c.Do("LLEN", e.q.Waiting))
+	if st[0].Waiting != plain+n || st[0].Keys != k {
+		t.Errorf("%s: Stats waiting %d, keys %d; want %d and %d", step, st[0].Waiting, st[0].Keys, plain+n, k)
+	}
+}
+
+// The fair state hash counts the ids in the keys' lists (Stats adds them to
+// Waiting) and the keys in turn or held (Stats' Keys) exactly, after every
+// kind of move, on a store that pops (a single Redis) and on one that reads
+// and trims (a cluster's).
+func TestFairCounts(t *testing.T) {
+	t.Parallel()
+	big := strings.Repeat("x", 700<<10)
+	tests := []struct {
+		name string
+		// seed prepares e's queue (A: a1..a4, limit 2; B: b1; C: c1, c2)
+		// and returns the operation.
+		seed func(t *testing.T, e *env, take func(w string, max int) []rdb.Taken) func()
+	}{
+		{"enqueue to a new key and to a key in turn", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			return func() { e.fairEnq(t, "D", "d1"); e.fairEnq(t, "A", "a5", "a6") }
+		}},
+		{"a take across keys", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			return func() { take("W", 4) }
+		}},
+		{"a take that drains keys and holds one", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			return func() { take("W", 10) }
+		}},
+		{"a take that finds a key in turn empty", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			e.cancel(t, "b1")
+			return func() { take("W", 10) }
+		}},
+		{"a take that puts ids back past its byte bound", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			if _, err := e.st.EnqueueKey(e.ctx, e.q, "E", []string{"e1", "e2"}, [][]byte{[]byte(big), []byte(big)},
+				[]string{"1", "1"}, nil); err != nil {
+				t.Fatal(err)
+			}
+			return func() {
+				// e2 is past the bound: back in E's list.
+				if got := joined(take("W", 10)); got != "a1 a2 b1 c1 c2 e1" {
+					t.Fatalf("took %q", got)
+				}
+			}
+		}},
+		{"done, give back and retry", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			got := take("W", 3)
+			return func() {
+				e.finish(t, "W", got[0].PID, got[0].ID)
+				e.giveBack(t, "W", got[1].PID, got[1].ID)
+				e.endTask(t, 0, rdb.Retry(rdb.KindTask, "W", got[2].PID, got[2].ID, 0, "boom"))
+			}
+		}},
+		{"a retry made due, another promoted", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			got := take("W", 2)
+			e.endTask(t, 0, rdb.Retry(rdb.KindTask, "W", got[0].PID, got[0].ID, 0, "boom"))
+			e.endTask(t, 0, rdb.Retry(rdb.KindTask, "W", got[1].PID, got[1].ID, 3_600_000, "boom"))
+			return func() {
+				if _, err := e.st.Move(e.ctx, e.q, 100); err != nil {
+					t.Fatal(err)
+				}
+				if ok, err := e.st.Promote(e.ctx, e.q, got[1].ID); err != nil || !ok {
+					t.Fatalf("promote: %v %v", ok, err)
+				}
+			}
+		}},
+		{"a dead worker's takings requeued, twice", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			take("W", 10)
+			return func() { e.requeue(t, true, "W"); e.requeue(t, true, "W") }
+		}},
+		{"a release", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			take("W", 3)
+			return func() {
+				if _, _, err := e.st.Release(e.ctx, e.q, "W", nil); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+		{"a zombie's end changes nothing", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			got := take("W", 1)
+			e.requeue(t, true, "W")
+			return func() {
+				out, err := e.st.End(e.ctx, e.q, 0, []rdb.Ending{rdb.Done(rdb.KindTask, "W", got[0].PID, got[0].ID, nil)})
+				if err != nil || out[0].Outcome != rdb.OutcomeLost {
+					t.Fatalf("zombie end: %+v %v", out, err)
+				}
+			}
+		}},
+		{"cancels of waiting tasks", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			return func() { e.cancel(t, "a3"); e.cancel(t, "c2") }
+		}},
+		{"a dead task requeued to its key's list", func(t *testing.T, e *env, take func(string, int) []rdb.Taken) func() {
+			got := take("W", 1)
+			e.endTask(t, 0, rdb.Dead(rdb.KindTask, "W", got[0].PID, got[0].ID, "bad"))
+			return func() {
+				if _, _, err := e.st.DeadIDs(e.ctx, e.q, rdb.DeadRequeue, []string{got[0].ID}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}},
+	}
+	for _, safe := range []bool{false, true} {
+		for _, tc := range tests {
+			t.Run(fmt.Sprintf("%s/safe=%v", tc.name, safe), func(t *testing.T) {
+				t.Parallel()
+				e := fairEnv(t, rdb.KeyLimits{})
+				if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{MaxRunning: 2}); err != nil {
+					t.Fatal(err)
+				}
+				e.fairEnq(t, "A", "a1", "a2", "a3", "a4")
+				e.fairEnq(t, "B", "b1")
+				e.fairEnq(t, "C", "c1", "c2")
+				st := rdb.NewStore(e.pool, e.ns) // pops
+				if safe {
+					st = e.st // reads, then trims
+				}
+				take := func(w string, max int) []rdb.Taken {
+					t.Helper()
+					got, err := st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Fair: true})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return got
+				}
+				op := tc.seed(t, e, take)
+				e.checkFairCounts(t, "seeded")
+				op()
+				e.checkFairCounts(t, "after")
+			})
+		}
 	}
 }

@@ -161,10 +161,13 @@ func (s *Store) ReadFairKey(ctx context.Context, q QueueKeys, key string) (FairK
 	return out, nil
 }
 
-// The encoding of a fair key's state (FAIR_* in lua/include/fair.lua).
+// The encoding of a fair key's state (FAIR_* in lua/include/fair.lua), and
+// the fields of the state hash that count the ids in the keys' lists and
+// the keys not out (FAIR.N, FAIR.K).
 const (
-	fairRun, fairCredit = 4096, 4
-	fairIn, fairBlocked = 1, 2
+	fairRun, fairCredit    = 4096, 4
+	fairIn, fairBlocked    = 1, 2
+	fairCountN, fairCountK = "n", "k"
 )
 
 // envelopeMagic starts the payload field of every keyed task (KEY_ENV in

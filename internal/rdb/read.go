@@ -346,6 +346,9 @@ type QueueStat struct {
 	// Keys counts the keys of an ordered queue that have tasks; Behind the
 	// tasks waiting behind their heads (in the keys' lists, counted by the
 	// scripts that move them: KeyBehind), which Waiting does not count.
+	// A fair queue's keys' lists are counted in Waiting (the state hash's
+	// "n"), and its keys in turn or held in Keys (its "k"), each kept by
+	// the scripts that change it (lua/include/fair.lua).
 	Keys, Behind int64
 	// OldestActiveMs is how long ago the oldest taking still held started
 	// (Redis time; 0 when none is held).
@@ -399,7 +402,7 @@ type holding struct {
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 9 + MaxLevel
+		const per = 10 + MaxLevel
 		cmds := make([]command, 0, per*len(idx)+1)
 		for _, i := range idx {
 			q := qs[i]
@@ -409,7 +412,7 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			for l := 1; l <= MaxLevel; l++ {
 				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
 			}
-			cmds = append(cmds, cmdOf("GET", q.KeyBehind))
+			cmds = append(cmds, cmdOf("GET", q.KeyBehind), cmdOf("HMGET", q.FairState, fairCountN, fairCountK))
 		}
 		cmds = append(cmds, cmdOf("TIME"))
 		rs, err := s.pipeline(ctx, tag, cmds)
@@ -455,6 +458,10 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			}
 			st.Keys, _ = redis.Int64(r[7], nil)
 			st.Behind, _ = redis.Int64(r[8+MaxLevel], nil)
+			if fc, _ := redis.Int64s(r[9+MaxLevel], nil); len(fc) == 2 {
+				st.Waiting += max(fc[0], 0)
+				st.Keys += max(fc[1], 0)
+			}
 			for _, w := range holders {
 				k := qs[i].WorkerQueue(w)
 				second = append(second, cmdOf("HLEN", k))

@@ -89,8 +89,11 @@ if s ~= S_ACTIVE then
     -- A fair queue's task waits in its key's list (its key keeps its place
     -- in turn: the take that finds the list empty takes it out).
     local tprefix = string.sub(KEYS[2], 1, #KEYS[2] - #ARGV[1])
-    local _, _, listp = FAIR.names(tprefix, FAIR.queue_of(tprefix, KEYS[1]))
+    local _, state, listp = FAIR.names(tprefix, FAIR.queue_of(tprefix, KEYS[1]))
     removed = list_remove(listp .. t[9], ARGV[1])
+    if removed == 1 then
+      FAIR.count(state, -1)
+    end
   else
     removed = list_remove(level_list(KEYS[1], t[7]), ARGV[1])
   end

@@ -160,7 +160,9 @@ if #fair_ids > 0 then
   -- A key whose list held ids already is in the ring, or held by its
   -- limit (fair.lua): only a key that had none is looked at.
   if redis.call('RPUSH', KEYS[6], unpack(fair_ids)) == #fair_ids then
-    FAIR.ensure(KEYS[7], KEYS[8], okey)
+    FAIR.ensure(KEYS[7], KEYS[8], okey, #fair_ids)
+  else
+    FAIR.count(KEYS[8], #fair_ids)
   end
   redis.call('PUBLISH', base .. 'wake:' .. qname, #fair_ids)
 end

@@ -4,7 +4,11 @@
 -- <ns>:{T}:fq:<queue>:<key>, not in the queue's waiting list; the ring
 -- <ns>:{T}:fr:<queue> lists the keys that may start a task now, each once;
 -- the hash <ns>:{T}:fs:<queue> holds, per key, its state ('s:<key>') and its
--- policy ('p:<key>', and 'p:' the queue's default): '<weight> <limit>'.
+-- policy ('p:<key>', and 'p:' the queue's default): '<weight> <limit>'; and
+-- two counts of the queue, kept by every script that changes what they
+-- count, in the same call, so that reading them costs one HMGET whatever
+-- the number of keys: FAIR.N ('n') the ids in all the keys' lists, FAIR.K
+-- ('k') the keys whose state is not FAIR.OUT (absent: 0).
 -- A take serves the ring's keys in turn (deficit round robin: a key of
 -- weight w starts up to w tasks per turn), each within its limit of
 -- running takings, and takes from the waiting list (tasks with no key)
@@ -31,7 +35,7 @@
 --
 -- Everything here is a field of the one table FAIR (a script holds at most
 -- 200 locals, its includes' among them): FAIR.push, FAIR.RUN, ...
-local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2}
+local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2, N = 'n', K = 'k'}
 
 -- FAIR.SCAN is how many ring entries past its need a take reads, so that
 -- keys with nothing to start (taken out as it reaches them: a key stays in
@@ -64,14 +68,28 @@ function FAIR.policy(p, dw, dl)
   return tonumber(w) or dw, tonumber(l) or dl
 end
 
--- FAIR.ensure puts key okey in the ring unless it is there or blocked by
--- its limit: called after a task of the key joined its list.
-function FAIR.ensure(ring, state, okey)
+-- FAIR.ensure counts added ids that joined key okey's list, and puts the
+-- key in the ring unless it is there or held by its limit. Called when
+-- the list was empty before them; FAIR.count when it was not (the key is
+-- not out then: every push goes through here).
+function FAIR.ensure(ring, state, okey, added)
   local f = 's:' .. okey
-  local v = tonumber(redis.call('HGET', state, f)) or 0
+  local r = redis.call('HMGET', state, f, FAIR.K, FAIR.N)
+  local v = tonumber(r[1]) or 0
+  local n = math.max(tonumber(r[3]) or 0, 0) + added
   if v % FAIR.CREDIT == FAIR.OUT then
-    redis.call('HSET', state, f, v - v % FAIR.RUN + FAIR.IN)
+    redis.call('HSET', state, f, v - v % FAIR.RUN + FAIR.IN, FAIR.K, math.max(tonumber(r[2]) or 0, 0) + 1, FAIR.N, n)
     redis.call('RPUSH', ring, okey)
+  else
+    redis.call('HSET', state, FAIR.N, n)
+  end
+end
+
+-- FAIR.count adds delta to the ids in the keys' lists (FAIR.N, deleted at
+-- 0: it undercounts only what was changed by hand).
+function FAIR.count(state, delta)
+  if delta ~= 0 and redis.call('HINCRBY', state, FAIR.N, delta) <= 0 then
+    redis.call('HDEL', state, FAIR.N)
   end
 end
 
@@ -80,8 +98,11 @@ end
 -- waiting list would have it, and the key in the ring if it must be.
 function FAIR.push(tprefix, qname, okey, id, front)
   local ring, state, listp = FAIR.names(tprefix, qname)
-  redis.call(front and 'LPUSH' or 'RPUSH', listp .. okey, id)
-  FAIR.ensure(ring, state, okey)
+  if redis.call(front and 'LPUSH' or 'RPUSH', listp .. okey, id) == 1 then
+    FAIR.ensure(ring, state, okey, 1)
+  else
+    FAIR.count(state, 1)
+  end
 end
 
 -- FAIR.counted reports the key whose running count the taking pid of a
@@ -155,19 +176,21 @@ function FAIR.pick(tprefix, qname, need, safe)
   if #keys == 0 then
     return p
   end
-  local fields = {'p:'}
+  -- (The queue's counts come with the states: the commit writes them.)
+  local fields = {'p:', FAIR.N, FAIR.K}
   for _, key in ipairs(keys) do
     fields[#fields + 1] = 's:' .. key
     fields[#fields + 1] = 'p:' .. key
   end
   local r = redis.call('HMGET', state, unpack(fields))
   local dw, dl = FAIR.policy(r[1], 1, 0)
+  p.n, p.k = math.max(tonumber(r[2]) or 0, 0), math.max(tonumber(r[3]) or 0, 0)
   local seen = {}
   for i, key in ipairs(keys) do
-    local v = tonumber(r[2 * i]) or 0
-    local w, lim = FAIR.policy(r[2 * i + 1], dw, dl)
+    local v = tonumber(r[2 * i + 2]) or 0
+    local w, lim = FAIR.policy(r[2 * i + 3], dw, dl)
     local x = {key = key, run = math.floor(v / FAIR.RUN), credit = math.floor((v % FAIR.RUN) / FAIR.CREDIT),
-      w = math.max(w, 1), lim = lim, plan = 0, got = 0}
+      was = v % FAIR.CREDIT, w = math.max(w, 1), lim = lim, plan = 0, got = 0}
     if seen[key] then
       x.gone = 'dup' -- (twice in the ring: changed by hand) served once
     end
@@ -253,6 +276,19 @@ function FAIR.pick(tprefix, qname, need, safe)
   return p
 end
 
+-- FAIR.put adds count field f, now v (was: old), to the fields a commit
+-- sets, or deletes (at 0).
+function FAIR.put(sets, dels, f, v, old)
+  if v == old then
+    return
+  elseif v > 0 then
+    sets[#sets + 1] = f
+    sets[#sets + 1] = v
+  else
+    dels[#dels + 1] = f
+  end
+end
+
 -- FAIR.commit records what the take did with plan p: taken[key] is how
 -- many takings of the key it counted (ids it buried or put back are not),
 -- back[key] how many it put back (the list holds them again). Writes each
@@ -264,9 +300,14 @@ function FAIR.commit(p, taken, back)
     return false
   end
   local info, q = p.info, p.q
-  -- Where each key stands now.
+  -- Where each key stands now, and the queue's counts: the ids that left
+  -- the keys' lists (popped, less those put back), the keys now out.
   local keep = {} -- info index -> true: in the ring
   local sets, dels = {}, {}
+  local n, k = p.n, p.k
+  for _, pick in ipairs(p.picks) do
+    n = n - #pick.ids + (back[pick.key] or 0)
+  end
   for i, x in ipairs(info) do
     local visited = x.plan > 0 or x.gone
     if visited and x.gone ~= 'dup' then
@@ -279,6 +320,9 @@ function FAIR.commit(p, taken, back)
         where = FAIR.BLOCKED
       end
       x.where = where
+      if (x.was == FAIR.OUT) ~= (where == FAIR.OUT) then
+        k = k + (where == FAIR.OUT and -1 or 1)
+      end
       local credit = (where == FAIR.IN and x.credit > 0 and x.credit < x.w) and x.credit or 0
       local v = run * FAIR.RUN + credit * FAIR.CREDIT + where
       if v == 0 then
@@ -292,6 +336,8 @@ function FAIR.commit(p, taken, back)
       end
     end
   end
+  FAIR.put(sets, dels, FAIR.N, n, p.n)
+  FAIR.put(sets, dels, FAIR.K, k, p.k)
   if #sets > 0 then
     redis.call('HSET', p.state, unpack(sets))
   end
