@@ -2,12 +2,15 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/defaults"
 
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -239,4 +242,80 @@ func TestFairSettingsAreChecked(t *testing.T) {
 	if p, err := st.ReadKeyPolicy(ctx, st.Queue(rdb.Standalone("f"))); err != nil || p.Fair {
 		t.Errorf("policy %+v, %v: a refused one was stored", p, err)
 	}
+}
+
+// The operator's tools reach a fair queue's keys' lists: Waiting counts
+// the tasks in them, Tasks(StateQueued) lists them after the tasks with no
+// key, DeleteAllWaiting and CancelAll empty them, and a forced RemoveQueue
+// leaves no key behind.
+func TestFairQueueOperatorTools(t *testing.T) {
+	ctx := context.Background()
+	fairQueue := func(t *testing.T, b *bundle, q string) {
+		t.Helper()
+		if err := b.client.SetKeyPolicy(ctx, q, worqr.KeyPolicy{Fair: true}); err != nil {
+			t.Fatal(err)
+		}
+		enqueueKeyed(t, b.client, q, "A", 300) // past a bulk chunk
+		enqueueKeyed(t, b.client, q, "B", 2)
+		if _, err := b.client.Enqueue(ctx, q, []byte("plain"), nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("waiting and listed", func(t *testing.T) {
+		b := setup(t)
+		fairQueue(t, b, "fair")
+		qi, err := b.in.Queue(ctx, "fair")
+		if err != nil || qi.Waiting != 303 || qi.Keys != 2 {
+			t.Fatalf("Queue = %+v, %v; want 303 waiting, 2 keys", qi, err)
+		}
+		tasks, total, err := b.in.Tasks(ctx, "fair", worqr.StateQueued, 0, 1000)
+		if err != nil || total != 303 || len(tasks) != 303 {
+			t.Fatalf("Tasks(queued) = %d of %d, %v; want 303 of 303", len(tasks), total, err)
+		}
+		if tasks[0].Key != "" {
+			t.Errorf("the first listed is %+v, want the task with no key", tasks[0])
+		}
+		page, total, err := b.in.Tasks(ctx, "fair", worqr.StateQueued, 300, 10)
+		if err != nil || total != 303 || len(page) != 3 || page[0].ID != tasks[300].ID {
+			t.Errorf("Tasks(queued) from 300: %d of %d, %v; want the last 3", len(page), total, err)
+		}
+	})
+	t.Run("delete all waiting", func(t *testing.T) {
+		b := setup(t)
+		fairQueue(t, b, "fair")
+		if n, err := b.in.DeleteAllWaiting(ctx, "fair", nil); err != nil || n != 303 {
+			t.Fatalf("DeleteAllWaiting = %d, %v; want 303", n, err)
+		}
+		if qi, err := b.in.Queue(ctx, "fair"); err != nil || qi.Waiting != 0 {
+			t.Fatalf("Queue = %+v, %v; want none waiting", qi, err)
+		}
+	})
+	t.Run("cancel all", func(t *testing.T) {
+		b := setup(t)
+		fairQueue(t, b, "fair")
+		if n, err := b.in.CancelAll(ctx, "fair", nil); err != nil || n != 303 {
+			t.Fatalf("CancelAll = %d, %v; want 303", n, err)
+		}
+		if qi, err := b.in.Queue(ctx, "fair"); err != nil || qi.Waiting != 0 {
+			t.Fatalf("Queue = %+v, %v; want none waiting", qi, err)
+		}
+	})
+	t.Run("removed, forced", func(t *testing.T) {
+		b := setup(t)
+		fairQueue(t, b, "fair")
+		var ne *worqr.QueueNotEmptyError
+		if _, err := b.in.RemoveQueue(ctx, "fair", nil); !errors.As(err, &ne) || ne.Held.Waiting != 303 {
+			t.Fatalf("RemoveQueue unforced: %v; want refused with 303 waiting", err)
+		}
+		if n, err := b.in.RemoveQueue(ctx, "fair", &worqr.RemoveQueueOpts{Force: true}); err != nil || n != 303 {
+			t.Fatalf("RemoveQueue forced = %d, %v; want 303 deleted", n, err)
+		}
+		conn := b.pool.Get()
+		defer conn.Close()
+		for _, k := range keysOf(t, b.pool, b.ns, "fair") {
+			if pttl, _ := redis.Int64(conn.Do("PTTL", k)); pttl < 0 && !strings.HasSuffix(k, ":seq") {
+				t.Errorf("key left for ever after the forced removal: %s", k)
+			}
+		}
+	})
 }

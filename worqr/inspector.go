@@ -155,7 +155,9 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 
 // Tasks returns up to limit tasks of queue in one state, skipping the
 // offset first, and how many the state holds: StateQueued (waiting, the
-// next to be taken first, without taking them), StateScheduled (soonest
+// next to be taken first, without taking them; a fair queue's keys'
+// tasks follow, key after key, each key's in the order they will start,
+// the keys in no particular order), StateScheduled (soonest
 // first), StateActive (held by workers), StateDead (newest first; a flow's
 // failed runs are in the dead set of the stage they failed in,
 // "<flow>/<stage>"), or StateDone / StateCancelled / StateExpired
@@ -178,6 +180,19 @@ func (in *Inspector) Tasks(ctx context.Context, queue string, state TaskState, o
 	switch state {
 	case StateQueued:
 		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Waiting(ctx, qk, off, n) })
+		if err == nil {
+			// A fair queue's keys' lists, after the waiting list.
+			var fair rdb.Span
+			if rest := limit - len(span.IDs); rest > 0 {
+				fair, err = pages(max(offset-span.Total, 0), rest, func(off, n int) (rdb.Span, error) {
+					return in.st.FairWaiting(ctx, qk, off, n)
+				})
+			} else {
+				fair, err = in.st.FairWaiting(ctx, qk, 0, 0) // the count alone
+			}
+			span.IDs = append(span.IDs, fair.IDs...)
+			span.Total += fair.Total
+		}
 	case StateScheduled:
 		span, err = pages(offset, limit, func(off, n int) (rdb.Span, error) { return in.st.Scheduled(ctx, qk, off, n) })
 	case StateDead:
@@ -546,16 +561,18 @@ func (in *Inspector) deadAll(ctx context.Context, queue string, op rdb.DeadOp, p
 }
 
 // DeleteAllWaiting deletes every task waiting in stand-alone queue (its
-// scheduled tasks too, and in an ordered queue the tasks waiting behind
-// each key's head, whether that head waits, runs or is dead) in chunks of
-// at most 250; running tasks are left alone. A flow's runs are ended with
+// scheduled tasks too, in an ordered queue the tasks waiting behind each
+// key's head, whether that head waits, runs or is dead, and in a fair
+// queue those in its keys' lists) in chunks of at most 250; running tasks
+// are left alone. A flow's runs are ended with
 // Client.CancelRun instead.
 func (in *Inspector) DeleteAllWaiting(ctx context.Context, queue string, progress Progress) (int, error) {
 	return in.bulk(ctx, queue, rdb.BulkDelete, progress)
 }
 
 // CancelAll cancels every task of stand-alone queue: waiting and scheduled
-// ones (and those behind an ordered queue's keys) end as cancelled (in
+// ones (and those behind an ordered queue's keys, or in a fair queue's)
+// end as cancelled (in
 // chunks of at most 250), running ones are asked to stop. It returns how
 // many it cancelled or asked. A task given back to its queue while the call
 // runs (by the reaper, or by a worker that stops) is cancelled too; a task
@@ -662,6 +679,36 @@ func (in *Inspector) bulk(ctx context.Context, queue string, action rdb.BulkActi
 				full = true
 			}
 		}
+	}
+	// A fair queue: the tasks in its keys' lists.
+	for cursor := uint64(0); ; {
+		ks, next, err := in.st.FairKeys(ctx, qk, cursor, 100)
+		if err != nil {
+			return total, fmt.Errorf("worqr: %s the tasks waiting in the keys of %s: %w", action, queue, err)
+		}
+		var names []string
+		for _, k := range ks {
+			if k.Waiting > 0 {
+				names = append(names, k.Key)
+			}
+		}
+		for len(names) > 0 {
+			n, err := in.st.BulkFair(ctx, qk, names, action)
+			total += n
+			if err != nil {
+				return total, fmt.Errorf("worqr: %s the tasks waiting in the keys of %s: %w", action, queue, err)
+			}
+			if progress != nil && n > 0 {
+				progress(total)
+			}
+			if n < rdb.BulkStep {
+				break
+			}
+		}
+		if next == 0 {
+			break
+		}
+		cursor = next
 	}
 	// An ordered queue: the tasks still waiting behind keys whose head
 	// runs, or is dead and blocks its key.

@@ -83,7 +83,8 @@ func (e *QueueServedError) Is(target error) bool { return target == ErrQueueServ
 type RemoveQueueOpts struct {
 	// Force deletes the queue's tasks first: its dead workers' takings
 	// (requeued, as the reaper would), its waiting and scheduled tasks
-	// (those behind an ordered queue's keys too), its dead tasks, its
+	// (those behind an ordered queue's keys and in a fair queue's too),
+	// its dead tasks, its
 	// retained ended tasks, and an indexed consumer's progress. Without it
 	// a queue that holds any of them is refused (*QueueNotEmptyError).
 	Force bool
@@ -99,8 +100,9 @@ const removeRounds = 3
 
 // RemoveQueue removes stand-alone queue from the namespace: it deletes its
 // keys (waiting lists of every level, scheduled, dead and retained sets,
-// config and limits, rate log, key heads of an ordered queue, parked
-// workers, holder index, an indexed consumer's progress), its counters in
+// config and limits, rate log, key heads of an ordered queue, a fair
+// queue's keys in turn and their states and policies, parked workers,
+// holder index, an indexed consumer's progress), its counters in
 // the throughput history, and forgets it from the known queues, so that
 // Queues, the dashboard and the metrics no longer list it. It returns how
 // many tasks it deleted (forced).

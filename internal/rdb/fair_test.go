@@ -599,3 +599,74 @@ func TestFairCounts(t *testing.T) {
 		}
 	}
 }
+
+// A bulk delete or cancel of a fair queue's keys' lists empties them front
+// first, BulkStep tasks per chunk, and takes them off the count of ids in
+// the lists; the keys' states and the ring stay (a take takes an empty key
+// out of turn).
+func TestFairBulk(t *testing.T) {
+	t.Parallel()
+	seed := func(t *testing.T) (*env, string) {
+		e := fairEnv(t, rdb.KeyLimits{})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{MaxRunning: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "A", "a1", "a2", "a3")
+		e.fairEnq(t, "B", "b1", "b2")
+		got := e.fairTake(t, "W", 1)
+		return e, got[0].PID
+	}
+	t.Run("delete", func(t *testing.T) {
+		t.Parallel()
+		e, _ := seed(t)
+		before := e.dump(t)
+		n, err := e.st.BulkFair(e.ctx, e.q, []string{"A", "B"}, rdb.BulkDelete)
+		if err != nil || n != 4 {
+			t.Fatalf("BulkFair = %d, %v; want 4", n, err)
+		}
+		e.checkState(t, before, func(e *env) state {
+			fs := before[e.q.FairState].(hash)
+			return before.with(e.q.Task("a2"), nil, e.q.Task("a3"), nil, e.q.Task("b1"), nil, e.q.Task("b2"), nil,
+				e.q.FairListPrefix+"A", nil, e.q.FairListPrefix+"B", nil, e.q.FairState, fs.without("n"))
+		})
+		e.checkFairCounts(t, "deleted")
+	})
+	t.Run("cancel, retained", func(t *testing.T) {
+		t.Parallel()
+		e, _ := seed(t)
+		e.setCfg(t, e.q, "retention", 60_000)
+		if n, err := e.st.BulkFair(e.ctx, e.q, []string{"A", "B"}, rdb.BulkCancel); err != nil || n != 4 {
+			t.Fatalf("BulkFair = %d, %v; want 4", n, err)
+		}
+		for _, id := range []string{"a2", "a3", "b1", "b2"} {
+			if s := e.field(t, id, rdb.FieldState); s != "cancelled" {
+				t.Errorf("%s is %q, want cancelled", id, s)
+			}
+		}
+		if r := e.strs(t, "ZRANGE", e.q.Retained, 0, -1); len(r) != 4 {
+			t.Errorf("retained %v, want the 4 cancelled", r)
+		}
+		e.checkFairCounts(t, "cancelled")
+	})
+	t.Run("in chunks of BulkStep", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		ids := make([]string, rdb.BulkStep+10)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("a%03d", i)
+		}
+		e.fairEnq(t, "A", ids...)
+		e.fairEnq(t, "B", "b1")
+		if n, err := e.st.BulkFair(e.ctx, e.q, []string{"A", "B"}, rdb.BulkDelete); err != nil || n != rdb.BulkStep {
+			t.Fatalf("first chunk: %d, %v; want %d", n, err, rdb.BulkStep)
+		}
+		if l := e.strs(t, "LRANGE", e.q.FairListPrefix+"A", 0, -1); len(l) != 10 || l[0] != ids[rdb.BulkStep] {
+			t.Errorf("A's list after a chunk: %v, want the last 10", l)
+		}
+		e.checkFairCounts(t, "a chunk")
+		if n, err := e.st.BulkFair(e.ctx, e.q, []string{"A", "B"}, rdb.BulkDelete); err != nil || n != 11 {
+			t.Fatalf("second chunk: %d, %v; want 11", n, err)
+		}
+		e.checkFairCounts(t, "two chunks")
+	})
+}

@@ -124,43 +124,6 @@ func (s *Store) SetKeyLimits(ctx context.Context, q QueueKeys, key string, l Key
 	return err
 }
 
-// FairKey is one key of a fair queue as its state says: its takings
-// running (counted by the takes, given back by their ends), whether it is
-// in turn (in the ring) or held by its limit, and its own policy (nil:
-// the queue's).
-type FairKey struct {
-	Running int
-	InTurn  bool
-	Held    bool
-	Waiting int
-	Limits  *KeyLimits
-}
-
-// ReadFairKey reads the state of key on fair queue q, in one round trip.
-func (s *Store) ReadFairKey(ctx context.Context, q QueueKeys, key string) (FairKey, error) {
-	rs, err := s.pipeline(ctx, q.Ref.Tag, []command{
-		cmdOf("HMGET", q.FairState, "s:"+key, "p:"+key),
-		cmdOf("LLEN", q.FairListPrefix+key),
-	})
-	if err != nil {
-		return FairKey{}, err
-	}
-	v, err := redis.Strings(rs[0], nil)
-	if err != nil {
-		return FairKey{}, err
-	}
-	var out FairKey
-	st, _ := strconv.ParseInt(v[0], 10, 64)
-	out.Running = int(st / fairRun)
-	out.InTurn, out.Held = st%fairCredit == fairIn, st%fairCredit == fairBlocked
-	if v[1] != "" {
-		l := parseKeyLimits(v[1])
-		out.Limits = &l
-	}
-	out.Waiting, _ = redis.Int(rs[1], nil)
-	return out, nil
-}
-
 // The encoding of a fair key's state (FAIR_* in lua/include/fair.lua), and
 // the fields of the state hash that count the ids in the keys' lists and
 // the keys not out (FAIR.N, FAIR.K).

@@ -54,6 +54,22 @@ func TestDropQueue(t *testing.T) {
 		{name: "a key with tasks: kept", seed: func(t *testing.T, e *env) {
 			e.do(t, "HSET", e.q.KeyHeads, "k", "a")
 		}, left: &rdb.QueueLeft{Keys: 1}},
+		{name: "a fair queue's tasks in its keys' lists: kept", seed: func(t *testing.T, e *env) {
+			e.setCfg(t, e.q, "fair", "1")
+			e.fairEnq(t, "A", "a1", "a2")
+			e.fairEnq(t, "B", "b1")
+		}, left: &rdb.QueueLeft{Waiting: 3}},
+		{name: "a fair queue emptied: its ring and states deleted", seed: func(t *testing.T, e *env) {
+			e.setCfg(t, e.q, "fair", "1")
+			e.fairEnq(t, "A", "a1", "a2")
+			e.fairEnq(t, "B", "b1")
+			if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{Weight: 2}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.st.BulkFair(e.ctx, e.q, []string{"A", "B"}, rdb.BulkDelete); err != nil {
+				t.Fatal(err)
+			}
+		}, keep: func(e *env) state { return state{} }},
 		{name: "a consumer's progress: kept", seed: func(t *testing.T, e *env) {
 			c := e.k.Consumer("q")
 			e.do(t, "HSET", c.State, "processed", 7, "next", 9)

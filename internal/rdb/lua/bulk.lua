@@ -3,6 +3,7 @@
 --- @include "cfg"
 --- @include "finalize"
 --- @include "packed"
+--- @include "fair"
 -- bulk: delete or cancel up to ARGV[3] tasks from the front of a queue's
 -- waiting list or from its scheduled set (earliest first): one chunk of a
 -- bulk operation, so that a million tasks never hold Redis in one call.
@@ -11,9 +12,14 @@
 -- KEYS[2] <ns>:{T}:s:<queue>          (zset) scheduled ids
 -- KEYS[3] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- KEYS[4] <ns>:{T}:done:<queue>       (zset) retained ended ids
--- ARGV[1] "waiting" | "scheduled" | "keys"   ARGV[2] "delete" | "cancel"
+-- ARGV[1] "waiting" | "scheduled" | "keys" | "fair"   ARGV[2] "delete" | "cancel"
 -- ARGV[3] chunk size   ARGV[4] task key prefix   ARGV[5..] with "keys": the
--- keys (of an ordered queue) whose lists to empty
+-- keys (of an ordered queue) whose lists to empty; with "fair": the keys of
+-- a fair queue whose lists fq:<queue>:<key> to empty, front first (their
+-- names built from ARGV[4] and the queue's name, in KEYS[1]'s slot; the
+-- ids that leave them are taken off the fair state hash's count, see
+-- fair.lua; the keys' states stay: a take that finds a key in turn with
+-- nothing takes it out)
 -- A call stops early at its byte bound (at least one task is handled), so
 -- that no call holds Redis for more than a few ms whatever the payloads
 -- weigh: once the payload bytes its cancels copy pass COPY_BYTES (a cancel
@@ -98,6 +104,38 @@ local function weight(id)
   end
   return 0, packed + (tonumber(redis.pcall('HSTRLEN', tkey, F_PAYLOAD)) or 0) +
     (tonumber(redis.pcall('HSTRLEN', tkey, F_RESULT)) or 0)
+end
+
+if ARGV[1] == 'fair' then
+  local _, state, listp = FAIR.names(ARGV[4], qname)
+  local cut, copied, freed = 0, 0, 0
+  for i = 5, #ARGV do
+    local list = listp .. ARGV[i]
+    while handled < n and cut == 0 do
+      local ids = redis.call('LRANGE', list, 0, n - handled - 1)
+      if #ids == 0 then
+        break
+      end
+      for j, id in ipairs(ids) do
+        local c, f = weight(id)
+        if (handled > 0 or j > 1) and (copied + c > COPY_BYTES or freed + f > FREE_BYTES) then
+          for m = #ids, j, -1 do
+            ids[m] = nil
+          end
+          cut = 1
+          break
+        end
+        copied, freed = copied + c, freed + f
+      end
+      redis.call('LTRIM', list, #ids, -1)
+      FAIR.count(state, -#ids)
+      handled = handled + #ids
+      for _, id in ipairs(ids) do
+        drop(id, true)
+      end
+    end
+  end
+  return {handled, cut}
 end
 
 local ids

@@ -13,6 +13,8 @@
 -- KEYS[19] <ns>:{Q}:cs:<queue>       (hash)  an indexed consumer's progress
 -- KEYS[20] <ns>:{Q}:cd:<queue>       (set)   its finished indexes
 -- KEYS[21] <ns>:{Q}:kn:<queue>       (string) the count of tasks behind key heads
+-- KEYS[22] <ns>:{Q}:fr:<queue>       (list)  a fair queue's keys in turn
+-- KEYS[23] <ns>:{Q}:fs:<queue>       (hash)  a fair queue's keys' states and policies
 -- ARGV[1] op: 'retained' or 'drop'
 -- ARGV[2] task prefix <ns>:{Q}:t:   ARGV[3] worker-queue prefix <ns>:{Q}:wq:<queue>:
 -- ARGV[4] retained: the most entries to delete (at most 250); drop: '1' when
@@ -23,11 +25,14 @@
 -- expired: an id enqueued again since, EnqueueOpts.ID, keeps its hash).
 -- Returns the number of entries removed (fewer than asked: none are left).
 --
--- drop: when the queue holds nothing (no waiting, scheduled, held, dead,
--- retained task whose retention runs, no key with tasks, and unless forced
+-- drop: when the queue holds nothing (no waiting task, in a fair queue's
+-- keys' lists either (the count 'n' of KEYS[23], see fair.lua: the lists
+-- are named by keys, and empty lists do not exist), no scheduled, held,
+-- dead, retained task whose retention runs, no key with tasks, and unless forced
 -- no consumer progress), UNLINK every key above and each holder's
 -- worker-queue hash (all empty but the config, the rate log, the park hash,
--- the consumer's progress and the retained set's expired entries, whose
+-- the consumer's progress, a fair queue's ring and state hash (keys left in
+-- turn with nothing, policies), and the retained set's expired entries, whose
 -- hashes expired with them), but for the config's priority level 'prio',
 -- kept (never lowered: see below). Returns {1, keys deleted, not counting
 -- a config kept for its 'prio'}; otherwise nothing
@@ -57,6 +62,7 @@ local waiting = 0
 for i = 1, 10 do
   waiting = waiting + redis.call('LLEN', KEYS[i])
 end
+waiting = waiting + math.max(tonumber(redis.call('HGET', KEYS[23], 'n')) or 0, 0)
 local scheduled = redis.call('ZCARD', KEYS[11])
 local dead = redis.call('ZCARD', KEYS[12])
 local retained = redis.call('ZCOUNT', KEYS[13], '(' .. now_ms(), '+inf')
@@ -74,7 +80,7 @@ if waiting + scheduled + held + dead + retained + keys + progress > 0 then
   return {0, waiting, scheduled, held, dead, retained, keys, progress}
 end
 local del = {}
-for i = 1, 21 do
+for i = 1, 23 do
   del[#del + 1] = KEYS[i]
 end
 for _, w in ipairs(holders) do
