@@ -323,10 +323,63 @@ func TestScriptKeysDeclared(t *testing.T) {
 	must(err)
 	check("batch requeue", "requeue:k", "requeue:kn", "requeue:t")
 
+	// A fair queue: keyed enqueues (to a new key, then to one in turn), a
+	// take across keys, ends of every kind (done, give back, retry), the
+	// retry made due and another promoted, a cancel in a key's list, a dead
+	// task requeued, a requeue and a release, the keys' lists emptied in
+	// bulk, and the queue dropped.
+	fq := k.Queue(rdb.Standalone("dfq"))
+	must(st.WriteKeyPolicy(ctx, fq, rdb.KeyPolicy{Fair: true, PerKey: rdb.KeyLimits{MaxRunning: 2}}))
+	a.calls()
+	for _, key := range []string{"A", "B"} {
+		_, err = st.EnqueueKey(ctx, fq, key, []string{key + "1", key + "2", key + "3", key + "4"},
+			[][]byte{[]byte("1"), []byte("2"), []byte("3"), []byte("4")}, nil, nil)
+		must(err)
+	}
+	_, err = st.EnqueueKey(ctx, fq, "A", []string{"A5", "A6"}, [][]byte{[]byte("5"), []byte("6")}, nil, nil)
+	must(err)
+	check("fair enqueue") // the key's list, the ring and the states declared
+	ft, err := st.Take(ctx, fq, rdb.TakeArgs{Worker: w, Until: until, Max: 4, Fair: true})
+	must(err)
+	check("fair take", "take:fq", "take:t") // the keys' lists named by the ring
+	_, _, err = st.EndTake(ctx, fq, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, ft[0].PID, ft[0].ID, nil),
+		rdb.GiveBack(rdb.KindTask, w, ft[1].PID, ft[1].ID), rdb.Retry(rdb.KindTask, w, ft[2].PID, ft[2].ID, 0, "x"),
+		rdb.Dead(rdb.KindTask, w, ft[3].PID, ft[3].ID, "x")}, &rdb.TakeArgs{Worker: w, Until: until, Max: 2, Fair: true})
+	must(err)
+	check("fair ends and take again", "end:fq", "end:t") // the ring and states: the take's, declared
+	_, err = st.Move(ctx, fq, 100)
+	must(err)
+	check("fair move", "move:fq", "move:fs", "move:t") // the key named in the task's hash
+	_, err = st.Cancel(ctx, fq, "B4")
+	must(err)
+	check("fair cancel", "cancel:fq", "cancel:fs")
+	_, _, err = st.DeadIDs(ctx, fq, rdb.DeadRequeue, []string{ft[3].ID})
+	must(err)
+	check("fair dead requeued", "dead:fq", "dead:fs")
+	_, _, err = st.Requeue(ctx, fq, []string{w}, true)
+	must(err)
+	check("fair requeue", "requeue:fq", "requeue:fs", "requeue:t")
+	_, err = st.Take(ctx, fq, rdb.TakeArgs{Worker: w, Until: until, Max: 2, Fair: true})
+	must(err)
+	a.calls()
+	_, _, err = st.Release(ctx, fq, w, nil)
+	must(err)
+	check("fair release", "release:fq", "release:fs", "release:t")
+	_, err = st.BulkFair(ctx, fq, []string{"A", "B"}, rdb.BulkDelete)
+	must(err)
+	check("fair bulk delete", "bulk:fq", "bulk:fs", "bulk:t")
+	_, err = st.DeadOldest(ctx, fq, rdb.DeadDelete, 10, "", "")
+	must(err)
+	a.calls()
+	if _, ok, left, err := st.DropQueue(ctx, fq, false); err != nil || !ok {
+		t.Fatalf("DropQueue of the fair queue = %v, %+v, %v", ok, left, err)
+	}
+	check("fair drop", "remove_queue:wq") // the holders are read from the holder index
+
 	// A flow: start, a stage that fans out, the children's ends, the
 	// next stage forwarded and ended; a run cancelled while waiting.
-	fq := func(name string) rdb.QueueKeys { return k.Queue(rdb.QueueRef{Tag: "DF", Name: name}) }
-	s1, s2, c1 := fq("s1"), fq("s2"), fq("c1")
+	flq := func(name string) rdb.QueueKeys { return k.Queue(rdb.QueueRef{Tag: "DF", Name: name}) }
+	s1, s2, c1 := flq("s1"), flq("s2"), flq("c1")
 	ref := rdb.FlowRef{RetentionMillis: 60_000, IndexBy: []string{"user"}}
 	_, err = st.FlowStart(ctx, s1, "r1", map[string]string{"user": "u1"}, ref)
 	must(err)
