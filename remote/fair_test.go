@@ -14,7 +14,7 @@ import (
 // given back by its ends and by its close.
 func TestRemoteFairQueue(t *testing.T) {
 	ctx := context.Background()
-	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}}
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 2}}}
 	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"fair": {Keys: pol}}})
 	s := open(t, b, "fair")
 	for _, key := range []string{"A", "A", "A", "A", "B"} {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -124,11 +125,11 @@ func (k *keyCounter) most(key string) int {
 func TestFairKeyLimitAcrossWorkers(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
-	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}}
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 2}}}
 	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.client.SetKeyLimits(ctx, "fair", "B", worqr.KeyLimits{MaxRunning: 3}); err != nil {
+	if err := b.client.SetKeyLimits(ctx, "fair", "B", worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 3}}); err != nil {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"A", "B", "C"} {
@@ -171,7 +172,7 @@ func TestFairKeySlotsComeBackAfterACrash(t *testing.T) {
 	t.Cleanup(func() { pool.Close() })
 	ns := redistest.Namespace()
 	c := newClient(t, pool, &worqr.Config{Namespace: ns})
-	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}}
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 2}}}
 	if err := c.SetKeyPolicy(ctx, "fair", pol); err != nil {
 		t.Fatal(err)
 	}
@@ -219,13 +220,17 @@ func TestFairSettingsAreChecked(t *testing.T) {
 	}{
 		{"weight over 1,000", "KeyPolicy.PerKey.Weight",
 			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Weight: 1001}})},
-		{"negative limit", "KeyPolicy.PerKey.MaxRunning",
-			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: -1}})},
+		{"negative limit", "KeyPolicy.PerKey.Concurrency",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: -1}}})},
 		{"merging on a fair queue", "KeyPolicy.Merge",
 			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, Merge: true})},
 		{"a key's negative weight", "KeyLimits.Weight", b.client.SetKeyLimits(ctx, "f", "k", worqr.KeyLimits{Weight: -1})},
-		{"an empty key", "key", b.client.SetKeyLimits(ctx, "f", "", worqr.KeyLimits{MaxRunning: 1})},
-		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, defaults.MaxKeyLen+1)), worqr.KeyLimits{MaxRunning: 1})},
+		{"a key's rate over 1,000", "KeyLimits.Rate", b.client.SetKeyLimits(ctx, "f", "k",
+			worqr.KeyLimits{Limits: worqr.Limits{Rate: 1001, Period: time.Second}})},
+		{"a rate without a period", "KeyPolicy.PerKey.Period",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Rate: 1}}})},
+		{"an empty key", "key", b.client.SetKeyLimits(ctx, "f", "", worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 1}})},
+		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, defaults.MaxKeyLen+1)), worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 1}})},
 	} {
 		if f := invalidField(t, c.name, c.err); f != c.field {
 			t.Errorf("%s: the error names %q, want %q", c.name, f, c.field)
@@ -318,4 +323,83 @@ func TestFairQueueOperatorTools(t *testing.T) {
 			}
 		}
 	})
+}
+
+// A key's Rate holds across two workers: a key that may start 3 tasks an
+// hour starts 3 (counted by the handlers) while the other keys run all of
+// theirs, and its other tasks wait, counted in Waiting.
+func TestFairKeyRateAcrossWorkers(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pol := worqr.KeyPolicy{Fair: true}
+	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.client.SetKeyLimits(ctx, "fair", "A", worqr.KeyLimits{Limits: worqr.Limits{Rate: 3, Period: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"A", "B", "C"} {
+		enqueueKeyed(t, b.client, "fair", k, 10)
+	}
+	var mu sync.Mutex
+	started := map[string]int{}
+	var done atomic.Int32
+	for range 2 {
+		cfg := fastTimings(b.ns)
+		cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 4, Keys: pol,
+			Handler: worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+				mu.Lock()
+				started[task.Key]++
+				mu.Unlock()
+				done.Add(1)
+				return nil
+			})}}
+		b.startWorker(cfg)
+	}
+	wait(t, 30*time.Second, "B's and C's tasks and 3 of A's to run", func() bool { return done.Load() == 23 })
+	qi, err := b.in.Queue(ctx, "fair")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if started["A"] != 3 || started["B"] != 10 || started["C"] != 10 || qi.Waiting != 7 || qi.Keys != 1 {
+		t.Errorf("started %v, %d waiting, %d keys; want A 3 (its rate), B and C 10, 7 of A's waiting, 1 key",
+			started, qi.Waiting, qi.Keys)
+	}
+}
+
+// A key whose Rate is 2 per 300ms starts its 6 tasks in three windows: by
+// their start times (Redis time, kept with the retained tasks), no 3 of
+// them start within 300ms.
+func TestFairKeyRateWindows(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	const period = 300 * time.Millisecond
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Rate: 2, Period: period}}}
+	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, b.client, "fair", "A", 6)
+	var done atomic.Int32
+	cfg := fastTimings(b.ns)
+	cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 4, Keys: pol, Retention: time.Minute,
+		Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { done.Add(1); return nil })}}
+	b.startWorker(cfg)
+	wait(t, 30*time.Second, "A's 6 tasks to run", func() bool { return done.Load() == 6 })
+	tasks, _, err := b.in.Tasks(ctx, "fair", worqr.StateDone, 0, 10)
+	if err != nil || len(tasks) != 6 {
+		t.Fatalf("Tasks(done) = %d, %v; want 6", len(tasks), err)
+	}
+	var at []time.Time
+	for _, ti := range tasks {
+		at = append(at, ti.StartedAt)
+	}
+	slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
+	for i := 2; i < len(at); i++ {
+		if d := at[i].Sub(at[i-2]); d < period {
+			t.Errorf("starts %d and %d are %s apart: 3 starts within %s", i-2, i, d, period)
+		}
+	}
+	t.Logf("starts: %v", at)
 }

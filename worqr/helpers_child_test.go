@@ -72,7 +72,7 @@ func runChild(role string) int {
 		rc := newRunCounter(pool, ns)
 		cfg := fastTimings(ns)
 		cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 6,
-			Keys:    worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{MaxRunning: 2}},
+			Keys:    worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 2}}},
 			Handler: limitHandler(rc, "child", 0, make(chan struct{}), nil)}}
 		w, err := worqr.NewWorker(pool, &cfg)
 		if err != nil {

@@ -46,8 +46,8 @@ type KeyPolicy struct {
 	// Fair makes the queue fair instead of ordered: a task's key is its
 	// group (a tenant, a customer), the tasks of one key run side by side,
 	// and the queue's free slots go to the keys with tasks waiting in
-	// turn, KeyLimits.Weight tasks per turn, each key within its
-	// KeyLimits.MaxRunning, across every worker and remote worker. A lone
+	// turn, KeyLimits.Weight tasks per turn, each key within its own
+	// KeyLimits.Limits, across every worker and remote worker. A lone
 	// key gets every slot. Tasks without a key run first. Merge and
 	// MoveOnDead do not apply. Turn it on before enqueueing with keys: a
 	// keyed task enqueued while the queue is not fair waits as an ordered
@@ -65,21 +65,30 @@ type KeyLimits struct {
 	// weights 3 and 1 both have tasks waiting, the first starts three for
 	// the second's one. 0 means 1; at most 1,000.
 	Weight int
-	// MaxRunning is how many tasks of the key run at once at most, counted
-	// across every worker and remote worker from their takes to their ends;
-	// a dead worker's come back with its tasks (HeartbeatTTL +
-	// ReaperInterval). 0: no limit.
-	MaxRunning int
+	// Limits are the key's, as a queue's Limits are the queue's, each
+	// counted across every worker and remote worker: Concurrency tasks of
+	// the key at most run at once, from their takes to their ends (a dead
+	// worker's come back with its tasks, within HeartbeatTTL +
+	// ReaperInterval); Rate tasks of the key at most start in any window of
+	// Period (a sliding window on Redis's clock; at most 1,000 per Period).
+	// Zero: no limit. A key at its rate waits out of turn, and goes back in
+	// turn at the first take after its window frees a start (an idle
+	// worker's poll: within PollInterval).
+	Limits
 }
 
 func (l KeyLimits) check(field string) error {
 	switch {
 	case l.Weight < 0 || l.Weight > rdb.MaxKeyWeight:
 		return invalid(field+".Weight", "(%d) must be between 0 and %d", l.Weight, rdb.MaxKeyWeight)
-	case l.MaxRunning < 0:
-		return invalid(field+".MaxRunning", "(%d) must not be negative", l.MaxRunning)
+	case l.Rate > rdb.MaxKeyRate:
+		return invalid(field+".Rate", "(%d) must be at most %d (a shorter Period gives a higher rate)", l.Rate, rdb.MaxKeyRate)
 	}
-	return nil
+	return l.Limits.check(field)
+}
+
+func (l KeyLimits) stored() rdb.KeyLimits {
+	return rdb.KeyLimits{Weight: l.Weight, MaxRunning: l.Concurrency, Rate: l.Rate, PeriodMs: l.Period.Milliseconds()}
 }
 
 func (p KeyPolicy) check(field string) error {
@@ -91,7 +100,7 @@ func (p KeyPolicy) check(field string) error {
 
 func (p KeyPolicy) stored() rdb.KeyPolicy {
 	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead, Fair: p.Fair,
-		PerKey: rdb.KeyLimits{Weight: p.PerKey.Weight, MaxRunning: p.PerKey.MaxRunning}}
+		PerKey: p.PerKey.stored()}
 }
 
 // SetKeyPolicy stores the key policy of queue. Workers serving the queue
@@ -112,7 +121,7 @@ func (c *Client) SetKeyPolicy(ctx context.Context, queue string, p KeyPolicy) er
 
 // SetKeyLimits stores how fair queue serves key, in place of the queue's
 // KeyPolicy.PerKey; the zero KeyLimits removes it. Every worker applies it
-// from the key's next turn; a key its old MaxRunning held goes back in turn
+// from the key's next turn; a key its old Concurrency held goes back in turn
 // when one of its tasks ends.
 func (c *Client) SetKeyLimits(ctx context.Context, queue, key string, l KeyLimits) error {
 	if err := l.check("KeyLimits"); err != nil {
@@ -125,7 +134,7 @@ func (c *Client) SetKeyLimits(ctx context.Context, queue, key string, l KeyLimit
 	if err != nil {
 		return err
 	}
-	if err := c.st.SetKeyLimits(ctx, q.qk, key, rdb.KeyLimits{Weight: l.Weight, MaxRunning: l.MaxRunning}); err != nil {
+	if err := c.st.SetKeyLimits(ctx, q.qk, key, l.stored()); err != nil {
 		return fmt.Errorf("worqr: set limits of key %q of %s: %w", key, queue, err)
 	}
 	return nil

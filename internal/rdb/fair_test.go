@@ -400,6 +400,10 @@ func TestFairCommands(t *testing.T) {
 		{"10 tasks of 10 keys", 10, 10, 13, 10},
 		// 10 tasks of one key's backlog: one LPOP.
 		{"10 tasks of one key", 1, 10, 4, 1},
+		// A key with a rate (not reached): its log's ZCOUNT when the take
+		// reaches it, then ZREMRANGEBYSCORE, ZADD and PEXPIRE of its starts.
+		{"one task, one key with a rate", 1, 1, 8, 1},
+		{"10 tasks of 10 keys with a rate", 10, 10, 53, 10},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			plain := newEnv(t)
@@ -409,7 +413,11 @@ func TestFairCommands(t *testing.T) {
 			}
 			pt, pe, _ := fairCommands(t, plain, pa, false, c.k)
 
-			e := fairEnv(t, rdb.KeyLimits{})
+			var per rdb.KeyLimits
+			if strings.HasSuffix(c.name, "with a rate") {
+				per = rdb.KeyLimits{Rate: 1000, PeriodMs: 60_000}
+			}
+			e := fairEnv(t, per)
 			a := newKeyAuditor(t, e.ns)
 			for k := range c.keys {
 				key := "k" + strconv.Itoa(k)
@@ -668,5 +676,136 @@ func TestFairBulk(t *testing.T) {
 			t.Fatalf("second chunk: %d, %v; want 11", n, err)
 		}
 		e.checkFairCounts(t, "two chunks")
+	})
+}
+
+// A key with a rate starts at most Rate tasks in any window of its period,
+// across every take: the take that reaches its rate takes it out of turn
+// into the zset of keys waiting out their rate, scored by when the oldest
+// start in its window leaves it; a take after that time puts it back in
+// turn, with a wake-up.
+func TestFairRate(t *testing.T) {
+	t.Parallel()
+	const period = 60_000
+	// seed: A starts at most 2 per minute, B has no rate.
+	seed := func(t *testing.T) *env {
+		e := fairEnv(t, rdb.KeyLimits{})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{Rate: 2, PeriodMs: period}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "A", "a1", "a2", "a3", "a4", "a5")
+		e.fairEnq(t, "B", "b1", "b2", "b3")
+		return e
+	}
+	t.Run("a take stops a key at its rate", func(t *testing.T) {
+		t.Parallel()
+		e := seed(t)
+		before := e.dump(t)
+		var got []rdb.Taken
+		e.call(t, func() { got = e.fairTake(t, "W", 10) })
+		if joined(got) != "a1 a2 b1 b2 b3" {
+			t.Fatalf("took %q, want a1 a2 b1 b2 b3 (A's rate is 2)", joined(got))
+		}
+		pid := func(i int) string { return got[i].PID }
+		e.checkState(t, before, func(e *env) state {
+			fs := before[e.q.FairState].(hash)
+			return before.with(
+				e.q.Task("a1"), fairActive("A", "a1", "W", pid(0)), e.q.Task("a2"), fairActive("A", "a2", "W", pid(1)),
+				e.q.Task("b1"), fairActive("B", "b1", "W", pid(2)), e.q.Task("b2"), fairActive("B", "b2", "W", pid(3)),
+				e.q.Task("b3"), fairActive("B", "b3", "W", pid(4)),
+				// B ran dry: out; A waits out its rate.
+				e.q.FairListPrefix+"A", list{"a3", "a4", "a5"}, e.q.FairListPrefix+"B", nil, e.q.FairRing, nil,
+				e.q.FairState, fs.with("s:A", fst(2, 0, 3), "s:B", fst(3, 0, 0), "n", "3", "k", "1", "tw", "@now+60000"),
+				e.q.FairTimed, zset{{"A", "@now+60000"}},
+				e.q.FairRateLogPrefix+"A", ttl(unordered{{pid(0), "@now"}, {pid(1), "@now"}}, period),
+				e.q.WorkerQueue("W"), hash{pid(0): "a1", pid(1): "a2", pid(2): "b1", pid(3): "b2", pid(4): "b3"},
+				e.q.Holders, set{"W"}, e.q.Seq, str(pid(4)))
+		})
+		// Its ends free its slots but not its rate: it stays out of turn.
+		for i := range got {
+			e.finish(t, "W", got[i].PID, got[i].ID)
+		}
+		if got := e.fairTake(t, "X", 10); len(got) != 0 {
+			t.Fatalf("another worker took %q past A's rate", joined(got))
+		}
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(0, 0, 3) {
+			t.Errorf("A's state %s, want %s (waiting out its rate)", s, fst(0, 0, 3))
+		}
+	})
+	t.Run("its time come, a take puts it back in turn", func(t *testing.T) {
+		t.Parallel()
+		e := seed(t)
+		got := e.fairTake(t, "W", 10)
+		for i := range got {
+			e.finish(t, "W", got[i].PID, got[i].ID)
+		}
+		// A minute on: the starts left the window, A is due.
+		old := e.now(t) - period - 1
+		e.do(t, "ZADD", e.q.FairRateLogPrefix+"A", "XX", old, got[0].PID, old, got[1].PID)
+		e.do(t, "ZADD", e.q.FairTimed, old+period, "A")
+		e.do(t, "HSET", e.q.FairState, "tw", old+period)
+		before := e.dump(t)
+		l := e.listen(t)
+		if got := e.fairTake(t, "X", 10); len(got) != 0 {
+			t.Fatalf("took %q, want nothing (A goes back at the ring's back)", joined(got))
+		}
+		e.checkState(t, before, func(e *env) state {
+			fs := before[e.q.FairState].(hash)
+			return before.with(e.q.FairTimed, nil, e.q.FairRing, list{"A"},
+				e.q.FairState, fs.with("s:A", fst(0, 0, 1)).without("tw"))
+		})
+		checkPubs(t, l.collect(t, e), []msg{{"wake", "1"}})
+		if got := e.fairTake(t, "X", 10); joined(got) != "a3 a4" {
+			t.Fatalf("took %q, want a3 a4: its rate again", joined(got))
+		}
+	})
+	t.Run("its time come, a take of other keys puts it back at the ring's back", func(t *testing.T) {
+		t.Parallel()
+		e := seed(t)
+		got := e.fairTake(t, "W", 10)
+		old := e.now(t) - period - 1
+		e.do(t, "ZADD", e.q.FairRateLogPrefix+"A", "XX", old, got[0].PID, old, got[1].PID)
+		e.do(t, "ZADD", e.q.FairTimed, old+period, "A")
+		e.do(t, "HSET", e.q.FairState, "tw", old+period)
+		e.fairEnq(t, "B", "b4", "b5")
+		if got := e.fairTake(t, "X", 1); joined(got) != "b4" {
+			t.Fatalf("took %q, want b4", joined(got))
+		}
+		if r := e.strs(t, "LRANGE", e.q.FairRing, 0, -1); !reflect.DeepEqual(r, []string{"B", "A"}) {
+			t.Errorf("ring %v, want [B A]: A back behind the key in turn", r)
+		}
+		if got := e.fairTake(t, "X", 10); joined(got) != "b5 a3 a4" {
+			t.Fatalf("took %q, want b5 a3 a4", joined(got))
+		}
+	})
+	t.Run("a key at its limit is held, not timed", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{MaxRunning: 1, Rate: 1, PeriodMs: period}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "A", "a1", "a2")
+		if got := e.fairTake(t, "W", 10); joined(got) != "a1" {
+			t.Fatalf("took %q", joined(got))
+		}
+		if s := e.field2(t, e.q.FairState, "s:A"); s != fst(1, 0, 2) {
+			t.Errorf("A's state %s, want %s: held by its limit (its end puts it back, the next take times it)", s, fst(1, 0, 2))
+		}
+	})
+	t.Run("a rate is a policy's, the queue's default too", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{Rate: 1, PeriodMs: period})
+		e.fairEnq(t, "A", "a1", "a2")
+		e.fairEnq(t, "B", "b1", "b2")
+		if got := e.fairTake(t, "W", 10); joined(got) != "a1 b1" {
+			t.Fatalf("took %q, want a1 b1: one each", joined(got))
+		}
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "C", rdb.KeyLimits{Weight: 1}); err != nil {
+			t.Fatal(err)
+		}
+		e.fairEnq(t, "C", "c1", "c2")
+		if got := e.fairTake(t, "W", 10); joined(got) != "c1 c2" {
+			t.Fatalf("took %q, want c1 c2: C's own policy has no rate", joined(got))
+		}
 	})
 }

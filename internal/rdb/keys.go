@@ -169,8 +169,12 @@ type QueueKeys struct {
 	// ("s:<key>": its running count, its turn's credit, where it is) and
 	// policy ("p:<key>", "p:" the queue's default: "<weight> <limit>");
 	// FairListPrefix + key the list of the key's waiting ids (see
-	// lua/include/fair.lua).
+	// lua/include/fair.lua). FairTimed is the zset of its keys waiting out
+	// their rate (scored by when it allows a start again), FairRateLogPrefix
+	// + key the zset of the key's starts of its last period (pid by Redis
+	// time, PEXPIRE the period).
 	FairRing, FairState, FairListPrefix string
+	FairTimed, FairRateLogPrefix        string
 	// Park is the hash of the workers parked on the queue: worker id ->
 	// "<until>|<cap>", written by a take that found the queue empty; an
 	// enqueue hands its tasks to them (see enqueue_hand.lua).
@@ -216,6 +220,8 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		FairRing:          base + "fr:" + q.Name,
 		FairState:         base + "fs:" + q.Name,
 		FairListPrefix:    base + "fq:" + q.Name + ":",
+		FairTimed:         base + "fw:" + q.Name,
+		FairRateLogPrefix: base + "fl:" + q.Name + ":",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
 	}

@@ -34,20 +34,32 @@ type KeyPolicy struct {
 }
 
 // KeyLimits is how a fair queue serves one key: its Weight (tasks per turn,
-// 0: 1) and MaxRunning (its takings at once, across every worker; 0: no
-// limit).
+// 0: 1), MaxRunning (its takings at once, across every worker; 0: no
+// limit), and Rate starts at most in any window of PeriodMs (0: no rate).
 type KeyLimits struct {
 	Weight     int
 	MaxRunning int
+	Rate       int
+	PeriodMs   int64
 }
 
 // MaxKeyWeight is the largest KeyLimits.Weight (a key's credit in its turn
-// is kept in 10 bits of its state, see lua/include/fair.lua).
-const MaxKeyWeight = 1000
+// is kept in 10 bits of its state, see lua/include/fair.lua); MaxKeyRate
+// the largest KeyLimits.Rate (a key's rate log holds at most that many
+// starts, so that the take's trim of it is bounded: FAIR.rate_room).
+const (
+	MaxKeyWeight = 1000
+	MaxKeyRate   = 1000
+)
 
-// stored is the policy as the scripts read it: "<weight> <limit>".
+// stored is the policy as the scripts read it: "<weight> <limit>", then
+// " <rate> <period ms>" for a key with a rate.
 func (l KeyLimits) stored() string {
-	return strconv.Itoa(min(max(l.Weight, 1), MaxKeyWeight)) + " " + strconv.Itoa(max(l.MaxRunning, 0))
+	s := strconv.Itoa(min(max(l.Weight, 1), MaxKeyWeight)) + " " + strconv.Itoa(max(l.MaxRunning, 0))
+	if l.Rate > 0 && l.PeriodMs > 0 {
+		s += " " + strconv.Itoa(min(l.Rate, MaxKeyRate)) + " " + strconv.FormatInt(l.PeriodMs, 10)
+	}
+	return s
 }
 
 // keyPolicyCmds are the commands that store p (in one MULTI).
@@ -101,12 +113,19 @@ func (s *Store) ReadKeyPolicy(ctx context.Context, q QueueKeys) (KeyPolicy, erro
 	return p, nil
 }
 
-// parseKeyLimits reads a stored policy ("<weight> <limit>"; "" : none).
+// parseKeyLimits reads a stored policy ("<weight> <limit>[ <rate>
+// <period ms>]"; "" : none).
 func parseKeyLimits(s string) KeyLimits {
-	w, l, _ := strings.Cut(s, " ")
+	f := strings.Fields(s)
 	var out KeyLimits
-	out.Weight, _ = strconv.Atoi(w)
-	out.MaxRunning, _ = strconv.Atoi(l)
+	if len(f) >= 2 {
+		out.Weight, _ = strconv.Atoi(f[0])
+		out.MaxRunning, _ = strconv.Atoi(f[1])
+	}
+	if len(f) == 4 {
+		out.Rate, _ = strconv.Atoi(f[2])
+		out.PeriodMs, _ = strconv.ParseInt(f[3], 10, 64)
+	}
 	return out
 }
 

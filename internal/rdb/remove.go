@@ -10,7 +10,7 @@ import (
 // removeKeys are the KEYS of remove_queue.lua for q: its level lists, its
 // sets, its config, rate log, key heads, park hash, an indexed
 // consumer's progress, the count of tasks behind its key heads, and a
-// fair queue's ring and state hash.
+// fair queue's ring, state hash and keys waiting out their rate.
 func (s *Store) removeKeys(q QueueKeys) []any {
 	c := s.keys.Consumer(q.Ref.Name)
 	out := make([]any, 0, 24)
@@ -18,7 +18,7 @@ func (s *Store) removeKeys(q QueueKeys) []any {
 		out = append(out, q.Level(l))
 	}
 	return append(out, q.Scheduled, q.Dead, q.Retained, q.Holders, q.Config, q.RateLog(), q.KeyHeads, q.Park,
-		c.State, c.Done, q.KeyBehind, q.FairRing, q.FairState)
+		c.State, c.Done, q.KeyBehind, q.FairRing, q.FairState, q.FairTimed)
 }
 
 // DeleteRetained deletes up to BulkStep entries of stand-alone queue q's

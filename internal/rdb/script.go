@@ -397,5 +397,5 @@ var (
 	periodicScript    = load("periodic", 3)
 	periodicDue       = load("periodic_due", 1)
 	levelsScript      = load("levels", 2)
-	removeQueueScript = load("remove_queue", 23)
+	removeQueueScript = load("remove_queue", 24)
 )

@@ -339,9 +339,12 @@ func TestScriptKeysDeclared(t *testing.T) {
 	_, err = st.EnqueueKey(ctx, fq, "A", []string{"A5", "A6"}, [][]byte{[]byte("5"), []byte("6")}, nil, nil)
 	must(err)
 	check("fair enqueue") // the key's list, the ring and the states declared
+	must(st.SetKeyLimits(ctx, fq, "B", rdb.KeyLimits{Rate: 2, PeriodMs: 60_000}))
 	ft, err := st.Take(ctx, fq, rdb.TakeArgs{Worker: w, Until: until, Max: 4, Fair: true})
 	must(err)
-	check("fair take", "take:fq", "take:t") // the keys' lists named by the ring
+	// The keys' lists named by the ring; B's rate log, and the zset of
+	// keys waiting out their rate, which B joins.
+	check("fair take", "take:fq", "take:fl", "take:fw", "take:t")
 	_, _, err = st.EndTake(ctx, fq, 0, []rdb.Ending{rdb.Done(rdb.KindTask, w, ft[0].PID, ft[0].ID, nil),
 		rdb.GiveBack(rdb.KindTask, w, ft[1].PID, ft[1].ID), rdb.Retry(rdb.KindTask, w, ft[2].PID, ft[2].ID, 0, "x"),
 		rdb.Dead(rdb.KindTask, w, ft[3].PID, ft[3].ID, "x")}, &rdb.TakeArgs{Worker: w, Until: until, Max: 2, Fair: true})
@@ -358,13 +361,13 @@ func TestScriptKeysDeclared(t *testing.T) {
 	check("fair dead requeued", "dead:fq", "dead:fs")
 	_, _, err = st.Requeue(ctx, fq, []string{w}, true)
 	must(err)
-	check("fair requeue", "requeue:fq", "requeue:fs", "requeue:t")
+	check("fair requeue", "requeue:fq", "requeue:fr", "requeue:fs", "requeue:t")
 	_, err = st.Take(ctx, fq, rdb.TakeArgs{Worker: w, Until: until, Max: 2, Fair: true})
 	must(err)
 	a.calls()
 	_, _, err = st.Release(ctx, fq, w, nil)
 	must(err)
-	check("fair release", "release:fq", "release:fs", "release:t")
+	check("fair release", "release:fq", "release:fr", "release:fs", "release:t")
 	_, err = st.BulkFair(ctx, fq, []string{"A", "B"}, rdb.BulkDelete)
 	must(err)
 	check("fair bulk delete", "bulk:fq", "bulk:fs", "bulk:t")

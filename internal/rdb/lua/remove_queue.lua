@@ -15,6 +15,7 @@
 -- KEYS[21] <ns>:{Q}:kn:<queue>       (string) the count of tasks behind key heads
 -- KEYS[22] <ns>:{Q}:fr:<queue>       (list)  a fair queue's keys in turn
 -- KEYS[23] <ns>:{Q}:fs:<queue>       (hash)  a fair queue's keys' states and policies
+-- KEYS[24] <ns>:{Q}:fw:<queue>       (zset)  a fair queue's keys waiting out their rate
 -- ARGV[1] op: 'retained' or 'drop'
 -- ARGV[2] task prefix <ns>:{Q}:t:   ARGV[3] worker-queue prefix <ns>:{Q}:wq:<queue>:
 -- ARGV[4] retained: the most entries to delete (at most 250); drop: '1' when
@@ -31,8 +32,9 @@
 -- dead, retained task whose retention runs, no key with tasks, and unless forced
 -- no consumer progress), UNLINK every key above and each holder's
 -- worker-queue hash (all empty but the config, the rate log, the park hash,
--- the consumer's progress, a fair queue's ring and state hash (keys left in
--- turn with nothing, policies), and the retained set's expired entries, whose
+-- the consumer's progress, a fair queue's ring, state hash and keys waiting
+-- out their rate (keys left with nothing, policies; its keys' rate logs
+-- expire a period after their last start), and the retained set's expired entries, whose
 -- hashes expired with them), but for the config's priority level 'prio',
 -- kept (never lowered: see below). Returns {1, keys deleted, not counting
 -- a config kept for its 'prio'}; otherwise nothing
@@ -80,7 +82,7 @@ if waiting + scheduled + held + dead + retained + keys + progress > 0 then
   return {0, waiting, scheduled, held, dead, retained, keys, progress}
 end
 local del = {}
-for i = 1, 23 do
+for i = 1, 24 do
   del[#del + 1] = KEYS[i]
 end
 for _, w in ipairs(holders) do

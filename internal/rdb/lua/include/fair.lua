@@ -1,10 +1,13 @@
 --- @include "codes"
+--- @include "time"
 -- fair: fair queues (KeyPolicy.Fair). A task enqueued with a key (its
 -- group: a tenant, a customer) on a fair queue waits in its key's list
 -- <ns>:{T}:fq:<queue>:<key>, not in the queue's waiting list; the ring
 -- <ns>:{T}:fr:<queue> lists the keys that may start a task now, each once;
 -- the hash <ns>:{T}:fs:<queue> holds, per key, its state ('s:<key>') and its
--- policy ('p:<key>', and 'p:' the queue's default): '<weight> <limit>'; and
+-- policy ('p:<key>', and 'p:' the queue's default): '<weight> <limit>', or
+-- '<weight> <limit> <rate> <period ms>' for a key that starts at most rate
+-- tasks in any window of period (see FAIR.rate_room); and
 -- two counts of the queue, kept by every script that changes what they
 -- count, in the same call, so that reading them costs one HMGET whatever
 -- the number of keys: FAIR.N ('n') the ids in all the keys' lists, FAIR.K
@@ -24,8 +27,11 @@
 -- worker's come back with its tasks); credit: what is left of its turn
 -- when a take stopped half way through it (then it is at the ring's
 -- front); where: FAIR.OUT (no task waits, as far as the scripts know),
--- FAIR.IN (in the ring, once) or FAIR.BLOCKED (tasks wait, but it runs its
--- limit: the end that frees one of its slots puts it back in the ring).
+-- FAIR.IN (in the ring, once), FAIR.BLOCKED (tasks wait, but it runs its
+-- limit: the end that frees one of its slots puts it back in the ring) or
+-- FAIR.TIMED (tasks wait, but it started its rate: it waits in the zset
+-- <ns>:{T}:fw:<queue>, scored by when its rate allows a start again, for
+-- a take to put it back in the ring, see FAIR.readmit).
 -- Invariants: a key is in the ring exactly when its state says FAIR.IN;
 -- a key whose list holds an id is not FAIR.OUT (every push goes through
 -- FAIR.push, or the enqueue's check). A key in the ring may have nothing
@@ -35,7 +41,7 @@
 --
 -- Everything here is a field of the one table FAIR (a script holds at most
 -- 200 locals, its includes' among them): FAIR.push, FAIR.RUN, ...
-local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2, N = 'n', K = 'k'}
+local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2, TIMED = 3, N = 'n', K = 'k', TW = 'tw'}
 
 -- FAIR.SCAN is how many ring entries past its need a take reads, so that
 -- keys with nothing to start (taken out as it reaches them: a key stays in
@@ -47,10 +53,12 @@ local FAIR = {RUN = 4096, CREDIT = 4, OUT = 0, IN = 1, BLOCKED = 2, N = 'n', K =
 FAIR.SCAN, FAIR.ROUNDS = 16, 16
 
 -- FAIR.names returns the ring, the state hash and the key list prefix of
--- fair queue qname, from the task prefix <ns>:{T}:t:.
+-- fair queue qname, from the task prefix <ns>:{T}:t:; then the zset of
+-- keys waiting out their rate and the prefix of the keys' rate logs.
 function FAIR.names(tprefix, qname)
   local base = string.sub(tprefix, 1, #tprefix - 2)
-  return base .. 'fr:' .. qname, base .. 'fs:' .. qname, base .. 'fq:' .. qname .. ':'
+  return base .. 'fr:' .. qname, base .. 'fs:' .. qname, base .. 'fq:' .. qname .. ':',
+    base .. 'fw:' .. qname, base .. 'fl:' .. qname .. ':'
 end
 
 -- FAIR.queue_of returns the queue's name from its waiting list's key
@@ -59,13 +67,46 @@ function FAIR.queue_of(tprefix, waiting)
   return string.sub(waiting, #tprefix - 2 + 3)
 end
 
--- FAIR.policy reads a policy '<weight> <limit>' (nil: the defaults dw, dl).
-function FAIR.policy(p, dw, dl)
+-- FAIR.policy reads a policy '<weight> <limit>[ <rate> <period ms>]' (nil,
+-- or not one: the default d) as {w, lim, rate, period}.
+function FAIR.policy(p, d)
   if type(p) ~= 'string' then
-    return dw, dl
+    return d
   end
-  local w, l = string.match(p, '^(%d+) (%d+)$')
-  return tonumber(w) or dw, tonumber(l) or dl
+  local w, l, r, per = string.match(p, '^(%d+) (%d+) (%d+) (%d+)$')
+  if not w then
+    w, l = string.match(p, '^(%d+) (%d+)$')
+  end
+  if not w then
+    return d
+  end
+  return {w = tonumber(w), lim = tonumber(l), rate = tonumber(r) or 0, period = tonumber(per) or 0}
+end
+
+-- FAIR.rate_room is how many more tasks key x (of plan p) may start now
+-- by its rate: its rate less the starts its log holds from the last period
+-- (ZCOUNT, read once per take, nothing written) and those planned; or
+-- left, for a key with no rate. nil when, with safe, its log is on another
+-- cluster node (nothing was written). A key's log
+-- <ns>:{T}:fl:<queue>:<key> holds one entry per start (pid, scored by
+-- Redis time), written by FAIR.commit, which trims the entries past the
+-- window first: the log never holds more than the rate's starts (at most
+-- MaxKeyRate), so a trim is bounded.
+function FAIR.rate_room(p, x, left, safe)
+  if x.rate <= 0 or x.period <= 0 then
+    return left
+  end
+  if not x.used then
+    local n = redis.pcall('ZCOUNT', p.logp .. x.key, '(' .. (now_ms() - x.period), '+inf')
+    if type(n) == 'table' and n.err then
+      if safe and string.find(n.err, 'non local key', 1, true) then
+        return nil
+      end
+      n = 0 -- not a zset (changed by hand): read as empty
+    end
+    x.used = n
+  end
+  return x.rate - x.used - x.plan
 end
 
 -- FAIR.ensure counts added ids that joined key okey's list, and puts the
@@ -162,8 +203,9 @@ end
 -- for FAIR.commit. nil when, with safe, a key's list is on another
 -- cluster node (a slot migration; nothing was written).
 function FAIR.pick(tprefix, qname, need, safe)
-  local ring, state, listp = FAIR.names(tprefix, qname)
-  local p = {ring = ring, state = state, picks = {}, info = {}, q = {}, h = 1, tailq = {}, short = false}
+  local ring, state, listp, timed, logp = FAIR.names(tprefix, qname)
+  local p = {ring = ring, state = state, timed = timed, logp = logp, picks = {}, info = {}, q = {}, h = 1, tailq = {},
+    short = false}
   local chunk = need + FAIR.SCAN
   local keys = redis.pcall('LRANGE', ring, 0, chunk - 1)
   if type(keys) == 'table' and keys.err then
@@ -174,23 +216,26 @@ function FAIR.pick(tprefix, qname, need, safe)
   end
   p.keys, p.whole = keys, #keys < chunk
   if #keys == 0 then
+    -- (Keys waiting out their rate may be due: FAIR.commit looks.)
+    p.tw = tonumber(redis.call('HGET', state, FAIR.TW))
     return p
   end
   -- (The queue's counts come with the states: the commit writes them.)
-  local fields = {'p:', FAIR.N, FAIR.K}
+  local fields = {'p:', FAIR.N, FAIR.K, FAIR.TW}
   for _, key in ipairs(keys) do
     fields[#fields + 1] = 's:' .. key
     fields[#fields + 1] = 'p:' .. key
   end
   local r = redis.call('HMGET', state, unpack(fields))
-  local dw, dl = FAIR.policy(r[1], 1, 0)
-  p.n, p.k = math.max(tonumber(r[2]) or 0, 0), math.max(tonumber(r[3]) or 0, 0)
+  local d = FAIR.policy(r[1], {w = 1, lim = 0, rate = 0, period = 0})
+  p.n, p.k, p.tw = math.max(tonumber(r[2]) or 0, 0), math.max(tonumber(r[3]) or 0, 0), tonumber(r[4])
   local seen = {}
   for i, key in ipairs(keys) do
-    local v = tonumber(r[2 * i + 2]) or 0
-    local w, lim = FAIR.policy(r[2 * i + 3], dw, dl)
+    local v = tonumber(r[2 * i + 3]) or 0
+    local pol = FAIR.policy(r[2 * i + 4], d)
     local x = {key = key, run = math.floor(v / FAIR.RUN), credit = math.floor((v % FAIR.RUN) / FAIR.CREDIT),
-      was = v % FAIR.CREDIT, w = math.max(w, 1), lim = lim, plan = 0, got = 0}
+      was = v % FAIR.CREDIT, w = math.max(pol.w, 1), lim = pol.lim, rate = pol.rate, period = pol.period,
+      plan = 0, got = 0}
     if seen[key] then
       x.gone = 'dup' -- (twice in the ring: changed by hand) served once
     end
@@ -213,14 +258,24 @@ function FAIR.pick(tprefix, qname, need, safe)
           x.credit = x.w
         end
         local room = x.lim > 0 and (x.lim - x.run - x.plan) or left
+        local rroom = FAIR.rate_room(p, x, left, safe)
+        if not rroom then
+          return nil
+        end
         if room <= 0 then
           x.gone, x.full = 'full', true
           p.h = p.h + 1
+        elseif rroom <= 0 then
+          x.gone, x.credit = 'rated', 0
+          p.h = p.h + 1
         else
-          local n = math.min(x.credit, room, left)
+          local n = math.min(x.credit, room, rroom, left)
           x.plan, x.credit, left = x.plan + n, x.credit - n, left - n
           if x.lim > 0 and x.lim - x.run - x.plan <= 0 then
             x.gone, x.full, x.credit = 'full', true, 0
+            p.h = p.h + 1
+          elseif x.rate > 0 and x.period > 0 and rroom - n <= 0 then
+            x.gone, x.credit = 'rated', 0
             p.h = p.h + 1
           elseif x.credit == 0 then
             p.h = p.h + 1
@@ -295,9 +350,9 @@ end
 -- served key's state (one HSET, one HDEL for the keys it forgets) and the
 -- ring (the keys whose turn ended to the back; those now empty or at their
 -- limit out). Returns whether a wake-up is owed (p.short).
-function FAIR.commit(p, taken, back)
+function FAIR.commit(p, taken, back, starts)
   if not p.keys or #p.keys == 0 then
-    return false
+    return FAIR.due(p) > 0
   end
   local info, q = p.info, p.q
   -- Where each key stands now, and the queue's counts: the ids that left
@@ -318,6 +373,8 @@ function FAIR.commit(p, taken, back)
         where = FAIR.OUT
       elseif x.lim > 0 and run >= x.lim then
         where = FAIR.BLOCKED
+      elseif x.rate > 0 and x.period > 0 and (x.used or 0) + #(starts[x.key] or {}) >= x.rate then
+        where = FAIR.TIMED
       end
       x.where = where
       if (x.was == FAIR.OUT) ~= (where == FAIR.OUT) then
@@ -338,6 +395,7 @@ function FAIR.commit(p, taken, back)
   end
   FAIR.put(sets, dels, FAIR.N, n, p.n)
   FAIR.put(sets, dels, FAIR.K, k, p.k)
+  FAIR.put(sets, dels, FAIR.TW, FAIR.log(p, starts), p.tw)
   if #sets > 0 then
     redis.call('HSET', p.state, unpack(sets))
   end
@@ -414,5 +472,88 @@ function FAIR.commit(p, taken, back)
   if #tail > 0 then
     redis.call('RPUSH', p.ring, unpack(tail))
   end
-  return p.short
+  return FAIR.due(p) > 0 or p.short
+end
+
+-- FAIR.log writes the starts of the keys of plan p that have a rate (their
+-- pids, by key) to their rate logs, each trimmed of the entries past its
+-- window first (ZREMRANGEBYSCORE: at most its rate's, see FAIR.rate_room),
+-- and puts the keys the commit found at their rate (FAIR.TIMED) in the
+-- zset of keys waiting out their rate, scored by when the oldest start in
+-- their window leaves it. Returns the earliest such time known (the state
+-- hash's FAIR.TW: a take that finds it past puts the due keys back).
+function FAIR.log(p, starts)
+  local now, tw = nil, p.tw
+  local due = {}
+  for _, x in ipairs(p.info) do
+    local st = starts[x.key]
+    if x.rate > 0 and x.period > 0 and x.gone ~= 'dup' and (st or x.where == FAIR.TIMED) then
+      now = now or now_ms()
+      local log = p.logp .. x.key
+      if st and #st > 0 then
+        redis.call('ZREMRANGEBYSCORE', log, '-inf', now - x.period)
+        local entries = {}
+        for _, spid in ipairs(st) do
+          entries[#entries + 1] = now
+          entries[#entries + 1] = spid
+        end
+        redis.call('ZADD', log, unpack(entries))
+        redis.call('PEXPIRE', log, x.period)
+      end
+      if x.where == FAIR.TIMED then
+        local first = redis.call('ZRANGEBYSCORE', log, '(' .. (now - x.period), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+        local at = (tonumber(first[2]) or now) + x.period
+        due[#due + 1] = at
+        due[#due + 1] = x.key
+        tw = math.min(tw or at, at)
+      end
+    end
+  end
+  if #due > 0 then
+    redis.call('ZADD', p.timed, unpack(due))
+  end
+  return tw
+end
+
+-- FAIR.due puts the keys whose rate allows a start again back in the ring,
+-- when the earliest of them is due (p.tw, read by FAIR.pick: nothing to do
+-- otherwise): at most FAIR.SCAN per take, each still waiting out its rate,
+-- at the ring's back; then records the next one's time. Returns how many
+-- went back (the caller wakes the workers).
+function FAIR.due(p)
+  if not p.tw or p.tw > now_ms() then
+    return 0
+  end
+  local keys = redis.call('ZRANGEBYSCORE', p.timed, '-inf', now_ms(), 'LIMIT', 0, FAIR.SCAN)
+  local back, sets = {}, {}
+  if #keys > 0 then
+    redis.call('ZREM', p.timed, unpack(keys))
+    local fields = {}
+    for i, key in ipairs(keys) do
+      fields[i] = 's:' .. key
+    end
+    local v = redis.call('HMGET', p.state, unpack(fields))
+    for i, key in ipairs(keys) do
+      local st = tonumber(v[i]) or 0
+      if st % FAIR.CREDIT == FAIR.TIMED then
+        sets[#sets + 1] = fields[i]
+        sets[#sets + 1] = st - FAIR.TIMED + FAIR.IN
+        back[#back + 1] = key
+      end
+    end
+  end
+  local first = redis.call('ZRANGE', p.timed, 0, 0, 'WITHSCORES')
+  if first[2] then
+    sets[#sets + 1] = FAIR.TW
+    sets[#sets + 1] = first[2]
+  else
+    redis.call('HDEL', p.state, FAIR.TW)
+  end
+  if #sets > 0 then
+    redis.call('HSET', p.state, unpack(sets))
+  end
+  if #back > 0 then
+    redis.call('RPUSH', p.ring, unpack(back))
+  end
+  return #back
 end

@@ -242,11 +242,12 @@ local function take_tasks(k, argv, L)
     end
   end
   -- fair_done records what the take did with the keys' turns: the takings
-  -- counted per key (fcount) and the ids put back (fback); a take left
-  -- short while keys wait wakes the queue's workers.
-  local fcount, fback = {}, {}
+  -- counted per key (fcount), the ids put back (fback) and the pids of the
+  -- takings handed out to run, per key (fstarts: a key's rate counts
+  -- them); a take left short while keys wait wakes the queue's workers.
+  local fcount, fback, fstarts = {}, {}, {}
   local function fair_done()
-    if plan and FAIR.commit(plan, fcount, fback) then
+    if plan and FAIR.commit(plan, fcount, fback, fstarts) then
       redis.call('PUBLISH', pfx.wake .. qname, 1)
     end
   end
@@ -504,6 +505,10 @@ local function take_tasks(k, argv, L)
       else
         attempt = (tonumber(t[2]) or 0) + 1
         if limited then starts[#starts + 1] = spid end
+        if fkey[i] then
+          fstarts[fkey[i]] = fstarts[fkey[i]] or {}
+          table.insert(fstarts[fkey[i]], spid)
+        end
       end
       taken_row(id, spid, payload, attempt, tonumber(t[3]) or 0, t[4] or '', t[5] or '', t[6] or '')
     end
