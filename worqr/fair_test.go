@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -402,4 +403,65 @@ func TestFairKeyRateWindows(t *testing.T) {
 		}
 	}
 	t.Logf("starts: %v", at)
+}
+
+// The Inspector shows a fair queue's keys: each one's tasks waiting and
+// running, whether it starts nothing for now (held by its Concurrency, or
+// waiting out its Rate), its limits (its own or the queue's), and the ids
+// waiting in its list.
+func TestFairKeysInspected(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Weight: 2}}
+	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+		t.Fatal(err)
+	}
+	aLim := worqr.KeyLimits{Weight: 1, Limits: worqr.Limits{Concurrency: 1}}
+	bLim := worqr.KeyLimits{Weight: 3, Limits: worqr.Limits{Rate: 1, Period: time.Hour}}
+	for k, l := range map[string]worqr.KeyLimits{"A": aLim, "B": bLim} {
+		if err := b.client.SetKeyLimits(ctx, "fair", k, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	enqueueKeyed(t, b.client, "fair", "A", 3)
+	enqueueKeyed(t, b.client, "fair", "B", 3)
+	st := rdb.NewStore(b.pool, b.ns)
+	qk := st.Queue(rdb.Standalone("fair"))
+	tk, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: "W", Until: 1 << 62, Max: 10, Fair: true})
+	if err != nil || len(tk) != 2 {
+		t.Fatalf("Take = %d, %v; want one of A and one of B", len(tk), err)
+	}
+	enqueueKeyed(t, b.client, "fair", "C", 2)
+	keys, next, total, err := b.in.Keys(ctx, "fair", 0, 100)
+	if err != nil || next != 0 || total != 3 {
+		t.Fatalf("Keys = %d keys, next %d, total %d, %v; want 3 keys with tasks waiting, one page", len(keys), next, total, err)
+	}
+	got := map[string]worqr.KeyInfo{}
+	for _, k := range keys {
+		got[k.Key] = k
+	}
+	want := map[string]worqr.KeyInfo{
+		"A": {Key: "A", Behind: 2, Running: 1, Blocked: true, KeyLimits: aLim},
+		"B": {Key: "B", Behind: 2, Running: 1, Blocked: true, KeyLimits: bLim},
+		"C": {Key: "C", Behind: 2, KeyLimits: worqr.KeyLimits{Weight: 2}},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("Keys:\n got %+v\nwant %+v", got, want)
+	}
+	if ki, err := b.in.Key(ctx, "fair", "B"); err != nil || ki == nil || !reflect.DeepEqual(*ki, want["B"]) {
+		t.Errorf("Key(B) = %+v, %v; want %+v", ki, err, want["B"])
+	}
+	if ki, err := b.in.Key(ctx, "fair", "Z"); err != nil || ki != nil {
+		t.Errorf("Key(Z) = %+v, %v; want nil: no task", ki, err)
+	}
+	if ids, err := b.in.TasksBehind(ctx, "fair", "C", 0, 10); err != nil || len(ids) != 2 {
+		t.Errorf("TasksBehind(C) = %v, %v; want its 2 waiting ids", ids, err)
+	}
+	// A dead task of a fair key blocks nothing (no head).
+	if _, err := st.End(ctx, qk, 0, []rdb.Ending{rdb.Dead(rdb.KindTask, "W", tk[1].PID, tk[1].ID, "x")}); err != nil {
+		t.Fatal(err)
+	}
+	if bk, err := b.in.BlockedKeys(ctx, "fair", 10); err != nil || len(bk) != 0 {
+		t.Errorf("BlockedKeys = %+v, %v; want none: a fair key has no head", bk, err)
+	}
 }

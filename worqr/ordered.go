@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	"github.com/worqr/worqr-go/internal/defaults"
 
@@ -415,18 +416,49 @@ func (c *Client) checkPayload(name string, p []byte) error {
 	return checkPayloadPrefix(name, p)
 }
 
-// KeyInfo is one key of an ordered queue.
+// KeyInfo is one key of an ordered queue, or of a fair one
+// (KeyPolicy.Fair).
 type KeyInfo struct {
 	Key string
 	// Head is the key's oldest task: the one that runs (or waits its turn,
-	// or its retry) while the others wait behind it.
+	// or its retry) while the others wait behind it. nil for a fair key.
 	Head *TaskInfo
-	// Behind counts the tasks waiting behind the head.
+	// Behind counts the tasks waiting behind the head; for a fair key,
+	// those waiting in its list (the next to start first).
 	Behind int
 	// Blocked is true when the head is dead and the queue's KeyPolicy does
 	// not move on: the key runs nothing until the head is requeued or
-	// deleted (Inspector.RequeueDead, Inspector.DeleteDead).
+	// deleted (Inspector.RequeueDead, Inspector.DeleteDead). For a fair key:
+	// it starts nothing for now, held by its Concurrency (until one of its
+	// tasks ends) or waiting out its Rate.
 	Blocked bool
+	// Running counts a fair key's tasks running (from their takes to their
+	// ends), across every worker and remote worker.
+	Running int
+	// KeyLimits are how a fair queue serves the key: its own
+	// (Client.SetKeyLimits), else the queue's KeyPolicy.PerKey.
+	KeyLimits
+}
+
+// fairKeyInfo is fair key k as a KeyInfo (def: the queue's policy).
+func fairKeyInfo(k rdb.FairKey, def rdb.KeyLimits) KeyInfo {
+	l := def
+	if k.Limits != nil {
+		l = *k.Limits
+	}
+	return KeyInfo{Key: k.Key, Behind: k.Waiting, Blocked: k.Held || k.Timed, Running: k.Running,
+		KeyLimits: KeyLimits{Weight: max(l.Weight, 1), Limits: Limits{Concurrency: l.MaxRunning, Rate: l.Rate,
+			Period: time.Duration(l.PeriodMs) * time.Millisecond}}}
+}
+
+// fairPolicy reports whether qk is a fair queue, and its policy for keys
+// without their own.
+func (in *Inspector) fairPolicy(ctx context.Context, qk rdb.QueueKeys) (bool, rdb.KeyLimits, error) {
+	p, err := in.st.ReadKeyPolicy(ctx, qk)
+	if err != nil {
+		return false, rdb.KeyLimits{}, err
+	}
+	return p.Fair, p.PerKey, nil
 }
 
 func (in *Inspector) orderedQueue(queue string) (rdb.QueueKeys, error) {
@@ -465,12 +497,25 @@ func (in *Inspector) keyInfos(ctx context.Context, qk rdb.QueueKeys, ks []rdb.Ke
 	return out, nil
 }
 
-// Key returns key of queue (its head and how many tasks wait behind it), or
-// nil when the key has no task.
+// Key returns key of queue (its head and how many tasks wait behind it; of
+// a fair queue, its tasks waiting and running and its limits), or nil when
+// the key has no task.
 func (in *Inspector) Key(ctx context.Context, queue, key string) (*KeyInfo, error) {
 	qk, err := in.orderedQueue(queue)
 	if err != nil {
 		return nil, err
+	}
+	fair, def, err := in.fairPolicy(ctx, qk)
+	if err != nil {
+		return nil, err
+	}
+	if fair {
+		fk, err := in.st.ReadFairKey(ctx, qk, key)
+		if err != nil || fk.Running == 0 && fk.Waiting == 0 && !fk.InTurn && !fk.Held && !fk.Timed {
+			return nil, err
+		}
+		ki := fairKeyInfo(fk, def)
+		return &ki, nil
 	}
 	ks, err := in.st.Key(ctx, qk, key)
 	if err != nil || ks == nil {
@@ -487,7 +532,10 @@ func (in *Inspector) Key(ctx context.Context, queue, key string) (*KeyInfo, erro
 // to start), and the cursor of the next page (0 after the last). A page
 // holds about count keys (1 to 1,000, so that one HSCAN stays short), in
 // no particular order; a key may show twice. total is how many keys have
-// tasks.
+// tasks. Of a fair queue, the keys with tasks waiting or running (and a
+// key whose last task started, until a take finds its list empty), each
+// with its counts and limits; total counts those with tasks waiting, as
+// QueueInfo.Keys.
 func (in *Inspector) Keys(ctx context.Context, queue string, cursor uint64, count int) (keys []KeyInfo, next uint64, total int, err error) {
 	qk, err := in.orderedQueue(queue)
 	if err != nil {
@@ -498,6 +546,24 @@ func (in *Inspector) Keys(ctx context.Context, queue string, cursor uint64, coun
 		return nil, 0, 0, invalid("count", "(%d) must be at least 1", count)
 	case count > rdb.BulkChunk:
 		return nil, 0, 0, invalid("count", "(%d) must be at most %d (one page: go on from the cursor)", count, rdb.BulkChunk)
+	}
+	fair, def, err := in.fairPolicy(ctx, qk)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if fair {
+		fks, next, err := in.st.FairKeys(ctx, qk, cursor, count)
+		if err != nil {
+			return nil, 0, 0, err
+		}
+		if total, err = in.st.FairCount(ctx, qk); err != nil {
+			return nil, 0, 0, err
+		}
+		keys = make([]KeyInfo, len(fks))
+		for i, k := range fks {
+			keys[i] = fairKeyInfo(k, def)
+		}
+		return keys, next, total, nil
 	}
 	ks, next, err := in.st.Keys(ctx, qk, cursor, count)
 	if err != nil {
@@ -546,7 +612,7 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 			if err != nil {
 				return nil, err
 			}
-			if ki != nil && ki.Blocked && ki.Head.ID == r.ID {
+			if ki != nil && ki.Blocked && ki.Head != nil && ki.Head.ID == r.ID {
 				seen[key] = true
 				out = append(out, *ki)
 			}
@@ -558,9 +624,9 @@ func (in *Inspector) BlockedKeys(ctx context.Context, queue string, limit int) (
 	return out, nil
 }
 
-// TasksBehind returns the ids of the tasks waiting behind key's head, in
-// the order they will run, from offset (at most limit), read in pages of
-// 1,000 as Tasks'.
+// TasksBehind returns the ids of the tasks waiting behind key's head (of
+// a fair queue's key: in its list), in the order they will run, from
+// offset (at most limit), read in pages of 1,000 as Tasks'.
 func (in *Inspector) TasksBehind(ctx context.Context, queue, key string, offset, limit int) ([]string, error) {
 	qk, err := in.orderedQueue(queue)
 	if err != nil {
@@ -572,8 +638,16 @@ func (in *Inspector) TasksBehind(ctx context.Context, queue, key string, offset,
 	if limit < 0 {
 		return nil, invalid("limit", "(%d) must not be negative", limit)
 	}
+	fair, _, err := in.fairPolicy(ctx, qk)
+	if err != nil {
+		return nil, err
+	}
 	span, err := pages(offset, limit, func(off, n int) (rdb.Span, error) {
-		ids, err := in.st.KeyBehind(ctx, qk, key, off, n)
+		read := in.st.KeyBehind
+		if fair {
+			read = in.st.FairKeyWaiting
+		}
+		ids, err := read(ctx, qk, key, off, n)
 		return rdb.Span{IDs: ids}, err
 	})
 	return span.IDs, err

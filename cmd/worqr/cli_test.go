@@ -1092,6 +1092,53 @@ func TestQueueKeysAndPurgeOfAnOrderedQueue(t *testing.T) {
 	}
 }
 
+// A fair queue: `queue keys` shows each key's tasks waiting and running,
+// whether it is blocked, and its limits (its own, or the queue's).
+func TestQueueKeysOfAFairQueue(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetKeyPolicy(ctx, "tenants", worqr.KeyPolicy{Fair: true}); err != nil {
+		t.Fatal(err)
+	}
+	acme := worqr.KeyLimits{Weight: 2, Limits: worqr.Limits{Concurrency: 5, Rate: 600, Period: time.Minute}}
+	if err := b.client.SetKeyLimits(ctx, "tenants", "acme", acme); err != nil {
+		t.Fatal(err)
+	}
+	for key, n := range map[string]int{"acme": 3, "beta": 1} {
+		ps := make([][]byte, n)
+		for i := range ps {
+			ps[i] = []byte("p")
+		}
+		if _, err := b.client.EnqueueBatch(ctx, "tenants", ps, &worqr.EnqueueOpts{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out := b.ok("", "queue", "ls"); !regexp.MustCompile(`(?m)^tenants\s+-\s+4\s`).MatchString(out) {
+		t.Errorf("queue ls: the keys' 4 tasks waiting wanted:\n%s", out)
+	}
+	out := b.ok("", "queue", "keys", "tenants")
+	for _, re := range []string{`(?m)^KEY\s+WAITING\s+RUNNING\s+BLOCKED\s+WEIGHT\s+CONCURRENCY\s+RATE$`,
+		`(?m)^acme\s+3\s+0\s+no\s+2\s+5\s+600/1m0s$`, `(?m)^beta\s+1\s+0\s+no\s+1\s+-\s+-$`} {
+		if !regexp.MustCompile(re).MatchString(out) {
+			t.Errorf("queue keys: %s wanted:\n%s", re, out)
+		}
+	}
+	var keys []struct {
+		Key         string `json:"key"`
+		Behind      int    `json:"behind"`
+		Concurrency int    `json:"concurrency"`
+		Rate        int    `json:"rate"`
+		PeriodMs    int64  `json:"period_ms"`
+	}
+	if err := json.Unmarshal([]byte(b.ok("", "queue", "keys", "tenants", "-o", "json")), &keys); err != nil {
+		t.Fatal(err)
+	}
+	sort.Slice(keys, func(i, j int) bool { return keys[i].Key < keys[j].Key })
+	if len(keys) != 2 || keys[0].Behind != 3 || keys[0].Concurrency != 5 || keys[0].Rate != 600 || keys[0].PeriodMs != 60_000 {
+		t.Errorf("queue keys -o json: %+v", keys)
+	}
+}
+
 // --unique-key needs --unique-ttl (the key's longest hold): refused, naming
 // the flag, before anything is sent; with it, a second enqueue of the key
 // is refused while the first task waits.

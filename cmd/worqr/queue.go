@@ -449,13 +449,19 @@ required when stdin is not a terminal.`,
 	return cmd
 }
 
-// keyJSON is one key in `queue keys -o json`.
+// keyJSON is one key in `queue keys -o json`; a fair queue's key has no
+// head, its tasks waiting in behind, and its running count and limits.
 type keyJSON struct {
-	Key       string `json:"key"`
-	Head      string `json:"head"`
-	HeadState string `json:"head_state"`
-	Behind    int    `json:"behind"`
-	Blocked   bool   `json:"blocked"`
+	Key         string `json:"key"`
+	Head        string `json:"head"`
+	HeadState   string `json:"head_state"`
+	Behind      int    `json:"behind"`
+	Blocked     bool   `json:"blocked"`
+	Running     int    `json:"running,omitempty"`
+	Weight      int    `json:"weight,omitempty"`
+	Concurrency int    `json:"concurrency,omitempty"`
+	Rate        int    `json:"rate,omitempty"`
+	PeriodMs    int64  `json:"period_ms,omitempty"`
 }
 
 func (a *app) queueKeysCmd() *cobra.Command {
@@ -466,13 +472,18 @@ func (a *app) queueKeysCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "keys <queue>",
-		Short: "an ordered queue's keys: each one's head and how many tasks wait behind it",
+		Short: "an ordered or fair queue's keys: each one's head and tasks behind it, or its counts and limits",
 		Long: `Lists the keys of an ordered queue that have tasks: each key's head (the task
 that runs, waits its turn or its retry, or is dead), its state, and how many
 tasks wait behind it (they run one at a time, after the head). A key whose
 head is dead is blocked until the head is requeued or deleted ('worqr dead
 retry' / 'worqr dead delete'), unless the queue moves on. 'queue ls' counts
-only the heads as waiting.`,
+only the heads as waiting.
+
+Of a fair queue, the keys with tasks waiting or running: how many of each,
+whether the key is blocked (held by its concurrency, or waiting out its
+rate), and its limits (its own, or the queue's for each key): weight,
+concurrency, rate per period ('-': none).`,
 		Example: "  worqr queue keys orders\n  worqr queue keys orders --blocked\n  worqr queue keys orders -o json --limit 10000",
 		Args:    args("queue"),
 	}
@@ -521,10 +532,15 @@ only the heads as waiting.`,
 			}
 		}
 		out := make([]keyJSON, len(ks))
+		fair := false
 		for i, k := range ks {
 			out[i] = keyJSON{Key: k.Key, Behind: k.Behind, Blocked: k.Blocked}
 			if k.Head != nil {
 				out[i].Head, out[i].HeadState = k.Head.ID, string(k.Head.State)
+			} else {
+				fair = true
+				out[i].Running, out[i].Weight, out[i].Concurrency = k.Running, k.Weight, k.Concurrency
+				out[i].Rate, out[i].PeriodMs = k.Rate, k.Period.Milliseconds()
 			}
 		}
 		if o.json() {
@@ -534,9 +550,24 @@ only the heads as waiting.`,
 			_, err := fmt.Fprintf(a.env.out, "no keys with tasks in queue %s\n", q)
 			return err
 		}
-		t := newTable(a.env.out, "KEY", "HEAD", "HEAD STATE", "BEHIND", "BLOCKED")
-		for _, k := range out {
-			t.row(k.Key, orDash(k.Head), orDash(k.HeadState), strconv.Itoa(k.Behind), yesNo(k.Blocked))
+		var t *table
+		if fair {
+			t = newTable(a.env.out, "KEY", "WAITING", "RUNNING", "BLOCKED", "WEIGHT", "CONCURRENCY", "RATE")
+			for _, k := range out {
+				conc, rate := "-", "-"
+				if k.Concurrency > 0 {
+					conc = strconv.Itoa(k.Concurrency)
+				}
+				if k.Rate > 0 {
+					rate = strconv.Itoa(k.Rate) + "/" + (time.Duration(k.PeriodMs) * time.Millisecond).String()
+				}
+				t.row(k.Key, strconv.Itoa(k.Behind), strconv.Itoa(k.Running), yesNo(k.Blocked), strconv.Itoa(k.Weight), conc, rate)
+			}
+		} else {
+			t = newTable(a.env.out, "KEY", "HEAD", "HEAD STATE", "BEHIND", "BLOCKED")
+			for _, k := range out {
+				t.row(k.Key, orDash(k.Head), orDash(k.HeadState), strconv.Itoa(k.Behind), yesNo(k.Blocked))
+			}
 		}
 		if err := t.flush(); err != nil {
 			return err

@@ -10,13 +10,15 @@ import (
 
 // FairKey is one key of a fair queue as its state says: its takings
 // running (counted by the takes, given back by their ends), whether it is
-// in turn (in the ring) or held by its limit, the ids waiting in its list,
-// and its own policy (nil: the queue's).
+// in turn (in the ring), held by its limit or waiting out its rate
+// (Timed), the ids waiting in its list, and its own policy (nil: the
+// queue's).
 type FairKey struct {
 	Key     string
 	Running int
 	InTurn  bool
 	Held    bool
+	Timed   bool
 	Waiting int
 	Limits  *KeyLimits
 }
@@ -25,7 +27,7 @@ type FairKey struct {
 func (k *FairKey) setState(v string) {
 	st, _ := strconv.ParseInt(v, 10, 64)
 	k.Running = int(st / fairRun)
-	k.InTurn, k.Held = st%fairCredit == fairIn, st%fairCredit == fairBlocked
+	k.InTurn, k.Held, k.Timed = st%fairCredit == fairIn, st%fairCredit == fairBlocked, st%fairCredit == fairTimed
 }
 
 // ReadFairKey reads the state of key on fair queue q, in one round trip.
@@ -194,4 +196,13 @@ func (s *Store) FairWaiting(ctx context.Context, q QueueKeys, offset, limit int)
 		cursor = next
 	}
 	return sp, nil
+}
+
+// FairKeyWaiting returns the ids waiting in key's list of fair queue q, the
+// next to start first, from offset (at most limit).
+func (s *Store) FairKeyWaiting(ctx context.Context, q QueueKeys, key string, offset, limit int) ([]string, error) {
+	if limit <= 0 {
+		return nil, nil
+	}
+	return redis.Strings(s.cmd(ctx, q.Ref.Tag, "LRANGE", q.FairListPrefix+key, offset, offset+limit-1))
 }

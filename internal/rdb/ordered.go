@@ -149,6 +149,7 @@ func (s *Store) SetKeyLimits(ctx context.Context, q QueueKeys, key string, l Key
 const (
 	fairRun, fairCredit    = 4096, 4
 	fairIn, fairBlocked    = 1, 2
+	fairTimed              = 3
 	fairCountN, fairCountK = "n", "k"
 )
 
