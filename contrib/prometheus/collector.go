@@ -7,8 +7,9 @@
 //
 //   - at every scrape it reads the current counts through a worqr.Inspector
 //     (tasks waiting, behind their key's head, scheduled, active and dead per
-//     queue, pauses, the age of the oldest waiting task and of the oldest
-//     active one, workers registered and alive); when Redis
+//     queue, the keys with tasks of an ordered or fair queue, pauses, the
+//     age of the oldest waiting task and of the oldest active one, workers
+//     registered and alive); when Redis
 //     cannot be read within Options.ScrapeTimeout it reports worqr_up 0 and
 //     counts the failure instead of failing the scrape;
 //   - [Collector.Run] follows the live events of every process of the
@@ -115,7 +116,7 @@ type Collector struct {
 	opts Options
 
 	// read at scrape time
-	waiting, behind, scheduled, active, oldestActive, dead       *prometheus.Desc
+	waiting, behind, keys, scheduled, active, oldestActive, dead *prometheus.Desc
 	retained, paused, latency                                    *prometheus.Desc
 	workersRegistered, workersAlive, up, scrapeDuration, tracked *prometheus.Desc
 	scrapeErrors                                                 *prometheus.CounterVec
@@ -165,6 +166,8 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 		waiting: desc("worqr_queue_waiting", "Tasks waiting in the queue, ready to be taken.", q),
 		behind: desc("worqr_queue_behind",
 			"Tasks of an ordered queue waiting behind their key's head (worqr_queue_waiting counts only heads).", q),
+		keys: desc("worqr_queue_keys",
+			"Keys with tasks: of an ordered queue, keys with a head; of a fair queue, keys with tasks waiting (in turn, or held by their limits).", q),
 		scheduled: desc("worqr_queue_scheduled", "Tasks scheduled for later (delayed, or waiting for a retry).", q),
 		active:    desc("worqr_queue_active", "Tasks held by workers (running).", q),
 		oldestActive: desc("worqr_queue_oldest_active_seconds",
@@ -232,7 +235,7 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 }
 
 func (c *Collector) descs() []*prometheus.Desc {
-	return []*prometheus.Desc{c.waiting, c.behind, c.scheduled, c.active, c.oldestActive, c.dead, c.retained, c.paused, c.latency,
+	return []*prometheus.Desc{c.waiting, c.behind, c.keys, c.scheduled, c.active, c.oldestActive, c.dead, c.retained, c.paused, c.latency,
 		c.workersRegistered, c.workersAlive, c.up, c.scrapeDuration, c.tracked}
 }
 
@@ -282,6 +285,7 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, q := range queues {
 			gauge(c.waiting, float64(q.Waiting), q.Name)
 			gauge(c.behind, float64(q.Behind), q.Name)
+			gauge(c.keys, float64(q.Keys), q.Name)
 			gauge(c.scheduled, float64(q.Scheduled), q.Name)
 			gauge(c.active, float64(q.Active), q.Name)
 			gauge(c.oldestActive, q.OldestActive.Seconds(), q.Name)

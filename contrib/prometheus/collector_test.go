@@ -222,6 +222,28 @@ func TestStuckWorkGauges(t *testing.T) {
 	})
 }
 
+// A fair queue: worqr_queue_waiting counts the tasks in its keys' lists,
+// worqr_queue_keys its keys with tasks waiting (one series per queue); a
+// queue without keys shows 0 keys.
+func TestFairQueueGauges(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if err := e.client.SetKeyPolicy(ctx, "tenants", worqr.KeyPolicy{Fair: true}); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"acme", "beta", "acme"} {
+		e.enqueue("tenants", &worqr.EnqueueOpts{Key: k})
+	}
+	e.enqueue("plain", nil)
+	_, reg := register(t, e.in, nil)
+	ws := []want{
+		{"worqr_queue_waiting", []string{"queue", "tenants"}, 3},
+		{"worqr_queue_keys", []string{"queue", "tenants"}, 2},
+		{"worqr_queue_keys", []string{"queue", "plain"}, 0},
+	}
+	redistest.Eventually(t, 10*time.Second, func() string { return mismatch(t, reg, ws) })
+}
+
 func TestScrapeErrorWhenRedisIsDown(t *testing.T) {
 	t.Parallel()
 	port, err := freePort()
