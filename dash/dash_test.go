@@ -1070,10 +1070,7 @@ func TestBulkActionsGuarded(t *testing.T) {
 }
 
 func TestFilterMatch(t *testing.T) {
-	typed, err := worqr.TypedPayload("welcome", []byte(`{"to":"ada@example.com"}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	typed := []byte("\x00wqt:welcome\x00" + `{"to":"ada@example.com"}`) // a typed task as stored (docs/PROTOCOL.md)
 	task := &worqr.TaskInfo{Payload: typed, Type: "welcome", Key: "k1", LastError: "timeout after 30s"}
 	for _, c := range []struct {
 		f    filter
@@ -1103,7 +1100,7 @@ func TestFilterMatch(t *testing.T) {
 // sees, not the type's wrapping.
 func TestTaskPageShowsTheType(t *testing.T) {
 	e := newEnv(t, nil)
-	id, err := worqr.EnqueueTyped(context.Background(), e.client, "mail", "welcome", []byte(`{"to":"ada"}`), nil)
+	id, err := e.client.Enqueue(context.Background(), "mail", []byte(`{"to":"ada"}`), &worqr.EnqueueOpts{Type: "welcome"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,7 +21,7 @@ const maxSelected = 1000
 
 // filter narrows a state's task list. The zero filter matches every task.
 type filter struct {
-	Type  string // the task type (EnqueueTyped), exactly
+	Type  string // the task type (EnqueueOpts.Type), exactly
 	Key   string // the key of an ordered queue's task, exactly
 	Group string // an error group as the dead page shows it (worqr.ErrorShape), exactly
 	Error string // words of the error (case-insensitive)

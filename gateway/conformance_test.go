@@ -461,20 +461,16 @@ func TestNodeWorkerGetsAKeyedTask(t *testing.T) {
 }
 
 // A Go producer's envelopes do not reach a Node worker: the task type of
-// EnqueueTyped and the trace context of contrib/otel's Enqueue come as
-// fields, and the payload as it was given (they came inside the payload's
-// bytes).
+// EnqueueOpts.Type and the trace context of contrib/otel's Enqueue of a
+// keyed task come as fields, and the payload as it was given (they came
+// inside the payload's bytes, the type's tag in front of the envelope).
 func TestNodeWorkerGetsATypedTracedTask(t *testing.T) {
 	g := startGateway(t, 10*time.Second)
 	ctx := context.Background()
-	typed, err := worqr.TypedPayload("bill", []byte("inv-7"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 	// contrib/otel's envelope (this module does not import it).
-	traced := append([]byte("\x00wqh:"+traceparent+"\x00"), typed...)
-	id, err := g.client.Enqueue(ctx, "typed", traced, nil)
+	traced := []byte("\x00wqh:" + traceparent + "\x00inv-7")
+	id, err := g.client.Enqueue(ctx, "typed", traced, &worqr.EnqueueOpts{Type: "bill", Key: "k"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,9 +16,16 @@ import (
 const traceMark = "\x00wqh:"
 
 // splitTrace returns the trace context and the inner payload of a payload
-// that carries one.
+// that carries one. The envelope is outermost, or behind the tag of the
+// task's type (EnqueueOpts.Type, put on by the client after contrib/otel
+// wrapped the payload): the tag then stays in front of the payload
+// returned.
 func splitTrace(p []byte) (traceparent, tracestate string, payload []byte, ok bool) {
-	rest, found := bytes.CutPrefix(p, []byte(traceMark))
+	var tag []byte
+	if _, inner, typed := splitTyped(p); typed {
+		tag = p[:len(p)-len(inner)]
+	}
+	rest, found := bytes.CutPrefix(p[len(tag):], []byte(traceMark))
 	if !found {
 		return "", "", nil, false
 	}
@@ -27,7 +34,10 @@ func splitTrace(p []byte) (traceparent, tracestate string, payload []byte, ok bo
 		return "", "", nil, false
 	}
 	traceparent, tracestate, _ = strings.Cut(string(rest[:i]), "\n")
-	return traceparent, tracestate, rest[i+1:], true
+	if len(tag) == 0 {
+		return traceparent, tracestate, rest[i+1:], true
+	}
+	return traceparent, tracestate, append(append(make([]byte, 0, len(tag)+len(rest)-i-1), tag...), rest[i+1:]...), true
 }
 
 // remotePayload fills k's payload fields for a remote worker, which has no

@@ -16,7 +16,7 @@ func TestRemoteMergedTypedPayloadsAreUnwrapped(t *testing.T) {
 	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"rm": {Keys: worqr.KeyPolicy{Merge: true}}}})
 	s := open(t, b, "rm")
 	for _, p := range []string{"1", "2"} {
-		if _, err := worqr.EnqueueTyped(ctx, b.client, "rm", "a", []byte(p), &worqr.EnqueueOpts{Key: "x"}); err != nil {
+		if _, err := b.client.Enqueue(ctx, "rm", []byte(p), &worqr.EnqueueOpts{Key: "x", Type: "a"}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -52,5 +52,33 @@ func TestRemoteTakingCarriesMeta(t *testing.T) {
 	}
 	if _, err := s.Finish(ctx, k.PID, nil); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A keyed task traced by contrib/otel holds its trace context in an
+// envelope around the payload; with a type (EnqueueOpts.Type) the client
+// puts the type's tag in front of that envelope (an earlier version of
+// contrib/otel put the envelope in front of the tag). Either way a remote
+// worker gets the type, the trace context and the payload as given.
+func TestRemoteTypedTracedKeyedTask(t *testing.T) {
+	ctx := context.Background()
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"rtt": {}}})
+	s := open(t, b, "rtt")
+	const tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+	envelope := "\x00wqh:" + tp + "\x00" // contrib/otel's (this module does not import it)
+	if _, err := b.client.Enqueue(ctx, "rtt", []byte(envelope+"inv-7"), &worqr.EnqueueOpts{Key: "a", Type: "bill"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.client.Enqueue(ctx, "rtt", []byte(envelope+"\x00wqt:bill\x00inv-8"), &worqr.EnqueueOpts{Key: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"inv-7", "inv-8"} {
+		k := takeOne(t, s, "rtt", 0)
+		if k.Type != "bill" || string(k.Payload) != want || k.TraceParent != tp {
+			t.Errorf("taking: type %q payload %q traceparent %q; want bill, %s, %s", k.Type, k.Payload, k.TraceParent, want, tp)
+		}
+		if _, err := s.Finish(ctx, k.PID, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -133,8 +133,8 @@ type Taking struct {
 	// worqr.Task.Key and worqr.Task.Payloads.
 	Key      string
 	Payloads []worqr.Payload
-	// Type is the task's type, for a payload enqueued with EnqueueTyped
-	// (or TypedPayload): worqr.Payload is then the payload as it was given, as
+	// Type is the task's type, for a task enqueued with one
+	// (EnqueueOpts.Type): worqr.Payload is then the payload as it was given, as
 	// is each of Payloads of that type (one of another type, or of none,
 	// merged into the same task, is left as it was stored).
 	Type string

@@ -74,14 +74,14 @@ type BatchHandlerFunc func(ctx context.Context, b *Batch) error
 func (f BatchHandlerFunc) HandleBatch(ctx context.Context, b *Batch) error { return f(ctx, b) }
 
 // HandleBatchOf returns a BatchHandler that decodes the payload of each
-// task of a batch into a T with codec (JSONCodec when nil) and calls fn
+// task of a batch into a T with codec (encoding/json when nil) and calls fn
 // with them, in the batch's order (vs[i] is b.Tasks[i]'s Task.Payload, the
 // latest of a merged task's payloads). A payload that does not decode never
 // will: the batch fails with SkipRetry (its head goes dead, see
 // BatchHandler) and fn is not called.
 func HandleBatchOf[T any](fn func(ctx context.Context, b *Batch, vs []T) error, codec Codec) BatchHandler {
 	if codec == nil {
-		codec = JSONCodec
+		codec = jsonCodec{}
 	}
 	return BatchHandlerFunc(func(ctx context.Context, b *Batch) error {
 		vs := make([]T, len(b.Tasks))

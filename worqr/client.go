@@ -229,6 +229,15 @@ type EnqueueOpts struct {
 	// a waiting one (KeyPolicy.Merge) keeps that task's. At most
 	// 4,096 bytes once encoded (as a JSON object); no empty name.
 	Meta map[string]string
+	// Type makes the task (every task of an EnqueueBatch) a task of this
+	// type, for a queue served by a Mux: the Mux routes it to the handler of
+	// its type, which sees the payload as given (so does a remote worker,
+	// with the type apart), and the Inspector shows it as TaskInfo.Type.
+	// It follows the rules of queue names (1 to 100 bytes of A-Z a-z 0-9 _
+	// - .). The type is stored in a tag in front of the payload (see
+	// docs/PROTOCOL.md), not counted against MaxPayloadBytes. Not with
+	// EnqueueMerge.
+	Type string
 }
 
 // zero reports whether o asks for nothing (nil, or every field unset): such
@@ -240,7 +249,7 @@ func (o *EnqueueOpts) zero() bool {
 	}
 	return o.Delay == 0 && o.At.IsZero() && o.MaxAttempts == 0 && o.Timeout == 0 && o.UniqueKey == "" &&
 		o.UniqueKeys == nil && o.UniqueTTL == 0 && o.ID == "" && o.IDTTL == 0 && o.Deadline.IsZero() && o.Retention == 0 && o.Priority == 0 &&
-		o.Key == "" && o.Score == 0 && len(o.Meta) == 0
+		o.Key == "" && o.Score == 0 && len(o.Meta) == 0 && o.Type == ""
 }
 
 // MaxPriority is the highest EnqueueOpts.Priority.
@@ -275,6 +284,11 @@ func (o *EnqueueOpts) args(n int) (*rdb.EnqueueArgs, error) {
 		return nil, invalid("EnqueueOpts.Priority", "(%d) must be between 0 and %d", o.Priority, MaxPriority)
 	}
 	a.Priority = o.Priority
+	if o.Type != "" {
+		if err := checkName("EnqueueOpts.Type", o.Type); err != nil {
+			return nil, err
+		}
+	}
 	meta, err := encodeMeta("EnqueueOpts.Meta", o.Meta)
 	if err != nil {
 		return nil, err
@@ -549,6 +563,13 @@ func (c *Client) enqueue(ctx context.Context, queue string, payloads [][]byte, f
 	}
 	if args.UniqueKeys != nil && field == "payload" {
 		return nil, invalid("EnqueueOpts.UniqueKeys", "applies to EnqueueBatch (use UniqueKey with Enqueue)")
+	}
+	if opts != nil && opts.Type != "" {
+		typed := make([][]byte, len(payloads))
+		for i, p := range payloads {
+			typed[i] = typedPayload(opts.Type, p)
+		}
+		payloads = typed
 	}
 	for i, p := range payloads {
 		name := field

@@ -68,8 +68,8 @@ func ExampleHandle() {
 	// dead 1
 }
 
-// A Mux serves one queue with a handler per task type: EnqueueTyped tags a
-// payload with its type, and the Mux routes it. Tasks without a type go to
+// A Mux serves one queue with a handler per task type: EnqueueOpts.Type
+// gives a task its type, and the Mux routes it. Tasks without a type go to
 // Fallback; a type nobody handles goes to the dead set at once.
 func ExampleMux() {
 	ctx := context.Background()
@@ -105,10 +105,11 @@ func ExampleMux() {
 		panic(err)
 	}
 
-	if _, err := worqr.EnqueueTyped(ctx, client, "default", "signup.welcome", []byte(`{"email":"ada@example.com"}`), nil); err != nil {
+	welcome := &worqr.EnqueueOpts{Type: "signup.welcome"}
+	if _, err := worqr.EnqueueValue(ctx, client, "default", Signup{Email: "ada@example.com"}, nil, welcome); err != nil {
 		panic(err)
 	}
-	if _, err := worqr.EnqueueTyped(ctx, client, "default", "invoice.send", []byte("#42"), nil); err != nil {
+	if _, err := client.Enqueue(ctx, "default", []byte("#42"), &worqr.EnqueueOpts{Type: "invoice.send"}); err != nil {
 		panic(err)
 	}
 	if _, err := client.Enqueue(ctx, "default", []byte("legacy"), nil); err != nil {

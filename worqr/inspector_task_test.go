@@ -18,7 +18,7 @@ func TestInspectorTaskReadWhole(t *testing.T) {
 
 	t.Run("a typed task: its type apart, its payload as stored and as its handler sees it", func(t *testing.T) {
 		b := setup(t)
-		id, err := worqr.EnqueueTyped(ctx, b.client, "mail", "welcome", []byte(`{"to":"ada"}`), nil)
+		id, err := b.client.Enqueue(ctx, "mail", []byte(`{"to":"ada"}`), &worqr.EnqueueOpts{Type: "welcome"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -26,8 +26,8 @@ func TestInspectorTaskReadWhole(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stored, _ := worqr.TypedPayload("welcome", []byte(`{"to":"ada"}`))
-		if info.Type != "welcome" || string(info.HandlerPayload()) != `{"to":"ada"}` || string(info.Payload) != string(stored) {
+		stored := "\x00wqt:welcome\x00" + `{"to":"ada"}` // docs/PROTOCOL.md, "Task types"
+		if info.Type != "welcome" || string(info.HandlerPayload()) != `{"to":"ada"}` || string(info.Payload) != stored {
 			t.Errorf("Type %q, HandlerPayload %q, Payload %q; want welcome, the payload without its envelope, the payload as stored",
 				info.Type, info.HandlerPayload(), info.Payload)
 		}

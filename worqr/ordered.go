@@ -344,6 +344,10 @@ func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []
 	if key == "" {
 		return "", false, invalid("key", "is empty")
 	}
+	if o.Type != "" {
+		// merge would get the tags of the stored payloads.
+		return "", false, invalid("EnqueueOpts.Type", "is not applied by EnqueueMerge (merge sees the payloads as stored): enqueue typed tasks with Enqueue")
+	}
 	if err := checkKeyed(&o); err != nil {
 		return "", false, err
 	}
@@ -402,7 +406,7 @@ func (c *Client) EnqueueMerge(ctx context.Context, queue, key string, payload []
 
 // checkPayload applies the size limit and the reserved prefix. The limit
 // is the caller's payload's: a typed payload's tag (at most 106 bytes, see
-// TypedPayload) is not counted. Only a tag TypedPayload could have made
+// typedPayload) is not counted. Only a tag typedPayload could have made
 // is one: a payload that merely starts with the mark, its nul far in, is
 // counted whole (else a payload of any size would pass).
 func (c *Client) checkPayload(name string, p []byte) error {

@@ -122,8 +122,8 @@ type TaskInfo struct {
 	// Payload is the payload as stored: a typed task's (Type) starts with
 	// its type's envelope; HandlerPayload is without it.
 	Payload []byte
-	// Type is the task's type when it was enqueued typed (EnqueueTyped,
-	// TypedPayload); "" otherwise.
+	// Type is the task's type when it was enqueued with one
+	// (EnqueueOpts.Type); "" otherwise.
 	Type string
 	// Key and Payloads are as in Task (tasks enqueued with a Key).
 	Key      string

@@ -18,35 +18,33 @@ type Codec interface {
 	Unmarshal(data []byte, v any) error
 }
 
-// JSONCodec encodes payloads with encoding/json. It is the default codec of
-// Handle and EnqueueValue.
-var JSONCodec Codec = jsonCodec{}
-
+// jsonCodec encodes payloads with encoding/json: the codec of Handle and
+// EnqueueValue given none.
 type jsonCodec struct{}
 
 func (jsonCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (jsonCodec) Unmarshal(data []byte, v any) error { return json.Unmarshal(data, v) }
 
 // Handle returns a Handler that decodes each task's payload into a T with
-// codec (JSONCodec when nil) and calls fn with it. A payload that does not
-// decode never will: the task goes to the dead set at once (SkipRetry) with
-// the decode error, and fn is not called; so does a task enqueued with a
-// type (EnqueueTyped), which a Mux serves. JSONCodec, as encoding/json,
-// ignores fields T does not have: a payload of another type that is a JSON
-// object decodes, into the fields the two share. To serve several types on
-// one queue, route them by type with a Mux; to refuse unknown fields, give
-// a stricter Codec.
+// codec (encoding/json when nil) and calls fn with it. A payload that does
+// not decode never will: the task goes to the dead set at once (SkipRetry)
+// with the decode error, and fn is not called; so does a task enqueued with
+// a type (EnqueueOpts.Type), which a Mux serves. encoding/json ignores
+// fields T does not have: a payload of another type that is a JSON object
+// decodes, into the fields the two share. To serve several types on one
+// queue, route them by type with a Mux (and Handle as each type's
+// handler); to refuse unknown fields, give a stricter Codec.
 func Handle[T any](fn func(ctx context.Context, t *Task, v T) error, codec Codec) Handler {
 	if codec == nil {
-		codec = JSONCodec
+		codec = jsonCodec{}
 	}
 	return HandlerFunc(func(ctx context.Context, t *Task) error {
 		var v T
 		if err := codec.Unmarshal(t.Payload, &v); err != nil {
 			if typ, _, ok := splitTyped(t.Payload); ok && checkName("task type", typ) == nil {
-				// Enqueued with a type (EnqueueTyped): the decode error
-				// would only name the tag's first byte.
-				return SkipRetry(fmt.Errorf("worqr: task %s carries task type %q (EnqueueTyped): serve its queue with a Mux, not Handle", t.ID, typ))
+				// Enqueued with a type (EnqueueOpts.Type): the decode
+				// error would only name the tag's first byte.
+				return SkipRetry(fmt.Errorf("worqr: task %s carries task type %q (EnqueueOpts.Type): serve its queue with a Mux, not Handle", t.ID, typ))
 			}
 			return SkipRetry(fmt.Errorf("worqr: payload of task %s does not decode into %T: %w", t.ID, v, err))
 		}
@@ -54,11 +52,12 @@ func Handle[T any](fn func(ctx context.Context, t *Task, v T) error, codec Codec
 	})
 }
 
-// EnqueueValue encodes v with codec (JSONCodec when nil) and enqueues it, as
-// Client.Enqueue does with a payload.
+// EnqueueValue encodes v with codec (encoding/json when nil) and enqueues
+// it, as Client.Enqueue does with a payload: with EnqueueOpts.Type, as a
+// task of that type, for a queue served by a Mux.
 func EnqueueValue[T any](ctx context.Context, c *Client, queue string, v T, codec Codec, opts *EnqueueOpts) (string, error) {
 	if codec == nil {
-		codec = JSONCodec
+		codec = jsonCodec{}
 	}
 	p, err := codec.Marshal(v)
 	if err != nil {
@@ -67,31 +66,19 @@ func EnqueueValue[T any](ctx context.Context, c *Client, queue string, v T, code
 	return c.Enqueue(ctx, queue, p, opts)
 }
 
-// typeMark starts a payload that carries a task type (see TypedPayload).
+// typeMark starts a payload that carries a task type.
 const typeMark = "\x00wqt:"
 
-// TypedPayload wraps payload with a task type, for a queue served by a Mux:
-// the Mux routes the task by typ and hands its handler payload as it was.
-// typ follows the rules of queue names (1 to 100 bytes of A-Z a-z 0-9 _ -
-// .). Use it with EnqueueBatch; EnqueueTyped does it for one task.
-func TypedPayload(typ string, payload []byte) ([]byte, error) {
-	if err := checkName("task type", typ); err != nil {
-		return nil, err
-	}
+// typedPayload returns payload with the tag of task type typ (checked by
+// the caller) in front: "\x00wqt:" + typ + "\x00" + payload, the form
+// docs/PROTOCOL.md describes, which a Mux, a remote session and the
+// Inspector read (contrib/otel writes it too, inside its trace envelope).
+func typedPayload(typ string, payload []byte) []byte {
 	out := make([]byte, 0, len(typeMark)+len(typ)+1+len(payload))
 	out = append(out, typeMark...)
 	out = append(out, typ...)
 	out = append(out, 0)
-	return append(out, payload...), nil
-}
-
-// EnqueueTyped enqueues payload as a task of type typ (see Mux).
-func EnqueueTyped(ctx context.Context, c *Client, queue, typ string, payload []byte, opts *EnqueueOpts) (string, error) {
-	p, err := TypedPayload(typ, payload)
-	if err != nil {
-		return "", err
-	}
-	return c.Enqueue(ctx, queue, p, opts)
+	return append(out, payload...)
 }
 
 // splitTyped returns the type and inner payload of a typed payload.
@@ -108,7 +95,7 @@ func splitTyped(p []byte) (typ string, payload []byte, ok bool) {
 }
 
 // Mux serves one queue with a handler per task type: tasks enqueued with
-// EnqueueTyped (or TypedPayload) are routed by their type, and their
+// EnqueueOpts.Type are routed by their type, and their
 // handler sees Task.Type and the payload as it was given (on a merging
 // ordered queue, each of Task.Payloads too). A task with no type goes to
 // the Fallback handler; a task of a type nobody handles (or with no type

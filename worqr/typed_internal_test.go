@@ -31,10 +31,7 @@ func TestHandleDecodesOrBuries(t *testing.T) {
 	}
 	// A task enqueued with a type on a queue served by Handle: the error
 	// says so, not "invalid character '\x00'".
-	typed, err := TypedPayload("order.new", []byte(`{"id":8}`))
-	if err != nil {
-		t.Fatal(err)
-	}
+	typed := typedPayload("order.new", []byte(`{"id":8}`))
 	err = h.HandleTask(context.Background(), &Task{ID: "c", Payload: typed})
 	if !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), `carries task type "order.new"`) ||
 		!strings.Contains(err.Error(), "Mux") {
@@ -43,19 +40,13 @@ func TestHandleDecodesOrBuries(t *testing.T) {
 }
 
 func TestTypedPayloadRoundTrip(t *testing.T) {
-	p, err := TypedPayload("email.send", []byte("body\x00with nul"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	p := typedPayload("email.send", []byte("body\x00with nul"))
 	typ, payload, ok := splitTyped(p)
 	if !ok || typ != "email.send" || string(payload) != "body\x00with nul" {
 		t.Errorf("splitTyped = %q %q %v", typ, payload, ok)
 	}
 	if _, _, ok := splitTyped([]byte("plain")); ok {
 		t.Error("a plain payload read as typed")
-	}
-	if _, err := TypedPayload("bad type", nil); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "task type") {
-		t.Errorf("TypedPayload with a space = %v, want an InvalidError naming the task type", err)
 	}
 }
 
@@ -72,16 +63,16 @@ func TestMuxRoutes(t *testing.T) {
 		task := &Task{ID: "x", Payload: p}
 		return task, m.HandleTask(context.Background(), task)
 	}
-	pa, _ := TypedPayload("a", []byte("1"))
+	pa := typedPayload("a", []byte("1"))
 	task, err := run(pa)
 	if err != nil || len(seen) != 1 || seen[0] != "a:1" || string(task.result) != "ra" {
 		t.Errorf("type a: err %v, seen %v, result %q", err, seen, task.result)
 	}
-	pb, _ := TypedPayload("b", nil)
+	pb := typedPayload("b", nil)
 	if _, err := run(pb); err == nil || errors.Is(err, ErrSkipRetry) {
 		t.Errorf("type b: %v, want its handler's error (retried)", err)
 	}
-	pc, _ := TypedPayload("c", nil)
+	pc := typedPayload("c", nil)
 	if _, err := run(pc); !errors.Is(err, ErrSkipRetry) || !strings.Contains(err.Error(), `"c"`) || !strings.Contains(err.Error(), "a, b") {
 		t.Errorf("unknown type: %v, want SkipRetry naming it and the handled types", err)
 	}
@@ -141,9 +132,9 @@ func TestEnqueueValueRefusesWhatDoesNotEncode(t *testing.T) {
 	}
 }
 
-// MaxPayloadBytes bounds the caller's payload: the type's tag EnqueueTyped
-// adds is not counted, and a refusal names the caller's size (it counted
-// the tag, and named the tagged size).
+// MaxPayloadBytes bounds the caller's payload: the type's tag
+// EnqueueOpts.Type adds is not counted, and a refusal names the caller's
+// size (it counted the tag, and named the tagged size).
 func TestEnqueueTypedLimitIsThePayloads(t *testing.T) {
 	ctx := context.Background()
 	pool := internalPool(t)
@@ -151,12 +142,17 @@ func TestEnqueueTypedLimitIsThePayloads(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := EnqueueTyped(ctx, c, "ty", "email.send", []byte(strings.Repeat("p", 16)), nil); err != nil {
+	typ := &EnqueueOpts{Type: "email.send"}
+	if _, err := c.Enqueue(ctx, "ty", []byte(strings.Repeat("p", 16)), typ); err != nil {
 		t.Errorf("a typed payload of MaxPayloadBytes: %v", err)
 	}
-	_, err = EnqueueTyped(ctx, c, "ty", "email.send", []byte(strings.Repeat("p", 17)), nil)
+	_, err = c.Enqueue(ctx, "ty", []byte(strings.Repeat("p", 17)), typ)
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "is 17 bytes, over MaxPayloadBytes (16)") {
 		t.Errorf("a typed payload of 17 bytes: %v, want an InvalidError naming 17 bytes", err)
+	}
+	_, err = c.EnqueueBatch(ctx, "ty", [][]byte{[]byte("p"), []byte(strings.Repeat("p", 17))}, typ)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "payloads[1] is 17 bytes") {
+		t.Errorf("a typed batch with a payload of 17 bytes: %v, want an InvalidError naming payloads[1]", err)
 	}
 }
 
@@ -189,7 +185,7 @@ func TestForgedTypeTagDoesNotEscapeTheLimit(t *testing.T) {
 	if n, err := c.st.Len(ctx, c.st.Queue(rdb.Standalone("forged"))); err != nil || n != 0 {
 		t.Errorf("%d tasks enqueued (%v), want none", n, err)
 	}
-	if _, err := EnqueueTyped(ctx, c, "forged", "email.send", []byte(strings.Repeat("p", 16)), nil); err != nil {
+	if _, err := c.Enqueue(ctx, "forged", []byte(strings.Repeat("p", 16)), &EnqueueOpts{Type: "email.send"}); err != nil {
 		t.Errorf("a real typed payload of MaxPayloadBytes: %v", err)
 	}
 }

@@ -90,7 +90,7 @@ func TestRealRedis(t *testing.T) {
 		if d := time.Since(env.Now()); d < -time.Second || d > time.Second {
 			t.Errorf("Now is %s from the local clock, want Redis's time", d)
 		}
-		if _, err := worqr.EnqueueTyped(ctx, env.Client(), "emails", "welcome", []byte(`{"to":"ann"}`), &worqr.EnqueueOpts{Delay: time.Hour}); err != nil {
+		if _, err := env.Client().Enqueue(ctx, "emails", []byte(`{"to":"ann"}`), &worqr.EnqueueOpts{Type: "welcome", Delay: time.Hour}); err != nil {
 			t.Fatal(err)
 		}
 		env.RequireEnqueued(t, "emails", worqrtest.Match{Type: "welcome", Payload: map[string]string{"to": "ann"}, Delay: time.Hour})

@@ -23,11 +23,10 @@ type Match struct {
 	// compared byte for byte; any other value (a struct, a map,
 	// json.RawMessage) is encoded as JSON and compared with the payload
 	// read as JSON, so that field order and spacing do not matter. The
-	// payload of a task enqueued with worqr.EnqueueTyped is the one given
-	// to it.
+	// payload of a task enqueued with a type (worqr.EnqueueOpts.Type) is
+	// the one given, without the type.
 	Payload any
-	// Type is the task type of a payload enqueued with worqr.EnqueueTyped
-	// (or worqr.TypedPayload).
+	// Type is the task's type (worqr.EnqueueOpts.Type).
 	Type string
 	// Key is the task's EnqueueOpts.Key (an ordered queue's key).
 	Key string
@@ -300,11 +299,7 @@ func (e *Env) behind(ctx context.Context, queue string) (map[string][]*worqr.Tas
 func (e *Env) extras(_ context.Context, _ string, infos []*worqr.TaskInfo) ([]*task, error) {
 	out := make([]*task, len(infos))
 	for i, ti := range infos {
-		tk := &task{info: ti, payload: ti.Payload, priority: ti.Priority, unique: ti.UniqueKey, maxAttempts: ti.MaxAttempts}
-		if typ, p, ok := splitTyped(ti.Payload); ok {
-			tk.typ, tk.payload = typ, p
-		}
-		out[i] = tk
+		out[i] = &task{info: ti, typ: ti.Type, payload: ti.HandlerPayload(), priority: ti.Priority, unique: ti.UniqueKey, maxAttempts: ti.MaxAttempts}
 	}
 	return out, nil
 }
@@ -481,24 +476,6 @@ func tasks(n int) string {
 }
 
 func stamp(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z") }
-
-// splitTyped returns the type and payload of a typed payload:
-// "<mark><type>\x00<payload>", the mark read from worqr.TypedPayload itself.
-func splitTyped(p []byte) (typ string, payload []byte, ok bool) {
-	mark, err := worqr.TypedPayload("t", nil)
-	if err != nil {
-		return "", nil, false
-	}
-	rest, found := bytes.CutPrefix(p, mark[:len(mark)-2]) // without "t\x00"
-	if !found {
-		return "", nil, false
-	}
-	i := bytes.IndexByte(rest, 0)
-	if i <= 0 {
-		return "", nil, false
-	}
-	return string(rest[:i]), rest[i+1:], true
-}
 
 // assign pairs each of n matches with its own of k tasks (ok says which
 // pairs fit), as many as possible (augmenting paths: a match may take a

@@ -21,8 +21,8 @@ func TestRequireEnqueuedMatchesEachOption(t *testing.T) {
 	c := env.Client()
 	at := env.Now().Add(2 * time.Hour)
 	deadline := env.Now().Add(3 * time.Hour)
-	typed, err := worqr.EnqueueTyped(ctx, c, "emails", "welcome", []byte(`{"to": "ann", "lang": "en"}`), &worqr.EnqueueOpts{
-		Delay: time.Hour, MaxAttempts: 3, Meta: map[string]string{"tenant": "t1"},
+	typed, err := c.Enqueue(ctx, "emails", []byte(`{"to": "ann", "lang": "en"}`), &worqr.EnqueueOpts{
+		Type: "welcome", Delay: time.Hour, MaxAttempts: 3, Meta: map[string]string{"tenant": "t1"},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestRequireEnqueuedMatchesEachOption(t *testing.T) {
 func TestRequireEnqueuedListsTasks(t *testing.T) {
 	ctx := context.Background()
 	env := worqrtest.New(t, &worqrtest.Options{InProcess: true})
-	if _, err := worqr.EnqueueTyped(ctx, env.Client(), "emails", "reset", []byte(`{"to":"ann"}`), &worqr.EnqueueOpts{Delay: time.Minute}); err != nil {
+	if _, err := env.Client().Enqueue(ctx, "emails", []byte(`{"to":"ann"}`), &worqr.EnqueueOpts{Type: "reset", Delay: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	msg := mustFail(t, func(tb testing.TB) { env.RequireEnqueued(tb, "emails", worqrtest.Match{Type: "welcome"}) },

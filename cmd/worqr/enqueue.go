@@ -38,7 +38,7 @@ output with is part of the payload (printf '%s' avoids it).
 wait for the tasks enqueued earlier with the same key (an ordered queue; not
 with --priority, --id or --unique-key); --id gives it an id of your choosing,
 which makes the enqueue idempotent (the same id and payload again enqueue
-nothing and print the same id); --type wraps the payload with a task type
+nothing and print the same id); --type gives it a task type (EnqueueOpts.Type)
 for a queue served by a Mux; --at (an RFC 3339 time) or --delay (a duration
 from now) hold it back until then; --timeout is its handler's deadline.`,
 		Example: `  worqr enqueue emails '{"to":"ada@example.com"}'
@@ -67,18 +67,13 @@ from now) hold it back until then; --timeout is its handler's deadline.`,
 			return err
 		}
 		opts := &worqr.EnqueueOpts{Delay: delay, MaxAttempts: maxAttempts, Timeout: timeout, UniqueKey: uniqueKey,
-			UniqueTTL: uniqueTTL, Priority: priority, Key: key, ID: id}
-		if err := checkEnqueueFlags(cmd, opts, at, typ); err != nil {
+			UniqueTTL: uniqueTTL, Priority: priority, Key: key, ID: id, Type: typ}
+		if err := checkEnqueueFlags(cmd, opts, at); err != nil {
 			return err
 		}
 		payload, err := a.readPayload(src)
 		if err != nil {
 			return err
-		}
-		if typ != "" {
-			if payload, err = worqr.TypedPayload(typ, payload); err != nil {
-				return usagef("--type %s", ruleOf(err))
-			}
 		}
 		id, err := a.client.Enqueue(ctx, q, payload, opts)
 		if errors.Is(err, worqr.ErrNotReplicated) {
@@ -100,7 +95,7 @@ from now) hold it back until then; --timeout is its handler's deadline.`,
 // checkEnqueueFlags checks the flags of enqueue, fills opts.At from at, and
 // refuses a bad value with an error naming the flag and the rule (before
 // anything is read or enqueued).
-func checkEnqueueFlags(cmd *cobra.Command, opts *worqr.EnqueueOpts, at, typ string) error {
+func checkEnqueueFlags(cmd *cobra.Command, opts *worqr.EnqueueOpts, at string) error {
 	for _, d := range []struct {
 		name string
 		v    time.Duration
@@ -145,8 +140,8 @@ func checkEnqueueFlags(cmd *cobra.Command, opts *worqr.EnqueueOpts, at, typ stri
 			return usagef("--id %s", ruleOf(err))
 		}
 	}
-	if typ != "" {
-		if _, err := worqr.TypedPayload(typ, nil); err != nil {
+	if opts.Type != "" {
+		if err := worqr.CheckQueueName(opts.Type); err != nil { // a type follows the rules of queue names
 			return usagef("--type %s", ruleOf(err))
 		}
 	}
@@ -174,6 +169,7 @@ var enqueueFlag = map[string]string{
 	"EnqueueOpts.Delay": "--delay", "EnqueueOpts.At": "--at", "EnqueueOpts.MaxAttempts": "--max-attempts",
 	"EnqueueOpts.Timeout": "--timeout", "EnqueueOpts.UniqueKey": "--unique-key", "EnqueueOpts.UniqueTTL": "--unique-ttl",
 	"EnqueueOpts.ID": "--id", "EnqueueOpts.Priority": "--priority", "EnqueueOpts.Key": "--key",
+	"EnqueueOpts.Type": "--type",
 }
 
 // enqueueFlagError turns the library's refusal of an option into one that

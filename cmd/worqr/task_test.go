@@ -19,8 +19,8 @@ func TestTaskGetShowsATaskWhole(t *testing.T) {
 	t.Run("a typed task: its type apart, the payload without its envelope, its own options", func(t *testing.T) {
 		b := setup(t)
 		deadline := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-		id, err := worqr.EnqueueTyped(context.Background(), b.client, "mail", "welcome", []byte(`{"to":"ada"}`),
-			&worqr.EnqueueOpts{ID: "mine", Priority: 2, MaxAttempts: 7, Timeout: 90 * time.Second, Deadline: deadline})
+		id, err := b.client.Enqueue(context.Background(), "mail", []byte(`{"to":"ada"}`),
+			&worqr.EnqueueOpts{Type: "welcome", ID: "mine", Priority: 2, MaxAttempts: 7, Timeout: 90 * time.Second, Deadline: deadline})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -33,6 +33,31 @@ func TestEnvelopeCarriesTraceState(t *testing.T) {
 	}
 }
 
+// A task's type (worqr.EnqueueOpts.Type) is a tag the client puts in
+// front of what Enqueue gives it: the envelope is found behind it, and the
+// tag stays in front of the payload, where a Mux reads it. A task stored by
+// an earlier version, envelope first, is read as before.
+func TestEnvelopeBehindTheTypeTag(t *testing.T) {
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{2}, TraceFlags: trace.FlagsSampled})
+	env := wrap(trace.ContextWithSpanContext(context.Background(), sc), []byte("body"))
+	for _, p := range [][]byte{
+		append([]byte("\x00wqt:t\x00"), env...),                                                   // this version
+		wrap(trace.ContextWithSpanContext(context.Background(), sc), []byte("\x00wqt:t\x00body")), // an earlier one
+	} {
+		carrier, inner, ok := split(p)
+		if !ok || string(inner) != "\x00wqt:t\x00body" || string(Unwrap(p)) != "\x00wqt:t\x00body" {
+			t.Errorf("split(%q) = %q, %v; want the typed payload out of its envelope", p, inner, ok)
+			continue
+		}
+		if got := trace.SpanContextFromContext(prop.Extract(context.Background(), carrier)); got.SpanID() != sc.SpanID() {
+			t.Errorf("split(%q): span %v, want %v", p, got.SpanID(), sc.SpanID())
+		}
+	}
+	if _, _, ok := split([]byte("\x00wqt:t\x00body")); ok {
+		t.Error("a typed payload without an envelope split")
+	}
+}
+
 func TestUnwrap(t *testing.T) {
 	for _, p := range []string{"", "plain", "\x00wqh:", "\x00wqh:no terminator", "\x00wqh:\x00empty header"} {
 		if got := string(Unwrap([]byte(p))); got != p {

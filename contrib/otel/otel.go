@@ -20,8 +20,11 @@
 //
 //	"\x00wqh:" + traceparent [+ "\n" + tracestate] + "\x00" + payload
 //
-// which Middleware removes before the handler runs (a worqr.Mux included:
-// a typed payload sits inside the envelope). Tasks enqueued with an
+// which Middleware removes before the handler runs. A task's type
+// (worqr.EnqueueOpts.Type) is a tag the client puts in front of the
+// envelope: a worqr.Mux routes the task whether Middleware wraps it (the
+// envelope is found behind the tag, and the Mux gets the tag and the
+// payload) or wraps the Mux's handlers (the Mux takes the tag off first). Tasks enqueued with an
 // envelope by an earlier version of this package are read the same way,
 // so a rolling upgrade keeps their traces.
 //
@@ -84,14 +87,14 @@ const ScopeName = "github.com/worqr/worqr-go/contrib/otel"
 const (
 	AttemptKey  = attribute.Key("worqr.attempt")   // Task.Attempt
 	CrashesKey  = attribute.Key("worqr.crashes")   // Task.Crashes
-	TaskTypeKey = attribute.Key("worqr.task.type") // the type of a typed payload (see worqr.TypedPayload)
+	TaskTypeKey = attribute.Key("worqr.task.type") // the task's type (worqr.EnqueueOpts.Type)
 	GaveBackKey = attribute.Key("worqr.gave_back") // true when the handler returned worqr.ErrGiveBack
 )
 
 // mark starts a payload that carries a trace context.
 const mark = "\x00wqh:"
 
-// typeMark starts a typed payload (worqr.TypedPayload).
+// typeMark starts the tag of a task's type (worqr.EnqueueOpts.Type).
 const typeMark = "\x00wqt:"
 
 var (
@@ -162,9 +165,14 @@ func carry(ctx context.Context, payload []byte, opts *worqr.EnqueueOpts) ([]byte
 	return payload, &o
 }
 
-// split returns the carrier and the inner payload of an enveloped payload.
+// split returns the carrier and the payload out of the envelope of an
+// enveloped payload. The envelope is outermost, or inside the tag of the
+// task's type (worqr.EnqueueOpts.Type, which the client puts on after
+// Enqueue wrapped the payload): the tag then stays in front of the
+// payload returned, where a Mux looks for it.
 func split(p []byte) (carrier propagation.MapCarrier, payload []byte, ok bool) {
-	rest, found := bytes.CutPrefix(p, []byte(mark))
+	tag := typeTag(p)
+	rest, found := bytes.CutPrefix(p[len(tag):], []byte(mark))
 	if !found {
 		return nil, nil, false
 	}
@@ -177,11 +185,29 @@ func split(p []byte) (carrier propagation.MapCarrier, payload []byte, ok bool) {
 	if ts != "" {
 		carrier["tracestate"] = ts
 	}
-	return carrier, rest[i+1:], true
+	if len(tag) == 0 {
+		return carrier, rest[i+1:], true
+	}
+	return carrier, append(append(make([]byte, 0, len(tag)+len(rest)-i-1), tag...), rest[i+1:]...), true
 }
 
-// Unwrap returns the payload inside the trace envelope Enqueue adds, or p
-// as it is when it has none.
+// typeTag returns the tag of a task's type at the front of p
+// ("\x00wqt:" + type + "\x00"), empty when p has none.
+func typeTag(p []byte) []byte {
+	rest, found := bytes.CutPrefix(p, []byte(typeMark))
+	if !found {
+		return nil
+	}
+	i := bytes.IndexByte(rest, 0)
+	if i <= 0 {
+		return nil
+	}
+	return p[:len(typeMark)+i+1]
+}
+
+// Unwrap returns the payload inside the trace envelope Enqueue adds (a
+// task type's tag in front of the envelope stays in front), or p as it is
+// when it has none.
 func Unwrap(p []byte) []byte {
 	if _, inner, ok := split(p); ok {
 		return inner
@@ -210,7 +236,9 @@ func Enqueue(ctx context.Context, client *worqr.Client, in *worqr.Inspector, que
 	payload, opts = carry(ctx, payload, opts)
 	id, err := client.Enqueue(ctx, queue, payload, opts)
 	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" && in != nil {
-		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(Unwrap(info.Payload), Unwrap(payload)) {
+		// An id goes without Key: payload has no envelope. The task of an
+		// earlier version has its type's tag inside its envelope.
+		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(untyped(Unwrap(info.Payload), opts.Type), payload) {
 			id, err = opts.ID, nil
 		}
 	}
@@ -351,6 +379,8 @@ func Middleware(tp trace.TracerProvider) worqr.Middleware {
 			}
 			if typ, ok := taskType(t.Payload); ok {
 				attrs = append(attrs, TaskTypeKey.String(typ))
+			} else if t.Type != "" { // inside a Mux, which took the tag off
+				attrs = append(attrs, TaskTypeKey.String(t.Type))
 			}
 			ctx, span := tr.Start(ctx, t.Queue+" process", append(opts, trace.WithAttributes(attrs...))...)
 			returned := false
@@ -434,15 +464,22 @@ func endProcess(span trace.Span, v any, err error) {
 	}
 }
 
-// taskType returns the type of a typed payload (worqr.TypedPayload).
+// taskType returns the type of a typed payload (worqr.EnqueueOpts.Type).
 func taskType(p []byte) (string, bool) {
-	rest, found := bytes.CutPrefix(p, []byte(typeMark))
-	if !found {
+	tag := typeTag(p)
+	if len(tag) == 0 {
 		return "", false
 	}
-	i := bytes.IndexByte(rest, 0)
-	if i <= 0 {
-		return "", false
+	return string(tag[len(typeMark) : len(tag)-1]), true
+}
+
+// untyped returns p without the tag of task type typ in front ("": p).
+func untyped(p []byte, typ string) []byte {
+	if typ == "" {
+		return p
 	}
-	return string(rest[:i]), true
+	if t, ok := taskType(p); ok && t == typ {
+		return p[len(typeTag(p)):]
+	}
+	return p
 }

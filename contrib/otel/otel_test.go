@@ -77,10 +77,16 @@ func setup(t *testing.T) *env {
 // middleware (and mws after it); it is stopped at the end of the test.
 func (e *env) worker(queue string, qc worqr.QueueConfig, mws ...worqr.Middleware) {
 	e.t.Helper()
+	e.workerWith(queue, qc, append([]worqr.Middleware{otelworqr.Middleware(e.tp)}, mws...))
+}
+
+// workerWith starts a worker serving queue with h wrapped in mws only.
+func (e *env) workerWith(queue string, qc worqr.QueueConfig, mws []worqr.Middleware) {
+	e.t.Helper()
 	qc.Concurrency = 1
 	w, err := worqr.NewWorker(e.pool, &worqr.WorkerConfig{Config: e.cfg,
 		Queues:            map[string]worqr.QueueConfig{queue: qc},
-		Middleware:        append([]worqr.Middleware{otelworqr.Middleware(e.tp)}, mws...),
+		Middleware:        mws,
 		HeartbeatInterval: 100 * time.Millisecond, HeartbeatTTL: 500 * time.Millisecond,
 		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
 	if err != nil {
@@ -282,29 +288,70 @@ func TestFailingHandlerMarksSpanError(t *testing.T) {
 	}
 }
 
-func TestMuxInsideRoutesTypedPayloads(t *testing.T) {
-	e := setup(t)
-	p, err := worqr.TypedPayload("greet", []byte("hi"))
-	if err != nil {
-		t.Fatal(err)
+// A typed task (EnqueueOpts.Type) enqueued traced reaches the handler of
+// its type with its payload as given and its span a child of the
+// producer's, with or without a Key (whose context travels in an envelope
+// around the payload), whether Middleware wraps the Mux or the Mux's
+// handler.
+func TestTypedTasksAreTraced(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		key        string
+		muxOutside bool // Middleware inside the Mux, around the type's handler
+	}{
+		{"plain, Middleware around the Mux", "", false},
+		{"plain, Middleware inside the Mux", "", true},
+		{"keyed, Middleware around the Mux", "k", false},
+		{"keyed, Middleware inside the Mux", "k", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := setup(t)
+			ctx := context.Background()
+			id, err := otelworqr.Enqueue(ctx, e.client, e.in, "q", []byte("hi"), &worqr.EnqueueOpts{Type: "greet", Key: tc.key}, e.tp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			info, err := e.in.Task(ctx, "q", id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The type's tag in front, a keyed task's envelope behind it.
+			if want := "\x00wqt:greet\x00hi"; string(otelworqr.Unwrap(info.Payload)) != want {
+				t.Errorf("stored payload %q, want %q out of its envelope", info.Payload, want)
+			}
+			ch := make(chan seen, 1)
+			mux := worqr.NewMux()
+			if tc.muxOutside {
+				mux.Handle("greet", otelworqr.Middleware(e.tp)(recorder(ch, nil)))
+				e.workerWith("q", worqr.QueueConfig{Handler: mux}, nil)
+			} else {
+				mux.Handle("greet", recorder(ch, nil))
+				e.worker("q", worqr.QueueConfig{Handler: mux})
+			}
+			got := receive(t, ch)
+			if got.typ != "greet" || string(got.payload) != "hi" {
+				t.Errorf("the Mux's handler saw type %q payload %q, want greet, hi", got.typ, got.payload)
+			}
+			prod := e.spans("q send", 1)[0]
+			cons := e.spans("q process", 1)[0]
+			if cons.Parent().SpanID() != prod.SpanContext().SpanID() || len(cons.Links()) != 1 ||
+				cons.Links()[0].SpanContext.SpanID() != prod.SpanContext().SpanID() {
+				t.Errorf("consumer span: parent %v, links %v; want the producer span %v as both", cons.Parent().SpanID(), cons.Links(), prod.SpanContext().SpanID())
+			}
+			attrs(t, cons, attribute.String("worqr.task.type", "greet"), attribute.String("messaging.message.id", id))
+			if cons.Status().Code != codes.Unset {
+				t.Errorf("status %+v: the Mux did not route the task", cons.Status())
+			}
+		})
 	}
-	id, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", p, nil, e.tp)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ch := make(chan seen, 1)
-	mux := worqr.NewMux()
-	mux.Handle("greet", recorder(ch, nil))
-	e.worker("q", worqr.QueueConfig{Handler: mux})
-	got := receive(t, ch)
-	if got.typ != "greet" || string(got.payload) != "hi" {
-		t.Errorf("the Mux's handler saw type %q payload %q, want greet, hi", got.typ, got.payload)
-	}
-	cons := e.spans("q process", 1)[0]
-	attrs(t, cons, attribute.String("worqr.task.type", "greet"), attribute.String("messaging.message.id", id))
-	if cons.Status().Code != codes.Unset {
-		t.Errorf("status %+v: the Mux did not route the task", cons.Status())
-	}
+	t.Run("a bad type of a keyed enqueue is refused by its field", func(t *testing.T) {
+		e := setup(t)
+		_, err := otelworqr.Enqueue(context.Background(), e.client, e.in, "q", []byte("hi"), &worqr.EnqueueOpts{Type: "bad type", Key: "k"}, e.tp)
+		var ie *worqr.InvalidError
+		if !errors.As(err, &ie) || ie.Field != "EnqueueOpts.Type" {
+			t.Errorf("Enqueue with a bad type = %v, want an InvalidError naming EnqueueOpts.Type", err)
+		}
+	})
 }
 
 func TestNoEnvelopeGivesRootSpan(t *testing.T) {

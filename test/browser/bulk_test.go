@@ -153,7 +153,7 @@ func TestFiltersAndBulkActions(t *testing.T) {
 	// Waiting tasks of two types: filter by type, select the page, cancel.
 	for i := 0; i < 6; i++ {
 		typ := []string{"welcome", "digest"}[i%2]
-		if _, err := worqr.EnqueueTyped(ctx, s.client, "emails", typ, []byte(fmt.Sprintf(`{"to":"user%d@example.com"}`, i)), nil); err != nil {
+		if _, err := s.client.Enqueue(ctx, "emails", []byte(fmt.Sprintf(`{"to":"user%d@example.com"}`, i)), &worqr.EnqueueOpts{Type: typ}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -139,7 +139,7 @@ func TestTaskPageShowsAttempts(t *testing.T) {
 		defer cancel()
 		_ = w.Stop(sctx)
 	}()
-	id, err := worqr.EnqueueTyped(ctx, s.client, "emails", "welcome", []byte(`{"to":"ada@example.com"}`), nil)
+	id, err := s.client.Enqueue(ctx, "emails", []byte(`{"to":"ada@example.com"}`), &worqr.EnqueueOpts{Type: "welcome"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -46,15 +46,13 @@ var _ = Describe("Typed handlers, a Mux and middleware (issue 16)", func() {
 		})}
 		e.start(nil, cfg)
 
-		payload, err := worqr.TypedPayload("welcome", []byte(`{"user":"ada"}`))
+		ids, err := e.client.EnqueueBatch(ctx, "typed", [][]byte{[]byte(`{"user":"ada"}`)}, &worqr.EnqueueOpts{Type: "welcome"})
 		Expect(err).NotTo(HaveOccurred())
-		ids, err := e.client.EnqueueBatch(ctx, "typed", [][]byte{payload}, nil)
+		bill, err := e.client.Enqueue(ctx, "typed", []byte("inv-7"), &worqr.EnqueueOpts{Type: "bill"})
 		Expect(err).NotTo(HaveOccurred())
-		bill, err := worqr.EnqueueTyped(ctx, e.client, "typed", "bill", []byte("inv-7"), nil)
+		bad, err := e.client.Enqueue(ctx, "typed", []byte("not json"), &worqr.EnqueueOpts{Type: "welcome"})
 		Expect(err).NotTo(HaveOccurred())
-		bad, err := worqr.EnqueueTyped(ctx, e.client, "typed", "welcome", []byte("not json"), nil)
-		Expect(err).NotTo(HaveOccurred())
-		unknown, err := worqr.EnqueueTyped(ctx, e.client, "typed", "refund", nil, nil)
+		unknown, err := e.client.Enqueue(ctx, "typed", nil, &worqr.EnqueueOpts{Type: "refund"})
 		Expect(err).NotTo(HaveOccurred())
 
 		Eventually(ctx, func() []worqr.EventKind { return rec.kinds(ids[0]) }).WithTimeout(5 * time.Second).Should(Equal([]worqr.EventKind{worqr.EventDone}))

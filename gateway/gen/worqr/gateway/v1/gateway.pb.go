@@ -1273,7 +1273,7 @@ type Taking struct {
 	// (payload is then the last of them).
 	Key      string           `protobuf:"bytes,12,opt,name=key,proto3" json:"key,omitempty"`
 	Payloads []*MergedPayload `protobuf:"bytes,13,rep,name=payloads,proto3" json:"payloads,omitempty"`
-	// type: a task enqueued by a Go client with a task type (EnqueueTyped);
+	// type: a task enqueued by a Go client with a task type (EnqueueOpts.Type);
 	// payload is then the payload as given.
 	Type string `protobuf:"bytes,14,opt,name=type,proto3" json:"type,omitempty"`
 	// traceparent and tracestate: the W3C trace context of a task enqueued
