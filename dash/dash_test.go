@@ -902,6 +902,31 @@ func (e *env) registerSchedule(name string) {
 	}
 }
 
+// The schedules page shows the options each schedule's ticks enqueue
+// their tasks with, "none" for a schedule without.
+func TestSchedulesPageShowsTickOptions(t *testing.T) {
+	e := newEnv(t, nil)
+	e.registerSchedule("plain")
+	sc, err := worqr.NewScheduler(srv.Pool(), &worqr.SchedulerConfig{Config: e.cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sc.Register(context.Background(), worqr.Schedule{Name: "report", Queue: "reports", Every: time.Hour,
+		StartWithin: time.Minute, Opts: &worqr.EnqueueOpts{Type: "report", Priority: 2, Timeout: -1,
+			Meta: map[string]string{"team": "<ops>"}}}); err != nil {
+		t.Fatal(err)
+	}
+	_, body := e.get("/schedules")
+	for _, want := range []string{
+		`<td data-k="opts" class="sub">type report · priority 2 · no timeout · meta team=&lt;ops&gt; · starts within 1m0s</td>`,
+		`<td data-k="opts" class="sub">none</td>`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("the schedules page lacks %s", want)
+		}
+	}
+}
+
 // The schedules' pause and resume need the CSRF token and are refused by a
 // read-only dashboard; an unknown schedule is said so.
 func TestScheduleActions(t *testing.T) {

@@ -61,6 +61,7 @@ func parseTemplates(o Options) map[string]*template.Template {
 		"sortedq":     sortedHeld,
 		"until":       until,
 		"spec":        spec,
+		"tickOpts":    tickOpts,
 		"tickID":      func(name string, t time.Time) string { return rdb.TickTaskID(name, t) },
 		"flowq":       func(q string) bool { return strings.Contains(q, "/") },
 		"cancelNote": func(st worqr.TaskState) string {
@@ -942,6 +943,44 @@ func spec(s worqr.ScheduleInfo) string {
 		return s.Cron + " (" + s.TimeZone + ")"
 	}
 	return s.Cron
+}
+
+// tickOpts lists the options a schedule's ticks' tasks are enqueued with
+// (Schedule.Opts, StartWithin), one "name value" each.
+func tickOpts(s worqr.ScheduleInfo) []string {
+	var out []string
+	if o := s.Opts; o != nil {
+		if o.Type != "" {
+			out = append(out, "type "+o.Type)
+		}
+		if o.Priority != 0 {
+			out = append(out, fmt.Sprintf("priority %d", o.Priority))
+		}
+		if o.MaxAttempts != 0 {
+			out = append(out, fmt.Sprintf("max attempts %d", o.MaxAttempts))
+		}
+		switch {
+		case o.Timeout > 0:
+			out = append(out, "timeout "+o.Timeout.String())
+		case o.Timeout < 0:
+			out = append(out, "no timeout")
+		}
+		if o.Retention != 0 {
+			out = append(out, "kept "+o.Retention.String())
+		}
+		keys := make([]string, 0, len(o.Meta))
+		for k := range o.Meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			out = append(out, "meta "+k+"="+o.Meta[k])
+		}
+	}
+	if s.StartWithin > 0 {
+		out = append(out, "starts within "+s.StartWithin.String())
+	}
+	return out
 }
 
 func when(t time.Time) string {

@@ -34,8 +34,8 @@ const (
 )
 
 // Schedule describes a periodic task: at each tick of Cron or Every, one
-// task with Payload is enqueued to Queue, once across every Scheduler of the
-// namespace.
+// task with Payload (and Opts) is enqueued to Queue, once across every
+// Scheduler of the namespace.
 type Schedule struct {
 	// Name identifies the schedule in the namespace: 1 to 80 characters of
 	// A-Z a-z 0-9 _ - . (the task of a tick has id "<Name>.<tick unix ms>").
@@ -65,6 +65,21 @@ type Schedule struct {
 	// reach Redis) is missed and follows Missed. Keep it well above the
 	// Schedulers' PollInterval. Default 10s, at least 1s.
 	Grace time.Duration
+	// Opts are the options of every task the schedule enqueues (nil:
+	// none), stored with the schedule, so that every Scheduler of the
+	// namespace enqueues the same: Type, Priority, MaxAttempts, Timeout,
+	// Retention and Meta, as Client.Enqueue reads them. Refused, by field:
+	// ID and IDTTL (a tick's task has its own, "<Name>.<tick unix ms>"),
+	// UniqueKey, UniqueKeys and UniqueTTL (they would hold against the
+	// tick's own id), Key and Score (a task of an ordered queue takes no
+	// id, which enqueues a tick once), Delay and At (a tick's task is due
+	// at its tick: place the tick with Cron or Every) and Deadline (a
+	// time: use StartWithin).
+	Opts *EnqueueOpts
+	// StartWithin, when set, is how long after its tick a tick's task may
+	// start: its EnqueueOpts.Deadline is the tick plus StartWithin (a task
+	// not started by then ends as expired, StateExpired). At least 1ms.
+	StartWithin time.Duration
 }
 
 // Limits and defaults of schedules.
@@ -88,7 +103,9 @@ const (
 	maxScan = 10000
 )
 
-// scheduleDef is how a schedule is stored (JSON, in its hash).
+// scheduleDef is how a schedule is stored (JSON, in its hash). A
+// Scheduler of an earlier version ignores the fields it does not know: it
+// enqueues the ticks without their options.
 type scheduleDef struct {
 	Queue   string       `json:"queue"`
 	Cron    string       `json:"cron,omitempty"`
@@ -97,6 +114,74 @@ type scheduleDef struct {
 	Payload []byte       `json:"payload,omitempty"`
 	Missed  MissedPolicy `json:"missed"`
 	GraceMs int64        `json:"grace_ms"`
+	// The options of the ticks' tasks (Schedule.Opts, StartWithin).
+	Type          string            `json:"type,omitempty"`
+	Priority      int               `json:"priority,omitempty"`
+	MaxAttempts   int               `json:"max_attempts,omitempty"`
+	TimeoutMs     int64             `json:"timeout_ms,omitempty"` // -1: no limit
+	RetentionMs   int64             `json:"retention_ms,omitempty"`
+	Meta          map[string]string `json:"meta,omitempty"`
+	StartWithinMs int64             `json:"start_within_ms,omitempty"`
+}
+
+// setOpts checks the options of the ticks' tasks and stores them in d.
+func (d *scheduleDef) setOpts(o *EnqueueOpts, within time.Duration) error {
+	switch {
+	case within < 0:
+		return invalid("Schedule.StartWithin", "(%s) must not be negative", within)
+	case within > 0 && within < time.Millisecond:
+		return invalid("Schedule.StartWithin", "(%s) must be at least 1ms", within)
+	}
+	d.StartWithinMs = within.Milliseconds()
+	if o == nil {
+		return nil
+	}
+	for _, f := range []struct {
+		set         bool
+		field, rule string
+	}{
+		{o.ID != "", "ID", "cannot be set: a tick's task has its own id (<Name>.<tick unix ms>)"},
+		{o.IDTTL != 0, "IDTTL", "cannot be set: how long a tick's id is remembered follows from its schedule"},
+		{o.UniqueKey != "", "UniqueKey", "cannot be set: it would hold against the tick's own id"},
+		{o.UniqueKeys != nil, "UniqueKeys", "cannot be set: it would hold against the tick's own id"},
+		{o.UniqueTTL != 0, "UniqueTTL", "cannot be set: it would hold against the tick's own id"},
+		{o.Key != "", "Key", "cannot be set: a task of an ordered queue takes no id, which enqueues a tick once"},
+		{o.Score != 0, "Score", "cannot be set: a task of an ordered queue takes no id, which enqueues a tick once"},
+		{o.Delay != 0, "Delay", "cannot be set: a tick's task is due at its tick (place the ticks with Cron or Every)"},
+		{!o.At.IsZero(), "At", "cannot be set: a tick's task is due at its tick (place the ticks with Cron or Every)"},
+		{!o.Deadline.IsZero(), "Deadline", "cannot be set: a deadline relative to each tick is Schedule.StartWithin"},
+	} {
+		if f.set {
+			return invalid("Schedule.Opts."+f.field, "%s", f.rule)
+		}
+	}
+	// The others as an enqueue checks them.
+	if _, err := o.args(1); err != nil {
+		var ie *InvalidError
+		if errors.As(err, &ie) {
+			ie.Field = "Schedule.Opts." + strings.TrimPrefix(ie.Field, "EnqueueOpts.")
+		}
+		return err
+	}
+	d.Type, d.Priority, d.MaxAttempts, d.Meta = o.Type, o.Priority, o.MaxAttempts, o.Meta
+	switch {
+	case o.Timeout > 0:
+		d.TimeoutMs = max(o.Timeout.Milliseconds(), 1)
+	case o.Timeout < 0:
+		d.TimeoutMs = -1
+	}
+	d.RetentionMs = o.Retention.Milliseconds()
+	return nil
+}
+
+// opts returns the options of the ticks' tasks stored in d, nil when none.
+func (d *scheduleDef) opts() *EnqueueOpts {
+	o := &EnqueueOpts{Type: d.Type, Priority: d.Priority, MaxAttempts: d.MaxAttempts, Meta: d.Meta,
+		Timeout: time.Duration(d.TimeoutMs) * time.Millisecond, Retention: time.Duration(d.RetentionMs) * time.Millisecond}
+	if o.zero() {
+		return nil
+	}
+	return o
 }
 
 // timing is the part of a definition that places the ticks: a schedule
@@ -313,6 +398,9 @@ func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
 	}
 	if len(sc.Payload) > maxPayload {
 		return nil, nil, invalid("Schedule.Payload", "is %d bytes, over MaxPayloadBytes (%d)", len(sc.Payload), maxPayload)
+	}
+	if err := d.setOpts(sc.Opts, sc.StartWithin); err != nil {
+		return nil, nil, err
 	}
 	tk, err := d.ticker()
 	if err != nil {
@@ -627,7 +715,17 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 		if nx := tk.next(tick); nx > tick {
 			idTTL += time.Duration(nx-tick)*time.Millisecond + time.Duration(def.GraceMs)*time.Millisecond
 		}
-		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &EnqueueOpts{ID: rdb.TickTaskID(d.Name, time.UnixMilli(tick)), IDTTL: idTTL})
+		opts := EnqueueOpts{}
+		if o := def.opts(); o != nil {
+			opts = *o
+		}
+		opts.ID, opts.IDTTL = rdb.TickTaskID(d.Name, time.UnixMilli(tick)), idTTL
+		if def.StartWithinMs > 0 {
+			// Relative to the tick, not to this pass: a tick enqueued late
+			// (within Grace) has that much less time to start.
+			opts.Deadline = time.UnixMilli(tick + def.StartWithinMs)
+		}
+		_, err := s.c.Enqueue(ctx, def.Queue, def.Payload, &opts)
 		if errors.Is(err, ErrNotReplicated) {
 			// Enqueued (now or by an earlier pass) on the primary: it
 			// fired; the shortfall is reported, and a pass that enqueues
@@ -689,6 +787,8 @@ func scheduleInfo(r *rdb.ScheduleRecord) ScheduleInfo {
 		info.Queue, info.Cron, info.TimeZone, info.Missed, info.Payload = d.Queue, d.Cron, d.TZ, d.Missed, d.Payload
 		info.Every = time.Duration(d.EveryMs) * time.Millisecond
 		info.Grace = time.Duration(d.GraceMs) * time.Millisecond
+		info.Opts = d.opts()
+		info.StartWithin = time.Duration(d.StartWithinMs) * time.Millisecond
 	}
 	return info
 }

@@ -323,6 +323,69 @@ func TestScheduleReRegisterKeepsOrResetsTheTicks(t *testing.T) {
 	}
 }
 
+// A schedule's options (Schedule.Opts, StartWithin) are stored with it:
+// every tick's task carries them, whichever Scheduler of the namespace
+// fires it, and the Inspector shows them.
+func TestScheduleOptsReachTheTicksTasks(t *testing.T) {
+	ctx := context.Background()
+	b := newPeriodic(t, 2)
+	meta := map[string]string{"team": "ops"}
+	sc := worqr.Schedule{Name: "report", Queue: "reports", Every: time.Minute, Payload: []byte(`{"kind":"daily"}`),
+		Opts: &worqr.EnqueueOpts{Type: "report", Priority: 2, MaxAttempts: 3, Timeout: 90 * time.Second,
+			Retention: time.Hour, Meta: meta},
+		StartWithin: 30 * time.Second}
+	// One peer registers; the other, which has no schedule of its own,
+	// fires the ticks.
+	if err := b.peers[0].RegisterAt(ctx, sc, base); err != nil {
+		t.Fatal(err)
+	}
+	info, err := b.in.Schedule(ctx, "report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := info.Opts; o == nil || o.Type != "report" || o.Priority != 2 || o.MaxAttempts != 3 || o.Timeout != 90*time.Second ||
+		o.Retention != time.Hour || o.Meta["team"] != "ops" || info.StartWithin != 30*time.Second {
+		t.Errorf("Inspector.Schedule: Opts %+v, StartWithin %s; want the options registered", info.Opts, info.StartWithin)
+	}
+	for k, late := range []time.Duration{0, 5 * time.Second} { // the second tick fired within Grace, late
+		tick := base.Add(time.Duration(k+1) * time.Minute)
+		if _, err := b.peers[1].PassAt(ctx, tick.Add(late)); err != nil {
+			t.Fatal(err)
+		}
+		id := rdb.TickTaskID("report", tick)
+		task, err := b.in.Task(ctx, "reports", id)
+		if err != nil {
+			t.Fatalf("the task of tick %s: %v", tick, err)
+		}
+		if task.Type != "report" || string(task.HandlerPayload()) != `{"kind":"daily"}` || task.Priority != 2 || task.MaxAttempts != 3 ||
+			task.Timeout != 90*time.Second || task.Retention != time.Hour || task.Meta["team"] != "ops" {
+			t.Errorf("the task of tick %s: type %q payload %q priority %d max attempts %d timeout %s retention %s meta %v; want the schedule's",
+				tick, task.Type, task.HandlerPayload(), task.Priority, task.MaxAttempts, task.Timeout, task.Retention, task.Meta)
+		}
+		// The deadline is relative to the tick, not to the pass.
+		if want := tick.Add(30 * time.Second); !task.Deadline.Equal(want) {
+			t.Errorf("the task of tick %s fired %s late: deadline %s, want %s", tick, late, task.Deadline, want)
+		}
+	}
+	// Without options, a tick's task has none.
+	if err := b.peers[0].RegisterAt(ctx, worqr.Schedule{Name: "plain", Queue: "plain", Every: time.Minute}, base); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.peers[1].PassAt(ctx, base.Add(time.Minute)); err != nil {
+		t.Fatal(err)
+	}
+	task, err := b.in.Task(ctx, "plain", rdb.TickTaskID("plain", base.Add(time.Minute)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if task.Type != "" || task.Priority != 0 || !task.Deadline.IsZero() || len(task.Meta) != 0 {
+		t.Errorf("the task of a schedule without options: %+v", task)
+	}
+	if info, _ := b.in.Schedule(ctx, "plain"); info == nil || info.Opts != nil || info.StartWithin != 0 {
+		t.Errorf("Inspector.Schedule of a schedule without options: %+v", info)
+	}
+}
+
 func TestScheduleBadInput(t *testing.T) {
 	pool := srv.Pool()
 	defer pool.Close()
@@ -357,6 +420,24 @@ func TestScheduleBadInput(t *testing.T) {
 		{with(func(s *worqr.Schedule) { s.Missed = "twice" }), "Schedule.Missed", "not one of"},
 		{with(func(s *worqr.Schedule) { s.Grace = time.Millisecond }), "Schedule.Grace", "at least 1s"},
 		{with(func(s *worqr.Schedule) { s.Payload = make([]byte, worqr.DefaultMaxPayloadBytes+1) }), "Schedule.Payload", "over MaxPayloadBytes"},
+		{with(func(s *worqr.Schedule) { s.StartWithin = -time.Second }), "Schedule.StartWithin", "negative"},
+		{with(func(s *worqr.Schedule) { s.StartWithin = time.Microsecond }), "Schedule.StartWithin", "at least 1ms"},
+		// The options a tick cannot take, and the others as Enqueue checks them.
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{ID: "mine"} }), "Schedule.Opts.ID", "its own id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{IDTTL: time.Hour} }), "Schedule.Opts.IDTTL", "cannot be set"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{UniqueKey: "u", UniqueTTL: time.Hour} }), "Schedule.Opts.UniqueKey", "tick's own id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{UniqueKeys: []string{"u"}} }), "Schedule.Opts.UniqueKeys", "tick's own id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{UniqueTTL: time.Hour} }), "Schedule.Opts.UniqueTTL", "tick's own id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Key: "k"} }), "Schedule.Opts.Key", "takes no id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Score: 1} }), "Schedule.Opts.Score", "takes no id"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Delay: time.Second} }), "Schedule.Opts.Delay", "due at its tick"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{At: base} }), "Schedule.Opts.At", "due at its tick"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Deadline: base} }), "Schedule.Opts.Deadline", "StartWithin"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Type: "a b"} }), "Schedule.Opts.Type", "forbidden character"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Priority: worqr.MaxPriority + 1} }), "Schedule.Opts.Priority", "between 0 and"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{MaxAttempts: -1} }), "Schedule.Opts.MaxAttempts", "negative"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Retention: time.Microsecond} }), "Schedule.Opts.Retention", "at least 1ms"},
+		{with(func(s *worqr.Schedule) { s.Opts = &worqr.EnqueueOpts{Meta: map[string]string{"": "v"}} }), "Schedule.Opts.Meta", ""},
 	} {
 		err := s.Register(context.Background(), tc.sc)
 		var ie *worqr.InvalidError
@@ -369,6 +450,10 @@ func TestScheduleBadInput(t *testing.T) {
 	var ie *worqr.InvalidError
 	if !errors.As(err, &ie) || ie.Field != "Schedules[1].Cron" {
 		t.Errorf("NewScheduler with a bad schedule: %v", err)
+	}
+	_, err = worqr.NewScheduler(pool, &worqr.SchedulerConfig{Schedules: []worqr.Schedule{ok, with(func(s *worqr.Schedule) { s.Name, s.Opts = "o", &worqr.EnqueueOpts{Priority: -1} })}})
+	if !errors.As(err, &ie) || ie.Field != "Schedules[1].Opts.Priority" {
+		t.Errorf("NewScheduler with a bad option of a schedule: %v", err)
 	}
 	_, err = worqr.NewScheduler(pool, &worqr.SchedulerConfig{Schedules: []worqr.Schedule{ok, ok}})
 	if !errors.As(err, &ie) || ie.Field != "Schedules[1].Name" {

@@ -788,7 +788,8 @@ func TestPeriodicLsPauseResumeRm(t *testing.T) {
 	}
 	for _, sc := range []worqr.Schedule{
 		{Name: "nightly", Queue: "reports", Cron: "0 0 2 * * *", TimeZone: "Europe/Paris", Missed: worqr.MissedRunOnce},
-		{Name: "beat", Queue: "pings", Every: time.Minute},
+		{Name: "beat", Queue: "pings", Every: time.Minute, StartWithin: 30 * time.Second, Opts: &worqr.EnqueueOpts{
+			Type: "ping", Priority: 2, Timeout: -1, Meta: map[string]string{"team": "ops a"}}},
 	} {
 		if err := s.Register(ctx, sc); err != nil {
 			t.Fatal(err)
@@ -798,7 +799,9 @@ func TestPeriodicLsPauseResumeRm(t *testing.T) {
 	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
 	if len(lines) != 3 || !strings.HasPrefix(lines[0], "NAME") || !strings.HasPrefix(lines[1], "beat") ||
 		!strings.Contains(lines[1], "every 1m0s") || !strings.Contains(lines[2], "0 0 2 * * * (Europe/Paris)") ||
-		!strings.Contains(lines[2], "run_once") {
+		!strings.Contains(lines[2], "run_once") || !strings.Contains(lines[0], "TASK OPTIONS") ||
+		!strings.HasSuffix(lines[1], `type=ping priority=2 timeout=none meta.team="ops a" start_within=30s`) ||
+		!strings.HasSuffix(lines[2], " -") {
 		t.Fatalf("periodic ls:\n%s", out)
 	}
 	if out := b.ok("", "periodic", "pause", "nightly"); out != "paused nightly\n" {
@@ -809,7 +812,9 @@ func TestPeriodicLsPauseResumeRm(t *testing.T) {
 		t.Fatal(err)
 	}
 	if len(got) != 2 || got[1].Name != "nightly" || !got[1].Paused || got[1].Cron != "0 0 2 * * *" ||
-		got[1].TimeZone != "Europe/Paris" || got[0].EveryMs != 60000 || got[0].Paused || got[0].Next == nil {
+		got[1].TimeZone != "Europe/Paris" || got[0].EveryMs != 60000 || got[0].Paused || got[0].Next == nil ||
+		got[0].Type != "ping" || got[0].Priority != 2 || got[0].TimeoutMS != -1 || got[0].Meta["team"] != "ops a" ||
+		got[0].StartWithinMS != 30000 || got[1].Type != "" || got[1].Meta != nil {
 		t.Fatalf("periodic ls -o json: %+v", got)
 	}
 	b.ok("", "periodic", "resume", "nightly")

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/worqr/worqr-go/internal/defaults"
 
@@ -25,12 +29,76 @@ type scheduleJSON struct {
 	Next      *string `json:"next"`
 	LastFired *string `json:"last_fired"`
 	Fired     int64   `json:"fired"`
+	// The options of the ticks' tasks (worqr.Schedule.Opts; 0: none, the
+	// queue's; a TimeoutMS of -1: no limit) and StartWithin.
+	Type          string            `json:"type"`
+	Priority      int               `json:"priority"`
+	MaxAttempts   int               `json:"max_attempts"`
+	TimeoutMS     int64             `json:"timeout_ms"`
+	RetentionMS   int64             `json:"retention_ms"`
+	Meta          map[string]string `json:"meta,omitempty"`
+	StartWithinMS int64             `json:"start_within_ms"`
 }
 
 func scheduleOf(s worqr.ScheduleInfo) scheduleJSON {
-	return scheduleJSON{Name: s.Name, Queue: s.Queue, Cron: s.Cron, EveryMs: s.Every.Milliseconds(), TimeZone: s.TimeZone,
+	j := scheduleJSON{Name: s.Name, Queue: s.Queue, Cron: s.Cron, EveryMs: s.Every.Milliseconds(), TimeZone: s.TimeZone,
 		Missed: string(s.Missed), GraceMs: s.Grace.Milliseconds(), Paused: s.Paused, Next: jsonTime(s.Next),
-		LastFired: jsonTime(s.LastFired), Fired: s.Fired}
+		LastFired: jsonTime(s.LastFired), Fired: s.Fired, StartWithinMS: s.StartWithin.Milliseconds()}
+	if o := s.Opts; o != nil {
+		j.Type, j.Priority, j.MaxAttempts, j.Meta = o.Type, o.Priority, o.MaxAttempts, o.Meta
+		j.TimeoutMS, j.RetentionMS = o.Timeout.Milliseconds(), o.Retention.Milliseconds()
+		if o.Timeout < 0 {
+			j.TimeoutMS = -1
+		}
+	}
+	return j
+}
+
+// tickOptions says what options the ticks' tasks of s carry, as
+// name=value pairs ("-": none).
+func tickOptions(s worqr.ScheduleInfo) string {
+	var out []string
+	add := func(name, v string) {
+		if v == "" || strings.ContainsAny(v, " \t\n\"=") {
+			v = strconv.Quote(v)
+		}
+		out = append(out, name+"="+v)
+	}
+	if o := s.Opts; o != nil {
+		if o.Type != "" {
+			add("type", o.Type)
+		}
+		if o.Priority != 0 {
+			add("priority", itoa(o.Priority))
+		}
+		if o.MaxAttempts != 0 {
+			add("max_attempts", itoa(o.MaxAttempts))
+		}
+		switch {
+		case o.Timeout > 0:
+			add("timeout", o.Timeout.String())
+		case o.Timeout < 0:
+			add("timeout", "none")
+		}
+		if o.Retention != 0 {
+			add("retention", o.Retention.String())
+		}
+		keys := make([]string, 0, len(o.Meta))
+		for k := range o.Meta {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			add("meta."+k, o.Meta[k])
+		}
+	}
+	if s.StartWithin > 0 {
+		add("start_within", s.StartWithin.Round(time.Millisecond).String())
+	}
+	if len(out) == 0 {
+		return "-"
+	}
+	return strings.Join(out, " ")
 }
 
 func (a *app) periodicCmd() *cobra.Command {
@@ -56,7 +124,10 @@ func (a *app) periodicLsCmd() *cobra.Command {
 		Short: "list every schedule with its timing, next tick and last fired tick",
 		Long: `Lists every schedule of the namespace: its queue, its timing (a cron
 expression with its time zone, or an interval), its missed-tick policy, whether
-it is paused, its next tick and the last tick a task was enqueued for (UTC).`,
+it is paused, its next tick and the last tick a task was enqueued for (UTC),
+and the options its ticks' tasks are enqueued with (type, priority,
+max_attempts, timeout, retention, meta.<name>, start_within: the deadline
+after each tick).`,
 		Example: "  worqr periodic ls\n  worqr periodic ls -o json",
 		Args:    args(),
 	}
@@ -80,7 +151,7 @@ it is paused, its next tick and the last tick a task was enqueued for (UTC).`,
 			_, err := fmt.Fprintf(a.env.out, "no schedules in namespace %q\n", a.namespace)
 			return err
 		}
-		t := newTable(a.env.out, "NAME", "QUEUE", "TIMING", "MISSED", "PAUSED", "NEXT", "LAST FIRED", "FIRED")
+		t := newTable(a.env.out, "NAME", "QUEUE", "TIMING", "MISSED", "PAUSED", "NEXT", "LAST FIRED", "FIRED", "TASK OPTIONS")
 		for _, s := range ss {
 			timing := "every " + s.Every.String()
 			if s.Cron != "" {
@@ -89,7 +160,7 @@ it is paused, its next tick and the last tick a task was enqueued for (UTC).`,
 					timing += " (" + s.TimeZone + ")"
 				}
 			}
-			t.row(s.Name, s.Queue, timing, string(s.Missed), yesNo(s.Paused), when(s.Next), when(s.LastFired), itoa(s.Fired))
+			t.row(s.Name, s.Queue, timing, string(s.Missed), yesNo(s.Paused), when(s.Next), when(s.LastFired), itoa(s.Fired), tickOptions(s))
 		}
 		return t.flush()
 	})

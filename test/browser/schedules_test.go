@@ -32,12 +32,13 @@ func (s *site) startScheduler(schedules ...worqr.Schedule) *worqr.Scheduler {
 }
 
 // TestSchedulesPage: the schedules page lists each schedule with its
-// timing, next and last run and status; Pause and Resume act on it.
+// timing, the options of its ticks' tasks, next and last run and status;
+// Pause and Resume act on it.
 func TestSchedulesPage(t *testing.T) {
 	s := newSite(t, nil)
 	ctx := context.Background()
 	s.startScheduler(
-		worqr.Schedule{Name: "heartbeat", Queue: "pings", Every: time.Second},
+		worqr.Schedule{Name: "heartbeat", Queue: "pings", Every: time.Second, Opts: &worqr.EnqueueOpts{Type: "ping", Priority: 1}},
 		worqr.Schedule{Name: "nightly-report", Queue: "reports", Cron: "0 30 2 * * *", TimeZone: "Europe/Paris", Missed: worqr.MissedRunOnce},
 	)
 	s.waitFor("the heartbeat to fire", func() bool {
@@ -46,11 +47,12 @@ func TestSchedulesPage(t *testing.T) {
 	})
 	b := browser(t)
 	row := func(name string) string { return `#schedules tr[data-schedule="` + name + `"]` }
-	var timing, next, last string
+	var timing, opts, next, last string
 	err := chromedp.Run(b,
 		chromedp.Navigate(s.url+"/schedules"),
 		chromedp.WaitVisible(row("nightly-report"), chromedp.ByQuery),
 		chromedp.Text(row("nightly-report")+` td:nth-child(3)`, &timing, chromedp.ByQuery),
+		chromedp.Text(row("heartbeat")+` td[data-k="opts"]`, &opts, chromedp.ByQuery),
 		chromedp.Text(row("nightly-report")+` td[data-k="next"]`, &next, chromedp.ByQuery),
 		chromedp.Text(row("heartbeat")+` td[data-k="last"]`, &last, chromedp.ByQuery),
 	)
@@ -59,6 +61,9 @@ func TestSchedulesPage(t *testing.T) {
 	}
 	if !strings.Contains(timing, "0 30 2 * * * (Europe/Paris)") || !strings.HasPrefix(strings.TrimSpace(next), "in ") {
 		t.Fatalf("nightly-report: timing %q, next %q", timing, next)
+	}
+	if strings.TrimSpace(opts) != "type ping · priority 1" {
+		t.Fatalf("heartbeat: task options %q, want type ping · priority 1", opts)
 	}
 	if !strings.HasSuffix(strings.TrimSpace(last), "ago") {
 		t.Fatalf("heartbeat: last run %q, want some time ago", last)
