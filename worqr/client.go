@@ -94,8 +94,8 @@ func NewClient(pool ConnGetter, cfg *Config) (*Client, error) {
 	st.SetReplicas(c.Replicas, c.ReplicaTimeout)
 	cl := &Client{st: st, cfg: c, bus: newEventBus(st, c), knownEvery: knownTTL}
 	cl.waits = eventbus.NewHub(waitReadWidth(pool), func(e Event) string { return e.TaskID },
-		func(ctx context.Context, ready, down func(), fn func(Event)) {
-			follow(ctx, cl.st, cl.cfg.Logger, ready, down, fn)
+		func(ctx context.Context, channels []string, ready, down func(), fn func(Event)) {
+			follow(ctx, cl.st, cl.cfg.Logger, channels, ready, down, fn)
 		})
 	return cl, nil
 }

@@ -89,22 +89,31 @@ func decodeBatch(data []byte) ([]Event, error) {
 // was published meanwhile is missed (see RecentEvents). fn runs on Follow's
 // goroutine and should return quickly.
 func (in *Inspector) Follow(ctx context.Context, fn func(Event)) error {
-	follow(ctx, in.st, in.cfg.Logger, nil, nil, fn)
+	follow(ctx, in.st, in.cfg.Logger, nil, nil, nil, fn)
 	return nil
 }
 
 // follow delivers the namespace's events to fn until ctx ends,
 // resubscribing after a failure; onReady (when set) runs after each
-// subscription is confirmed, onDown (when set) after each one ended.
-func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady, onDown func(), fn func(Event)) {
+// subscription is confirmed, onDown (when set) after each one ended. It
+// listens to channels too (queues' ended channels, see Client.Wait), whose
+// messages it hands to fn as the end events they say.
+func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, channels []string, onReady, onDown func(), fn func(Event)) {
 	delay := 50 * time.Millisecond
+	events := st.EventsChannel()
 	for ctx.Err() == nil {
-		err := st.Listen(ctx, []string{st.EventsChannel()}, func() {
+		err := st.Listen(ctx, append([]string{events}, channels...), func() {
 			delay = 50 * time.Millisecond
 			if onReady != nil {
 				onReady()
 			}
-		}, func(_ string, data []byte) {
+		}, func(channel string, data []byte) {
+			if channel != events {
+				if e, ok := endedEvent(st, channel, data); ok {
+					fn(e)
+				}
+				return
+			}
 			events, err := decodeBatch(data)
 			if err != nil {
 				logger.Warn("worqr: undecodable event batch", "err", err)
@@ -130,18 +139,43 @@ func follow(ctx context.Context, st *rdb.Store, logger *slog.Logger, onReady, on
 	}
 }
 
+// endedEvent reads a message of a queue's ended channel ("<state> <id>",
+// published by the end of a task a Wait marked) as the end event of that
+// task.
+func endedEvent(st *rdb.Store, channel string, data []byte) (Event, bool) {
+	state, id, ok := strings.Cut(string(data), " ")
+	ref, known := st.EndedQueue(channel)
+	if !ok || !known {
+		return Event{}, false
+	}
+	for k, s := range endState {
+		if string(s) == state {
+			return Event{Kind: k, At: time.Now(), Queue: ref.Member(), TaskID: id}, true
+		}
+	}
+	return Event{}, false
+}
+
 // waitRecheck is how often Client.Wait and Client.WaitRun read what they
 // wait for again when no event woke them.
 const waitRecheck = 5 * time.Second
 
 // Wait blocks until task id of queue has ended (done, cancelled, expired
 // or dead) and returns what Task reads then: its state, and for a done task
-// the result its handler set. It is woken by the events the task's worker
-// publishes (at most one Config.EventInterval late). Every Wait and WaitRun
-// running on a Client shares one subscription to the events: it takes one
-// connection of the pool (on a Redis Cluster, of the node that serves the
-// registry's slot) from the first Wait on, and gives it back once the last
-// one has returned. Their reads take a connection each, a few at a time (at
+// the result its handler set. Wait marks the task (one script call, until
+// the task has a hash), and the worker's end of a marked task (done, dead,
+// cancelled by its handler's run, expired) publishes it on the queue's
+// ended channel in the same call: Wait returns as soon as it is recorded.
+// Other ends (a cancel of a waiting task, the reaper's, a task of a flow or
+// of a key's batch) wake it through the events the processes publish (at
+// most one Config.EventInterval late). Every Wait and WaitRun running on a
+// Client shares one subscription to the events and to the waited queues'
+// ended channels: it takes one connection of the pool (on a Redis Cluster,
+// of the node that serves the registry's slot, and one connection per
+// master that serves a waited queue, dialed outside the pool) from the
+// first Wait on, and gives it back once the last one has returned; a Wait
+// on a queue it does not listen to yet makes it again (every Wait reads
+// again). Their reads take a connection each, a few at a time (at
 // most 8; with redisconn.Options.MaxActive set, at most half of the other
 // connections, and at least 1): the Waits never take more than that and
 // the subscription's, and any number of them run on a pool that allows 2
@@ -162,7 +196,8 @@ const waitRecheck = 5 * time.Second
 // its event was lost, or it never existed. It returns ctx's error when ctx
 // ends first. The workers must publish events (Config.DisableEvents unset).
 func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) {
-	if _, err := c.queue(queue); err != nil {
+	qk, err := c.queue(queue)
+	if err != nil {
 		return nil, err
 	}
 	if id == "" {
@@ -176,7 +211,8 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 	// ErrTaskNotFound.
 	var gone time.Time
 	grace := 2*c.cfg.EventInterval + time.Second
-	err := c.waitUntil(ctx, id, func(e Event) bool {
+	marked := false
+	err = c.waitUntil(ctx, id, qk.EndedChannel, func(e Event) bool {
 		if e.TaskID != id {
 			return false
 		}
@@ -190,6 +226,17 @@ func (c *Client) Wait(ctx context.Context, queue, id string) (*TaskInfo, error) 
 		}
 		return false
 	}, func(ctx context.Context) (bool, error) {
+		if !marked {
+			// Before the read, once the ended channel is listened to: an
+			// end after the mark is published there, one before it is
+			// read. Until the task has a hash (a bulk-loaded task not yet
+			// taken; an id not enqueued yet), the events wake this Wait.
+			ok, err := c.st.MarkWaited(ctx, qk, id)
+			if err != nil {
+				return false, err
+			}
+			marked = ok
+		}
 		var err error
 		if info, err = c.task(ctx, queue, id); err != nil {
 			if st := seen.Load(); st != nil && errors.Is(err, ErrTaskNotFound) {
@@ -246,7 +293,7 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 	// a child dead with fail-fast.
 	children := id + "."
 	var info *RunInfo
-	err := c.waitUntil(ctx, id, func(e Event) bool {
+	err := c.waitUntil(ctx, id, "", func(e Event) bool {
 		switch e.Kind {
 		case EventDone, EventCancelled, EventDead, EventExpired, EventForwarded, EventFannedOut:
 			return e.TaskID == id || strings.HasPrefix(e.TaskID, children)
@@ -277,8 +324,8 @@ func (c *Client) WaitRun(ctx context.Context, flow *Flow, id string) (*RunInfo, 
 // left) is logged and the wait goes on: ended runs again after a short
 // backoff (50 ms doubling to waitRecheck), or at the next wake-up or
 // recheck if sooner.
-func (c *Client) waitUntil(ctx context.Context, id string, wake func(Event) bool, ended func(context.Context) (bool, error)) error {
-	w := &eventbus.Waiter[Event]{ID: id, Wake: wake, Woken: make(chan struct{}, 1)}
+func (c *Client) waitUntil(ctx context.Context, id, channel string, wake func(Event) bool, ended func(context.Context) (bool, error)) error {
+	w := &eventbus.Waiter[Event]{ID: id, Channel: channel, Wake: wake, Woken: make(chan struct{}, 1)}
 	c.waits.Add(w)
 	defer c.waits.Remove(w)
 	var recheck <-chan time.Time

@@ -283,6 +283,53 @@ func TestWaitForATaskWithoutRetention(t *testing.T) {
 	}
 }
 
+// Wait is woken by its task's end itself: the end script publishes the end
+// of a task a Wait marked on the queue's ended channel, in the same call.
+// Here the worker publishes no events and Wait's clock never moves, so
+// nothing else could wake it.
+func TestWaitIsWokenByItsTasksEnd(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		err  error
+		want worqr.TaskState
+	}{
+		{"done, not retained", nil, worqr.StateDone},
+		{"dead", errors.New("boom"), worqr.StateDead},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			pool := srv.Pool()
+			t.Cleanup(func() { pool.Close() })
+			counted := newCmdPool()
+			cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+			release := make(chan struct{})
+			startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, Queues: map[string]worqr.QueueConfig{"q": {
+				Concurrency: 1, MaxAttempts: 1,
+				Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error { <-release; return tc.err })}}})
+			c, err := worqr.NewClient(counted, &cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			id, err := c.Enqueue(ctx, "q", []byte("p"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			defer cancel()
+			_, done := waiting(waitCtx, t, counted, func(ctx context.Context) (*worqr.TaskInfo, error) { return c.Wait(ctx, "q", id) })
+			close(release)
+			select {
+			case w := <-done:
+				if w.err != nil || w.v.State != tc.want || w.v.ID != id {
+					t.Fatalf("Wait = %+v, %v; want %s %s", w.v, w.err, id, tc.want)
+				}
+			case <-waitCtx.Done():
+				t.Fatal("Wait was not woken by the end of its task")
+			}
+		})
+	}
+}
+
 // A handler's result reaches Wait on a queue without retention: a done task
 // with a result is kept for a day.
 func TestWaitGetsTheResultWithoutRetention(t *testing.T) {

@@ -8,13 +8,18 @@ import (
 )
 
 // Hub is a process's one subscription to its namespace's events channel,
-// shared by every wait it runs (worqr's Client.Wait and WaitRun). The
-// events channel is the only channel a wait listens to, and there is one
-// per namespace, so one subscription serves them all: on a single Redis (or
-// a Sentinel's primary) one SUBSCRIBE connection of the pool; on a Redis
-// Cluster the same, on the node that serves the registry's slot (the
-// events are published with plain PUBLISH, which a cluster broadcasts; see
-// rdb.Store.Listen).
+// shared by every wait it runs (worqr's Client.Wait and WaitRun), and to
+// the channels its waits add (Waiter.Channel: a queue's ended channel, on
+// which the end of a task a wait marked is published at once). There is
+// one events channel per namespace, so one subscription serves every wait:
+// on a single Redis (or a Sentinel's primary) one SUBSCRIBE connection of
+// the pool; on a Redis Cluster the same, on the node that serves the
+// registry's slot (the events are published with plain PUBLISH, which a
+// cluster broadcasts), and one SSUBSCRIBE connection per master that
+// serves an added channel (see rdb.Store.Listen). A wait that adds a
+// channel the subscription lacks makes it again with that channel too
+// (every wait then reads again, as after a failure); the channels stay
+// until the subscription stops.
 //
 // The subscription starts with the first wait and stops when the last one
 // leaves (a Client with no wait running holds no connection). It is made
@@ -28,9 +33,9 @@ import (
 // however many waits a process runs they take a bounded share of a pool
 // capped by MaxActive.
 type Hub[E any] struct {
-	follow func(ctx context.Context, ready, down func(), fn func(E)) // subscribes until ctx ends
-	idOf   func(E) string                                            // the task id an event is about
-	reads  chan struct{}                                             // the read gate: one token per read under way
+	follow func(ctx context.Context, channels []string, ready, down func(), fn func(E)) // subscribes until ctx ends
+	idOf   func(E) string                                                               // the task id an event is about
+	reads  chan struct{}                                                                // the read gate: one token per read under way
 
 	mu      sync.Mutex
 	waiters map[string]map[*Waiter[E]]struct{} // by the id waited for
@@ -41,25 +46,41 @@ type Hub[E any] struct {
 // hubSub is one run of the shared subscription, from its start to the
 // departure of the last waiter.
 type hubSub struct {
-	cancel context.CancelFunc
-	ready  bool // subscribed, and not known to have failed since (hub.mu)
+	cancel   context.CancelFunc
+	ready    bool     // subscribed, and not known to have failed since (hub.mu)
+	channels []string // the channels the waiters added, beside the events
+}
+
+// has reports whether s listens to channel ("" : the events only).
+func (s *hubSub) has(channel string) bool {
+	if channel == "" {
+		return true
+	}
+	for _, c := range s.channels {
+		if c == channel {
+			return true
+		}
+	}
+	return false
 }
 
 // Waiter is one wait registered with the hub.
 type Waiter[E any] struct {
-	ID    string        // the task or run id waited for
-	Wake  func(E) bool  // whether an event about ID (or a child of it) is an end to read
-	Woken chan struct{} // poked (capacity 1): read now
+	ID      string        // the task or run id waited for
+	Channel string        // a channel to listen to beside the events ("": none)
+	Wake    func(E) bool  // whether an event about ID (or a child of it) is an end to read
+	Woken   chan struct{} // poked (capacity 1): read now
 }
 
 // NewHub returns a hub whose subscription is follow, whose events are
 // about the task idOf says, and whose read gate lets width reads at once.
-func NewHub[E any](width int, idOf func(E) string, follow func(ctx context.Context, ready, down func(), fn func(E))) *Hub[E] {
+func NewHub[E any](width int, idOf func(E) string, follow func(ctx context.Context, channels []string, ready, down func(), fn func(E))) *Hub[E] {
 	return &Hub[E]{follow: follow, idOf: idOf, reads: make(chan struct{}, width), waiters: map[string]map[*Waiter[E]]struct{}{}}
 }
 
-// Add registers w, starting the subscription when none runs. When it is
-// active already, w is poked at once to read.
+// Add registers w, starting the subscription when none runs, or making it
+// again when it lacks w's channel. When it is active already (and has the
+// channel), w is poked at once to read.
 func (h *Hub[E]) Add(w *Waiter[E]) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -72,13 +93,28 @@ func (h *Hub[E]) Add(w *Waiter[E]) {
 	h.n++
 	switch {
 	case h.sub == nil:
-		ctx, cancel := context.WithCancel(context.Background())
-		s := &hubSub{cancel: cancel}
-		h.sub = s
-		go h.run(ctx, s)
+		h.start(nil, w.Channel)
+	case !h.sub.has(w.Channel):
+		// The old subscription ends on its own; the new one pokes every
+		// waiter once it is confirmed (what ended in between is read).
+		h.sub.cancel()
+		h.start(h.sub.channels, w.Channel)
 	case h.sub.ready:
 		engine.Poke(w.Woken)
 	}
+}
+
+// start runs a subscription to the events and to channels and add ("":
+// none). h.mu held.
+func (h *Hub[E]) start(channels []string, add string) {
+	chs := append([]string(nil), channels...)
+	if add != "" {
+		chs = append(chs, add)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &hubSub{cancel: cancel, channels: chs}
+	h.sub = s
+	go h.run(ctx, s)
 }
 
 // Remove unregisters w, and stops the subscription when it was the last.
@@ -101,7 +137,7 @@ func (h *Hub[E]) Remove(w *Waiter[E]) {
 
 // run is the goroutine of subscription s, until its context ends.
 func (h *Hub[E]) run(ctx context.Context, s *hubSub) {
-	h.follow(ctx, func() { h.ready(s) }, func() { h.down(s) }, h.dispatch)
+	h.follow(ctx, s.channels, func() { h.ready(s) }, func() { h.down(s) }, h.dispatch)
 }
 
 // ready marks s active and pokes every waiter to read: on the first

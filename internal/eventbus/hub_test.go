@@ -9,14 +9,15 @@ import (
 // feed is an event source for a Hub: its subscription is ready at once,
 // and send delivers an event to it.
 type feed struct {
-	mu   sync.Mutex
-	fn   func(string)
-	subs chan bool // true when a subscription starts, false when it ends
+	mu       sync.Mutex
+	fn       func(string)
+	subs     chan bool // true when a subscription starts, false when it ends
+	channels []string  // of the latest subscription started
 }
 
-func (f *feed) follow(ctx context.Context, ready, down func(), fn func(string)) {
+func (f *feed) follow(ctx context.Context, channels []string, ready, down func(), fn func(string)) {
 	f.mu.Lock()
-	f.fn = fn
+	f.fn, f.channels = fn, channels
 	f.mu.Unlock()
 	f.subs <- true
 	ready()
@@ -68,6 +69,34 @@ func TestHub(t *testing.T) {
 		}
 		h.Release()
 		h.Release()
+	})
+	t.Run("a waiter with a channel the subscription lacks makes it again with it, and every waiter reads", func(t *testing.T) {
+		ended := &Waiter[string]{ID: "task", Channel: "ended:q", Wake: func(string) bool { return true }, Woken: make(chan struct{}, 1)}
+		h.Add(ended)
+		// The old one stops and the new one starts, in either order.
+		if a, b := <-f.subs, <-f.subs; a == b {
+			t.Fatalf("subscriptions started (true) and stopped (false): %v, %v; want one of each", a, b)
+		}
+		f.mu.Lock()
+		chs := f.channels
+		f.mu.Unlock()
+		if len(chs) != 1 || chs[0] != "ended:q" {
+			t.Fatalf("the new subscription listens to %q, want [ended:q]", chs)
+		}
+		<-ended.Woken
+		<-run.Woken
+		<-other.Woken
+		// A waiter of the same channel joins the running subscription.
+		again := &Waiter[string]{ID: "task2", Channel: "ended:q", Wake: func(string) bool { return true }, Woken: make(chan struct{}, 1)}
+		h.Add(again)
+		<-again.Woken
+		select {
+		case <-f.subs:
+			t.Fatal("a waiter of a channel listened to already made the subscription again")
+		default:
+		}
+		h.Remove(ended)
+		h.Remove(again)
 	})
 	t.Run("the last waiter to leave stops the subscription", func(t *testing.T) {
 		h.Remove(run)

@@ -184,6 +184,9 @@ type QueueKeys struct {
 	WakeChannel string
 	// CancelChannel carries the ids of running tasks whose cancel was asked.
 	CancelChannel string
+	// EndedChannel carries the ends of the queue's tasks a Client.Wait
+	// marked ("<state> <id>"; see MarkWaited).
+	EndedChannel string
 }
 
 // Queue returns the keys of queue q.
@@ -224,7 +227,22 @@ func (k Keys) Queue(q QueueRef) QueueKeys {
 		FairRateLogPrefix: base + "fl:" + q.Name + ":",
 		WakeChannel:       base + "wake:" + q.Name,
 		CancelChannel:     base + "cancel:" + q.Name,
+		EndedChannel:      base + "ended:" + q.Name,
 	}
+}
+
+// EndedQueue returns the queue whose EndedChannel is channel, false when
+// channel is none of the namespace's ended channels.
+func (k Keys) EndedQueue(channel string) (QueueRef, bool) {
+	rest, ok := strings.CutPrefix(channel, k.ns+":{")
+	if !ok {
+		return QueueRef{}, false
+	}
+	tag, name, ok := strings.Cut(rest, "}:ended:")
+	if !ok || tag == "" || name == "" {
+		return QueueRef{}, false
+	}
+	return QueueRef{Tag: tag, Name: name}, true
 }
 
 // Level is the waiting list of priority level n (1..MaxLevel) of the

@@ -138,3 +138,19 @@ func TestMemberRoundTrip(t *testing.T) {
 		}
 	}
 }
+
+// A queue's ended channel names its queue back; other channels do not.
+func TestEndedQueue(t *testing.T) {
+	k := rdb.NewKeys("ns")
+	for _, q := range []rdb.QueueRef{rdb.Standalone("emails"), {Tag: "signup", Name: "welcome"}} {
+		got, ok := k.EndedQueue(k.Queue(q).EndedChannel)
+		if !ok || got != q {
+			t.Errorf("EndedQueue(%s) = %+v, %v; want %+v", k.Queue(q).EndedChannel, got, ok, q)
+		}
+	}
+	for _, ch := range []string{k.Queue(rdb.Standalone("emails")).WakeChannel, k.Events(), "other:{emails}:ended:emails", "ns:{}:ended:x"} {
+		if q, ok := k.EndedQueue(ch); ok {
+			t.Errorf("EndedQueue(%s) = %+v, want none", ch, q)
+		}
+	}
+}

@@ -78,6 +78,7 @@ const (
 	FieldFairPID      = "fc" // the pid of its taking that counts in its key's running count
 	FieldBatch        = "kb" // on a batch's head: the ids taken with it
 	FieldBatchOf      = "kf" // on a task taken in a batch behind its head: the head's id
+	FieldWaited       = "wt" // a Client waits for its end: the end publishes it on EndedChannel
 	FieldStage        = "st"
 	FieldRunStatus    = "fs"
 	FieldRunRetention = "fr"

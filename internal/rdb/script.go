@@ -392,6 +392,7 @@ var (
 	runsPageScript    = load("runs_page", 1)
 	runsForgetScript  = load("runs_forget", -1)
 	progressScript    = load("progress", 2)
+	waitMarkScript    = load("wait_mark", 1)
 	loadScript        = load("load", -1)
 	enqueueKeyScript  = load("enqueue_key", -1)
 	periodicScript    = load("periodic", 3)

@@ -22,6 +22,8 @@ local F_FAIR_KEY, F_FAIR_PID = 'fk', 'fc'
 -- a batch of one key (QueueConfig.KeyBatch): on its head the ids of the
 -- tasks taken with it, space-separated; on each of those, the head's id
 local F_BATCH, F_BATCH_OF = 'kb', 'kf'
+-- a Client waits for the task's end (wait_mark.lua): the end publishes it
+local F_WAITED = 'wt'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'

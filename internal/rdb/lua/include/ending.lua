@@ -68,39 +68,57 @@ local function end_give_back(e, tkey, id, pid)
   return OUT_REQUEUED
 end
 
+-- end_waited publishes on the queue's ended channel that task id ended in
+-- state (done, cancelled, expired or dead), for the Client.Wait that
+-- marked it (F_WAITED, read with the rest of the hash: a task nobody waits
+-- for costs nothing more). The channel carries the queue's tag, as the
+-- wake channel does (a sharded publish on a cluster).
+local function end_waited(e, id, state)
+  local base = string.sub(e.tprefix, 1, #e.tprefix - 2) -- <ns>:{T}:
+  redis.call('PUBLISH', base .. 'ended:' .. key_queue_of(e.tprefix, e.waiting, 'q:'), state .. ' ' .. id)
+end
+
 -- end_task ends a taking of a plain queue. Ask 'expire' ends a taking the
 -- take found past its deadline (never run), once Redis's clock confirms it;
 -- ask 'cancel' one the take found marked cancelled where it waited (never
--- run): cancelled.
+-- run): cancelled. A task a Client waits for (F_WAITED) has its end
+-- published at once (end_waited).
 -- pid: the taking's (a fair queue's key frees its slot).
 local function end_task(e, tkey, id, ask, delay, err, result, worker, pid)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY, F_FAIR_KEY, F_FAIR_PID)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY, F_FAIR_KEY, F_FAIR_PID, F_WAITED)
   if t.err then
     bury(e.dead_key, e.cfg_key, e.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
   end
   FAIR.note(e.freed, FAIR.counted(t[6], t[7], pid))
+  local out, state
   if t[1] or ask == 'cancel' then
     -- (Ask cancel: the take found the mark; its state is cancelled and its
     -- unique lock released since the cancel, whatever became of the mark.)
     finalize(tkey, id, t[2], S_CANCELLED, e.retention, '', e.retained, t[3], t[5])
-    return OUT_CANCELLED
-  end
-  if ask == 'done' then
+    out, state = OUT_CANCELLED, S_CANCELLED
+  elseif ask == 'done' then
     finalize(tkey, id, t[2], S_DONE, e.retention, result, e.retained, t[3], t[5])
-    return OUT_DONE
-  end
-  if ask == 'expire' then
+    out, state = OUT_DONE, S_DONE
+  elseif ask == 'expire' then
     local deadline = tonumber(t[4])
-    if deadline and now_ms() >= deadline then
-      finalize(tkey, id, t[2], S_EXPIRED, e.retention, '', e.retained, t[3], t[5])
-      return OUT_EXPIRED
+    if not (deadline and now_ms() >= deadline) then
+      -- Not past on this clock (a failover to a server whose clock is
+      -- behind): it is not expired, so it goes back to be run.
+      return end_give_back(e, tkey, id)
     end
-    -- Not past on this clock (a failover to a server whose clock is
-    -- behind): it is not expired, so it goes back to be run.
-    return end_give_back(e, tkey, id)
+    finalize(tkey, id, t[2], S_EXPIRED, e.retention, '', e.retained, t[3], t[5])
+    out, state = OUT_EXPIRED, S_EXPIRED
+  else
+    out = fail_attempt(e, tkey, id, ask, delay, err, worker)
+    if out == OUT_DEAD then
+      state = S_DEAD
+    end
   end
-  return fail_attempt(e, tkey, id, ask, delay, err, worker)
+  if state and t[8] then
+    end_waited(e, id, state)
+  end
+  return out
 end
 
 -- end_stage ends a stage taking of flow run id: a done stage merges its
