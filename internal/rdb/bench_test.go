@@ -19,9 +19,10 @@ func server(testing.TB) *redistest.Server { return srv }
 // trip per script call, so ns/op is mostly loopback latency plus the
 // script's time in Redis; allocs/op is the client's share (store and pool). Run them with
 //
-//	go test -run '^$' -bench . -benchmem ./internal/rdb
+//	go test -run '^$' -bench . -skip Big -benchmem ./internal/rdb
 //
-// Batched benchmarks also report ns/job.
+// Batched benchmarks also report ns/job. The Big benchmarks (calls on big
+// data) are in bounds_bench_test.go.
 
 const payloadSize = 100
 

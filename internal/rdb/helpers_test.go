@@ -158,7 +158,7 @@ type env struct {
 	ran int64
 }
 
-func newEnv(t *testing.T) *env {
+func newEnv(t testing.TB) *env {
 	t.Helper()
 	ctx := context.Background()
 	pool := srv.TagCheckedPool(t)
@@ -249,7 +249,7 @@ func (c *routedConn) ReceiveWithTimeout(d time.Duration) (any, error) {
 }
 
 // now returns the Redis server time in ms, as the scripts compute it.
-func (e *env) now(t *testing.T) int64 {
+func (e *env) now(t testing.TB) int64 {
 	t.Helper()
 	v, err := redis.Int64s(e.c.Do("TIME"))
 	if err != nil || len(v) != 2 {
@@ -509,7 +509,7 @@ func (e *env) checkState(t *testing.T, before state, want func(e *env) state) {
 }
 
 // do runs a raw command and fails the test on error.
-func (e *env) do(t *testing.T, cmd string, args ...any) any {
+func (e *env) do(t testing.TB, cmd string, args ...any) any {
 	t.Helper()
 	v, err := e.c.Do(cmd, args...)
 	if err != nil {
@@ -523,7 +523,7 @@ func payload(id string) string { return "p" + id }
 // Seeding helpers: they call the store and fail the test on error.
 
 // enqueueTo enqueues ids (payload "p"+id) into q with the given options.
-func (e *env) enqueueTo(t *testing.T, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids ...string) {
+func (e *env) enqueueTo(t testing.TB, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids ...string) {
 	t.Helper()
 	ps := make([][]byte, len(ids))
 	for i, id := range ids {
@@ -534,7 +534,7 @@ func (e *env) enqueueTo(t *testing.T, q rdb.QueueKeys, a *rdb.EnqueueArgs, ids .
 	}
 }
 
-func (e *env) enqueue(t *testing.T, ids ...string) { t.Helper(); e.enqueueTo(t, e.q, nil, ids...) }
+func (e *env) enqueue(t testing.TB, ids ...string) { t.Helper(); e.enqueueTo(t, e.q, nil, ids...) }
 
 // uniqueKey is the full unique key of user key k in queue q.
 func uniqueKey(q rdb.QueueKeys, k string) string { return q.UniquePrefix + k }
@@ -551,7 +551,7 @@ func (e *env) enqueueDue(t *testing.T, due int64, ids ...string) {
 	e.enqueueTo(t, e.q, &rdb.EnqueueArgs{DueMillis: due}, ids...)
 }
 
-func (e *env) takeFrom(t *testing.T, q rdb.QueueKeys, w string, max int, stage bool) []rdb.Taken {
+func (e *env) takeFrom(t testing.TB, q rdb.QueueKeys, w string, max int, stage bool) []rdb.Taken {
 	t.Helper()
 	got, err := e.st.Take(e.ctx, q, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: max, Stage: stage})
 	if err != nil {
@@ -564,7 +564,7 @@ func (e *env) take(t *testing.T, w string, max int) { t.Helper(); e.takeFrom(t, 
 
 // endIn ends takings of queue q in one End call (retention ms for ended
 // tasks) and fails the test on an error or when one of them was lost.
-func (e *env) endIn(t *testing.T, q rdb.QueueKeys, retention int64, es ...rdb.Ending) []rdb.Ended {
+func (e *env) endIn(t testing.TB, q rdb.QueueKeys, retention int64, es ...rdb.Ending) []rdb.Ended {
 	t.Helper()
 	got, err := e.st.End(e.ctx, q, retention, es)
 	if err != nil {
@@ -579,7 +579,7 @@ func (e *env) endIn(t *testing.T, q rdb.QueueKeys, retention int64, es ...rdb.En
 }
 
 // endTask ends a taking of task id of queue "q", kept retention ms once ended.
-func (e *env) endTask(t *testing.T, retention int64, end rdb.Ending) {
+func (e *env) endTask(t testing.TB, retention int64, end rdb.Ending) {
 	t.Helper()
 	e.endIn(t, e.q, retention, end)
 }
@@ -609,7 +609,7 @@ func (e *env) cancel(t *testing.T, id string) {
 }
 
 // setCfg writes fields of queue q's config hash, as a worker does.
-func (e *env) setCfg(t *testing.T, q rdb.QueueKeys, kv ...any) {
+func (e *env) setCfg(t testing.TB, q rdb.QueueKeys, kv ...any) {
 	t.Helper()
 	e.do(t, "HSET", append([]any{q.Config}, kv...)...)
 }
@@ -828,7 +828,7 @@ type flowEnv struct {
 	failFast bool
 }
 
-func newFlowEnv(t *testing.T) *flowEnv {
+func newFlowEnv(t testing.TB) *flowEnv {
 	e := newEnv(t)
 	q := func(name string) rdb.QueueKeys { return e.k.Queue(rdb.QueueRef{Tag: "F", Name: name}) }
 	f := &flowEnv{env: e, s1: q("s1"), s2: q("s2"), c1: q("c1"), c2: q("c2"),
@@ -838,7 +838,7 @@ func newFlowEnv(t *testing.T) *flowEnv {
 }
 
 // start starts run id of user u1 in stage queue q.
-func (f *flowEnv) start(t *testing.T, q rdb.QueueKeys, id string) {
+func (f *flowEnv) start(t testing.TB, q rdb.QueueKeys, id string) {
 	t.Helper()
 	ok, err := f.st.FlowStart(f.ctx, q, id, map[string]string{"user": "u1"}, f.ref)
 	if err != nil || !ok {
@@ -868,7 +868,7 @@ func (f *flowEnv) endChild(t *testing.T, q rdb.QueueKeys, e rdb.Ending) {
 	f.endIn(t, q, 0, e)
 }
 
-func (f *flowEnv) runCancel(t *testing.T, id string) {
+func (f *flowEnv) runCancel(t testing.TB, id string) {
 	t.Helper()
 	if r, err := f.st.RunCancel(f.ctx, f.s1, id, f.ref); err != nil || !r.Cancelled {
 		t.Fatalf("RunCancel %s: %+v, %v", id, r, err)
@@ -959,7 +959,7 @@ func (f *flowEnv) runWithChildren(t *testing.T, id string, n int) {
 // Ordered queues and key batches.
 
 // keyed enqueues one task of key with payload p and score sc ("" = now).
-func (e *env) keyed(t *testing.T, key, id, p, sc string) rdb.KeyEnqueued {
+func (e *env) keyed(t testing.TB, key, id, p, sc string) rdb.KeyEnqueued {
 	t.Helper()
 	out, err := e.st.EnqueueKey(e.ctx, e.q, key, []string{id}, [][]byte{[]byte(p)}, []string{sc}, nil)
 	if err != nil || len(out) != 1 {
