@@ -33,8 +33,10 @@ test: ## unit + integration tests with -race, the CLI's, the gateway's (its conf
 	$(MAKE) test-goredis
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
-test-goredis: ## the root's worqr and test/cluster tests, and test/sentinel's failover tests, with their pools on go-redis clients (contrib/goredis/suite)
+test-goredis: ## the root's worqr and test/cluster tests with their pools on go-redis clients (contrib/goredis/suite)
 	bash contrib/goredis/suite -race -count=1 -timeout 15m ./worqr ./test/cluster
+
+test-goredis-failover: ## test/sentinel's failover tests on a go-redis failover client (not in make test: see docs/guide/getting-started.md)
 	bash contrib/goredis/suite -race -count=1 -timeout 10m \
 		-run 'TestWorkersKeepRunningThroughFailovers|TestLostTakeCancelledAfterFailover|TestReplicationLoss' ./test/sentinel
 
@@ -50,7 +52,7 @@ screenshots: ## capture docs/img/*.png of every dashboard page with headless Chr
 release-check: ## publish every module at VERSION into a module proxy on disk from a clone of the last commit, then go install the CLI and build a program from it (docs/RELEASING.md)
 	bash .ci/release-check
 
-.PHONY: help build run test test-goredis lint screenshots release-check
+.PHONY: help build run test test-goredis test-goredis-failover lint screenshots release-check
 
 # The gateway's generated code is committed: only changing gateway/proto needs protoc.
 PROTOC_GEN_GO_VERSION         ?= v1.36.10
