@@ -11,8 +11,7 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/defaults"
-
-	"github.com/robfig/cron/v3"
+	"github.com/worqr/worqr-go/internal/ticks"
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/startstop"
@@ -96,11 +95,6 @@ const (
 	maxPassAge = time.Minute
 	// dueBatch is how many due schedules one read returns.
 	dueBatch = 100
-	// maxTicksPerPass is how many on-time ticks of one schedule one pass
-	// enqueues (the rest are enqueued by the next pass, at once).
-	maxTicksPerPass = 100
-	// maxScan bounds the ticks walked to find the due ones.
-	maxScan = 10000
 )
 
 // scheduleDef is how a schedule is stored (JSON, in its hash). A
@@ -193,162 +187,16 @@ func (d *scheduleDef) timing() string {
 	return "cron:" + d.TZ + ":" + d.Cron
 }
 
-// ticker places the ticks of a schedule.
-type ticker interface {
-	// next returns the first tick strictly after t (unix ms), 0 if none.
-	next(t int64) int64
-}
-
-type everyTicker int64
-
-func (e everyTicker) next(t int64) int64 {
-	n := int64(e)
-	if t < 0 {
-		return 0
-	}
-	return (t/n + 1) * n
-}
-
-type cronTicker struct{ s cron.Schedule }
-
-func (c cronTicker) next(t int64) int64 {
-	ss, ok := c.s.(*cron.SpecSchedule)
-	if !ok {
-		n := c.s.Next(time.UnixMilli(t).UTC())
-		if n.IsZero() {
-			return 0
-		}
-		return n.UnixMilli()
-	}
-	// The cron library walks a day's hours by adding an hour of real time
-	// and rebuilds times with time.Date: across a change of the zone's
-	// offset by other than one hour (Australia/Lord_Howe's 30 minutes,
-	// Antarctica/Troll's two hours) it steps over matching times, even a
-	// day's or a month's only one (a daily 00:00 would miss the day after
-	// the change, a monthly one a whole month). Near such a change the
-	// ticks are found minute by minute instead; elsewhere its answer stands.
-	from := t
-	for {
-		n := ss.Next(time.UnixMilli(from).UTC())
-		if n.IsZero() {
-			return 0
-		}
-		end := n.UnixMilli()
-		lo, hi, odd := oddZoneChange(ss.Location, from, end)
-		if !odd || end < lo {
-			return end
-		}
-		if m := scanTicks(ss, max(from, lo-1), hi); m != 0 {
-			return m
-		}
-		from = hi
-	}
-}
-
-// oddZoneWindow is how far on either side of an odd change of offset the
-// ticks are looked for minute by minute: the cron library's walk goes
-// wrong on the days around it.
-const oddZoneWindow = 48 * time.Hour
-
-// oddZoneChange returns the window [lo, hi] (unix ms) around the first
-// change of loc's offset by other than one hour whose window reaches
-// into [from, to], if any.
-func oddZoneChange(loc *time.Location, from, to int64) (lo, hi int64, ok bool) {
-	w := oddZoneWindow.Milliseconds()
-	at := time.UnixMilli(from - w).In(loc)
-	for {
-		_, end := at.ZoneBounds()
-		if end.IsZero() || end.UnixMilli()-w > to {
-			return 0, 0, false
-		}
-		_, before := end.Add(-time.Second).Zone()
-		_, after := end.Zone()
-		if d := after - before; d != 3600 && d != -3600 {
-			return end.UnixMilli() - w, end.UnixMilli() + w, true
-		}
-		at = end
-	}
-}
-
-// scanTicks returns the first time after from and at most to (unix ms)
-// whose wall clock in the schedule's zone matches it, 0 if none, looking
-// at every minute (zone offsets are whole minutes).
-func scanTicks(s *cron.SpecSchedule, from, to int64) int64 {
-	const starBit = 1 << 63
-	minute := time.Minute.Milliseconds()
-	for m := from - ((from%minute)+minute)%minute; m <= to; m += minute {
-		lt := time.UnixMilli(m).In(s.Location)
-		if 1<<uint(lt.Month())&s.Month == 0 || 1<<uint(lt.Hour())&s.Hour == 0 || 1<<uint(lt.Minute())&s.Minute == 0 {
-			continue
-		}
-		dom := 1<<uint(lt.Day())&s.Dom != 0
-		dow := 1<<uint(lt.Weekday())&s.Dow != 0
-		if s.Dom&starBit != 0 || s.Dow&starBit != 0 {
-			if !dom || !dow {
-				continue
-			}
-		} else if !dom && !dow {
-			continue
-		}
-		for sec := int64(0); sec < 60; sec++ {
-			if x := m + sec*1000; 1<<uint(sec)&s.Second != 0 && x > from && x <= to {
-				return x
-			}
-		}
-	}
-	return 0
-}
-
-var cronParser = cron.NewParser(cron.SecondOptional | cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow | cron.Descriptor)
-
-// parseCron reads expr in zone tz ("" = UTC, unless expr names its own).
-func parseCron(field, expr, tz string) (ticker, error) {
-	expr = strings.TrimSpace(expr)
-	hasTZ := strings.HasPrefix(expr, "CRON_TZ=") || strings.HasPrefix(expr, "TZ=")
-	if hasTZ && tz != "" {
-		return nil, invalid("Schedule.TimeZone", "(%q) cannot be set when Cron starts with CRON_TZ= or TZ=", tz)
-	}
-	if tz != "" {
-		if _, err := time.LoadLocation(tz); err != nil {
-			return nil, invalid("Schedule.TimeZone", "%q is not a known time zone: %v", tz, err)
-		}
-		if tz == "Local" {
-			// Each peer's own zone (ticks would differ between peers), and
-			// the cron library would read it as UTC's.
-			return nil, invalid("Schedule.TimeZone", "(%q) must be an IANA zone name, such as Europe/Paris", tz)
-		}
-	}
-	if hasTZ {
-		if z, _, _ := strings.Cut(strings.SplitN(expr, "=", 2)[1], " "); z == "Local" {
-			return nil, invalid(field, "(%q): the zone must be an IANA name, such as CRON_TZ=Europe/Paris", expr)
-		}
-	}
-	full := expr
-	if !hasTZ {
-		if tz == "" {
-			tz = "UTC"
-		}
-		full = "CRON_TZ=" + tz + " " + expr
-	}
-	if strings.Contains(expr, "@every") {
-		return nil, invalid(field, "(%q): @every is not accepted: use Schedule.Every", expr)
-	}
-	s, err := cronParser.Parse(full)
-	if err != nil {
-		return nil, invalid(field, "(%q) is not a valid cron expression: %v", expr, err)
-	}
-	return cronTicker{s}, nil
-}
-
-func (d *scheduleDef) ticker() (ticker, error) {
+func (d *scheduleDef) ticker() (ticks.Ticker, error) {
 	if d.EveryMs > 0 {
-		return everyTicker(d.EveryMs), nil
+		return ticks.Every(d.EveryMs), nil
 	}
-	return parseCron("Schedule.Cron", d.Cron, d.TZ)
+	tk, err := ticks.Cron("Schedule.Cron", d.Cron, d.TZ)
+	return tk, asInvalid(err)
 }
 
 // define validates sc and returns its stored form and its ticker.
-func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
+func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticks.Ticker, error) {
 	switch {
 	case sc.Name == "":
 		return nil, nil, invalid("Schedule.Name", "is empty")
@@ -407,13 +255,13 @@ func (sc *Schedule) define(maxPayload int) (*scheduleDef, ticker, error) {
 		return nil, nil, err
 	}
 	// A cron expression that names no real date ("0 0 0 30 2 *") never fires.
-	if tk.next(time.Now().UnixMilli()) == 0 {
+	if tk.Next(time.Now().UnixMilli()) == 0 {
 		return nil, nil, invalid("Schedule.Cron", "(%q) never fires", sc.Cron)
 	}
 	return d, tk, nil
 }
 
-func decodeDef(b []byte) (*scheduleDef, ticker, error) {
+func decodeDef(b []byte) (*scheduleDef, ticks.Ticker, error) {
 	var d scheduleDef
 	if err := json.Unmarshal(b, &d); err != nil {
 		return nil, nil, fmt.Errorf("worqr: schedule definition: %w", err)
@@ -533,7 +381,7 @@ func (s *Scheduler) register(ctx context.Context, sc Schedule, at int64) error {
 	if err != nil {
 		return err
 	}
-	if _, err := s.st.PutSchedule(ctx, sc.Name, b, d.timing(), tk.next(at)); err != nil {
+	if _, err := s.st.PutSchedule(ctx, sc.Name, b, d.timing(), tk.Next(at)); err != nil {
 		return fmt.Errorf("worqr: register schedule %s: %w", sc.Name, err)
 	}
 	return nil
@@ -634,64 +482,6 @@ func (s *Scheduler) pass(ctx context.Context, at int64) (int, error) {
 	}
 }
 
-// plan is what a pass does with one due schedule.
-type plan struct {
-	fire []int64 // ticks to enqueue, in order
-	next int64   // the schedule's next tick after them (0: never again)
-}
-
-// planTicks places the due ticks of a schedule whose next tick is first, at
-// Redis time now: ticks late by at most grace are fired; older ones were
-// missed (with run-once, the latest of them is fired once).
-func planTicks(tk ticker, first, now, grace int64, missed MissedPolicy) plan {
-	var p plan
-	var lastMissed int64
-	t := first
-	for steps := 0; t != 0 && t <= now && now-t > grace; steps++ {
-		lastMissed = t
-		if steps == maxScan {
-			// Many missed ticks: jump to the first on-time one, and find
-			// the latest missed one by looking back from it.
-			t = tk.next(now - grace - 1)
-			if l := lastTickBy(tk, now-grace-1); l != 0 {
-				lastMissed = l
-			}
-			break
-		}
-		t = tk.next(t)
-	}
-	if lastMissed != 0 && missed == MissedRunOnce {
-		p.fire = append(p.fire, lastMissed)
-	}
-	for t != 0 && t <= now && len(p.fire) < maxTicksPerPass {
-		p.fire = append(p.fire, t)
-		t = tk.next(t)
-	}
-	p.next = t
-	return p
-}
-
-// lastTickBy returns the latest tick of tk at or before limit, found in
-// the shortest window back from limit (a minute, doubled up to about two
-// years) that holds one, walking at most maxScan ticks; 0 if none.
-func lastTickBy(tk ticker, limit int64) int64 {
-	for w := time.Minute.Milliseconds(); w <= (1<<20)*time.Minute.Milliseconds(); w *= 2 {
-		last := tk.next(limit - w)
-		if last == 0 || last > limit {
-			continue
-		}
-		for steps := 0; steps < maxScan; steps++ {
-			n := tk.next(last)
-			if n == 0 || n > limit {
-				break
-			}
-			last = n
-		}
-		return last
-	}
-	return 0
-}
-
 // fire enqueues the due ticks of d and advances its next tick. It reports
 // how many tasks were enqueued (or found enqueued) and whether the schedule
 // was advanced.
@@ -700,10 +490,10 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 	if err != nil {
 		return 0, false, fmt.Errorf("worqr: schedule %s: %w", d.Name, err)
 	}
-	p := planTicks(tk, d.Next, now, def.GraceMs, def.Missed)
+	p := ticks.PlanTicks(tk, d.Next, now, def.GraceMs, def.Missed == MissedRunOnce)
 	var last int64
 	var short error // a tick enqueued on the primary, too few replicas have it
-	for _, tick := range p.fire {
+	for _, tick := range p.Fire {
 		if time.Since(read) > maxPassAge {
 			return 0, false, fmt.Errorf("worqr: schedule %s: pass abandoned after %s (a frozen process)", d.Name, time.Since(read).Round(time.Second))
 		}
@@ -712,7 +502,7 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 		// and an hour more, so that a pass after an outage longer than an
 		// hour does not fire again a tick that ran.
 		idTTL := scheduleIDTTL
-		if nx := tk.next(tick); nx > tick {
+		if nx := tk.Next(tick); nx > tick {
 			idTTL += time.Duration(nx-tick)*time.Millisecond + time.Duration(def.GraceMs)*time.Millisecond
 		}
 		opts := EnqueueOpts{}
@@ -736,24 +526,24 @@ func (s *Scheduler) fire(ctx context.Context, d rdb.DueSchedule, now int64, read
 		if err != nil && !errors.Is(err, ErrDuplicate) {
 			// Not advanced: the next pass fires these ticks again (the
 			// ones enqueued already create nothing new).
-			return len(p.fire), false, fmt.Errorf("worqr: schedule %s: enqueue tick %d: %w", d.Name, tick, err)
+			return len(p.Fire), false, fmt.Errorf("worqr: schedule %s: enqueue tick %d: %w", d.Name, tick, err)
 		}
 		// ErrDuplicate: this tick's id was enqueued with another payload
 		// (the schedule was re-registered meanwhile): it fired.
 		last = tick
 	}
-	next := p.next
+	next := p.Next
 	if next == 0 {
 		next = maxTick // never again: parked far away
 	}
 	// Compared with the stored timing too: a re-registration with a new
 	// timing may have kept d.Next (its first tick), and next is a tick of
 	// the timing read.
-	ok, err := s.st.AdvanceSchedule(ctx, d.Name, def.timing(), d.Next, next, last, len(p.fire))
+	ok, err := s.st.AdvanceSchedule(ctx, d.Name, def.timing(), d.Next, next, last, len(p.Fire))
 	if err != nil {
-		return len(p.fire), false, fmt.Errorf("worqr: schedule %s: advance: %w", d.Name, err)
+		return len(p.Fire), false, fmt.Errorf("worqr: schedule %s: advance: %w", d.Name, err)
 	}
-	return len(p.fire), ok, short
+	return len(p.Fire), ok, short
 }
 
 // maxTick is where a schedule that never ticks again waits (year 9999).
@@ -872,7 +662,7 @@ func (in *Inspector) resumeSchedule(ctx context.Context, name string, at int64) 
 				return fmt.Errorf("worqr: resume schedule %s: %w", name, err)
 			}
 		}
-		next := tk.next(now)
+		next := tk.Next(now)
 		if next == 0 {
 			next = maxTick
 		}

@@ -1,4 +1,4 @@
-package worqr
+package ticks
 
 import (
 	"sort"
@@ -9,32 +9,32 @@ import (
 )
 
 // MissedRunOnce fires the latest missed tick, however many were missed:
-// past maxScan of them the walk jumps ahead, and the latest is found by
-// looking back (it fired the maxScan+1st before).
+// past MaxScan of them the walk jumps ahead, and the latest is found by
+// looking back (it fired the MaxScan+1st before).
 func TestMissedRunOnceFiresTheLatestMissedTick(t *testing.T) {
 	minute := time.Minute.Milliseconds()
-	cronMin, err := parseCron("Cron", "* * * * *", "")
+	cronMin, err := Cron("Cron", "* * * * *", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	grace := 10 * time.Second.Milliseconds()
 	for name, c := range map[string]struct {
-		tk     ticker
+		tk     Ticker
 		period int64
-	}{"every minute": {everyTicker(minute), minute}, "cron every minute": {cronMin, minute}, "every second": {everyTicker(1000), 1000}} {
-		for _, missed := range []int64{3, maxScan - 1, maxScan, maxScan + 1, 5 * maxScan} {
+	}{"every minute": {Every(minute), minute}, "cron every minute": {cronMin, minute}, "every second": {Every(1000), 1000}} {
+		for _, missed := range []int64{3, MaxScan - 1, MaxScan, MaxScan + 1, 5 * MaxScan} {
 			now := int64(1_800_000_000_000) + 7_000 // 7 s past a minute
-			first := c.tk.next(now - grace - missed*c.period - 1)
+			first := c.tk.Next(now - grace - missed*c.period - 1)
 			want := first // the oracle: every tick walked
-			for n := c.tk.next(want); n <= now-grace-1; n = c.tk.next(n) {
+			for n := c.tk.Next(want); n <= now-grace-1; n = c.tk.Next(n) {
 				want = n
 			}
-			p := planTicks(c.tk, first, now, grace, MissedRunOnce)
-			if len(p.fire) == 0 || p.fire[0] != want {
-				t.Errorf("%s, %d missed: fired %v first, want the latest missed %d", name, missed, p.fire[:min(len(p.fire), 1)], want)
+			p := PlanTicks(c.tk, first, now, grace, true)
+			if len(p.Fire) == 0 || p.Fire[0] != want {
+				t.Errorf("%s, %d missed: fired %v first, want the latest missed %d", name, missed, p.Fire[:min(len(p.Fire), 1)], want)
 			}
-			if p.next <= now-grace || p.next > now+c.period {
-				t.Errorf("%s, %d missed: next %d, want the first on-time tick after %d", name, missed, p.next, now-grace)
+			if p.Next <= now-grace || p.Next > now+c.period {
+				t.Errorf("%s, %d missed: next %d, want the first on-time tick after %d", name, missed, p.Next, now-grace)
 			}
 		}
 	}
@@ -67,7 +67,7 @@ func TestCronTicksAroundZoneChanges(t *testing.T) {
 			t.Skipf("no zone data: %v", err)
 		}
 		for _, spec := range specs {
-			tk, err := parseCron("Cron", spec, zone)
+			tk, err := Cron("Cron", spec, zone)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +82,7 @@ func TestCronTicksAroundZoneChanges(t *testing.T) {
 			}
 			// From tick to tick, as a schedule advances.
 			var got []int64
-			for x := tk.next(start); x != 0 && x < end; x = tk.next(x) {
+			for x := tk.Next(start); x != 0 && x < end; x = tk.Next(x) {
 				got = append(got, x)
 			}
 			for i, w := range want {
@@ -108,7 +108,7 @@ func TestCronTicksAroundZoneChanges(t *testing.T) {
 				at = ch
 				for x := ch.UnixMilli() - 30*3600*1000 + 777; x < ch.UnixMilli()+30*3600*1000; x += 7 * 60000 {
 					i := sort.Search(len(want), func(i int) bool { return want[i] > x })
-					if g := tk.next(x); g != want[i] {
+					if g := tk.Next(x); g != want[i] {
 						t.Errorf("%s %q: next(%s) = %s, want %s", zone, spec, time.UnixMilli(x).In(loc), time.UnixMilli(g).In(loc), time.UnixMilli(want[i]).In(loc))
 						break
 					}
