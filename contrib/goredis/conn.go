@@ -23,23 +23,41 @@ import (
 // (MaxRetries): worqr decides what a lost reply means (a take or an end
 // that may have been applied), as it does with redigo.
 //
+// Commands go out as redigo's would, with one difference of timing: go-redis
+// cannot write a pipeline and read its replies later, so the commands Send
+// queues (Flush sends nothing itself) go out, all in one round trip, at the
+// first Receive or Do after them. A window of pipelined chunks (Send,
+// Flush, then a Receive per chunk) so costs a round trip per window, not
+// per chunk. Commands sent and never received when the connection closes
+// are not sent at all.
+//
 // After a SUBSCRIBE or SSUBSCRIBE the connection is a go-redis PubSub on a
 // connection of its own, and its replies are the arrays redigo's pub/sub
 // reads (message, smessage, subscribe, unsubscribe, pong).
 type conn struct {
-	open    func() *redis.Conn // the node's pool, for the connection
-	cluster *clusterRunner     // on a cluster: where a refused call goes
-	// subscribe opens the subscription (its first SUBSCRIBE, or
-	// SSUBSCRIBE when sharded, with channels).
-	subscribe func(ctx context.Context, sharded bool, channels []string) (*redis.PubSub, error)
+	node *redis.Client // whose pool lends the connection
+	// ctxDeadlines: node applies a context's deadline to reads and writes
+	// (Options.ContextTimeoutEnabled); else its ReadTimeout and
+	// WriteTimeout bound them and a deadline is not made into a context.
+	ctxDeadlines bool
+	cluster      *clusterRunner // on a cluster: where a refused call goes
+	// subs and ssubs open a subscription: its first SUBSCRIBE, and its
+	// first SSUBSCRIBE.
+	subs, ssubs subscriber
 
 	sc      *redis.Conn
-	pending [][]any  // sent, not flushed
-	replies []result // flushed, not received
+	pending [][]any  // sent, not yet run
+	replies []result // run, not received
 	err     error    // the connection failed: every call returns it
 
 	ps      *redis.PubSub
 	sharded bool
+}
+
+// subscriber opens subscriptions: a *redis.Client or a *redis.ClusterClient.
+type subscriber interface {
+	Subscribe(ctx context.Context, channels ...string) *redis.PubSub
+	SSubscribe(ctx context.Context, channels ...string) *redis.PubSub
 }
 
 type result struct {
@@ -62,72 +80,101 @@ var errSubscribed = errors.New("goredis: only (S)SUBSCRIBE, (S)UNSUBSCRIBE and P
 
 func (c *conn) sticky() *redis.Conn {
 	if c.sc == nil {
-		c.sc = c.open()
+		c.sc = c.node.Conn()
 	}
 	return c.sc
 }
 
-// Do sends cmd (after the commands sent and not flushed) and returns its
-// reply. With cmd "" it flushes and returns every pending reply.
+// bound returns the context a call bounded by timeout runs with (ctx
+// itself unless the client applies deadlines: a context with a deadline
+// costs a timer and a few allocations per call) and the deadline, zero
+// for none.
+func (c *conn) bound(timeout time.Duration) (context.Context, context.CancelFunc, time.Time) {
+	if timeout <= 0 {
+		return context.Background(), func() {}, time.Time{}
+	}
+	until := time.Now().Add(timeout)
+	if !c.ctxDeadlines {
+		return context.Background(), func() {}, until
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), until)
+	return ctx, cancel, until
+}
+
+// deadline is ctx's deadline, zero for none.
+func deadline(ctx context.Context) time.Time {
+	dl, _ := ctx.Deadline()
+	return dl
+}
+
+// Do sends cmd (after the commands sent and not received) and returns its
+// reply. With cmd "" it runs the commands sent and returns every reply not
+// received.
 func (c *conn) Do(cmd string, args ...any) (any, error) {
-	return c.DoContext(context.Background(), cmd, args...)
+	return c.do(context.Background(), time.Time{}, 0, cmd, args)
 }
 
 // DoWithTimeout is Do bounded by timeout.
 func (c *conn) DoWithTimeout(timeout time.Duration, cmd string, args ...any) (any, error) {
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	return c.DoContext(ctx, cmd, args...)
+	ctx, cancel, until := c.bound(timeout)
+	defer cancel()
+	return c.do(ctx, until, timeout, cmd, args)
 }
 
 // DoContext is Do bounded by ctx (go-redis applies ctx's deadline to the
 // connection when the client has ContextTimeoutEnabled; else its
 // ReadTimeout and WriteTimeout bound the call).
 func (c *conn) DoContext(ctx context.Context, cmd string, a ...any) (any, error) {
-	if c.ps != nil {
+	return c.do(ctx, deadline(ctx), 0, cmd, a)
+}
+
+// do is Do bounded by ctx and until (a subscription's wait by timeout).
+// As redigo's Do: the replies of the commands sent before cmd are dropped,
+// and the first error reply among them and cmd's is the error returned.
+func (c *conn) do(ctx context.Context, until time.Time, timeout time.Duration, cmd string, a []any) (any, error) {
+	if c.ps != nil || isSubscribe(cmd) {
 		if cmd == "" {
 			return nil, nil
 		}
 		if err := c.Send(cmd, a...); err != nil {
 			return nil, err
 		}
-		return c.ReceiveContext(ctx)
+		return c.pubsubReceive(ctx, timeout)
 	}
-	if isSubscribe(cmd) {
-		if err := c.Send(cmd, a...); err != nil {
-			return nil, err
-		}
-		return c.ReceiveContext(ctx)
-	}
-	if err := c.flush(ctx); err != nil {
-		return nil, err
+	if c.err != nil {
+		return nil, c.err
 	}
 	if cmd == "" {
+		if err := c.runPending(ctx, until); err != nil {
+			return nil, err
+		}
 		out := make([]any, len(c.replies))
 		for i, r := range c.replies {
-			if r.err != nil {
-				c.replies = nil
-				return nil, r.err
-			}
 			out[i] = r.v
+			if r.err != nil {
+				out[i] = r.err
+			}
 		}
 		c.replies = nil
 		return out, nil
 	}
-	// The replies of earlier sends are dropped, as redigo drops them.
 	c.replies = nil
-	rs, err := c.exec(ctx, [][]any{args(cmd, a)})
+	cmds := append(c.pending, args(cmd, a))
+	c.pending = nil
+	rs, err := c.exec(ctx, until, cmds)
 	if err != nil {
 		return nil, err
 	}
-	return rs[0].v, rs[0].err
+	last := rs[len(rs)-1]
+	for _, r := range rs {
+		if r.err != nil {
+			return last.v, r.err
+		}
+	}
+	return last.v, nil
 }
 
-// Send queues cmd for the next Flush.
+// Send queues cmd: it goes out at the next Receive or Do.
 func (c *conn) Send(cmd string, a ...any) error {
 	if c.err != nil {
 		return c.err
@@ -139,16 +186,12 @@ func (c *conn) Send(cmd string, a ...any) error {
 	return nil
 }
 
-// Flush sends the queued commands, in one round trip, and keeps their
-// replies for Receive.
-func (c *conn) Flush() error {
-	if c.ps != nil {
-		return nil // a subscription's commands are written when sent
-	}
-	return c.flush(context.Background())
-}
+// Flush returns the connection's error, if it failed: the commands sent go
+// out at the next Receive (see conn).
+func (c *conn) Flush() error { return c.err }
 
-func (c *conn) flush(ctx context.Context) error {
+// runPending runs the commands sent and keeps their replies for Receive.
+func (c *conn) runPending(ctx context.Context, until time.Time) error {
 	if c.err != nil {
 		return c.err
 	}
@@ -157,7 +200,7 @@ func (c *conn) flush(ctx context.Context) error {
 	}
 	cmds := c.pending
 	c.pending = nil
-	rs, err := c.exec(ctx, cmds)
+	rs, err := c.exec(ctx, until, cmds)
 	if err != nil {
 		return err
 	}
@@ -165,32 +208,29 @@ func (c *conn) flush(ctx context.Context) error {
 	return nil
 }
 
-// Receive returns the reply of the oldest command flushed (flushing what
-// was sent first if nothing is).
-func (c *conn) Receive() (any, error) { return c.ReceiveContext(context.Background()) }
+// Receive returns the reply of the oldest command sent and not received,
+// running the commands sent first if none has run.
+func (c *conn) Receive() (any, error) { return c.receive(context.Background(), time.Time{}, 0) }
 
 // ReceiveWithTimeout is Receive bounded by timeout (on a subscribed
 // connection: the wait for the next message).
 func (c *conn) ReceiveWithTimeout(timeout time.Duration) (any, error) {
-	if c.ps != nil {
-		return c.pubsubReceive(context.Background(), timeout)
-	}
-	ctx := context.Background()
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	return c.ReceiveContext(ctx)
+	ctx, cancel, until := c.bound(timeout)
+	defer cancel()
+	return c.receive(ctx, until, timeout)
 }
 
 // ReceiveContext is Receive bounded by ctx.
 func (c *conn) ReceiveContext(ctx context.Context) (any, error) {
+	return c.receive(ctx, deadline(ctx), 0)
+}
+
+func (c *conn) receive(ctx context.Context, until time.Time, timeout time.Duration) (any, error) {
 	if c.ps != nil {
-		return c.pubsubReceive(ctx, 0)
+		return c.pubsubReceive(ctx, timeout)
 	}
 	if len(c.replies) == 0 {
-		if err := c.flush(ctx); err != nil {
+		if err := c.runPending(ctx, until); err != nil {
 			return nil, err
 		}
 	}
@@ -209,7 +249,8 @@ func (c *conn) ReceiveContext(ctx context.Context) (any, error) {
 func (c *conn) Err() error { return c.err }
 
 // Close gives the connection back to the client's pool (go-redis closes it
-// instead when it failed) and ends a subscription.
+// instead when it failed) and ends a subscription. Commands sent and not
+// received are dropped unsent.
 func (c *conn) Close() error {
 	var err error
 	if c.ps != nil {
@@ -236,7 +277,7 @@ func (c *conn) Pipeline(ctx context.Context, names []string, as [][]any) ([]any,
 	if c.ps != nil {
 		return nil, errSubscribed
 	}
-	if err := c.flush(ctx); err != nil {
+	if err := c.runPending(ctx, deadline(ctx)); err != nil {
 		return nil, err
 	}
 	c.replies = nil
@@ -244,7 +285,7 @@ func (c *conn) Pipeline(ctx context.Context, names []string, as [][]any) ([]any,
 	for i := range names {
 		cmds[i] = args(names[i], as[i])
 	}
-	rs, err := c.exec(ctx, cmds)
+	rs, err := c.exec(ctx, deadline(ctx), cmds)
 	if err != nil {
 		return nil, err
 	}
@@ -268,13 +309,12 @@ func (c *conn) Pipeline(ctx context.Context, names []string, as [][]any) ([]any,
 // named, which the connection keeps (what follows, a WAIT after a write,
 // goes there too); after ASK through the ClusterClient, which sends ASKING
 // to the node named; after TRYAGAIN or CLUSTERDOWN (a slot moving, a
-// failover) after a pause (5 ms doubling to 200 ms) while ctx's deadline
-// allows (retryFor without one).
-func (c *conn) exec(ctx context.Context, cmds [][]any) ([]result, error) {
-	var until time.Time
+// failover) after a pause (5 ms doubling to 200 ms) until until (retryFor
+// when zero).
+func (c *conn) exec(ctx context.Context, until time.Time, cmds [][]any) ([]result, error) {
 	backoff := 5 * time.Millisecond
 	for moves := 0; ; {
-		rs, err := run(ctx, c.sticky(), cmds)
+		rs, err := runRaw(ctx, c.sticky(), cmds)
 		if err != nil {
 			c.err = err
 			return nil, err
@@ -288,18 +328,15 @@ func (c *conn) exec(ctx context.Context, cmds [][]any) ([]result, error) {
 			c.cluster.ReloadState(ctx)
 			node := c.cluster.master(ctx, addr)
 			if moves++; node == nil || moves > maxMoves {
-				return run(ctx, c.cluster, cmds)
+				return c.runCluster(ctx, cmds)
 			}
 			_ = c.sc.Close()
-			c.sc, c.open = nil, node.Conn
+			c.sc, c.node = nil, node
 		case "ASK":
-			return run(ctx, c.cluster, cmds)
+			return c.runCluster(ctx, cmds)
 		case "TRYAGAIN", "CLUSTERDOWN":
 			if until.IsZero() {
 				until = time.Now().Add(retryFor)
-				if dl, ok := ctx.Deadline(); ok {
-					until = dl
-				}
 			}
 			if !pause(ctx, backoff, until) {
 				return rs, nil
@@ -309,6 +346,16 @@ func (c *conn) exec(ctx context.Context, cmds [][]any) ([]result, error) {
 			return rs, nil
 		}
 	}
+}
+
+// runCluster runs cmds through the ClusterClient (see exec); a connection
+// error fails the connection, as on the connection itself.
+func (c *conn) runCluster(ctx context.Context, cmds [][]any) ([]result, error) {
+	rs, err := run(ctx, c.cluster, cmds)
+	if err != nil {
+		c.err = err
+	}
+	return rs, err
 }
 
 // maxMoves bounds the MOVED replies one call follows on its own.
@@ -326,19 +373,64 @@ func pause(ctx context.Context, d time.Duration, until time.Time) bool {
 	return engine.Sleep(ctx, d)
 }
 
-// runner is a go-redis client or connection.
+// runRaw runs cmds on sc, one command alone, else as one pipeline, and
+// returns their replies as redigo reads them (see parse). A MULTI ... EXEC
+// block is a pipeline like any other: its replies are OK, QUEUED and EXEC's
+// array, on the one connection.
+func runRaw(ctx context.Context, sc *redis.Conn, cmds [][]any) ([]result, error) {
+	if len(cmds) == 1 {
+		cmd := redis.NewRawCmd(ctx, cmds[0]...)
+		if err := sc.Process(ctx, cmd); err != nil {
+			return nil, err // a raw reply is never an error: a connection's
+		}
+		v, err := parseReply(cmd.Val())
+		if err != nil {
+			return nil, err
+		}
+		return []result{v}, nil
+	}
+	p := sc.Pipeline()
+	cs := make([]*redis.RawCmd, len(cmds))
+	for i, a := range cmds {
+		cs[i] = redis.NewRawCmd(ctx, a...)
+		_ = p.Process(ctx, cs[i])
+	}
+	if _, err := p.Exec(ctx); err != nil {
+		return nil, err
+	}
+	out := make([]result, len(cs))
+	for i, cmd := range cs {
+		r, err := parseReply(cmd.Val())
+		if err != nil {
+			return nil, err
+		}
+		out[i] = r
+	}
+	return out, nil
+}
+
+// runner is a ClusterClient.
 type runner interface {
 	Process(ctx context.Context, cmd redis.Cmder) error
 	Pipeline() redis.Pipeliner
 	TxPipeline() redis.Pipeliner
 }
 
-// run runs cmds on r: one command alone, a MULTI ... EXEC block as a
-// go-redis transaction, else as one pipeline.
+// onceCmd is a command the client never sends again after an error
+// (MaxRetries): a command whose reply was lost may have run.
+type onceCmd struct{ *redis.Cmd }
+
+func (onceCmd) NoRetry() bool { return true }
+
+// run runs cmds through r (a ClusterClient, for a call it sends where the
+// slot is: ASK, or MOVED more than maxMoves times): one command alone, a
+// MULTI ... EXEC block as a go-redis transaction, else as one pipeline.
+// go-redis reads a simple string as it reads a bulk one: both are []byte
+// here.
 func run(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 	if len(cmds) == 1 {
 		cmd := redis.NewCmd(ctx, cmds[0]...)
-		_ = r.Process(ctx, cmd)
+		_ = r.Process(ctx, onceCmd{cmd})
 		v, err := reply(cmd)
 		if err != nil && !isReply(err) {
 			return nil, err
@@ -352,7 +444,7 @@ func run(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 	cs := make([]*redis.Cmd, len(cmds))
 	for i, a := range cmds {
 		cs[i] = redis.NewCmd(ctx, a...)
-		_ = p.Process(ctx, cs[i])
+		_ = p.Process(ctx, onceCmd{cs[i]})
 	}
 	_, _ = p.Exec(ctx)
 	out := make([]result, len(cs))
@@ -383,7 +475,7 @@ func runTx(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 	cs := make([]*redis.Cmd, len(inner))
 	for i, a := range inner {
 		cs[i] = redis.NewCmd(ctx, a...)
-		_ = p.Process(ctx, cs[i])
+		_ = p.Process(ctx, onceCmd{cs[i]})
 	}
 	_, err := p.Exec(ctx)
 	out := make([]result, 0, len(cmds))
@@ -419,17 +511,19 @@ func runTx(ctx context.Context, r runner, cmds [][]any) ([]result, error) {
 // redirectOf returns the redirection (MOVED, ASK, TRYAGAIN, CLUSTERDOWN)
 // that every reply of rs is, with the address a MOVED or ASK names, or ""
 // when one is not: then something ran, and the replies are the call's. A
-// transaction the node refused is an EXECABORT after them.
+// transaction the node refused is an EXECABORT after the refusals of its
+// commands (in place of QUEUED).
 func redirectOf(cmds [][]any, rs []result) (kind, addr string) {
 	if isTx(cmds) {
 		last := rs[len(rs)-1].err
 		if last == nil || !strings.HasPrefix(last.Error(), "EXECABORT") {
 			return "", ""
 		}
-		msg := last.Error()
-		for _, k := range redirects {
-			if i := strings.Index(msg, k); i >= 0 {
-				return parseRedirect(msg[i:])
+		for _, r := range rs[1 : len(rs)-1] {
+			if r.err != nil {
+				if k, a := parseRedirect(r.err.Error()); k != "" {
+					return k, a
+				}
 			}
 		}
 		return "", ""

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,23 +37,6 @@ func getConn(t *testing.T, p rdb.ConnGetter) redigo.Conn {
 	return c
 }
 
-// statusAsBytes is v with every simple string (redigo's string) as []byte,
-// as the adapter returns it: go-redis does not tell a simple string from a
-// bulk one.
-func statusAsBytes(v any) any {
-	switch v := v.(type) {
-	case string:
-		return []byte(v)
-	case []any:
-		out := make([]any, len(v))
-		for i, e := range v {
-			out[i] = statusAsBytes(e)
-		}
-		return out
-	}
-	return v
-}
-
 func TestRepliesReadAsRedigoReadsThem(t *testing.T) {
 	rp := srv.Pool()
 	defer rp.Close()
@@ -79,6 +63,13 @@ func TestRepliesReadAsRedigoReadsThem(t *testing.T) {
 		{"PING"},
 		{"EVAL", "return {1, 'two', {3, false}, redis.status_reply('OK'), redis.error_reply('ERR inside')}", 0},
 		{"EVAL", "return redis.call('GET', KEYS[1])", 1, k + "missing"},
+		{"SET", k + "big", strings.Repeat("x", 100_000)}, // more than a read buffer
+		{"GET", k + "big"},
+		{"SET", k + "empty", ""},
+		{"GET", k + "empty"},
+		{"INCRBY", k + "neg", -7},
+		{"EVAL", "return {}", 0},
+		{"EVAL", "return {1, {}, {2, {redis.error_reply('ERR deep'), 'x'}}}", 0},
 		{"SCAN", 0, "MATCH", k + "*", "COUNT", 1000},
 	} {
 		name, args := cmd[0].(string), cmd[1:]
@@ -98,8 +89,8 @@ func TestRepliesReadAsRedigoReadsThem(t *testing.T) {
 		if name == "SCAN" { // the order of the keys is the server's
 			continue
 		}
-		if w := statusAsBytes(want); !reflect.DeepEqual(got, w) {
-			t.Errorf("%v: %#v, redigo's %#v", cmd, got, w)
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("%v: %#v, redigo's %#v", cmd, got, want)
 		}
 	}
 	t.Run("an error reply is a redis.Error", func(t *testing.T) {
@@ -140,7 +131,7 @@ func TestPipelines(t *testing.T) {
 		r2, err2 := c.Receive()
 		_, err3 := c.Receive()
 		r4, err4 := redigo.String(c.Receive())
-		if string(r1.([]byte)) != "OK" || err1 != nil || r2 != int64(2) || err2 != nil {
+		if r1 != "OK" || err1 != nil || r2 != int64(2) || err2 != nil {
 			t.Errorf("replies %q %v, %v %v", r1, err1, r2, err2)
 		}
 		if !strings.HasPrefix(err3.Error(), "WRONGTYPE") {
@@ -148,6 +139,57 @@ func TestPipelines(t *testing.T) {
 		}
 		if r4 != "2" || err4 != nil {
 			t.Errorf("the send after the flush: %q %v", r4, err4)
+		}
+	})
+	t.Run("a window of sends goes out in one round trip", func(t *testing.T) {
+		// As internal/rdb's batch enqueue and load do: keep window commands
+		// sent, receive the oldest reply, send the next one.
+		client, trips := newClient(t, nil), &roundTrips{}
+		client.AddHook(trips)
+		p, err := goredis.NewPool(client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := getConn(t, p)
+		const window, total = 4, 12
+		sent, received := 0, 0
+		receive := func() {
+			t.Helper()
+			n, err := redigo.Int(c.Receive())
+			if received++; n != received || err != nil {
+				t.Fatalf("reply %d: %d %v", received, n, err)
+			}
+		}
+		for sent < total {
+			if err := c.Send("INCR", k+"w"); err != nil {
+				t.Fatal(err)
+			}
+			if sent++; sent-received < window {
+				continue
+			}
+			if err := c.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			receive()
+		}
+		for received < sent {
+			receive()
+		}
+		if n := trips.n.Load(); n != total/window {
+			t.Errorf("%d round trips for %d commands in windows of %d, want %d", n, total, window, total/window)
+		}
+	})
+	t.Run("what was sent and not received when it closes is not sent", func(t *testing.T) {
+		c := getConn(t, newPool(t, nil))
+		if err := c.Send("SET", k+"dropped", "1"); err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if r, err := getConn(t, newPool(t, nil)).Do("EXISTS", k+"dropped"); r != int64(0) || err != nil {
+			t.Errorf("EXISTS: %v %v, want 0", r, err)
 		}
 	})
 	t.Run("a pipeline returns an error reply in its slot", func(t *testing.T) {
@@ -178,7 +220,7 @@ func TestPipelines(t *testing.T) {
 		}
 		rs := got.([]any)
 		exec := rs[4].([]any)
-		if string(rs[0].([]byte)) != "OK" || string(rs[1].([]byte)) != "QUEUED" || len(exec) != 3 {
+		if rs[0] != "OK" || rs[1] != "QUEUED" || len(exec) != 3 {
 			t.Fatalf("replies %#v", rs)
 		}
 		if _, ok := exec[1].(redigo.Error); !ok || string(exec[2].([]byte)) != "x" {
@@ -343,4 +385,38 @@ func TestNew(t *testing.T) {
 			t.Errorf("New(*redis.ClusterClient) = %T (want an rdb.ShardedPubSub), %v", p, err)
 		}
 	})
+}
+
+// roundTrips is a go-redis hook that counts the commands and pipelines with
+// an INCR a client (and the connections it lends) sends: their round trips
+// (those of a new connection's handshake aside).
+type roundTrips struct{ n atomic.Int64 }
+
+func hasIncr(cmds ...redis.Cmder) bool {
+	for _, c := range cmds {
+		if strings.EqualFold(c.Name(), "INCR") {
+			return true
+		}
+	}
+	return false
+}
+
+func (h *roundTrips) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *roundTrips) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if hasIncr(cmd) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if hasIncr(cmds...) {
+			h.n.Add(1)
+		}
+		return next(ctx, cmds)
+	}
 }

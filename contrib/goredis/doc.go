@@ -23,9 +23,17 @@
 //     failed connection stays failed, so a script whose reply was lost is
 //     never run a second time behind worqr's back. worqr decides what a lost
 //     reply means (a take or an end that may have been applied).
-//   - Replies read as redigo reads them: bulk and simple strings as []byte,
+//   - Replies read as redigo reads them (the adapter reads the reply's
+//     bytes itself): bulk strings as []byte, simple strings as string,
 //     integers as int64, arrays as []any, nil, and error replies as
 //     redis.Error (NOSCRIPT, MOVED, ASK, ...).
+//   - Pipelines: go-redis writes a pipeline and reads its replies in one
+//     go, so the commands Send queues leave at the first Receive or Do
+//     after them (Flush sends nothing itself), all in one round trip. A
+//     window of pipelined chunks (worqr's batch enqueue and load) costs a
+//     round trip per window, as with redigo, though a window is not sent
+//     while the one before it is read. What was sent and not received when
+//     the connection closes is not sent.
 //   - Pub/sub: a Worker's subscription is a go-redis PubSub on a connection
 //     of its own; on a Cluster the wake-ups and cancels go through sharded
 //     pub/sub (SSUBSCRIBE to each master).

@@ -56,7 +56,8 @@ func checkProtocol(p int) error {
 // as with redisconn.Sentinel: an end the old primary acknowledged may have
 // been lost on the way to the new one.
 type Pool struct {
-	c *redis.Client
+	c            *redis.Client
+	ctxDeadlines bool // the client's ContextTimeoutEnabled
 
 	mu       sync.Mutex
 	addr     string // the address the last connection reached
@@ -72,7 +73,7 @@ func NewPool(client *redis.Client) (*Pool, error) {
 	if err := checkProtocol(client.Options().Protocol); err != nil {
 		return nil, err
 	}
-	p := &Pool{c: client, switched: make(chan struct{})}
+	p := &Pool{c: client, ctxDeadlines: client.Options().ContextTimeoutEnabled, switched: make(chan struct{})}
 	if client.Options().Addr == "FailoverClient" {
 		client.AddHook(dialWatch{p.dialed})
 	}
@@ -82,14 +83,7 @@ func NewPool(client *redis.Client) (*Pool, error) {
 // GetContext returns a connection of the client's pool; it is taken at the
 // first command sent on it. Close gives it back.
 func (p *Pool) GetContext(ctx context.Context) (redigo.Conn, error) {
-	return &conn{open: p.c.Conn, subscribe: p.subscribe}, nil
-}
-
-func (p *Pool) subscribe(ctx context.Context, sharded bool, chs []string) (*redis.PubSub, error) {
-	if sharded {
-		return p.c.SSubscribe(ctx, chs...), nil
-	}
-	return p.c.Subscribe(ctx, chs...), nil
+	return &conn{node: p.c, ctxDeadlines: p.ctxDeadlines, subs: p.c, ssubs: p.c}, nil
 }
 
 // MaxActive is the client's PoolSize: the most connections it opens.
@@ -149,7 +143,9 @@ func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // listened to with sharded pub/sub (SSUBSCRIBE) on a connection to each
 // master, as with redisconn.Cluster.
 type Cluster struct {
-	c *redis.ClusterClient
+	c            *redis.ClusterClient
+	ctxDeadlines bool // the client's ContextTimeoutEnabled
+	runner       *clusterRunner
 }
 
 // NewCluster returns the pool of client. See New.
@@ -160,7 +156,9 @@ func NewCluster(client *redis.ClusterClient) (*Cluster, error) {
 	if err := checkProtocol(client.Options().Protocol); err != nil {
 		return nil, err
 	}
-	return &Cluster{c: client}, nil
+	p := &Cluster{c: client, ctxDeadlines: client.Options().ContextTimeoutEnabled}
+	p.runner = &clusterRunner{client, p}
+	return p, nil
 }
 
 // GetContext returns a connection to a master (for calls that touch no
@@ -176,12 +174,7 @@ func (p *Cluster) GetContextForTag(ctx context.Context, tag string) (redigo.Conn
 	if err != nil {
 		return nil, err
 	}
-	return &conn{open: node.Conn, cluster: &clusterRunner{p.c, p}, subscribe: func(ctx context.Context, sharded bool, chs []string) (*redis.PubSub, error) {
-		if sharded {
-			return node.SSubscribe(ctx, chs...), nil
-		}
-		return p.c.Subscribe(ctx, chs...), nil
-	}}, nil
+	return &conn{node: node, ctxDeadlines: p.ctxDeadlines, cluster: p.runner, subs: p.c, ssubs: node}, nil
 }
 
 // MasterOf returns the address of the master that serves hash tag tag's
@@ -205,12 +198,7 @@ func (p *Cluster) DialMaster(ctx context.Context, addr string) (redigo.Conn, err
 	}
 	for _, node := range masters {
 		if node.Options().Addr == addr {
-			return &conn{open: node.Conn, subscribe: func(ctx context.Context, sharded bool, chs []string) (*redis.PubSub, error) {
-				if sharded {
-					return node.SSubscribe(ctx, chs...), nil
-				}
-				return node.Subscribe(ctx, chs...), nil
-			}}, nil
+			return &conn{node: node, ctxDeadlines: p.ctxDeadlines, subs: node, ssubs: node}, nil
 		}
 	}
 	return nil, fmt.Errorf("goredis: no master at %s in the slot map", addr)
@@ -230,7 +218,7 @@ func (p *Cluster) EachMaster(ctx context.Context, f func(c redigo.Conn) error) e
 		return err
 	}
 	for _, node := range masters {
-		c := &conn{open: node.Conn}
+		c := &conn{node: node, ctxDeadlines: p.ctxDeadlines, subs: node, ssubs: node}
 		err := f(c)
 		c.Close()
 		if err != nil {

@@ -28,9 +28,11 @@ func (c *conn) pubsubSend(cmd string, a []any) error {
 	case "SUBSCRIBE", "SSUBSCRIBE":
 		sharded := strings.EqualFold(cmd, "SSUBSCRIBE")
 		if c.ps == nil {
-			ps, err := c.subscribe(ctx, sharded, chs)
-			if err != nil {
-				return err
+			var ps *redis.PubSub
+			if sharded {
+				ps = c.ssubs.SSubscribe(ctx, chs...)
+			} else {
+				ps = c.subs.Subscribe(ctx, chs...)
 			}
 			if c.sc != nil { // commands before the subscription: done
 				_ = c.sc.Close()
