@@ -317,12 +317,18 @@ func (c *conn) exec(ctx context.Context, until time.Time, cmds [][]any) ([]resul
 		rs, err := runRaw(ctx, c.sticky(), cmds)
 		if err != nil {
 			c.err = err
+			if c.cluster != nil && !errors.Is(err, context.Canceled) {
+				c.cluster.p.watch.soon() // the node may be gone
+			}
 			return nil, err
 		}
 		if c.cluster == nil {
 			return rs, nil
 		}
 		kind, addr := redirectOf(cmds, rs)
+		if kind == "MOVED" || kind == "CLUSTERDOWN" {
+			c.cluster.p.watch.soon() // the map changed, or is changing
+		}
 		switch kind {
 		case "MOVED":
 			c.cluster.ReloadState(ctx)

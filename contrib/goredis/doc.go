@@ -41,6 +41,12 @@
 //     (ClusterClient.MasterForKey); a call refused with MOVED, ASK, TRYAGAIN
 //     or CLUSTERDOWN ran nowhere and the ClusterClient sends it again where
 //     the slot is now.
+//   - Server switches: a worker releases what it holds when its pool's
+//     server changed, since an end the old one acknowledged may be lost.
+//     A Pool of a failover client sees the primary's address change; a
+//     Cluster reads the slot map itself (CLUSTER SHARDS) and counts a
+//     master that left it (a failover), and its MasterOf returns "" for
+//     the slots of a master that is down, as redisconn.Cluster's does.
 //
 // worqr never closes the client. This module is the only one of worqr's
 // that requires go-redis: the library itself uses redigo.

@@ -7,11 +7,11 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -142,13 +142,23 @@ func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 // ClusterOptions.MaxRedirects). The wake-up and cancel channels are
 // listened to with sharded pub/sub (SSUBSCRIBE) on a connection to each
 // master, as with redisconn.Cluster.
+//
+// A Cluster also reads the slot map itself (CLUSTER SHARDS), for what the
+// ClusterClient does not tell: which slots no master serves while one is
+// down (MasterOf returns ""), and when a master left the map (Switches,
+// Switched), as redisconn.Cluster does. The map is read when the Cluster
+// is made, by Refresh, soon after a call met MOVED, ASK, TRYAGAIN,
+// CLUSTERDOWN or a broken connection, and when one older than 30 s is
+// looked at.
 type Cluster struct {
 	c            *redis.ClusterClient
 	ctxDeadlines bool // the client's ContextTimeoutEnabled
 	runner       *clusterRunner
+	watch        *slotWatch
 }
 
-// NewCluster returns the pool of client. See New.
+// NewCluster returns the pool of client. See New. It reads the slot map in
+// the background.
 func NewCluster(client *redis.ClusterClient) (*Cluster, error) {
 	if client == nil {
 		return nil, errors.New("goredis: client is nil")
@@ -156,7 +166,7 @@ func NewCluster(client *redis.ClusterClient) (*Cluster, error) {
 	if err := checkProtocol(client.Options().Protocol); err != nil {
 		return nil, err
 	}
-	p := &Cluster{c: client, ctxDeadlines: client.Options().ContextTimeoutEnabled}
+	p := &Cluster{c: client, ctxDeadlines: client.Options().ContextTimeoutEnabled, watch: newSlotWatch(client)}
 	p.runner = &clusterRunner{client, p}
 	return p, nil
 }
@@ -172,21 +182,31 @@ func (p *Cluster) GetContext(ctx context.Context) (redigo.Conn, error) {
 func (p *Cluster) GetContextForTag(ctx context.Context, tag string) (redigo.Conn, error) {
 	node, err := p.c.MasterForKey(ctx, "{"+tag+"}")
 	if err != nil {
+		p.watch.soon()
 		return nil, err
 	}
 	return &conn{node: node, ctxDeadlines: p.ctxDeadlines, cluster: p.runner, subs: p.c, ssubs: node}, nil
 }
 
 // MasterOf returns the address of the master that serves hash tag tag's
-// slot, as the client's slot map says.
-func (p *Cluster) MasterOf(tag string) string {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	node, err := p.c.MasterForKey(ctx, "{"+tag+"}")
-	if err != nil {
-		return ""
-	}
-	return node.Options().Addr
+// slot, as last read: "" while no master serves it (its master is down
+// and no replica took over), or before the first read answered.
+func (p *Cluster) MasterOf(tag string) string { return p.watch.masterOf(cluster.TagSlot(tag)) }
+
+// Switches returns how many times a master left the slot map (a failover,
+// or its last slot moved away). A worker on the pool that sees it change
+// puts back the takings it holds and does not run: an end the dead master
+// acknowledged may never have reached its replica.
+func (p *Cluster) Switches() uint64 {
+	p.watch.checkAge(p.watch.m.Load())
+	return p.watch.switches.Load()
+}
+
+// Switched returns a channel closed at the next switch.
+func (p *Cluster) Switched() <-chan struct{} {
+	p.watch.mu.Lock()
+	defer p.watch.mu.Unlock()
+	return p.watch.switched
 }
 
 // DialMaster returns a connection to the master at addr (as MasterOf
@@ -204,12 +224,9 @@ func (p *Cluster) DialMaster(ctx context.Context, addr string) (redigo.Conn, err
 	return nil, fmt.Errorf("goredis: no master at %s in the slot map", addr)
 }
 
-// Refresh asks the client to read the slot map again (it does so in the
-// background).
-func (p *Cluster) Refresh(ctx context.Context) error {
-	p.c.ReloadState(ctx)
-	return nil
-}
+// Refresh reads the slot map again, the ClusterClient's and the Cluster's
+// own.
+func (p *Cluster) Refresh(ctx context.Context) error { return p.watch.refresh(ctx) }
 
 // EachMaster calls f with a connection to each master in turn.
 func (p *Cluster) EachMaster(ctx context.Context, f func(c redigo.Conn) error) error {

@@ -47,10 +47,28 @@ func needCluster(t *testing.T) worqr.ConnGetter {
 	if clErr != nil {
 		t.Fatalf("starting the cluster: %v", clErr)
 	}
+	return clusterPool(t, cl.Addrs()[:1])
+}
+
+// clusterConns is what the tests use of a pool on a cluster.
+type clusterConns interface {
+	rdb.ShardedPubSub
+	rdb.SwitchNotifier
+}
+
+// clusterPool returns a pool on the cluster of seeds: a redisconn.Cluster
+// (closed at cleanup), or the one redistest.Serve.Cluster makes (another
+// client under test).
+func clusterPool(t *testing.T, seeds []string) clusterConns {
+	t.Helper()
 	if redistest.Serve.Cluster != nil {
-		return redistest.Serve.Cluster(t, cl.Addrs()[:1])
+		p, ok := redistest.Serve.Cluster(t, seeds).(clusterConns)
+		if !ok {
+			t.Fatalf("the cluster pool under test (%T) lacks MasterOf, DialMaster, Refresh or Switched", p)
+		}
+		return p
 	}
-	p, err := redisconn.NewCluster(cl.Addrs()[:1], nil)
+	p, err := redisconn.NewCluster(seeds, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func replicaCaughtUp(ctx context.Context, mc redis.Conn, addr string) error {
 // a live master when the queue's master is killed), with that master and its
 // replica. ctx ends after timeout.
 func failoverSetup(t *testing.T, timeout time.Duration, prefix string) (rc *redistest.ReplicaCluster, ctx context.Context,
-	pool *redisconn.Cluster, ns, q string, master, replica *redistest.Server) {
+	pool clusterConns, ns, q string, master, replica *redistest.Server) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("short mode")
@@ -258,11 +258,7 @@ func failoverSetup(t *testing.T, timeout time.Duration, prefix string) (rc *redi
 	t.Cleanup(rc.Stop)
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	t.Cleanup(cancel)
-	pool, err = redisconn.NewCluster(rc.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pool.Close() })
+	pool = clusterPool(t, rc.Addrs())
 	reg, err := rc.NodeOf(ctx, cluster.TagSlot("reg"))
 	if err != nil {
 		t.Fatal(err)

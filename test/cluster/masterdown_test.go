@@ -12,7 +12,6 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -122,11 +121,7 @@ func TestOneMasterDownFlagsOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	own, dead, qDead, qLive := masterDown(t, ctx, "down-")
-	pool, err := redisconn.NewCluster(own.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := clusterPool(t, own.Addrs())
 	ns := redistest.Namespace()
 	ran := make(chan string, 16)
 	h := worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
@@ -190,11 +185,7 @@ func TestOneMasterDownWakeUpsOfTheOthers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	own, dead, qDead, qLive := masterDown(t, ctx, "downw-")
-	pool, err := redisconn.NewCluster(own.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := clusterPool(t, own.Addrs())
 	ns := redistest.Namespace()
 	ran := make(chan string, 16)
 	stopped := make(chan error, 1)

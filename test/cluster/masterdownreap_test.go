@@ -13,7 +13,6 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/recovery"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -38,11 +37,7 @@ func TestOneMasterDownRecoveryOfTheOthers(t *testing.T) {
 			deadQueues = append(deadQueues, rdb.Standalone(name))
 		}
 	}
-	pool, err := redisconn.NewCluster(own.Addrs(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := clusterPool(t, own.Addrs())
 	ns := redistest.Namespace()
 	st := rdb.NewStore(pool, ns)
 	// A live worker made the dead master's queues known.

@@ -11,7 +11,6 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -64,11 +63,7 @@ func TestShardedWakeUpAfterFailover(t *testing.T) {
 	}
 	defer replica.Stop()
 
-	pool, err := redisconn.NewCluster(own.Addrs()[1:2], nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	pool := clusterPool(t, own.Addrs()[1:2])
 	ns := redistest.Namespace()
 	qk := rdb.NewStore(pool, ns).Queue(rdb.Standalone(q))
 	ran := make(chan string, 4)
