@@ -391,7 +391,7 @@ func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 		return p, func() { p.Close() }, nil
 	}
 	if c.cluster != "" {
-		p, err := redisconn.NewCluster(c.seeds(), c.poolOptions())
+		p, closePool, err := openCluster(c.seeds(), c.poolOptions())
 		if err != nil {
 			var ie *worqr.InvalidError
 			if errors.As(err, &ie) {
@@ -399,7 +399,7 @@ func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 			}
 			return nil, nil, fmt.Errorf("cannot reach %s: %w", c.where(), err)
 		}
-		return p, func() { p.Close() }, nil
+		return p, closePool, nil
 	}
 	p, err := newPool(c.redisURL, c.poolOptions())
 	if err != nil {

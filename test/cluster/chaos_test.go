@@ -348,7 +348,9 @@ var (
 	exampleErr  error
 )
 
-// buildExample builds cmd/worqr-example once per test binary.
+// buildExample builds cmd/worqr-example once per test binary, with the
+// go build -overlay file WORQR_EXAMPLE_OVERLAY names when it is set
+// (contrib/goredis/suite sets it: the workers then run on go-redis).
 func buildExample(t *testing.T) string {
 	t.Helper()
 	exampleOnce.Do(func() {
@@ -358,7 +360,12 @@ func buildExample(t *testing.T) string {
 			return
 		}
 		exampleBin = filepath.Join(dir, "worqr-example")
-		out, err := exec.Command("go", "build", "-o", exampleBin, "github.com/worqr/worqr-go/cmd/worqr-example").CombinedOutput()
+		args := []string{"build", "-o", exampleBin}
+		if ov := os.Getenv("WORQR_EXAMPLE_OVERLAY"); ov != "" {
+			args = append(args, "-overlay", ov)
+		}
+		args = append(args, "github.com/worqr/worqr-go/cmd/worqr-example")
+		out, err := exec.Command("go", args...).CombinedOutput()
 		if err != nil {
 			exampleErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
