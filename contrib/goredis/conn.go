@@ -322,6 +322,14 @@ func (c *conn) exec(ctx context.Context, until time.Time, cmds [][]any) ([]resul
 			}
 			return nil, err
 		}
+		if readOnly(rs) {
+			// The node is a replica now: dial again (a failover client
+			// asks the sentinels where the primary is).
+			c.discard()
+			if c.cluster != nil {
+				c.cluster.p.watch.soon()
+			}
+		}
 		if c.cluster == nil {
 			return rs, nil
 		}
@@ -352,6 +360,40 @@ func (c *conn) exec(ctx context.Context, until time.Time, cmds [][]any) ([]resul
 			return rs, nil
 		}
 	}
+}
+
+// readOnly reports a READONLY reply among rs.
+func readOnly(rs []result) bool {
+	for _, r := range rs {
+		if r.err != nil && strings.HasPrefix(r.err.Error(), "READONLY ") {
+			return true
+		}
+	}
+	return false
+}
+
+// discard gives the go-redis connection back to be closed rather than
+// reused, as go-redis itself does after a READONLY reply it reads (the
+// adapter reads replies raw, so go-redis does not see it). go-redis has no
+// call for it, but drops a connection after a command fails otherwise than
+// by a Redis reply: discard runs one that fails before any byte of it is
+// written (an argument that does not marshal), so nothing is sent. A hook
+// on the client sees it as a failed PING.
+func (c *conn) discard() {
+	if c.sc == nil {
+		return
+	}
+	ctx := context.Background()
+	_ = c.sc.Process(ctx, redis.NewCmd(ctx, "PING", unsendable{}))
+	_ = c.sc.Close()
+	c.sc = nil
+}
+
+// unsendable is an argument go-redis cannot write.
+type unsendable struct{}
+
+func (unsendable) MarshalBinary() ([]byte, error) {
+	return nil, errors.New("goredis: the connection is dropped")
 }
 
 // runCluster runs cmds through the ClusterClient (see exec); a connection

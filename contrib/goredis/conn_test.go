@@ -420,3 +420,56 @@ func (h *roundTrips) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 		return next(ctx, cmds)
 	}
 }
+
+// TestReadOnlyReplyDropsTheConnection: a READONLY reply (the node is a
+// replica now, after a failover) makes the connection be closed rather
+// than go back to go-redis's pool, as go-redis does when it reads one
+// itself: a failover client then dials again, asking the sentinels for
+// the primary.
+func TestReadOnlyReplyDropsTheConnection(t *testing.T) {
+	ctx := context.Background()
+	replica, err := redistest.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(replica.Stop)
+	o, err := redis.ParseURL(replica.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.Protocol = 2
+	client := redis.NewClient(o)
+	defer client.Close()
+	// A replica of a primary nobody serves: it refuses writes.
+	if err := client.Do(ctx, "REPLICAOF", "127.0.0.1", "1").Err(); err != nil {
+		t.Fatal(err)
+	}
+	p, err := goredis.NewPool(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := redistest.Namespace() + ":{t}:ro"
+	t.Run("a read keeps it", func(t *testing.T) {
+		c := getConn(t, p)
+		if _, err := c.Do("GET", k); err != nil {
+			t.Fatal(err)
+		}
+		c.Close()
+		if n := client.PoolStats().TotalConns; n != 1 {
+			t.Errorf("%d connections in the pool, want 1", n)
+		}
+	})
+	t.Run("READONLY drops it", func(t *testing.T) {
+		c := getConn(t, p)
+		_, err := c.Do("SET", k, "v")
+		if err == nil || !strings.HasPrefix(err.Error(), "READONLY") {
+			t.Fatalf("SET on a replica: %v", err)
+		}
+		if n := client.PoolStats().TotalConns; n != 0 {
+			t.Errorf("%d connections in the pool, want 0", n)
+		}
+		if _, err := c.Do("GET", k); err != nil { // on a new connection
+			t.Errorf("the next command on the connection: %v", err)
+		}
+	})
+}
