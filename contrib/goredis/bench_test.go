@@ -6,9 +6,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	redigo "github.com/gomodule/redigo/redis"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/worqr/worqr-go/contrib/goredis"
 	"github.com/worqr/worqr-go/internal/redistest"
@@ -18,7 +21,9 @@ import (
 // BenchmarkClients runs worqr's enqueue and drain benchmarks (as in
 // worqr/bench_test.go) on a redigo pool and on a go-redis client, against
 // the same Redis in the same run: time, Redis commands (INFO
-// commandstats, those run by scripts included) and Redis CPU per task.
+// commandstats, those run by scripts included), Redis CPU and the test
+// process's CPU (user + sys: the client's work, which waits on nothing
+// else and so varies less than time on a busy machine) per task.
 func BenchmarkClients(b *testing.B) {
 	admin := srv.Pool()
 	defer admin.Close()
@@ -56,7 +61,7 @@ func enqueueParallel(b *testing.B, admin *redigo.Pool, pool worqr.ConnGetter, go
 		b.Fatal(err)
 	}
 	ctx := context.Background()
-	before, cpu := commands(b, admin), redisCPU(b, admin)
+	before, cpu, own := commands(b, admin), redisCPU(b, admin), processCPU()
 	var next atomic.Int64
 	b.ResetTimer()
 	var wg sync.WaitGroup
@@ -75,6 +80,7 @@ func enqueueParallel(b *testing.B, admin *redigo.Pool, pool worqr.ConnGetter, go
 	wg.Wait()
 	cl.Flush() // the events of the enqueues count too
 	b.StopTimer()
+	b.ReportMetric((processCPU()-own)/float64(b.N), "client-µs/op")
 	b.ReportMetric(float64(commands(b, admin)-before)/float64(b.N), "cmds/op")
 	b.ReportMetric((redisCPU(b, admin)-cpu)/float64(b.N), "redis-µs/op")
 }
@@ -110,7 +116,7 @@ func drain(b *testing.B, admin *redigo.Pool, pool worqr.ConnGetter, concurrency 
 	if err != nil {
 		b.Fatal(err)
 	}
-	before, cpu := commands(b, admin), redisCPU(b, admin)
+	before, cpu, own := commands(b, admin), redisCPU(b, admin), processCPU()
 	b.ResetTimer()
 	if err := w.Start(ctx); err != nil {
 		b.Fatal(err)
@@ -118,6 +124,7 @@ func drain(b *testing.B, admin *redigo.Pool, pool worqr.ConnGetter, concurrency 
 	<-all
 	_ = w.Stop(ctx) // its last ends and events count too
 	b.StopTimer()
+	b.ReportMetric((processCPU()-own)/float64(b.N), "client-µs/op")
 	b.ReportMetric(float64(commands(b, admin)-before)/float64(b.N), "cmds/op")
 	b.ReportMetric((redisCPU(b, admin)-cpu)/float64(b.N), "redis-µs/op")
 	cl.Flush()
@@ -135,6 +142,16 @@ func commands(b *testing.B, admin *redigo.Pool) int64 {
 		n, _ := strconv.ParseFloat(line[i+6:i+j], 64)
 		return n, true
 	})
+}
+
+// processCPU returns the CPU time (user + sys) of this process so far, in
+// microseconds.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e3
 }
 
 // redisCPU returns Redis's CPU time (user + sys) in microseconds.
@@ -164,4 +181,52 @@ func infoSum(b *testing.B, admin *redigo.Pool, section string, of func(string) (
 		}
 	}
 	return int64(total)
+}
+
+// BenchmarkCall runs one script call (EVALSHA, a reply of 3 values, one
+// an array) through a redigo pool's connection, through the adapter's,
+// and through go-redis alone (client.Conn, one Cmd, Close): what each costs
+// per worqr call, allocations included (-benchmem).
+func BenchmarkCall(b *testing.B) {
+	ctx := context.Background()
+	rp := srv.Pool()
+	defer rp.Close()
+	c0 := rp.Get()
+	sha, err := redigo.String(c0.Do("SCRIPT", "LOAD", "return {ARGV[1], 42, {ARGV[2], ARGV[3]}}"))
+	c0.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	args := []any{sha, 1, redistest.Namespace() + ":{bench}:x", strings.Repeat("a", 64), []byte(strings.Repeat("b", 28)), int64(12345)}
+	call := func(b *testing.B, pool worqr.ConnGetter) {
+		for i := 0; i < b.N; i++ {
+			c, err := pool.GetContext(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := c.(redigo.ConnWithTimeout).DoWithTimeout(time.Second, "EVALSHA", args...); err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	}
+	b.Run("redigo", func(b *testing.B) { call(b, rp) })
+	client := newClient(b, nil)
+	b.Run("goredis", func(b *testing.B) {
+		p, err := goredis.NewPool(client)
+		if err != nil {
+			b.Fatal(err)
+		}
+		call(b, p)
+	})
+	b.Run("goredis-alone", func(b *testing.B) {
+		full := append([]any{"EVALSHA"}, args...)
+		for i := 0; i < b.N; i++ {
+			c := client.Conn()
+			if err := c.Process(ctx, redis.NewCmd(ctx, full...)); err != nil {
+				b.Fatal(err)
+			}
+			c.Close()
+		}
+	})
 }
