@@ -88,15 +88,7 @@ func (s *Store) fillFair(ctx context.Context, q QueueKeys, ks []FairKey, states 
 // from cursor (next is 0 after the last page), about count keys, each with
 // its state, policy and waiting ids.
 func (s *Store) FairKeys(ctx context.Context, q QueueKeys, cursor uint64, count int) ([]FairKey, uint64, error) {
-	vals, err := redis.Values(s.cmd(ctx, q.Ref.Tag, "HSCAN", q.FairState, cursor, "MATCH", "s:*", "COUNT", max(count, 1)))
-	if err != nil {
-		return nil, 0, err
-	}
-	nextS, kv, err := scanReply(vals)
-	if err != nil {
-		return nil, 0, err
-	}
-	next, err := strconv.ParseUint(nextS, 10, 64)
+	kv, next, err := s.hscanPage(ctx, q.Ref.Tag, q.FairState, cursor, count, "MATCH", "s:*")
 	if err != nil {
 		return nil, 0, err
 	}

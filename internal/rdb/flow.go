@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/gomodule/redigo/redis"
@@ -335,6 +336,26 @@ func scanStep(r []any, m map[string]string, sc *runScanner) (string, error) {
 // scanReply reads the reply of a SCAN, SSCAN or HSCAN: the next cursor
 // ("0" after the last step) and the elements (field, value pairs for
 // HSCAN).
+// hscanPage runs one HSCAN step of hash key (on tag's connection) from
+// cursor, with extra arguments (MATCH ...), and returns its field/value
+// pairs and the next cursor (0 after the last page).
+func (s *Store) hscanPage(ctx context.Context, tag, key string, cursor uint64, count int, extra ...any) ([]string, uint64, error) {
+	args := append([]any{key, cursor}, extra...)
+	vals, err := redis.Values(s.cmd(ctx, tag, "HSCAN", append(args, "COUNT", max(count, 1))...))
+	if err != nil {
+		return nil, 0, err
+	}
+	nextS, kv, err := scanReply(vals)
+	if err != nil {
+		return nil, 0, err
+	}
+	next, err := strconv.ParseUint(nextS, 10, 64)
+	if err != nil {
+		return nil, 0, err
+	}
+	return kv, next, nil
+}
+
 func scanReply(r []any) (string, []string, error) {
 	if len(r) != 2 {
 		return "", nil, fmt.Errorf("rdb: scan: reply of %d values", len(r))

@@ -383,15 +383,7 @@ func (k KeyState) Blocked() bool { return k.HeadState == StateDead }
 // Keys returns one page of the keys of q that have tasks (HSCAN from
 // cursor; next is 0 after the last page) and their states.
 func (s *Store) Keys(ctx context.Context, q QueueKeys, cursor uint64, count int) ([]KeyState, uint64, error) {
-	vals, err := redis.Values(s.cmd(ctx, q.Ref.Tag, "HSCAN", q.KeyHeads, cursor, "COUNT", max(count, 1)))
-	if err != nil {
-		return nil, 0, err
-	}
-	nextS, kv, err := scanReply(vals)
-	if err != nil {
-		return nil, 0, err
-	}
-	next, err := strconv.ParseUint(nextS, 10, 64)
+	kv, next, err := s.hscanPage(ctx, q.Ref.Tag, q.KeyHeads, cursor, count)
 	if err != nil {
 		return nil, 0, err
 	}
