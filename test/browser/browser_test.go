@@ -622,4 +622,17 @@ func TestOverviewShowsStuckWork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The queue's own page shows both too.
+	var behind, oldest string
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/queue?name=orders"),
+		chromedp.Text("#q-behind", &behind, chromedp.ByQuery, chromedp.NodeVisible),
+		chromedp.Text("#q-oldest", &oldest, chromedp.ByQuery, chromedp.NodeVisible)); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(behind) != "3 behind keys" {
+		t.Errorf("queue page: %q, want 3 behind keys", behind)
+	}
+	if !regexp.MustCompile(`^oldest active [0-9.]+(ms|s)$`).MatchString(strings.TrimSpace(oldest)) {
+		t.Errorf("queue page: %q, want the oldest active task's running time", oldest)
+	}
 }
