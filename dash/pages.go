@@ -21,7 +21,7 @@ import (
 
 	"github.com/worqr/worqr-go/internal/rdb"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/worqr"
 )

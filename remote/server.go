@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/heartbeat"
 	"github.com/worqr/worqr-go/internal/engine"

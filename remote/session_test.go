@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 )
 
 const allowed = " (allowed: A-Z a-z 0-9 _ - .)"

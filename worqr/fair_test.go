@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gomodule/redigo/redis"
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"

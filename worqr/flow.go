@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/rs/xid"
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 )
 
 // The outcomes the history counts (the fields of Throughput).

@@ -7,7 +7,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/rs/xid"
 

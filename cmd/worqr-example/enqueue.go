@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/worqr"
 )

@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/gomodule/redigo/redis"
 	"go.uber.org/zap"

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/worqr"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/worqr/worqr-go/worqr"
 )

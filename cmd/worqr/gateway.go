@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/spf13/cobra"
 

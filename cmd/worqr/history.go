@@ -6,7 +6,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/spf13/cobra"
 

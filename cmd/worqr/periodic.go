@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/spf13/cobra"
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/term"

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	"github.com/gomodule/redigo/redis"
 	. "github.com/onsi/ginkgo/v2"

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/worqr/worqr-go/internal/defaults"
+	"github.com/worqr/worqr-go/defaults"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"

@@ -1,7 +1,9 @@
 // Package defaults holds the defaults and bounds of worqr's configuration
-// and inputs that more than one of worqr's packages needs (the library,
-// the remote sessions, the consumer, the CLI and the example binary).
-// The public documentation of each is on the field or call it applies to.
+// and inputs, for tools that show them or check a value before a call
+// (worqr's CLI and example binary do). A program rarely needs it: a zero
+// field takes its default, and a value out of bounds is refused with an
+// InvalidError that names the bound. Each is documented on the field or
+// call it applies to, in package worqr.
 package defaults
 
 import (
