@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -95,4 +96,33 @@ func TestMiddlewareGivesThePayloadBackAndRecordsPanics(t *testing.T) {
 	if len(ended) != 1 || ended[0].Status().Code != codes.Error || ended[0].Status().Description != "panic: kaput" {
 		t.Fatalf("spans %v: want one ended with status Error panic: kaput", ended)
 	}
+}
+
+// OldEnvelope is wrap, for the tests of the package outside.
+var OldEnvelope = wrap
+
+// wrap returns payload in the envelope an earlier version of Enqueue
+// put around it, holding the span context of ctx (payload itself when ctx
+// holds no valid span context).
+func wrap(ctx context.Context, payload []byte) []byte {
+	c := propagation.MapCarrier{}
+	prop.Inject(ctx, c)
+	tp := c.Get("traceparent")
+	if tp == "" {
+		return payload
+	}
+	ts := c.Get("tracestate")
+	n := len(mark) + len(tp) + 1 + len(payload)
+	if ts != "" {
+		n += 1 + len(ts)
+	}
+	out := make([]byte, 0, n)
+	out = append(out, mark...)
+	out = append(out, tp...)
+	if ts != "" {
+		out = append(out, '\n')
+		out = append(out, ts...)
+	}
+	out = append(out, 0)
+	return append(out, payload...)
 }

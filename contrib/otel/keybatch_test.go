@@ -10,13 +10,21 @@ import (
 	"github.com/worqr/worqr-go/worqr"
 )
 
-// A queue with KeyBatch: the tracing middleware unwraps every task of the
-// batch, not only its head: the others reached the BatchHandler still in
-// their trace envelope (found by an audit).
+// A queue with KeyBatch: every task of the batch reaches the BatchHandler
+// with its payload as enqueued, those of an earlier version (in a trace
+// envelope) too, not only the batch's head.
 func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "enqueued now", true: "enqueued by an earlier version"}[old], func(t *testing.T) {
+			testKeyBatchPayloads(t, old)
+		})
+	}
+}
+
+func testKeyBatchPayloads(t *testing.T, old bool) {
 	e := setup(t)
 	ctx := context.Background()
-	enqueueABC(ctx, t, e)
+	enqueueABC(ctx, t, e, old)
 	var mu sync.Mutex
 	var got [][]string
 	handled := make(chan int, 10) // the size of each batch handled
@@ -51,12 +59,20 @@ func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
 	}
 }
 
-// The same with HandleBatchOf: the envelopes did not decode, and the
-// batch's head went dead.
+// The same with HandleBatchOf: every payload decodes (an envelope left
+// on would send the batch's head to the dead set).
 func TestKeyBatchTypedRuns(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "enqueued now", true: "enqueued by an earlier version"}[old], func(t *testing.T) {
+			testKeyBatchTyped(t, old)
+		})
+	}
+}
+
+func testKeyBatchTyped(t *testing.T, old bool) {
 	e := setup(t)
 	ctx := context.Background()
-	enqueueABC(ctx, t, e)
+	enqueueABC(ctx, t, e, old)
 	var mu sync.Mutex
 	var done []string
 	// Each batch attempt, decoded or not, says how it ended (one attempt:
@@ -105,12 +121,27 @@ wait: // until the 3 are done, an attempt failed, or 10 s passed: checked below
 	}
 }
 
-// enqueueABC enqueues "a", "b" and "c" under key k of queue kb, traced.
-func enqueueABC(ctx context.Context, t *testing.T, e *env) {
+// enqueueABC enqueues "a", "b" and "c" under key k of queue kb, traced,
+// or (old) each in the envelope an earlier version put around it.
+func enqueueABC(ctx context.Context, t *testing.T, e *env, old bool) {
 	t.Helper()
 	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
-		if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+		var err error
+		if old {
+			_, err = e.client.Enqueue(ctx, "kb", otelworqr.OldEnvelope(traced(e), []byte(p)), &worqr.EnqueueOpts{Key: "k"})
+		} else {
+			_, err = otelworqr.Enqueue(ctx, e.client, e.in, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp)
+		}
+		if err != nil {
 			t.Fatal(err)
 		}
 	}
+}
+
+// traced returns a context holding a span of e's tracer (ended at once:
+// only its context is used).
+func traced(e *env) context.Context {
+	ctx, span := e.tp.Tracer("test").Start(context.Background(), "producer")
+	span.End()
+	return ctx
 }

@@ -13,20 +13,23 @@
 // Task.Meta and runs the handler in a "<queue> process" span (kind
 // Consumer).
 //
-// A task of an ordered queue (EnqueueOpts.Key) is the exception: a task
-// may merge the payloads of several enqueues (KeyPolicy.Merge), each with
-// its own span context, and holds one metadata, so the context of a keyed
-// enqueue still travels in a small envelope around the payload:
+// A keyed task (EnqueueOpts.Key) carries it the same way. A task of an
+// ordered queue that merges (KeyPolicy.Merge) keeps the metadata of the
+// enqueue that created it: its consumer span is a child of that enqueue's
+// producer span; the producer spans of the enqueues merged into it later
+// end without a consumer span linked to them. A task's type
+// (worqr.EnqueueOpts.Type) is a tag in front of the payload, which a
+// worqr.Mux reads whether Middleware wraps it or the Mux's handlers.
+//
+// Tasks enqueued by an earlier version of this package carry their span
+// context in an envelope around the payload:
 //
 //	"\x00wqh:" + traceparent [+ "\n" + tracestate] + "\x00" + payload
 //
-// which Middleware removes before the handler runs. A task's type
-// (worqr.EnqueueOpts.Type) is a tag the client puts in front of the
-// envelope: a worqr.Mux routes the task whether Middleware wraps it (the
-// envelope is found behind the tag, and the Mux gets the tag and the
-// payload) or wraps the Mux's handlers (the Mux takes the tag off first). Tasks enqueued with an
-// envelope by an earlier version of this package are read the same way,
-// so a rolling upgrade keeps their traces.
+// (behind the type's tag, or in front of it). Middleware reads the
+// context from it and hands the handler the payload without it, for a
+// merged task's payloads too (each enveloped one links the span to its
+// producer), so a rolling upgrade keeps their traces; Unwrap removes it.
 //
 // The consumer span is a child of the producer span and also links to it.
 // The OpenTelemetry messaging conventions ask for the link; a worqr task is
@@ -38,9 +41,7 @@
 //
 // The trace context adds about 60 bytes (more with a tracestate) to the
 // task's metadata, counted against worqr.MaxMetaBytes with the caller's
-// own. The envelope of a keyed task adds as much to its payload, counted
-// against Config.MaxPayloadBytes, and is what Inspector.Task and the
-// operator tools show as its payload; Unwrap removes it.
+// own; the payload is stored as given.
 //
 // Flow runs are traced as one trace. StartRun starts a "<flow> send" span
 // (kind Producer) and stores its context with the run, in the run's
@@ -109,44 +110,14 @@ func tracer(tp trace.TracerProvider) trace.Tracer {
 	return tp.Tracer(ScopeName)
 }
 
-// wrap returns payload in an envelope holding the span context of ctx, or
-// payload itself when ctx holds no valid span context.
-func wrap(ctx context.Context, payload []byte) []byte {
-	c := propagation.MapCarrier{}
-	prop.Inject(ctx, c)
-	tp := c.Get("traceparent")
-	if tp == "" {
-		return payload
-	}
-	ts := c.Get("tracestate")
-	n := len(mark) + len(tp) + 1 + len(payload)
-	if ts != "" {
-		n += 1 + len(ts)
-	}
-	out := make([]byte, 0, n)
-	out = append(out, mark...)
-	out = append(out, tp...)
-	if ts != "" {
-		out = append(out, '\n')
-		out = append(out, ts...)
-	}
-	out = append(out, 0)
-	return append(out, payload...)
-}
-
-// carry stores the span context of ctx with an enqueue: in a copy of opts
-// whose Meta holds it beside the caller's own (traceparent, tracestate),
-// or, for a task of an ordered queue (opts.Key: merged tasks hold one
-// metadata for several enqueues), in an envelope around payload. Without a
-// valid span context in ctx, payload and opts are returned as they are.
-func carry(ctx context.Context, payload []byte, opts *worqr.EnqueueOpts) ([]byte, *worqr.EnqueueOpts) {
-	if opts != nil && opts.Key != "" {
-		return wrap(ctx, payload), opts
-	}
+// carry stores the span context of ctx with an enqueue, in a copy of opts
+// whose Meta holds it beside the caller's own (traceparent, tracestate).
+// Without a valid span context in ctx, opts is returned as it is.
+func carry(ctx context.Context, opts *worqr.EnqueueOpts) *worqr.EnqueueOpts {
 	c := propagation.MapCarrier{}
 	prop.Inject(ctx, c)
 	if c.Get("traceparent") == "" {
-		return payload, opts
+		return opts
 	}
 	var o worqr.EnqueueOpts
 	if opts != nil {
@@ -162,7 +133,7 @@ func carry(ctx context.Context, payload []byte, opts *worqr.EnqueueOpts) ([]byte
 		meta[k] = v
 	}
 	o.Meta = meta
-	return payload, &o
+	return &o
 }
 
 // split returns the carrier and the payload out of the envelope of an
@@ -233,11 +204,11 @@ func Enqueue(ctx context.Context, client *worqr.Client, in *worqr.Inspector, que
 	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(sendAttrs(queue)...))
 	defer span.End()
-	payload, opts = carry(ctx, payload, opts)
+	opts = carry(ctx, opts)
 	id, err := client.Enqueue(ctx, queue, payload, opts)
 	if err != nil && errors.Is(err, worqr.ErrDuplicate) && opts != nil && opts.ID != "" && in != nil {
-		// An id goes without Key: payload has no envelope. The task of an
-		// earlier version has its type's tag inside its envelope.
+		// The task of an earlier version has its type's tag inside its
+		// envelope.
 		if info, ierr := in.Task(ctx, queue, opts.ID); ierr == nil && bytes.Equal(untyped(Unwrap(info.Payload), opts.Type), payload) {
 			id, err = opts.ID, nil
 		}
@@ -257,15 +228,7 @@ func EnqueueBatch(ctx context.Context, client *worqr.Client, queue string, paylo
 	ctx, span := tracer(tp).Start(ctx, queue+" send", trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(append(sendAttrs(queue), semconv.MessagingBatchMessageCount(len(payloads)))...))
 	defer span.End()
-	if opts != nil && opts.Key != "" {
-		wrapped := make([][]byte, len(payloads))
-		for i, p := range payloads {
-			wrapped[i] = wrap(ctx, p)
-		}
-		payloads = wrapped
-	} else {
-		_, opts = carry(ctx, nil, opts)
-	}
+	opts = carry(ctx, opts)
 	ids, err := client.EnqueueBatch(ctx, queue, payloads, opts)
 	if err != nil {
 		fail(span, err)
@@ -292,20 +255,19 @@ func fail(span trace.Span, err error) {
 // span ("<queue> process") of tp (the global TracerProvider when nil),
 // child of and linked to the producer span stored by Enqueue, read from
 // the task's metadata (Task.Meta; for a flow child: the span of the stage
-// that fanned it out, see StageMiddleware) or from the envelope around
-// the payload (a keyed task, or one enqueued by an earlier version), and
-// hands the handler the payload without the envelope. A handler's error is recorded
+// that fanned it out, see StageMiddleware) or, for a task enqueued by an
+// earlier version of this package, from the envelope around its payload,
+// which the handler gets without it. A handler's error is recorded
 // on the span and sets its status to Error; worqr.ErrGiveBack does not (the
 // span gets worqr.gave_back=true instead). A panic is recorded too, and
 // goes on up to the worker; a handler that ends its goroutine with
 // runtime.Goexit records worqr.ErrHandlerExited, as the worker does.
 //
-// A task of an ordered queue that merges (KeyPolicy.Merge) holds one
+// A merged task (KeyPolicy.Merge) of an earlier version holds one
 // envelope per enqueue merged into it: the handler gets Task.Payloads out
 // of their envelopes, equal payloads once (the first, as the merge keeps
 // them; Task.Payload the last left), and the span links to the producer
-// span of each. In Redis the envelopes differ, so every traced enqueue
-// counts against the most distinct payloads a task gathers (100).
+// span of each.
 //
 // Put it first in WorkerConfig.Middleware, so that the middleware after it
 // sees the span in the context and the payload as enqueued.

@@ -290,9 +290,9 @@ func TestFailingHandlerMarksSpanError(t *testing.T) {
 
 // A typed task (EnqueueOpts.Type) enqueued traced reaches the handler of
 // its type with its payload as given and its span a child of the
-// producer's, with or without a Key (whose context travels in an envelope
-// around the payload), whether Middleware wraps the Mux or the Mux's
-// handler.
+// producer's, with or without a Key (the context in its metadata either
+// way, the payload stored as given), whether Middleware wraps the Mux or
+// the Mux's handler.
 func TestTypedTasksAreTraced(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
@@ -315,9 +315,8 @@ func TestTypedTasksAreTraced(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			// The type's tag in front, a keyed task's envelope behind it.
-			if want := "\x00wqt:greet\x00hi"; string(otelworqr.Unwrap(info.Payload)) != want {
-				t.Errorf("stored payload %q, want %q out of its envelope", info.Payload, want)
+			if want := "\x00wqt:greet\x00hi"; string(info.Payload) != want || info.Meta["traceparent"] == "" {
+				t.Errorf("stored payload %q, meta %v; want %q and the span context in the metadata", info.Payload, info.Meta, want)
 			}
 			ch := make(chan seen, 1)
 			mux := worqr.NewMux()
