@@ -230,6 +230,13 @@ func TestFairSettingsAreChecked(t *testing.T) {
 			worqr.KeyLimits{Limits: worqr.Limits{Rate: 1001, Period: time.Second}})},
 		{"a rate without a period", "KeyPolicy.PerKey.Period",
 			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Rate: 1}}})},
+		{"a singleton queue that is not fair", "KeyPolicy.Singleton", b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Singleton: true})},
+		{"a throttle on a queue that is not fair", "KeyPolicy.Throttle", b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Throttle: true})},
+		{"a debounce on a queue that is not fair", "KeyPolicy.Debounce", b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Debounce: time.Second})},
+		{"a negative debounce", "KeyPolicy.Debounce", b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, Debounce: -time.Second})},
+		{"a max wait without a debounce", "KeyPolicy.DebounceMax", b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, DebounceMax: time.Second})},
+		{"a max wait shorter than the debounce", "KeyPolicy.DebounceMax",
+			b.client.SetKeyPolicy(ctx, "f", worqr.KeyPolicy{Fair: true, Debounce: time.Minute, DebounceMax: time.Second})},
 		{"an empty key", "key", b.client.SetKeyLimits(ctx, "f", "", worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 1}})},
 		{"an oversized key", "key", b.client.SetKeyLimits(ctx, "f", string(make([]byte, defaults.MaxKeyLen+1)), worqr.KeyLimits{Limits: worqr.Limits{Concurrency: 1}})},
 	} {
@@ -464,4 +471,199 @@ func TestFairKeysInspected(t *testing.T) {
 	if bk, err := b.in.BlockedKeys(ctx, "fair", 10); err != nil || len(bk) != 0 {
 		t.Errorf("BlockedKeys = %+v, %v; want none: a fair key has no head", bk, err)
 	}
+}
+
+// A fair queue's gates on its keys' enqueues (KeyPolicy.Singleton,
+// Debounce, Throttle): an enqueue a gate answers adds no task and returns
+// the id of the key's task that holds the place.
+func TestFairKeyGates(t *testing.T) {
+	ctx := context.Background()
+	enqueue := func(t *testing.T, c *worqr.Client, key, payload string, opts *worqr.EnqueueOpts) string {
+		t.Helper()
+		if opts == nil {
+			opts = &worqr.EnqueueOpts{}
+		}
+		opts.Key = key
+		id, err := c.Enqueue(ctx, "fair", []byte(payload), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	waiting := func(t *testing.T, b *bundle) int {
+		t.Helper()
+		qi, err := b.in.Queue(ctx, "fair")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return int(qi.Waiting + qi.Scheduled)
+	}
+	// release makes a handler that signals each start on started and
+	// returns what it reads from ret.
+	type start struct {
+		id, payload string
+	}
+	handler := func(started chan<- start, ret <-chan error) worqr.Handler {
+		return worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+			started <- start{task.ID, string(task.Payload)}
+			return <-ret
+		})
+	}
+	worker := func(b *bundle, pol worqr.KeyPolicy, h worqr.Handler) {
+		cfg := fastTimings(b.ns)
+		cfg.Queues = map[string]worqr.QueueConfig{"fair": {Concurrency: 4, Keys: pol, Handler: h, Retention: time.Minute,
+			MaxAttempts: 3, Backoff: func(int, error) time.Duration { return time.Hour }}}
+		b.startWorker(cfg)
+	}
+	recv := func(t *testing.T, ch <-chan start) start {
+		t.Helper()
+		select {
+		case s := <-ch:
+			return s
+		case <-time.After(10 * time.Second):
+			t.Fatal("no task started within 10s")
+		}
+		return start{}
+	}
+
+	t.Run("singleton answers with the task that waits, runs or waits for a retry", func(t *testing.T) {
+		b := setup(t)
+		pol := worqr.KeyPolicy{Fair: true, Singleton: true}
+		if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+			t.Fatal(err)
+		}
+		id := enqueue(t, b.client, "A", "a1", nil)
+		if again := enqueue(t, b.client, "A", "a2", nil); again != id {
+			t.Errorf("a second enqueue of a waiting key got %s, want the waiting task %s", again, id)
+		}
+		other := enqueue(t, b.client, "B", "b1", nil)
+		if other == id || waiting(t, b) != 2 {
+			t.Errorf("key B got %s, %d tasks wait: want a task of its own, 2 waiting", other, waiting(t, b))
+		}
+		started, ret := make(chan start, 4), make(chan error, 4)
+		worker(b, pol, handler(started, ret))
+		got := map[string]string{}
+		for range 2 {
+			s := recv(t, started)
+			got[s.id] = s.payload
+		}
+		if got[id] != "a1" {
+			t.Errorf("A's task ran with %q, want its own payload a1 (the answered enqueue adds nothing)", got[id])
+		}
+		if again := enqueue(t, b.client, "A", "a3", nil); again != id {
+			t.Errorf("an enqueue of a running key got %s, want the running task %s", again, id)
+		}
+		ret <- errors.New("fail once") // one of A, B fails: both wait for their retry in an hour
+		ret <- errors.New("fail once")
+		wait(t, 10*time.Second, "both tasks to wait for their retry", func() bool {
+			ti, err := b.in.Task(ctx, "fair", id)
+			return err == nil && ti.State == worqr.StateScheduled
+		})
+		if again := enqueue(t, b.client, "A", "a4", nil); again != id {
+			t.Errorf("an enqueue of a key whose task waits for a retry got %s, want %s", again, id)
+		}
+		if _, err := b.client.Cancel(ctx, "fair", id); err != nil {
+			t.Fatal(err)
+		}
+		if next := enqueue(t, b.client, "A", "a5", nil); next == id {
+			t.Errorf("an enqueue after the key's task ended got %s again, want a new task", next)
+		}
+	})
+
+	t.Run("debounce replaces the waiting task and moves its start within DebounceMax", func(t *testing.T) {
+		b := setup(t)
+		pol := worqr.KeyPolicy{Fair: true, Debounce: time.Hour, DebounceMax: 90 * time.Minute}
+		if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+			t.Fatal(err)
+		}
+		before := time.Now()
+		id := enqueue(t, b.client, "A", "a1", nil)
+		ti, err := b.in.Task(ctx, "fair", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := ti.DueAt
+		if ti.State != worqr.StateScheduled || first.Before(before.Add(time.Hour-time.Second)) || first.After(time.Now().Add(time.Hour+time.Second)) {
+			t.Fatalf("task %s %s due %v: want scheduled an hour from its enqueue", id, ti.State, first)
+		}
+		// A later At wins over Debounce, but DebounceMax bounds it.
+		again := enqueue(t, b.client, "A", "a2", &worqr.EnqueueOpts{At: time.Now().Add(3 * time.Hour), Meta: map[string]string{"m": "2"}})
+		ti, err = b.in.Task(ctx, "fair", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again != id || string(ti.HandlerPayload()) != "a2" || ti.Meta["m"] != "2" || waiting(t, b) != 1 {
+			t.Errorf("second enqueue: id %s (want %s), payload %q, meta %v, %d tasks: want the task replaced, alone",
+				again, id, ti.HandlerPayload(), ti.Meta, waiting(t, b))
+		}
+		if bound := first.Add(30 * time.Minute); ti.DueAt.After(bound.Add(time.Second)) || ti.DueAt.Before(bound.Add(-time.Second)) {
+			t.Errorf("due %v after the move, want its first enqueue + DebounceMax (%v)", ti.DueAt, bound)
+		}
+		// Once it may start (the mover's path: RunNow), the next enqueue
+		// starts a task of its own, which the first's run does not see.
+		if ok, err := b.in.RunNow(ctx, "fair", id); err != nil || !ok {
+			t.Fatalf("RunNow = %v, %v", ok, err)
+		}
+		if next := enqueue(t, b.client, "A", "a3", nil); next == id {
+			t.Errorf("an enqueue after the task was due got %s again, want a new task", next)
+		}
+		// A task that ran and waits for its retry is not replaced either.
+		idB := enqueue(t, b.client, "B", "b1", nil)
+		if ok, err := b.in.RunNow(ctx, "fair", idB); err != nil || !ok {
+			t.Fatalf("RunNow = %v, %v", ok, err)
+		}
+		started, ret := make(chan start, 4), make(chan error, 4)
+		worker(b, pol, handler(started, ret))
+		got := map[string]string{}
+		for range 2 {
+			s := recv(t, started)
+			got[s.id] = s.payload
+			ret <- errors.New("fail once")
+		}
+		if got[id] != "a2" || got[idB] != "b1" {
+			t.Errorf("ran %v, want %s with the last payload a2 and %s with b1", got, id, idB)
+		}
+		wait(t, 10*time.Second, "B's task to wait for its retry", func() bool {
+			ti, err := b.in.Task(ctx, "fair", idB)
+			return err == nil && ti.State == worqr.StateScheduled
+		})
+		if again := enqueue(t, b.client, "B", "b2", nil); again == idB {
+			t.Errorf("an enqueue while the key's task waits for a retry got %s, want a new task", again)
+		}
+		ti, err = b.in.Task(ctx, "fair", idB)
+		if err != nil || string(ti.HandlerPayload()) != "b1" {
+			t.Errorf("the retried task holds %q, %v: want b1 untouched", ti.HandlerPayload(), err)
+		}
+	})
+
+	t.Run("throttle drops an enqueue while the key waits or is at its rate", func(t *testing.T) {
+		b := setup(t)
+		pol := worqr.KeyPolicy{Fair: true, Throttle: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Rate: 1, Period: time.Hour}}}
+		if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+			t.Fatal(err)
+		}
+		id := enqueue(t, b.client, "A", "a1", nil)
+		if again := enqueue(t, b.client, "A", "a2", nil); again != id {
+			t.Errorf("an enqueue while the key's task waits got %s, want %s", again, id)
+		}
+		started, ret := make(chan start, 4), make(chan error, 4)
+		worker(b, pol, handler(started, ret))
+		recv(t, started)
+		ret <- nil
+		wait(t, 10*time.Second, "the task to end", func() bool {
+			ti, err := b.in.Task(ctx, "fair", id)
+			return err == nil && ti.State == worqr.StateDone
+		})
+		if again := enqueue(t, b.client, "A", "a3", nil); again != id || waiting(t, b) != 0 {
+			t.Errorf("an enqueue within the key's rate window got %s (%d waiting), want %s and nothing added", again, waiting(t, b), id)
+		}
+		// Without Throttle the same enqueue waits for the window.
+		pol.Throttle = false
+		if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil {
+			t.Fatal(err)
+		}
+		if next := enqueue(t, b.client, "A", "a4", nil); next == id || waiting(t, b) != 1 {
+			t.Errorf("without Throttle: got %s with %d waiting, want a new task waiting", next, waiting(t, b))
+		}
+	})
 }

@@ -58,6 +58,19 @@ type KeyPolicy struct {
 	// PerKey is how a fair queue serves each key that has no KeyLimits of
 	// its own (Client.SetKeyLimits).
 	PerKey KeyLimits
+	// Gates on a Fair queue's keyed enqueues (docs/guide/fair-queues.md):
+	// an enqueue a gate answers adds nothing and returns the id of the
+	// key's task that holds its place. Singleton: while a task of the key
+	// waits or runs (a retry included). Debounce: a keyed task waits this
+	// long before it may start, and while it waits an enqueue of its key
+	// replaces its payload and Meta and moves its start to now + Debounce
+	// (a later Delay or At wins), never past DebounceMax after its first
+	// enqueue (0: no bound; else at least Debounce). Throttle: while a task
+	// of the key waits, or the key started its KeyLimits.Rate in the last
+	// Period (with Rate 1: one start per Period, the rest dropped).
+	Singleton             bool
+	Debounce, DebounceMax time.Duration
+	Throttle              bool
 }
 
 // KeyLimits is how a fair queue (KeyPolicy.Fair) serves one key.
@@ -93,15 +106,29 @@ func (l KeyLimits) stored() rdb.KeyLimits {
 }
 
 func (p KeyPolicy) check(field string) error {
-	if p.Fair && (p.Merge || p.MoveOnDead) {
+	switch {
+	case p.Fair && (p.Merge || p.MoveOnDead):
 		return invalid(field+".Merge", "and MoveOnDead apply to ordered queues, not to a Fair one")
+	case !p.Fair && p.Singleton:
+		return invalid(field+".Singleton", "applies to Fair queues only")
+	case !p.Fair && p.Throttle:
+		return invalid(field+".Throttle", "applies to Fair queues only")
+	case !p.Fair && p.Debounce != 0:
+		return invalid(field+".Debounce", "applies to Fair queues only")
+	case p.Debounce < 0 || p.Debounce > 0 && p.Debounce < time.Millisecond:
+		return invalid(field+".Debounce", "(%v) must be 0 or at least 1ms", p.Debounce)
+	case p.DebounceMax != 0 && p.Debounce == 0:
+		return invalid(field+".DebounceMax", "applies with Debounce only")
+	case p.DebounceMax != 0 && p.DebounceMax < p.Debounce:
+		return invalid(field+".DebounceMax", "(%v) must be 0 or not shorter than Debounce (%v)", p.DebounceMax, p.Debounce)
 	}
 	return p.PerKey.check(field + ".PerKey")
 }
 
 func (p KeyPolicy) stored() rdb.KeyPolicy {
 	return rdb.KeyPolicy{Merge: p.Merge, MoveOnDead: p.MoveOnDead, Fair: p.Fair,
-		PerKey: p.PerKey.stored()}
+		PerKey: p.PerKey.stored(), Singleton: p.Singleton, Throttle: p.Throttle,
+		DebounceMs: p.Debounce.Milliseconds(), DebounceMaxMs: p.DebounceMax.Milliseconds()}
 }
 
 // SetKeyPolicy stores the key policy of queue. Workers serving the queue

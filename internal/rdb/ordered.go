@@ -31,6 +31,17 @@ type KeyPolicy struct {
 	// PerKey is a fair queue's policy for each key without one of its own
 	// (SetKeyLimits).
 	PerKey KeyLimits
+	// A fair queue's gates on an enqueue with a key (config fields one,
+	// db, dbm, thr; see lua/enqueue_key.lua): Singleton, at most one task
+	// of a key waiting or running; DebounceMs, a key's task waits this
+	// long and a later enqueue replaces it while it does, its start never
+	// moved past DebounceMaxMs after its first enqueue (0: no bound);
+	// Throttle, an enqueue of a key with a task waiting or at its rate is
+	// answered by its latest task.
+	Singleton     bool
+	DebounceMs    int64
+	DebounceMaxMs int64
+	Throttle      bool
 }
 
 // KeyLimits is how a fair queue serves one key: its Weight (tasks per turn,
@@ -65,7 +76,8 @@ func (l KeyLimits) stored() string {
 // keyPolicyCmds are the commands that store p (in one MULTI).
 func keyPolicyCmds(q QueueKeys, p KeyPolicy) []command {
 	return []command{
-		cmdOf("HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead(), "fair", flag01(p.Fair)),
+		cmdOf("HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead(), "fair", flag01(p.Fair),
+			"one", flag01(p.Singleton), "db", p.DebounceMs, "dbm", p.DebounceMaxMs, "thr", flag01(p.Throttle)),
 		cmdOf("HSET", q.FairState, "p:", p.PerKey.stored()),
 	}
 }
@@ -100,11 +112,14 @@ func (s *Store) WriteKeyPolicy(ctx context.Context, q QueueKeys, p KeyPolicy) er
 // ReadKeyPolicy reads the key policy of queue q (the defaults when none
 // was written).
 func (s *Store) ReadKeyPolicy(ctx context.Context, q QueueKeys) (KeyPolicy, error) {
-	vals, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "merge", "ondead", "fair"))
+	vals, err := redis.Strings(s.cmd(ctx, q.Ref.Tag, "HMGET", q.Config, "merge", "ondead", "fair", "one", "db", "dbm", "thr"))
 	if err != nil {
 		return KeyPolicy{}, err
 	}
-	p := KeyPolicy{Merge: vals[0] == "1", MoveOnDead: vals[1] == "next", Fair: vals[2] == "1"}
+	p := KeyPolicy{Merge: vals[0] == "1", MoveOnDead: vals[1] == "next", Fair: vals[2] == "1",
+		Singleton: vals[3] == "1", Throttle: vals[6] == "1"}
+	p.DebounceMs, _ = strconv.ParseInt(vals[4], 10, 64)
+	p.DebounceMaxMs, _ = strconv.ParseInt(vals[5], 10, 64)
 	pol, err := redis.String(s.cmd(ctx, q.Ref.Tag, "HGET", q.FairState, "p:"))
 	if err != nil && err != redis.ErrNil {
 		return KeyPolicy{}, err

@@ -50,6 +50,20 @@
 -- set, which the mover empties into the key's list), and the key joins the
 -- ring of keys in turn unless it is there or held by its limit (fair.lua).
 -- Its hash carries the key as F_FAIR_KEY (F_KEY is an ordered queue's).
+-- A fair queue may gate its keys' enqueues (cfg one, db, dbm, thr:
+-- KeyPolicy.Singleton, Debounce, DebounceMax, Throttle; mode "add"): the
+-- state hash names each key's latest task gated ('o:<key>'), and its own
+-- hash says whether it still holds its place (read here, never kept up by
+-- the scripts that end tasks: a hash gone or ended holds none). An enqueue
+-- answered by that task adds nothing and returns its id as merged: with
+-- db, while the task still waits out its debounce (scheduled, never
+-- taken, F_DEBOUNCED set) the enqueue replaces its payload and metadata
+-- and moves its due time to the later of now + db and the call's, but not
+-- past F_DEBOUNCED + dbm (dbm > 0); with one, while it waits or runs;
+-- with thr, while it waits or the key started its rate (KeyLimits.Rate
+-- in the last Period, from its rate log). A new gated task is the key's
+-- latest; with db it is scheduled at now + db (or the call's due time,
+-- when later) with F_DEBOUNCED now.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
 -- "into", {-4} when the tail changed since it was read (nothing written).
@@ -102,9 +116,59 @@ if mode == 'into' then
   end
 end
 local meta = ARGV[16 + 3 * n] or ''
-local c = redis.call('HMGET', KEYS[5], 'merge', 'fair')
+local c = redis.call('HMGET', KEYS[5], 'merge', 'fair', 'one', 'db', 'dbm', 'thr')
 local fair = c[2] == '1'
 local merging = mode == 'add' and c[1] == '1' and not fair
+local gate = {one = c[3] == '1', db = tonumber(c[4]) or 0, dbm = tonumber(c[5]) or 0, thr = c[6] == '1'}
+if not (fair and mode == 'add' and (gate.one or gate.db > 0 or gate.thr)) then
+  gate = nil
+end
+
+-- held returns the key's latest gated task when it answers an enqueue of
+-- entry (see above), having replaced its payload for a debounce.
+local function held(entry)
+  local oid = redis.call('HGET', KEYS[8], 'o:' .. okey)
+  if not oid then
+    return nil
+  end
+  local okkey = tprefix .. oid
+  local t = redis.call('HMGET', okkey, F_STATE, F_STARTED, F_DEBOUNCED, F_FAIR_KEY)
+  if t[4] ~= okey then
+    return nil -- gone (or not this key's: changed by hand)
+  end
+  local waiting = t[1] == S_QUEUED or t[1] == S_SCHEDULED
+  if gate.db > 0 and t[1] == S_SCHEDULED and not t[2] and t[3] then
+    local at = math.max(due or 0, now_ms() + gate.db)
+    if gate.dbm > 0 then
+      at = math.min(at, tonumber(t[3]) + gate.dbm)
+    end
+    if redis.call('ZSCORE', KEYS[2], oid) then
+      redis.call('ZADD', KEYS[2], at, oid)
+      redis.call('HSET', okkey, F_PAYLOAD, env_encode(okey, {entry}))
+      if meta ~= '' then
+        redis.call('HSET', okkey, F_META, meta)
+      else
+        redis.call('HDEL', okkey, F_META)
+      end
+      return oid
+    end
+    return nil -- (scheduled by its hash, not in the set: changed by hand)
+  end
+  if gate.one and (waiting or t[1] == S_ACTIVE) or gate.thr and waiting then
+    return oid
+  end
+  if gate.thr then
+    local pol = redis.call('HMGET', KEYS[8], 'p:' .. okey, 'p:')
+    pol = FAIR.policy(pol[1], FAIR.policy(pol[2], {w = 1, lim = 0, rate = 0, period = 0}))
+    if pol.rate > 0 and pol.period > 0 then
+      local _, _, _, _, logp = FAIR.names(tprefix, qname)
+      if redis.call('ZCOUNT', logp .. okey, '(' .. (now_ms() - pol.period), '+inf') >= pol.rate then
+        return oid
+      end
+    end
+  end
+  return nil
+end
 local fair_ids = {} -- a fair queue's tasks due now, for the key's list
 local entries = {}
 for i = 1, n do
@@ -124,7 +188,12 @@ while i <= n do
   -- once each, so a call copies it once however many of its tasks merge.
   local tail = merging and key_tail(tprefix, heads, list, okey)
   local merged = tail and key_merge_run(tprefix, tail, okey, entries, i) or 0
-  if merged > 0 then
+  local holder = gate and held(entries[i])
+  if holder then
+    out[#out + 1] = holder
+    out[#out + 1] = 1
+    i = i + 1
+  elseif merged > 0 then
     for _ = 1, merged do
       out[#out + 1] = tail
       out[#out + 1] = 1
@@ -139,13 +208,22 @@ while i <= n do
     if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
     if ARGV[11] ~= '' then redis.call('HSET', tkey, F_DEADLINE, ARGV[11]) end
     if meta ~= '' then redis.call('HSET', tkey, F_META, meta) end
+    local tdue = due
+    if gate then
+      redis.call('HSET', KEYS[8], 'o:' .. okey, id)
+      if gate.db > 0 then
+        local now = now_ms()
+        tdue = math.max(due or 0, now + gate.db)
+        redis.call('HSET', tkey, F_DEBOUNCED, now)
+      end
+    end
     if not fair then
       if not key_add(tprefix, base, qname, heads, list, okey, id, due) then
         behind = behind + 1
       end
-    elseif due then
+    elseif tdue then
       redis.call('HSET', tkey, F_STATE, S_SCHEDULED)
-      redis.call('ZADD', KEYS[2], due, id)
+      redis.call('ZADD', KEYS[2], tdue, id)
     else
       redis.call('HSET', tkey, F_STATE, S_QUEUED)
       fair_ids[#fair_ids + 1] = id
