@@ -485,8 +485,11 @@ func (d *Dashboard) schedules(w http.ResponseWriter, r *http.Request) {
 }
 
 type keysData struct {
-	Queues  []string // the ordered queues (those with keys that have tasks)
-	Queue   string
+	Queues []string // the queues with keys that have tasks (ordered or fair)
+	Queue  string
+	// Fair: the queue's keys share it (KeyPolicy.Fair): they have no head,
+	// and show their tasks running and their limits instead.
+	Fair    bool
 	Total   int // keys with tasks
 	Keys    []worqr.KeyInfo
 	Cursor  uint64 // this page's
@@ -561,9 +564,17 @@ func (d *Dashboard) keys(w http.ResponseWriter, r *http.Request) {
 	}
 	kd.Keys = uniq
 	sort.Slice(kd.Keys, func(i, j int) bool { return kd.Keys[i].Key < kd.Keys[j].Key })
-	if kd.Blocked, err = d.in.BlockedKeys(ctx, kd.Queue, blockedScan); err != nil {
-		d.fail(w, r, err)
-		return
+	// A fair queue's keys have no head (KeyInfo.Head), nor a dead one
+	// that blocks them: their Blocked column says what holds them.
+	for _, k := range kd.Keys {
+		kd.Fair = kd.Fair || k.Head == nil
+	}
+	kd.Fair = kd.Fair || kd.Key != nil && kd.Key.Head == nil
+	if !kd.Fair {
+		if kd.Blocked, err = d.in.BlockedKeys(ctx, kd.Queue, blockedScan); err != nil {
+			d.fail(w, r, err)
+			return
+		}
 	}
 	d.render(w, r, http.StatusOK, "keys", &page{Title: "Keys of " + kd.Queue, Nav: "keys", Data: kd})
 }
