@@ -2,6 +2,9 @@ package remote_test
 
 import (
 	"context"
+	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -76,4 +79,122 @@ func TestRemoteFairQueue(t *testing.T) {
 	if c := count(again); c["A"] != 2 {
 		t.Fatalf("the new session took %v, want A twice (its limit, slots given back by the close)", c)
 	}
+}
+
+// A fair queue's per-key limits hold across two Go workers and a remote
+// session taking at once: counted by the handlers' own records, no key
+// runs more than its Concurrency, and (read from the tasks' start times,
+// Redis's clock) no key starts more than its Rate in any window of its
+// Period.
+func TestRemoteFairLimitsBesideWorkers(t *testing.T) {
+	ctx := context.Background()
+	const conc, rate, period, perKey = 2, 4, 300 * time.Millisecond, 12
+	pol := worqr.KeyPolicy{Fair: true, PerKey: worqr.KeyLimits{Limits: worqr.Limits{Concurrency: conc, Rate: rate, Period: period}}}
+	qc := worqr.QueueConfig{Keys: pol, Retention: time.Minute}
+	b := setupRemote(t, ctx, remote.Config{Queues: map[string]worqr.QueueConfig{"fair": qc}})
+	if err := b.client.SetKeyPolicy(ctx, "fair", pol); err != nil { // fair before the first keyed enqueue
+		t.Fatal(err)
+	}
+	keys := []string{"A", "B", "C"}
+	for _, key := range keys {
+		ps := make([][]byte, perKey)
+		for i := range ps {
+			ps[i] = []byte(key)
+		}
+		if _, err := b.client.EnqueueBatch(ctx, "fair", ps, &worqr.EnqueueOpts{Key: key}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var mu sync.Mutex
+	running, most := map[string]int{}, map[string]int{}
+	var remoteRan, done atomic.Int32
+	run := func(key string) {
+		mu.Lock()
+		running[key]++
+		most[key] = max(most[key], running[key])
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond) // the work
+		mu.Lock()
+		running[key]--
+		mu.Unlock()
+		done.Add(1)
+	}
+	for range 2 {
+		wqc := qc
+		wqc.Concurrency = 3
+		wqc.Handler = worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+			run(task.Key)
+			return nil
+		})
+		w, err := worqr.NewWorker(srv.TagCheckedPool(t), &worqr.WorkerConfig{Config: worqr.Config{Namespace: b.ns},
+			Queues: map[string]worqr.QueueConfig{"fair": wqc}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	}
+	s := open(t, b, "fair")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			ks, err := s.Take(ctx, remote.TakeRequest{Queue: "fair", Max: 3, Wait: 50 * time.Millisecond})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			for _, k := range ks {
+				run(k.Key)
+				remoteRan.Add(1)
+				if _, err := s.Finish(ctx, k.PID, nil); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}
+	}()
+	wait(t, 60*time.Second, "every task to run", func() bool { return done.Load() == int32(perKey*len(keys)) })
+	close(stop)
+	wg.Wait()
+	mu.Lock()
+	for _, key := range keys {
+		if most[key] > conc {
+			t.Errorf("key %s ran %d tasks at once, over its Concurrency %d", key, most[key], conc)
+		}
+	}
+	mu.Unlock()
+	if remoteRan.Load() == 0 {
+		t.Error("the remote session ran no task: the limits were not shared with it")
+	}
+	tasks, _, err := b.insp.Tasks(ctx, "fair", worqr.StateDone, 0, perKey*len(keys))
+	if err != nil {
+		t.Fatal(err)
+	}
+	starts := map[string][]time.Time{}
+	for _, ti := range tasks {
+		starts[ti.Key] = append(starts[ti.Key], ti.StartedAt)
+	}
+	for _, key := range keys {
+		at := starts[key]
+		slices.SortFunc(at, func(x, y time.Time) int { return x.Compare(y) })
+		if len(at) != perKey {
+			t.Fatalf("key %s: %d tasks done, want %d", key, len(at), perKey)
+		}
+		for i := rate; i < len(at); i++ {
+			if d := at[i].Sub(at[i-rate]); d < period {
+				t.Errorf("key %s: starts %d and %d are %s apart: %d starts within %s", key, i-rate, i, d, rate+1, period)
+			}
+		}
+	}
+	t.Logf("the remote session ran %d of %d tasks", remoteRan.Load(), perKey*len(keys))
 }
