@@ -83,6 +83,16 @@ type StageResult struct {
 	// 4 MiB or, when it is larger, Config.MaxPayloadBytes (so that a single
 	// payload the configuration allows still fits).
 	Children []ChildSpec
+	// Sleep is a durable timer: the run waits this long (on Redis's clock,
+	// in Redis: it costs nothing while it sleeps and outlives any restart
+	// of workers, or of Redis with AOF) before its next stage starts,
+	// within a ReaperInterval of its time. Weeks are fine. Not with
+	// Children; after the last stage only with Again.
+	Sleep time.Duration
+	// Again runs this stage again next instead of the next one, with a
+	// fresh Attempt and the state as merged: with Sleep, a stage that polls
+	// until a condition holds. Not with Children.
+	Again bool
 }
 
 // ChildSpec is one child task to fan out.

@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/worqr/worqr-go/defaults"
 
@@ -105,4 +107,183 @@ func TestStartRunStateIsBounded(t *testing.T) {
 	if _, err := big.StartRun(ctx, flow, manyFields(1, 6<<20), nil); err != nil {
 		t.Fatalf("StartRun of one 6 MiB value with MaxPayloadBytes 8 MiB: %v", err)
 	}
+}
+
+// A stage's StageResult.Sleep is a durable timer: the run waits in Redis
+// (its next stage scheduled), through a restart of its workers, and
+// resumes at its next stage; Again runs the stage again instead.
+func TestStageSleep(t *testing.T) {
+	ctx := context.Background()
+	type ran struct {
+		stage   string
+		attempt int
+		at      time.Time
+		state   map[string]string
+	}
+	// flowOf is a flow of stages s1 and s2: s1's result is first(r); each
+	// run of a stage is sent on ch.
+	flowOf := func(name string, ch chan<- ran, first func(*worqr.Run) *worqr.StageResult) *worqr.Flow {
+		stage := func(n string, res func(*worqr.Run) *worqr.StageResult) worqr.Stage {
+			return worqr.Stage{Name: n, Queue: worqr.QueueConfig{Concurrency: 1},
+				Handler: worqr.StageHandlerFunc(func(_ context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+					ch <- ran{n, r.Attempt, time.Now(), maps.Clone(r.State)}
+					return res(r), nil
+				})}
+		}
+		return &worqr.Flow{Name: name, Stages: []worqr.Stage{stage("s1", first),
+			stage("s2", func(*worqr.Run) *worqr.StageResult { return nil })}}
+	}
+	start := func(t *testing.T, b *bundle, f *worqr.Flow) *worqr.Worker {
+		cfg := fastTimings(b.ns)
+		cfg.Flows = []*worqr.Flow{f}
+		return b.startWorker(cfg)
+	}
+	recv := func(t *testing.T, ch <-chan ran) ran {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("no stage ran within 10s")
+		}
+		return ran{}
+	}
+	runInfo := func(t *testing.T, b *bundle, f *worqr.Flow, id string) *worqr.RunInfo {
+		t.Helper()
+		info, err := b.in.Run(ctx, f.Name, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return info
+	}
+
+	t.Run("the run sleeps in Redis through a restart, then resumes", func(t *testing.T) {
+		b := setup(t)
+		ch := make(chan ran, 4)
+		f := flowOf("nap", ch, func(*worqr.Run) *worqr.StageResult {
+			return &worqr.StageResult{Fields: map[string]string{"a": "1"}, Sleep: time.Hour}
+		})
+		w := start(t, b, f)
+		before := time.Now()
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		recv(t, ch)
+		var info *worqr.RunInfo
+		wait(t, 10*time.Second, "the run to sleep before s2", func() bool {
+			info = runInfo(t, b, f, id)
+			return info.Stage == "s2" && info.TaskState == "scheduled"
+		})
+		task, err := b.in.Task(ctx, "nap/s2", id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if task.DueAt.Before(before.Add(time.Hour-time.Second)) || task.DueAt.After(time.Now().Add(time.Hour+time.Second)) {
+			t.Errorf("s2 due %v, want an hour after s1 ended", task.DueAt)
+		}
+		// Its workers stop and others start: the sleep is in Redis.
+		if err := w.Stop(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start(t, b, f)
+		if ok, err := b.in.RunNow(ctx, "nap/s2", id); err != nil || !ok {
+			t.Fatalf("RunNow = %v, %v", ok, err)
+		}
+		if r := recv(t, ch); r.stage != "s2" || r.state["a"] != "1" || r.attempt != 1 {
+			t.Errorf("after the wake-up: %+v, want s2's first attempt with s1's field", r)
+		}
+		wait(t, 10*time.Second, "the run to end", func() bool { return runInfo(t, b, f, id).Status == worqr.RunDone })
+	})
+
+	t.Run("a short sleep resumes the run once its time has come", func(t *testing.T) {
+		b := setup(t)
+		ch := make(chan ran, 4)
+		const nap = 300 * time.Millisecond
+		f := flowOf("short", ch, func(*worqr.Run) *worqr.StageResult { return &worqr.StageResult{Sleep: nap} })
+		start(t, b, f)
+		if _, err := b.client.StartRun(ctx, f, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		s1 := recv(t, ch)
+		s2 := recv(t, ch)
+		if s2.stage != "s2" || s2.at.Sub(s1.at) < nap {
+			t.Errorf("%s started %v after s1, want s2 at least %v after", s2.stage, s2.at.Sub(s1.at), nap)
+		}
+		t.Logf("s2 started %v after s1 (sleep %v)", s2.at.Sub(s1.at), nap)
+	})
+
+	t.Run("Again runs the stage again until it moves on", func(t *testing.T) {
+		b := setup(t)
+		ch := make(chan ran, 8)
+		f := flowOf("poll", ch, func(r *worqr.Run) *worqr.StageResult {
+			n := len(r.State["n"])
+			if n < 2 {
+				return &worqr.StageResult{Fields: map[string]string{"n": r.State["n"] + "x"}, Sleep: 10 * time.Millisecond, Again: true}
+			}
+			return nil
+		})
+		start(t, b, f)
+		if _, err := b.client.StartRun(ctx, f, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for range 4 {
+			r := recv(t, ch)
+			got = append(got, fmt.Sprintf("%s#%d n=%s", r.stage, r.attempt, r.state["n"]))
+		}
+		if want := "s1#1 n=,s1#1 n=x,s1#1 n=xx,s2#1 n=xx"; strings.Join(got, ",") != want {
+			t.Errorf("ran %v, want %s", got, want)
+		}
+	})
+
+	t.Run("a sleep that cannot work fails the attempt, naming the field", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			res  *worqr.StageResult
+		}{
+			{"with children", &worqr.StageResult{Sleep: time.Minute, Children: []worqr.ChildSpec{{Queue: "k"}}}},
+			{"negative", &worqr.StageResult{Sleep: -time.Second}},
+		} {
+			b := setup(t)
+			f := &worqr.Flow{Name: "bad", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 1},
+				Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return c.res, nil }),
+				Children: map[string]worqr.QueueConfig{"k": {Concurrency: 1, Handler: worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+					return errors.New("must not run")
+				})}}}, {Name: "s2", Queue: worqr.QueueConfig{Concurrency: 1},
+				Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
+			start(t, b, f)
+			id, err := b.client.StartRun(ctx, f, nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var info *worqr.RunInfo
+			wait(t, 10*time.Second, c.name+": the run to fail", func() bool {
+				info = runInfo(t, b, f, id)
+				return info.Status == worqr.RunFailed
+			})
+			if !strings.Contains(info.LastError, "StageResult.Sleep") || len(info.Children) != 0 {
+				t.Errorf("%s: error %q, children %v; want StageResult.Sleep named, nothing fanned out", c.name, info.LastError, info.Children)
+			}
+		}
+		// After the last stage a sleep needs Again.
+		b := setup(t)
+		f := &worqr.Flow{Name: "last", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 1},
+			Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Sleep: time.Minute}, nil
+			})}}}
+		start(t, b, f)
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var info *worqr.RunInfo
+		wait(t, 10*time.Second, "the run to fail", func() bool {
+			info = runInfo(t, b, f, id)
+			return info.Status == worqr.RunFailed
+		})
+		if !strings.Contains(info.LastError, "StageResult.Sleep") || !strings.Contains(info.LastError, "StageResult.Again") {
+			t.Errorf("error %q, want StageResult.Sleep and StageResult.Again named", info.LastError)
+		}
+	})
 }

@@ -179,10 +179,14 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 	if res == nil {
 		res = &StageResult{}
 	}
-	return asInvalid(q.FanOut(e, res.Fields, engineChildren(res.Children), w.cfg.MaxPayloadBytes, engine.FanOutNames{
+	names := engine.FanOutNames{
 		Fields:   fmt.Sprintf("StageResult.Fields of stage %s", q.flow.Stages[q.stage].Name),
-		Children: "StageResult.Children",
-	}))
+		Children: "StageResult.Children", Sleep: "StageResult.Sleep", Again: "StageResult.Again",
+	}
+	if err := q.FanOut(e, res.Fields, engineChildren(res.Children), w.cfg.MaxPayloadBytes, names); err != nil {
+		return asInvalid(err)
+	}
+	return asInvalid(q.Resume(e, res.Sleep, res.Again, names))
 }
 
 // checkResults checks the results ts recorded (Task.SetResult): each at

@@ -50,6 +50,9 @@ type StageEnd struct {
 	IndexBy        []string
 	Fields         []string // "f:"-prefixed name/value pairs
 	Children       []Child
+	// SleepMs is how long the run waits before Next starts (Redis time;
+	// 0: it starts at once). Not with Children.
+	SleepMs int64
 }
 
 // Child is one child task a stage fans out.
@@ -182,10 +185,11 @@ var recChild = declare("REC_CHILD", "run")
 
 // recStage is the tail of a stage's record: StageEnd's next stage ("" after
 // the last), its fan-out policy (failfast | continue) and the run's
-// retention ms; then three counted lists (a count, then the values):
+// retention ms, how long the run sleeps before its next stage (ms, 0:
+// none; StageEnd.SleepMs); then three counted lists (a count, then the values):
 // indexed properties, state field/value pairs ("f:" names) and the
 // children fanned out (fanOutChild values each).
-var recStage = declare("REC_STAGE", "next_stage", "policy", "run_retention")
+var recStage = declare("REC_STAGE", "next_stage", "policy", "run_retention", "sleep")
 
 // recBatch is the tail of a batch's record (a key's head and the tasks
 // taken behind it): how many members follow, batchMember values each.
@@ -282,6 +286,7 @@ func appendRecord(args []any, e Ending) []any {
 		v.set("next_stage", st.Next)
 		v.set("policy", policy)
 		v.set("run_retention", st.RunRetentionMs)
+		v.set("sleep", st.SleepMs)
 		args = v.done()
 		args = appendList(args, st.IndexBy)
 		args = appendList(args, st.Fields)

@@ -166,7 +166,7 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
     hset_pairs(tkey, fields)
   end
   if #children == 0 then
-    return forward_run(tkey, id, nexts, pfx, runret, ixkeys)
+    return forward_run(tkey, id, nexts, pfx, runret, ixkeys, tonumber(argv[tail + REC_STAGE.sleep]))
   end
   local n = 0
   -- The fan-out's number in the run ('kg'), kept on each child ('pe'): a

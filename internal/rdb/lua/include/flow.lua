@@ -135,13 +135,21 @@ end
 -- forward_run moves a run whose stage is complete to the back of the next
 -- stage's queue with a wake-up, or ends it as done after the last stage.
 -- Returns OUT_FORWARDED or OUT_DONE.
-local function forward_run(tkey, id, nexts, pfx, retention, ixkeys)
+local function forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep)
   if nexts == '' then
     end_run(tkey, id, R_DONE, retention, ixkeys)
     return OUT_DONE
   end
-  redis.call('HSET', tkey, F_STAGE, nexts, F_STATE, S_QUEUED)
   redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON, 'kl')
+  if sleep and sleep > 0 then
+    -- A durable timer (StageResult.Sleep): the run waits in the next
+    -- stage's scheduled set, which the mover empties into its list once
+    -- due, as it does a retry.
+    redis.call('HSET', tkey, F_STAGE, nexts, F_STATE, S_SCHEDULED)
+    redis.call('ZADD', pfx.sched .. nexts, now_ms() + sleep, id)
+    return OUT_FORWARDED
+  end
+  redis.call('HSET', tkey, F_STAGE, nexts, F_STATE, S_QUEUED)
   redis.call('RPUSH', pfx.queue .. nexts, id)
   redis.call('PUBLISH', pfx.wake .. nexts, 1)
   return OUT_FORWARDED
