@@ -284,6 +284,7 @@ var requestFields = map[string]string{
 	"EnqueueOpts.Timeout":     "timeoutMs",
 	"wait":                    "waitMs",
 	"retry_in":                "retryInMs",
+	"sleep":                   "sleepMs",
 	"session_id":              "sessionId",
 	"request_id":              "requestId",
 	"check_running":           "checkRunning",
@@ -309,6 +310,9 @@ func (s *server) bad(field, rule string) error {
 }
 
 func ms(d uint32) time.Duration { return time.Duration(d) * time.Millisecond }
+
+// maxSleepMs bounds a Forward's sleepMs, so that it fits a time.Duration.
+const maxSleepMs = 100 * 365 * 24 * 3600 * 1000
 
 func (s *server) Enqueue(ctx context.Context, req *connect.Request[gatewayv1.EnqueueRequest]) (*connect.Response[gatewayv1.EnqueueResponse], error) {
 	m := req.Msg
@@ -599,8 +603,11 @@ func (s *server) Bury(ctx context.Context, req *connect.Request[gatewayv1.BuryRe
 
 func (s *server) Forward(ctx context.Context, req *connect.Request[gatewayv1.ForwardRequest]) (*connect.Response[gatewayv1.EndResponse], error) {
 	m := req.Msg
+	if m.SleepMs > maxSleepMs {
+		return nil, s.bad("sleepMs", fmt.Sprintf("(%d) must be at most %d (100 years)", m.SleepMs, maxSleepMs))
+	}
 	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
-		return sess.Forward(ctx, m.Pid, m.Fields)
+		return sess.ForwardAfter(ctx, m.Pid, m.Fields, time.Duration(m.SleepMs)*time.Millisecond, m.Again)
 	})
 }
 

@@ -12,6 +12,9 @@ import (
 
 	gatewayv1 "github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1"
 	"github.com/worqr/worqr-go/gateway/gen/worqr/gateway/v1/gatewayv1connect"
+	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/remote"
+	"github.com/worqr/worqr-go/worqr"
 )
 
 // authed adds the bearer token to every call.
@@ -127,4 +130,66 @@ func violation(t *testing.T, err error) string {
 	}
 	t.Errorf("%v carries no FieldViolation", err)
 	return ""
+}
+
+// A remote worker ends a flow stage with a durable timer (Forward with
+// sleepMs, and again): the run sleeps in Redis before its next stage, or
+// before the same stage again; a sleep out of range is refused naming
+// sleepMs, the taking still held.
+func TestForwardWithASleep(t *testing.T) {
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	g := serveGateway(t, pool, remote.Config{Config: cfg, SessionTTL: 10 * time.Second,
+		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond,
+		Flows: []*worqr.Flow{{Name: "gs", Stages: []worqr.Stage{{Name: "wait"}, {Name: "check"}}}}})
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "gs", Stages: []worqr.Stage{
+		{Name: "wait", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
+		{Name: "check", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
+	}}
+	c := clients(g)["json"]
+	runID, err := g.client.StartRun(ctx, flow, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := c.OpenSession(ctx, connect.NewRequest(&gatewayv1.OpenSessionRequest{Queues: []string{"gs/wait", "gs/check"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := open.Msg.SessionId
+	take := func(q string) string {
+		t.Helper()
+		res, err := c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: q, Max: 1, WaitMs: 2000}))
+		if err != nil || len(res.Msg.Takings) != 1 {
+			t.Fatalf("take of %s: %v, %v", q, res, err)
+		}
+		return res.Msg.Takings[0].Pid
+	}
+	pid := take("gs/wait")
+	for _, bad := range []int64{-1, 200 * 365 * 24 * 3600 * 1000} {
+		_, err := c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: pid, SleepMs: bad}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "sleepMs") {
+			t.Errorf("a sleep of %d ms: %v, want invalid argument naming sleepMs", bad, err)
+		}
+	}
+	res, err := c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: pid, SleepMs: 3_600_000,
+		Fields: map[string]string{"a": "1"}}))
+	if err != nil || res.Msg.Outcome != "forwarded" {
+		t.Fatalf("forward with a sleep: %v, %v", res, err)
+	}
+	info, err := g.in.Run(ctx, "gs", runID)
+	if err != nil || info.Stage != "check" || info.TaskState != "scheduled" || info.State["a"] != "1" {
+		t.Fatalf("run %+v, %v: want it asleep before check", info, err)
+	}
+	if ok, err := g.in.RunNow(ctx, "gs/check", runID); err != nil || !ok {
+		t.Fatalf("RunNow = %v, %v", ok, err)
+	}
+	pid = take("gs/check")
+	if _, err = c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: pid, SleepMs: 60_000, Again: true})); err != nil {
+		t.Fatal(err)
+	}
+	if info, err = g.in.Run(ctx, "gs", runID); err != nil || info.Stage != "check" || info.TaskState != "scheduled" {
+		t.Fatalf("run %+v, %v: want it asleep before check again", info, err)
+	}
 }

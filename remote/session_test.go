@@ -1176,3 +1176,47 @@ func TestStuckTakingsOfASession(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A remote ends a stage with a durable timer as a Go stage does
+// (ForwardAfter: StageResult.Sleep and Again): the run sleeps in its next
+// stage's scheduled set, or in its own with again; a sleep that cannot
+// work is refused naming the field, the taking still held.
+func TestRemoteForwardAfter(t *testing.T) {
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "rs", Stages: []worqr.Stage{{Name: "wait"}, {Name: "check"}}}
+	b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{flow}})
+	cf := &worqr.Flow{Name: "rs", Stages: []worqr.Stage{
+		{Name: "wait", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
+		{Name: "check", Handler: worqr.StageHandlerFunc(nil), Queue: worqr.QueueConfig{Concurrency: 1}},
+	}}
+	runID, err := b.client.StartRun(ctx, cf, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := open(t, b, "rs/wait", "rs/check")
+	k := takeOne(t, s, "rs/wait", 0)
+	if _, err := s.ForwardAfter(ctx, k.PID, nil, -time.Second, false); invalidField(t, "a negative sleep", err) != "sleep" {
+		t.Fatalf("a negative sleep: %v, want the field named sleep", err)
+	}
+	if out, err := s.ForwardAfter(ctx, k.PID, map[string]string{"a": "1"}, time.Hour, false); err != nil || out != worqr.EventForwarded {
+		t.Fatalf("ForwardAfter = %q, %v; want forwarded", out, err)
+	}
+	info, err := b.insp.Run(ctx, "rs", runID)
+	if err != nil || info.Stage != "check" || info.TaskState != "scheduled" || info.State["a"] != "1" {
+		t.Fatalf("run %+v, %v: want it asleep before check, with its field", info, err)
+	}
+	task, err := b.insp.Task(ctx, "rs/check", runID)
+	if err != nil || time.Until(task.DueAt) < 59*time.Minute {
+		t.Fatalf("check due %v, %v: want in an hour", task.DueAt, err)
+	}
+	if ok, err := b.insp.RunNow(ctx, "rs/check", runID); err != nil || !ok {
+		t.Fatalf("RunNow = %v, %v", ok, err)
+	}
+	c := takeOne(t, s, "rs/check", 0)
+	if out, err := s.ForwardAfter(ctx, c.PID, nil, time.Hour, true); err != nil || out != worqr.EventForwarded {
+		t.Fatalf("ForwardAfter again = %q, %v; want forwarded", out, err)
+	}
+	if info, err = b.insp.Run(ctx, "rs", runID); err != nil || info.Stage != "check" || info.TaskState != "scheduled" {
+		t.Fatalf("run %+v, %v: want it asleep before check again", info, err)
+	}
+}

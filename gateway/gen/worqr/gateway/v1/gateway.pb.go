@@ -1767,10 +1767,16 @@ func (x *BuryRequest) GetReason() string {
 }
 
 type ForwardRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	Pid           string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
-	Fields        map[string]string      `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	Pid       string                 `protobuf:"bytes,2,opt,name=pid,proto3" json:"pid,omitempty"`
+	Fields    map[string]string      `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// sleep_ms: a durable timer, the run sleeps this long (Redis's clock)
+	// before its next stage starts (0: at once). again: this stage runs
+	// again next instead of the next one. Neither after the last stage
+	// unless again.
+	SleepMs       int64 `protobuf:"varint,4,opt,name=sleep_ms,json=sleepMs,proto3" json:"sleep_ms,omitempty"`
+	Again         bool  `protobuf:"varint,5,opt,name=again,proto3" json:"again,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1824,6 +1830,20 @@ func (x *ForwardRequest) GetFields() map[string]string {
 		return x.Fields
 	}
 	return nil
+}
+
+func (x *ForwardRequest) GetSleepMs() int64 {
+	if x != nil {
+		return x.SleepMs
+	}
+	return 0
+}
+
+func (x *ForwardRequest) GetAgain() bool {
+	if x != nil {
+		return x.Again
+	}
+	return false
 }
 
 type ChildSpec struct {
@@ -2220,12 +2240,14 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xc2\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf3\x01\n" +
 	"\x0eForwardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x12D\n" +
-	"\x06fields\x18\x03 \x03(\v2,.worqr.gateway.v1.ForwardRequest.FieldsEntryR\x06fields\x1a9\n" +
+	"\x06fields\x18\x03 \x03(\v2,.worqr.gateway.v1.ForwardRequest.FieldsEntryR\x06fields\x12\x19\n" +
+	"\bsleep_ms\x18\x04 \x01(\x03R\asleepMs\x12\x14\n" +
+	"\x05again\x18\x05 \x01(\bR\x05again\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
