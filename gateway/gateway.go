@@ -285,6 +285,8 @@ var requestFields = map[string]string{
 	"wait":                    "waitMs",
 	"retry_in":                "retryInMs",
 	"sleep":                   "sleepMs",
+	"Flow.Name":               "flow",
+	"sigID":                   "id",
 	"session_id":              "sessionId",
 	"request_id":              "requestId",
 	"check_running":           "checkRunning",
@@ -328,6 +330,18 @@ func (s *server) Enqueue(ctx context.Context, req *connect.Request[gatewayv1.Enq
 	res := connect.NewResponse(&gatewayv1.EnqueueResponse{Id: id})
 	s.notReplicated(res.Header(), err, 1)
 	return res, nil
+}
+
+func (s *server) Signal(ctx context.Context, req *connect.Request[gatewayv1.SignalRequest]) (*connect.Response[gatewayv1.SignalResponse], error) {
+	m := req.Msg
+	if m.RunId == "" {
+		return nil, s.bad("runId", "is empty")
+	}
+	now, err := s.cfg.Client.Signal(ctx, &worqr.Flow{Name: m.Flow}, m.RunId, m.Name, m.Payload, m.Id)
+	if err != nil {
+		return nil, s.toConnect(err)
+	}
+	return connect.NewResponse(&gatewayv1.SignalResponse{Delivered: now}), nil
 }
 
 func (s *server) EnqueueBatch(ctx context.Context, req *connect.Request[gatewayv1.EnqueueBatchRequest]) (*connect.Response[gatewayv1.EnqueueBatchResponse], error) {
@@ -607,7 +621,7 @@ func (s *server) Forward(ctx context.Context, req *connect.Request[gatewayv1.For
 		return nil, s.bad("sleepMs", fmt.Sprintf("(%d) must be at most %d (100 years)", m.SleepMs, maxSleepMs))
 	}
 	return s.end(m.SessionId, m.Pid, func(sess *remote.Session) (worqr.EventKind, error) {
-		return sess.ForwardAfter(ctx, m.Pid, m.Fields, time.Duration(m.SleepMs)*time.Millisecond, m.Again)
+		return sess.ForwardAfter(ctx, m.Pid, m.Fields, time.Duration(m.SleepMs)*time.Millisecond, m.Again, m.Await)
 	})
 }
 

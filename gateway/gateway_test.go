@@ -192,4 +192,30 @@ func TestForwardWithASleep(t *testing.T) {
 	if info, err = g.in.Run(ctx, "gs", runID); err != nil || info.Stage != "check" || info.TaskState != "scheduled" {
 		t.Fatalf("run %+v, %v: want it asleep before check again", info, err)
 	}
+	// Awaiting a signal: one sent through the gateway moves it on, once.
+	if ok, err := g.in.RunNow(ctx, "gs/check", runID); err != nil || !ok {
+		t.Fatalf("RunNow = %v, %v", ok, err)
+	}
+	pid = take("gs/check")
+	if _, err = c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: pid, Await: "paid", Again: true})); err != nil {
+		t.Fatal(err)
+	}
+	sig := &gatewayv1.SignalRequest{Flow: "gs", RunId: runID, Name: "paid", Payload: []byte("yes"), Id: "hook-1"}
+	if res, err := c.Signal(ctx, connect.NewRequest(sig)); err != nil || !res.Msg.Delivered {
+		t.Fatalf("Signal = %v, %v; want delivered", res, err)
+	}
+	if _, err := c.Signal(ctx, connect.NewRequest(sig)); connect.CodeOf(err) != connect.CodeAlreadyExists {
+		t.Errorf("the same signal id again: %v, want already exists", err)
+	}
+	if _, err := c.Signal(ctx, connect.NewRequest(&gatewayv1.SignalRequest{Flow: "gs", RunId: "nope", Name: "paid"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("a signal of an unknown run: %v, want not found", err)
+	}
+	if _, err := c.Signal(ctx, connect.NewRequest(&gatewayv1.SignalRequest{Flow: "gs", RunId: runID})); connect.CodeOf(err) != connect.CodeInvalidArgument ||
+		!strings.Contains(err.Error(), "name") {
+		t.Errorf("a signal without a name: %v, want invalid argument naming name", err)
+	}
+	took, err := c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: "gs/check", Max: 1, WaitMs: 2000}))
+	if err != nil || len(took.Msg.Takings) != 1 || took.Msg.Takings[0].State["paid"] != "yes" {
+		t.Fatalf("take after the signal: %v, %v; want the run with paid=yes", took, err)
+	}
 }

@@ -771,14 +771,16 @@ func (s *Session) GiveBack(ctx context.Context, pid string) (worqr.EventKind, er
 // Forward ends a stage taking: fields are merged into the run's state and
 // the run moves to the next stage (or ends, after the last).
 func (s *Session) Forward(ctx context.Context, pid string, fields map[string]string) (worqr.EventKind, error) {
-	return s.stageEnd(ctx, pid, fields, nil, 0, false)
+	return s.stageEnd(ctx, pid, fields, nil, 0, false, "")
 }
 
-// ForwardAfter is Forward with a durable timer, as a Go stage's
-// StageResult.Sleep and Again: the run sleeps in Redis for sleep before its
-// next stage starts, or before this stage runs again when again.
-func (s *Session) ForwardAfter(ctx context.Context, pid string, fields map[string]string, sleep time.Duration, again bool) (worqr.EventKind, error) {
-	return s.stageEnd(ctx, pid, fields, nil, sleep, again)
+// ForwardAfter is Forward with a durable timer or a signal, as a Go
+// stage's StageResult.Sleep, Again and Await: the run sleeps in Redis for
+// sleep, or until signal await comes (at most sleep; 0: without bound),
+// before its next stage starts, or before this stage runs again when
+// again.
+func (s *Session) ForwardAfter(ctx context.Context, pid string, fields map[string]string, sleep time.Duration, again bool, await string) (worqr.EventKind, error) {
+	return s.stageEnd(ctx, pid, fields, nil, sleep, again, await)
 }
 
 // FanOut ends a stage taking by merging fields into the run's state and
@@ -786,12 +788,12 @@ func (s *Session) ForwardAfter(ctx context.Context, pid string, fields map[strin
 // without the flow); the run moves on when the last child ends. With no
 // children it is Forward.
 func (s *Session) FanOut(ctx context.Context, pid string, fields map[string]string, children []worqr.ChildSpec) (worqr.EventKind, error) {
-	return s.stageEnd(ctx, pid, fields, children, 0, false)
+	return s.stageEnd(ctx, pid, fields, children, 0, false, "")
 }
 
 // stageEnd is every done end of a stage taking: Forward, ForwardAfter and
 // FanOut.
-func (s *Session) stageEnd(ctx context.Context, pid string, fields map[string]string, children []worqr.ChildSpec, sleep time.Duration, again bool) (worqr.EventKind, error) {
+func (s *Session) stageEnd(ctx context.Context, pid string, fields map[string]string, children []worqr.ChildSpec, sleep time.Duration, again bool, await string) (worqr.EventKind, error) {
 	how := "forward"
 	if len(children) > 0 {
 		how = "fan_out"
@@ -805,11 +807,11 @@ func (s *Session) stageEnd(ctx context.Context, pid string, fields map[string]st
 		for i, c := range children {
 			cs[i] = engine.Child{Queue: c.Queue, Payload: c.Payload, Meta: c.Meta}
 		}
-		names := engine.FanOutNames{Fields: "fields", Children: "children", Lower: true, Sleep: "sleep", Again: "again"}
+		names := engine.FanOutNames{Fields: "fields", Children: "children", Lower: true, Sleep: "sleep", Again: "again", Await: "await"}
 		if err := t.q.FanOut(&e, fields, cs, s.r.cfg.MaxPayloadBytes, names); err != nil {
 			return rdb.Ending{}, asInvalid(err)
 		}
-		if err := t.q.Resume(&e, sleep, again, names); err != nil {
+		if err := t.q.Resume(&e, sleep, again, await, names); err != nil {
 			return rdb.Ending{}, asInvalid(err)
 		}
 		return e, nil

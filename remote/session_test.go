@@ -1195,10 +1195,10 @@ func TestRemoteForwardAfter(t *testing.T) {
 	}
 	s := open(t, b, "rs/wait", "rs/check")
 	k := takeOne(t, s, "rs/wait", 0)
-	if _, err := s.ForwardAfter(ctx, k.PID, nil, -time.Second, false); invalidField(t, "a negative sleep", err) != "sleep" {
+	if _, err := s.ForwardAfter(ctx, k.PID, nil, -time.Second, false, ""); invalidField(t, "a negative sleep", err) != "sleep" {
 		t.Fatalf("a negative sleep: %v, want the field named sleep", err)
 	}
-	if out, err := s.ForwardAfter(ctx, k.PID, map[string]string{"a": "1"}, time.Hour, false); err != nil || out != worqr.EventForwarded {
+	if out, err := s.ForwardAfter(ctx, k.PID, map[string]string{"a": "1"}, time.Hour, false, ""); err != nil || out != worqr.EventForwarded {
 		t.Fatalf("ForwardAfter = %q, %v; want forwarded", out, err)
 	}
 	info, err := b.insp.Run(ctx, "rs", runID)
@@ -1213,10 +1213,17 @@ func TestRemoteForwardAfter(t *testing.T) {
 		t.Fatalf("RunNow = %v, %v", ok, err)
 	}
 	c := takeOne(t, s, "rs/check", 0)
-	if out, err := s.ForwardAfter(ctx, c.PID, nil, time.Hour, true); err != nil || out != worqr.EventForwarded {
+	if out, err := s.ForwardAfter(ctx, c.PID, nil, time.Hour, true, "paid"); err != nil || out != worqr.EventForwarded {
 		t.Fatalf("ForwardAfter again = %q, %v; want forwarded", out, err)
 	}
 	if info, err = b.insp.Run(ctx, "rs", runID); err != nil || info.Stage != "check" || info.TaskState != "scheduled" {
 		t.Fatalf("run %+v, %v: want it asleep before check again", info, err)
+	}
+	// It awaits signal paid: a signal moves it on, its payload in the state.
+	if now, err := b.client.Signal(ctx, cf, runID, "paid", []byte("yes"), ""); err != nil || !now {
+		t.Fatalf("Signal = %v, %v; want delivered", now, err)
+	}
+	if k := takeOne(t, s, "rs/check", 0); k.State["paid"] != "yes" {
+		t.Fatalf("check taken with state %v, want paid=yes", k.State)
 	}
 }

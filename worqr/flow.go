@@ -93,6 +93,13 @@ type StageResult struct {
 	// fresh Attempt and the state as merged: with Sleep, a stage that polls
 	// until a condition holds. Not with Children.
 	Again bool
+	// Await makes the run wait for the signal of this name
+	// (Client.Signal) before its next stage: the stage then finds the
+	// signal's payload as state field Await, or, when Sleep (the bound of
+	// the wait; 0: none) passed first, no such field. A signal sent before
+	// the run awaits it is kept and taken here at once. At most 200 bytes;
+	// not with Children; after the last stage only with Again.
+	Await string
 }
 
 // ChildSpec is one child task to fan out.
@@ -374,6 +381,46 @@ func childResults(cs []rdb.ChildRecord) []ChildResult {
 	}
 	return out
 }
+
+// Signal sends signal name of run id of flow, with payload: a run that
+// waits for it (StageResult.Await) gets payload as its state field name
+// and its next stage starts now; one that does not yet is kept for 24 h
+// for the stage end that awaits it (at most 16 names per run: a 17th is
+// refused). It reports whether the run got it now (false: kept). sigID
+// (say, a webhook's delivery id) makes a repeat safe: a signal of an id
+// the run took already answers ErrDuplicate and changes nothing; without
+// one, a repeat after a lost reply may be kept again. A run that is not
+// running (unknown, or ended) answers ErrTaskNotFound.
+func (c *Client) Signal(ctx context.Context, flow *Flow, id, name string, payload []byte, sigID string) (bool, error) {
+	if err := checkRunRef(flow, id); err != nil {
+		return false, err
+	}
+	switch {
+	case name == "":
+		return false, invalid("name", "is empty")
+	case len(name) > engine.MaxFieldNameLen:
+		return false, invalid("name", "is %d bytes long (a state field's name: at most %d)", len(name), engine.MaxFieldNameLen)
+	case len(payload) > c.cfg.MaxPayloadBytes:
+		return false, invalid("payload", "is %d bytes, over MaxPayloadBytes (%d)", len(payload), c.cfg.MaxPayloadBytes)
+	case len(sigID) > engine.MaxFieldNameLen:
+		return false, invalid("sigID", "is %d bytes long (at most %d)", len(sigID), engine.MaxFieldNameLen)
+	}
+	out, err := c.st.Signal(ctx, c.flowQueue(flow, flow.Name), id, name, payload, sigID, signalKeptFor.Milliseconds())
+	switch {
+	case err != nil:
+		return false, fmt.Errorf("worqr: signal %s of run %s: %w", name, id, err)
+	case out == rdb.SignalGone:
+		return false, fmt.Errorf("worqr: signal %s of run %s: the run is not running: %w", name, id, ErrTaskNotFound)
+	case out == rdb.SignalTaken:
+		return false, fmt.Errorf("worqr: signal %s of run %s: signal %s was taken already: %w", name, id, sigID, ErrDuplicate)
+	case out == rdb.SignalFull:
+		return false, invalid("name", "(%s): run %s keeps %d signals of other names it does not await yet (at most %d)", name, id, rdb.MaxKeptSignals, rdb.MaxKeptSignals)
+	}
+	return out == rdb.SignalDelivered, nil
+}
+
+// signalKeptFor is how long a signal sent before its run awaits it is kept.
+const signalKeptFor = 24 * time.Hour
 
 // CancelRun ends a running run as cancelled: its waiting stage task and
 // children are removed, running ones are told to stop, and their later

@@ -287,3 +287,136 @@ func TestStageSleep(t *testing.T) {
 		}
 	})
 }
+
+// StageResult.Await and Client.Signal: a run waits for a signal before its
+// next stage, which finds the signal's payload in its state; a signal sent
+// before the run waits is kept and taken then; the wait's bound passing
+// moves the run on without it; a signal id is taken once.
+func TestStageAwait(t *testing.T) {
+	ctx := context.Background()
+	type ran struct {
+		stage string
+		state map[string]string
+	}
+	// flowOf: stage s1 waits on gate (when not nil), then ends with res;
+	// stage s2 reports its state on ch and waits on hold (when not nil).
+	flowOf := func(name string, ch chan<- ran, gate, hold <-chan struct{}, res *worqr.StageResult) *worqr.Flow {
+		return &worqr.Flow{Name: name, Stages: []worqr.Stage{
+			{Name: "s1", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+				func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+					if gate != nil {
+						<-gate
+					}
+					return res, nil
+				})},
+			{Name: "s2", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+				func(_ context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+					ch <- ran{"s2", maps.Clone(r.State)}
+					if hold != nil {
+						<-hold
+					}
+					return nil, nil
+				})},
+		}}
+	}
+	start := func(b *bundle, f *worqr.Flow) {
+		cfg := fastTimings(b.ns)
+		cfg.Flows = []*worqr.Flow{f}
+		b.startWorker(cfg)
+	}
+	recv := func(t *testing.T, ch <-chan ran) ran {
+		t.Helper()
+		select {
+		case r := <-ch:
+			return r
+		case <-time.After(10 * time.Second):
+			t.Fatal("s2 did not run within 10s")
+		}
+		return ran{}
+	}
+
+	t.Run("a signal wakes the waiting run, once per id", func(t *testing.T) {
+		b := setup(t)
+		ch, hold := make(chan ran, 2), make(chan struct{})
+		defer close(hold)
+		f := flowOf("pay", ch, nil, hold, &worqr.StageResult{Await: "paid", Sleep: time.Hour})
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, 10*time.Second, "the run to wait before s2", func() bool {
+			info, err := b.in.Run(ctx, f.Name, id)
+			return err == nil && info.Stage == "s2" && info.TaskState == "scheduled"
+		})
+		if now, err := b.client.Signal(ctx, f, id, "paid", []byte("p1"), "hook-1"); err != nil || !now {
+			t.Fatalf("Signal = %v, %v; want delivered now", now, err)
+		}
+		if r := recv(t, ch); r.state["paid"] != "p1" {
+			t.Errorf("s2 ran with state %v, want paid=p1", r.state)
+		}
+		if _, err := b.client.Signal(ctx, f, id, "paid", []byte("p2"), "hook-1"); !errors.Is(err, worqr.ErrDuplicate) {
+			t.Errorf("the same signal id again: %v, want ErrDuplicate", err)
+		}
+	})
+
+	t.Run("a signal sent before the run waits is kept and taken then", func(t *testing.T) {
+		b := setup(t)
+		ch, gate := make(chan ran, 2), make(chan struct{})
+		f := flowOf("early", ch, gate, nil, &worqr.StageResult{Await: "paid", Sleep: time.Hour})
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if now, err := b.client.Signal(ctx, f, id, "paid", []byte("early"), ""); err != nil || now {
+			t.Fatalf("Signal = %v, %v; want kept", now, err)
+		}
+		close(gate)
+		if r := recv(t, ch); r.state["paid"] != "early" {
+			t.Errorf("s2 ran with state %v, want paid=early", r.state)
+		}
+	})
+
+	t.Run("the wait's bound passing moves the run on without the signal", func(t *testing.T) {
+		b := setup(t)
+		ch := make(chan ran, 2)
+		f := flowOf("late", ch, nil, nil, &worqr.StageResult{Await: "paid", Sleep: 200 * time.Millisecond})
+		start(b, f)
+		if _, err := b.client.StartRun(ctx, f, nil, nil); err != nil {
+			t.Fatal(err)
+		}
+		if r := recv(t, ch); r.state["paid"] != "" || len(r.state) != 0 {
+			t.Errorf("s2 ran with state %v, want no paid field", r.state)
+		}
+	})
+
+	t.Run("bad signals are refused", func(t *testing.T) {
+		b := setup(t)
+		ch, gate := make(chan ran, 2), make(chan struct{})
+		defer close(gate)
+		f := flowOf("bad", ch, gate, nil, nil)
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.client.Signal(ctx, f, "nope", "paid", nil, ""); !errors.Is(err, worqr.ErrTaskNotFound) {
+			t.Errorf("a signal of an unknown run: %v, want ErrTaskNotFound", err)
+		}
+		if f := invalidField(t, "an empty name", func() error { _, err := b.client.Signal(ctx, f, id, "", nil, ""); return err }()); f != "name" {
+			t.Errorf("an empty name: the error names %q, want name", f)
+		}
+		for i := range 16 {
+			if _, err := b.client.Signal(ctx, f, id, fmt.Sprintf("n%d", i), nil, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := b.client.Signal(ctx, f, id, "n0", []byte("again"), ""); err != nil {
+			t.Errorf("a kept name sent again: %v, want it kept (replaced)", err)
+		}
+		if _, err := b.client.Signal(ctx, f, id, "n16", nil, ""); err == nil || !strings.Contains(err.Error(), "16 signals") {
+			t.Errorf("a 17th name kept: %v, want refused", err)
+		}
+	})
+}

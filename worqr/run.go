@@ -182,11 +182,12 @@ func (w *Worker) planStage(q *queueRunner, res *StageResult, e *rdb.Ending) erro
 	names := engine.FanOutNames{
 		Fields:   fmt.Sprintf("StageResult.Fields of stage %s", q.flow.Stages[q.stage].Name),
 		Children: "StageResult.Children", Sleep: "StageResult.Sleep", Again: "StageResult.Again",
+		Await: "StageResult.Await",
 	}
 	if err := q.FanOut(e, res.Fields, engineChildren(res.Children), w.cfg.MaxPayloadBytes, names); err != nil {
 		return asInvalid(err)
 	}
-	return asInvalid(q.Resume(e, res.Sleep, res.Again, names))
+	return asInvalid(q.Resume(e, res.Sleep, res.Again, res.Await, names))
 }
 
 // checkResults checks the results ts recorded (Task.SetResult): each at

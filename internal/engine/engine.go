@@ -248,6 +248,7 @@ type FanOutNames struct {
 	Lower    bool   // a child's fields in lower case (queue, payload, meta)
 	Sleep    string // how long the run sleeps before its next stage (Resume)
 	Again    string // the stage runs again next (Resume)
+	Await    string // the signal the run awaits before its next stage (Resume)
 }
 
 // FanOut adds to a stage's done ending e the state fields and the
@@ -300,31 +301,38 @@ func (q *Queue) FanOut(e *rdb.Ending, fields map[string]string, children []Child
 
 // Resume sets how a stage's done ending e, fanned out (FanOut) with no
 // children, moves its run on: after sleep (a durable timer: the run waits
-// in the next stage's scheduled set, on Redis's clock; 0: at once), to
-// this same stage again when again, else to the next. A run with children
-// moves on when its last child ends, so neither applies with children;
-// after the last stage, sleep only with again. Nothing is changed when a
+// in the next stage's scheduled set, on Redis's clock; 0: at once), or
+// once signal await comes (at most sleep; 0: without bound), to this same
+// stage again when again, else to the next. A run with children moves on
+// when its last child ends, so none applies with children; after the
+// last stage, sleep and await only with again. Nothing is changed when a
 // check fails; the error is an *InputError.
-func (q *Queue) Resume(e *rdb.Ending, sleep time.Duration, again bool, n FanOutNames) error {
-	if sleep == 0 && !again {
+func (q *Queue) Resume(e *rdb.Ending, sleep time.Duration, again bool, await string, n FanOutNames) error {
+	if sleep == 0 && !again && await == "" {
 		return nil
 	}
 	field := n.Sleep
-	if sleep == 0 {
+	switch {
+	case await != "":
+		field = n.Await
+	case sleep == 0:
 		field = n.Again
 	}
 	switch {
 	case sleep < 0 || sleep > 0 && sleep < time.Millisecond:
 		return Invalid(n.Sleep, "(%v) must be 0 or at least 1ms", sleep)
+	case len(await) > MaxFieldNameLen:
+		return Invalid(n.Await, "is %d bytes long (a state field's name: at most %d)", len(await), MaxFieldNameLen)
 	case len(e.Stage.Children) > 0:
 		return Invalid(field, "does not apply with children: the run moves on when its last child ends")
-	case !again && e.Stage.Next == "":
-		return Invalid(n.Sleep, "after the last stage needs %s: the run has no next stage to sleep before", n.Again)
+	case !again && e.Stage.Next == "" && (sleep > 0 || await != ""):
+		return Invalid(field, "after the last stage needs %s: the run has no next stage to wait before", n.Again)
 	}
 	if again {
 		e.Stage.Next = q.Stage.Name
 	}
 	e.Stage.SleepMs = sleep.Milliseconds()
+	e.Stage.Await = await
 	return nil
 }
 

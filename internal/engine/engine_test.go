@@ -155,26 +155,32 @@ func TestEndWeightCountsTheErrorAsWritten(t *testing.T) {
 // Resume: a stage's done ending sleeps before its next stage, or runs the
 // stage again; the rules are checked with the field named.
 func TestResume(t *testing.T) {
-	names := FanOutNames{Sleep: "Sleep", Again: "Again"}
+	names := FanOutNames{Sleep: "Sleep", Again: "Again", Await: "Await"}
 	stage := func(next string) (*Queue, rdb.Ending) {
 		q := &Queue{Kind: rdb.KindStage, Stage: &Stage{Name: "s1", Next: next}}
 		return q, q.RecordFor(rdb.Taken{ID: "r"}, rdb.Done(rdb.KindStage, "w", "1", "r", nil))
 	}
 	t.Run("a sleep before the next stage", func(t *testing.T) {
 		q, e := stage("s2")
-		if err := q.Resume(&e, 90*time.Second, false, names); err != nil || e.Stage.SleepMs != 90_000 || e.Stage.Next != "s2" {
+		if err := q.Resume(&e, 90*time.Second, false, "", names); err != nil || e.Stage.SleepMs != 90_000 || e.Stage.Next != "s2" {
 			t.Errorf("Resume = %v: next %q, sleep %d ms", err, e.Stage.Next, e.Stage.SleepMs)
 		}
 	})
 	t.Run("again runs the same stage, after the last one too", func(t *testing.T) {
 		q, e := stage("")
-		if err := q.Resume(&e, time.Second, true, names); err != nil || e.Stage.Next != "s1" || e.Stage.SleepMs != 1000 {
+		if err := q.Resume(&e, time.Second, true, "", names); err != nil || e.Stage.Next != "s1" || e.Stage.SleepMs != 1000 {
 			t.Errorf("Resume = %v: next %q, sleep %d ms", err, e.Stage.Next, e.Stage.SleepMs)
+		}
+	})
+	t.Run("an await before the next stage, bounded by the sleep", func(t *testing.T) {
+		q, e := stage("s2")
+		if err := q.Resume(&e, time.Hour, false, "paid", names); err != nil || e.Stage.Await != "paid" || e.Stage.SleepMs != 3_600_000 {
+			t.Errorf("Resume = %v: await %q, sleep %d ms", err, e.Stage.Await, e.Stage.SleepMs)
 		}
 	})
 	t.Run("nothing asked changes nothing", func(t *testing.T) {
 		q, e := stage("s2")
-		if err := q.Resume(&e, 0, false, names); err != nil || e.Stage.Next != "s2" || e.Stage.SleepMs != 0 {
+		if err := q.Resume(&e, 0, false, "", names); err != nil || e.Stage.Next != "s2" || e.Stage.SleepMs != 0 {
 			t.Errorf("Resume = %v: next %q, sleep %d ms", err, e.Stage.Next, e.Stage.SleepMs)
 		}
 	})
@@ -185,21 +191,25 @@ func TestResume(t *testing.T) {
 		sleep    time.Duration
 		again    bool
 		field    string
+		await    string
 	}{
-		{"a negative sleep", "s2", false, -time.Second, false, "Sleep"},
-		{"a sleep under a millisecond", "s2", false, time.Microsecond, false, "Sleep"},
-		{"a sleep with children", "s2", true, time.Second, false, "Sleep"},
-		{"again with children", "s2", true, 0, true, "Again"},
-		{"a sleep after the last stage without again", "", false, time.Second, false, "Sleep"},
+		{"a negative sleep", "s2", false, -time.Second, false, "Sleep", ""},
+		{"a sleep under a millisecond", "s2", false, time.Microsecond, false, "Sleep", ""},
+		{"a sleep with children", "s2", true, time.Second, false, "Sleep", ""},
+		{"again with children", "s2", true, 0, true, "Again", ""},
+		{"a sleep after the last stage without again", "", false, time.Second, false, "Sleep", ""},
+		{"an await with children", "s2", true, 0, false, "Await", "paid"},
+		{"an await after the last stage without again", "", false, 0, false, "Await", "paid"},
+		{"an await name over 200 bytes", "s2", false, 0, false, "Await", strings.Repeat("n", 201)},
 	} {
 		t.Run("refused: "+c.name, func(t *testing.T) {
 			q, e := stage(c.next)
 			if c.children {
 				e.Stage.Children = []rdb.Child{{ID: "r.k", Queue: "k"}}
 			}
-			err := q.Resume(&e, c.sleep, c.again, names)
+			err := q.Resume(&e, c.sleep, c.again, c.await, names)
 			var ie *InputError
-			if !errors.As(err, &ie) || ie.Field != c.field || e.Stage.SleepMs != 0 || e.Stage.Next != c.next {
+			if !errors.As(err, &ie) || ie.Field != c.field || e.Stage.SleepMs != 0 || e.Stage.Next != c.next || e.Stage.Await != "" {
 				t.Errorf("Resume = %v: want an InputError naming %s, the ending unchanged (next %q, sleep %d)", err, c.field, e.Stage.Next, e.Stage.SleepMs)
 			}
 		})

@@ -53,6 +53,9 @@ type StageEnd struct {
 	// SleepMs is how long the run waits before Next starts (Redis time;
 	// 0: it starts at once). Not with Children.
 	SleepMs int64
+	// Await is the signal the run waits for before Next starts (""
+	// none): SleepMs bounds the wait (0: none). Not with Children.
+	Await string
 }
 
 // Child is one child task a stage fans out.
@@ -186,10 +189,11 @@ var recChild = declare("REC_CHILD", "run")
 // recStage is the tail of a stage's record: StageEnd's next stage ("" after
 // the last), its fan-out policy (failfast | continue) and the run's
 // retention ms, how long the run sleeps before its next stage (ms, 0:
-// none; StageEnd.SleepMs); then three counted lists (a count, then the values):
+// none; StageEnd.SleepMs), the signal it awaits there ("": none; with
+// it, sleep is the wait's bound, 0 none); then three counted lists (a count, then the values):
 // indexed properties, state field/value pairs ("f:" names) and the
 // children fanned out (fanOutChild values each).
-var recStage = declare("REC_STAGE", "next_stage", "policy", "run_retention", "sleep")
+var recStage = declare("REC_STAGE", "next_stage", "policy", "run_retention", "sleep", "await")
 
 // recBatch is the tail of a batch's record (a key's head and the tasks
 // taken behind it): how many members follow, batchMember values each.
@@ -287,6 +291,7 @@ func appendRecord(args []any, e Ending) []any {
 		v.set("policy", policy)
 		v.set("run_retention", st.RunRetentionMs)
 		v.set("sleep", st.SleepMs)
+		v.set("await", st.Await)
 		args = v.done()
 		args = appendList(args, st.IndexBy)
 		args = appendList(args, st.Fields)

@@ -96,6 +96,34 @@ func (s *Store) RunCancel(ctx context.Context, q QueueKeys, id string, f FlowRef
 	return runCancelled(s.eval(ctx, q.Ref.Tag, runCancelScript, args...))
 }
 
+// SignalOutcome is what a signal did to its run (Signal).
+type SignalOutcome int
+
+// The outcomes of Signal.
+const (
+	SignalGone      SignalOutcome = 0  // the run is not running (unknown or ended)
+	SignalDelivered SignalOutcome = 1  // the run awaited it, and moves on
+	SignalKept      SignalOutcome = 2  // kept for the stage end that awaits it
+	SignalTaken     SignalOutcome = -1 // its id was taken already: nothing done
+	SignalFull      SignalOutcome = -2 // the run keeps MaxKeptSignals others
+)
+
+// MaxKeptSignals is how many signals of distinct names a run keeps before
+// it awaits them (SIGNAL.KEPT in lua/include/flow.lua).
+const MaxKeptSignals = 16
+
+// Signal delivers signal name with payload to run id (q: any queue of the
+// flow's tag): at once when the run sleeps awaiting it, else kept for
+// keptMs for the stage end that awaits it. sigID ("": none) makes it
+// idempotent: a signal whose id was taken is not taken again.
+func (s *Store) Signal(ctx context.Context, q QueueKeys, id, name string, payload []byte, sigID string, keptMs int64) (SignalOutcome, error) {
+	args := make([]any, 0, 11)
+	args = append(args, q.Task(id), id, name, payload, sigID, keptMs)
+	args = append(args, q.prefixes()...)
+	n, err := redis.Int(s.eval(ctx, q.Ref.Tag, signalScript, args...))
+	return SignalOutcome(n), err
+}
+
 // RunStop is what a run's cancel did: whether the run was running
 // (and is now cancelled), and the tasks it took out of where they waited,
 // whose cancels no end of a taking will report: the run's stage task (Stage

@@ -259,7 +259,7 @@ func TestLayoutRoundTripEnd(t *testing.T) {
 		rdb.Retry(rdb.KindTask, "w2", "12", "t2", 5000, "boom"),
 		{Kind: rdb.KindChild, Worker: "w3", PID: "13", ID: "run1.c1", Ask: rdb.AskDead, Err: "bad", Run: "run1"},
 		{Kind: rdb.KindStage, Worker: "w4", PID: "14", ID: "run2", Ask: rdb.AskDone, Stage: &rdb.StageEnd{
-			Next: "s2", FailFast: true, RunRetentionMs: 7000, IndexBy: []string{"user"}, SleepMs: 1500,
+			Next: "s2", FailFast: true, RunRetentionMs: 7000, IndexBy: []string{"user"}, SleepMs: 1500, Await: "paid",
 			Fields:   []string{"f:a", "1", "f:b", "2"},
 			Children: []rdb.Child{{ID: "run2.k1", Queue: "cq", Payload: []byte("p1"), Meta: "m1"}, {ID: "run2.k2", Queue: "cq", Payload: []byte("p2")}},
 		}},
@@ -284,7 +284,7 @@ func TestLayoutRoundTripEnd(t *testing.T) {
 		rec(2, "task", "w2", "12", "t2", "retry", "5000", "boom", ""),
 		rec(3, "child", "w3", "13", "run1.c1", "dead", "0", "bad", "", "run", "run1"),
 		rec(4, "stage", "w4", "14", "run2", "done", "0", "", "",
-			"next_stage", "s2", "policy", "failfast", "run_retention", "7000", "sleep", "1500", "index_by1", "user",
+			"next_stage", "s2", "policy", "failfast", "run_retention", "7000", "sleep", "1500", "await", "paid", "index_by1", "user",
 			"fields1", "f:a", "fields2", "1", "fields3", "f:b", "fields4", "2",
 			"child1.id", "run2.k1", "child1.queue", "cq", "child1.payload", "p1", "child1.meta", "m1",
 			"child2.id", "run2.k2", "child2.queue", "cq", "child2.payload", "p2", "child2.meta", ""),
@@ -292,7 +292,7 @@ func TestLayoutRoundTripEnd(t *testing.T) {
 			"member1.pid", "16", "member1.id", "m1", "member1.result", "x1",
 			"member2.pid", "17", "member2.id", "m2", "member2.result", "x2"),
 		rec(6, "stage", "w6", "18", "run3", "back", "0", "", "",
-			"next_stage", "", "policy", "continue", "run_retention", "0", "sleep", "0"),
+			"next_stage", "", "policy", "continue", "run_retention", "0", "sleep", "0", "await", ""),
 	)
 	r := evalLua(t, endWalkLua, rdb.EndArgv(q, 60000, take, true, es)...)
 	diffMaps(t, "END", pairsMap(t, r), want)

@@ -88,6 +88,7 @@ const (
 	FieldParent       = "pr"
 	FieldParentNext   = "pn"
 	FieldParentPolicy = "pf"
+	FieldAwait        = "aw" // a flow run's signal it sleeps awaiting (Client.Signal)
 )
 
 // Prefixes of the per-child and per-field entries of a run hash.

@@ -388,6 +388,7 @@ var (
 	bulkScript        = load("bulk", 4)
 	flowStartScript   = load("flow_start", -1)
 	runCancelScript   = load("run_cancel", 1)
+	signalScript      = load("signal", 1)
 	runRetryScript    = load("run_retry", 1)
 	runsPageScript    = load("runs_page", 1)
 	runsForgetScript  = load("runs_forget", -1)

@@ -30,6 +30,8 @@ local F_WAITED = 'wt'
 -- fields of a flow run (a task hash too) and of a child task
 local F_STAGE, F_RUN_STATUS, F_RUN_RETENTION, F_RUN_INDEXED = 'st', 'fs', 'fr', 'fi'
 local F_PENDING, F_PARENT, F_PARENT_NEXT, F_PARENT_POLICY = 'kp', 'pr', 'pn', 'pf'
+-- a flow run's signal it sleeps awaiting (see flow.lua, "Signals")
+local F_AWAIT = 'aw'
 -- task states ('s') and run statuses ('fs')
 local S_QUEUED, S_ACTIVE, S_SCHEDULED, S_DEAD = 'queued', 'active', 'scheduled', 'dead'
 local S_DONE, S_CANCELLED, S_CHILDREN, S_EXPIRED = 'done', 'cancelled', 'children', 'expired'

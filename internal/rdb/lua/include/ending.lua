@@ -166,7 +166,11 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
     hset_pairs(tkey, fields)
   end
   if #children == 0 then
-    return forward_run(tkey, id, nexts, pfx, runret, ixkeys, tonumber(argv[tail + REC_STAGE.sleep]))
+    local sleep, await = tonumber(argv[tail + REC_STAGE.sleep]), argv[tail + REC_STAGE.await]
+    if await ~= '' then
+      return SIGNAL.await_run(tkey, id, await, nexts, pfx, runret, ixkeys, sleep)
+    end
+    return forward_run(tkey, id, nexts, pfx, runret, ixkeys, sleep)
   end
   local n = 0
   -- The fan-out's number in the run ('kg'), kept on each child ('pe'): a

@@ -140,7 +140,7 @@ local function forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep)
     end_run(tkey, id, R_DONE, retention, ixkeys)
     return OUT_DONE
   end
-  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON, 'kl')
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON, 'kl', F_AWAIT)
   if sleep and sleep > 0 then
     -- A durable timer (StageResult.Sleep): the run waits in the next
     -- stage's scheduled set, which the mover empties into its list once
@@ -153,6 +153,42 @@ local function forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep)
   redis.call('RPUSH', pfx.queue .. nexts, id)
   redis.call('PUBLISH', pfx.wake .. nexts, 1)
   return OUT_FORWARDED
+end
+
+-- Signals (Client.Signal). A run whose stage ended awaiting signal NAME
+-- (StageResult.Await) sleeps at its next stage, scheduled at its timeout
+-- (SIGNAL.FOREVER without one), and names it in F_AWAIT: signal.lua
+-- delivers a signal it awaits by writing its payload as state field NAME
+-- and moving the run to its stage's list, in one step, so that the timer
+-- and the signal move it once between them. A signal that finds no run
+-- awaiting it is kept in the run's hash, 'sp:<name>' = '<expires ms>
+-- <payload>', at most SIGNAL.KEPT names per run ('spn' counts them), and a
+-- stage end that awaits it takes it then. 'sd:<id>' records each signal
+-- id taken, delivered or kept, so that a signal sent again is not taken
+-- twice. All are fields of the run's hash: they go when the run does.
+-- (One table: a script holds at most 200 locals, its includes' among
+-- them.)
+local SIGNAL = {KEPT = 16, FOREVER = 100 * 365 * 24 * 3600 * 1000}
+
+-- SIGNAL.await_run forwards run id (hash tkey) to stage nexts awaiting signal
+-- name: a signal kept for it and not expired is taken now (its payload
+-- written as the state field, and the run moves on at once), else the run
+-- sleeps at nexts until the signal comes or sleep ms (0: without bound)
+-- pass.
+function SIGNAL.await_run(tkey, id, name, nexts, pfx, retention, ixkeys, sleep)
+  local kept = redis.call('HGET', tkey, 'sp:' .. name)
+  if kept then
+    redis.call('HDEL', tkey, 'sp:' .. name)
+    redis.call('HINCRBY', tkey, 'spn', -1)
+    local sp = string.find(kept, ' ', 1, true)
+    if sp and tonumber(string.sub(kept, 1, sp - 1)) > now_ms() then
+      redis.call('HSET', tkey, 'f:' .. name, string.sub(kept, sp + 1))
+      return forward_run(tkey, id, nexts, pfx, retention, ixkeys)
+    end
+  end
+  local out = forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep > 0 and sleep or SIGNAL.FOREVER)
+  redis.call('HSET', tkey, F_AWAIT, name)
+  return out
 end
 
 -- STOP_SCAN is how many list entries the stops of one run (its stage task,

@@ -224,6 +224,130 @@ func (x *EnqueueResponse) GetId() string {
 	return ""
 }
 
+// SignalRequest sends signal name to run run_id of flow (Client.Signal):
+// id (say, a webhook's delivery id) makes a repeat safe.
+type SignalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Flow          string                 `protobuf:"bytes,1,opt,name=flow,proto3" json:"flow,omitempty"`
+	RunId         string                 `protobuf:"bytes,2,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	Name          string                 `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Payload       []byte                 `protobuf:"bytes,4,opt,name=payload,proto3" json:"payload,omitempty"`
+	Id            string                 `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRequest) Reset() {
+	*x = SignalRequest{}
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRequest) ProtoMessage() {}
+
+func (x *SignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
+func (*SignalRequest) Descriptor() ([]byte, []int) {
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *SignalRequest) GetFlow() string {
+	if x != nil {
+		return x.Flow
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetPayload() []byte {
+	if x != nil {
+		return x.Payload
+	}
+	return nil
+}
+
+func (x *SignalRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// SignalResponse: delivered is true when the run awaited the signal and
+// moves on now, false when it is kept for the stage end that awaits it.
+type SignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Delivered     bool                   `protobuf:"varint,1,opt,name=delivered,proto3" json:"delivered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalResponse) Reset() {
+	*x = SignalResponse{}
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalResponse) ProtoMessage() {}
+
+func (x *SignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
+func (*SignalResponse) Descriptor() ([]byte, []int) {
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SignalResponse) GetDelivered() bool {
+	if x != nil {
+		return x.Delivered
+	}
+	return false
+}
+
 type EnqueueBatchRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -234,7 +358,7 @@ type EnqueueBatchRequest struct {
 
 func (x *EnqueueBatchRequest) Reset() {
 	*x = EnqueueBatchRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -246,7 +370,7 @@ func (x *EnqueueBatchRequest) String() string {
 func (*EnqueueBatchRequest) ProtoMessage() {}
 
 func (x *EnqueueBatchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[3]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -259,7 +383,7 @@ func (x *EnqueueBatchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueBatchRequest.ProtoReflect.Descriptor instead.
 func (*EnqueueBatchRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{3}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *EnqueueBatchRequest) GetQueue() string {
@@ -285,7 +409,7 @@ type EnqueueBatchResponse struct {
 
 func (x *EnqueueBatchResponse) Reset() {
 	*x = EnqueueBatchResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -297,7 +421,7 @@ func (x *EnqueueBatchResponse) String() string {
 func (*EnqueueBatchResponse) ProtoMessage() {}
 
 func (x *EnqueueBatchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[4]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -310,7 +434,7 @@ func (x *EnqueueBatchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnqueueBatchResponse.ProtoReflect.Descriptor instead.
 func (*EnqueueBatchResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{4}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *EnqueueBatchResponse) GetIds() []string {
@@ -330,7 +454,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +466,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[5]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +479,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{5}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelRequest) GetQueue() string {
@@ -383,7 +507,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -395,7 +519,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[6]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -408,7 +532,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{6}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CancelResponse) GetStatus() string {
@@ -428,7 +552,7 @@ type GetTaskRequest struct {
 
 func (x *GetTaskRequest) Reset() {
 	*x = GetTaskRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +564,7 @@ func (x *GetTaskRequest) String() string {
 func (*GetTaskRequest) ProtoMessage() {}
 
 func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[7]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +577,7 @@ func (x *GetTaskRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskRequest.ProtoReflect.Descriptor instead.
 func (*GetTaskRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{7}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetTaskRequest) GetQueue() string {
@@ -492,7 +616,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +628,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[8]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +641,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskInfo) GetId() string {
@@ -620,7 +744,7 @@ type GetTaskResponse struct {
 
 func (x *GetTaskResponse) Reset() {
 	*x = GetTaskResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -632,7 +756,7 @@ func (x *GetTaskResponse) String() string {
 func (*GetTaskResponse) ProtoMessage() {}
 
 func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[9]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -645,7 +769,7 @@ func (x *GetTaskResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetTaskResponse.ProtoReflect.Descriptor instead.
 func (*GetTaskResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetTaskResponse) GetTask() *TaskInfo {
@@ -665,7 +789,7 @@ type QueueStatsRequest struct {
 
 func (x *QueueStatsRequest) Reset() {
 	*x = QueueStatsRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -677,7 +801,7 @@ func (x *QueueStatsRequest) String() string {
 func (*QueueStatsRequest) ProtoMessage() {}
 
 func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[10]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -690,7 +814,7 @@ func (x *QueueStatsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsRequest.ProtoReflect.Descriptor instead.
 func (*QueueStatsRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{10}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *QueueStatsRequest) GetQueue() string {
@@ -720,7 +844,7 @@ type QueueStat struct {
 
 func (x *QueueStat) Reset() {
 	*x = QueueStat{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +856,7 @@ func (x *QueueStat) String() string {
 func (*QueueStat) ProtoMessage() {}
 
 func (x *QueueStat) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[11]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +869,7 @@ func (x *QueueStat) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStat.ProtoReflect.Descriptor instead.
 func (*QueueStat) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{11}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *QueueStat) GetName() string {
@@ -820,7 +944,7 @@ type QueueStatsResponse struct {
 
 func (x *QueueStatsResponse) Reset() {
 	*x = QueueStatsResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +956,7 @@ func (x *QueueStatsResponse) String() string {
 func (*QueueStatsResponse) ProtoMessage() {}
 
 func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[12]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +969,7 @@ func (x *QueueStatsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use QueueStatsResponse.ProtoReflect.Descriptor instead.
 func (*QueueStatsResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{12}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *QueueStatsResponse) GetQueues() []*QueueStat {
@@ -867,7 +991,7 @@ type OpenSessionRequest struct {
 
 func (x *OpenSessionRequest) Reset() {
 	*x = OpenSessionRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -879,7 +1003,7 @@ func (x *OpenSessionRequest) String() string {
 func (*OpenSessionRequest) ProtoMessage() {}
 
 func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[13]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -892,7 +1016,7 @@ func (x *OpenSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionRequest.ProtoReflect.Descriptor instead.
 func (*OpenSessionRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{13}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *OpenSessionRequest) GetName() string {
@@ -921,7 +1045,7 @@ type OpenSessionResponse struct {
 
 func (x *OpenSessionResponse) Reset() {
 	*x = OpenSessionResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[14]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -933,7 +1057,7 @@ func (x *OpenSessionResponse) String() string {
 func (*OpenSessionResponse) ProtoMessage() {}
 
 func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[14]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -946,7 +1070,7 @@ func (x *OpenSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OpenSessionResponse.ProtoReflect.Descriptor instead.
 func (*OpenSessionResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{14}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *OpenSessionResponse) GetSessionId() string {
@@ -984,7 +1108,7 @@ type BeatRequest struct {
 
 func (x *BeatRequest) Reset() {
 	*x = BeatRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[15]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1120,7 @@ func (x *BeatRequest) String() string {
 func (*BeatRequest) ProtoMessage() {}
 
 func (x *BeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[15]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1133,7 @@ func (x *BeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeatRequest.ProtoReflect.Descriptor instead.
 func (*BeatRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{15}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *BeatRequest) GetSessionId() string {
@@ -1047,7 +1171,7 @@ type BeatResponse struct {
 
 func (x *BeatResponse) Reset() {
 	*x = BeatResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[16]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1059,7 +1183,7 @@ func (x *BeatResponse) String() string {
 func (*BeatResponse) ProtoMessage() {}
 
 func (x *BeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[16]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1072,7 +1196,7 @@ func (x *BeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BeatResponse.ProtoReflect.Descriptor instead.
 func (*BeatResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{16}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BeatResponse) GetLost() []string {
@@ -1113,7 +1237,7 @@ type TakeRequest struct {
 
 func (x *TakeRequest) Reset() {
 	*x = TakeRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[17]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1125,7 +1249,7 @@ func (x *TakeRequest) String() string {
 func (*TakeRequest) ProtoMessage() {}
 
 func (x *TakeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[17]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1138,7 +1262,7 @@ func (x *TakeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeRequest.ProtoReflect.Descriptor instead.
 func (*TakeRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{17}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *TakeRequest) GetSessionId() string {
@@ -1189,7 +1313,7 @@ type ChildResult struct {
 
 func (x *ChildResult) Reset() {
 	*x = ChildResult{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[18]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1201,7 +1325,7 @@ func (x *ChildResult) String() string {
 func (*ChildResult) ProtoMessage() {}
 
 func (x *ChildResult) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[18]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1214,7 +1338,7 @@ func (x *ChildResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildResult.ProtoReflect.Descriptor instead.
 func (*ChildResult) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{18}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChildResult) GetId() string {
@@ -1286,7 +1410,7 @@ type Taking struct {
 
 func (x *Taking) Reset() {
 	*x = Taking{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[19]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1298,7 +1422,7 @@ func (x *Taking) String() string {
 func (*Taking) ProtoMessage() {}
 
 func (x *Taking) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[19]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1311,7 +1435,7 @@ func (x *Taking) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Taking.ProtoReflect.Descriptor instead.
 func (*Taking) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{19}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Taking) GetPid() string {
@@ -1439,7 +1563,7 @@ type MergedPayload struct {
 
 func (x *MergedPayload) Reset() {
 	*x = MergedPayload{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1451,7 +1575,7 @@ func (x *MergedPayload) String() string {
 func (*MergedPayload) ProtoMessage() {}
 
 func (x *MergedPayload) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[20]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1464,7 +1588,7 @@ func (x *MergedPayload) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MergedPayload.ProtoReflect.Descriptor instead.
 func (*MergedPayload) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{20}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *MergedPayload) GetData() []byte {
@@ -1490,7 +1614,7 @@ type TakeResponse struct {
 
 func (x *TakeResponse) Reset() {
 	*x = TakeResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1502,7 +1626,7 @@ func (x *TakeResponse) String() string {
 func (*TakeResponse) ProtoMessage() {}
 
 func (x *TakeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[21]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1515,7 +1639,7 @@ func (x *TakeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeResponse.ProtoReflect.Descriptor instead.
 func (*TakeResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{21}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *TakeResponse) GetTakings() []*Taking {
@@ -1536,7 +1660,7 @@ type FinishRequest struct {
 
 func (x *FinishRequest) Reset() {
 	*x = FinishRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1672,7 @@ func (x *FinishRequest) String() string {
 func (*FinishRequest) ProtoMessage() {}
 
 func (x *FinishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[22]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1685,7 @@ func (x *FinishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FinishRequest.ProtoReflect.Descriptor instead.
 func (*FinishRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{22}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *FinishRequest) GetSessionId() string {
@@ -1598,7 +1722,7 @@ type FailRequest struct {
 
 func (x *FailRequest) Reset() {
 	*x = FailRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1610,7 +1734,7 @@ func (x *FailRequest) String() string {
 func (*FailRequest) ProtoMessage() {}
 
 func (x *FailRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[23]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1623,7 +1747,7 @@ func (x *FailRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FailRequest.ProtoReflect.Descriptor instead.
 func (*FailRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{23}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *FailRequest) GetSessionId() string {
@@ -1664,7 +1788,7 @@ type GiveBackRequest struct {
 
 func (x *GiveBackRequest) Reset() {
 	*x = GiveBackRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1676,7 +1800,7 @@ func (x *GiveBackRequest) String() string {
 func (*GiveBackRequest) ProtoMessage() {}
 
 func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[24]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1689,7 +1813,7 @@ func (x *GiveBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GiveBackRequest.ProtoReflect.Descriptor instead.
 func (*GiveBackRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{24}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GiveBackRequest) GetSessionId() string {
@@ -1717,7 +1841,7 @@ type BuryRequest struct {
 
 func (x *BuryRequest) Reset() {
 	*x = BuryRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1853,7 @@ func (x *BuryRequest) String() string {
 func (*BuryRequest) ProtoMessage() {}
 
 func (x *BuryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[25]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1866,7 @@ func (x *BuryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BuryRequest.ProtoReflect.Descriptor instead.
 func (*BuryRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{25}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *BuryRequest) GetSessionId() string {
@@ -1773,17 +1897,19 @@ type ForwardRequest struct {
 	Fields    map[string]string      `protobuf:"bytes,3,rep,name=fields,proto3" json:"fields,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// sleep_ms: a durable timer, the run sleeps this long (Redis's clock)
 	// before its next stage starts (0: at once). again: this stage runs
-	// again next instead of the next one. Neither after the last stage
-	// unless again.
-	SleepMs       int64 `protobuf:"varint,4,opt,name=sleep_ms,json=sleepMs,proto3" json:"sleep_ms,omitempty"`
-	Again         bool  `protobuf:"varint,5,opt,name=again,proto3" json:"again,omitempty"`
+	// again next instead of the next one. await: the run waits for this
+	// signal (Client.Signal) before that stage, at most sleep_ms (0:
+	// without bound). None after the last stage unless again.
+	SleepMs       int64  `protobuf:"varint,4,opt,name=sleep_ms,json=sleepMs,proto3" json:"sleep_ms,omitempty"`
+	Again         bool   `protobuf:"varint,5,opt,name=again,proto3" json:"again,omitempty"`
+	Await         string `protobuf:"bytes,6,opt,name=await,proto3" json:"await,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ForwardRequest) Reset() {
 	*x = ForwardRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1795,7 +1921,7 @@ func (x *ForwardRequest) String() string {
 func (*ForwardRequest) ProtoMessage() {}
 
 func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[26]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1808,7 +1934,7 @@ func (x *ForwardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForwardRequest.ProtoReflect.Descriptor instead.
 func (*ForwardRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{26}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ForwardRequest) GetSessionId() string {
@@ -1846,6 +1972,13 @@ func (x *ForwardRequest) GetAgain() bool {
 	return false
 }
 
+func (x *ForwardRequest) GetAwait() string {
+	if x != nil {
+		return x.Await
+	}
+	return ""
+}
+
 type ChildSpec struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Queue         string                 `protobuf:"bytes,1,opt,name=queue,proto3" json:"queue,omitempty"`
@@ -1856,7 +1989,7 @@ type ChildSpec struct {
 
 func (x *ChildSpec) Reset() {
 	*x = ChildSpec{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +2001,7 @@ func (x *ChildSpec) String() string {
 func (*ChildSpec) ProtoMessage() {}
 
 func (x *ChildSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[27]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2014,7 @@ func (x *ChildSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChildSpec.ProtoReflect.Descriptor instead.
 func (*ChildSpec) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{27}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ChildSpec) GetQueue() string {
@@ -1910,7 +2043,7 @@ type FanOutRequest struct {
 
 func (x *FanOutRequest) Reset() {
 	*x = FanOutRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1922,7 +2055,7 @@ func (x *FanOutRequest) String() string {
 func (*FanOutRequest) ProtoMessage() {}
 
 func (x *FanOutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[28]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1935,7 +2068,7 @@ func (x *FanOutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FanOutRequest.ProtoReflect.Descriptor instead.
 func (*FanOutRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{28}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FanOutRequest) GetSessionId() string {
@@ -1977,7 +2110,7 @@ type EndResponse struct {
 
 func (x *EndResponse) Reset() {
 	*x = EndResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1989,7 +2122,7 @@ func (x *EndResponse) String() string {
 func (*EndResponse) ProtoMessage() {}
 
 func (x *EndResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[29]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2002,7 +2135,7 @@ func (x *EndResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EndResponse.ProtoReflect.Descriptor instead.
 func (*EndResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{29}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *EndResponse) GetOutcome() string {
@@ -2021,7 +2154,7 @@ type CloseSessionRequest struct {
 
 func (x *CloseSessionRequest) Reset() {
 	*x = CloseSessionRequest{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2033,7 +2166,7 @@ func (x *CloseSessionRequest) String() string {
 func (*CloseSessionRequest) ProtoMessage() {}
 
 func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[30]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2046,7 +2179,7 @@ func (x *CloseSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionRequest.ProtoReflect.Descriptor instead.
 func (*CloseSessionRequest) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{30}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *CloseSessionRequest) GetSessionId() string {
@@ -2064,7 +2197,7 @@ type CloseSessionResponse struct {
 
 func (x *CloseSessionResponse) Reset() {
 	*x = CloseSessionResponse{}
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2209,7 @@ func (x *CloseSessionResponse) String() string {
 func (*CloseSessionResponse) ProtoMessage() {}
 
 func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[31]
+	mi := &file_worqr_gateway_v1_gateway_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2222,7 @@ func (x *CloseSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseSessionResponse.ProtoReflect.Descriptor instead.
 func (*CloseSessionResponse) Descriptor() ([]byte, []int) {
-	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{31}
+	return file_worqr_gateway_v1_gateway_proto_rawDescGZIP(), []int{33}
 }
 
 var File_worqr_gateway_v1_gateway_proto protoreflect.FileDescriptor
@@ -2112,7 +2245,15 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\runique_ttl_ms\x18\a \x01(\rR\vuniqueTtlMs\x12\x0e\n" +
 	"\x02id\x18\b \x01(\tR\x02id\"!\n" +
 	"\x0fEnqueueResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"G\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"x\n" +
+	"\rSignalRequest\x12\x12\n" +
+	"\x04flow\x18\x01 \x01(\tR\x04flow\x12\x15\n" +
+	"\x06run_id\x18\x02 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x18\n" +
+	"\apayload\x18\x04 \x01(\fR\apayload\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\".\n" +
+	"\x0eSignalResponse\x12\x1c\n" +
+	"\tdelivered\x18\x01 \x01(\bR\tdelivered\"G\n" +
 	"\x13EnqueueBatchRequest\x12\x14\n" +
 	"\x05queue\x18\x01 \x01(\tR\x05queue\x12\x1a\n" +
 	"\bpayloads\x18\x02 \x03(\fR\bpayloads\"(\n" +
@@ -2240,14 +2381,15 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xf3\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x89\x02\n" +
 	"\x0eForwardRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x10\n" +
 	"\x03pid\x18\x02 \x01(\tR\x03pid\x12D\n" +
 	"\x06fields\x18\x03 \x03(\v2,.worqr.gateway.v1.ForwardRequest.FieldsEntryR\x06fields\x12\x19\n" +
 	"\bsleep_ms\x18\x04 \x01(\x03R\asleepMs\x12\x14\n" +
-	"\x05again\x18\x05 \x01(\bR\x05again\x1a9\n" +
+	"\x05again\x18\x05 \x01(\bR\x05again\x12\x14\n" +
+	"\x05await\x18\x06 \x01(\tR\x05await\x1a9\n" +
 	"\vFieldsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\";\n" +
@@ -2268,14 +2410,16 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x13CloseSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x16\n" +
-	"\x14CloseSessionResponse2\xb8\t\n" +
+	"\x14CloseSessionResponse2\x85\n" +
+	"\n" +
 	"\x0eGatewayService\x12N\n" +
 	"\aEnqueue\x12 .worqr.gateway.v1.EnqueueRequest\x1a!.worqr.gateway.v1.EnqueueResponse\x12]\n" +
 	"\fEnqueueBatch\x12%.worqr.gateway.v1.EnqueueBatchRequest\x1a&.worqr.gateway.v1.EnqueueBatchResponse\x12K\n" +
 	"\x06Cancel\x12\x1f.worqr.gateway.v1.CancelRequest\x1a .worqr.gateway.v1.CancelResponse\x12N\n" +
 	"\aGetTask\x12 .worqr.gateway.v1.GetTaskRequest\x1a!.worqr.gateway.v1.GetTaskResponse\x12W\n" +
 	"\n" +
-	"QueueStats\x12#.worqr.gateway.v1.QueueStatsRequest\x1a$.worqr.gateway.v1.QueueStatsResponse\x12Z\n" +
+	"QueueStats\x12#.worqr.gateway.v1.QueueStatsRequest\x1a$.worqr.gateway.v1.QueueStatsResponse\x12K\n" +
+	"\x06Signal\x12\x1f.worqr.gateway.v1.SignalRequest\x1a .worqr.gateway.v1.SignalResponse\x12Z\n" +
 	"\vOpenSession\x12$.worqr.gateway.v1.OpenSessionRequest\x1a%.worqr.gateway.v1.OpenSessionResponse\x12E\n" +
 	"\x04Beat\x12\x1d.worqr.gateway.v1.BeatRequest\x1a\x1e.worqr.gateway.v1.BeatResponse\x12E\n" +
 	"\x04Take\x12\x1d.worqr.gateway.v1.TakeRequest\x1a\x1e.worqr.gateway.v1.TakeResponse\x12H\n" +
@@ -2291,86 +2435,90 @@ var file_worqr_gateway_v1_gateway_proto_rawDescGZIP = sync.OnceValue(func() []by
 	return protoimpl.X.CompressGZIP(unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)))
 })
 
-var file_worqr_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_worqr_gateway_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_worqr_gateway_v1_gateway_proto_goTypes = []any{
 	(*FieldViolation)(nil),       // 0: worqr.gateway.v1.FieldViolation
 	(*EnqueueRequest)(nil),       // 1: worqr.gateway.v1.EnqueueRequest
 	(*EnqueueResponse)(nil),      // 2: worqr.gateway.v1.EnqueueResponse
-	(*EnqueueBatchRequest)(nil),  // 3: worqr.gateway.v1.EnqueueBatchRequest
-	(*EnqueueBatchResponse)(nil), // 4: worqr.gateway.v1.EnqueueBatchResponse
-	(*CancelRequest)(nil),        // 5: worqr.gateway.v1.CancelRequest
-	(*CancelResponse)(nil),       // 6: worqr.gateway.v1.CancelResponse
-	(*GetTaskRequest)(nil),       // 7: worqr.gateway.v1.GetTaskRequest
-	(*TaskInfo)(nil),             // 8: worqr.gateway.v1.TaskInfo
-	(*GetTaskResponse)(nil),      // 9: worqr.gateway.v1.GetTaskResponse
-	(*QueueStatsRequest)(nil),    // 10: worqr.gateway.v1.QueueStatsRequest
-	(*QueueStat)(nil),            // 11: worqr.gateway.v1.QueueStat
-	(*QueueStatsResponse)(nil),   // 12: worqr.gateway.v1.QueueStatsResponse
-	(*OpenSessionRequest)(nil),   // 13: worqr.gateway.v1.OpenSessionRequest
-	(*OpenSessionResponse)(nil),  // 14: worqr.gateway.v1.OpenSessionResponse
-	(*BeatRequest)(nil),          // 15: worqr.gateway.v1.BeatRequest
-	(*BeatResponse)(nil),         // 16: worqr.gateway.v1.BeatResponse
-	(*TakeRequest)(nil),          // 17: worqr.gateway.v1.TakeRequest
-	(*ChildResult)(nil),          // 18: worqr.gateway.v1.ChildResult
-	(*Taking)(nil),               // 19: worqr.gateway.v1.Taking
-	(*MergedPayload)(nil),        // 20: worqr.gateway.v1.MergedPayload
-	(*TakeResponse)(nil),         // 21: worqr.gateway.v1.TakeResponse
-	(*FinishRequest)(nil),        // 22: worqr.gateway.v1.FinishRequest
-	(*FailRequest)(nil),          // 23: worqr.gateway.v1.FailRequest
-	(*GiveBackRequest)(nil),      // 24: worqr.gateway.v1.GiveBackRequest
-	(*BuryRequest)(nil),          // 25: worqr.gateway.v1.BuryRequest
-	(*ForwardRequest)(nil),       // 26: worqr.gateway.v1.ForwardRequest
-	(*ChildSpec)(nil),            // 27: worqr.gateway.v1.ChildSpec
-	(*FanOutRequest)(nil),        // 28: worqr.gateway.v1.FanOutRequest
-	(*EndResponse)(nil),          // 29: worqr.gateway.v1.EndResponse
-	(*CloseSessionRequest)(nil),  // 30: worqr.gateway.v1.CloseSessionRequest
-	(*CloseSessionResponse)(nil), // 31: worqr.gateway.v1.CloseSessionResponse
-	nil,                          // 32: worqr.gateway.v1.Taking.StateEntry
-	nil,                          // 33: worqr.gateway.v1.ForwardRequest.FieldsEntry
-	nil,                          // 34: worqr.gateway.v1.FanOutRequest.FieldsEntry
+	(*SignalRequest)(nil),        // 3: worqr.gateway.v1.SignalRequest
+	(*SignalResponse)(nil),       // 4: worqr.gateway.v1.SignalResponse
+	(*EnqueueBatchRequest)(nil),  // 5: worqr.gateway.v1.EnqueueBatchRequest
+	(*EnqueueBatchResponse)(nil), // 6: worqr.gateway.v1.EnqueueBatchResponse
+	(*CancelRequest)(nil),        // 7: worqr.gateway.v1.CancelRequest
+	(*CancelResponse)(nil),       // 8: worqr.gateway.v1.CancelResponse
+	(*GetTaskRequest)(nil),       // 9: worqr.gateway.v1.GetTaskRequest
+	(*TaskInfo)(nil),             // 10: worqr.gateway.v1.TaskInfo
+	(*GetTaskResponse)(nil),      // 11: worqr.gateway.v1.GetTaskResponse
+	(*QueueStatsRequest)(nil),    // 12: worqr.gateway.v1.QueueStatsRequest
+	(*QueueStat)(nil),            // 13: worqr.gateway.v1.QueueStat
+	(*QueueStatsResponse)(nil),   // 14: worqr.gateway.v1.QueueStatsResponse
+	(*OpenSessionRequest)(nil),   // 15: worqr.gateway.v1.OpenSessionRequest
+	(*OpenSessionResponse)(nil),  // 16: worqr.gateway.v1.OpenSessionResponse
+	(*BeatRequest)(nil),          // 17: worqr.gateway.v1.BeatRequest
+	(*BeatResponse)(nil),         // 18: worqr.gateway.v1.BeatResponse
+	(*TakeRequest)(nil),          // 19: worqr.gateway.v1.TakeRequest
+	(*ChildResult)(nil),          // 20: worqr.gateway.v1.ChildResult
+	(*Taking)(nil),               // 21: worqr.gateway.v1.Taking
+	(*MergedPayload)(nil),        // 22: worqr.gateway.v1.MergedPayload
+	(*TakeResponse)(nil),         // 23: worqr.gateway.v1.TakeResponse
+	(*FinishRequest)(nil),        // 24: worqr.gateway.v1.FinishRequest
+	(*FailRequest)(nil),          // 25: worqr.gateway.v1.FailRequest
+	(*GiveBackRequest)(nil),      // 26: worqr.gateway.v1.GiveBackRequest
+	(*BuryRequest)(nil),          // 27: worqr.gateway.v1.BuryRequest
+	(*ForwardRequest)(nil),       // 28: worqr.gateway.v1.ForwardRequest
+	(*ChildSpec)(nil),            // 29: worqr.gateway.v1.ChildSpec
+	(*FanOutRequest)(nil),        // 30: worqr.gateway.v1.FanOutRequest
+	(*EndResponse)(nil),          // 31: worqr.gateway.v1.EndResponse
+	(*CloseSessionRequest)(nil),  // 32: worqr.gateway.v1.CloseSessionRequest
+	(*CloseSessionResponse)(nil), // 33: worqr.gateway.v1.CloseSessionResponse
+	nil,                          // 34: worqr.gateway.v1.Taking.StateEntry
+	nil,                          // 35: worqr.gateway.v1.ForwardRequest.FieldsEntry
+	nil,                          // 36: worqr.gateway.v1.FanOutRequest.FieldsEntry
 }
 var file_worqr_gateway_v1_gateway_proto_depIdxs = []int32{
-	8,  // 0: worqr.gateway.v1.GetTaskResponse.task:type_name -> worqr.gateway.v1.TaskInfo
-	11, // 1: worqr.gateway.v1.QueueStatsResponse.queues:type_name -> worqr.gateway.v1.QueueStat
-	32, // 2: worqr.gateway.v1.Taking.state:type_name -> worqr.gateway.v1.Taking.StateEntry
-	18, // 3: worqr.gateway.v1.Taking.children:type_name -> worqr.gateway.v1.ChildResult
-	20, // 4: worqr.gateway.v1.Taking.payloads:type_name -> worqr.gateway.v1.MergedPayload
-	19, // 5: worqr.gateway.v1.TakeResponse.takings:type_name -> worqr.gateway.v1.Taking
-	33, // 6: worqr.gateway.v1.ForwardRequest.fields:type_name -> worqr.gateway.v1.ForwardRequest.FieldsEntry
-	34, // 7: worqr.gateway.v1.FanOutRequest.fields:type_name -> worqr.gateway.v1.FanOutRequest.FieldsEntry
-	27, // 8: worqr.gateway.v1.FanOutRequest.children:type_name -> worqr.gateway.v1.ChildSpec
+	10, // 0: worqr.gateway.v1.GetTaskResponse.task:type_name -> worqr.gateway.v1.TaskInfo
+	13, // 1: worqr.gateway.v1.QueueStatsResponse.queues:type_name -> worqr.gateway.v1.QueueStat
+	34, // 2: worqr.gateway.v1.Taking.state:type_name -> worqr.gateway.v1.Taking.StateEntry
+	20, // 3: worqr.gateway.v1.Taking.children:type_name -> worqr.gateway.v1.ChildResult
+	22, // 4: worqr.gateway.v1.Taking.payloads:type_name -> worqr.gateway.v1.MergedPayload
+	21, // 5: worqr.gateway.v1.TakeResponse.takings:type_name -> worqr.gateway.v1.Taking
+	35, // 6: worqr.gateway.v1.ForwardRequest.fields:type_name -> worqr.gateway.v1.ForwardRequest.FieldsEntry
+	36, // 7: worqr.gateway.v1.FanOutRequest.fields:type_name -> worqr.gateway.v1.FanOutRequest.FieldsEntry
+	29, // 8: worqr.gateway.v1.FanOutRequest.children:type_name -> worqr.gateway.v1.ChildSpec
 	1,  // 9: worqr.gateway.v1.GatewayService.Enqueue:input_type -> worqr.gateway.v1.EnqueueRequest
-	3,  // 10: worqr.gateway.v1.GatewayService.EnqueueBatch:input_type -> worqr.gateway.v1.EnqueueBatchRequest
-	5,  // 11: worqr.gateway.v1.GatewayService.Cancel:input_type -> worqr.gateway.v1.CancelRequest
-	7,  // 12: worqr.gateway.v1.GatewayService.GetTask:input_type -> worqr.gateway.v1.GetTaskRequest
-	10, // 13: worqr.gateway.v1.GatewayService.QueueStats:input_type -> worqr.gateway.v1.QueueStatsRequest
-	13, // 14: worqr.gateway.v1.GatewayService.OpenSession:input_type -> worqr.gateway.v1.OpenSessionRequest
-	15, // 15: worqr.gateway.v1.GatewayService.Beat:input_type -> worqr.gateway.v1.BeatRequest
-	17, // 16: worqr.gateway.v1.GatewayService.Take:input_type -> worqr.gateway.v1.TakeRequest
-	22, // 17: worqr.gateway.v1.GatewayService.Finish:input_type -> worqr.gateway.v1.FinishRequest
-	23, // 18: worqr.gateway.v1.GatewayService.Fail:input_type -> worqr.gateway.v1.FailRequest
-	24, // 19: worqr.gateway.v1.GatewayService.GiveBack:input_type -> worqr.gateway.v1.GiveBackRequest
-	25, // 20: worqr.gateway.v1.GatewayService.Bury:input_type -> worqr.gateway.v1.BuryRequest
-	26, // 21: worqr.gateway.v1.GatewayService.Forward:input_type -> worqr.gateway.v1.ForwardRequest
-	28, // 22: worqr.gateway.v1.GatewayService.FanOut:input_type -> worqr.gateway.v1.FanOutRequest
-	30, // 23: worqr.gateway.v1.GatewayService.CloseSession:input_type -> worqr.gateway.v1.CloseSessionRequest
-	2,  // 24: worqr.gateway.v1.GatewayService.Enqueue:output_type -> worqr.gateway.v1.EnqueueResponse
-	4,  // 25: worqr.gateway.v1.GatewayService.EnqueueBatch:output_type -> worqr.gateway.v1.EnqueueBatchResponse
-	6,  // 26: worqr.gateway.v1.GatewayService.Cancel:output_type -> worqr.gateway.v1.CancelResponse
-	9,  // 27: worqr.gateway.v1.GatewayService.GetTask:output_type -> worqr.gateway.v1.GetTaskResponse
-	12, // 28: worqr.gateway.v1.GatewayService.QueueStats:output_type -> worqr.gateway.v1.QueueStatsResponse
-	14, // 29: worqr.gateway.v1.GatewayService.OpenSession:output_type -> worqr.gateway.v1.OpenSessionResponse
-	16, // 30: worqr.gateway.v1.GatewayService.Beat:output_type -> worqr.gateway.v1.BeatResponse
-	21, // 31: worqr.gateway.v1.GatewayService.Take:output_type -> worqr.gateway.v1.TakeResponse
-	29, // 32: worqr.gateway.v1.GatewayService.Finish:output_type -> worqr.gateway.v1.EndResponse
-	29, // 33: worqr.gateway.v1.GatewayService.Fail:output_type -> worqr.gateway.v1.EndResponse
-	29, // 34: worqr.gateway.v1.GatewayService.GiveBack:output_type -> worqr.gateway.v1.EndResponse
-	29, // 35: worqr.gateway.v1.GatewayService.Bury:output_type -> worqr.gateway.v1.EndResponse
-	29, // 36: worqr.gateway.v1.GatewayService.Forward:output_type -> worqr.gateway.v1.EndResponse
-	29, // 37: worqr.gateway.v1.GatewayService.FanOut:output_type -> worqr.gateway.v1.EndResponse
-	31, // 38: worqr.gateway.v1.GatewayService.CloseSession:output_type -> worqr.gateway.v1.CloseSessionResponse
-	24, // [24:39] is the sub-list for method output_type
-	9,  // [9:24] is the sub-list for method input_type
+	5,  // 10: worqr.gateway.v1.GatewayService.EnqueueBatch:input_type -> worqr.gateway.v1.EnqueueBatchRequest
+	7,  // 11: worqr.gateway.v1.GatewayService.Cancel:input_type -> worqr.gateway.v1.CancelRequest
+	9,  // 12: worqr.gateway.v1.GatewayService.GetTask:input_type -> worqr.gateway.v1.GetTaskRequest
+	12, // 13: worqr.gateway.v1.GatewayService.QueueStats:input_type -> worqr.gateway.v1.QueueStatsRequest
+	3,  // 14: worqr.gateway.v1.GatewayService.Signal:input_type -> worqr.gateway.v1.SignalRequest
+	15, // 15: worqr.gateway.v1.GatewayService.OpenSession:input_type -> worqr.gateway.v1.OpenSessionRequest
+	17, // 16: worqr.gateway.v1.GatewayService.Beat:input_type -> worqr.gateway.v1.BeatRequest
+	19, // 17: worqr.gateway.v1.GatewayService.Take:input_type -> worqr.gateway.v1.TakeRequest
+	24, // 18: worqr.gateway.v1.GatewayService.Finish:input_type -> worqr.gateway.v1.FinishRequest
+	25, // 19: worqr.gateway.v1.GatewayService.Fail:input_type -> worqr.gateway.v1.FailRequest
+	26, // 20: worqr.gateway.v1.GatewayService.GiveBack:input_type -> worqr.gateway.v1.GiveBackRequest
+	27, // 21: worqr.gateway.v1.GatewayService.Bury:input_type -> worqr.gateway.v1.BuryRequest
+	28, // 22: worqr.gateway.v1.GatewayService.Forward:input_type -> worqr.gateway.v1.ForwardRequest
+	30, // 23: worqr.gateway.v1.GatewayService.FanOut:input_type -> worqr.gateway.v1.FanOutRequest
+	32, // 24: worqr.gateway.v1.GatewayService.CloseSession:input_type -> worqr.gateway.v1.CloseSessionRequest
+	2,  // 25: worqr.gateway.v1.GatewayService.Enqueue:output_type -> worqr.gateway.v1.EnqueueResponse
+	6,  // 26: worqr.gateway.v1.GatewayService.EnqueueBatch:output_type -> worqr.gateway.v1.EnqueueBatchResponse
+	8,  // 27: worqr.gateway.v1.GatewayService.Cancel:output_type -> worqr.gateway.v1.CancelResponse
+	11, // 28: worqr.gateway.v1.GatewayService.GetTask:output_type -> worqr.gateway.v1.GetTaskResponse
+	14, // 29: worqr.gateway.v1.GatewayService.QueueStats:output_type -> worqr.gateway.v1.QueueStatsResponse
+	4,  // 30: worqr.gateway.v1.GatewayService.Signal:output_type -> worqr.gateway.v1.SignalResponse
+	16, // 31: worqr.gateway.v1.GatewayService.OpenSession:output_type -> worqr.gateway.v1.OpenSessionResponse
+	18, // 32: worqr.gateway.v1.GatewayService.Beat:output_type -> worqr.gateway.v1.BeatResponse
+	23, // 33: worqr.gateway.v1.GatewayService.Take:output_type -> worqr.gateway.v1.TakeResponse
+	31, // 34: worqr.gateway.v1.GatewayService.Finish:output_type -> worqr.gateway.v1.EndResponse
+	31, // 35: worqr.gateway.v1.GatewayService.Fail:output_type -> worqr.gateway.v1.EndResponse
+	31, // 36: worqr.gateway.v1.GatewayService.GiveBack:output_type -> worqr.gateway.v1.EndResponse
+	31, // 37: worqr.gateway.v1.GatewayService.Bury:output_type -> worqr.gateway.v1.EndResponse
+	31, // 38: worqr.gateway.v1.GatewayService.Forward:output_type -> worqr.gateway.v1.EndResponse
+	31, // 39: worqr.gateway.v1.GatewayService.FanOut:output_type -> worqr.gateway.v1.EndResponse
+	33, // 40: worqr.gateway.v1.GatewayService.CloseSession:output_type -> worqr.gateway.v1.CloseSessionResponse
+	25, // [25:41] is the sub-list for method output_type
+	9,  // [9:25] is the sub-list for method input_type
 	9,  // [9:9] is the sub-list for extension type_name
 	9,  // [9:9] is the sub-list for extension extendee
 	0,  // [0:9] is the sub-list for field type_name
@@ -2387,7 +2535,7 @@ func file_worqr_gateway_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_worqr_gateway_v1_gateway_proto_rawDesc), len(file_worqr_gateway_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -49,6 +49,8 @@ const (
 	// GatewayServiceQueueStatsProcedure is the fully-qualified name of the GatewayService's QueueStats
 	// RPC.
 	GatewayServiceQueueStatsProcedure = "/worqr.gateway.v1.GatewayService/QueueStats"
+	// GatewayServiceSignalProcedure is the fully-qualified name of the GatewayService's Signal RPC.
+	GatewayServiceSignalProcedure = "/worqr.gateway.v1.GatewayService/Signal"
 	// GatewayServiceOpenSessionProcedure is the fully-qualified name of the GatewayService's
 	// OpenSession RPC.
 	GatewayServiceOpenSessionProcedure = "/worqr.gateway.v1.GatewayService/OpenSession"
@@ -81,6 +83,7 @@ type GatewayServiceClient interface {
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	QueueStats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error)
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
 	// Worker side: a session is a worqr worker id kept alive by Beat.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
 	Beat(context.Context, *connect.Request[v1.BeatRequest]) (*connect.Response[v1.BeatResponse], error)
@@ -133,6 +136,12 @@ func NewGatewayServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			httpClient,
 			baseURL+GatewayServiceQueueStatsProcedure,
 			connect.WithSchema(gatewayServiceMethods.ByName("QueueStats")),
+			connect.WithClientOptions(opts...),
+		),
+		signal: connect.NewClient[v1.SignalRequest, v1.SignalResponse](
+			httpClient,
+			baseURL+GatewayServiceSignalProcedure,
+			connect.WithSchema(gatewayServiceMethods.ByName("Signal")),
 			connect.WithClientOptions(opts...),
 		),
 		openSession: connect.NewClient[v1.OpenSessionRequest, v1.OpenSessionResponse](
@@ -205,6 +214,7 @@ type gatewayServiceClient struct {
 	cancel       *connect.Client[v1.CancelRequest, v1.CancelResponse]
 	getTask      *connect.Client[v1.GetTaskRequest, v1.GetTaskResponse]
 	queueStats   *connect.Client[v1.QueueStatsRequest, v1.QueueStatsResponse]
+	signal       *connect.Client[v1.SignalRequest, v1.SignalResponse]
 	openSession  *connect.Client[v1.OpenSessionRequest, v1.OpenSessionResponse]
 	beat         *connect.Client[v1.BeatRequest, v1.BeatResponse]
 	take         *connect.Client[v1.TakeRequest, v1.TakeResponse]
@@ -240,6 +250,11 @@ func (c *gatewayServiceClient) GetTask(ctx context.Context, req *connect.Request
 // QueueStats calls worqr.gateway.v1.GatewayService.QueueStats.
 func (c *gatewayServiceClient) QueueStats(ctx context.Context, req *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error) {
 	return c.queueStats.CallUnary(ctx, req)
+}
+
+// Signal calls worqr.gateway.v1.GatewayService.Signal.
+func (c *gatewayServiceClient) Signal(ctx context.Context, req *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return c.signal.CallUnary(ctx, req)
 }
 
 // OpenSession calls worqr.gateway.v1.GatewayService.OpenSession.
@@ -300,6 +315,7 @@ type GatewayServiceHandler interface {
 	Cancel(context.Context, *connect.Request[v1.CancelRequest]) (*connect.Response[v1.CancelResponse], error)
 	GetTask(context.Context, *connect.Request[v1.GetTaskRequest]) (*connect.Response[v1.GetTaskResponse], error)
 	QueueStats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error)
+	Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error)
 	// Worker side: a session is a worqr worker id kept alive by Beat.
 	OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error)
 	Beat(context.Context, *connect.Request[v1.BeatRequest]) (*connect.Response[v1.BeatResponse], error)
@@ -348,6 +364,12 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 		GatewayServiceQueueStatsProcedure,
 		svc.QueueStats,
 		connect.WithSchema(gatewayServiceMethods.ByName("QueueStats")),
+		connect.WithHandlerOptions(opts...),
+	)
+	gatewayServiceSignalHandler := connect.NewUnaryHandler(
+		GatewayServiceSignalProcedure,
+		svc.Signal,
+		connect.WithSchema(gatewayServiceMethods.ByName("Signal")),
 		connect.WithHandlerOptions(opts...),
 	)
 	gatewayServiceOpenSessionHandler := connect.NewUnaryHandler(
@@ -422,6 +444,8 @@ func NewGatewayServiceHandler(svc GatewayServiceHandler, opts ...connect.Handler
 			gatewayServiceGetTaskHandler.ServeHTTP(w, r)
 		case GatewayServiceQueueStatsProcedure:
 			gatewayServiceQueueStatsHandler.ServeHTTP(w, r)
+		case GatewayServiceSignalProcedure:
+			gatewayServiceSignalHandler.ServeHTTP(w, r)
 		case GatewayServiceOpenSessionProcedure:
 			gatewayServiceOpenSessionHandler.ServeHTTP(w, r)
 		case GatewayServiceBeatProcedure:
@@ -469,6 +493,10 @@ func (UnimplementedGatewayServiceHandler) GetTask(context.Context, *connect.Requ
 
 func (UnimplementedGatewayServiceHandler) QueueStats(context.Context, *connect.Request[v1.QueueStatsRequest]) (*connect.Response[v1.QueueStatsResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("worqr.gateway.v1.GatewayService.QueueStats is not implemented"))
+}
+
+func (UnimplementedGatewayServiceHandler) Signal(context.Context, *connect.Request[v1.SignalRequest]) (*connect.Response[v1.SignalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("worqr.gateway.v1.GatewayService.Signal is not implemented"))
 }
 
 func (UnimplementedGatewayServiceHandler) OpenSession(context.Context, *connect.Request[v1.OpenSessionRequest]) (*connect.Response[v1.OpenSessionResponse], error) {
