@@ -23,6 +23,7 @@
 //	go run ./cmd/worqr-bench -skip-asynq -only h                  # EnqueueBatch of 1,000,000 (not in the default set)
 //	go run ./cmd/worqr-bench -skip-asynq -only h -reps 1 -profile h -cpuprofile bulk.pprof
 //	go run ./cmd/worqr-bench -skip-asynq -only i                  # ordered queues: 1,000 and 10 keys vs a plain queue
+//	go run ./cmd/worqr-bench -skip-asynq -only j -fair-n 1000000  # fair queue: a million-task key beside 1,000 small keys
 package main
 
 import (
@@ -57,6 +58,9 @@ type options struct {
 	loadN         int
 	loadDrainN    int
 	loadMaxWait   int
+	fairN         int
+	fairKeys      int
+	fairDuration  time.Duration
 	concurrency   int   // the first of concurrencies: latency, warm-up
 	concurrencies []int // drain runs once at each
 	rtt           time.Duration
@@ -95,6 +99,8 @@ type workloads struct {
 	load bool
 	// ordered (i) runs only when named, worqr's alone too.
 	ordered bool
+	// fair (j) is in the default set, worqr's alone too.
+	fair bool
 }
 
 func (w workloads) needEnqueue() bool { return w.enqueue || w.commands }
@@ -117,7 +123,7 @@ func (w workloads) letters(withRecovery bool) string {
 
 func parseOnly(s string) (workloads, error) {
 	if s == "" {
-		return workloads{true, true, true, true, true, true, true, false, false, false}, nil
+		return workloads{enqueue: true, drain: true, latency: true, commands: true, cpu: true, memory: true, recovery: true, fair: true}, nil
 	}
 	var w workloads
 	for _, part := range strings.Split(s, ",") {
@@ -142,9 +148,11 @@ func parseOnly(s string) (workloads, error) {
 			w.load = true
 		case "i", "ordered":
 			w.ordered = true
+		case "j", "fair":
+			w.fair = true
 		case "":
 		default:
-			return w, fmt.Errorf("-only: unknown workload %q (want a-i, l or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered, load)", part)
+			return w, fmt.Errorf("-only: unknown workload %q (want a-j, l or enqueue, drain, latency, commands, cpu, memory, recovery, bulk, ordered, fair, load)", part)
 		}
 	}
 	return w, nil
@@ -188,11 +196,14 @@ func parseFlags(args []string) (*options, error) {
 	fs.IntVar(&o.loadN, "load-n", 10_000_000, "load (l): lines in the load.Run with no worker")
 	fs.IntVar(&o.loadDrainN, "load-drain-n", 1_000_000, "load (l): lines in the load.Run with -load-max-waiting while a worker drains the queue")
 	fs.IntVar(&o.loadMaxWait, "load-max-waiting", 100_000, "load (l): load.Options.MaxWaiting of the second load")
+	fs.IntVar(&o.fairN, "fair-n", 100_000, "fair (j): tasks of the big key's backlog (1000000: the issue's full size)")
+	fs.IntVar(&o.fairKeys, "fair-keys", 1000, "fair (j): small keys, each enqueueing one task a second")
+	fs.DurationVar(&o.fairDuration, "fair-duration", 5*time.Second, "fair (j): how long the small keys enqueue with the big key absent")
 	fs.IntVar(&o.rate, "rate", 1000, "latency run: jobs enqueued per second")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "latency run: how long to enqueue at -rate")
 	fs.IntVar(&o.procs, "procs", 1, "drain: worker processes (1: one in-process worker; more: child processes, -concurrency each)")
 	fs.IntVar(&o.reps, "reps", 3, "repetitions of each workload; the table shows medians")
-	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered l|load (default a-g: h, i and l only when named)")
+	fs.StringVar(&o.only, "only", "", "comma list of workloads to run: a|enqueue b|drain c|latency d|commands e|cpu f|memory g|recovery h|bulk i|ordered j|fair l|load (default a-g and j: h, i and l only when named)")
 	fs.StringVar(&o.redisURL, "redis-url", os.Getenv("WORQR_REDIS_URL"), "Redis to use instead of a private redis-server (default $WORQR_REDIS_URL); its database is flushed between workloads")
 	fs.BoolVar(&o.flush, "flush", false, "allow flushing the database of a -redis-url that holds keys")
 	fs.BoolVar(&o.skipAsynq, "skip-asynq", false, "measure worqr only")
@@ -228,6 +239,10 @@ func parseFlags(args []string) (*options, error) {
 		return nil, fmt.Errorf("-bulk-n (%d) must be at least 2", o.bulkN)
 	case o.loadN < 1 || o.loadDrainN < 1:
 		return nil, fmt.Errorf("-load-n (%d) and -load-drain-n (%d) must be at least 1", o.loadN, o.loadDrainN)
+	case o.fairN < 1 || o.fairKeys < 1:
+		return nil, fmt.Errorf("-fair-n (%d) and -fair-keys (%d) must be at least 1", o.fairN, o.fairKeys)
+	case o.fairDuration < time.Second:
+		return nil, fmt.Errorf("-fair-duration (%s) must be at least 1s", o.fairDuration)
 	case o.loadMaxWait < 1:
 		return nil, fmt.Errorf("-load-max-waiting (%d) must be at least 1", o.loadMaxWait)
 	case slices.Min(o.concurrencies) < 1:
@@ -390,6 +405,9 @@ func run(ctx context.Context, o *options) error {
 	if o.run.ordered {
 		wq.Notes = append(wq.Notes, orderedNote(o))
 	}
+	if o.run.fair {
+		wq.Notes = append(wq.Notes, fairNote(o))
+	}
 	out := os.Stdout
 	network := "loopback"
 	if o.rtt > 0 {
@@ -468,6 +486,15 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 			return thousands(int64(math.Round(v))) + unit, v >= limit, true
 		}
 	}
+	atLeastX := func(key string, limit float64) func() (string, bool, bool) {
+		return func() (string, bool, bool) {
+			v, ok := wq.median(key)
+			if !ok {
+				return "", false, false
+			}
+			return fmt.Sprintf("%.2fx", v), v >= limit, true
+		}
+	}
 	// worst holds the largest sample of key, over every repetition, to limit.
 	worst := func(key string, limit float64, unit string) func() (string, bool, bool) {
 		return func() (string, bool, bool) {
@@ -534,6 +561,9 @@ func printTargets(w io.Writer, o *options, wq, aq *Report) {
 		target{"load >= 300,000 tasks/s", atLeast("load_tasks_per_s", 300_000, " tasks/s")},
 		target{fmt.Sprintf("load: longest command <= %g ms (all reps)", bulkCallLimitMs), worst("load_latency_max_ms", bulkCallLimitMs, " ms")},
 		target{"load: live worker keeps its keepalive (all reps)", worst("load_keepalive_lost", 0, " losses")},
+		target{"fair: small keys' p99 <= 2x with the big key absent", atMost("fair_p99_ratio", 2, "x")},
+		target{"fair: throughput >= 0.9x a plain queue's", atLeastX("fair_tput_ratio", 0.9)},
+		target{"fair: <= 2 extra Redis commands per task", atMost("fair_extra_cmds_per_task", 2, "")},
 	)
 	if o.rtt == 0 {
 		ts = append(ts, target{"low rate: latency p99 <= 1 ms (loopback)", atMost("latency_p99_ms", 1, " ms")})

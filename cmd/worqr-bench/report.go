@@ -170,7 +170,8 @@ func rows(o *options) []row {
 		row{key: "loadmw_call_max_ms", label: "l. same: Redis time per load script call, max (ms, SLOWLOG)", format: msf},
 		row{key: "loadmw_keepalive_lost", label: "l. same: live worker keepalives lost", format: f1},
 	)
-	return append(out, orderedRows(jobs, f2, f1)...)
+	out = append(out, orderedRows(jobs, f2, f1)...)
+	return append(out, fairRows(o, jobs, msf, f2, f1, b)...)
 }
 
 func drainLabel(o *options, c int) string {

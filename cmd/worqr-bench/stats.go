@@ -29,6 +29,7 @@ type snapshot struct {
 	cmds       map[string]cmdStat
 	redisCPU   float64 // seconds, used_cpu_sys + used_cpu_user
 	usedMemory int64
+	clientMem  int64   // mem_clients_normal: the clients' buffers, in usedMemory
 	selfCPU    float64 // seconds, RUSAGE_SELF user + sys
 	childCPU   float64 // seconds, RUSAGE_CHILDREN user + sys (waited children)
 	mallocs    uint64  // this process's heap allocations so far
@@ -66,6 +67,7 @@ func takeSnapshot(ctx context.Context, c redis.Conn) (snapshot, error) {
 	user, _ := strconv.ParseFloat(fields["used_cpu_user"], 64)
 	s.redisCPU = sys + user
 	s.usedMemory, _ = strconv.ParseInt(fields["used_memory"], 10, 64)
+	s.clientMem, _ = strconv.ParseInt(fields["mem_clients_normal"], 10, 64)
 	s.selfCPU = rusageSeconds(syscall.RUSAGE_SELF)
 	s.childCPU = rusageSeconds(syscall.RUSAGE_CHILDREN)
 	var ms runtime.MemStats

@@ -216,6 +216,11 @@ func (b *bench) runRep(ctx context.Context, rep int) error {
 			return fmt.Errorf("ordered: %w", err)
 		}
 	}
+	if o.run.fair {
+		if err := b.fair(ctx); err != nil {
+			return fmt.Errorf("fair: %w", err)
+		}
+	}
 	return nil
 }
 
