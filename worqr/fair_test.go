@@ -667,3 +667,26 @@ func TestFairKeyGates(t *testing.T) {
 		}
 	})
 }
+
+// A fair queue's latency is the age of its oldest waiting task, those in
+// its keys' lists included: with only keyed tasks waiting, it grows from
+// their enqueue.
+func TestFairQueueLatency(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	if err := b.client.SetKeyPolicy(ctx, "fair", worqr.KeyPolicy{Fair: true}); err != nil {
+		t.Fatal(err)
+	}
+	enqueueKeyed(t, b.client, "fair", "A", 2)
+	enqueueKeyed(t, b.client, "fair", "B", 1)
+	redistest.Eventually(t, 10*time.Second, func() string {
+		qi, err := b.in.Queue(ctx, "fair")
+		if err != nil {
+			return err.Error()
+		}
+		if qi.Waiting != 3 || qi.Latency < 20*time.Millisecond {
+			return fmt.Sprintf("waiting %d, latency %s; want 3 waiting and a latency that grows past 20ms", qi.Waiting, qi.Latency)
+		}
+		return ""
+	})
+}

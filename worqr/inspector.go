@@ -84,7 +84,11 @@ type QueueInfo struct {
 	// an id of the caller's choosing (EnqueueOpts.ID) without a periodic
 	// tick's shape. For
 	// a queue with priority levels, the front of level 0; for a flow's
-	// stage queue, the run's age. Waiting counts every level.
+	// stage queue, the run's age. Waiting counts every level. For a fair
+	// queue, the oldest of the fronts of its tasks without a key and of
+	// the lists of its first 100 keys in turn (the next to be served):
+	// reading it costs the same however many keys wait, and a key further
+	// back, or held by its Concurrency or Rate, is not seen.
 	Latency time.Duration
 }
 
@@ -145,8 +149,10 @@ func (in *Inspector) stats(ctx context.Context, refs []rdb.QueueRef) ([]QueueInf
 		if r.Flow() {
 			qi.Flow = r.Tag
 		}
-		if at, ok := enqueuedAt(st[i].Head); ok {
-			qi.Latency = max(now.Sub(at), 0)
+		for _, id := range append([]string{st[i].Head}, st[i].FairHeads...) {
+			if at, ok := enqueuedAt(id); ok {
+				qi.Latency = max(qi.Latency, now.Sub(at))
+			}
 		}
 		out[i] = qi
 	}

@@ -176,7 +176,7 @@ func NewCollector(in *worqr.Inspector, opts *Options) *Collector {
 		retained: desc("worqr_queue_retained", "Ended tasks kept for the queue's Retention.", q),
 		paused:   desc("worqr_queue_paused", "1 when the queue is paused, else 0.", q),
 		latency: desc("worqr_queue_latency_seconds",
-			"Age of the task at the front of the queue (0 when none waits; with priority levels, the front of level 0).", q),
+			"Age of the oldest waiting task: the task at the front of the queue (0 when none waits; with priority levels, the front of level 0); of a fair queue, the oldest front of its tasks without a key and of its first 100 keys in turn.", q),
 		workersRegistered: desc("worqr_workers_registered", "Workers in the registry, alive or not yet reaped.", nil),
 		workersAlive:      desc("worqr_workers_alive", "Registered workers whose keepalive is current.", nil),
 		up: desc("worqr_up",

@@ -223,8 +223,9 @@ func TestStuckWorkGauges(t *testing.T) {
 }
 
 // A fair queue: worqr_queue_waiting counts the tasks in its keys' lists,
-// worqr_queue_keys its keys with tasks waiting (one series per queue); a
-// queue without keys shows 0 keys.
+// worqr_queue_keys its keys with tasks waiting (one series per queue), and
+// worqr_queue_latency_seconds the age of the oldest of them; a queue
+// without keys shows 0 keys.
 func TestFairQueueGauges(t *testing.T) {
 	e := setup(t)
 	ctx := context.Background()
@@ -242,6 +243,12 @@ func TestFairQueueGauges(t *testing.T) {
 		{"worqr_queue_keys", []string{"queue", "plain"}, 0},
 	}
 	redistest.Eventually(t, 10*time.Second, func() string { return mismatch(t, reg, ws) })
+	redistest.Eventually(t, 10*time.Second, func() string {
+		if s, ok := find(t, reg, "worqr_queue_latency_seconds", "queue", "tenants"); !ok || s.value < 0.02 {
+			return fmt.Sprintf("worqr_queue_latency_seconds of the fair queue: %+v (found %v), want it to grow past 0.02", s, ok)
+		}
+		return ""
+	})
 }
 
 func TestScrapeErrorWhenRedisIsDown(t *testing.T) {

@@ -809,3 +809,38 @@ func TestFairRate(t *testing.T) {
 		}
 	})
 }
+
+// Stats reads the front of the lists of a fair queue's first FairHeadKeys
+// keys in turn, in the ring's order, and no more: a read costs the same
+// however many keys wait. A key whose list is empty adds nothing.
+func TestFairHeads(t *testing.T) {
+	t.Parallel()
+	e := fairEnv(t, rdb.KeyLimits{})
+	keys := rdb.FairHeadKeys + 5
+	for k := range keys {
+		key := "k" + strconv.Itoa(k)
+		e.fairEnq(t, key, key+"a", key+"b")
+	}
+	st, err := e.st.Stats(e.ctx, []rdb.QueueKeys{e.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st[0].FairHeads; len(got) != rdb.FairHeadKeys || got[0] != "k0a" || got[len(got)-1] != "k"+strconv.Itoa(rdb.FairHeadKeys-1)+"a" {
+		t.Fatalf("FairHeads = %d ids (%v first), want the fronts of the first %d keys, k0a first", len(got), got[:min(len(got), 1)], rdb.FairHeadKeys)
+	}
+	if _, err := e.c.Do("DEL", e.q.FairListPrefix+"k0"); err != nil {
+		t.Fatal(err)
+	}
+	st, err = e.st.Stats(e.ctx, []rdb.QueueKeys{e.q})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := st[0].FairHeads; len(got) != rdb.FairHeadKeys-1 || got[0] != "k1a" {
+		t.Errorf("FairHeads with k0's list empty = %d ids (%v first), want %d from k1a", len(got), got[:min(len(got), 1)], rdb.FairHeadKeys-1)
+	}
+	plain := newEnv(t)
+	plain.enqueue(t, "p1")
+	if st, err := plain.st.Stats(plain.ctx, []rdb.QueueKeys{plain.q}); err != nil || st[0].FairHeads != nil || st[0].Head != "p1" {
+		t.Errorf("plain queue: Stats = %+v, %v; want head p1, no fair heads", st, err)
+	}
+}

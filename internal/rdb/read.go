@@ -343,6 +343,11 @@ type QueueStat struct {
 	// Head is the id at the front of the waiting list of level 0 ("" when
 	// empty); Waiting counts every priority level.
 	Head string
+	// FairHeads are the ids at the front of the lists of a fair queue's
+	// first FairHeadKeys keys in turn (the ring's front), for the age of
+	// its oldest waiting task beside Head. Keys further back in the ring,
+	// and keys held by their limits (out of the ring), are not read.
+	FairHeads []string
 	// Keys counts the keys of an ordered queue that have tasks; Behind the
 	// tasks waiting behind their heads (in the keys' lists, counted by the
 	// scripts that move them: KeyBehind), which Waiting does not count.
@@ -354,6 +359,11 @@ type QueueStat struct {
 	// (Redis time; 0 when none is held).
 	OldestActiveMs int64
 }
+
+// FairHeadKeys is how many keys in turn of a fair queue Stats reads the
+// front of (FairHeads): one LRANGE of the ring and one LINDEX per key, so
+// that a read costs the same however many keys wait.
+const FairHeadKeys = 100
 
 // holdReadWhole is the most takings of one worker in one queue that Stats
 // reads with one HGETALL (about 0.2 us of Redis each: 1 ms); a worker
@@ -384,8 +394,9 @@ type holding struct {
 // by holdScanCount:
 //
 //  1. the counts of each queue, its holder index, Redis time;
-//  2. the retained entries still kept (Redis's clock; see Retained), and
-//     the count of each holder's holdings (HLEN);
+//  2. the retained entries still kept (Redis's clock; see Retained), the
+//     count of each holder's holdings (HLEN), and the front of the list
+//     of each of a fair queue's first FairHeadKeys keys in turn;
 //  3. (only for queues with takings) each holder's holdings, pid -> task
 //     id: HGETALL, or for a worker holding more than holdReadWhole
 //     takings of the queue HSCAN steps, one round trip each;
@@ -402,7 +413,7 @@ type holding struct {
 func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) {
 	out := make([]QueueStat, len(qs))
 	err := s.perTag(qs, func(tag string, idx []int) error {
-		const per = 10 + MaxLevel
+		const per = 11 + MaxLevel
 		cmds := make([]command, 0, per*len(idx)+1)
 		for _, i := range idx {
 			q := qs[i]
@@ -412,7 +423,8 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 			for l := 1; l <= MaxLevel; l++ {
 				cmds = append(cmds, cmdOf("LLEN", q.Level(l)))
 			}
-			cmds = append(cmds, cmdOf("GET", q.KeyBehind), cmdOf("HMGET", q.FairState, fairCountN, fairCountK))
+			cmds = append(cmds, cmdOf("GET", q.KeyBehind), cmdOf("HMGET", q.FairState, fairCountN, fairCountK),
+				cmdOf("LRANGE", q.FairRing, 0, FairHeadKeys-1))
 		}
 		cmds = append(cmds, cmdOf("TIME"))
 		rs, err := s.pipeline(ctx, tag, cmds)
@@ -434,9 +446,11 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 		}
 		var second []command
 		var hs []holder
+		var fronts []int // the queue's index in qs, of each LINDEX after the holders' HLENs
 		for _, i := range idx {
 			second = append(second, cmdOf("ZCOUNT", qs[i].Retained, live, "+inf"))
 		}
+		var lindex []command
 		for j, i := range idx {
 			r := rs[per*j : per*j+per]
 			st := &out[i]
@@ -467,7 +481,13 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 				second = append(second, cmdOf("HLEN", k))
 				hs = append(hs, holder{i: i, key: k})
 			}
+			ring, _ := redis.Strings(r[10+MaxLevel], nil)
+			for _, key := range ring {
+				lindex = append(lindex, cmdOf("LINDEX", qs[i].FairListPrefix+key, 0))
+				fronts = append(fronts, i)
+			}
 		}
+		second = append(second, lindex...)
 		rs, err = s.pipeline(ctx, tag, second)
 		if err != nil {
 			return err
@@ -475,6 +495,11 @@ func (s *Store) Stats(ctx context.Context, qs []QueueKeys) ([]QueueStat, error) 
 		for k, i := range idx {
 			if out[i].Retained, err = redis.Int64(rs[k], nil); err != nil {
 				return err
+			}
+		}
+		for k, i := range fronts {
+			if id, _ := redis.String(rs[len(idx)+len(hs)+k], nil); id != "" {
+				out[i].FairHeads = append(out[i].FairHeads, id)
 			}
 		}
 		// The third: the holdings themselves, of the holders that have
