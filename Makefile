@@ -72,7 +72,7 @@ proto: ## regenerate gateway/gen from gateway/proto (needs protoc: apt-get insta
 
 BENCH_FLAGS ?=
 
-bench: ## worqr vs asynq, own redis-server, ~5 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
+bench: ## worqr vs asynq, own redis-server, ~6 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
 	$(ROOTGO) run ./cmd/worqr-bench $(BENCH_FLAGS)
 
 BENCH_NET_FLAGS ?= -rtt 600us -only b,c -concurrency 10,50 -n 20000 -reps 3
