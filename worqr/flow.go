@@ -160,6 +160,13 @@ type RunInfo struct {
 	TaskState  string
 	LastError  string
 	FinishedAt time.Time
+	// WakeAt is when the run's stage task, scheduled, is due: the end of a
+	// sleep (StageResult.Sleep), the bound of a wait for a signal
+	// (Awaiting; zero for a wait without bound), or a retry; zero
+	// otherwise. Inspector.Run reads it.
+	WakeAt time.Time
+	// Awaiting is the signal the run waits for (StageResult.Await).
+	Awaiting string
 }
 
 // validate checks the flow and fills defaults on a copy.
@@ -367,10 +374,14 @@ func (c *Client) run(ctx context.Context, flow *Flow, id string) (*RunInfo, erro
 }
 
 func runInfo(flow string, r *rdb.RunRecord) *RunInfo {
+	if r.Awaiting != "" && r.DueMs > time.Now().Add(unboundedWait).UnixMilli() {
+		r.DueMs = 0 // a wait without bound sleeps 100 years (see flow.lua)
+	}
 	return &RunInfo{
 		Run: Run{ID: r.ID, Flow: flow, Stage: r.Stage, State: r.State, Children: childResults(r.Children),
 			Attempt: r.Attempt, Meta: engine.DecodeMeta(r.Meta)},
 		Status: RunStatus(r.Status), TaskState: r.TaskState, LastError: r.LastError, FinishedAt: msTime(r.FinishedAt),
+		WakeAt: msTime(r.DueMs), Awaiting: r.Awaiting,
 	}
 }
 
@@ -418,6 +429,10 @@ func (c *Client) Signal(ctx context.Context, flow *Flow, id, name string, payloa
 	}
 	return out == rdb.SignalDelivered, nil
 }
+
+// unboundedWait: a run asleep longer than this waits for a signal without
+// bound.
+const unboundedWait = 50 * 365 * 24 * time.Hour
 
 // signalKeptFor is how long a signal sent before its run awaits it is kept.
 const signalKeptFor = 24 * time.Hour

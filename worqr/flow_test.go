@@ -182,6 +182,9 @@ func TestStageSleep(t *testing.T) {
 		if task.DueAt.Before(before.Add(time.Hour-time.Second)) || task.DueAt.After(time.Now().Add(time.Hour+time.Second)) {
 			t.Errorf("s2 due %v, want an hour after s1 ended", task.DueAt)
 		}
+		if !info.WakeAt.Equal(task.DueAt) || info.Awaiting != "" {
+			t.Errorf("RunInfo.WakeAt %v, Awaiting %q; want s2's due time %v and no signal", info.WakeAt, info.Awaiting, task.DueAt)
+		}
 		// Its workers stop and others start: the sleep is in Redis.
 		if err := w.Stop(ctx); err != nil {
 			t.Fatal(err)
@@ -345,10 +348,14 @@ func TestStageAwait(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		var info *worqr.RunInfo
 		wait(t, 10*time.Second, "the run to wait before s2", func() bool {
-			info, err := b.in.Run(ctx, f.Name, id)
+			info, err = b.in.Run(ctx, f.Name, id)
 			return err == nil && info.Stage == "s2" && info.TaskState == "scheduled"
 		})
+		if info.Awaiting != "paid" || time.Until(info.WakeAt) < 59*time.Minute {
+			t.Errorf("RunInfo.Awaiting %q, WakeAt %v; want paid, its bound an hour out", info.Awaiting, info.WakeAt)
+		}
 		if now, err := b.client.Signal(ctx, f, id, "paid", []byte("p1"), "hook-1"); err != nil || !now {
 			t.Fatalf("Signal = %v, %v; want delivered now", now, err)
 		}

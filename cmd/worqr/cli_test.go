@@ -1349,3 +1349,75 @@ func TestEventsStopsWhenItsOutputFails(t *testing.T) {
 		}
 	}
 }
+
+// `flow signal` delivers a signal to a run that waits for it and keeps
+// one for a run that does not yet; `flow wake` wakes a sleeping run; `flow
+// get` shows what a run waits for and when it wakes.
+func TestFlowSignalAndWake(t *testing.T) {
+	b := setup(t)
+	ctx := context.Background()
+	next := func(string) worqr.StageHandler {
+		return worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })
+	}
+	flow := &worqr.Flow{Name: "order", Retention: time.Minute, Stages: []worqr.Stage{
+		{Name: "charge", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(_ context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				if r.State["mode"] == "sleep" {
+					return &worqr.StageResult{Sleep: time.Hour}, nil
+				}
+				return &worqr.StageResult{Await: "paid", Sleep: time.Hour}, nil
+			})},
+		{Name: "ship", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: next("ship")},
+	}}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{Config: worqr.Config{Namespace: b.ns}, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(ctx) //nolint:errcheck
+	run := func(mode string) string {
+		id, err := b.client.StartRun(ctx, flow, map[string]string{"mode": mode}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		redistest.WaitFor(b.t, patience, "run "+id+" to sleep", func() bool {
+			r, err := b.in.Run(ctx, flow.Name, id)
+			return err == nil && r.Stage == "ship" && r.TaskState == "scheduled"
+		})
+		return id
+	}
+	status := func(id string) worqr.RunStatus {
+		r, err := b.in.Run(ctx, flow.Name, id)
+		if err != nil {
+			return ""
+		}
+		return r.Status
+	}
+	awaits := run("await")
+	if out := b.ok("", "flow", "get", "order", awaits); !strings.Contains(out, "awaiting     paid") || strings.Contains(out, "wake_at      -") {
+		t.Errorf("flow get of a run awaiting paid:\n%s", out)
+	}
+	if out := b.ok("", "flow", "signal", "order", awaits, "paid", `{"amount":12}`, "--id", "evt_1"); strings.TrimSpace(out) != "delivered "+awaits {
+		t.Errorf("flow signal: %q", out)
+	}
+	redistest.WaitFor(b.t, patience, "the signalled run to end", func() bool { return status(awaits) == worqr.RunDone })
+	if r, err := b.in.Run(ctx, flow.Name, awaits); err != nil || r.State["paid"] != `{"amount":12}` {
+		t.Errorf("the signalled run: %+v, %v; want paid in its state", r, err)
+	}
+	if r := b.run("", "flow", "signal", "order", awaits, "paid", "again", "--id", "evt_1"); r.code != 1 || !strings.Contains(r.err, "is not running") {
+		t.Errorf("a signal of an ended run: exit %d, stderr %q", r.code, r.err)
+	}
+	sleeps := run("sleep")
+	if out := b.ok("", "flow", "signal", "order", sleeps, "later"); strings.TrimSpace(out) != "kept "+sleeps {
+		t.Errorf("flow signal of a run that does not await it: %q", out)
+	}
+	if out := b.ok("", "flow", "wake", "order", sleeps); strings.TrimSpace(out) != "woke "+sleeps {
+		t.Errorf("flow wake: %q", out)
+	}
+	redistest.WaitFor(b.t, patience, "the woken run to end", func() bool { return status(sleeps) == worqr.RunDone })
+	if r := b.run("", "flow", "wake", "order", sleeps); r.code != 1 || !strings.Contains(r.err, "does not sleep: it is done") {
+		t.Errorf("flow wake of an ended run: exit %d, stderr %q", r.code, r.err)
+	}
+}

@@ -32,11 +32,14 @@ type runJSON struct {
 	StartedAt  *string           `json:"started_at"`
 	State      map[string]string `json:"state"`
 	Children   []childJSON       `json:"children"`
+	Awaiting   string            `json:"awaiting"`
+	WakeAt     *string           `json:"wake_at"`
 }
 
 func runOf(r *worqr.RunInfo) runJSON {
 	j := runJSON{ID: r.ID, Flow: r.Flow, Stage: r.Stage, Status: string(r.Status), TaskState: r.TaskState,
-		LastError: r.LastError, FinishedAt: jsonTime(r.FinishedAt), State: r.State, Children: []childJSON{}}
+		LastError: r.LastError, FinishedAt: jsonTime(r.FinishedAt), State: r.State, Children: []childJSON{},
+		Awaiting: r.Awaiting, WakeAt: jsonTime(r.WakeAt)}
 	if t := idTime(r.ID); !t.IsZero() {
 		j.StartedAt = jsonTime(t)
 	}
@@ -56,15 +59,18 @@ var runStatuses = []string{"running", "done", "failed", "cancelled"}
 func (a *app) flowCmd() *cobra.Command {
 	cmd := group(&cobra.Command{
 		Use:   "flow",
-		Short: "list the flows and a flow's runs, show one run, draw it as a tree, wait for, cancel or retry one",
+		Short: "list the flows and a flow's runs, show one run, draw it as a tree, wait for, signal, wake, cancel or retry one",
 		Example: `  worqr flow ls
   worqr flow runs membership --status failed
   worqr flow get membership cv3k1s1hhc2s73b0o3ng
   worqr flow tree membership cv3k1s1hhc2s73b0o3ng
+  worqr flow signal order cv3k1s1hhc2s73b0o3ng paid '{"amount":12}' --id evt_1
+  worqr flow wake onboarding cv3k1s1hhc2s73b0o3ng
   worqr flow cancel membership cv3k1s1hhc2s73b0o3ng
   worqr flow retry membership cv3k1s1hhc2s73b0o3ng`,
 	})
-	cmd.AddCommand(a.flowLsCmd(), a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowCancelCmd(), a.flowRetryCmd())
+	cmd.AddCommand(a.flowLsCmd(), a.flowRunsCmd(), a.flowGetCmd(), a.flowTreeCmd(), a.flowWaitCmd(), a.flowSignalCmd(),
+		a.flowWakeCmd(), a.flowCancelCmd(), a.flowRetryCmd())
 	return cmd
 }
 
@@ -279,6 +285,85 @@ error (exit 1).`,
 	return cmd
 }
 
+func (a *app) flowSignalCmd() *cobra.Command {
+	var id string
+	cmd := &cobra.Command{
+		Use:   "signal <flow> <run_id> <name> [payload]",
+		Short: "send a signal to a run: it moves on now if it waits for it, else it is kept",
+		Long: `Sends signal <name> with [payload] (empty when left out) to one run of a
+flow, as Client.Signal does: a run that waits for it (StageResult.Await)
+gets the payload as its state field <name> and its next stage starts now
+(prints "delivered <run_id>"); one that does not wait for it yet keeps it
+for 24 hours for the stage end that awaits it (prints "kept <run_id>").
+--id makes a repeat safe: a signal of an id the run took already changes
+nothing (exit 1, saying so). A run that is not running is an error (exit 1).`,
+		Example: `  worqr flow signal order cv3k1s1hhc2s73b0o3ng paid '{"amount":12}' --id evt_1`,
+		Args:    cobra.RangeArgs(3, 4),
+	}
+	cmd.Flags().StringVar(&id, "id", "", "the signal's id (say, a webhook's delivery id): a repeat of it changes nothing")
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		flow, run, name := args[0], args[1], args[2]
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		var payload []byte
+		if len(args) == 4 {
+			payload = []byte(args[3])
+		}
+		now, err := a.client.Signal(ctx, &worqr.Flow{Name: flow}, run, name, payload, id)
+		switch {
+		case errors.Is(err, worqr.ErrTaskNotFound):
+			return fmt.Errorf("run %s of flow %s is not running (it ended, or never existed): no signal sent", run, flow)
+		case errors.Is(err, worqr.ErrDuplicate):
+			return fmt.Errorf("run %s of flow %s took signal id %s already: nothing changed", run, flow, id)
+		case err != nil:
+			return err
+		case now:
+			_, err = fmt.Fprintln(a.env.out, "delivered", run)
+		default:
+			_, err = fmt.Fprintln(a.env.out, "kept", run)
+		}
+		return err
+	})
+	return cmd
+}
+
+func (a *app) flowWakeCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "wake <flow> <run_id>",
+		Short: "wake a sleeping run now: its next stage starts at once",
+		Long: `Wakes one run of a flow that sleeps (StageResult.Sleep, or a wait for a
+signal, StageResult.Await): its stage task moves to the back of its queue
+now, as "task run-now" moves it (a run waiting for a signal then runs
+without it). Prints "woke <run_id>"; a run that does not sleep is an error
+(exit 1).`,
+		Example: "  worqr flow wake onboarding cv3k1s1hhc2s73b0o3ng",
+		Args:    args("flow", "run_id"),
+	}
+	cmd.RunE = a.body(false, func(ctx context.Context, cmd *cobra.Command, args []string) error {
+		flow, id := args[0], args[1]
+		if err := worqr.CheckQueueName(flow); err != nil {
+			return usagef("<flow> %q: %s", flow, ruleOf(err))
+		}
+		r, err := a.getRun(ctx, flow, id)
+		if err != nil {
+			return err
+		}
+		ok := false
+		if r.Status == worqr.RunRunning && r.TaskState == "scheduled" {
+			if ok, err = a.in.RunNow(ctx, flow+"/"+r.Stage, id); err != nil {
+				return err
+			}
+		}
+		if !ok {
+			return fmt.Errorf("run %s of flow %s does not sleep: it is %s, its stage task %s (nothing woken)", id, flow, r.Status, orDash(r.TaskState))
+		}
+		_, err = fmt.Fprintln(a.env.out, "woke", id)
+		return err
+	})
+	return cmd
+}
+
 func (a *app) flowRetryCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "retry <flow> <run_id>",
@@ -337,7 +422,8 @@ func (a *app) flowGetCmd() *cobra.Command {
 		}
 		w := a.env.out
 		if err := kv(w, "run", r.ID, "flow", r.Flow, "status", string(r.Status), "stage", r.Stage,
-			"task_state", orDash(r.TaskState), "started_at", when(idTime(r.ID)), "finished_at", when(r.FinishedAt),
+			"task_state", orDash(r.TaskState), "awaiting", orDash(r.Awaiting), "wake_at", when(r.WakeAt),
+			"started_at", when(idTime(r.ID)), "finished_at", when(r.FinishedAt),
 			"last_error", orDash(r.LastError)); err != nil {
 			return err
 		}

@@ -199,6 +199,8 @@ type RunRecord struct {
 	FinishedAt int64  // unix ms, 0 while running
 	Attempt    int    // failed attempts of the current stage + 1
 	Meta       string // the run's metadata (FlowStartMeta; "" when none)
+	Awaiting   string // the signal the run sleeps awaiting ("" none)
+	DueMs      int64  // while its stage task is scheduled: when it is due (unix ms; Run only)
 }
 
 // ChildRecord is one child of a run and how it ended.
@@ -215,7 +217,8 @@ func DecodeRun(id string, m map[string]string) *RunRecord {
 		return nil
 	}
 	r := &RunRecord{ID: id, Stage: m[FieldStage], Status: m[FieldRunStatus], TaskState: m[FieldState],
-		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt]), Meta: m[FieldMeta]}
+		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt]), Meta: m[FieldMeta],
+		Awaiting: m[FieldAwait]}
 	for k, v := range m {
 		switch {
 		case strings.HasPrefix(k, runFieldPrefix):
@@ -240,7 +243,17 @@ func (s *Store) Run(ctx context.Context, q QueueKeys, id string) (*RunRecord, er
 	if err != nil {
 		return nil, err
 	}
-	return DecodeRun(id, m), nil
+	r := DecodeRun(id, m)
+	if r != nil && r.Status == "running" && r.TaskState == "scheduled" {
+		// Asleep (StageResult.Sleep, Await) or waiting for a retry: when
+		// its stage task is due is its score in the stage's scheduled set.
+		due, err := redis.Int64(s.cmd(ctx, q.Ref.Tag, "ZSCORE", s.Queue(QueueRef{Tag: q.Ref.Tag, Name: r.Stage}).Scheduled, id))
+		if err != nil && err != redis.ErrNil {
+			return nil, err
+		}
+		r.DueMs = due
+	}
+	return r, nil
 }
 
 // runScan is how many entries one HSCAN of a run reads: a run keeps the
