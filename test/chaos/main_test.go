@@ -2,14 +2,15 @@
 // (cmd/worqr-example worker) on a real redis-server, killed, frozen, cut off
 // and starved of Redis, and checked from the outside: no task lost, none
 // accepted twice, nothing left over, and how long recovery takes.
-// TestChaosOrdered's workers are this test binary, re-executed with
-// WORQR_CHAOS_ORDERED_LOG set (see orderedChild).
+// TestChaosOrdered's and TestChaosFair's workers are this test binary,
+// re-executed with WORQR_CHAOS_ORDERED_LOG or WORQR_CHAOS_FAIR_LOG set
+// (see orderedChild, fairChild).
 //
 // WORQR_CHAOS (or -chaos.mode) picks the run:
 //
 //	short  (default) each scenario for a few seconds; part of `make test`
-//	long   the 10-minute mixed-fault run of `make chaos`, plus the
-//	       everysec loss measurement
+//	long   the 10-minute mixed-fault run of `make chaos`, the fair
+//	       queue's run as long, plus the everysec loss measurement
 //	off    skip the suite
 //
 // WORQR_CHAOS_DURATION and WORQR_CHAOS_TASKS (or -chaos.duration,
@@ -56,6 +57,9 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	if os.Getenv(orderedChildEnv) != "" {
 		os.Exit(orderedChild()) // a worker process of TestChaosOrdered
+	}
+	if os.Getenv(fairChildEnv) != "" {
+		os.Exit(fairChild()) // a worker process of TestChaosFair
 	}
 	var err error
 	cfg, err = readSettings()
