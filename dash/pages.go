@@ -704,6 +704,35 @@ func (d *Dashboard) action(w http.ResponseWriter, r *http.Request) {
 			// The group is gone from the dead tab: go back to the groups.
 			back = d.opts.Prefix + "/dead?queue=" + url.QueryEscape(queue)
 		}
+	case "wake_run":
+		// queue is the run's stage queue, "<flow>/<stage>": its sleeping
+		// stage task moves to the queue now.
+		flow, _, _ := strings.Cut(queue, "/")
+		var ok bool
+		ok, err = d.in.RunNow(ctx, queue, id)
+		msg = "Woke run " + id
+		if !ok {
+			msg = "Run " + id + " does not sleep: nothing woken"
+		}
+		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
+	case "signal_run":
+		flow, _, _ := strings.Cut(queue, "/")
+		back = d.opts.Prefix + "/run?flow=" + url.QueryEscape(flow) + "&id=" + url.QueryEscape(id)
+		if d.opts.Client == nil {
+			http.Error(w, "this dashboard has no Client: it sends no signal", http.StatusForbidden)
+			return
+		}
+		name := r.PostFormValue("name")
+		var now bool
+		now, err = d.opts.Client.Signal(ctx, &worqr.Flow{Name: flow}, id, name, []byte(r.PostFormValue("payload")), "")
+		switch {
+		case errors.Is(err, worqr.ErrTaskNotFound):
+			err, msg = nil, "Run "+id+" is not running: no signal sent"
+		case now:
+			msg = "Signal " + name + " delivered: run " + id + " moves on"
+		default:
+			msg = "Signal " + name + " kept for run " + id + " until it waits for it"
+		}
 	case "cancel_run", "retry_run":
 		// queue is the run's stage queue, "<flow>/<stage>".
 		flow, _, _ := strings.Cut(queue, "/")
