@@ -2,6 +2,7 @@ package worqr_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -83,4 +84,89 @@ func ExampleFlow() {
 	// mail done "mail sent to ada"
 	// sms done "sms sent to ada"
 	// 1 run for user ada
+}
+
+// An order waits for its payment's webhook (a signal), at most two days,
+// then ships; an onboarding run sleeps between its stages. Both wait in
+// Redis: no worker holds them meanwhile.
+func ExampleClient_Signal() {
+	ctx := context.Background()
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: "example-signal"}
+
+	stage := func(f func(r *worqr.Run) *worqr.StageResult) worqr.StageHandler {
+		return worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+			return f(r), nil
+		})
+	}
+	order := &worqr.Flow{Name: "order", Stages: []worqr.Stage{
+		{Name: "charge", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			// Ask the payment provider, then wait for its webhook.
+			return &worqr.StageResult{Await: "paid", Sleep: 48 * time.Hour}
+		})},
+		{Name: "ship", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			if r.State["paid"] == "" {
+				return &worqr.StageResult{Fields: map[string]string{"outcome": "payment timed out"}}
+			}
+			return &worqr.StageResult{Fields: map[string]string{"outcome": "shipped for " + r.State["paid"]}}
+		})},
+	}}
+	onboarding := &worqr.Flow{Name: "onboarding", Stages: []worqr.Stage{
+		{Name: "welcome", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			return &worqr.StageResult{Sleep: 100 * time.Millisecond} // three days, in production
+		})},
+		{Name: "check", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
+			return &worqr.StageResult{Fields: map[string]string{"checked": "yes"}}
+		})},
+	}}
+
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{order, onboarding}})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer w.Stop(ctx)
+
+	orderID, err := client.StartRun(ctx, order, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	onboardingID, err := client.StartRun(ctx, onboarding, nil, nil)
+	if err != nil {
+		panic(err)
+	}
+	// The webhook: sent before or after the run waits for it, it is taken
+	// once; the provider's delivery id makes a repeat safe.
+	if _, err := client.Signal(ctx, order, orderID, "paid", []byte("12 EUR"), "evt_1"); err != nil {
+		panic(err)
+	}
+	if _, err := client.Signal(ctx, order, orderID, "paid", []byte("12 EUR"), "evt_1"); errors.Is(err, worqr.ErrDuplicate) {
+		fmt.Println("evt_1 taken once")
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	run, err := client.WaitRun(wctx, order, orderID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(run.Status, run.State["outcome"])
+	run, err = client.WaitRun(wctx, onboarding, onboardingID)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(run.Status, run.State["checked"])
+	// Output:
+	// evt_1 taken once
+	// done shipped for 12 EUR
+	// done yes
 }

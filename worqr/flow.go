@@ -427,7 +427,13 @@ func (c *Client) Signal(ctx context.Context, flow *Flow, id, name string, payloa
 	case out == rdb.SignalFull:
 		return false, invalid("name", "(%s): run %s keeps %d signals of other names it does not await yet (at most %d)", name, id, rdb.MaxKeptSignals, rdb.MaxKeptSignals)
 	}
-	return out == rdb.SignalDelivered, nil
+	now := out == rdb.SignalDelivered
+	e := Event{Kind: EventSignalled, At: time.Now(), TaskID: id}
+	if now {
+		e.Count = 1
+	}
+	c.bus.add(e)
+	return now, nil
 }
 
 // unboundedWait: a run asleep longer than this waits for a signal without

@@ -336,6 +336,10 @@ const (
 	// resumed.
 	EventPaused  EventKind = "paused"
 	EventResumed EventKind = "resumed"
+	// EventSignalled (a Client): a signal reached run TaskID
+	// (Client.Signal): Count is 1 when the run waited for it and moves on,
+	// 0 when it was kept for the stage end that awaits it.
+	EventSignalled EventKind = "signalled"
 	// EventDropped: Count events were not published because a process
 	// observed more than it could buffer in one Config.EventInterval
 	// (10,000 events, or about 4 MiB of them).
@@ -348,7 +352,8 @@ const (
 func EventKinds() []EventKind {
 	return []EventKind{EventDone, EventCancelled, EventGivenBack, EventLost, EventRetry, EventDead,
 		EventExpired, EventForwarded, EventFannedOut, EventKeepaliveLost, EventRegistered, EventRecovered,
-		EventStopRequeued, EventError, EventStarted, EventStuck, EventEnqueued, EventPaused, EventResumed, EventDropped}
+		EventStopRequeued, EventError, EventStarted, EventStuck, EventEnqueued, EventPaused, EventResumed, EventSignalled,
+		EventDropped}
 }
 
 // Event is one thing that happened in a Worker (or, followed through

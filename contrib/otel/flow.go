@@ -15,7 +15,40 @@ import (
 const (
 	FlowKey     = attribute.Key("worqr.flow")     // the flow's name
 	ChildrenKey = attribute.Key("worqr.children") // how many children a stage fanned out
+	// SleepKey, AwaitKey and AgainKey say how a stage moved its run on:
+	// the sleep before its next stage (ms, StageResult.Sleep), the signal
+	// it waits for (StageResult.Await), and that the stage runs again
+	// (StageResult.Again). SignalKey names a signal (Signal's span), and
+	// DeliveredKey says whether its run waited for it.
+	SleepKey     = attribute.Key("worqr.sleep_ms")
+	AwaitKey     = attribute.Key("worqr.await")
+	AgainKey     = attribute.Key("worqr.again")
+	SignalKey    = attribute.Key("worqr.signal")
+	DeliveredKey = attribute.Key("worqr.signal.delivered")
 )
+
+// Signal sends signal name to run runID of flow as client.Signal does, in
+// a producer span ("<flow> signal") of tp (the global TracerProvider when
+// nil) with the run's id, the signal's name and whether the run waited
+// for it (worqr.signal.delivered).
+func Signal(ctx context.Context, client *worqr.Client, flow *worqr.Flow, runID, name string, payload []byte, sigID string, tp trace.TracerProvider) (bool, error) {
+	attrs := []attribute.KeyValue{systemKV, semconv.MessagingOperationTypeSend, semconv.MessagingOperationName("signal"),
+		semconv.MessagingMessageID(runID), SignalKey.String(name)}
+	span := "signal"
+	if flow != nil {
+		span = flow.Name + " signal"
+		attrs = append(attrs, FlowKey.String(flow.Name))
+	}
+	ctx, s := tracer(tp).Start(ctx, span, trace.WithSpanKind(trace.SpanKindProducer), trace.WithAttributes(attrs...))
+	defer s.End()
+	now, err := client.Signal(ctx, flow, runID, name, payload, sigID)
+	if err != nil {
+		fail(s, err)
+		return false, err
+	}
+	s.SetAttributes(DeliveredKey.Bool(now))
+	return now, nil
+}
 
 // StartRun starts a run of flow as client.StartRun does, in a producer
 // span ("<flow> send") of tp (the global TracerProvider when nil) whose
@@ -129,6 +162,17 @@ func StageMiddleware(tp trace.TracerProvider) worqr.StageMiddleware {
 				}
 				res = &out
 				span.SetAttributes(ChildrenKey.Int(len(out.Children)))
+			}
+			if err == nil && res != nil {
+				if res.Sleep > 0 {
+					span.SetAttributes(SleepKey.Int64(res.Sleep.Milliseconds()))
+				}
+				if res.Await != "" {
+					span.SetAttributes(AwaitKey.String(res.Await))
+				}
+				if res.Again {
+					span.SetAttributes(AgainKey.Bool(true))
+				}
 			}
 			return res, err
 		})

@@ -249,3 +249,39 @@ func TestStageMiddlewareResultAndPanic(t *testing.T) {
 		t.Errorf("spans %v: want the second ended with status Error panic: kaput", names(ended))
 	}
 }
+
+// A stage that sleeps or waits for a signal says so on its span
+// (worqr.sleep_ms, worqr.await, worqr.again), and Signal sends one in a
+// span of its own ("<flow> signal") saying whether the run got it.
+func TestStageSleepAwaitAndSignalSpans(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	flow := &worqr.Flow{Name: "pay", Stages: []worqr.Stage{
+		{Name: "charge", Queue: worqr.QueueConfig{Concurrency: 1},
+			Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Await: "paid", Sleep: time.Hour}, nil
+			})},
+		{Name: "ship", Queue: worqr.QueueConfig{Concurrency: 1},
+			Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })},
+	}}
+	e.flowWorker(flow)
+	id, err := otelworqr.StartRun(ctx, e.client, flow, nil, nil, e.tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	charge := e.spans("charge process", 1)[0]
+	attrs(t, charge, attribute.Int64("worqr.sleep_ms", 3_600_000), attribute.String("worqr.await", "paid"))
+	// (The stage's span ends before its end reaches Redis: a signal sent
+	// in between is kept, and taken by that end at once.)
+	delivered, err := otelworqr.Signal(ctx, e.client, flow, id, "paid", []byte("yes"), "", e.tp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.runDone(flow, id)
+	sig := e.spans("pay signal", 1)[0]
+	attrs(t, sig, attribute.String("worqr.signal", "paid"), attribute.String("messaging.message.id", id),
+		attribute.Bool("worqr.signal.delivered", delivered))
+	if sig.SpanKind() != trace.SpanKindProducer {
+		t.Errorf("signal span kind %v, want producer", sig.SpanKind())
+	}
+}

@@ -104,6 +104,15 @@ var _ = Describe("Live events across processes (issue 12)", func() {
 		Expect(status).To(Equal(worqr.CancelRemoved))
 		Expect(in.Pause(ctx, "ev")).To(Succeed())
 		Expect(in.Resume(ctx, "ev")).To(Succeed())
+		// A signal kept by a run that does not wait for it (no worker
+		// serves its flow).
+		flow := &worqr.Flow{Name: "evflow", Stages: []worqr.Stage{{Name: "s", Queue: worqr.QueueConfig{Concurrency: 1},
+			Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })}}}
+		runID, err := e.client.StartRun(ctx, flow, nil, nil)
+		Expect(err).NotTo(HaveOccurred())
+		delivered, err := e.client.Signal(ctx, flow, runID, "go", nil, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(delivered).To(BeFalse())
 
 		want := []struct {
 			kind  worqr.EventKind
@@ -116,6 +125,7 @@ var _ = Describe("Live events across processes (issue 12)", func() {
 			{worqr.EventDead, "ev", bad},
 			{worqr.EventCancelled, "nobody", waiting},
 			{worqr.EventPaused, "ev", ""}, {worqr.EventResumed, "ev", ""},
+			{worqr.EventSignalled, "", runID},
 		}
 		for _, w := range want {
 			Eventually(ctx, func() bool { return f.has(w.kind, w.queue, w.id) }).WithTimeout(5*time.Second).
