@@ -430,7 +430,8 @@ func (s *server) QueueStats(ctx context.Context, req *connect.Request[gatewayv1.
 	for _, q := range qs {
 		out.Queues = append(out.Queues, &gatewayv1.QueueStat{Name: q.Name, Flow: q.Flow, Waiting: count(q.Waiting),
 			Scheduled: count(q.Scheduled), Active: count(q.Active), Dead: count(q.Dead), Retained: count(q.Retained),
-			Paused: q.Paused, LatencyMs: uint32(min(q.Latency.Milliseconds(), 1<<32-1))})
+			Paused: q.Paused, LatencyMs: uint32(min(q.Latency.Milliseconds(), 1<<32-1)),
+			Behind: count(q.Behind), Keys: count(q.Keys), OldestActiveMs: uint32(min(q.OldestActive.Milliseconds(), 1<<32-1))})
 	}
 	return connect.NewResponse(out), nil
 }

@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -218,4 +219,38 @@ func TestForwardWithASleep(t *testing.T) {
 	if err != nil || len(took.Msg.Takings) != 1 || took.Msg.Takings[0].State["paid"] != "yes" {
 		t.Fatalf("take after the signal: %v, %v; want the run with paid=yes", took, err)
 	}
+}
+
+// QueueStats carries an ordered queue's tasks behind their keys' heads, its
+// keys with tasks, and how long its oldest active taking has run.
+func TestQueueStatsShowBehindAndOldestActive(t *testing.T) {
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	g := serveGateway(t, pool, remote.Config{Config: cfg, AnyQueue: true, SessionTTL: 10 * time.Second,
+		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond})
+	ctx := context.Background()
+	if _, err := g.client.EnqueueBatch(ctx, "ord", [][]byte{[]byte("1"), []byte("2"), []byte("3")}, &worqr.EnqueueOpts{Key: "k"}); err != nil {
+		t.Fatal(err)
+	}
+	c := clients(g)["json"]
+	open, err := c.OpenSession(ctx, connect.NewRequest(&gatewayv1.OpenSessionRequest{Queues: []string{"ord"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, err := c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: open.Msg.SessionId, Queue: "ord", Max: 1, WaitMs: 2000})); err != nil || len(res.Msg.Takings) != 1 {
+		t.Fatalf("take: %v, %v", res, err)
+	}
+	var st *gatewayv1.QueueStat
+	redistest.Eventually(t, 10*time.Second, func() string {
+		res, err := c.QueueStats(ctx, connect.NewRequest(&gatewayv1.QueueStatsRequest{Queue: "ord"}))
+		if err != nil {
+			return err.Error()
+		}
+		st = res.Msg.Queues[0]
+		if st.Active != 1 || st.Behind != 2 || st.Keys != 1 || st.OldestActiveMs == 0 {
+			return fmt.Sprintf("stats %v: want 1 active, 2 behind, 1 key, an oldest active age", st)
+		}
+		return ""
+	})
 }

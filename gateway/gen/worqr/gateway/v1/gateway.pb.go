@@ -831,15 +831,21 @@ type QueueStat struct {
 	// Counts are uint32, not 64-bit, so that JSON carries them as numbers
 	// (the JSON mapping writes 64-bit integers as strings); a count past
 	// 4294967295 is sent as 4294967295.
-	Waiting       uint32 `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
-	Scheduled     uint32 `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
-	Active        uint32 `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
-	Dead          uint32 `protobuf:"varint,6,opt,name=dead,proto3" json:"dead,omitempty"`
-	Retained      uint32 `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
-	Paused        bool   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
-	LatencyMs     uint32 `protobuf:"varint,9,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Waiting   uint32 `protobuf:"varint,3,opt,name=waiting,proto3" json:"waiting,omitempty"`
+	Scheduled uint32 `protobuf:"varint,4,opt,name=scheduled,proto3" json:"scheduled,omitempty"`
+	Active    uint32 `protobuf:"varint,5,opt,name=active,proto3" json:"active,omitempty"`
+	Dead      uint32 `protobuf:"varint,6,opt,name=dead,proto3" json:"dead,omitempty"`
+	Retained  uint32 `protobuf:"varint,7,opt,name=retained,proto3" json:"retained,omitempty"`
+	Paused    bool   `protobuf:"varint,8,opt,name=paused,proto3" json:"paused,omitempty"`
+	LatencyMs uint32 `protobuf:"varint,9,opt,name=latency_ms,json=latencyMs,proto3" json:"latency_ms,omitempty"`
+	// behind: an ordered queue's tasks waiting behind their key's head (not
+	// in waiting); keys: the keys with tasks (ordered or fair);
+	// oldest_active_ms: how long the oldest active taking has run (0: none).
+	Behind         uint32 `protobuf:"varint,10,opt,name=behind,proto3" json:"behind,omitempty"`
+	Keys           uint32 `protobuf:"varint,11,opt,name=keys,proto3" json:"keys,omitempty"`
+	OldestActiveMs uint32 `protobuf:"varint,12,opt,name=oldest_active_ms,json=oldestActiveMs,proto3" json:"oldest_active_ms,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *QueueStat) Reset() {
@@ -931,6 +937,27 @@ func (x *QueueStat) GetPaused() bool {
 func (x *QueueStat) GetLatencyMs() uint32 {
 	if x != nil {
 		return x.LatencyMs
+	}
+	return 0
+}
+
+func (x *QueueStat) GetBehind() uint32 {
+	if x != nil {
+		return x.Behind
+	}
+	return 0
+}
+
+func (x *QueueStat) GetKeys() uint32 {
+	if x != nil {
+		return x.Keys
+	}
+	return 0
+}
+
+func (x *QueueStat) GetOldestActiveMs() uint32 {
+	if x != nil {
+		return x.OldestActiveMs
 	}
 	return 0
 }
@@ -2287,7 +2314,7 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\x0fGetTaskResponse\x12.\n" +
 	"\x04task\x18\x01 \x01(\v2\x1a.worqr.gateway.v1.TaskInfoR\x04task\")\n" +
 	"\x11QueueStatsRequest\x12\x14\n" +
-	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xea\x01\n" +
+	"\x05queue\x18\x01 \x01(\tR\x05queue\"\xc0\x02\n" +
 	"\tQueueStat\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04flow\x18\x02 \x01(\tR\x04flow\x12\x18\n" +
@@ -2298,7 +2325,11 @@ const file_worqr_gateway_v1_gateway_proto_rawDesc = "" +
 	"\bretained\x18\a \x01(\rR\bretained\x12\x16\n" +
 	"\x06paused\x18\b \x01(\bR\x06paused\x12\x1d\n" +
 	"\n" +
-	"latency_ms\x18\t \x01(\rR\tlatencyMs\"I\n" +
+	"latency_ms\x18\t \x01(\rR\tlatencyMs\x12\x16\n" +
+	"\x06behind\x18\n" +
+	" \x01(\rR\x06behind\x12\x12\n" +
+	"\x04keys\x18\v \x01(\rR\x04keys\x12(\n" +
+	"\x10oldest_active_ms\x18\f \x01(\rR\x0eoldestActiveMs\"I\n" +
 	"\x12QueueStatsResponse\x123\n" +
 	"\x06queues\x18\x01 \x03(\v2\x1b.worqr.gateway.v1.QueueStatR\x06queues\"@\n" +
 	"\x12OpenSessionRequest\x12\x12\n" +
