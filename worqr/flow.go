@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/worqr/worqr-go/defaults"
@@ -434,6 +435,39 @@ func (c *Client) Signal(ctx context.Context, flow *Flow, id, name string, payloa
 	}
 	c.bus.add(e)
 	return now, nil
+}
+
+// SignalRuns sends signal name, as Signal does, to every running run of
+// flow whose state field prop (declared in Flow.IndexBy) is value: a
+// webhook that knows an order's id, not its run's. It returns how many
+// runs got it (now or kept). sigID makes a repeat safe per run; a run
+// that ended, or took sigID already, meanwhile is skipped. The runs are
+// found as Inspector.FindRuns finds them.
+func (c *Client) SignalRuns(ctx context.Context, flow *Flow, prop, value, name string, payload []byte, sigID string) (int, error) {
+	f, err := flow.validate()
+	if err != nil {
+		return 0, err
+	}
+	if !slices.Contains(f.IndexBy, prop) {
+		return 0, invalid("prop", "%q is not in Flow.IndexBy of %s", prop, f.Name)
+	}
+	qk := c.flowQueue(f, f.Name)
+	ids, err := c.st.FindRuns(ctx, qk, prop, value)
+	if err != nil {
+		return 0, fmt.Errorf("worqr: signal %s: find runs: %w", name, err)
+	}
+	n := 0
+	for _, id := range ids {
+		_, err := c.Signal(ctx, f, id, name, payload, sigID)
+		switch {
+		case err == nil:
+			n++
+		case errors.Is(err, ErrTaskNotFound) || errors.Is(err, ErrDuplicate):
+		default:
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // unboundedWait: a run asleep longer than this waits for a signal without

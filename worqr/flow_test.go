@@ -398,6 +398,41 @@ func TestStageAwait(t *testing.T) {
 		}
 	})
 
+	t.Run("a signal by an indexed value reaches the running runs that hold it", func(t *testing.T) {
+		b := setup(t)
+		ch, hold := make(chan ran, 4), make(chan struct{})
+		defer close(hold)
+		f := flowOf("byorder", ch, nil, hold, &worqr.StageResult{Await: "paid", Sleep: time.Hour})
+		f.IndexBy = []string{"order"}
+		start(b, f)
+		var ids []string
+		for _, order := range []string{"o-1", "o-2"} {
+			id, err := b.client.StartRun(ctx, f, map[string]string{"order": order}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		for _, id := range ids {
+			wait(t, 10*time.Second, "run "+id+" to wait before s2", func() bool {
+				info, err := b.in.Run(ctx, f.Name, id)
+				return err == nil && info.Stage == "s2" && info.TaskState == "scheduled"
+			})
+		}
+		if n, err := b.client.SignalRuns(ctx, f, "order", "o-2", "paid", []byte("yes"), "evt"); err != nil || n != 1 {
+			t.Fatalf("SignalRuns = %d, %v; want the one run of o-2", n, err)
+		}
+		if r := recv(t, ch); r.state["order"] != "o-2" || r.state["paid"] != "yes" {
+			t.Errorf("s2 ran with state %v, want o-2's run, paid", r.state)
+		}
+		if n, err := b.client.SignalRuns(ctx, f, "order", "o-2", "paid", []byte("yes"), "evt"); err != nil || n != 0 {
+			t.Errorf("SignalRuns again with the same id = %d, %v; want none", n, err)
+		}
+		if _, err := b.client.SignalRuns(ctx, f, "user", "u", "paid", nil, ""); invalidField(t, "an undeclared prop", err) != "prop" {
+			t.Errorf("SignalRuns of an undeclared prop: %v, want prop named", err)
+		}
+	})
+
 	t.Run("bad signals are refused", func(t *testing.T) {
 		b := setup(t)
 		ch, gate := make(chan ran, 2), make(chan struct{})
