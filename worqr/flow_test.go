@@ -398,6 +398,32 @@ func TestStageAwait(t *testing.T) {
 		}
 	})
 
+	t.Run("a stage that ran after the bound passed does not take the signal in its retry", func(t *testing.T) {
+		b := setup(t)
+		f := &worqr.Flow{Name: "retried", Stages: []worqr.Stage{
+			{Name: "s1", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+				func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+					return &worqr.StageResult{Await: "paid", Sleep: 50 * time.Millisecond}, nil
+				})},
+			{Name: "s2", Queue: worqr.QueueConfig{Concurrency: 1, Backoff: func(int, error) time.Duration { return time.Hour }},
+				Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+					return nil, errors.New("down")
+				})},
+		}}
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, 10*time.Second, "s2 to wait for its retry", func() bool {
+			info, err := b.in.Run(ctx, f.Name, id)
+			return err == nil && info.Stage == "s2" && info.TaskState == "scheduled" && info.LastError != ""
+		})
+		if now, err := b.client.Signal(ctx, f, id, "paid", []byte("late"), ""); err != nil || now {
+			t.Errorf("a signal after the bound passed = %v, %v; want it kept, not delivered to the retry", now, err)
+		}
+	})
+
 	t.Run("a signal by an indexed value reaches the running runs that hold it", func(t *testing.T) {
 		b := setup(t)
 		ch, hold := make(chan ran, 4), make(chan struct{})

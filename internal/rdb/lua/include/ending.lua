@@ -155,6 +155,9 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
     return OUT_CANCELLED
   end
   if ask ~= 'done' then
+    -- A stage that ran after its wait's bound passed no longer awaits its
+    -- signal: its retry, scheduled, must not take one (signal.lua).
+    redis.call('HDEL', tkey, F_AWAIT)
     local out = fail_attempt(e, tkey, id, ask, delay, err, worker)
     if out == OUT_DEAD then
       redis.call('HSET', tkey, F_RUN_STATUS, R_FAILED, F_FINISHED_AT, now_ms())
