@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -666,20 +665,8 @@ func fairRunStrings(rs []fairRun) []string {
 // startFairProc starts one fair-queue worker process (the test binary,
 // re-executed) with conc slots and returns once it registered.
 func startFairProc(c *cluster, conc int) error {
-	n := c.newProcNumber()
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), c.timingEnv()...),
-		fairChildEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("fair-%d.log", n)),
-		"WORQR_CHAOS_FAIR_REDIS="+c.redisURLForWorkers(),
-		"WORQR_CHAOS_FAIR_NS="+c.ns,
-		"WORQR_CHAOS_FAIR_CONCURRENCY="+strconv.Itoa(conc),
-	)
-	_, err = c.launch(n, cmd, "registered ", "fair process", nil)
-	return err
+	return startChildProc(c, "fair", fairChildEnv, "WORQR_CHAOS_FAIR_REDIS="+c.redisURLForWorkers(),
+		"WORQR_CHAOS_FAIR_NS="+c.ns, "WORQR_CHAOS_FAIR_CONCURRENCY="+strconv.Itoa(conc))
 }
 
 // fairChild is the fair-queue worker process: it serves the fair queue

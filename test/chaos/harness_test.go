@@ -670,3 +670,20 @@ func (c *cluster) enqueueOne(ctx context.Context, queue string) (string, error) 
 		}
 	}
 }
+
+// startChildProc starts one worker process of a scenario: the test binary,
+// re-executed with logEnv naming its log file (<name>-<n>.log in the
+// cluster's log folder), the cluster's timings and env added. It returns
+// once the process logged its registration.
+func startChildProc(c *cluster, name, logEnv string, env ...string) error {
+	n := c.newProcNumber()
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(self, "-test.run=^$")
+	cmd.Env = append(append(append(os.Environ(), c.timingEnv()...),
+		logEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("%s-%d.log", name, n))), env...)
+	_, err = c.launch(n, cmd, "registered ", name+" process", nil)
+	return err
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"sort"
@@ -322,20 +321,8 @@ func checkOrdered(runs []orderedRun, keys, perKey int) []string {
 // startOrderedProc starts one ordered-queue worker process (the test binary,
 // re-executed) and returns once it registered.
 func startOrderedProc(c *cluster, batch int) error {
-	n := c.newProcNumber()
-	self, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), c.timingEnv()...),
-		orderedChildEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("ordered-%d.log", n)),
-		"WORQR_CHAOS_ORDERED_REDIS="+c.redisURLForWorkers(),
-		"WORQR_CHAOS_ORDERED_NS="+c.ns,
-		"WORQR_CHAOS_ORDERED_BATCH="+strconv.Itoa(batch),
-	)
-	_, err = c.launch(n, cmd, "registered ", "ordered process", nil)
-	return err
+	return startChildProc(c, "ordered", orderedChildEnv, "WORQR_CHAOS_ORDERED_REDIS="+c.redisURLForWorkers(),
+		"WORQR_CHAOS_ORDERED_NS="+c.ns, "WORQR_CHAOS_ORDERED_BATCH="+strconv.Itoa(batch))
 }
 
 // orderedChild is the ordered-queue worker process: it serves the ordered
