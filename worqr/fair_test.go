@@ -515,16 +515,7 @@ func TestFairKeyGates(t *testing.T) {
 			MaxAttempts: 3, Backoff: func(int, error) time.Duration { return time.Hour }}}
 		b.startWorker(cfg)
 	}
-	recv := func(t *testing.T, ch <-chan start) start {
-		t.Helper()
-		select {
-		case s := <-ch:
-			return s
-		case <-time.After(10 * time.Second):
-			t.Fatal("no task started within 10s")
-		}
-		return start{}
-	}
+	recv := func(t *testing.T, ch <-chan start) start { t.Helper(); return within(t, ch, "a task to start") }
 
 	t.Run("singleton answers with the task that waits, runs or waits for a retry", func(t *testing.T) {
 		b := setup(t)

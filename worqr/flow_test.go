@@ -138,16 +138,7 @@ func TestStageSleep(t *testing.T) {
 		cfg.Flows = []*worqr.Flow{f}
 		return b.startWorker(cfg)
 	}
-	recv := func(t *testing.T, ch <-chan ran) ran {
-		t.Helper()
-		select {
-		case r := <-ch:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("no stage ran within 10s")
-		}
-		return ran{}
-	}
+	recv := func(t *testing.T, ch <-chan ran) ran { t.Helper(); return within(t, ch, "a stage to run") }
 	runInfo := func(t *testing.T, b *bundle, f *worqr.Flow, id string) *worqr.RunInfo {
 		t.Helper()
 		info, err := b.in.Run(ctx, f.Name, id)
@@ -327,16 +318,7 @@ func TestStageAwait(t *testing.T) {
 		cfg.Flows = []*worqr.Flow{f}
 		b.startWorker(cfg)
 	}
-	recv := func(t *testing.T, ch <-chan ran) ran {
-		t.Helper()
-		select {
-		case r := <-ch:
-			return r
-		case <-time.After(10 * time.Second):
-			t.Fatal("s2 did not run within 10s")
-		}
-		return ran{}
-	}
+	recv := func(t *testing.T, ch <-chan ran) ran { t.Helper(); return within(t, ch, "s2 to run") }
 
 	t.Run("a signal wakes the waiting run, once per id", func(t *testing.T) {
 		b := setup(t)

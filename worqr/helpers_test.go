@@ -71,6 +71,20 @@ func wait(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// within returns the next value of ch, or fails t after 10 s waiting for
+// what.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("timed out after 10s waiting for %s", what)
+	}
+	var zero T
+	return zero
+}
+
 // Fast timings for the limit tests: a dead worker's takings are requeued
 // within about 700ms.
 func fastTimings(ns string) worqr.WorkerConfig {
