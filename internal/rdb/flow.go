@@ -219,6 +219,11 @@ func DecodeRun(id string, m map[string]string) *RunRecord {
 	r := &RunRecord{ID: id, Stage: m[FieldStage], Status: m[FieldRunStatus], TaskState: m[FieldState],
 		State: map[string]string{}, LastError: m[FieldError], FinishedAt: atoi64(m[FieldFinishedAt]), Meta: m[FieldMeta],
 		Awaiting: m[FieldAwait]}
+	if r.TaskState != "scheduled" {
+		// Woken by its bound or a RunNow: the field stays until its
+		// stage's taking ends, but the run awaits nothing now.
+		r.Awaiting = ""
+	}
 	for k, v := range m {
 		switch {
 		case strings.HasPrefix(k, runFieldPrefix):

@@ -2310,3 +2310,36 @@ func TestReadRunIsNotTornByAWrite(t *testing.T) {
 		t.Fatalf("read status %q and %d of 300 fields as before the write; want the run after the write, whole", m[rdb.FieldRunStatus], old)
 	}
 }
+
+// A run that stopped awaiting a signal (its bound passed, or a RunNow)
+// and whose stage then waits for a retry is not woken by that signal:
+// the retry keeps its backoff and the signal is kept, not delivered to a
+// stage that already ran without it.
+func TestSignalDoesNotCutARetryShort(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	got := f.takeFrom(t, f.s1, "A", 1, true)
+	e := f.stage(rdb.Done(rdb.KindStage, "A", got[0].PID, "r1", nil), "s2", false, nil)
+	e.Stage.SleepMs, e.Stage.Await = 3_600_000, "paid"
+	f.endIn(t, f.s1, 0, e)
+	if ok, err := f.st.Promote(f.ctx, f.s2, "r1"); err != nil || !ok {
+		t.Fatalf("Promote = %v, %v", ok, err)
+	}
+	if r, err := f.st.Run(f.ctx, f.s2, "r1"); err != nil || r.Awaiting != "" {
+		t.Errorf("Run once woken = %+v, %v; want no signal awaited", r, err)
+	}
+	got = f.takeFrom(t, f.s2, "A", 1, true)
+	f.endIn(t, f.s2, 0, rdb.Retry(rdb.KindStage, "A", got[0].PID, "r1", 3_600_000, "boom"))
+	out, err := f.st.Signal(f.ctx, f.s2, "r1", "paid", []byte("p"), "", 60_000)
+	if err != nil || out != rdb.SignalKept {
+		t.Errorf("Signal = %v, %v; want kept (%v): the stage ran already", out, err, rdb.SignalKept)
+	}
+	if n, err := redis.Int(f.c.Do("ZCARD", f.s2.Scheduled)); err != nil || n != 1 {
+		t.Errorf("s2's scheduled set holds %d, %v; want the retry still there", n, err)
+	}
+	r, err := f.st.Run(f.ctx, f.s2, "r1")
+	if err != nil || r.Awaiting != "" {
+		t.Errorf("Run = %+v, %v; want no signal awaited", r, err)
+	}
+}

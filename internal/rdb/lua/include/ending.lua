@@ -155,8 +155,9 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
     return OUT_CANCELLED
   end
   if ask ~= 'done' then
-    -- A stage that ran after its wait's bound passed no longer awaits its
-    -- signal: its retry, scheduled, must not take one (signal.lua).
+    -- The stage ran: a signal it awaited before (its bound passed, or a
+    -- RunNow woke it) is awaited no more, so that a signal does not cut
+    -- the retry this schedules in the stage's set short (signal.lua).
     redis.call('HDEL', tkey, F_AWAIT)
     local out = fail_attempt(e, tkey, id, ask, delay, err, worker)
     if out == OUT_DEAD then
@@ -196,7 +197,7 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
     cids[n] = cid
   end
   redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', 'g' .. gen .. ' ' .. table.concat(cids, ' '))
-  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON)
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON, F_AWAIT)
   return OUT_FANNED_OUT
 end
 
