@@ -2343,3 +2343,59 @@ func TestSignalDoesNotCutARetryShort(t *testing.T) {
 		t.Errorf("Run = %+v, %v; want no signal awaited", r, err)
 	}
 }
+
+// Kept signals past their time stop counting against the run's bound:
+// a run that was sent MaxKeptSignals names it never awaited still keeps
+// a new one once those expired.
+func TestSignalKeptExpiredMakeRoom(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	for i := range rdb.MaxKeptSignals {
+		if out, err := f.st.Signal(f.ctx, f.s1, "r1", "n"+strconv.Itoa(i), nil, "", 0); err != nil || out != rdb.SignalKept {
+			t.Fatalf("Signal n%d = %v, %v; want kept", i, out, err)
+		}
+	}
+	if out, err := f.st.Signal(f.ctx, f.s1, "r1", "late", []byte("p"), "", 60_000); err != nil || out != rdb.SignalKept {
+		t.Errorf("Signal after %d expired = %v, %v; want kept", rdb.MaxKeptSignals, out, err)
+	}
+	for i := range rdb.MaxKeptSignals - 1 {
+		if out, err := f.st.Signal(f.ctx, f.s1, "r1", "m"+strconv.Itoa(i), nil, "", 60_000); err != nil || out != rdb.SignalKept {
+			t.Fatalf("Signal m%d = %v, %v; want kept", i, out, err)
+		}
+	}
+	if out, err := f.st.Signal(f.ctx, f.s1, "r1", "over", nil, "", 60_000); err != nil || out != rdb.SignalFull {
+		t.Errorf("Signal past %d live ones = %v, %v; want full", rdb.MaxKeptSignals, out, err)
+	}
+}
+
+// A kept signal of any name (colons, spaces, newlines) is taken by the
+// stage end that awaits it, and leaves the run's kept names: the run
+// then keeps MaxKeptSignals others.
+func TestSignalKeptNamesRoundTrip(t *testing.T) {
+	t.Parallel()
+	f := newFlowEnv(t)
+	f.start(t, f.s1, "r1")
+	odd := "3:a b\nsp:x "
+	for _, name := range []string{odd, "other"} {
+		if out, err := f.st.Signal(f.ctx, f.s1, "r1", name, []byte("p "+name), "", 60_000); err != nil || out != rdb.SignalKept {
+			t.Fatalf("Signal %q = %v, %v; want kept", name, out, err)
+		}
+	}
+	got := f.takeFrom(t, f.s1, "A", 1, true)
+	e := f.stage(rdb.Done(rdb.KindStage, "A", got[0].PID, "r1", nil), "s2", false, nil)
+	e.Stage.Await = odd
+	f.endIn(t, f.s1, 0, e)
+	r, err := f.st.Run(f.ctx, f.s1, "r1")
+	if err != nil || r.TaskState != "queued" || r.State[odd] != "p "+odd || r.Awaiting != "" {
+		t.Fatalf("Run = %+v, %v; want it queued at s2 with the kept payload", r, err)
+	}
+	for i := range rdb.MaxKeptSignals - 1 {
+		if out, err := f.st.Signal(f.ctx, f.s1, "r1", "n"+strconv.Itoa(i), nil, "", 60_000); err != nil || out != rdb.SignalKept {
+			t.Fatalf("Signal n%d = %v, %v; want kept beside other", i, out, err)
+		}
+	}
+	if out, err := f.st.Signal(f.ctx, f.s1, "r1", odd, nil, "", 60_000); err != nil || out != rdb.SignalFull {
+		t.Errorf("Signal %q again past %d kept = %v, %v; want full", odd, rdb.MaxKeptSignals, out, err)
+	}
+}

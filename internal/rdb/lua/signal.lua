@@ -12,7 +12,8 @@
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag
 -- Returns: 1 delivered (the run moves on), 2 kept, 0 the run is not
 -- running (unknown or ended), -1 signal id taken already (nothing done),
--- -2 the run keeps SIGNAL.KEPT signals of other names (nothing done).
+-- -2 the run keeps SIGNAL.KEPT signals of other names, none expired
+-- (nothing done).
 local t = redis.call('HMGET', KEYS[1], F_RUN_STATUS, F_STAGE, F_STATE, F_AWAIT)
 if t[1] ~= R_RUNNING then
   return 0
@@ -32,10 +33,15 @@ if t[4] == name and t[3] == S_SCHEDULED and redis.call('ZREM', pfx.sched .. t[2]
 else
   local field = 'sp:' .. name
   if redis.call('HEXISTS', KEYS[1], field) == 0 then
-    if (tonumber(redis.call('HGET', KEYS[1], 'spn')) or 0) >= SIGNAL.KEPT then
-      return -2
+    local names = SIGNAL.kept(KEYS[1])
+    if #names >= SIGNAL.KEPT then
+      names = SIGNAL.prune(KEYS[1], names)
+      if #names >= SIGNAL.KEPT then
+        return -2
+      end
     end
-    redis.call('HINCRBY', KEYS[1], 'spn', 1)
+    names[#names + 1] = name
+    SIGNAL.store(KEYS[1], names)
   end
   redis.call('HSET', KEYS[1], field, (now_ms() + tonumber(ARGV[5])) .. ' ' .. ARGV[3])
   out = 2

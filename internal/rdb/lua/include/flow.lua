@@ -162,13 +162,80 @@ end
 -- and moving the run to its stage's list, in one step, so that the timer
 -- and the signal move it once between them. A signal that finds no run
 -- awaiting it is kept in the run's hash, 'sp:<name>' = '<expires ms>
--- <payload>', at most SIGNAL.KEPT names per run ('spn' counts them), and a
--- stage end that awaits it takes it then. 'sd:<id>' records each signal
--- id taken, delivered or kept, so that a signal sent again is not taken
--- twice. All are fields of the run's hash: they go when the run does.
--- (One table: a script holds at most 200 locals, its includes' among
--- them.)
+-- <payload>', at most SIGNAL.KEPT names per run ('spk' lists them, each
+-- as '<length>:<name>', so that a name may hold any byte), and a stage
+-- end that awaits it takes it then. A signal that finds SIGNAL.KEPT names
+-- kept drops those past their time first (SIGNAL.prune: at most KEPT
+-- fields read), so that expired ones never keep a run from a signal.
+-- 'sd:<id>' records each signal id taken, delivered or kept, so that a
+-- signal sent again is not taken twice. All are fields of the run's hash:
+-- they go when the run does. (One table: a script holds at most 200
+-- locals, its includes' among them.)
 local SIGNAL = {KEPT = 16, FOREVER = 100 * 365 * 24 * 3600 * 1000}
+
+-- SIGNAL.kept returns the names of the signals run tkey keeps ('spk').
+function SIGNAL.kept(tkey)
+  local s, out, i = redis.call('HGET', tkey, 'spk'), {}, 1
+  while s and i <= #s do
+    local c = string.find(s, ':', i, true)
+    local n = c and tonumber(string.sub(s, i, c - 1))
+    if not n then
+      break -- (changed by hand: what follows is not read)
+    end
+    out[#out + 1] = string.sub(s, c + 1, c + n)
+    i = c + n + 1
+  end
+  return out
+end
+
+-- SIGNAL.store writes names as the signals run tkey keeps ('spk').
+function SIGNAL.store(tkey, names)
+  if #names == 0 then
+    redis.call('HDEL', tkey, 'spk')
+    return
+  end
+  local parts = {}
+  for k, n in ipairs(names) do
+    parts[k] = #n .. ':' .. n
+  end
+  redis.call('HSET', tkey, 'spk', table.concat(parts))
+end
+
+-- SIGNAL.live returns the payload of kept signal value v ('<expires ms>
+-- <payload>') while it has not expired, else nil.
+function SIGNAL.live(v)
+  local sp = v and string.find(v, ' ', 1, true)
+  if sp and (tonumber(string.sub(v, 1, sp - 1)) or 0) > now_ms() then
+    return string.sub(v, sp + 1)
+  end
+  return nil
+end
+
+-- SIGNAL.prune drops the kept signals of run tkey (names, as SIGNAL.kept
+-- read them) that expired, and returns the names left.
+function SIGNAL.prune(tkey, names)
+  if #names == 0 then
+    return names
+  end
+  local fields = {}
+  for k, n in ipairs(names) do
+    fields[k] = 'sp:' .. n
+  end
+  local vals = redis.call('HMGET', tkey, unpack(fields))
+  local left, gone = {}, {}
+  for k, n in ipairs(names) do
+    if SIGNAL.live(vals[k]) then
+      left[#left + 1] = n
+    else
+      gone[#gone + 1] = fields[k]
+    end
+  end
+  if #gone > 0 then
+    redis.call('HDEL', tkey, unpack(gone))
+    SIGNAL.store(tkey, left)
+  end
+  return left
+end
 
 -- SIGNAL.await_run forwards run id (hash tkey) to stage nexts awaiting signal
 -- name: a signal kept for it and not expired is taken now (its payload
@@ -179,10 +246,16 @@ function SIGNAL.await_run(tkey, id, name, nexts, pfx, retention, ixkeys, sleep)
   local kept = redis.call('HGET', tkey, 'sp:' .. name)
   if kept then
     redis.call('HDEL', tkey, 'sp:' .. name)
-    redis.call('HINCRBY', tkey, 'spn', -1)
-    local sp = string.find(kept, ' ', 1, true)
-    if sp and tonumber(string.sub(kept, 1, sp - 1)) > now_ms() then
-      redis.call('HSET', tkey, 'f:' .. name, string.sub(kept, sp + 1))
+    local names, left = SIGNAL.kept(tkey), {}
+    for _, n in ipairs(names) do
+      if n ~= name then
+        left[#left + 1] = n
+      end
+    end
+    SIGNAL.store(tkey, left)
+    local payload = SIGNAL.live(kept)
+    if payload then
+      redis.call('HSET', tkey, 'f:' .. name, payload)
       return forward_run(tkey, id, nexts, pfx, retention, ixkeys)
     end
   end
