@@ -844,3 +844,55 @@ func TestFairHeads(t *testing.T) {
 		t.Errorf("plain queue: Stats = %+v, %v; want head p1, no fair heads", st, err)
 	}
 }
+
+// A fair queue's gates hold whatever became of the key's latest task's
+// hash, and for every way a keyed task is added.
+func TestFairGatesHold(t *testing.T) {
+	t.Parallel()
+	gated := func(t *testing.T, p rdb.KeyPolicy) *env {
+		t.Helper()
+		e := newEnv(t)
+		p.Fair = true
+		if err := e.st.WriteKeyPolicy(e.ctx, e.q, p); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	enq := func(t *testing.T, e *env, id string) rdb.KeyEnqueued {
+		t.Helper()
+		got, err := e.st.EnqueueKey(e.ctx, e.q, "A", []string{id}, [][]byte{[]byte(id)}, nil, nil)
+		if err != nil || len(got) != 1 {
+			t.Fatalf("EnqueueKey %s = %v, %v", id, got, err)
+		}
+		return got[0]
+	}
+	t.Run("throttle: a key at its rate drops an enqueue after its task's hash is gone", func(t *testing.T) {
+		t.Parallel()
+		e := gated(t, rdb.KeyPolicy{Throttle: true, PerKey: rdb.KeyLimits{Rate: 1, PeriodMs: 3_600_000}})
+		enq(t, e, "a1")
+		got := e.fairTake(t, "W", 1)
+		e.finish(t, "W", got[0].PID, "a1") // retention 0: its hash goes
+		if got := enq(t, e, "a2"); !got.Merged || got.ID != "a1" {
+			t.Errorf("enqueue within A's rate window = %+v, want answered by a1", got)
+		}
+		if n := e.field2(t, e.q.FairState, "n"); n != "" {
+			t.Errorf("%s ids wait in the keys' lists, want none", n)
+		}
+	})
+	t.Run("singleton: EnqueueMerge's write is gated too", func(t *testing.T) {
+		t.Parallel()
+		e := gated(t, rdb.KeyPolicy{Singleton: true})
+		enq(t, e, "a1")
+		tail, err := e.st.ReadKeyTail(e.ctx, e.q, "A")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := e.st.KeyMergeInto(e.ctx, e.q, "A", tail, "a2", []byte("a2"), "", nil)
+		if err != nil || !got.Merged || got.ID != "a1" {
+			t.Errorf("KeyMergeInto while a1 waits = %+v, %v; want answered by a1", got, err)
+		}
+		if n := e.field2(t, e.q.FairState, "n"); n != "1" {
+			t.Errorf("%s ids wait in the keys' lists, want a1 alone", n)
+		}
+	})
+}

@@ -51,7 +51,8 @@
 -- ring of keys in turn unless it is there or held by its limit (fair.lua).
 -- Its hash carries the key as F_FAIR_KEY (F_KEY is an ordered queue's).
 -- A fair queue may gate its keys' enqueues (cfg one, db, dbm, thr:
--- KeyPolicy.Singleton, Debounce, DebounceMax, Throttle; mode "add"): the
+-- KeyPolicy.Singleton, Debounce, DebounceMax, Throttle; mode "add", and
+-- "into" when it adds): the
 -- state hash names each key's latest task gated ('o:<key>'), and its own
 -- hash says whether it still holds its place (read here, never kept up by
 -- the scripts that end tasks: a hash gone or ended holds none). An enqueue
@@ -61,7 +62,7 @@
 -- and moves its due time to the later of now + db and the call's, but not
 -- past F_DEBOUNCED + dbm (dbm > 0); with one, while it waits or runs;
 -- with thr, while it waits or the key started its rate (KeyLimits.Rate
--- in the last Period, from its rate log). A new gated task is the key's
+-- in the last Period, from its rate log, whatever became of the task). A new gated task is the key's
 -- latest; with db it is scheduled at now + db (or the call's due time,
 -- when later) with F_DEBOUNCED now.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
@@ -120,12 +121,16 @@ local c = redis.call('HMGET', KEYS[5], 'merge', 'fair', 'one', 'db', 'dbm', 'thr
 local fair = c[2] == '1'
 local merging = mode == 'add' and c[1] == '1' and not fair
 local gate = {one = c[3] == '1', db = tonumber(c[4]) or 0, dbm = tonumber(c[5]) or 0, thr = c[6] == '1'}
-if not (fair and mode == 'add' and (gate.one or gate.db > 0 or gate.thr)) then
+-- (Mode "into" gets here only to add a task: EnqueueMerge on a fair
+-- queue, which has no tail to merge into, is gated as an add is.)
+if not (fair and mode ~= 'read' and (gate.one or gate.db > 0 or gate.thr)) then
   gate = nil
 end
 
 -- held returns the key's latest gated task when it answers an enqueue of
--- entry (see above), having replaced its payload for a debounce.
+-- entry (see above), having replaced its payload for a debounce. The rate
+-- log is the key's, not the task's: a throttle reads it even when that
+-- task's hash is gone (a retention of 0 deletes it as it ends).
 local function held(entry)
   local oid = redis.call('HGET', KEYS[8], 'o:' .. okey)
   if not oid then
@@ -133,16 +138,14 @@ local function held(entry)
   end
   local okkey = tprefix .. oid
   local t = redis.call('HMGET', okkey, F_STATE, F_STARTED, F_DEBOUNCED, F_FAIR_KEY)
-  if t[4] ~= okey then
-    return nil -- gone (or not this key's: changed by hand)
-  end
-  local waiting = t[1] == S_QUEUED or t[1] == S_SCHEDULED
-  if gate.db > 0 and t[1] == S_SCHEDULED and not t[2] and t[3] then
-    local at = math.max(due or 0, now_ms() + gate.db)
-    if gate.dbm > 0 then
-      at = math.min(at, tonumber(t[3]) + gate.dbm)
-    end
-    if redis.call('ZSCORE', KEYS[2], oid) then
+  -- (A hash gone, or not this key's: changed by hand, holds no place.)
+  if t[4] == okey then
+    local waiting = t[1] == S_QUEUED or t[1] == S_SCHEDULED
+    if gate.db > 0 and t[1] == S_SCHEDULED and not t[2] and t[3] and redis.call('ZSCORE', KEYS[2], oid) then
+      local at = math.max(due or 0, now_ms() + gate.db)
+      if gate.dbm > 0 then
+        at = math.min(at, tonumber(t[3]) + gate.dbm)
+      end
       redis.call('ZADD', KEYS[2], at, oid)
       redis.call('HSET', okkey, F_PAYLOAD, env_encode(okey, {entry}))
       if meta ~= '' then
@@ -152,10 +155,9 @@ local function held(entry)
       end
       return oid
     end
-    return nil -- (scheduled by its hash, not in the set: changed by hand)
-  end
-  if gate.one and (waiting or t[1] == S_ACTIVE) or gate.thr and waiting then
-    return oid
+    if gate.one and (waiting or t[1] == S_ACTIVE) or gate.thr and waiting then
+      return oid
+    end
   end
   if gate.thr then
     local pol = redis.call('HMGET', KEYS[8], 'p:' .. okey, 'p:')
