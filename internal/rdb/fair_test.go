@@ -879,6 +879,30 @@ func TestFairGatesHold(t *testing.T) {
 			t.Errorf("%s ids wait in the keys' lists, want none", n)
 		}
 	})
+	t.Run("a gated task's end drops its key's pointer, a throttle's does not", func(t *testing.T) {
+		t.Parallel()
+		for _, c := range []struct {
+			p    rdb.KeyPolicy
+			kept bool
+		}{{rdb.KeyPolicy{Singleton: true}, false}, {rdb.KeyPolicy{DebounceMs: 1}, false},
+			{rdb.KeyPolicy{Throttle: true, PerKey: rdb.KeyLimits{Rate: 1, PeriodMs: 3_600_000}}, true}} {
+			e := gated(t, c.p)
+			enq(t, e, "a1")
+			if c.p.DebounceMs > 0 {
+				if _, err := e.st.Promote(e.ctx, e.q, "a1"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if e.field2(t, e.q.FairState, "o:A") != "a1" {
+				t.Fatalf("%+v: the key's pointer does not name a1", c.p)
+			}
+			got := e.fairTake(t, "W", 1)
+			e.finish(t, "W", got[0].PID, "a1")
+			if o := e.field2(t, e.q.FairState, "o:A"); (o == "a1") != c.kept {
+				t.Errorf("%+v: after a1's end the key's pointer is %q, want it kept %v", c.p, o, c.kept)
+			}
+		}
+	})
 	t.Run("singleton: EnqueueMerge's write is gated too", func(t *testing.T) {
 		t.Parallel()
 		e := gated(t, rdb.KeyPolicy{Singleton: true})

@@ -76,7 +76,7 @@ const (
 	FieldMergeVersion = "mv" // merges into a keyed task so far
 	FieldFairKey      = "fk" // the key (group) of a task of a fair queue
 	FieldFairPID      = "fc" // the pid of its taking that counts in its key's running count
-	FieldDebounced    = "df" // a debounced task of a fair queue, until it starts: its first enqueue (unix ms)
+	FieldGated        = "fg" // a task of a fair queue enqueued under a gate: its first enqueue (unix ms)
 	FieldBatch        = "kb" // on a batch's head: the ids taken with it
 	FieldBatchOf      = "kf" // on a task taken in a batch behind its head: the head's id
 	FieldWaited       = "wt" // a Client waits for its end: the end publishes it on EndedChannel

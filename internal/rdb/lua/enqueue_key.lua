@@ -58,13 +58,17 @@
 -- the scripts that end tasks: a hash gone or ended holds none). An enqueue
 -- answered by that task adds nothing and returns its id as merged: with
 -- db, while the task still waits out its debounce (scheduled, never
--- taken, F_DEBOUNCED set) the enqueue replaces its payload and metadata
+-- taken, F_GATED set) the enqueue replaces its payload and metadata
 -- and moves its due time to the later of now + db and the call's, but not
--- past F_DEBOUNCED + dbm (dbm > 0); with one, while it waits or runs;
+-- past F_GATED + dbm (dbm > 0); with one, while it waits or runs;
 -- with thr, while it waits or the key started its rate (KeyLimits.Rate
 -- in the last Period, from its rate log, whatever became of the task). A new gated task is the key's
--- latest; with db it is scheduled at now + db (or the call's due time,
--- when later) with F_DEBOUNCED now.
+-- latest, with F_GATED (when its first enqueue came); with db it is
+-- scheduled at now + db (or the call's due time, when later). The end of
+-- a gated task (done, dead, cancelled or expired, ending.lua) drops the
+-- key's pointer when it still names the task, so that keys that come no
+-- more leave no field (a throttle's stays: it answers while the key's rate
+-- log is full); other removals leave it to the next enqueue.
 -- Returns: 2 values per task: the id that holds its payload (its own, or
 -- the waiting task it merged into) and 1 when merged, else 0. In mode
 -- "into", {-4} when the tail changed since it was read (nothing written).
@@ -137,7 +141,7 @@ local function held(entry)
     return nil
   end
   local okkey = tprefix .. oid
-  local t = redis.call('HMGET', okkey, F_STATE, F_STARTED, F_DEBOUNCED, F_FAIR_KEY)
+  local t = redis.call('HMGET', okkey, F_STATE, F_STARTED, F_GATED, F_FAIR_KEY)
   -- (A hash gone, or not this key's: changed by hand, holds no place.)
   if t[4] == okey then
     local waiting = t[1] == S_QUEUED or t[1] == S_SCHEDULED
@@ -204,7 +208,12 @@ while i <= n do
   else
     local entry = entries[i]
     local tkey = KEYS[8 + i]
-    redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), fair and F_FAIR_KEY or F_KEY, okey)
+    local now = gate and now_ms()
+    if gate then
+      redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), F_FAIR_KEY, okey, F_GATED, now)
+    else
+      redis.call('HSET', tkey, F_PAYLOAD, env_encode(okey, {entry}), fair and F_FAIR_KEY or F_KEY, okey)
+    end
     if ARGV[5] ~= '' then redis.call('HSET', tkey, F_MAX_ATTEMPTS, ARGV[5]) end
     if ARGV[6] ~= '' then redis.call('HSET', tkey, F_TIMEOUT, ARGV[6]) end
     if ARGV[10] ~= '' then redis.call('HSET', tkey, F_RETENTION, ARGV[10]) end
@@ -214,9 +223,7 @@ while i <= n do
     if gate then
       redis.call('HSET', KEYS[8], 'o:' .. okey, id)
       if gate.db > 0 then
-        local now = now_ms()
         tdue = math.max(due or 0, now + gate.db)
-        redis.call('HSET', tkey, F_DEBOUNCED, now)
       end
     end
     if not fair then

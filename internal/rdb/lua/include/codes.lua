@@ -19,9 +19,9 @@ local F_KEY, F_KEY_DUE, F_MERGE_VERSION = 'ok', 'od', 'mv'
 -- fields of a task of a fair queue: its key, and the pid of the taking
 -- counted in its key's running count (see fair.lua)
 local F_FAIR_KEY, F_FAIR_PID = 'fk', 'fc'
--- a debounced task of a fair queue (KeyPolicy.Debounce): when the first
--- enqueue it gathers came (Redis ms)
-local F_DEBOUNCED = 'df'
+-- a task of a fair queue enqueued under a gate (KeyPolicy.Singleton,
+-- Debounce, Throttle): when the first enqueue it gathers came (Redis ms)
+local F_GATED = 'fg'
 -- a batch of one key (QueueConfig.KeyBatch): on its head the ids of the
 -- tasks taken with it, space-separated; on each of those, the head's id
 local F_BATCH, F_BATCH_OF = 'kb', 'kf'

@@ -85,7 +85,8 @@ end
 -- published at once (end_waited).
 -- pid: the taking's (a fair queue's key frees its slot).
 local function end_task(e, tkey, id, ask, delay, err, result, worker, pid)
-  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY, F_FAIR_KEY, F_FAIR_PID, F_WAITED)
+  local t = redis.pcall('HMGET', tkey, F_CANCEL, F_UNIQUE, F_RETENTION, F_DEADLINE, F_KEY, F_FAIR_KEY, F_FAIR_PID, F_WAITED,
+    F_GATED)
   if t.err then
     bury(e.dead_key, e.cfg_key, e.tprefix, id, fix_type(tkey), '', worker)
     return OUT_DEAD
@@ -117,6 +118,15 @@ local function end_task(e, tkey, id, ask, delay, err, result, worker, pid)
   end
   if state and t[8] then
     end_waited(e, id, state)
+  end
+  if state and t[9] and t[6] and redis.call('HGET', e.cfg_key, 'thr') ~= '1' then
+    -- A gated task ends: the key's pointer to it goes (enqueue_key.lua),
+    -- but for a throttle's, which answers the key's enqueues while its
+    -- rate log is full, after the task's end too.
+    local _, fstate = FAIR.names(e.tprefix, FAIR.queue_of(e.tprefix, e.waiting))
+    if redis.call('HGET', fstate, 'o:' .. t[6]) == id then
+      redis.call('HDEL', fstate, 'o:' .. t[6])
+    end
   end
   return out
 end
