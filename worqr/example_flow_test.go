@@ -109,7 +109,7 @@ func ExampleClient_Signal() {
 			return &worqr.StageResult{Await: "paid", Sleep: 48 * time.Hour}
 		})},
 		{Name: "ship", Queue: worqr.QueueConfig{Concurrency: 2}, Handler: stage(func(r *worqr.Run) *worqr.StageResult {
-			if r.State["paid"] == "" {
+			if _, paid := r.State["paid"]; !paid {
 				return &worqr.StageResult{Fields: map[string]string{"outcome": "payment timed out"}}
 			}
 			return &worqr.StageResult{Fields: map[string]string{"outcome": "shipped for " + r.State["paid"]}}

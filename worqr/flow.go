@@ -399,9 +399,10 @@ func childResults(cs []rdb.ChildRecord) []ChildResult {
 // and its next stage starts now; one that does not yet is kept for 24 h
 // for the stage end that awaits it (at most 16 names per run: a 17th is
 // refused while none of them has expired). It reports whether the run
-// got it now (false: kept). sigID (say, a webhook's delivery id) makes a repeat safe: a signal of an id
-// the run took already answers ErrDuplicate and changes nothing; without
-// one, a repeat after a lost reply may be kept again. A run that is not
+// got it now (false: kept). sigID (say, a webhook's delivery id) makes a
+// repeat safe: a signal of an id the run took already (of its last 256)
+// answers ErrDuplicate and changes nothing; without one, a repeat after a
+// lost reply may be kept again. A run that is not
 // running (unknown, or ended) answers ErrTaskNotFound.
 func (c *Client) Signal(ctx context.Context, flow *Flow, id, name string, payload []byte, sigID string) (bool, error) {
 	if err := checkRunRef(flow, id); err != nil {

@@ -2399,3 +2399,41 @@ func TestSignalKeptNamesRoundTrip(t *testing.T) {
 		t.Errorf("Signal %q again past %d kept = %v, %v; want full", odd, rdb.MaxKeptSignals, out, err)
 	}
 }
+
+// A run remembers its last 256 signal ids, no more: the 257th pushes the
+// first out of the ring (its field goes), and that first id is taken
+// again; the ids still in the ring are refused.
+func TestSignalIDsAreARing(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	f := rdb.FlowRef{RetentionMillis: 60_000}
+	q := e.st.Queue(rdb.QueueRef{Tag: "sigring", Name: "s1"})
+	if _, err := e.st.FlowStart(e.ctx, q, "run1", nil, f); err != nil {
+		t.Fatal(err)
+	}
+	send := func(id string) rdb.SignalOutcome {
+		t.Helper()
+		out, err := e.st.Signal(e.ctx, q, "run1", "n", nil, id, 60_000)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for i := range 257 {
+		if out := send(fmt.Sprintf("id-%d", i)); out != rdb.SignalKept {
+			t.Fatalf("signal id-%d = %v, want kept", i, out)
+		}
+	}
+	if out := send("id-256"); out != rdb.SignalTaken {
+		t.Errorf("the latest id again = %v, want taken", out)
+	}
+	if out := send("id-1"); out != rdb.SignalTaken {
+		t.Errorf("id-1 (still in the ring) again = %v, want taken", out)
+	}
+	if n, _ := redis.Int(e.c.Do("HLEN", q.Task("run1"))); n > 600 {
+		t.Errorf("the run's hash holds %d fields after 259 signals", n)
+	}
+	if out := send("id-0"); out != rdb.SignalKept {
+		t.Errorf("id-0, out of the ring, again = %v, want kept (taken anew)", out)
+	}
+}

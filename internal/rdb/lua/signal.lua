@@ -47,6 +47,11 @@ else
   out = 2
 end
 if sig ~= '' then
-  redis.call('HSET', KEYS[1], 'sd:' .. sig, out)
+  local slot = 'sr:' .. (redis.call('HINCRBY', KEYS[1], 'sdq', 1) % SIGNAL.IDS)
+  local old = redis.call('HGET', KEYS[1], slot)
+  if old then
+    redis.call('HDEL', KEYS[1], 'sd:' .. old)
+  end
+  redis.call('HSET', KEYS[1], 'sd:' .. sig, out, slot, sig)
 end
 return out

@@ -168,10 +168,12 @@ end
 -- kept drops those past their time first (SIGNAL.prune: at most KEPT
 -- fields read), so that expired ones never keep a run from a signal.
 -- 'sd:<id>' records each signal id taken, delivered or kept, so that a
--- signal sent again is not taken twice. All are fields of the run's hash:
--- they go when the run does. (One table: a script holds at most 200
--- locals, its includes' among them.)
-local SIGNAL = {KEPT = 16, FOREVER = 100 * 365 * 24 * 3600 * 1000}
+-- signal sent again is not taken twice: the last SIGNAL.IDS of them, in a
+-- ring ('sdq' counts them, 'sr:<slot>' names the id in each slot), so that
+-- a run fed signals for ever keeps a bounded hash. All are fields of the
+-- run's hash: they go when the run does. (One table: a script holds at
+-- most 200 locals, its includes' among them.)
+local SIGNAL = {KEPT = 16, IDS = 256, FOREVER = 100 * 365 * 24 * 3600 * 1000}
 
 -- SIGNAL.kept returns the names of the signals run tkey keeps ('spk').
 function SIGNAL.kept(tkey)
