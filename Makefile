@@ -86,8 +86,8 @@ CHAOS_DURATION ?= 10m
 CHAOS_TASKS    ?= 100000
 CHAOS_TIMEOUT  ?= 1h
 
-chaos: ## mixed-fault and fair-queue chaos runs, own redis-servers (CHAOS_DURATION=10m CHAOS_TASKS=100000; docs/RELIABILITY.md)
+chaos: ## mixed-fault, fair-queue and flow-timer chaos runs, own redis-servers (CHAOS_DURATION=10m CHAOS_TASKS=100000; docs/RELIABILITY.md)
 	WORQR_CHAOS=long WORQR_CHAOS_DURATION=$(CHAOS_DURATION) WORQR_CHAOS_TASKS=$(CHAOS_TASKS) \
-		$(ROOTGO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run 'TestChaos(Mixed|Durability|Fair)$$' ./test/chaos
+		$(ROOTGO) test -count=1 -timeout $(CHAOS_TIMEOUT) -v -run 'TestChaos(Mixed|Durability|Fair|Timers)$$' ./test/chaos
 
 .PHONY: chaos

@@ -2,15 +2,17 @@
 // (cmd/worqr-example worker) on a real redis-server, killed, frozen, cut off
 // and starved of Redis, and checked from the outside: no task lost, none
 // accepted twice, nothing left over, and how long recovery takes.
-// TestChaosOrdered's and TestChaosFair's workers are this test binary,
-// re-executed with WORQR_CHAOS_ORDERED_LOG or WORQR_CHAOS_FAIR_LOG set
-// (see orderedChild, fairChild).
+// TestChaosOrdered's, TestChaosFair's and TestChaosTimers' workers are this
+// test binary, re-executed with WORQR_CHAOS_ORDERED_LOG,
+// WORQR_CHAOS_FAIR_LOG or WORQR_CHAOS_TIMERS_LOG set (see orderedChild,
+// fairChild, timersChild).
 //
 // WORQR_CHAOS (or -chaos.mode) picks the run:
 //
 //	short  (default) each scenario for a few seconds; part of `make test`
 //	long   the 10-minute mixed-fault run of `make chaos`, the fair
-//	       queue's run as long, plus the everysec loss measurement
+//	       queue's and the flow timers' runs as long, plus the everysec
+//	       loss measurement
 //	off    skip the suite
 //
 // WORQR_CHAOS_DURATION and WORQR_CHAOS_TASKS (or -chaos.duration,
@@ -60,6 +62,9 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(fairChildEnv) != "" {
 		os.Exit(fairChild()) // a worker process of TestChaosFair
+	}
+	if os.Getenv(timersChildEnv) != "" {
+		os.Exit(timersChild()) // a worker process of TestChaosTimers
 	}
 	var err error
 	cfg, err = readSettings()
