@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
@@ -36,8 +38,9 @@ func (r *recorder) handle(_ context.Context, t *worqr.Task) error {
 }
 
 // waitRun waits until every task of ids ran, looking again after each
-// run, and fails the test after d.
-func (r *recorder) waitRun(t *testing.T, what string, ids []string, d time.Duration) {
+// run, and fails the test after d, saying where (where) the first few
+// that never ran are.
+func (r *recorder) waitRun(t *testing.T, what string, ids []string, d time.Duration, where func(id string) string) {
 	t.Helper()
 	timeout := time.After(d)
 	for {
@@ -51,7 +54,11 @@ func (r *recorder) waitRun(t *testing.T, what string, ids []string, d time.Durat
 		select {
 		case <-ran:
 		case <-timeout:
-			t.Fatalf("timed out after %s waiting for %s to run: %d never ran (%v)", d, what, len(missing), missing[:min(len(missing), 5)])
+			var at []string
+			for _, id := range missing[:min(len(missing), 5)] {
+				at = append(at, id+": "+where(id))
+			}
+			t.Fatalf("timed out after %s waiting for %s to run: %d never ran (%s)", d, what, len(missing), strings.Join(at, "; "))
 		}
 	}
 }
@@ -84,6 +91,61 @@ func waitPrimary(t *testing.T, pool *redisconn.Sentinel, addr string, d time.Dur
 			t.Fatalf("%s after the failover to %s the pool still uses %s", d, addr, pool.Primary())
 		}
 	}
+}
+
+// waitServed waits until a connection of served (the pool under test:
+// the Sentinel pool itself, or another client, see served) reaches the
+// node at addr, and fails the test after d. Each client follows a
+// failover on its own: a go-redis failover client when the one sentinel
+// it listens to announces the switch (+switch-master), which may come
+// after the one the Sentinel pool heard. Until then its calls still reach
+// the old primary, which the sentinels leave a writable primary until
+// they reconfigure it (up to 10 s later): what it acknowledges meanwhile
+// is lost when it becomes a replica, as every write acknowledged by a
+// primary after its replica was promoted.
+func waitServed(ctx context.Context, t *testing.T, served worqr.ConnGetter, addr string, d time.Duration) {
+	t.Helper()
+	want, err := runID(ctx, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	var got string
+	if redistest.Poll(wctx, func() bool {
+		c, err := served.GetContext(wctx)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		info, err := redis.String(redis.DoContext(c, wctx, "INFO", "server"))
+		got = infoField(info, "run_id")
+		return err == nil && got == want
+	}) != nil {
+		t.Fatalf("%s after the failover to %s (run_id %s) the pool under test still reaches run_id %q", d, addr, want, got)
+	}
+}
+
+// runID is the run_id of the Redis at addr.
+func runID(ctx context.Context, addr string) (string, error) {
+	info, err := redistest.Info(ctx, addr, "server")
+	if err != nil {
+		return "", err
+	}
+	if id := infoField(info, "run_id"); id != "" {
+		return id, nil
+	}
+	return "", fmt.Errorf("no run_id in the INFO of %s", addr)
+}
+
+// infoField is the value of field in an INFO reply ("" when absent).
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
 }
 
 func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
@@ -137,9 +199,20 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 		}
 		return ids
 	}
+	in, err := worqr.NewInspector(wp, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	where := func(id string) string {
+		info, err := in.Task(ctx, "s", id)
+		if err != nil {
+			return err.Error()
+		}
+		return fmt.Sprintf("%+v", *info)
+	}
 	allRun := func(what string, ids []string) {
 		t.Helper()
-		rec.waitRun(t, what, ids, 30*time.Second)
+		rec.waitRun(t, what, ids, 30*time.Second, where)
 	}
 
 	allRun("the tasks enqueued before any failover", enqueue("a", 50, 0))
@@ -157,6 +230,7 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPrimary(t, pool, second, 15*time.Second)
+	waitServed(ctx, t, wp, second, 15*time.Second)
 	<-done
 	allRun("the tasks enqueued after the failover", enqueue("c", 50, 0))
 	// A write that the old primary acknowledged but had not yet sent to the
@@ -184,6 +258,7 @@ func TestWorkersKeepRunningThroughFailovers(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPrimary(t, pool, third, 20*time.Second)
+	waitServed(ctx, t, wp, third, 20*time.Second)
 	allRun("the tasks enqueued after the primary was killed", enqueue("d", 50, 0))
 }
 
