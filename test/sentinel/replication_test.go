@@ -142,12 +142,13 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 	if replicas > 0 {
 		cfg.ReplicaTimeout = 100 * time.Millisecond
 	}
-	client, err := worqr.NewClient(pool, &cfg)
+	wp := served(t, st, pool) // what the worker, client and inspector run on
+	client, err := worqr.NewClient(wp, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newLossLedger()
-	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg,
+	w, err := worqr.NewWorker(wp, &worqr.WorkerConfig{Config: cfg,
 		// Slower than the producers: a backlog builds, so that a task
 		// waits a while between its enqueue and its run, and a run lasts.
 		Queues: map[string]worqr.QueueConfig{"l": {Concurrency: 16, Handler: worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
@@ -225,11 +226,12 @@ func lossRun(t *testing.T, replicas int, cut bool) lossCounts {
 		t.Fatal(err)
 	}
 	waitPrimary(t, pool, next, 20*time.Second)
+	waitServed(ctx, t, wp, next, 20*time.Second)
 	_ = redistest.Pause(ctx, 300*time.Millisecond) // enqueues on the new primary too
 	stop.Store(true)
 	wg.Wait()
 
-	in, err := worqr.NewInspector(pool, &cfg)
+	in, err := worqr.NewInspector(wp, &cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
