@@ -33,10 +33,11 @@ test: ## unit + integration tests with -race, the CLI's, the gateway's (its conf
 	$(MAKE) test-goredis
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
-test-goredis: ## the root's worqr and test/cluster tests with their pools on go-redis clients (contrib/goredis/suite)
+test-goredis: ## the root's worqr and test/cluster tests, and test/sentinel's failover tests, with their pools on go-redis clients (contrib/goredis/suite)
 	bash contrib/goredis/suite -race -count=1 -timeout 15m ./worqr ./test/cluster
+	$(MAKE) test-goredis-failover
 
-test-goredis-failover: ## test/sentinel's failover tests on a go-redis failover client (not in make test: see docs/guide/getting-started.md)
+test-goredis-failover: ## test/sentinel's failover tests alone on go-redis failover clients (part of test-goredis)
 	bash contrib/goredis/suite -race -count=1 -timeout 10m \
 		-run 'TestWorkersKeepRunningThroughFailovers|TestLostTakeCancelledAfterFailover|TestReplicationLoss' ./test/sentinel
 
