@@ -110,7 +110,7 @@ const (
 
 // MaxKeptSignals is how many signals of distinct names a run keeps before
 // it awaits them, expired ones not counted once a signal finds this many
-// (SIGNAL.KEPT in lua/include/flow.lua).
+// (FLOW.KEPT in lua/include/flow.lua).
 const MaxKeptSignals = 16
 
 // Signal delivers signal name with payload to run id (q: any queue of the

@@ -12,7 +12,7 @@
 -- ARGV[6..10] queue, wake, scheduled, cancel, index prefixes of the tag
 -- Returns: 1 delivered (the run moves on), 2 kept, 0 the run is not
 -- running (unknown or ended), -1 signal id taken already (nothing done),
--- -2 the run keeps SIGNAL.KEPT signals of other names, none expired
+-- -2 the run keeps FLOW.KEPT signals of other names, none expired
 -- (nothing done).
 local t = redis.call('HMGET', KEYS[1], F_RUN_STATUS, F_STAGE, F_STATE, F_AWAIT)
 if t[1] ~= R_RUNNING then
@@ -33,21 +33,21 @@ if t[4] == name and t[3] == S_SCHEDULED and redis.call('ZREM', pfx.sched .. t[2]
 else
   local field = 'sp:' .. name
   if redis.call('HEXISTS', KEYS[1], field) == 0 then
-    local names = SIGNAL.kept(KEYS[1])
-    if #names >= SIGNAL.KEPT then
-      names = SIGNAL.prune(KEYS[1], names)
-      if #names >= SIGNAL.KEPT then
+    local names = FLOW.kept(KEYS[1])
+    if #names >= FLOW.KEPT then
+      names = FLOW.prune(KEYS[1], names)
+      if #names >= FLOW.KEPT then
         return -2
       end
     end
     names[#names + 1] = name
-    SIGNAL.store(KEYS[1], names)
+    FLOW.store(KEYS[1], names)
   end
   redis.call('HSET', KEYS[1], field, (now_ms() + tonumber(ARGV[5])) .. ' ' .. ARGV[3])
   out = 2
 end
 if sig ~= '' then
-  local slot = 'sr:' .. (redis.call('HINCRBY', KEYS[1], 'sdq', 1) % SIGNAL.IDS)
+  local slot = 'sr:' .. (redis.call('HINCRBY', KEYS[1], 'sdq', 1) % FLOW.IDS)
   local old = redis.call('HGET', KEYS[1], slot)
   if old then
     redis.call('HDEL', KEYS[1], 'sd:' .. old)

@@ -135,7 +135,7 @@ end
 -- fields into the run, then fans out children or forwards the run. The
 -- record's tail (REC_STAGE, then its lists) follows argv[tail].
 local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
-  local REC_STAGE, FANOUT = LAYOUT.REC_STAGE, LAYOUT.FANOUT
+  local REC_STAGE = LAYOUT.REC_STAGE
   local nexts, policy = argv[tail + REC_STAGE.next_stage], argv[tail + REC_STAGE.policy]
   local runret = tonumber(argv[tail + REC_STAGE.run_retention])
   local props, b = list_from(argv, tail + REC_STAGE.N + 1)
@@ -182,31 +182,13 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
   if #children == 0 then
     local sleep, await = tonumber(argv[tail + REC_STAGE.sleep]), argv[tail + REC_STAGE.await]
     if await ~= '' then
-      return SIGNAL.await_run(tkey, id, await, nexts, pfx, runret, ixkeys, sleep)
+      return FLOW.await_run(tkey, id, await, nexts, pfx, runret, ixkeys, sleep)
     end
     return forward_run(tkey, id, nexts, pfx, runret, ixkeys, sleep)
   end
-  local n = 0
-  -- The fan-out's number in the run ('kg'), kept on each child ('pe'): a
-  -- dead child is requeued into its run only while the run waits for that
-  -- fan-out (dead.lua).
-  local gen = redis.call('HINCRBY', tkey, 'kg', 1)
-  local cids = {} -- 'kl': this fan-out's children, for a stop (flow.lua)
-  for k = 0, #children - 1, FANOUT.N do
-    local cid, cq = children[k + FANOUT.id], children[k + FANOUT.queue]
-    local payload, meta = children[k + FANOUT.payload], children[k + FANOUT.meta]
-    local ckey = e.tprefix .. cid
-    redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy, 'pe', gen)
-    if meta ~= '' then
-      redis.call('HSET', ckey, F_META, meta)
-    end
-    redis.call('RPUSH', pfx.queue .. cq, cid)
-    redis.call('HSET', tkey, 'k:' .. cid, 'pending', 'kq:' .. cid, cq)
+  FLOW.fan_out(tkey, id, children, e.tprefix, pfx, nexts, policy, function(cq)
     end_wake(e, pfx.wake .. cq, 1)
-    n = n + 1
-    cids[n] = cid
-  end
-  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', 'g' .. gen .. ' ' .. table.concat(cids, ' '))
+  end)
   redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_ERROR, F_CRASHED_ON, F_AWAIT)
   return OUT_FANNED_OUT
 end

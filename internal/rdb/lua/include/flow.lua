@@ -157,26 +157,26 @@ end
 
 -- Signals (Client.Signal). A run whose stage ended awaiting signal NAME
 -- (StageResult.Await) sleeps at its next stage, scheduled at its timeout
--- (SIGNAL.FOREVER without one), and names it in F_AWAIT: signal.lua
+-- (FLOW.FOREVER without one), and names it in F_AWAIT: signal.lua
 -- delivers a signal it awaits by writing its payload as state field NAME
 -- and moving the run to its stage's list, in one step, so that the timer
 -- and the signal move it once between them. A signal that finds no run
 -- awaiting it is kept in the run's hash, 'sp:<name>' = '<expires ms>
--- <payload>', at most SIGNAL.KEPT names per run ('spk' lists them, each
+-- <payload>', at most FLOW.KEPT names per run ('spk' lists them, each
 -- as '<length>:<name>', so that a name may hold any byte), and a stage
--- end that awaits it takes it then. A signal that finds SIGNAL.KEPT names
--- kept drops those past their time first (SIGNAL.prune: at most KEPT
+-- end that awaits it takes it then. A signal that finds FLOW.KEPT names
+-- kept drops those past their time first (FLOW.prune: at most KEPT
 -- fields read), so that expired ones never keep a run from a signal.
 -- 'sd:<id>' records each signal id taken, delivered or kept, so that a
--- signal sent again is not taken twice: the last SIGNAL.IDS of them, in a
+-- signal sent again is not taken twice: the last FLOW.IDS of them, in a
 -- ring ('sdq' counts them, 'sr:<slot>' names the id in each slot), so that
 -- a run fed signals for ever keeps a bounded hash. All are fields of the
 -- run's hash: they go when the run does. (One table: a script holds at
 -- most 200 locals, its includes' among them.)
-local SIGNAL = {KEPT = 16, IDS = 256, FOREVER = 100 * 365 * 24 * 3600 * 1000}
+local FLOW = {KEPT = 16, IDS = 256, FOREVER = 100 * 365 * 24 * 3600 * 1000}
 
--- SIGNAL.kept returns the names of the signals run tkey keeps ('spk').
-function SIGNAL.kept(tkey)
+-- FLOW.kept returns the names of the signals run tkey keeps ('spk').
+function FLOW.kept(tkey)
   local s, out, i = redis.call('HGET', tkey, 'spk'), {}, 1
   while s and i <= #s do
     local c = string.find(s, ':', i, true)
@@ -190,8 +190,8 @@ function SIGNAL.kept(tkey)
   return out
 end
 
--- SIGNAL.store writes names as the signals run tkey keeps ('spk').
-function SIGNAL.store(tkey, names)
+-- FLOW.store writes names as the signals run tkey keeps ('spk').
+function FLOW.store(tkey, names)
   if #names == 0 then
     redis.call('HDEL', tkey, 'spk')
     return
@@ -203,9 +203,9 @@ function SIGNAL.store(tkey, names)
   redis.call('HSET', tkey, 'spk', table.concat(parts))
 end
 
--- SIGNAL.live returns the payload of kept signal value v ('<expires ms>
+-- FLOW.live returns the payload of kept signal value v ('<expires ms>
 -- <payload>') while it has not expired, else nil.
-function SIGNAL.live(v)
+function FLOW.live(v)
   local sp = v and string.find(v, ' ', 1, true)
   if sp and (tonumber(string.sub(v, 1, sp - 1)) or 0) > now_ms() then
     return string.sub(v, sp + 1)
@@ -213,9 +213,9 @@ function SIGNAL.live(v)
   return nil
 end
 
--- SIGNAL.prune drops the kept signals of run tkey (names, as SIGNAL.kept
+-- FLOW.prune drops the kept signals of run tkey (names, as FLOW.kept
 -- read them) that expired, and returns the names left.
-function SIGNAL.prune(tkey, names)
+function FLOW.prune(tkey, names)
   if #names == 0 then
     return names
   end
@@ -226,7 +226,7 @@ function SIGNAL.prune(tkey, names)
   local vals = redis.call('HMGET', tkey, unpack(fields))
   local left, gone = {}, {}
   for k, n in ipairs(names) do
-    if SIGNAL.live(vals[k]) then
+    if FLOW.live(vals[k]) then
       left[#left + 1] = n
     else
       gone[#gone + 1] = fields[k]
@@ -234,34 +234,68 @@ function SIGNAL.prune(tkey, names)
   end
   if #gone > 0 then
     redis.call('HDEL', tkey, unpack(gone))
-    SIGNAL.store(tkey, left)
+    FLOW.store(tkey, left)
   end
   return left
 end
 
--- SIGNAL.await_run forwards run id (hash tkey) to stage nexts awaiting signal
+-- FLOW.fan_out fans out the children of run id (hash tkey) that list
+-- children holds as FANOUT records: each child's hash (its payload, its
+-- run, the stage nexts the run moves to when the last child ends, the
+-- fan-out's policy, failfast or continue, and its metadata) and its place
+-- at the back of its queue (wake(queue) announces it), each counted
+-- pending in the run, which waits for them (state children). A stage's
+-- done end (ending.lua) and a run started fanned out (flow_start.lua)
+-- share it. Returns how many.
+function FLOW.fan_out(tkey, id, children, tprefix, pfx, nexts, policy, wake)
+  local FANOUT = LAYOUT.FANOUT
+  local n = 0
+  -- The fan-out's number in the run ('kg'), kept on each child ('pe'): a
+  -- dead child is requeued into its run only while the run waits for that
+  -- fan-out (dead.lua).
+  local gen = redis.call('HINCRBY', tkey, 'kg', 1)
+  local cids = {} -- 'kl': this fan-out's children, for a stop (see stop_task)
+  for k = 0, #children - 1, FANOUT.N do
+    local cid, cq = children[k + FANOUT.id], children[k + FANOUT.queue]
+    local payload, meta = children[k + FANOUT.payload], children[k + FANOUT.meta]
+    local ckey = tprefix .. cid
+    redis.call('HSET', ckey, F_PAYLOAD, payload, F_PARENT, id, F_PARENT_NEXT, nexts, F_PARENT_POLICY, policy, 'pe', gen)
+    if meta ~= '' then
+      redis.call('HSET', ckey, F_META, meta)
+    end
+    redis.call('RPUSH', pfx.queue .. cq, cid)
+    redis.call('HSET', tkey, 'k:' .. cid, 'pending', 'kq:' .. cid, cq)
+    wake(cq)
+    n = n + 1
+    cids[n] = cid
+  end
+  redis.call('HSET', tkey, F_PENDING, n, F_STATE, S_CHILDREN, 'kl', 'g' .. gen .. ' ' .. table.concat(cids, ' '))
+  return n
+end
+
+-- FLOW.await_run forwards run id (hash tkey) to stage nexts awaiting signal
 -- name: a signal kept for it and not expired is taken now (its payload
 -- written as the state field, and the run moves on at once), else the run
 -- sleeps at nexts until the signal comes or sleep ms (0: without bound)
 -- pass.
-function SIGNAL.await_run(tkey, id, name, nexts, pfx, retention, ixkeys, sleep)
+function FLOW.await_run(tkey, id, name, nexts, pfx, retention, ixkeys, sleep)
   local kept = redis.call('HGET', tkey, 'sp:' .. name)
   if kept then
     redis.call('HDEL', tkey, 'sp:' .. name)
-    local names, left = SIGNAL.kept(tkey), {}
+    local names, left = FLOW.kept(tkey), {}
     for _, n in ipairs(names) do
       if n ~= name then
         left[#left + 1] = n
       end
     end
-    SIGNAL.store(tkey, left)
-    local payload = SIGNAL.live(kept)
+    FLOW.store(tkey, left)
+    local payload = FLOW.live(kept)
     if payload then
       redis.call('HSET', tkey, 'f:' .. name, payload)
       return forward_run(tkey, id, nexts, pfx, retention, ixkeys)
     end
   end
-  local out = forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep > 0 and sleep or SIGNAL.FOREVER)
+  local out = forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep > 0 and sleep or FLOW.FOREVER)
   redis.call('HSET', tkey, F_AWAIT, name)
   return out
 end
