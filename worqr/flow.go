@@ -285,10 +285,19 @@ type RunOpts struct {
 	// StartRun returns the id with ErrDuplicate. Same rules as queue
 	// names.
 	ID string
+	// Children start the run fanned out, as a batch: these children, in
+	// child queues its first stage declares (Stage.Children), run first,
+	// and the first stage runs once, when the last of them has ended, with
+	// Run.Children saying how each ended (its callback; with the stage's
+	// ContinueOnChildFailure it runs whatever they did, without it a dead
+	// child fails the run). Inspector.Run reads the batch's progress. The
+	// bounds of a stage's StageResult.Children apply, state included.
+	Children []ChildSpec
 }
 
 // StartRun starts a run of flow with the initial state fields and returns its
-// id. The run is queued at the back of the first stage's queue. The state
+// id. The run is queued at the back of the first stage's queue, or fanned
+// out first (RunOpts.Children). The state
 // is bounded as a stage's StageResult.Fields. opts may be nil.
 func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]string, opts *RunOpts) (string, error) {
 	f, err := flow.validate()
@@ -314,6 +323,12 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	if id == "" {
 		id = xid.New().String()
 	}
+	var children []rdb.Child
+	if opts != nil && len(opts.Children) > 0 {
+		if children, err = batchChildren(f, id, state, opts.Children, c.cfg.MaxPayloadBytes); err != nil {
+			return "", err
+		}
+	}
 	if _, known := c.flows.Load(f.Name); !known {
 		// Once per flow and client, so the Inspector and the mover see the
 		// flow's queues before any worker served them.
@@ -330,7 +345,7 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 		c.flows.Store(f.Name, true)
 	}
 	qk := c.flowQueue(f, f.Stages[0].Name)
-	started, err := c.st.FlowStartMeta(ctx, qk, id, state, meta, f.ref())
+	started, err := c.st.FlowStartFannedOut(ctx, qk, id, state, meta, f.ref(), children, !f.Stages[0].ContinueOnChildFailure)
 	if err != nil {
 		if errors.Is(err, ErrNotReplicated) { // started on the primary
 			return id, fmt.Errorf("worqr: start run %s of %s: %w", id, f.Name, err)
@@ -341,6 +356,20 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 		return id, fmt.Errorf("worqr: start run %s of %s: a run of this id exists: %w", id, f.Name, ErrDuplicate)
 	}
 	return id, nil
+}
+
+// batchChildren checks the children a run of f starts with (RunOpts.Children)
+// as a stage's fan-out is checked, the state counted in its budget, and
+// gives them their ids.
+func batchChildren(f *Flow, id string, state map[string]string, cs []ChildSpec, maxPayload int) ([]rdb.Child, error) {
+	var q engine.Queue
+	initEngine(&q, rdb.KindStage, f.Stages[0].Name, rdb.QueueKeys{}, &f.Stages[0].Queue, f, 0)
+	e := rdb.Done(rdb.KindStage, "", "", id, nil)
+	e.Stage = &rdb.StageEnd{}
+	if err := q.FanOut(&e, state, engineChildren(cs), maxPayload, engine.FanOutNames{Fields: "state", Children: "RunOpts.Children"}); err != nil {
+		return nil, asInvalid(err)
+	}
+	return e.Stage.Children, nil
 }
 
 // checkRunRef checks the flow and the run id that WaitRun is given (only

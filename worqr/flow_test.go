@@ -470,3 +470,117 @@ func TestStageAwait(t *testing.T) {
 		}
 	})
 }
+
+// A run started with RunOpts.Children is a batch: its children run first,
+// its progress is readable meanwhile, and its first stage runs once, when
+// the last child has ended, with how each ended.
+func TestBatchRun(t *testing.T) {
+	ctx := context.Background()
+	type called struct {
+		children map[string]int // status -> count
+		state    map[string]string
+	}
+	flowOf := func(name string, continueOnFailure bool, gate <-chan struct{}, calls chan<- called) *worqr.Flow {
+		member := worqr.HandlerFunc(func(_ context.Context, task *worqr.Task) error {
+			if gate != nil {
+				<-gate
+			}
+			if string(task.Payload) == "bad" {
+				return worqr.SkipRetry(errors.New("cannot export"))
+			}
+			task.SetResult([]byte("ok " + string(task.Payload)))
+			return nil
+		})
+		return &worqr.Flow{Name: name, Stages: []worqr.Stage{{Name: "callback", Queue: worqr.QueueConfig{Concurrency: 1},
+			ContinueOnChildFailure: continueOnFailure,
+			Children:               map[string]worqr.QueueConfig{"export": {Concurrency: 4, Handler: member}, "thumb": {Concurrency: 4, Handler: member}},
+			Handler: worqr.StageHandlerFunc(func(_ context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				c := called{children: map[string]int{}, state: maps.Clone(r.State)}
+				for _, ch := range r.Children {
+					c.children[ch.Status]++
+				}
+				calls <- c
+				return nil, nil
+			})}}}
+	}
+	start := func(b *bundle, f *worqr.Flow) {
+		cfg := fastTimings(b.ns)
+		cfg.Flows = []*worqr.Flow{f}
+		b.startWorker(cfg)
+	}
+	members := []worqr.ChildSpec{{Queue: "export", Payload: []byte("a")}, {Queue: "export", Payload: []byte("bad")},
+		{Queue: "export", Payload: []byte("c")}, {Queue: "thumb", Payload: []byte("d")}, {Queue: "thumb", Payload: []byte("e")}}
+
+	t.Run("the callback runs once, after the last member, with how each ended", func(t *testing.T) {
+		b := setup(t)
+		gate, calls := make(chan struct{}), make(chan called, 4)
+		f := flowOf("exports", true, gate, calls)
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, map[string]string{"report": "r1"}, &worqr.RunOpts{Children: members, ID: "batch-1"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if again, err := b.client.StartRun(ctx, f, nil, &worqr.RunOpts{Children: members, ID: "batch-1"}); !errors.Is(err, worqr.ErrDuplicate) || again != id {
+			t.Errorf("the same batch started again: %s, %v; want its id and ErrDuplicate", again, err)
+		}
+		info, err := b.in.Run(ctx, f.Name, id)
+		if err != nil || info.TaskState != "children" || len(info.Children) != len(members) {
+			t.Fatalf("the batch while its members run: %+v, %v; want %d children pending", info, err, len(members))
+		}
+		for _, c := range info.Children {
+			if c.Status != "pending" {
+				t.Errorf("member %s is %s before any ran, want pending", c.ID, c.Status)
+			}
+		}
+		close(gate)
+		c := within(t, calls, "the callback")
+		if c.children["done"] != 4 || c.children["failed"] != 1 || c.state["report"] != "r1" {
+			t.Errorf("the callback saw children %v, state %v; want 4 done, 1 failed, report r1", c.children, c.state)
+		}
+		wait(t, 10*time.Second, "the batch to end", func() bool {
+			info, err := b.in.Run(ctx, f.Name, id)
+			return err == nil && info.Status == worqr.RunDone
+		})
+		select {
+		case c := <-calls:
+			t.Errorf("the callback ran twice (the second with %v)", c.children)
+		default:
+		}
+	})
+
+	t.Run("without ContinueOnChildFailure a dead member fails the batch", func(t *testing.T) {
+		b := setup(t)
+		calls := make(chan called, 4)
+		f := flowOf("strict", false, nil, calls)
+		start(b, f)
+		id, err := b.client.StartRun(ctx, f, nil, &worqr.RunOpts{Children: members})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, 10*time.Second, "the batch to fail", func() bool {
+			info, err := b.in.Run(ctx, f.Name, id)
+			return err == nil && info.Status == worqr.RunFailed
+		})
+		select {
+		case c := <-calls:
+			t.Errorf("the callback ran for a failed batch (children %v)", c.children)
+		default:
+		}
+	})
+
+	t.Run("members are checked as a stage's children are", func(t *testing.T) {
+		b := setup(t)
+		f := flowOf("checked", true, nil, make(chan called, 1))
+		_, err := b.client.StartRun(ctx, f, nil, &worqr.RunOpts{Children: []worqr.ChildSpec{{Queue: "nope"}}})
+		if got := invalidField(t, "an undeclared child queue", err); got != "RunOpts.Children[0].Queue" {
+			t.Errorf("an undeclared child queue: the error names %q", got)
+		}
+		big := make([]worqr.ChildSpec, 1001)
+		for i := range big {
+			big[i] = worqr.ChildSpec{Queue: "export"}
+		}
+		if got := invalidField(t, "1,001 children", func() error { _, err := b.client.StartRun(ctx, f, nil, &worqr.RunOpts{Children: big}); return err }()); got != "RunOpts.Children" {
+			t.Errorf("1,001 children: the error names %q", got)
+		}
+	})
+}

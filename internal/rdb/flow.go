@@ -46,6 +46,15 @@ func (s *Store) FlowStart(ctx context.Context, q QueueKeys, id string, state map
 // FlowStartMeta is FlowStart, storing meta with the run (FieldMeta, read
 // back as RunRecord.Meta) when it is not "".
 func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state map[string]string, meta string, f FlowRef) (bool, error) {
+	return s.FlowStartFannedOut(ctx, q, id, state, meta, f, nil, false)
+}
+
+// FlowStartFannedOut is FlowStartMeta, the run fanned out into children
+// (in its tag's child queues; ids as a stage's fan-out makes them) when
+// there are some: its first stage, q's, runs when the last ends (a dead
+// child fails the run with failFast, as a stage's fan-out does).
+func (s *Store) FlowStartFannedOut(ctx context.Context, q QueueKeys, id string, state map[string]string, meta string, f FlowRef,
+	children []Child, failFast bool) (bool, error) {
 	fields := StateFields(state)
 	if meta != "" {
 		fields = append(fields, FieldMeta, meta)
@@ -56,12 +65,26 @@ func (s *Store) FlowStartMeta(ctx context.Context, q QueueKeys, id string, state
 			ix = append(ix, q.IndexKey(p, v))
 		}
 	}
-	args := make([]any, 0, 9+len(fields)+len(ix))
+	args := make([]any, 0, 17+len(fields)+len(ix)+fanOutChild.width()*len(children))
 	args = append(args, 3+len(ix), q.Waiting, q.Task(id), q.Runs)
 	for _, k := range ix {
 		args = append(args, k)
 	}
-	args = append(args, q.WakeChannel, id, q.Ref.Name, f.RetentionMillis, strings.Join(f.IndexBy, ","))
+	args = append(args, q.WakeChannel, id, q.Ref.Name, f.RetentionMillis, strings.Join(f.IndexBy, ","), q.TaskPrefix)
+	args = append(args, q.prefixes()...)
+	policy := "continue"
+	if failFast {
+		policy = "failfast"
+	}
+	args = append(args, policy, fanOutChild.width()*len(children))
+	for _, ch := range children {
+		v := fanOutChild.put(args)
+		v.set("id", ch.ID)
+		v.set("queue", ch.Queue)
+		v.set("payload", ch.Payload)
+		v.set("meta", ch.Meta)
+		args = v.done()
+	}
 	for _, f := range fields {
 		args = append(args, f)
 	}
