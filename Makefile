@@ -73,15 +73,19 @@ proto: ## regenerate gateway/gen from gateway/proto (needs protoc: apt-get insta
 
 BENCH_FLAGS ?=
 
-bench: ## worqr vs asynq, own redis-server, ~6 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
+bench: ## worqr vs asynq, own redis-server, then redigo vs go-redis (bench-clients), ~7 min (BENCH_FLAGS="-only a,b -reps 5"; docs/BENCHMARKS.md)
 	$(ROOTGO) run ./cmd/worqr-bench $(BENCH_FLAGS)
+	$(MAKE) bench-clients
+
+bench-clients: ## worqr on a redigo pool vs a go-redis client, same redis-server, same run: enqueue and drain per task, Redis commands, CPU; 3 runs (contrib/goredis BenchmarkClients)
+	cd contrib/goredis && $(GO) test -run '^$$' -bench BenchmarkClients -benchtime 20000x -count 3 .
 
 BENCH_NET_FLAGS ?= -rtt 600us -only b,c -concurrency 10,50 -n 20000 -reps 3
 
 bench-net: ## worqr vs asynq through a 0.6 ms RTT delay proxy: drain at C=10 and 50, 1,000 jobs/s costs, ~5 min
 	$(ROOTGO) run ./cmd/worqr-bench $(BENCH_NET_FLAGS) $(BENCH_FLAGS)
 
-.PHONY: bench bench-net
+.PHONY: bench bench-clients bench-net
 
 CHAOS_DURATION ?= 10m
 CHAOS_TASKS    ?= 100000
