@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -682,35 +681,13 @@ func startFairProc(c *cluster, conc int) error {
 //	lost <task id> <pid> <ns>          the end was refused (EventLost)
 //	retry|dead <task id> <ns>          (never: the handlers do not fail)
 func fairChild() int {
-	fail := func(err error) int {
+	c, err := openChild("fair child", fairChildEnv, "WORQR_CHAOS_FAIR_REDIS")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "fair child:", err)
 		return 1
 	}
-	logf, err := os.OpenFile(os.Getenv(fairChildEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fail(err)
-	}
-	defer logf.Close()
-	env := func(name string) time.Duration {
-		d, _ := time.ParseDuration(os.Getenv(name))
-		return d
-	}
-	pool, err := redisconn.NewPool(os.Getenv("WORQR_CHAOS_FAIR_REDIS"), nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer pool.Close()
-	var wmu sync.Mutex
-	logLine := func(words ...string) {
-		for i, w := range words {
-			if w == "" {
-				words[i] = "-" // a line keeps its words
-			}
-		}
-		wmu.Lock()
-		defer wmu.Unlock()
-		fmt.Fprintf(logf, "%s %d\n", strings.Join(words, " "), time.Now().UnixNano())
-	}
+	defer c.close()
+	fail, env, pool, logLine := c.fail, envDuration, c.pool, c.line
 	handler := worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
 		logLine("start", t.ID, t.Key, t.WorkerID(), t.PID())
 		time.Sleep(between(20*time.Millisecond, 60*time.Millisecond))

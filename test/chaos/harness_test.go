@@ -22,6 +22,7 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -686,4 +687,59 @@ func startChildProc(c *cluster, name, logEnv string, env ...string) error {
 		logEnv+"="+filepath.Join(c.logDir, fmt.Sprintf("%s-%d.log", name, n))), env...)
 	_, err = c.launch(n, cmd, "registered ", name+" process", nil)
 	return err
+}
+
+// childProc is what a scenario's worker process starts from: its log file
+// (named by the variable logEnv; written unbuffered, so that a line is kept
+// through a SIGKILL) and a pool on the Redis the variable redisEnv names.
+type childProc struct {
+	name string
+	logf *os.File
+	pool *redis.Pool
+	mu   sync.Mutex
+}
+
+// openChild opens a worker process's log and pool; name says whose errors
+// it prints (fail).
+func openChild(name, logEnv, redisEnv string) (*childProc, error) {
+	logf, err := os.OpenFile(os.Getenv(logEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := redisconn.NewPool(os.Getenv(redisEnv), nil)
+	if err != nil {
+		logf.Close()
+		return nil, err
+	}
+	return &childProc{name: name, logf: logf, pool: pool}, nil
+}
+
+func (c *childProc) close() {
+	c.pool.Close()
+	c.logf.Close()
+}
+
+// fail prints err as the process's and returns its exit code.
+func (c *childProc) fail(err error) int {
+	fmt.Fprintln(os.Stderr, c.name+":", err)
+	return 1
+}
+
+// line writes one log line of words and the unix ns it was written at; an
+// empty word is written "-", so that a line keeps its words.
+func (c *childProc) line(words ...string) {
+	for i, w := range words {
+		if w == "" {
+			words[i] = "-"
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fmt.Fprintf(c.logf, "%s %d\n", strings.Join(words, " "), time.Now().UnixNano())
+}
+
+// envDuration is the duration the variable name holds (0 when unset).
+func envDuration(name string) time.Duration {
+	d, _ := time.ParseDuration(os.Getenv(name))
+	return d
 }

@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -330,24 +329,13 @@ func startOrderedProc(c *cluster, batch int) error {
 // and "end ..." lines to the file named by orderedChildEnv (unbuffered, so
 // a line written is kept through a SIGKILL), and returns the exit code.
 func orderedChild() int {
-	fail := func(err error) int {
+	c, err := openChild("ordered child", orderedChildEnv, "WORQR_CHAOS_ORDERED_REDIS")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "ordered child:", err)
 		return 1
 	}
-	logf, err := os.OpenFile(os.Getenv(orderedChildEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fail(err)
-	}
-	defer logf.Close()
-	env := func(name string) time.Duration {
-		d, _ := time.ParseDuration(os.Getenv(name))
-		return d
-	}
-	pool, err := redisconn.NewPool(os.Getenv("WORQR_CHAOS_ORDERED_REDIS"), nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer pool.Close()
+	defer c.close()
+	fail, env, pool, logf := c.fail, envDuration, c.pool, c.logf
 	pid := os.Getpid()
 	var wmu sync.Mutex
 	logLine := func(kind string, payload []byte) {

@@ -20,7 +20,6 @@ import (
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/internal/redistest"
-	"github.com/worqr/worqr-go/redisconn"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -887,35 +886,13 @@ func startTimersProc(c *cluster) error {
 //	                 EventDone, EventRetry)
 //	lost_end|dead    an end was refused (EventLost), a stage went dead
 func timersChild() int {
-	fail := func(err error) int {
+	c, err := openChild("timers child", timersChildEnv, "WORQR_CHAOS_TIMERS_REDIS")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "timers child:", err)
 		return 1
 	}
-	logf, err := os.OpenFile(os.Getenv(timersChildEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-	if err != nil {
-		return fail(err)
-	}
-	defer logf.Close()
-	env := func(name string) time.Duration {
-		d, _ := time.ParseDuration(os.Getenv(name))
-		return d
-	}
-	pool, err := redisconn.NewPool(os.Getenv("WORQR_CHAOS_TIMERS_REDIS"), nil)
-	if err != nil {
-		return fail(err)
-	}
-	defer pool.Close()
-	var wmu sync.Mutex
-	logLine := func(words ...string) {
-		for i, w := range words {
-			if w == "" {
-				words[i] = "-" // a line keeps its words
-			}
-		}
-		wmu.Lock()
-		defer wmu.Unlock()
-		fmt.Fprintf(logf, "%s %d\n", strings.Join(words, " "), time.Now().UnixNano())
-	}
+	defer c.close()
+	fail, env, pool, logLine := c.fail, envDuration, c.pool, c.line
 	stageOf := func(queue string) string { return strings.TrimPrefix(queue, timersFlowName+"/") }
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
 		Config:            worqr.Config{Namespace: os.Getenv("WORQR_CHAOS_TIMERS_NS")},
