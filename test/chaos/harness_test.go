@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -742,4 +743,28 @@ func (c *childProc) line(words ...string) {
 func envDuration(name string) time.Duration {
 	d, _ := time.ParseDuration(os.Getenv(name))
 	return d
+}
+
+// serveUntilTerm starts w, says so on stdout ("registered <pid>", which
+// startChildProc waits for), serves until SIGTERM and stops w; it returns
+// the process's exit code (fail's for an error).
+func serveUntilTerm(w *worqr.Worker, fail func(error) int) int {
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM)
+	// Start's context is the worker's life, not only its registration.
+	if err := w.Start(context.Background()); err != nil {
+		return fail(err)
+	}
+	fmt.Printf("registered %d\n", os.Getpid())
+	select {
+	case <-sig:
+	case <-w.Stopped():
+		return fail(fmt.Errorf("the worker stopped on its own"))
+	}
+	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer gcancel()
+	if err := w.Stop(gctx); err != nil {
+		return fail(err)
+	}
+	return 0
 }

@@ -7,13 +7,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -913,22 +911,5 @@ func timersChild() int {
 	if err != nil {
 		return fail(err)
 	}
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM)
-	// Start's context is the worker's life, not only its registration.
-	if err := w.Start(context.Background()); err != nil {
-		return fail(err)
-	}
-	fmt.Printf("registered %d\n", os.Getpid())
-	select {
-	case <-sig:
-	case <-w.Stopped():
-		return fail(fmt.Errorf("the worker stopped on its own"))
-	}
-	gctx, gcancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer gcancel()
-	if err := w.Stop(gctx); err != nil {
-		return fail(err)
-	}
-	return 0
+	return serveUntilTerm(w, fail)
 }
