@@ -45,13 +45,16 @@ func aheadMax(q *queueRunner) int {
 }
 
 // ahead is how many tasks q may hold beyond its slots now: none while its
-// handlers are slow, while its global limits may apply (a task held ahead
-// would count against them while it waits; so for a fair queue's keys'
-// limits, and one taken ahead would hold its key's turn), or while it has tasks of
-// several priority levels (one taken ahead would run before a more urgent
-// one enqueued meanwhile, or given back).
+// handlers are slow, while its global limits or the limits of its keys (a
+// fair queue's) may apply (a task held ahead would count against them
+// while it waits, and its rate would count its start before its handler
+// starts), or while it has tasks of several priority levels (one taken
+// ahead would run before a more urgent one enqueued meanwhile, or given
+// back). A fair queue without limits per key reads ahead: its takes still
+// serve the keys in turn, and a key's task taken ahead waits at most
+// about ReadAhead/Concurrency runs of a fast handler.
 func (q *queueRunner) ahead() int {
-	if q.aheadMax == 0 || q.Limited.Load() || q.Fair.Load() || q.Levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
+	if q.aheadMax == 0 || q.Limited.Load() || q.KeyLimited.Load() || q.Levels.Load() > 0 || time.Duration(q.runAvg.Load()) >= readAheadFast {
 		return 0
 	}
 	return q.aheadMax

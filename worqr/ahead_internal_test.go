@@ -63,6 +63,16 @@ func TestReadAheadRule(t *testing.T) {
 		t.Errorf("with global limits: ahead %d, want 0", got)
 	}
 	q.Limited.Store(false)
+	q.Fair.Store(true)
+	if got := q.ahead(); got != 4 {
+		t.Errorf("a fair queue whose keys have no limits: ahead %d, want 4", got)
+	}
+	q.KeyLimited.Store(true)
+	if got := q.ahead(); got != 0 {
+		t.Errorf("a fair queue whose keys may be limited: ahead %d, want 0", got)
+	}
+	q.Fair.Store(false)
+	q.KeyLimited.Store(false)
 	q.Levels.Store(3)
 	if got := q.ahead(); got != 0 {
 		t.Errorf("with priority levels: ahead %d, want 0", got)
@@ -89,8 +99,10 @@ func TestReadAheadRule(t *testing.T) {
 
 // drainPeak drains n tasks of a queue with a no-op handler at concurrency
 // 2 and returns the most handlers seen running at once and the most
-// takings the worker held in Redis at once (read by a poller).
-func drainPeak(t *testing.T, readAhead int) (running, held int) {
+// takings the worker held in Redis at once (read by a poller). With fair
+// set, the queue is fair, its tasks of one key, and fair runs first (it
+// sets the key's limits).
+func drainPeak(t *testing.T, readAhead int, fair func(context.Context, *Client) error) (running, held int) {
 	ctx := context.Background()
 	pool, ns, c := internalClient(t)
 	const n = 2000
@@ -98,14 +110,25 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 	for i := range ps {
 		ps[i] = []byte(strconv.Itoa(i))
 	}
-	if _, err := c.EnqueueBatch(ctx, "q", ps, nil); err != nil {
+	var keys KeyPolicy
+	var opts *EnqueueOpts
+	if fair != nil {
+		keys, opts = KeyPolicy{Fair: true}, &EnqueueOpts{Key: "k"}
+		if err := c.SetKeyPolicy(ctx, "q", keys); err != nil {
+			t.Fatal(err)
+		}
+		if err := fair(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.EnqueueBatch(ctx, "q", ps, opts); err != nil {
 		t.Fatal(err)
 	}
 	var now, peak, count atomic.Int32
 	seen := sync.Map{}
 	done := make(chan struct{})
 	w := startInternal(t, pool, &WorkerConfig{Config: Config{Namespace: ns},
-		Queues: map[string]QueueConfig{"q": {Concurrency: 2, ReadAhead: readAhead,
+		Queues: map[string]QueueConfig{"q": {Concurrency: 2, ReadAhead: readAhead, Keys: keys,
 			Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
 				r := now.Add(1)
 				defer now.Add(-1)
@@ -141,20 +164,39 @@ func drainPeak(t *testing.T, readAhead int) (running, held int) {
 }
 
 // A queue of fast handlers holds more takings than Concurrency while no
-// more than Concurrency handlers run; with ReadAhead negative it holds
-// no more than Concurrency.
+// more than Concurrency handlers run; with ReadAhead negative, or a fair
+// queue whose keys may be limited, it holds no more than Concurrency.
 func TestReadAheadHoldsMoreRunsNoMore(t *testing.T) {
-	running, held := drainPeak(t, 0)
-	t.Logf("reading ahead: at most %d handlers at once, %d takings held", running, held)
-	if running > 2 {
-		t.Errorf("%d handlers ran at once, concurrency 2", running)
+	noKeyLimits := func(ctx context.Context, c *Client) error {
+		return c.SetKeyLimits(ctx, "q", "k", KeyLimits{Weight: 3}) // a weight limits nothing
 	}
-	if held <= 2 {
-		t.Errorf("at most %d takings held at once: never read ahead of 2 handlers", held)
+	keyLimit := func(ctx context.Context, c *Client) error {
+		return c.SetKeyLimits(ctx, "q", "k", KeyLimits{Limits: Limits{Concurrency: 100}}) // never reached here
 	}
-	running, held = drainPeak(t, -1)
-	if running > 2 || held > 2 {
-		t.Errorf("ReadAhead -1: %d handlers at once, %d takings held, want at most 2 of each", running, held)
+	for _, c := range []struct {
+		name      string
+		readAhead int
+		fair      func(context.Context, *Client) error
+		ahead     bool
+	}{
+		{"a plain queue reads ahead", 0, nil, true},
+		{"ReadAhead -1 does not", -1, nil, false},
+		{"a fair queue without limits per key reads ahead", 0, noKeyLimits, true},
+		{"a fair queue whose key has a limit does not", 0, keyLimit, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			running, held := drainPeak(t, c.readAhead, c.fair)
+			t.Logf("at most %d handlers at once, %d takings held", running, held)
+			if running > 2 {
+				t.Errorf("%d handlers ran at once, concurrency 2", running)
+			}
+			if c.ahead && held <= 2 {
+				t.Errorf("at most %d takings held at once: never read ahead of 2 handlers", held)
+			}
+			if !c.ahead && held > 2 {
+				t.Errorf("%d takings held at once, want at most 2", held)
+			}
+		})
 	}
 }
 

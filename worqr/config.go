@@ -168,7 +168,9 @@ type QueueConfig struct {
 	// queues with a Handler and a Concurrency of 2 or more (at 1, tasks run
 	// one at a time in the order they are taken), not served by priority
 	// (WorkerConfig.Priority), and not while the queue has global limits
-	// (Limits) or tasks of a priority above 0 (EnqueueOpts.Priority).
+	// (Limits), tasks of a priority above 0 (EnqueueOpts.Priority) or, a
+	// fair queue, limits per key (a Concurrency or a Rate in
+	// KeyPolicy.PerKey or in any key's KeyLimits; weights do not count).
 	ReadAhead int
 	// Weight is the queue's priority when the worker serves its queues by
 	// priority (WorkerConfig.Priority): its share of the slots

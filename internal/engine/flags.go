@@ -14,7 +14,9 @@ type Flags struct {
 	Levels  atomic.Int32 // the highest priority level in use
 	Limited atomic.Bool  // it may have global limits
 	Fair    atomic.Bool  // its keys share it (rdb.KeyPolicy.Fair)
-	Rate    RateGate     // the rate limit allows no start before its time
+	// KeyLimited: its keys may be limited (rdb.QueueFlags.KeyLimited).
+	KeyLimited atomic.Bool
+	Rate       RateGate // the rate limit allows no start before its time
 	// ConcWait: the concurrency limit was reached, until a wake-up, a
 	// poll, or flags that say the queue has no limits (a Worker's only).
 	ConcWait atomic.Bool
@@ -29,6 +31,7 @@ func (q *Flags) Apply(f rdb.QueueFlags) (resumed, unheld bool) {
 	unheld = q.Rate.Clear()
 	q.Limited.Store(f.Limited)
 	q.Fair.Store(f.Fair)
+	q.KeyLimited.Store(f.KeyLimited)
 	if !f.Limited {
 		q.ConcWait.Store(false)
 	}

@@ -920,3 +920,70 @@ func TestFairGatesHold(t *testing.T) {
 		}
 	})
 }
+
+// A fair queue's flags say whether any of its keys may be limited: by the
+// queue's PerKey policy or by a key's own (a running limit or a rate; a
+// weight limits nothing), counted once per key however often its policy is
+// stored, and the workers are told when that turns.
+func TestFairKeyLimitedFlag(t *testing.T) {
+	flags := func(t *testing.T, e *env) rdb.QueueFlags {
+		t.Helper()
+		fl, err := e.st.Flags(e.ctx, []rdb.QueueKeys{e.q})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fl[0]
+	}
+	t.Run("a queue with weights alone is not limited", func(t *testing.T) {
+		e := fairEnv(t, rdb.KeyLimits{Weight: 2})
+		if err := e.st.SetKeyLimits(e.ctx, e.q, "A", rdb.KeyLimits{Weight: 5}); err != nil {
+			t.Fatal(err)
+		}
+		if fl := flags(t, e); !fl.Fair || fl.KeyLimited {
+			t.Fatalf("flags %+v, want fair and not key-limited", fl)
+		}
+	})
+	t.Run("the queue's policy limits its keys", func(t *testing.T) {
+		for _, per := range []rdb.KeyLimits{{MaxRunning: 3}, {Rate: 5, PeriodMs: 1000}} {
+			e := fairEnv(t, per)
+			if fl := flags(t, e); !fl.KeyLimited {
+				t.Fatalf("PerKey %+v: flags %+v, want key-limited", per, fl)
+			}
+			if err := e.st.WriteKeyPolicy(e.ctx, e.q, rdb.KeyPolicy{Fair: true}); err != nil {
+				t.Fatal(err)
+			}
+			if fl := flags(t, e); fl.KeyLimited {
+				t.Fatalf("PerKey removed: flags %+v, want not key-limited", fl)
+			}
+		}
+	})
+	t.Run("a key's own limits count once per key", func(t *testing.T) {
+		e := fairEnv(t, rdb.KeyLimits{})
+		l := e.listen(t)
+		set := func(key string, lim rdb.KeyLimits, limited bool, count string) {
+			t.Helper()
+			if err := e.st.SetKeyLimits(e.ctx, e.q, key, lim); err != nil {
+				t.Fatal(err)
+			}
+			if fl := flags(t, e); fl.KeyLimited != limited {
+				t.Fatalf("after %s %+v: flags %+v, want key-limited %v", key, lim, fl, limited)
+			}
+			if got := e.field2(t, e.q.Config, "klim"); got != count {
+				t.Fatalf("after %s %+v: %q keys counted as limited, want %q", key, lim, got, count)
+			}
+		}
+		set("A", rdb.KeyLimits{MaxRunning: 1}, true, "1")
+		set("A", rdb.KeyLimits{MaxRunning: 2}, true, "1")
+		set("B", rdb.KeyLimits{Rate: 1, PeriodMs: 500}, true, "2")
+		set("A", rdb.KeyLimits{Weight: 4}, true, "1")
+		set("C", rdb.KeyLimits{}, true, "1") // removing a policy C never had
+		set("B", rdb.KeyLimits{}, false, "")
+		set("A", rdb.KeyLimits{}, false, "")
+		// Told twice, when the count left 0 and when it came back: the
+		// workers read the flags again.
+		checkPubs(t, l.collect(t, e), []msg{{"wake", "0"}, {"wake", "0"}})
+		if p, _ := redis.String(e.c.Do("HGET", e.q.FairState, "p:A")); p != "" {
+			t.Fatalf("A's policy %q after its removal", p)
+		}
+	})
+}

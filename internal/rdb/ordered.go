@@ -73,11 +73,14 @@ func (l KeyLimits) stored() string {
 	return s
 }
 
-// keyPolicyCmds are the commands that store p (in one MULTI).
+// keyPolicyCmds are the commands that store p (in one MULTI); dlim says
+// whether PerKey limits every key without a policy of its own (see
+// QueueFlags.KeyLimited).
 func keyPolicyCmds(q QueueKeys, p KeyPolicy) []command {
 	return []command{
 		cmdOf("HSET", q.Config, "merge", flag01(p.Merge), "ondead", p.onDead(), "fair", flag01(p.Fair),
-			"one", flag01(p.Singleton), "db", p.DebounceMs, "dbm", p.DebounceMaxMs, "thr", flag01(p.Throttle)),
+			"one", flag01(p.Singleton), "db", p.DebounceMs, "dbm", p.DebounceMaxMs, "thr", flag01(p.Throttle),
+			"dlim", flag01(p.PerKey.limits())),
 		cmdOf("HSET", q.FairState, "p:", p.PerKey.stored()),
 	}
 }
@@ -149,13 +152,18 @@ func parseKeyLimits(s string) KeyLimits {
 // key's next turn; a key held by its old limit goes back in turn when one
 // of its takings ends.
 func (s *Store) SetKeyLimits(ctx context.Context, q QueueKeys, key string, l KeyLimits) error {
-	var err error
-	if l == (KeyLimits{}) {
-		_, err = s.cmd(ctx, q.Ref.Tag, "HDEL", q.FairState, "p:"+key)
-	} else {
-		_, err = s.cmd(ctx, q.Ref.Tag, "HSET", q.FairState, "p:"+key, l.stored())
+	p := ""
+	if l != (KeyLimits{}) {
+		p = l.stored()
 	}
+	_, err := s.eval(ctx, q.Ref.Tag, keyLimitsScript, q.FairState, q.Config, key, p, q.WakeChannel)
 	return err
+}
+
+// limits reports whether l limits its key (a running limit or a rate),
+// as lua/key_limits.lua decides it for a stored policy.
+func (l KeyLimits) limits() bool {
+	return l.MaxRunning > 0 || (l.Rate > 0 && l.PeriodMs > 0)
 }
 
 // The encoding of a fair key's state (FAIR_* in lua/include/fair.lua), and

@@ -75,6 +75,10 @@ type QueueFlags struct {
 	Levels  int
 	Limited bool
 	Fair    bool // its keys share it (KeyPolicy.Fair)
+	// KeyLimited: a fair queue's keys may be limited (running or rate):
+	// its PerKey policy, or the own policy of one of its keys
+	// (SetKeyLimits; the count the config hash keeps, see key_limits.lua).
+	KeyLimited bool
 }
 
 // Flags reads the flags of each queue, one round trip per tag; it fails
@@ -151,7 +155,7 @@ func (s *Store) FlagsEach(ctx context.Context, qs []QueueKeys) ([]QueueFlags, []
 func (s *Store) flagsOf(ctx context.Context, tag string, qs []QueueKeys, idx []int, out []QueueFlags) error {
 	cmds := make([]command, len(idx))
 	for j, i := range idx {
-		cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc", "fair")
+		cmds[j] = cmdOf("HMGET", qs[i].Config, "paused", "prio", "rate", "conc", "fair", "dlim", "klim")
 	}
 	rs, err := s.pipeline(ctx, tag, cmds)
 	if err != nil {
@@ -166,8 +170,9 @@ func (s *Store) flagsOf(ctx context.Context, tag string, qs []QueueKeys, idx []i
 		levels, _ := strconv.Atoi(v[1])
 		rate, _ := strconv.Atoi(v[2])
 		conc, _ := strconv.Atoi(v[3])
+		klim, _ := strconv.Atoi(v[6])
 		read[j] = QueueFlags{Paused: v[0] != "", Levels: min(max(levels, 0), MaxLevel), Limited: rate > 0 || conc > 0,
-			Fair: v[4] == "1"}
+			Fair: v[4] == "1", KeyLimited: v[4] == "1" && (v[5] == "1" || klim > 0)}
 	}
 	for j, i := range idx {
 		out[i] = read[j]

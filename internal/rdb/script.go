@@ -396,6 +396,7 @@ var (
 	waitMarkScript    = load("wait_mark", 1)
 	loadScript        = load("load", -1)
 	enqueueKeyScript  = load("enqueue_key", -1)
+	keyLimitsScript   = load("key_limits", 2)
 	periodicScript    = load("periodic", 3)
 	periodicDue       = load("periodic_due", 1)
 	levelsScript      = load("levels", 2)
