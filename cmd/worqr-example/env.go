@@ -401,11 +401,7 @@ func (c *common) openPool() (worqr.ConnGetter, func(), error) {
 		}
 		return p, closePool, nil
 	}
-	p, err := newPool(c.redisURL, c.poolOptions())
-	if err != nil {
-		return nil, nil, err
-	}
-	return p, func() { p.Close() }, nil
+	return openURL(c.redisURL, c.poolOptions())
 }
 
 // conn is what the client subcommands share: the logger, a pool that

@@ -210,7 +210,7 @@ func (s *Server) Restart() error {
 func (s *Server) Pool() *redis.Pool {
 	p := s.pool()
 	if Serve.URL != nil {
-		poolURLs.Store(p, s.URL)
+		poolURLs.Store(p, servedAs{url: s.URL})
 	}
 	return p
 }
@@ -233,6 +233,9 @@ var Serve struct {
 	// URL: in place of a pool of Server.Pool, one on the server at url
 	// (see Served).
 	URL func(t TB, url string) rdb.ConnGetter
+	// Open: URL for a process that is no test (a worker process a test
+	// runs); closeConns releases what it opened.
+	Open func(url string) (conns rdb.ConnGetter, closeConns func(), err error)
 	// Cluster: in place of a redisconn.Cluster on seeds.
 	Cluster func(t TB, seeds []string) rdb.ConnGetter
 	// Sentinel: in place of a redisconn.Sentinel on the primary the
@@ -240,13 +243,22 @@ var Serve struct {
 	Sentinel func(t TB, master string, sentinels []string) rdb.ConnGetter
 }
 
-// poolURLs holds the server URL of each pool Pool made while Serve.URL is set.
-var poolURLs sync.Map // *redis.Pool -> string
+// poolURLs holds what Served needs of each pool Server.Pool or
+// TagCheckedPool made while Serve.URL is set.
+var poolURLs sync.Map // *redis.Pool -> servedAs
+
+// servedAs is the server a pool reaches and, for a tag-checked pool, the
+// TB its checks report to.
+type servedAs struct {
+	url      string
+	tagCheck TB
+}
 
 // Served returns the pool that the code under test runs on in place of
-// pool: pool itself, unless Serve.URL is set and pool is one that Server.Pool
-// made (a pool wrapped with faults or hooks stays as it is). The tests'
-// own checks of Redis keep using pool.
+// pool: pool itself, unless Serve.URL is set and pool is one that
+// Server.Pool or TagCheckedPool made (a pool wrapped with faults or hooks
+// stays as it is). The pool of a TagCheckedPool is checked as it is. The
+// tests' own checks of Redis keep using pool.
 func Served(t TB, pool rdb.ConnGetter) rdb.ConnGetter {
 	if Serve.URL == nil {
 		return pool
@@ -255,11 +267,44 @@ func Served(t TB, pool rdb.ConnGetter) rdb.ConnGetter {
 	if !ok {
 		return pool
 	}
-	url, ok := poolURLs.Load(p)
+	v, ok := poolURLs.Load(p)
 	if !ok {
 		return pool
 	}
-	return Serve.URL(t, url.(string))
+	as := v.(servedAs)
+	served := Serve.URL(t, as.url)
+	if as.tagCheck != nil {
+		return &tagChecked{ConnGetter: served, t: as.tagCheck}
+	}
+	return served
+}
+
+// tagChecked is a served pool whose connections check script calls' KEYS
+// as TagCheckedPool's do.
+type tagChecked struct {
+	rdb.ConnGetter
+	t TB
+}
+
+func (p *tagChecked) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.ConnGetter.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	tc := &tagConn{Conn: c, t: p.t}
+	if pc, ok := c.(rdb.Pipeliner); ok {
+		return &tagPipeConn{tagConn: tc, pipe: pc}, nil
+	}
+	return tc, nil
+}
+
+// MaxActive is the served pool's, when it has one (worqr sizes its reads
+// by it).
+func (p *tagChecked) MaxActive() int {
+	if m, ok := p.ConnGetter.(interface{ MaxActive() int }); ok {
+		return m.MaxActive()
+	}
+	return 0
 }
 
 // TB is the part of testing.TB the helpers use (Ginkgo's GinkgoT satisfies it).
@@ -281,6 +326,9 @@ func (s *Server) TagCheckedPool(t TB) *redis.Pool {
 			return nil, err
 		}
 		return &tagConn{Conn: c, t: t}, nil
+	}
+	if Serve.URL != nil {
+		poolURLs.Store(p, servedAs{url: s.URL, tagCheck: t})
 	}
 	t.Cleanup(func() { p.Close() })
 	return p
@@ -322,6 +370,20 @@ func (c *tagConn) DoContext(ctx context.Context, cmd string, args ...any) (any, 
 func (c *tagConn) Send(cmd string, args ...any) error {
 	c.check(cmd, args)
 	return c.Conn.Send(cmd, args...)
+}
+
+// tagPipeConn is a tagConn over a connection that runs pipelines itself
+// (rdb.Pipeliner), which it keeps doing.
+type tagPipeConn struct {
+	*tagConn
+	pipe rdb.Pipeliner
+}
+
+func (c *tagPipeConn) Pipeline(ctx context.Context, names []string, args [][]any) ([]any, error) {
+	for i := range names {
+		c.check(names[i], args[i])
+	}
+	return c.pipe.Pipeline(ctx, names, args)
 }
 
 var nsCounter atomic.Int64

@@ -158,7 +158,14 @@ func newCluster(t *testing.T, name string, o clusterOpts) *cluster {
 		},
 		TestOnBorrow: func(rc redis.Conn, _ time.Time) error { return rc.Err() },
 	}
-	c.client, err = worqr.NewClient(c.pool, &worqr.Config{Namespace: c.ns})
+	// The harness's client is code under test: on the pool of another
+	// client when the suite serves one (redistest.Serve.URL, closed at
+	// cleanup), else on c.pool. The checks read Redis through c.pool.
+	var conns worqr.ConnGetter = c.pool
+	if redistest.Serve.URL != nil {
+		conns = redistest.Serve.URL(t, srv.URL)
+	}
+	c.client, err = worqr.NewClient(conns, &worqr.Config{Namespace: c.ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -694,29 +701,42 @@ func startChildProc(c *cluster, name, logEnv string, env ...string) error {
 // (named by the variable logEnv; written unbuffered, so that a line is kept
 // through a SIGKILL) and a pool on the Redis the variable redisEnv names.
 type childProc struct {
-	name string
-	logf *os.File
-	pool *redis.Pool
-	mu   sync.Mutex
+	name      string
+	logf      *os.File
+	pool      worqr.ConnGetter
+	closePool func()
+	mu        sync.Mutex
 }
 
 // openChild opens a worker process's log and pool; name says whose errors
-// it prints (fail).
+// it prints (fail). The pool is a redigo one, or the one the suite's other
+// client makes (redistest.Serve.Open) when it serves one; either dials
+// the address given (a proxy's, for the scenarios that cut workers off).
 func openChild(name, logEnv, redisEnv string) (*childProc, error) {
 	logf, err := os.OpenFile(os.Getenv(logEnv), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	pool, err := redisconn.NewPool(os.Getenv(redisEnv), nil)
+	url := os.Getenv(redisEnv)
+	var pool worqr.ConnGetter
+	var closePool func()
+	if redistest.Serve.Open != nil {
+		pool, closePool, err = redistest.Serve.Open(url)
+	} else {
+		var p *redis.Pool
+		if p, err = redisconn.NewPool(url, nil); err == nil {
+			pool, closePool = p, func() { p.Close() }
+		}
+	}
 	if err != nil {
 		logf.Close()
 		return nil, err
 	}
-	return &childProc{name: name, logf: logf, pool: pool}, nil
+	return &childProc{name: name, logf: logf, pool: pool, closePool: closePool}, nil
 }
 
 func (c *childProc) close() {
-	c.pool.Close()
+	c.closePool()
 	c.logf.Close()
 }
 

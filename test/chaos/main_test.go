@@ -148,7 +148,9 @@ func readSettings() (settings, error) {
 	return s, nil
 }
 
-// buildWorker builds cmd/worqr-example into dir.
+// buildWorker builds cmd/worqr-example into dir, with the go build
+// -overlay file WORQR_EXAMPLE_OVERLAY names when it is set
+// (contrib/goredis/suite sets it: the workers then run on go-redis).
 func buildWorker(dir string, race bool) (string, error) {
 	goTool, err := exec.LookPath("go")
 	if err != nil {
@@ -158,6 +160,9 @@ func buildWorker(dir string, race bool) (string, error) {
 	args := []string{"build", "-o", bin}
 	if race {
 		args = append(args, "-race")
+	}
+	if ov := os.Getenv("WORQR_EXAMPLE_OVERLAY"); ov != "" {
+		args = append(args, "-overlay", ov)
 	}
 	args = append(args, "github.com/worqr/worqr-go/cmd/worqr-example")
 	cmd := exec.Command(goTool, args...)

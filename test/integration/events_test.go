@@ -75,7 +75,7 @@ func (e *env) follow(ctx SpecContext, in *worqr.Inspector) *follower {
 var _ = Describe("Live events across processes (issue 12)", func() {
 	It("lets any process follow what workers, clients and inspectors do", func(ctx SpecContext) {
 		e := newEnv()
-		in, err := worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+		in, err := worqr.NewInspector(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 		Expect(err).NotTo(HaveOccurred())
 		f := e.follow(ctx, in)
 
@@ -166,7 +166,7 @@ var _ = Describe("Live events across processes (issue 12)", func() {
 			c.Close()
 		})
 
-		in, err := worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+		in, err := worqr.NewInspector(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 		Expect(err).NotTo(HaveOccurred())
 		f := e.follow(ctx, in)
 		var ran trail
@@ -187,10 +187,10 @@ var _ = Describe("Live events across processes (issue 12)", func() {
 
 	It("keeps the latest batches in a bounded log when asked, for RecentEvents", func(ctx SpecContext) {
 		e := newEnv()
-		logged, err := worqr.NewClient(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger, EventLogLength: 50,
+		logged, err := worqr.NewClient(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger, EventLogLength: 50,
 			EventInterval: 10 * time.Millisecond})
 		Expect(err).NotTo(HaveOccurred())
-		in, err := worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+		in, err := worqr.NewInspector(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 		Expect(err).NotTo(HaveOccurred())
 		var ids []string
 		for range 3 {

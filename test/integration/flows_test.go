@@ -924,7 +924,7 @@ var _ = Describe("Flows: bad input", func() {
 			f := &worqr.Flow{Name: "bad", Stages: stages}
 			_, err := e.client.StartRun(ctx, f, map[string]string{"userId": "1"}, nil)
 			expectInvalid(err, field, rule...)
-			w, err := worqr.NewWorker(e.pool, e.flWorkerConfig(nil, f))
+			w, err := worqr.NewWorker(e.served, e.flWorkerConfig(nil, f))
 			expectInvalid(err, field, rule...)
 			Expect(w).To(BeNil())
 			Expect(e.allKeys()).To(BeEmpty())

@@ -38,12 +38,15 @@ const (
 )
 
 // env is one spec's world: its own namespace, its own pool (whose
-// connections check that every script call's KEYS share one hash tag), a
-// client, the protocol store for hand-driven workers and direct access to
-// the keys.
+// connections check that every script call's KEYS share one hash tag), the
+// pool the code under test runs on (served), a client, the protocol store
+// for hand-driven workers and direct access to the keys.
 type env struct {
-	ns     string
-	pool   *redis.Pool
+	ns   string
+	pool *redis.Pool
+	// served is pool as the workers, clients and inspectors get it (see
+	// served); the spec's own checks and hand-driven workers use pool.
+	served worqr.ConnGetter
 	keys   rdb.Keys
 	st     *rdb.Store
 	client *worqr.Client
@@ -56,15 +59,16 @@ func newEnv() *env {
 	GinkgoHelper()
 	e := &env{ns: redistest.Namespace()}
 	e.pool = srv.TagCheckedPool(newTagWatch())
+	e.served = served(e.pool)
 	e.keys = rdb.NewKeys(e.ns)
 	e.st = rdb.NewStore(e.pool, e.ns)
 	e.logger = slog.New(slog.NewTextHandler(GinkgoWriter, &slog.HandlerOptions{Level: slog.LevelInfo}))
 	var err error
 	e.reg, err = registry.New(e.pool, e.ns)
 	Expect(err).NotTo(HaveOccurred())
-	e.client, err = worqr.NewClient(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+	e.client, err = worqr.NewClient(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 	Expect(err).NotTo(HaveOccurred())
-	e.in, err = worqr.NewInspector(e.pool, &worqr.Config{Namespace: e.ns, Logger: e.logger})
+	e.in, err = worqr.NewInspector(e.served, &worqr.Config{Namespace: e.ns, Logger: e.logger})
 	Expect(err).NotTo(HaveOccurred())
 	return e
 }
@@ -102,6 +106,15 @@ func newPool() *redis.Pool {
 	p := srv.Pool()
 	DeferCleanup(p.Close)
 	return p
+}
+
+// served returns the pool workers, clients and inspectors run on in place
+// of pool (redistest.Served): pool itself, or under contrib/goredis/suite a
+// go-redis client on the suite's server when pool is one of srv's (a pool
+// with faults stays as it is). The go-redis client is closed when the spec
+// ends.
+func served(pool worqr.ConnGetter) worqr.ConnGetter {
+	return redistest.Served(GinkgoT(), pool)
 }
 
 func bg() (context.Context, context.CancelFunc) {
@@ -376,10 +389,11 @@ func (e *env) startWithClock(pool *redis.Pool, cfg *worqr.WorkerConfig, clock *h
 // ctx ends, so ctx must outlive the worker's use in the spec.
 func (e *env) startCtx(ctx context.Context, pool *redis.Pool, cfg *worqr.WorkerConfig) *worqr.Worker {
 	GinkgoHelper()
-	if pool == nil {
-		pool = e.pool
+	var conns worqr.ConnGetter = e.served
+	if pool != nil {
+		conns = served(pool)
 	}
-	w, err := worqr.NewWorker(pool, cfg)
+	w, err := worqr.NewWorker(conns, cfg)
 	Expect(err).NotTo(HaveOccurred())
 	Expect(w.Start(ctx)).To(Succeed())
 	DeferCleanup(func() {

@@ -6,6 +6,7 @@ package integration_test
 
 import (
 	"encoding/json"
+	"os"
 	"testing"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -40,7 +41,13 @@ var _ = SynchronizedBeforeSuite(func() []byte {
 	ownServer = s
 	// Built with the race detector: a data race in a worker process makes it
 	// exit 66, so the process specs catch races of the shipped binary too.
-	bin, err := gexec.Build("github.com/worqr/worqr-go/cmd/worqr-example", "-race")
+	// With the go build -overlay file WORQR_EXAMPLE_OVERLAY names, when set
+	// (contrib/goredis/suite sets it: the processes then run on go-redis).
+	args := []string{"-race"}
+	if ov := os.Getenv("WORQR_EXAMPLE_OVERLAY"); ov != "" {
+		args = append(args, "-overlay", ov)
+	}
+	bin, err := gexec.Build("github.com/worqr/worqr-go/cmd/worqr-example", args...)
 	Expect(err).NotTo(HaveOccurred(), "building cmd/worqr-example")
 	data, err := json.Marshal(suiteShared{RedisURL: s.URL, ExampleBin: bin})
 	Expect(err).NotTo(HaveOccurred())

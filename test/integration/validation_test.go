@@ -42,7 +42,7 @@ var _ = Describe("Bad input", func() {
 			_, err = e.client.EnqueueBatch(ctx, name, [][]byte{[]byte("x"), []byte("y")}, nil)
 			expectInvalid(err, "queue name", rule...)
 
-			w, err := worqr.NewWorker(e.pool, e.workerConfig(map[string]worqr.QueueConfig{
+			w, err := worqr.NewWorker(e.served, e.workerConfig(map[string]worqr.QueueConfig{
 				name: one(noop, 1),
 			}, nil))
 			expectInvalid(err, fmt.Sprintf("Queues[%q]", name), rule...)
@@ -59,12 +59,12 @@ var _ = Describe("Bad input", func() {
 
 	It("rejects a worker config with a nil handler, negative concurrency or HeartbeatTTL <= HeartbeatInterval, naming the field and the rule", func(ctx SpecContext) {
 		e := newEnv()
-		_, err := worqr.NewWorker(e.pool, e.workerConfig(map[string]worqr.QueueConfig{
+		_, err := worqr.NewWorker(e.served, e.workerConfig(map[string]worqr.QueueConfig{
 			"q": {Handler: nil, Concurrency: 1},
 		}, nil))
 		expectInvalid(err, `Queues["q"].Handler`, "is nil")
 
-		_, err = worqr.NewWorker(e.pool, e.workerConfig(map[string]worqr.QueueConfig{
+		_, err = worqr.NewWorker(e.served, e.workerConfig(map[string]worqr.QueueConfig{
 			"q": {Handler: noop, Concurrency: -1},
 		}, nil))
 		expectInvalid(err, `Queues["q"].Concurrency`, "(-1) must not be negative")
@@ -73,7 +73,7 @@ var _ = Describe("Bad input", func() {
 			cfg := e.workerConfig(map[string]worqr.QueueConfig{"q": one(noop, 1)}, nil)
 			cfg.HeartbeatInterval = time.Second
 			cfg.HeartbeatTTL = ttl
-			_, err = worqr.NewWorker(e.pool, cfg)
+			_, err = worqr.NewWorker(e.served, cfg)
 			expectInvalid(err, "HeartbeatTTL", "must be greater than HeartbeatInterval", ttl.String(), "(1s)")
 		}
 		Expect(e.allKeys()).To(BeEmpty())
@@ -81,7 +81,7 @@ var _ = Describe("Bad input", func() {
 
 	It("rejects a payload over MaxPayloadBytes, alone or in a batch, and enqueues nothing of that batch", func(ctx SpecContext) {
 		e := newEnv()
-		c, err := worqr.NewClient(e.pool, &worqr.Config{Namespace: e.ns, MaxPayloadBytes: 16, Logger: e.logger})
+		c, err := worqr.NewClient(e.served, &worqr.Config{Namespace: e.ns, MaxPayloadBytes: 16, Logger: e.logger})
 		Expect(err).NotTo(HaveOccurred())
 
 		_, err = c.Enqueue(ctx, "big", make([]byte, 17), nil)
@@ -106,7 +106,7 @@ var _ = Describe("Bad input", func() {
 		e := newEnv()
 		cfg := e.workerConfig(map[string]worqr.QueueConfig{"q": one(noop, 1)}, nil)
 		cfg.ReaperInterval = time.Millisecond
-		w, err := worqr.NewWorker(e.pool, cfg)
+		w, err := worqr.NewWorker(e.served, cfg)
 		expectInvalid(err, "ReaperInterval", "1ms")
 		Expect(w).To(BeNil())
 		Expect(e.allKeys()).To(BeEmpty())
