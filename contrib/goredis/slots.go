@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,8 +34,9 @@ type slotMap struct {
 // connection, and when a map older than mapMaxAge is looked at. A read in
 // the background waits at least refreshGap after the one before.
 type slotWatch struct {
-	c   *redis.ClusterClient
-	tls bool // the nodes are reached on their TLS ports
+	c            *redis.ClusterClient
+	tls          bool // the nodes are reached on their TLS ports
+	ctxDeadlines bool // the client's ContextTimeoutEnabled
 
 	m atomic.Pointer[slotMap]
 
@@ -62,7 +61,8 @@ const (
 )
 
 func newSlotWatch(c *redis.ClusterClient) *slotWatch {
-	w := &slotWatch{c: c, tls: c.Options().TLSConfig != nil, switched: make(chan struct{})}
+	w := &slotWatch{c: c, tls: c.Options().TLSConfig != nil, ctxDeadlines: c.Options().ContextTimeoutEnabled,
+		switched: make(chan struct{})}
 	w.soon() // the first map: switches count from there
 	return w
 }
@@ -159,53 +159,29 @@ func (w *slotWatch) refreshLocked(ctx context.Context) error {
 	return fmt.Errorf("goredis: no master answered CLUSTER SHARDS: %w", errors.Join(errs...))
 }
 
-// shardsCmd is CLUSTER SHARDS, sent once per node asked (another node is
-// asked rather than this one again).
-type shardsCmd struct{ *redis.ClusterShardsCmd }
-
-func (shardsCmd) NoRetry() bool { return true }
-
-// read reads the map from node within timeout.
+// read reads the map from node within timeout, on a connection of the
+// adapter (cluster.ReadShards, the reader redisconn.Cluster uses): sent
+// once, as every call on it (another node is asked rather than this one
+// again).
 func (w *slotWatch) read(ctx context.Context, node *redis.Client, timeout time.Duration) (*slotMap, error) {
-	cmd := shardsCmd{redis.NewClusterShardsCmd(ctx, "cluster", "shards")}
-	_ = node.WithTimeout(timeout).Process(ctx, cmd)
-	shards, err := cmd.Result()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	// node.WithTimeout bounds the reply when the client does not apply a
+	// context's deadline (ContextTimeoutEnabled false).
+	c := &conn{node: node.WithTimeout(timeout), ctxDeadlines: w.ctxDeadlines, subs: node, ssubs: node}
+	defer c.Close()
+	shards, err := cluster.ReadShards(ctx, c, w.tls)
 	if err != nil {
 		return nil, err
 	}
 	m := &slotMap{slots: make([]string, cluster.Slots), masters: map[string]bool{}, read: time.Now()}
 	for _, sh := range shards {
-		addr := ""
-		for _, n := range sh.Nodes {
-			// A failed master is "fail" in Redis 7.0's CLUSTER SHARDS and
-			// "failed" in its documentation (and later versions).
-			if n.Role != "master" || n.Health == "fail" || n.Health == "failed" {
-				continue
-			}
-			host := n.Endpoint
-			if host == "" || host == "?" {
-				host = n.IP
-			}
-			port := n.Port
-			if w.tls && n.TLSPort != 0 {
-				port = n.TLSPort
-			}
-			if host != "" && port != 0 {
-				addr = net.JoinHostPort(host, strconv.FormatInt(port, 10))
+		for i := 0; i+1 < len(sh.Ranges); i += 2 {
+			for s := max(sh.Ranges[i], 0); s <= min(sh.Ranges[i+1], cluster.Slots-1); s++ {
+				m.slots[s] = sh.Addr
 			}
 		}
-		if addr == "" || len(sh.Slots) == 0 {
-			continue // no master is up: CLUSTERDOWN until one is
-		}
-		for _, r := range sh.Slots {
-			for s := max(r.Start, 0); s <= min(r.End, cluster.Slots-1); s++ {
-				m.slots[s] = addr
-			}
-		}
-		m.masters[addr] = true
-	}
-	if len(m.masters) == 0 {
-		return nil, errors.New("CLUSTER SHARDS: no master serves a slot")
+		m.masters[sh.Addr] = true
 	}
 	return m, nil
 }

@@ -262,12 +262,14 @@ func (p *Pool) refreshSoon() {
 	}()
 }
 
-type shard struct {
-	ranges []int // start, end, start, end ...
-	addr   string
+// Shard is one shard of a CLUSTER SHARDS reply: the slot ranges it
+// serves and the address of its master.
+type Shard struct {
+	Ranges []int // start, end, start, end ...
+	Addr   string
 }
 
-func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
+func (p *Pool) readShards(ctx context.Context, addr string) ([]Shard, error) {
 	np, err := p.nodePool(addr)
 	if err != nil {
 		return nil, err
@@ -277,11 +279,21 @@ func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
 		return nil, err
 	}
 	defer c.Close()
+	return ReadShards(ctx, c, p.o.TLS)
+}
+
+// ReadShards reads the slot map from the node c reaches (CLUSTER SHARDS,
+// RESP2): the shards that serve slots and have a master up, each with its
+// master's address (its tls-port with tls). A shard whose master is down
+// is left out (its slots are CLUSTERDOWN until a replica takes over); a
+// map with no such shard is an error. It is the one reader of the map, for
+// Pool and for the pools of other clients (contrib/goredis).
+func ReadShards(ctx context.Context, c redis.Conn, tls bool) ([]Shard, error) {
 	reply, err := redis.Values(redis.DoContext(c, ctx, "CLUSTER", "SHARDS"))
 	if err != nil {
 		return nil, err
 	}
-	var out []shard
+	var out []Shard
 	for _, r := range reply {
 		m, err := fieldMap(r)
 		if err != nil {
@@ -313,7 +325,7 @@ func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
 				host, _ = redis.String(nm["ip"], nil)
 			}
 			portField := "port"
-			if p.o.TLS {
+			if tls {
 				portField = "tls-port"
 			}
 			port, err := redis.Int(nm[portField], nil)
@@ -325,7 +337,7 @@ func (p *Pool) readShards(ctx context.Context, addr string) ([]shard, error) {
 		if master == "" {
 			continue // no master is up: CLUSTERDOWN until one is
 		}
-		out = append(out, shard{ranges: ranges, addr: master})
+		out = append(out, Shard{Ranges: ranges, Addr: master})
 	}
 	if len(out) == 0 {
 		return nil, errors.New("CLUSTER SHARDS: no master serves a slot")
@@ -352,16 +364,16 @@ func fieldMap(v any) (map[string]any, error) {
 
 // install replaces the slot map and closes the pools of nodes that serve
 // no slot any more.
-func (p *Pool) install(shards []shard) {
+func (p *Pool) install(shards []Shard) {
 	slots := make([]string, Slots)
 	set := map[string]bool{}
 	for _, s := range shards {
-		for i := 0; i+1 < len(s.ranges); i += 2 {
-			for sl := max(s.ranges[i], 0); sl <= min(s.ranges[i+1], Slots-1); sl++ {
-				slots[sl] = s.addr
+		for i := 0; i+1 < len(s.Ranges); i += 2 {
+			for sl := max(s.Ranges[i], 0); sl <= min(s.Ranges[i+1], Slots-1); sl++ {
+				slots[sl] = s.Addr
 			}
 		}
-		set[s.addr] = true
+		set[s.Addr] = true
 	}
 	masters := make([]string, 0, len(set))
 	for a := range set {
