@@ -171,6 +171,15 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.DefaultQueue, err = fill("DefaultQueue", out.DefaultQueue); err != nil {
 		return out, err
 	}
+	for i, f := range out.Flows {
+		for j := 0; f != nil && j < len(f.Stages); j++ {
+			if len(f.Stages[j].Branches) > 0 {
+				// A branch's take reads its run's state and its end merges
+				// fields: the remote protocol carries neither.
+				return out, invalid(fmt.Sprintf("Flows[%d].Stages[%d].Branches", i, j), "are served by a worqr.Worker, not by remote workers")
+			}
+		}
+	}
 	// Stage handlers run remotely: placeholders pass validation.
 	out.Flows, err = validateFlows(out.Flows, func(g worqr.Flow) worqr.Flow {
 		g.Stages = append([]worqr.Stage(nil), g.Stages...)

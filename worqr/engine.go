@@ -2,6 +2,7 @@ package worqr
 
 import (
 	"errors"
+	"slices"
 
 	"github.com/worqr/worqr-go/internal/engine"
 	"github.com/worqr/worqr-go/internal/rdb"
@@ -28,6 +29,11 @@ func initEngine(q *engine.Queue, kind rdb.Kind, member string, qk rdb.QueueKeys,
 		for name := range st.Children {
 			q.Stage.Children[name] = true
 		}
+		for name := range st.Branches {
+			q.Stage.Branches = append(q.Stage.Branches, name)
+		}
+		slices.Sort(q.Stage.Branches)
+		q.Stage.JoinAny = st.JoinAny
 	}
 }
 

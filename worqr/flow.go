@@ -51,8 +51,34 @@ type Stage struct {
 	Children map[string]QueueConfig
 	// ContinueOnChildFailure makes a child that ends dead (attempts used up)
 	// count as ended, with its error recorded in the run, instead of failing
-	// the run and cancelling the other children (the default).
+	// the run and cancelling the other children (the default). It applies
+	// to the stage's branches too.
 	ContinueOnChildFailure bool
+	// Branches make the stage a join: when a run comes to it, it fans out
+	// at once into one child per branch (named by its key, a child queue
+	// of the flow), run in parallel, and Handler runs once, when every
+	// branch has ended (JoinAny: when the first is done), with each
+	// branch's StageResult.Fields merged into the state and Run.Children
+	// saying how each ended (its Queue is the branch's name). A branch
+	// that ends dead fails the run, unless ContinueOnChildFailure. At
+	// most 64 branches.
+	Branches map[string]Branch
+	// JoinAny runs the join when the first branch is done; the others are
+	// cancelled (their later ends change nothing).
+	JoinAny bool
+}
+
+// Branch is one branch of a join (Stage.Branches): a child queue whose
+// handler sees the run's state, as read when its taking starts, and
+// whose result's Fields are merged into the run's state when it ends
+// done, in the same atomic step. A branch's result sets Fields only: with
+// Children, Sleep, Again or Await it fails its attempt for good, the
+// field named.
+type Branch struct {
+	Handler StageHandler
+	// Queue sets the branch queue's concurrency and its retry, timeout
+	// and dead-set settings. Its Handler must be nil.
+	Queue QueueConfig
 }
 
 // StageHandler runs one stage of a flow run. It returns the fields to merge
@@ -198,6 +224,7 @@ func (f *Flow) validate() (*Flow, error) {
 		return nil
 	}
 	out.Stages = make([]Stage, len(f.Stages))
+	var err error
 	for i, s := range f.Stages {
 		sf := fmt.Sprintf("%s.Stages[%d]", field, i)
 		if err := checkName(sf+".Name", s.Name); err != nil {
@@ -255,6 +282,12 @@ func (f *Flow) validate() (*Flow, error) {
 			children[name] = c
 		}
 		s.Children = children
+		if s.Branches, err = checkBranches(sf, f.Stages[i].Branches, claim); err != nil {
+			return nil, err
+		}
+		if s.JoinAny && len(s.Branches) == 0 {
+			return nil, invalid(sf+".JoinAny", "needs Branches: it says when their join runs")
+		}
 		out.Stages[i] = s
 	}
 	for i, p := range f.IndexBy {
@@ -263,6 +296,61 @@ func (f *Flow) validate() (*Flow, error) {
 		}
 	}
 	return &out, nil
+}
+
+// checkBranches checks the branches of stage sf (its field name) and
+// fills their queues' defaults on a copy; claim reserves each name among
+// the flow's queues.
+func checkBranches(sf string, bs map[string]Branch, claim func(name, what string) error) (map[string]Branch, error) {
+	if len(bs) == 0 {
+		return nil, nil
+	}
+	if len(bs) > engine.MaxBranches {
+		return nil, invalid(sf+".Branches", "has %d branches (at most %d per stage)", len(bs), engine.MaxBranches)
+	}
+	out := make(map[string]Branch, len(bs))
+	for name, b := range bs {
+		bf := fmt.Sprintf("%s.Branches[%q]", sf, name)
+		if err := checkName(bf, name); err != nil {
+			return nil, err
+		}
+		if err := claim(name, bf); err != nil {
+			return nil, err
+		}
+		if b.Handler == nil {
+			return nil, invalid(bf+".Handler", "is nil")
+		}
+		if b.Queue.Handler != nil {
+			return nil, invalid(bf+".Queue.Handler", "must be nil: the branch's Handler runs it")
+		}
+		if err := b.Queue.noBatch(bf + ".Queue"); err != nil {
+			return nil, err
+		}
+		q := b.Queue
+		q.Handler = HandlerFunc(func(context.Context, *Task) error { return nil }) // placeholder for checks
+		if q.Concurrency == 0 {
+			q.Concurrency = defaultConcurrency
+		}
+		if q.Concurrency < 0 {
+			return nil, invalid(bf+".Queue.Concurrency", "(%d) must not be negative", q.Concurrency)
+		}
+		if err := q.fill(bf + ".Queue"); err != nil {
+			return nil, err
+		}
+		q.Handler = nil
+		b.Queue = q
+		out[name] = b
+	}
+	return out, nil
+}
+
+// branch returns branch name of stage i of f (nil f: none).
+func (f *Flow) branch(i int, name string) (Branch, bool) {
+	if f == nil {
+		return Branch{}, false
+	}
+	b, ok := f.Stages[i].Branches[name]
+	return b, ok
 }
 
 func (f *Flow) ref() rdb.FlowRef {
@@ -325,6 +413,9 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 	}
 	var children []rdb.Child
 	if opts != nil && len(opts.Children) > 0 {
+		if len(f.Stages[0].Branches) > 0 {
+			return "", invalid("RunOpts.Children", "do not apply to a flow whose first stage has Branches: its branches are its fan-out")
+		}
 		if children, err = batchChildren(f, id, state, opts.Children, c.cfg.MaxPayloadBytes); err != nil {
 			return "", err
 		}
@@ -336,6 +427,9 @@ func (c *Client) StartRun(ctx context.Context, flow *Flow, state map[string]stri
 		for _, st := range f.Stages {
 			refs = append(refs, rdb.QueueRef{Tag: f.Name, Name: st.Name})
 			for name := range st.Children {
+				refs = append(refs, rdb.QueueRef{Tag: f.Name, Name: name})
+			}
+			for name := range st.Branches {
 				refs = append(refs, rdb.QueueRef{Tag: f.Name, Name: name})
 			}
 		}

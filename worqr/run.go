@@ -79,6 +79,9 @@ func (w *Worker) run(q *queueRunner, j job) {
 	w.runMu.Unlock()
 	w.emit(Event{Kind: EventStarted, Queue: q.Member, TaskID: t.ID, PID: t.pid, WorkerID: s.ID()})
 
+	// fan: a taking of a stage with branches whose run is not joined
+	// there yet fans them out instead of running the stage's handler.
+	var fan bool
 	// finish ends the taking as the handler said, once it has run.
 	finish := func(err error, res *StageResult) {
 		// The slot is free for a task taken ahead while this one's end is
@@ -109,7 +112,14 @@ func (w *Worker) run(q *queueRunner, j job) {
 			}
 		}
 		e := q.Decide(t.worker, taken, outcomeOf(err, t.result), w.cfg.Logger)
-		if q.Kind == rdb.KindStage && e.Ask == rdb.AskDone {
+		if fan && e.Ask == rdb.AskDone {
+			q.FanBranches(&e)
+		} else if q.branch != nil && e.Ask == rdb.AskDone {
+			if perr := w.planBranch(q, res, &e); perr != nil {
+				err = SkipRetry(perr)
+				e = q.Decide(t.worker, taken, outcomeOf(err, t.result), w.cfg.Logger)
+			}
+		} else if q.Kind == rdb.KindStage && e.Ask == rdb.AskDone {
 			if perr := w.planStage(q, res, &e); perr != nil {
 				// A result the flow cannot record: nothing is written; the
 				// stage goes to the dead set with the reason.
@@ -134,7 +144,8 @@ func (w *Worker) run(q *queueRunner, j job) {
 		err error
 		res *StageResult
 	)
-	if q.Kind == rdb.KindStage {
+	switch {
+	case q.Kind == rdb.KindStage:
 		if taken.RunUnread > 0 {
 			// The run was too big to come with the take (it keeps every
 			// child it fanned out): read in steps. Failing that, the
@@ -144,10 +155,15 @@ func (w *Worker) run(q *queueRunner, j job) {
 				err = fmt.Errorf("%w: reading run %s: %w", ErrGiveBack, t.ID, err)
 			}
 		}
-		if err == nil {
+		if fan = err == nil && q.Branching(taken); err == nil && !fan {
 			res, err = callStage(hctx, q.stageHandler, newRun(q, taken, t))
 		}
-	} else {
+	case q.branch != nil:
+		var r *Run
+		if r, err = w.branchRun(hctx, q, taken, t); err == nil {
+			res, err = callStage(hctx, q.branch, r)
+		}
+	default:
 		err = callHandler(hctx, q.handler, t)
 	}
 	exited = false
@@ -162,6 +178,49 @@ func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
 	}
 	return &Run{ID: t.ID, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children),
 		Attempt: t.Attempt, Meta: engine.DecodeMeta(r.Meta)}
+}
+
+// branchRun reads the run of a branch's taking (Stage.Branches) as its
+// handler sees it: the run's state now, its children, its metadata; Stage
+// is the branch's name. A run that is gone, or no longer running, is not
+// run for: the taking ends for good (its end finds the run ended and
+// drops it). A failed read gives the taking back, no attempt counted.
+func (w *Worker) branchRun(ctx context.Context, q *queueRunner, taken rdb.Taken, t *Task) (*Run, error) {
+	m, err := w.st.ReadRun(ctx, q.QK, taken.Parent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: reading run %s: %w", ErrGiveBack, taken.Parent, err)
+	}
+	r := rdb.DecodeRun(taken.Parent, m)
+	if r == nil || r.Status != rdb.RunRunning {
+		return nil, SkipRetry(fmt.Errorf("worqr: branch %s: run %s is not running", q.name, taken.Parent))
+	}
+	return &Run{ID: taken.Parent, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children),
+		Attempt: t.Attempt, Meta: engine.DecodeMeta(r.Meta)}, nil
+}
+
+// planBranch checks a branch's result and adds the state fields its end
+// merges into the run: a branch sets Fields only.
+func (w *Worker) planBranch(q *queueRunner, res *StageResult, e *rdb.Ending) error {
+	if res == nil {
+		return nil
+	}
+	rule := "does not apply to a branch (Stage.Branches[%q]): its result sets Fields only"
+	switch {
+	case len(res.Children) > 0:
+		return invalid("StageResult.Children", rule, q.name)
+	case res.Sleep != 0:
+		return invalid("StageResult.Sleep", rule, q.name)
+	case res.Again:
+		return invalid("StageResult.Again", rule, q.name)
+	case res.Await != "":
+		return invalid("StageResult.Await", rule, q.name)
+	}
+	field := fmt.Sprintf("StageResult.Fields of branch %s", q.name)
+	if _, err := engine.CheckStateFields(field, res.Fields, w.cfg.MaxPayloadBytes, engine.StageBudget(w.cfg.MaxPayloadBytes)); err != nil {
+		return asInvalid(err)
+	}
+	e.Fields = rdb.StateFields(res.Fields)
+	return nil
 }
 
 // callStage runs a stage handler and turns a panic into an error.

@@ -77,6 +77,7 @@ type queueRunner struct {
 	name         string // the queue's name within its tag (a flow's stage or child queue: without the flow)
 	handler      Handler
 	stageHandler StageHandler // a stage queue's handler, in WorkerConfig.StageMiddleware
+	branch       StageHandler // a branch's (Stage.Branches) handler, likewise
 	concurrency  int          // handlers that run at once
 	// aheadMax: tasks the queue may take beyond concurrency while its
 	// handlers are fast (see ahead.go), waiting for one of turn's
@@ -343,6 +344,9 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 		if r.Kind == rdb.KindStage {
 			r.stageHandler = ChainStage(r.flow.Stages[r.stage].Handler, c.StageMiddleware...)
 		}
+		if b, ok := r.flow.branch(r.stage, ref.Name); ok && r.Kind == rdb.KindChild {
+			r.branch = ChainStage(b.Handler, c.StageMiddleware...)
+		}
 		if g := w.group; g != nil && r.Kind == rdb.KindTask {
 			// Served by priority: the group's slots and signals.
 			r.slots, r.wake, r.freed = g.slots, g.wake, g.freed
@@ -394,6 +398,9 @@ func NewWorker(pool ConnGetter, cfg *WorkerConfig) (*Worker, error) {
 			add(&queueRunner{flow: f, stage: i, cfg: st.Queue}, rdb.KindStage, rdb.QueueRef{Tag: f.Name, Name: st.Name})
 			for name, cq := range st.Children {
 				add(&queueRunner{flow: f, stage: i, cfg: cq}, rdb.KindChild, rdb.QueueRef{Tag: f.Name, Name: name})
+			}
+			for name, b := range st.Branches {
+				add(&queueRunner{flow: f, stage: i, cfg: b.Queue}, rdb.KindChild, rdb.QueueRef{Tag: f.Name, Name: name})
 			}
 		}
 	}

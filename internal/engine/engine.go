@@ -111,6 +111,39 @@ type Stage struct {
 	IndexBy        []string
 	// Children are the child queues the stage declared.
 	Children map[string]bool
+	// Branches are the stage's branches (child queues too), in order; the
+	// stage's handler is their join. JoinAny: the join runs once the first
+	// branch is done, not once all have ended.
+	Branches []string
+	JoinAny  bool
+}
+
+// MaxBranches is how many branches a stage declares at most: the first
+// done branch of a join on any stops the others in its end's step, which
+// stays short.
+const MaxBranches = 64
+
+// Branching reports whether taking taken of a stage queue is to fan out
+// the stage's branches rather than run its handler: the stage has
+// branches and its run has not been joined there (rdb.FieldJoined, set by
+// the branches' fan-in and cleared when the run moves on).
+func (q *Queue) Branching(taken rdb.Taken) bool {
+	return q.Kind == rdb.KindStage && len(q.Stage.Branches) > 0 && taken.Run[rdb.FieldJoined] != q.Stage.Name
+}
+
+// FanBranches makes a stage's done ending e fan out one child per branch,
+// with no payload, and come back to this stage when they have ended (on
+// any: when the first is done), to run the join.
+func (q *Queue) FanBranches(e *rdb.Ending) {
+	e.Stage.Next = q.Stage.Name
+	e.Stage.Join = rdb.JoinAll
+	if q.Stage.JoinAny {
+		e.Stage.Join = rdb.JoinAny
+	}
+	e.Stage.Children = make([]rdb.Child, len(q.Stage.Branches))
+	for i, b := range q.Stage.Branches {
+		e.Stage.Children[i] = rdb.Child{ID: e.ID + "." + xid.New().String(), Queue: b}
+	}
 }
 
 // Verdict is how an attempt of a taking ends, as its driver saw it.
@@ -440,10 +473,12 @@ func NewEndGroup[R any](run func(ctx context.Context, es []rdb.Ending) ([]R, err
 // rdb.MaxTake of weight (and always its first ending), so that no end call
 // holds Redis for more than a few milliseconds. It weighs one per taking
 // it ends (a batch per key ends all its takings), plus the children a
-// stage's fan-out creates and the fields it writes, plus, for a child's
-// ending that may fail its run (dead, or cancel), the children that
-// failing stops: the ending does not know its run's fan-out, so it weighs
-// the most a fan-out has (MaxChildren) and gets a call of its own.
+// stage's fan-out creates and the fields it (or a branch of a join)
+// writes, plus, for a child's ending that may fail its run (dead, or
+// cancel), the children that failing stops: the ending does not know its
+// run's fan-out, so it weighs the most a fan-out has (MaxChildren) and
+// gets a call of its own. (A done branch of a join on any stops at most
+// MaxBranches-1 others: not weighed.)
 //
 // The bytes an ending writes weigh one per endByteUnit, so that one call
 // carries about MaxEnqueueChunkBytes (4 MiB) at most, as an enqueue call
@@ -473,6 +508,10 @@ func EndWeight(e rdb.Ending) int {
 	}
 	if e.Kind == rdb.KindChild && (e.Ask == rdb.AskDead || e.Ask == rdb.AskCancel) {
 		n += MaxChildren
+	}
+	n += len(e.Fields) / 2 // a branch's state fields
+	for _, f := range e.Fields {
+		size += len(f)
 	}
 	return n + size/endByteUnit
 }

@@ -56,7 +56,25 @@ type StageEnd struct {
 	// Await is the signal the run waits for before Next starts (""
 	// none): SleepMs bounds the wait (0: none). Not with Children.
 	Await string
+	// Join makes Children a stage's branches (Stage.Branches), Next the
+	// stage itself: JoinAll moves the run on when every branch has
+	// ended, JoinAny when the first one is done (the others are
+	// cancelled), and either marks the run joined at Next (FieldJoined),
+	// so that its next taking there runs the join. "" for a plain fan-out.
+	Join string
 }
+
+// The joins of a stage's branches (StageEnd.Join).
+const (
+	JoinAll = "all"
+	JoinAny = "any"
+)
+
+// FieldJoined is the run hash's field naming the stage whose branches
+// have ended (on any: one is done): the run's next taking there runs the
+// join. Written by the branches' fan-in, dropped by the run's next
+// forward (flow.lua, "Joins"; a literal there, as the fan-out's fields).
+const FieldJoined = "jn"
 
 // Child is one child task a stage fans out.
 type Child struct {
@@ -78,6 +96,10 @@ type Ending struct {
 	Result       []byte
 	Stage        *StageEnd // KindStage
 	Run          string    // KindChild: the child's run
+	// Fields (KindChild, a branch of a join): "f:"-prefixed name/value
+	// pairs merged into the run's state when the child ends done, in the
+	// same step.
+	Fields []string
 	// Batch (KindTask): the tasks taken behind this head in its batch
 	// (Taken.Head), in order. They end with it, in the same step, and only
 	// if every one of them is still owned; see WithBatch.
@@ -160,8 +182,9 @@ type Ended struct {
 	// (back behind the head, given back or dead), or lost with the head.
 	Members []Outcome
 	// Stopped are the children of a child's run that its end took out of
-	// where they waited, when it failed the run (fail-fast): no end of a
-	// taking reports their cancels.
+	// where they waited, when it failed the run (fail-fast) or, the first
+	// done branch of a JoinAny, moved it on: no end of a taking reports
+	// their cancels.
 	Stopped []QueuedTask
 }
 
@@ -183,11 +206,14 @@ var endArgv = declare("END", fieldsOf([]string{"task_prefix", "wake_channel"}, p
 // recBatch and its members.
 var endRecord = declare("REC", "kind", "worker", "pid", "id", "ask", "delay", "err", "result")
 
-// recChild is the tail of a child's record: its run's id.
+// recChild is the tail of a child's record: its run's id; then a counted
+// list of the state field/value pairs it merges into the run when done
+// ("f:" names; Ending.Fields).
 var recChild = declare("REC_CHILD", "run")
 
 // recStage is the tail of a stage's record: StageEnd's next stage ("" after
-// the last), its fan-out policy (failfast | continue) and the run's
+// the last), its fan-out policy (failfast | continue, then, for the
+// branches of a join, " all" or " any": StageEnd.Join) and the run's
 // retention ms, how long the run sleeps before its next stage (ms, 0:
 // none; StageEnd.SleepMs), the signal it awaits there ("": none; with
 // it, sleep is the wait's bound, 0 none); then three counted lists (a count, then the values):
@@ -277,6 +303,7 @@ func appendRecord(args []any, e Ending) []any {
 		v = recChild.put(args)
 		v.set("run", e.Run)
 		args = v.done()
+		args = appendList(args, e.Fields)
 	case e.Kind == KindStage:
 		st := e.Stage
 		if st == nil {
@@ -285,6 +312,9 @@ func appendRecord(args []any, e Ending) []any {
 		policy := "continue"
 		if st.FailFast {
 			policy = "failfast"
+		}
+		if st.Join != "" {
+			policy += " " + st.Join
 		}
 		v = recStage.put(args)
 		v.set("next_stage", st.Next)

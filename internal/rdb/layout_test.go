@@ -200,7 +200,8 @@ return out
 }
 
 // endWalkLua reads the end script's ARGV as end.lua does: END, then each
-// record (its size, REC, its kind's tail: REC_CHILD; REC_STAGE and its
+// record (its size, REC, its kind's tail: REC_CHILD and its counted list
+// of fields; REC_STAGE and its
 // three counted lists, children as FANOUT; REC_BATCH and its MEMBERs),
 // and says how many values of each record it did not account for.
 const endWalkLua = namedLua + `
@@ -215,6 +216,12 @@ while i <= #ARGV do
   if kind == 'child' then
     named(p, LAYOUT.REC_CHILD, tail)
     after = tail + LAYOUT.REC_CHILD.N
+    local m = tonumber(ARGV[after + 1])
+    for j = 1, m do
+      out[#out + 1] = p .. 'fields' .. j
+      out[#out + 1] = ARGV[after + 1 + j]
+    end
+    after = after + 1 + m
   elseif kind == 'batch' then
     local REC_BATCH, MEMBER = LAYOUT.REC_BATCH, LAYOUT.MEMBER
     named(p, REC_BATCH, tail)
@@ -257,9 +264,10 @@ func TestLayoutRoundTripEnd(t *testing.T) {
 	es := []rdb.Ending{
 		rdb.Done(rdb.KindTask, "w1", "11", "t1", []byte("r1")),
 		rdb.Retry(rdb.KindTask, "w2", "12", "t2", 5000, "boom"),
-		{Kind: rdb.KindChild, Worker: "w3", PID: "13", ID: "run1.c1", Ask: rdb.AskDead, Err: "bad", Run: "run1"},
+		{Kind: rdb.KindChild, Worker: "w3", PID: "13", ID: "run1.c1", Ask: rdb.AskDead, Err: "bad", Run: "run1",
+			Fields: []string{"f:x", "9"}},
 		{Kind: rdb.KindStage, Worker: "w4", PID: "14", ID: "run2", Ask: rdb.AskDone, Stage: &rdb.StageEnd{
-			Next: "s2", FailFast: true, RunRetentionMs: 7000, IndexBy: []string{"user"}, SleepMs: 1500, Await: "paid",
+			Next: "s2", FailFast: true, RunRetentionMs: 7000, IndexBy: []string{"user"}, SleepMs: 1500, Await: "paid", Join: rdb.JoinAny,
 			Fields:   []string{"f:a", "1", "f:b", "2"},
 			Children: []rdb.Child{{ID: "run2.k1", Queue: "cq", Payload: []byte("p1"), Meta: "m1"}, {ID: "run2.k2", Queue: "cq", Payload: []byte("p2")}},
 		}},
@@ -282,9 +290,9 @@ func TestLayoutRoundTripEnd(t *testing.T) {
 		takeFields("w9", "3", "42", "2", "task", "1", "1", "1", "0", "0", "0"),
 		rec(1, "task", "w1", "11", "t1", "done", "0", "", "r1"),
 		rec(2, "task", "w2", "12", "t2", "retry", "5000", "boom", ""),
-		rec(3, "child", "w3", "13", "run1.c1", "dead", "0", "bad", "", "run", "run1"),
+		rec(3, "child", "w3", "13", "run1.c1", "dead", "0", "bad", "", "run", "run1", "fields1", "f:x", "fields2", "9"),
 		rec(4, "stage", "w4", "14", "run2", "done", "0", "", "",
-			"next_stage", "s2", "policy", "failfast", "run_retention", "7000", "sleep", "1500", "await", "paid", "index_by1", "user",
+			"next_stage", "s2", "policy", "failfast any", "run_retention", "7000", "sleep", "1500", "await", "paid", "index_by1", "user",
 			"fields1", "f:a", "fields2", "1", "fields3", "f:b", "fields4", "2",
 			"child1.id", "run2.k1", "child1.queue", "cq", "child1.payload", "p1", "child1.meta", "m1",
 			"child2.id", "run2.k2", "child2.queue", "cq", "child2.payload", "p2", "child2.meta", ""),

@@ -194,9 +194,11 @@ local function end_stage(e, argv, tail, tkey, id, ask, delay, err, worker)
 end
 
 -- end_child ends a child taking and counts it in its run, once; the last
--- pending child moves the run on, in the same step. Third: the children
--- taken out of where they waited when this one failed its run.
-local function end_child(e, tkey, id, ask, delay, err, result, worker, runkey, runid)
+-- pending child moves the run on, in the same step. fields: the state
+-- fields a branch merges into its run when done. Third: the children
+-- taken out of where they waited when this one failed its run, or, the
+-- first done branch of a join on any, moved it on.
+local function end_child(e, tkey, id, ask, delay, err, result, worker, runkey, runid, fields)
   -- Corrupt child or run data: the child is buried with the reason (an
   -- error would abort the whole batch with this taking already released).
   local x = redis.pcall('HGET', tkey, F_CANCEL)
@@ -221,9 +223,9 @@ local function end_child(e, tkey, id, ask, delay, err, result, worker, runkey, r
     return fail_attempt(e, tkey, id, ask, delay, err, worker), OUT_LOST
   end
   if ask == 'done' then
-    local run = child_ended(runkey, runid, id, tkey, true, result, err, e.pfx, e.tprefix)
+    local run, removed = child_ended(runkey, runid, id, tkey, true, result, err, e.pfx, e.tprefix, fields)
     redis.call('DEL', tkey)
-    return OUT_DONE, run
+    return OUT_DONE, run, removed
   end
   local run, removed = child_ended(runkey, runid, id, tkey, false, '', err, e.pfx, e.tprefix)
   if ask == 'cancelled' then
@@ -380,7 +382,7 @@ local function end_records(e, keys, argv, k, i)
       elseif kind == 'child' then
         local removed
         code, run, removed = end_child(e, tkey, id, ask, delay, err, result, worker, runkey,
-          argv[tail + LAYOUT.REC_CHILD.run])
+          argv[tail + LAYOUT.REC_CHILD.run], list_from(argv, tail + LAYOUT.REC_CHILD.N + 1))
         local STOPPED = LAYOUT.STOPPED
         for j = 1, #(removed or {}), 2 do
           local r = #stopped

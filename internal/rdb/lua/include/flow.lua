@@ -140,7 +140,7 @@ local function forward_run(tkey, id, nexts, pfx, retention, ixkeys, sleep)
     end_run(tkey, id, R_DONE, retention, ixkeys)
     return OUT_DONE
   end
-  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON, 'kl', F_AWAIT)
+  redis.call('HDEL', tkey, F_WORKER, F_PID, F_FAILURES, F_CRASHES, F_PENDING, F_ERROR, F_CRASHED_ON, 'kl', F_AWAIT, 'jn')
   if sleep and sleep > 0 then
     -- A durable timer (StageResult.Sleep): the run waits in the next
     -- stage's scheduled set, which the mover empties into its list once
@@ -427,37 +427,61 @@ local function cancel_children(runkey, pfx, tprefix)
   return removed
 end
 
--- child_ended counts the end of child cid in its run, once: done (result) or
+-- Joins (Stage.Branches): a stage with branches fans out one child per
+-- branch when its run first comes to it (a stage end whose policy ends in
+-- ' all' or ' any', its next stage the stage itself); their fan-in marks
+-- the run joined there ('jn' = that stage, rdb.FieldJoined), so that its
+-- next taking runs the stage's handler, the join, and the run's next
+-- forward clears the mark. A branch's state fields are merged into the run when it ends
+-- done, in its end's step. ' any': the first branch done cancels the
+-- others (as a fail-fast failure does) and moves the run on.
+
+-- child_ended counts the end of child cid in its run, once: done (result,
+-- and a branch's state fields: a list of 'f:' name/value pairs, or nil) or
 -- failed (err, with the child's fan-out policy F_PARENT_POLICY and the run's
 -- next stage F_PARENT_NEXT, both stored on the child at fan-out). The run
--- ends failed (fail-fast) or moves on when this was its last pending child.
+-- ends failed (fail-fast) or moves on when this was its last pending child
+-- (or, a branch of a join on any, the first done).
 -- Returns the run's outcome: OUT_LOST (unchanged), OUT_DONE, OUT_DEAD
--- (failed) or OUT_FORWARDED; with OUT_DEAD, the children it took out of
--- where they waited (cancel_children).
-local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tprefix)
+-- (failed) or OUT_FORWARDED; with OUT_DEAD or a join on any's
+-- OUT_FORWARDED, the children it took out of where they waited
+-- (cancel_children).
+local function child_ended(runkey, runid, cid, ckey, ok, result, err, pfx, tprefix, fields)
   local r = redis.call('HMGET', runkey, F_RUN_STATUS, 'k:' .. cid, F_RUN_RETENTION)
   if r[1] ~= R_RUNNING or r[2] ~= 'pending' then
     return OUT_LOST
   end
   local c = redis.call('HMGET', ckey, F_PARENT_NEXT, F_PARENT_POLICY)
+  local onfail, join = string.match(c[2] or '', '^(%a*) ?(%a*)$')
   local retention = tonumber(r[3]) or 86400000
+  local removed
   if ok then
     redis.call('HSET', runkey, 'k:' .. cid, 'done')
     if result and result ~= '' then
       redis.call('HSET', runkey, 'kr:' .. cid, result)
     end
+    if fields and #fields > 0 then
+      hset_pairs(runkey, fields)
+    end
+    if join == 'any' then
+      removed = cancel_children(runkey, pfx, tprefix)
+    end
   else
     redis.call('HSET', runkey, 'k:' .. cid, 'failed', 'ke:' .. cid, err)
-    if c[2] ~= 'continue' then
-      local removed = cancel_children(runkey, pfx, tprefix)
+    if onfail ~= 'continue' then
+      removed = cancel_children(runkey, pfx, tprefix)
       end_run(runkey, runid, R_FAILED, retention, run_index_keys(runkey, pfx))
       return OUT_DEAD, removed
     end
   end
-  if redis.call('HINCRBY', runkey, F_PENDING, -1) > 0 then
+  if not removed and redis.call('HINCRBY', runkey, F_PENDING, -1) > 0 then
     return OUT_LOST
   end
-  return forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
+  local out = forward_run(runkey, runid, c[1] or '', pfx, retention, run_index_keys(runkey, pfx))
+  if join ~= '' and out == OUT_FORWARDED then
+    redis.call('HSET', runkey, 'jn', c[1])
+  end
+  return out, removed
 end
 
 -- child_of reads child task tkey's run id and fan-out number ('pe', the
