@@ -170,3 +170,64 @@ func ExampleClient_Signal() {
 	// done shipped for 12 EUR
 	// done yes
 }
+
+// A join: a quote fetches its price and its stock in parallel branches,
+// and its "quote" stage runs once, when both are done, with their fields
+// in the state.
+func ExampleStage_branches() {
+	ctx := context.Background()
+	pool, err := redisconn.NewPool(os.Getenv("WORQR_REDIS_URL"), nil) // redis://localhost:6379/0
+	if err != nil {
+		panic(err)
+	}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: "example-join"}
+
+	branch := func(field, value string) worqr.Branch {
+		return worqr.Branch{Queue: worqr.QueueConfig{Concurrency: 2}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				// look up r.State["sku"] somewhere slow
+				return &worqr.StageResult{Fields: map[string]string{field: value}}, nil
+			})}
+	}
+	flow := &worqr.Flow{Name: "quotes", Stages: []worqr.Stage{
+		{Name: "quote", Queue: worqr.QueueConfig{Concurrency: 2},
+			Branches: map[string]worqr.Branch{"price": branch("price", "12.50"), "stock": branch("stock", "7")},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				for _, c := range r.Children {
+					fmt.Println("branch", c.Queue, c.Status)
+				}
+				quote := fmt.Sprintf("%s x%s at %s", r.State["sku"], r.State["stock"], r.State["price"])
+				return &worqr.StageResult{Fields: map[string]string{"quote": quote}}, nil
+			})},
+	}}
+
+	client, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		panic(err)
+	}
+	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		panic(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		panic(err)
+	}
+	defer w.Stop(ctx)
+
+	id, err := client.StartRun(ctx, flow, map[string]string{"sku": "A-1"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	run, err := client.WaitRun(wctx, flow, id)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(run.Status, run.State["quote"])
+	// Unordered output:
+	// branch price done
+	// branch stock done
+	// done A-1 x7 at 12.50
+}
