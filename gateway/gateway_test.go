@@ -254,3 +254,65 @@ func TestQueueStatsShowBehindAndOldestActive(t *testing.T) {
 		return ""
 	})
 }
+
+// A worker in another language serves a join's branches through the
+// gateway: a branch's taking carries its run's state, its Forward merges
+// fields into the run (a sleep is refused by name), and the join's stage
+// is handed out once the branches have ended, with their fields.
+func TestForwardOfABranch(t *testing.T) {
+	pool := srv.Pool()
+	t.Cleanup(func() { pool.Close() })
+	cfg := worqr.Config{Namespace: redistest.Namespace(), DisableEvents: true}
+	nop, one := worqr.StageHandlerFunc(nil), worqr.QueueConfig{Concurrency: 1}
+	flow := &worqr.Flow{Name: "gj", Stages: []worqr.Stage{{Name: "j", Handler: nop, Queue: one,
+		Branches: map[string]worqr.Branch{"b1": {Handler: nop, Queue: one}, "b2": {Handler: nop, Queue: one}}}}}
+	g := serveGateway(t, pool, remote.Config{Config: cfg, SessionTTL: 10 * time.Second,
+		ReaperInterval: 100 * time.Millisecond, PollInterval: 100 * time.Millisecond, Flows: []*worqr.Flow{flow}})
+	ctx := context.Background()
+	c := clients(g)["json"]
+	runID, err := g.client.StartRun(ctx, flow, map[string]string{"x": "1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	open, err := c.OpenSession(ctx, connect.NewRequest(&gatewayv1.OpenSessionRequest{Queues: []string{"gj/j", "gj/b1", "gj/b2"}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid := open.Msg.SessionId
+	take := func(q string, wait uint32) []*gatewayv1.Taking {
+		t.Helper()
+		res, err := c.Take(ctx, connect.NewRequest(&gatewayv1.TakeRequest{SessionId: sid, Queue: q, Max: 1, WaitMs: wait}))
+		if err != nil {
+			t.Fatalf("take of %s: %v", q, err)
+		}
+		return res.Msg.Takings
+	}
+	if ks := take("gj/j", 0); len(ks) != 0 {
+		t.Fatalf("the join's stage handed out %v before its branches ran", ks)
+	}
+	for _, q := range []string{"b1", "b2"} {
+		ks := take("gj/"+q, 2000)
+		if len(ks) != 1 || ks[0].State["x"] != "1" || ks[0].Parent != runID {
+			t.Fatalf("branch %s taken as %v: want one taking with the run's state", q, ks)
+		}
+		_, err := c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: ks[0].Pid, SleepMs: 1000}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), "sleep") {
+			t.Errorf("a branch's sleep: %v, want invalid argument naming sleep", err)
+		}
+		res, err := c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: ks[0].Pid,
+			Fields: map[string]string{q: "by " + q}}))
+		if err != nil || res.Msg.Outcome != "done" {
+			t.Fatalf("branch %s Forward: %v, %v; want done", q, res, err)
+		}
+	}
+	ks := take("gj/j", 2000)
+	if len(ks) != 1 || ks[0].State["b1"] != "by b1" || ks[0].State["b2"] != "by b2" {
+		t.Fatalf("the join taken as %v: want one taking with both branches' fields", ks)
+	}
+	if _, err := c.Forward(ctx, connect.NewRequest(&gatewayv1.ForwardRequest{SessionId: sid, Pid: ks[0].Pid})); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := g.in.Run(ctx, "gj", runID); err != nil || info.Status != worqr.RunDone {
+		t.Fatalf("run %+v, %v: want done", info, err)
+	}
+}

@@ -171,15 +171,6 @@ func (c *Config) withDefaults() (Config, error) {
 	if out.DefaultQueue, err = fill("DefaultQueue", out.DefaultQueue); err != nil {
 		return out, err
 	}
-	for i, f := range out.Flows {
-		for j := 0; f != nil && j < len(f.Stages); j++ {
-			if len(f.Stages[j].Branches) > 0 {
-				// A branch's take reads its run's state and its end merges
-				// fields: the remote protocol carries neither.
-				return out, invalid(fmt.Sprintf("Flows[%d].Stages[%d].Branches", i, j), "are served by a worqr.Worker, not by remote workers")
-			}
-		}
-	}
 	// Stage handlers run remotely: placeholders pass validation.
 	out.Flows, err = validateFlows(out.Flows, func(g worqr.Flow) worqr.Flow {
 		g.Stages = append([]worqr.Stage(nil), g.Stages...)
@@ -201,6 +192,17 @@ func (c *Config) withDefaults() (Config, error) {
 				ch[name] = cq
 			}
 			g.Stages[j].Children = ch
+			bs := make(map[string]worqr.Branch, len(g.Stages[j].Branches))
+			for name, b := range g.Stages[j].Branches {
+				if b.Handler == nil {
+					b.Handler = worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })
+				}
+				if b.Queue.Concurrency == 0 {
+					b.Queue.Concurrency = 1
+				}
+				bs[name] = b
+			}
+			g.Stages[j].Branches = bs
 		}
 		return g
 	})
@@ -411,6 +413,10 @@ func (r *Server) flowQueue(q *remoteQueue, ref rdb.QueueRef) (rdb.Kind, *worqr.F
 			}
 			if cq, ok := st.Children[ref.Name]; ok {
 				q.cfg = cq
+				return rdb.KindChild, f, i
+			}
+			if b, ok := st.Branches[ref.Name]; ok {
+				q.cfg = b.Queue
 				return rdb.KindChild, f, i
 			}
 		}

@@ -208,8 +208,8 @@ func TestNewServerValidatesFlows(t *testing.T) {
 	}{
 		{"refuses a nil flow", []*worqr.Flow{nil}, "Flows[0]"},
 		{"refuses a flow served twice", []*worqr.Flow{remoteFlow, remoteFlow}, "Flows[1]"},
-		{"refuses a join's branches", []*worqr.Flow{{Name: "join", Stages: []worqr.Stage{{Name: "a"},
-			{Name: "j", Branches: map[string]worqr.Branch{"b": {}}}}}}, "Flows[0].Stages[1].Branches"},
+		{"refuses a branch named as a stage", []*worqr.Flow{{Name: "join", Stages: []worqr.Stage{{Name: "a"},
+			{Name: "j", Branches: map[string]worqr.Branch{"a": {}}}}}}, "Flow[\"join\"].Stages[1].Branches[\"a\"]"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			_, err := remote.NewServer(pool, &remote.Config{Flows: c.flows})

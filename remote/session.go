@@ -57,9 +57,12 @@ type remoteTaking struct {
 	q     *remoteQueue
 	taken rdb.Taken
 	at    time.Time // when taken (local clock)
-	// notRun: never handed to the remote (past its deadline, or cancelled
-	// where it waited): the session itself ends it (see endNotRun).
-	notRun bool
+	// notRun: never handed to the remote; the session itself ends it as
+	// this says (see endNotRun): past its deadline, or cancelled where it
+	// waited (NotRun); a join's stage whose run is to fan out its
+	// branches first (FanEnding); a branch whose run ended while it
+	// waited (buried with the reason).
+	notRun func() rdb.Ending
 	// stuck: reported stuck (see newlyStuck). Guarded by Session.mu.
 	stuck bool
 
@@ -426,7 +429,12 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 		}
 		return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.Member, err)
 	}
+	// The ends the session makes itself, by taking (see remoteTaking.notRun).
+	self := make([]func() rdb.Ending, len(taken))
 	for i, t := range taken {
+		if t.Expired {
+			self[i] = func() rdb.Ending { return q.NotRun(s.ID(), t) }
+		}
 		if t.RunUnread > 0 && !t.Expired {
 			// A run too big to come with the take (it keeps every child
 			// it fanned out): read in steps, each run in a time of its own
@@ -445,10 +453,38 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 			}
 		}
 	}
+	// A join's branches: their run's state comes with them, read by its
+	// id (as a Worker reads it for a branch's handler); a join's stage not
+	// joined yet fans them out, without the remote.
+	state := make([]*rdb.RunRecord, len(taken))
+	for i, t := range taken {
+		switch {
+		case t.PID == "" || t.Expired:
+		case q.Branching(t):
+			self[i] = func() rdb.Ending { return q.FanEnding(s.ID(), t, s.r.cfg.Logger) }
+		case q.IsBranch():
+			rctx, rcancel := context.WithTimeout(ctx, callTimeout)
+			run, err := engine.ReadBranchRun(rctx, s.r.st, &q.Queue, t)
+			rcancel()
+			if errors.Is(err, engine.ErrRunNotRunning) {
+				self[i] = func() rdb.Ending {
+					return s.decide(&remoteTaking{q: q, taken: t}, engine.Outcome{Verdict: engine.Bury, Err: err})
+				}
+				break
+			}
+			if err != nil {
+				gctx, gcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+				_ = s.releaseUnknown(gctx, q, known)
+				gcancel()
+				return nil, 0, fmt.Errorf("worqr: take from %s: %w", q.Member, err)
+			}
+			state[i] = run
+		}
+	}
 	now := time.Now()
 	out = make([]Taking, 0, len(taken))
 	s.mu.Lock()
-	for _, t := range taken {
+	for i, t := range taken {
 		if t.PID == "" {
 			skipped++
 			s.r.emit(worqr.Event{Kind: worqr.EventDead, Queue: q.Member, TaskID: t.ID, WorkerID: s.ID(), Err: errors.New(t.Reason)})
@@ -457,17 +493,22 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 		}
 		kept := t
 		kept.Payload, kept.Run = nil, nil // handed over: the session needs only the bookkeeping
-		s.takings[s.token(q, t.PID)] = &remoteTaking{q: q, taken: kept, at: now, notRun: t.Expired}
-		if t.Expired {
+		s.takings[s.token(q, t.PID)] = &remoteTaking{q: q, taken: kept, at: now, notRun: self[i]}
+		if self[i] != nil {
 			// Past its deadline when taken (Redis time), or cancelled
-			// while it waited: never handed to the remote, ended as
-			// expired (or cancelled) below, as a Worker does. Held
-			// meanwhile: if that end fails, the next beat or take tries
-			// it again (the remote never saw it: nothing else would).
+			// while it waited, a join's fan-out, a branch of an ended
+			// run: never handed to the remote, ended below as a Worker
+			// ends it. Held meanwhile: if that end fails, the next beat
+			// or take tries it again (the remote never saw it: nothing
+			// else would).
 			skipped++
 			continue
 		}
-		out = append(out, s.taking(q, t))
+		k := s.taking(q, t)
+		if run := state[i]; run != nil {
+			k.State, k.Children = run.State, childResults(run.Children)
+		}
+		out = append(out, k)
 	}
 	var over []Taking
 	if req.MaxBytes > 0 {
@@ -518,7 +559,8 @@ func (s *Session) takeOnce(ctx context.Context, q *remoteQueue, req TakeRequest)
 }
 
 // endNotRun ends the takings the session's takes found not to run (past
-// their deadline, or cancelled where they waited) and has not ended yet:
+// their deadline, cancelled where they waited, a join's fan-out, a branch
+// of an ended run: remoteTaking.notRun) and has not ended yet:
 // those of the take just made, and any whose end failed before (a Redis
 // error reply, a caller that hung up while it was retried). The remote
 // never saw them, so no call of its ends them, and every release counts
@@ -527,17 +569,17 @@ func (s *Session) endNotRun(ctx context.Context) {
 	var pids []string
 	s.mu.Lock()
 	for pid, t := range s.takings {
-		if t.notRun && !t.isEnded() {
+		if t.notRun != nil && !t.isEnded() {
 			pids = append(pids, pid)
 		}
 	}
 	s.mu.Unlock()
 	for _, pid := range pids {
 		_, err := s.end(ctx, pid, "expire", func(t *remoteTaking) (rdb.Ending, error) {
-			return t.q.NotRun(s.ID(), t.taken), nil
+			return t.notRun(), nil
 		})
 		if err != nil && !errors.Is(err, ErrNotOwner) {
-			s.r.cfg.Logger.Warn("remote: a taking not to run (past its deadline, or cancelled where it waited) not ended yet (tried again at the next beat or take)", "pid", pid, "err", err)
+			s.r.cfg.Logger.Warn("remote: a taking the session ends itself (past its deadline, cancelled where it waited, a join's fan-out) not ended yet (tried again at the next beat or take)", "pid", pid, "err", err)
 		}
 	}
 }
@@ -695,7 +737,7 @@ func (s *Session) newlyStuck(now time.Time) []worqr.Event {
 	defer s.mu.Unlock()
 	var out []worqr.Event
 	for _, t := range s.takings {
-		if t.notRun || t.stuck || t.isEnded() || !t.q.Stuck(t.at, now) {
+		if t.notRun != nil || t.stuck || t.isEnded() || !t.q.Stuck(t.at, now) {
 			continue
 		}
 		t.stuck = true
@@ -799,6 +841,9 @@ func (s *Session) stageEnd(ctx context.Context, pid string, fields map[string]st
 		how = "fan_out"
 	}
 	return s.end(ctx, pid, how, func(t *remoteTaking) (rdb.Ending, error) {
+		if t.q.IsBranch() {
+			return s.branchEnd(t, fields, children, sleep, again, await)
+		}
 		if t.q.Kind != rdb.KindStage {
 			return rdb.Ending{}, invalid("pid", "%s is a taking of %s, not of a flow stage: use finish", pid, t.q.Member)
 		}
@@ -816,6 +861,25 @@ func (s *Session) stageEnd(ctx context.Context, pid string, fields map[string]st
 		}
 		return e, nil
 	})
+}
+
+// branchEnd is the done end of a taking of a join's branch
+// (worqr.Stage.Branches): its fields are merged into the run's state; a
+// branch sets fields only.
+func (s *Session) branchEnd(t *remoteTaking, fields map[string]string, children []worqr.ChildSpec, sleep time.Duration, again bool, await string) (rdb.Ending, error) {
+	rule := "does not apply to a branch of a join (%s): its end merges fields only"
+	switch {
+	case len(children) > 0:
+		return rdb.Ending{}, invalid("children", rule, t.q.Member)
+	case sleep != 0:
+		return rdb.Ending{}, invalid("sleep", rule, t.q.Member)
+	case again:
+		return rdb.Ending{}, invalid("again", rule, t.q.Member)
+	case await != "":
+		return rdb.Ending{}, invalid("await", rule, t.q.Member)
+	}
+	e := s.decide(t, engine.Outcome{Verdict: engine.Done})
+	return e, asInvalid(t.q.BranchFields(&e, "fields", fields, s.r.cfg.MaxPayloadBytes))
 }
 
 // decide is the queue's outcome policy for taking t of the session: o is

@@ -1227,3 +1227,121 @@ func TestRemoteForwardAfter(t *testing.T) {
 		t.Fatalf("check taken with state %v, want paid=yes", k.State)
 	}
 }
+
+// A remote serves a join (worqr.Stage.Branches) as a Worker does: the
+// session fans a join's stage out into its branches itself, a branch's
+// taking comes with its run's state, its Forward merges fields into the
+// run (and nothing else: sleep, again, await and children are refused by
+// name), and the join's stage is then taken once with every branch's
+// fields; on any, the first branch done cancels the others.
+func TestRemoteJoin(t *testing.T) {
+	ctx := context.Background()
+	nop := worqr.StageHandlerFunc(nil)
+	one := worqr.QueueConfig{Concurrency: 1}
+	joinFlow := func(name string, any bool, stages ...string) *worqr.Flow {
+		f := &worqr.Flow{Name: name}
+		for _, st := range stages {
+			f.Stages = append(f.Stages, worqr.Stage{Name: st, Handler: nop, Queue: one})
+		}
+		j := &f.Stages[len(f.Stages)-1]
+		if len(stages) > 1 {
+			j = &f.Stages[1]
+		}
+		j.JoinAny = any
+		j.Branches = map[string]worqr.Branch{"b1": {Handler: nop, Queue: one}, "b2": {Handler: nop, Queue: one}}
+		return f
+	}
+	take := func(t *testing.T, s *remote.Session, queue string) []remote.Taking {
+		t.Helper()
+		ks, err := s.Take(ctx, remote.TakeRequest{Queue: queue, Max: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ks
+	}
+
+	t.Run("all: the join runs once with every branch's fields", func(t *testing.T) {
+		f := joinFlow("rj", false, "a", "j", "e")
+		b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{f}})
+		runID, err := b.client.StartRun(ctx, f, map[string]string{"x": "1"}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, b, "rj/a", "rj/j", "rj/b1", "rj/b2", "rj/e")
+		if _, err := s.Forward(ctx, takeOne(t, s, "rj/a", time.Second).PID, map[string]string{"a": "A"}); err != nil {
+			t.Fatal(err)
+		}
+		if ks := take(t, s, "rj/j"); len(ks) != 0 {
+			t.Fatalf("the join's stage handed out %+v before its branches ran", ks)
+		}
+		info, err := b.insp.Run(ctx, "rj", runID)
+		if err != nil || info.TaskState != "children" || len(info.Children) != 2 {
+			t.Fatalf("run %+v, %v: want it waiting for its two branches", info, err)
+		}
+		for _, q := range []string{"b1", "b2"} {
+			k := takeOne(t, s, "rj/"+q, time.Second)
+			if k.State["x"] != "1" || k.State["a"] != "A" || k.Parent != runID {
+				t.Fatalf("branch %s taken with state %v, parent %s: want the run's", q, k.State, k.Parent)
+			}
+			if _, err := s.ForwardAfter(ctx, k.PID, nil, time.Second, false, ""); invalidField(t, "a branch's sleep", err) != "sleep" {
+				t.Fatalf("a branch's sleep: %v, want the field named sleep", err)
+			}
+			if _, err := s.FanOut(ctx, k.PID, nil, []worqr.ChildSpec{{Queue: "b1"}}); invalidField(t, "a branch's children", err) != "children" {
+				t.Fatalf("a branch's children: %v, want the field named children", err)
+			}
+			if out, err := s.Forward(ctx, k.PID, map[string]string{q: "done by " + q}); err != nil || out != worqr.EventDone {
+				t.Fatalf("branch %s Forward = %q, %v; want done", q, out, err)
+			}
+		}
+		j := takeOne(t, s, "rj/j", time.Second)
+		if j.State["b1"] != "done by b1" || j.State["b2"] != "done by b2" || j.State["a"] != "A" || len(j.Children) != 2 {
+			t.Fatalf("the join taken with state %v, children %+v: want both branches' fields", j.State, j.Children)
+		}
+		if _, err := s.Forward(ctx, j.PID, map[string]string{"j": "J"}); err != nil {
+			t.Fatal(err)
+		}
+		if ks := take(t, s, "rj/j"); len(ks) != 0 {
+			t.Fatalf("the join ran again: %+v", ks)
+		}
+		e := takeOne(t, s, "rj/e", time.Second)
+		if e.State["j"] != "J" {
+			t.Fatalf("e taken with state %v", e.State)
+		}
+		if _, err := s.Forward(ctx, e.PID, nil); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := b.insp.Run(ctx, "rj", runID); err != nil || info.Status != worqr.RunDone {
+			t.Fatalf("run %+v, %v: want done", info, err)
+		}
+	})
+
+	t.Run("any: the first branch done cancels the other", func(t *testing.T) {
+		f := joinFlow("ra", true, "j")
+		b := setupRemote(t, ctx, remote.Config{Flows: []*worqr.Flow{f}})
+		runID, err := b.client.StartRun(ctx, f, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := open(t, b, "ra/j", "ra/b1", "ra/b2")
+		if ks := take(t, s, "ra/j"); len(ks) != 0 {
+			t.Fatalf("the join's stage handed out %+v before its branches ran", ks)
+		}
+		k := takeOne(t, s, "ra/b2", time.Second)
+		if _, err := s.Forward(ctx, k.PID, map[string]string{"won": "b2"}); err != nil {
+			t.Fatal(err)
+		}
+		if ks := take(t, s, "ra/b1"); len(ks) != 0 {
+			t.Fatalf("b1 handed out after b2 won: %+v", ks)
+		}
+		j := takeOne(t, s, "ra/j", time.Second)
+		if j.State["won"] != "b2" {
+			t.Fatalf("the join taken with state %v, want b2's field", j.State)
+		}
+		if _, err := s.Forward(ctx, j.PID, nil); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := b.insp.Run(ctx, "ra", runID); err != nil || info.Status != worqr.RunDone {
+			t.Fatalf("run %+v, %v: want done", info, err)
+		}
+	})
+}

@@ -113,7 +113,7 @@ func (w *Worker) run(q *queueRunner, j job) {
 		}
 		e := q.Decide(t.worker, taken, outcomeOf(err, t.result), w.cfg.Logger)
 		if fan && e.Ask == rdb.AskDone {
-			q.FanBranches(&e)
+			e = q.FanEnding(t.worker, taken, w.cfg.Logger)
 		} else if q.branch != nil && e.Ask == rdb.AskDone {
 			if perr := w.planBranch(q, res, &e); perr != nil {
 				err = SkipRetry(perr)
@@ -186,13 +186,12 @@ func newRun(q *queueRunner, taken rdb.Taken, t *Task) *Run {
 // run for: the taking ends for good (its end finds the run ended and
 // drops it). A failed read gives the taking back, no attempt counted.
 func (w *Worker) branchRun(ctx context.Context, q *queueRunner, taken rdb.Taken, t *Task) (*Run, error) {
-	m, err := w.st.ReadRun(ctx, q.QK, taken.Parent)
-	if err != nil {
-		return nil, fmt.Errorf("%w: reading run %s: %w", ErrGiveBack, taken.Parent, err)
+	r, err := engine.ReadBranchRun(ctx, w.st, &q.Queue, taken)
+	if errors.Is(err, engine.ErrRunNotRunning) {
+		return nil, SkipRetry(fmt.Errorf("worqr: %w", err))
 	}
-	r := rdb.DecodeRun(taken.Parent, m)
-	if r == nil || r.Status != rdb.RunRunning {
-		return nil, SkipRetry(fmt.Errorf("worqr: branch %s: run %s is not running", q.name, taken.Parent))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrGiveBack, err)
 	}
 	return &Run{ID: taken.Parent, Flow: q.flow.Name, Stage: q.name, State: r.State, Children: childResults(r.Children),
 		Attempt: t.Attempt, Meta: engine.DecodeMeta(r.Meta)}, nil
@@ -216,11 +215,7 @@ func (w *Worker) planBranch(q *queueRunner, res *StageResult, e *rdb.Ending) err
 		return invalid("StageResult.Await", rule, q.name)
 	}
 	field := fmt.Sprintf("StageResult.Fields of branch %s", q.name)
-	if _, err := engine.CheckStateFields(field, res.Fields, w.cfg.MaxPayloadBytes, engine.StageBudget(w.cfg.MaxPayloadBytes)); err != nil {
-		return asInvalid(err)
-	}
-	e.Fields = rdb.StateFields(res.Fields)
-	return nil
+	return asInvalid(q.BranchFields(e, field, res.Fields, w.cfg.MaxPayloadBytes))
 }
 
 // callStage runs a stage handler and turns a panic into an error.

@@ -12,9 +12,11 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"time"
 
@@ -129,6 +131,54 @@ const MaxBranches = 64
 // the branches' fan-in and cleared when the run moves on).
 func (q *Queue) Branching(taken rdb.Taken) bool {
 	return q.Kind == rdb.KindStage && len(q.Stage.Branches) > 0 && taken.Run[rdb.FieldJoined] != q.Stage.Name
+}
+
+// IsBranch reports whether q, a flow's child queue, is a branch of its
+// declaring stage's join (Stage.Branches): its takings run with the run's
+// state (ReadBranchRun) and their done ends merge fields into it
+// (BranchFields).
+func (q *Queue) IsBranch() bool {
+	return q.Kind == rdb.KindChild && q.Stage != nil && slices.Contains(q.Stage.Branches, q.QK.Ref.Name)
+}
+
+// ErrRunNotRunning is why a branch's taking is not run: its run ended
+// (failed, cancelled, or moved on past a join on any) while it waited.
+var ErrRunNotRunning = errors.New("its run is not running")
+
+// ReadBranchRun reads the run of a branch's taking, as its handler sees
+// it. A run that is gone or no longer running is ErrRunNotRunning: the
+// taking is not run, and ends for good (its end finds the run ended and
+// drops it). Another error is the read's.
+func ReadBranchRun(ctx context.Context, st *rdb.Store, q *Queue, taken rdb.Taken) (*rdb.RunRecord, error) {
+	m, err := st.ReadRun(ctx, q.QK, taken.Parent)
+	if err != nil {
+		return nil, fmt.Errorf("reading run %s: %w", taken.Parent, err)
+	}
+	r := rdb.DecodeRun(taken.Parent, m)
+	if r == nil || r.Status != rdb.RunRunning {
+		return nil, fmt.Errorf("branch %s: run %s: %w", q.QK.Ref.Name, taken.Parent, ErrRunNotRunning)
+	}
+	return r, nil
+}
+
+// BranchFields adds to a branch's done ending e the state fields its end
+// merges into the run, after checking them against the bounds a stage's
+// fields have (CheckStateFields); the error is an *InputError naming
+// field.
+func (q *Queue) BranchFields(e *rdb.Ending, field string, fields map[string]string, maxPayload int) error {
+	if _, err := CheckStateFields(field, fields, maxPayload, StageBudget(maxPayload)); err != nil {
+		return err
+	}
+	e.Fields = rdb.StateFields(fields)
+	return nil
+}
+
+// FanEnding is the ending of a taking of a join's stage whose run has
+// not been joined there (Branching): done, fanning out the branches.
+func (q *Queue) FanEnding(worker string, taken rdb.Taken, log *slog.Logger) rdb.Ending {
+	e := q.Decide(worker, taken, Outcome{Verdict: Done}, log)
+	q.FanBranches(&e)
+	return e
 }
 
 // FanBranches makes a stage's done ending e fan out one child per branch,
