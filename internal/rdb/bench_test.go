@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
@@ -204,4 +205,97 @@ func BenchmarkKeys(b *testing.B) {
 			sinkKey = qk.Task(id)
 		}
 	})
+}
+
+// scriptUsec is the server's time in script calls so far (INFO
+// commandstats: FCALL's usec, its inner commands included).
+func scriptUsec(b *testing.B, c redis.Conn) float64 {
+	b.Helper()
+	info, err := redis.String(c.Do("INFO", "commandstats"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_fcall:"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					return n
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// BenchmarkFairTakeEnd takes 50 tasks and ends them in one call, as a
+// busy worker's group commit does, on a plain queue and on a fair one
+// whose tasks are of one key or of 16 keys, and reports the server's time
+// in those script calls per task (redis-µs/job: the take's planning and
+// the keyed tasks' larger hashes show there).
+func BenchmarkFairTakeEnd(b *testing.B) {
+	const batch = 50
+	for _, c := range []struct {
+		name string
+		keys int // 0: a plain queue
+	}{{"plain", 0}, {"fair, one key", 1}, {"fair, 16 keys", 16}} {
+		b.Run(c.name, func(b *testing.B) {
+			st, qk := benchStore(b)
+			ctx := context.Background()
+			if c.keys > 0 {
+				if err := st.WriteKeyPolicy(ctx, qk, rdb.KeyPolicy{Fair: true}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			total := b.N * batch
+			ids := newIDs(total)
+			for i := 0; i < total; i += 1000 {
+				j := min(i+1000, total)
+				if c.keys == 0 {
+					if _, err := st.Enqueue(ctx, qk, ids[i:j], payloads(j-i), nil); err != nil {
+						b.Fatal(err)
+					}
+					continue
+				}
+				for k := range c.keys {
+					var kids []string
+					for x := i + k; x < j; x += c.keys {
+						kids = append(kids, ids[x])
+					}
+					if len(kids) == 0 {
+						continue
+					}
+					if _, err := st.EnqueueKey(ctx, qk, "k"+strconv.Itoa(k), kids, payloads(len(kids)), nil, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			conn, err := redis.DialURL(server(b).URL)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			const w = "bench-worker"
+			es := make([]rdb.Ending, batch)
+			u0 := scriptUsec(b, conn)
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				taken, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5, Fair: c.keys > 0})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if len(taken) != batch {
+					b.Fatalf("took %d, want %d", len(taken), batch)
+				}
+				for j, t := range taken {
+					es[j] = rdb.Done(rdb.KindTask, w, t.PID, t.ID, nil)
+				}
+				if _, err := st.End(ctx, qk, 0, es); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric((scriptUsec(b, conn)-u0)/float64(total), "redis-µs/job")
+		})
+	}
 }
