@@ -213,7 +213,12 @@ func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig, hooks ...f
 	pool, ns, c := internalClient(t)
 	ran := make(chan string, 8)
 	cfg.Namespace = ns
-	cfg.Queues = map[string]QueueConfig{"q": {Concurrency: 2, Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
+	keys := cfg.Queues["q"].Keys // a fair queue: its tasks of key "k"
+	var opts EnqueueOpts
+	if keys.Fair {
+		opts.Key = "k"
+	}
+	cfg.Queues = map[string]QueueConfig{"q": {Concurrency: 2, Keys: keys, Handler: HandlerFunc(func(_ context.Context, tk *Task) error {
 		ran <- string(tk.Payload) + " " + strconv.Itoa(tk.Attempt) + " " + strconv.Itoa(tk.Crashes)
 		if strings.HasPrefix(string(tk.Payload), "slow") {
 			<-gate
@@ -236,50 +241,82 @@ func slowAndNext(t *testing.T, ctx context.Context, cfg WorkerConfig, hooks ...f
 	})
 	q := w.queues[0]
 	q.ran(10 * time.Microsecond) // handlers seen fast: it reads ahead
-	for _, id := range []string{"slow1", "slow2"} {
-		if _, err := c.Enqueue(ctx, "q", []byte(id), &EnqueueOpts{ID: id}); err != nil {
+	// (A keyed task's id is worqr's own: taskIDs names it.)
+	for _, id := range []string{"slow1", "slow2", "next"} {
+		if !keys.Fair {
+			opts.ID = id
+		}
+		got, err := c.Enqueue(ctx, "q", []byte(id), &opts)
+		if err != nil {
 			t.Fatal(err)
 		}
-		waitRan(t, ran, id+" 1 0", id+" never ran")
-	}
-	if _, err := c.Enqueue(ctx, "q", []byte("next"), &EnqueueOpts{ID: "next"}); err != nil {
-		t.Fatal(err)
+		taskIDs.Store(w.ID()+" "+id, got)
+		if id != "next" {
+			waitRan(t, ran, id+" 1 0", id+" never ran")
+		}
 	}
 	return w, ran, open
 }
 
-// waitPutBack waits until id waits at the front of w's queue again.
+// taskIDs maps "<worker id> <payload>" to the id of the task of that
+// payload slowAndNext enqueued for the worker.
+var taskIDs sync.Map
+
+// waitPutBack waits until the task slowAndNext enqueued with payload id
+// waits at the front of w's queue again (of key "k"'s list, on a fair
+// queue).
 func waitPutBack(t *testing.T, w *Worker, id string) {
 	t.Helper()
+	if v, ok := taskIDs.Load(w.ID() + " " + id); ok {
+		id = v.(string)
+	}
 	c := internalPool(t).Get()
 	defer c.Close()
+	list := w.queues[0].QK.Waiting
+	if w.queues[0].cfg.Keys.Fair {
+		list = w.queues[0].QK.FairListPrefix + "k"
+	}
 	waitFor(t, func() (bool, string) {
-		head, err := redis.Strings(c.Do("LRANGE", w.queues[0].QK.Waiting, 0, 0))
+		head, err := redis.Strings(c.Do("LRANGE", list, 0, 0))
 		return err == nil && len(head) == 1 && head[0] == id, fmt.Sprintf("front of the queue %v (%v), want %s put back", head, err, id)
 	})
 }
 
 // A task taken ahead that finds every handler busy for readAheadWait goes
-// back to the front of its queue, nothing counted (the release puts it
-// back), and the queue stops reading ahead: it runs once, at its first
-// attempt, after the slow ones.
+// back to the front of its queue (of its key's list, on a fair queue),
+// nothing counted (the release puts it back; its key's running count
+// gives its slot back), and the queue stops reading ahead: it runs once,
+// at its first attempt, after the slow ones.
 func TestReadAheadGivesBackWhenHandlersSlowDown(t *testing.T) {
 	old := readAheadWait
 	readAheadWait = time.Second // long enough to see it held first
 	defer func() { readAheadWait = old }()
-	w, ran, open := slowAndNext(t, context.Background(), WorkerConfig{})
-	waitHeldAhead(t, w)
-	waitPutBack(t, w, "next")
-	if got := w.queues[0].ahead(); got != 0 {
-		t.Errorf("still reads %d ahead after a give back", got)
+	for _, c := range []struct {
+		name string
+		keys KeyPolicy
+	}{{"a plain queue", KeyPolicy{}}, {"a fair queue", KeyPolicy{Fair: true}}} {
+		t.Run(c.name, func(t *testing.T) {
+			w, ran, open := slowAndNext(t, context.Background(), WorkerConfig{Queues: map[string]QueueConfig{"q": {Keys: c.keys}}})
+			waitHeldAhead(t, w)
+			waitPutBack(t, w, "next")
+			if got := w.queues[0].ahead(); got != 0 {
+				t.Errorf("still reads %d ahead after a give back", got)
+			}
+			if c.keys.Fair {
+				k, err := w.st.ReadFairKey(context.Background(), w.queues[0].QK, "k")
+				if err != nil || k.Running != 2 || k.Waiting != 1 {
+					t.Errorf("key k after the give back: %+v, %v; want 2 running (the slow ones) and next waiting", k, err)
+				}
+			}
+			select {
+			case got := <-ran:
+				t.Fatalf("%s ran while the slow handlers held both slots", got)
+			default:
+			}
+			open()
+			waitRan(t, ran, "next 1 0", "next never ran after the slow ones (or not at its first attempt, or a crash counted)")
+		})
 	}
-	select {
-	case got := <-ran:
-		t.Fatalf("%s ran while the slow handlers held both slots", got)
-	default:
-	}
-	open()
-	waitRan(t, ran, "next 1 0", "next never ran after the slow ones (or not at its first attempt, or a crash counted)")
 }
 
 // waitHeldAhead waits until w holds three takings of its queue in Redis:
