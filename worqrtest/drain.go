@@ -129,6 +129,9 @@ func served(cfg *worqr.WorkerConfig) []string {
 			for c := range s.Children {
 				out = append(out, f.Name+"/"+c)
 			}
+			for b := range s.Branches {
+				out = append(out, f.Name+"/"+b)
+			}
 		}
 	}
 	sort.Strings(out)

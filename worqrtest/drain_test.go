@@ -122,6 +122,36 @@ func TestDrainRunsAFlowToItsEnd(t *testing.T) {
 	}
 }
 
+func TestDrainRunsAJoinToItsEnd(t *testing.T) {
+	ctx := context.Background()
+	env := worqrtest.New(t, nil)
+	branch := func(field string) worqr.Branch {
+		return worqr.Branch{Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Fields: map[string]string{field: "ok"}}, nil
+			})}
+	}
+	flow := &worqr.Flow{Name: "checks", Stages: []worqr.Stage{
+		{Name: "join", Queue: worqr.QueueConfig{Concurrency: 1},
+			Branches: map[string]worqr.Branch{"fraud": branch("fraud"), "stock": branch("stock")},
+			Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+				return &worqr.StageResult{Fields: map[string]string{"both": r.State["fraud"] + r.State["stock"]}}, nil
+			})},
+	}}
+	id, err := env.Client().StartRun(ctx, flow, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env.Drain(ctx, t, &worqr.WorkerConfig{Flows: []*worqr.Flow{flow}})
+	run, err := env.Inspector().Run(ctx, "checks", id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if run.Status != worqr.RunDone || run.State["both"] != "okok" {
+		t.Fatalf("run %s with state %v after the drain, want done with both branches' fields", run.Status, run.State)
+	}
+}
+
 func TestDrainFailsAtItsBound(t *testing.T) {
 	env := worqrtest.New(t, nil)
 	if _, err := env.Client().Enqueue(context.Background(), "stuck", []byte("x"), nil); err != nil {
