@@ -262,7 +262,20 @@ function FAIR.pick(tprefix, qname, need, safe)
         if not rroom then
           return nil
         end
-        if room <= 0 then
+        if p.whole and p.h == #q and x.lim <= 0 and not (x.rate > 0 and x.period > 0) then
+          -- The last key in turn, with no limit: turn after turn, it
+          -- takes all that is left. In one step rather than one per turn
+          -- (a lone key of weight 1 would loop once per task): it ends
+          -- where the loop would, mid-turn or with its turn just over,
+          -- still the ring's last.
+          if left >= x.credit then
+            local r = (left - x.credit) % x.w
+            x.credit = r > 0 and x.w - r or 0
+          else
+            x.credit = x.credit - left
+          end
+          x.plan, left = x.plan + left, 0
+        elseif room <= 0 then
           x.gone, x.full = 'full', true
           p.h = p.h + 1
         elseif rroom <= 0 then
