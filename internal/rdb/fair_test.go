@@ -223,6 +223,27 @@ func TestFairTake(t *testing.T) {
 			t.Errorf("one at a time: %s, want a1 a2 a3 b1 a4 a5 b2 b3", got)
 		}
 	})
+	t.Run("a lone key takes turn after turn, its credit kept across takes", func(t *testing.T) {
+		t.Parallel()
+		e := fairEnv(t, rdb.KeyLimits{Weight: 3})
+		e.fairEnq(t, "A", "a1", "a2", "a3", "a4", "a5", "a6", "a7", "a8", "a9")
+		for _, c := range []struct {
+			max   int
+			taken string
+			state string
+		}{
+			{4, "a1 a2 a3 a4", fst(4, 2, 1)}, // a turn of 3, then 1 of the next: 2 left
+			{1, "a5", fst(5, 1, 1)},          // within that turn
+			{4, "a6 a7 a8 a9", fst(9, 0, 1)}, // its last, then one full turn: just over
+		} {
+			if got := joined(e.fairTake(t, "W", c.max)); got != c.taken {
+				t.Fatalf("a take of %d: %s, want %s", c.max, got, c.taken)
+			}
+			if got := e.field2(t, e.q.FairState, "s:A"); got != c.state {
+				t.Fatalf("after taking %s: state %s, want %s", c.taken, got, c.state)
+			}
+		}
+	})
 }
 
 // field2 reads field f of hash key.
