@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gomodule/redigo/redis"
+
+	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -378,5 +381,94 @@ func TestStageJoinBranchOfAVanishedWorker(t *testing.T) {
 	defer mu.Unlock()
 	if len(joins) != 1 || joins[0] != "live" {
 		t.Errorf("the join ran %d times, seeing B = %q; want once, seeing the live worker's", len(joins), joins)
+	}
+}
+
+// A branch of a join on any that ends done after another was done first
+// is cancelled by its end (its fields are not merged); when that end's
+// reply is lost and its repeat finds the taking gone, the worker's event
+// says cancelled too, as its run counted it, not the done its handler
+// asked for: the branch's own hash is gone with the end.
+func TestJoinAnyLostEndReplyOfTheCancelledBranch(t *testing.T) {
+	ctx := context.Background()
+	var armed atomic.Int32
+	// slowsEnd: a script call that ends the slow branch's taking done.
+	slowsEnd := func(args []any) bool {
+		done, slow := false, false
+		for _, a := range args {
+			s, _ := a.(string)
+			done = done || s == "done"
+			slow = slow || strings.HasSuffix(s, ":slow")
+		}
+		return done && slow
+	}
+	pool := &redis.Pool{MaxIdle: 8, DialContext: func(ctx context.Context) (redis.Conn, error) {
+		c, err := redis.DialURLContext(ctx, srv.URL)
+		if err != nil {
+			return nil, err
+		}
+		return &redistest.LossyConn{Conn: c, Armed: &armed, Match: slowsEnd}, nil
+	}}
+	defer pool.Close()
+	cfg := worqr.Config{Namespace: redistest.Namespace()}
+	slowStarted, joinGate := make(chan struct{}), make(chan struct{})
+	defer close(joinGate)
+	events := make(chan worqr.Event, 10)
+	branch := func(h worqr.StageHandlerFunc) worqr.Branch {
+		return worqr.Branch{Queue: worqr.QueueConfig{Concurrency: 1, MaxAttempts: 1}, Handler: h}
+	}
+	f := &worqr.Flow{Name: "race", Stages: []worqr.Stage{{Name: "pick", Queue: worqr.QueueConfig{Concurrency: 1},
+		JoinAny: true,
+		Branches: map[string]worqr.Branch{
+			"fast": branch(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+				<-slowStarted
+				return &worqr.StageResult{Fields: map[string]string{"winner": "fast"}}, nil
+			}),
+			"slow": branch(func(ctx context.Context, _ *worqr.Run) (*worqr.StageResult, error) {
+				close(slowStarted)
+				<-ctx.Done()   // fast was done first
+				armed.Store(1) // this end's reply is lost
+				return &worqr.StageResult{Fields: map[string]string{"winner": "slow"}}, nil
+			}),
+		},
+		Handler: worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+			<-joinGate // its end keeps its reply
+			return nil, nil
+		})}}}
+	startWorker(t, ctx, pool, &worqr.WorkerConfig{Config: cfg, Flows: []*worqr.Flow{f}, OnEvent: func(e worqr.Event) {
+		if e.Queue == "race/slow" && (e.Kind == worqr.EventDone || e.Kind == worqr.EventCancelled || e.Kind == worqr.EventLost) {
+			events <- e
+		}
+	}})
+	c, err := worqr.NewClient(pool, &cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.StartRun(ctx, f, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case e := <-events:
+		if e.Kind != worqr.EventCancelled || !strings.HasPrefix(e.TaskID, id+".") {
+			t.Errorf("event %s of %s, want cancelled of run %s's slow branch", e.Kind, e.TaskID, id)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no end event of the slow branch")
+	}
+	if armed.Load() >= 0 {
+		t.Fatal("no reply was lost: the test did not test anything")
+	}
+	info, err := newInspector(t, pool, &cfg).Run(ctx, f.Name, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range info.Children {
+		if ch.Queue == "slow" && ch.Status != "cancelled" {
+			t.Errorf("the run holds the slow branch %s, want cancelled", ch.Status)
+		}
+	}
+	if info.State["winner"] != "fast" {
+		t.Errorf("the run's state %v: the cancelled branch's end wrote into it", info.State)
 	}
 }

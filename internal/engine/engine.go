@@ -426,7 +426,10 @@ func (q *Queue) Resume(e *rdb.Ending, sleep time.Duration, again bool, await str
 // requeues dead workers only), so a taking that vanished from a live
 // session was ended by it. out is then what the applied end recorded: what
 // it asked, unless the task reads cancelled (a cancel asked while it ran
-// wins over any end); a task no retention keeps answers what it asked.
+// wins over any end), or, a child's done end, its run counted it other
+// than done (the end found it cancelled: a sibling of a join on any was
+// done first, or its run had ended); a task no retention keeps answers
+// what it asked.
 func (q *Queue) AppliedEarlier(ctx context.Context, st *rdb.Store, reg *registry.Registry, session string, lost func() bool, tried rdb.Ending) (applied bool, out rdb.Outcome, err error) {
 	actx, cancel := context.WithTimeout(ctx, CallTimeout)
 	alive, err := reg.Alive(actx, []string{session})
@@ -438,6 +441,12 @@ func (q *Queue) AppliedEarlier(ctx context.Context, st *rdb.Store, reg *registry
 	defer cancel()
 	if rec, err := st.Task(rctx, q.QK, tried.ID); err == nil && rec != nil && rec.State == rdb.StateCancelled {
 		return true, rdb.OutcomeCancelled, nil
+	}
+	if tried.Kind == rdb.KindChild && tried.Ask == rdb.AskDone && tried.Run != "" {
+		// The end deleted the child: its run says whether it counted it done.
+		if s, err := st.ChildStatus(rctx, q.QK, tried.Run, tried.ID); err == nil && s != "" && s != "done" {
+			return true, rdb.OutcomeCancelled, nil
+		}
 	}
 	return true, Asked(tried), nil
 }

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -317,6 +318,17 @@ func (r *runScanner) add(kv []string) {
 	}
 	r.big = max(biggest, r.big/2)
 	r.count = min(4*r.count, runScan, max(runStepBytes/(r.big+1), 1))
+}
+
+// ChildStatus returns how run counted its child cid (pending, done,
+// failed, cancelled; "" when the run or the child's entry is gone): a
+// child's end deletes the child's own hash, so its run is what remembers it.
+func (s *Store) ChildStatus(ctx context.Context, q QueueKeys, run, cid string) (string, error) {
+	st, err := redis.String(s.cmd(ctx, q.Ref.Tag, "HGET", q.Task(run), runChildPrefix+cid))
+	if errors.Is(err, redis.ErrNil) {
+		return "", nil
+	}
+	return st, err
 }
 
 // ReadRun returns the hash of run id (empty when it is gone) in steps of
