@@ -87,6 +87,7 @@ func timersFlow(logLine func(words ...string)) *worqr.Flow {
 // timersScenario sizes one run of TestChaosTimers.
 type timersScenario struct {
 	rate     float64       // runs started per second...
+	joinRate float64       // and of the joins flow...
 	run      time.Duration // ...for this long, under the faults
 	restarts time.Duration // a Redis restart every this long on average (the first at about run/3)
 	drain    time.Duration // the longest wait for the runs to end after run
@@ -139,15 +140,28 @@ type timersScenario struct {
 // sent after the bound could have passed (counted). A repeated signal id
 // is refused, and a late signal is kept, never delivered.
 //
-// Short mode (about 10 s): 40 runs a second for 3 s, one Redis restart.
-// Long mode (make chaos): 15 a second for WORQR_CHAOS_DURATION, a Redis
-// restart every 30 s on average.
+// The same processes serve joinsFlow, whose runs the harness starts
+// beside (with an id, and 2–3 members, RunOpts.Children): cb, the batch's
+// callback, then ja, a join on all of branches ba, bb, bc, then jy, a join
+// on any of ya, yb. Checked from its lines (joinsCheck): every run ends
+// done; cb, each join's fan-out and each join have at most one accepted
+// end (forwarded, fanned_out, done), each member and branch at most one,
+// jy's branches one between them, and each handler ran to its end (the
+// run being done, that accepted end is the one); every cb attempt found
+// all its members done; every ja attempt found each branch's field as one
+// of that branch's ends set it, every jy attempt exactly one; and Redis
+// holds each fan-out once (the members, one child per branch), ja's
+// branches done, one of jy's.
+//
+// Short mode (about 10 s): 40 runs a second for 3 s and 15 of the joins
+// flow, one Redis restart. Long mode (make chaos): 15 and 5 a second for
+// WORQR_CHAOS_DURATION, a Redis restart every 30 s on average.
 func TestChaosTimers(t *testing.T) {
 	needMode(t, "short", "long")
 	t.Parallel()
-	s := timersScenario{rate: 40, run: 3 * time.Second, drain: 60 * time.Second, procs: 4}
+	s := timersScenario{rate: 40, joinRate: 15, run: 3 * time.Second, drain: 60 * time.Second, procs: 4}
 	if cfg.mode == "long" {
-		s.rate, s.run, s.restarts, s.drain = 15, cfg.duration, 30*time.Second, 5*time.Minute
+		s.rate, s.joinRate, s.run, s.restarts, s.drain = 15, 5, cfg.duration, 30*time.Second, 5*time.Minute
 	}
 	chaosTimers(t, "timers-"+cfg.mode, s)
 }
@@ -189,7 +203,7 @@ type timersPlan struct {
 func chaosTimers(t *testing.T, name string, s timersScenario) {
 	c := newCluster(t, name, clusterOpts{viaProxy: true, redisArgs: aofAlways, timings: shortTimings})
 	ctx := context.Background()
-	flow := timersFlow(func(...string) {})
+	flow, jflow := timersFlow(func(...string) {}), joinsFlow(func(...string) {})
 	in, err := worqr.NewInspector(c.pool, &worqr.Config{Namespace: c.ns})
 	if err != nil {
 		t.Fatal(err)
@@ -249,6 +263,7 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 	var (
 		pmu   sync.Mutex
 		plans []*timersPlan
+		jruns []*joinsPlan
 		sigWG sync.WaitGroup
 	)
 	// send sends run p's signal until an answer says what became of it;
@@ -363,6 +378,30 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		go signalRun(p)
 		return nil
 	}
+	// startJoins starts run seq of the joins flow with 2–3 members.
+	startJoins := func(seq int) error {
+		p := &joinsPlan{id: fmt.Sprintf("j%05d", seq), members: 2 + rand.IntN(2)}
+		members := make([]worqr.ChildSpec, p.members)
+		for i := range members {
+			members[i] = worqr.ChildSpec{Queue: joinsMembers}
+		}
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			sctx, cancel := context.WithTimeout(c.ctx, 2*time.Second)
+			_, err := c.client.StartRun(sctx, jflow, nil, &worqr.RunOpts{ID: p.id, Children: members})
+			cancel()
+			if err == nil || errors.Is(err, worqr.ErrDuplicate) {
+				break
+			}
+			if time.Now().After(deadline) || redistest.Pause(c.ctx, 100*time.Millisecond) != nil {
+				return fmt.Errorf("starting run %s: %w", p.id, err)
+			}
+		}
+		pmu.Lock()
+		jruns = append(jruns, p)
+		pmu.Unlock()
+		return nil
+	}
 
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -422,10 +461,15 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		})
 	}
 	// Start the runs, in batches every 50 ms.
-	for seq := 0; time.Since(started) < s.run; {
+	for seq, jseq := 0, 0; time.Since(started) < s.run; {
 		due := int(s.rate * time.Since(started).Seconds())
 		for ; seq < due; seq++ {
 			if err := startRun(seq); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for due = int(s.joinRate * time.Since(started).Seconds()); jseq < due; jseq++ {
+			if err := startJoins(jseq); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -443,14 +487,17 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 	case <-dctx.Done():
 		t.Fatalf("the signallers did not finish within %s of the last start", s.drain)
 	}
-	pending := map[string]bool{}
+	pending := map[string]string{} // run -> its flow
 	for _, p := range plans {
-		pending[p.id] = true
+		pending[p.id] = timersFlowName
+	}
+	for _, p := range jruns {
+		pending[p.id] = joinsFlowName
 	}
 	ended := func() bool {
-		for id := range pending {
+		for id, fl := range pending {
 			rctx, cancel := context.WithTimeout(ctx, time.Second)
-			info, err := in.Run(rctx, timersFlowName, id)
+			info, err := in.Run(rctx, fl, id)
 			cancel()
 			if err != nil || info.Status == worqr.RunRunning {
 				return false
@@ -493,13 +540,24 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 			status[p.id] = info.Status
 		}
 	}
-	for _, st := range []string{"s1", "s2", "s3"} {
-		qi, err := in.Queue(ctx, timersFlowName+"/"+st)
+	infos := map[string]*worqr.RunInfo{}
+	for _, p := range jruns {
+		info, err := in.Run(ctx, joinsFlowName, p.id)
+		switch {
+		case errors.Is(err, worqr.ErrTaskNotFound):
+		case err != nil:
+			t.Fatal(err)
+		default:
+			infos[p.id] = info
+		}
+	}
+	for _, q := range append([]string{timersFlowName + "/s1", timersFlowName + "/s2", timersFlowName + "/s3"}, joinsQueues()...) {
+		qi, err := in.Queue(ctx, q)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if n := qi.Waiting + qi.Scheduled + qi.Active + qi.Dead; n != 0 {
-			t.Errorf("stage %s holds %d tasks after every run ended: %+v", st, n, qi)
+			t.Errorf("queue %s holds %d tasks after every run ended: %+v", q, n, qi)
 		}
 	}
 	c.mu.Lock()
@@ -508,13 +566,19 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		all = append(all, p)
 	}
 	c.mu.Unlock()
-	var lines []timersLine
+	var lines, jlines []timersLine
 	for _, p := range all {
 		ls, err := readTimersLog(filepath.Join(c.logDir, fmt.Sprintf("timers-%d.log", p.n)), p.n)
 		if err != nil {
 			t.Fatal(err)
 		}
-		lines = append(lines, ls...)
+		for _, l := range ls {
+			if strings.HasPrefix(l.run, "j") { // the joins flow's runs
+				jlines = append(jlines, l)
+			} else {
+				lines = append(lines, l)
+			}
+		}
 	}
 	var fl []timersFault
 	for _, k := range kills {
@@ -529,6 +593,8 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 	}
 	c.mu.Unlock()
 	fig, problems := timersCheck(plans, status, lines, fl)
+	jfig, jproblems := joinsCheck(jruns, infos, jlines)
+	problems = append(problems, jproblems...)
 	for _, what := range []string{"sleep", "bound", "retry"} {
 		if m := median(fig.late[what]); m > timersLate {
 			problems = append(problems, fmt.Sprintf("the %s timers fired %s late in the median (bound %s): %s",
@@ -542,9 +608,10 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		}
 		t.Error(p)
 	}
-	if fig.byKind["late"] == 0 || fig.byKind["prompt"] == 0 || fig.boundPassed == 0 || fig.delivered == 0 || fig.kept == 0 {
-		t.Errorf("runs %v, %d signals delivered, %d kept, %d timers of a bound passed: the run tested little",
-			fig.byKind, fig.delivered, fig.kept, fig.boundPassed)
+	if fig.byKind["late"] == 0 || fig.byKind["prompt"] == 0 || fig.boundPassed == 0 || fig.delivered == 0 || fig.kept == 0 ||
+		jfig.callbacks == 0 || jfig.alls == 0 || jfig.anys == 0 {
+		t.Errorf("runs %v, %d signals delivered, %d kept, %d timers of a bound passed; %d batch callbacks, %d joins on all and %d on any accepted: the run tested little",
+			fig.byKind, fig.delivered, fig.kept, fig.boundPassed, jfig.callbacks, jfig.alls, jfig.anys)
 	}
 	c.mu.Lock()
 	starts := c.starts - c.failedStarts
@@ -557,7 +624,10 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		"  signals: %d calls (%d failed, their reply lost or Redis away, and repeated); first answers: %d delivered, %d kept, %d taken (a repeat found its id), %d gone;\n"+
 		"    repeats of an id: %d refused as duplicates; late signals: %d kept, never delivered;\n"+
 		"    s3 found the payload in %d runs, no field in %d (%s: none and late as planned, the others' signal sent after the bound may have passed);\n"+
-		"  %d stage runs (%d cut by a kill), %d accepted ends logged\n",
+		"  %d stage runs (%d cut by a kill), %d accepted ends logged;\n"+
+		"  joins: %d runs, each a batch (%d members in all) whose callback cb, then ja, a join on all of 3 branches, then jy, on any of 2;\n"+
+		"    accepted ends logged: %d callbacks, %d joins on all, %d on any, %d branches' (%d of jy's branches cancelled or their end refused);\n"+
+		"    %d handler runs (%d cut by a kill)\n",
 		name, len(plans), kv(fig.byKind), ran.Round(100*time.Millisecond), faultsBeforeEnd, c.proxy.dropped.Load(), starts,
 		histogram(fig.late["sleep"]), histogram(fig.lateClean["sleep"]),
 		histogram(fig.late["bound"]), histogram(fig.lateClean["bound"]),
@@ -565,7 +635,9 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		fig.calls, fig.lostCalls, fig.delivered, fig.kept, fig.takenLost, fig.gone,
 		fig.dupRefused, fig.lateKept,
 		fig.gotPayload, sum(fig.noField), kv(fig.noField),
-		fig.stageRuns, fig.cut, fig.accepted))
+		fig.stageRuns, fig.cut, fig.accepted,
+		jfig.runs, jfig.members, jfig.callbacks, jfig.alls, jfig.anys, jfig.branchEnds, jfig.anyCancelled,
+		jfig.handlerRuns, jfig.cut))
 }
 
 // timersLine is one line of a process's log (see timersChild).
@@ -873,16 +945,19 @@ func startTimersProc(c *cluster) error {
 		"WORQR_CHAOS_TIMERS_NS="+c.ns)
 }
 
-// timersChild is a worker process of the timers flow: it serves the flow
-// until SIGTERM and returns the exit code. It logs to the file named by
-// timersChildEnv, unbuffered (a line written is kept through a SIGKILL),
-// each line "<kind> <run> <stage> <attempt> <field> <unix ns>":
+// timersChild is a worker process of the timers and joins flows: it
+// serves them until SIGTERM and returns the exit code. It logs to the file
+// named by timersChildEnv, unbuffered (a line written is kept through a
+// SIGKILL), each line "<kind> <run> <stage> <attempt> <field> <unix ns>"
+// (stage: a stage's, child queue's or branch's name in its flow):
 //
-//	start|end|fail   a stage handler began, returned, failed (field: s3's
-//	                 signal field as it found it, "-" when absent)
-//	forwarded|done|retry   Redis accepted a stage's end (EventForwarded,
-//	                 EventDone, EventRetry)
-//	lost_end|dead    an end was refused (EventLost), a stage went dead
+//	start|end|fail   a handler began, returned, failed (field: s3's
+//	                 signal field as it found it, "-" when absent; the
+//	                 joins flow's, see joinsFlow)
+//	forwarded|fanned_out|done|retry|cancelled   Redis accepted an end
+//	                 (EventForwarded, EventFannedOut, EventDone,
+//	                 EventRetry, EventCancelled; field: a child's id)
+//	lost_end|dead    an end was refused (EventLost), a taking went dead
 func timersChild() int {
 	c, err := openChild("timers child", timersChildEnv, "WORQR_CHAOS_TIMERS_REDIS")
 	if err != nil {
@@ -891,20 +966,31 @@ func timersChild() int {
 	}
 	defer c.close()
 	fail, env, pool, logLine := c.fail, envDuration, c.pool, c.line
-	stageOf := func(queue string) string { return strings.TrimPrefix(queue, timersFlowName+"/") }
+	// Each flow's own lines: a stage's or child's name without the flow,
+	// a child's run (its id's prefix) and its id as the field.
+	runOf := func(e worqr.Event) (run, stage, field string) {
+		_, stage, _ = strings.Cut(e.Queue, "/")
+		run, _, child := strings.Cut(e.TaskID, ".")
+		if field = "-"; child {
+			field = e.TaskID
+		}
+		return run, stage, field
+	}
 	w, err := worqr.NewWorker(pool, &worqr.WorkerConfig{
 		Config:            worqr.Config{Namespace: os.Getenv("WORQR_CHAOS_TIMERS_NS")},
 		HeartbeatInterval: env("WORQR_HEARTBEAT_INTERVAL"),
 		HeartbeatTTL:      env("WORQR_HEARTBEAT_TTL"),
 		ReaperInterval:    env("WORQR_REAPER_INTERVAL"),
 		PollInterval:      env("WORQR_POLL_INTERVAL"),
-		Flows:             []*worqr.Flow{timersFlow(logLine)},
+		Flows:             []*worqr.Flow{timersFlow(logLine), joinsFlow(logLine)},
 		OnEvent: func(e worqr.Event) {
+			run, stage, field := runOf(e)
 			switch e.Kind {
-			case worqr.EventForwarded, worqr.EventDone, worqr.EventRetry, worqr.EventDead:
-				logLine(string(e.Kind), e.TaskID, stageOf(e.Queue), "0", "-")
+			case worqr.EventForwarded, worqr.EventFannedOut, worqr.EventDone, worqr.EventRetry, worqr.EventDead,
+				worqr.EventCancelled:
+				logLine(string(e.Kind), run, stage, "0", field)
 			case worqr.EventLost:
-				logLine("lost_end", e.TaskID, stageOf(e.Queue), "0", "-")
+				logLine("lost_end", run, stage, "0", field)
 			}
 		},
 	})
