@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -89,4 +90,91 @@ func TestRunPageShowsAndSteersASleepingRun(t *testing.T) {
 		t.Errorf("flash %q after Wake now", flash)
 	}
 	s.waitFor("the woken run to end", func() bool { return runOf(sleeps).Status == worqr.RunDone })
+}
+
+// TestRunPageShowsWhatAJoinWaitsFor: the page of a run waiting at a join
+// (Stage.Branches) lists each branch by name with its state, done or
+// pending, and, once the last ends, each done and the run past the join.
+func TestRunPageShowsWhatAJoinWaitsFor(t *testing.T) {
+	s := newSite(t, nil)
+	ctx := context.Background()
+	release := make(chan struct{})
+	branch := func(name string, wait bool) worqr.Branch {
+		return worqr.Branch{Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(ctx context.Context, _ *worqr.Run) (*worqr.StageResult, error) {
+				if wait {
+					select {
+					case <-release:
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}
+				return &worqr.StageResult{Fields: map[string]string{name: "ok"}}, nil
+			})}
+	}
+	flow := &worqr.Flow{Name: "quotes", Stages: []worqr.Stage{
+		{Name: "quote", Queue: worqr.QueueConfig{Concurrency: 1},
+			Branches: map[string]worqr.Branch{"price": branch("price", false), "stock": branch("stock", true)},
+			Handler: worqr.StageHandlerFunc( // the join: the run then sleeps before send
+				func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+					return &worqr.StageResult{Sleep: time.Hour}, nil
+				})},
+		{Name: "send", Queue: worqr.QueueConfig{Concurrency: 1}, Handler: worqr.StageHandlerFunc(
+			func(context.Context, *worqr.Run) (*worqr.StageResult, error) { return nil, nil })},
+	}}
+	w, err := worqr.NewWorker(s.pool, &worqr.WorkerConfig{Config: s.cfg, Flows: []*worqr.Flow{flow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	id, err := s.client.StartRun(ctx, flow, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// branches reads the page's child groups: "<name> <badges>" by name.
+	b := browser(t)
+	branches := func() map[string]string {
+		t.Helper()
+		var groups map[string]string
+		if err := chromedp.Run(b, chromedp.Navigate(s.url+"/run?flow=quotes&id="+id), chromedp.WaitVisible(`#tree`, chromedp.ByQuery),
+			chromedp.Evaluate(`Object.fromEntries(Array.from(document.querySelectorAll('#tree .node')).
+				filter(n => n.textContent.trim().startsWith('children ')).
+				map(n => [n.querySelector('b').textContent, Array.from(n.querySelectorAll('.badge')).map(b => b.textContent).join(', ')]))`, &groups)); err != nil {
+			t.Fatal(err)
+		}
+		return groups
+	}
+	s.waitFor("price done and stock running", func() bool {
+		r, err := s.in.Run(ctx, flow.Name, id)
+		if err != nil || r.Stage != "quote" || r.TaskState != "children" {
+			return false
+		}
+		st := map[string]string{}
+		for _, c := range r.Children {
+			st[c.Queue] = c.Status
+		}
+		return st["price"] == "done" && st["stock"] == "pending"
+	})
+	var stage string
+	if err := chromedp.Run(b, chromedp.Navigate(s.url+"/run?flow=quotes&id="+id), chromedp.WaitVisible(`#tree`, chromedp.ByQuery),
+		chromedp.Text(`#tree > li > ul > li > .node`, &stage, chromedp.ByQuery)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(stage, "quote") || !strings.Contains(stage, "children") {
+		t.Errorf("the run's stage reads %q, want quote waiting for its children", stage)
+	}
+	if got, want := branches(), map[string]string{"price": "done 1", "stock": "pending 1"}; !maps.Equal(got, want) {
+		t.Errorf("the join's branches read %v, want %v", got, want)
+	}
+	close(release)
+	s.waitFor("the run past the join", func() bool {
+		r, err := s.in.Run(ctx, flow.Name, id)
+		return err == nil && r.Stage == "send" && r.TaskState == "scheduled"
+	})
+	if got, want := branches(), map[string]string{"price": "done 1", "stock": "done 1"}; !maps.Equal(got, want) {
+		t.Errorf("once the join ran, its branches read %v, want %v", got, want)
+	}
 }
