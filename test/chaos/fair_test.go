@@ -72,8 +72,9 @@ type fairScenario struct {
 // 200 ms) served by four worker processes (the test binary re-executed, 12
 // slots each: more than the keys' limits add up to, so that the limits,
 // not the slots, hold the keys back) that reach Redis through the proxy,
-// which loses the reply to one request in 100 (the request ran), while a
-// random process is SIGKILLed every 0.5–1.2 s and replaced and one is
+// which loses the reply to one request in 100 (the request ran), while the
+// process with the most handler runs going (busiest) is SIGKILLed every
+// 0.5–1.2 s and replaced and a random one is
 // SIGSTOPped past its keepalive TTL (1.5 s, TTL 1 s) every 1–2.5 s. Each
 // key gets a backlog once the processes run, then bursts of tasks while
 // the faults go on: each key is held by its limit for a while, runs dry,
@@ -218,7 +219,7 @@ func chaosFair(t *testing.T, name string, s fairScenario) {
 	f.run(fctx, func(ctx context.Context) {
 		for redistest.Pause(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) == nil {
 			if l := c.live(false); len(l) > 0 {
-				p := l[rand.IntN(len(l))]
+				p := busiest(c, l)
 				c.kill(p) // returns once p is gone: a run cut by it ends before now
 				kmu.Lock()
 				killedAt[p.n] = time.Now()
@@ -368,6 +369,40 @@ func chaosFair(t *testing.T, name string, s fairScenario) {
 		fig.runs, fig.runs-len(keyOf), fig.cut, fig.zombie+fig.lostKA, fig.zombie, fig.lostKA,
 		fig.noDoneLine, strings.Join(per, ", "), strings.Join(perAll, ", "),
 		fairRated, fairRatedLimits.Rate, fig.minRateGap.Milliseconds(), fairRatedLimits.Period, fig.rateWindows))
+}
+
+// busiest picks the process to kill among live ones l: one that has the
+// most handler runs going, as its log says (starts without their end),
+// so that a kill cuts runs (a process the keys' limits left idle, say a
+// replacement just started, would cut none); at random among the busiest.
+func busiest(c *cluster, l []*proc) *proc {
+	var best []*proc
+	most := -1
+	for _, p := range l {
+		b, err := os.ReadFile(filepath.Join(c.logDir, fmt.Sprintf("fair-%d.log", p.n)))
+		if err != nil {
+			continue
+		}
+		n := 0
+		for _, line := range strings.Split(string(b), "\n") {
+			switch {
+			case strings.HasPrefix(line, "start "):
+				n++
+			case strings.HasPrefix(line, "end "):
+				n--
+			}
+		}
+		switch {
+		case n > most:
+			best, most = []*proc{p}, n
+		case n == most:
+			best = append(best, p)
+		}
+	}
+	if len(best) == 0 {
+		return l[rand.IntN(len(l))]
+	}
+	return best[rand.IntN(len(best))]
 }
 
 // fairRun is one run of a handler, as its process logged it.
