@@ -163,23 +163,30 @@ func BenchmarkTakeFinishMany(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(taken) != batch {
-					b.Fatalf("took %d, want %d", len(taken), batch)
-				}
-				for j, t := range taken {
-					es[j] = rdb.Done(rdb.KindTask, w, t.PID, t.ID, nil)
-				}
-				if _, err := st.End(ctx, qk, 0, es); err != nil {
-					b.Fatal(err)
-				}
+				takeEnd(b, st, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5}, es)
 			}
 			b.StopTimer()
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(total), "ns/job")
 		})
+	}
+}
+
+// takeEnd takes len(es) tasks of qk with a (it must find them) and ends
+// them all done in one End call, as a worker's group commit does.
+func takeEnd(b *testing.B, st *rdb.Store, qk rdb.QueueKeys, a rdb.TakeArgs, es []rdb.Ending) {
+	ctx := context.Background()
+	taken, err := st.Take(ctx, qk, a)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if len(taken) != len(es) {
+		b.Fatalf("took %d, want %d", len(taken), len(es))
+	}
+	for j, t := range taken {
+		es[j] = rdb.Done(rdb.KindTask, a.Worker, t.PID, t.ID, nil)
+	}
+	if _, err := st.End(ctx, qk, 0, es); err != nil {
+		b.Fatal(err)
 	}
 }
 
@@ -280,19 +287,7 @@ func BenchmarkFairTakeEnd(b *testing.B) {
 			u0 := scriptUsec(b, conn)
 			b.ResetTimer()
 			for i := 0; i < b.N; i++ {
-				taken, err := st.Take(ctx, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5, Fair: c.keys > 0})
-				if err != nil {
-					b.Fatal(err)
-				}
-				if len(taken) != batch {
-					b.Fatalf("took %d, want %d", len(taken), batch)
-				}
-				for j, t := range taken {
-					es[j] = rdb.Done(rdb.KindTask, w, t.PID, t.ID, nil)
-				}
-				if _, err := st.End(ctx, qk, 0, es); err != nil {
-					b.Fatal(err)
-				}
+				takeEnd(b, st, qk, rdb.TakeArgs{Worker: w, Until: math.MaxInt64, Max: batch, MaxCrashes: 5, Fair: c.keys > 0}, es)
 			}
 			b.StopTimer()
 			b.ReportMetric((scriptUsec(b, conn)-u0)/float64(total), "redis-µs/job")
