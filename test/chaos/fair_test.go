@@ -217,7 +217,8 @@ func chaosFair(t *testing.T, name string, s fairScenario) {
 	defer cancel()
 	var f faults
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) == nil {
+		next := pace(500*time.Millisecond, 1200*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 0 {
 				p := busiest(c, l)
 				c.kill(p) // returns once p is gone: a run cut by it ends before now
@@ -232,7 +233,8 @@ func chaosFair(t *testing.T, name string, s fairScenario) {
 		}
 	})
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(time.Second, 2500*time.Millisecond)) == nil {
+		next := pace(time.Second, 2500*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 1 {
 				p := l[rand.IntN(len(l))]
 				from := time.Now()

@@ -505,6 +505,22 @@ func over(ctx context.Context) bool {
 	return ctx.Err() != nil
 }
 
+// pace returns the pauses of a fault loop: between lo and hi, but the
+// first at most 300 ms, so that a short run sees every kind of fault
+// while most of its work is still to do (a queue that drains before the
+// first fault came tested little).
+func pace(lo, hi time.Duration) func() time.Duration {
+	first := true
+	return func() time.Duration {
+		d := between(lo, hi)
+		if first {
+			first = false
+			d = min(d, 300*time.Millisecond)
+		}
+		return d
+	}
+}
+
 func between(lo, hi time.Duration) time.Duration {
 	if hi <= lo {
 		return lo

@@ -96,7 +96,8 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 	defer cancel()
 	var f faults
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) == nil {
+		next := pace(500*time.Millisecond, 1200*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 0 {
 				p := l[rand.IntN(len(l))]
 				c.kill(p) // returns once p is gone: a run cut by it ends before now
@@ -108,7 +109,8 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 		}
 	})
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(time.Second, 2500*time.Millisecond)) == nil {
+		next := pace(time.Second, 2500*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 1 {
 				c.freeze(l[rand.IntN(len(l))], 1500*time.Millisecond)
 			}

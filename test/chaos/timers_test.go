@@ -407,7 +407,8 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 	defer cancel()
 	var f faults
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(500*time.Millisecond, 1200*time.Millisecond)) == nil {
+		next := pace(500*time.Millisecond, 1200*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 0 {
 				p := l[rand.IntN(len(l))]
 				c.kill(p)
@@ -423,7 +424,8 @@ func chaosTimers(t *testing.T, name string, s timersScenario) {
 		}
 	})
 	f.run(fctx, func(ctx context.Context) {
-		for redistest.Pause(ctx, between(time.Second, 2500*time.Millisecond)) == nil {
+		next := pace(time.Second, 2500*time.Millisecond)
+		for redistest.Pause(ctx, next()) == nil {
 			if l := c.live(false); len(l) > 1 {
 				p := l[rand.IntN(len(l))]
 				from := time.Now()
