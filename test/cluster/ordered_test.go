@@ -126,7 +126,12 @@ func TestOrderedOnCluster(t *testing.T) {
 			t.Errorf("%s ran %v, want %s", k, d, want)
 		}
 	}
-	// Merging on a cluster: a keyed enqueue behind a running head merges.
+	// Merging on a cluster: a keyed enqueue behind a waiting task merges.
+	// The worker stops first: one that had not yet read the pause below
+	// could take the first task before the second came.
+	if err := w.Stop(ctx); err != nil {
+		t.Fatal(err)
+	}
 	q := queues[1]
 	if err := client.SetKeyPolicy(ctx, q, worqr.KeyPolicy{Merge: true}); err != nil {
 		t.Fatal(err)
