@@ -377,14 +377,15 @@ func readOnly(rs []result) bool {
 // adapter reads replies raw, so go-redis does not see it). go-redis has no
 // call for it, but drops a connection after a command fails otherwise than
 // by a Redis reply: discard runs one that fails before any byte of it is
-// written (an argument that does not marshal), so nothing is sent. A hook
-// on the client sees it as a failed PING.
+// written (its only argument does not marshal, not even a name), so
+// nothing is sent and no Redis command is named here: the commands are
+// internal/rdb's. A hook on the client sees a failed, nameless command.
 func (c *conn) discard() {
 	if c.sc == nil {
 		return
 	}
 	ctx := context.Background()
-	_ = c.sc.Process(ctx, redis.NewCmd(ctx, "PING", unsendable{}))
+	_ = c.sc.Process(ctx, redis.NewCmd(ctx, unsendable{}))
 	_ = c.sc.Close()
 	c.sc = nil
 }
