@@ -42,20 +42,42 @@ func (p *hangPool) GetContext(ctx context.Context) (redis.Conn, error) {
 type hangConn struct {
 	redis.Conn
 	p *hangPool
+	// sentHung: a pipelined call that gets no reply was sent: the next
+	// receive hangs.
+	sentHung bool
 }
 
-// hang reports whether the call hung (its context ended).
-func (c *hangConn) hang(ctx context.Context, cmd string, args []any) error {
+// hangs reports whether the call of cmd is the one that gets no reply.
+func (c *hangConn) hangs(cmd string, args []any) bool {
 	script := c.p.script
 	if script == "" {
 		script = "move"
 	}
-	if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_"+script) || !c.p.hung.CompareAndSwap(false, true) {
+	return cmd == "FCALL" && len(args) > 0 && strings.HasSuffix(fmt.Sprint(args[0]), "_"+script) && c.p.hung.CompareAndSwap(false, true)
+}
+
+// hang reports whether the call hung (its context ended).
+func (c *hangConn) hang(ctx context.Context, cmd string, args []any) error {
+	if !c.hangs(cmd, args) {
 		return nil
 	}
+	return c.wait(ctx)
+}
+
+// wait waits for the reply that never comes, until ctx ends.
+func (c *hangConn) wait(ctx context.Context) error {
 	close(c.p.hanging)
 	<-ctx.Done()
 	return fmt.Errorf("read: i/o timeout (no reply: %w)", ctx.Err())
+}
+
+// Send marks a pipelined call that gets no reply: the calls of a round
+// trip share its fate.
+func (c *hangConn) Send(cmd string, args ...any) error {
+	if c.hangs(cmd, args) {
+		c.sentHung = true
+	}
+	return c.Conn.Send(cmd, args...)
 }
 
 func (c *hangConn) Do(cmd string, args ...any) (any, error) {
@@ -82,6 +104,10 @@ func (c *hangConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any,
 }
 
 func (c *hangConn) ReceiveContext(ctx context.Context) (any, error) {
+	if c.sentHung {
+		c.sentHung = false
+		return nil, c.wait(ctx)
+	}
 	return redis.ReceiveContext(c.Conn, ctx)
 }
 

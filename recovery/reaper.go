@@ -170,6 +170,13 @@ func (r *Reaper) Run(ctx context.Context) {
 			r.tick(false)
 			continue
 		}
+		// The move first: a long pass (many dead workers' queues) does
+		// not hold back the due tasks.
+		beside(&moving, func() {
+			if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
+				r.fail("move", err)
+			}
+		})
 		if _, err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			r.fail("pass", err)
 		}
@@ -195,11 +202,6 @@ func (r *Reaper) Run(ctx context.Context) {
 				}
 			})
 		}
-		beside(&moving, func() {
-			if _, err := r.Move(ctx); err != nil && ctx.Err() == nil {
-				r.fail("move", err)
-			}
-		})
 	}
 }
 
@@ -457,16 +459,26 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 // MoveBatch is how many due tasks one move script call moves.
 const MoveBatch = 500
 
+// movePipe is how many queues' move calls Move sends in one round trip,
+// each for up to MoveBatch/movePipe tasks, so that a round trip moves
+// about one MoveBatch at most (each call holds Redis a little, and the
+// calls of one round trip run back to back). A queue that had that many
+// due goes on alone, MoveBatch a call.
+const movePipe = 16
+
 // Move pushes every due scheduled task (delayed enqueues, retries) of every
-// known queue to the back of its queue, in batches of MoveBatch, each batch
-// one atomic script run against Redis time; it also trims dead sets by age.
-// It is safe to run concurrently with other movers: each task moves once.
-// It returns how many tasks it moved. A queue whose move fails does not
-// stop the others (every mover reads the queues in the same order: the
-// queues after it would never be moved while it fails): its error is
-// returned with those of the other queues that failed. Each call is
-// bounded by CallTimeout: a call that gets no reply fails its queue's move
-// for this time, and the next move goes on.
+// known queue to the back of its queue, in batches, each batch one atomic
+// script run against Redis time; it also trims dead sets by age. The calls
+// of queues that share a connection (all of them on a single Redis, those
+// of one hash tag on a cluster) go movePipe to a round trip: a pass over
+// many queues costs a few round trips, not one per queue, and a due task
+// waits less for the queues before it. It is safe to run concurrently with
+// other movers: each task moves once. It returns how many tasks it moved.
+// A queue whose move fails does not stop the others (every mover reads the
+// queues in the same order: the queues after it would never be moved while
+// it fails): its error is returned with those of the other queues that
+// failed. Each round trip is bounded by CallTimeout: one that gets no
+// reply fails its queues' move for this time, and the next move goes on.
 func (r *Reaper) Move(ctx context.Context) (int, error) {
 	kctx, cancel := r.bounded(ctx)
 	queues, err := r.st.KnownQueues(kctx)
@@ -476,25 +488,45 @@ func (r *Reaper) Move(ctx context.Context) (int, error) {
 	}
 	total := 0
 	var errs []error
-	for _, q := range queues {
-		if err := ctx.Err(); err != nil {
-			errs = append(errs, err)
-			break
-		}
-		qk := r.st.Queue(q)
-		for {
-			mctx, cancel := r.bounded(ctx)
-			n, err := r.st.Move(mctx, qk, MoveBatch)
-			cancel()
-			if err != nil {
-				errs = append(errs, fmt.Errorf("move %s: %w", q.Member(), err))
-				break
+	for _, g := range r.st.ConnGroups(queues) {
+		for lo := 0; lo < len(g); lo += movePipe {
+			if err := ctx.Err(); err != nil {
+				return total, errors.Join(append(errs, err)...)
 			}
-			total += n
-			if n < MoveBatch {
-				break
+			refs := g[lo:min(lo+movePipe, len(g))]
+			qks := make([]rdb.QueueKeys, len(refs))
+			for i, q := range refs {
+				qks[i] = r.st.Queue(q)
+			}
+			mctx, cancel := r.bounded(ctx)
+			ns, es := r.st.MoveEach(mctx, qks, MoveBatch/movePipe)
+			cancel()
+			for i, qk := range qks {
+				total += ns[i]
+				if es[i] == nil && ns[i] == MoveBatch/movePipe {
+					n, err := r.moveRest(ctx, qk)
+					total, es[i] = total+n, err
+				}
+				if es[i] != nil {
+					errs = append(errs, fmt.Errorf("move %s: %w", refs[i].Member(), es[i]))
+				}
 			}
 		}
 	}
 	return total, errors.Join(errs...)
+}
+
+// moveRest moves the due tasks of q, MoveBatch a call, until a call moves
+// fewer.
+func (r *Reaper) moveRest(ctx context.Context, q rdb.QueueKeys) (int, error) {
+	total := 0
+	for {
+		mctx, cancel := r.bounded(ctx)
+		n, err := r.st.Move(mctx, q, MoveBatch)
+		cancel()
+		total += n
+		if err != nil || n < MoveBatch {
+			return total, err
+		}
+	}
 }

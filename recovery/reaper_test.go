@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -801,6 +802,81 @@ func TestMoveMovesDueTasksOfEveryKnownQueue(t *testing.T) {
 	if after := e.snapshot(t); !reflect.DeepEqual(after, before) {
 		t.Error("a second Move changed Redis")
 	}
+}
+
+// countPool passes calls to pool and counts the connections taken: each
+// call of the mover (or round trip of its pipelined calls) takes one.
+type countPool struct {
+	pool *redis.Pool
+	n    atomic.Int64
+}
+
+func (p *countPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	p.n.Add(1)
+	return p.pool.GetContext(ctx)
+}
+
+func TestMoveOfManyQueues(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const queues = 40
+	var qs []rdb.QueueKeys
+	var refs []registry.Queue
+	for i := range queues {
+		q := e.st.Queue(standalone(fmt.Sprintf("mq%02d", i)))
+		qs, refs = append(qs, q), append(refs, q.Ref)
+	}
+	e.register(t, "A", refs...)
+	moveAll := func(t *testing.T) (int, int64) {
+		t.Helper()
+		cp := &countPool{pool: e.pool}
+		r, err := recovery.New(cp, &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.Move(e.ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, cp.n.Load()
+	}
+
+	t.Run("several queues share a round trip", func(t *testing.T) {
+		for i, q := range qs {
+			e.enqueueDue(t, q, 1000, fmt.Sprintf("a%02d", i))
+		}
+		n, calls := moveAll(t)
+		if n != queues {
+			t.Errorf("Move = %d, want %d", n, queues)
+		}
+		for i, q := range qs {
+			if w := e.waiting(t, q); !reflect.DeepEqual(w, []string{fmt.Sprintf("a%02d", i)}) {
+				t.Errorf("%s waiting = %v, want its due task", q.Ref.Name, w)
+			}
+		}
+		// The known queues' read, then the moves, 16 queues a round trip.
+		if want := int64(1 + (queues+15)/16); calls > want {
+			t.Errorf("Move took %d connections for %d queues, want at most %d", calls, queues, want)
+		}
+	})
+
+	t.Run("calls refused for a flushed script are run again", func(t *testing.T) {
+		e.do(t, "FUNCTION", "FLUSH")
+		e.do(t, "SCRIPT", "FLUSH")
+		for i, q := range qs {
+			e.enqueueDue(t, q, 1000, fmt.Sprintf("b%02d", i))
+		}
+		e.do(t, "FUNCTION", "FLUSH")
+		e.do(t, "SCRIPT", "FLUSH")
+		if n, _ := moveAll(t); n != queues {
+			t.Errorf("Move = %d after the scripts were flushed, want %d", n, queues)
+		}
+		for i, q := range qs {
+			if w := e.waiting(t, q); len(w) != 2 || w[1] != fmt.Sprintf("b%02d", i) {
+				t.Errorf("%s waiting = %v, want its second due task last", q.Ref.Name, w)
+			}
+		}
+	})
 }
 
 // The lease holder's Run moves due tasks after its pass.

@@ -72,6 +72,13 @@ func (c *stallConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any
 	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
 }
 
+// Send stalls a pipelined move call (the calls of its round trip wait
+// with it).
+func (c *stallConn) Send(cmd string, args ...any) error {
+	c.stall(context.Background(), cmd, args)
+	return c.Conn.Send(cmd, args...)
+}
+
 func (c *stallConn) ReceiveContext(ctx context.Context) (any, error) {
 	return redis.ReceiveContext(c.Conn, ctx)
 }
