@@ -28,8 +28,8 @@
 // to the back of the queue, in atomic batches timed by Redis's clock, and
 // trims dead sets by age. The move, the sweep and the prune of flow runs
 // run beside the passes, each one at a time (a move calls a script per
-// known queue: seconds with tens of thousands of them), so that no pass
-// waits for them. A delayed task is offered within one reaper
+// known queue, 16 calls to a round trip: long with tens of thousands of
+// queues), so that no pass waits for them. A delayed task is offered within one reaper
 // interval after it is due. The lease and each call of a pass and of the
 // mover are bounded (CallTimeout, 5 s): a call whose reply never comes (a
 // connection gone silent) fails that pass, or that queue's move, once, and

@@ -72,8 +72,8 @@ type Reaper struct {
 }
 
 // CallTimeout bounds each call to Redis of Run's lease, of a pass (each
-// read, each queue's requeue) and of the mover (one per known queue and
-// batch), when the caller's context allows longer. A call whose reply
+// read, each queue's requeue) and of the mover (each round trip of its
+// pipelined calls), when the caller's context allows longer. A call whose reply
 // never comes (a connection that went silent: a partition that drops
 // packets, a virtual IP moved to another host) would otherwise wait until
 // TCP gives up, about 15 minutes, while its holder keeps the lease: no
