@@ -33,8 +33,8 @@ test: ## unit + integration tests with -race, the CLI's, the gateway's (its conf
 	$(MAKE) test-goredis
 	cd test/browser && $(GO) test -count=1 -timeout 3m ./...
 
-test-goredis: ## the root's worqr, test/integration and test/cluster tests, and test/sentinel's failover tests, with their pools and worker processes on go-redis clients (contrib/goredis/suite)
-	bash contrib/goredis/suite -race -count=1 -timeout 15m ./worqr ./test/integration ./test/cluster
+test-goredis: ## the root's worqr, test/integration, test/chaos and test/cluster tests, and test/sentinel's failover tests, with their pools and worker processes on go-redis clients (contrib/goredis/suite)
+	bash contrib/goredis/suite -race -count=1 -timeout 15m ./worqr ./test/integration ./test/chaos ./test/cluster
 	$(MAKE) test-goredis-failover
 
 test-goredis-failover: ## test/sentinel's failover tests alone on go-redis failover clients (part of test-goredis)
