@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -1236,5 +1237,469 @@ func TestMoveTwoMoversMoveEachTaskOnce(t *testing.T) {
 	}
 	if s := e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1); len(s) != 0 {
 		t.Errorf("scheduled still holds %d ids", len(s))
+	}
+}
+
+// A queue whose move fails (here its scheduled set is not a sorted set: a
+// hand edit, a key of another program) must not stop the mover for the
+// other queues: Move went through the known queues in order and returned
+// at the first error, so every pass stopped there, and the delayed tasks
+// and retries of every queue after it were never moved (every reaper reads
+// the queues in the same order). Move goes on with the others and reports
+// the failure.
+func TestMoveGoesPastAQueueThatFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	var refs []registry.Queue
+	for i := 0; i < 12; i++ {
+		refs = append(refs, standalone(fmt.Sprintf("m%02d", i)))
+	}
+	e.register(t, "A", refs...)
+	known, err := e.st.KnownQueues(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(known) != len(refs) {
+		t.Fatalf("known queues = %v, want the %d registered", known, len(refs))
+	}
+	// The first queue the mover reads is the broken one.
+	broken := e.st.Queue(known[0])
+	e.do(t, "SET", broken.Scheduled, "not a sorted set")
+	var fine []rdb.QueueKeys
+	for _, q := range known[1:] {
+		qk := e.st.Queue(q)
+		fine = append(fine, qk)
+		e.enqueueDue(t, qk, 1000, "t-"+q.Name)
+	}
+
+	n, err := e.reaper(t, "r1").Move(e.ctx)
+	if err == nil || !strings.Contains(err.Error(), known[0].Member()) {
+		t.Errorf("Move error = %v, want the broken queue's (%s)", err, known[0].Member())
+	}
+	if n != len(fine) {
+		t.Errorf("Move = %d, want %d: one queue's failure stopped the mover for the queues after it", n, len(fine))
+	}
+	for _, qk := range fine {
+		if w := e.waiting(t, qk); !reflect.DeepEqual(w, []string{"t-" + qk.Ref.Name}) {
+			t.Errorf("%s waiting = %v, want its due task", qk.Ref.Name, w)
+		}
+	}
+}
+
+// hangPool passes calls to pool, but its first call of the script named
+// script (move when "") never gets a reply: it waits until its context
+// ends, as a call on a connection that went silent does (a partition that
+// drops packets, a virtual IP moved to another host: no reset comes, TCP
+// retransmits for about 15 minutes). Every other call, on other
+// connections, is answered.
+type hangPool struct {
+	pool    *redis.Pool
+	script  string
+	hung    atomic.Bool
+	hanging chan struct{} // closed when the hung call starts waiting
+}
+
+func (p *hangPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &hangConn{Conn: c, p: p}, nil
+}
+
+type hangConn struct {
+	redis.Conn
+	p *hangPool
+	// sentHung: a pipelined call that gets no reply was sent: the next
+	// receive hangs.
+	sentHung bool
+}
+
+// hangs reports whether the call of cmd is the one that gets no reply.
+func (c *hangConn) hangs(cmd string, args []any) bool {
+	script := c.p.script
+	if script == "" {
+		script = "move"
+	}
+	return cmd == "FCALL" && len(args) > 0 && strings.HasSuffix(fmt.Sprint(args[0]), "_"+script) && c.p.hung.CompareAndSwap(false, true)
+}
+
+// hang reports whether the call hung (its context ended).
+func (c *hangConn) hang(ctx context.Context, cmd string, args []any) error {
+	if !c.hangs(cmd, args) {
+		return nil
+	}
+	return c.wait(ctx)
+}
+
+// wait waits for the reply that never comes, until ctx ends.
+func (c *hangConn) wait(ctx context.Context) error {
+	close(c.p.hanging)
+	<-ctx.Done()
+	return fmt.Errorf("read: i/o timeout (no reply: %w)", ctx.Err())
+}
+
+// Send marks a pipelined call that gets no reply: the calls of a round
+// trip share its fate.
+func (c *hangConn) Send(cmd string, args ...any) error {
+	if c.hangs(cmd, args) {
+		c.sentHung = true
+	}
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *hangConn) Do(cmd string, args ...any) (any, error) {
+	if err := c.hang(context.Background(), cmd, args); err != nil {
+		return nil, err
+	}
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *hangConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	if err := c.hang(ctx, cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *hangConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	if err := c.hang(ctx, cmd, args); err != nil {
+		return nil, err
+	}
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+func (c *hangConn) ReceiveContext(ctx context.Context) (any, error) {
+	if c.sentHung {
+		c.sentHung = false
+		return nil, c.wait(ctx)
+	}
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *hangConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// One move call that never gets its reply stopped every move of the lease
+// holder: Run moves one at a time, the call carried Run's context (no
+// deadline), and the holder kept the lease, its passes and leases going on
+// other connections. No delayed task or retry became due in any queue
+// until TCP gave up on the connection (about 15 minutes). Each call of the
+// mover is bounded, so the next move goes on.
+func TestMoveCallThatGetsNoReplyDoesNotStopTheMover(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	e.enqueueDue(t, e.q, 1000, "d1")
+
+	runHung(t, e, "move")
+	// The hung call's bound is 300 ms here: the due task is moved soon
+	// after, by a later move of the same reaper.
+	waitWaiting(t, e, "d1", "due long ago, not moved within 5 s of a move call that got no reply")
+}
+
+// hungInterval is the reaper's interval of the hung-call tests.
+const hungInterval = 30 * time.Millisecond
+
+// runHung runs a reaper of e, its calls bounded to 300 ms, whose first
+// call of script gets no reply, until that call hangs.
+func runHung(t *testing.T, e *env, script string) {
+	t.Helper()
+	hp := &hangPool{pool: e.pool, script: script, hanging: make(chan struct{})}
+	r, err := recovery.New(hp, &recovery.Config{Namespace: e.ns, Interval: hungInterval, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetCallTimeout(300 * time.Millisecond)
+	runReapers(t, r)
+	select {
+	case <-hp.hanging:
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the reaper never called %s", script)
+	}
+}
+
+// waitWaiting waits up to 5 s until id alone waits in e's queue.
+func waitWaiting(t *testing.T, e *env, id, what string) {
+	t.Helper()
+	// The move runs beside the passes and reports only its failures.
+	redistest.Eventually(t, 5*time.Second, func() string {
+		if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{id}) {
+			return fmt.Sprintf("%s, %s: waiting = %v, scheduled = %v", id, what, w, e.strings(t, "ZRANGE", e.q.Scheduled, 0, -1))
+		}
+		return ""
+	})
+}
+
+// One call of a recovery pass that never gets its reply stopped every
+// later pass of the reaper: Run waits for its pass, which carried Run's
+// context (no deadline), and a lone reaper (one process, or the peer that
+// keeps the lease) recovered nothing more until TCP gave up on the
+// connection. Each call of a pass is bounded: the next pass requeues.
+func TestPassCallThatGetsNoReplyDoesNotStopRecovery(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, e.q, "t1")
+	if _, err := e.reg.Register(e.ctx, "Z", time.Minute, "host", 1, []registry.Queue{e.q.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.st.Take(e.ctx, e.q, rdb.TakeArgs{Worker: "Z", Until: math.MaxInt64, Max: 1}); err != nil {
+		t.Fatal(err)
+	}
+	c := e.pool.Get()
+	defer c.Close()
+	if _, err := c.Do("DEL", e.k.Keepalive("Z")); err != nil { // Z died holding t1
+		t.Fatal(err)
+	}
+
+	runHung(t, e, "requeue")
+	waitWaiting(t, e, "t1", "held by a dead worker, not requeued within 5 s of a requeue call that got no reply")
+}
+
+// A queue whose requeue fails (here its parked-workers key is not a hash:
+// a hand edit, a key of another program) must not keep a dead worker's
+// takings in its other queues from being offered again: Pass went through
+// the worker's queues in order and returned at the first error, without
+// forgetting the worker, so every pass failed at the same queue and the
+// takings in the queues after it stayed held for good (a limited queue
+// lost those slots for good too). Pass requeues the others, reports the
+// failure, and keeps the worker registered for the queue that failed.
+func TestPassGoesPastAQueueThatFails(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	broken := e.st.Queue(standalone("broken"))
+	var fine []rdb.QueueKeys
+	refs := []registry.Queue{broken.Ref}
+	for _, name := range []string{"fine1", "fine2"} {
+		qk := e.st.Queue(standalone(name))
+		fine = append(fine, qk)
+		refs = append(refs, qk.Ref)
+	}
+	e.register(t, "A", refs...)
+	for _, qk := range append([]rdb.QueueKeys{broken}, fine...) {
+		e.enqueue(t, qk, "t-"+qk.Ref.Name)
+		if got := e.take(t, qk, "A", 1); len(got) != 1 {
+			t.Fatalf("take from %s = %v", qk.Ref.Name, got)
+		}
+	}
+	e.kill(t, "A")
+	e.do(t, "SET", broken.Park, "not a hash")
+
+	r := e.reaper(t, "r1")
+	res, err := r.Pass(e.ctx)
+	if err == nil || !strings.Contains(err.Error(), broken.Ref.Member()) {
+		t.Errorf("Pass error = %v, want the broken queue's (%s)", err, broken.Ref.Member())
+	}
+	for _, qk := range fine {
+		if w := e.waiting(t, qk); !reflect.DeepEqual(w, []string{"t-" + qk.Ref.Name}) {
+			t.Errorf("%s waiting = %v, want the dead worker's taking back: one queue's failure kept it held", qk.Ref.Name, w)
+		}
+	}
+	if len(res) != len(fine) {
+		t.Errorf("Pass returned %+v, want the %d queues requeued", res, len(fine))
+	}
+	if ws := e.strings(t, "SMEMBERS", e.k.Workers()); !reflect.DeepEqual(ws, []string{"A"}) {
+		t.Errorf("workers = %v: A, whose takings in %s are still held, was forgotten", ws, broken.Ref.Name)
+	}
+
+	// Mended, the next pass requeues the rest and forgets the worker.
+	e.do(t, "DEL", broken.Park)
+	if _, err := r.Pass(e.ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w := e.waiting(t, broken); !reflect.DeepEqual(w, []string{"t-broken"}) {
+		t.Errorf("broken waiting = %v after the mend, want its taking back", w)
+	}
+	if ws := e.strings(t, "SMEMBERS", e.k.Workers()); len(ws) != 0 {
+		t.Errorf("workers = %v after the last requeue, want none", ws)
+	}
+}
+
+// A known queue whose holder index is not a set (a hand edit, a key of
+// another program) failed the whole Sweep: the orphaned takings of every
+// other queue stayed held at every sweep. Sweep goes past it and reports
+// it.
+func TestSweepGoesPastABrokenHolderIndex(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	broken := e.st.Queue(standalone("broken"))
+	e.enqueue(t, e.q, "z1")
+	e.take(t, e.q, "Z", 1) // Z never registered
+	if err := e.st.AddKnownQueues(e.ctx, []rdb.QueueRef{broken.Ref, e.q.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	e.do(t, "SET", broken.Holders, "not a set")
+	r := e.reaper(t, "r1")
+	res, err := r.Sweep(e.ctx)
+	if err == nil || !strings.Contains(err.Error(), broken.Ref.Member()) {
+		t.Errorf("Sweep error = %v, want the broken queue's (%s)", err, broken.Ref.Member())
+	}
+	want := []recovery.Recovered{{Queue: e.q.Ref, Workers: []string{"Z"}, Requeued: 1}}
+	if !reflect.DeepEqual(res, want) {
+		t.Errorf("Sweep = %+v, want %+v: one queue's broken index kept the others' orphans held", res, want)
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"z1"}) {
+		t.Errorf("waiting = %v, want [z1]", w)
+	}
+}
+
+// stallPool passes calls to pool, but a call of the move script waits until
+// release is closed (or its context ends): a mover that takes long, as one
+// that runs a script per known queue does with tens of thousands of them
+// (10,000 queues: 0.8 s a move on this machine; 100,000: about 8 s).
+type stallPool struct {
+	pool    *redis.Pool
+	moving  chan struct{} // gets a value when a move call starts waiting
+	release chan struct{}
+	ended   chan struct{} // closed when the first move call stops waiting
+	once    sync.Once
+}
+
+func (p *stallPool) GetContext(ctx context.Context) (redis.Conn, error) {
+	c, err := p.pool.GetContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &stallConn{Conn: c, p: p}, nil
+}
+
+type stallConn struct {
+	redis.Conn
+	p *stallPool
+}
+
+func (c *stallConn) stall(ctx context.Context, cmd string, args []any) {
+	if cmd != "FCALL" || len(args) == 0 || !strings.HasSuffix(fmt.Sprint(args[0]), "_move") {
+		return
+	}
+	select {
+	case c.p.moving <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.p.release:
+	case <-ctx.Done():
+	}
+	c.p.once.Do(func() { close(c.p.ended) })
+}
+
+func (c *stallConn) Do(cmd string, args ...any) (any, error) {
+	c.stall(context.Background(), cmd, args)
+	return c.Conn.Do(cmd, args...)
+}
+
+func (c *stallConn) DoContext(ctx context.Context, cmd string, args ...any) (any, error) {
+	c.stall(ctx, cmd, args)
+	return redis.DoContext(c.Conn, ctx, cmd, args...)
+}
+
+func (c *stallConn) DoWithTimeout(d time.Duration, cmd string, args ...any) (any, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	c.stall(ctx, cmd, args)
+	return redis.DoWithTimeout(c.Conn, d, cmd, args...)
+}
+
+// Send stalls a pipelined move call (the calls of its round trip wait
+// with it).
+func (c *stallConn) Send(cmd string, args ...any) error {
+	c.stall(context.Background(), cmd, args)
+	return c.Conn.Send(cmd, args...)
+}
+
+func (c *stallConn) ReceiveContext(ctx context.Context) (any, error) {
+	return redis.ReceiveContext(c.Conn, ctx)
+}
+
+func (c *stallConn) ReceiveWithTimeout(d time.Duration) (any, error) {
+	return redis.ReceiveWithTimeout(c.Conn, d)
+}
+
+// The documented bound, kill -9 to requeue within TTL + one reaper
+// interval, needs a pass every interval. Run made the pass, the sweep and
+// the move one after the other, so a move that outlasts the interval (one
+// script call per known queue, every interval) delayed every pass by as
+// long: the takings of a dead worker waited for the mover. Here the move
+// stalls until the test ends, and a worker dies meanwhile.
+func TestRunPassesWhileAMoveIsSlow(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.register(t, "A")
+	e.enqueue(t, e.q, "t1")
+	e.take(t, e.q, "A", 1)
+	e.enqueueDue(t, e.q, 1000, "d1") // something for the mover to do
+
+	sp := &stallPool{pool: e.pool, moving: make(chan struct{}, 1), release: make(chan struct{}), ended: make(chan struct{})}
+	defer close(sp.release)
+	const interval = 30 * time.Millisecond
+	r, err := recovery.New(sp, &recovery.Config{Namespace: e.ns, Interval: interval, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ticks := countTicks(r)
+	runReapers(t, r)
+	select {
+	case <-sp.moving:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the reaper never moved")
+	}
+
+	e.kill(t, "A")
+	for len(ticks.ch) > 0 { // ticks handled before the kill
+		<-ticks.ch
+	}
+	// A tick is reported after its pass. A Run that waits for the stalled
+	// move handles its next tick only once the move call gave up (after
+	// CallTimeout, 5 s).
+	for i := 0; !slices.Contains(e.waiting(t, e.q), "t1"); i++ {
+		if i == 20 {
+			t.Fatalf("t1 of dead worker A not requeued within %d ticks while a move ran: waiting = %v",
+				20, e.waiting(t, e.q))
+		}
+		ticks.wait(t, 1)
+	}
+	select {
+	case <-sp.ended:
+		t.Fatal("t1 of dead worker A was requeued only after the stalled move call ended")
+	default:
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"t1"}) {
+		t.Fatalf("waiting = %v while a move ran, want [t1]", w)
+	}
+}
+
+// Sweep requeues the holdings of a holder that is neither registered nor
+// alive. A holder whose keepalive lives but whose registration is gone (a
+// failover of the registry's master lost it on a Redis Cluster) is alive:
+// it puts back what it holds itself, and runs it meanwhile. Sweep must leave
+// its takings alone (two owners otherwise).
+func TestSweepLeavesAnUnregisteredLiveHolderAlone(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.enqueue(t, e.q, "l1", "z1")
+	e.take(t, e.q, "L", 1) // L lives, unregistered
+	e.take(t, e.q, "Z", 1) // Z is dead, unregistered
+	e.do(t, "SET", e.k.Keepalive("L"), "RUN", "PX", 60_000)
+	if err := e.st.AddKnownQueues(e.ctx, []rdb.QueueRef{e.q.Ref}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := e.reaper(t, "r1").Sweep(e.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != 1 || !reflect.DeepEqual(res[0].Workers, []string{"Z"}) || res[0].Requeued != 1 {
+		t.Fatalf("Sweep = %+v, want Z's one taking requeued, L's left", res)
+	}
+	if w := e.waiting(t, e.q); !reflect.DeepEqual(w, []string{"z1"}) {
+		t.Errorf("waiting = %v, want [z1]: the live holder's taking stays held", w)
+	}
+	if h := e.strings(t, "HVALS", e.q.WorkerQueue("L")); !reflect.DeepEqual(h, []string{"l1"}) {
+		t.Errorf("L holds %v, want [l1]", h)
+	}
+	if hs := e.strings(t, "SMEMBERS", e.q.Holders); !reflect.DeepEqual(hs, []string{"L"}) {
+		t.Errorf("holders = %v, want [L]", hs)
 	}
 }
