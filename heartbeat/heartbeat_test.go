@@ -12,10 +12,12 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/gomodule/redigo/redis"
 
 	"github.com/worqr/worqr-go/heartbeat"
+	"github.com/worqr/worqr-go/internal/dial"
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/redistest"
 	"github.com/worqr/worqr-go/internal/seam"
@@ -775,4 +777,298 @@ func TestConfirm(t *testing.T) {
 	if err := b.keeper.Confirm(ctx, s1); !errors.Is(err, heartbeat.ErrLost) {
 		t.Fatalf("Confirm of a retired session: %v", err)
 	}
+}
+
+// blackhole forwards TCP to target until cut, then swallows every byte in
+// both directions, on the connections it has and on new ones: a network
+// partition that drops packets (no reset), as the client sees it. Its
+// writes succeed, and no reply ever comes.
+type blackhole struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  []net.Conn
+}
+
+func newBlackhole(t *testing.T, target string) *blackhole {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &blackhole{ln: ln, target: target}
+	go h.accept()
+	t.Cleanup(h.close)
+	return h
+}
+
+func (h *blackhole) addr() string { return h.ln.Addr().String() }
+
+func (h *blackhole) isCut() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cut
+}
+
+func (h *blackhole) setCut() {
+	h.mu.Lock()
+	h.cut = true
+	h.mu.Unlock()
+}
+
+func (h *blackhole) track(c net.Conn) {
+	h.mu.Lock()
+	h.conns = append(h.conns, c)
+	h.mu.Unlock()
+}
+
+func (h *blackhole) close() {
+	h.ln.Close()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, c := range h.conns {
+		c.Close()
+	}
+}
+
+func (h *blackhole) accept() {
+	for {
+		c, err := h.ln.Accept()
+		if err != nil {
+			return
+		}
+		h.track(c)
+		if h.isCut() {
+			go io.Copy(io.Discard, c)
+			continue
+		}
+		up, err := net.Dial("tcp", h.target)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		h.track(up)
+		go h.pipe(up, c)
+		go h.pipe(c, up)
+	}
+}
+
+// pipe copies src to dst until the hole is cut, then reads and drops.
+func (h *blackhole) pipe(dst, src net.Conn) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if err != nil {
+			return
+		}
+		if h.isCut() {
+			continue
+		}
+		if _, err := dst.Write(buf[:n]); err != nil {
+			return
+		}
+	}
+}
+
+// A worker cut off from Redis by a partition that drops packets must still
+// find, a TTL after its last good beat, that its keepalive is lost, and
+// cancel its handlers: by then the key has expired and a reaper on the
+// other side requeues what it holds. The production pool (dial.Pool, as
+// NewPool builds it) pings a connection idle for a minute or more before
+// handing it out; that PING carried no deadline, so the beat that drew such
+// a connection waited for its reply as long as TCP kept the connection
+// (about 15 minutes of retransmissions on Linux; here, for ever), no later
+// beat ran, the TTL check never came, and the handlers ran on beside the
+// tasks' second owners.
+func TestKeeperLostBehindABlackholeWithIdleConnections(t *testing.T) {
+	t.Parallel()
+	hole := newBlackhole(t, srv.Addr)
+	pool, err := dial.Pool(dial.Options{URL: "redis://" + hole.addr(), MaxIdle: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	// Every idle connection counts as idle for an hour: the state of a
+	// pool after a burst of work, a minute later (the one thing the test
+	// does not wait for in wall time).
+	if f := pool.TestOnBorrow; f != nil {
+		pool.TestOnBorrow = func(c redis.Conn, idle time.Time) error { return f(c, idle.Add(-time.Hour)) }
+	}
+	if f := pool.TestOnBorrowContext; f != nil {
+		pool.TestOnBorrowContext = func(ctx context.Context, c redis.Conn, idle time.Time) error {
+			return f(ctx, c, idle.Add(-time.Hour))
+		}
+	}
+	reg, err := registry.New(pool, redistest.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := setup(t, func(k *heartbeat.Keeper) { k.TTL = 5 * interval })
+	b.keeper.Registry = reg
+	s1 := b.start(t)
+	// A burst of work leaves idle connections in the pool.
+	var cs []redis.Conn
+	for range 4 {
+		c := pool.Get()
+		if _, err := c.Do("PING"); err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	for _, c := range cs {
+		c.Close()
+	}
+	b.run(t, b.ctx)
+	b.waitTicker(t)
+
+	hole.setCut()
+	lost := make(chan struct{})
+	go func() {
+		defer close(lost)
+		for e := range b.events {
+			if e.Kind == heartbeat.Lost && e.ID == s1.ID() {
+				return
+			}
+		}
+	}()
+	// The keeper's clock moves a TTL on, one interval at a time, while
+	// each beat has its interval of wall time to fail in.
+	deadline := time.After(patience)
+	for advanced := time.Duration(0); ; {
+		select {
+		case <-lost:
+			checkRetired(t, s1, heartbeat.ErrLost)
+			return
+		case <-deadline:
+			t.Fatalf("no Lost event %v after the partition (keeper clock moved %v, TTL %v): a beat hangs on an idle connection's check",
+				patience, advanced, b.keeper.TTL)
+		case <-time.After(2 * interval):
+			if advanced < 2*b.keeper.TTL {
+				b.clock.Advance(interval)
+				advanced += interval
+			}
+		}
+	}
+}
+
+// wallShifted returns t, which must carry a monotonic clock reading (as
+// time.Now's do), with its wall clock moved by whole seconds of d and its
+// monotonic reading kept: what time.Now returns after the system clock was
+// stepped (NTP, a VM resumed, an operator's date -s). time has no API for
+// it; the layout is that of Go's time.Time (with a monotonic reading, wall
+// holds 33 bits of seconds since 1885 above 30 bits of nanoseconds).
+func wallShifted(t *testing.T, at time.Time, d time.Duration) time.Time {
+	t.Helper()
+	type rep struct {
+		wall uint64
+		ext  int64
+		loc  *time.Location
+	}
+	r := *(*rep)(unsafe.Pointer(&at))
+	if r.wall&(1<<63) == 0 {
+		t.Fatal("wallShifted: no monotonic reading")
+	}
+	r.wall = uint64(int64(r.wall) + int64(d/time.Second)<<30)
+	out := *(*time.Time)(unsafe.Pointer(&r))
+	if got := out.Unix() - at.Unix(); got != int64(d/time.Second) || out.Sub(at) != 0 {
+		t.Fatalf("wallShifted: wall moved %ds, monotonic %v; the layout of time.Time changed", got, out.Sub(at))
+	}
+	return out
+}
+
+// stepClock is a manual clock whose readings carry a monotonic reading
+// that follows Advance, and whose wall clock can be stepped apart from it.
+type stepClock struct {
+	*tickClock
+	t     *testing.T
+	start time.Time // the manual clock's start
+	mono  time.Time // time.Now() when made: the monotonic base
+	step  time.Duration
+}
+
+func newStepClock(t *testing.T) *stepClock {
+	start := time.Unix(1_700_000_000, 0)
+	return &stepClock{
+		tickClock: &tickClock{ManualClock: seam.NewManualClock(start), made: make(chan struct{}, 100)},
+		t:         t, start: start, mono: time.Now(),
+	}
+}
+
+func (c *stepClock) Now() time.Time {
+	return wallShifted(c.t, c.mono.Add(c.ManualClock.Now().Sub(c.start)), c.step)
+}
+
+// The Keeper and a Lease time their silence (Fresh, "no good beat for a
+// whole TTL") on the local clock. They stored the last good beat as unix
+// nanoseconds, which drops Go's monotonic reading: every elapsed time was
+// read on the wall clock. A step of the system clock forward by a TTL made
+// a worker stale (no takes, takings received not run) and, with one failed
+// beat, retired its session (every handler cancelled and run again
+// elsewhere); a Lease (a remote's session on the gateway) was retired at
+// once. A step back made a worker cut off from Redis never find its
+// keepalive lost: its handlers ran on for as long as the step, while the
+// reaper requeued their tasks to other workers.
+func TestKeeperTimesSilenceOnTheMonotonicClock(t *testing.T) {
+	t.Parallel()
+	t.Run("stepped forward", func(t *testing.T) {
+		t.Parallel()
+		clock := newStepClock(t)
+		b := setup(t)
+		b.clock = clock.tickClock
+		b.keeper.Clock = clock
+		s1 := b.start(t)
+		b.run(t, b.ctx)
+		b.waitTicker(t)
+		b.beatOnce(t, s1.ID(), interval)
+		b.waitFresh(t, "after a good beat")
+
+		clock.step = 2 * ttl // the system clock jumps on: no time passed
+		if !b.keeper.Fresh() {
+			t.Error("Fresh() = false right after a good beat: the wall clock was stepped forward")
+		}
+		// One beat meets a blip.
+		b.net.failNext(1000, dialFails)
+		b.clock.Advance(interval)
+		if e := b.next(t); e.Kind != heartbeat.Failed {
+			t.Fatalf("event = %+v, want Failed", e)
+		}
+		select {
+		case e := <-b.events:
+			t.Fatalf("event %+v after one failed beat %v after a good one (TTL %v)", e, 2*interval, ttl)
+		case <-time.After(10 * interval):
+		}
+		checkLive(t, s1)
+	})
+	t.Run("stepped back", func(t *testing.T) {
+		t.Parallel()
+		clock := newStepClock(t)
+		const short = 5 * interval
+		b := setup(t, func(k *heartbeat.Keeper) { k.TTL = short })
+		b.clock = clock.tickClock
+		b.keeper.Clock = clock
+		s1 := b.start(t)
+		b.run(t, b.ctx)
+		b.waitTicker(t)
+		clock.step = -time.Hour
+		b.net.setDown(true) // cut off from Redis for good
+		for range short / interval {
+			b.clock.Advance(interval)
+			if e := b.next(t); e.Kind != heartbeat.Failed {
+				break
+			}
+		}
+		deadline := time.After(patience)
+		for {
+			select {
+			case e := <-b.events:
+				if e.Kind == heartbeat.Lost && e.ID == s1.ID() {
+					checkRetired(t, s1, heartbeat.ErrLost)
+					return
+				}
+			case <-deadline:
+				t.Fatalf("no Lost a whole TTL (%v) without a good beat: the wall clock was stepped back an hour", short)
+			}
+		}
+	})
 }

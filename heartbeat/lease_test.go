@@ -83,3 +83,29 @@ func redisMillis(t *testing.T) int64 {
 	}
 	return v[0]*1000 + v[1]/1000
 }
+
+func TestLeaseTimesSilenceOnTheMonotonicClock(t *testing.T) {
+	t.Parallel()
+	reg, err := registry.New(srv.TagCheckedPool(t), redistest.Namespace())
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock := newStepClock(t)
+	l, err := heartbeat.Open(context.Background(), reg, ttl, "remote-1", 0, nil, clock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.step = ttl // the gateway's clock jumps on: no time passed
+	if !l.Fresh() || l.Lost() {
+		t.Fatal("a lease opened an instant ago is retired: the wall clock was stepped forward")
+	}
+	if err := l.Beat(context.Background()); err != nil {
+		t.Fatalf("beat: %v", err)
+	}
+
+	clock.step = -time.Hour
+	clock.Advance(ttl - ttl/10)
+	if l.Fresh() || !errors.Is(l.Cause(), heartbeat.ErrLost) {
+		t.Fatal("a lease silent for TTL - TTL/10 is still fresh: the wall clock was stepped back")
+	}
+}
