@@ -3,7 +3,10 @@ package otelworqr_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +21,7 @@ import (
 
 	otelworqr "github.com/worqr/worqr-go/contrib/otel"
 	"github.com/worqr/worqr-go/redisconn"
+	"github.com/worqr/worqr-go/remote"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -509,4 +513,334 @@ func TestNoSpanContextNoEnvelope(t *testing.T) {
 	if string(info.Payload) != "x" {
 		t.Errorf("stored %q: without a span context the payload goes as it is", info.Payload)
 	}
+}
+
+// goexits runs f on a goroutine of its own and waits for it to end.
+func goexits(f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	<-done
+}
+
+// A handler (or a stage) that ends its goroutine with runtime.Goexit (as
+// testing's t.FailNow does) fails its attempt (worqr.ErrHandlerExited):
+// its span ended with status Unset and no error, as a success (found by an
+// audit).
+func TestGoexitMarksSpanError(t *testing.T) {
+	sr := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
+	h := otelworqr.Middleware(tp)(worqr.HandlerFunc(func(context.Context, *worqr.Task) error {
+		runtime.Goexit()
+		return nil
+	}))
+	goexits(func() {
+		_ = h.HandleTask(context.Background(), &worqr.Task{ID: "t1", Queue: "q", Payload: []byte("p"), Attempt: 1})
+	})
+	s := otelworqr.StageMiddleware(tp)(worqr.StageHandlerFunc(func(context.Context, *worqr.Run) (*worqr.StageResult, error) {
+		runtime.Goexit()
+		return nil, nil
+	}))
+	goexits(func() {
+		_, _ = s.HandleStage(context.Background(), &worqr.Run{ID: "r", Flow: "f", Stage: "s", Attempt: 1})
+	})
+	ended := sr.Ended()
+	if len(ended) != 2 {
+		t.Fatalf("%d spans ended, want 2", len(ended))
+	}
+	for _, sp := range ended {
+		if sp.Status().Code != codes.Error {
+			t.Errorf("span %q: status %v %q, want Error (the attempt failed: %v)", sp.Name(), sp.Status().Code, sp.Status().Description, worqr.ErrHandlerExited)
+		}
+		recorded := false
+		for _, ev := range sp.Events() {
+			for _, a := range ev.Attributes {
+				if a.Key == "exception.message" && a.Value.AsString() == worqr.ErrHandlerExited.Error() {
+					recorded = true
+				}
+			}
+		}
+		if !recorded {
+			t.Errorf("span %q: no exception event for %v (events %v)", sp.Name(), worqr.ErrHandlerExited, sp.Events())
+		}
+	}
+}
+
+// A queue with KeyBatch: every task of the batch reaches the BatchHandler
+// with its payload as enqueued, those of an earlier version (in a trace
+// envelope) too, not only the batch's head.
+func TestKeyBatchPayloadsUnwrapped(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "enqueued now", true: "enqueued by an earlier version"}[old], func(t *testing.T) {
+			testKeyBatchPayloads(t, old)
+		})
+	}
+}
+
+func testKeyBatchPayloads(t *testing.T, old bool) {
+	e := setup(t)
+	ctx := context.Background()
+	enqueueABC(ctx, t, e, old)
+	var mu sync.Mutex
+	var got [][]string
+	handled := make(chan int, 10) // the size of each batch handled
+	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, BatchHandler: worqr.BatchHandlerFunc(func(ctx context.Context, b *worqr.Batch) error {
+		var ps []string
+		for _, tk := range b.Tasks {
+			ps = append(ps, string(tk.Payload))
+		}
+		mu.Lock()
+		got = append(got, ps)
+		mu.Unlock()
+		handled <- len(ps)
+		return nil
+	})})
+	timeout := time.After(5 * time.Second)
+	for n := 0; n < 3; {
+		select {
+		case k := <-handled:
+			n += k
+		case <-timeout:
+			t.Fatalf("%d of 3 tasks reached the batch handler within 5s", n)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for _, g := range got {
+		for _, p := range g {
+			if p != `"a"` && p != `"b"` && p != `"c"` {
+				t.Errorf("a batch handler got payload %q: the trace envelope was not removed (batches %q)", p, got)
+			}
+		}
+	}
+}
+
+// The same with HandleBatchOf: every payload decodes (an envelope left
+// on would send the batch's head to the dead set).
+func TestKeyBatchTypedRuns(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "enqueued now", true: "enqueued by an earlier version"}[old], func(t *testing.T) {
+			testKeyBatchTyped(t, old)
+		})
+	}
+}
+
+func testKeyBatchTyped(t *testing.T, old bool) {
+	e := setup(t)
+	ctx := context.Background()
+	enqueueABC(ctx, t, e, old)
+	var mu sync.Mutex
+	var done []string
+	// Each batch attempt, decoded or not, says how it ended (one attempt:
+	// an error sends the batch's head to the dead set).
+	attempts := make(chan error, 10)
+	signal := func(next worqr.Handler) worqr.Handler {
+		return worqr.HandlerFunc(func(ctx context.Context, t *worqr.Task) error {
+			err := next.HandleTask(ctx, t)
+			attempts <- err
+			return err
+		})
+	}
+	e.worker("kb", worqr.QueueConfig{KeyBatch: 3, MaxAttempts: 1, BatchHandler: worqr.HandleBatchOf(func(ctx context.Context, b *worqr.Batch, vs []string) error {
+		mu.Lock()
+		done = append(done, vs...)
+		mu.Unlock()
+		return nil
+	}, nil)}, signal)
+	timeout := time.After(10 * time.Second)
+wait: // until the 3 are done, an attempt failed, or 10 s passed: checked below
+	for {
+		select {
+		case err := <-attempts:
+			mu.Lock()
+			n := len(done)
+			mu.Unlock()
+			if err != nil || n == 3 {
+				break wait
+			}
+		case <-timeout:
+			break wait
+		}
+	}
+	in, err := worqr.NewInspector(e.pool, &e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	qi, err := in.Queue(ctx, "kb")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if qi.Dead != 0 || len(done) != 3 {
+		t.Errorf("done %q, %d dead: want all 3 done", done, qi.Dead)
+	}
+}
+
+// enqueueABC enqueues "a", "b" and "c" under key k of queue kb, traced,
+// or (old) each in the envelope an earlier version put around it.
+func enqueueABC(ctx context.Context, t *testing.T, e *env, old bool) {
+	t.Helper()
+	for _, p := range []string{`"a"`, `"b"`, `"c"`} {
+		var err error
+		if old {
+			_, err = e.client.Enqueue(ctx, "kb", otelworqr.OldEnvelope(traced(e), []byte(p)), &worqr.EnqueueOpts{Key: "k"})
+		} else {
+			_, err = otelworqr.Enqueue(ctx, e.client, e.in, "kb", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// traced returns a context holding a span of e's tracer (ended at once:
+// only its context is used).
+func traced(e *env) context.Context {
+	ctx, span := e.tp.Tracer("test").Start(context.Background(), "producer")
+	span.End()
+	return ctx
+}
+
+// A queue that merges the tasks of a key (KeyPolicy.Merge): a traced
+// enqueue merges as an untraced one (equal payloads once; the span context
+// is in the metadata, not the payload), and the task's span is a child of
+// the producer span of the enqueue that created it. Payloads an earlier
+// version put in trace envelopes (each with its own span context) reach
+// the handler out of them, and the span links to each producer.
+func TestMergedPayloadsUnwrapped(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(map[bool]string{false: "enqueued now", true: "enqueued by an earlier version"}[old], func(t *testing.T) {
+			testMerged(t, old)
+		})
+	}
+}
+
+func testMerged(t *testing.T, old bool) {
+	e := setup(t)
+	ctx := context.Background()
+	if err := e.client.SetKeyPolicy(ctx, "mq", worqr.KeyPolicy{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.client.SetKeyPolicy(ctx, "plain", worqr.KeyPolicy{Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	var producers []trace.SpanContext
+	for _, p := range []string{"a", "b", "a"} {
+		// The same payloads, traced and not, each into one waiting task.
+		if _, err := e.client.Enqueue(ctx, "plain", []byte(p), &worqr.EnqueueOpts{Key: "k"}); err != nil {
+			t.Fatal(err)
+		}
+		if old {
+			pctx := traced(e)
+			producers = append(producers, trace.SpanContextFromContext(pctx))
+			if _, err := e.client.Enqueue(ctx, "mq", otelworqr.OldEnvelope(pctx, []byte(p)), &worqr.EnqueueOpts{Key: "k"}); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "mq", []byte(p), &worqr.EnqueueOpts{Key: "k"}, e.tp); err != nil {
+			t.Fatal(err)
+		}
+		sends := e.spans("mq send", len(producers)+1)
+		producers = append(producers, sends[len(sends)-1].SpanContext())
+	}
+	type got struct {
+		payload  string
+		payloads []string
+	}
+	handler := func(ch chan<- got) worqr.Handler {
+		return worqr.HandlerFunc(func(_ context.Context, tk *worqr.Task) error {
+			g := got{payload: string(tk.Payload)}
+			for _, p := range tk.Payloads {
+				g.payloads = append(g.payloads, string(p.Data))
+			}
+			ch <- g
+			return nil
+		})
+	}
+	plain, tracedCh := make(chan got, 4), make(chan got, 4)
+	e.worker("plain", worqr.QueueConfig{Keys: worqr.KeyPolicy{Merge: true}, Handler: handler(plain)})
+	e.worker("mq", worqr.QueueConfig{Keys: worqr.KeyPolicy{Merge: true}, Handler: handler(tracedCh)})
+	var want, g got
+	for _, c := range []struct {
+		ch  chan got
+		dst *got
+	}{{plain, &want}, {tracedCh, &g}} {
+		select {
+		case *c.dst = <-c.ch:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a handler did not run within 10s")
+		}
+	}
+	if len(want.payloads) != 2 {
+		t.Fatalf("without tracing the task holds payloads %q: want the 2 distinct ones", want.payloads)
+	}
+	if g.payload != want.payload || strings.Join(g.payloads, ",") != strings.Join(want.payloads, ",") {
+		t.Errorf("traced: the handler saw payload %q and payloads %q; without tracing %q and %q", g.payload, g.payloads, want.payload, want.payloads)
+	}
+	span := e.spans("mq process", 1)[0]
+	if !old {
+		if span.Parent().SpanID() != producers[0].SpanID() {
+			t.Errorf("the process span's parent is %v, want the send span of the enqueue that created the task (%v)", span.Parent().SpanID(), producers[0].SpanID())
+		}
+		return
+	}
+	linked := map[trace.SpanID]bool{}
+	for _, l := range span.Links() {
+		linked[l.SpanContext.SpanID()] = true
+	}
+	for i, p := range producers {
+		if !linked[p.SpanID()] {
+			t.Errorf("the process span does not link to the send span of enqueue %d (links %v)", i, span.Links())
+		}
+	}
+}
+
+// A task enqueued by Enqueue and served by a remote worker (a session of
+// remote.Server, what the gateway serves) reached the remote in its trace
+// envelope, bytes it could not read (found by an audit). The session takes
+// the envelope off: the remote gets the payload as given and the producer
+// span's context as TraceParent, to link its own span to it.
+func TestRemoteGetsThePayloadAndTheTraceContext(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	if _, err := otelworqr.Enqueue(ctx, e.client, e.in, "pdf", []byte("report.md"), nil, e.tp); err != nil {
+		t.Fatal(err)
+	}
+	ended := e.sr.Ended()
+	if len(ended) != 1 {
+		t.Fatalf("%d spans ended by the enqueue, want 1", len(ended))
+	}
+	sc := ended[0].SpanContext()
+	want := fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	r, err := remote.NewServer(e.pool, &remote.Config{Config: e.cfg, AnyQueue: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		_ = r.Stop(sctx)
+	})
+	s, err := r.Open(ctx, remote.OpenOpts{Name: "remote", Queues: []string{"pdf"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts, err := s.Take(ctx, remote.TakeRequest{Queue: "pdf", Max: 1, Wait: 5 * time.Second})
+	if err != nil || len(ts) != 1 {
+		t.Fatalf("take: %d takings, %v", len(ts), err)
+	}
+	if got := ts[0]; string(got.Payload) != "report.md" || got.TraceParent != want {
+		t.Errorf("the remote got payload %q, traceparent %q; want %q, %q", got.Payload, got.TraceParent, "report.md", want)
+	}
+	if _, err := s.Finish(ctx, ts[0].PID, nil); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close(ctx)
 }
