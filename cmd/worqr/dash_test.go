@@ -98,3 +98,16 @@ func TestDashServesWithBasicAuthAndStopsOnSIGINT(t *testing.T) {
 		t.Fatal("worqr dash did not stop within 10s of SIGINT")
 	}
 }
+
+// TestDashRefusesAPrefixThatIsNotAPlainPath: a --prefix with a space made
+// the server's mux panic (a stack trace, exit 2 without the flag named); one
+// with {braces} served a wildcard pattern the dashboard never matched.
+func TestDashRefusesAPrefixThatIsNotAPlainPath(t *testing.T) {
+	b := setup(t)
+	for _, p := range []string{"/ops team", "/ops/{id}"} {
+		r := b.runQuick(5*time.Second, "dash", "--addr", "127.0.0.1:0", "--prefix", p)
+		if r.code != 2 || !strings.Contains(r.err, "--prefix") || strings.Contains(r.err, "panic") {
+			t.Errorf("dash --prefix %q: exit %d, stderr %q; want exit 2 naming --prefix", p, r.code, r.err)
+		}
+	}
+}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -141,5 +143,50 @@ func TestEnqueueRefusesBadFlagValues(t *testing.T) {
 	}
 	if qs, err := b.in.Queues(context.Background()); err != nil || len(qs) != 0 {
 		t.Errorf("refused enqueues left queues %+v, %v", qs, err)
+	}
+}
+
+func TestEnqueueFromStdinArgumentAndFile(t *testing.T) {
+	b := setup(t)
+	id := strings.TrimSpace(b.ok(`{"to":"ada"}`, "enqueue", "emails", "-"))
+	ti, err := b.in.Task(context.Background(), "emails", id)
+	if err != nil {
+		t.Fatalf("the printed id %q is not a task: %v", id, err)
+	}
+	if string(ti.Payload) != `{"to":"ada"}` {
+		t.Errorf("payload %q", ti.Payload)
+	}
+	id2 := strings.TrimSpace(b.ok("", "enqueue", "emails", "literal"))
+	file := filepath.Join(t.TempDir(), "p.bin")
+	if err := os.WriteFile(file, []byte{0, 1, 2}, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	id3 := strings.TrimSpace(b.ok("", "enqueue", "emails", "@"+file))
+	for id, want := range map[string]string{id2: "literal", id3: "\x00\x01\x02"} {
+		ti, err := b.in.Task(context.Background(), "emails", id)
+		if err != nil || string(ti.Payload) != want {
+			t.Errorf("task %s: %v, payload %q, want %q", id, err, ti.Payload, want)
+		}
+	}
+	r := b.run("", "enqueue", "emails", "@"+filepath.Join(t.TempDir(), "missing"))
+	if r.code != 2 || !strings.Contains(r.err, "<payload> @") {
+		t.Errorf("missing file: exit %d, stderr %q", r.code, r.err)
+	}
+}
+
+// --unique-key needs --unique-ttl (the key's longest hold): refused, naming
+// the flag, before anything is sent; with it, a second enqueue of the key
+// is refused while the first task waits.
+func TestEnqueueUniqueKeyNeedsTTL(t *testing.T) {
+	b := setup(t)
+	if r := b.run("", "enqueue", "emails", "x", "--unique-key", "k1"); r.code != 2 || !strings.Contains(r.err, "--unique-key needs --unique-ttl") {
+		t.Errorf("--unique-key alone: exit %d, stderr %q; want 2 naming --unique-ttl", r.code, r.err)
+	}
+	b.ok("", "enqueue", "emails", "x", "--unique-key", "k1", "--unique-ttl", "1m")
+	if r := b.run("", "enqueue", "emails", "y", "--unique-key", "k1", "--unique-ttl", "1m"); r.code == 0 {
+		t.Errorf("a second enqueue of key k1 while the first waits: exit 0, stdout %q", r.out)
+	}
+	if qi := b.queue("emails"); qi.Waiting != 1 {
+		t.Errorf("emails holds %d waiting, want 1", qi.Waiting)
 	}
 }

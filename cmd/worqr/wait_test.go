@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -64,5 +65,68 @@ func TestTaskWaitExitsByHowTheTaskEnded(t *testing.T) {
 		if !strings.Contains(help, line) {
 			t.Errorf("task wait --help does not document %q:\n%s", line, help)
 		}
+	}
+}
+
+// task wait and flow wait block until the end and say it in the exit code:
+// 0 for done, 1 for anything else, 1 on --timeout.
+func TestTaskAndFlowWait(t *testing.T) {
+	b := setup(t)
+	release := make(chan struct{})
+	flow := &worqr.Flow{Name: "f", Stages: []worqr.Stage{{Name: "only", Queue: worqr.QueueConfig{Concurrency: 1},
+		Handler: worqr.StageHandlerFunc(func(ctx context.Context, r *worqr.Run) (*worqr.StageResult, error) {
+			if r.State["fail"] != "" {
+				return nil, worqr.SkipRetry(errors.New("no such user"))
+			}
+			return &worqr.StageResult{}, nil
+		})}}}
+	w, err := worqr.NewWorker(b.pool, &worqr.WorkerConfig{
+		Config: worqr.Config{Namespace: b.ns, EventInterval: 20 * time.Millisecond},
+		Flows:  []*worqr.Flow{flow},
+		Queues: map[string]worqr.QueueConfig{"jobs": {Concurrency: 1, Retention: time.Minute, Handler: worqr.HandlerFunc(
+			func(_ context.Context, t *worqr.Task) error {
+				<-release
+				if string(t.Payload) == "bad" {
+					return worqr.SkipRetry(errors.New("bad payload"))
+				}
+				return nil
+			})}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop(context.Background()) //nolint:errcheck
+	defer close(release)
+	good := b.enqueue("jobs", "good")[0]
+	bad := b.enqueue("jobs", "bad")[0]
+	if r := b.run("", "task", "wait", "jobs", good, "--timeout", "100ms"); r.code != exitTimedOut || !strings.Contains(r.err, "timed out after 100ms: task "+good+" is active") {
+		t.Errorf("wait with a timeout: exit %d, stderr %q; want %d and the task's state", r.code, r.err, exitTimedOut)
+	}
+	go func() { release <- struct{}{}; release <- struct{}{} }()
+	if out := b.ok("", "task", "wait", "jobs", good); out != "done "+good+"\n" {
+		t.Errorf("wait for a done task printed %q", out)
+	}
+	if r := b.run("", "task", "wait", "jobs", bad); r.code != exitDead || r.out != "dead "+bad+"\n" || !strings.Contains(r.err, "ended dead: bad payload") {
+		t.Errorf("wait for a dead task: exit %d, stdout %q, stderr %q; want %d, its state and its error", r.code, r.out, r.err, exitDead)
+	}
+	if r := b.run("", "task", "wait", "jobs", "nosuchtask"); r.code != 1 || !strings.Contains(r.err, "not found") {
+		t.Errorf("wait for an unknown task: exit %d, stderr %q", r.code, r.err)
+	}
+	ok, err := b.client.StartRun(context.Background(), flow, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed, err := b.client.StartRun(context.Background(), flow, map[string]string{"fail": "1"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := b.ok("", "flow", "wait", "f", ok); out != "done "+ok+"\n" {
+		t.Errorf("flow wait for a done run printed %q", out)
+	}
+	if r := b.run("", "flow", "wait", "f", failed); r.code != exitDead || r.out != "failed "+failed+"\n" || !strings.Contains(r.err, "no such user") {
+		t.Errorf("flow wait for a failed run: exit %d, stdout %q, stderr %q; want %d", r.code, r.out, r.err, exitDead)
 	}
 }

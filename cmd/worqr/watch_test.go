@@ -141,3 +141,17 @@ func TestStatsWatchSurvivesARedisBlip(t *testing.T) {
 		t.Errorf("the loss was reported %d times, want once:\n%s", n, errOut.String())
 	}
 }
+
+func TestStatsWatchPrintsSnapshotsUntilInterrupted(t *testing.T) {
+	b := setup(t)
+	b.enqueue("emails", "a")
+	// Not a terminal: one JSON list per line, twice, then stop the reading
+	// side: the process is killed by the test's context at worst.
+	out := b.runLines(2, "stats", "--watch", "--interval", "100ms", "-o", "json")
+	for _, l := range out {
+		var qs []queueStats
+		if err := json.Unmarshal([]byte(l), &qs); err != nil || len(qs) != 1 || qs[0].Waiting != 1 {
+			t.Errorf("snapshot %q: %v %+v", l, err, qs)
+		}
+	}
+}

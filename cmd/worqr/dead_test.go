@@ -1,9 +1,73 @@
 package main
 
 import (
+	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 )
+
+func TestDeadRetryAllMovesEveryDeadTaskBack(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1", "e2", "e3", "e4")
+	b.enqueue("emails", "waiting")
+	out := b.ok("", "dead", "retry", "emails", "--all", "--yes")
+	if !strings.Contains(out, "requeued 4 dead tasks of emails") {
+		t.Errorf("stdout %q", out)
+	}
+	qi := b.queue("emails")
+	if qi.Dead != 0 || qi.Waiting != 5 {
+		t.Errorf("after retry: %d dead, %d waiting; want 0 and 5", qi.Dead, qi.Waiting)
+	}
+}
+
+func TestDeadRetryNeedsAll(t *testing.T) {
+	b := setup(t)
+	b.bury("emails", "e1")
+	r := b.run("", "dead", "retry", "emails", "--yes")
+	if r.code != 2 || !strings.Contains(r.err, "--all or --error is required") {
+		t.Errorf("exit %d, stderr %q", r.code, r.err)
+	}
+	if b.queue("emails").Dead != 1 {
+		t.Error("the dead task moved")
+	}
+}
+
+func TestDeadErrorsGroupsNormalisedErrors(t *testing.T) {
+	b := setup(t)
+	b.bury("emails",
+		"timeout after 3s", "timeout after 5s", "timeout after 12s",
+		"user 0f8fad5b-d9cb-469f-a165-70867728950e not found",
+		"user 7c9e6679-7425-40de-944b-e07fc1f90ae7 not found",
+		"connection refused")
+	out := b.ok("", "dead", "errors", "emails", "-o", "json")
+	var got struct {
+		Total  int
+		Groups []struct {
+			Error string
+			Count int
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &got); err != nil {
+		t.Fatal(err, out)
+	}
+	type g struct {
+		text  string
+		count int
+	}
+	var groups []g
+	for _, x := range got.Groups {
+		groups = append(groups, g{x.Error, x.Count})
+	}
+	want := []g{{"timeout after <n>s", 3}, {"user <uuid> not found", 2}, {"connection refused", 1}}
+	if !reflect.DeepEqual(groups, want) || got.Total != 6 {
+		t.Errorf("groups %v (total %d), want %v (total 6)", groups, got.Total, want)
+	}
+	table := b.ok("", "dead", "errors", "emails")
+	if !strings.Contains(table, "timeout after <n>s") || !strings.HasPrefix(strings.Split(table, "\n")[1], "3 ") {
+		t.Errorf("table:\n%s", table)
+	}
+}
 
 // dead retry --error requeues the dead tasks of one error group, as dead
 // errors prints it (whole, clipped or as a raw error of it), and leaves
