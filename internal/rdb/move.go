@@ -18,8 +18,11 @@ func moveArgs(q QueueKeys, batch int) []any {
 
 // ConnGroups splits qs into the groups whose calls may share a
 // connection, in the order their first queue appears: one group on a
-// pool that does not route by hash tag (a single Redis), one per hash tag
-// otherwise (a cluster's slot).
+// pool that does not route by hash tag (a single Redis); on a Redis
+// Cluster, one per master as the slot map last said (one per hash tag for
+// a tag whose master is unknown). A call that reaches a node that no
+// longer serves its slot is refused there, unrun (MoveEach sends it again
+// alone).
 func (s *Store) ConnGroups(qs []QueueRef) [][]QueueRef {
 	if !s.tagged {
 		if len(qs) == 0 {
@@ -30,10 +33,16 @@ func (s *Store) ConnGroups(qs []QueueRef) [][]QueueRef {
 	var out [][]QueueRef
 	at := map[string]int{}
 	for _, q := range qs {
-		i, ok := at[q.Tag]
+		g := "tag " + q.Tag
+		if s.shard != nil {
+			if m := s.shard.MasterOf(q.Tag); m != "" {
+				g = "master " + m
+			}
+		}
+		i, ok := at[g]
 		if !ok {
 			i = len(out)
-			at[q.Tag] = i
+			at[g] = i
 			out = append(out, nil)
 		}
 		out[i] = append(out[i], q)
@@ -45,9 +54,10 @@ func (s *Store) ConnGroups(qs []QueueRef) [][]QueueRef {
 // ConnGroups' groups, in one round trip: ns[i] is how many tasks of qs[i]
 // it moved and errs[i] its error. A connection error fails every queue
 // (the calls may have run or not: a move is safe to repeat); an error
-// reply fails its queue only. A call refused because its script or
-// function is not loaded (a restarted Redis) is run again alone, loading
-// it.
+// reply fails its queue only, but for a call refused unrun (notRun: its
+// script or function not loaded on a restarted Redis, its slot served by
+// another node now or being moved), which is run again alone, as Move
+// runs it: loading the script, following the cluster.
 func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch int) (ns []int, errs []error) {
 	ns, errs = make([]int, len(qs)), make([]error, len(qs))
 	fail := func(err error) ([]int, []error) {
@@ -77,11 +87,11 @@ func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch int) (ns []i
 	for i, r := range rs {
 		var err error
 		if e, ok := r.(redis.Error); ok {
-			if !scriptMissing(e) {
+			if !notRun(e) {
 				errs[i] = e
 				continue
 			}
-			r, err = s.run(ctx, c, moveScript, moveArgs(qs[i], batch)...)
+			r, err = s.eval(ctx, qs[i].Ref.Tag, moveScript, moveArgs(qs[i], batch)...)
 		}
 		ns[i], errs[i] = redis.Int(r, err)
 	}

@@ -348,14 +348,6 @@ func loadLibrary(ctx context.Context, c redis.Conn, shard bool) error {
 // functionsDenied reports an error that says this server or user cannot run
 // functions: Redis before 7 (no FCALL or FUNCTION), or an ACL that denies
 // them. The store then runs scripts by SHA.
-// scriptMissing reports whether error reply e refused a script's call
-// before it ran because the script or its function is not loaded there, or
-// because functions may not be called (run then loads it, or turns to
-// scripts).
-func scriptMissing(e redis.Error) bool {
-	return strings.HasPrefix(string(e), "NOSCRIPT ") || strings.HasPrefix(string(e), "ERR Function not found") || functionsDenied(e)
-}
-
 func functionsDenied(err error) bool {
 	e, ok := err.(redis.Error)
 	if !ok {

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +20,9 @@ import (
 	"github.com/worqr/worqr-go/internal/rdb"
 	"github.com/worqr/worqr-go/internal/rdb/cluster"
 	"github.com/worqr/worqr-go/internal/redistest"
+	"github.com/worqr/worqr-go/recovery"
 	"github.com/worqr/worqr-go/redisconn"
+	"github.com/worqr/worqr-go/registry"
 	"github.com/worqr/worqr-go/worqr"
 )
 
@@ -686,4 +689,109 @@ func TestListenAcrossNodes(t *testing.T) {
 	if err := <-listened; err != nil {
 		t.Errorf("Listen: %v", err)
 	}
+}
+
+// countedCluster counts the connections taken from a pool on the
+// cluster: each call of the mover, or round trip of its pipelined calls,
+// takes one.
+type countedCluster struct {
+	clusterConns
+	n atomic.Int64
+}
+
+func (p *countedCluster) GetContextForTag(ctx context.Context, tag string) (redis.Conn, error) {
+	p.n.Add(1)
+	return p.clusterConns.GetContextForTag(ctx, tag)
+}
+
+// The mover sends the move calls of the queues whose slots one master
+// serves in one round trip, and a call that reaches a master that no
+// longer serves its slot is run again where the cluster says.
+func TestMoveOfManyQueuesOnCluster(t *testing.T) {
+	pool := needCluster(t).(clusterConns)
+	ctx := context.Background()
+	ns := redistest.Namespace()
+	const queues = 30
+	reg, err := registry.New(pool, ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := rdb.NewStore(pool, ns)
+	var refs []registry.Queue
+	for i := range queues {
+		refs = append(refs, registry.Queue{Tag: fmt.Sprintf("mv%02d", i), Name: fmt.Sprintf("mv%02d", i)})
+	}
+	if _, err := reg.Register(ctx, "A", time.Minute, "host", 1, refs); err != nil {
+		t.Fatal(err)
+	}
+	enqueueDue := func(t *testing.T, round string) {
+		t.Helper()
+		for _, r := range refs {
+			id := round + r.Name
+			if _, err := st.Enqueue(ctx, st.Queue(r), []string{id}, [][]byte{[]byte(id)}, &rdb.EnqueueArgs{DueMillis: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	moveAll := func(t *testing.T) (int, int64) {
+		t.Helper()
+		cp := &countedCluster{clusterConns: pool}
+		r, err := recovery.New(cp, &recovery.Config{Namespace: ns, Interval: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := r.Move(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n, cp.n.Load()
+	}
+	waiting := func(t *testing.T, round string) {
+		t.Helper()
+		for _, r := range refs {
+			q := st.Queue(r)
+			c, err := pool.GetContextForTag(ctx, r.Tag)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := redis.Strings(c.Do("LRANGE", q.Waiting, -1, -1))
+			c.Close()
+			if err != nil || len(w) != 1 || w[0] != round+r.Name {
+				t.Errorf("%s waiting ends with %v (%v), want its due task %s", r.Name, w, err, round+r.Name)
+			}
+		}
+	}
+
+	t.Run("the queues of a master share a round trip", func(t *testing.T) {
+		enqueueDue(t, "a")
+		n, calls := moveAll(t)
+		if n != queues {
+			t.Errorf("Move = %d, want %d", n, queues)
+		}
+		waiting(t, "a")
+		// The known queues' read, then at most one round trip a master
+		// for its (at most 16) queues, two for one with more.
+		if max := int64(1 + 2*len(cl.Nodes)); calls > max {
+			t.Errorf("Move took %d connections for %d queues on %d masters, want at most %d", calls, queues, len(cl.Nodes), max)
+		}
+	})
+
+	t.Run("a call sent to a master that lost its slot is run where the cluster says", func(t *testing.T) {
+		enqueueDue(t, "b")
+		// The slot of one queue moves to another master behind the
+		// pool's slot map: the mover groups it with the queues of the
+		// master it no longer has.
+		moved := refs[0].Tag
+		from := ownerOf(t, moved)
+		if _, err := cl.MoveTagSlot(ctx, cluster.TagSlot(moved), otherNode(from), redistest.MoveOpts{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := pool.MasterOf(moved); got != from {
+			t.Fatalf("the pool's slot map already says %s serves %s, want the old %s", got, moved, from)
+		}
+		if n, _ := moveAll(t); n != queues {
+			t.Errorf("Move = %d after a slot moved, want %d", n, queues)
+		}
+		waiting(t, "b")
+	})
 }
