@@ -470,7 +470,7 @@ const movePipe = 16
 // known queue to the back of its queue, in batches, each batch one atomic
 // script run against Redis time; it also trims dead sets by age. The calls
 // of queues that share a connection (all of them on a single Redis, those
-// of one hash tag on a cluster) go movePipe to a round trip: a pass over
+// of one master on a cluster) go movePipe to a round trip: a pass over
 // many queues costs a few round trips, not one per queue, and a due task
 // waits less for the queues before it. It is safe to run concurrently with
 // other movers: each task moves once. It returns how many tasks it moved.
