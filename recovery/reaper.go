@@ -460,10 +460,11 @@ func (r *Reaper) Sweep(ctx context.Context) ([]Recovered, error) {
 const MoveBatch = 500
 
 // movePipe is how many queues' move calls Move sends in one round trip,
-// each for up to MoveBatch/movePipe tasks, so that a round trip moves
-// about one MoveBatch at most (each call holds Redis a little, and the
-// calls of one round trip run back to back). A queue that had that many
-// due goes on alone, MoveBatch a call.
+// each for up to MoveBatch/movePipe tasks and rdb.TrimDead/movePipe dead
+// entries of each kind, so that a round trip does about the work of one
+// call alone at most (each call holds Redis a little, and the calls of one
+// round trip run back to back). A queue whose call reached either share
+// goes on alone, MoveBatch a call.
 const movePipe = 16
 
 // Move pushes every due scheduled task (delayed enqueues, retries) of every
@@ -499,11 +500,11 @@ func (r *Reaper) Move(ctx context.Context) (int, error) {
 				qks[i] = r.st.Queue(q)
 			}
 			mctx, cancel := r.bounded(ctx)
-			ns, es := r.st.MoveEach(mctx, qks, MoveBatch/movePipe)
+			ns, more, es := r.st.MoveEach(mctx, qks, MoveBatch/movePipe, rdb.TrimDead/movePipe)
 			cancel()
 			for i, qk := range qks {
 				total += ns[i]
-				if es[i] == nil && ns[i] == MoveBatch/movePipe {
+				if es[i] == nil && more[i] {
 					n, err := r.moveRest(ctx, qk)
 					total, es[i] = total+n, err
 				}

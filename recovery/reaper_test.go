@@ -861,6 +861,27 @@ func TestMoveOfManyQueues(t *testing.T) {
 		}
 	})
 
+	// A pipelined call deletes a share of one call's dead entries
+	// (rdb.TrimDead/16): a queue whose call deleted its share goes on
+	// alone, as one that moved its share does.
+	t.Run("a queue whose dead set aged out goes on alone", func(t *testing.T) {
+		const old = 100
+		for _, q := range qs[:3] {
+			e.do(t, "HSET", q.Config, "dead_age", 60000)
+			for j := range old {
+				id := fmt.Sprintf("old%03d", j)
+				e.do(t, "ZADD", q.Dead, 1000+j, id)
+				e.do(t, "HSET", q.Task(id), "d", "p"+id, "s", "dead")
+			}
+		}
+		moveAll(t)
+		for _, q := range qs[:3] {
+			if n := e.do(t, "ZCARD", q.Dead).(int64); n != 0 {
+				t.Errorf("%s keeps %d of its %d aged-out dead entries after a move", q.Ref.Name, n, old)
+			}
+		}
+	})
+
 	t.Run("calls refused for a flushed script are run again", func(t *testing.T) {
 		e.do(t, "FUNCTION", "FLUSH")
 		e.do(t, "SCRIPT", "FLUSH")

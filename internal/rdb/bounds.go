@@ -23,6 +23,11 @@ const (
 	// dead-set operation, Bulk): each costs about ten commands, and no
 	// call may hold Redis for more than a few milliseconds.
 	BulkStep = 250
+	// TrimDead is the most dead entries of each kind (over the set's
+	// count cap, older than its age cap) one call deletes by itself
+	// (TRIM_DEAD in lua/include/bury.lua): each deletes a task's hash
+	// and what its key holds.
+	TrimDead = 250
 	// EnqueueStep is the most tasks of one script call when a batch is
 	// larger than MaxEnqueueChunk and must be split anyway: short calls,
 	// many on the wire, so that none holds Redis for more than about a

@@ -2,6 +2,7 @@ package rdb
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/gomodule/redigo/redis"
 )
@@ -50,24 +51,28 @@ func (s *Store) ConnGroups(qs []QueueRef) [][]QueueRef {
 	return out
 }
 
-// MoveEach is Move of up to batch tasks for each of qs, queues of one of
-// ConnGroups' groups, in one round trip: ns[i] is how many tasks of qs[i]
-// it moved and errs[i] its error. A connection error fails every queue
-// (the calls may have run or not: a move is safe to repeat); an error
-// reply fails its queue only, but for a call refused unrun (notRun: its
-// script or function not loaded on a restarted Redis, its slot served by
-// another node now or being moved), which is run again alone, as Move
-// runs it: loading the script, following the cluster.
-func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch int) (ns []int, errs []error) {
-	ns, errs = make([]int, len(qs)), make([]error, len(qs))
-	fail := func(err error) ([]int, []error) {
+// MoveEach is Move for each of qs, queues of one of ConnGroups' groups,
+// in one round trip, each call moving up to batch tasks and deleting up to
+// trim dead entries of each kind (TrimDead when alone): Redis runs the
+// calls of a round trip back to back, so their bounds add up. ns[i] is how
+// many tasks of qs[i] it moved, more[i] whether its call reached either
+// bound (more may be due or old: the caller goes on with Move), and
+// errs[i] its error. A connection error fails every queue (the calls may
+// have run or not: a move is safe to repeat); an error reply fails its
+// queue only, but for a call refused unrun (notRun: its script or function
+// not loaded on a restarted Redis, its slot served by another node now or
+// being moved), which is run again alone, as Move runs it: loading the
+// script, following the cluster.
+func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch, trim int) (ns []int, more []bool, errs []error) {
+	ns, more, errs = make([]int, len(qs)), make([]bool, len(qs)), make([]error, len(qs))
+	fail := func(err error) ([]int, []bool, []error) {
 		for i := range errs {
 			errs[i] = err
 		}
-		return ns, errs
+		return ns, more, errs
 	}
 	if len(qs) == 0 {
-		return ns, errs
+		return ns, more, errs
 	}
 	c, err := s.conn(ctx, qs[0].Ref.Tag)
 	if err != nil {
@@ -76,9 +81,10 @@ func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch int) (ns []i
 	defer c.Close()
 	libs() // names the functions
 	m := s.mode.Load()
+	args := func(q QueueKeys) []any { return append(moveArgs(q, batch), trim) }
 	cmds := make([]command, len(qs))
 	for i, q := range qs {
-		cmds[i].name, cmds[i].args = moveScript.command(m, s.tagged, moveArgs(q, batch))
+		cmds[i].name, cmds[i].args = moveScript.command(m, s.tagged, args(q))
 	}
 	rs, err := pipelineOn(ctx, c, cmds)
 	if err != nil {
@@ -91,11 +97,17 @@ func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch int) (ns []i
 				errs[i] = e
 				continue
 			}
-			r, err = s.eval(ctx, qs[i].Ref.Tag, moveScript, moveArgs(qs[i], batch)...)
+			r, err = s.eval(ctx, qs[i].Ref.Tag, moveScript, args(qs[i])...)
 		}
-		ns[i], errs[i] = redis.Int(r, err)
+		var v []int
+		if v, errs[i] = redis.Ints(r, err); errs[i] == nil && len(v) != 2 {
+			errs[i] = fmt.Errorf("rdb: move: reply %v, want {moved, more}", v)
+		}
+		if errs[i] == nil {
+			ns[i], more[i] = v[0], v[1] == 1
+		}
 	}
-	return ns, errs
+	return ns, more, errs
 }
 
 // Promote moves scheduled task id of q (delayed, or waiting for a retry)

@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
 )
 
@@ -247,4 +248,95 @@ func TestMoveConcurrentMovesEachTaskOnce(t *testing.T) {
 		want[e.q.Task(id)] = queued(id)
 	}
 	e.checkState(t, nil, func(*env) state { return want })
+}
+
+// Redis runs the calls of one round trip back to back: MoveEach's calls
+// share the bounds of one call alone. With a trim of TrimDead/16 each, 16
+// calls delete at most TrimDead old dead entries in all (each call deleted
+// TrimDead of them, 16 times one call's work, 8,000 deletions and about
+// 35 ms of Redis for a round trip when 16 queues' dead sets aged out
+// together); a call that reached its move batch or its trim says more may
+// be left.
+func TestMoveEach(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	const calls, batch, trim, old = 16, 5, rdb.TrimDead / 16, 40
+	var qs []rdb.QueueKeys
+	for i := range calls {
+		// One tag: the calls share a connection on any pool.
+		qs = append(qs, e.st.Queue(rdb.QueueRef{Tag: "f", Name: fmt.Sprintf("s%02d", i)}))
+	}
+	now := e.now(t)
+	for i, q := range qs {
+		if i == 0 {
+			continue // nothing to do
+		}
+		e.setCfg(t, q, "dead_age", 60000)
+		dead := old // aged out: more than the call's trim
+		switch i {
+		case 1:
+			dead = 1
+		case 2:
+			dead = 0
+		}
+		for j := range dead {
+			e.seedDead(t, q, fmt.Sprintf("d%02d", j), now-120000)
+		}
+		due := 1
+		if i == 2 {
+			due = batch // the call's whole batch
+		}
+		for j := range due {
+			e.enqueueTo(t, q, &rdb.EnqueueArgs{DueMillis: 1000}, fmt.Sprintf("t%02d", j))
+		}
+	}
+	deadLeft := func() (n int) {
+		for _, q := range qs {
+			k, err := redis.Int(e.c.Do("ZCARD", q.Dead))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n += k
+		}
+		return n
+	}
+	before := deadLeft()
+
+	ns, more, errs := e.st.MoveEach(e.ctx, qs, batch, trim)
+	for i := range qs {
+		if errs[i] != nil {
+			t.Fatalf("%s: %v", qs[i].Ref.Name, errs[i])
+		}
+	}
+	if got := before - deadLeft(); got > rdb.TrimDead {
+		t.Errorf("one round trip deleted %d dead entries, want at most %d (one call's bound)", got, rdb.TrimDead)
+	}
+	for i, q := range qs {
+		wantN, wantMore := 1, true
+		switch i {
+		case 0:
+			wantN, wantMore = 0, false
+		case 1:
+			wantMore = false // its one dead entry deleted, its one due task moved
+		case 2:
+			wantN = batch
+		}
+		if ns[i] != wantN || more[i] != wantMore {
+			t.Errorf("%s: moved %d, more %v; want %d, %v", q.Ref.Name, ns[i], more[i], wantN, wantMore)
+		}
+	}
+	if k, _ := redis.Int(e.c.Do("ZCARD", qs[1].Dead)); k != 0 {
+		t.Errorf("%s keeps %d aged-out dead entries, want none", qs[1].Ref.Name, k)
+	}
+
+	// Alone, a call deletes up to TrimDead of each kind and says nothing
+	// more.
+	for _, q := range qs[3:] {
+		if _, err := e.st.Move(e.ctx, q, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := deadLeft(); n != 0 {
+		t.Errorf("%d aged-out dead entries left after a Move of each queue, want none", n)
+	}
 }

@@ -11,11 +11,24 @@
 -- KEYS[3] <ns>:{T}:dead:<queue>       (zset) dead ids
 -- KEYS[4] <ns>:{T}:cfg:<queue>        (hash) queue settings
 -- ARGV[1] batch size   ARGV[2] task key prefix   ARGV[3] wake channel
--- Returns: the number of tasks moved.
-trim_dead(KEYS[3], KEYS[4], ARGV[2])
-local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, tonumber(ARGV[1]))
+-- ARGV[4] (optional) the most dead entries of each kind the trim deletes
+--         (TRIM_DEAD when absent): the mover sends many calls in one round
+--         trip, which Redis runs back to back, each with its share.
+-- Returns: the number of tasks moved; with ARGV[4], {moved, more}: more is
+-- 1 when the call moved its batch or the trim made its most deletions of a
+-- kind (more may be due or old), else 0.
+local limit = tonumber(ARGV[4])
+local trimmed = trim_dead(KEYS[3], KEYS[4], ARGV[2], 0, limit)
+local batch = tonumber(ARGV[1])
+local function reply(n)
+  if not limit then
+    return n
+  end
+  return {n, (trimmed or n == batch) and 1 or 0}
+end
+local ids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now_ms(), 'LIMIT', 0, batch)
 if #ids == 0 then
-  return 0
+  return reply(0)
 end
 local n = #ids
 redis.call('ZREM', KEYS[1], unpack(ids))
@@ -25,4 +38,4 @@ for _, id in ipairs(ids) do
 end
 push_back(KEYS[2], KEYS[4], ARGV[2], ids)
 redis.call('PUBLISH', ARGV[3], n)
-return n
+return reply(n)

@@ -21,32 +21,37 @@ end
 -- Redis for more than a few milliseconds.
 local TRIM_DEAD = 250
 
--- trim_dead enforces a dead set's caps (count, then age), at most
--- TRIM_DEAD deletions of each kind per call. room (default 0) is how many
--- entries about to be added the count must leave room for: bury trims
--- before it adds, so that the entry it adds is never the one trimmed
+-- trim_dead enforces a dead set's caps (count, then age), at most limit
+-- (default TRIM_DEAD) deletions of each kind per call. room (default 0) is
+-- how many entries about to be added the count must leave room for: bury
+-- trims before it adds, so that the entry it adds is never the one trimmed
 -- (entries buried by one call share one time and ties break by id, and a
--- stage's end still writes its run's status into the hash it buries).
-local function trim_dead(deadkey, cfgkey, tprefix, room)
+-- stage's end still writes its run's status into the hash it buries). It
+-- returns true when a kind made limit deletions: more may be left.
+local function trim_dead(deadkey, cfgkey, tprefix, room, limit)
+  limit = limit or TRIM_DEAD
+  local full = false
   local max = cfg_num(cfgkey, 'dead_max', DEFAULT_DEAD_MAX)
   local age = cfg_num(cfgkey, 'dead_age', DEFAULT_DEAD_AGE)
   local excess = redis.call('ZCARD', deadkey) + (room or 0) - max
   if excess > 0 then
-    local old = redis.call('ZRANGE', deadkey, 0, math.min(excess, TRIM_DEAD) - 1)
+    local old = redis.call('ZRANGE', deadkey, 0, math.min(excess, limit) - 1)
     for _, id in ipairs(old) do
       bury_forget(deadkey, tprefix, id)
     end
     if #old > 0 then
       redis.call('ZREM', deadkey, unpack(old))
     end
+    full = excess > limit
   end
-  local expired = redis.call('ZRANGEBYSCORE', deadkey, '-inf', now_ms() - age, 'LIMIT', 0, TRIM_DEAD)
+  local expired = redis.call('ZRANGEBYSCORE', deadkey, '-inf', now_ms() - age, 'LIMIT', 0, limit)
   if #expired > 0 then
     for _, id in ipairs(expired) do
       bury_forget(deadkey, tprefix, id)
     end
     redis.call('ZREM', deadkey, unpack(expired))
   end
+  return full or #expired == limit
 end
 
 -- bury moves task id into the dead set with a reason, keeping its hash (no
