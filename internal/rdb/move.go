@@ -74,11 +74,6 @@ func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch, trim int) (
 	if len(qs) == 0 {
 		return ns, more, errs
 	}
-	c, err := s.conn(ctx, qs[0].Ref.Tag)
-	if err != nil {
-		return fail(err)
-	}
-	defer c.Close()
 	libs() // names the functions
 	m := s.mode.Load()
 	args := func(q QueueKeys) []any { return append(moveArgs(q, batch), trim) }
@@ -86,7 +81,10 @@ func (s *Store) MoveEach(ctx context.Context, qs []QueueKeys, batch, trim int) (
 	for i, q := range qs {
 		cmds[i].name, cmds[i].args = moveScript.command(m, s.tagged, args(q))
 	}
-	rs, err := pipelineOn(ctx, c, cmds)
+	// A refused call runs again on a connection of its own (its tag's
+	// node): this one goes back first, so that the two are never held at
+	// once (a pool of one free connection would refuse the second).
+	rs, err := s.pipeline(ctx, qs[0].Ref.Tag, cmds)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,12 +1,15 @@
 package rdb_test
 
 import (
+	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
 	"github.com/gomodule/redigo/redis"
 	"github.com/worqr/worqr-go/internal/rdb"
+	"github.com/worqr/worqr-go/internal/redistest"
 )
 
 func TestMove(t *testing.T) {
@@ -250,15 +253,60 @@ func TestMoveConcurrentMovesEachTaskOnce(t *testing.T) {
 	e.checkState(t, nil, func(*env) state { return want })
 }
 
-// Redis runs the calls of one round trip back to back: MoveEach's calls
-// share the bounds of one call alone. With a trim of TrimDead/16 each, 16
-// calls delete at most TrimDead old dead entries in all (each call deleted
-// TrimDead of them, 16 times one call's work, 8,000 deletions and about
-// 35 ms of Redis for a round trip when 16 queues' dead sets aged out
-// together); a call that reached its move batch or its trim says more may
-// be left.
 func TestMoveEach(t *testing.T) {
 	t.Parallel()
+	// Redis runs the calls of one round trip back to back: MoveEach's
+	// calls share the bounds of one call alone. With a trim of
+	// TrimDead/16 each, 16 calls delete at most TrimDead old dead entries
+	// in all (each call deleted TrimDead of them, 16 times one call's
+	// work, 8,000 deletions and about 35 ms of Redis for a round trip
+	// when 16 queues' dead sets aged out together); a call that reached
+	// its move batch or its trim says more may be left.
+	t.Run("a round trip's calls share one call's bounds", func(t *testing.T) {
+		t.Parallel()
+		testMoveEachBounds(t)
+	})
+	// A call refused unrun is run again alone on a connection of its own
+	// (for its tag: on a cluster, another node's): the round trip's
+	// connection is given back first, so that a pool of one connection
+	// (MaxActive, or every other connection busy) does not fail it.
+	t.Run("a refused call runs again with the round trip's connection given back", func(t *testing.T) {
+		t.Parallel()
+		ctx := context.Background()
+		admin := srv.Pool()
+		defer admin.Close()
+		c := admin.Get()
+		defer c.Close()
+		// Functions denied: the round trip's FCALLs are refused (NOPERM),
+		// then run again as scripts.
+		user := "nofn" + strings.ReplaceAll(redistest.Namespace(), ":", "")
+		if _, err := c.Do("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function"); err != nil {
+			t.Fatal(err)
+		}
+		defer c.Do("ACL", "DELUSER", user)
+		pool := &redis.Pool{MaxActive: 1, DialContext: func(ctx context.Context) (redis.Conn, error) {
+			return redis.DialURLContext(ctx, srv.URL, redis.DialUsername(user), redis.DialPassword("pw"))
+		}}
+		defer pool.Close()
+		ns := redistest.Namespace()
+		st := rdb.NewStore(pool, ns)
+		qs := []rdb.QueueKeys{st.Queue(rdb.Standalone("r1")), st.Queue(rdb.Standalone("r2"))}
+		for _, q := range qs {
+			if _, err := st.Enqueue(ctx, q, []string{"t1"}, [][]byte{[]byte("p")}, &rdb.EnqueueArgs{DueMillis: 1000}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// A fresh store tries functions first.
+		moved, _, errs := rdb.NewStore(pool, ns).MoveEach(ctx, qs, 5, rdb.TrimDead/16)
+		for i, q := range qs {
+			if errs[i] != nil || moved[i] != 1 {
+				t.Errorf("%s: moved %d, %v; want its due task", q.Ref.Name, moved[i], errs[i])
+			}
+		}
+	})
+}
+
+func testMoveEachBounds(t *testing.T) {
 	e := newEnv(t)
 	const calls, batch, trim, old = 16, 5, rdb.TrimDead / 16, 40
 	var qs []rdb.QueueKeys
