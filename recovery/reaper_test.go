@@ -38,7 +38,13 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	pool := srv.TagCheckedPool(t)
+	return newEnvOn(t, srv)
+}
+
+// newEnvOn is newEnv on server s.
+func newEnvOn(t *testing.T, s *redistest.Server) *env {
+	t.Helper()
+	pool := s.TagCheckedPool(t)
 	ns := redistest.Namespace()
 	reg, err := registry.New(pool, ns)
 	if err != nil {
@@ -819,16 +825,20 @@ func (p *countPool) GetContext(ctx context.Context) (redis.Conn, error) {
 
 func TestMoveOfManyQueues(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
 	const queues = 40
-	var qs []rdb.QueueKeys
-	var refs []registry.Queue
-	for i := range queues {
-		q := e.st.Queue(standalone(fmt.Sprintf("mq%02d", i)))
-		qs, refs = append(qs, q), append(refs, q.Ref)
+	// setUp registers the queues in a namespace of s.
+	setUp := func(t *testing.T, s *redistest.Server) (*env, []rdb.QueueKeys) {
+		e := newEnvOn(t, s)
+		var qs []rdb.QueueKeys
+		var refs []registry.Queue
+		for i := range queues {
+			q := e.st.Queue(standalone(fmt.Sprintf("mq%02d", i)))
+			qs, refs = append(qs, q), append(refs, q.Ref)
+		}
+		e.register(t, "A", refs...)
+		return e, qs
 	}
-	e.register(t, "A", refs...)
-	moveAll := func(t *testing.T) (int, int64) {
+	moveAll := func(t *testing.T, e *env) (int, int64) {
 		t.Helper()
 		cp := &countPool{pool: e.pool}
 		r, err := recovery.New(cp, &recovery.Config{Namespace: e.ns, Interval: time.Second, Logger: quiet})
@@ -841,12 +851,13 @@ func TestMoveOfManyQueues(t *testing.T) {
 		}
 		return n, cp.n.Load()
 	}
+	e, qs := setUp(t, srv)
 
 	t.Run("several queues share a round trip", func(t *testing.T) {
 		for i, q := range qs {
 			e.enqueueDue(t, q, 1000, fmt.Sprintf("a%02d", i))
 		}
-		n, calls := moveAll(t)
+		n, calls := moveAll(t, e)
 		if n != queues {
 			t.Errorf("Move = %d, want %d", n, queues)
 		}
@@ -874,7 +885,7 @@ func TestMoveOfManyQueues(t *testing.T) {
 				e.do(t, "HSET", q.Task(id), "d", "p"+id, "s", "dead")
 			}
 		}
-		moveAll(t)
+		moveAll(t, e)
 		for _, q := range qs[:3] {
 			if n := e.do(t, "ZCARD", q.Dead).(int64); n != 0 {
 				t.Errorf("%s keeps %d of its %d aged-out dead entries after a move", q.Ref.Name, n, old)
@@ -882,20 +893,28 @@ func TestMoveOfManyQueues(t *testing.T) {
 		}
 	})
 
+	// On a server of its own: on the package's, the parallel tests' calls
+	// load the library again between the flush and the mover's calls, and
+	// then none is refused (the test passed in 2 runs of 10 with the
+	// calls refused not run again).
 	t.Run("calls refused for a flushed script are run again", func(t *testing.T) {
-		e.do(t, "FUNCTION", "FLUSH")
-		e.do(t, "SCRIPT", "FLUSH")
+		own, err := redistest.Start()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(own.Stop)
+		e, qs := setUp(t, own)
 		for i, q := range qs {
 			e.enqueueDue(t, q, 1000, fmt.Sprintf("b%02d", i))
 		}
 		e.do(t, "FUNCTION", "FLUSH")
 		e.do(t, "SCRIPT", "FLUSH")
-		if n, _ := moveAll(t); n != queues {
+		if n, _ := moveAll(t, e); n != queues {
 			t.Errorf("Move = %d after the scripts were flushed, want %d", n, queues)
 		}
 		for i, q := range qs {
-			if w := e.waiting(t, q); len(w) != 2 || w[1] != fmt.Sprintf("b%02d", i) {
-				t.Errorf("%s waiting = %v, want its second due task last", q.Ref.Name, w)
+			if w := e.waiting(t, q); !reflect.DeepEqual(w, []string{fmt.Sprintf("b%02d", i)}) {
+				t.Errorf("%s waiting = %v, want its due task", q.Ref.Name, w)
 			}
 		}
 	})
