@@ -29,11 +29,12 @@
 // trims dead sets by age. The move, the sweep and the prune of flow runs
 // run beside the passes, each one at a time (a move calls a script per
 // known queue, 16 calls to a round trip: long with tens of thousands of
-// queues), so that no pass waits for them. A delayed task is offered within one reaper
-// interval after it is due. The lease and each call of a pass and of the
-// mover are bounded (CallTimeout, 5 s): a call whose reply never comes (a
-// connection gone silent) fails that pass, or that queue's move, once, and
-// the next one goes on.
+// queues), so that no pass waits for them; the move starts before the
+// pass. A delayed task is offered within one reaper interval after it is
+// due. The lease, each call of a pass and each round trip of the mover
+// are bounded (CallTimeout, 5 s): one whose reply never comes (a
+// connection gone silent) fails that pass, or the move of that round
+// trip's queues, once, and the next one goes on.
 //
 // Timing: kill -9 -> key expires within the heartbeat TTL (3 s) -> the next
 // pass, within one reaper interval (1 s), requeues: about 4 s in the worst case.

@@ -122,8 +122,9 @@ func (r *Reaper) fail(what string, err error) {
 	}
 }
 
-// Run tries the lease every Interval and runs a pass and the mover when it
-// gets it, until ctx ends. Errors reach OnError and the loop goes on.
+// Run tries the lease every Interval and, when it gets it, starts the
+// mover (beside, one at a time) and runs a pass, until ctx ends. Errors
+// reach OnError and the loop goes on.
 func (r *Reaper) Run(ctx context.Context) {
 	t := time.NewTicker(r.cfg.Interval)
 	defer t.Stop()

@@ -920,7 +920,7 @@ func TestMoveOfManyQueues(t *testing.T) {
 	})
 }
 
-// The lease holder's Run moves due tasks after its pass.
+// The lease holder's Run moves due tasks (beside its passes).
 func TestRunMovesDelayedTasks(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
