@@ -79,12 +79,18 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 			}
 		}
 	}
-	for i := 0; i < procs; i++ {
-		start()
-	}
+	// The queue waits paused while the processes start, one after the
+	// other (seconds on a busy machine): the first would drain it alone,
+	// before any fault. It resumes once the faults run.
 	in, err := worqr.NewInspector(c.pool, &worqr.Config{Namespace: c.ns})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if err := in.Pause(ctx, orderedQueue); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < procs; i++ {
+		start()
 	}
 	drained := func() bool {
 		qctx, cancel := context.WithTimeout(ctx, time.Second)
@@ -116,6 +122,9 @@ func chaosOrdered(t *testing.T, name string, batch int) {
 			}
 		}
 	})
+	if err := in.Resume(ctx, orderedQueue); err != nil {
+		t.Fatal(err)
+	}
 	dctx, dcancel := context.WithTimeout(c.ctx, 40*time.Second)
 	defer dcancel()
 	if redistest.Poll(dctx, drained) != nil { // the children log to files: Redis says when it is over
