@@ -3,7 +3,6 @@ package rdb_test
 import (
 	"context"
 	"fmt"
-	"strings"
 	"sync"
 	"testing"
 
@@ -273,21 +272,9 @@ func TestMoveEach(t *testing.T) {
 	t.Run("a refused call runs again with the round trip's connection given back", func(t *testing.T) {
 		t.Parallel()
 		ctx := context.Background()
-		admin := srv.Pool()
-		defer admin.Close()
-		c := admin.Get()
-		defer c.Close()
 		// Functions denied: the round trip's FCALLs are refused (NOPERM),
 		// then run again as scripts.
-		user := "nofn" + strings.ReplaceAll(redistest.Namespace(), ":", "")
-		if _, err := c.Do("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function"); err != nil {
-			t.Fatal(err)
-		}
-		defer c.Do("ACL", "DELUSER", user)
-		pool := &redis.Pool{MaxActive: 1, DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialURLContext(ctx, srv.URL, redis.DialUsername(user), redis.DialPassword("pw"))
-		}}
-		defer pool.Close()
+		pool := noFunctionsPool(t, 1)
 		ns := redistest.Namespace()
 		st := rdb.NewStore(pool, ns)
 		qs := []rdb.QueueKeys{st.Queue(rdb.Standalone("r1")), st.Queue(rdb.Standalone("r2"))}

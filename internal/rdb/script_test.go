@@ -59,10 +59,11 @@ func TestScriptsRunAsFunctions(t *testing.T) {
 	}
 }
 
-// A user whose ACL denies functions (or a Redis before 7) still gets every
-// script: the store falls back to EVALSHA on the first refusal.
-func TestScriptsFallBackWhenFunctionsAreDenied(t *testing.T) {
-	ctx := context.Background()
+// noFunctionsPool returns a pool of at most maxActive connections (0: no
+// cap) on srv as a user whose ACL denies functions (FCALL, FUNCTION), as
+// a Redis before 7 would; the user and the pool go at cleanup.
+func noFunctionsPool(t *testing.T, maxActive int) *redis.Pool {
+	t.Helper()
 	admin := srv.Pool()
 	defer admin.Close()
 	c := admin.Get()
@@ -71,12 +72,25 @@ func TestScriptsFallBackWhenFunctionsAreDenied(t *testing.T) {
 	if _, err := c.Do("ACL", "SETUSER", user, "on", ">pw", "~*", "&*", "+@all", "-fcall", "-function"); err != nil {
 		t.Fatal(err)
 	}
-	defer c.Do("ACL", "DELUSER", user)
-	pool := &redis.Pool{DialContext: func(ctx context.Context) (redis.Conn, error) {
+	pool := &redis.Pool{MaxActive: maxActive, DialContext: func(ctx context.Context) (redis.Conn, error) {
 		return redis.DialURLContext(ctx, srv.URL, redis.DialUsername(user), redis.DialPassword("pw"))
 	}}
-	defer pool.Close()
-	st := rdb.NewStore(pool, redistest.Namespace())
+	t.Cleanup(func() {
+		pool.Close()
+		a := srv.Pool()
+		defer a.Close()
+		d := a.Get()
+		defer d.Close()
+		d.Do("ACL", "DELUSER", user)
+	})
+	return pool
+}
+
+// A user whose ACL denies functions (or a Redis before 7) still gets every
+// script: the store falls back to EVALSHA on the first refusal.
+func TestScriptsFallBackWhenFunctionsAreDenied(t *testing.T) {
+	ctx := context.Background()
+	st := rdb.NewStore(noFunctionsPool(t, 0), redistest.Namespace())
 	q := st.Queue(rdb.Standalone("nofn"))
 	ids := []string{"a", "b", "c"}
 	if _, _, err := st.EnqueueBatch(ctx, q, ids, [][]byte{[]byte("1"), []byte("2"), []byte("3")}, nil); err != nil {
